@@ -1,0 +1,301 @@
+//! The events of an execution's log (EVENT_SCHEMA 1) and the versions the kernel speaks.
+
+use std::collections::BTreeSet;
+use std::fmt;
+
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+
+/// The version of the event format this build writes, and the newest it reads.
+///
+/// Every envelope records the version it was written with; an event from a newer schema is
+/// refused on decode with [`crate::DecodeError::UnsupportedSchema`] rather than misread.
+pub const EVENT_SCHEMA: u32 = 1;
+
+/// A semantic version, as plugins use it to say which kernel they were built against.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct AbiVersion {
+    pub major: u16,
+    pub minor: u16,
+    pub patch: u16,
+}
+
+impl AbiVersion {
+    pub const fn new(major: u16, minor: u16, patch: u16) -> Self {
+        Self {
+            major,
+            minor,
+            patch,
+        }
+    }
+}
+
+impl fmt::Display for AbiVersion {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}.{}.{}", self.major, self.minor, self.patch)
+    }
+}
+
+/// The kernel ABI plugins compile against (ADR 0043).
+pub const KERNEL_ABI: AbiVersion = AbiVersion::new(1, 1, 0);
+
+/// One fact in an execution's log.
+///
+/// The JSON form is an object whose `type` names the event in SCREAMING_SNAKE case and whose
+/// other fields are the payload's, in camelCase:
+/// `{"type":"STEP_COMPLETED","stepId":"charge#1","effect":"payments.charge",...}`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "type", rename_all = "SCREAMING_SNAKE_CASE")]
+#[non_exhaustive]
+pub enum Event {
+    ExecutionStarted(ExecutionStarted),
+    StepStarted(StepStarted),
+    StepCompleted(StepCompleted),
+    StepFailed(StepFailed),
+    #[serde(rename = "EFFECT_INDOUBT")]
+    EffectInDoubt(EffectInDoubt),
+    EffectResolved(EffectResolved),
+    DecisionRecorded(DecisionRecorded),
+    ExecutionSuspended(ExecutionSuspended),
+    ExecutionResumed(ExecutionResumed),
+    SurfacePatch(SurfacePatch),
+    ExecutionCompleted(ExecutionCompleted),
+    ExecutionFailed(ExecutionFailed),
+    ExecutionCancelled(ExecutionCancelled),
+}
+
+impl Event {
+    /// The event's `type` name as it appears in JSON, e.g. `STEP_COMPLETED`.
+    pub fn type_name(&self) -> &'static str {
+        match self {
+            Event::ExecutionStarted(_) => "EXECUTION_STARTED",
+            Event::StepStarted(_) => "STEP_STARTED",
+            Event::StepCompleted(_) => "STEP_COMPLETED",
+            Event::StepFailed(_) => "STEP_FAILED",
+            Event::EffectInDoubt(_) => "EFFECT_INDOUBT",
+            Event::EffectResolved(_) => "EFFECT_RESOLVED",
+            Event::DecisionRecorded(_) => "DECISION_RECORDED",
+            Event::ExecutionSuspended(_) => "EXECUTION_SUSPENDED",
+            Event::ExecutionResumed(_) => "EXECUTION_RESUMED",
+            Event::SurfacePatch(_) => "SURFACE_PATCH",
+            Event::ExecutionCompleted(_) => "EXECUTION_COMPLETED",
+            Event::ExecutionFailed(_) => "EXECUTION_FAILED",
+            Event::ExecutionCancelled(_) => "EXECUTION_CANCELLED",
+        }
+    }
+
+    /// Whether this event ends the execution.
+    pub fn is_terminal(&self) -> bool {
+        matches!(
+            self,
+            Event::ExecutionCompleted(_) | Event::ExecutionFailed(_) | Event::ExecutionCancelled(_)
+        )
+    }
+}
+
+/// An error as the log records it: a stable machine-readable code and a message for people.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ErrorInfo {
+    pub code: String,
+    pub message: String,
+}
+
+impl ErrorInfo {
+    pub fn new(code: impl Into<String>, message: impl Into<String>) -> Self {
+        Self {
+            code: code.into(),
+            message: message.into(),
+        }
+    }
+}
+
+/// The first event of every log: which flow runs, with what input and what grants.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ExecutionStarted {
+    pub flow: String,
+    pub flow_version: u32,
+    pub input: Value,
+    /// K2: the capabilities granted to this execution's effects.
+    #[serde(default)]
+    pub capabilities: BTreeSet<String>,
+    /// K3: the most this execution may spend; `None` is unlimited.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub budget: Option<u64>,
+}
+
+/// Intent: made durable before a non-idempotent effect runs (K9), so a crash leaves a trace.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct StepStarted {
+    pub step_id: String,
+    pub effect: String,
+    pub input_digest: String,
+    pub attempt: u32,
+}
+
+/// A step's successful outcome, with what it cost (K3).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct StepCompleted {
+    pub step_id: String,
+    pub effect: String,
+    pub input_digest: String,
+    pub output: Value,
+    #[serde(default)]
+    pub cost: u64,
+}
+
+/// A step's failed outcome, with what it cost (K3).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct StepFailed {
+    pub step_id: String,
+    pub effect: String,
+    pub input_digest: String,
+    pub error: ErrorInfo,
+    #[serde(default)]
+    pub cost: u64,
+}
+
+/// K9: a non-idempotent step was started and may or may not have run; the execution parks.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct EffectInDoubt {
+    pub step_id: String,
+    pub effect: String,
+    pub attempt: u32,
+}
+
+/// K9: an operator's verdict on a step in doubt.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct EffectResolved {
+    pub step_id: String,
+    pub verdict: Verdict,
+    /// Who gave the verdict, for the audit trail.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub operator: Option<String>,
+}
+
+/// What the operator decided about a step in doubt.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "kind", rename_all = "camelCase")]
+pub enum Verdict {
+    /// Run the effect again (with the same idempotency key).
+    Retry,
+    /// The effect did run; this is its output.
+    Completed { output: Value },
+    /// The effect did not run, or failed; the step fails with this error.
+    Failed { error: ErrorInfo },
+}
+
+/// ADR 0016: a value the flow read from the world (time, randomness, ids, a custom decision).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct DecisionRecorded {
+    pub step_id: String,
+    /// `now`, `random`, `uuid`, or the name of a custom decision.
+    pub kind: String,
+    pub value: Value,
+}
+
+/// A gate opened: the flow waits for a resume with this event type and correlation key.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ExecutionSuspended {
+    pub gate_id: String,
+    pub event_type: String,
+    pub correlation_key: String,
+}
+
+/// A pending gate was resumed with a payload.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ExecutionResumed {
+    pub gate_id: String,
+    pub event_type: String,
+    pub correlation_key: String,
+    pub payload: Value,
+}
+
+/// Changes to one agent surface. The kernel treats `ops` as opaque JSON.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct SurfacePatch {
+    pub step_id: String,
+    pub surface_id: String,
+    pub ops: Vec<Value>,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ExecutionCompleted {
+    pub output: Value,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ExecutionFailed {
+    pub error: ErrorInfo,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ExecutionCancelled {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reason: Option<String>,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn type_names_are_screaming_snake_and_match_serde() {
+        let events = [
+            Event::ExecutionCancelled(ExecutionCancelled { reason: None }),
+            Event::EffectInDoubt(EffectInDoubt {
+                step_id: "charge#1".into(),
+                effect: "payments.charge".into(),
+                attempt: 1,
+            }),
+            Event::ExecutionCompleted(ExecutionCompleted { output: json!(1) }),
+        ];
+        for event in events {
+            let json = serde_json::to_value(&event).unwrap();
+            assert_eq!(json["type"], event.type_name());
+        }
+    }
+
+    #[test]
+    fn json_form_is_flat_camel_case() {
+        let event = Event::StepCompleted(StepCompleted {
+            step_id: "charge#1".into(),
+            effect: "payments.charge".into(),
+            input_digest: "abc".into(),
+            output: json!({"ok": true}),
+            cost: 3,
+        });
+        assert_eq!(
+            serde_json::to_value(&event).unwrap(),
+            json!({"type": "STEP_COMPLETED", "stepId": "charge#1", "effect": "payments.charge",
+                   "inputDigest": "abc", "output": {"ok": true}, "cost": 3})
+        );
+        let verdict = Event::EffectResolved(EffectResolved {
+            step_id: "charge#1".into(),
+            verdict: Verdict::Completed { output: json!(7) },
+            operator: Some("ops@example.com".into()),
+        });
+        let json = serde_json::to_value(&verdict).unwrap();
+        assert_eq!(json["verdict"], json!({"kind": "completed", "output": 7}));
+        assert_eq!(serde_json::from_value::<Event>(json).unwrap(), verdict);
+    }
+
+    #[test]
+    fn kernel_abi_is_1_1_0() {
+        assert_eq!(KERNEL_ABI.to_string(), "1.1.0");
+    }
+}

@@ -1,0 +1,113 @@
+//! Execution identifiers.
+
+use std::fmt;
+use std::sync::Arc;
+
+use serde::{Deserialize, Deserializer, Serialize, Serializer};
+
+/// The longest execution id accepted, in bytes.
+pub const MAX_EXECUTION_ID_LEN: usize = 256;
+
+/// The id of one execution, and so of one event log.
+///
+/// Non-empty, at most [`MAX_EXECUTION_ID_LEN`] bytes, no control characters and no `:` (the
+/// separator of idempotency keys `executionId:stepId`). Cheap to clone.
+#[derive(Clone, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct ExecutionId(Arc<str>);
+
+/// Why a string is not an [`ExecutionId`].
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum InvalidExecutionId {
+    #[error("execution id is empty")]
+    Empty,
+    #[error("execution id is {len} bytes long; at most {MAX_EXECUTION_ID_LEN} are allowed")]
+    TooLong { len: usize },
+    #[error("execution id {id:?} contains {found:?}, which is not allowed")]
+    ForbiddenChar { id: String, found: char },
+}
+
+impl ExecutionId {
+    /// Checks `id` and wraps it.
+    pub fn new(id: impl AsRef<str>) -> Result<Self, InvalidExecutionId> {
+        let id = id.as_ref();
+        if id.is_empty() {
+            return Err(InvalidExecutionId::Empty);
+        }
+        if id.len() > MAX_EXECUTION_ID_LEN {
+            return Err(InvalidExecutionId::TooLong { len: id.len() });
+        }
+        if let Some(found) = id.chars().find(|c| c.is_control() || *c == ':') {
+            return Err(InvalidExecutionId::ForbiddenChar {
+                id: id.to_owned(),
+                found,
+            });
+        }
+        Ok(Self(Arc::from(id)))
+    }
+
+    pub fn as_str(&self) -> &str {
+        &self.0
+    }
+}
+
+impl fmt::Display for ExecutionId {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+impl fmt::Debug for ExecutionId {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        fmt::Debug::fmt(&*self.0, f)
+    }
+}
+
+impl std::str::FromStr for ExecutionId {
+    type Err = InvalidExecutionId;
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        Self::new(s)
+    }
+}
+
+impl Serialize for ExecutionId {
+    fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        serializer.serialize_str(&self.0)
+    }
+}
+
+impl<'de> Deserialize<'de> for ExecutionId {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        let raw = String::deserialize(deserializer)?;
+        Self::new(raw).map_err(serde::de::Error::custom)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn accepts_ordinary_ids_and_refuses_bad_ones() {
+        assert_eq!(ExecutionId::new("order-42").unwrap().as_str(), "order-42");
+        assert_eq!(ExecutionId::new(""), Err(InvalidExecutionId::Empty));
+        assert!(matches!(
+            ExecutionId::new("a".repeat(300)),
+            Err(InvalidExecutionId::TooLong { len: 300 })
+        ));
+        assert!(matches!(
+            ExecutionId::new("a:b"),
+            Err(InvalidExecutionId::ForbiddenChar { found: ':', .. })
+        ));
+        assert!(matches!(
+            ExecutionId::new("a\nb"),
+            Err(InvalidExecutionId::ForbiddenChar { found: '\n', .. })
+        ));
+    }
+
+    #[test]
+    fn deserializing_checks_the_id() {
+        let err = serde_json::from_str::<ExecutionId>("\"\"").unwrap_err();
+        assert!(err.to_string().contains("empty"), "{err}");
+    }
+}

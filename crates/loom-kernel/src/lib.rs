@@ -1,0 +1,58 @@
+//! Loom's kernel: the per-execution event log, where it is stored, and the fold over it.
+//!
+//! # What it owns
+//! - The event model ([`Event`], [`EventEnvelope`], [`EVENT_SCHEMA`], [`KERNEL_ABI`]): every
+//!   fact an execution records, with its JSON form.
+//! - The [`EventStore`] trait (K1: append-only, gapless, atomic batches fenced by the expected
+//!   seq, durable on return) and its two implementations: [`MemoryStore`] for tests and
+//!   [`DiskStore`], the embedded default on redb, which group-commits concurrent appends.
+//! - The fold ([`ExecutionState`]): an execution's state as a pure function of its log, which
+//!   refuses a log that breaks an invariant with an error naming the seq.
+//! - [`conformance`]: the one test suite every store must pass.
+//!
+//! # What it must not depend on
+//! No other Loom crate: `loom-agent-surface`, `loom-effect-runtime` and `loom-plugin-a2ui` build
+//! on the kernel, never the reverse. The kernel treats `SURFACE_PATCH` ops as opaque JSON.
+//!
+//! # Example
+//! ```
+//! use loom_kernel::{Event, EventStore, EventStoreExt, ExecutionId, ExecutionStatus, MemoryStore};
+//! use loom_kernel::event::{ExecutionCompleted, ExecutionStarted};
+//! use serde_json::json;
+//!
+//! # tokio::runtime::Runtime::new().unwrap().block_on(async {
+//! let store = MemoryStore::new();
+//! let id = ExecutionId::new("order-42")?;
+//! let started = Event::ExecutionStarted(ExecutionStarted {
+//!     flow: "checkout".into(),
+//!     flow_version: 1,
+//!     input: json!({"sku": "A1"}),
+//!     capabilities: Default::default(),
+//!     budget: None,
+//! });
+//! let done = Event::ExecutionCompleted(ExecutionCompleted { output: json!("ok") });
+//! let head = store.append(&id, 0, &[started, done]).await?;
+//! assert_eq!(head, 2);
+//! let state = store.fold(&id).await?;
+//! assert_eq!(state.status(), ExecutionStatus::Completed);
+//! # Ok::<(), Box<dyn std::error::Error>>(())
+//! # }).unwrap();
+//! ```
+#![cfg_attr(not(test), warn(clippy::unwrap_used, clippy::print_stdout, clippy::print_stderr))]
+
+pub mod classify;
+pub mod conformance;
+pub mod envelope;
+pub mod event;
+pub mod fold;
+mod id;
+pub mod store;
+
+pub use envelope::{DecodeError, EventEnvelope};
+pub use event::{AbiVersion, EVENT_SCHEMA, ErrorInfo, Event, KERNEL_ABI};
+pub use fold::{ExecutionState, ExecutionStatus, FoldError, Violation};
+pub use id::{ExecutionId, InvalidExecutionId, MAX_EXECUTION_ID_LEN};
+pub use store::{
+    AppendError, DiskStore, DiskStoreConfig, EventStore, EventStoreExt, ExecutionPage,
+    ExecutionSummary, FoldStoredError, MemoryStore, OpenError, ReadError,
+};

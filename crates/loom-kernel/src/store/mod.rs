@@ -1,0 +1,211 @@
+//! The `EventStore` trait: where execution logs live.
+//!
+//! # Contract
+//! - **Logs.** One log per execution; seqs are gapless from 0; an appended event never changes.
+//! - **Append** (`append(execution, expected_seq, events)`) is atomic: every event of the batch
+//!   is stored at `expected_seq, expected_seq + 1, ...`, or none is. It fails with
+//!   [`AppendError::Conflict`] when the log's next seq is not `expected_seq` (another writer got
+//!   there first): this optimistic check is the fence that makes two workers on one execution
+//!   safe. When `append` returns `Ok`, the events are durable as far as the store promises
+//!   (the disk store: fsynced).
+//! - **Reads** see every append that has returned. `read(execution, from, limit)` returns the
+//!   events with `seq >= from`, in order, at most `limit` of them; an unknown execution reads as
+//!   an empty log.
+//! - **Fail-stop.** A store error is returned, never hidden; a batch that failed to commit is
+//!   not visible, in whole or in part.
+//!
+//! Implementations: [`MemoryStore`] (the reference twin for tests) and [`DiskStore`] (the
+//! embedded default, on redb). [`crate::conformance`] checks any implementation against this
+//! contract.
+
+mod disk;
+mod memory;
+mod watch;
+
+use std::future::Future;
+
+use futures::Stream;
+
+pub use disk::{DiskStore, DiskStoreConfig, OpenError};
+pub use memory::MemoryStore;
+
+use crate::envelope::{DecodeError, EventEnvelope};
+use crate::event::Event;
+use crate::fold::{ExecutionState, FoldError};
+use crate::id::ExecutionId;
+
+/// How many events [`EventStoreExt::stream`] reads per page.
+pub const STREAM_PAGE: usize = 1024;
+
+/// Why an append did not happen. Nothing of the batch is stored when this is returned, except
+/// for [`AppendError::Storage`] after the commit started, where the store could not tell (the
+/// caller learns the truth by reading the head).
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum AppendError {
+    #[error(
+        "append conflict on execution {execution}: expected next seq {expected_seq}, but the log is at {actual_seq}"
+    )]
+    Conflict {
+        execution: ExecutionId,
+        expected_seq: u64,
+        actual_seq: u64,
+    },
+    #[error("append to execution {execution} with no events")]
+    EmptyBatch { execution: ExecutionId },
+    #[error("storage failed appending to execution {execution}: {detail}")]
+    Storage {
+        execution: ExecutionId,
+        detail: String,
+    },
+    #[error("the store is closed")]
+    Closed,
+}
+
+/// Why a read did not return the log.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum ReadError {
+    #[error("event {seq} of execution {execution} cannot be decoded: {source}")]
+    Decode {
+        execution: ExecutionId,
+        seq: u64,
+        #[source]
+        source: DecodeError,
+    },
+    #[error("storage failed reading: {detail}")]
+    Storage { detail: String },
+    #[error("the store is closed")]
+    Closed,
+}
+
+/// Why a stored execution could not be folded.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum FoldStoredError {
+    #[error(transparent)]
+    Read(#[from] ReadError),
+    #[error(transparent)]
+    Fold(#[from] FoldError),
+}
+
+/// One execution as listed by [`EventStore::list_executions`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ExecutionSummary {
+    pub id: ExecutionId,
+    /// The next seq: how many events the log holds.
+    pub head: u64,
+}
+
+/// A page of executions, in id order.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ExecutionPage {
+    pub executions: Vec<ExecutionSummary>,
+    /// Pass as `after` to get the next page; `None` when this page is the last.
+    pub next: Option<ExecutionId>,
+}
+
+/// Where execution logs live. See the module documentation for the contract.
+pub trait EventStore: Send + Sync + 'static {
+    /// Appends `events` atomically at `expected_seq` and returns the log's new head.
+    fn append(
+        &self,
+        execution: &ExecutionId,
+        expected_seq: u64,
+        events: &[Event],
+    ) -> impl Future<Output = Result<u64, AppendError>> + Send;
+
+    /// Up to `limit` events with `seq >= from`, in order.
+    fn read(
+        &self,
+        execution: &ExecutionId,
+        from: u64,
+        limit: usize,
+    ) -> impl Future<Output = Result<Vec<EventEnvelope>, ReadError>> + Send;
+
+    /// The log's next seq (its length); 0 for an unknown execution.
+    fn head(&self, execution: &ExecutionId) -> impl Future<Output = Result<u64, ReadError>> + Send;
+
+    /// Up to `limit` executions with ids after `after`, in id order.
+    fn list_executions(
+        &self,
+        after: Option<&ExecutionId>,
+        limit: usize,
+    ) -> impl Future<Output = Result<ExecutionPage, ReadError>> + Send;
+
+    /// Resolves once the log holds an event at `seq` (at once if it already does).
+    fn wait_for(
+        &self,
+        execution: &ExecutionId,
+        seq: u64,
+    ) -> impl Future<Output = Result<(), ReadError>> + Send;
+}
+
+/// Conveniences over any [`EventStore`].
+pub trait EventStoreExt: EventStore {
+    /// The log from `from` on, read a page at a time: memory stays flat however long it is.
+    fn stream<'a>(
+        &'a self,
+        execution: &'a ExecutionId,
+        from: u64,
+    ) -> impl Stream<Item = Result<EventEnvelope, ReadError>> + Send + 'a {
+        use futures::StreamExt;
+        futures::stream::try_unfold(Some(from), move |next| async move {
+            let Some(next) = next else { return Ok(None) };
+            let page = self.read(execution, next, STREAM_PAGE).await?;
+            let after = (page.len() == STREAM_PAGE).then(|| next + page.len() as u64);
+            Ok(Some((futures::stream::iter(page.into_iter().map(Ok)), after)))
+        })
+        .map(|page| match page {
+            Ok(events) => events.left_stream(),
+            Err(err) => futures::stream::once(async move { Err(err) }).right_stream(),
+        })
+        .flatten()
+    }
+
+    /// The whole log in memory. Prefer [`EventStoreExt::fold`] or `stream` for long logs.
+    fn read_all(
+        &self,
+        execution: &ExecutionId,
+    ) -> impl Future<Output = Result<Vec<EventEnvelope>, ReadError>> + Send {
+        async move {
+            let mut all = Vec::new();
+            loop {
+                let page = self.read(execution, all.len() as u64, STREAM_PAGE).await?;
+                let last = page.len() < STREAM_PAGE;
+                all.extend(page);
+                if last {
+                    return Ok(all);
+                }
+            }
+        }
+    }
+
+    /// Folds a stored execution page by page, without holding the log in memory.
+    fn fold(
+        &self,
+        execution: &ExecutionId,
+    ) -> impl Future<Output = Result<ExecutionState, FoldStoredError>> + Send {
+        async move {
+            let mut state = ExecutionState::new();
+            loop {
+                let page = self.read(execution, state.next_seq(), STREAM_PAGE).await?;
+                let last = page.len() < STREAM_PAGE;
+                state.apply_all(&page)?;
+                if last {
+                    return Ok(state);
+                }
+            }
+        }
+    }
+}
+
+impl<S: EventStore + ?Sized> EventStoreExt for S {}
+
+/// Milliseconds since the Unix epoch, for `recorded_at_ms` metadata only.
+pub(crate) fn wall_clock_ms() -> Option<u64> {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .ok()
+        .and_then(|d| u64::try_from(d.as_millis()).ok())
+}

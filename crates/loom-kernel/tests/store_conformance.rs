@@ -1,0 +1,48 @@
+//! Both stores against the one conformance suite.
+
+use loom_kernel::conformance::{self, StoreHarness};
+use loom_kernel::{DiskStore, MemoryStore};
+
+struct Memory;
+
+impl StoreHarness for Memory {
+    type Store = MemoryStore;
+    fn fresh(&mut self) -> MemoryStore {
+        MemoryStore::new()
+    }
+    fn reopen(&mut self, store: MemoryStore) -> MemoryStore {
+        store
+    }
+}
+
+struct Disk {
+    dir: tempfile::TempDir,
+    opened: usize,
+}
+
+impl StoreHarness for Disk {
+    type Store = DiskStore;
+    fn fresh(&mut self) -> DiskStore {
+        self.opened += 1;
+        DiskStore::open(self.dir.path().join(format!("store-{}.redb", self.opened))).unwrap()
+    }
+    fn reopen(&mut self, store: DiskStore) -> DiskStore {
+        let path = store.path().to_path_buf();
+        drop(store);
+        DiskStore::open(path).unwrap()
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn memory_store_conforms() {
+    conformance::run_all(&mut Memory).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn disk_store_conforms() {
+    let mut disk = Disk {
+        dir: tempfile::tempdir().unwrap(),
+        opened: 0,
+    };
+    conformance::run_all(&mut disk).await;
+}
