@@ -165,26 +165,55 @@ mod tests {
             event: completed(),
         };
         let json = envelope.to_json();
-        assert!(json.starts_with(r#"{"executionId":"e1","seq":0,"schema":1,"event":{"type":"EXECUTION_COMPLETED""#), "{json}");
+        assert!(
+            json.starts_with(
+                r#"{"executionId":"e1","seq":0,"schema":1,"event":{"type":"EXECUTION_COMPLETED""#
+            ),
+            "{json}"
+        );
         assert_eq!(EventEnvelope::from_json(&json).unwrap(), envelope);
     }
 
     #[test]
     fn newer_schema_is_refused_before_the_event_is_read() {
-        let json = r#"{"executionId":"e1","seq":0,"schema":2,"event":{"type":"EXECUTION_TELEPORTED"}}"#;
+        let json =
+            r#"{"executionId":"e1","seq":0,"schema":2,"event":{"type":"EXECUTION_TELEPORTED"}}"#;
         let err = EventEnvelope::from_json(json).unwrap_err();
-        assert!(matches!(err, DecodeError::UnsupportedSchema { found: 2, supported: 1 }));
+        assert!(matches!(
+            err,
+            DecodeError::UnsupportedSchema {
+                found: 2,
+                supported: 1
+            }
+        ));
         assert!(err.to_string().contains("EVENT_SCHEMA 2"), "{err}");
-        let err = decode_record(&ExecutionId::new("e1").unwrap(), 0, br#"{"schema":9,"event":{}}"#)
-            .unwrap_err();
-        assert!(matches!(err, DecodeError::UnsupportedSchema { found: 9, .. }));
+        let err = decode_record(
+            &ExecutionId::new("e1").unwrap(),
+            0,
+            br#"{"schema":9,"event":{}}"#,
+        )
+        .unwrap_err();
+        assert!(matches!(
+            err,
+            DecodeError::UnsupportedSchema { found: 9, .. }
+        ));
     }
 
     #[test]
     fn malformed_input_is_an_error_not_a_panic() {
         let id = ExecutionId::new("e1").unwrap();
-        for bad in [&b""[..], b"{", b"null", b"{\"schema\":1}", b"{\"schema\":1,\"event\":{\"type\":\"NOPE\"}}", b"\xff\xfe"] {
-            assert!(matches!(decode_record(&id, 0, bad), Err(DecodeError::Malformed(_))), "{bad:?}");
+        for bad in [
+            &b""[..],
+            b"{",
+            b"null",
+            b"{\"schema\":1}",
+            b"{\"schema\":1,\"event\":{\"type\":\"NOPE\"}}",
+            b"\xff\xfe",
+        ] {
+            assert!(
+                matches!(decode_record(&id, 0, bad), Err(DecodeError::Malformed(_))),
+                "{bad:?}"
+            );
         }
     }
 }

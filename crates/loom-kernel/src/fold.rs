@@ -198,7 +198,9 @@ impl ExecutionState {
     }
 
     /// Folds a whole log.
-    pub fn fold<'a>(events: impl IntoIterator<Item = &'a EventEnvelope>) -> Result<Self, FoldError> {
+    pub fn fold<'a>(
+        events: impl IntoIterator<Item = &'a EventEnvelope>,
+    ) -> Result<Self, FoldError> {
         let mut state = Self::new();
         state.apply_all(events)?;
         Ok(state)
@@ -224,7 +226,9 @@ impl ExecutionState {
     }
     /// The flow's registered name and version, from EXECUTION_STARTED.
     pub fn flow(&self) -> Option<(&str, u32)> {
-        self.flow.as_ref().map(|(name, version)| (name.as_str(), *version))
+        self.flow
+            .as_ref()
+            .map(|(name, version)| (name.as_str(), *version))
     }
     pub fn capabilities(&self) -> &BTreeSet<String> {
         &self.capabilities
@@ -415,10 +419,14 @@ impl ExecutionState {
                 self.status = ExecutionStatus::Running;
             }
             Event::StepStarted(e) => {
-                self.set_step(&e.step_id, &e.effect, StepStatus::Started {
-                    attempt: e.attempt,
-                    seq,
-                });
+                self.set_step(
+                    &e.step_id,
+                    &e.effect,
+                    StepStatus::Started {
+                        attempt: e.attempt,
+                        seq,
+                    },
+                );
                 self.status = self.active_status();
             }
             Event::StepCompleted(e) => {
@@ -460,11 +468,14 @@ impl ExecutionState {
                 self.status = self.active_status();
             }
             Event::ExecutionSuspended(e) => {
-                self.pending_gates.insert(e.gate_id.clone(), PendingGate {
-                    event_type: e.event_type.clone(),
-                    correlation_key: e.correlation_key.clone(),
-                    seq,
-                });
+                self.pending_gates.insert(
+                    e.gate_id.clone(),
+                    PendingGate {
+                        event_type: e.event_type.clone(),
+                        correlation_key: e.correlation_key.clone(),
+                        seq,
+                    },
+                );
                 if self.in_doubt.is_empty() {
                     self.status = ExecutionStatus::Suspended;
                 }
@@ -484,10 +495,13 @@ impl ExecutionState {
         match self.steps.get_mut(step_id) {
             Some(record) => record.status = status,
             None => {
-                self.steps.insert(step_id.to_owned(), StepRecord {
-                    effect: effect.to_owned(),
-                    status,
-                });
+                self.steps.insert(
+                    step_id.to_owned(),
+                    StepRecord {
+                        effect: effect.to_owned(),
+                        status,
+                    },
+                );
             }
         }
     }

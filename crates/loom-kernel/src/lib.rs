@@ -38,7 +38,10 @@
 //! # Ok::<(), Box<dyn std::error::Error>>(())
 //! # }).unwrap();
 //! ```
-#![cfg_attr(not(test), warn(clippy::unwrap_used, clippy::print_stdout, clippy::print_stderr))]
+#![cfg_attr(
+    not(test),
+    warn(clippy::unwrap_used, clippy::print_stdout, clippy::print_stderr)
+)]
 
 pub mod classify;
 pub mod conformance;

@@ -29,9 +29,7 @@ use redb::{Database, ReadableDatabase, ReadableTable, TableDefinition};
 use tokio::sync::oneshot;
 
 use super::watch::{HeadWatch, WaitError};
-use super::{
-    AppendError, EventStore, ExecutionPage, ExecutionSummary, ReadError, wall_clock_ms,
-};
+use super::{AppendError, EventStore, ExecutionPage, ExecutionSummary, ReadError, wall_clock_ms};
 use crate::envelope::{EventEnvelope, decode_record, encode_record};
 use crate::event::Event;
 use crate::id::ExecutionId;
@@ -81,7 +79,9 @@ pub enum OpenError {
     AlreadyOpen { path: PathBuf },
     #[error("store file {path} is damaged or not a Loom store: {detail}")]
     Corrupt { path: PathBuf, detail: String },
-    #[error("store file {path} has layout version {found}; this build reads version {STORE_FORMAT}")]
+    #[error(
+        "store file {path} has layout version {found}; this build reads version {STORE_FORMAT}"
+    )]
     UnsupportedFormat { path: PathBuf, found: u64 },
     #[error("cannot start the store's writer thread: {0}")]
     Writer(#[source] std::io::Error),
@@ -103,7 +103,9 @@ struct Shared {
 
 impl std::fmt::Debug for Shared {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("DiskStore").field("path", &self.path).finish()
+        f.debug_struct("DiskStore")
+            .field("path", &self.path)
+            .finish()
     }
 }
 
@@ -196,6 +198,11 @@ fn open_database(path: &Path, config: &DiskStoreConfig) -> Result<Database, Open
         redb::DatabaseError::DatabaseAlreadyOpen => OpenError::AlreadyOpen {
             path: path.to_path_buf(),
         },
+        redb::DatabaseError::Storage(redb::StorageError::Io(source))
+            if source.kind() == std::io::ErrorKind::InvalidData =>
+        {
+            corrupt(source.to_string())
+        }
         redb::DatabaseError::Storage(redb::StorageError::Io(source)) => OpenError::Io {
             path: path.to_path_buf(),
             source,
@@ -265,8 +272,7 @@ fn write_loop(
                 Err(_) => break,
             }
         }
-        let _span =
-            tracing::debug_span!("group_commit", requests = batch.len(), events).entered();
+        let _span = tracing::debug_span!("group_commit", requests = batch.len(), events).entered();
         let outcome = catch_unwind(AssertUnwindSafe(|| commit_batch(db, &batch)))
             .unwrap_or_else(|panic| Err(panic_message(&panic)));
         match outcome {
@@ -413,7 +419,8 @@ impl EventStore for DiskStore {
 
     async fn head(&self, execution: &ExecutionId) -> Result<u64, ReadError> {
         let execution = execution.clone();
-        self.blocking_read(move |db| read_head(db, &execution)).await
+        self.blocking_read(move |db| read_head(db, &execution))
+            .await
     }
 
     async fn list_executions(
@@ -426,9 +433,15 @@ impl EventStore for DiskStore {
         self.blocking_read(move |db| {
             let txn = db.begin_read().map_err(storage)?;
             let heads = txn.open_table(HEADS).map_err(storage)?;
-            let lower = after.as_ref().map_or(Bound::Unbounded, |id| Bound::Excluded(id.as_str()));
+            let lower = after
+                .as_ref()
+                .map_or(Bound::Unbounded, |id| Bound::Excluded(id.as_str()));
             let mut executions = Vec::new();
-            for entry in heads.range::<&str>((lower, Bound::Unbounded)).map_err(storage)?.take(limit) {
+            for entry in heads
+                .range::<&str>((lower, Bound::Unbounded))
+                .map_err(storage)?
+                .take(limit)
+            {
                 let (id, head) = entry.map_err(storage)?;
                 let id = ExecutionId::new(id.value()).map_err(storage)?;
                 executions.push(ExecutionSummary {
@@ -437,7 +450,9 @@ impl EventStore for DiskStore {
                 });
             }
             let next = if executions.len() == limit {
-                executions.last().map(|summary: &ExecutionSummary| summary.id.clone())
+                executions
+                    .last()
+                    .map(|summary: &ExecutionSummary| summary.id.clone())
             } else {
                 None
             };

@@ -4,9 +4,7 @@ use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
 
 use super::watch::{HeadWatch, WaitError};
-use super::{
-    AppendError, EventStore, ExecutionPage, ExecutionSummary, ReadError, wall_clock_ms,
-};
+use super::{AppendError, EventStore, ExecutionPage, ExecutionSummary, ReadError, wall_clock_ms};
 use crate::envelope::EventEnvelope;
 use crate::event::{EVENT_SCHEMA, Event};
 use crate::id::ExecutionId;

@@ -154,7 +154,10 @@ pub trait EventStoreExt: EventStore {
             let Some(next) = next else { return Ok(None) };
             let page = self.read(execution, next, STREAM_PAGE).await?;
             let after = (page.len() == STREAM_PAGE).then(|| next + page.len() as u64);
-            Ok(Some((futures::stream::iter(page.into_iter().map(Ok)), after)))
+            Ok(Some((
+                futures::stream::iter(page.into_iter().map(Ok)),
+                after,
+            )))
         })
         .map(|page| match page {
             Ok(events) => events.left_stream(),

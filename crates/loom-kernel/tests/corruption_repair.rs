@@ -1,0 +1,155 @@
+//! Damaged, foreign and newer files give clear errors, never a panic.
+
+use loom_kernel::conformance::{id, started, tagged};
+use loom_kernel::{DecodeError, DiskStore, EventStore, OpenError, ReadError};
+use serde_json::json;
+
+async fn write_some(path: &std::path::Path) {
+    let store = DiskStore::open(path).unwrap();
+    let e = id("victim");
+    let mut head = store.append(&e, 0, &[started("f")]).await.unwrap();
+    for i in 0..200 {
+        head = store
+            .append(&e, head, &[tagged(json!({"i": i, "pad": "z".repeat(500)}))])
+            .await
+            .unwrap();
+    }
+}
+
+#[test]
+fn garbage_file_is_refused_as_corrupt() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("garbage.redb");
+    std::fs::write(
+        &path,
+        b"this is not a database, just some text ".repeat(200),
+    )
+    .unwrap();
+    let err = DiskStore::open(&path).unwrap_err();
+    assert!(matches!(err, OpenError::Corrupt { .. }), "{err:?}");
+    assert!(err.to_string().contains("garbage.redb"), "{err}");
+}
+
+#[tokio::test]
+async fn truncated_file_is_refused_or_consistent() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("truncated.redb");
+    write_some(&path).await;
+    let len = std::fs::metadata(&path).unwrap().len();
+    for cut in [len / 2, len / 3, 4096, 100] {
+        let copy = dir.path().join(format!("cut-{cut}.redb"));
+        std::fs::copy(&path, &copy).unwrap();
+        std::fs::OpenOptions::new()
+            .write(true)
+            .open(&copy)
+            .unwrap()
+            .set_len(cut)
+            .unwrap();
+        match DiskStore::open(&copy) {
+            Err(OpenError::Corrupt { .. } | OpenError::Io { .. }) => {}
+            Err(other) => panic!("cut at {cut}: unexpected error {other:?}"),
+            Ok(store) => {
+                // Whatever survived must be a consistent prefix.
+                let head = store.head(&id("victim")).await.unwrap();
+                let log = store.read(&id("victim"), 0, usize::MAX).await.unwrap();
+                assert_eq!(log.len() as u64, head);
+            }
+        }
+    }
+}
+
+#[test]
+fn flipped_bytes_are_detected_on_open() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("flipped.redb");
+    tokio::runtime::Runtime::new()
+        .unwrap()
+        .block_on(write_some(&path));
+    let mut bytes = std::fs::read(&path).unwrap();
+    let len = bytes.len();
+    for byte in &mut bytes[len / 2..len / 2 + 64] {
+        *byte ^= 0x5a;
+    }
+    std::fs::write(&path, &bytes).unwrap();
+    let err = DiskStore::open(&path).unwrap_err();
+    assert!(matches!(err, OpenError::Corrupt { .. }), "{err:?}");
+}
+
+#[test]
+fn a_second_open_of_the_same_file_is_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("busy.redb");
+    let _first = DiskStore::open(&path).unwrap();
+    let err = DiskStore::open(&path).unwrap_err();
+    assert!(matches!(err, OpenError::AlreadyOpen { .. }), "{err:?}");
+}
+
+#[test]
+fn a_file_of_another_layout_version_is_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("future.redb");
+    drop(DiskStore::open(&path).unwrap());
+    {
+        let db = redb::Database::create(&path).unwrap();
+        let txn = db.begin_write().unwrap();
+        {
+            let mut meta = txn
+                .open_table(redb::TableDefinition::<&str, u64>::new("meta"))
+                .unwrap();
+            meta.insert("format", 99).unwrap();
+        }
+        txn.commit().unwrap();
+    }
+    let err = DiskStore::open(&path).unwrap_err();
+    assert!(
+        matches!(err, OpenError::UnsupportedFormat { found: 99, .. }),
+        "{err:?}"
+    );
+}
+
+#[tokio::test]
+async fn an_event_from_a_newer_schema_is_refused_naming_its_seq() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("newer.redb");
+    {
+        let store = DiskStore::open(&path).unwrap();
+        store.append(&id("e"), 0, &[started("f")]).await.unwrap();
+    }
+    {
+        let db = redb::Database::create(&path).unwrap();
+        let txn = db.begin_write().unwrap();
+        {
+            let mut events = txn
+                .open_table(redb::TableDefinition::<(&str, u64), &[u8]>::new("events"))
+                .unwrap();
+            events
+                .insert(
+                    ("e", 1),
+                    &br#"{"schema":2,"event":{"type":"TIME_TRAVELLED"}}"#[..],
+                )
+                .unwrap();
+            let mut heads = txn
+                .open_table(redb::TableDefinition::<&str, u64>::new("heads"))
+                .unwrap();
+            heads.insert("e", 2).unwrap();
+        }
+        txn.commit().unwrap();
+    }
+    let store = DiskStore::open(&path).unwrap();
+    let err = store.read(&id("e"), 0, 10).await.unwrap_err();
+    assert!(
+        matches!(
+            &err,
+            ReadError::Decode {
+                seq: 1,
+                source: DecodeError::UnsupportedSchema {
+                    found: 2,
+                    supported: 1
+                },
+                ..
+            }
+        ),
+        "{err:?}"
+    );
+    assert!(err.to_string().contains("event 1 of execution e"), "{err}");
+}
