@@ -6,9 +6,11 @@
 //! - The *record form* (`encode_record` / `decode_record`) is what a store keeps under the key
 //!   `(execution, seq)`: the same object without `executionId` and `seq`, which the key holds.
 //!
-//! Both are decoded in two steps: the header first, so that an event written by a newer
-//! [`EVENT_SCHEMA`] is refused as such instead of failing on a field this build does not know.
+//! Both are decoded with the schema checked before the event is read, so that an event written
+//! by a newer [`EVENT_SCHEMA`] is refused as such instead of failing on a field this build does
+//! not know.
 
+use serde::de::{IgnoredAny, MapAccess, Visitor};
 use serde::{Deserialize, Serialize};
 use serde_json::value::RawValue;
 
@@ -43,26 +45,102 @@ pub enum DecodeError {
     Malformed(#[from] serde_json::Error),
 }
 
-#[derive(Deserialize)]
-#[serde(rename_all = "camelCase")]
-struct RecordHeader<'a> {
-    schema: u32,
-    #[serde(default)]
+/// The fields of either form, decoded in one pass: when `schema` comes before `event` (as Loom
+/// writes it) the event is checked and decoded in place; otherwise it is kept raw and decoded
+/// once the schema is known.
+#[derive(Default)]
+struct Fields {
+    execution_id: Option<ExecutionId>,
+    seq: Option<u64>,
+    schema: Option<u32>,
     recorded_at_ms: Option<u64>,
-    #[serde(borrow)]
-    event: &'a RawValue,
+    event: Option<Event>,
+    deferred: Option<Box<RawValue>>,
+    too_new: bool,
 }
 
 #[derive(Deserialize)]
-#[serde(rename_all = "camelCase")]
-struct EnvelopeHeader<'a> {
-    execution_id: ExecutionId,
-    seq: u64,
-    schema: u32,
-    #[serde(default)]
-    recorded_at_ms: Option<u64>,
-    #[serde(borrow)]
-    event: &'a RawValue,
+#[serde(field_identifier, rename_all = "camelCase")]
+enum Key {
+    ExecutionId,
+    Seq,
+    Schema,
+    RecordedAtMs,
+    Event,
+    #[serde(other)]
+    Other,
+}
+
+struct FieldsVisitor;
+
+impl<'de> Visitor<'de> for FieldsVisitor {
+    type Value = Fields;
+
+    fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("an event record object")
+    }
+
+    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Fields, A::Error> {
+        let mut fields = Fields::default();
+        while let Some(key) = map.next_key::<Key>()? {
+            match key {
+                Key::ExecutionId => fields.execution_id = Some(map.next_value()?),
+                Key::Seq => fields.seq = Some(map.next_value()?),
+                Key::Schema => fields.schema = Some(map.next_value()?),
+                Key::RecordedAtMs => fields.recorded_at_ms = map.next_value()?,
+                Key::Event => match fields.schema {
+                    Some(schema) if schema > EVENT_SCHEMA => {
+                        map.next_value::<IgnoredAny>()?;
+                        fields.too_new = true;
+                    }
+                    Some(_) => fields.event = Some(map.next_value()?),
+                    None => fields.deferred = Some(map.next_value()?),
+                },
+                Key::Other => {
+                    map.next_value::<IgnoredAny>()?;
+                }
+            }
+        }
+        Ok(fields)
+    }
+}
+
+impl<'de> Deserialize<'de> for Fields {
+    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        deserializer.deserialize_map(FieldsVisitor)
+    }
+}
+
+impl Fields {
+    fn parse(bytes: &[u8]) -> Result<Self, DecodeError> {
+        // Validating the whole record once is cheaper than serde_json validating each string.
+        let text = std::str::from_utf8(bytes).map_err(|err| {
+            <serde_json::Error as serde::de::Error>::custom(format_args!(
+                "record is not UTF-8: {err}"
+            ))
+        })?;
+        let fields: Fields = serde_json::from_str(text)?;
+        let schema = fields
+            .schema
+            .ok_or_else(|| <serde_json::Error as serde::de::Error>::missing_field("schema"))?;
+        if fields.too_new || schema > EVENT_SCHEMA {
+            return Err(DecodeError::UnsupportedSchema {
+                found: schema,
+                supported: EVENT_SCHEMA,
+            });
+        }
+        Ok(fields)
+    }
+
+    fn into_event(self) -> Result<Event, DecodeError> {
+        match (self.event, self.deferred) {
+            (Some(event), _) => Ok(event),
+            (None, Some(raw)) => Ok(serde_json::from_str(raw.get())?),
+            (None, None) => {
+                Err(<serde_json::Error as serde::de::Error>::missing_field("event").into())
+            }
+        }
+    }
 }
 
 #[derive(Serialize)]
@@ -72,16 +150,6 @@ struct RecordRef<'a> {
     #[serde(skip_serializing_if = "Option::is_none")]
     recorded_at_ms: Option<u64>,
     event: &'a Event,
-}
-
-fn decode_event(schema: u32, raw: &RawValue) -> Result<Event, DecodeError> {
-    if schema > EVENT_SCHEMA {
-        return Err(DecodeError::UnsupportedSchema {
-            found: schema,
-            supported: EVENT_SCHEMA,
-        });
-    }
-    Ok(serde_json::from_str(raw.get())?)
 }
 
 /// Encodes `event` in the record form, stamped with the current [`EVENT_SCHEMA`].
@@ -102,13 +170,13 @@ pub fn decode_record(
     seq: u64,
     bytes: &[u8],
 ) -> Result<EventEnvelope, DecodeError> {
-    let header: RecordHeader<'_> = serde_json::from_slice(bytes)?;
+    let fields = Fields::parse(bytes)?;
     Ok(EventEnvelope {
         execution_id: execution_id.clone(),
         seq,
-        schema: header.schema,
-        recorded_at_ms: header.recorded_at_ms,
-        event: decode_event(header.schema, header.event)?,
+        schema: fields.schema.unwrap_or(EVENT_SCHEMA),
+        recorded_at_ms: fields.recorded_at_ms,
+        event: fields.into_event()?,
     })
 }
 
@@ -121,13 +189,21 @@ impl EventEnvelope {
 
     /// Decodes the envelope form, refusing events from a newer [`EVENT_SCHEMA`].
     pub fn from_json(json: &str) -> Result<Self, DecodeError> {
-        let header: EnvelopeHeader<'_> = serde_json::from_str(json)?;
+        use serde::de::Error as _;
+        let mut fields = Fields::parse(json.as_bytes())?;
+        let execution_id = fields
+            .execution_id
+            .take()
+            .ok_or_else(|| serde_json::Error::missing_field("executionId"))?;
+        let seq = fields
+            .seq
+            .ok_or_else(|| serde_json::Error::missing_field("seq"))?;
         Ok(Self {
-            event: decode_event(header.schema, header.event)?,
-            execution_id: header.execution_id,
-            seq: header.seq,
-            schema: header.schema,
-            recorded_at_ms: header.recorded_at_ms,
+            execution_id,
+            seq,
+            schema: fields.schema.unwrap_or(EVENT_SCHEMA),
+            recorded_at_ms: fields.recorded_at_ms,
+            event: fields.into_event()?,
         })
     }
 }

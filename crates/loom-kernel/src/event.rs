@@ -44,7 +44,11 @@ pub const KERNEL_ABI: AbiVersion = AbiVersion::new(1, 1, 0);
 /// The JSON form is an object whose `type` names the event in SCREAMING_SNAKE case and whose
 /// other fields are the payload's, in camelCase:
 /// `{"type":"STEP_COMPLETED","stepId":"charge#1","effect":"payments.charge",...}`.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+///
+/// Decoding reads `type` first when it comes first (as Loom always writes it) and then the
+/// payload straight into its struct; an object with `type` elsewhere is buffered and decoded
+/// the same way (see `event_decode.rs`).
+#[derive(Debug, Clone, PartialEq, Serialize)]
 #[serde(tag = "type", rename_all = "SCREAMING_SNAKE_CASE")]
 #[non_exhaustive]
 pub enum Event {

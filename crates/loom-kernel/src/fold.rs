@@ -5,12 +5,20 @@
 //! An event that would break an invariant of the log is refused with a [`FoldError`] naming its
 //! seq, and leaves the state as it was.
 //!
+//! Steps and decisions, which grow with the log, sit in hash maps for lookup only: nothing
+//! iterates them in hash order (the accessors sort), so hashing never reaches an output. The
+//! hasher is a fixed function (no per-process seed), so even memory layout is the same in every
+//! run. Keys are step, decision and gate ids minted by flow code, not by clients, so a fast
+//! unkeyed hash is safe here.
+//!
 //! The state records *where* results are (the seq of a step's outcome, of a decision) rather
 //! than copying them: the replay engine reads values from the log, and the fold stays small
 //! and fast whatever the payloads weigh.
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet, btree_map, hash_map};
 use std::fmt;
+use std::hash::{BuildHasherDefault, Hasher};
+use std::sync::Arc;
 
 use crate::envelope::EventEnvelope;
 use crate::event::{Event, Verdict};
@@ -56,7 +64,7 @@ impl fmt::Display for ExecutionStatus {
 /// What the log says about one step.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct StepRecord {
-    pub effect: String,
+    pub effect: Arc<str>,
     pub status: StepStatus,
 }
 
@@ -82,7 +90,7 @@ impl StepStatus {
 /// A gate the execution waits on.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct PendingGate {
-    pub event_type: String,
+    pub event_type: Arc<str>,
     pub correlation_key: String,
     /// The seq of its EXECUTION_SUSPENDED.
     pub seq: u64,
@@ -98,11 +106,16 @@ pub struct ExecutionState {
     capabilities: BTreeSet<String>,
     budget: Option<u64>,
     budget_spent: u64,
-    steps: BTreeMap<String, StepRecord>,
+    steps: LookupMap<StepRecord>,
     pending_gates: BTreeMap<String, PendingGate>,
     in_doubt: BTreeSet<String>,
-    decisions: BTreeMap<String, u64>,
+    decisions: LookupMap<u64>,
+    /// Effect names and gate event types: a handful of distinct strings shared by every step.
+    names: HashSet<Arc<str>, BuildHasherDefault<IdHasher>>,
 }
+
+/// A map by id that is only ever looked up, never iterated in its own order.
+type LookupMap<V> = HashMap<String, V, BuildHasherDefault<IdHasher>>;
 
 /// A log that breaks an invariant, and where.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -190,10 +203,11 @@ impl ExecutionState {
             capabilities: BTreeSet::new(),
             budget: None,
             budget_spent: 0,
-            steps: BTreeMap::new(),
+            steps: LookupMap::default(),
             pending_gates: BTreeMap::new(),
             in_doubt: BTreeSet::new(),
-            decisions: BTreeMap::new(),
+            decisions: LookupMap::default(),
+            names: HashSet::default(),
         }
     }
 
@@ -239,9 +253,16 @@ impl ExecutionState {
     pub fn budget_spent(&self) -> u64 {
         self.budget_spent
     }
-    /// Every step the log mentions, by step id.
-    pub fn steps(&self) -> &BTreeMap<String, StepRecord> {
-        &self.steps
+    /// Every step the log mentions, in step id order.
+    pub fn steps(&self) -> BTreeMap<&str, &StepRecord> {
+        self.steps
+            .iter()
+            .map(|(id, record)| (id.as_str(), record))
+            .collect()
+    }
+    /// How many steps the log mentions.
+    pub fn step_count(&self) -> usize {
+        self.steps.len()
     }
     pub fn step(&self, step_id: &str) -> Option<&StepRecord> {
         self.steps.get(step_id)
@@ -254,9 +275,16 @@ impl ExecutionState {
     pub fn steps_in_doubt(&self) -> &BTreeSet<String> {
         &self.in_doubt
     }
-    /// The seq of each recorded decision, by its step id.
-    pub fn decisions(&self) -> &BTreeMap<String, u64> {
-        &self.decisions
+    /// The seq of each recorded decision, in step id order.
+    pub fn decisions(&self) -> BTreeMap<&str, u64> {
+        self.decisions
+            .iter()
+            .map(|(id, seq)| (id.as_str(), *seq))
+            .collect()
+    }
+    /// The seq of the decision recorded under `step_id`.
+    pub fn decision(&self, step_id: &str) -> Option<u64> {
+        self.decisions.get(step_id).copied()
     }
 
     fn refuse(&self, envelope: &EventEnvelope, violation: Violation) -> FoldError {
@@ -271,18 +299,19 @@ impl ExecutionState {
         }
     }
 
-    /// Folds one event. On error the state is unchanged.
+    /// Folds one event. On error the state is unchanged: every branch checks before it
+    /// writes, and looks each map up once (the fold is the hot path of recovery and replay).
     pub fn apply(&mut self, envelope: &EventEnvelope) -> Result<(), FoldError> {
-        self.check(envelope)
+        self.apply_checked(envelope)
             .map_err(|violation| self.refuse(envelope, violation))?;
-        self.commit(envelope);
+        self.next_seq = envelope.seq + 1;
         Ok(())
     }
 
-    /// Every check, before anything changes.
-    fn check(&self, envelope: &EventEnvelope) -> Result<(), Violation> {
+    fn apply_checked(&mut self, envelope: &EventEnvelope) -> Result<(), Violation> {
+        let seq = envelope.seq;
         let event = &envelope.event;
-        if envelope.seq != self.next_seq {
+        if seq != self.next_seq {
             return Err(Violation::SeqGap {
                 expected: self.next_seq,
             });
@@ -295,12 +324,17 @@ impl ExecutionState {
             });
         }
         if self.status == ExecutionStatus::New {
-            return match event {
-                Event::ExecutionStarted(_) => Ok(()),
-                other => Err(Violation::NotStarted {
-                    found: other.type_name(),
-                }),
+            let Event::ExecutionStarted(e) = event else {
+                return Err(Violation::NotStarted {
+                    found: event.type_name(),
+                });
             };
+            self.execution_id = Some(envelope.execution_id.clone());
+            self.flow = Some((e.flow.clone(), e.flow_version));
+            self.capabilities = e.capabilities.clone();
+            self.budget = e.budget;
+            self.status = ExecutionStatus::Running;
+            return Ok(());
         }
         if self.status.is_terminal() {
             return Err(Violation::AfterTerminal {
@@ -309,79 +343,148 @@ impl ExecutionState {
             });
         }
         match event {
-            Event::ExecutionStarted(_) => Err(Violation::StartedTwice),
-            Event::StepStarted(e) => self.check_step_open(&e.step_id, &e.effect, "STEP_STARTED"),
+            Event::ExecutionStarted(_) => return Err(Violation::StartedTwice),
+            Event::StepStarted(e) => {
+                let status = StepStatus::Started {
+                    attempt: e.attempt,
+                    seq,
+                };
+                self.record_step(&e.step_id, &e.effect, status, "STEP_STARTED")?;
+            }
             Event::StepCompleted(e) => {
-                self.check_step_open(&e.step_id, &e.effect, "STEP_COMPLETED")
+                let status = StepStatus::Completed { seq };
+                self.record_step(&e.step_id, &e.effect, status, "STEP_COMPLETED")?;
+                self.budget_spent = self.budget_spent.saturating_add(e.cost);
             }
-            Event::StepFailed(e) => self.check_step_open(&e.step_id, &e.effect, "STEP_FAILED"),
-            Event::EffectInDoubt(e) => match self.steps.get(&e.step_id) {
-                Some(StepRecord {
-                    status: StepStatus::Started { .. },
-                    ..
-                }) => Ok(()),
-                _ => Err(Violation::InDoubtWithoutStart {
-                    step_id: e.step_id.clone(),
-                }),
-            },
+            Event::StepFailed(e) => {
+                let status = StepStatus::Failed { seq };
+                self.record_step(&e.step_id, &e.effect, status, "STEP_FAILED")?;
+                self.budget_spent = self.budget_spent.saturating_add(e.cost);
+            }
+            Event::EffectInDoubt(e) => {
+                match self.steps.get_mut(&e.step_id) {
+                    Some(record) if matches!(record.status, StepStatus::Started { .. }) => {
+                        record.status = StepStatus::InDoubt {
+                            attempt: e.attempt,
+                            seq,
+                        };
+                    }
+                    _ => {
+                        return Err(Violation::InDoubtWithoutStart {
+                            step_id: e.step_id.clone(),
+                        });
+                    }
+                }
+                self.in_doubt.insert(e.step_id.clone());
+                self.status = ExecutionStatus::InDoubt;
+                return Ok(());
+            }
             Event::EffectResolved(e) => {
-                if self.in_doubt.contains(&e.step_id) {
-                    Ok(())
-                } else {
-                    Err(Violation::ResolvedNotInDoubt {
+                if !self.in_doubt.remove(&e.step_id) {
+                    return Err(Violation::ResolvedNotInDoubt {
                         step_id: e.step_id.clone(),
-                    })
+                    });
+                }
+                if let Some(record) = self.steps.get_mut(&e.step_id) {
+                    record.status = match (&e.verdict, record.status) {
+                        (Verdict::Retry, StepStatus::InDoubt { attempt, .. }) => {
+                            StepStatus::Started { attempt, seq }
+                        }
+                        (Verdict::Retry, status) => status,
+                        (Verdict::Completed { .. }, _) => StepStatus::Completed { seq },
+                        (Verdict::Failed { .. }, _) => StepStatus::Failed { seq },
+                    };
                 }
             }
-            Event::DecisionRecorded(e) => match self.decisions.get(&e.step_id) {
-                Some(&first_seq) => Err(Violation::DuplicateDecision {
-                    step_id: e.step_id.clone(),
-                    first_seq,
-                }),
-                None => Ok(()),
-            },
-            Event::ExecutionSuspended(e) => match self.pending_gates.get(&e.gate_id) {
-                Some(gate) => Err(Violation::DuplicateGate {
-                    gate_id: e.gate_id.clone(),
-                    since: gate.seq,
-                }),
-                None => Ok(()),
-            },
-            Event::ExecutionResumed(e) => match self.pending_gates.get(&e.gate_id) {
-                None => Err(Violation::ResumeWithoutGate {
-                    gate_id: e.gate_id.clone(),
-                    event_type: e.event_type.clone(),
-                    correlation_key: e.correlation_key.clone(),
-                }),
-                Some(gate)
-                    if gate.event_type != e.event_type
-                        || gate.correlation_key != e.correlation_key =>
-                {
-                    Err(Violation::ResumeMismatch {
-                        gate_id: e.gate_id.clone(),
-                        event_type: e.event_type.clone(),
-                        correlation_key: e.correlation_key.clone(),
-                        expected_event_type: gate.event_type.clone(),
-                        expected_correlation_key: gate.correlation_key.clone(),
-                    })
+            Event::DecisionRecorded(e) => match self.decisions.entry(e.step_id.clone()) {
+                hash_map::Entry::Occupied(first) => {
+                    return Err(Violation::DuplicateDecision {
+                        step_id: e.step_id.clone(),
+                        first_seq: *first.get(),
+                    });
                 }
-                Some(_) => Ok(()),
+                hash_map::Entry::Vacant(slot) => {
+                    slot.insert(seq);
+                }
             },
-            Event::SurfacePatch(_)
-            | Event::ExecutionCompleted(_)
-            | Event::ExecutionFailed(_)
-            | Event::ExecutionCancelled(_) => Ok(()),
+            Event::ExecutionSuspended(e) => {
+                match self.pending_gates.entry(e.gate_id.clone()) {
+                    btree_map::Entry::Occupied(gate) => {
+                        return Err(Violation::DuplicateGate {
+                            gate_id: e.gate_id.clone(),
+                            since: gate.get().seq,
+                        });
+                    }
+                    btree_map::Entry::Vacant(slot) => {
+                        let event_type = intern(&mut self.names, &e.event_type);
+                        slot.insert(PendingGate {
+                            event_type,
+                            correlation_key: e.correlation_key.clone(),
+                            seq,
+                        });
+                    }
+                }
+                if self.in_doubt.is_empty() {
+                    self.status = ExecutionStatus::Suspended;
+                }
+                return Ok(());
+            }
+            Event::ExecutionResumed(e) => {
+                match self.pending_gates.get(&e.gate_id) {
+                    None => {
+                        return Err(Violation::ResumeWithoutGate {
+                            gate_id: e.gate_id.clone(),
+                            event_type: e.event_type.clone(),
+                            correlation_key: e.correlation_key.clone(),
+                        });
+                    }
+                    Some(gate)
+                        if *gate.event_type != *e.event_type
+                            || gate.correlation_key != e.correlation_key =>
+                    {
+                        return Err(Violation::ResumeMismatch {
+                            gate_id: e.gate_id.clone(),
+                            event_type: e.event_type.clone(),
+                            correlation_key: e.correlation_key.clone(),
+                            expected_event_type: gate.event_type.to_string(),
+                            expected_correlation_key: gate.correlation_key.clone(),
+                        });
+                    }
+                    Some(_) => {}
+                }
+                self.pending_gates.remove(&e.gate_id);
+            }
+            Event::SurfacePatch(_) => {}
+            Event::ExecutionCompleted(_) => {
+                self.status = ExecutionStatus::Completed;
+                return Ok(());
+            }
+            Event::ExecutionFailed(_) => {
+                self.status = ExecutionStatus::Failed;
+                return Ok(());
+            }
+            Event::ExecutionCancelled(_) => {
+                self.status = ExecutionStatus::Cancelled;
+                return Ok(());
+            }
         }
+        self.status = self.active_status();
+        Ok(())
     }
 
-    /// A step may start or end only if it has no outcome, is not in doubt, and keeps its effect.
-    fn check_step_open(
-        &self,
+    /// Records a step's start or outcome. A step may start or end only if it has no outcome,
+    /// is not in doubt, and keeps its effect.
+    fn record_step(
+        &mut self,
         step_id: &str,
         effect: &str,
+        status: StepStatus,
         found: &'static str,
     ) -> Result<(), Violation> {
-        let Some(record) = self.steps.get(step_id) else {
+        let Some(record) = self.steps.get_mut(step_id) else {
+            let effect = intern(&mut self.names, effect);
+            self.steps
+                .insert(step_id.to_owned(), StepRecord { effect, status });
             return Ok(());
         };
         match record.status {
@@ -395,113 +498,16 @@ impl ExecutionState {
                 step_id: step_id.to_owned(),
                 found,
             }),
-            StepStatus::Started { .. } if record.effect != effect => {
+            StepStatus::Started { .. } if *record.effect != *effect => {
                 Err(Violation::EffectMismatch {
                     step_id: step_id.to_owned(),
-                    recorded: record.effect.clone(),
+                    recorded: record.effect.to_string(),
                     found: effect.to_owned(),
                 })
             }
-            StepStatus::Started { .. } => Ok(()),
-        }
-    }
-
-    /// Applies a checked event.
-    fn commit(&mut self, envelope: &EventEnvelope) {
-        let seq = envelope.seq;
-        self.next_seq = seq + 1;
-        match &envelope.event {
-            Event::ExecutionStarted(e) => {
-                self.execution_id = Some(envelope.execution_id.clone());
-                self.flow = Some((e.flow.clone(), e.flow_version));
-                self.capabilities = e.capabilities.clone();
-                self.budget = e.budget;
-                self.status = ExecutionStatus::Running;
-            }
-            Event::StepStarted(e) => {
-                self.set_step(
-                    &e.step_id,
-                    &e.effect,
-                    StepStatus::Started {
-                        attempt: e.attempt,
-                        seq,
-                    },
-                );
-                self.status = self.active_status();
-            }
-            Event::StepCompleted(e) => {
-                self.budget_spent = self.budget_spent.saturating_add(e.cost);
-                self.set_step(&e.step_id, &e.effect, StepStatus::Completed { seq });
-                self.status = self.active_status();
-            }
-            Event::StepFailed(e) => {
-                self.budget_spent = self.budget_spent.saturating_add(e.cost);
-                self.set_step(&e.step_id, &e.effect, StepStatus::Failed { seq });
-                self.status = self.active_status();
-            }
-            Event::EffectInDoubt(e) => {
-                if let Some(record) = self.steps.get_mut(&e.step_id) {
-                    record.status = StepStatus::InDoubt {
-                        attempt: e.attempt,
-                        seq,
-                    };
-                }
-                self.in_doubt.insert(e.step_id.clone());
-                self.status = ExecutionStatus::InDoubt;
-            }
-            Event::EffectResolved(e) => {
-                self.in_doubt.remove(&e.step_id);
-                if let Some(record) = self.steps.get_mut(&e.step_id) {
-                    record.status = match (&e.verdict, record.status) {
-                        (Verdict::Retry, StepStatus::InDoubt { attempt, .. }) => {
-                            StepStatus::Started { attempt, seq }
-                        }
-                        (Verdict::Retry, status) => status,
-                        (Verdict::Completed { .. }, _) => StepStatus::Completed { seq },
-                        (Verdict::Failed { .. }, _) => StepStatus::Failed { seq },
-                    };
-                }
-                self.status = self.active_status();
-            }
-            Event::DecisionRecorded(e) => {
-                self.decisions.insert(e.step_id.clone(), seq);
-                self.status = self.active_status();
-            }
-            Event::ExecutionSuspended(e) => {
-                self.pending_gates.insert(
-                    e.gate_id.clone(),
-                    PendingGate {
-                        event_type: e.event_type.clone(),
-                        correlation_key: e.correlation_key.clone(),
-                        seq,
-                    },
-                );
-                if self.in_doubt.is_empty() {
-                    self.status = ExecutionStatus::Suspended;
-                }
-            }
-            Event::ExecutionResumed(e) => {
-                self.pending_gates.remove(&e.gate_id);
-                self.status = self.active_status();
-            }
-            Event::SurfacePatch(_) => self.status = self.active_status(),
-            Event::ExecutionCompleted(_) => self.status = ExecutionStatus::Completed,
-            Event::ExecutionFailed(_) => self.status = ExecutionStatus::Failed,
-            Event::ExecutionCancelled(_) => self.status = ExecutionStatus::Cancelled,
-        }
-    }
-
-    fn set_step(&mut self, step_id: &str, effect: &str, status: StepStatus) {
-        match self.steps.get_mut(step_id) {
-            Some(record) => record.status = status,
-            None => {
-                self.steps.insert(
-                    step_id.to_owned(),
-                    StepRecord {
-                        effect: effect.to_owned(),
-                        status,
-                    },
-                );
+            StepStatus::Started { .. } => {
+                record.status = status;
+                Ok(())
             }
         }
     }
@@ -514,5 +520,43 @@ impl ExecutionState {
         } else {
             ExecutionStatus::InDoubt
         }
+    }
+}
+
+/// The shared copy of `name`, made on first sight.
+fn intern(names: &mut HashSet<Arc<str>, BuildHasherDefault<IdHasher>>, name: &str) -> Arc<str> {
+    if let Some(shared) = names.get(name) {
+        return Arc::clone(shared);
+    }
+    let shared: Arc<str> = Arc::from(name);
+    names.insert(Arc::clone(&shared));
+    shared
+}
+
+/// A fast, unseeded hash for the short ids the fold looks up (the multiply-rotate scheme of
+/// rustc's FxHasher).
+#[derive(Default)]
+struct IdHasher(u64);
+
+impl Hasher for IdHasher {
+    fn write(&mut self, bytes: &[u8]) {
+        const K: u64 = 0x517c_c1b7_2722_0a95;
+        let mut chunks = bytes.chunks_exact(8);
+        for chunk in &mut chunks {
+            let mut word = [0u8; 8];
+            word.copy_from_slice(chunk);
+            self.0 = (self.0.rotate_left(5) ^ u64::from_le_bytes(word)).wrapping_mul(K);
+        }
+        for &byte in chunks.remainder() {
+            self.0 = (self.0.rotate_left(5) ^ u64::from(byte)).wrapping_mul(K);
+        }
+    }
+
+    fn write_u8(&mut self, byte: u8) {
+        self.write(&[byte]);
+    }
+
+    fn finish(&self) -> u64 {
+        self.0
     }
 }

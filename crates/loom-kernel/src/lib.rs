@@ -47,6 +47,7 @@ pub mod classify;
 pub mod conformance;
 pub mod envelope;
 pub mod event;
+mod event_decode;
 pub mod fold;
 mod id;
 pub mod store;

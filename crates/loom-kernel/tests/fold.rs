@@ -136,7 +136,7 @@ fn a_full_run_folds_to_completed_with_budget_spent() {
         state.step("charge#1").unwrap().status,
         StepStatus::Completed { seq: 3 }
     );
-    assert_eq!(state.decisions().get("now#1"), Some(&1));
+    assert_eq!(state.decision("now#1"), Some(1));
     assert!(state.pending_gates().is_empty());
 }
 

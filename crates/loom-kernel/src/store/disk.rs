@@ -336,6 +336,51 @@ fn commit_batch(
     Ok(outcomes)
 }
 
+/// Records of one execution copied out of a read transaction, undecoded.
+struct RawPage {
+    bytes: Vec<u8>,
+    records: Vec<(u64, std::ops::Range<usize>)>,
+}
+
+impl RawPage {
+    fn fetch(
+        db: &Database,
+        execution: &ExecutionId,
+        from: u64,
+        limit: usize,
+    ) -> Result<Self, ReadError> {
+        let txn = db.begin_read().map_err(storage)?;
+        let events = txn.open_table(EVENTS).map_err(storage)?;
+        let id = execution.as_str();
+        let range = events.range((id, from)..=(id, u64::MAX)).map_err(storage)?;
+        let mut page = RawPage {
+            bytes: Vec::new(),
+            records: Vec::with_capacity(limit.min(super::STREAM_PAGE)),
+        };
+        for entry in range.take(limit) {
+            let (key, value) = entry.map_err(storage)?;
+            let start = page.bytes.len();
+            page.bytes.extend_from_slice(value.value());
+            page.records.push((key.value().1, start..page.bytes.len()));
+        }
+        Ok(page)
+    }
+
+    fn decode(self, execution: &ExecutionId) -> Result<Vec<EventEnvelope>, ReadError> {
+        self.records
+            .into_iter()
+            .map(|(seq, range)| {
+                let bytes = self.bytes.get(range).unwrap_or_default();
+                decode_record(execution, seq, bytes).map_err(|source| ReadError::Decode {
+                    execution: execution.clone(),
+                    seq,
+                    source,
+                })
+            })
+            .collect()
+    }
+}
+
 fn storage(err: impl std::fmt::Display) -> ReadError {
     ReadError::Storage {
         detail: err.to_string(),
@@ -393,28 +438,15 @@ impl EventStore for DiskStore {
         from: u64,
         limit: usize,
     ) -> Result<Vec<EventEnvelope>, ReadError> {
-        let execution = execution.clone();
-        self.blocking_read(move |db| {
-            let txn = db.begin_read().map_err(storage)?;
-            let events = txn.open_table(EVENTS).map_err(storage)?;
-            let id = execution.as_str();
-            let range = events.range((id, from)..=(id, u64::MAX)).map_err(storage)?;
-            let mut out = Vec::with_capacity(limit.min(super::STREAM_PAGE));
-            for entry in range.take(limit) {
-                let (key, value) = entry.map_err(storage)?;
-                let seq = key.value().1;
-                let envelope = decode_record(&execution, seq, value.value()).map_err(|source| {
-                    ReadError::Decode {
-                        execution: execution.clone(),
-                        seq,
-                        source,
-                    }
-                })?;
-                out.push(envelope);
-            }
-            Ok(out)
-        })
-        .await
+        // The blocking thread only copies the raw records out; decoding happens here, on the
+        // caller's thread, where the envelopes will also be used and freed. Handing thousands of
+        // small allocations from one thread to another costs more than decoding them.
+        let raw = {
+            let execution = execution.clone();
+            self.blocking_read(move |db| RawPage::fetch(db, &execution, from, limit))
+                .await?
+        };
+        raw.decode(execution)
     }
 
     async fn head(&self, execution: &ExecutionId) -> Result<u64, ReadError> {

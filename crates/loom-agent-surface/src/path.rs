@@ -1,0 +1,323 @@
+//! Dot-paths into a surface's data model, and their JSON Pointer form.
+//!
+//! The syntax is documented on [`SurfacePath`].
+
+use std::fmt;
+use std::str::FromStr;
+
+use serde::{Deserialize, Deserializer, Serialize, Serializer};
+use thiserror::Error;
+
+/// A parsed dot-path into a surface's data model.
+///
+/// A dot-path is a list of segments separated by `.`: `order.items.0.qty`. A backslash escapes
+/// the next character, so a key may hold a dot or a backslash: `a\.b` is the single key `a.b`,
+/// `a\\b` the key `a\b`, and `\*` the key `*` (accepted so that paths written for
+/// `loom_kernel::classify`, where a bare `*` is a wildcard, mean the same key here). Any other
+/// escape is refused rather than guessed at. The empty string is the root; no segment may be
+/// empty, so the empty key is not addressable by a dot-path.
+///
+/// Segments are plain strings here: whether `0` is an array index or an object key is decided
+/// against the model when an op is applied, because the same path may meet either.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash, Default)]
+pub struct SurfacePath {
+    segments: Vec<String>,
+}
+
+/// Why a dot-path string was refused.
+#[derive(Debug, Clone, PartialEq, Eq, Error)]
+#[error("invalid surface path `{path}`: {reason}")]
+pub struct PathError {
+    /// The text that was refused, verbatim.
+    pub path: String,
+    pub reason: PathErrorReason,
+}
+
+/// What is wrong with a refused dot-path.
+#[derive(Debug, Clone, PartialEq, Eq, Error)]
+#[non_exhaustive]
+pub enum PathErrorReason {
+    #[error("segment {index} is empty (a leading, trailing or doubled `.`)")]
+    EmptySegment { index: usize },
+    #[error("it ends with a lone `\\` (write `\\\\` for a literal backslash)")]
+    TrailingBackslash,
+    #[error("`\\{escaped}` at byte {offset} is not an escape (only `\\.`, `\\\\` and `\\*` are)")]
+    UnknownEscape { escaped: char, offset: usize },
+}
+
+/// Why a JSON Pointer string was refused by [`SurfacePath::from_pointer`].
+#[derive(Debug, Clone, PartialEq, Eq, Error)]
+#[non_exhaustive]
+pub enum PointerError {
+    #[error("JSON pointer `{pointer}` must be empty or start with `/`")]
+    MissingLeadingSlash { pointer: String },
+    #[error("JSON pointer `{pointer}` has a `~` not followed by `0` or `1` at byte {offset}")]
+    BadEscape { pointer: String, offset: usize },
+    #[error("JSON pointer `{pointer}` has an empty token, which no dot-path can address")]
+    EmptyToken { pointer: String },
+}
+
+impl SurfacePath {
+    /// The root of the model (the empty dot-path).
+    pub const fn root() -> Self {
+        Self {
+            segments: Vec::new(),
+        }
+    }
+
+    /// Parses a dot-path.
+    pub fn parse(text: &str) -> Result<Self, PathError> {
+        parse_segments(text)
+            .map(|segments| Self { segments })
+            .map_err(|reason| PathError {
+                path: text.to_owned(),
+                reason,
+            })
+    }
+
+    /// Builds a path from unescaped segments, refusing an empty one (it has no dot-path form).
+    pub fn from_segments<I, S>(segments: I) -> Result<Self, PathError>
+    where
+        I: IntoIterator<Item = S>,
+        S: Into<String>,
+    {
+        let segments: Vec<String> = segments.into_iter().map(Into::into).collect();
+        if let Some(index) = segments.iter().position(String::is_empty) {
+            return Err(PathError {
+                path: display_segments(&segments),
+                reason: PathErrorReason::EmptySegment { index },
+            });
+        }
+        Ok(Self { segments })
+    }
+
+    /// Parses an RFC 6901 JSON Pointer (`/order/items/0`) into the same path.
+    pub fn from_pointer(pointer: &str) -> Result<Self, PointerError> {
+        if pointer.is_empty() {
+            return Ok(Self::root());
+        }
+        let Some(body) = pointer.strip_prefix('/') else {
+            return Err(PointerError::MissingLeadingSlash {
+                pointer: pointer.to_owned(),
+            });
+        };
+        let mut segments = Vec::new();
+        let mut offset = 1;
+        for token in body.split('/') {
+            if token.is_empty() {
+                return Err(PointerError::EmptyToken {
+                    pointer: pointer.to_owned(),
+                });
+            }
+            let mut segment = String::with_capacity(token.len());
+            let mut chars = token.char_indices();
+            while let Some((i, c)) = chars.next() {
+                if c != '~' {
+                    segment.push(c);
+                    continue;
+                }
+                match chars.next() {
+                    Some((_, '0')) => segment.push('~'),
+                    Some((_, '1')) => segment.push('/'),
+                    _ => {
+                        return Err(PointerError::BadEscape {
+                            pointer: pointer.to_owned(),
+                            offset: offset + i,
+                        });
+                    }
+                }
+            }
+            offset += token.len() + 1;
+            segments.push(segment);
+        }
+        Ok(Self { segments })
+    }
+
+    /// The unescaped segments, outermost first.
+    pub fn segments(&self) -> &[String] {
+        &self.segments
+    }
+
+    pub fn is_root(&self) -> bool {
+        self.segments.is_empty()
+    }
+
+    /// How many segments deep the path reaches (0 for the root).
+    pub fn depth(&self) -> usize {
+        self.segments.len()
+    }
+
+    /// The path one level up, or `None` for the root.
+    pub fn parent(&self) -> Option<SurfacePath> {
+        let (_, parent) = self.segments.split_last()?;
+        Some(Self {
+            segments: parent.to_vec(),
+        })
+    }
+
+    /// Whether `self` is `other` or lies below it.
+    pub fn starts_with(&self, other: &SurfacePath) -> bool {
+        self.segments.starts_with(&other.segments)
+    }
+
+    /// The path with one more segment.
+    pub fn child(&self, segment: impl Into<String>) -> Result<SurfacePath, PathError> {
+        let mut segments = self.segments.clone();
+        segments.push(segment.into());
+        Self::from_segments(segments)
+    }
+
+    /// The RFC 6901 JSON Pointer for this path: `order.items.0` becomes `/order/items/0`, with
+    /// `~` written `~0` and `/` written `~1`; the root is the empty pointer.
+    pub fn to_pointer(&self) -> String {
+        pointer_of(&self.segments)
+    }
+
+    pub(crate) fn from_prefix(segments: &[String]) -> Self {
+        Self {
+            segments: segments.to_vec(),
+        }
+    }
+}
+
+/// The JSON Pointer of a list of unescaped segments.
+pub(crate) fn pointer_of(segments: &[String]) -> String {
+    let len = segments.iter().map(|s| s.len() + 1).sum();
+    let mut out = String::with_capacity(len);
+    for segment in segments {
+        out.push('/');
+        for c in segment.chars() {
+            match c {
+                '~' => out.push_str("~0"),
+                '/' => out.push_str("~1"),
+                c => out.push(c),
+            }
+        }
+    }
+    out
+}
+
+/// The dot-path text of a list of unescaped segments, escaped so that it parses back.
+pub(crate) fn display_segments(segments: &[String]) -> String {
+    let mut out = String::new();
+    for (i, segment) in segments.iter().enumerate() {
+        if i > 0 {
+            out.push('.');
+        }
+        for c in segment.chars() {
+            if matches!(c, '.' | '\\') {
+                out.push('\\');
+            }
+            out.push(c);
+        }
+    }
+    out
+}
+
+fn parse_segments(text: &str) -> Result<Vec<String>, PathErrorReason> {
+    if text.is_empty() {
+        return Ok(Vec::new());
+    }
+    let mut segments = Vec::new();
+    let mut current = String::new();
+    let mut chars = text.char_indices();
+    while let Some((offset, c)) = chars.next() {
+        match c {
+            '\\' => match chars.next() {
+                Some((_, escaped @ ('.' | '\\' | '*'))) => current.push(escaped),
+                Some((_, escaped)) => {
+                    return Err(PathErrorReason::UnknownEscape { escaped, offset });
+                }
+                None => return Err(PathErrorReason::TrailingBackslash),
+            },
+            '.' => {
+                if current.is_empty() {
+                    return Err(PathErrorReason::EmptySegment {
+                        index: segments.len(),
+                    });
+                }
+                segments.push(std::mem::take(&mut current));
+            }
+            c => current.push(c),
+        }
+    }
+    if current.is_empty() {
+        return Err(PathErrorReason::EmptySegment {
+            index: segments.len(),
+        });
+    }
+    segments.push(current);
+    Ok(segments)
+}
+
+impl fmt::Display for SurfacePath {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&display_segments(&self.segments))
+    }
+}
+
+impl FromStr for SurfacePath {
+    type Err = PathError;
+
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        Self::parse(s)
+    }
+}
+
+impl TryFrom<&str> for SurfacePath {
+    type Error = PathError;
+
+    fn try_from(value: &str) -> Result<Self, Self::Error> {
+        Self::parse(value)
+    }
+}
+
+impl Serialize for SurfacePath {
+    fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        serializer.collect_str(self)
+    }
+}
+
+impl<'de> Deserialize<'de> for SurfacePath {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        let text = std::borrow::Cow::<'de, str>::deserialize(deserializer)?;
+        Self::parse(&text).map_err(serde::de::Error::custom)
+    }
+}
+
+/// Reads `segment` as an array index: a canonical decimal (`0`, `17`, never `07` or `+1`).
+///
+/// Canonical only, so that one index has one spelling and a key like `07` on an object is never
+/// mistaken for position 7 of an array.
+pub(crate) fn array_index(segment: &str) -> Option<usize> {
+    let bytes = segment.as_bytes();
+    match bytes {
+        [] => None,
+        [b'0'] => Some(0),
+        [b'0', ..] => None,
+        _ if bytes.iter().all(u8::is_ascii_digit) => segment.parse().ok(),
+        _ => None,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn canonical_indices_only() {
+        assert_eq!(array_index("0"), Some(0));
+        assert_eq!(array_index("12"), Some(12));
+        assert_eq!(array_index("012"), None);
+        assert_eq!(array_index("+1"), None);
+        assert_eq!(array_index("-1"), None);
+        assert_eq!(array_index(""), None);
+        assert_eq!(array_index("99999999999999999999999999"), None);
+    }
+
+    #[test]
+    fn cow_deserialize_handles_escaped_json_strings() {
+        let p: SurfacePath = serde_json::from_str(r#""a\\.b.c""#).unwrap();
+        assert_eq!(p.segments(), ["a.b", "c"]);
+    }
+}

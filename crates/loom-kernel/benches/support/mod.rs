@@ -1,0 +1,71 @@
+//! What the kernel's benchmarks share: a realistic log and a scratch directory on the
+//! benchmark disk.
+#![allow(dead_code)]
+
+use loom_kernel::conformance::started;
+use loom_kernel::event::*;
+use loom_kernel::{Event, EventEnvelope, ExecutionId};
+use serde_json::json;
+
+/// A scratch directory under the target directory, on the same disk as the build.
+pub fn scratch_dir() -> tempfile::TempDir {
+    tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR")).expect("scratch dir")
+}
+
+/// The `i`-th event of a typical agent flow: steps with outputs, decisions, surface patches,
+/// and gates opened and resumed (about 150 bytes of JSON each).
+pub fn typical_event(i: u64) -> Event {
+    let step = format!("step#{}", i / 5);
+    match i % 5 {
+        0 => Event::StepCompleted(StepCompleted {
+            step_id: step,
+            effect: "llm.complete".into(),
+            input_digest: "9f86d081884c7d65".into(),
+            output: json!({"text": "a short answer", "tokens": 42}),
+            cost: 1,
+        }),
+        1 => Event::DecisionRecorded(DecisionRecorded {
+            step_id: format!("now#{}", i / 5),
+            kind: "now".into(),
+            value: json!(1_764_490_000_000u64 + i),
+        }),
+        2 => Event::SurfacePatch(SurfacePatch {
+            step_id: format!("surface:main#{}", i / 5),
+            surface_id: "main".into(),
+            ops: vec![json!({"op": "set", "path": "order.status", "value": "pending"})],
+        }),
+        3 => Event::ExecutionSuspended(ExecutionSuspended {
+            gate_id: format!("approve#{}", i / 5),
+            event_type: "A2UIAction".into(),
+            correlation_key: format!("approve-{}", i / 5),
+        }),
+        _ => Event::ExecutionResumed(ExecutionResumed {
+            gate_id: format!("approve#{}", i / 5),
+            event_type: "A2UIAction".into(),
+            correlation_key: format!("approve-{}", i / 5),
+            payload: json!({"approved": true}),
+        }),
+    }
+}
+
+/// EXECUTION_STARTED followed by `n - 1` typical events.
+pub fn typical_events(n: u64) -> Vec<Event> {
+    std::iter::once(started("bench"))
+        .chain((0..n.saturating_sub(1)).map(typical_event))
+        .collect()
+}
+
+/// The same, as envelopes of execution `id`.
+pub fn typical_log(id: &ExecutionId, n: u64) -> Vec<EventEnvelope> {
+    typical_events(n)
+        .into_iter()
+        .enumerate()
+        .map(|(seq, event)| EventEnvelope {
+            execution_id: id.clone(),
+            seq: seq as u64,
+            schema: EVENT_SCHEMA,
+            recorded_at_ms: None,
+            event,
+        })
+        .collect()
+}
