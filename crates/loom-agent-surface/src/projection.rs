@@ -41,6 +41,14 @@ pub enum ProjectionError {
         #[source]
         source: Box<OpDecodeError>,
     },
+    #[error(
+        "SURFACE_PATCH of step `{step_id}` on surface `{surface_id}`: ops are not a JSON array of ops: {detail}"
+    )]
+    NotAnArray {
+        step_id: String,
+        surface_id: String,
+        detail: String,
+    },
     #[error("SURFACE_PATCH of step `{step_id}` on surface `{surface_id}` does not apply: {source}")]
     Patch {
         step_id: String,
@@ -60,8 +68,16 @@ impl SurfaceProjection {
         let Event::SurfacePatch(patch) = event else {
             return Ok(Vec::new());
         };
-        let ops = patch
-            .ops
+        let raw_ops: Vec<serde_json::Value> =
+            patch
+                .ops
+                .decode()
+                .map_err(|err| ProjectionError::NotAnArray {
+                    step_id: patch.step_id.clone(),
+                    surface_id: patch.surface_id.clone(),
+                    detail: err.to_string(),
+                })?;
+        let ops = raw_ops
             .iter()
             .enumerate()
             .map(|(index, op)| {

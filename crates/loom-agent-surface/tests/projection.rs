@@ -9,7 +9,7 @@ fn patch(surface: &str, ops: Vec<Value>) -> Event {
     Event::SurfacePatch(SurfacePatch {
         step_id: "ui#1".into(),
         surface_id: surface.into(),
-        ops,
+        ops: Value::Array(ops).into(),
     })
 }
 
@@ -65,7 +65,7 @@ fn ignores_other_events() {
     let mut p = SurfaceProjection::new();
     let t = p
         .apply_event(&Event::ExecutionCompleted(ExecutionCompleted {
-            output: json!(1),
+            output: json!(1).into(),
         }))
         .unwrap();
     assert!(t.is_empty());

@@ -59,7 +59,7 @@ pub fn started(flow: &str) -> Event {
     Event::ExecutionStarted(ExecutionStarted {
         flow: flow.into(),
         flow_version: 1,
-        input: Value::Null,
+        input: Value::Null.into(),
         capabilities: BTreeSet::new(),
         budget: None,
     })
@@ -70,13 +70,13 @@ pub fn tagged(tag: Value) -> Event {
     Event::SurfacePatch(SurfacePatch {
         step_id: "tag".into(),
         surface_id: "test".into(),
-        ops: vec![tag],
+        ops: Value::Array(vec![tag]).into(),
     })
 }
 
-fn tag_of(event: &Event) -> Option<&Value> {
+fn tag_of(event: &Event) -> Option<Value> {
     match event {
-        Event::SurfacePatch(patch) => patch.ops.first(),
+        Event::SurfacePatch(patch) => patch.ops.to_value().get(0).cloned(),
         _ => None,
     }
 }
@@ -172,7 +172,7 @@ pub async fn racing_appenders_one_winner_per_seq<S: EventStore + Clone>(store: S
         let stored = store.read(&e, round, 1).await.expect("read");
         assert_eq!(
             tag_of(&stored[0].event),
-            Some(&json!({"round": round, "writer": winners[0]}))
+            Some(json!({"round": round, "writer": winners[0]}))
         );
     }
 }
@@ -222,7 +222,7 @@ pub async fn contending_writers_keep_the_log_gapless<S: EventStore + Clone>(stor
         assert_eq!(envelope.seq, i as u64, "gap in the log");
     }
     for (seq, tag) in expected {
-        assert_eq!(tag_of(&log[seq as usize].event), Some(&tag), "seq {seq}");
+        assert_eq!(tag_of(&log[seq as usize].event), Some(tag), "seq {seq}");
     }
 }
 

@@ -216,7 +216,7 @@ mod tests {
 
     fn completed() -> Event {
         Event::ExecutionCompleted(ExecutionCompleted {
-            output: json!({"total": 1.1}),
+            output: json!({"total": 1.1}).into(),
         })
     }
 

@@ -4,7 +4,8 @@ use std::collections::BTreeSet;
 use std::fmt;
 
 use serde::{Deserialize, Serialize};
-use serde_json::Value;
+
+use crate::payload::Payload;
 
 /// The version of the event format this build writes, and the newest it reads.
 ///
@@ -120,7 +121,7 @@ impl ErrorInfo {
 pub struct ExecutionStarted {
     pub flow: String,
     pub flow_version: u32,
-    pub input: Value,
+    pub input: Payload,
     /// K2: the capabilities granted to this execution's effects.
     #[serde(default)]
     pub capabilities: BTreeSet<String>,
@@ -146,7 +147,7 @@ pub struct StepCompleted {
     pub step_id: String,
     pub effect: String,
     pub input_digest: String,
-    pub output: Value,
+    pub output: Payload,
     #[serde(default)]
     pub cost: u64,
 }
@@ -184,15 +185,102 @@ pub struct EffectResolved {
 }
 
 /// What the operator decided about a step in doubt.
+///
+/// JSON: `{"kind":"retry"}`, `{"kind":"completed","output":...}`, `{"kind":"failed","error":...}`.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-#[serde(tag = "kind", rename_all = "camelCase")]
+#[serde(try_from = "VerdictRepr", into = "VerdictRepr")]
 pub enum Verdict {
     /// Run the effect again (with the same idempotency key).
     Retry,
     /// The effect did run; this is its output.
-    Completed { output: Value },
+    Completed { output: Payload },
     /// The effect did not run, or failed; the step fails with this error.
     Failed { error: ErrorInfo },
+}
+
+/// The flat JSON form of a [`Verdict`]. Payloads cannot pass through serde's buffering of
+/// internally tagged enums, so the tag is read as a plain field.
+#[derive(Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct VerdictRepr {
+    kind: VerdictKind,
+    #[serde(
+        default,
+        skip_serializing_if = "Option::is_none",
+        deserialize_with = "present_payload"
+    )]
+    output: Option<Payload>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    error: Option<ErrorInfo>,
+}
+
+/// A present `output` is a payload even when it is `null`, which `Option` would read as absent.
+fn present_payload<'de, D: serde::Deserializer<'de>>(
+    deserializer: D,
+) -> Result<Option<Payload>, D::Error> {
+    Payload::deserialize(deserializer).map(Some)
+}
+
+#[derive(Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+enum VerdictKind {
+    Retry,
+    Completed,
+    Failed,
+}
+
+impl From<Verdict> for VerdictRepr {
+    fn from(verdict: Verdict) -> Self {
+        match verdict {
+            Verdict::Retry => Self {
+                kind: VerdictKind::Retry,
+                output: None,
+                error: None,
+            },
+            Verdict::Completed { output } => Self {
+                kind: VerdictKind::Completed,
+                output: Some(output),
+                error: None,
+            },
+            Verdict::Failed { error } => Self {
+                kind: VerdictKind::Failed,
+                output: None,
+                error: Some(error),
+            },
+        }
+    }
+}
+
+impl TryFrom<VerdictRepr> for Verdict {
+    type Error = &'static str;
+    fn try_from(repr: VerdictRepr) -> Result<Self, Self::Error> {
+        match repr {
+            VerdictRepr {
+                kind: VerdictKind::Retry,
+                ..
+            } => Ok(Verdict::Retry),
+            VerdictRepr {
+                kind: VerdictKind::Completed,
+                output: Some(output),
+                ..
+            } => Ok(Verdict::Completed { output }),
+            VerdictRepr {
+                kind: VerdictKind::Completed,
+                output: None,
+                ..
+            } => Err("a `completed` verdict needs an `output`"),
+            VerdictRepr {
+                kind: VerdictKind::Failed,
+                error: Some(error),
+                ..
+            } => Ok(Verdict::Failed { error }),
+            VerdictRepr {
+                kind: VerdictKind::Failed,
+                error: None,
+                ..
+            } => Err("a `failed` verdict needs an `error`"),
+        }
+    }
 }
 
 /// ADR 0016: a value the flow read from the world (time, randomness, ids, a custom decision).
@@ -202,7 +290,7 @@ pub struct DecisionRecorded {
     pub step_id: String,
     /// `now`, `random`, `uuid`, or the name of a custom decision.
     pub kind: String,
-    pub value: Value,
+    pub value: Payload,
 }
 
 /// A gate opened: the flow waits for a resume with this event type and correlation key.
@@ -221,22 +309,22 @@ pub struct ExecutionResumed {
     pub gate_id: String,
     pub event_type: String,
     pub correlation_key: String,
-    pub payload: Value,
+    pub payload: Payload,
 }
 
-/// Changes to one agent surface. The kernel treats `ops` as opaque JSON.
+/// Changes to one agent surface. The kernel treats `ops` (a JSON array) as opaque.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct SurfacePatch {
     pub step_id: String,
     pub surface_id: String,
-    pub ops: Vec<Value>,
+    pub ops: Payload,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct ExecutionCompleted {
-    pub output: Value,
+    pub output: Payload,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -266,7 +354,9 @@ mod tests {
                 effect: "payments.charge".into(),
                 attempt: 1,
             }),
-            Event::ExecutionCompleted(ExecutionCompleted { output: json!(1) }),
+            Event::ExecutionCompleted(ExecutionCompleted {
+                output: json!(1).into(),
+            }),
         ];
         for event in events {
             let json = serde_json::to_value(&event).unwrap();
@@ -280,7 +370,7 @@ mod tests {
             step_id: "charge#1".into(),
             effect: "payments.charge".into(),
             input_digest: "abc".into(),
-            output: json!({"ok": true}),
+            output: json!({"ok": true}).into(),
             cost: 3,
         });
         assert_eq!(
@@ -290,7 +380,9 @@ mod tests {
         );
         let verdict = Event::EffectResolved(EffectResolved {
             step_id: "charge#1".into(),
-            verdict: Verdict::Completed { output: json!(7) },
+            verdict: Verdict::Completed {
+                output: json!(7).into(),
+            },
             operator: Some("ops@example.com".into()),
         });
         let json = serde_json::to_value(&verdict).unwrap();

@@ -26,11 +26,11 @@
 //! let started = Event::ExecutionStarted(ExecutionStarted {
 //!     flow: "checkout".into(),
 //!     flow_version: 1,
-//!     input: json!({"sku": "A1"}),
+//!     input: json!({"sku": "A1"}).into(),
 //!     capabilities: Default::default(),
 //!     budget: None,
 //! });
-//! let done = Event::ExecutionCompleted(ExecutionCompleted { output: json!("ok") });
+//! let done = Event::ExecutionCompleted(ExecutionCompleted { output: json!("ok").into() });
 //! let head = store.append(&id, 0, &[started, done]).await?;
 //! assert_eq!(head, 2);
 //! let state = store.fold(&id).await?;
@@ -50,12 +50,14 @@ pub mod event;
 mod event_decode;
 pub mod fold;
 mod id;
+mod payload;
 pub mod store;
 
 pub use envelope::{DecodeError, EventEnvelope};
 pub use event::{AbiVersion, EVENT_SCHEMA, ErrorInfo, Event, KERNEL_ABI};
 pub use fold::{ExecutionState, ExecutionStatus, FoldError, Violation};
 pub use id::{ExecutionId, InvalidExecutionId, MAX_EXECUTION_ID_LEN};
+pub use payload::Payload;
 pub use store::{
     AppendError, DiskStore, DiskStoreConfig, EventStore, EventStoreExt, ExecutionPage,
     ExecutionSummary, FoldStoredError, MemoryStore, OpenError, ReadError,

@@ -135,7 +135,7 @@ fn sigkill_loses_no_acknowledged_append_and_shows_nothing_partial() {
                     let loom_kernel::Event::SurfacePatch(patch) = &envelope.event else {
                         panic!("unexpected event {:?}", envelope.event)
                     };
-                    assert_eq!(patch.ops[0]["seq"], json!(envelope.seq));
+                    assert_eq!(patch.ops.to_value()[0]["seq"], json!(envelope.seq));
                 }
                 ExecutionState::fold(&log).unwrap();
             }

@@ -26,7 +26,7 @@ fn started() -> Event {
     Event::ExecutionStarted(ExecutionStarted {
         flow: "checkout".into(),
         flow_version: 2,
-        input: json!({}),
+        input: json!({}).into(),
         capabilities: ["payments".to_string()].into(),
         budget: Some(10),
     })
@@ -46,7 +46,7 @@ fn completed(step: &str, effect: &str, cost: u64) -> Event {
         step_id: step.into(),
         effect: effect.into(),
         input_digest: "d".into(),
-        output: json!("ok"),
+        output: json!("ok").into(),
         cost,
     })
 }
@@ -90,7 +90,7 @@ fn resumed(gate: &str, key: &str) -> Event {
         gate_id: gate.into(),
         event_type: "Approval".into(),
         correlation_key: key.into(),
-        payload: json!(true),
+        payload: json!(true).into(),
     })
 }
 
@@ -98,12 +98,14 @@ fn decision(step: &str) -> Event {
     Event::DecisionRecorded(DecisionRecorded {
         step_id: step.into(),
         kind: "now".into(),
-        value: json!(1),
+        value: json!(1).into(),
     })
 }
 
 fn done() -> Event {
-    Event::ExecutionCompleted(ExecutionCompleted { output: json!(1) })
+    Event::ExecutionCompleted(ExecutionCompleted {
+        output: json!(1).into(),
+    })
 }
 
 /// Folds `events` and expects the refusal `violation` at `seq`.
@@ -171,7 +173,12 @@ fn statuses_follow_gates_and_doubt() {
 
     events.extend([
         in_doubt("pay#1"),
-        resolved("pay#1", Verdict::Completed { output: json!(1) }),
+        resolved(
+            "pay#1",
+            Verdict::Completed {
+                output: json!(1).into(),
+            },
+        ),
     ]);
     let state = ExecutionState::fold(&log(events)).unwrap();
     assert_eq!(

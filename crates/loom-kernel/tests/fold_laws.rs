@@ -39,7 +39,7 @@ fn event() -> impl Strategy<Value = Event> {
         }),
         3 => (step.clone(), effect.clone(), json_value(), 0u64..5).prop_map(
             |(step_id, effect, output, cost)| Event::StepCompleted(StepCompleted {
-                step_id, effect, input_digest: "d".into(), output, cost,
+                step_id, effect, input_digest: "d".into(), output: output.into(), cost,
             })
         ),
         1 => (step.clone(), effect.clone()).prop_map(|(step_id, effect)| {
@@ -54,26 +54,26 @@ fn event() -> impl Strategy<Value = Event> {
         1 => (step.clone(), json_value(), 0..3u8).prop_map(|(step_id, output, kind)| {
             let verdict = match kind {
                 0 => Verdict::Retry,
-                1 => Verdict::Completed { output },
+                1 => Verdict::Completed { output: output.into() },
                 _ => Verdict::Failed { error: ErrorInfo::new("op", "operator said no") },
             };
             Event::EffectResolved(EffectResolved { step_id, verdict, operator: None })
         }),
         2 => (step, json_value()).prop_map(|(step_id, value)| {
-            Event::DecisionRecorded(DecisionRecorded { step_id, kind: "random".into(), value })
+            Event::DecisionRecorded(DecisionRecorded { step_id, kind: "random".into(), value: value.into() })
         }),
         2 => gate.clone().prop_map(|gate_id| Event::ExecutionSuspended(ExecutionSuspended {
             correlation_key: gate_id.clone(), gate_id, event_type: "T".into(),
         })),
         2 => (gate, json_value()).prop_map(|(gate_id, payload)| {
             Event::ExecutionResumed(ExecutionResumed {
-                correlation_key: gate_id.clone(), gate_id, event_type: "T".into(), payload,
+                correlation_key: gate_id.clone(), gate_id, event_type: "T".into(), payload: payload.into(),
             })
         }),
         2 => prop::collection::vec(json_value(), 0..3).prop_map(|ops| {
-            Event::SurfacePatch(SurfacePatch { step_id: "s".into(), surface_id: "main".into(), ops })
+            Event::SurfacePatch(SurfacePatch { step_id: "s".into(), surface_id: "main".into(), ops: Value::Array(ops).into() })
         }),
-        1 => json_value().prop_map(|output| Event::ExecutionCompleted(ExecutionCompleted { output })),
+        1 => json_value().prop_map(|output| Event::ExecutionCompleted(ExecutionCompleted { output: output.into() })),
     ]
 }
 

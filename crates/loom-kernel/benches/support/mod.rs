@@ -9,7 +9,8 @@ use serde_json::json;
 
 /// A scratch directory under the target directory, on the same disk as the build.
 pub fn scratch_dir() -> tempfile::TempDir {
-    tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR")).expect("scratch dir")
+    tempfile::tempdir_in(option_env!("CARGO_TARGET_TMPDIR").unwrap_or("target"))
+        .expect("scratch dir")
 }
 
 /// The `i`-th event of a typical agent flow: steps with outputs, decisions, surface patches,
@@ -21,18 +22,18 @@ pub fn typical_event(i: u64) -> Event {
             step_id: step,
             effect: "llm.complete".into(),
             input_digest: "9f86d081884c7d65".into(),
-            output: json!({"text": "a short answer", "tokens": 42}),
+            output: json!({"text": "a short answer", "tokens": 42}).into(),
             cost: 1,
         }),
         1 => Event::DecisionRecorded(DecisionRecorded {
             step_id: format!("now#{}", i / 5),
             kind: "now".into(),
-            value: json!(1_764_490_000_000u64 + i),
+            value: json!(1_764_490_000_000u64 + i).into(),
         }),
         2 => Event::SurfacePatch(SurfacePatch {
             step_id: format!("surface:main#{}", i / 5),
             surface_id: "main".into(),
-            ops: vec![json!({"op": "set", "path": "order.status", "value": "pending"})],
+            ops: json!([{"op": "set", "path": "order.status", "value": "pending"}]).into(),
         }),
         3 => Event::ExecutionSuspended(ExecutionSuspended {
             gate_id: format!("approve#{}", i / 5),
@@ -43,7 +44,7 @@ pub fn typical_event(i: u64) -> Event {
             gate_id: format!("approve#{}", i / 5),
             event_type: "A2UIAction".into(),
             correlation_key: format!("approve-{}", i / 5),
-            payload: json!({"approved": true}),
+            payload: json!({"approved": true}).into(),
         }),
     }
 }

@@ -35,7 +35,7 @@ use crate::fold::{ExecutionState, FoldError};
 use crate::id::ExecutionId;
 
 /// How many events [`EventStoreExt::stream`] reads per page.
-pub const STREAM_PAGE: usize = 1024;
+pub const STREAM_PAGE: usize = 4096;
 
 /// Why an append did not happen. Nothing of the batch is stored when this is returned, except
 /// for [`AppendError::Storage`] after the commit started, where the store could not tell (the
@@ -184,20 +184,27 @@ pub trait EventStoreExt: EventStore {
         }
     }
 
-    /// Folds a stored execution page by page, without holding the log in memory.
+    /// Folds a stored execution page by page, without holding the log in memory. The next
+    /// page is read while the current one is folded.
     fn fold(
         &self,
         execution: &ExecutionId,
     ) -> impl Future<Output = Result<ExecutionState, FoldStoredError>> + Send {
         async move {
             let mut state = ExecutionState::new();
+            let mut page = self.read(execution, 0, STREAM_PAGE).await?;
             loop {
-                let page = self.read(execution, state.next_seq(), STREAM_PAGE).await?;
-                let last = page.len() < STREAM_PAGE;
-                state.apply_all(&page)?;
-                if last {
+                if page.len() < STREAM_PAGE {
+                    state.apply_all(&page)?;
                     return Ok(state);
                 }
+                let next_from = state.next_seq() + page.len() as u64;
+                let (next, folded) =
+                    futures::join!(self.read(execution, next_from, STREAM_PAGE), async {
+                        state.apply_all(&page)
+                    });
+                folded?;
+                page = next?;
             }
         }
     }
