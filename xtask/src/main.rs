@@ -1,1 +1,127 @@
-fn main() {}
+//! Developer commands: `cargo xtask <command>` (the alias is in `.cargo/config.toml`).
+//!
+//! Each command runs cargo from the workspace root with inherited stdio, printing the command
+//! first, and fails with the first failing command's exit status.
+
+use std::ffi::OsString;
+use std::io::IsTerminal;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use anyhow::{Context, Result};
+use clap::{Parser, Subcommand};
+
+#[derive(Debug, Parser)]
+#[command(about = "Loom's developer commands.")]
+struct Cli {
+    #[command(subcommand)]
+    command: Task,
+}
+
+#[derive(Debug, Subcommand)]
+enum Task {
+    /// Runs every test of the workspace (the test command).
+    Test,
+    /// Runs what CI runs: rustfmt check, clippy with warnings denied, then the tests.
+    Ci,
+    /// Runs the kernel's benchmarks (takes minutes; see docs/PERFORMANCE.md).
+    BenchKernel,
+}
+
+fn main() -> Result<()> {
+    let cli = Cli::parse();
+    let root = workspace_root()?;
+    match cli.command {
+        Task::Test => test(&root),
+        Task::Ci => {
+            cargo(&root, &["fmt", "--all", "--", "--check"])?;
+            cargo(
+                &root,
+                &[
+                    "clippy",
+                    "--workspace",
+                    "--all-targets",
+                    "--",
+                    "-D",
+                    "warnings",
+                ],
+            )?;
+            test(&root)
+        }
+        Task::BenchKernel => {
+            cargo(
+                &root,
+                &[
+                    "bench",
+                    "-p",
+                    "loom-kernel",
+                    "--bench",
+                    "append_latency",
+                    "--bench",
+                    "fold_memory",
+                ],
+            )?;
+            cargo(
+                &root,
+                &[
+                    "bench",
+                    "-p",
+                    "loom-kernel",
+                    "--bench",
+                    "fold",
+                    "--bench",
+                    "append",
+                    "--",
+                    "--warm-up-time",
+                    "1",
+                    "--measurement-time",
+                    "5",
+                ],
+            )
+        }
+    }
+}
+
+/// The test command. Later steps add their setup here, before the tests run: a PostgreSQL
+/// server for the Postgres store's tests, and a Python venv with a2ui-core for the A2UI
+/// conformance tests.
+fn test(root: &Path) -> Result<()> {
+    cargo(root, &["test", "--workspace"])
+}
+
+/// The workspace root: the parent of this crate's directory.
+fn workspace_root() -> Result<PathBuf> {
+    let manifest_dir = Path::new(env!("CARGO_MANIFEST_DIR"));
+    manifest_dir
+        .parent()
+        .map(Path::to_path_buf)
+        .with_context(|| format!("{} has no parent directory", manifest_dir.display()))
+}
+
+/// Runs `cargo <args>` in `root`; if it fails, exits with its exit code.
+fn cargo(root: &Path, args: &[&str]) -> Result<()> {
+    // Cargo sets CARGO to its own path for the programs it runs: use the same toolchain.
+    let program = std::env::var_os("CARGO").unwrap_or_else(|| OsString::from("cargo"));
+    eprintln!("$ cargo {}", args.join(" "));
+    let mut command = Command::new(&program);
+    command.args(args).current_dir(root);
+    // Decide colour once, from the terminal we were started on, so that every nested cargo and
+    // test binary agrees (colour in a terminal, none in CI logs); the caller's choice wins.
+    if std::env::var_os("CARGO_TERM_COLOR").is_none() {
+        let color = if std::io::stderr().is_terminal() {
+            "always"
+        } else {
+            "never"
+        };
+        command.env("CARGO_TERM_COLOR", color);
+    }
+    let status = command
+        .status()
+        .with_context(|| format!("running {}", Path::new(&program).display()))?;
+    if !status.success() {
+        // Exit with cargo's own code, so that a caller (CI) sees the same failure.
+        eprintln!("xtask: `cargo {}` failed: {status}", args.join(" "));
+        std::process::exit(status.code().unwrap_or(1));
+    }
+    Ok(())
+}

@@ -30,9 +30,9 @@ use crate::id::ExecutionId;
 pub enum ExecutionStatus {
     /// No event folded yet.
     New,
-    /// Started and not parked: a worker should be driving it.
+    /// Started, with no gate pending and no step in doubt.
     Running,
-    /// The last thing it did was open a gate; it waits for a resume.
+    /// At least one gate is pending (and no step is in doubt).
     Suspended,
     /// At least one step is in doubt (K9); it waits for an operator's verdict.
     InDoubt,
@@ -109,6 +109,8 @@ pub struct ExecutionState {
     steps: LookupMap<StepRecord>,
     pending_gates: BTreeMap<String, PendingGate>,
     in_doubt: BTreeSet<String>,
+    /// Steps started and without an outcome, not in doubt: work a worker must drive on.
+    in_flight: usize,
     decisions: LookupMap<u64>,
     /// Effect names and gate event types: a handful of distinct strings shared by every step.
     names: HashSet<Arc<str>, BuildHasherDefault<IdHasher>>,
@@ -206,6 +208,7 @@ impl ExecutionState {
             steps: LookupMap::default(),
             pending_gates: BTreeMap::new(),
             in_doubt: BTreeSet::new(),
+            in_flight: 0,
             decisions: LookupMap::default(),
             names: HashSet::default(),
         }
@@ -275,6 +278,20 @@ impl ExecutionState {
     pub fn steps_in_doubt(&self) -> &BTreeSet<String> {
         &self.in_doubt
     }
+    /// How many steps are started and have neither an outcome nor a doubt recorded.
+    pub fn steps_in_flight(&self) -> usize {
+        self.in_flight
+    }
+
+    /// Whether a worker should drive this execution on: it has not ended, and it is running or
+    /// has steps in flight (a suspended execution whose effect was running when the worker died
+    /// must be driven too). Parked executions (waiting only for resumes or verdicts) need not.
+    pub fn needs_driving(&self) -> bool {
+        !self.status.is_terminal()
+            && self.status != ExecutionStatus::New
+            && (self.status == ExecutionStatus::Running || self.in_flight > 0)
+    }
+
     /// The seq of each recorded decision, in step id order.
     pub fn decisions(&self) -> BTreeMap<&str, u64> {
         self.decisions
@@ -368,6 +385,7 @@ impl ExecutionState {
                             attempt: e.attempt,
                             seq,
                         };
+                        self.in_flight -= 1;
                     }
                     _ => {
                         return Err(Violation::InDoubtWithoutStart {
@@ -388,6 +406,7 @@ impl ExecutionState {
                 if let Some(record) = self.steps.get_mut(&e.step_id) {
                     record.status = match (&e.verdict, record.status) {
                         (Verdict::Retry, StepStatus::InDoubt { attempt, .. }) => {
+                            self.in_flight += 1;
                             StepStatus::Started { attempt, seq }
                         }
                         (Verdict::Retry, status) => status,
@@ -424,9 +443,7 @@ impl ExecutionState {
                         });
                     }
                 }
-                if self.in_doubt.is_empty() {
-                    self.status = ExecutionStatus::Suspended;
-                }
+                self.status = self.active_status();
                 return Ok(());
             }
             Event::ExecutionResumed(e) => {
@@ -481,10 +498,12 @@ impl ExecutionState {
         status: StepStatus,
         found: &'static str,
     ) -> Result<(), Violation> {
+        let starts = matches!(status, StepStatus::Started { .. });
         let Some(record) = self.steps.get_mut(step_id) else {
             let effect = intern(&mut self.names, effect);
             self.steps
                 .insert(step_id.to_owned(), StepRecord { effect, status });
+            self.in_flight += usize::from(starts);
             return Ok(());
         };
         match record.status {
@@ -507,18 +526,22 @@ impl ExecutionState {
             }
             StepStatus::Started { .. } => {
                 record.status = status;
+                // Started -> started again keeps the count; started -> outcome ends the flight.
+                self.in_flight -= usize::from(!starts);
                 Ok(())
             }
         }
     }
 
-    /// The status after an event that shows the flow doing work: running, unless a step is
-    /// still in doubt.
+    /// The status of an execution that has not ended: in doubt while a step awaits a verdict,
+    /// suspended while a gate is pending, running otherwise.
     fn active_status(&self) -> ExecutionStatus {
-        if self.in_doubt.is_empty() {
-            ExecutionStatus::Running
-        } else {
+        if !self.in_doubt.is_empty() {
             ExecutionStatus::InDoubt
+        } else if !self.pending_gates.is_empty() {
+            ExecutionStatus::Suspended
+        } else {
+            ExecutionStatus::Running
         }
     }
 }

@@ -51,6 +51,7 @@ mod event_decode;
 pub mod fold;
 mod id;
 mod payload;
+pub mod runtime;
 pub mod store;
 
 pub use envelope::{DecodeError, EventEnvelope};

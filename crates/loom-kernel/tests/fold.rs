@@ -151,7 +151,11 @@ fn statuses_follow_gates_and_doubt() {
 
     events.push(resumed("b#1", "k2"));
     let state = ExecutionState::fold(&log(events.clone())).unwrap();
-    assert_eq!(state.status(), ExecutionStatus::Running);
+    assert_eq!(
+        state.status(),
+        ExecutionStatus::Suspended,
+        "a#1 still waits"
+    );
     assert_eq!(
         state.pending_gates().keys().collect::<Vec<_>>(),
         ["a#1"],
@@ -165,7 +169,8 @@ fn statuses_follow_gates_and_doubt() {
 
     events.push(resolved("pay#1", Verdict::Retry));
     let state = ExecutionState::fold(&log(events.clone())).unwrap();
-    assert_eq!(state.status(), ExecutionStatus::Running);
+    assert_eq!(state.status(), ExecutionStatus::Suspended);
+    assert!(state.needs_driving(), "the retried step is in flight");
     assert!(matches!(
         state.step("pay#1").unwrap().status,
         StepStatus::Started { .. }
@@ -180,6 +185,13 @@ fn statuses_follow_gates_and_doubt() {
             },
         ),
     ]);
+    let state = ExecutionState::fold(&log(events.clone())).unwrap();
+    assert!(!state.needs_driving(), "only a gate is pending: parked");
+    events.push(resumed("a#1", "k1"));
+    assert_eq!(
+        ExecutionState::fold(&log(events.clone())).unwrap().status(),
+        ExecutionStatus::Running
+    );
     let state = ExecutionState::fold(&log(events)).unwrap();
     assert_eq!(
         state.step("pay#1").unwrap().status,

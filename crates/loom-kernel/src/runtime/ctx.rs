@@ -1,0 +1,790 @@
+//! The flow context: every command a flow issues goes through it, is matched against the
+//! recorded history while there is history, and is recorded once the flow goes live.
+//!
+//! Step ids are assigned when a command is *called*, not when its future is first polled, so
+//! futures that are created and then joined get ids in call order (ADR 0061). Commands queue
+//! their events in call order; the driver appends them after each poll of the flow.
+
+use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::task::{Context, Poll, Waker};
+
+use serde::Serialize;
+use serde::de::DeserializeOwned;
+
+use crate::event::*;
+use crate::id::ExecutionId;
+use crate::payload::Payload;
+use crate::runtime::digest::input_digest;
+use crate::runtime::effect::{Effect, EffectCall, EffectOutcome};
+use crate::runtime::history::{Attempted, History, NonDeterminism, StepState};
+
+/// Why a command did not give the flow a result.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum StepError {
+    /// The effect failed (or an operator's verdict said so); this is recorded.
+    #[error("step failed: {0:?}")]
+    Failed(ErrorInfo),
+    #[error("step id '{0}' is used twice in this execution")]
+    DuplicateStepId(String),
+    #[error("a gate for ({event_type}, key '{correlation_key}') is already pending")]
+    DuplicateGate {
+        event_type: String,
+        correlation_key: String,
+    },
+    #[error("the input or value does not serialize to JSON: {0}")]
+    Encode(String),
+    #[error("the recorded value of '{step_id}' does not decode: {detail}")]
+    Decode { step_id: String, detail: String },
+    /// The replayed flow diverged from its log; the runtime stops the execution.
+    #[error("the flow diverged from its recorded history")]
+    Diverged,
+}
+
+/// How a step is named.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum StepName {
+    /// `name#n`: the n-th call with this name in the execution.
+    Counted(String),
+    /// Exactly this id; using it twice is an error.
+    Explicit(String),
+}
+
+/// A flow's handle on the world. Cheap to clone; clones share the execution.
+#[derive(Clone)]
+pub struct FlowCtx {
+    shared: Arc<Shared>,
+}
+
+impl std::fmt::Debug for FlowCtx {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("FlowCtx")
+            .field("execution_id", &self.shared.execution_id)
+            .finish()
+    }
+}
+
+pub(crate) struct Shared {
+    pub(crate) execution_id: ExecutionId,
+    effects: Arc<BTreeMap<String, Arc<dyn Effect>>>,
+    capabilities: BTreeSet<String>,
+    budget: Option<u64>,
+    state: Mutex<CtxState>,
+}
+
+/// An effect to start once the events before it are durable (at once, for idempotent ones).
+pub(crate) struct Dispatch {
+    pub(crate) effect: Arc<dyn Effect>,
+    pub(crate) call: EffectCall,
+    /// Events to append before it may start: non-idempotent effects wait for their
+    /// STEP_STARTED to be durable (K9).
+    pub(crate) durable_before: bool,
+}
+
+struct Slot {
+    value: Option<Result<Payload, StepError>>,
+    waker: Option<Waker>,
+}
+
+struct RunningStep {
+    effect: String,
+    input_digest: String,
+    input: Payload,
+    attempt: u32,
+    slot: u64,
+}
+
+struct PendingGate {
+    gate_id: String,
+    event_type: String,
+    correlation_key: String,
+    slot: u64,
+}
+
+#[derive(Default)]
+pub(crate) struct CtxState {
+    history: History,
+    cursor: usize,
+    counters: HashMap<String, u32>,
+    used_ids: HashSet<String>,
+    out: Vec<Event>,
+    dispatch: Vec<Dispatch>,
+    slots: HashMap<u64, Slot>,
+    next_slot: u64,
+    running: HashMap<String, RunningStep>,
+    in_doubt: BTreeMap<String, RunningStep>,
+    gates: Vec<PendingGate>,
+    divergence: Option<NonDeterminism>,
+    budget_spent: u64,
+}
+
+/// Why a resume could not be applied to the running flow.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum GateMiss {
+    NoPendingGate,
+}
+
+/// Why a verdict could not be applied.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum VerdictMiss {
+    NotInDoubt,
+}
+
+impl FlowCtx {
+    pub(crate) fn new(
+        execution_id: ExecutionId,
+        effects: Arc<BTreeMap<String, Arc<dyn Effect>>>,
+        started: &ExecutionStarted,
+        history: History,
+    ) -> Self {
+        let budget_spent = history.budget_spent;
+        Self {
+            shared: Arc::new(Shared {
+                execution_id,
+                effects,
+                capabilities: started.capabilities.clone(),
+                budget: started.budget,
+                state: Mutex::new(CtxState {
+                    history,
+                    budget_spent,
+                    ..CtxState::default()
+                }),
+            }),
+        }
+    }
+
+    /// The execution this flow runs as.
+    pub fn execution_id(&self) -> &ExecutionId {
+        &self.shared.execution_id
+    }
+
+    pub(crate) fn state(&self) -> MutexGuard<'_, CtxState> {
+        // Flow code never runs while the lock is held, so a poisoned lock only means a panic
+        // in the kernel's own bookkeeping; its data is still consistent.
+        self.shared.state.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Runs `effect` with `input` as step `effect#n`.
+    pub fn execute<I: Serialize + ?Sized>(&self, effect: &str, input: &I) -> Command {
+        self.execute_as(StepName::Counted(effect.to_owned()), effect, input)
+    }
+
+    /// Runs `effect` with `input` under the given step name.
+    pub fn execute_as<I: Serialize + ?Sized>(
+        &self,
+        name: StepName,
+        effect: &str,
+        input: &I,
+    ) -> Command {
+        let mut state = self.state();
+        let slot = state.new_slot();
+        let outcome = (|| {
+            let step_id = state.step_id(name)?;
+            let input = canonical(input)?;
+            let digest = input_digest(&input);
+            let attempted = Attempted::Step {
+                step_id: &step_id,
+                effect,
+                input_digest: &digest,
+            };
+            if state.replay(attempted, self.shared.execution_id.as_str()) {
+                return Ok(state.replay_step(&self.shared, step_id, effect, digest, input, slot));
+            }
+            if state.divergence.is_some() {
+                return Err(StepError::Diverged);
+            }
+            let Some(handler) = self.shared.effects.get(effect) else {
+                state.out.push(Event::StepFailed(StepFailed {
+                    step_id,
+                    effect: effect.to_owned(),
+                    input_digest: digest,
+                    error: ErrorInfo::new(
+                        "loom.unknown_effect",
+                        format!("no effect named '{effect}' is registered"),
+                    ),
+                    cost: 0,
+                }));
+                return Err(StepError::Failed(ErrorInfo::new(
+                    "loom.unknown_effect",
+                    format!("no effect named '{effect}' is registered"),
+                )));
+            };
+            let handler = Arc::clone(handler);
+            state.start_step(
+                &self.shared,
+                handler,
+                step_id,
+                effect,
+                digest,
+                input,
+                1,
+                slot,
+            );
+            Ok(None)
+        })();
+        match outcome {
+            Ok(Some(value)) => state.fill(slot, Ok(value)),
+            Ok(None) => {}
+            Err(err) => state.fill(slot, Err(err)),
+        }
+        drop(state);
+        Command {
+            shared: Arc::clone(&self.shared),
+            slot,
+        }
+    }
+
+    /// Runs `effect` and decodes its output.
+    pub fn call<O: DeserializeOwned, I: Serialize + ?Sized>(
+        &self,
+        effect: &str,
+        input: &I,
+    ) -> impl Future<Output = Result<O, StepError>> + Send + 'static {
+        let command = self.execute(effect, input);
+        async move {
+            let output = command.await?;
+            output.decode().map_err(|err| StepError::Decode {
+                step_id: "output".into(),
+                detail: err.to_string(),
+            })
+        }
+    }
+
+    /// Opens a gate and waits for a resume with `event_type` and `correlation_key`; returns
+    /// the resume's payload. The gate is `event_type#n`.
+    pub fn suspend(&self, event_type: &str, correlation_key: &str) -> Command {
+        self.suspend_as(
+            StepName::Counted(event_type.to_owned()),
+            event_type,
+            correlation_key,
+        )
+    }
+
+    /// Opens a gate under the given name.
+    pub fn suspend_as(&self, name: StepName, event_type: &str, correlation_key: &str) -> Command {
+        let mut state = self.state();
+        let slot = state.new_slot();
+        let outcome = (|| {
+            let gate_id = state.step_id(name)?;
+            if state
+                .gates
+                .iter()
+                .any(|g| g.event_type == event_type && g.correlation_key == correlation_key)
+            {
+                return Err(StepError::DuplicateGate {
+                    event_type: event_type.to_owned(),
+                    correlation_key: correlation_key.to_owned(),
+                });
+            }
+            let attempted = Attempted::Suspend {
+                gate_id: &gate_id,
+                event_type,
+                correlation_key,
+            };
+            if state.replay(attempted, self.shared.execution_id.as_str()) {
+                if let Some(payload) = state.history.resumed.remove(&gate_id) {
+                    return Ok(Some(payload));
+                }
+            } else if state.divergence.is_some() {
+                return Err(StepError::Diverged);
+            } else {
+                state
+                    .out
+                    .push(Event::ExecutionSuspended(ExecutionSuspended {
+                        gate_id: gate_id.clone(),
+                        event_type: event_type.to_owned(),
+                        correlation_key: correlation_key.to_owned(),
+                    }));
+            }
+            state.gates.push(PendingGate {
+                gate_id,
+                event_type: event_type.to_owned(),
+                correlation_key: correlation_key.to_owned(),
+                slot,
+            });
+            Ok(None)
+        })();
+        match outcome {
+            Ok(Some(payload)) => state.fill(slot, Ok(payload)),
+            Ok(None) => {}
+            Err(err) => state.fill(slot, Err(err)),
+        }
+        drop(state);
+        Command {
+            shared: Arc::clone(&self.shared),
+            slot,
+        }
+    }
+
+    /// Reads a value from the world once and records it (ADR 0016); replay serves the
+    /// recorded value. The decision is `kind#n`.
+    pub fn decide<T: Serialize + DeserializeOwned>(
+        &self,
+        kind: &str,
+        make: impl FnOnce() -> T,
+    ) -> Result<T, StepError> {
+        let mut state = self.state();
+        let step_id = state.step_id(StepName::Counted(kind.to_owned()))?;
+        let attempted = Attempted::Decision {
+            step_id: &step_id,
+            kind,
+        };
+        if state.replay(attempted, self.shared.execution_id.as_str()) {
+            let index = state.cursor - 1;
+            if let Some((_, crate::runtime::history::Recorded::Decision { value, .. })) =
+                state.history.commands.get(index)
+            {
+                return value.decode().map_err(|err| StepError::Decode {
+                    step_id,
+                    detail: err.to_string(),
+                });
+            }
+        }
+        if state.divergence.is_some() {
+            return Err(StepError::Diverged);
+        }
+        let value = make();
+        let payload = Payload::encode(&value).map_err(|err| StepError::Encode(err.to_string()))?;
+        state.out.push(Event::DecisionRecorded(DecisionRecorded {
+            step_id,
+            kind: kind.to_owned(),
+            value: payload,
+        }));
+        Ok(value)
+    }
+
+    /// Wall-clock milliseconds since the Unix epoch, recorded.
+    pub fn now(&self) -> Result<u64, StepError> {
+        self.decide("now", || {
+            std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
+        })
+    }
+
+    /// A random `u64`, recorded.
+    pub fn random(&self) -> Result<u64, StepError> {
+        self.decide("random", random_u64)
+    }
+
+    /// A random UUID (version 4) string, recorded.
+    pub fn uuid(&self) -> Result<String, StepError> {
+        self.decide("uuid", || {
+            let (hi, lo) = (random_u64(), random_u64());
+            let hi = (hi & 0xffff_ffff_ffff_0fff) | 0x0000_0000_0000_4000;
+            let lo = (lo & 0x3fff_ffff_ffff_ffff) | 0x8000_0000_0000_0000;
+            format!(
+                "{:08x}-{:04x}-{:04x}-{:04x}-{:012x}",
+                hi >> 32,
+                (hi >> 16) & 0xffff,
+                hi & 0xffff,
+                lo >> 48,
+                lo & 0xffff_ffff_ffff
+            )
+        })
+    }
+
+    /// Records a `SURFACE_PATCH` on `surface_id`; `ops` is opaque to the kernel. The patch is
+    /// `surface:<surface_id>#n`.
+    pub fn emit_surface_patch(&self, surface_id: &str, ops: Payload) -> Result<(), StepError> {
+        let mut state = self.state();
+        let step_id = state.step_id(StepName::Counted(format!("surface:{surface_id}")))?;
+        let attempted = Attempted::Patch {
+            step_id: &step_id,
+            surface_id,
+            ops: &ops,
+        };
+        if state.replay(attempted, self.shared.execution_id.as_str()) {
+            return Ok(());
+        }
+        if state.divergence.is_some() {
+            return Err(StepError::Diverged);
+        }
+        state.out.push(Event::SurfacePatch(SurfacePatch {
+            step_id,
+            surface_id: surface_id.to_owned(),
+            ops,
+        }));
+        Ok(())
+    }
+}
+
+fn canonical<I: Serialize + ?Sized>(input: &I) -> Result<Payload, StepError> {
+    // Through a Value, whose maps are ordered, so the text (and its digest) does not depend
+    // on the iteration order of whatever map the caller serialized.
+    let value = serde_json::to_value(input).map_err(|err| StepError::Encode(err.to_string()))?;
+    Ok(Payload::from_value(&value))
+}
+
+fn random_u64() -> u64 {
+    use std::hash::{BuildHasher, Hasher};
+    // std seeds every RandomState from the OS; one hasher's output is a random word.
+    let mut hasher = std::collections::hash_map::RandomState::new().build_hasher();
+    hasher.write_u64(0x9e37_79b9_7f4a_7c15);
+    hasher.finish()
+}
+
+impl CtxState {
+    fn new_slot(&mut self) -> u64 {
+        let slot = self.next_slot;
+        self.next_slot += 1;
+        self.slots.insert(
+            slot,
+            Slot {
+                value: None,
+                waker: None,
+            },
+        );
+        slot
+    }
+
+    fn fill(&mut self, slot: u64, value: Result<Payload, StepError>) {
+        if let Some(slot) = self.slots.get_mut(&slot) {
+            slot.value = Some(value);
+            if let Some(waker) = slot.waker.take() {
+                waker.wake();
+            }
+        }
+    }
+
+    fn step_id(&mut self, name: StepName) -> Result<String, StepError> {
+        let id = match name {
+            StepName::Counted(name) => {
+                let n = self.counters.entry(name.clone()).or_insert(0);
+                *n += 1;
+                format!("{name}#{n}")
+            }
+            StepName::Explicit(id) => id,
+        };
+        if !self.used_ids.insert(id.clone()) {
+            return Err(StepError::DuplicateStepId(id));
+        }
+        Ok(id)
+    }
+
+    /// Matches a command against the history. True when it replays a recorded command; false
+    /// when the history is exhausted (the command is live) or the flow diverged (then
+    /// `divergence` is set).
+    fn replay(&mut self, attempted: Attempted<'_>, _execution: &str) -> bool {
+        if self.divergence.is_some() {
+            return false;
+        }
+        let Some((seq, recorded)) = self.history.commands.get(self.cursor) else {
+            return false;
+        };
+        if recorded.matches(&attempted) {
+            self.cursor += 1;
+            true
+        } else {
+            let (recorded, attempted) = recorded.describe_against(&attempted);
+            self.divergence = Some(NonDeterminism {
+                seq: *seq,
+                recorded,
+                attempted,
+            });
+            false
+        }
+    }
+
+    /// A replayed step: its recorded result, or, if it was running when the last worker
+    /// stopped, run again (idempotent) or parked in doubt (not idempotent).
+    fn replay_step(
+        &mut self,
+        shared: &Shared,
+        step_id: String,
+        effect: &str,
+        digest: String,
+        input: Payload,
+        slot: u64,
+    ) -> Option<Payload> {
+        match self.history.steps.remove(&step_id) {
+            Some(StepState::Done(Ok(output))) => Some(output),
+            Some(StepState::Done(Err(error))) => {
+                self.fill(slot, Err(StepError::Failed(error)));
+                None
+            }
+            Some(StepState::InDoubt { attempt }) => {
+                self.in_doubt.insert(
+                    step_id,
+                    RunningStep {
+                        effect: effect.to_owned(),
+                        input_digest: digest,
+                        input,
+                        attempt,
+                        slot,
+                    },
+                );
+                None
+            }
+            Some(StepState::InFlight { attempt: previous }) => {
+                match shared.effects.get(effect) {
+                    Some(handler) if handler.idempotent() => {
+                        // Run again with the same key. Its STEP_STARTED is already in the log, so
+                        // the log of a recovered run is the log of an uninterrupted one.
+                        let handler = Arc::clone(handler);
+                        let attempt = previous.saturating_add(1);
+                        self.start_step(
+                            shared, handler, step_id, effect, digest, input, attempt, slot,
+                        );
+                        self.out.pop();
+                    }
+                    _ => {
+                        self.out.push(Event::EffectInDoubt(EffectInDoubt {
+                            step_id: step_id.clone(),
+                            effect: effect.to_owned(),
+                            attempt: previous,
+                        }));
+                        self.in_doubt.insert(
+                            step_id,
+                            RunningStep {
+                                effect: effect.to_owned(),
+                                input_digest: digest,
+                                input,
+                                attempt: previous,
+                                slot,
+                            },
+                        );
+                    }
+                }
+                None
+            }
+            // A recorded command always has a step state; treat a missing one as never run.
+            None => match shared.effects.get(effect) {
+                Some(handler) => {
+                    let handler = Arc::clone(handler);
+                    self.start_step(shared, handler, step_id, effect, digest, input, 1, slot);
+                    None
+                }
+                None => {
+                    self.fill(
+                        slot,
+                        Err(StepError::Failed(ErrorInfo::new(
+                            "loom.unknown_effect",
+                            format!("no effect named '{effect}' is registered"),
+                        ))),
+                    );
+                    None
+                }
+            },
+        }
+    }
+
+    /// Records a step's start and queues its effect.
+    #[allow(clippy::too_many_arguments)]
+    fn start_step(
+        &mut self,
+        shared: &Shared,
+        handler: Arc<dyn Effect>,
+        step_id: String,
+        effect: &str,
+        digest: String,
+        input: Payload,
+        attempt: u32,
+        slot: u64,
+    ) {
+        self.out.push(Event::StepStarted(StepStarted {
+            step_id: step_id.clone(),
+            effect: effect.to_owned(),
+            input_digest: digest.clone(),
+            attempt,
+        }));
+        let call = EffectCall {
+            execution_id: shared.execution_id.clone(),
+            step_id: step_id.clone(),
+            effect: effect.to_owned(),
+            input: input.clone(),
+            attempt,
+            capabilities: shared.capabilities.clone(),
+            budget_remaining: shared
+                .budget
+                .map(|budget| budget.saturating_sub(self.budget_spent)),
+        };
+        let durable_before = !handler.idempotent();
+        self.dispatch.push(Dispatch {
+            effect: handler,
+            call,
+            durable_before,
+        });
+        self.running.insert(
+            step_id,
+            RunningStep {
+                effect: effect.to_owned(),
+                input_digest: digest,
+                input,
+                attempt,
+                slot,
+            },
+        );
+    }
+
+    /// The events and effects queued since the last call.
+    pub(crate) fn take_queued(&mut self) -> (Vec<Event>, Vec<Dispatch>) {
+        (
+            std::mem::take(&mut self.out),
+            std::mem::take(&mut self.dispatch),
+        )
+    }
+
+    /// An effect finished: record its outcome and hand it to the flow.
+    pub(crate) fn complete_step(&mut self, step_id: &str, outcome: EffectOutcome) {
+        let Some(step) = self.running.remove(step_id) else {
+            return;
+        };
+        self.budget_spent = self.budget_spent.saturating_add(outcome.cost);
+        let value = match outcome.result {
+            Ok(output) => {
+                self.out.push(Event::StepCompleted(StepCompleted {
+                    step_id: step_id.to_owned(),
+                    effect: step.effect,
+                    input_digest: step.input_digest,
+                    output: output.clone(),
+                    cost: outcome.cost,
+                }));
+                Ok(output)
+            }
+            Err(error) => {
+                self.out.push(Event::StepFailed(StepFailed {
+                    step_id: step_id.to_owned(),
+                    effect: step.effect,
+                    input_digest: step.input_digest,
+                    error: error.clone(),
+                    cost: outcome.cost,
+                }));
+                Err(StepError::Failed(error))
+            }
+        };
+        self.fill(step.slot, value);
+    }
+
+    /// A resume arrived: record it against the first pending gate it matches.
+    pub(crate) fn resume_gate(
+        &mut self,
+        event_type: &str,
+        correlation_key: &str,
+        payload: Payload,
+    ) -> Result<String, GateMiss> {
+        let index = self
+            .gates
+            .iter()
+            .position(|g| g.event_type == event_type && g.correlation_key == correlation_key)
+            .ok_or(GateMiss::NoPendingGate)?;
+        let gate = self.gates.remove(index);
+        self.out.push(Event::ExecutionResumed(ExecutionResumed {
+            gate_id: gate.gate_id.clone(),
+            event_type: gate.event_type,
+            correlation_key: gate.correlation_key,
+            payload: payload.clone(),
+        }));
+        self.fill(gate.slot, Ok(payload));
+        Ok(gate.gate_id)
+    }
+
+    /// An operator's verdict on a step in doubt.
+    pub(crate) fn resolve(
+        &mut self,
+        shared: &FlowCtx,
+        step_id: &str,
+        verdict: Verdict,
+        operator: Option<String>,
+    ) -> Result<(), VerdictMiss> {
+        let step = self
+            .in_doubt
+            .remove(step_id)
+            .ok_or(VerdictMiss::NotInDoubt)?;
+        self.out.push(Event::EffectResolved(EffectResolved {
+            step_id: step_id.to_owned(),
+            verdict: verdict.clone(),
+            operator,
+        }));
+        match verdict {
+            Verdict::Completed { output } => self.fill(step.slot, Ok(output)),
+            Verdict::Failed { error } => self.fill(step.slot, Err(StepError::Failed(error))),
+            Verdict::Retry => match shared.shared.effects.get(&step.effect) {
+                Some(handler) => {
+                    let handler = Arc::clone(handler);
+                    self.start_step(
+                        &shared.shared,
+                        handler,
+                        step_id.to_owned(),
+                        &step.effect,
+                        step.input_digest,
+                        step.input,
+                        step.attempt.saturating_add(1),
+                        step.slot,
+                    );
+                }
+                None => self.fill(
+                    step.slot,
+                    Err(StepError::Failed(ErrorInfo::new(
+                        "loom.unknown_effect",
+                        format!("no effect named '{}' is registered", step.effect),
+                    ))),
+                ),
+            },
+        }
+        Ok(())
+    }
+
+    /// Called when the flow returns or waits: recorded commands it did not issue again are a
+    /// divergence.
+    pub(crate) fn check_end(&mut self, attempted: Attempted<'_>) {
+        if self.divergence.is_some() {
+            return;
+        }
+        if let Some((seq, recorded)) = self.history.commands.get(self.cursor) {
+            self.divergence = Some(NonDeterminism {
+                seq: *seq,
+                recorded: recorded.to_string(),
+                attempted: attempted.to_string(),
+            });
+        }
+    }
+
+    pub(crate) fn divergence(&self) -> Option<&NonDeterminism> {
+        self.divergence.as_ref()
+    }
+}
+
+/// The future of one command: resolves with the step's output or the gate's payload.
+#[must_use = "a command does nothing for the flow unless awaited"]
+pub struct Command {
+    shared: Arc<Shared>,
+    slot: u64,
+}
+
+impl std::fmt::Debug for Command {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Command").field("slot", &self.slot).finish()
+    }
+}
+
+impl Future for Command {
+    type Output = Result<Payload, StepError>;
+
+    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
+        let mut state = self.shared.state.lock().unwrap_or_else(|p| p.into_inner());
+        let Some(slot) = state.slots.get_mut(&self.slot) else {
+            return Poll::Pending;
+        };
+        match slot.value.take() {
+            Some(value) => {
+                state.slots.remove(&self.slot);
+                Poll::Ready(value)
+            }
+            None => {
+                slot.waker = Some(cx.waker().clone());
+                Poll::Pending
+            }
+        }
+    }
+}
+
+impl Drop for Command {
+    fn drop(&mut self) {
+        let mut state = self.shared.state.lock().unwrap_or_else(|p| p.into_inner());
+        state.slots.remove(&self.slot);
+    }
+}

@@ -1,0 +1,32 @@
+//! Input digests: a stable fingerprint of a command's input, compared on replay.
+
+use crate::payload::Payload;
+
+/// The digest recorded with a step whose input is `input` (canonical JSON, as the context
+/// makes it: keys in order, compact).
+pub fn input_digest(input: &Payload) -> String {
+    digest_text(input.as_json())
+}
+
+/// FNV-1a (64 bit) of the canonical JSON text, as 16 hex digits. Not a security measure: it
+/// tells a changed input from the recorded one.
+pub(crate) fn digest_text(canonical_json: &str) -> String {
+    const OFFSET: u64 = 0xcbf2_9ce4_8422_2325;
+    const PRIME: u64 = 0x0000_0100_0000_01b3;
+    let hash = canonical_json.bytes().fold(OFFSET, |hash, byte| {
+        (hash ^ u64::from(byte)).wrapping_mul(PRIME)
+    });
+    format!("{hash:016x}")
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn stable_and_sensitive() {
+        assert_eq!(super::digest_text(""), "cbf29ce484222325");
+        assert_ne!(
+            super::digest_text("{\"a\":1}"),
+            super::digest_text("{\"a\":2}")
+        );
+    }
+}

@@ -1,0 +1,511 @@
+//! The driver: one task per active execution, the only writer of its log in this process.
+//!
+//! It replays the flow against the recorded history, then keeps polling it live:
+//! 1. poll the flow; the commands it issued queue events and effects;
+//! 2. start idempotent effects at once, and hold non-idempotent ones until their
+//!    `STEP_STARTED` is durable (K9);
+//! 3. append what is queued, one append in flight at a time, so everything that piles up while
+//!    the disk is busy goes out in the next append;
+//! 4. wait for an append, an effect, a message (resume, verdict, cancel) or the flow's waker.
+//!
+//! Idempotent effects may run before the events that led to them are durable: after a crash
+//! they are simply run again with the same idempotency key. Anything a caller or an operator
+//! can observe (a resume accepted, a verdict, the end of the execution, parking) waits until
+//! the events behind it are durable. See `docs/adr/0003-durability-barriers.md`.
+
+use std::sync::Arc;
+use std::task::{Context, Poll, Wake, Waker};
+
+use futures::FutureExt;
+use futures::future::BoxFuture;
+use futures::stream::{FuturesUnordered, StreamExt};
+use tokio::sync::{Notify, mpsc, oneshot};
+
+use crate::envelope::EventEnvelope;
+use crate::event::*;
+use crate::fold::ExecutionState;
+use crate::id::ExecutionId;
+use crate::payload::Payload;
+use crate::runtime::ctx::{Dispatch, FlowCtx, GateMiss, VerdictMiss};
+use crate::runtime::effect::EffectOutcome;
+use crate::runtime::flow::FlowError;
+use crate::runtime::history::{Attempted, History, NonDeterminism};
+use crate::runtime::{CancelError, Inner, ResolveError, ResumeError};
+use crate::store::{AppendError, EventStore, EventStoreExt, FoldStoredError};
+
+/// What the runtime asks of an execution's driver.
+pub(crate) enum DriverMsg {
+    Resume {
+        event_type: String,
+        correlation_key: String,
+        payload: Payload,
+        reply: oneshot::Sender<Result<(), ResumeError>>,
+    },
+    Resolve {
+        step_id: String,
+        verdict: Verdict,
+        operator: Option<String>,
+        reply: oneshot::Sender<Result<(), ResolveError>>,
+    },
+    Cancel {
+        reason: Option<String>,
+        reply: oneshot::Sender<Result<(), CancelError>>,
+    },
+}
+
+/// Why a driver stopped without finishing its work.
+#[derive(Debug, Clone, thiserror::Error)]
+#[non_exhaustive]
+pub enum DriveError {
+    #[error("non-determinism in execution {execution}: {source}")]
+    NonDeterminism {
+        execution: ExecutionId,
+        #[source]
+        source: NonDeterminism,
+    },
+    #[error("execution {execution} runs flow '{flow}' version {version}, which is not registered")]
+    UnknownFlow {
+        execution: ExecutionId,
+        flow: String,
+        version: u32,
+    },
+    #[error("cannot read or fold execution {execution}: {detail}")]
+    Log {
+        execution: ExecutionId,
+        detail: String,
+    },
+    #[error("cannot append to execution {execution}: {detail}")]
+    Append {
+        execution: ExecutionId,
+        detail: String,
+    },
+}
+
+/// How a driver ended.
+pub(crate) enum Exit {
+    /// The execution has ended (now or before).
+    Ended,
+    /// The flow waits for resumes or verdicts only.
+    Parked,
+    /// The log does not exist.
+    Unknown,
+}
+
+/// Wakes the driver when something the flow awaits (other than a command) is ready.
+struct FlowWaker(Notify);
+
+impl Wake for FlowWaker {
+    fn wake(self: Arc<Self>) {
+        self.0.notify_one();
+    }
+    fn wake_by_ref(self: &Arc<Self>) {
+        self.0.notify_one();
+    }
+}
+
+enum Reply {
+    Resume(oneshot::Sender<Result<(), ResumeError>>),
+    Resolve(oneshot::Sender<Result<(), ResolveError>>),
+    Cancel(oneshot::Sender<Result<(), CancelError>>),
+}
+
+impl Reply {
+    fn ok(self) {
+        match self {
+            Reply::Resume(reply) => drop(reply.send(Ok(()))),
+            Reply::Resolve(reply) => drop(reply.send(Ok(()))),
+            Reply::Cancel(reply) => drop(reply.send(Ok(()))),
+        }
+    }
+
+    fn fail(self, execution: &ExecutionId, detail: &str) {
+        let execution = execution.clone();
+        let detail = detail.to_owned();
+        match self {
+            Reply::Resume(reply) => {
+                drop(reply.send(Err(ResumeError::Driver { execution, detail })))
+            }
+            Reply::Resolve(reply) => {
+                drop(reply.send(Err(ResolveError::Driver { execution, detail })))
+            }
+            Reply::Cancel(reply) => {
+                drop(reply.send(Err(CancelError::Driver { execution, detail })))
+            }
+        }
+    }
+}
+
+type Append = BoxFuture<'static, Result<(u64, Vec<Event>), AppendError>>;
+
+/// Drives one execution until it ends, parks, or fails. Every message received is answered.
+pub(crate) async fn drive<S: EventStore>(
+    inner: Arc<Inner<S>>,
+    execution: ExecutionId,
+    messages: &mut mpsc::UnboundedReceiver<DriverMsg>,
+) -> Result<Exit, DriveError> {
+    let log = inner
+        .store
+        .read_all(&execution)
+        .await
+        .map_err(|err| DriveError::Log {
+            execution: execution.clone(),
+            detail: err.to_string(),
+        })?;
+    if log.is_empty() {
+        return Ok(Exit::Unknown);
+    }
+    let state = ExecutionState::fold(&log).map_err(|err| DriveError::Log {
+        execution: execution.clone(),
+        detail: FoldStoredError::from(err).to_string(),
+    })?;
+    if state.status().is_terminal() {
+        return Ok(Exit::Ended);
+    }
+    let Some(Event::ExecutionStarted(started)) = log.first().map(|e| &e.event) else {
+        return Err(DriveError::Log {
+            execution: execution.clone(),
+            detail: "the first event is not EXECUTION_STARTED".into(),
+        });
+    };
+    let started = started.clone();
+    let flow = inner
+        .flows
+        .get(&(started.flow.clone(), started.flow_version))
+        .cloned()
+        .ok_or_else(|| DriveError::UnknownFlow {
+            execution: execution.clone(),
+            flow: started.flow.clone(),
+            version: started.flow_version,
+        })?;
+    let history = History::from_log(&log);
+    let mut durable_head = log.len() as u64;
+    drop(log);
+
+    let ctx = FlowCtx::new(
+        execution.clone(),
+        Arc::clone(&inner.effects),
+        &started,
+        history,
+    );
+    let mut flow_future = flow.run(ctx.clone(), started.input.clone());
+    let flow_waker = Arc::new(FlowWaker(Notify::new()));
+    let waker = Waker::from(Arc::clone(&flow_waker));
+
+    let mut running: FuturesUnordered<BoxFuture<'static, (String, EffectOutcome)>> =
+        FuturesUnordered::new();
+    let mut held: Vec<(u64, Dispatch)> = Vec::new();
+    let mut queued: Vec<Event> = Vec::new();
+    let mut queued_replies: Vec<Reply> = Vec::new();
+    // The append in flight, the replies that wait for it, and how many events it carries.
+    let mut appending: Option<(Append, Vec<Reply>, u64)> = None;
+    let mut flow_result: Option<Result<Payload, FlowError>> = None;
+    let mut ended = false;
+    let mut poll_flow = true;
+
+    let fail_all = |replies: &mut Vec<Reply>, detail: &str| {
+        for reply in replies.drain(..) {
+            reply.fail(&execution, detail);
+        }
+    };
+
+    loop {
+        if poll_flow && flow_result.is_none() && !ended {
+            poll_flow = false;
+            if let Poll::Ready(result) = flow_future.as_mut().poll(&mut Context::from_waker(&waker))
+            {
+                ctx.state().check_end(Attempted::Complete);
+                flow_result = Some(result);
+            }
+        }
+
+        // Take what the flow queued; stop at the first sign of divergence.
+        {
+            let mut state = ctx.state();
+            if let Some(divergence) = state.divergence().cloned() {
+                drop(state);
+                let error = DriveError::NonDeterminism {
+                    execution: execution.clone(),
+                    source: divergence,
+                };
+                fail_all(&mut queued_replies, &error.to_string());
+                return Err(error);
+            }
+            let (events, dispatches) = state.take_queued();
+            drop(state);
+            queued.extend(events);
+            // A held effect may start once everything queued so far is durable.
+            let durable_at = durable_head
+                + appending.as_ref().map_or(0, |(_, _, len)| *len)
+                + queued.len() as u64;
+            for dispatch in dispatches {
+                if dispatch.durable_before {
+                    held.push((durable_at, dispatch));
+                } else {
+                    running.push(invoke(dispatch));
+                }
+            }
+        }
+
+        if let Some(result) = flow_result.take().filter(|_| !ended) {
+            let event = match result {
+                Ok(output) => Event::ExecutionCompleted(ExecutionCompleted { output }),
+                Err(error) => Event::ExecutionFailed(ExecutionFailed {
+                    error: error.into(),
+                }),
+            };
+            queued.push(event);
+            ended = true;
+            running = FuturesUnordered::new();
+            held.clear();
+        }
+
+        // Effects that are already done go back to the flow before anything is appended, so
+        // a quick effect and what the flow does next share one append.
+        if !ended {
+            while let Some(Some((step_id, outcome))) = running.next().now_or_never() {
+                ctx.state().complete_step(&step_id, outcome);
+                poll_flow = true;
+            }
+            if poll_flow {
+                continue;
+            }
+        }
+
+        if appending.is_none() && !queued.is_empty() {
+            let events = std::mem::take(&mut queued);
+            let replies = std::mem::take(&mut queued_replies);
+            let len = events.len() as u64;
+            let store = Arc::clone(&inner.store);
+            let id = execution.clone();
+            let expected = durable_head;
+            let append: Append = Box::pin(async move {
+                let head = store.append(&id, expected, &events).await?;
+                Ok((head, events))
+            });
+            appending = Some((append, replies, len));
+        }
+
+        if appending.is_none() && queued.is_empty() {
+            for reply in queued_replies.drain(..) {
+                reply.ok();
+            }
+            if ended {
+                if inner.try_release(&execution, messages) {
+                    return Ok(Exit::Ended);
+                }
+            } else if running.is_empty() && held.is_empty() {
+                // Parking with recorded commands left unmatched means the flow now waits
+                // where it used to go on.
+                let divergence = {
+                    let mut state = ctx.state();
+                    state.check_end(Attempted::Wait);
+                    state.divergence().cloned()
+                };
+                if let Some(divergence) = divergence {
+                    return Err(DriveError::NonDeterminism {
+                        execution: execution.clone(),
+                        source: divergence,
+                    });
+                }
+                if inner.try_release(&execution, messages) {
+                    return Ok(Exit::Parked);
+                }
+            }
+        }
+
+        let appended = async {
+            match appending.as_mut() {
+                Some((append, _, _)) => append.await,
+                None => std::future::pending().await,
+            }
+        };
+        let effect_done = async {
+            if running.is_empty() {
+                std::future::pending().await
+            } else {
+                running.next().await
+            }
+        };
+        tokio::select! {
+            result = appended => {
+                let mut replies = appending.take().map(|(_, replies, _)| replies).unwrap_or_default();
+                match result {
+                    Ok((head, events)) => {
+                        publish(&inner, &execution, durable_head, &events);
+                        durable_head = head;
+                        for reply in replies {
+                            reply.ok();
+                        }
+                        let (ready, waiting): (Vec<_>, Vec<_>) =
+                            held.drain(..).partition(|(at, _)| *at <= durable_head);
+                        held = waiting;
+                        for (_, dispatch) in ready {
+                            running.push(invoke(dispatch));
+                        }
+                    }
+                    Err(err) => {
+                        let error = DriveError::Append {
+                            execution: execution.clone(),
+                            detail: err.to_string(),
+                        };
+                        fail_all(&mut replies, &error.to_string());
+                        fail_all(&mut queued_replies, &error.to_string());
+                        return Err(error);
+                    }
+                }
+            }
+            Some((step_id, outcome)) = effect_done => {
+                ctx.state().complete_step(&step_id, outcome);
+                poll_flow = true;
+            }
+            message = messages.recv() => {
+                let Some(message) = message else {
+                    // The runtime is gone; nothing can be answered any more.
+                    return Ok(Exit::Parked);
+                };
+                if ended {
+                    refuse_ended(&execution, message);
+                    continue;
+                }
+                handle(&ctx, &execution, message, &mut queued_replies, &mut queued, &mut ended);
+                if ended {
+                    running = FuturesUnordered::new();
+                    held.clear();
+                }
+                poll_flow = true;
+            }
+            () = flow_waker.0.notified() => {
+                poll_flow = true;
+            }
+        }
+    }
+}
+
+fn invoke(dispatch: Dispatch) -> BoxFuture<'static, (String, EffectOutcome)> {
+    let step_id = dispatch.call.step_id.clone();
+    let span = tracing::debug_span!(
+        "step",
+        step = %step_id,
+        effect = %dispatch.call.effect,
+        attempt = dispatch.call.attempt
+    );
+    let running = dispatch.effect.invoke(dispatch.call);
+    Box::pin(tracing::Instrument::instrument(
+        async move { (step_id, running.await) },
+        span,
+    ))
+}
+
+fn publish<S: EventStore>(inner: &Inner<S>, execution: &ExecutionId, first: u64, events: &[Event]) {
+    if inner.projections.is_empty() {
+        return;
+    }
+    for (seq, event) in (first..).zip(events) {
+        let envelope = EventEnvelope {
+            execution_id: execution.clone(),
+            seq,
+            schema: EVENT_SCHEMA,
+            recorded_at_ms: None,
+            event: event.clone(),
+        };
+        for projection in inner.projections.iter() {
+            projection.apply(&envelope);
+        }
+    }
+}
+
+fn handle(
+    ctx: &FlowCtx,
+    execution: &ExecutionId,
+    message: DriverMsg,
+    replies: &mut Vec<Reply>,
+    queued: &mut Vec<Event>,
+    ended: &mut bool,
+) {
+    match message {
+        DriverMsg::Resume {
+            event_type,
+            correlation_key,
+            payload,
+            reply,
+        } => match ctx
+            .state()
+            .resume_gate(&event_type, &correlation_key, payload)
+        {
+            Ok(_) => replies.push(Reply::Resume(reply)),
+            Err(GateMiss::NoPendingGate) => {
+                let _ = reply.send(Err(ResumeError::NoPendingGate {
+                    execution: execution.clone(),
+                    event_type,
+                    correlation_key,
+                }));
+            }
+        },
+        DriverMsg::Resolve {
+            step_id,
+            verdict,
+            operator,
+            reply,
+        } => match ctx.state().resolve(ctx, &step_id, verdict, operator) {
+            Ok(()) => replies.push(Reply::Resolve(reply)),
+            Err(VerdictMiss::NotInDoubt) => {
+                let _ = reply.send(Err(ResolveError::NotInDoubt {
+                    execution: execution.clone(),
+                    step_id,
+                }));
+            }
+        },
+        DriverMsg::Cancel { reason, reply } => {
+            queued.push(Event::ExecutionCancelled(ExecutionCancelled { reason }));
+            *ended = true;
+            replies.push(Reply::Cancel(reply));
+        }
+    }
+}
+
+/// Answers a message for an execution that has ended.
+pub(crate) fn refuse_ended(execution: &ExecutionId, message: DriverMsg) {
+    let execution = execution.clone();
+    match message {
+        DriverMsg::Resume {
+            event_type,
+            correlation_key,
+            reply,
+            ..
+        } => drop(reply.send(Err(ResumeError::NoPendingGate {
+            execution,
+            event_type,
+            correlation_key,
+        }))),
+        DriverMsg::Resolve { step_id, reply, .. } => {
+            drop(reply.send(Err(ResolveError::NotInDoubt { execution, step_id })))
+        }
+        DriverMsg::Cancel { reply, .. } => drop(reply.send(Err(CancelError::Ended { execution }))),
+    }
+}
+
+/// Answers a message for an execution whose log does not exist.
+pub(crate) fn refuse_unknown(execution: &ExecutionId, message: DriverMsg) {
+    let execution = execution.clone();
+    match message {
+        DriverMsg::Resume { reply, .. } => {
+            drop(reply.send(Err(ResumeError::UnknownExecution { execution })))
+        }
+        DriverMsg::Resolve { reply, .. } => {
+            drop(reply.send(Err(ResolveError::UnknownExecution { execution })))
+        }
+        DriverMsg::Cancel { reply, .. } => {
+            drop(reply.send(Err(CancelError::UnknownExecution { execution })))
+        }
+    }
+}
+
+/// Answers a message after the driver failed.
+pub(crate) fn refuse_failed(execution: &ExecutionId, message: DriverMsg, detail: &str) {
+    let reply = match message {
+        DriverMsg::Resume { reply, .. } => Reply::Resume(reply),
+        DriverMsg::Resolve { reply, .. } => Reply::Resolve(reply),
+        DriverMsg::Cancel { reply, .. } => Reply::Cancel(reply),
+    };
+    reply.fail(execution, detail);
+}

@@ -1,0 +1,129 @@
+//! Flows: async functions of a context and an input, registered by name and version.
+
+use std::future::Future;
+use std::marker::PhantomData;
+
+use futures::future::BoxFuture;
+use serde::Serialize;
+use serde::de::DeserializeOwned;
+
+use crate::event::ErrorInfo;
+use crate::payload::Payload;
+use crate::runtime::ctx::{FlowCtx, StepError};
+
+/// Why a flow failed. Recorded as `EXECUTION_FAILED` with its code and message.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{code}: {message}")]
+pub struct FlowError {
+    pub code: String,
+    pub message: String,
+}
+
+impl FlowError {
+    pub fn new(code: impl Into<String>, message: impl Into<String>) -> Self {
+        Self {
+            code: code.into(),
+            message: message.into(),
+        }
+    }
+}
+
+impl From<FlowError> for ErrorInfo {
+    fn from(error: FlowError) -> Self {
+        ErrorInfo::new(error.code, error.message)
+    }
+}
+
+impl From<StepError> for FlowError {
+    fn from(error: StepError) -> Self {
+        match error {
+            StepError::Failed(info) => FlowError::new(info.code, info.message),
+            other => FlowError::new("loom.step", other.to_string()),
+        }
+    }
+}
+
+impl From<serde_json::Error> for FlowError {
+    fn from(error: serde_json::Error) -> Self {
+        FlowError::new("loom.serde", error.to_string())
+    }
+}
+
+/// A registered flow, with its input and output erased to JSON.
+pub trait Flow: Send + Sync + 'static {
+    fn name(&self) -> &str;
+    fn version(&self) -> u32;
+    fn run(&self, ctx: FlowCtx, input: Payload) -> BoxFuture<'static, Result<Payload, FlowError>>;
+}
+
+/// A [`Flow`] from an async function with typed input and output.
+///
+/// ```
+/// use loom_kernel::runtime::{FlowCtx, FlowError, flow_fn};
+///
+/// async fn greet(_ctx: FlowCtx, name: String) -> Result<String, FlowError> {
+///     Ok(format!("hello, {name}"))
+/// }
+/// let flow = flow_fn("greet", 1, greet);
+/// # let _ = flow;
+/// ```
+pub fn flow_fn<I, O, F, Fut>(name: impl Into<String>, version: u32, run: F) -> FnFlow<I, O, F>
+where
+    I: DeserializeOwned + Send + 'static,
+    O: Serialize + Send + 'static,
+    F: Fn(FlowCtx, I) -> Fut + Send + Sync + 'static,
+    Fut: Future<Output = Result<O, FlowError>> + Send + 'static,
+{
+    FnFlow {
+        name: name.into(),
+        version,
+        run,
+        types: PhantomData,
+    }
+}
+
+/// See [`flow_fn`].
+pub struct FnFlow<I, O, F> {
+    name: String,
+    version: u32,
+    run: F,
+    types: PhantomData<fn(I) -> O>,
+}
+
+impl<I, O, F> std::fmt::Debug for FnFlow<I, O, F> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("FnFlow")
+            .field("name", &self.name)
+            .field("version", &self.version)
+            .finish()
+    }
+}
+
+impl<I, O, F, Fut> Flow for FnFlow<I, O, F>
+where
+    I: DeserializeOwned + Send + 'static,
+    O: Serialize + Send + 'static,
+    F: Fn(FlowCtx, I) -> Fut + Send + Sync + 'static,
+    Fut: Future<Output = Result<O, FlowError>> + Send + 'static,
+{
+    fn name(&self) -> &str {
+        &self.name
+    }
+
+    fn version(&self) -> u32 {
+        self.version
+    }
+
+    fn run(&self, ctx: FlowCtx, input: Payload) -> BoxFuture<'static, Result<Payload, FlowError>> {
+        let input = input.decode::<I>();
+        let running = input.map(|input| (self.run)(ctx, input));
+        Box::pin(async move {
+            let output = running
+                .map_err(|err| {
+                    FlowError::new("loom.input", format!("flow input does not decode: {err}"))
+                })?
+                .await?;
+            Ok(Payload::encode(&output)?)
+        })
+    }
+}

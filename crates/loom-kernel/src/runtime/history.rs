@@ -1,0 +1,347 @@
+//! What a recorded log says to a replaying flow: the commands it issued, in order, and the
+//! results that came back.
+//!
+//! A *command* is what the flow itself did: a step's first event (`STEP_STARTED`, or its
+//! outcome when it was refused before it started), a decision, a gate opened, a surface patch.
+//! Everything else is an *input* the world sent back: step outcomes, doubts and verdicts,
+//! resumes. On replay the k-th command the flow issues must match the k-th recorded command;
+//! inputs are looked up by step or gate id, so concurrent steps may finish in any order.
+
+use std::collections::HashMap;
+use std::fmt;
+
+use crate::envelope::EventEnvelope;
+use crate::event::{ErrorInfo, Event, Verdict};
+use crate::payload::Payload;
+
+/// A command as recorded.
+#[derive(Debug, Clone)]
+pub(crate) enum Recorded {
+    Step {
+        step_id: String,
+        effect: String,
+        input_digest: String,
+        first_event: &'static str,
+    },
+    Decision {
+        step_id: String,
+        kind: String,
+        value: Payload,
+    },
+    Suspend {
+        gate_id: String,
+        event_type: String,
+        correlation_key: String,
+    },
+    Patch {
+        step_id: String,
+        surface_id: String,
+        ops: Payload,
+    },
+}
+
+/// A command as the flow issues it now, for matching and for error messages.
+#[derive(Debug, Clone)]
+pub(crate) enum Attempted<'a> {
+    Step {
+        step_id: &'a str,
+        effect: &'a str,
+        input_digest: &'a str,
+    },
+    Decision {
+        step_id: &'a str,
+        kind: &'a str,
+    },
+    Suspend {
+        gate_id: &'a str,
+        event_type: &'a str,
+        correlation_key: &'a str,
+    },
+    Patch {
+        step_id: &'a str,
+        surface_id: &'a str,
+        ops: &'a Payload,
+    },
+    /// The flow returned.
+    Complete,
+    /// The flow waits and issues nothing more.
+    Wait,
+}
+
+impl fmt::Display for Recorded {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Recorded::Step {
+                step_id,
+                effect,
+                first_event,
+                ..
+            } => write!(f, "{first_event} step '{step_id}' (effect {effect})"),
+            Recorded::Decision { step_id, kind, .. } => {
+                write!(f, "DECISION_RECORDED '{step_id}' ({kind})")
+            }
+            Recorded::Suspend {
+                gate_id,
+                event_type,
+                correlation_key,
+            } => write!(
+                f,
+                "EXECUTION_SUSPENDED gate '{gate_id}' ({event_type}, key '{correlation_key}')"
+            ),
+            Recorded::Patch {
+                step_id,
+                surface_id,
+                ..
+            } => write!(f, "SURFACE_PATCH '{step_id}' on surface '{surface_id}'"),
+        }
+    }
+}
+
+impl fmt::Display for Attempted<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Attempted::Step {
+                step_id, effect, ..
+            } => write!(f, "calls effect '{effect}' as step '{step_id}'"),
+            Attempted::Decision { step_id, kind } => {
+                write!(f, "records decision '{step_id}' ({kind})")
+            }
+            Attempted::Suspend {
+                gate_id,
+                event_type,
+                correlation_key,
+            } => write!(
+                f,
+                "opens gate '{gate_id}' ({event_type}, key '{correlation_key}')"
+            ),
+            Attempted::Patch {
+                step_id,
+                surface_id,
+                ..
+            } => write!(f, "patches surface '{surface_id}' as '{step_id}'"),
+            Attempted::Complete => f.write_str("returns"),
+            Attempted::Wait => f.write_str("waits without issuing it"),
+        }
+    }
+}
+
+impl Recorded {
+    /// Both sides of a mismatch, in words; when only the input changed, with the digests.
+    pub(crate) fn describe_against(&self, attempted: &Attempted<'_>) -> (String, String) {
+        match (self, attempted) {
+            (
+                Recorded::Step {
+                    step_id,
+                    effect,
+                    input_digest,
+                    ..
+                },
+                Attempted::Step {
+                    step_id: s,
+                    effect: e,
+                    input_digest: d,
+                },
+            ) if step_id == s && effect == e => (
+                format!("{self} with input digest {input_digest}"),
+                format!("{attempted} with input digest {d}"),
+            ),
+            _ => (self.to_string(), attempted.to_string()),
+        }
+    }
+
+    /// Whether `attempted` is the same command. Differences in input show as a digest change.
+    pub(crate) fn matches(&self, attempted: &Attempted<'_>) -> bool {
+        match (self, attempted) {
+            (
+                Recorded::Step {
+                    step_id,
+                    effect,
+                    input_digest,
+                    ..
+                },
+                Attempted::Step {
+                    step_id: s,
+                    effect: e,
+                    input_digest: d,
+                },
+            ) => step_id == s && effect == e && input_digest == d,
+            (
+                Recorded::Decision { step_id, kind, .. },
+                Attempted::Decision {
+                    step_id: s,
+                    kind: k,
+                },
+            ) => step_id == s && kind == k,
+            (
+                Recorded::Suspend {
+                    gate_id,
+                    event_type,
+                    correlation_key,
+                },
+                Attempted::Suspend {
+                    gate_id: g,
+                    event_type: t,
+                    correlation_key: k,
+                },
+            ) => gate_id == g && event_type == t && correlation_key == k,
+            (
+                Recorded::Patch {
+                    step_id,
+                    surface_id,
+                    ops,
+                },
+                Attempted::Patch {
+                    step_id: s,
+                    surface_id: i,
+                    ops: o,
+                },
+            ) => step_id == s && surface_id == i && ops == *o,
+            _ => false,
+        }
+    }
+}
+
+/// Where a recorded step stands.
+#[derive(Debug, Clone)]
+pub(crate) enum StepState {
+    /// Started, no outcome: it was running when the last worker stopped.
+    InFlight {
+        attempt: u32,
+    },
+    /// Parked for an operator's verdict.
+    InDoubt {
+        attempt: u32,
+    },
+    Done(Result<Payload, ErrorInfo>),
+}
+
+/// The recorded history of one execution, ready for replay.
+#[derive(Debug, Default)]
+pub(crate) struct History {
+    pub(crate) commands: Vec<(u64, Recorded)>,
+    pub(crate) steps: HashMap<String, StepState>,
+    pub(crate) resumed: HashMap<String, Payload>,
+    pub(crate) budget_spent: u64,
+}
+
+impl History {
+    /// Builds the history from a whole log (already validated by the fold).
+    pub(crate) fn from_log(log: &[EventEnvelope]) -> Self {
+        let mut history = History::default();
+        for envelope in log {
+            history.record(envelope.seq, &envelope.event);
+        }
+        history
+    }
+
+    fn record(&mut self, seq: u64, event: &Event) {
+        match event {
+            Event::StepStarted(e) => {
+                if !self.steps.contains_key(&e.step_id) {
+                    self.push_step(seq, &e.step_id, &e.effect, &e.input_digest, "STEP_STARTED");
+                }
+                self.steps.insert(
+                    e.step_id.clone(),
+                    StepState::InFlight { attempt: e.attempt },
+                );
+            }
+            Event::StepCompleted(e) => {
+                if !self.steps.contains_key(&e.step_id) {
+                    self.push_step(
+                        seq,
+                        &e.step_id,
+                        &e.effect,
+                        &e.input_digest,
+                        "STEP_COMPLETED",
+                    );
+                }
+                self.budget_spent = self.budget_spent.saturating_add(e.cost);
+                self.steps
+                    .insert(e.step_id.clone(), StepState::Done(Ok(e.output.clone())));
+            }
+            Event::StepFailed(e) => {
+                if !self.steps.contains_key(&e.step_id) {
+                    self.push_step(seq, &e.step_id, &e.effect, &e.input_digest, "STEP_FAILED");
+                }
+                self.budget_spent = self.budget_spent.saturating_add(e.cost);
+                self.steps
+                    .insert(e.step_id.clone(), StepState::Done(Err(e.error.clone())));
+            }
+            Event::EffectInDoubt(e) => {
+                self.steps
+                    .insert(e.step_id.clone(), StepState::InDoubt { attempt: e.attempt });
+            }
+            Event::EffectResolved(e) => {
+                let state = match (&e.verdict, self.steps.get(&e.step_id)) {
+                    (Verdict::Retry, Some(StepState::InDoubt { attempt })) => {
+                        StepState::InFlight { attempt: *attempt }
+                    }
+                    (Verdict::Retry, _) => StepState::InFlight { attempt: 1 },
+                    (Verdict::Completed { output }, _) => StepState::Done(Ok(output.clone())),
+                    (Verdict::Failed { error }, _) => StepState::Done(Err(error.clone())),
+                };
+                self.steps.insert(e.step_id.clone(), state);
+            }
+            Event::DecisionRecorded(e) => self.commands.push((
+                seq,
+                Recorded::Decision {
+                    step_id: e.step_id.clone(),
+                    kind: e.kind.clone(),
+                    value: e.value.clone(),
+                },
+            )),
+            Event::ExecutionSuspended(e) => self.commands.push((
+                seq,
+                Recorded::Suspend {
+                    gate_id: e.gate_id.clone(),
+                    event_type: e.event_type.clone(),
+                    correlation_key: e.correlation_key.clone(),
+                },
+            )),
+            Event::ExecutionResumed(e) => {
+                self.resumed.insert(e.gate_id.clone(), e.payload.clone());
+            }
+            Event::SurfacePatch(e) => self.commands.push((
+                seq,
+                Recorded::Patch {
+                    step_id: e.step_id.clone(),
+                    surface_id: e.surface_id.clone(),
+                    ops: e.ops.clone(),
+                },
+            )),
+            Event::ExecutionStarted(_)
+            | Event::ExecutionCompleted(_)
+            | Event::ExecutionFailed(_)
+            | Event::ExecutionCancelled(_) => {}
+        }
+    }
+
+    fn push_step(
+        &mut self,
+        seq: u64,
+        step_id: &str,
+        effect: &str,
+        input_digest: &str,
+        first_event: &'static str,
+    ) {
+        self.commands.push((
+            seq,
+            Recorded::Step {
+                step_id: step_id.to_owned(),
+                effect: effect.to_owned(),
+                input_digest: input_digest.to_owned(),
+                first_event,
+            },
+        ));
+    }
+}
+
+/// A replayed flow issued something other than what the log recorded.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("at seq {seq}: recorded {recorded}; the flow now {attempted}")]
+pub struct NonDeterminism {
+    /// The seq of the recorded command that was not matched.
+    pub seq: u64,
+    pub recorded: String,
+    pub attempted: String,
+}

@@ -1,0 +1,684 @@
+//! The runtime: starts flows, drives them live, replays them after a crash, resumes their
+//! gates, and stops them.
+//!
+//! One driver task per active execution is its only writer in this process (`driver.rs`);
+//! several processes on one store are fenced by the store's expected-seq check. A driver
+//! exits when its execution ends or parks (waits only for resumes or verdicts); a resume,
+//! verdict or cancel starts a new one, which replays the log first.
+//!
+//! # Resumes that arrive early
+//! A resume is matched against the gates the flow has opened *so far*; one that matches no
+//! pending gate is refused with [`ResumeError::NoPendingGate`] and nothing is recorded. Loom
+//! does not buffer early resumes: a buffer that is not in the log would be lost in a crash, and
+//! one in the log would be an event the kernel does not have. A sender that can race its own
+//! gate should retry; see `docs/adr/0004-early-resumes-are-refused.md`.
+
+mod ctx;
+mod digest;
+mod driver;
+mod effect;
+mod flow;
+mod history;
+mod plugin;
+
+use std::collections::{BTreeMap, HashMap};
+use std::sync::{Arc, Mutex};
+
+use serde::Serialize;
+use tokio::sync::{mpsc, oneshot, watch};
+use tracing::Instrument;
+
+pub use ctx::{Command, FlowCtx, StepError, StepName};
+pub use digest::input_digest;
+pub use driver::DriveError;
+pub use effect::{Effect, EffectCall, EffectOutcome, FnEffect};
+pub use flow::{Flow, FlowError, FnFlow, flow_fn};
+pub use history::NonDeterminism;
+pub use plugin::{AbiRange, Contributions, Inbound, InboundHandler, Plugin, Projection};
+
+use crate::event::{Event, ExecutionStarted, Verdict};
+use crate::fold::ExecutionState;
+use crate::id::ExecutionId;
+use crate::payload::Payload;
+use crate::store::{AppendError, EventStore, EventStoreExt, FoldStoredError, ReadError};
+use driver::{DriverMsg, Exit};
+
+/// Decides who may resume which gate (K12.2). Consulted before anything is recorded.
+pub trait ResumeAuthenticator: Send + Sync + 'static {
+    /// `Err(reason)` refuses the resume.
+    fn authorize(&self, request: &ResumeRequest<'_>) -> Result<(), String>;
+}
+
+/// A resume as the authenticator sees it.
+#[derive(Debug, Clone, Copy)]
+pub struct ResumeRequest<'a> {
+    pub execution: &'a ExecutionId,
+    pub event_type: &'a str,
+    pub correlation_key: &'a str,
+    pub payload: &'a Payload,
+}
+
+/// Why a runtime could not be composed.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum CompositionError {
+    #[error("plugin '{plugin}' needs kernel ABI {requires}, but this kernel is {kernel}")]
+    AbiMismatch {
+        plugin: String,
+        requires: String,
+        kernel: String,
+    },
+    #[error("effect '{0}' is registered twice")]
+    DuplicateEffect(String),
+    #[error("flow '{name}' version {version} is registered twice")]
+    DuplicateFlow { name: String, version: u32 },
+    #[error("inbound handler '{0}' is registered twice")]
+    DuplicateInbound(String),
+}
+
+/// Why `start` did not start an execution.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum StartError {
+    #[error("no flow named '{0}' is registered")]
+    UnknownFlow(String),
+    #[error("flow '{name}' has no version {version}")]
+    UnknownFlowVersion { name: String, version: u32 },
+    #[error("execution {0} already exists")]
+    AlreadyExists(ExecutionId),
+    #[error("the input of execution {execution} does not serialize: {detail}")]
+    Input {
+        execution: ExecutionId,
+        detail: String,
+    },
+    #[error(transparent)]
+    Append(AppendError),
+}
+
+/// Why a resume was not recorded.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum ResumeError {
+    #[error("resume of execution {execution} refused by the authenticator: {reason}")]
+    Unauthorized {
+        execution: ExecutionId,
+        reason: String,
+    },
+    #[error(
+        "execution {execution} has no pending gate for ({event_type}, key '{correlation_key}')"
+    )]
+    NoPendingGate {
+        execution: ExecutionId,
+        event_type: String,
+        correlation_key: String,
+    },
+    #[error("execution {execution} does not exist")]
+    UnknownExecution { execution: ExecutionId },
+    #[error("execution {execution} could not record the resume: {detail}")]
+    Driver {
+        execution: ExecutionId,
+        detail: String,
+    },
+}
+
+/// Why an operator's verdict was not recorded.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum ResolveError {
+    #[error("step '{step_id}' of execution {execution} is not in doubt")]
+    NotInDoubt {
+        execution: ExecutionId,
+        step_id: String,
+    },
+    #[error("execution {execution} does not exist")]
+    UnknownExecution { execution: ExecutionId },
+    #[error("execution {execution} could not record the verdict: {detail}")]
+    Driver {
+        execution: ExecutionId,
+        detail: String,
+    },
+}
+
+/// Why a cancel was not recorded.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum CancelError {
+    #[error("execution {execution} has already ended")]
+    Ended { execution: ExecutionId },
+    #[error("execution {execution} does not exist")]
+    UnknownExecution { execution: ExecutionId },
+    #[error("execution {execution} could not record the cancel: {detail}")]
+    Driver {
+        execution: ExecutionId,
+        detail: String,
+    },
+}
+
+/// How to start an execution.
+#[derive(Debug, Clone)]
+pub struct StartOptions {
+    pub execution_id: ExecutionId,
+    /// The flow version; the newest registered when `None`.
+    pub flow_version: Option<u32>,
+    /// K2: capabilities granted to the execution's effects.
+    pub capabilities: std::collections::BTreeSet<String>,
+    /// K3: the most the execution may spend.
+    pub budget: Option<u64>,
+}
+
+impl StartOptions {
+    pub fn new(execution_id: ExecutionId) -> Self {
+        Self {
+            execution_id,
+            flow_version: None,
+            capabilities: Default::default(),
+            budget: None,
+        }
+    }
+
+    pub fn grant(mut self, capability: impl Into<String>) -> Self {
+        self.capabilities.insert(capability.into());
+        self
+    }
+
+    pub fn budget(mut self, budget: u64) -> Self {
+        self.budget = Some(budget);
+        self
+    }
+}
+
+/// Composes a runtime: flows, effects, plugins, the resume authenticator.
+pub struct RuntimeBuilder<S> {
+    store: S,
+    flows: BTreeMap<(String, u32), Arc<dyn Flow>>,
+    contributions: Contributions,
+    authenticator: Option<Arc<dyn ResumeAuthenticator>>,
+    errors: Vec<CompositionError>,
+}
+
+impl<S> std::fmt::Debug for RuntimeBuilder<S> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("RuntimeBuilder")
+            .field("flows", &self.flows.keys().collect::<Vec<_>>())
+            .field("contributions", &self.contributions)
+            .finish()
+    }
+}
+
+impl<S: EventStore> RuntimeBuilder<S> {
+    pub fn flow(mut self, flow: impl Flow) -> Self {
+        let key = (flow.name().to_owned(), flow.version());
+        match self.flows.entry(key) {
+            std::collections::btree_map::Entry::Occupied(taken) => {
+                let (name, version) = taken.key().clone();
+                self.errors
+                    .push(CompositionError::DuplicateFlow { name, version });
+            }
+            std::collections::btree_map::Entry::Vacant(slot) => {
+                slot.insert(Arc::new(flow));
+            }
+        }
+        self
+    }
+
+    pub fn effect(mut self, name: impl Into<String>, effect: impl Effect) -> Self {
+        self.contributions.effect(name, Arc::new(effect));
+        self
+    }
+
+    pub fn projection(mut self, projection: impl Projection) -> Self {
+        self.contributions.projection(Arc::new(projection));
+        self
+    }
+
+    pub fn plugin(mut self, plugin: &dyn Plugin) -> Self {
+        match plugin::check_abi(plugin) {
+            Ok(()) => plugin.contribute(&mut self.contributions),
+            Err(err) => self.errors.push(err),
+        }
+        self
+    }
+
+    pub fn resume_authenticator(mut self, authenticator: impl ResumeAuthenticator) -> Self {
+        self.authenticator = Some(Arc::new(authenticator));
+        self
+    }
+
+    /// Checks the composition and builds the runtime. Must be called within a tokio runtime
+    /// when executions are then started or recovered.
+    pub fn build(mut self) -> Result<Runtime<S>, CompositionError> {
+        if let Some(error) = self.errors.drain(..).next() {
+            return Err(error);
+        }
+        let mut effects = BTreeMap::new();
+        for (name, effect) in self.contributions.effects {
+            if effects.insert(name.clone(), effect).is_some() {
+                return Err(CompositionError::DuplicateEffect(name));
+            }
+        }
+        let mut inbound = BTreeMap::new();
+        for (name, handler) in self.contributions.inbound {
+            if inbound.insert(name.clone(), handler).is_some() {
+                return Err(CompositionError::DuplicateInbound(name));
+            }
+        }
+        Ok(Runtime {
+            inner: Arc::new(Inner {
+                store: Arc::new(self.store),
+                flows: self.flows,
+                effects: Arc::new(effects),
+                projections: self.contributions.projections,
+                inbound,
+                authenticator: self.authenticator,
+                slots: Mutex::new(HashMap::new()),
+            }),
+        })
+    }
+}
+
+/// Runs flows on a store. Cheap to clone.
+pub struct Runtime<S> {
+    inner: Arc<Inner<S>>,
+}
+
+impl<S> Clone for Runtime<S> {
+    fn clone(&self) -> Self {
+        Self {
+            inner: Arc::clone(&self.inner),
+        }
+    }
+}
+
+impl<S> std::fmt::Debug for Runtime<S> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Runtime")
+            .field("flows", &self.inner.flows.keys().collect::<Vec<_>>())
+            .field("effects", &self.inner.effects.keys().collect::<Vec<_>>())
+            .finish()
+    }
+}
+
+pub(crate) struct Inner<S> {
+    pub(crate) store: Arc<S>,
+    pub(crate) flows: BTreeMap<(String, u32), Arc<dyn Flow>>,
+    pub(crate) effects: Arc<BTreeMap<String, Arc<dyn Effect>>>,
+    pub(crate) projections: Vec<Arc<dyn Projection>>,
+    inbound: BTreeMap<String, Arc<dyn InboundHandler>>,
+    authenticator: Option<Arc<dyn ResumeAuthenticator>>,
+    slots: Mutex<HashMap<ExecutionId, Slot>>,
+}
+
+/// An execution's driver, if one runs, and how its runs end.
+struct Slot {
+    driver: Option<mpsc::UnboundedSender<DriverMsg>>,
+    /// Bumped each time a driver exits; `wait` watches it.
+    settled: watch::Sender<Settled>,
+}
+
+/// How the last driver of an execution ended.
+#[derive(Debug, Clone, Default)]
+struct Settled {
+    runs: u64,
+    error: Option<DriveError>,
+}
+
+impl<S: EventStore> Inner<S> {
+    fn slots(&self) -> std::sync::MutexGuard<'_, HashMap<ExecutionId, Slot>> {
+        self.slots.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Called by a driver that has nothing left to do: it may exit only if no message is
+    /// waiting, decided under the same lock `send` takes, so no message is ever stranded.
+    pub(crate) fn try_release(
+        &self,
+        execution: &ExecutionId,
+        messages: &mut mpsc::UnboundedReceiver<DriverMsg>,
+    ) -> bool {
+        let mut slots = self.slots();
+        if !messages.is_empty() {
+            return false;
+        }
+        if let Some(slot) = slots.get_mut(execution) {
+            slot.driver = None;
+        }
+        true
+    }
+}
+
+impl<S: EventStore> Runtime<S> {
+    pub fn builder(store: S) -> RuntimeBuilder<S> {
+        RuntimeBuilder {
+            store,
+            flows: BTreeMap::new(),
+            contributions: Contributions::default(),
+            authenticator: None,
+            errors: Vec::new(),
+        }
+    }
+
+    pub fn store(&self) -> &S {
+        &self.inner.store
+    }
+
+    /// Starts `flow` with `input`. Returns once `EXECUTION_STARTED` is durable; the flow then
+    /// runs on its own task.
+    pub async fn start<I: Serialize + ?Sized>(
+        &self,
+        flow: &str,
+        input: &I,
+        options: StartOptions,
+    ) -> Result<ExecutionId, StartError> {
+        let version = match options.flow_version {
+            Some(version) => {
+                if !self.inner.flows.contains_key(&(flow.to_owned(), version)) {
+                    return Err(StartError::UnknownFlowVersion {
+                        name: flow.to_owned(),
+                        version,
+                    });
+                }
+                version
+            }
+            None => self
+                .inner
+                .flows
+                .range((flow.to_owned(), 0)..=(flow.to_owned(), u32::MAX))
+                .next_back()
+                .map(|((_, version), _)| *version)
+                .ok_or_else(|| StartError::UnknownFlow(flow.to_owned()))?,
+        };
+        let execution = options.execution_id;
+        let input = serde_json::to_value(input)
+            .map(|value| Payload::from_value(&value))
+            .map_err(|err| StartError::Input {
+                execution: execution.clone(),
+                detail: err.to_string(),
+            })?;
+        let started = Event::ExecutionStarted(ExecutionStarted {
+            flow: flow.to_owned(),
+            flow_version: version,
+            input,
+            capabilities: options.capabilities,
+            budget: options.budget,
+        });
+        match self.inner.store.append(&execution, 0, &[started]).await {
+            Ok(_) => {}
+            Err(AppendError::Conflict { .. }) => return Err(StartError::AlreadyExists(execution)),
+            Err(err) => return Err(StartError::Append(err)),
+        }
+        tracing::debug!(%execution, flow, version, "execution started");
+        self.ensure_driver(&execution);
+        Ok(execution)
+    }
+
+    /// Resumes the pending gate of `execution` that waits for `event_type` and
+    /// `correlation_key`. Returns once `EXECUTION_RESUMED` is durable.
+    pub async fn resume(
+        &self,
+        execution: &ExecutionId,
+        event_type: &str,
+        correlation_key: &str,
+        payload: Payload,
+    ) -> Result<(), ResumeError> {
+        if let Some(authenticator) = &self.inner.authenticator {
+            let request = ResumeRequest {
+                execution,
+                event_type,
+                correlation_key,
+                payload: &payload,
+            };
+            authenticator
+                .authorize(&request)
+                .map_err(|reason| ResumeError::Unauthorized {
+                    execution: execution.clone(),
+                    reason,
+                })?;
+        }
+        let (reply, answer) = oneshot::channel();
+        self.send(
+            execution,
+            DriverMsg::Resume {
+                event_type: event_type.to_owned(),
+                correlation_key: correlation_key.to_owned(),
+                payload,
+                reply,
+            },
+        );
+        answer.await.unwrap_or_else(|_| {
+            Err(ResumeError::Driver {
+                execution: execution.clone(),
+                detail: "the execution's driver stopped".into(),
+            })
+        })
+    }
+
+    /// Records an operator's verdict on a step in doubt (K9) and drives the flow on.
+    pub async fn resolve(
+        &self,
+        execution: &ExecutionId,
+        step_id: &str,
+        verdict: Verdict,
+        operator: Option<String>,
+    ) -> Result<(), ResolveError> {
+        let (reply, answer) = oneshot::channel();
+        self.send(
+            execution,
+            DriverMsg::Resolve {
+                step_id: step_id.to_owned(),
+                verdict,
+                operator,
+                reply,
+            },
+        );
+        answer.await.unwrap_or_else(|_| {
+            Err(ResolveError::Driver {
+                execution: execution.clone(),
+                detail: "the execution's driver stopped".into(),
+            })
+        })
+    }
+
+    /// Cancels an execution: records `EXECUTION_CANCELLED` and drops its running effects.
+    pub async fn cancel(
+        &self,
+        execution: &ExecutionId,
+        reason: Option<String>,
+    ) -> Result<(), CancelError> {
+        let (reply, answer) = oneshot::channel();
+        self.send(execution, DriverMsg::Cancel { reason, reply });
+        answer.await.unwrap_or_else(|_| {
+            Err(CancelError::Driver {
+                execution: execution.clone(),
+                detail: "the execution's driver stopped".into(),
+            })
+        })
+    }
+
+    /// Finds every execution that has not ended and is not parked, and drives it on by
+    /// replay. Call once at start-up. Returns how many it started.
+    pub async fn recover(&self) -> Result<usize, FoldStoredError> {
+        let mut recovered = 0;
+        let mut after = None;
+        loop {
+            let page = self
+                .inner
+                .store
+                .list_executions(after.as_ref(), 256)
+                .await?;
+            for summary in &page.executions {
+                let state = self.inner.store.fold(&summary.id).await?;
+                if state.needs_driving() {
+                    self.ensure_driver(&summary.id);
+                    recovered += 1;
+                }
+            }
+            match page.next {
+                Some(next) => after = Some(next),
+                None => break,
+            }
+        }
+        tracing::info!(recovered, "recovery started drivers");
+        Ok(recovered)
+    }
+
+    /// The execution's state, folded from its log.
+    pub async fn state(&self, execution: &ExecutionId) -> Result<ExecutionState, FoldStoredError> {
+        self.inner.store.fold(execution).await
+    }
+
+    /// Waits until no driver runs for `execution` (it ended, parked, or its driver failed)
+    /// and returns its state. A driver failure (non-determinism, store error) is returned as
+    /// an error.
+    pub async fn wait(&self, execution: &ExecutionId) -> Result<ExecutionState, WaitError> {
+        let mut settled = {
+            let mut slots = self.inner.slots();
+            let slot = slots.entry(execution.clone()).or_insert_with(new_slot);
+            let receiver = slot.settled.subscribe();
+            if slot.driver.is_none() {
+                if let Some(error) = receiver.borrow().error.clone() {
+                    return Err(WaitError::Driver(error));
+                }
+                None
+            } else {
+                Some(receiver)
+            }
+        };
+        if let Some(receiver) = settled.as_mut() {
+            let runs = receiver.borrow_and_update().runs;
+            let outcome = receiver
+                .wait_for(|settled| settled.runs > runs)
+                .await
+                .map(|settled| settled.error.clone());
+            if let Ok(Some(error)) = outcome {
+                return Err(WaitError::Driver(error));
+            }
+        }
+        Ok(self.inner.store.fold(execution).await?)
+    }
+
+    /// Runs the inbound handler `name` on `message` and performs what it asks.
+    pub async fn inbound(
+        &self,
+        name: &str,
+        message: &serde_json::Value,
+    ) -> Result<Inbound, InboundError> {
+        let handler = self
+            .inner
+            .inbound
+            .get(name)
+            .ok_or_else(|| InboundError::UnknownHandler(name.to_owned()))?;
+        let action = handler.handle(message).map_err(InboundError::Refused)?;
+        if let Inbound::Resume {
+            execution,
+            event_type,
+            correlation_key,
+            payload,
+        } = &action
+        {
+            self.resume(execution, event_type, correlation_key, payload.clone())
+                .await?;
+        }
+        Ok(action)
+    }
+
+    /// Sends a message to the execution's driver, starting one if none runs.
+    fn send(&self, execution: &ExecutionId, message: DriverMsg) {
+        let sender = self.ensure_driver(execution);
+        if let Err(mpsc::error::SendError(message)) = sender.send(message) {
+            driver::refuse_failed(execution, message, "the execution's driver stopped");
+        }
+    }
+
+    /// The execution's driver, started if none runs.
+    fn ensure_driver(&self, execution: &ExecutionId) -> mpsc::UnboundedSender<DriverMsg> {
+        let mut slots = self.inner.slots();
+        let slot = slots.entry(execution.clone()).or_insert_with(new_slot);
+        if let Some(sender) = &slot.driver {
+            return sender.clone();
+        }
+        let (sender, mut messages) = mpsc::unbounded_channel();
+        slot.driver = Some(sender.clone());
+        let inner = Arc::clone(&self.inner);
+        let id = execution.clone();
+        let span = tracing::info_span!("execution", execution = %id);
+        tokio::spawn(
+            async move {
+                let outcome = driver::drive(Arc::clone(&inner), id.clone(), &mut messages).await;
+                let unknown = matches!(outcome, Ok(Exit::Unknown));
+                let error = match outcome {
+                    Ok(Exit::Ended) | Ok(Exit::Parked) => None,
+                    Ok(Exit::Unknown) => None,
+                    Err(error) => {
+                        tracing::error!(%error, "driver stopped");
+                        Some(error)
+                    }
+                };
+                // Whatever is still queued is answered before the driver goes; new messages
+                // start a new driver.
+                let mut slots = inner.slots();
+                messages.close();
+                while let Ok(message) = messages.try_recv() {
+                    match &error {
+                        Some(error) => driver::refuse_failed(&id, message, &error.to_string()),
+                        None if unknown => driver::refuse_unknown(&id, message),
+                        None => driver::refuse_ended(&id, message),
+                    }
+                }
+                if let Some(slot) = slots.get_mut(&id) {
+                    if slot
+                        .driver
+                        .as_ref()
+                        .is_some_and(|sender| sender.is_closed())
+                    {
+                        slot.driver = None;
+                    }
+                    slot.settled.send_modify(|settled| {
+                        settled.runs += 1;
+                        settled.error = error;
+                    });
+                    // A failed run keeps its slot, so `wait` can report why.
+                    let failed = slot.settled.borrow().error.is_some();
+                    if slot.driver.is_none() && slot.settled.receiver_count() == 0 && !failed {
+                        slots.remove(&id);
+                    }
+                }
+            }
+            .instrument(span),
+        );
+        sender
+    }
+}
+
+fn new_slot() -> Slot {
+    Slot {
+        driver: None,
+        settled: watch::channel(Settled::default()).0,
+    }
+}
+
+/// Why `wait` did not return a state.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum WaitError {
+    #[error(transparent)]
+    Driver(DriveError),
+    #[error(transparent)]
+    Fold(#[from] FoldStoredError),
+}
+
+/// Why an inbound message was not handled.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum InboundError {
+    #[error("no inbound handler named '{0}'")]
+    UnknownHandler(String),
+    #[error("the inbound handler refused the message: {0}")]
+    Refused(String),
+    #[error(transparent)]
+    Resume(#[from] ResumeError),
+}
+
+impl From<ReadError> for WaitError {
+    fn from(error: ReadError) -> Self {
+        WaitError::Fold(FoldStoredError::Read(error))
+    }
+}

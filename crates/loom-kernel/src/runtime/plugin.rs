@@ -1,0 +1,130 @@
+//! Composition-time plugins (ADR 0043): contributors of effects, projections and inbound
+//! handlers, checked against the kernel ABI they were built for.
+
+use std::fmt;
+use std::sync::Arc;
+
+use crate::envelope::EventEnvelope;
+use crate::event::{AbiVersion, KERNEL_ABI};
+use crate::payload::Payload;
+use crate::runtime::effect::Effect;
+
+/// The kernel ABI versions a plugin works with: `min` inclusive to `max` exclusive.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct AbiRange {
+    pub min: AbiVersion,
+    pub max: AbiVersion,
+}
+
+impl AbiRange {
+    /// Semver caret: `^major.minor` accepts `major.minor.0` up to the next major.
+    pub const fn caret(major: u16, minor: u16) -> Self {
+        Self {
+            min: AbiVersion::new(major, minor, 0),
+            max: AbiVersion::new(major + 1, 0, 0),
+        }
+    }
+
+    pub fn contains(&self, version: AbiVersion) -> bool {
+        self.min <= version && version < self.max
+    }
+}
+
+impl fmt::Display for AbiRange {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, ">={}, <{}", self.min, self.max)
+    }
+}
+
+/// Sees every event once it is durable, in log order per execution. Called on the driver's
+/// task: keep it quick and do not block.
+pub trait Projection: Send + Sync + 'static {
+    fn apply(&self, envelope: &EventEnvelope);
+}
+
+/// What an inbound handler asks the runtime to do with a message from outside.
+#[derive(Debug, Clone, PartialEq)]
+#[non_exhaustive]
+pub enum Inbound {
+    /// Nothing: the message was understood and needs no resume.
+    Ignore,
+    /// Resume a gate.
+    Resume {
+        execution: crate::ExecutionId,
+        event_type: String,
+        correlation_key: String,
+        payload: Payload,
+    },
+}
+
+/// Turns messages from outside (a UI action, a webhook) into runtime requests.
+pub trait InboundHandler: Send + Sync + 'static {
+    fn handle(&self, message: &serde_json::Value) -> Result<Inbound, String>;
+}
+
+/// A composition-time contributor.
+pub trait Plugin {
+    fn name(&self) -> &str;
+    /// The kernel ABIs this plugin was built for.
+    fn kernel_abi(&self) -> AbiRange;
+    fn contribute(&self, contributions: &mut Contributions);
+}
+
+/// What plugins (and the application) add to a runtime.
+#[derive(Default)]
+pub struct Contributions {
+    pub(crate) effects: Vec<(String, Arc<dyn Effect>)>,
+    pub(crate) projections: Vec<Arc<dyn Projection>>,
+    pub(crate) inbound: Vec<(String, Arc<dyn InboundHandler>)>,
+}
+
+impl fmt::Debug for Contributions {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Contributions")
+            .field(
+                "effects",
+                &self.effects.iter().map(|(n, _)| n).collect::<Vec<_>>(),
+            )
+            .field("projections", &self.projections.len())
+            .field(
+                "inbound",
+                &self.inbound.iter().map(|(n, _)| n).collect::<Vec<_>>(),
+            )
+            .finish()
+    }
+}
+
+impl Contributions {
+    pub fn effect(&mut self, name: impl Into<String>, effect: Arc<dyn Effect>) -> &mut Self {
+        self.effects.push((name.into(), effect));
+        self
+    }
+
+    pub fn projection(&mut self, projection: Arc<dyn Projection>) -> &mut Self {
+        self.projections.push(projection);
+        self
+    }
+
+    pub fn inbound(
+        &mut self,
+        name: impl Into<String>,
+        handler: Arc<dyn InboundHandler>,
+    ) -> &mut Self {
+        self.inbound.push((name.into(), handler));
+        self
+    }
+}
+
+/// Checks a plugin's ABI range against this kernel.
+pub(crate) fn check_abi(plugin: &dyn Plugin) -> Result<(), crate::runtime::CompositionError> {
+    let range = plugin.kernel_abi();
+    if range.contains(KERNEL_ABI) {
+        Ok(())
+    } else {
+        Err(crate::runtime::CompositionError::AbiMismatch {
+            plugin: plugin.name().to_owned(),
+            requires: range.to_string(),
+            kernel: KERNEL_ABI.to_string(),
+        })
+    }
+}

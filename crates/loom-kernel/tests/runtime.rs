@@ -1,0 +1,588 @@
+//! The runtime: flows run live, replay after crashes, gates, refusals, plugins.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+
+use loom_kernel::conformance::id;
+use loom_kernel::event::{Event, Verdict};
+use loom_kernel::runtime::*;
+use loom_kernel::{
+    AbiVersion, ErrorInfo, EventStore, EventStoreExt, ExecutionId, ExecutionStatus, MemoryStore,
+    Payload,
+};
+use serde_json::{Value, json};
+
+fn echo_effect(counter: Arc<AtomicUsize>) -> impl Effect {
+    FnEffect::new(true, move |call: EffectCall| {
+        counter.fetch_add(1, Ordering::SeqCst);
+        async move {
+            EffectOutcome {
+                result: Ok(
+                    json!({"echo": call.input.to_value(), "key": call.idempotency_key()}).into(),
+                ),
+                cost: 1,
+            }
+        }
+    })
+}
+
+/// Two steps, a decision, a surface patch, a gate, then the output.
+async fn checkout(ctx: FlowCtx, order: Value) -> Result<Value, FlowError> {
+    let charged = ctx
+        .execute_as(StepName::Counted("charge".into()), "echo", &order)
+        .await?;
+    let pick: u64 = ctx.decide("pick", || 7)?;
+    ctx.emit_surface_patch(
+        "main",
+        json!([{"op": "set", "path": "status", "value": "charged"}]).into(),
+    )?;
+    let approval = ctx.suspend("Approval", "approve").await?;
+    let mailed = ctx.execute("echo", &json!({"mail": pick})).await?;
+    Ok(
+        json!({"charged": charged.to_value(), "approval": approval.to_value(), "mailed": mailed.to_value()}),
+    )
+}
+
+fn runtime(store: MemoryStore, counter: Arc<AtomicUsize>) -> Runtime<MemoryStore> {
+    Runtime::builder(store)
+        .flow(flow_fn("checkout", 1, checkout))
+        .effect("echo", echo_effect(counter))
+        .build()
+        .unwrap()
+}
+
+fn events(log: &[loom_kernel::EventEnvelope]) -> Vec<Event> {
+    log.iter().map(|e| e.event.clone()).collect()
+}
+
+/// Runs checkout to its end, resuming its gate when it parks.
+async fn run_to_end(rt: &Runtime<MemoryStore>, e: &ExecutionId) -> loom_kernel::ExecutionState {
+    loop {
+        let state = rt.wait(e).await.unwrap();
+        match state.status() {
+            ExecutionStatus::Suspended => rt
+                .resume(e, "Approval", "approve", json!("yes").into())
+                .await
+                .unwrap(),
+            _ => return state,
+        }
+    }
+}
+
+#[tokio::test]
+async fn a_flow_runs_live_to_completion() {
+    let counter = Arc::new(AtomicUsize::new(0));
+    let rt = runtime(MemoryStore::new(), counter.clone());
+    let e = rt
+        .start(
+            "checkout",
+            &json!({"sku": "A1"}),
+            StartOptions::new(id("order-1")),
+        )
+        .await
+        .unwrap();
+    let state = rt.wait(&e).await.unwrap();
+    assert_eq!(state.status(), ExecutionStatus::Suspended);
+    rt.resume(&e, "Approval", "approve", json!("yes").into())
+        .await
+        .unwrap();
+    let state = rt.wait(&e).await.unwrap();
+    assert_eq!(state.status(), ExecutionStatus::Completed);
+    assert_eq!(state.budget_spent(), 2);
+    assert_eq!(counter.load(Ordering::SeqCst), 2);
+    let log = rt.store().read_all(&e).await.unwrap();
+    let names: Vec<_> = log.iter().map(|x| x.event.type_name()).collect();
+    assert_eq!(
+        names,
+        [
+            "EXECUTION_STARTED",
+            "STEP_STARTED",
+            "STEP_COMPLETED",
+            "DECISION_RECORDED",
+            "SURFACE_PATCH",
+            "EXECUTION_SUSPENDED",
+            "EXECUTION_RESUMED",
+            "STEP_STARTED",
+            "STEP_COMPLETED",
+            "EXECUTION_COMPLETED"
+        ]
+    );
+    let Event::ExecutionCompleted(done) = &log[9].event else {
+        panic!()
+    };
+    assert_eq!(
+        done.output.to_value()["charged"]["key"],
+        json!("order-1:charge#1"),
+        "the idempotency key is executionId:stepId"
+    );
+    assert_eq!(done.output.to_value()["approval"], json!("yes"));
+}
+
+/// Drop the runtime after any prefix of the log, recover on the same store: the final log is
+/// the uninterrupted run's.
+#[tokio::test]
+async fn a_crash_at_every_point_recovers_to_the_same_log() {
+    let reference = {
+        let rt = runtime(MemoryStore::new(), Arc::default());
+        let e = rt
+            .start(
+                "checkout",
+                &json!({"sku": "A1"}),
+                StartOptions::new(id("order")),
+            )
+            .await
+            .unwrap();
+        run_to_end(&rt, &e).await;
+        rt.store().read_all(&e).await.unwrap()
+    };
+    for cut in 1..reference.len() {
+        let store = MemoryStore::new();
+        let e = id("order");
+        store
+            .append(&e, 0, &events(&reference[..cut]))
+            .await
+            .unwrap();
+        let rt = runtime(store, Arc::default());
+        rt.recover().await.unwrap();
+        let state = run_to_end(&rt, &e).await;
+        assert_eq!(state.status(), ExecutionStatus::Completed, "cut at {cut}");
+        let recovered = rt.store().read_all(&e).await.unwrap();
+        assert_eq!(events(&recovered), events(&reference), "cut at {cut}");
+    }
+}
+
+#[tokio::test]
+async fn replay_runs_no_effect() {
+    let counter = Arc::new(AtomicUsize::new(0));
+    let store = MemoryStore::new();
+    let rt = runtime(store.clone(), counter.clone());
+    let e = rt
+        .start("checkout", &json!({}), StartOptions::new(id("o")))
+        .await
+        .unwrap();
+    rt.wait(&e).await.unwrap();
+    assert_eq!(counter.load(Ordering::SeqCst), 1);
+    drop(rt);
+    // A new runtime replays charge#1 from the log and runs only the step after the gate.
+    let rt = runtime(store, counter.clone());
+    rt.resume(&e, "Approval", "approve", json!(1).into())
+        .await
+        .unwrap();
+    assert_eq!(
+        rt.wait(&e).await.unwrap().status(),
+        ExecutionStatus::Completed
+    );
+    assert_eq!(counter.load(Ordering::SeqCst), 2);
+}
+
+async fn charge_then_mail(ctx: FlowCtx, _: Value) -> Result<(), FlowError> {
+    ctx.execute_as(StepName::Counted("charge".into()), "payments.charge", &1)
+        .await?;
+    ctx.suspend("Approval", "k").await?;
+    Ok(())
+}
+
+async fn mail_first(ctx: FlowCtx, _: Value) -> Result<(), FlowError> {
+    ctx.execute_as(StepName::Counted("email".into()), "email.send", &1)
+        .await?;
+    Ok(())
+}
+
+#[tokio::test]
+async fn a_changed_flow_is_reported_at_the_right_seq() {
+    let store = MemoryStore::new();
+    let ok = |_: EffectCall| async { EffectOutcome::ok(Payload::null()) };
+    let rt = Runtime::builder(store.clone())
+        .flow(flow_fn("f", 1, charge_then_mail))
+        .effect("payments.charge", FnEffect::new(true, ok))
+        .build()
+        .unwrap();
+    let e = rt
+        .start("f", &json!(null), StartOptions::new(id("nd")))
+        .await
+        .unwrap();
+    assert_eq!(
+        rt.wait(&e).await.unwrap().status(),
+        ExecutionStatus::Suspended
+    );
+    let head = store.head(&e).await.unwrap();
+    drop(rt);
+
+    let rt = Runtime::builder(store.clone())
+        .flow(flow_fn("f", 1, mail_first))
+        .effect("email.send", FnEffect::new(true, ok))
+        .build()
+        .unwrap();
+    let err = rt
+        .resume(&e, "Approval", "k", Payload::null())
+        .await
+        .unwrap_err();
+    let message = err.to_string();
+    assert!(
+        message.contains(
+            "at seq 1: recorded STEP_STARTED step 'charge#1' (effect payments.charge); the flow now calls effect 'email.send' as step 'email#1'"
+        ),
+        "{message}"
+    );
+    assert_eq!(store.head(&e).await.unwrap(), head, "nothing was recorded");
+    let err = rt.wait(&e).await.unwrap_err();
+    assert!(matches!(
+        err,
+        WaitError::Driver(DriveError::NonDeterminism { ref source, .. }) if source.seq == 1
+    ));
+}
+
+async fn three_gates(ctx: FlowCtx, _: Value) -> Result<Vec<Value>, FlowError> {
+    let (a, b, c) = futures::join!(
+        ctx.suspend("Pick", "a"),
+        ctx.suspend("Pick", "b"),
+        ctx.suspend("Pick", "c")
+    );
+    Ok(vec![a?.to_value(), b?.to_value(), c?.to_value()])
+}
+
+#[tokio::test]
+async fn several_gates_resumed_in_every_order() {
+    let orders = [
+        ["a", "b", "c"],
+        ["a", "c", "b"],
+        ["b", "a", "c"],
+        ["b", "c", "a"],
+        ["c", "a", "b"],
+        ["c", "b", "a"],
+    ];
+    for (n, order) in orders.iter().enumerate() {
+        let store = MemoryStore::new();
+        let e = id(&format!("gates-{n}"));
+        for (i, key) in order.iter().enumerate() {
+            // A fresh runtime for every resume: each one replays the gates positionally.
+            let rt = Runtime::builder(store.clone())
+                .flow(flow_fn("gates", 1, three_gates))
+                .build()
+                .unwrap();
+            if i == 0 {
+                rt.start("gates", &json!(null), StartOptions::new(e.clone()))
+                    .await
+                    .unwrap();
+                assert_eq!(rt.wait(&e).await.unwrap().pending_gates().len(), 3);
+            }
+            rt.resume(&e, "Pick", key, json!(format!("picked {key}")).into())
+                .await
+                .unwrap();
+            let state = rt.wait(&e).await.unwrap();
+            assert_eq!(state.pending_gates().len(), 2 - i, "order {order:?}");
+        }
+        let log = store.read_all(&e).await.unwrap();
+        let Some(Event::ExecutionCompleted(done)) = log.last().map(|x| &x.event) else {
+            panic!("{order:?}: not completed")
+        };
+        assert_eq!(
+            done.output.to_value(),
+            json!(["picked a", "picked b", "picked c"])
+        );
+    }
+}
+
+struct OnlyAlice;
+
+impl ResumeAuthenticator for OnlyAlice {
+    fn authorize(&self, request: &ResumeRequest<'_>) -> Result<(), String> {
+        if request.payload.to_value()["user"] == "alice" {
+            Ok(())
+        } else {
+            Err("only alice approves".into())
+        }
+    }
+}
+
+#[tokio::test]
+async fn a_resume_refused_by_the_authenticator_records_nothing() {
+    let store = MemoryStore::new();
+    let rt = Runtime::builder(store.clone())
+        .flow(flow_fn("f", 1, charge_then_mail))
+        .effect(
+            "payments.charge",
+            FnEffect::new(true, |_| async { EffectOutcome::ok(Payload::null()) }),
+        )
+        .resume_authenticator(OnlyAlice)
+        .build()
+        .unwrap();
+    let e = rt
+        .start("f", &json!(null), StartOptions::new(id("auth")))
+        .await
+        .unwrap();
+    rt.wait(&e).await.unwrap();
+    let head = store.head(&e).await.unwrap();
+    let err = rt
+        .resume(&e, "Approval", "k", json!({"user": "mallory"}).into())
+        .await
+        .unwrap_err();
+    assert!(matches!(err, ResumeError::Unauthorized { .. }), "{err}");
+    assert_eq!(store.head(&e).await.unwrap(), head);
+    rt.resume(&e, "Approval", "k", json!({"user": "alice"}).into())
+        .await
+        .unwrap();
+    assert_eq!(
+        rt.wait(&e).await.unwrap().status(),
+        ExecutionStatus::Completed
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn concurrent_resumes_of_one_gate_exactly_one_wins() {
+    let store = MemoryStore::new();
+    let rt = Runtime::builder(store.clone())
+        .flow(flow_fn("gates", 1, three_gates))
+        .build()
+        .unwrap();
+    let e = rt
+        .start("gates", &json!(null), StartOptions::new(id("race")))
+        .await
+        .unwrap();
+    rt.wait(&e).await.unwrap();
+    let tasks: Vec<_> = (0..8)
+        .map(|n| {
+            let (rt, e) = (rt.clone(), e.clone());
+            tokio::spawn(async move { rt.resume(&e, "Pick", "b", json!(n).into()).await })
+        })
+        .collect();
+    let mut wins = 0;
+    for task in tasks {
+        match task.await.unwrap() {
+            Ok(()) => wins += 1,
+            Err(ResumeError::NoPendingGate { .. }) => {}
+            Err(other) => panic!("{other}"),
+        }
+    }
+    assert_eq!(wins, 1);
+    let resumed = store
+        .read_all(&e)
+        .await
+        .unwrap()
+        .iter()
+        .filter(|x| matches!(x.event, Event::ExecutionResumed(_)))
+        .count();
+    assert_eq!(resumed, 1);
+}
+
+#[tokio::test]
+async fn resumes_that_match_nothing_are_refused_clearly() {
+    let rt = Runtime::builder(MemoryStore::new())
+        .flow(flow_fn("gates", 1, three_gates))
+        .build()
+        .unwrap();
+    let err = rt
+        .resume(&id("nobody"), "Pick", "a", Payload::null())
+        .await
+        .unwrap_err();
+    assert!(matches!(err, ResumeError::UnknownExecution { .. }), "{err}");
+    let e = rt
+        .start("gates", &json!(null), StartOptions::new(id("g")))
+        .await
+        .unwrap();
+    rt.wait(&e).await.unwrap();
+    let err = rt
+        .resume(&e, "Pick", "zzz", Payload::null())
+        .await
+        .unwrap_err();
+    assert_eq!(
+        err.to_string(),
+        "execution g has no pending gate for (Pick, key 'zzz')"
+    );
+    let err = rt
+        .resume(&e, "Other", "a", Payload::null())
+        .await
+        .unwrap_err();
+    assert!(matches!(err, ResumeError::NoPendingGate { .. }));
+}
+
+async fn duplicate_ids(ctx: FlowCtx, _: Value) -> Result<String, FlowError> {
+    ctx.execute_as(StepName::Explicit("once".into()), "echo", &1)
+        .await?;
+    match ctx
+        .execute_as(StepName::Explicit("once".into()), "echo", &2)
+        .await
+    {
+        Err(StepError::DuplicateStepId(id)) => Ok(id),
+        other => Err(FlowError::new("test", format!("{other:?}"))),
+    }
+}
+
+#[tokio::test]
+async fn a_duplicate_explicit_step_id_is_an_error() {
+    let rt = Runtime::builder(MemoryStore::new())
+        .flow(flow_fn("dup", 1, duplicate_ids))
+        .effect("echo", echo_effect(Arc::default()))
+        .build()
+        .unwrap();
+    let e = rt
+        .start("dup", &json!(null), StartOptions::new(id("dup")))
+        .await
+        .unwrap();
+    let state = rt.wait(&e).await.unwrap();
+    assert_eq!(state.status(), ExecutionStatus::Completed);
+    assert_eq!(
+        rt.store().read_all(&e).await.unwrap().last().unwrap().event,
+        Event::ExecutionCompleted(loom_kernel::event::ExecutionCompleted {
+            output: json!("once").into()
+        })
+    );
+}
+
+#[tokio::test]
+async fn cancel_ends_a_waiting_execution() {
+    let rt = Runtime::builder(MemoryStore::new())
+        .flow(flow_fn("gates", 1, three_gates))
+        .build()
+        .unwrap();
+    let e = rt
+        .start("gates", &json!(null), StartOptions::new(id("c")))
+        .await
+        .unwrap();
+    rt.wait(&e).await.unwrap();
+    rt.cancel(&e, Some("user left".into())).await.unwrap();
+    assert_eq!(
+        rt.wait(&e).await.unwrap().status(),
+        ExecutionStatus::Cancelled
+    );
+    assert!(matches!(
+        rt.cancel(&e, None).await,
+        Err(CancelError::Ended { .. })
+    ));
+    assert!(matches!(
+        rt.resume(&e, "Pick", "a", Payload::null()).await,
+        Err(ResumeError::NoPendingGate { .. })
+    ));
+}
+
+async fn pay(ctx: FlowCtx, _: Value) -> Result<Value, FlowError> {
+    let receipt = ctx.execute("pay", &json!({"amount": 5})).await?;
+    Ok(receipt.to_value())
+}
+
+#[tokio::test]
+async fn a_non_idempotent_step_in_flight_parks_in_doubt_until_a_verdict() {
+    let store = MemoryStore::new();
+    let e = id("doubt");
+    // A worker died after STEP_STARTED of a non-idempotent effect became durable.
+    store
+        .append(
+            &e,
+            0,
+            &[
+                loom_kernel::conformance::started("pay"),
+                Event::StepStarted(loom_kernel::event::StepStarted {
+                    step_id: "pay#1".into(),
+                    effect: "pay".into(),
+                    input_digest: input_digest(&json!({"amount": 5}).into()),
+                    attempt: 1,
+                }),
+            ],
+        )
+        .await
+        .unwrap();
+    let runs = Arc::new(AtomicUsize::new(0));
+    let counter = runs.clone();
+    let rt = Runtime::builder(store.clone())
+        .flow(flow_fn("pay", 1, pay))
+        .effect(
+            "pay",
+            FnEffect::new(false, move |_| {
+                counter.fetch_add(1, Ordering::SeqCst);
+                async { EffectOutcome::ok(json!("ran").into()) }
+            }),
+        )
+        .build()
+        .unwrap();
+    assert_eq!(rt.recover().await.unwrap(), 1);
+    let state = rt.wait(&e).await.unwrap();
+    assert_eq!(state.status(), ExecutionStatus::InDoubt);
+    assert_eq!(
+        runs.load(Ordering::SeqCst),
+        0,
+        "never re-run without a verdict"
+    );
+    let err = rt
+        .resolve(&e, "other#1", Verdict::Retry, None)
+        .await
+        .unwrap_err();
+    assert!(matches!(err, ResolveError::NotInDoubt { .. }));
+    rt.resolve(
+        &e,
+        "pay#1",
+        Verdict::Completed {
+            output: json!("settled by ops").into(),
+        },
+        Some("ops@example.com".into()),
+    )
+    .await
+    .unwrap();
+    let state = rt.wait(&e).await.unwrap();
+    assert_eq!(state.status(), ExecutionStatus::Completed);
+    assert_eq!(runs.load(Ordering::SeqCst), 0);
+}
+
+struct OldPlugin;
+
+impl Plugin for OldPlugin {
+    fn name(&self) -> &str {
+        "old"
+    }
+    fn kernel_abi(&self) -> AbiRange {
+        AbiRange::caret(2, 0)
+    }
+    fn contribute(&self, _: &mut Contributions) {}
+}
+
+struct GoodPlugin;
+
+impl Plugin for GoodPlugin {
+    fn name(&self) -> &str {
+        "good"
+    }
+    fn kernel_abi(&self) -> AbiRange {
+        AbiRange::caret(1, 0)
+    }
+    fn contribute(&self, contributions: &mut Contributions) {
+        contributions.effect("echo", Arc::new(echo_effect(Arc::default())));
+    }
+}
+
+#[test]
+fn plugins_are_checked_against_the_kernel_abi() {
+    let err = Runtime::builder(MemoryStore::new())
+        .plugin(&OldPlugin)
+        .build()
+        .unwrap_err();
+    assert_eq!(
+        err.to_string(),
+        "plugin 'old' needs kernel ABI >=2.0.0, <3.0.0, but this kernel is 1.1.0"
+    );
+    assert!(AbiRange::caret(1, 1).contains(AbiVersion::new(1, 1, 0)));
+    assert!(!AbiRange::caret(1, 2).contains(AbiVersion::new(1, 1, 0)));
+    let err = Runtime::builder(MemoryStore::new())
+        .plugin(&GoodPlugin)
+        .plugin(&GoodPlugin)
+        .build()
+        .unwrap_err();
+    assert_eq!(err, CompositionError::DuplicateEffect("echo".into()));
+}
+
+#[tokio::test]
+async fn unknown_flows_and_duplicate_starts_are_refused() {
+    let rt = runtime(MemoryStore::new(), Arc::default());
+    assert!(matches!(
+        rt.start("nope", &1, StartOptions::new(id("x"))).await,
+        Err(StartError::UnknownFlow(_))
+    ));
+    rt.start("checkout", &1, StartOptions::new(id("x")))
+        .await
+        .unwrap();
+    assert!(matches!(
+        rt.start("checkout", &1, StartOptions::new(id("x"))).await,
+        Err(StartError::AlreadyExists(_))
+    ));
+    let _ = BTreeMap::<u8, u8>::new();
+    let _ = ErrorInfo::new("a", "b");
+}
