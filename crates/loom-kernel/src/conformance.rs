@@ -304,7 +304,16 @@ pub async fn many_executions_and_paging<S: EventStore + Clone>(store: S) {
                 .await
                 .expect("list");
             assert!(page.executions.len() <= page_size);
+            let full = page.executions.len() == page_size;
             seen.extend(page.executions);
+            if seen.len() == count {
+                assert!(page.next.is_none(), "no page follows the last execution");
+            } else {
+                assert!(
+                    full && page.next.is_some(),
+                    "a page short of the end is full"
+                );
+            }
             match page.next {
                 Some(next) => after = Some(next),
                 None => break,

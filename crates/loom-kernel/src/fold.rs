@@ -49,7 +49,7 @@ impl ExecutionStatus {
 
 impl fmt::Display for ExecutionStatus {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(match self {
+        f.pad(match self {
             Self::New => "new",
             Self::Running => "running",
             Self::Suspended => "suspended",

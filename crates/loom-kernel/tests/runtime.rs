@@ -586,3 +586,68 @@ async fn unknown_flows_and_duplicate_starts_are_refused() {
     let _ = BTreeMap::<u8, u8>::new();
     let _ = ErrorInfo::new("a", "b");
 }
+
+async fn gate_loop(ctx: FlowCtx, n: u64) -> Result<(), FlowError> {
+    for i in 0..n {
+        ctx.suspend("Go", &i.to_string()).await?;
+        ctx.execute("echo", &i).await?;
+    }
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_flow_parks_and_resumes_many_times() {
+    let rt = Runtime::builder(MemoryStore::new())
+        .flow(flow_fn("loop", 1, gate_loop))
+        .effect("echo", echo_effect(Arc::default()))
+        .build()
+        .unwrap();
+    let e = rt
+        .start("loop", &50u64, StartOptions::new(id("loop")))
+        .await
+        .unwrap();
+    for i in 0..50u64 {
+        let state = rt.wait(&e).await.unwrap();
+        assert_eq!(
+            state.status(),
+            ExecutionStatus::Suspended,
+            "before resume {i}"
+        );
+        rt.resume(&e, "Go", &i.to_string(), Payload::null())
+            .await
+            .unwrap_or_else(|err| panic!("resume {i}: {err}"));
+    }
+    assert_eq!(
+        rt.wait(&e).await.unwrap().status(),
+        ExecutionStatus::Completed
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_flow_parks_and_resumes_many_times_on_disk() {
+    let dir = tempfile::tempdir().unwrap();
+    let rt = Runtime::builder(loom_kernel::DiskStore::open(dir.path().join("s.redb")).unwrap())
+        .flow(flow_fn("loop", 1, gate_loop))
+        .effect("echo", echo_effect(Arc::default()))
+        .build()
+        .unwrap();
+    let e = rt
+        .start("loop", &50u64, StartOptions::new(id("loop")))
+        .await
+        .unwrap();
+    for i in 0..50u64 {
+        let state = rt.wait(&e).await.unwrap();
+        assert_eq!(
+            state.status(),
+            ExecutionStatus::Suspended,
+            "before resume {i}"
+        );
+        rt.resume(&e, "Go", &i.to_string(), Payload::null())
+            .await
+            .unwrap_or_else(|err| panic!("resume {i}: {err}"));
+    }
+    assert_eq!(
+        rt.wait(&e).await.unwrap().status(),
+        ExecutionStatus::Completed
+    );
+}

@@ -30,7 +30,7 @@ use crate::runtime::ctx::{Dispatch, FlowCtx, GateMiss, VerdictMiss};
 use crate::runtime::effect::EffectOutcome;
 use crate::runtime::flow::FlowError;
 use crate::runtime::history::{Attempted, History, NonDeterminism};
-use crate::runtime::{CancelError, Inner, ResolveError, ResumeError};
+use crate::runtime::{CancelError, Inner, ResolveError, ResumeError, StartError};
 use crate::store::{AppendError, EventStore, EventStoreExt, FoldStoredError};
 
 /// What the runtime asks of an execution's driver.
@@ -81,12 +81,12 @@ pub enum DriveError {
     },
 }
 
-/// How a driver ended.
+/// How a driver ended, with the execution's state as it left it.
 pub(crate) enum Exit {
     /// The execution has ended (now or before).
-    Ended,
+    Ended(Box<ExecutionState>),
     /// The flow waits for resumes or verdicts only.
-    Parked,
+    Parked(Box<ExecutionState>),
     /// The log does not exist.
     Unknown,
 }
@@ -104,6 +104,7 @@ impl Wake for FlowWaker {
 }
 
 enum Reply {
+    Start(oneshot::Sender<Result<(), StartError>>),
     Resume(oneshot::Sender<Result<(), ResumeError>>),
     Resolve(oneshot::Sender<Result<(), ResolveError>>),
     Cancel(oneshot::Sender<Result<(), CancelError>>),
@@ -112,6 +113,7 @@ enum Reply {
 impl Reply {
     fn ok(self) {
         match self {
+            Reply::Start(reply) => drop(reply.send(Ok(()))),
             Reply::Resume(reply) => drop(reply.send(Ok(()))),
             Reply::Resolve(reply) => drop(reply.send(Ok(()))),
             Reply::Cancel(reply) => drop(reply.send(Ok(()))),
@@ -122,6 +124,7 @@ impl Reply {
         let execution = execution.clone();
         let detail = detail.to_owned();
         match self {
+            Reply::Start(reply) => drop(reply.send(Err(StartError::Driver { execution, detail }))),
             Reply::Resume(reply) => {
                 drop(reply.send(Err(ResumeError::Driver { execution, detail })))
             }
@@ -138,28 +141,37 @@ impl Reply {
 type Append = BoxFuture<'static, Result<(u64, Vec<Event>), AppendError>>;
 
 /// Drives one execution until it ends, parks, or fails. Every message received is answered.
-pub(crate) async fn drive<S: EventStore>(
-    inner: Arc<Inner<S>>,
-    execution: ExecutionId,
-    messages: &mut mpsc::UnboundedReceiver<DriverMsg>,
-) -> Result<Exit, DriveError> {
+/// A new execution handed to its first driver: `EXECUTION_STARTED` goes out in the same
+/// append as the flow's first commands, and `start` returns once that append is durable.
+pub(crate) struct NewExecution {
+    pub(crate) started: ExecutionStarted,
+    pub(crate) reply: oneshot::Sender<Result<(), StartError>>,
+}
+
+type Loaded = (ExecutionStarted, History, ExecutionState);
+
+/// The recorded log of an execution that already exists, or how the driver should exit.
+async fn load<S: EventStore>(
+    inner: &Inner<S>,
+    execution: &ExecutionId,
+) -> Result<Result<Loaded, Exit>, DriveError> {
     let log = inner
         .store
-        .read_all(&execution)
+        .read_all(execution)
         .await
         .map_err(|err| DriveError::Log {
             execution: execution.clone(),
             detail: err.to_string(),
         })?;
     if log.is_empty() {
-        return Ok(Exit::Unknown);
+        return Ok(Err(Exit::Unknown));
     }
     let state = ExecutionState::fold(&log).map_err(|err| DriveError::Log {
         execution: execution.clone(),
         detail: FoldStoredError::from(err).to_string(),
     })?;
     if state.status().is_terminal() {
-        return Ok(Exit::Ended);
+        return Ok(Err(Exit::Ended(Box::new(state))));
     }
     let Some(Event::ExecutionStarted(started)) = log.first().map(|e| &e.event) else {
         return Err(DriveError::Log {
@@ -167,7 +179,30 @@ pub(crate) async fn drive<S: EventStore>(
             detail: "the first event is not EXECUTION_STARTED".into(),
         });
     };
-    let started = started.clone();
+    Ok(Ok((started.clone(), History::from_log(&log), state)))
+}
+
+/// Drives one execution until it ends, parks, or fails. Every message received is answered.
+pub(crate) async fn drive<S: EventStore>(
+    inner: Arc<Inner<S>>,
+    execution: ExecutionId,
+    messages: &mut mpsc::UnboundedReceiver<DriverMsg>,
+    new: Option<NewExecution>,
+) -> Result<Exit, DriveError> {
+    let mut queued: Vec<Event> = Vec::new();
+    let mut queued_replies: Vec<Reply> = Vec::new();
+    // The state of what is durable: `wait` gets it without reading the log again.
+    let (started, history, mut folded) = match new {
+        Some(NewExecution { started, reply }) => {
+            queued.push(Event::ExecutionStarted(started.clone()));
+            queued_replies.push(Reply::Start(reply));
+            (started, History::default(), ExecutionState::new())
+        }
+        None => match load(&inner, &execution).await? {
+            Ok(loaded) => loaded,
+            Err(exit) => return Ok(exit),
+        },
+    };
     let flow = inner
         .flows
         .get(&(started.flow.clone(), started.flow_version))
@@ -177,9 +212,7 @@ pub(crate) async fn drive<S: EventStore>(
             flow: started.flow.clone(),
             version: started.flow_version,
         })?;
-    let history = History::from_log(&log);
-    let mut durable_head = log.len() as u64;
-    drop(log);
+    let mut durable_head = folded.next_seq();
 
     let ctx = FlowCtx::new(
         execution.clone(),
@@ -194,8 +227,6 @@ pub(crate) async fn drive<S: EventStore>(
     let mut running: FuturesUnordered<BoxFuture<'static, (String, EffectOutcome)>> =
         FuturesUnordered::new();
     let mut held: Vec<(u64, Dispatch)> = Vec::new();
-    let mut queued: Vec<Event> = Vec::new();
-    let mut queued_replies: Vec<Reply> = Vec::new();
     // The append in flight, the replies that wait for it, and how many events it carries.
     let mut appending: Option<(Append, Vec<Reply>, u64)> = None;
     let mut flow_result: Option<Result<Payload, FlowError>> = None;
@@ -228,6 +259,9 @@ pub(crate) async fn drive<S: EventStore>(
                     source: divergence,
                 };
                 fail_all(&mut queued_replies, &error.to_string());
+                if let Some((_, mut replies, _)) = appending.take() {
+                    fail_all(&mut replies, &error.to_string());
+                }
                 return Err(error);
             }
             let (events, dispatches) = state.take_queued();
@@ -291,7 +325,7 @@ pub(crate) async fn drive<S: EventStore>(
             }
             if ended {
                 if inner.try_release(&execution, messages) {
-                    return Ok(Exit::Ended);
+                    return Ok(Exit::Ended(Box::new(folded)));
                 }
             } else if running.is_empty() && held.is_empty() {
                 // Parking with recorded commands left unmatched means the flow now waits
@@ -308,7 +342,7 @@ pub(crate) async fn drive<S: EventStore>(
                     });
                 }
                 if inner.try_release(&execution, messages) {
-                    return Ok(Exit::Parked);
+                    return Ok(Exit::Parked(Box::new(folded)));
                 }
             }
         }
@@ -331,7 +365,7 @@ pub(crate) async fn drive<S: EventStore>(
                 let mut replies = appending.take().map(|(_, replies, _)| replies).unwrap_or_default();
                 match result {
                     Ok((head, events)) => {
-                        publish(&inner, &execution, durable_head, &events);
+                        publish(&inner, &execution, durable_head, events, &mut folded);
                         durable_head = head;
                         for reply in replies {
                             reply.ok();
@@ -342,6 +376,20 @@ pub(crate) async fn drive<S: EventStore>(
                         for (_, dispatch) in ready {
                             running.push(invoke(dispatch));
                         }
+                    }
+                    Err(AppendError::Conflict { actual_seq, .. }) if durable_head == 0 => {
+                        // A new execution whose id is taken: the caller's mistake, not a
+                        // failure of the execution that owns the id.
+                        for reply in replies.drain(..).chain(queued_replies.drain(..)) {
+                            match reply {
+                                Reply::Start(reply) => drop(
+                                    reply.send(Err(StartError::AlreadyExists(execution.clone()))),
+                                ),
+                                other => other.fail(&execution, "the execution already exists"),
+                            }
+                        }
+                        tracing::debug!(actual_seq, "start refused: the execution exists");
+                        return Ok(Exit::Unknown);
                     }
                     Err(err) => {
                         let error = DriveError::Append {
@@ -361,7 +409,7 @@ pub(crate) async fn drive<S: EventStore>(
             message = messages.recv() => {
                 let Some(message) = message else {
                     // The runtime is gone; nothing can be answered any more.
-                    return Ok(Exit::Parked);
+                    return Ok(Exit::Parked(Box::new(folded)));
                 };
                 if ended {
                     refuse_ended(&execution, message);
@@ -396,18 +444,27 @@ fn invoke(dispatch: Dispatch) -> BoxFuture<'static, (String, EffectOutcome)> {
     ))
 }
 
-fn publish<S: EventStore>(inner: &Inner<S>, execution: &ExecutionId, first: u64, events: &[Event]) {
-    if inner.projections.is_empty() {
-        return;
-    }
+/// Folds durable events into the driver's state and shows them to the projections.
+fn publish<S: EventStore>(
+    inner: &Inner<S>,
+    execution: &ExecutionId,
+    first: u64,
+    events: Vec<Event>,
+    folded: &mut ExecutionState,
+) {
     for (seq, event) in (first..).zip(events) {
         let envelope = EventEnvelope {
             execution_id: execution.clone(),
             seq,
             schema: EVENT_SCHEMA,
             recorded_at_ms: None,
-            event: event.clone(),
+            event,
         };
+        if let Err(error) = folded.apply(&envelope) {
+            // The driver only writes what the fold accepts; this is a kernel bug, and the log
+            // itself stays the judge (readers fold it and see the same refusal).
+            tracing::error!(%error, "the driver appended an event its fold refuses");
+        }
         for projection in inner.projections.iter() {
             projection.apply(&envelope);
         }

@@ -20,6 +20,7 @@ mod effect;
 mod flow;
 mod history;
 mod plugin;
+mod replay;
 
 use std::collections::{BTreeMap, HashMap};
 use std::sync::{Arc, Mutex};
@@ -35,12 +36,13 @@ pub use effect::{Effect, EffectCall, EffectOutcome, FnEffect};
 pub use flow::{Flow, FlowError, FnFlow, flow_fn};
 pub use history::NonDeterminism;
 pub use plugin::{AbiRange, Contributions, Inbound, InboundHandler, Plugin, Projection};
+pub use replay::{ReplayError, ReplayReport};
 
-use crate::event::{Event, ExecutionStarted, Verdict};
+use crate::event::{ExecutionStarted, Verdict};
 use crate::fold::ExecutionState;
 use crate::id::ExecutionId;
 use crate::payload::Payload;
-use crate::store::{AppendError, EventStore, EventStoreExt, FoldStoredError, ReadError};
+use crate::store::{EventStore, EventStoreExt, FoldStoredError, ReadError};
 use driver::{DriverMsg, Exit};
 
 /// Decides who may resume which gate (K12.2). Consulted before anything is recorded.
@@ -91,8 +93,11 @@ pub enum StartError {
         execution: ExecutionId,
         detail: String,
     },
-    #[error(transparent)]
-    Append(AppendError),
+    #[error("execution {execution} could not be started: {detail}")]
+    Driver {
+        execution: ExecutionId,
+        detail: String,
+    },
 }
 
 /// Why a resume was not recorded.
@@ -320,6 +325,8 @@ struct Slot {
 struct Settled {
     runs: u64,
     error: Option<DriveError>,
+    /// The state it left the execution in.
+    state: Option<ExecutionState>,
 }
 
 impl<S: EventStore> Inner<S> {
@@ -393,20 +400,34 @@ impl<S: EventStore> Runtime<S> {
                 execution: execution.clone(),
                 detail: err.to_string(),
             })?;
-        let started = Event::ExecutionStarted(ExecutionStarted {
+        let started = ExecutionStarted {
             flow: flow.to_owned(),
             flow_version: version,
             input,
             capabilities: options.capabilities,
             budget: options.budget,
-        });
-        match self.inner.store.append(&execution, 0, &[started]).await {
-            Ok(_) => {}
-            Err(AppendError::Conflict { .. }) => return Err(StartError::AlreadyExists(execution)),
-            Err(err) => return Err(StartError::Append(err)),
+        };
+        let (reply, answer) = oneshot::channel();
+        {
+            let mut slots = self.inner.slots();
+            let slot = slots.entry(execution.clone()).or_insert_with(new_slot);
+            if slot
+                .driver
+                .as_ref()
+                .is_some_and(|sender| !sender.is_closed())
+            {
+                return Err(StartError::AlreadyExists(execution));
+            }
+            let new = driver::NewExecution { started, reply };
+            self.spawn_driver(slot, &execution, Some(new));
         }
+        answer.await.unwrap_or_else(|_| {
+            Err(StartError::Driver {
+                execution: execution.clone(),
+                detail: "the execution's driver stopped".into(),
+            })
+        })?;
         tracing::debug!(%execution, flow, version, "execution started");
-        self.ensure_driver(&execution);
         Ok(execution)
     }
 
@@ -520,6 +541,15 @@ impl<S: EventStore> Runtime<S> {
         Ok(recovered)
     }
 
+    /// Replays a recorded log against the registered flow, running no effect and writing
+    /// nothing, and reports whether the flow issues exactly the recorded commands.
+    pub fn replay_log(
+        &self,
+        log: &[crate::envelope::EventEnvelope],
+    ) -> Result<ReplayReport, ReplayError> {
+        replay::replay_log(&self.inner, log)
+    }
+
     /// The execution's state, folded from its log.
     pub async fn state(&self, execution: &ExecutionId) -> Result<ExecutionState, FoldStoredError> {
         self.inner.store.fold(execution).await
@@ -547,9 +577,11 @@ impl<S: EventStore> Runtime<S> {
             let outcome = receiver
                 .wait_for(|settled| settled.runs > runs)
                 .await
-                .map(|settled| settled.error.clone());
-            if let Ok(Some(error)) = outcome {
-                return Err(WaitError::Driver(error));
+                .map(|settled| (settled.error.clone(), settled.state.clone()));
+            match outcome {
+                Ok((Some(error), _)) => return Err(WaitError::Driver(error)),
+                Ok((None, Some(state))) => return Ok(state),
+                _ => {}
             }
         }
         Ok(self.inner.store.fold(execution).await?)
@@ -580,21 +612,45 @@ impl<S: EventStore> Runtime<S> {
         Ok(action)
     }
 
-    /// Sends a message to the execution's driver, starting one if none runs.
+    /// Sends a message to the execution's driver, starting one if none runs. The message is
+    /// sent under the lock a driver takes to decide it may exit, so it is never stranded.
     fn send(&self, execution: &ExecutionId, message: DriverMsg) {
-        let sender = self.ensure_driver(execution);
+        let mut slots = self.inner.slots();
+        let slot = slots.entry(execution.clone()).or_insert_with(new_slot);
+        let sender = self.live_driver(slot, execution);
         if let Err(mpsc::error::SendError(message)) = sender.send(message) {
+            drop(slots);
             driver::refuse_failed(execution, message, "the execution's driver stopped");
         }
     }
 
     /// The execution's driver, started if none runs.
-    fn ensure_driver(&self, execution: &ExecutionId) -> mpsc::UnboundedSender<DriverMsg> {
+    fn ensure_driver(&self, execution: &ExecutionId) {
         let mut slots = self.inner.slots();
         let slot = slots.entry(execution.clone()).or_insert_with(new_slot);
-        if let Some(sender) = &slot.driver {
-            return sender.clone();
+        self.live_driver(slot, execution);
+    }
+
+    /// The driver of `slot` (whose lock the caller holds), started if none runs or the last
+    /// one has stopped.
+    fn live_driver(
+        &self,
+        slot: &mut Slot,
+        execution: &ExecutionId,
+    ) -> mpsc::UnboundedSender<DriverMsg> {
+        match &slot.driver {
+            Some(sender) if !sender.is_closed() => sender.clone(),
+            _ => self.spawn_driver(slot, execution, None),
         }
+    }
+
+    /// Starts a driver for the execution of `slot`, whose lock the caller holds.
+    fn spawn_driver(
+        &self,
+        slot: &mut Slot,
+        execution: &ExecutionId,
+        new: Option<driver::NewExecution>,
+    ) -> mpsc::UnboundedSender<DriverMsg> {
         let (sender, mut messages) = mpsc::unbounded_channel();
         slot.driver = Some(sender.clone());
         let inner = Arc::clone(&self.inner);
@@ -602,14 +658,15 @@ impl<S: EventStore> Runtime<S> {
         let span = tracing::info_span!("execution", execution = %id);
         tokio::spawn(
             async move {
-                let outcome = driver::drive(Arc::clone(&inner), id.clone(), &mut messages).await;
+                let outcome =
+                    driver::drive(Arc::clone(&inner), id.clone(), &mut messages, new).await;
                 let unknown = matches!(outcome, Ok(Exit::Unknown));
-                let error = match outcome {
-                    Ok(Exit::Ended) | Ok(Exit::Parked) => None,
-                    Ok(Exit::Unknown) => None,
+                let (error, state) = match outcome {
+                    Ok(Exit::Ended(state) | Exit::Parked(state)) => (None, Some(*state)),
+                    Ok(Exit::Unknown) => (None, None),
                     Err(error) => {
                         tracing::error!(%error, "driver stopped");
-                        Some(error)
+                        (Some(error), None)
                     }
                 };
                 // Whatever is still queued is answered before the driver goes; new messages
@@ -634,6 +691,7 @@ impl<S: EventStore> Runtime<S> {
                     slot.settled.send_modify(|settled| {
                         settled.runs += 1;
                         settled.error = error;
+                        settled.state = state;
                     });
                     // A failed run keeps its slot, so `wait` can report why.
                     let failed = slot.settled.borrow().error.is_some();

@@ -468,11 +468,12 @@ impl EventStore for DiskStore {
             let lower = after
                 .as_ref()
                 .map_or(Bound::Unbounded, |id| Bound::Excluded(id.as_str()));
+            let limit = limit.max(1);
             let mut executions = Vec::new();
             for entry in heads
                 .range::<&str>((lower, Bound::Unbounded))
                 .map_err(storage)?
-                .take(limit)
+                .take(limit + 1)
             {
                 let (id, head) = entry.map_err(storage)?;
                 let id = ExecutionId::new(id.value()).map_err(storage)?;
@@ -481,14 +482,7 @@ impl EventStore for DiskStore {
                     head: head.value(),
                 });
             }
-            let next = if executions.len() == limit {
-                executions
-                    .last()
-                    .map(|summary: &ExecutionSummary| summary.id.clone())
-            } else {
-                None
-            };
-            Ok(ExecutionPage { executions, next })
+            Ok(ExecutionPage::from_one_extra(executions, limit))
         })
         .await
     }

@@ -96,21 +96,17 @@ impl EventStore for MemoryStore {
         use std::ops::Bound;
         let logs = self.logs();
         let lower = after.map_or(Bound::Unbounded, Bound::Excluded);
+        let limit = limit.max(1);
         let executions: Vec<ExecutionSummary> = logs
             .range::<ExecutionId, _>((lower, Bound::Unbounded))
             .filter(|(_, log)| !log.is_empty())
-            .take(limit)
+            .take(limit + 1)
             .map(|(id, log)| ExecutionSummary {
                 id: id.clone(),
                 head: log.len() as u64,
             })
             .collect();
-        let next = if executions.len() == limit {
-            executions.last().map(|summary| summary.id.clone())
-        } else {
-            None
-        };
-        Ok(ExecutionPage { executions, next })
+        Ok(ExecutionPage::from_one_extra(executions, limit))
     }
 
     async fn wait_for(&self, execution: &ExecutionId, seq: u64) -> Result<(), ReadError> {

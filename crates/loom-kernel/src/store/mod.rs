@@ -97,12 +97,24 @@ pub struct ExecutionSummary {
     pub head: u64,
 }
 
-/// A page of executions, in id order.
+/// A page of executions, in id order (byte order of the ids).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ExecutionPage {
     pub executions: Vec<ExecutionSummary>,
-    /// Pass as `after` to get the next page; `None` when this page is the last.
+    /// Pass as `after` to get the next page; `None` when no execution follows this page.
     pub next: Option<ExecutionId>,
+}
+
+impl ExecutionPage {
+    /// A page from up to `limit + 1` summaries: the extra one only says that more follow.
+    pub(crate) fn from_one_extra(mut executions: Vec<ExecutionSummary>, limit: usize) -> Self {
+        let more = executions.len() > limit;
+        executions.truncate(limit);
+        let next = more
+            .then(|| executions.last().map(|summary| summary.id.clone()))
+            .flatten();
+        Self { executions, next }
+    }
 }
 
 /// Where execution logs live. See the module documentation for the contract.
@@ -126,7 +138,8 @@ pub trait EventStore: Send + Sync + 'static {
     /// The log's next seq (its length); 0 for an unknown execution.
     fn head(&self, execution: &ExecutionId) -> impl Future<Output = Result<u64, ReadError>> + Send;
 
-    /// Up to `limit` executions with ids after `after`, in id order.
+    /// Up to `limit` executions with ids after `after`, in id order. A `limit` of 0 is read
+    /// as 1. An execution with no events is not listed.
     fn list_executions(
         &self,
         after: Option<&ExecutionId>,
@@ -185,7 +198,8 @@ pub trait EventStoreExt: EventStore {
     }
 
     /// Folds a stored execution page by page, without holding the log in memory. The next
-    /// page is read while the current one is folded.
+    /// page is read while the current one is folded. An unknown execution folds to the empty
+    /// state (status `New`).
     fn fold(
         &self,
         execution: &ExecutionId,

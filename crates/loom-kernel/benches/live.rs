@@ -1,0 +1,182 @@
+//! Live durable steps on the disk store with a no-op idempotent effect, printed as one
+//! machine-readable line per workload so Loom can be run beside other engines:
+//!
+//! - `seq`: one execution doing 1,000 sequential steps;
+//! - `one_step_executions`: 1,000 executions of one step each, one after another (start, step,
+//!   completion, each waited for);
+//! - `concurrent`: 1,000 executions of 10 steps each, all at once;
+//! - `resume`: from `resume()` to the flow running again, over 200 gates.
+//!
+//! `cargo bench -p loom-kernel --bench live` (or `cargo xtask bench`).
+
+mod support;
+
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use loom_kernel::conformance::id;
+use loom_kernel::runtime::{
+    EffectCall, EffectOutcome, FlowCtx, FlowError, FnEffect, Runtime, StartOptions, flow_fn,
+};
+use loom_kernel::{DiskStore, ExecutionStatus};
+
+type Stamps = Arc<Mutex<Vec<Instant>>>;
+
+async fn steps(ctx: FlowCtx, n: u64) -> Result<(), FlowError> {
+    for i in 0..n {
+        ctx.execute("noop", &i).await?;
+    }
+    Ok(())
+}
+
+async fn gates(ctx: FlowCtx, n: u64) -> Result<(), FlowError> {
+    for i in 0..n {
+        ctx.suspend("Go", &i.to_string()).await?;
+        ctx.execute("noop", &i).await?;
+    }
+    Ok(())
+}
+
+fn percentile(sorted: &[Duration], p: f64) -> f64 {
+    let index = ((sorted.len().saturating_sub(1)) as f64 * p).round() as usize;
+    sorted.get(index).map_or(0.0, |d| d.as_secs_f64() * 1e6)
+}
+
+fn report(name: &str, steps: u64, elapsed: Duration, mut latencies: Vec<Duration>, unit: &str) {
+    latencies.sort();
+    println!(
+        "loom {name} steps_per_s={:.0} per_step_us={:.1} p50_us={:.0} p99_us={:.0} latency_of={unit}",
+        steps as f64 / elapsed.as_secs_f64(),
+        elapsed.as_secs_f64() * 1e6 / steps as f64,
+        percentile(&latencies, 0.5),
+        percentile(&latencies, 0.99),
+    );
+}
+
+fn main() {
+    if std::env::args().any(|arg| arg == "--list") {
+        return;
+    }
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .expect("runtime");
+    let dir = support::scratch_dir();
+    let stamps: Stamps = Arc::default();
+    let store = DiskStore::open(dir.path().join("live.redb")).expect("store");
+    let loom = {
+        let stamps = Arc::clone(&stamps);
+        Runtime::builder(store)
+            .flow(flow_fn("steps", 1, steps))
+            .flow(flow_fn("gates", 1, gates))
+            .effect(
+                "noop",
+                FnEffect::new(true, move |call: EffectCall| {
+                    if let Ok(mut stamps) = stamps.lock() {
+                        stamps.push(Instant::now());
+                    }
+                    async move { EffectOutcome::ok(call.input) }
+                }),
+            )
+            .build()
+            .expect("runtime")
+    };
+    runtime.block_on(async {
+        // (a) one execution, 1,000 sequential steps.
+        stamps.lock().expect("stamps").clear();
+        let start = Instant::now();
+        let e = loom
+            .start("steps", &1000u64, StartOptions::new(id("seq")))
+            .await
+            .expect("start");
+        let state = loom.wait(&e).await.expect("wait");
+        let elapsed = start.elapsed();
+        assert_eq!(state.status(), ExecutionStatus::Completed);
+        let gaps: Vec<Duration> = {
+            let stamps = stamps.lock().expect("stamps");
+            stamps.windows(2).map(|w| w[1] - w[0]).collect()
+        };
+        report("seq", 1000, elapsed, gaps, "step");
+
+        // (b) 1,000 one-step executions, one after another.
+        let mut latencies = Vec::new();
+        let start = Instant::now();
+        for n in 0..1000 {
+            let began = Instant::now();
+            let e = loom
+                .start("steps", &1u64, StartOptions::new(id(&format!("one-{n}"))))
+                .await
+                .expect("start");
+            let state = loom.wait(&e).await.expect("wait");
+            assert_eq!(state.status(), ExecutionStatus::Completed);
+            latencies.push(began.elapsed());
+        }
+        report(
+            "one_step_executions",
+            1000,
+            start.elapsed(),
+            latencies,
+            "execution",
+        );
+
+        // (c) 1,000 executions of 10 steps, concurrently.
+        let start = Instant::now();
+        let tasks: Vec<_> = (0..1000)
+            .map(|n| {
+                let loom = loom.clone();
+                tokio::spawn(async move {
+                    let began = Instant::now();
+                    let e = loom
+                        .start("steps", &10u64, StartOptions::new(id(&format!("conc-{n}"))))
+                        .await
+                        .expect("start");
+                    let state = loom.wait(&e).await.expect("wait");
+                    assert_eq!(state.status(), ExecutionStatus::Completed);
+                    began.elapsed()
+                })
+            })
+            .collect();
+        let mut latencies = Vec::new();
+        for task in tasks {
+            latencies.push(task.await.expect("task"));
+        }
+        report(
+            "concurrent",
+            10_000,
+            start.elapsed(),
+            latencies,
+            "execution",
+        );
+
+        // Resume: from resume() to the flow's next effect.
+        let e = loom
+            .start("gates", &200u64, StartOptions::new(id("gates")))
+            .await
+            .expect("start");
+        let mut latencies = Vec::new();
+        let start = Instant::now();
+        for i in 0..200u64 {
+            loom.wait(&e).await.expect("parked");
+            stamps.lock().expect("stamps").clear();
+            let began = Instant::now();
+            loom.resume(&e, "Go", &i.to_string(), loom_kernel::Payload::null())
+                .await
+                .expect("resume");
+            loop {
+                if let Some(at) = stamps.lock().expect("stamps").first() {
+                    latencies.push(*at - began);
+                    break;
+                }
+                tokio::task::yield_now().await;
+            }
+        }
+        report(
+            "resume",
+            200,
+            start.elapsed(),
+            latencies,
+            "resume_to_running",
+        );
+    });
+}
