@@ -69,6 +69,9 @@ impl std::fmt::Debug for FlowCtx {
 
 pub(crate) struct Shared {
     pub(crate) execution_id: ExecutionId,
+    /// Per-execution state of the crates that build on the context (e.g. the agent surface's
+    /// models), by type. Rebuilt on every replay, since the flow issues the same commands.
+    locals: Mutex<HashMap<std::any::TypeId, Box<dyn std::any::Any + Send>>>,
     effects: Arc<BTreeMap<String, Arc<dyn Effect>>>,
     capabilities: BTreeSet<String>,
     budget: Option<u64>,
@@ -144,6 +147,7 @@ impl FlowCtx {
         Self {
             shared: Arc::new(Shared {
                 execution_id,
+                locals: Mutex::new(HashMap::new()),
                 effects,
                 capabilities: started.capabilities.clone(),
                 budget: started.budget,
@@ -165,6 +169,22 @@ impl FlowCtx {
         // Flow code never runs while the lock is held, so a poisoned lock only means a panic
         // in the kernel's own bookkeeping; its data is still consistent.
         self.shared.state.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Runs `f` on this execution's value of type `T` (created with `T::default()` on first
+    /// use). Crates that extend the context keep their per-execution state here; it lives as
+    /// long as the execution's driver and is rebuilt by replay, so it must be derived only from
+    /// what the flow does through the context.
+    pub fn with_local<T: Default + Send + 'static, R>(&self, f: impl FnOnce(&mut T) -> R) -> R {
+        let mut locals = self.shared.locals.lock().unwrap_or_else(|p| p.into_inner());
+        let entry = locals
+            .entry(std::any::TypeId::of::<T>())
+            .or_insert_with(|| Box::new(T::default()));
+        match entry.downcast_mut::<T>() {
+            Some(value) => f(value),
+            // The map is keyed by the type id, so the downcast always succeeds.
+            None => f(&mut T::default()),
+        }
     }
 
     /// Runs `effect` with `input` as step `effect#n`.
