@@ -24,7 +24,10 @@ enum Task {
     Test,
     /// Runs what CI runs: rustfmt check, clippy with warnings denied, then the tests.
     Ci,
-    /// Runs the kernel's benchmarks (takes minutes; see docs/PERFORMANCE.md).
+    /// Live durable steps on the embedded store: one machine-readable line per workload
+    /// (`loom seq steps_per_s=...`), for side-by-side runs with other engines.
+    Bench,
+    /// Runs every kernel benchmark (takes minutes; see docs/PERFORMANCE.md).
     BenchKernel,
 }
 
@@ -48,6 +51,7 @@ fn main() -> Result<()> {
             )?;
             test(&root)
         }
+        Task::Bench => cargo(&root, &["bench", "-p", "loom-kernel", "--bench", "live"]),
         Task::BenchKernel => {
             cargo(
                 &root,
@@ -55,6 +59,8 @@ fn main() -> Result<()> {
                     "bench",
                     "-p",
                     "loom-kernel",
+                    "--bench",
+                    "live",
                     "--bench",
                     "append_latency",
                     "--bench",
@@ -71,6 +77,8 @@ fn main() -> Result<()> {
                     "fold",
                     "--bench",
                     "append",
+                    "--bench",
+                    "replay",
                     "--",
                     "--warm-up-time",
                     "1",

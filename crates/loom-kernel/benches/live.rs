@@ -5,7 +5,8 @@
 //! - `one_step_executions`: 1,000 executions of one step each, one after another (start, step,
 //!   completion, each waited for);
 //! - `concurrent`: 1,000 executions of 10 steps each, all at once;
-//! - `resume`: from `resume()` to the flow running again, over 200 gates.
+//! - `resume`: from `resume()` to the flow running again, over 200 gates;
+//! - `raw_fsync`, first: one 4 KiB write + fsync at a time on the same disk, for scale.
 //!
 //! `cargo bench -p loom-kernel --bench live` (or `cargo xtask bench`).
 
@@ -82,6 +83,21 @@ fn main() {
             .build()
             .expect("runtime")
     };
+    // The disk's own pace, for scale: one 4 KiB write + fsync at a time, same directory.
+    {
+        use std::io::Write;
+        let mut raw = std::fs::File::create(dir.path().join("raw.log")).expect("raw file");
+        let block = vec![b'x'; 4096];
+        let mut latencies = Vec::new();
+        let start = Instant::now();
+        for _ in 0..500 {
+            let began = Instant::now();
+            raw.write_all(&block).expect("write");
+            raw.sync_data().expect("fsync");
+            latencies.push(began.elapsed());
+        }
+        report("raw_fsync", 500, start.elapsed(), latencies, "write_fsync");
+    }
     runtime.block_on(async {
         // (a) one execution, 1,000 sequential steps.
         stamps.lock().expect("stamps").clear();

@@ -112,7 +112,7 @@ pub(crate) struct CtxState {
     history: History,
     cursor: usize,
     counters: HashMap<String, u32>,
-    used_ids: HashSet<String>,
+    explicit_ids: HashSet<String>,
     out: Vec<Event>,
     dispatch: Vec<Dispatch>,
     slots: HashMap<u64, Slot>,
@@ -470,19 +470,39 @@ impl CtxState {
         }
     }
 
+    /// The id of the next command called `name`. Counted ids (`name#n`) are unique among
+    /// themselves by construction, so only explicit ids need remembering, and a counted id is
+    /// checked against them.
     fn step_id(&mut self, name: StepName) -> Result<String, StepError> {
-        let id = match name {
+        match name {
             StepName::Counted(name) => {
-                let n = self.counters.entry(name.clone()).or_insert(0);
-                *n += 1;
-                format!("{name}#{n}")
+                let id = match self.counters.entry(name) {
+                    std::collections::hash_map::Entry::Occupied(mut seen) => {
+                        *seen.get_mut() += 1;
+                        format!("{}#{}", seen.key(), seen.get())
+                    }
+                    std::collections::hash_map::Entry::Vacant(first) => {
+                        let id = format!("{}#1", first.key());
+                        first.insert(1);
+                        id
+                    }
+                };
+                if self.explicit_ids.contains(&id) {
+                    return Err(StepError::DuplicateStepId(id));
+                }
+                Ok(id)
             }
-            StepName::Explicit(id) => id,
-        };
-        if !self.used_ids.insert(id.clone()) {
-            return Err(StepError::DuplicateStepId(id));
+            StepName::Explicit(id) => {
+                let counted_before = id.rsplit_once('#').is_some_and(|(name, n)| {
+                    n.parse::<u32>()
+                        .is_ok_and(|n| n >= 1 && self.counters.get(name).is_some_and(|c| *c >= n))
+                });
+                if counted_before || !self.explicit_ids.insert(id.clone()) {
+                    return Err(StepError::DuplicateStepId(id));
+                }
+                Ok(id)
+            }
         }
-        Ok(id)
     }
 
     /// Matches a command against the history. True when it replays a recorded command; false

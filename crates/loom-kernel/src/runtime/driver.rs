@@ -13,6 +13,7 @@
 //! can observe (a resume accepted, a verdict, the end of the execution, parking) waits until
 //! the events behind it are durable. See `docs/adr/0003-durability-barriers.md`.
 
+use std::collections::HashMap;
 use std::sync::Arc;
 use std::task::{Context, Poll, Wake, Waker};
 
@@ -179,7 +180,9 @@ async fn load<S: EventStore>(
             detail: "the first event is not EXECUTION_STARTED".into(),
         });
     };
-    Ok(Ok((started.clone(), History::from_log(&log), state)))
+    let started = started.clone();
+    let history = History::from_events(log.into_iter().map(|e| (e.seq, e.event)));
+    Ok(Ok((started, history, state)))
 }
 
 /// Drives one execution until it ends, parks, or fails. Every message received is answered.
@@ -227,6 +230,8 @@ pub(crate) async fn drive<S: EventStore>(
     let mut running: FuturesUnordered<BoxFuture<'static, (String, EffectOutcome)>> =
         FuturesUnordered::new();
     let mut held: Vec<(u64, Dispatch)> = Vec::new();
+    // Where each step's STEP_STARTED sits in `queued`, while it has not been sent.
+    let mut started_at: HashMap<String, usize> = HashMap::new();
     // The append in flight, the replies that wait for it, and how many events it carries.
     let mut appending: Option<(Append, Vec<Reply>, u64)> = None;
     let mut flow_result: Option<Result<Payload, FlowError>> = None;
@@ -266,7 +271,7 @@ pub(crate) async fn drive<S: EventStore>(
             }
             let (events, dispatches) = state.take_queued();
             drop(state);
-            queued.extend(events);
+            enqueue(&mut queued, &mut started_at, events);
             // A held effect may start once everything queued so far is durable.
             let durable_at = durable_head
                 + appending.as_ref().map_or(0, |(_, _, len)| *len)
@@ -307,6 +312,7 @@ pub(crate) async fn drive<S: EventStore>(
 
         if appending.is_none() && !queued.is_empty() {
             let events = std::mem::take(&mut queued);
+            started_at.clear();
             let replies = std::mem::take(&mut queued_replies);
             let len = events.len() as u64;
             let store = Arc::clone(&inner.store);
@@ -442,6 +448,29 @@ fn invoke(dispatch: Dispatch) -> BoxFuture<'static, (String, EffectOutcome)> {
         async move { (step_id, running.await) },
         span,
     ))
+}
+
+/// Adds events to the queue. A step that finishes while its STEP_STARTED is still queued is
+/// recorded by its outcome alone, in the STEP_STARTED's place: the log keeps the order in which
+/// the flow issued its commands, with one event per quick step instead of two. (Only
+/// idempotent effects can finish so early; a non-idempotent one starts only once its
+/// STEP_STARTED is durable.)
+fn enqueue(queued: &mut Vec<Event>, started_at: &mut HashMap<String, usize>, events: Vec<Event>) {
+    for event in events {
+        let finished = match &event {
+            Event::StepStarted(e) => {
+                started_at.insert(e.step_id.clone(), queued.len());
+                None
+            }
+            Event::StepCompleted(e) => started_at.remove(&e.step_id),
+            Event::StepFailed(e) => started_at.remove(&e.step_id),
+            _ => None,
+        };
+        match finished.and_then(|index| queued.get_mut(index)) {
+            Some(slot) => *slot = event,
+            None => queued.push(event),
+        }
+    }
 }
 
 /// Folds durable events into the driver's state and shows them to the projections.

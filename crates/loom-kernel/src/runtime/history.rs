@@ -227,86 +227,85 @@ pub(crate) struct History {
 impl History {
     /// Builds the history from a whole log (already validated by the fold).
     pub(crate) fn from_log(log: &[EventEnvelope]) -> Self {
+        Self::from_events(
+            log.iter()
+                .map(|envelope| (envelope.seq, envelope.event.clone())),
+        )
+    }
+
+    /// The same, taking the events: payloads move into the history instead of being copied.
+    pub(crate) fn from_events(events: impl IntoIterator<Item = (u64, Event)>) -> Self {
         let mut history = History::default();
-        for envelope in log {
-            history.record(envelope.seq, &envelope.event);
+        for (seq, event) in events {
+            history.record(seq, event);
         }
         history
     }
 
-    fn record(&mut self, seq: u64, event: &Event) {
+    fn record(&mut self, seq: u64, event: Event) {
         match event {
             Event::StepStarted(e) => {
                 if !self.steps.contains_key(&e.step_id) {
-                    self.push_step(seq, &e.step_id, &e.effect, &e.input_digest, "STEP_STARTED");
+                    self.push_step(seq, &e.step_id, e.effect, e.input_digest, "STEP_STARTED");
                 }
-                self.steps.insert(
-                    e.step_id.clone(),
-                    StepState::InFlight { attempt: e.attempt },
-                );
+                self.steps
+                    .insert(e.step_id, StepState::InFlight { attempt: e.attempt });
             }
             Event::StepCompleted(e) => {
                 if !self.steps.contains_key(&e.step_id) {
-                    self.push_step(
-                        seq,
-                        &e.step_id,
-                        &e.effect,
-                        &e.input_digest,
-                        "STEP_COMPLETED",
-                    );
+                    self.push_step(seq, &e.step_id, e.effect, e.input_digest, "STEP_COMPLETED");
                 }
                 self.budget_spent = self.budget_spent.saturating_add(e.cost);
-                self.steps
-                    .insert(e.step_id.clone(), StepState::Done(Ok(e.output.clone())));
+                self.steps.insert(e.step_id, StepState::Done(Ok(e.output)));
             }
             Event::StepFailed(e) => {
                 if !self.steps.contains_key(&e.step_id) {
-                    self.push_step(seq, &e.step_id, &e.effect, &e.input_digest, "STEP_FAILED");
+                    self.push_step(seq, &e.step_id, e.effect, e.input_digest, "STEP_FAILED");
                 }
                 self.budget_spent = self.budget_spent.saturating_add(e.cost);
-                self.steps
-                    .insert(e.step_id.clone(), StepState::Done(Err(e.error.clone())));
+                self.steps.insert(e.step_id, StepState::Done(Err(e.error)));
             }
             Event::EffectInDoubt(e) => {
                 self.steps
-                    .insert(e.step_id.clone(), StepState::InDoubt { attempt: e.attempt });
+                    .insert(e.step_id, StepState::InDoubt { attempt: e.attempt });
             }
             Event::EffectResolved(e) => {
-                let state = match (&e.verdict, self.steps.get(&e.step_id)) {
-                    (Verdict::Retry, Some(StepState::InDoubt { attempt })) => {
-                        StepState::InFlight { attempt: *attempt }
-                    }
-                    (Verdict::Retry, _) => StepState::InFlight { attempt: 1 },
-                    (Verdict::Completed { output }, _) => StepState::Done(Ok(output.clone())),
-                    (Verdict::Failed { error }, _) => StepState::Done(Err(error.clone())),
+                let attempt = match self.steps.get(&e.step_id) {
+                    Some(StepState::InDoubt { attempt }) => *attempt,
+                    _ => 1,
                 };
-                self.steps.insert(e.step_id.clone(), state);
+                let state = match e.verdict {
+                    Verdict::Retry => StepState::InFlight { attempt },
+                    Verdict::Completed { output } => StepState::Done(Ok(output)),
+                    Verdict::Failed { error } => StepState::Done(Err(error)),
+                };
+                self.steps.insert(e.step_id, state);
             }
             Event::DecisionRecorded(e) => self.commands.push((
                 seq,
                 Recorded::Decision {
-                    step_id: e.step_id.clone(),
-                    kind: e.kind.clone(),
-                    value: e.value.clone(),
+                    step_id: e.step_id,
+                    kind: e.kind,
+                    value: e.value,
                 },
             )),
             Event::ExecutionSuspended(e) => self.commands.push((
                 seq,
                 Recorded::Suspend {
-                    gate_id: e.gate_id.clone(),
-                    event_type: e.event_type.clone(),
-                    correlation_key: e.correlation_key.clone(),
+                    gate_id: e.gate_id,
+                    event_type: e.event_type,
+                    correlation_key: e.correlation_key,
                 },
             )),
             Event::ExecutionResumed(e) => {
-                self.resumed.insert(e.gate_id.clone(), e.payload.clone());
+                self.resumed.insert(e.gate_id, e.payload);
             }
             Event::SurfacePatch(e) => self.commands.push((
                 seq,
                 Recorded::Patch {
-                    step_id: e.step_id.clone(),
-                    surface_id: e.surface_id.clone(),
-                    ops: e.ops.clone(),
+                    step_id: e.step_id,
+                    surface_id: e.surface_id,
+                    ops: e.ops,
                 },
             )),
             Event::ExecutionStarted(_)
@@ -320,16 +319,16 @@ impl History {
         &mut self,
         seq: u64,
         step_id: &str,
-        effect: &str,
-        input_digest: &str,
+        effect: String,
+        input_digest: String,
         first_event: &'static str,
     ) {
         self.commands.push((
             seq,
             Recorded::Step {
                 step_id: step_id.to_owned(),
-                effect: effect.to_owned(),
-                input_digest: input_digest.to_owned(),
+                effect,
+                input_digest,
                 first_event,
             },
         ));
