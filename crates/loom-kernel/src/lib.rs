@@ -8,6 +8,10 @@
 //!   [`DiskStore`], the embedded default on redb, which group-commits concurrent appends.
 //! - The fold ([`ExecutionState`]): an execution's state as a pure function of its log, which
 //!   refuses a log that breaks an invariant with an error naming the seq.
+//! - The runtime ([`runtime`]): flows as async functions of a [`runtime::FlowCtx`], replay
+//!   against the log with non-determinism detection, gates (suspend/resume), logged decisions,
+//!   the effect-dispatch seam, recovery, and plugin composition checked against `KERNEL_ABI`.
+//! - K10-R6 data classification ([`classify`]): which values must be masked on egress.
 //! - [`conformance`]: the one test suite every store must pass.
 //!
 //! # What it must not depend on
@@ -63,3 +67,8 @@ pub use store::{
     AppendError, DiskStore, DiskStoreConfig, EventStore, EventStoreExt, ExecutionPage,
     ExecutionSummary, FoldStoredError, MemoryStore, OpenError, ReadError,
 };
+
+/// The README's examples, compiled as doctests so they stay true.
+#[cfg(doctest)]
+#[doc = include_str!("../../../README.md")]
+struct ReadmeExamples;

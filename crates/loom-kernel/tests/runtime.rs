@@ -742,3 +742,53 @@ async fn decisions_are_recorded_once_and_replayed() {
         .count();
     assert_eq!(decisions, 4, "replay records nothing again");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_non_idempotent_effect_starts_only_once_its_step_started_is_durable() {
+    let store = MemoryStore::new();
+    let seen = Arc::new(std::sync::Mutex::new(Vec::new()));
+    let effect = {
+        let (store, seen) = (store.clone(), seen.clone());
+        FnEffect::new(false, move |call: EffectCall| {
+            let (store, seen) = (store.clone(), seen.clone());
+            async move {
+                let log = store.read_all(&call.execution_id).await.unwrap();
+                let durable = log.iter().any(
+                    |x| matches!(&x.event, Event::StepStarted(s) if s.step_id == call.step_id),
+                );
+                seen.lock().unwrap().push((call.step_id.clone(), durable));
+                EffectOutcome::ok(Payload::null())
+            }
+        })
+    };
+    let rt = Runtime::builder(store.clone())
+        .flow(flow_fn("pay", 1, pay))
+        .effect("pay", effect)
+        .build()
+        .unwrap();
+    let e = rt
+        .start("pay", &json!(null), StartOptions::new(id("barrier")))
+        .await
+        .unwrap();
+    assert_eq!(
+        rt.wait(&e).await.unwrap().status(),
+        ExecutionStatus::Completed
+    );
+    assert_eq!(*seen.lock().unwrap(), [("pay#1".to_string(), true)]);
+    let names: Vec<_> = store
+        .read_all(&e)
+        .await
+        .unwrap()
+        .iter()
+        .map(|x| x.event.type_name())
+        .collect();
+    assert_eq!(
+        names,
+        [
+            "EXECUTION_STARTED",
+            "STEP_STARTED",
+            "STEP_COMPLETED",
+            "EXECUTION_COMPLETED"
+        ]
+    );
+}
