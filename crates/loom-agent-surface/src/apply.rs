@@ -78,7 +78,7 @@ pub enum PatchFailure {
     RemoveRoot,
 }
 
-fn describe(path: &SurfacePath) -> String {
+pub(crate) fn describe(path: &SurfacePath) -> String {
     if path.is_root() {
         "the root".to_owned()
     } else {
@@ -115,6 +115,39 @@ pub fn apply_surface_patches(
     model: &mut Value,
     ops: &[SurfaceOp],
 ) -> Result<Vec<Touched>, PatchError> {
+    apply_batch(model, ops).map(|applied| applied.touched)
+}
+
+/// A batch that applied, with what it takes to take it back.
+pub(crate) struct Applied {
+    pub(crate) touched: Vec<Touched>,
+    undo: UndoLog,
+}
+
+/// The inverses of a batch's ops, in op order. Only [`UndoLog::revert`] can use it, and only
+/// on the model the batch left, with the same ops.
+pub(crate) struct UndoLog(Vec<Undo>);
+
+impl UndoLog {
+    /// Takes the batch back, leaving the model as it was before [`apply_batch`]. The model must
+    /// be exactly as the batch left it, and `ops` the batch's ops.
+    pub(crate) fn revert(self, model: &mut Value, ops: &[SurfaceOp]) {
+        for (op, action) in ops.iter().zip(self.0).rev() {
+            revert(model, op.path(), action);
+        }
+    }
+}
+
+impl Applied {
+    pub(crate) fn into_undo(self) -> UndoLog {
+        self.undo
+    }
+}
+
+/// [`apply_surface_patches`], keeping the undo log so that a caller who learns afterwards that
+/// the batch must not stand (the emitter, when the kernel refuses to record it) can take it
+/// back without having copied the model.
+pub(crate) fn apply_batch(model: &mut Value, ops: &[SurfaceOp]) -> Result<Applied, PatchError> {
     let mut undo = Vec::with_capacity(ops.len());
     let mut touched = Vec::with_capacity(ops.len());
     for (index, op) in ops.iter().enumerate() {
@@ -124,9 +157,7 @@ pub fn apply_surface_patches(
                 touched.push(place);
             }
             Err(reason) => {
-                for (op, action) in ops.iter().zip(undo).rev() {
-                    revert(model, op.path(), action);
-                }
+                UndoLog(undo).revert(model, ops);
                 return Err(PatchError {
                     index,
                     kind: op.kind(),
@@ -136,7 +167,10 @@ pub fn apply_surface_patches(
             }
         }
     }
-    Ok(touched)
+    Ok(Applied {
+        touched,
+        undo: UndoLog(undo),
+    })
 }
 
 /// Applies a single op; the same as a batch of one.

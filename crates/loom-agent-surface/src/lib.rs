@@ -10,6 +10,12 @@
 //!   O(path depth) per op, and reports where each op changed it.
 //! - [`SurfaceProjection`]: the read-side fold of `SURFACE_PATCH` events into one data model per
 //!   surface.
+//! - [`SurfaceEmitter`], the write side for flows: `use loom_agent_surface::SurfaceExt;` then
+//!   `ctx.surface("main").set("order.status", "pending")?` records a `SURFACE_PATCH` through
+//!   the kernel's `FlowCtx::emit_surface_patch`, and `ctx.surface("main").patch().set(..)
+//!   .increment(..).emit()?` records several ops as one. Ops are checked against the surface's
+//!   current model first; one that cannot apply is refused ([`EmitError`]) and nothing is
+//!   recorded. The kernel never learns these names.
 //!
 //! # What it must not depend on
 //! Of the Loom crates, only `loom-kernel`. Never `loom-effect-runtime` or `loom-plugin-a2ui`:
@@ -37,11 +43,13 @@
 )]
 
 mod apply;
+mod emitter;
 mod op;
 mod path;
 mod projection;
 
 pub use apply::{PatchError, PatchFailure, Touched, apply_surface_op, apply_surface_patches};
+pub use emitter::{EmitError, SurfaceBatch, SurfaceEmitter, SurfaceExt};
 pub use op::{OpDecodeError, OpKind, SurfaceOp};
 pub use path::{PathError, PathErrorReason, PointerError, SurfacePath};
 pub use projection::{ProjectionError, SurfaceProjection, TouchedPointer};

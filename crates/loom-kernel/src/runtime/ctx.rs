@@ -174,7 +174,8 @@ impl FlowCtx {
     /// Runs `f` on this execution's value of type `T` (created with `T::default()` on first
     /// use). Crates that extend the context keep their per-execution state here; it lives as
     /// long as the execution's driver and is rebuilt by replay, so it must be derived only from
-    /// what the flow does through the context.
+    /// what the flow does through the context. All types share one lock, which is not
+    /// re-entrant: do not call `with_local` (or anything that does) from inside `f`.
     pub fn with_local<T: Default + Send + 'static, R>(&self, f: impl FnOnce(&mut T) -> R) -> R {
         let mut locals = self.shared.locals.lock().unwrap_or_else(|p| p.into_inner());
         let entry = locals

@@ -145,6 +145,21 @@ impl Recorded {
                 format!("{self} with input digest {input_digest}"),
                 format!("{attempted} with input digest {d}"),
             ),
+            (
+                Recorded::Patch {
+                    step_id,
+                    surface_id,
+                    ops,
+                },
+                Attempted::Patch {
+                    step_id: s,
+                    surface_id: i,
+                    ops: o,
+                },
+            ) if step_id == s && surface_id == i => (
+                format!("{self} with ops {}", shorten(ops.as_json())),
+                format!("{attempted} with ops {}", shorten(o.as_json())),
+            ),
             _ => (self.to_string(), attempted.to_string()),
         }
     }
@@ -198,6 +213,14 @@ impl Recorded {
             ) => step_id == s && surface_id == i && ops == *o,
             _ => false,
         }
+    }
+}
+
+/// At most 200 characters of `text`, for error messages.
+fn shorten(text: &str) -> String {
+    match text.char_indices().nth(200) {
+        Some((end, _)) => format!("{}...", &text[..end]),
+        None => text.to_owned(),
     }
 }
 
