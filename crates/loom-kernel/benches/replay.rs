@@ -54,12 +54,16 @@ fn replay(c: &mut Criterion) {
     group.bench_function("read_and_replay_10k_steps_disk", |b| {
         b.iter(|| {
             let log = runtime.block_on(loom.store().read_all(&e)).expect("read");
-            loom.replay_log(&log).expect("deterministic")
+            loom.replay_log(log).expect("deterministic")
         })
     });
     let log = runtime.block_on(loom.store().read_all(&e)).expect("read");
     group.bench_function("replay_10k_steps_in_memory", |b| {
-        b.iter(|| loom.replay_log(&log).expect("deterministic"))
+        b.iter_batched(
+            || log.clone(),
+            |log| loom.replay_log(log).expect("deterministic"),
+            criterion::BatchSize::LargeInput,
+        )
     });
     group.finish();
 }

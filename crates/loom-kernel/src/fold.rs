@@ -17,7 +17,9 @@
 
 use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet, btree_map, hash_map};
 use std::fmt;
-use std::hash::{BuildHasherDefault, Hasher};
+use std::hash::BuildHasherDefault;
+
+use crate::hash::IdHasher;
 use std::sync::Arc;
 
 use crate::envelope::EventEnvelope;
@@ -554,32 +556,4 @@ fn intern(names: &mut HashSet<Arc<str>, BuildHasherDefault<IdHasher>>, name: &st
     let shared: Arc<str> = Arc::from(name);
     names.insert(Arc::clone(&shared));
     shared
-}
-
-/// A fast, unseeded hash for the short ids the fold looks up (the multiply-rotate scheme of
-/// rustc's FxHasher).
-#[derive(Default)]
-struct IdHasher(u64);
-
-impl Hasher for IdHasher {
-    fn write(&mut self, bytes: &[u8]) {
-        const K: u64 = 0x517c_c1b7_2722_0a95;
-        let mut chunks = bytes.chunks_exact(8);
-        for chunk in &mut chunks {
-            let mut word = [0u8; 8];
-            word.copy_from_slice(chunk);
-            self.0 = (self.0.rotate_left(5) ^ u64::from_le_bytes(word)).wrapping_mul(K);
-        }
-        for &byte in chunks.remainder() {
-            self.0 = (self.0.rotate_left(5) ^ u64::from(byte)).wrapping_mul(K);
-        }
-    }
-
-    fn write_u8(&mut self, byte: u8) {
-        self.write(&[byte]);
-    }
-
-    fn finish(&self) -> u64 {
-        self.0
-    }
 }

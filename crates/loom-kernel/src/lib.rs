@@ -53,6 +53,7 @@ pub mod envelope;
 pub mod event;
 mod event_decode;
 pub mod fold;
+mod hash;
 mod id;
 mod payload;
 pub mod runtime;

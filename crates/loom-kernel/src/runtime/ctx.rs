@@ -15,6 +15,7 @@ use serde::Serialize;
 use serde::de::DeserializeOwned;
 
 use crate::event::*;
+use crate::hash::IdMap;
 use crate::id::ExecutionId;
 use crate::payload::Payload;
 use crate::runtime::digest::input_digest;
@@ -111,13 +112,13 @@ struct PendingGate {
 pub(crate) struct CtxState {
     history: History,
     cursor: usize,
-    counters: HashMap<String, u32>,
+    counters: IdMap<String, u32>,
     explicit_ids: HashSet<String>,
     out: Vec<Event>,
     dispatch: Vec<Dispatch>,
-    slots: HashMap<u64, Slot>,
+    slots: IdMap<u64, Slot>,
     next_slot: u64,
-    running: HashMap<String, RunningStep>,
+    running: IdMap<String, RunningStep>,
     in_doubt: BTreeMap<String, RunningStep>,
     gates: Vec<PendingGate>,
     divergence: Option<NonDeterminism>,

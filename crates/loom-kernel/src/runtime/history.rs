@@ -7,10 +7,9 @@
 //! resumes. On replay the k-th command the flow issues must match the k-th recorded command;
 //! inputs are looked up by step or gate id, so concurrent steps may finish in any order.
 
-use std::collections::HashMap;
+use crate::hash::IdMap;
 use std::fmt;
 
-use crate::envelope::EventEnvelope;
 use crate::event::{ErrorInfo, Event, Verdict};
 use crate::payload::Payload;
 
@@ -242,21 +241,14 @@ pub(crate) enum StepState {
 #[derive(Debug, Default)]
 pub(crate) struct History {
     pub(crate) commands: Vec<(u64, Recorded)>,
-    pub(crate) steps: HashMap<String, StepState>,
-    pub(crate) resumed: HashMap<String, Payload>,
+    pub(crate) steps: IdMap<String, StepState>,
+    pub(crate) resumed: IdMap<String, Payload>,
     pub(crate) budget_spent: u64,
 }
 
 impl History {
-    /// Builds the history from a whole log (already validated by the fold).
-    pub(crate) fn from_log(log: &[EventEnvelope]) -> Self {
-        Self::from_events(
-            log.iter()
-                .map(|envelope| (envelope.seq, envelope.event.clone())),
-        )
-    }
-
-    /// The same, taking the events: payloads move into the history instead of being copied.
+    /// Builds the history from a whole log (already validated by the fold), taking the
+    /// events: payloads move into the history instead of being copied.
     pub(crate) fn from_events(events: impl IntoIterator<Item = (u64, Event)>) -> Self {
         let mut history = History::default();
         for (seq, event) in events {

@@ -545,7 +545,7 @@ impl<S: EventStore> Runtime<S> {
     /// nothing, and reports whether the flow issues exactly the recorded commands.
     pub fn replay_log(
         &self,
-        log: &[crate::envelope::EventEnvelope],
+        log: Vec<crate::envelope::EventEnvelope>,
     ) -> Result<ReplayReport, ReplayError> {
         replay::replay_log(&self.inner, log)
     }

@@ -49,15 +49,23 @@ pub enum ReplayError {
 /// flow issues past the end of the log are dropped.
 pub(crate) fn replay_log<S: EventStore>(
     inner: &Arc<Inner<S>>,
-    log: &[EventEnvelope],
+    log: Vec<EventEnvelope>,
 ) -> Result<ReplayReport, ReplayError> {
     let Some(first) = log.first() else {
         return Err(ReplayError::Empty);
     };
-    ExecutionState::fold(log)?;
+    ExecutionState::fold(&log)?;
     let Event::ExecutionStarted(started) = &first.event else {
         return Err(ReplayError::Empty);
     };
+    let started = started.clone();
+    let execution_id = first.execution_id.clone();
+    let events = log.len() as u64;
+    // What the log ended with, kept before the events move into the history.
+    let recorded_end = log.last().and_then(|last| match &last.event {
+        Event::ExecutionCompleted(done) => Some((last.seq, done.output.clone())),
+        _ => None,
+    });
     let flow = inner
         .flows
         .get(&(started.flow.clone(), started.flow_version))
@@ -65,14 +73,9 @@ pub(crate) fn replay_log<S: EventStore>(
             flow: started.flow.clone(),
             version: started.flow_version,
         })?;
-    let history = History::from_log(log);
+    let history = History::from_events(log.into_iter().map(|e| (e.seq, e.event)));
     let commands = history.commands.len();
-    let ctx = FlowCtx::new(
-        first.execution_id.clone(),
-        Arc::clone(&inner.effects),
-        started,
-        history,
-    );
+    let ctx = FlowCtx::new(execution_id, Arc::clone(&inner.effects), &started, history);
     let mut running = flow.run(ctx.clone(), started.input.clone());
     // Every recorded result is served synchronously, so the flow runs as far as its log goes
     // in one poll; it is polled until it stops making progress.
@@ -94,18 +97,17 @@ pub(crate) fn replay_log<S: EventStore>(
         return Err(divergence.clone().into());
     }
     drop(state);
-    if let (Some(Ok(output)), Some(last)) = (&returned, log.last())
-        && let Event::ExecutionCompleted(recorded) = &last.event
-        && recorded.output != *output
+    if let (Some(Ok(output)), Some((seq, recorded))) = (&returned, recorded_end)
+        && recorded != *output
     {
         return Err(ReplayError::OutputMismatch {
-            seq: last.seq,
-            recorded: recorded.output.to_string(),
+            seq,
+            recorded: recorded.to_string(),
             replayed: output.to_string(),
         });
     }
     Ok(ReplayReport {
-        events: log.len() as u64,
+        events,
         commands,
         returned: returned.is_some(),
     })

@@ -179,20 +179,29 @@ pub trait EventStoreExt: EventStore {
         .flatten()
     }
 
-    /// The whole log in memory. Prefer [`EventStoreExt::fold`] or `stream` for long logs.
+    /// The whole log in memory. Prefer [`EventStoreExt::fold`] or `stream` for long logs. The
+    /// next page is read while the current one is added.
     fn read_all(
         &self,
         execution: &ExecutionId,
     ) -> impl Future<Output = Result<Vec<EventEnvelope>, ReadError>> + Send {
         async move {
-            let mut all = Vec::new();
+            let mut all = self.read(execution, 0, STREAM_PAGE).await?;
+            if all.len() < STREAM_PAGE {
+                return Ok(all);
+            }
+            let mut page = self.read(execution, all.len() as u64, STREAM_PAGE).await?;
             loop {
-                let page = self.read(execution, all.len() as u64, STREAM_PAGE).await?;
-                let last = page.len() < STREAM_PAGE;
-                all.extend(page);
-                if last {
+                if page.len() < STREAM_PAGE {
+                    all.extend(page);
                     return Ok(all);
                 }
+                let next_from = (all.len() + page.len()) as u64;
+                let (next, ()) =
+                    futures::join!(self.read(execution, next_from, STREAM_PAGE), async {
+                        all.extend(page)
+                    });
+                page = next?;
             }
         }
     }
