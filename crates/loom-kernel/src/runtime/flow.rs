@@ -56,6 +56,51 @@ pub trait Flow: Send + Sync + 'static {
     fn run(&self, ctx: FlowCtx, input: Payload) -> BoxFuture<'static, Result<Payload, FlowError>>;
 }
 
+/// A set of flows, as a crate that defines flows exposes them (`pub fn flows() -> FlowSet`),
+/// so that the application's runtime and tools such as `replay-check` register the same ones.
+#[derive(Clone, Default)]
+pub struct FlowSet {
+    flows: Vec<std::sync::Arc<dyn Flow>>,
+}
+
+impl std::fmt::Debug for FlowSet {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_list()
+            .entries(self.flows.iter().map(|flow| (flow.name(), flow.version())))
+            .finish()
+    }
+}
+
+impl FlowSet {
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Adds a flow.
+    pub fn with(mut self, flow: impl Flow) -> Self {
+        self.flows.push(std::sync::Arc::new(flow));
+        self
+    }
+
+    /// Adds every flow of `other`.
+    pub fn merge(mut self, other: FlowSet) -> Self {
+        self.flows.extend(other.flows);
+        self
+    }
+
+    pub fn iter(&self) -> impl Iterator<Item = &std::sync::Arc<dyn Flow>> {
+        self.flows.iter()
+    }
+
+    pub fn len(&self) -> usize {
+        self.flows.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.flows.is_empty()
+    }
+}
+
 /// A [`Flow`] from an async function with typed input and output.
 ///
 /// ```

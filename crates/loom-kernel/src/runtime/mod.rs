@@ -33,7 +33,7 @@ pub use ctx::{Command, FlowCtx, StepError, StepName};
 pub use digest::input_digest;
 pub use driver::DriveError;
 pub use effect::{Effect, EffectCall, EffectOutcome, FnEffect};
-pub use flow::{Flow, FlowError, FnFlow, flow_fn};
+pub use flow::{Flow, FlowError, FlowSet, FnFlow, flow_fn};
 pub use history::NonDeterminism;
 pub use plugin::{AbiRange, Contributions, Inbound, InboundHandler, Plugin, Projection};
 pub use replay::{ReplayError, ReplayReport};
@@ -211,7 +211,18 @@ impl<S> std::fmt::Debug for RuntimeBuilder<S> {
 }
 
 impl<S: EventStore> RuntimeBuilder<S> {
-    pub fn flow(mut self, flow: impl Flow) -> Self {
+    pub fn flow(self, flow: impl Flow) -> Self {
+        self.shared_flow(Arc::new(flow))
+    }
+
+    /// Registers every flow of a set (see [`FlowSet`]).
+    pub fn flows(self, flows: &FlowSet) -> Self {
+        flows
+            .iter()
+            .fold(self, |builder, flow| builder.shared_flow(Arc::clone(flow)))
+    }
+
+    fn shared_flow(mut self, flow: Arc<dyn Flow>) -> Self {
         let key = (flow.name().to_owned(), flow.version());
         match self.flows.entry(key) {
             std::collections::btree_map::Entry::Occupied(taken) => {
@@ -220,7 +231,7 @@ impl<S: EventStore> RuntimeBuilder<S> {
                     .push(CompositionError::DuplicateFlow { name, version });
             }
             std::collections::btree_map::Entry::Vacant(slot) => {
-                slot.insert(Arc::new(flow));
+                slot.insert(flow);
             }
         }
         self
