@@ -1,0 +1,566 @@
+//! The `replay-check` and `export-log` commands.
+//!
+//! Exit codes of `replay-check`: 0 when every execution checked replays as recorded, 1 when at
+//! least one diverges, 2 when the check could not run (a source that cannot be read, flows that
+//! do not compose) or could not check some execution (an invalid or unsupported log, a flow
+//! that is not registered) and found no divergence.
+
+use std::ffi::OsString;
+use std::io::{IsTerminal, Write};
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::sync::Arc;
+use std::time::Instant;
+
+use clap::Parser;
+use loom_kernel::runtime::FlowSet;
+use loom_kernel::{DiskStore, EventEnvelope, EventStore, EventStoreExt, ExecutionId};
+use tokio::sync::mpsc;
+
+use crate::check::{Checker, Finding, Outcome};
+use crate::jsonl;
+
+/// Checks that recorded executions replay deterministically against today's flow code.
+#[derive(Debug, Parser)]
+#[command(name = "replay-check")]
+pub struct CheckArgs {
+    /// An embedded store file (it must not be open in another process).
+    #[arg(
+        long,
+        value_name = "PATH",
+        conflicts_with = "logs",
+        required_unless_present = "logs"
+    )]
+    pub store: Option<PathBuf>,
+    /// A directory of exported logs (`<execution id>.jsonl`, see `export-log`).
+    #[arg(long, value_name = "DIR")]
+    pub logs: Option<PathBuf>,
+    /// Only executions of this flow.
+    #[arg(long, value_name = "NAME")]
+    pub flow: Option<String>,
+    /// Only these executions (repeatable).
+    #[arg(long = "execution", value_name = "ID")]
+    pub executions: Vec<String>,
+    /// Only executions started at or after this time: Unix milliseconds, `YYYY-MM-DD` or
+    /// `YYYY-MM-DDTHH:MM:SSZ` (UTC). Executions with no recorded start time are kept.
+    #[arg(long, value_name = "WHEN", value_parser = parse_since)]
+    pub since: Option<u64>,
+    /// Print the result as JSON on stdout.
+    #[arg(long)]
+    pub json: bool,
+    /// Executions checked at once; defaults to the number of cores.
+    #[arg(long, value_name = "N")]
+    pub jobs: Option<usize>,
+}
+
+/// Writes recorded executions as JSON Lines files, one per execution.
+#[derive(Debug, Parser)]
+#[command(name = "export-log")]
+pub struct ExportArgs {
+    /// The embedded store file to read.
+    #[arg(long, value_name = "PATH")]
+    pub store: PathBuf,
+    /// The directory to write `<execution id>.jsonl` files into (created if missing).
+    #[arg(long, value_name = "DIR")]
+    pub out: PathBuf,
+    /// Only these executions (repeatable).
+    #[arg(long = "execution", value_name = "ID")]
+    pub executions: Vec<String>,
+}
+
+/// Runs `replay-check` with `args` (the first is the program name) against `flows`.
+pub fn main(
+    flows: FlowSet,
+    args: impl IntoIterator<Item = impl Into<OsString> + Clone>,
+) -> ExitCode {
+    ExitCode::from(check_command(&flows, args))
+}
+
+/// [`main`], returning the exit status as a number.
+pub fn check_command(
+    flows: &FlowSet,
+    args: impl IntoIterator<Item = impl Into<OsString> + Clone>,
+) -> u8 {
+    let args = match CheckArgs::try_parse_from(args) {
+        Ok(args) => args,
+        Err(error) => {
+            let _ = error.print();
+            return if error.use_stderr() { 2 } else { 0 };
+        }
+    };
+    match run(flows, &args) {
+        Ok(code) => code,
+        Err(error) => {
+            eprintln!("replay-check: {error}");
+            2
+        }
+    }
+}
+
+/// Runs `export-log` with `args` (the first is the program name).
+pub fn export_main(args: impl IntoIterator<Item = impl Into<OsString> + Clone>) -> ExitCode {
+    let args = match ExportArgs::try_parse_from(args) {
+        Ok(args) => args,
+        Err(error) => {
+            let _ = error.print();
+            return if error.use_stderr() {
+                ExitCode::from(2)
+            } else {
+                ExitCode::SUCCESS
+            };
+        }
+    };
+    match export(&args) {
+        Ok(written) => {
+            eprintln!(
+                "export-log: wrote {written} executions to {}",
+                args.out.display()
+            );
+            ExitCode::SUCCESS
+        }
+        Err(error) => {
+            eprintln!("export-log: {error}");
+            ExitCode::from(2)
+        }
+    }
+}
+
+type BoxError = Box<dyn std::error::Error + Send + Sync>;
+
+fn tokio_runtime(jobs: usize) -> Result<tokio::runtime::Runtime, BoxError> {
+    Ok(tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(jobs.max(1))
+        .enable_all()
+        .build()?)
+}
+
+fn parse_ids(ids: &[String]) -> Result<Vec<ExecutionId>, BoxError> {
+    ids.iter()
+        .map(|id| ExecutionId::new(id).map_err(|err| err.into()))
+        .collect()
+}
+
+async fn store_ids(store: &DiskStore, only: &[ExecutionId]) -> Result<Vec<ExecutionId>, BoxError> {
+    if !only.is_empty() {
+        return Ok(only.to_vec());
+    }
+    let mut ids = Vec::new();
+    let mut after = None;
+    loop {
+        let page = store.list_executions(after.as_ref(), 1024).await?;
+        ids.extend(page.executions.into_iter().map(|summary| summary.id));
+        match page.next {
+            Some(next) => after = Some(next),
+            None => return Ok(ids),
+        }
+    }
+}
+
+fn export(args: &ExportArgs) -> Result<usize, BoxError> {
+    let only = parse_ids(&args.executions)?;
+    std::fs::create_dir_all(&args.out)?;
+    tokio_runtime(2)?.block_on(async {
+        let store = DiskStore::open(&args.store)?;
+        let mut written = 0;
+        for id in store_ids(&store, &only).await? {
+            let log = store.read_all(&id).await?;
+            if jsonl::write_log(&args.out, &log)?.is_some() {
+                written += 1;
+            }
+        }
+        Ok(written)
+    })
+}
+
+/// Where the logs come from.
+enum Source {
+    Store(DiskStore, Vec<ExecutionId>),
+    Logs(Vec<PathBuf>),
+}
+
+fn run(flows: &FlowSet, args: &CheckArgs) -> Result<u8, BoxError> {
+    let started = Instant::now();
+    let checker = Arc::new(Checker::new(flows)?);
+    let jobs = args
+        .jobs
+        .unwrap_or_else(|| std::thread::available_parallelism().map_or(2, |n| n.get()));
+    let runtime = tokio_runtime(jobs)?;
+    let only = parse_ids(&args.executions)?;
+    let (source, label) = match (&args.store, &args.logs) {
+        (Some(path), _) => {
+            let store = DiskStore::open(path)?;
+            let ids = runtime.block_on(store_ids(&store, &only))?;
+            (Source::Store(store, ids), path.display().to_string())
+        }
+        (None, Some(dir)) => {
+            let mut paths = jsonl::list_logs(dir)?;
+            if !only.is_empty() {
+                paths.retain(|path| only.iter().any(|id| *path == jsonl::path_for(dir, id)));
+            }
+            (Source::Logs(paths), dir.display().to_string())
+        }
+        (None, None) => return Err("give --store <PATH> or --logs <DIR>".into()),
+    };
+    let total = match &source {
+        Source::Store(_, ids) => ids.len(),
+        Source::Logs(paths) => paths.len(),
+    };
+    let progress = Progress::new(total as u64, args.json);
+    let outcomes = runtime.block_on(check_all(source, checker, args, jobs, &progress));
+    progress.finish();
+    let report = Report::new(outcomes, started.elapsed().as_secs_f64());
+    if args.json {
+        println!("{}", report.to_json(&label));
+    } else {
+        report.print(&label);
+    }
+    Ok(report.exit_code())
+}
+
+async fn check_all(
+    source: Source,
+    checker: Arc<Checker>,
+    args: &CheckArgs,
+    jobs: usize,
+    progress: &Progress,
+) -> Vec<Outcome> {
+    let (done, mut results) = mpsc::channel::<Option<Outcome>>(jobs * 4);
+    let limit = Arc::new(tokio::sync::Semaphore::new(jobs * 2));
+    let flow = args.flow.clone();
+    let since = args.since;
+    let keep = move |log: &[EventEnvelope]| -> bool {
+        let Some(first) = log.first() else {
+            return true;
+        };
+        let flow_ok = match (&flow, &first.event) {
+            (Some(name), loom_kernel::Event::ExecutionStarted(started)) => started.flow == *name,
+            (Some(_), _) => false,
+            (None, _) => true,
+        };
+        let since_ok = match (since, first.recorded_at_ms) {
+            (Some(since), Some(at)) => at >= since,
+            _ => true,
+        };
+        flow_ok && since_ok
+    };
+    let keep = Arc::new(keep);
+    let spawner = {
+        let done = done.clone();
+        async move {
+            match source {
+                Source::Store(store, ids) => {
+                    for id in ids {
+                        let Ok(permit) = Arc::clone(&limit).acquire_owned().await else {
+                            break;
+                        };
+                        let (store, checker, keep, done) = (
+                            store.clone(),
+                            Arc::clone(&checker),
+                            Arc::clone(&keep),
+                            done.clone(),
+                        );
+                        tokio::spawn(async move {
+                            let outcome = match store.read_all(&id).await {
+                                Ok(log) if keep(&log) => Some(checker.check(log)),
+                                Ok(_) => None,
+                                Err(error) => Some(Outcome {
+                                    execution: id.to_string(),
+                                    flow: None,
+                                    events: 0,
+                                    finding: Finding::Error {
+                                        detail: error.to_string(),
+                                    },
+                                }),
+                            };
+                            let _ = done.send(outcome).await;
+                            drop(permit);
+                        });
+                    }
+                }
+                Source::Logs(paths) => {
+                    for path in paths {
+                        let Ok(permit) = Arc::clone(&limit).acquire_owned().await else {
+                            break;
+                        };
+                        let (checker, keep, done) =
+                            (Arc::clone(&checker), Arc::clone(&keep), done.clone());
+                        tokio::spawn(async move {
+                            let outcome = match jsonl::read_log(&path) {
+                                Ok(log) if keep(&log) => Some(checker.check(log)),
+                                Ok(_) => None,
+                                Err(error) => Some(Outcome {
+                                    execution: path
+                                        .file_stem()
+                                        .map(|stem| stem.to_string_lossy().into_owned())
+                                        .unwrap_or_default(),
+                                    flow: None,
+                                    events: 0,
+                                    finding: Finding::Error {
+                                        detail: error.to_string(),
+                                    },
+                                }),
+                            };
+                            let _ = done.send(outcome).await;
+                            drop(permit);
+                        });
+                    }
+                }
+            }
+        }
+    };
+    drop(done);
+    let collect = async {
+        let mut outcomes = Vec::new();
+        while let Some(outcome) = results.recv().await {
+            progress.tick();
+            outcomes.extend(outcome);
+        }
+        outcomes
+    };
+    let ((), mut outcomes) = futures::join!(spawner, collect);
+    outcomes.sort_by(|a, b| a.execution.cmp(&b.execution));
+    outcomes
+}
+
+/// A progress bar on a terminal, a line per tenth otherwise.
+struct Progress {
+    bar: Option<indicatif::ProgressBar>,
+    total: u64,
+    done: std::sync::atomic::AtomicU64,
+    quiet: bool,
+}
+
+impl Progress {
+    fn new(total: u64, quiet: bool) -> Self {
+        let bar = (!quiet && std::io::stderr().is_terminal()).then(|| {
+            let bar = indicatif::ProgressBar::new(total);
+            if let Ok(style) = indicatif::ProgressStyle::with_template(
+                "{bar:40} {pos}/{len} executions ({per_sec}, {eta} left)",
+            ) {
+                bar.set_style(style);
+            }
+            bar
+        });
+        Self {
+            bar,
+            total,
+            done: std::sync::atomic::AtomicU64::new(0),
+            quiet,
+        }
+    }
+
+    fn tick(&self) {
+        let done = self.done.fetch_add(1, std::sync::atomic::Ordering::Relaxed) + 1;
+        match &self.bar {
+            Some(bar) => bar.inc(1),
+            None if !self.quiet && self.total >= 10 && done % (self.total / 10) == 0 => {
+                eprintln!("replay-check: checked {done}/{}", self.total);
+            }
+            None => {}
+        }
+    }
+
+    fn finish(&self) {
+        if let Some(bar) = &self.bar {
+            bar.finish_and_clear();
+        }
+    }
+}
+
+struct Report {
+    outcomes: Vec<Outcome>,
+    seconds: f64,
+}
+
+impl Report {
+    fn new(outcomes: Vec<Outcome>, seconds: f64) -> Self {
+        Self { outcomes, seconds }
+    }
+
+    fn count(&self, pick: impl Fn(&Finding) -> bool) -> usize {
+        self.outcomes.iter().filter(|o| pick(&o.finding)).count()
+    }
+
+    fn divergent(&self) -> usize {
+        self.count(|f| matches!(f, Finding::Divergent { .. }))
+    }
+
+    fn errors(&self) -> usize {
+        self.count(|f| matches!(f, Finding::Error { .. }))
+    }
+
+    fn events(&self) -> u64 {
+        self.outcomes.iter().map(|o| o.events).sum()
+    }
+
+    fn exit_code(&self) -> u8 {
+        if self.divergent() > 0 {
+            1
+        } else if self.errors() > 0 {
+            2
+        } else {
+            0
+        }
+    }
+
+    fn print(&self, label: &str) {
+        let mut out = std::io::stdout().lock();
+        let flow = |o: &Outcome| {
+            o.flow.as_ref().map_or_else(
+                || "flow unknown".to_owned(),
+                |(name, v)| format!("{name} v{v}"),
+            )
+        };
+        for outcome in &self.outcomes {
+            match &outcome.finding {
+                Finding::Deterministic => {}
+                Finding::Divergent {
+                    seq,
+                    recorded,
+                    attempted,
+                } => {
+                    let _ = writeln!(
+                        out,
+                        "DIVERGENT {} ({}) at seq {seq}\n  recorded:  {recorded}\n  attempted: the flow now {attempted}",
+                        outcome.execution,
+                        flow(outcome)
+                    );
+                }
+                Finding::Error { detail } => {
+                    let _ = writeln!(
+                        out,
+                        "ERROR     {} ({}): {detail}",
+                        outcome.execution,
+                        flow(outcome)
+                    );
+                }
+            }
+        }
+        let _ = writeln!(out, "\nreplay-check of {label}");
+        let _ = writeln!(
+            out,
+            "{:>10}  {:>10}  {:>9}  {:>6}  {:>8}",
+            "executions", "events", "divergent", "errors", "time"
+        );
+        let _ = writeln!(
+            out,
+            "{:>10}  {:>10}  {:>9}  {:>6}  {:>7.2}s",
+            self.outcomes.len(),
+            self.events(),
+            self.divergent(),
+            self.errors(),
+            self.seconds
+        );
+    }
+
+    fn to_json(&self, label: &str) -> serde_json::Value {
+        let findings: Vec<serde_json::Value> = self
+            .outcomes
+            .iter()
+            .filter_map(|o| {
+                let (name, version) = o
+                    .flow
+                    .clone()
+                    .map_or((None, None), |(name, version)| (Some(name), Some(version)));
+                let base = serde_json::json!({
+                    "execution": o.execution, "flow": name, "version": version, "events": o.events,
+                });
+                let extra = match &o.finding {
+                    Finding::Deterministic => return None,
+                    Finding::Divergent {
+                        seq,
+                        recorded,
+                        attempted,
+                    } => serde_json::json!({
+                        "result": "divergent", "seq": seq, "recorded": recorded, "attempted": attempted,
+                    }),
+                    Finding::Error { detail } => {
+                        serde_json::json!({"result": "error", "detail": detail})
+                    }
+                };
+                let mut merged = base;
+                if let (Some(merged), Some(extra)) = (merged.as_object_mut(), extra.as_object()) {
+                    merged.extend(extra.clone());
+                }
+                Some(merged)
+            })
+            .collect();
+        serde_json::json!({
+            "source": label,
+            "summary": {
+                "executions": self.outcomes.len(),
+                "events": self.events(),
+                "deterministic": self.outcomes.len() - self.divergent() - self.errors(),
+                "divergent": self.divergent(),
+                "errors": self.errors(),
+                "seconds": self.seconds,
+            },
+            "findings": findings,
+        })
+    }
+}
+
+/// Unix milliseconds, `YYYY-MM-DD`, or `YYYY-MM-DDTHH:MM:SSZ` (UTC).
+fn parse_since(text: &str) -> Result<u64, String> {
+    if let Ok(ms) = text.parse::<u64>() {
+        return Ok(ms);
+    }
+    let bad = || format!("'{text}' is not Unix milliseconds, YYYY-MM-DD or YYYY-MM-DDTHH:MM:SSZ");
+    let (date, time) = match text.split_once('T') {
+        Some((date, time)) => (date, Some(time.strip_suffix('Z').ok_or_else(bad)?)),
+        None => (text, None),
+    };
+    let mut parts = date.splitn(3, '-').map(|part| part.parse::<i64>());
+    let (Some(Ok(year)), Some(Ok(month)), Some(Ok(day))) =
+        (parts.next(), parts.next(), parts.next())
+    else {
+        return Err(bad());
+    };
+    if !(1..=12).contains(&month) || !(1..=31).contains(&day) {
+        return Err(bad());
+    }
+    let seconds_of_day = match time {
+        None => 0,
+        Some(time) => {
+            let mut parts = time.splitn(3, ':').map(|part| part.parse::<i64>());
+            let (Some(Ok(h)), Some(Ok(m)), Some(Ok(s))) =
+                (parts.next(), parts.next(), parts.next())
+            else {
+                return Err(bad());
+            };
+            if h > 23 || m > 59 || s > 60 {
+                return Err(bad());
+            }
+            h * 3600 + m * 60 + s
+        }
+    };
+    let days = days_from_civil(year, month, day);
+    u64::try_from((days * 86_400 + seconds_of_day) * 1000).map_err(|_| bad())
+}
+
+/// Days since 1970-01-01 of a proleptic Gregorian date (Howard Hinnant's algorithm).
+fn days_from_civil(year: i64, month: i64, day: i64) -> i64 {
+    let year = if month <= 2 { year - 1 } else { year };
+    let era = year.div_euclid(400);
+    let year_of_era = year - era * 400;
+    let month_index = (month + 9) % 12;
+    let day_of_year = (153 * month_index + 2) / 5 + day - 1;
+    let day_of_era = year_of_era * 365 + year_of_era / 4 - year_of_era / 100 + day_of_year;
+    era * 146_097 + day_of_era - 719_468
+}
+
+#[cfg(test)]
+mod tests {
+    use super::parse_since;
+
+    #[test]
+    fn since_accepts_millis_dates_and_utc_times() {
+        assert_eq!(parse_since("1764490000000"), Ok(1_764_490_000_000));
+        assert_eq!(parse_since("1970-01-01"), Ok(0));
+        assert_eq!(parse_since("2026-11-30"), Ok(1_795_996_800_000));
+        assert_eq!(parse_since("2026-11-30T00:00:10Z"), Ok(1_795_996_810_000));
+        assert!(parse_since("30/11/2026").is_err());
+        assert!(parse_since("2026-13-01").is_err());
+        assert!(parse_since("2026-11-30T10:00").is_err());
+    }
+}

@@ -1,0 +1,134 @@
+//! Exported logs: JSON Lines, one execution per file.
+//!
+//! A file `<execution id>.jsonl` holds the execution's events in seq order, gapless from 0, one
+//! envelope per line in the envelope form of `loom_kernel::envelope`:
+//!
+//! ```text
+//! {"executionId":"order-42","seq":0,"schema":1,"recordedAtMs":1764490000000,"event":{"type":"EXECUTION_STARTED",...}}
+//! {"executionId":"order-42","seq":1,"schema":1,"event":{"type":"STEP_COMPLETED",...}}
+//! ```
+//!
+//! Every line ends with a newline; blank lines are not allowed. Reading checks that each line
+//! belongs to the file's execution and has the next seq, so a truncated or spliced file is an
+//! error naming the line.
+
+use std::io::{BufRead, BufWriter, Write};
+use std::path::{Path, PathBuf};
+
+use loom_kernel::{DecodeError, EventEnvelope, ExecutionId};
+
+/// The file extension of exported logs.
+pub const EXTENSION: &str = "jsonl";
+
+/// Why an exported log could not be read or written.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum JsonlError {
+    #[error("{path}: {source}")]
+    Io {
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("{path}:{line}: {source}")]
+    Decode {
+        path: PathBuf,
+        line: usize,
+        #[source]
+        source: DecodeError,
+    },
+    #[error("{path}:{line}: expected seq {expected} of execution {execution}, found {found}")]
+    OutOfPlace {
+        path: PathBuf,
+        line: usize,
+        execution: String,
+        expected: String,
+        found: String,
+    },
+    #[error("{path}: the file holds no event")]
+    Empty { path: PathBuf },
+}
+
+/// The path of `execution`'s log in `dir`.
+pub fn path_for(dir: &Path, execution: &ExecutionId) -> PathBuf {
+    dir.join(format!("{execution}.{EXTENSION}"))
+}
+
+/// Writes one execution's log to `dir` and returns the file's path.
+pub fn write_log(dir: &Path, log: &[EventEnvelope]) -> Result<Option<PathBuf>, JsonlError> {
+    let Some(first) = log.first() else {
+        return Ok(None);
+    };
+    let path = path_for(dir, &first.execution_id);
+    let io = |source| JsonlError::Io {
+        path: path.clone(),
+        source,
+    };
+    let file = std::fs::File::create(&path).map_err(io)?;
+    let mut out = BufWriter::new(file);
+    for envelope in log {
+        out.write_all(envelope.to_json().as_bytes()).map_err(io)?;
+        out.write_all(b"\n").map_err(io)?;
+    }
+    out.flush().map_err(io)?;
+    Ok(Some(path))
+}
+
+/// Reads one exported log.
+pub fn read_log(path: &Path) -> Result<Vec<EventEnvelope>, JsonlError> {
+    let io = |source| JsonlError::Io {
+        path: path.to_path_buf(),
+        source,
+    };
+    let file = std::fs::File::open(path).map_err(io)?;
+    let mut log: Vec<EventEnvelope> = Vec::new();
+    for (index, line) in std::io::BufReader::new(file).lines().enumerate() {
+        let line = line.map_err(io)?;
+        let number = index + 1;
+        let envelope = EventEnvelope::from_json(&line).map_err(|source| JsonlError::Decode {
+            path: path.to_path_buf(),
+            line: number,
+            source,
+        })?;
+        let expected_seq = log.len() as u64;
+        let expected_id = log.first().map(|first| &first.execution_id);
+        if envelope.seq != expected_seq
+            || expected_id.is_some_and(|id| *id != envelope.execution_id)
+        {
+            return Err(JsonlError::OutOfPlace {
+                path: path.to_path_buf(),
+                line: number,
+                execution: expected_id.unwrap_or(&envelope.execution_id).to_string(),
+                expected: expected_seq.to_string(),
+                found: format!(
+                    "seq {} of execution {}",
+                    envelope.seq, envelope.execution_id
+                ),
+            });
+        }
+        log.push(envelope);
+    }
+    if log.is_empty() {
+        return Err(JsonlError::Empty {
+            path: path.to_path_buf(),
+        });
+    }
+    Ok(log)
+}
+
+/// The exported logs in `dir`, sorted by file name.
+pub fn list_logs(dir: &Path) -> Result<Vec<PathBuf>, JsonlError> {
+    let io = |source| JsonlError::Io {
+        path: dir.to_path_buf(),
+        source,
+    };
+    let mut paths = Vec::new();
+    for entry in std::fs::read_dir(dir).map_err(io)? {
+        let path = entry.map_err(io)?.path();
+        if path.extension().is_some_and(|ext| ext == EXTENSION) {
+            paths.push(path);
+        }
+    }
+    paths.sort();
+    Ok(paths)
+}

@@ -1,0 +1,269 @@
+//! Golden logs: executions recorded from the flows below, committed under `tests/golden/`, and
+//! replayed on every test run. Record them again (after a deliberate change to these flows)
+//! with `LOOM_BLESS_GOLDEN=1 cargo test -p loom-replay-check --test golden`.
+
+use std::path::{Path, PathBuf};
+
+use loom_kernel::conformance::id;
+use loom_kernel::runtime::{
+    EffectCall, EffectOutcome, FlowCtx, FlowError, FlowSet, FnEffect, Runtime, StartOptions,
+    flow_fn,
+};
+use loom_kernel::{EventStoreExt, ExecutionStatus, MemoryStore, Payload};
+use loom_replay_check::cli::check_command;
+use loom_replay_check::{Checker, Finding, jsonl};
+use serde_json::{Value, json};
+
+fn golden_dir() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/golden")
+}
+
+async fn order(ctx: FlowCtx, input: Value) -> Result<Value, FlowError> {
+    let reserved = ctx.execute("inventory.reserve", &input).await?;
+    let at = ctx.now()?;
+    ctx.emit_surface_patch(
+        "order",
+        json!([{"op": "set", "path": "status", "value": "reserved"}]).into(),
+    )?;
+    let approval = ctx.suspend("Approval", "approve").await?;
+    let (a, b) = futures::join!(
+        ctx.execute("notify", &json!({"to": "ops"})),
+        ctx.execute("notify", &json!({"to": "customer"}))
+    );
+    Ok(json!({
+        "reserved": reserved.to_value(), "at": at, "approval": approval.to_value(),
+        "notified": [a?.to_value(), b?.to_value()],
+    }))
+}
+
+/// The same flow after a careless edit: the customer is notified before approval.
+async fn order_changed(ctx: FlowCtx, input: Value) -> Result<Value, FlowError> {
+    let reserved = ctx.execute("inventory.reserve", &input).await?;
+    let at = ctx.now()?;
+    ctx.execute("notify", &json!({"to": "customer"})).await?;
+    Ok(json!({"reserved": reserved.to_value(), "at": at}))
+}
+
+async fn greet(ctx: FlowCtx, name: String) -> Result<String, FlowError> {
+    let pick: u64 = ctx.decide("variant", || 2)?;
+    Ok(format!("hello {name} #{pick}"))
+}
+
+fn flows() -> FlowSet {
+    FlowSet::new()
+        .with(flow_fn("order", 1, order))
+        .with(flow_fn("greet", 1, greet))
+}
+
+fn echo() -> FnEffect<impl Fn(EffectCall) -> std::future::Ready<EffectOutcome> + Send + Sync> {
+    FnEffect::new(true, |call: EffectCall| {
+        std::future::ready(EffectOutcome::ok(
+            json!({"key": call.idempotency_key(), "input": call.input.to_value()}).into(),
+        ))
+    })
+}
+
+/// Records the golden executions: one completed order, one parked at its gate, one greeting.
+async fn record(dir: &Path) {
+    let store = MemoryStore::new();
+    let rt = Runtime::builder(store.clone())
+        .flows(&flows())
+        .effect("inventory.reserve", echo())
+        .effect("notify", echo())
+        .build()
+        .unwrap();
+    for (name, resume) in [("order-done", true), ("order-waiting", false)] {
+        let e = rt
+            .start(
+                "order",
+                &json!({"sku": "A1", "qty": 2}),
+                StartOptions::new(id(name)),
+            )
+            .await
+            .unwrap();
+        assert_eq!(
+            rt.wait(&e).await.unwrap().status(),
+            ExecutionStatus::Suspended
+        );
+        if resume {
+            rt.resume(&e, "Approval", "approve", Payload::from(json!("yes")))
+                .await
+                .unwrap();
+            assert_eq!(
+                rt.wait(&e).await.unwrap().status(),
+                ExecutionStatus::Completed
+            );
+        }
+    }
+    let e = rt
+        .start("greet", &"ada", StartOptions::new(id("greet-ada")))
+        .await
+        .unwrap();
+    assert_eq!(
+        rt.wait(&e).await.unwrap().status(),
+        ExecutionStatus::Completed
+    );
+    std::fs::create_dir_all(dir).unwrap();
+    for name in ["order-done", "order-waiting", "greet-ada"] {
+        let log = store.read_all(&id(name)).await.unwrap();
+        jsonl::write_log(dir, &log).unwrap();
+    }
+}
+
+fn golden_logs() -> Vec<PathBuf> {
+    let dir = golden_dir();
+    if std::env::var_os("LOOM_BLESS_GOLDEN").is_some() {
+        tokio::runtime::Runtime::new()
+            .unwrap()
+            .block_on(record(&dir));
+    }
+    let logs = jsonl::list_logs(&dir).unwrap();
+    assert_eq!(
+        logs.len(),
+        3,
+        "golden logs missing: record them with LOOM_BLESS_GOLDEN=1"
+    );
+    logs
+}
+
+#[test]
+fn golden_logs_replay_deterministically() {
+    let checker = Checker::new(&flows()).unwrap();
+    for path in golden_logs() {
+        let outcome = checker.check(jsonl::read_log(&path).unwrap());
+        assert_eq!(
+            outcome.finding,
+            Finding::Deterministic,
+            "{}",
+            path.display()
+        );
+    }
+}
+
+#[test]
+fn a_changed_flow_is_caught_at_the_right_seq() {
+    let changed = FlowSet::new()
+        .with(flow_fn("order", 1, order_changed))
+        .with(flow_fn("greet", 1, greet));
+    let checker = Checker::new(&changed).unwrap();
+    let path = golden_logs()
+        .into_iter()
+        .find(|path| path.ends_with("order-done.jsonl"))
+        .unwrap();
+    let outcome = checker.check(jsonl::read_log(&path).unwrap());
+    assert_eq!(
+        outcome.finding,
+        Finding::Divergent {
+            seq: 3,
+            recorded: "SURFACE_PATCH 'surface:order#1' on surface 'order'".into(),
+            attempted: "calls effect 'notify' as step 'notify#1'".into(),
+        }
+    );
+}
+
+#[test]
+fn the_command_reports_with_exit_codes() {
+    let dir = golden_dir();
+    golden_logs();
+    let args = |extra: &[&'static str]| {
+        let mut args = vec![
+            "replay-check".to_owned(),
+            "--logs".to_owned(),
+            dir.to_str().unwrap().to_owned(),
+        ];
+        args.extend(extra.iter().map(|arg| (*arg).to_owned()));
+        args
+    };
+    assert_eq!(check_command(&flows(), args(&[])), 0);
+    assert_eq!(
+        check_command(&flows(), args(&["--json", "--flow", "greet"])),
+        0
+    );
+    let changed = FlowSet::new()
+        .with(flow_fn("order", 1, order_changed))
+        .with(flow_fn("greet", 1, greet));
+    assert_eq!(check_command(&changed, args(&[])), 1);
+    assert_eq!(check_command(&changed, args(&["--flow", "greet"])), 0);
+    assert_eq!(
+        check_command(&FlowSet::new(), args(&[])),
+        2,
+        "flows that are not registered cannot be checked"
+    );
+    assert_eq!(check_command(&flows(), ["replay-check"]), 2, "no source");
+    assert_eq!(
+        check_command(&flows(), ["replay-check", "--logs", "/nonexistent/dir"]),
+        2
+    );
+}
+
+#[test]
+fn damaged_and_newer_logs_are_errors_not_divergences() {
+    let dir = tempfile::tempdir().unwrap();
+    let source = golden_logs()
+        .into_iter()
+        .find(|path| path.ends_with("greet-ada.jsonl"))
+        .unwrap();
+    let text = std::fs::read_to_string(&source).unwrap();
+    std::fs::write(dir.path().join("truncated.jsonl"), &text[..text.len() / 2]).unwrap();
+    let newer = text.replacen("\"schema\":1", "\"schema\":7", 1);
+    std::fs::write(dir.path().join("newer.jsonl"), newer).unwrap();
+    for (file, expected) in [
+        ("truncated.jsonl", "truncated.jsonl:"),
+        ("newer.jsonl", "EVENT_SCHEMA 7"),
+    ] {
+        let err = jsonl::read_log(&dir.path().join(file)).unwrap_err();
+        assert!(err.to_string().contains(expected), "{err}");
+    }
+    let args = ["replay-check", "--logs", dir.path().to_str().unwrap()];
+    assert_eq!(check_command(&flows(), args), 2);
+}
+
+#[test]
+fn a_store_exports_and_checks_the_same_as_its_logs() {
+    use loom_kernel::EventStore;
+    let dir = tempfile::tempdir().unwrap();
+    let store_path = dir.path().join("store.redb");
+    let logs = golden_logs();
+    tokio::runtime::Runtime::new().unwrap().block_on(async {
+        let store = loom_kernel::DiskStore::open(&store_path).unwrap();
+        for path in logs {
+            let log = jsonl::read_log(&path).unwrap();
+            let events: Vec<_> = log.iter().map(|e| e.event.clone()).collect();
+            store
+                .append(&log[0].execution_id, 0, &events)
+                .await
+                .unwrap();
+        }
+    });
+    let out = dir.path().join("exported");
+    let (store_arg, out_arg) = (store_path.to_str().unwrap(), out.to_str().unwrap());
+    let export =
+        loom_replay_check::cli::export_main(["export-log", "--store", store_arg, "--out", out_arg]);
+    assert_eq!(
+        format!("{export:?}"),
+        format!("{:?}", std::process::ExitCode::SUCCESS)
+    );
+    assert_eq!(jsonl::list_logs(&out).unwrap().len(), 3);
+    assert_eq!(
+        check_command(&flows(), ["replay-check", "--store", store_arg]),
+        0
+    );
+    assert_eq!(
+        check_command(&flows(), ["replay-check", "--logs", out_arg]),
+        0
+    );
+    assert_eq!(
+        check_command(
+            &flows(),
+            [
+                "replay-check",
+                "--store",
+                store_arg,
+                "--execution",
+                "greet-ada",
+                "--json"
+            ]
+        ),
+        0
+    );
+}
