@@ -353,7 +353,7 @@ impl Progress {
         let done = self.done.fetch_add(1, std::sync::atomic::Ordering::Relaxed) + 1;
         match &self.bar {
             Some(bar) => bar.inc(1),
-            None if !self.quiet && self.total >= 10 && done % (self.total / 10) == 0 => {
+            None if !self.quiet && self.total >= 10 && done.is_multiple_of(self.total / 10) => {
                 eprintln!("replay-check: checked {done}/{}", self.total);
             }
             None => {}
