@@ -29,12 +29,47 @@ enum Task {
     Bench,
     /// Runs every kernel benchmark (takes minutes; see docs/PERFORMANCE.md).
     BenchKernel,
+    /// Checks that recorded executions of the example's flows replay deterministically
+    /// (`cargo xtask replay-check --help` for its options).
+    ReplayCheck {
+        #[arg(trailing_var_arg = true, allow_hyphen_values = true)]
+        args: Vec<OsString>,
+    },
+    /// Writes recorded executions as JSON Lines files (`cargo xtask export-log --help`).
+    ExportLog {
+        #[arg(trailing_var_arg = true, allow_hyphen_values = true)]
+        args: Vec<OsString>,
+    },
 }
 
-fn main() -> Result<()> {
+fn main() -> Result<std::process::ExitCode> {
+    // replay-check and export-log have their own command lines (they are also a library
+    // users run against their own flows); everything after the command name is theirs.
+    let mut args = std::env::args_os();
+    let program = args.next().unwrap_or_default();
+    match args.next().as_deref().and_then(|command| command.to_str()) {
+        Some("replay-check") => {
+            let flows = quickstart::flows();
+            let rest = std::iter::once(OsString::from("cargo xtask replay-check")).chain(args);
+            return Ok(loom_replay_check::cli::main(flows, rest));
+        }
+        Some("export-log") => {
+            let rest = std::iter::once(OsString::from("cargo xtask export-log")).chain(args);
+            return Ok(loom_replay_check::cli::export_main(rest));
+        }
+        _ => {}
+    }
+    let _ = program;
     let cli = Cli::parse();
     let root = workspace_root()?;
-    match cli.command {
+    run(cli.command, &root).map(|()| std::process::ExitCode::SUCCESS)
+}
+
+fn run(task: Task, root: &Path) -> Result<()> {
+    let root = root.to_path_buf();
+    match task {
+        // Handled before parsing; listed for --help.
+        Task::ReplayCheck { .. } | Task::ExportLog { .. } => Ok(()),
         Task::Test => test(&root),
         Task::Ci => {
             cargo(&root, &["fmt", "--all", "--", "--check"])?;
@@ -66,6 +101,10 @@ fn main() -> Result<()> {
                     "--bench",
                     "fold_memory",
                 ],
+            )?;
+            cargo(
+                &root,
+                &["bench", "-p", "loom-replay-check", "--bench", "check_store"],
             )?;
             cargo(
                 &root,

@@ -1,0 +1,93 @@
+//! Golden logs of the example: executions of its flows recorded under `golden/`, replayed on
+//! every test run (and by CI with `cargo xtask replay-check --logs examples/quickstart/golden`).
+//! Record them again after a deliberate change to the flows with
+//! `LOOM_BLESS_GOLDEN=1 cargo test -p quickstart --test golden`.
+
+use std::path::{Path, PathBuf};
+
+use loom_kernel::conformance::id;
+use loom_kernel::runtime::{Runtime, StartOptions};
+use loom_kernel::{EventStoreExt, ExecutionStatus, MemoryStore, Payload};
+use loom_replay_check::{Checker, Finding, jsonl};
+use serde_json::json;
+
+fn golden_dir() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("golden")
+}
+
+async fn record(dir: &Path) {
+    let store = MemoryStore::new();
+    let rt = quickstart::compose(Runtime::builder(store.clone()))
+        .build()
+        .unwrap();
+    let mut names = Vec::new();
+    for (name, approve) in [("checkout-approved", true), ("checkout-waiting", false)] {
+        let e = id(name);
+        rt.start(
+            "checkout",
+            &json!({"sku": "A1", "qty": 2}),
+            StartOptions::new(e.clone()).grant("payments").budget(10),
+        )
+        .await
+        .unwrap();
+        assert_eq!(
+            rt.wait(&e).await.unwrap().status(),
+            ExecutionStatus::Suspended
+        );
+        if approve {
+            let key = quickstart::approval_key(&e);
+            rt.resume(
+                &e,
+                quickstart::APPROVAL_EVENT,
+                &key,
+                Payload::from(json!({"action": "approve", "by": "alice"})),
+            )
+            .await
+            .unwrap();
+            assert_eq!(
+                rt.wait(&e).await.unwrap().status(),
+                ExecutionStatus::Completed
+            );
+        }
+        names.push(e);
+    }
+    let e = id("greet-ada");
+    rt.start("greet", &"ada", StartOptions::new(e.clone()))
+        .await
+        .unwrap();
+    assert_eq!(
+        rt.wait(&e).await.unwrap().status(),
+        ExecutionStatus::Completed
+    );
+    names.push(e);
+    std::fs::create_dir_all(dir).unwrap();
+    for e in names {
+        jsonl::write_log(dir, &store.read_all(&e).await.unwrap()).unwrap();
+    }
+}
+
+#[test]
+fn the_example_golden_logs_replay_deterministically() {
+    let dir = golden_dir();
+    if std::env::var_os("LOOM_BLESS_GOLDEN").is_some() {
+        tokio::runtime::Runtime::new()
+            .unwrap()
+            .block_on(record(&dir));
+    }
+    let logs = jsonl::list_logs(&dir).unwrap();
+    assert_eq!(
+        logs.len(),
+        3,
+        "golden logs missing: record them with LOOM_BLESS_GOLDEN=1"
+    );
+    let checker = Checker::new(&quickstart::flows()).unwrap();
+    for path in logs {
+        let outcome = checker.check(jsonl::read_log(&path).unwrap());
+        assert_eq!(
+            outcome.finding,
+            Finding::Deterministic,
+            "{}",
+            path.display()
+        );
+    }
+}
