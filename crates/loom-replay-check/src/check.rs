@@ -101,7 +101,7 @@ impl Checker {
                 };
             }
         }
-        match self.runtime.replay_log(log) {
+        match self.runtime.replay_folded_log(log, &first) {
             Ok(_) => Finding::Deterministic,
             Err(ReplayError::NonDeterminism(divergence)) => Finding::Divergent {
                 seq: divergence.seq,

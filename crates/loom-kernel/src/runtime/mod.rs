@@ -558,7 +558,17 @@ impl<S: EventStore> Runtime<S> {
         &self,
         log: Vec<crate::envelope::EventEnvelope>,
     ) -> Result<ReplayReport, ReplayError> {
-        replay::replay_log(&self.inner, log)
+        replay::replay_log(&self.inner, log, None)
+    }
+
+    /// [`Runtime::replay_log`] for a log the caller has folded already (`folded` is that
+    /// fold), so it is not folded again.
+    pub fn replay_folded_log(
+        &self,
+        log: Vec<crate::envelope::EventEnvelope>,
+        folded: &ExecutionState,
+    ) -> Result<ReplayReport, ReplayError> {
+        replay::replay_log(&self.inner, log, Some(folded))
     }
 
     /// The execution's state, folded from its log.

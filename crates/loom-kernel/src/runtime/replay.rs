@@ -46,15 +46,20 @@ pub enum ReplayError {
 }
 
 /// Replays `log` against the registered flow. Runs no effect and writes nothing: commands the
-/// flow issues past the end of the log are dropped.
+/// flow issues past the end of the log are dropped. `folded` is the log's fold when the caller
+/// has made it already; otherwise the log is folded here first, since replay assumes a valid
+/// log.
 pub(crate) fn replay_log<S: EventStore>(
     inner: &Arc<Inner<S>>,
     log: Vec<EventEnvelope>,
+    folded: Option<&ExecutionState>,
 ) -> Result<ReplayReport, ReplayError> {
     let Some(first) = log.first() else {
         return Err(ReplayError::Empty);
     };
-    ExecutionState::fold(&log)?;
+    if folded.is_none_or(|state| state.next_seq() != log.len() as u64) {
+        ExecutionState::fold(&log)?;
+    }
     let Event::ExecutionStarted(started) = &first.event else {
         return Err(ReplayError::Empty);
     };
