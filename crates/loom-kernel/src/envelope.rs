@@ -4,7 +4,9 @@
 //!   `{"executionId":"..","seq":0,"schema":1,"recordedAtMs":..,"event":{"type":..}}`. Exports
 //!   and tools use it.
 //! - The *record form* (`encode_record` / `decode_record`) is what a store keeps under the key
-//!   `(execution, seq)`: the same object without `executionId` and `seq`, which the key holds.
+//!   `(execution, seq)`: the envelope without `executionId` and `seq`, which the key holds, in
+//!   the binary layout of `record.rs`. Records that earlier builds wrote as JSON (the envelope
+//!   object without those two fields) are still read.
 //!
 //! Both are decoded with the schema checked before the event is read, so that an event written
 //! by a newer [`EVENT_SCHEMA`] is refused as such instead of failing on a field this build does
@@ -43,6 +45,8 @@ pub enum DecodeError {
     UnsupportedSchema { found: u32, supported: u32 },
     #[error("malformed event: {0}")]
     Malformed(#[from] serde_json::Error),
+    #[error("invalid record: {detail}")]
+    InvalidRecord { detail: String },
 }
 
 /// The fields of either form, decoded in one pass: when `schema` comes before `event` (as Loom
@@ -154,6 +158,12 @@ struct RecordRef<'a> {
 
 /// Encodes `event` in the record form, stamped with the current [`EVENT_SCHEMA`].
 pub fn encode_record(event: &Event, recorded_at_ms: Option<u64>) -> Vec<u8> {
+    crate::record::encode(event, recorded_at_ms)
+}
+
+/// Encodes `event` as a JSON record, the form earlier builds wrote (kept for tests of
+/// backward compatibility).
+pub fn encode_json_record(event: &Event, recorded_at_ms: Option<u64>) -> Vec<u8> {
     let record = RecordRef {
         schema: EVENT_SCHEMA,
         recorded_at_ms,
@@ -164,12 +174,15 @@ pub fn encode_record(event: &Event, recorded_at_ms: Option<u64>) -> Vec<u8> {
     serde_json::to_vec(&record).unwrap_or_default()
 }
 
-/// Decodes a record stored under `(execution_id, seq)`.
+/// Decodes a record stored under `(execution_id, seq)`, binary or JSON.
 pub fn decode_record(
     execution_id: &ExecutionId,
     seq: u64,
     bytes: &[u8],
 ) -> Result<EventEnvelope, DecodeError> {
+    if bytes.first() == Some(&crate::record::BINARY_RECORD) {
+        return crate::record::decode(execution_id, seq, bytes);
+    }
     let fields = Fields::parse(bytes)?;
     Ok(EventEnvelope {
         execution_id: execution_id.clone(),

@@ -56,6 +56,7 @@ pub mod fold;
 mod hash;
 mod id;
 mod payload;
+mod record;
 pub mod runtime;
 pub mod store;
 

@@ -581,20 +581,28 @@ impl<S: EventStore> Runtime<S> {
     /// an error.
     pub async fn wait(&self, execution: &ExecutionId) -> Result<ExecutionState, WaitError> {
         let mut settled = {
-            let mut slots = self.inner.slots();
-            let slot = slots.entry(execution.clone()).or_insert_with(new_slot);
-            let receiver = slot.settled.subscribe();
-            if slot.driver.is_none() {
-                if let Some(error) = receiver.borrow().error.clone() {
-                    return Err(WaitError::Driver(error));
+            let slots = self.inner.slots();
+            // No slot: no driver ever ran here (or its run ended cleanly): the log decides.
+            match slots.get(execution) {
+                None => None,
+                Some(slot) => {
+                    let receiver = slot.settled.subscribe();
+                    if slot.driver.is_none() {
+                        if let Some(error) = receiver.borrow().error.clone() {
+                            return Err(WaitError::Driver(error));
+                        }
+                        None
+                    } else {
+                        // Read under the lock the driver takes to publish its end, so that end
+                        // cannot slip between this read and the wait.
+                        let runs = receiver.borrow().runs;
+                        Some((receiver, runs))
+                    }
                 }
-                None
-            } else {
-                Some(receiver)
             }
         };
-        if let Some(receiver) = settled.as_mut() {
-            let runs = receiver.borrow_and_update().runs;
+        if let Some((receiver, runs)) = settled.as_mut() {
+            let runs = *runs;
             let outcome = receiver
                 .wait_for(|settled| settled.runs > runs)
                 .await

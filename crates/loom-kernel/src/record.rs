@@ -1,0 +1,355 @@
+//! The binary record form: how the stores keep an event under `(execution, seq)`.
+//!
+//! JSON is the envelope's public form (exports, tools); inside a store the envelope's structure
+//! is written in a compact binary layout and only the payloads stay JSON text, so reading a log
+//! does not parse field names, escapes and numbers for every event. Records written as JSON by
+//! earlier builds stay readable: a record is binary when it starts with [`BINARY_RECORD`], JSON
+//! when it starts with `{`.
+//!
+//! Layout (little-endian): `BINARY_RECORD`, `schema: u32`, `recorded_at: u8 (0|1) [u64]`,
+//! `type: u8`, then the event's fields in declaration order: strings and payloads as
+//! `len: u32` + UTF-8 bytes, integers at their width, options as `u8 (0|1)` + value, sets as
+//! `count: u32` + items. The schema comes first, so an event of a newer schema is refused
+//! before anything else is read.
+
+use std::collections::BTreeSet;
+
+use crate::envelope::{DecodeError, EventEnvelope};
+use crate::event::*;
+use crate::id::ExecutionId;
+use crate::payload::Payload;
+
+/// The first byte of a binary record (a JSON record starts with `{`).
+pub const BINARY_RECORD: u8 = 0xB1;
+
+/// Encodes `event` as a binary record stamped with the current [`EVENT_SCHEMA`].
+pub fn encode(event: &Event, recorded_at_ms: Option<u64>) -> Vec<u8> {
+    let mut out = Writer(Vec::with_capacity(128));
+    out.u8(BINARY_RECORD);
+    out.u32(EVENT_SCHEMA);
+    out.opt_u64(recorded_at_ms);
+    match event {
+        Event::ExecutionStarted(e) => {
+            out.u8(0);
+            out.str(&e.flow);
+            out.u32(e.flow_version);
+            out.payload(&e.input);
+            out.len(e.capabilities.len());
+            for capability in &e.capabilities {
+                out.str(capability);
+            }
+            out.opt_u64(e.budget);
+        }
+        Event::StepStarted(e) => {
+            out.u8(1);
+            out.str(&e.step_id);
+            out.str(&e.effect);
+            out.str(&e.input_digest);
+            out.u32(e.attempt);
+        }
+        Event::StepCompleted(e) => {
+            out.u8(2);
+            out.str(&e.step_id);
+            out.str(&e.effect);
+            out.str(&e.input_digest);
+            out.payload(&e.output);
+            out.u64(e.cost);
+        }
+        Event::StepFailed(e) => {
+            out.u8(3);
+            out.str(&e.step_id);
+            out.str(&e.effect);
+            out.str(&e.input_digest);
+            out.error(&e.error);
+            out.u64(e.cost);
+        }
+        Event::EffectInDoubt(e) => {
+            out.u8(4);
+            out.str(&e.step_id);
+            out.str(&e.effect);
+            out.u32(e.attempt);
+        }
+        Event::EffectResolved(e) => {
+            out.u8(5);
+            out.str(&e.step_id);
+            match &e.verdict {
+                Verdict::Retry => out.u8(0),
+                Verdict::Completed { output } => {
+                    out.u8(1);
+                    out.payload(output);
+                }
+                Verdict::Failed { error } => {
+                    out.u8(2);
+                    out.error(error);
+                }
+            }
+            out.opt_str(e.operator.as_deref());
+        }
+        Event::DecisionRecorded(e) => {
+            out.u8(6);
+            out.str(&e.step_id);
+            out.str(&e.kind);
+            out.payload(&e.value);
+        }
+        Event::ExecutionSuspended(e) => {
+            out.u8(7);
+            out.str(&e.gate_id);
+            out.str(&e.event_type);
+            out.str(&e.correlation_key);
+        }
+        Event::ExecutionResumed(e) => {
+            out.u8(8);
+            out.str(&e.gate_id);
+            out.str(&e.event_type);
+            out.str(&e.correlation_key);
+            out.payload(&e.payload);
+        }
+        Event::SurfacePatch(e) => {
+            out.u8(9);
+            out.str(&e.step_id);
+            out.str(&e.surface_id);
+            out.payload(&e.ops);
+        }
+        Event::ExecutionCompleted(e) => {
+            out.u8(10);
+            out.payload(&e.output);
+        }
+        Event::ExecutionFailed(e) => {
+            out.u8(11);
+            out.error(&e.error);
+        }
+        Event::ExecutionCancelled(e) => {
+            out.u8(12);
+            out.opt_str(e.reason.as_deref());
+        }
+    }
+    out.0
+}
+
+/// Decodes a binary record stored under `(execution_id, seq)`.
+pub fn decode(
+    execution_id: &ExecutionId,
+    seq: u64,
+    bytes: &[u8],
+) -> Result<EventEnvelope, DecodeError> {
+    let mut input = Reader(bytes);
+    if input.u8()? != BINARY_RECORD {
+        return Err(invalid("not a binary record"));
+    }
+    let schema = input.u32()?;
+    if schema > EVENT_SCHEMA {
+        return Err(DecodeError::UnsupportedSchema {
+            found: schema,
+            supported: EVENT_SCHEMA,
+        });
+    }
+    let recorded_at_ms = input.opt_u64()?;
+    let event = match input.u8()? {
+        0 => Event::ExecutionStarted(ExecutionStarted {
+            flow: input.string()?,
+            flow_version: input.u32()?,
+            input: input.payload()?,
+            capabilities: {
+                let count = input.len()?;
+                let mut capabilities = BTreeSet::new();
+                for _ in 0..count {
+                    capabilities.insert(input.string()?);
+                }
+                capabilities
+            },
+            budget: input.opt_u64()?,
+        }),
+        1 => Event::StepStarted(StepStarted {
+            step_id: input.string()?,
+            effect: input.string()?,
+            input_digest: input.string()?,
+            attempt: input.u32()?,
+        }),
+        2 => Event::StepCompleted(StepCompleted {
+            step_id: input.string()?,
+            effect: input.string()?,
+            input_digest: input.string()?,
+            output: input.payload()?,
+            cost: input.u64()?,
+        }),
+        3 => Event::StepFailed(StepFailed {
+            step_id: input.string()?,
+            effect: input.string()?,
+            input_digest: input.string()?,
+            error: input.error()?,
+            cost: input.u64()?,
+        }),
+        4 => Event::EffectInDoubt(EffectInDoubt {
+            step_id: input.string()?,
+            effect: input.string()?,
+            attempt: input.u32()?,
+        }),
+        5 => Event::EffectResolved(EffectResolved {
+            step_id: input.string()?,
+            verdict: match input.u8()? {
+                0 => Verdict::Retry,
+                1 => Verdict::Completed {
+                    output: input.payload()?,
+                },
+                2 => Verdict::Failed {
+                    error: input.error()?,
+                },
+                other => return Err(invalid(&format!("unknown verdict {other}"))),
+            },
+            operator: input.opt_string()?,
+        }),
+        6 => Event::DecisionRecorded(DecisionRecorded {
+            step_id: input.string()?,
+            kind: input.string()?,
+            value: input.payload()?,
+        }),
+        7 => Event::ExecutionSuspended(ExecutionSuspended {
+            gate_id: input.string()?,
+            event_type: input.string()?,
+            correlation_key: input.string()?,
+        }),
+        8 => Event::ExecutionResumed(ExecutionResumed {
+            gate_id: input.string()?,
+            event_type: input.string()?,
+            correlation_key: input.string()?,
+            payload: input.payload()?,
+        }),
+        9 => Event::SurfacePatch(SurfacePatch {
+            step_id: input.string()?,
+            surface_id: input.string()?,
+            ops: input.payload()?,
+        }),
+        10 => Event::ExecutionCompleted(ExecutionCompleted {
+            output: input.payload()?,
+        }),
+        11 => Event::ExecutionFailed(ExecutionFailed {
+            error: input.error()?,
+        }),
+        12 => Event::ExecutionCancelled(ExecutionCancelled {
+            reason: input.opt_string()?,
+        }),
+        other => return Err(invalid(&format!("unknown event type {other}"))),
+    };
+    if !input.0.is_empty() {
+        return Err(invalid("bytes left after the event"));
+    }
+    Ok(EventEnvelope {
+        execution_id: execution_id.clone(),
+        seq,
+        schema,
+        recorded_at_ms,
+        event,
+    })
+}
+
+fn invalid(detail: &str) -> DecodeError {
+    DecodeError::InvalidRecord {
+        detail: detail.to_owned(),
+    }
+}
+
+struct Writer(Vec<u8>);
+
+impl Writer {
+    fn u8(&mut self, value: u8) {
+        self.0.push(value);
+    }
+    fn u32(&mut self, value: u32) {
+        self.0.extend_from_slice(&value.to_le_bytes());
+    }
+    fn u64(&mut self, value: u64) {
+        self.0.extend_from_slice(&value.to_le_bytes());
+    }
+    fn len(&mut self, len: usize) {
+        // Lengths beyond u32 cannot occur: redb refuses values over 3 GiB.
+        self.u32(u32::try_from(len).unwrap_or(u32::MAX));
+    }
+    fn str(&mut self, value: &str) {
+        self.len(value.len());
+        self.0.extend_from_slice(value.as_bytes());
+    }
+    fn opt_str(&mut self, value: Option<&str>) {
+        match value {
+            Some(value) => {
+                self.u8(1);
+                self.str(value);
+            }
+            None => self.u8(0),
+        }
+    }
+    fn opt_u64(&mut self, value: Option<u64>) {
+        match value {
+            Some(value) => {
+                self.u8(1);
+                self.u64(value);
+            }
+            None => self.u8(0),
+        }
+    }
+    fn payload(&mut self, payload: &Payload) {
+        self.str(payload.as_json());
+    }
+    fn error(&mut self, error: &ErrorInfo) {
+        self.str(&error.code);
+        self.str(&error.message);
+    }
+}
+
+struct Reader<'a>(&'a [u8]);
+
+impl Reader<'_> {
+    fn take(&mut self, n: usize) -> Result<&[u8], DecodeError> {
+        if self.0.len() < n {
+            return Err(invalid("the record ends early"));
+        }
+        let (head, rest) = self.0.split_at(n);
+        self.0 = rest;
+        Ok(head)
+    }
+    fn u8(&mut self) -> Result<u8, DecodeError> {
+        Ok(self.take(1)?[0])
+    }
+    fn u32(&mut self) -> Result<u32, DecodeError> {
+        let mut bytes = [0u8; 4];
+        bytes.copy_from_slice(self.take(4)?);
+        Ok(u32::from_le_bytes(bytes))
+    }
+    fn u64(&mut self) -> Result<u64, DecodeError> {
+        let mut bytes = [0u8; 8];
+        bytes.copy_from_slice(self.take(8)?);
+        Ok(u64::from_le_bytes(bytes))
+    }
+    fn len(&mut self) -> Result<usize, DecodeError> {
+        usize::try_from(self.u32()?).map_err(|_| invalid("length out of range"))
+    }
+    fn str(&mut self) -> Result<&str, DecodeError> {
+        let len = self.len()?;
+        std::str::from_utf8(self.take(len)?).map_err(|_| invalid("a string is not UTF-8"))
+    }
+    fn string(&mut self) -> Result<String, DecodeError> {
+        self.str().map(str::to_owned)
+    }
+    fn opt_string(&mut self) -> Result<Option<String>, DecodeError> {
+        match self.u8()? {
+            0 => Ok(None),
+            1 => self.string().map(Some),
+            other => Err(invalid(&format!("bad option tag {other}"))),
+        }
+    }
+    fn opt_u64(&mut self) -> Result<Option<u64>, DecodeError> {
+        match self.u8()? {
+            0 => Ok(None),
+            1 => self.u64().map(Some),
+            other => Err(invalid(&format!("bad option tag {other}"))),
+        }
+    }
+    fn payload(&mut self) -> Result<Payload, DecodeError> {
+        Ok(Payload::from_json(self.string()?)?)
+    }
+    fn error(&mut self) -> Result<ErrorInfo, DecodeError> {
+        Ok(ErrorInfo {
+            code: self.string()?,
+            message: self.string()?,
+        })
+    }
+}
