@@ -441,6 +441,28 @@ fn canonical<I: Serialize + ?Sized>(input: &I) -> Result<Payload, StepError> {
     Ok(Payload::from_value(&value))
 }
 
+/// `name#n`, built without the formatting machinery (this runs for every command).
+fn counted_id(name: &str, n: u32) -> String {
+    let mut digits = [0u8; 10];
+    let mut at = digits.len();
+    let mut rest = n;
+    loop {
+        at -= 1;
+        digits[at] = b'0' + (rest % 10) as u8;
+        rest /= 10;
+        if rest == 0 {
+            break;
+        }
+    }
+    let mut id = String::with_capacity(name.len() + 1 + digits.len() - at);
+    id.push_str(name);
+    id.push('#');
+    for &digit in &digits[at..] {
+        id.push(char::from(digit));
+    }
+    id
+}
+
 fn random_u64() -> u64 {
     use std::hash::{BuildHasher, Hasher};
     // std seeds every RandomState from the OS; one hasher's output is a random word.
@@ -481,10 +503,10 @@ impl CtxState {
                 let id = match self.counters.entry(name) {
                     std::collections::hash_map::Entry::Occupied(mut seen) => {
                         *seen.get_mut() += 1;
-                        format!("{}#{}", seen.key(), seen.get())
+                        counted_id(seen.key(), *seen.get())
                     }
                     std::collections::hash_map::Entry::Vacant(first) => {
-                        let id = format!("{}#1", first.key());
+                        let id = counted_id(first.key(), 1);
                         first.insert(1);
                         id
                     }
@@ -542,7 +564,9 @@ impl CtxState {
         input: Payload,
         slot: u64,
     ) -> Option<Payload> {
-        match self.history.steps.remove(&step_id) {
+        // The command just matched is the one before the cursor.
+        let recorded = self.history.take_step_state(self.cursor.saturating_sub(1));
+        match recorded {
             Some(StepState::Done(Ok(output))) => Some(output),
             Some(StepState::Done(Err(error))) => {
                 self.fill(slot, Err(StepError::Failed(error)));

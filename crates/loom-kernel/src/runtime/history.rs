@@ -21,6 +21,8 @@ pub(crate) enum Recorded {
         effect: String,
         input_digest: String,
         first_event: &'static str,
+        /// Where the step stands at the end of the log; taken when the command is replayed.
+        state: Option<StepState>,
     },
     Decision {
         step_id: String,
@@ -241,7 +243,9 @@ pub(crate) enum StepState {
 #[derive(Debug, Default)]
 pub(crate) struct History {
     pub(crate) commands: Vec<(u64, Recorded)>,
-    pub(crate) steps: IdMap<String, StepState>,
+    /// Steps recorded by a STEP_STARTED, by id: the only ones later events refer to (a step
+    /// recorded by its outcome alone is done). Values index `commands`.
+    started: IdMap<String, usize>,
     pub(crate) resumed: IdMap<String, Payload>,
     pub(crate) budget_spent: u64,
 }
@@ -260,41 +264,80 @@ impl History {
     fn record(&mut self, seq: u64, event: Event) {
         match event {
             Event::StepStarted(e) => {
-                if !self.steps.contains_key(&e.step_id) {
-                    self.push_step(seq, &e.step_id, e.effect, e.input_digest, "STEP_STARTED");
+                let state = StepState::InFlight { attempt: e.attempt };
+                match self.started.get(&e.step_id) {
+                    Some(&index) => self.set_state(index, state),
+                    None => {
+                        let index = self.push_step(
+                            seq,
+                            &e.step_id,
+                            e.effect,
+                            e.input_digest,
+                            "STEP_STARTED",
+                            state,
+                        );
+                        self.started.insert(e.step_id, index);
+                    }
                 }
-                self.steps
-                    .insert(e.step_id, StepState::InFlight { attempt: e.attempt });
             }
             Event::StepCompleted(e) => {
-                if !self.steps.contains_key(&e.step_id) {
-                    self.push_step(seq, &e.step_id, e.effect, e.input_digest, "STEP_COMPLETED");
-                }
                 self.budget_spent = self.budget_spent.saturating_add(e.cost);
-                self.steps.insert(e.step_id, StepState::Done(Ok(e.output)));
+                let state = StepState::Done(Ok(e.output));
+                match self.started.get(&e.step_id) {
+                    Some(&index) => self.set_state(index, state),
+                    None => {
+                        self.push_step(
+                            seq,
+                            &e.step_id,
+                            e.effect,
+                            e.input_digest,
+                            "STEP_COMPLETED",
+                            state,
+                        );
+                    }
+                }
             }
             Event::StepFailed(e) => {
-                if !self.steps.contains_key(&e.step_id) {
-                    self.push_step(seq, &e.step_id, e.effect, e.input_digest, "STEP_FAILED");
-                }
                 self.budget_spent = self.budget_spent.saturating_add(e.cost);
-                self.steps.insert(e.step_id, StepState::Done(Err(e.error)));
+                let state = StepState::Done(Err(e.error));
+                match self.started.get(&e.step_id) {
+                    Some(&index) => self.set_state(index, state),
+                    None => {
+                        self.push_step(
+                            seq,
+                            &e.step_id,
+                            e.effect,
+                            e.input_digest,
+                            "STEP_FAILED",
+                            state,
+                        );
+                    }
+                }
             }
             Event::EffectInDoubt(e) => {
-                self.steps
-                    .insert(e.step_id, StepState::InDoubt { attempt: e.attempt });
+                if let Some(&index) = self.started.get(&e.step_id) {
+                    self.set_state(index, StepState::InDoubt { attempt: e.attempt });
+                }
             }
             Event::EffectResolved(e) => {
-                let attempt = match self.steps.get(&e.step_id) {
-                    Some(StepState::InDoubt { attempt }) => *attempt,
-                    _ => 1,
-                };
-                let state = match e.verdict {
-                    Verdict::Retry => StepState::InFlight { attempt },
-                    Verdict::Completed { output } => StepState::Done(Ok(output)),
-                    Verdict::Failed { error } => StepState::Done(Err(error)),
-                };
-                self.steps.insert(e.step_id, state);
+                if let Some(&index) = self.started.get(&e.step_id) {
+                    let attempt = match self.commands.get(index) {
+                        Some((
+                            _,
+                            Recorded::Step {
+                                state: Some(StepState::InDoubt { attempt }),
+                                ..
+                            },
+                        )) => *attempt,
+                        _ => 1,
+                    };
+                    let state = match e.verdict {
+                        Verdict::Retry => StepState::InFlight { attempt },
+                        Verdict::Completed { output } => StepState::Done(Ok(output)),
+                        Verdict::Failed { error } => StepState::Done(Err(error)),
+                    };
+                    self.set_state(index, state);
+                }
             }
             Event::DecisionRecorded(e) => self.commands.push((
                 seq,
@@ -330,6 +373,7 @@ impl History {
         }
     }
 
+    /// Records a step's first event as a command; returns its index.
     fn push_step(
         &mut self,
         seq: u64,
@@ -337,7 +381,8 @@ impl History {
         effect: String,
         input_digest: String,
         first_event: &'static str,
-    ) {
+        state: StepState,
+    ) -> usize {
         self.commands.push((
             seq,
             Recorded::Step {
@@ -345,8 +390,24 @@ impl History {
                 effect,
                 input_digest,
                 first_event,
+                state: Some(state),
             },
         ));
+        self.commands.len() - 1
+    }
+
+    fn set_state(&mut self, index: usize, new: StepState) {
+        if let Some((_, Recorded::Step { state, .. })) = self.commands.get_mut(index) {
+            *state = Some(new);
+        }
+    }
+
+    /// The state of the step recorded as command `index`, taken (a command is replayed once).
+    pub(crate) fn take_step_state(&mut self, index: usize) -> Option<StepState> {
+        match self.commands.get_mut(index) {
+            Some((_, Recorded::Step { state, .. })) => state.take(),
+            _ => None,
+        }
     }
 }
 
