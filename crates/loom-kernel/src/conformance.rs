@@ -47,6 +47,7 @@ pub async fn run_all<H: StoreHarness>(harness: &mut H) {
     ids_sharing_a_prefix_stay_apart(harness.fresh()).await;
     stream_crosses_pages(harness.fresh()).await;
     wait_for_wakes_on_append(harness.fresh()).await;
+    read_logs_reads_whole_logs(harness.fresh()).await;
 }
 
 /// An id for tests; panics on an invalid literal.
@@ -393,4 +394,28 @@ pub async fn wait_for_wakes_on_append<S: EventStore + Clone>(store: S) {
         .expect("waiter woke")
         .expect("task")
         .expect("wait_for");
+}
+
+/// `read_logs` gives each execution's whole log, in the order asked, empty for an unknown one.
+pub async fn read_logs_reads_whole_logs<S: EventStore>(store: S) {
+    let sizes = [1usize, STREAM_PAGE + 3, 7];
+    let ids: Vec<_> = (0..sizes.len())
+        .map(|i| id(&format!("batch-{i}")))
+        .collect();
+    for (e, size) in ids.iter().zip(sizes) {
+        let events: Vec<_> = (0..size).map(|i| tagged(json!(i))).collect();
+        store.append(e, 0, &events).await.expect("append");
+    }
+    let mut asked = ids.clone();
+    asked.insert(1, id("batch-unknown"));
+    asked.reverse();
+    let logs = store.read_logs(&asked).await.expect("read_logs");
+    assert_eq!(logs.len(), asked.len());
+    for (e, log) in asked.iter().zip(&logs) {
+        assert_eq!(log, &store.read_all(e).await.expect("read_all"), "{e}");
+    }
+    assert!(
+        logs[asked.len() - 2].is_empty(),
+        "the unknown execution reads as empty"
+    );
 }

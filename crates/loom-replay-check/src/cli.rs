@@ -127,6 +127,9 @@ pub fn export_main(args: impl IntoIterator<Item = impl Into<OsString> + Clone>) 
 
 type BoxError = Box<dyn std::error::Error + Send + Sync>;
 
+/// Executions read from a store at once.
+const READ_BATCH: usize = 32;
+
 fn tokio_runtime(jobs: usize) -> Result<tokio::runtime::Runtime, BoxError> {
     Ok(tokio::runtime::Builder::new_multi_thread()
         .worker_threads(jobs.max(1))
@@ -249,10 +252,12 @@ async fn check_all(
         async move {
             match source {
                 Source::Store(store, ids) => {
-                    for id in ids {
+                    // Small batches: one read transaction and one blocking-pool trip per batch.
+                    for batch in ids.chunks(READ_BATCH) {
                         let Ok(permit) = Arc::clone(&limit).acquire_owned().await else {
                             break;
                         };
+                        let batch = batch.to_vec();
                         let (store, checker, keep, done) = (
                             store.clone(),
                             Arc::clone(&checker),
@@ -260,19 +265,28 @@ async fn check_all(
                             done.clone(),
                         );
                         tokio::spawn(async move {
-                            let outcome = match store.read_all(&id).await {
-                                Ok(log) if keep(&log) => Some(checker.check(log)),
-                                Ok(_) => None,
-                                Err(error) => Some(Outcome {
-                                    execution: id.to_string(),
-                                    flow: None,
-                                    events: 0,
-                                    finding: Finding::Error {
-                                        detail: error.to_string(),
-                                    },
-                                }),
-                            };
-                            let _ = done.send(outcome).await;
+                            match store.read_logs(&batch).await {
+                                Ok(logs) => {
+                                    for log in logs {
+                                        let outcome = keep(&log).then(|| checker.check(log));
+                                        let _ = done.send(outcome).await;
+                                    }
+                                }
+                                Err(error) => {
+                                    for id in batch {
+                                        let _ = done
+                                            .send(Some(Outcome {
+                                                execution: id.to_string(),
+                                                flow: None,
+                                                events: 0,
+                                                finding: Finding::Error {
+                                                    detail: error.to_string(),
+                                                },
+                                            }))
+                                            .await;
+                                    }
+                                }
+                            }
                             drop(permit);
                         });
                     }

@@ -5,7 +5,7 @@
 //! - The exported-log format ([`jsonl`]): one execution per JSON Lines file, one envelope per
 //!   line.
 //! - The check of one execution ([`check`]): the log decodes (its `EVENT_SCHEMA` is supported),
-//!   its fold is valid and stable (twice, and through a JSON round-trip), and replaying its
+//!   its fold is valid and stable (twice, and through a serialization round-trip), and replaying its
 //!   flow issues exactly the recorded commands, with no effect run and nothing written.
 //! - The command line ([`cli`]): sources (an embedded store, a directory of exported logs),
 //!   filters, a progress bar, a summary, `--json`, and exit codes 0 (all deterministic),

@@ -351,6 +351,15 @@ impl RawPage {
     ) -> Result<Self, ReadError> {
         let txn = db.begin_read().map_err(storage)?;
         let events = txn.open_table(EVENTS).map_err(storage)?;
+        Self::fetch_from(&events, execution, from, limit)
+    }
+
+    fn fetch_from(
+        events: &redb::ReadOnlyTable<(&'static str, u64), &'static [u8]>,
+        execution: &ExecutionId,
+        from: u64,
+        limit: usize,
+    ) -> Result<Self, ReadError> {
         let id = execution.as_str();
         let range = events.range((id, from)..=(id, u64::MAX)).map_err(storage)?;
         let mut page = RawPage {
