@@ -13,20 +13,15 @@ use loom_kernel::{DiskStore, EventStore};
 
 const SAMPLES: usize = 2000;
 
-fn percentile(sorted: &[Duration], p: f64) -> Duration {
-    let index = ((sorted.len() as f64 - 1.0) * p).round() as usize;
-    sorted[index.min(sorted.len() - 1)]
-}
-
-fn report(name: &str, mut samples: Vec<Duration>) -> Duration {
+/// Prints the line for `name` and returns its p50 in microseconds.
+fn report(name: &str, mut samples: Vec<Duration>) -> f64 {
     samples.sort();
     let total: Duration = samples.iter().sum();
     let per_s = samples.len() as f64 / total.as_secs_f64();
-    let p50 = percentile(&samples, 0.5);
+    let p50 = support::percentile_us(&samples, 0.5);
     println!(
-        "loom {name} ops_per_s={per_s:.0} p50_us={:.0} p99_us={:.0}",
-        p50.as_secs_f64() * 1e6,
-        percentile(&samples, 0.99).as_secs_f64() * 1e6
+        "loom {name} ops_per_s={per_s:.0} p50_us={p50:.0} p99_us={:.0}",
+        support::percentile_us(&samples, 0.99)
     );
     p50
 }
@@ -65,6 +60,6 @@ fn main() {
     let append_p50 = report("disk_append_one_event", append_samples);
     println!(
         "loom append_vs_raw_fsync p50_ratio={:.2}",
-        append_p50.as_secs_f64() / raw_p50.as_secs_f64()
+        append_p50 / raw_p50
     );
 }

@@ -38,19 +38,14 @@ async fn gates(ctx: FlowCtx, n: u64) -> Result<(), FlowError> {
     Ok(())
 }
 
-fn percentile(sorted: &[Duration], p: f64) -> f64 {
-    let index = ((sorted.len().saturating_sub(1)) as f64 * p).round() as usize;
-    sorted.get(index).map_or(0.0, |d| d.as_secs_f64() * 1e6)
-}
-
 fn report(name: &str, steps: u64, elapsed: Duration, mut latencies: Vec<Duration>, unit: &str) {
     latencies.sort();
     println!(
         "loom {name} steps_per_s={:.0} per_step_us={:.1} p50_us={:.0} p99_us={:.0} latency_of={unit}",
         steps as f64 / elapsed.as_secs_f64(),
         elapsed.as_secs_f64() * 1e6 / steps as f64,
-        percentile(&latencies, 0.5),
-        percentile(&latencies, 0.99),
+        support::percentile_us(&latencies, 0.5),
+        support::percentile_us(&latencies, 0.99),
     );
 }
 

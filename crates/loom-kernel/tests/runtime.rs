@@ -595,9 +595,9 @@ async fn gate_loop(ctx: FlowCtx, n: u64) -> Result<(), FlowError> {
     Ok(())
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_flow_parks_and_resumes_many_times() {
-    let rt = Runtime::builder(MemoryStore::new())
+/// A flow that parks 50 times: each resume starts a new driver that replays the log so far.
+async fn parks_and_resumes_many_times<S: EventStore>(store: S) {
+    let rt = Runtime::builder(store)
         .flow(flow_fn("loop", 1, gate_loop))
         .effect("echo", echo_effect(Arc::default()))
         .build()
@@ -624,32 +624,15 @@ async fn a_flow_parks_and_resumes_many_times() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_flow_parks_and_resumes_many_times() {
+    parks_and_resumes_many_times(MemoryStore::new()).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_flow_parks_and_resumes_many_times_on_disk() {
     let dir = tempfile::tempdir().unwrap();
-    let rt = Runtime::builder(loom_kernel::DiskStore::open(dir.path().join("s.redb")).unwrap())
-        .flow(flow_fn("loop", 1, gate_loop))
-        .effect("echo", echo_effect(Arc::default()))
-        .build()
-        .unwrap();
-    let e = rt
-        .start("loop", &50u64, StartOptions::new(id("loop")))
-        .await
-        .unwrap();
-    for i in 0..50u64 {
-        let state = rt.wait(&e).await.unwrap();
-        assert_eq!(
-            state.status(),
-            ExecutionStatus::Suspended,
-            "before resume {i}"
-        );
-        rt.resume(&e, "Go", &i.to_string(), Payload::null())
-            .await
-            .unwrap_or_else(|err| panic!("resume {i}: {err}"));
-    }
-    assert_eq!(
-        rt.wait(&e).await.unwrap().status(),
-        ExecutionStatus::Completed
-    );
+    parks_and_resumes_many_times(loom_kernel::DiskStore::open(dir.path().join("s.redb")).unwrap())
+        .await;
 }
 
 async fn ids_collide(ctx: FlowCtx, _: Value) -> Result<Vec<String>, FlowError> {

@@ -70,3 +70,9 @@ pub fn typical_log(id: &ExecutionId, n: u64) -> Vec<EventEnvelope> {
         })
         .collect()
 }
+
+/// The `p` quantile (0 to 1) of sorted durations, in microseconds.
+pub fn percentile_us(sorted: &[std::time::Duration], p: f64) -> f64 {
+    let index = (sorted.len().saturating_sub(1) as f64 * p).round() as usize;
+    sorted.get(index).map_or(0.0, |d| d.as_secs_f64() * 1e6)
+}

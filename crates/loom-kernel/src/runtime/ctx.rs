@@ -247,6 +247,17 @@ impl FlowCtx {
             );
             Ok(None)
         })();
+        self.command(state, slot, outcome)
+    }
+
+    /// The future of the command in `slot`: ready at once when `outcome` already holds its
+    /// result (a replayed or refused command), pending until the driver fills it otherwise.
+    fn command(
+        &self,
+        mut state: MutexGuard<'_, CtxState>,
+        slot: u64,
+        outcome: Result<Option<Payload>, StepError>,
+    ) -> Command {
         match outcome {
             Ok(Some(value)) => state.fill(slot, Ok(value)),
             Ok(None) => {}
@@ -329,16 +340,7 @@ impl FlowCtx {
             });
             Ok(None)
         })();
-        match outcome {
-            Ok(Some(payload)) => state.fill(slot, Ok(payload)),
-            Ok(None) => {}
-            Err(err) => state.fill(slot, Err(err)),
-        }
-        drop(state);
-        Command {
-            shared: Arc::clone(&self.shared),
-            slot,
-        }
+        self.command(state, slot, outcome)
     }
 
     /// Reads a value from the world once and records it (ADR 0016); replay serves the
