@@ -19,7 +19,7 @@ use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet, btree_map, hash_map
 use std::fmt;
 use std::hash::BuildHasherDefault;
 
-use crate::hash::IdHasher;
+use crate::hash::{IdHasher, IdKey};
 use std::sync::Arc;
 
 use crate::envelope::EventEnvelope;
@@ -119,7 +119,7 @@ pub struct ExecutionState {
 }
 
 /// A map by id that is only ever looked up, never iterated in its own order.
-type LookupMap<V> = HashMap<String, V, BuildHasherDefault<IdHasher>>;
+type LookupMap<V> = HashMap<IdKey, V, BuildHasherDefault<IdHasher>>;
 
 /// A log that breaks an invariant, and where.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -381,7 +381,7 @@ impl ExecutionState {
                 self.budget_spent = self.budget_spent.saturating_add(e.cost);
             }
             Event::EffectInDoubt(e) => {
-                match self.steps.get_mut(&e.step_id) {
+                match self.steps.get_mut(e.step_id.as_str()) {
                     Some(record) if matches!(record.status, StepStatus::Started { .. }) => {
                         record.status = StepStatus::InDoubt {
                             attempt: e.attempt,
@@ -405,7 +405,7 @@ impl ExecutionState {
                         step_id: e.step_id.clone(),
                     });
                 }
-                if let Some(record) = self.steps.get_mut(&e.step_id) {
+                if let Some(record) = self.steps.get_mut(e.step_id.as_str()) {
                     record.status = match (&e.verdict, record.status) {
                         (Verdict::Retry, StepStatus::InDoubt { attempt, .. }) => {
                             self.in_flight += 1;
@@ -417,7 +417,7 @@ impl ExecutionState {
                     };
                 }
             }
-            Event::DecisionRecorded(e) => match self.decisions.entry(e.step_id.clone()) {
+            Event::DecisionRecorded(e) => match self.decisions.entry(IdKey::new(&e.step_id)) {
                 hash_map::Entry::Occupied(first) => {
                     return Err(Violation::DuplicateDecision {
                         step_id: e.step_id.clone(),
@@ -504,7 +504,7 @@ impl ExecutionState {
         let Some(record) = self.steps.get_mut(step_id) else {
             let effect = intern(&mut self.names, effect);
             self.steps
-                .insert(step_id.to_owned(), StepRecord { effect, status });
+                .insert(IdKey::new(step_id), StepRecord { effect, status });
             self.in_flight += usize::from(starts);
             return Ok(());
         };

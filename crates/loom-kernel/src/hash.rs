@@ -33,3 +33,87 @@ impl Hasher for IdHasher {
         self.0
     }
 }
+
+/// An id as a map key. Most ids are short (`name#n`) and live inline, so keying a map by them
+/// costs no allocation; longer ones go to the heap. Hashes and compares as its `str`, so maps
+/// are looked up with a plain `&str`.
+#[derive(Clone)]
+pub(crate) enum IdKey {
+    Inline { len: u8, bytes: [u8; INLINE] },
+    Heap(Box<str>),
+}
+
+const INLINE: usize = 22;
+
+impl IdKey {
+    pub(crate) fn new(id: &str) -> Self {
+        match u8::try_from(id.len()) {
+            Ok(len) if id.len() <= INLINE => {
+                let mut bytes = [0; INLINE];
+                bytes[..id.len()].copy_from_slice(id.as_bytes());
+                Self::Inline { len, bytes }
+            }
+            _ => Self::Heap(id.into()),
+        }
+    }
+
+    pub(crate) fn as_str(&self) -> &str {
+        match self {
+            // Made from a whole `&str`, so the bytes are always valid UTF-8.
+            Self::Inline { len, bytes } => {
+                std::str::from_utf8(&bytes[..usize::from(*len)]).unwrap_or_default()
+            }
+            Self::Heap(id) => id,
+        }
+    }
+}
+
+impl std::borrow::Borrow<str> for IdKey {
+    fn borrow(&self) -> &str {
+        self.as_str()
+    }
+}
+
+impl std::hash::Hash for IdKey {
+    fn hash<H: Hasher>(&self, state: &mut H) {
+        self.as_str().hash(state);
+    }
+}
+
+impl PartialEq for IdKey {
+    fn eq(&self, other: &Self) -> bool {
+        self.as_str() == other.as_str()
+    }
+}
+
+impl Eq for IdKey {}
+
+impl std::fmt::Debug for IdKey {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        std::fmt::Debug::fmt(self.as_str(), f)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn short_and_long_ids_key_the_same_as_their_str() {
+        let mut map: IdMap<IdKey, u32> = IdMap::default();
+        let long = "x".repeat(40);
+        for (n, id) in ["", "a#1", "exactly-twenty-two-by", "é#12", &long]
+            .iter()
+            .enumerate()
+        {
+            map.insert(IdKey::new(id), n as u32);
+        }
+        assert_eq!(map.get("a#1"), Some(&1));
+        assert_eq!(map.get("exactly-twenty-two-by"), Some(&2));
+        assert_eq!(map.get("é#12"), Some(&3));
+        assert_eq!(map.get(long.as_str()), Some(&4));
+        assert_eq!(map.get(""), Some(&0));
+        assert_eq!(map.get("a#2"), None);
+        assert!(matches!(IdKey::new(&long), IdKey::Heap(_)));
+    }
+}
