@@ -464,6 +464,30 @@ impl EventStore for DiskStore {
             .await
     }
 
+    async fn read_logs(
+        &self,
+        executions: &[ExecutionId],
+    ) -> Result<Vec<Vec<EventEnvelope>>, ReadError> {
+        // One read transaction and one trip to the blocking pool for the whole batch; decoding
+        // happens here, on the caller's thread.
+        let ids = executions.to_vec();
+        let pages = self
+            .blocking_read(move |db| {
+                let txn = db.begin_read().map_err(storage)?;
+                let events = txn.open_table(EVENTS).map_err(storage)?;
+                ids.into_iter()
+                    .map(|id| {
+                        RawPage::fetch_from(&events, &id, 0, usize::MAX).map(|page| (id, page))
+                    })
+                    .collect::<Result<Vec<_>, _>>()
+            })
+            .await?;
+        pages
+            .into_iter()
+            .map(|(id, page)| page.decode(&id))
+            .collect()
+    }
+
     async fn list_executions(
         &self,
         after: Option<&ExecutionId>,
