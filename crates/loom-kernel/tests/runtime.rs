@@ -775,3 +775,94 @@ async fn a_non_idempotent_effect_starts_only_once_its_step_started_is_durable() 
         ]
     );
 }
+
+#[derive(Default, Clone)]
+struct Seen(Arc<std::sync::Mutex<Vec<(u64, &'static str)>>>);
+
+impl Projection for Seen {
+    fn apply(&self, envelope: &loom_kernel::EventEnvelope) {
+        self.0
+            .lock()
+            .unwrap()
+            .push((envelope.seq, envelope.event.type_name()));
+    }
+}
+
+struct ApprovalButton;
+
+impl InboundHandler for ApprovalButton {
+    fn handle(&self, message: &Value) -> Result<Inbound, String> {
+        let execution = message["execution"]
+            .as_str()
+            .and_then(|id| ExecutionId::new(id).ok())
+            .ok_or("the message names no execution")?;
+        Ok(Inbound::Resume {
+            execution,
+            event_type: "Pick".into(),
+            correlation_key: message["key"].as_str().unwrap_or_default().to_owned(),
+            payload: message["value"].clone().into(),
+        })
+    }
+}
+
+struct Ui(Seen);
+
+impl Plugin for Ui {
+    fn name(&self) -> &str {
+        "ui"
+    }
+    fn kernel_abi(&self) -> AbiRange {
+        AbiRange::caret(1, 1)
+    }
+    fn contribute(&self, contributions: &mut Contributions) {
+        contributions
+            .projection(Arc::new(self.0.clone()))
+            .inbound("button", Arc::new(ApprovalButton));
+    }
+}
+
+#[tokio::test]
+async fn plugins_contribute_projections_and_inbound_handlers() {
+    let seen = Seen::default();
+    let rt = Runtime::builder(MemoryStore::new())
+        .flow(flow_fn("gates", 1, three_gates))
+        .plugin(&Ui(seen.clone()))
+        .build()
+        .unwrap();
+    let e = rt
+        .start("gates", &json!(null), StartOptions::new(id("ui")))
+        .await
+        .unwrap();
+    rt.wait(&e).await.unwrap();
+    for key in ["a", "b", "c"] {
+        let action = rt
+            .inbound(
+                "button",
+                &json!({"execution": "ui", "key": key, "value": key}),
+            )
+            .await
+            .unwrap();
+        assert!(matches!(action, Inbound::Resume { .. }));
+    }
+    assert!(matches!(
+        rt.inbound("button", &json!({"key": "a"})).await,
+        Err(InboundError::Refused(_))
+    ));
+    assert!(matches!(
+        rt.inbound("nope", &json!({})).await,
+        Err(InboundError::UnknownHandler(_))
+    ));
+    assert!(matches!(
+        rt.inbound("button", &json!({"execution": "ui", "key": "a"}))
+            .await,
+        Err(InboundError::Resume(ResumeError::NoPendingGate { .. }))
+    ));
+    assert_eq!(
+        rt.wait(&e).await.unwrap().status(),
+        ExecutionStatus::Completed
+    );
+    // The projection saw every durable event once, in log order.
+    let log = rt.store().read_all(&e).await.unwrap();
+    let expected: Vec<_> = log.iter().map(|x| (x.seq, x.event.type_name())).collect();
+    assert_eq!(*seen.0.lock().unwrap(), expected);
+}
