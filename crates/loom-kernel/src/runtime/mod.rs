@@ -379,7 +379,9 @@ impl<S: EventStore> Runtime<S> {
     }
 
     /// Starts `flow` with `input`. Returns once `EXECUTION_STARTED` is durable; the flow then
-    /// runs on its own task.
+    /// runs on its own task. Until then the flow runs on the caller's task, so a short flow is
+    /// often finished when `start` returns; if the caller drops `start`'s future early, the
+    /// execution is left for `recover` (or the next resume) to drive on.
     pub async fn start<I: Serialize + ?Sized>(
         &self,
         flow: &str,
@@ -418,8 +420,8 @@ impl<S: EventStore> Runtime<S> {
             capabilities: options.capabilities,
             budget: options.budget,
         };
-        let (reply, answer) = oneshot::channel();
-        {
+        let (reply, mut answer) = oneshot::channel();
+        let mut run = {
             let mut slots = self.inner.slots();
             let slot = slots.entry(execution.clone()).or_insert_with(new_slot);
             if slot
@@ -430,9 +432,24 @@ impl<S: EventStore> Runtime<S> {
                 return Err(StartError::AlreadyExists(execution));
             }
             let new = driver::NewExecution { started, reply };
-            self.spawn_driver(slot, &execution, Some(new));
-        }
-        answer.await.unwrap_or_else(|_| {
+            self.driver_task(slot, &execution, Some(new)).1
+        };
+        // The caller drives the new execution itself until its first append is durable (a
+        // short flow is then done, with no hand-off to another task on the way), and spawns
+        // the driver only for what remains.
+        let answered = tokio::select! {
+            biased;
+            answered = &mut answer => Some(answered),
+            () = &mut run => None,
+        };
+        let answered = match answered {
+            Some(answered) => {
+                tokio::spawn(run);
+                answered
+            }
+            None => answer.await,
+        };
+        answered.unwrap_or_else(|_| {
             Err(StartError::Driver {
                 execution: execution.clone(),
                 detail: "the execution's driver stopped".into(),
@@ -587,7 +604,9 @@ impl<S: EventStore> Runtime<S> {
                 None => None,
                 Some(slot) => {
                     let receiver = slot.settled.subscribe();
-                    if slot.driver.is_none() {
+                    // A closed sender is a driver that is gone without settling (its task was
+                    // dropped): nothing will publish for it.
+                    if slot.driver.as_ref().is_none_or(|sender| sender.is_closed()) {
                         if let Some(error) = receiver.borrow().error.clone() {
                             return Err(WaitError::Driver(error));
                         }
@@ -680,12 +699,28 @@ impl<S: EventStore> Runtime<S> {
         execution: &ExecutionId,
         new: Option<driver::NewExecution>,
     ) -> mpsc::UnboundedSender<DriverMsg> {
+        let (sender, run) = self.driver_task(slot, execution, new);
+        tokio::spawn(run);
+        sender
+    }
+
+    /// The task that drives the execution of `slot` (whose lock the caller holds), not yet
+    /// started: the caller spawns it, or polls it first itself.
+    fn driver_task(
+        &self,
+        slot: &mut Slot,
+        execution: &ExecutionId,
+        new: Option<driver::NewExecution>,
+    ) -> (
+        mpsc::UnboundedSender<DriverMsg>,
+        std::pin::Pin<Box<dyn std::future::Future<Output = ()> + Send>>,
+    ) {
         let (sender, mut messages) = mpsc::unbounded_channel();
         slot.driver = Some(sender.clone());
         let inner = Arc::clone(&self.inner);
         let id = execution.clone();
         let span = tracing::info_span!("execution", execution = %id);
-        tokio::spawn(
+        let run = Box::pin(
             async move {
                 let outcome =
                     driver::drive(Arc::clone(&inner), id.clone(), &mut messages, new).await;
@@ -731,7 +766,7 @@ impl<S: EventStore> Runtime<S> {
             }
             .instrument(span),
         );
-        sender
+        (sender, run)
     }
 }
 
