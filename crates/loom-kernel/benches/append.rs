@@ -10,16 +10,8 @@ use criterion::{Criterion, Throughput, criterion_group, criterion_main};
 use loom_kernel::conformance::{id, started};
 use loom_kernel::{DiskStore, EventStore, MemoryStore};
 
-fn runtime() -> tokio::runtime::Runtime {
-    tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-        .expect("runtime")
-}
-
 fn single_appends(c: &mut Criterion) {
-    let runtime = runtime();
+    let runtime = support::tokio_runtime();
     let dir = support::scratch_dir();
     let mut group = c.benchmark_group("append");
     group.throughput(Throughput::Elements(1));
@@ -68,7 +60,7 @@ const APPENDS_EACH: usize = 20;
 
 /// 1,000 tasks, each appending one event at a time to its own execution.
 fn group_commit(c: &mut Criterion) {
-    let runtime = runtime();
+    let runtime = support::tokio_runtime();
     let dir = support::scratch_dir();
     let store = DiskStore::open(dir.path().join("group.redb")).expect("store");
     let mut group = c.benchmark_group("append");

@@ -39,11 +39,7 @@ fn decode_records(c: &mut Criterion) {
 }
 
 fn fold_from_disk(c: &mut Criterion) {
-    let runtime = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-        .expect("runtime");
+    let runtime = support::tokio_runtime();
     let dir = support::scratch_dir();
     let store = DiskStore::open(dir.path().join("fold.redb")).expect("store");
     let e = id("bench");

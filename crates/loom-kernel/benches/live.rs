@@ -53,11 +53,7 @@ fn main() {
     if std::env::args().any(|arg| arg == "--list") {
         return;
     }
-    let runtime = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-        .expect("runtime");
+    let runtime = support::tokio_runtime();
     let dir = support::scratch_dir();
     let stamps: Stamps = Arc::default();
     let store = DiskStore::open(dir.path().join("live.redb")).expect("store");

@@ -21,11 +21,7 @@ async fn many_steps(ctx: FlowCtx, steps: u64) -> Result<u64, FlowError> {
 }
 
 fn replay(c: &mut Criterion) {
-    let runtime = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-        .expect("runtime");
+    let runtime = support::tokio_runtime();
     let dir = support::scratch_dir();
     let store = DiskStore::open(dir.path().join("replay.redb")).expect("store");
     let loom = Runtime::builder(store)

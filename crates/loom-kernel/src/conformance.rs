@@ -21,6 +21,7 @@ use std::collections::BTreeSet;
 
 use serde_json::{Value, json};
 
+use crate::envelope::EventEnvelope;
 use crate::event::{Event, ExecutionStarted, SurfacePatch};
 use crate::id::ExecutionId;
 use crate::store::{AppendError, EventStore, EventStoreExt, STREAM_PAGE};
@@ -53,6 +54,17 @@ pub async fn run_all<H: StoreHarness>(harness: &mut H) {
 /// An id for tests; panics on an invalid literal.
 pub fn id(name: &str) -> ExecutionId {
     ExecutionId::new(name).expect("test execution id")
+}
+
+/// `events` as the log of `execution`, from seq 0.
+pub fn log_of(
+    execution: &ExecutionId,
+    events: impl IntoIterator<Item = Event>,
+) -> Vec<EventEnvelope> {
+    (0..)
+        .zip(events)
+        .map(|(seq, event)| EventEnvelope::new(execution.clone(), seq, event))
+        .collect()
 }
 
 /// An EXECUTION_STARTED event for tests.

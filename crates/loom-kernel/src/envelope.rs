@@ -194,6 +194,18 @@ pub fn decode_record(
 }
 
 impl EventEnvelope {
+    /// `event` at `seq` of `execution_id`, in the current [`EVENT_SCHEMA`], with no
+    /// recorded-at time.
+    pub fn new(execution_id: ExecutionId, seq: u64, event: Event) -> Self {
+        Self {
+            execution_id,
+            seq,
+            schema: EVENT_SCHEMA,
+            recorded_at_ms: None,
+            event,
+        }
+    }
+
     /// The self-describing envelope form, one line of JSON.
     pub fn to_json(&self) -> String {
         // See `encode_record` for why this cannot fail.

@@ -8,18 +8,7 @@ use loom_kernel::{
 use serde_json::json;
 
 fn log(events: Vec<Event>) -> Vec<EventEnvelope> {
-    let id = ExecutionId::new("e1").unwrap();
-    events
-        .into_iter()
-        .enumerate()
-        .map(|(seq, event)| EventEnvelope {
-            execution_id: id.clone(),
-            seq: seq as u64,
-            schema: EVENT_SCHEMA,
-            recorded_at_ms: None,
-            event,
-        })
-        .collect()
+    loom_kernel::conformance::log_of(&ExecutionId::new("e1").unwrap(), events)
 }
 
 fn started() -> Event {

@@ -80,17 +80,13 @@ fn event() -> impl Strategy<Value = Event> {
 fn log() -> impl Strategy<Value = Vec<EventEnvelope>> {
     prop::collection::vec(event(), 0..40).prop_map(|events| {
         let id = ExecutionId::new("prop").unwrap();
-        std::iter::once(started("f"))
-            .chain(events)
-            .enumerate()
-            .map(|(seq, event)| EventEnvelope {
-                execution_id: id.clone(),
-                seq: seq as u64,
-                schema: EVENT_SCHEMA,
-                recorded_at_ms: Some(seq as u64 * 7),
-                event,
-            })
-            .collect()
+        let mut log =
+            loom_kernel::conformance::log_of(&id, std::iter::once(started("f")).chain(events));
+        // Some metadata too, which must survive every round-trip.
+        for envelope in &mut log {
+            envelope.recorded_at_ms = Some(envelope.seq * 7);
+        }
+        log
     })
 }
 

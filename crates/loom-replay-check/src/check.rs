@@ -36,6 +36,20 @@ pub enum Finding {
     Error { detail: String },
 }
 
+impl Outcome {
+    /// The outcome for an execution whose log could not be read.
+    pub fn unread(execution: String, error: &dyn std::error::Error) -> Self {
+        Self {
+            execution,
+            flow: None,
+            events: 0,
+            finding: Finding::Error {
+                detail: error.to_string(),
+            },
+        }
+    }
+}
+
 impl Checker {
     /// A checker for `flows`. Fails if two flows share a name and version.
     pub fn new(flows: &FlowSet) -> Result<Self, loom_kernel::runtime::CompositionError> {

@@ -274,16 +274,8 @@ async fn check_all(
                                 }
                                 Err(error) => {
                                     for id in batch {
-                                        let _ = done
-                                            .send(Some(Outcome {
-                                                execution: id.to_string(),
-                                                flow: None,
-                                                events: 0,
-                                                finding: Finding::Error {
-                                                    detail: error.to_string(),
-                                                },
-                                            }))
-                                            .await;
+                                        let outcome = Outcome::unread(id.to_string(), &error);
+                                        let _ = done.send(Some(outcome)).await;
                                     }
                                 }
                             }
@@ -302,17 +294,12 @@ async fn check_all(
                             let outcome = match jsonl::read_log(&path) {
                                 Ok(log) if keep(&log) => Some(checker.check(log)),
                                 Ok(_) => None,
-                                Err(error) => Some(Outcome {
-                                    execution: path
-                                        .file_stem()
+                                Err(error) => Some(Outcome::unread(
+                                    path.file_stem()
                                         .map(|stem| stem.to_string_lossy().into_owned())
                                         .unwrap_or_default(),
-                                    flow: None,
-                                    events: 0,
-                                    finding: Finding::Error {
-                                        detail: error.to_string(),
-                                    },
-                                }),
+                                    &error,
+                                )),
                             };
                             let _ = done.send(outcome).await;
                             drop(permit);

@@ -7,6 +7,15 @@ use loom_kernel::event::*;
 use loom_kernel::{Event, EventEnvelope, ExecutionId};
 use serde_json::json;
 
+/// The runtime every benchmark drives Loom on: both cores.
+pub fn tokio_runtime() -> tokio::runtime::Runtime {
+    tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .expect("runtime")
+}
+
 /// A scratch directory under the target directory, on the same disk as the build.
 pub fn scratch_dir() -> tempfile::TempDir {
     tempfile::tempdir_in(option_env!("CARGO_TARGET_TMPDIR").unwrap_or("target"))
@@ -58,17 +67,7 @@ pub fn typical_events(n: u64) -> Vec<Event> {
 
 /// The same, as envelopes of execution `id`.
 pub fn typical_log(id: &ExecutionId, n: u64) -> Vec<EventEnvelope> {
-    typical_events(n)
-        .into_iter()
-        .enumerate()
-        .map(|(seq, event)| EventEnvelope {
-            execution_id: id.clone(),
-            seq: seq as u64,
-            schema: EVENT_SCHEMA,
-            recorded_at_ms: None,
-            event,
-        })
-        .collect()
+    loom_kernel::conformance::log_of(id, typical_events(n))
 }
 
 /// The `p` quantile (0 to 1) of sorted durations, in microseconds.

@@ -223,16 +223,10 @@ impl FlowCtx {
                     step_id,
                     effect: effect.to_owned(),
                     input_digest: digest,
-                    error: ErrorInfo::new(
-                        "loom.unknown_effect",
-                        format!("no effect named '{effect}' is registered"),
-                    ),
+                    error: unknown_effect(effect),
                     cost: 0,
                 }));
-                return Err(StepError::Failed(ErrorInfo::new(
-                    "loom.unknown_effect",
-                    format!("no effect named '{effect}' is registered"),
-                )));
+                return Err(StepError::Failed(unknown_effect(effect)));
             };
             let handler = Arc::clone(handler);
             state.start_step(
@@ -443,6 +437,14 @@ fn canonical<I: Serialize + ?Sized>(input: &I) -> Result<Payload, StepError> {
     Ok(Payload::from_value(&value))
 }
 
+/// The recorded error of a step whose effect is not registered.
+fn unknown_effect(effect: &str) -> ErrorInfo {
+    ErrorInfo::new(
+        "loom.unknown_effect",
+        format!("no effect named '{effect}' is registered"),
+    )
+}
+
 /// `name#n`, built without the formatting machinery (this runs for every command).
 fn counted_id(name: &str, n: u32) -> String {
     let mut digits = [0u8; 10];
@@ -627,13 +629,7 @@ impl CtxState {
                     None
                 }
                 None => {
-                    self.fill(
-                        slot,
-                        Err(StepError::Failed(ErrorInfo::new(
-                            "loom.unknown_effect",
-                            format!("no effect named '{effect}' is registered"),
-                        ))),
-                    );
+                    self.fill(slot, Err(StepError::Failed(unknown_effect(effect))));
                     None
                 }
             },
@@ -786,10 +782,7 @@ impl CtxState {
                 }
                 None => self.fill(
                     step.slot,
-                    Err(StepError::Failed(ErrorInfo::new(
-                        "loom.unknown_effect",
-                        format!("no effect named '{}' is registered", step.effect),
-                    ))),
+                    Err(StepError::Failed(unknown_effect(&step.effect))),
                 ),
             },
         }

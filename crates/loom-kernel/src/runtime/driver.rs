@@ -31,7 +31,7 @@ use crate::runtime::ctx::{Dispatch, FlowCtx, GateMiss, VerdictMiss};
 use crate::runtime::effect::EffectOutcome;
 use crate::runtime::flow::FlowError;
 use crate::runtime::history::{Attempted, History, NonDeterminism};
-use crate::runtime::{CancelError, Inner, ResolveError, ResumeError, StartError};
+use crate::runtime::{CancelError, DriverFailure, Inner, ResolveError, ResumeError, StartError};
 use crate::store::{AppendError, EventStore, EventStoreExt, FoldStoredError};
 
 /// What the runtime asks of an execution's driver.
@@ -122,19 +122,18 @@ impl Reply {
     }
 
     fn fail(self, execution: &ExecutionId, detail: &str) {
-        let execution = execution.clone();
-        let detail = detail.to_owned();
+        fn send<E: DriverFailure>(
+            reply: oneshot::Sender<Result<(), E>>,
+            execution: &ExecutionId,
+            detail: &str,
+        ) {
+            drop(reply.send(Err(E::driver(execution.clone(), detail.to_owned()))));
+        }
         match self {
-            Reply::Start(reply) => drop(reply.send(Err(StartError::Driver { execution, detail }))),
-            Reply::Resume(reply) => {
-                drop(reply.send(Err(ResumeError::Driver { execution, detail })))
-            }
-            Reply::Resolve(reply) => {
-                drop(reply.send(Err(ResolveError::Driver { execution, detail })))
-            }
-            Reply::Cancel(reply) => {
-                drop(reply.send(Err(CancelError::Driver { execution, detail })))
-            }
+            Reply::Start(reply) => send(reply, execution, detail),
+            Reply::Resume(reply) => send(reply, execution, detail),
+            Reply::Resolve(reply) => send(reply, execution, detail),
+            Reply::Cancel(reply) => send(reply, execution, detail),
         }
     }
 }
@@ -482,13 +481,7 @@ fn publish<S: EventStore>(
     folded: &mut ExecutionState,
 ) {
     for (seq, event) in (first..).zip(events) {
-        let envelope = EventEnvelope {
-            execution_id: execution.clone(),
-            seq,
-            schema: EVENT_SCHEMA,
-            recorded_at_ms: None,
-            event,
-        };
+        let envelope = EventEnvelope::new(execution.clone(), seq, event);
         if let Err(error) = folded.apply(&envelope) {
             // The driver only writes what the fold accepts; this is a kernel bug, and the log
             // itself stays the judge (readers fold it and see the same refusal).

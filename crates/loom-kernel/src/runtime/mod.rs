@@ -159,6 +159,26 @@ pub enum CancelError {
     },
 }
 
+/// The errors a runtime call returns when the execution's driver could not answer.
+pub(crate) trait DriverFailure {
+    fn driver(execution: ExecutionId, detail: String) -> Self;
+}
+
+macro_rules! driver_failure {
+    ($($error:ident),*) => {$(
+        impl DriverFailure for $error {
+            fn driver(execution: ExecutionId, detail: String) -> Self {
+                $error::Driver { execution, detail }
+            }
+        }
+    )*};
+}
+
+driver_failure!(StartError, ResumeError, ResolveError, CancelError);
+
+/// What a caller hears when a driver went away without answering.
+const DRIVER_STOPPED: &str = "the execution's driver stopped";
+
 /// How to start an execution.
 #[derive(Debug, Clone)]
 pub struct StartOptions {
@@ -450,10 +470,10 @@ impl<S: EventStore> Runtime<S> {
             None => answer.await,
         };
         answered.unwrap_or_else(|_| {
-            Err(StartError::Driver {
-                execution: execution.clone(),
-                detail: "the execution's driver stopped".into(),
-            })
+            Err(DriverFailure::driver(
+                execution.clone(),
+                DRIVER_STOPPED.into(),
+            ))
         })?;
         tracing::debug!(%execution, flow, version, "execution started");
         Ok(execution)
@@ -493,10 +513,10 @@ impl<S: EventStore> Runtime<S> {
             },
         );
         answer.await.unwrap_or_else(|_| {
-            Err(ResumeError::Driver {
-                execution: execution.clone(),
-                detail: "the execution's driver stopped".into(),
-            })
+            Err(DriverFailure::driver(
+                execution.clone(),
+                DRIVER_STOPPED.into(),
+            ))
         })
     }
 
@@ -519,10 +539,10 @@ impl<S: EventStore> Runtime<S> {
             },
         );
         answer.await.unwrap_or_else(|_| {
-            Err(ResolveError::Driver {
-                execution: execution.clone(),
-                detail: "the execution's driver stopped".into(),
-            })
+            Err(DriverFailure::driver(
+                execution.clone(),
+                DRIVER_STOPPED.into(),
+            ))
         })
     }
 
@@ -535,10 +555,10 @@ impl<S: EventStore> Runtime<S> {
         let (reply, answer) = oneshot::channel();
         self.send(execution, DriverMsg::Cancel { reason, reply });
         answer.await.unwrap_or_else(|_| {
-            Err(CancelError::Driver {
-                execution: execution.clone(),
-                detail: "the execution's driver stopped".into(),
-            })
+            Err(DriverFailure::driver(
+                execution.clone(),
+                DRIVER_STOPPED.into(),
+            ))
         })
     }
 
@@ -668,7 +688,7 @@ impl<S: EventStore> Runtime<S> {
         let sender = self.live_driver(slot, execution);
         if let Err(mpsc::error::SendError(message)) = sender.send(message) {
             drop(slots);
-            driver::refuse_failed(execution, message, "the execution's driver stopped");
+            driver::refuse_failed(execution, message, DRIVER_STOPPED);
         }
     }
 

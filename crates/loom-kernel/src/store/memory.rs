@@ -6,7 +6,7 @@ use std::sync::{Arc, Mutex};
 use super::watch::{HeadWatch, WaitError};
 use super::{AppendError, EventStore, ExecutionPage, ExecutionSummary, ReadError, wall_clock_ms};
 use crate::envelope::EventEnvelope;
-use crate::event::{EVENT_SCHEMA, Event};
+use crate::event::Event;
 use crate::id::ExecutionId;
 
 /// Logs in a map behind a mutex. Cheap to clone; clones share the logs.
@@ -57,13 +57,14 @@ impl EventStore for MemoryStore {
                     actual_seq,
                 });
             }
-            log.extend(events.iter().enumerate().map(|(i, event)| EventEnvelope {
-                execution_id: execution.clone(),
-                seq: expected_seq + i as u64,
-                schema: EVENT_SCHEMA,
-                recorded_at_ms,
-                event: event.clone(),
-            }));
+            log.extend(
+                (expected_seq..)
+                    .zip(events)
+                    .map(|(seq, event)| EventEnvelope {
+                        recorded_at_ms,
+                        ..EventEnvelope::new(execution.clone(), seq, event.clone())
+                    }),
+            );
             log.len() as u64
         };
         self.inner.watch.publish(execution, head);

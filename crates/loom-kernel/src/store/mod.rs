@@ -202,23 +202,13 @@ pub trait EventStoreExt: EventStore {
         execution: &ExecutionId,
     ) -> impl Future<Output = Result<Vec<EventEnvelope>, ReadError>> + Send {
         async move {
-            let mut all = self.read(execution, 0, STREAM_PAGE).await?;
-            if all.len() < STREAM_PAGE {
-                return Ok(all);
-            }
-            let mut page = self.read(execution, all.len() as u64, STREAM_PAGE).await?;
-            loop {
-                if page.len() < STREAM_PAGE {
-                    all.extend(page);
-                    return Ok(all);
-                }
-                let next_from = (all.len() + page.len()) as u64;
-                let (next, ()) =
-                    futures::join!(self.read(execution, next_from, STREAM_PAGE), async {
-                        all.extend(page)
-                    });
-                page = next?;
-            }
+            let mut all = Vec::new();
+            for_each_page(self, execution, |page| {
+                all.extend(page);
+                Ok::<(), ReadError>(())
+            })
+            .await?;
+            Ok(all)
         }
     }
 
@@ -231,21 +221,38 @@ pub trait EventStoreExt: EventStore {
     ) -> impl Future<Output = Result<ExecutionState, FoldStoredError>> + Send {
         async move {
             let mut state = ExecutionState::new();
-            let mut page = self.read(execution, 0, STREAM_PAGE).await?;
-            loop {
-                if page.len() < STREAM_PAGE {
-                    state.apply_all(&page)?;
-                    return Ok(state);
-                }
-                let next_from = state.next_seq() + page.len() as u64;
-                let (next, folded) =
-                    futures::join!(self.read(execution, next_from, STREAM_PAGE), async {
-                        state.apply_all(&page)
-                    });
-                folded?;
-                page = next?;
-            }
+            for_each_page(self, execution, |page| {
+                state.apply_all(&page).map_err(FoldStoredError::from)
+            })
+            .await?;
+            Ok(state)
         }
+    }
+}
+
+/// Hands the log to `consume` a page at a time, reading the next page while `consume` works
+/// on the current one.
+async fn for_each_page<S, E>(
+    store: &S,
+    execution: &ExecutionId,
+    mut consume: impl FnMut(Vec<EventEnvelope>) -> Result<(), E> + Send,
+) -> Result<(), E>
+where
+    S: EventStore + ?Sized,
+    E: From<ReadError>,
+{
+    let mut from = 0u64;
+    let mut page = store.read(execution, from, STREAM_PAGE).await?;
+    loop {
+        if page.len() < STREAM_PAGE {
+            return consume(page);
+        }
+        from += page.len() as u64;
+        let (next, consumed) = futures::join!(store.read(execution, from, STREAM_PAGE), async {
+            consume(page)
+        });
+        consumed?;
+        page = next?;
     }
 }
 
