@@ -171,6 +171,11 @@ pub struct EffectInDoubt {
     pub step_id: String,
     pub effect: String,
     pub attempt: u32,
+    /// Why it is in doubt, for the operator: the worker stopped while it ran
+    /// (`loom.worker_stopped`), an attempt timed out, the effect panicked. Absent in events
+    /// written before the field existed.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reason: Option<ErrorInfo>,
 }
 
 /// K9: an operator's verdict on a step in doubt.
@@ -353,6 +358,7 @@ mod tests {
                 step_id: "charge#1".into(),
                 effect: "payments.charge".into(),
                 attempt: 1,
+                reason: None,
             }),
             Event::ExecutionCompleted(ExecutionCompleted {
                 output: json!(1).into(),

@@ -9,7 +9,9 @@
 //! Layout (little-endian): `BINARY_RECORD`, `schema: u32`, `recorded_at: u8 (0|1) [u64]`,
 //! `type: u8`, then the event's fields in declaration order: strings and payloads as
 //! `len: u32` + UTF-8 bytes, integers at their width, options as `u8 (0|1)` + value, sets as
-//! `count: u32` + items. The schema comes first, so an event of a newer schema is refused
+//! `count: u32` + items. A field added within a schema gets a new type tag for the new layout,
+//! and the old tag stays readable (`EFFECT_INDOUBT`: tag 4 without `reason`, tag 13 with it),
+//! so a truncated record never reads as an older complete one. The schema comes first, so an event of a newer schema is refused
 //! before anything else is read.
 
 use std::collections::BTreeSet;
@@ -64,10 +66,18 @@ pub fn encode(event: &Event, recorded_at_ms: Option<u64>) -> Vec<u8> {
             out.u64(e.cost);
         }
         Event::EffectInDoubt(e) => {
-            out.u8(4);
+            // Tag 4 is the layout without `reason`, written by earlier builds.
+            out.u8(13);
             out.str(&e.step_id);
             out.str(&e.effect);
             out.u32(e.attempt);
+            match &e.reason {
+                Some(reason) => {
+                    out.u8(1);
+                    out.error(reason);
+                }
+                None => out.u8(0),
+            }
         }
         Event::EffectResolved(e) => {
             out.u8(5);
@@ -183,6 +193,17 @@ pub fn decode(
             step_id: input.string()?,
             effect: input.string()?,
             attempt: input.u32()?,
+            reason: None,
+        }),
+        13 => Event::EffectInDoubt(EffectInDoubt {
+            step_id: input.string()?,
+            effect: input.string()?,
+            attempt: input.u32()?,
+            reason: match input.u8()? {
+                0 => None,
+                1 => Some(input.error()?),
+                other => return Err(invalid(&format!("bad option tag {other}"))),
+            },
         }),
         5 => Event::EffectResolved(EffectResolved {
             step_id: input.string()?,

@@ -48,3 +48,34 @@ async fn json_records_of_earlier_builds_read_and_extend() {
     assert_eq!(state.next_seq(), 3);
     assert_eq!(state.status(), ExecutionStatus::Running);
 }
+
+/// `EFFECT_INDOUBT` as earlier builds wrote it (type tag 4, no `reason`) reads with no reason;
+/// this build writes tag 13, and a record cut before its reason is an error, not an old record.
+#[test]
+fn in_doubt_records_without_a_reason_read_back() {
+    use loom_kernel::envelope::{decode_record as decode, encode_record};
+    use loom_kernel::event::{EffectInDoubt, Event};
+
+    let mut old = vec![0xB1];
+    old.extend_from_slice(&1u32.to_le_bytes()); // schema
+    old.push(0); // no recordedAtMs
+    old.push(4); // EFFECT_INDOUBT, first layout
+    for text in ["charge#1", "payments.charge"] {
+        old.extend_from_slice(&(text.len() as u32).to_le_bytes());
+        old.extend_from_slice(text.as_bytes());
+    }
+    old.extend_from_slice(&2u32.to_le_bytes()); // attempt
+    let e = id("old");
+    let read = decode(&e, 0, &old).unwrap();
+    let expected = EffectInDoubt {
+        step_id: "charge#1".into(),
+        effect: "payments.charge".into(),
+        attempt: 2,
+        reason: None,
+    };
+    assert_eq!(read.event, Event::EffectInDoubt(expected.clone()));
+
+    let now = encode_record(&Event::EffectInDoubt(expected), None);
+    assert_eq!(now[6], 13, "this build writes the layout with a reason");
+    assert!(decode(&e, 0, &now[..now.len() - 1]).is_err());
+}

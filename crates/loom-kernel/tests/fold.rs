@@ -55,6 +55,7 @@ fn in_doubt(step: &str) -> Event {
         step_id: step.into(),
         effect: "e".into(),
         attempt: 1,
+        reason: None,
     })
 }
 

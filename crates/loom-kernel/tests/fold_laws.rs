@@ -48,8 +48,9 @@ fn event() -> impl Strategy<Value = Event> {
                 error: ErrorInfo::new("x", "failed"), cost: 1,
             })
         }),
-        1 => (step.clone(), effect).prop_map(|(step_id, effect)| {
-            Event::EffectInDoubt(EffectInDoubt { step_id, effect, attempt: 1 })
+        1 => (step.clone(), effect, any::<bool>()).prop_map(|(step_id, effect, timed_out)| {
+            let reason = timed_out.then(|| ErrorInfo::new("loom.timeout", "attempt 1 timed out"));
+            Event::EffectInDoubt(EffectInDoubt { step_id, effect, attempt: 1, reason })
         }),
         1 => (step.clone(), json_value(), 0..3u8).prop_map(|(step_id, output, kind)| {
             let verdict = match kind {

@@ -17,12 +17,10 @@ fn echo_effect(counter: Arc<AtomicUsize>) -> impl Effect {
     FnEffect::new(true, move |call: EffectCall| {
         counter.fetch_add(1, Ordering::SeqCst);
         async move {
-            EffectOutcome {
-                result: Ok(
-                    json!({"echo": call.input.to_value(), "key": call.idempotency_key()}).into(),
-                ),
-                cost: 1,
-            }
+            EffectOutcome::ok(
+                json!({"echo": call.input.to_value(), "key": call.idempotency_key()}).into(),
+            )
+            .with_cost(1)
         }
     })
 }
@@ -865,4 +863,164 @@ async fn plugins_contribute_projections_and_inbound_handlers() {
     let log = rt.store().read_all(&e).await.unwrap();
     let expected: Vec<_> = log.iter().map(|x| (x.seq, x.event.type_name())).collect();
     assert_eq!(*seen.0.lock().unwrap(), expected);
+}
+
+/// An effect whose admission, cost hold and outcome the test sets.
+struct Gated {
+    idempotent: bool,
+    max_cost: u64,
+    refuse: Option<ErrorInfo>,
+    outcome: EffectOutcome,
+    seen_budget: Arc<std::sync::Mutex<Vec<Option<u64>>>>,
+    runs: Arc<AtomicUsize>,
+}
+
+impl Gated {
+    fn new(outcome: EffectOutcome) -> Self {
+        Self {
+            idempotent: true,
+            max_cost: 0,
+            refuse: None,
+            outcome,
+            seen_budget: Arc::default(),
+            runs: Arc::default(),
+        }
+    }
+}
+
+impl Effect for Gated {
+    fn idempotent(&self) -> bool {
+        self.idempotent
+    }
+    fn admit(&self, call: &EffectCall) -> Result<(), ErrorInfo> {
+        self.seen_budget.lock().unwrap().push(call.budget_remaining);
+        self.refuse.clone().map_or(Ok(()), Err)
+    }
+    fn max_cost(&self) -> u64 {
+        self.max_cost
+    }
+    fn invoke(&self, _: EffectCall) -> futures::future::BoxFuture<'static, EffectOutcome> {
+        self.runs.fetch_add(1, Ordering::SeqCst);
+        let outcome = self.outcome.clone();
+        Box::pin(async move { outcome })
+    }
+}
+
+async fn one_step(ctx: FlowCtx, _: Value) -> Result<Value, FlowError> {
+    match ctx.execute("gated", &json!({})).await {
+        Ok(output) => Ok(output.to_value()),
+        Err(StepError::Failed(error)) => Ok(json!({"failed": error.code})),
+        Err(other) => Err(other.into()),
+    }
+}
+
+#[tokio::test]
+async fn a_refused_admission_is_recorded_and_the_effect_never_runs() {
+    let mut gated = Gated::new(EffectOutcome::ok(json!("ran").into()));
+    gated.refuse = Some(ErrorInfo::new("loom.capability_denied", "not granted"));
+    let runs = gated.runs.clone();
+    let store = MemoryStore::new();
+    let rt = Runtime::builder(store.clone())
+        .flow(flow_fn("one", 1, one_step))
+        .effect("gated", gated)
+        .build()
+        .unwrap();
+    let e = id("refused");
+    rt.start("one", &json!(null), StartOptions::new(e.clone()))
+        .await
+        .unwrap();
+    let state = rt.wait(&e).await.unwrap();
+    assert_eq!(state.status(), ExecutionStatus::Completed);
+    assert_eq!(runs.load(Ordering::SeqCst), 0);
+    let log = events(&store.read_all(&e).await.unwrap());
+    assert!(
+        matches!(&log[1], Event::StepFailed(f) if f.error.code == "loom.capability_denied" && f.cost == 0)
+    );
+    assert!(!log.iter().any(|e| matches!(e, Event::StepStarted(_))));
+    // Replay serves the refusal: nothing is admitted again.
+    let report = rt.replay_log(store.read_all(&e).await.unwrap()).unwrap();
+    assert!(report.returned);
+}
+
+#[tokio::test]
+async fn an_outcome_in_doubt_parks_the_step_for_a_verdict() {
+    let mut gated = Gated::new(EffectOutcome::in_doubt(ErrorInfo::new(
+        "loom.timeout",
+        "attempt 1 timed out",
+    )));
+    gated.idempotent = false;
+    let runs = gated.runs.clone();
+    let store = MemoryStore::new();
+    let rt = Runtime::builder(store.clone())
+        .flow(flow_fn("one", 1, one_step))
+        .effect("gated", gated)
+        .build()
+        .unwrap();
+    let e = id("live-doubt");
+    rt.start("one", &json!(null), StartOptions::new(e.clone()))
+        .await
+        .unwrap();
+    let state = rt.wait(&e).await.unwrap();
+    assert_eq!(state.status(), ExecutionStatus::InDoubt);
+    assert_eq!(runs.load(Ordering::SeqCst), 1);
+    let log = events(&store.read_all(&e).await.unwrap());
+    let Some(Event::EffectInDoubt(doubt)) = log.last() else {
+        panic!("{log:?}")
+    };
+    assert_eq!(doubt.reason.as_ref().unwrap().code, "loom.timeout");
+    rt.resolve(
+        &e,
+        "gated#1",
+        Verdict::Failed {
+            error: ErrorInfo::new("ops.not_charged", "the bank has no such charge"),
+        },
+        Some("ops".into()),
+    )
+    .await
+    .unwrap();
+    let state = rt.wait(&e).await.unwrap();
+    assert_eq!(state.status(), ExecutionStatus::Completed);
+    assert_eq!(
+        runs.load(Ordering::SeqCst),
+        1,
+        "a failed verdict runs nothing"
+    );
+    let log = store.read_all(&e).await.unwrap();
+    let Some(Event::ExecutionCompleted(done)) = log.last().map(|e| &e.event) else {
+        panic!()
+    };
+    assert_eq!(done.output.to_value(), json!({"failed": "ops.not_charged"}));
+    assert!(rt.replay_log(log).unwrap().returned);
+}
+
+async fn two_at_once(ctx: FlowCtx, _: Value) -> Result<(), FlowError> {
+    let (a, b) = futures::join!(
+        ctx.execute("gated", &json!(1)),
+        ctx.execute("gated", &json!(2))
+    );
+    a?;
+    b?;
+    Ok(())
+}
+
+#[tokio::test]
+async fn running_steps_hold_their_max_cost_against_the_budget() {
+    let mut gated = Gated::new(EffectOutcome::ok(json!("ok").into()).with_cost(3));
+    gated.max_cost = 6;
+    let seen = gated.seen_budget.clone();
+    let store = MemoryStore::new();
+    let rt = Runtime::builder(store.clone())
+        .flow(flow_fn("two", 1, two_at_once))
+        .effect("gated", gated)
+        .build()
+        .unwrap();
+    let e = id("budget");
+    rt.start("two", &json!(null), StartOptions::new(e.clone()).budget(10))
+        .await
+        .unwrap();
+    let state = rt.wait(&e).await.unwrap();
+    assert_eq!(state.status(), ExecutionStatus::Completed);
+    assert_eq!(state.budget_spent(), 6, "two outcomes of cost 3");
+    // The second step was admitted while the first held its max cost of 6.
+    assert_eq!(*seen.lock().unwrap(), vec![Some(10), Some(4)]);
 }

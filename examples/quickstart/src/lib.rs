@@ -210,10 +210,7 @@ fn input<T: DeserializeOwned>(call: &EffectCall) -> Result<T, ErrorInfo> {
 
 fn finish(outcome: Result<(Value, u64), ErrorInfo>) -> EffectOutcome {
     match outcome {
-        Ok((output, cost)) => EffectOutcome {
-            result: Ok(Payload::from_value(&output)),
-            cost,
-        },
+        Ok((output, cost)) => EffectOutcome::ok(Payload::from_value(&output)).with_cost(cost),
         Err(error) => EffectOutcome::failed(error),
     }
 }

@@ -19,7 +19,7 @@ use crate::hash::IdMap;
 use crate::id::ExecutionId;
 use crate::payload::Payload;
 use crate::runtime::digest::input_digest;
-use crate::runtime::effect::{Effect, EffectCall, EffectOutcome};
+use crate::runtime::effect::{Effect, EffectCall, EffectOutcome, EffectResult};
 use crate::runtime::history::{Attempted, History, NonDeterminism, StepState};
 
 /// Why a command did not give the flow a result.
@@ -99,6 +99,8 @@ struct RunningStep {
     input: Payload,
     attempt: u32,
     slot: u64,
+    /// K3: what the step holds against the budget while it runs.
+    held: u64,
 }
 
 struct PendingGate {
@@ -123,6 +125,8 @@ pub(crate) struct CtxState {
     gates: Vec<PendingGate>,
     divergence: Option<NonDeterminism>,
     budget_spent: u64,
+    /// K3: the sum of what running steps hold (their effects' `max_cost`).
+    budget_held: u64,
 }
 
 /// Why a resume could not be applied to the running flow.
@@ -229,17 +233,7 @@ impl FlowCtx {
                 return Err(StepError::Failed(unknown_effect(effect)));
             };
             let handler = Arc::clone(handler);
-            state.start_step(
-                &self.shared,
-                handler,
-                step_id,
-                effect,
-                digest,
-                input,
-                1,
-                slot,
-            );
-            Ok(None)
+            state.admit_step(&self.shared, handler, step_id, effect, digest, input, slot)
         })();
         self.command(state, slot, outcome)
     }
@@ -445,6 +439,16 @@ fn unknown_effect(effect: &str) -> ErrorInfo {
     )
 }
 
+/// Why a step found started, without an outcome, on recovery is in doubt.
+fn worker_stopped(attempt: u32) -> ErrorInfo {
+    ErrorInfo::new(
+        "loom.worker_stopped",
+        format!(
+            "the worker stopped while attempt {attempt} was running; the effect may or may not have run"
+        ),
+    )
+}
+
 /// `name#n`, built without the formatting machinery (this runs for every command).
 fn counted_id(name: &str, n: u32) -> String {
     let mut digits = [0u8; 10];
@@ -585,6 +589,7 @@ impl CtxState {
                         input,
                         attempt,
                         slot,
+                        held: 0,
                     },
                 );
                 None
@@ -606,6 +611,7 @@ impl CtxState {
                             step_id: step_id.clone(),
                             effect: effect.to_owned(),
                             attempt: previous,
+                            reason: Some(worker_stopped(previous)),
                         }));
                         self.in_doubt.insert(
                             step_id,
@@ -615,6 +621,7 @@ impl CtxState {
                                 input,
                                 attempt: previous,
                                 slot,
+                                held: 0,
                             },
                         );
                     }
@@ -625,7 +632,11 @@ impl CtxState {
             None => match shared.effects.get(effect) {
                 Some(handler) => {
                     let handler = Arc::clone(handler);
-                    self.start_step(shared, handler, step_id, effect, digest, input, 1, slot);
+                    if let Err(error) =
+                        self.admit_step(shared, handler, step_id, effect, digest, input, slot)
+                    {
+                        self.fill(slot, Err(error));
+                    }
                     None
                 }
                 None => {
@@ -633,6 +644,58 @@ impl CtxState {
                     None
                 }
             },
+        }
+    }
+
+    /// A new step: the effect's admission checks (K2, K3, input) first. A refusal is recorded
+    /// as the step's failure, without a `STEP_STARTED`, and the effect never runs.
+    #[allow(clippy::too_many_arguments)]
+    fn admit_step(
+        &mut self,
+        shared: &Shared,
+        handler: Arc<dyn Effect>,
+        step_id: String,
+        effect: &str,
+        digest: String,
+        input: Payload,
+        slot: u64,
+    ) -> Result<Option<Payload>, StepError> {
+        let call = self.effect_call(shared, &step_id, effect, &input, 1);
+        if let Err(error) = handler.admit(&call) {
+            tracing::debug!(step = %step_id, code = %error.code, "effect refused before it ran");
+            self.out.push(Event::StepFailed(StepFailed {
+                step_id,
+                effect: effect.to_owned(),
+                input_digest: digest,
+                error: error.clone(),
+                cost: 0,
+            }));
+            return Err(StepError::Failed(error));
+        }
+        self.start_step(shared, handler, step_id, effect, digest, input, 1, slot);
+        Ok(None)
+    }
+
+    fn effect_call(
+        &self,
+        shared: &Shared,
+        step_id: &str,
+        effect: &str,
+        input: &Payload,
+        attempt: u32,
+    ) -> EffectCall {
+        EffectCall {
+            execution_id: shared.execution_id.clone(),
+            step_id: step_id.to_owned(),
+            effect: effect.to_owned(),
+            input: input.clone(),
+            attempt,
+            capabilities: shared.capabilities.clone(),
+            budget_remaining: shared.budget.map(|budget| {
+                budget
+                    .saturating_sub(self.budget_spent)
+                    .saturating_sub(self.budget_held)
+            }),
         }
     }
 
@@ -655,17 +718,9 @@ impl CtxState {
             input_digest: digest.clone(),
             attempt,
         }));
-        let call = EffectCall {
-            execution_id: shared.execution_id.clone(),
-            step_id: step_id.clone(),
-            effect: effect.to_owned(),
-            input: input.clone(),
-            attempt,
-            capabilities: shared.capabilities.clone(),
-            budget_remaining: shared
-                .budget
-                .map(|budget| budget.saturating_sub(self.budget_spent)),
-        };
+        let call = self.effect_call(shared, &step_id, effect, &input, attempt);
+        let held = handler.max_cost();
+        self.budget_held = self.budget_held.saturating_add(held);
         let durable_before = !handler.idempotent();
         self.dispatch.push(Dispatch {
             effect: handler,
@@ -680,6 +735,7 @@ impl CtxState {
                 input,
                 attempt,
                 slot,
+                held,
             },
         );
     }
@@ -694,28 +750,45 @@ impl CtxState {
 
     /// An effect finished: record its outcome and hand it to the flow.
     pub(crate) fn complete_step(&mut self, step_id: &str, outcome: EffectOutcome) {
-        let Some(step) = self.running.remove(step_id) else {
+        let Some(mut step) = self.running.remove(step_id) else {
             return;
         };
-        self.budget_spent = self.budget_spent.saturating_add(outcome.cost);
+        self.budget_held = self.budget_held.saturating_sub(step.held);
+        step.held = 0;
+        let cost = match outcome.result {
+            EffectResult::InDoubt(_) => 0,
+            _ => outcome.cost,
+        };
+        self.budget_spent = self.budget_spent.saturating_add(cost);
         let value = match outcome.result {
-            Ok(output) => {
+            EffectResult::InDoubt(reason) => {
+                tracing::warn!(step = %step_id, code = %reason.code, "effect in doubt");
+                self.out.push(Event::EffectInDoubt(EffectInDoubt {
+                    step_id: step_id.to_owned(),
+                    effect: step.effect.clone(),
+                    attempt: step.attempt,
+                    reason: Some(reason),
+                }));
+                self.in_doubt.insert(step_id.to_owned(), step);
+                return;
+            }
+            EffectResult::Completed(output) => {
                 self.out.push(Event::StepCompleted(StepCompleted {
                     step_id: step_id.to_owned(),
                     effect: step.effect,
                     input_digest: step.input_digest,
                     output: output.clone(),
-                    cost: outcome.cost,
+                    cost,
                 }));
                 Ok(output)
             }
-            Err(error) => {
+            EffectResult::Failed(error) => {
                 self.out.push(Event::StepFailed(StepFailed {
                     step_id: step_id.to_owned(),
                     effect: step.effect,
                     input_digest: step.input_digest,
                     error: error.clone(),
-                    cost: outcome.cost,
+                    cost,
                 }));
                 Err(StepError::Failed(error))
             }

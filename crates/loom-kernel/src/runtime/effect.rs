@@ -25,37 +25,101 @@ pub struct EffectCall {
     pub attempt: u32,
     /// K2: the capabilities granted to the execution.
     pub capabilities: BTreeSet<String>,
-    /// K3: what the execution may still spend; `None` is unlimited.
+    /// K3: what the execution may still spend (its budget less what it spent and what the
+    /// steps running beside this one hold); `None` is unlimited.
     pub budget_remaining: Option<u64>,
 }
 
 impl EffectCall {
+    /// A first dispatch with no capabilities and no budget; for dispatchers and tests outside
+    /// the runtime (the runtime fills every field itself).
+    pub fn new(
+        execution_id: ExecutionId,
+        step_id: impl Into<String>,
+        effect: impl Into<String>,
+        input: Payload,
+    ) -> Self {
+        Self {
+            execution_id,
+            step_id: step_id.into(),
+            effect: effect.into(),
+            input,
+            attempt: 1,
+            capabilities: BTreeSet::new(),
+            budget_remaining: None,
+        }
+    }
+
+    pub fn with_attempt(mut self, attempt: u32) -> Self {
+        self.attempt = attempt;
+        self
+    }
+
+    pub fn with_capabilities(mut self, capabilities: BTreeSet<String>) -> Self {
+        self.capabilities = capabilities;
+        self
+    }
+
+    pub fn with_budget_remaining(mut self, budget_remaining: Option<u64>) -> Self {
+        self.budget_remaining = budget_remaining;
+        self
+    }
+
     /// `executionId:stepId`: the same on every attempt and after every crash (K9).
     pub fn idempotency_key(&self) -> String {
         format!("{}:{}", self.execution_id, self.step_id)
     }
 }
 
+/// How an effect invocation ended.
+#[derive(Debug, Clone, PartialEq)]
+pub enum EffectResult {
+    /// It ran and produced this output: recorded as `STEP_COMPLETED`.
+    Completed(Payload),
+    /// It failed, and the world is as if it never ran, or it ran and failed for good:
+    /// recorded as `STEP_FAILED`.
+    Failed(ErrorInfo),
+    /// It may or may not have run (a timed-out or panicked non-idempotent attempt): recorded
+    /// as `EFFECT_INDOUBT` with this reason, and the step waits for an operator's verdict (K9).
+    InDoubt(ErrorInfo),
+}
+
 /// What an effect invocation ended with, and what it cost (K3).
 #[derive(Debug, Clone, PartialEq)]
+#[non_exhaustive]
 pub struct EffectOutcome {
-    pub result: Result<Payload, ErrorInfo>,
+    pub result: EffectResult,
+    /// Recorded with the outcome and added to the execution's budget spent. An outcome in
+    /// doubt records no cost.
     pub cost: u64,
 }
 
 impl EffectOutcome {
     pub fn ok(output: Payload) -> Self {
         Self {
-            result: Ok(output),
+            result: EffectResult::Completed(output),
             cost: 0,
         }
     }
 
     pub fn failed(error: ErrorInfo) -> Self {
         Self {
-            result: Err(error),
+            result: EffectResult::Failed(error),
             cost: 0,
         }
+    }
+
+    pub fn in_doubt(reason: ErrorInfo) -> Self {
+        Self {
+            result: EffectResult::InDoubt(reason),
+            cost: 0,
+        }
+    }
+
+    /// The outcome with this cost.
+    pub fn with_cost(mut self, cost: u64) -> Self {
+        self.cost = cost;
+        self
     }
 }
 
@@ -66,7 +130,23 @@ pub trait Effect: Send + Sync + 'static {
     /// operator's verdict.
     fn idempotent(&self) -> bool;
 
-    /// Runs one attempt. The future is dropped if the execution is cancelled.
+    /// Checks made before the step is recorded as started (K2 authorization, K3 budget, input
+    /// validation). A refusal is recorded as `STEP_FAILED` without a `STEP_STARTED`, costs
+    /// nothing, and the effect never runs. Only a new step is admitted: a step re-run after a
+    /// crash or on an operator's `retry` verdict was admitted when it first started.
+    fn admit(&self, call: &EffectCall) -> Result<(), ErrorInfo> {
+        let _ = call;
+        Ok(())
+    }
+
+    /// The most one dispatch may cost (K3). The runtime holds it against the budget while the
+    /// step runs, so steps running side by side cannot overspend together, and counts the
+    /// outcome's recorded cost once the step ends.
+    fn max_cost(&self) -> u64 {
+        0
+    }
+
+    /// Runs one dispatch. The future is dropped if the execution is cancelled.
     fn invoke(&self, call: EffectCall) -> BoxFuture<'static, EffectOutcome>;
 }
 

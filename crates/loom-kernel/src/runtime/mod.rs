@@ -32,7 +32,7 @@ use tracing::Instrument;
 pub use ctx::{Command, FlowCtx, StepError, StepName};
 pub use digest::input_digest;
 pub use driver::DriveError;
-pub use effect::{Effect, EffectCall, EffectOutcome, FnEffect};
+pub use effect::{Effect, EffectCall, EffectOutcome, EffectResult, FnEffect};
 pub use flow::{Flow, FlowError, FlowSet, FnFlow, flow_fn};
 pub use history::NonDeterminism;
 pub use plugin::{AbiRange, Contributions, Inbound, InboundHandler, Plugin, Projection};
