@@ -1,14 +1,52 @@
 //! Loom's effect runtime: where flows touch the world.
 //!
-//! # What it will own
-//! - Effect definitions (name, `idempotent`, capability, cost, typed input and output with
-//!   optional JSON Schemas) and the registry the composition root fills; the registry
-//!   implements the kernel's effect-dispatch trait.
-//! - `EffectContext` for each invocation: the idempotency key `executionId:stepId` (identical on
-//!   every retry and after every crash), the attempt number, a cancellation signal.
-//! - Middleware: retry with backoff, per-attempt timeouts; K2 authorization and K3 metering.
-//! - The K9 in-doubt guard: `STEP_STARTED` made durable before a non-idempotent effect runs,
-//!   `EFFECT_INDOUBT` on recovery, and operator verdicts recorded as `EFFECT_RESOLVED`.
+//! # What it owns
+//! - Effect definitions ([`EffectDef`]): name, `idempotent`, capability (K2), cost (K3), a typed
+//!   handler (serde input and output), optional JSON Schemas for both (compiled once), a
+//!   [`RetryPolicy`] and a per-attempt timeout. Defaults are the cautious ones: not idempotent,
+//!   the capability is the effect's name.
+//! - The [`EffectRegistry`] the composition root fills. Each registered definition implements
+//!   the kernel's effect-dispatch trait (`loom_kernel::runtime::Effect`); the registry is a
+//!   kernel plugin that contributes them (`Runtime::builder(store).plugin(&registry)`).
+//! - [`EffectContext`] for each attempt: the idempotency key `executionId:stepId` (identical on
+//!   every retry and after every crash, never random), the attempt and dispatch numbers, a
+//!   cancellation signal fired on timeout and on cancellation, a tracing span.
+//! - The middleware (`dispatch`): K2 and K3 and the input schema checked before the step is
+//!   recorded as started (a refusal is recorded as `STEP_FAILED` and nothing runs); retries
+//!   with exponential backoff and jitter derived from the key; timeouts; errors classified as
+//!   retryable, terminal or in doubt; a timed-out or panicked non-idempotent attempt recorded as
+//!   `EFFECT_INDOUBT` instead of being run again.
+//! - The operator's side of K9: [`steps_in_doubt`] lists every step in doubt across executions;
+//!   verdicts go through `Runtime::resolve` and are recorded as `EFFECT_RESOLVED`.
+//!
+//! The kernel keeps the parts of K9 that must hold for any effect: `STEP_STARTED` durable before
+//! a non-idempotent effect runs, and on recovery a step started without an outcome run again
+//! (idempotent) or parked at `EFFECT_INDOUBT` (not idempotent). See `docs/EFFECTS.md`.
+//!
+//! # Invariants
+//! - Nothing here reads a clock or a random source for anything recorded: backoff jitter is a
+//!   hash of the idempotency key and the attempt.
+//! - A non-idempotent effect's attempt is repeated only when its handler said it did not
+//!   happen (`EffectError::Retryable`).
 //!
 //! # What it must not depend on
-//! Of the Loom crates, only `loom-kernel` and `loom-agent-surface`; never `loom-plugin-a2ui`.
+//! Of the Loom crates, only `loom-kernel` (and `loom-agent-surface`, which it has no need of
+//! yet); never `loom-plugin-a2ui`.
+
+mod context;
+mod definition;
+mod dispatch;
+mod error;
+mod in_doubt;
+mod registry;
+mod retry;
+mod schema;
+
+pub use context::EffectContext;
+pub use definition::{DEFAULT_TIMEOUT, EffectDef};
+pub use error::{DefinitionError, EffectError, RegistryError, codes};
+pub use in_doubt::{
+    InDoubtStep, ListInDoubtError, in_execution as steps_in_doubt_of, steps_in_doubt,
+};
+pub use registry::{EffectInfo, EffectRegistry};
+pub use retry::RetryPolicy;
