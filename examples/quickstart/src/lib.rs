@@ -9,16 +9,19 @@
 //! - `greet` v1, input a name: upper-cases it (`text.upper`, idempotent) and greets it with a
 //!   greeting chosen by the hour of the day, recorded as a decision.
 //!
-//! The effects are in-process closures standing in for the world. Their output depends only
-//! on their input and idempotency key, so a retried call gives the same answer.
+//! The effects are in-process closures standing in for the world, defined with
+//! `loom-effect-runtime` ([`effects`]): each names its capability (grant them with
+//! [`start_options`]) and cost. Their output depends only on their input and idempotency key,
+//! so a retried call gives the same answer.
 //!
 //! ```
-//! use loom_kernel::runtime::{Runtime, StartOptions};
+//! use loom_kernel::runtime::Runtime;
 //! use loom_kernel::{ExecutionId, ExecutionStatus, MemoryStore};
 //!
 //! # tokio::runtime::Runtime::new().unwrap().block_on(async {
 //! let rt = quickstart::compose(Runtime::builder(MemoryStore::new())).build()?;
-//! let id = rt.start("greet", "ada", StartOptions::new(ExecutionId::new("greet-1")?)).await?;
+//! let id = ExecutionId::new("greet-1")?;
+//! rt.start("greet", "ada", quickstart::start_options(&id)).await?;
 //! assert_eq!(rt.wait(&id).await?.status(), ExecutionStatus::Completed);
 //! # Ok::<(), Box<dyn std::error::Error>>(())
 //! # }).unwrap();
@@ -32,11 +35,9 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 
 use loom_agent_surface::SurfaceExt;
-use loom_kernel::runtime::{
-    EffectCall, EffectOutcome, FlowCtx, FlowError, FlowSet, FnEffect, RuntimeBuilder, flow_fn,
-};
-use loom_kernel::{ErrorInfo, EventStore, ExecutionId, Payload};
-use serde::de::DeserializeOwned;
+use loom_effect_runtime::{EffectContext, EffectDef, EffectError, EffectRegistry};
+use loom_kernel::runtime::{FlowCtx, FlowError, FlowSet, RuntimeBuilder, StartOptions, flow_fn};
+use loom_kernel::{EventStore, ExecutionId};
 use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
 
@@ -101,6 +102,17 @@ pub fn flows() -> FlowSet {
         .with(flow_fn("greet", 1, greet))
 }
 
+/// The capabilities the example's effects need (K2): grant them when starting an execution,
+/// as [`start_options`] does.
+pub const CAPABILITIES: [&str; 3] = ["inventory", "payments", "text"];
+
+/// Start options for execution `id` with every capability in [`CAPABILITIES`] granted.
+pub fn start_options(id: &ExecutionId) -> StartOptions {
+    CAPABILITIES
+        .into_iter()
+        .fold(StartOptions::new(id.clone()), StartOptions::grant)
+}
+
 /// Registers the example's flows and effects.
 pub fn compose<S: EventStore>(builder: RuntimeBuilder<S>) -> RuntimeBuilder<S> {
     compose_with(builder, &Counters::default())
@@ -111,44 +123,65 @@ pub fn compose_with<S: EventStore>(
     builder: RuntimeBuilder<S>,
     counters: &Counters,
 ) -> RuntimeBuilder<S> {
-    let reserve = Arc::clone(&counters.reserve);
-    let charge = Arc::clone(&counters.charge);
-    let upper = Arc::clone(&counters.upper);
-    builder
-        .flows(&flows())
-        .effect(
-            "inventory.reserve",
-            FnEffect::new(true, move |call: EffectCall| {
-                reserve.fetch_add(1, Ordering::SeqCst);
-                let outcome = input::<Order>(&call).map(|_| {
-                    let id = format!("rsv-{:08x}", stable_hash(&call.idempotency_key()));
-                    (json!(id), 1)
-                });
-                async move { finish(outcome) }
-            }),
-        )
-        .effect(
+    builder.flows(&flows()).plugin(&effects(counters))
+}
+
+/// The example's effects, defined once: idempotence, capability, cost and schemas.
+pub fn effects(counters: &Counters) -> EffectRegistry {
+    let (reserve, charge, upper) = (
+        Arc::clone(&counters.reserve),
+        Arc::clone(&counters.charge),
+        Arc::clone(&counters.upper),
+    );
+    let order_schema = json!({
+        "type": "object",
+        "properties": {"sku": {"type": "string", "minLength": 1}, "qty": {"type": "integer", "minimum": 1}},
+        "required": ["sku", "qty"]
+    });
+    let definitions = [
+        EffectDef::new("inventory.reserve", move |ctx: EffectContext, _: Order| {
+            reserve.fetch_add(1, Ordering::SeqCst);
+            let id = format!("rsv-{:08x}", stable_hash(ctx.idempotency_key()));
+            async move { Ok::<_, EffectError>(id) }
+        })
+        .idempotent()
+        .capability("inventory")
+        .cost(1)
+        .input_schema(order_schema.clone()),
+        // Not idempotent: its STEP_STARTED is durable before it runs, and a crash while it
+        // runs parks it in doubt for an operator instead of charging twice.
+        EffectDef::new(
             "payments.charge",
-            FnEffect::new(false, move |call: EffectCall| {
+            move |ctx: EffectContext, order: Order| {
                 charge.fetch_add(1, Ordering::SeqCst);
-                let outcome = input::<Order>(&call).map(|order| {
-                    let charged = u64::from(order.qty) * 1000;
-                    (
-                        json!({"charged": charged, "key": call.idempotency_key()}),
-                        2,
-                    )
-                });
-                async move { finish(outcome) }
-            }),
+                let charged = u64::from(order.qty) * 1000;
+                let key = ctx.idempotency_key().to_owned();
+                async move { Ok::<_, EffectError>(json!({"charged": charged, "key": key})) }
+            },
         )
-        .effect(
-            "text.upper",
-            FnEffect::new(true, move |call: EffectCall| {
-                upper.fetch_add(1, Ordering::SeqCst);
-                let outcome = input::<String>(&call).map(|text| (json!(text.to_uppercase()), 0));
-                async move { finish(outcome) }
-            }),
-        )
+        .capability("payments")
+        .cost(2)
+        .input_schema(order_schema)
+        .output_schema(json!({
+            "type": "object",
+            "properties": {"charged": {"type": "integer"}, "key": {"type": "string"}},
+            "required": ["charged", "key"]
+        })),
+        EffectDef::new("text.upper", move |_: EffectContext, text: String| {
+            upper.fetch_add(1, Ordering::SeqCst);
+            async move { Ok::<_, EffectError>(text.to_uppercase()) }
+        })
+        .idempotent()
+        .capability("text"),
+    ];
+    let mut registry = EffectRegistry::new();
+    for definition in definitions {
+        // The definitions above are fixed and valid; a mistake in them is a bug in the example.
+        if let Err(error) = registry.register(definition) {
+            panic!("the quickstart's effect definitions are invalid: {error}");
+        }
+    }
+    registry
 }
 
 /// What `payments.charge` returns.
@@ -195,24 +228,6 @@ async fn greet(ctx: FlowCtx, name: String) -> Result<String, FlowError> {
         }
     })?;
     Ok(format!("{greeting}, {shout}!"))
-}
-
-/// The call's input as `T`, or the failure that says why it is not one.
-fn input<T: DeserializeOwned>(call: &EffectCall) -> Result<T, ErrorInfo> {
-    call.input.decode().map_err(|err| {
-        let message = format!(
-            "{}: the input {} does not decode: {err}",
-            call.effect, call.input
-        );
-        ErrorInfo::new("quickstart.bad_input", message)
-    })
-}
-
-fn finish(outcome: Result<(Value, u64), ErrorInfo>) -> EffectOutcome {
-    match outcome {
-        Ok((output, cost)) => EffectOutcome::ok(Payload::from_value(&output)).with_cost(cost),
-        Err(error) => EffectOutcome::failed(error),
-    }
 }
 
 /// FNV-1a: std's hasher may change between releases, and a reservation id must not.

@@ -10,7 +10,7 @@ use std::path::PathBuf;
 
 use anyhow::{Context, Result, bail, ensure};
 use clap::Parser;
-use loom_kernel::runtime::{Runtime, StartOptions};
+use loom_kernel::runtime::Runtime;
 use loom_kernel::{
     DiskStore, Event, EventStore, EventStoreExt, ExecutionId, ExecutionState, ExecutionStatus,
     ExecutionSummary,
@@ -71,7 +71,7 @@ async fn main() -> Result<()> {
     // Ids of earlier runs are taken: continue after the highest, so earlier logs stay intact.
     let first = next_number(&earlier, "checkout-");
     let greet_id = ExecutionId::new(format!("greet-{}", next_number(&earlier, "greet-")))?;
-    let options = |id: &ExecutionId| StartOptions::new(id.clone()).budget(BUDGET);
+    let options = |id: &ExecutionId| quickstart::start_options(id).budget(BUDGET);
     let mut checkouts = Vec::new();
     for (n, (sku, qty)) in (first..).zip([("A1", 1), ("B2", 2), ("C3", 3)]) {
         let id = ExecutionId::new(format!("checkout-{n}"))?;
@@ -146,6 +146,23 @@ async fn main() -> Result<()> {
         let (seq, event) = (envelope.seq, &envelope.event);
         let line = format!("  {seq:>3}  {:<20} {}", event.type_name(), step(event));
         println!("{}", line.trim_end());
+    }
+
+    // The operator's queue (K9): a crash while `payments.charge` ran would leave the step here,
+    // never charged twice, until a verdict (`Runtime::resolve`).
+    let in_doubt = loom_effect_runtime::steps_in_doubt(rt.store()).await?;
+    println!(
+        "\nSteps in doubt, waiting for an operator's verdict: {}",
+        in_doubt.len()
+    );
+    for step in &in_doubt {
+        println!(
+            "  {} {} (effect {}, key {})",
+            step.execution,
+            step.step_id,
+            step.effect,
+            step.idempotency_key()
+        );
     }
 
     println!(

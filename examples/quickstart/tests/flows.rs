@@ -1,7 +1,7 @@
 //! The quickstart's flows, run through the runtime on the in-memory store.
 
 use loom_agent_surface::SurfaceProjection;
-use loom_kernel::runtime::{Runtime, StartOptions};
+use loom_kernel::runtime::Runtime;
 use loom_kernel::{Event, EventStoreExt, ExecutionId, ExecutionStatus, MemoryStore, Payload};
 use quickstart::{APPROVAL_EVENT, Counters, Order, Receipt, approval_key};
 use serde_json::json;
@@ -38,7 +38,11 @@ async fn checkout_and_greet_run_to_completion() {
         .build()
         .unwrap();
     let e = rt
-        .start("checkout", &order(), StartOptions::new(id("checkout-1")))
+        .start(
+            "checkout",
+            &order(),
+            quickstart::start_options(&id("checkout-1")),
+        )
         .await
         .unwrap();
     let parked = rt.wait(&e).await.unwrap();
@@ -75,7 +79,7 @@ async fn checkout_and_greet_run_to_completion() {
     );
 
     let g = rt
-        .start("greet", "ada", StartOptions::new(id("greet-1")))
+        .start("greet", "ada", quickstart::start_options(&id("greet-1")))
         .await
         .unwrap();
     assert_eq!(
@@ -98,7 +102,11 @@ async fn a_new_runtime_resumes_a_parked_checkout_without_reserving_again() {
     };
     let first = runtime();
     let e = first
-        .start("checkout", &order(), StartOptions::new(id("checkout-7")))
+        .start(
+            "checkout",
+            &order(),
+            quickstart::start_options(&id("checkout-7")),
+        )
         .await
         .unwrap();
     assert_eq!(

@@ -6,7 +6,7 @@
 use std::path::{Path, PathBuf};
 
 use loom_kernel::conformance::id;
-use loom_kernel::runtime::{Runtime, StartOptions};
+use loom_kernel::runtime::Runtime;
 use loom_kernel::{EventStoreExt, ExecutionStatus, MemoryStore, Payload};
 use loom_replay_check::{Checker, Finding, jsonl};
 use serde_json::json;
@@ -26,7 +26,7 @@ async fn record(dir: &Path) {
         rt.start(
             "checkout",
             &json!({"sku": "A1", "qty": 2}),
-            StartOptions::new(e.clone()).grant("payments").budget(10),
+            quickstart::start_options(&e).budget(10),
         )
         .await
         .unwrap();
@@ -52,7 +52,7 @@ async fn record(dir: &Path) {
         names.push(e);
     }
     let e = id("greet-ada");
-    rt.start("greet", &"ada", StartOptions::new(e.clone()))
+    rt.start("greet", &"ada", quickstart::start_options(&e))
         .await
         .unwrap();
     assert_eq!(
