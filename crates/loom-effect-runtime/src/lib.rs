@@ -50,3 +50,9 @@ pub use in_doubt::{
 };
 pub use registry::{EffectInfo, EffectRegistry};
 pub use retry::RetryPolicy;
+
+/// The README's examples, compiled as doctests so they stay true (here, the highest crate they
+/// use).
+#[cfg(doctest)]
+#[doc = include_str!("../../../README.md")]
+struct ReadmeExamples;

@@ -70,7 +70,3 @@ pub use store::{
     ExecutionSummary, FoldStoredError, MemoryStore, OpenError, ReadError,
 };
 
-/// The README's examples, compiled as doctests so they stay true.
-#[cfg(doctest)]
-#[doc = include_str!("../../../README.md")]
-struct ReadmeExamples;
