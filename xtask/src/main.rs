@@ -27,7 +27,8 @@ enum Task {
     /// Live durable steps on the embedded store: one machine-readable line per workload
     /// (`loom seq steps_per_s=...`), for side-by-side runs with other engines.
     Bench,
-    /// Runs every kernel benchmark (takes minutes; see docs/PERFORMANCE.md).
+    /// Runs every benchmark: kernel, replay-check, effects (takes minutes; see
+    /// docs/PERFORMANCE.md).
     BenchKernel,
     /// Checks that recorded executions of the example's flows replay deterministically
     /// (`cargo xtask replay-check --help` for its options).
@@ -105,6 +106,18 @@ fn run(task: Task, root: &Path) -> Result<()> {
             cargo(
                 &root,
                 &["bench", "-p", "loom-replay-check", "--bench", "check_store"],
+            )?;
+            cargo(
+                &root,
+                &[
+                    "bench",
+                    "-p",
+                    "loom-effect-runtime",
+                    "--bench",
+                    "durable_steps",
+                    "--bench",
+                    "step_overhead",
+                ],
             )?;
             cargo(
                 &root,

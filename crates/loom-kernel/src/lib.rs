@@ -69,4 +69,3 @@ pub use store::{
     AppendError, DiskStore, DiskStoreConfig, EventStore, EventStoreExt, ExecutionPage,
     ExecutionSummary, FoldStoredError, MemoryStore, OpenError, ReadError,
 };
-
