@@ -133,11 +133,13 @@ type BoxError = Box<dyn std::error::Error + Send + Sync>;
 const READ_BATCH: usize = 32;
 
 /// How `replay-check` opens a store: every page is still verified on open, but with a small
-/// page cache. The check reads each record once, in key order, so a large cache would only
-/// cost memory, and time in the verification, which goes through the cache.
+/// page cache. The check reads each record once, in key order, so the cache need only hold the
+/// B-trees' upper pages; a larger one costs memory, and time in the verification on open, which
+/// reads the whole file through the cache (with the default 64 MiB, about a quarter of the
+/// whole check of a 150 MiB file).
 fn check_store_config() -> DiskStoreConfig {
     DiskStoreConfig {
-        cache_size_bytes: 8 << 20,
+        cache_size_bytes: 2 << 20,
         ..DiskStoreConfig::default()
     }
 }
