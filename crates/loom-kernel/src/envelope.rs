@@ -161,6 +161,11 @@ pub fn encode_record(event: &Event, recorded_at_ms: Option<u64>) -> Vec<u8> {
     crate::record::encode(event, recorded_at_ms)
 }
 
+/// [`encode_record`], appended to `bytes`.
+pub fn encode_record_into(bytes: &mut Vec<u8>, event: &Event, recorded_at_ms: Option<u64>) {
+    crate::record::encode_into(bytes, event, recorded_at_ms);
+}
+
 /// Encodes `event` as a JSON record, the form earlier builds wrote (kept for tests of
 /// backward compatibility).
 pub fn encode_json_record(event: &Event, recorded_at_ms: Option<u64>) -> Vec<u8> {

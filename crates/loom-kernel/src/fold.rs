@@ -220,7 +220,11 @@ impl ExecutionState {
     pub fn fold<'a>(
         events: impl IntoIterator<Item = &'a EventEnvelope>,
     ) -> Result<Self, FoldError> {
+        let events = events.into_iter();
         let mut state = Self::new();
+        // Most events of a log are steps': the map is sized once instead of rehashed as it
+        // grows (up to a bound, so that a long log of other events does not reserve much).
+        state.steps.reserve(events.size_hint().0.min(4096));
         state.apply_all(events)?;
         Ok(state)
     }

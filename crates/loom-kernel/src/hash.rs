@@ -57,6 +57,14 @@ impl IdKey {
         }
     }
 
+    /// The id's bytes: hashing and comparing keys need not check them as UTF-8 again.
+    fn as_bytes(&self) -> &[u8] {
+        match self {
+            Self::Inline { len, bytes } => &bytes[..usize::from(*len)],
+            Self::Heap(id) => id.as_bytes(),
+        }
+    }
+
     pub(crate) fn as_str(&self) -> &str {
         match self {
             // Made from a whole `&str`, so the bytes are always valid UTF-8.
@@ -76,13 +84,17 @@ impl std::borrow::Borrow<str> for IdKey {
 
 impl std::hash::Hash for IdKey {
     fn hash<H: Hasher>(&self, state: &mut H) {
-        self.as_str().hash(state);
+        // What `str`'s `Hash` writes (its bytes, then 0xff: `Hasher::write_str`'s default, which
+        // a hasher on stable Rust cannot override), so that maps are looked up with a `&str`.
+        // From the bytes, because `as_str` checks them as UTF-8 on every call.
+        state.write(self.as_bytes());
+        state.write_u8(0xff);
     }
 }
 
 impl PartialEq for IdKey {
     fn eq(&self, other: &Self) -> bool {
-        self.as_str() == other.as_str()
+        self.as_bytes() == other.as_bytes()
     }
 }
 
@@ -115,5 +127,17 @@ mod tests {
         assert_eq!(map.get(""), Some(&0));
         assert_eq!(map.get("a#2"), None);
         assert!(matches!(IdKey::new(&long), IdKey::Heap(_)));
+    }
+
+    #[test]
+    fn an_id_key_hashes_as_its_str() {
+        use std::hash::{BuildHasher, BuildHasherDefault};
+        let hasher = BuildHasherDefault::<IdHasher>::default();
+        let long = "y".repeat(30);
+        for id in ["", "a#1", "é#12", "exactly-twenty-two-by", &long] {
+            assert_eq!(hasher.hash_one(IdKey::new(id)), hasher.hash_one(id));
+            assert_eq!(IdKey::new(id), IdKey::new(id));
+        }
+        assert_ne!(IdKey::new("a#1"), IdKey::new("a#2"));
     }
 }

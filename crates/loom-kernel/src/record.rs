@@ -26,7 +26,14 @@ pub const BINARY_RECORD: u8 = 0xB1;
 
 /// Encodes `event` as a binary record stamped with the current [`EVENT_SCHEMA`].
 pub fn encode(event: &Event, recorded_at_ms: Option<u64>) -> Vec<u8> {
-    let mut out = Writer(Vec::with_capacity(128));
+    let mut bytes = Vec::with_capacity(128);
+    encode_into(&mut bytes, event, recorded_at_ms);
+    bytes
+}
+
+/// [`encode`], appending to `bytes`: a caller encoding many events reuses one buffer.
+pub fn encode_into(bytes: &mut Vec<u8>, event: &Event, recorded_at_ms: Option<u64>) {
+    let mut out = Writer(bytes);
     out.u8(BINARY_RECORD);
     out.u32(EVENT_SCHEMA);
     out.opt_u64(recorded_at_ms);
@@ -133,7 +140,6 @@ pub fn encode(event: &Event, recorded_at_ms: Option<u64>) -> Vec<u8> {
             out.opt_str(e.reason.as_deref());
         }
     }
-    out.0
 }
 
 /// Decodes a binary record stored under `(execution_id, seq)`.
@@ -142,7 +148,7 @@ pub fn decode(
     seq: u64,
     bytes: &[u8],
 ) -> Result<EventEnvelope, DecodeError> {
-    let mut input = Reader(bytes);
+    let mut input = Reader::new(bytes);
     if input.u8()? != BINARY_RECORD {
         return Err(invalid("not a binary record"));
     }
@@ -154,6 +160,7 @@ pub fn decode(
         });
     }
     let recorded_at_ms = input.opt_u64()?;
+    input.read_text_ahead();
     let event = match input.u8()? {
         0 => Event::ExecutionStarted(ExecutionStarted {
             flow: input.string()?,
@@ -251,7 +258,7 @@ pub fn decode(
         }),
         other => return Err(invalid(&format!("unknown event type {other}"))),
     };
-    if !input.0.is_empty() {
+    if !input.rest().is_empty() {
         return Err(invalid("bytes left after the event"));
     }
     Ok(EventEnvelope {
@@ -269,9 +276,9 @@ fn invalid(detail: &str) -> DecodeError {
     }
 }
 
-struct Writer(Vec<u8>);
+struct Writer<'a>(&'a mut Vec<u8>);
 
-impl Writer {
+impl Writer<'_> {
     fn u8(&mut self, value: u8) {
         self.0.push(value);
     }
@@ -316,16 +323,44 @@ impl Writer {
     }
 }
 
-struct Reader<'a>(&'a [u8]);
+struct Reader<'a> {
+    bytes: &'a [u8],
+    at: usize,
+    /// `bytes[text_at..]` as text, when it is all UTF-8: strings are then sliced from it rather
+    /// than each checked on its own (short strings are checked a byte at a time).
+    text: Option<&'a str>,
+    text_at: usize,
+}
 
-impl Reader<'_> {
-    fn take(&mut self, n: usize) -> Result<&[u8], DecodeError> {
-        if self.0.len() < n {
+impl<'a> Reader<'a> {
+    fn new(bytes: &'a [u8]) -> Self {
+        Self {
+            bytes,
+            at: 0,
+            text: None,
+            text_at: 0,
+        }
+    }
+
+    /// Checks the rest of the record as UTF-8 in one go. After the header, a record usually is:
+    /// its strings and payloads are, and so are small lengths and integers. When it is not,
+    /// each string is checked on its own.
+    fn read_text_ahead(&mut self) {
+        self.text = std::str::from_utf8(self.rest()).ok();
+        self.text_at = self.at;
+    }
+
+    fn rest(&self) -> &'a [u8] {
+        self.bytes.get(self.at..).unwrap_or_default()
+    }
+
+    fn take(&mut self, n: usize) -> Result<&'a [u8], DecodeError> {
+        let rest = self.rest();
+        if rest.len() < n {
             return Err(invalid("the record ends early"));
         }
-        let (head, rest) = self.0.split_at(n);
-        self.0 = rest;
-        Ok(head)
+        self.at += n;
+        Ok(&rest[..n])
     }
     fn u8(&mut self) -> Result<u8, DecodeError> {
         Ok(self.take(1)?[0])
@@ -343,9 +378,18 @@ impl Reader<'_> {
     fn len(&mut self) -> Result<usize, DecodeError> {
         usize::try_from(self.u32()?).map_err(|_| invalid("length out of range"))
     }
-    fn str(&mut self) -> Result<&str, DecodeError> {
+    fn str(&mut self) -> Result<&'a str, DecodeError> {
         let len = self.len()?;
-        std::str::from_utf8(self.take(len)?).map_err(|_| invalid("a string is not UTF-8"))
+        let start = self.at;
+        let bytes = self.take(len)?;
+        match self.text {
+            // A slice of UTF-8 text is UTF-8 exactly when both its ends are char boundaries,
+            // which `get` checks.
+            Some(text) => text
+                .get(start - self.text_at..start - self.text_at + len)
+                .ok_or_else(|| invalid("a string is not UTF-8")),
+            None => std::str::from_utf8(bytes).map_err(|_| invalid("a string is not UTF-8")),
+        }
     }
     fn string(&mut self) -> Result<String, DecodeError> {
         self.str().map(str::to_owned)
@@ -372,5 +416,48 @@ impl Reader<'_> {
             code: self.string()?,
             message: self.string()?,
         })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn completed(step_id: &str, cost: u64) -> Event {
+        Event::StepCompleted(StepCompleted {
+            step_id: step_id.into(),
+            effect: "pay".into(),
+            input_digest: "cbf29ce484222325".into(),
+            output: Payload::from_json(r#"{"é":[1,2.5]}"#).unwrap(),
+            cost,
+        })
+    }
+
+    #[test]
+    fn strings_decode_whether_or_not_the_whole_record_is_text() {
+        let id = ExecutionId::new("e").unwrap();
+        // Cost 0 leaves the record after its header all UTF-8; a cost of u64::MAX does not.
+        for cost in [0, 7, u64::MAX] {
+            for recorded_at in [None, Some(u64::MAX)] {
+                let event = completed("charge#1é", cost);
+                let bytes = encode(&event, recorded_at);
+                let envelope = decode(&id, 3, &bytes).unwrap();
+                assert_eq!(envelope.event, event);
+                assert_eq!(envelope.recorded_at_ms, recorded_at);
+            }
+        }
+    }
+
+    #[test]
+    fn a_string_cut_inside_a_character_is_refused() {
+        let id = ExecutionId::new("e").unwrap();
+        for cost in [0, u64::MAX] {
+            let mut bytes = encode(&completed("éa", cost), None);
+            // Header: marker, schema, no recorded-at, type; then the step id's length (3).
+            assert_eq!(bytes[7..11], [3, 0, 0, 0]);
+            bytes[7] = 1;
+            let err = decode(&id, 0, &bytes).unwrap_err();
+            assert!(err.to_string().contains("not UTF-8"), "{err}");
+        }
     }
 }

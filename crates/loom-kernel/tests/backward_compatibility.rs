@@ -40,6 +40,12 @@ async fn json_records_of_earlier_builds_read_and_extend() {
         old_events
     );
     assert_eq!(log[0].recorded_at_ms, Some(1_700_000_000_000));
+    let stored = store
+        .read_stored_logs(std::slice::from_ref(&e))
+        .await
+        .unwrap();
+    assert_eq!(stored[0].record(1).and_then(|r| r.first()), Some(&b'{'));
+    assert_eq!(stored[0].decode().unwrap(), log);
     store
         .append(&e, 2, &[tagged(json!("written as binary"))])
         .await

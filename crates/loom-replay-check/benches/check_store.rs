@@ -1,6 +1,13 @@
 //! Replay-check of 10,000 executions of 100 events each from the disk store, on every core.
 //!
 //! `cargo bench -p loom-replay-check --bench check_store`
+//!
+//! For profiling: `LOOM_BENCH_EXECUTIONS` sets how many executions (10,000 by default),
+//! `LOOM_BENCH_JOBS` which `--jobs` values to run (`2,4` by default), and `LOOM_BENCH_STORE`
+//! keeps the store at that path and reuses it when it exists (made with the same number of
+//! executions), so that a profiler can be run on the check alone, e.g. `LOOM_BENCH_EXECUTIONS=1000
+//! LOOM_BENCH_JOBS=1 LOOM_BENCH_STORE=/tmp/check.redb valgrind --tool=callgrind <bench binary>
+//! --bench` after one run without valgrind.
 
 use std::time::Instant;
 
@@ -11,7 +18,9 @@ use loom_kernel::runtime::{
 };
 use loom_kernel::{DiskStore, Event, EventStore, EventStoreExt, MemoryStore};
 
-const EXECUTIONS: usize = 10_000;
+fn setting(name: &str, default: &str) -> String {
+    std::env::var(name).unwrap_or_else(|_| default.to_owned())
+}
 
 /// 98 steps: with its start and its end, a log of 100 events.
 async fn steps(ctx: FlowCtx, n: u64) -> Result<u64, FlowError> {
@@ -31,10 +40,15 @@ fn main() {
     if std::env::args().any(|arg| arg == "--list") {
         return;
     }
+    let executions: usize = setting("LOOM_BENCH_EXECUTIONS", "10000")
+        .parse()
+        .expect("LOOM_BENCH_EXECUTIONS");
     let runtime = tokio::runtime::Runtime::new().expect("runtime");
     let dir = tempfile::tempdir_in(option_env!("CARGO_TARGET_TMPDIR").unwrap_or("target"))
         .expect("scratch dir");
-    let path = dir.path().join("check.redb");
+    let path = std::env::var_os("LOOM_BENCH_STORE")
+        .map_or_else(|| dir.path().join("check.redb"), std::path::PathBuf::from);
+    let reuse = path.exists();
     let events: Vec<Event> = runtime.block_on(async {
         let store = MemoryStore::new();
         let rt = Runtime::builder(store.clone())
@@ -63,8 +77,11 @@ fn main() {
     });
     assert_eq!(events.len(), 100);
     runtime.block_on(async {
+        if reuse {
+            return;
+        }
         let store = DiskStore::open(&path).expect("store");
-        let tasks: Vec<_> = (0..EXECUTIONS)
+        let tasks: Vec<_> = (0..executions)
             .map(|n| {
                 let (store, events) = (store.clone(), events.clone());
                 tokio::spawn(async move {
@@ -80,7 +97,7 @@ fn main() {
         }
     });
     let path = path.to_str().expect("utf-8 path").to_owned();
-    for jobs in ["2", "4"] {
+    for jobs in setting("LOOM_BENCH_JOBS", "2,4").split(',') {
         let start = Instant::now();
         let cpu_before = cpu_seconds();
         let status = loom_replay_check::cli::check_command(
@@ -90,9 +107,9 @@ fn main() {
         let seconds = start.elapsed().as_secs_f64();
         let cpu = cpu_seconds() - cpu_before;
         assert_eq!(status, 0);
-        let total = (EXECUTIONS * events.len()) as f64;
+        let total = (executions * events.len()) as f64;
         println!(
-            "loom replay_check jobs={jobs} executions={EXECUTIONS} events={total:.0} seconds={seconds:.2} cpu_seconds={cpu:.2} events_per_s={:.0}",
+            "loom replay_check jobs={jobs} executions={executions} events={total:.0} seconds={seconds:.2} cpu_seconds={cpu:.2} events_per_s={:.0}",
             total / seconds
         );
     }

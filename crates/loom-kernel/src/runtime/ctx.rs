@@ -519,7 +519,8 @@ impl CtxState {
                         id
                     }
                 };
-                if self.explicit_ids.contains(&id) {
+                // Most flows name no step explicitly: skip hashing the id then.
+                if !self.explicit_ids.is_empty() && self.explicit_ids.contains(&id) {
                     return Err(StepError::DuplicateStepId(id));
                 }
                 Ok(id)

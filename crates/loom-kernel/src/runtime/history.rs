@@ -254,7 +254,11 @@ impl History {
     /// Builds the history from a whole log (already validated by the fold), taking the
     /// events: payloads move into the history instead of being copied.
     pub(crate) fn from_events(events: impl IntoIterator<Item = (u64, Event)>) -> Self {
+        let events = events.into_iter();
         let mut history = History::default();
+        // Most events are commands or answer one: sized once rather than grown (up to a
+        // bound, for long logs of other events).
+        history.commands.reserve(events.size_hint().0.min(4096));
         for (seq, event) in events {
             history.record(seq, event);
         }
@@ -270,7 +274,7 @@ impl History {
                     None => {
                         let index = self.push_step(
                             seq,
-                            &e.step_id,
+                            e.step_id.clone(),
                             e.effect,
                             e.input_digest,
                             "STEP_STARTED",
@@ -288,7 +292,7 @@ impl History {
                     None => {
                         self.push_step(
                             seq,
-                            &e.step_id,
+                            e.step_id,
                             e.effect,
                             e.input_digest,
                             "STEP_COMPLETED",
@@ -305,7 +309,7 @@ impl History {
                     None => {
                         self.push_step(
                             seq,
-                            &e.step_id,
+                            e.step_id,
                             e.effect,
                             e.input_digest,
                             "STEP_FAILED",
@@ -377,7 +381,7 @@ impl History {
     fn push_step(
         &mut self,
         seq: u64,
-        step_id: &str,
+        step_id: String,
         effect: String,
         input_digest: String,
         first_event: &'static str,
@@ -386,7 +390,7 @@ impl History {
         self.commands.push((
             seq,
             Recorded::Step {
-                step_id: step_id.to_owned(),
+                step_id,
                 effect,
                 input_digest,
                 first_event,

@@ -168,6 +168,35 @@ impl DiskStore {
         &self.shared.path
     }
 
+    /// The whole logs of several executions as stored, not decoded (an unknown one is
+    /// empty), in the order asked: one read transaction and one trip to the blocking pool for
+    /// the whole batch.
+    pub async fn read_stored_logs(
+        &self,
+        executions: &[ExecutionId],
+    ) -> Result<Vec<StoredLog>, ReadError> {
+        let ids = executions.to_vec();
+        self.blocking_read(move |db| {
+            let txn = db.begin_read().map_err(storage)?;
+            let events = txn.open_table(EVENTS).map_err(storage)?;
+            let heads = txn.open_table(HEADS).map_err(storage)?;
+            ids.into_iter()
+                .map(|execution| {
+                    // The head is the length of the log: the index is sized once. Every record
+                    // is read all the same, whatever the head says.
+                    let len = heads
+                        .get(execution.as_str())
+                        .map_err(storage)?
+                        .map_or(0, |head| head.value());
+                    let expected = usize::try_from(len).ok();
+                    let page = RawPage::fetch_from(&events, &execution, 0, usize::MAX, expected)?;
+                    Ok(StoredLog { execution, page })
+                })
+                .collect()
+        })
+        .await
+    }
+
     async fn blocking_read<T: Send + 'static>(
         &self,
         read: impl FnOnce(&Database) -> Result<T, ReadError> + Send + 'static,
@@ -337,9 +366,46 @@ fn commit_batch(
 }
 
 /// Records of one execution copied out of a read transaction, undecoded.
+#[derive(Debug, Clone)]
 struct RawPage {
     bytes: Vec<u8>,
     records: Vec<(u64, std::ops::Range<usize>)>,
+}
+
+/// One execution's whole log as the store keeps it: each event's record, not decoded. For
+/// tools that look at the records themselves: `replay-check` compares every event, encoded
+/// again, with the record it was read from.
+#[derive(Debug, Clone)]
+pub struct StoredLog {
+    execution: ExecutionId,
+    page: RawPage,
+}
+
+impl StoredLog {
+    pub fn execution_id(&self) -> &ExecutionId {
+        &self.execution
+    }
+
+    /// How many events the log holds.
+    pub fn len(&self) -> usize {
+        self.page.records.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.page.records.is_empty()
+    }
+
+    /// The record of the event at `index` (its seq, in a log read whole), in the record form
+    /// of [`crate::envelope`].
+    pub fn record(&self, index: usize) -> Option<&[u8]> {
+        let (_, range) = self.page.records.get(index)?;
+        self.page.bytes.get(range.clone())
+    }
+
+    /// The events.
+    pub fn decode(&self) -> Result<Vec<EventEnvelope>, ReadError> {
+        self.page.decode(&self.execution)
+    }
 }
 
 impl RawPage {
@@ -351,7 +417,7 @@ impl RawPage {
     ) -> Result<Self, ReadError> {
         let txn = db.begin_read().map_err(storage)?;
         let events = txn.open_table(EVENTS).map_err(storage)?;
-        Self::fetch_from(&events, execution, from, limit)
+        Self::fetch_from(&events, execution, from, limit, None)
     }
 
     fn fetch_from(
@@ -359,15 +425,23 @@ impl RawPage {
         execution: &ExecutionId,
         from: u64,
         limit: usize,
+        expected: Option<usize>,
     ) -> Result<Self, ReadError> {
         let id = execution.as_str();
         let range = events.range((id, from)..=(id, u64::MAX)).map_err(storage)?;
         let mut page = RawPage {
             bytes: Vec::new(),
-            records: Vec::with_capacity(limit.min(super::STREAM_PAGE)),
+            records: Vec::with_capacity(expected.unwrap_or(limit).min(super::STREAM_PAGE)),
         };
         for entry in range.take(limit) {
             let (key, value) = entry.map_err(storage)?;
+            if let Some(expected) = expected
+                && page.bytes.is_empty()
+            {
+                // Sized from the first record, rather than doubled through many reallocations.
+                let estimate = value.value().len().saturating_mul(expected);
+                page.bytes.reserve(estimate.min(1 << 20));
+            }
             let start = page.bytes.len();
             page.bytes.extend_from_slice(value.value());
             page.records.push((key.value().1, start..page.bytes.len()));
@@ -375,18 +449,21 @@ impl RawPage {
         Ok(page)
     }
 
-    fn decode(self, execution: &ExecutionId) -> Result<Vec<EventEnvelope>, ReadError> {
-        self.records
-            .into_iter()
-            .map(|(seq, range)| {
-                let bytes = self.bytes.get(range).unwrap_or_default();
-                decode_record(execution, seq, bytes).map_err(|source| ReadError::Decode {
+    fn decode(&self, execution: &ExecutionId) -> Result<Vec<EventEnvelope>, ReadError> {
+        // Sized once: collecting `Result`s would grow the vector by doubling, copying every
+        // envelope several times.
+        let mut events = Vec::with_capacity(self.records.len());
+        for (seq, range) in &self.records {
+            let bytes = self.bytes.get(range.clone()).unwrap_or_default();
+            let event =
+                decode_record(execution, *seq, bytes).map_err(|source| ReadError::Decode {
                     execution: execution.clone(),
-                    seq,
+                    seq: *seq,
                     source,
-                })
-            })
-            .collect()
+                })?;
+            events.push(event);
+        }
+        Ok(events)
     }
 }
 
@@ -468,23 +545,11 @@ impl EventStore for DiskStore {
         &self,
         executions: &[ExecutionId],
     ) -> Result<Vec<Vec<EventEnvelope>>, ReadError> {
-        // One read transaction and one trip to the blocking pool for the whole batch; decoding
-        // happens here, on the caller's thread.
-        let ids = executions.to_vec();
-        let pages = self
-            .blocking_read(move |db| {
-                let txn = db.begin_read().map_err(storage)?;
-                let events = txn.open_table(EVENTS).map_err(storage)?;
-                ids.into_iter()
-                    .map(|id| {
-                        RawPage::fetch_from(&events, &id, 0, usize::MAX).map(|page| (id, page))
-                    })
-                    .collect::<Result<Vec<_>, _>>()
-            })
-            .await?;
-        pages
-            .into_iter()
-            .map(|(id, page)| page.decode(&id))
+        // Decoding happens here, on the caller's thread.
+        self.read_stored_logs(executions)
+            .await?
+            .iter()
+            .map(StoredLog::decode)
             .collect()
     }
 

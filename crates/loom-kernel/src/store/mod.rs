@@ -26,7 +26,7 @@ use std::future::Future;
 
 use futures::Stream;
 
-pub use disk::{DiskStore, DiskStoreConfig, OpenError};
+pub use disk::{DiskStore, DiskStoreConfig, OpenError, StoredLog};
 pub use memory::MemoryStore;
 
 use crate::envelope::{DecodeError, EventEnvelope};
