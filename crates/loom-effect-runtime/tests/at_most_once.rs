@@ -39,6 +39,26 @@ struct DyingStore {
     died: Arc<Notify>,
 }
 
+impl DyingStore {
+    /// A store over `memory` that dies on the append after `appends` (never when `None`).
+    fn new(memory: &MemoryStore, appends: Option<usize>, death: Death) -> Self {
+        Self {
+            inner: memory.clone(),
+            appends_left: Arc::new(AtomicUsize::new(appends.unwrap_or(usize::MAX))),
+            death,
+            died: Arc::new(Notify::new()),
+        }
+    }
+}
+
+/// A worker's own tokio runtime: dropping it drops every task the worker was running.
+fn worker_tokio() -> tokio::runtime::Runtime {
+    tokio::runtime::Builder::new_current_thread()
+        .enable_time()
+        .build()
+        .unwrap()
+}
+
 impl EventStore for DyingStore {
     async fn append(
         &self,
@@ -137,16 +157,8 @@ fn live(
     death: Death,
     first: Option<&[bool]>,
 ) -> Option<ExecutionStatus> {
-    let tokio = tokio::runtime::Builder::new_current_thread()
-        .enable_time()
-        .build()
-        .unwrap();
-    let store = DyingStore {
-        inner: memory.clone(),
-        appends_left: Arc::new(AtomicUsize::new(appends.unwrap_or(usize::MAX))),
-        death,
-        died: Arc::new(Notify::new()),
-    };
+    let tokio = worker_tokio();
+    let store = DyingStore::new(memory, appends, death);
     let died = Arc::clone(&store.died);
     let rt = worker(store, ledger);
     let e = id("order");
@@ -181,17 +193,8 @@ fn live(
 }
 
 fn resolve_in_doubt(memory: &MemoryStore, ledger: &Ledger) -> ExecutionStatus {
-    let tokio = tokio::runtime::Builder::new_current_thread()
-        .enable_time()
-        .build()
-        .unwrap();
-    let store = DyingStore {
-        inner: memory.clone(),
-        appends_left: Arc::new(AtomicUsize::new(usize::MAX)),
-        death: Death::BeforeCommit,
-        died: Arc::new(Notify::new()),
-    };
-    let rt = worker(store, ledger);
+    let tokio = worker_tokio();
+    let rt = worker(DyingStore::new(memory, None, Death::BeforeCommit), ledger);
     let e = id("order");
     tokio.block_on(stalled_after_a_minute(async {
         rt.recover().await.unwrap();
@@ -258,9 +261,5 @@ proptest! {
 }
 
 fn memory_is_empty(memory: &MemoryStore) -> bool {
-    let tokio = tokio::runtime::Builder::new_current_thread()
-        .enable_time()
-        .build()
-        .unwrap();
-    tokio.block_on(async { memory.head(&id("order")).await.unwrap() == 0 })
+    worker_tokio().block_on(async { memory.head(&id("order")).await.unwrap() == 0 })
 }

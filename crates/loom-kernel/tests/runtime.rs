@@ -914,22 +914,36 @@ async fn one_step(ctx: FlowCtx, _: Value) -> Result<Value, FlowError> {
     }
 }
 
-#[tokio::test]
-async fn a_refused_admission_is_recorded_and_the_effect_never_runs() {
-    let mut gated = Gated::new(EffectOutcome::ok(json!("ran").into()));
-    gated.refuse = Some(ErrorInfo::new("loom.capability_denied", "not granted"));
-    let runs = gated.runs.clone();
+/// Runs `one_step` with `gated` as execution `name` until it stops moving.
+async fn run_one_step(
+    gated: Gated,
+    name: &str,
+) -> (
+    MemoryStore,
+    Runtime<MemoryStore>,
+    ExecutionId,
+    loom_kernel::ExecutionState,
+) {
     let store = MemoryStore::new();
     let rt = Runtime::builder(store.clone())
         .flow(flow_fn("one", 1, one_step))
         .effect("gated", gated)
         .build()
         .unwrap();
-    let e = id("refused");
+    let e = id(name);
     rt.start("one", &json!(null), StartOptions::new(e.clone()))
         .await
         .unwrap();
     let state = rt.wait(&e).await.unwrap();
+    (store, rt, e, state)
+}
+
+#[tokio::test]
+async fn a_refused_admission_is_recorded_and_the_effect_never_runs() {
+    let mut gated = Gated::new(EffectOutcome::ok(json!("ran").into()));
+    gated.refuse = Some(ErrorInfo::new("loom.capability_denied", "not granted"));
+    let runs = gated.runs.clone();
+    let (store, rt, e, state) = run_one_step(gated, "refused").await;
     assert_eq!(state.status(), ExecutionStatus::Completed);
     assert_eq!(runs.load(Ordering::SeqCst), 0);
     let log = events(&store.read_all(&e).await.unwrap());
@@ -950,17 +964,7 @@ async fn an_outcome_in_doubt_parks_the_step_for_a_verdict() {
     )));
     gated.idempotent = false;
     let runs = gated.runs.clone();
-    let store = MemoryStore::new();
-    let rt = Runtime::builder(store.clone())
-        .flow(flow_fn("one", 1, one_step))
-        .effect("gated", gated)
-        .build()
-        .unwrap();
-    let e = id("live-doubt");
-    rt.start("one", &json!(null), StartOptions::new(e.clone()))
-        .await
-        .unwrap();
-    let state = rt.wait(&e).await.unwrap();
+    let (store, rt, e, state) = run_one_step(gated, "live-doubt").await;
     assert_eq!(state.status(), ExecutionStatus::InDoubt);
     assert_eq!(runs.load(Ordering::SeqCst), 1);
     let log = events(&store.read_all(&e).await.unwrap());

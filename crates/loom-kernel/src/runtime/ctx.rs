@@ -223,14 +223,7 @@ impl FlowCtx {
                 return Err(StepError::Diverged);
             }
             let Some(handler) = self.shared.effects.get(effect) else {
-                state.out.push(Event::StepFailed(StepFailed {
-                    step_id,
-                    effect: effect.to_owned(),
-                    input_digest: digest,
-                    error: unknown_effect(effect),
-                    cost: 0,
-                }));
-                return Err(StepError::Failed(unknown_effect(effect)));
+                return Err(state.refuse_step(step_id, effect, digest, unknown_effect(effect)));
             };
             let handler = Arc::clone(handler);
             state.admit_step(&self.shared, handler, step_id, effect, digest, input, slot)
@@ -663,18 +656,30 @@ impl CtxState {
     ) -> Result<Option<Payload>, StepError> {
         let call = self.effect_call(shared, &step_id, effect, &input, 1);
         if let Err(error) = handler.admit(&call) {
-            tracing::debug!(step = %step_id, code = %error.code, "effect refused before it ran");
-            self.out.push(Event::StepFailed(StepFailed {
-                step_id,
-                effect: effect.to_owned(),
-                input_digest: digest,
-                error: error.clone(),
-                cost: 0,
-            }));
-            return Err(StepError::Failed(error));
+            return Err(self.refuse_step(step_id, effect, digest, error));
         }
         self.start_step(shared, handler, step_id, effect, digest, input, 1, slot);
         Ok(None)
+    }
+
+    /// Records a step that fails before it starts (no such effect, or not admitted): its
+    /// failure alone, at no cost.
+    fn refuse_step(
+        &mut self,
+        step_id: String,
+        effect: &str,
+        digest: String,
+        error: ErrorInfo,
+    ) -> StepError {
+        tracing::debug!(step = %step_id, code = %error.code, "step refused before it started");
+        self.out.push(Event::StepFailed(StepFailed {
+            step_id,
+            effect: effect.to_owned(),
+            input_digest: digest,
+            error: error.clone(),
+            cost: 0,
+        }));
+        StepError::Failed(error)
     }
 
     fn effect_call(
