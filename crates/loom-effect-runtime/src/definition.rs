@@ -23,7 +23,7 @@ pub(crate) type Handler = Arc<
     dyn Fn(
             EffectContext,
             &Payload,
-        ) -> Result<BoxFuture<'static, Result<Value, EffectError>>, ErrorInfo>
+        ) -> Result<BoxFuture<'static, Result<Payload, EffectError>>, ErrorInfo>
         + Send
         + Sync,
 >;
@@ -83,8 +83,9 @@ impl EffectDef {
             let running = handler(ctx, input);
             Ok(running
                 .map(|result| {
+                    // Straight to JSON text: an output schema, if any, reads it back.
                     let output = result?;
-                    serde_json::to_value(output).map_err(|err| {
+                    Payload::encode(&output).map_err(|err| {
                         EffectError::terminal(
                             codes::INVALID_OUTPUT,
                             format!("the output does not serialize to JSON: {err}"),

@@ -25,7 +25,6 @@ use futures::FutureExt;
 use futures::future::BoxFuture;
 use loom_kernel::runtime::{Effect, EffectCall, EffectOutcome};
 use loom_kernel::{ErrorInfo, Payload};
-use serde_json::Value;
 use tokio_util::sync::CancellationToken;
 use tracing::Instrument;
 
@@ -41,7 +40,7 @@ pub(crate) struct RegisteredEffect {
 
 /// How one attempt ended, before the policy decides what follows.
 enum Attempt {
-    Output(Value),
+    Output(Payload),
     Failed(EffectError),
     TimedOut,
     Panicked(String),
@@ -134,7 +133,7 @@ async fn run(compiled: &CompiledDef, call: EffectCall) -> EffectOutcome {
             Err(error) => return EffectOutcome::failed(error),
         };
         let retry = match ended {
-            Attempt::Output(value) => return output(compiled, value),
+            Attempt::Output(payload) => return output(compiled, payload),
             Attempt::Failed(EffectError::Terminal(error)) => return ran(Err(error), def.cost),
             Attempt::Failed(EffectError::Retryable(error)) => error,
             Attempt::Failed(EffectError::InDoubt(error)) if !def.idempotent => {
@@ -203,17 +202,17 @@ async fn one_attempt(
         None => caught.await,
     };
     Ok(match result {
-        Ok(Ok(value)) => Attempt::Output(value),
+        Ok(Ok(output)) => Attempt::Output(output),
         Ok(Err(error)) => Attempt::Failed(error),
         Err(panic) => Attempt::Panicked(panic_text(&panic)),
     })
 }
 
 /// The outcome of a handler's output: checked against the output schema.
-fn output(compiled: &CompiledDef, value: Value) -> EffectOutcome {
+fn output(compiled: &CompiledDef, output: Payload) -> EffectOutcome {
     let def = &compiled.def;
     if let Some(schema) = &compiled.output
-        && let Err(detail) = schema.check(&value)
+        && let Err(detail) = schema.check(&output.to_value())
     {
         let error = ErrorInfo::new(
             codes::INVALID_OUTPUT,
@@ -221,7 +220,7 @@ fn output(compiled: &CompiledDef, value: Value) -> EffectOutcome {
         );
         return ran(Err(error), def.cost);
     }
-    ran(Ok(Payload::from_value(&value)), def.cost)
+    ran(Ok(output), def.cost)
 }
 
 /// The outcome of a step whose handler ran: it is charged.
