@@ -595,9 +595,8 @@ impl CtxState {
                         // the log of a recovered run is the log of an uninterrupted one.
                         let handler = Arc::clone(handler);
                         let attempt = previous.saturating_add(1);
-                        self.start_step(
-                            shared, handler, step_id, effect, digest, input, attempt, slot,
-                        );
+                        let call = self.effect_call(shared, step_id, effect, input, attempt);
+                        self.start_step(handler, call, digest, slot);
                         self.out.pop();
                     }
                     _ => {
@@ -654,11 +653,11 @@ impl CtxState {
         input: Payload,
         slot: u64,
     ) -> Result<Option<Payload>, StepError> {
-        let call = self.effect_call(shared, &step_id, effect, &input, 1);
+        let call = self.effect_call(shared, step_id, effect, input, 1);
         if let Err(error) = handler.admit(&call) {
-            return Err(self.refuse_step(step_id, effect, digest, error));
+            return Err(self.refuse_step(call.step_id, effect, digest, error));
         }
-        self.start_step(shared, handler, step_id, effect, digest, input, 1, slot);
+        self.start_step(handler, call, digest, slot);
         Ok(None)
     }
 
@@ -682,19 +681,20 @@ impl CtxState {
         StepError::Failed(error)
     }
 
+    /// The dispatch of a step, with what the execution may still spend now.
     fn effect_call(
         &self,
         shared: &Shared,
-        step_id: &str,
+        step_id: String,
         effect: &str,
-        input: &Payload,
+        input: Payload,
         attempt: u32,
     ) -> EffectCall {
         EffectCall {
             execution_id: shared.execution_id.clone(),
-            step_id: step_id.to_owned(),
+            step_id,
             effect: effect.to_owned(),
-            input: input.clone(),
+            input,
             attempt,
             capabilities: shared.capabilities.clone(),
             budget_remaining: shared.budget.map(|budget| {
@@ -706,26 +706,29 @@ impl CtxState {
     }
 
     /// Records a step's start and queues its effect.
-    #[allow(clippy::too_many_arguments)]
     fn start_step(
         &mut self,
-        shared: &Shared,
         handler: Arc<dyn Effect>,
-        step_id: String,
-        effect: &str,
+        call: EffectCall,
         digest: String,
-        input: Payload,
-        attempt: u32,
         slot: u64,
     ) {
         self.out.push(Event::StepStarted(StepStarted {
-            step_id: step_id.clone(),
-            effect: effect.to_owned(),
+            step_id: call.step_id.clone(),
+            effect: call.effect.clone(),
             input_digest: digest.clone(),
-            attempt,
+            attempt: call.attempt,
         }));
-        let call = self.effect_call(shared, &step_id, effect, &input, attempt);
-        let held = handler.max_cost();
+        let step_id = call.step_id.clone();
+        let running = RunningStep {
+            effect: call.effect.clone(),
+            input_digest: digest,
+            input: call.input.clone(),
+            attempt: call.attempt,
+            slot,
+            held: handler.max_cost(),
+        };
+        let held = running.held;
         self.budget_held = self.budget_held.saturating_add(held);
         let durable_before = !handler.idempotent();
         self.dispatch.push(Dispatch {
@@ -733,17 +736,7 @@ impl CtxState {
             call,
             durable_before,
         });
-        self.running.insert(
-            step_id,
-            RunningStep {
-                effect: effect.to_owned(),
-                input_digest: digest,
-                input,
-                attempt,
-                slot,
-                held,
-            },
-        );
+        self.running.insert(step_id, running);
     }
 
     /// The events and effects queued since the last call.
@@ -848,16 +841,14 @@ impl CtxState {
             Verdict::Retry => match shared.shared.effects.get(&step.effect) {
                 Some(handler) => {
                     let handler = Arc::clone(handler);
-                    self.start_step(
+                    let call = self.effect_call(
                         &shared.shared,
-                        handler,
                         step_id.to_owned(),
                         &step.effect,
-                        step.input_digest,
                         step.input,
                         step.attempt.saturating_add(1),
-                        step.slot,
                     );
+                    self.start_step(handler, call, step.input_digest, step.slot);
                 }
                 None => self.fill(
                     step.slot,
