@@ -184,6 +184,9 @@ async fn one_attempt(
     input: &Payload,
     token: &CancellationToken,
 ) -> Result<Attempt, ErrorInfo> {
+    // Armed before the handler is called: on a tokio runtime without a timer this panics (as
+    // tokio's timers do) before anything of the effect has run.
+    let deadline = compiled.def.timeout.map(tokio::time::sleep);
     let handler = &compiled.def.handler;
     let running = match std::panic::catch_unwind(AssertUnwindSafe(|| handler(ctx, input))) {
         Ok(Ok(running)) => running,
@@ -191,14 +194,18 @@ async fn one_attempt(
         Err(panic) => return Ok(Attempt::Panicked(panic_text(&panic))),
     };
     let caught = AssertUnwindSafe(running).catch_unwind();
-    let result = match compiled.def.timeout {
-        Some(limit) => match tokio::time::timeout(limit, caught).await {
-            Ok(result) => result,
-            Err(_) => {
-                token.cancel();
-                return Ok(Attempt::TimedOut);
+    let result = match deadline {
+        Some(deadline) => {
+            tokio::select! {
+                // The attempt first, as `tokio::time::timeout` does: one that is ready wins.
+                biased;
+                result = caught => result,
+                () = deadline => {
+                    token.cancel();
+                    return Ok(Attempt::TimedOut);
+                }
             }
-        },
+        }
         None => caught.await,
     };
     Ok(match result {
