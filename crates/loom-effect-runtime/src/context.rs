@@ -47,7 +47,8 @@ impl EffectContext {
         &self.effect
     }
 
-    /// K3: what the execution may still spend besides this step; `None` is unlimited.
+    /// K3: what the execution could still spend when this dispatch began (its budget less what
+    /// was spent and what other running steps held), this step included; `None` is unlimited.
     pub fn budget_remaining(&self) -> Option<u64> {
         self.budget_remaining
     }
