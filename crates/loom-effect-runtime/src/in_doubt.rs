@@ -49,22 +49,17 @@ pub enum ListInDoubtError {
 pub async fn steps_in_doubt<S: EventStore>(
     store: &S,
 ) -> Result<Vec<InDoubtStep>, ListInDoubtError> {
-    const PAGE: usize = 256;
+    use futures::TryStreamExt;
     let mut found = Vec::new();
-    let mut after: Option<ExecutionId> = None;
-    loop {
-        let page = store
-            .list_executions(after.as_ref(), PAGE)
-            .await
-            .map_err(ListInDoubtError::List)?;
-        for summary in &page.executions {
-            found.extend(in_execution(store, &summary.id).await?);
-        }
-        match page.next {
-            Some(next) => after = Some(next),
-            None => return Ok(found),
-        }
+    let mut executions = std::pin::pin!(store.executions());
+    while let Some(summary) = executions
+        .try_next()
+        .await
+        .map_err(ListInDoubtError::List)?
+    {
+        found.extend(in_execution(store, &summary.id).await?);
     }
+    Ok(found)
 }
 
 /// The steps in doubt of one execution (none for an unknown one).

@@ -6,6 +6,8 @@
 
 use std::time::Duration;
 
+use loom_kernel::runtime::stable_hash;
+
 /// Attempts and backoff for one effect. Waits grow as `initial × multiplier^(n-1)`, capped at
 /// `max_backoff`, then shortened by up to `jitter` (a fraction in `0.0..=1.0`).
 #[derive(Debug, Clone, PartialEq)]
@@ -91,13 +93,9 @@ impl RetryPolicy {
     }
 }
 
-/// A fraction in `[0, 1)` fixed by `key` and `attempt` (FNV-1a; std's hashers may change
-/// between releases and are seeded).
+/// A fraction in `[0, 1)` fixed by `key` and `attempt`.
 fn unit_fraction(key: &str, attempt: u32) -> f64 {
-    let mut hash: u64 = 0xcbf2_9ce4_8422_2325;
-    for byte in key.bytes().chain(attempt.to_le_bytes()) {
-        hash = (hash ^ u64::from(byte)).wrapping_mul(0x0000_0100_0000_01b3);
-    }
+    let hash = stable_hash(&[key.as_bytes(), &attempt.to_le_bytes()]);
     // The top 53 bits fill an f64's mantissa exactly.
     (hash >> 11) as f64 / (1u64 << 53) as f64
 }

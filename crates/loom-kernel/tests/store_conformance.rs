@@ -46,3 +46,26 @@ async fn disk_store_conforms() {
     };
     conformance::run_all(&mut disk).await;
 }
+
+/// `EventStoreExt::executions` goes across listing pages, in id order, each execution once.
+#[tokio::test]
+async fn every_execution_is_listed_across_pages() {
+    use futures::TryStreamExt;
+    use loom_kernel::conformance::{id, started};
+    use loom_kernel::{EventStore, EventStoreExt};
+
+    let store = MemoryStore::new();
+    let mut expected = Vec::new();
+    for n in 0..600 {
+        let e = id(&format!("e{n:04}"));
+        store.append(&e, 0, &[started("f")]).await.unwrap();
+        expected.push(e);
+    }
+    let listed: Vec<_> = store
+        .executions()
+        .map_ok(|summary| summary.id)
+        .try_collect()
+        .await
+        .unwrap();
+    assert_eq!(listed, expected);
+}

@@ -74,7 +74,7 @@ pub(crate) struct Shared {
     /// models), by type. Rebuilt on every replay, since the flow issues the same commands.
     locals: Mutex<HashMap<std::any::TypeId, Box<dyn std::any::Any + Send>>>,
     effects: Arc<BTreeMap<String, Arc<dyn Effect>>>,
-    capabilities: BTreeSet<String>,
+    capabilities: Arc<BTreeSet<String>>,
     budget: Option<u64>,
     state: Mutex<CtxState>,
 }
@@ -154,7 +154,7 @@ impl FlowCtx {
                 execution_id,
                 locals: Mutex::new(HashMap::new()),
                 effects,
-                capabilities: started.capabilities.clone(),
+                capabilities: Arc::new(started.capabilities.clone()),
                 budget: started.budget,
                 state: Mutex::new(CtxState {
                     history,
@@ -575,17 +575,7 @@ impl CtxState {
                 None
             }
             Some(StepState::InDoubt { attempt }) => {
-                self.in_doubt.insert(
-                    step_id,
-                    RunningStep {
-                        effect: effect.to_owned(),
-                        input_digest: digest,
-                        input,
-                        attempt,
-                        slot,
-                        held: 0,
-                    },
-                );
+                self.park_in_doubt(step_id, effect, digest, input, attempt, slot);
                 None
             }
             Some(StepState::InFlight { attempt: previous }) => {
@@ -606,17 +596,7 @@ impl CtxState {
                             attempt: previous,
                             reason: Some(worker_stopped(previous)),
                         }));
-                        self.in_doubt.insert(
-                            step_id,
-                            RunningStep {
-                                effect: effect.to_owned(),
-                                input_digest: digest,
-                                input,
-                                attempt: previous,
-                                slot,
-                                held: 0,
-                            },
-                        );
+                        self.park_in_doubt(step_id, effect, digest, input, previous, slot);
                     }
                 }
                 None
@@ -638,6 +618,27 @@ impl CtxState {
                 }
             },
         }
+    }
+
+    /// Keeps a replayed step in doubt until a verdict; it holds nothing against the budget.
+    fn park_in_doubt(
+        &mut self,
+        step_id: String,
+        effect: &str,
+        input_digest: String,
+        input: Payload,
+        attempt: u32,
+        slot: u64,
+    ) {
+        let step = RunningStep {
+            effect: effect.to_owned(),
+            input_digest,
+            input,
+            attempt,
+            slot,
+            held: 0,
+        };
+        self.in_doubt.insert(step_id, step);
     }
 
     /// A new step: the effect's admission checks (K2, K3, input) first. A refusal is recorded
@@ -696,7 +697,7 @@ impl CtxState {
             effect: effect.to_owned(),
             input,
             attempt,
-            capabilities: shared.capabilities.clone(),
+            capabilities: Arc::clone(&shared.capabilities),
             budget_remaining: shared.budget.map(|budget| {
                 budget
                     .saturating_sub(self.budget_spent)

@@ -8,14 +8,24 @@ pub fn input_digest(input: &Payload) -> String {
     digest_text(input.as_json())
 }
 
-/// FNV-1a (64 bit) of the canonical JSON text, as 16 hex digits. Not a security measure: it
-/// tells a changed input from the recorded one.
-pub(crate) fn digest_text(canonical_json: &str) -> String {
+/// FNV-1a (64 bit) of `parts`, one after another: a hash fixed for good, for anything
+/// recorded or derived from what is recorded (std's hashers are seeded and may change between
+/// releases). Not a security measure.
+pub fn stable_hash(parts: &[&[u8]]) -> u64 {
     const OFFSET: u64 = 0xcbf2_9ce4_8422_2325;
     const PRIME: u64 = 0x0000_0100_0000_01b3;
-    let hash = canonical_json.bytes().fold(OFFSET, |hash, byte| {
-        (hash ^ u64::from(byte)).wrapping_mul(PRIME)
-    });
+    parts
+        .iter()
+        .flat_map(|part| part.iter())
+        .fold(OFFSET, |hash, byte| {
+            (hash ^ u64::from(*byte)).wrapping_mul(PRIME)
+        })
+}
+
+/// [`stable_hash`] of the canonical JSON text, as 16 hex digits: it tells a changed input from
+/// the recorded one.
+pub(crate) fn digest_text(canonical_json: &str) -> String {
+    let hash = stable_hash(&[canonical_json.as_bytes()]);
     // By hand rather than `format!("{hash:016x}")`: every replayed step computes a digest,
     // and the formatting machinery cost more than the hash.
     const HEX: &[u8; 16] = b"0123456789abcdef";

@@ -5,6 +5,7 @@
 //! authorization, and plugins contribute effects at composition.
 
 use std::collections::BTreeSet;
+use std::sync::Arc;
 
 use futures::future::BoxFuture;
 
@@ -23,8 +24,8 @@ pub struct EffectCall {
     /// 1 for the first dispatch; one more for each re-dispatch after a crash or a `retry`
     /// verdict.
     pub attempt: u32,
-    /// K2: the capabilities granted to the execution.
-    pub capabilities: BTreeSet<String>,
+    /// K2: the capabilities granted to the execution (shared by all its steps).
+    pub capabilities: Arc<BTreeSet<String>>,
     /// K3: what the execution may still spend (its budget less what it spent and what the
     /// steps running beside this one hold); `None` is unlimited.
     pub budget_remaining: Option<u64>,
@@ -45,7 +46,7 @@ impl EffectCall {
             effect: effect.into(),
             input,
             attempt: 1,
-            capabilities: BTreeSet::new(),
+            capabilities: Arc::default(),
             budget_remaining: None,
         }
     }
@@ -56,7 +57,7 @@ impl EffectCall {
     }
 
     pub fn with_capabilities(mut self, capabilities: BTreeSet<String>) -> Self {
-        self.capabilities = capabilities;
+        self.capabilities = Arc::new(capabilities);
         self
     }
 

@@ -30,7 +30,7 @@ use tokio::sync::{mpsc, oneshot, watch};
 use tracing::Instrument;
 
 pub use ctx::{Command, FlowCtx, StepError, StepName};
-pub use digest::input_digest;
+pub use digest::{input_digest, stable_hash};
 pub use driver::DriveError;
 pub use effect::{Effect, EffectCall, EffectOutcome, EffectResult, FnEffect};
 pub use flow::{Flow, FlowError, FlowSet, FnFlow, flow_fn};
@@ -565,24 +565,14 @@ impl<S: EventStore> Runtime<S> {
     /// Finds every execution that has not ended and is not parked, and drives it on by
     /// replay. Call once at start-up. Returns how many it started.
     pub async fn recover(&self) -> Result<usize, FoldStoredError> {
+        use futures::TryStreamExt;
         let mut recovered = 0;
-        let mut after = None;
-        loop {
-            let page = self
-                .inner
-                .store
-                .list_executions(after.as_ref(), 256)
-                .await?;
-            for summary in &page.executions {
-                let state = self.inner.store.fold(&summary.id).await?;
-                if state.needs_driving() {
-                    self.ensure_driver(&summary.id);
-                    recovered += 1;
-                }
-            }
-            match page.next {
-                Some(next) => after = Some(next),
-                None => break,
+        let mut executions = std::pin::pin!(self.inner.store.executions());
+        while let Some(summary) = executions.try_next().await? {
+            let state = self.inner.store.fold(&summary.id).await?;
+            if state.needs_driving() {
+                self.ensure_driver(&summary.id);
+                recovered += 1;
             }
         }
         tracing::info!(recovered, "recovery started drivers");

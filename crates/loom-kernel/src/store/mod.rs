@@ -37,6 +37,9 @@ use crate::id::ExecutionId;
 /// How many events [`EventStoreExt::stream`] reads per page.
 pub const STREAM_PAGE: usize = 4096;
 
+/// Executions per listing page in [`EventStoreExt::executions`].
+const LIST_PAGE: usize = 256;
+
 /// Why an append did not happen. Nothing of the batch is stored when this is returned, except
 /// for [`AppendError::Storage`] after the commit started, where the store could not tell (the
 /// caller learns the truth by reading the head).
@@ -190,6 +193,29 @@ pub trait EventStoreExt: EventStore {
         })
         .map(|page| match page {
             Ok(events) => events.left_stream(),
+            Err(err) => futures::stream::once(async move { Err(err) }).right_stream(),
+        })
+        .flatten()
+    }
+
+    /// Every execution in the store, in id order, listed a page at a time: memory stays flat
+    /// however many there are.
+    fn executions(&self) -> impl Stream<Item = Result<ExecutionSummary, ReadError>> + Send + '_ {
+        use futures::StreamExt;
+        futures::stream::try_unfold(
+            Some(None),
+            move |after: Option<Option<ExecutionId>>| async move {
+                let Some(after) = after else { return Ok(None) };
+                let page = self.list_executions(after.as_ref(), LIST_PAGE).await?;
+                let next = page.next.map(Some);
+                Ok(Some((
+                    futures::stream::iter(page.executions.into_iter().map(Ok)),
+                    next,
+                )))
+            },
+        )
+        .map(|page| match page {
+            Ok(summaries) => summaries.left_stream(),
             Err(err) => futures::stream::once(async move { Err(err) }).right_stream(),
         })
         .flatten()
