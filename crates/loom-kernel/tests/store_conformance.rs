@@ -44,8 +44,7 @@ async fn disk_store_conforms() {
         dir: tempfile::tempdir().unwrap(),
         opened: 0,
     };
-    // The index checks join once the disk store keeps the index.
-    conformance::run_log_checks(&mut disk).await;
+    conformance::run_all(&mut disk).await;
 }
 
 /// `EventStoreExt::executions` goes across listing pages, in id order, each execution once.

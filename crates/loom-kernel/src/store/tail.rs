@@ -36,6 +36,54 @@ impl Default for ExecutionTail {
     }
 }
 
+/// What an event changes in an [`ExecutionTail`], taken from the event so that the event
+/// itself need not travel with it (ids of steps and gates only, never payloads).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TailChange {
+    type_name: &'static str,
+    kind: ChangeKind,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum ChangeKind {
+    Start,
+    StepStarted(String),
+    StepEnded(String),
+    InDoubt(String),
+    Resolved { step: String, retry: bool },
+    Suspended(String),
+    Resumed(String),
+    End(ExecutionStatus),
+    None,
+}
+
+impl TailChange {
+    /// What `event` changes.
+    pub fn of(event: &Event) -> Self {
+        let kind = match event {
+            Event::ExecutionStarted(_) => ChangeKind::Start,
+            Event::StepStarted(e) => ChangeKind::StepStarted(e.step_id.clone()),
+            Event::StepCompleted(e) => ChangeKind::StepEnded(e.step_id.clone()),
+            Event::StepFailed(e) => ChangeKind::StepEnded(e.step_id.clone()),
+            Event::EffectInDoubt(e) => ChangeKind::InDoubt(e.step_id.clone()),
+            Event::EffectResolved(e) => ChangeKind::Resolved {
+                step: e.step_id.clone(),
+                retry: matches!(e.verdict, crate::event::Verdict::Retry),
+            },
+            Event::ExecutionSuspended(e) => ChangeKind::Suspended(e.gate_id.clone()),
+            Event::ExecutionResumed(e) => ChangeKind::Resumed(e.gate_id.clone()),
+            Event::DecisionRecorded(_) | Event::SurfacePatch(_) => ChangeKind::None,
+            Event::ExecutionCompleted(_) => ChangeKind::End(ExecutionStatus::Completed),
+            Event::ExecutionFailed(_) => ChangeKind::End(ExecutionStatus::Failed),
+            Event::ExecutionCancelled(_) => ChangeKind::End(ExecutionStatus::Cancelled),
+        };
+        Self {
+            type_name: event.type_name(),
+            kind,
+        }
+    }
+}
+
 /// The event of a batch that [`ExecutionTail::apply_batch`] refused.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct RefusedEvent {
@@ -102,83 +150,101 @@ impl ExecutionTail {
     /// Applies one event. Refuses (leaving the tail unchanged) a first event that is not
     /// `EXECUTION_STARTED`, a second `EXECUTION_STARTED`, and any event after a terminal one.
     pub fn apply(&mut self, event: &Event, recorded_at_ms: Option<u64>) -> Result<(), Violation> {
+        self.apply_change(&TailChange::of(event), recorded_at_ms)
+    }
+
+    /// [`ExecutionTail::apply_batch`] for changes taken from the events beforehand
+    /// ([`TailChange::of`]): a store can hand them to another thread without the events.
+    pub fn apply_changes(
+        &mut self,
+        changes: &[TailChange],
+        recorded_at_ms: Option<u64>,
+    ) -> Result<(), RefusedEvent> {
+        let mut next = self.clone();
+        for (index, change) in changes.iter().enumerate() {
+            next.apply_change(change, recorded_at_ms)
+                .map_err(|violation| RefusedEvent {
+                    index,
+                    violation: Box::new(violation),
+                })?;
+        }
+        *self = next;
+        Ok(())
+    }
+
+    /// [`ExecutionTail::apply`] for a change taken from the event beforehand.
+    pub fn apply_change(
+        &mut self,
+        change: &TailChange,
+        recorded_at_ms: Option<u64>,
+    ) -> Result<(), Violation> {
+        let found = change.type_name;
         if self.status == ExecutionStatus::New {
-            if !matches!(event, Event::ExecutionStarted(_)) {
-                return Err(Violation::NotStarted {
-                    found: event.type_name(),
-                });
+            if !matches!(change.kind, ChangeKind::Start) {
+                return Err(Violation::NotStarted { found });
             }
             self.status = ExecutionStatus::Running;
             return Ok(());
         }
         if self.status.is_terminal() {
             return Err(Violation::AfterTerminal {
-                found: event.type_name(),
+                found,
                 status: self.status,
             });
         }
-        let ended = match event {
-            Event::ExecutionStarted(_) => return Err(Violation::StartedTwice),
-            Event::StepStarted(e) => {
-                if !self.in_doubt.contains(&e.step_id) {
-                    self.in_flight.insert(e.step_id.clone());
+        match &change.kind {
+            ChangeKind::Start => return Err(Violation::StartedTwice),
+            ChangeKind::StepStarted(step) => {
+                if !self.in_doubt.contains(step) {
+                    self.in_flight.insert(step.clone());
                 }
-                None
             }
-            Event::StepCompleted(e) => {
-                self.in_flight.remove(&e.step_id);
-                None
+            ChangeKind::StepEnded(step) => {
+                self.in_flight.remove(step);
             }
-            Event::StepFailed(e) => {
-                self.in_flight.remove(&e.step_id);
-                None
-            }
-            Event::EffectInDoubt(e) => {
-                if self.in_flight.remove(&e.step_id) {
-                    self.in_doubt.insert(e.step_id.clone());
+            ChangeKind::InDoubt(step) => {
+                if self.in_flight.remove(step) {
+                    self.in_doubt.insert(step.clone());
                 }
-                None
             }
-            Event::EffectResolved(e) => {
-                if self.in_doubt.remove(&e.step_id)
-                    && matches!(e.verdict, crate::event::Verdict::Retry)
-                {
-                    self.in_flight.insert(e.step_id.clone());
+            ChangeKind::Resolved { step, retry } => {
+                if self.in_doubt.remove(step) && *retry {
+                    self.in_flight.insert(step.clone());
                 }
-                None
             }
-            Event::ExecutionSuspended(e) => {
-                self.pending_gates.insert(e.gate_id.clone());
-                None
+            ChangeKind::Suspended(gate) => {
+                self.pending_gates.insert(gate.clone());
             }
-            Event::ExecutionResumed(e) => {
-                self.pending_gates.remove(&e.gate_id);
-                None
+            ChangeKind::Resumed(gate) => {
+                self.pending_gates.remove(gate);
             }
-            Event::DecisionRecorded(_) | Event::SurfacePatch(_) => None,
-            Event::ExecutionCompleted(_) => Some(ExecutionStatus::Completed),
-            Event::ExecutionFailed(_) => Some(ExecutionStatus::Failed),
-            Event::ExecutionCancelled(_) => Some(ExecutionStatus::Cancelled),
-        };
-        match ended {
-            Some(status) => {
-                self.status = status;
+            ChangeKind::None => {}
+            ChangeKind::End(status) => {
+                self.status = *status;
                 self.ended_at_ms = recorded_at_ms;
                 self.pending_gates.clear();
                 self.in_flight.clear();
                 self.in_doubt.clear();
-            }
-            None => {
-                self.status = if !self.in_doubt.is_empty() {
-                    ExecutionStatus::InDoubt
-                } else if !self.pending_gates.is_empty() {
-                    ExecutionStatus::Suspended
-                } else {
-                    ExecutionStatus::Running
-                };
+                return Ok(());
             }
         }
+        self.status = if !self.in_doubt.is_empty() {
+            ExecutionStatus::InDoubt
+        } else if !self.pending_gates.is_empty() {
+            ExecutionStatus::Suspended
+        } else {
+            ExecutionStatus::Running
+        };
         Ok(())
+    }
+
+    /// The tail of a log the fold refuses, recorded before stores validated appends: filed as
+    /// running and needing driving, so that recovery folds it and reports it.
+    pub fn unreadable() -> Self {
+        Self {
+            status: ExecutionStatus::Running,
+            ..Self::new()
+        }
     }
 
     /// The tail as bytes, for a store to keep beside the log.
