@@ -51,6 +51,7 @@ pub async fn run_all<H: StoreHarness>(harness: &mut H) {
 /// ([`EventStore::list_by_status`], [`EventStore::read_feed`], [`EventStore::delete_ended`]).
 pub async fn run_index_checks<H: StoreHarness>(harness: &mut H) {
     invalid_appends_are_refused_whole(harness.fresh()).await;
+    payloads_too_deep_to_read_back_are_refused(harness.fresh()).await;
     status_index_follows_every_transition(harness).await;
     feed_gives_every_event_once_in_order(harness).await;
     follow_wakes_on_append(harness.fresh()).await;
@@ -983,4 +984,37 @@ pub async fn delete_ended_removes_only_old_ended_executions<S: EventStore>(store
         .await
         .expect("reuse");
     assert_eq!(store.head(&ended[0]).await.expect("head"), 1);
+}
+
+/// A payload nested deeper than `MAX_PAYLOAD_DEPTH` (serde_json's recursion limit) is refused
+/// with `AppendError::PayloadTooDeep`, nothing of the batch stored; one at the limit is stored
+/// and reads back whole.
+pub async fn payloads_too_deep_to_read_back_are_refused<S: EventStore>(store: S) {
+    fn nested(depth: usize) -> Value {
+        let mut value = json!("leaf");
+        for _ in 0..depth {
+            value = Value::Array(vec![value]);
+        }
+        value
+    }
+    let e = id("deep");
+    let too_deep = crate::payload::Payload::from_value(&nested(crate::payload::MAX_DEPTH + 1));
+    let patch = Event::SurfacePatch(SurfacePatch {
+        step_id: "deep".into(),
+        surface_id: "s".into(),
+        ops: too_deep,
+    });
+    match store.append(&e, 0, &[started("f"), patch]).await {
+        Err(AppendError::PayloadTooDeep { seq: 1, .. }) => {}
+        other => panic!("expected PayloadTooDeep at seq 1, got {other:?}"),
+    }
+    assert_eq!(store.head(&e).await.expect("head"), 0);
+    let deepest = tagged(nested(crate::payload::MAX_DEPTH - 1));
+    store
+        .append(&e, 0, &[started("f"), deepest.clone()])
+        .await
+        .expect("a payload at the limit is stored");
+    let log = store.read_all(&e).await.expect("read");
+    assert_eq!(log[1].event, deepest);
+    assert_eq!(tag_of(&log[1].event), tag_of(&deepest));
 }

@@ -47,6 +47,12 @@ pub enum DecodeError {
     Malformed(#[from] serde_json::Error),
     #[error("invalid record: {detail}")]
     InvalidRecord { detail: String },
+    /// The record's bytes changed since it was written (a flipped bit on disk, a torn write
+    /// the storage engine did not catch).
+    #[error(
+        "record checksum mismatch: stored {expected:#010x}, computed {found:#010x}: the record is damaged"
+    )]
+    ChecksumMismatch { expected: u32, found: u32 },
 }
 
 /// The fields of either form, decoded in one pass: when `schema` comes before `event` (as Loom
@@ -185,7 +191,10 @@ pub fn decode_record(
     seq: u64,
     bytes: &[u8],
 ) -> Result<EventEnvelope, DecodeError> {
-    if bytes.first() == Some(&crate::record::BINARY_RECORD) {
+    if matches!(
+        bytes.first(),
+        Some(&crate::record::BINARY_RECORD | &crate::record::CHECKED_RECORD)
+    ) {
         return crate::record::decode(execution_id, seq, bytes);
     }
     let fields = Fields::parse(bytes)?;

@@ -12,7 +12,10 @@
 //!   against the log with non-determinism detection, gates (suspend/resume), logged decisions,
 //!   the effect-dispatch seam, recovery, and plugin composition checked against `KERNEL_ABI`.
 //! - K10-R6 data classification ([`classify`]): which values must be masked on egress.
-//! - [`conformance`]: the one test suite every store must pass.
+//! - The record codec ([`record`]): the bytes a store keeps per event, public so that every
+//!   store (the PostgreSQL one included) writes the same records.
+//! - `conformance` (with the `testkit` feature): the one test suite every store must pass,
+//!   and helpers for tests of code built on the kernel.
 //!
 //! # What it must not depend on
 //! No other Loom crate: `loom-agent-surface`, `loom-effect-runtime` and `loom-plugin-a2ui` build
@@ -47,7 +50,9 @@
     warn(clippy::unwrap_used, clippy::print_stdout, clippy::print_stderr)
 )]
 
+mod checksum;
 pub mod classify;
+#[cfg(any(test, feature = "testkit"))]
 pub mod conformance;
 pub mod envelope;
 pub mod event;
@@ -56,7 +61,7 @@ pub mod fold;
 mod hash;
 mod id;
 mod payload;
-mod record;
+pub mod record;
 pub mod runtime;
 pub mod store;
 
@@ -64,7 +69,7 @@ pub use envelope::{DecodeError, EventEnvelope};
 pub use event::{AbiVersion, EVENT_SCHEMA, ErrorInfo, Event, KERNEL_ABI};
 pub use fold::{ExecutionState, ExecutionStatus, FoldError, Violation};
 pub use id::{ExecutionId, InvalidExecutionId, MAX_EXECUTION_ID_LEN};
-pub use payload::Payload;
+pub use payload::{MAX_DEPTH as MAX_PAYLOAD_DEPTH, Payload, PayloadError};
 pub use store::{
     AppendError, DiskStore, DiskStoreConfig, EventStore, EventStoreExt, ExecutionPage,
     ExecutionSummary, ExecutionTail, FeedEvent, FoldStoredError, MemoryStore, OpenError, ReadError,

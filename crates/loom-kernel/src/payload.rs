@@ -12,6 +12,27 @@ use serde::{Deserialize, Deserializer, Serialize, Serializer};
 use serde_json::Value;
 use serde_json::value::RawValue;
 
+/// The deepest nesting of arrays and objects a payload may have: the deepest document
+/// serde_json parses into a `Value` (its recursion limit of 128 counts one level more). A
+/// deeper document can be written but not parsed back, so neither [`Payload`]'s
+/// checked constructors nor the stores accept one: the log never holds what the fold and its
+/// readers cannot read.
+pub const MAX_DEPTH: usize = 127;
+
+/// Why a value could not be made a payload.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum PayloadError {
+    /// Arrays and objects nest deeper than [`MAX_DEPTH`].
+    #[error(
+        "the payload nests arrays and objects deeper than {MAX_DEPTH} levels, which no reader of the log can parse"
+    )]
+    TooDeep,
+    /// The value does not serialize, or the text is not one JSON document.
+    #[error(transparent)]
+    Json(#[from] serde_json::Error),
+}
+
 /// One JSON document, as text. Equality is equality of the text: Loom writes payloads in
 /// serde_json's compact form, so equal values recorded by Loom compare equal.
 #[derive(Clone)]
@@ -23,19 +44,56 @@ impl Payload {
         Self::from_value(&Value::Null)
     }
 
-    /// The compact JSON text of `value`.
+    /// The compact JSON text of `value`, refusing a value nested deeper than [`MAX_DEPTH`].
+    /// Prefer it to [`Payload::from_value`] for values that come from outside.
+    pub fn try_from_value(value: &Value) -> Result<Self, PayloadError> {
+        if value_depth_exceeds(value, MAX_DEPTH) {
+            return Err(PayloadError::TooDeep);
+        }
+        Ok(Self::from_value(value))
+    }
+
+    /// The compact JSON text of `value`. A value nested deeper than [`MAX_DEPTH`] makes a
+    /// payload every store refuses to append ([`Payload::is_too_deep`]); use
+    /// [`Payload::try_from_value`] to learn it here.
     pub fn from_value(value: &Value) -> Self {
         // A `Value` always serializes: its map keys are strings and it holds no NaN.
         Self(serde_json::value::to_raw_value(value).unwrap_or_else(|_| null_raw()))
     }
 
-    /// Serializes any value (for example a flow's typed output).
+    /// Serializes any value (for example a flow's typed output), refusing one nested deeper
+    /// than [`MAX_DEPTH`].
     pub fn encode<T: Serialize + ?Sized>(value: &T) -> Result<Self, serde_json::Error> {
-        serde_json::value::to_raw_value(value).map(Self)
+        let payload = serde_json::value::to_raw_value(value).map(Self)?;
+        if payload.is_too_deep() {
+            return Err(<serde_json::Error as serde::ser::Error>::custom(
+                PayloadError::TooDeep,
+            ));
+        }
+        Ok(payload)
     }
 
-    /// Checks that `text` is one JSON document and keeps it as it is.
+    /// Whether the document nests arrays and objects deeper than [`MAX_DEPTH`]: one scan of
+    /// the text, no parse.
+    pub fn is_too_deep(&self) -> bool {
+        text_depth_exceeds(self.as_json(), MAX_DEPTH)
+    }
+
+    /// Checks that `text` is one JSON document, nested no deeper than [`MAX_DEPTH`], and keeps
+    /// it as it is.
     pub fn from_json(text: impl Into<String>) -> Result<Self, serde_json::Error> {
+        let payload = Self::from_stored_json(text)?;
+        if payload.is_too_deep() {
+            return Err(<serde_json::Error as serde::de::Error>::custom(
+                PayloadError::TooDeep,
+            ));
+        }
+        Ok(payload)
+    }
+
+    /// A payload read back from a store: checked as one JSON document, but not for depth, so
+    /// that a record written before depth was checked still reads.
+    pub(crate) fn from_stored_json(text: impl Into<String>) -> Result<Self, serde_json::Error> {
         RawValue::from_string(text.into()).map(Self)
     }
 
@@ -54,6 +112,56 @@ impl Payload {
     pub fn as_json(&self) -> &str {
         self.0.get()
     }
+}
+
+/// Whether the JSON `text` nests arrays and objects deeper than `max`. Brackets inside
+/// strings do not count.
+fn text_depth_exceeds(text: &str, max: usize) -> bool {
+    let mut depth = 0usize;
+    let mut in_string = false;
+    let mut escaped = false;
+    for byte in text.bytes() {
+        if in_string {
+            match byte {
+                _ if escaped => escaped = false,
+                b'\\' => escaped = true,
+                b'"' => in_string = false,
+                _ => {}
+            }
+            continue;
+        }
+        match byte {
+            b'"' => in_string = true,
+            b'[' | b'{' => {
+                depth += 1;
+                if depth > max {
+                    return true;
+                }
+            }
+            b']' | b'}' => depth = depth.saturating_sub(1),
+            _ => {}
+        }
+    }
+    false
+}
+
+/// Whether `value` nests arrays and objects deeper than `max`, walked without recursion (a
+/// value built in memory can be nested far deeper than the stack allows).
+fn value_depth_exceeds(value: &Value, max: usize) -> bool {
+    let mut stack = vec![(value, 0usize)];
+    while let Some((value, depth)) = stack.pop() {
+        let children: Box<dyn Iterator<Item = &Value>> = match value {
+            Value::Array(items) => Box::new(items.iter()),
+            Value::Object(map) => Box::new(map.values()),
+            _ => continue,
+        };
+        let depth = depth + 1;
+        if depth > max {
+            return true;
+        }
+        stack.extend(children.map(|child| (child, depth)));
+    }
+    false
 }
 
 fn null_raw() -> Box<RawValue> {
@@ -142,6 +250,64 @@ mod tests {
         assert!(Payload::from_json("{").is_err());
         assert!(Payload::from_json("1 2").is_err());
         assert_eq!(Payload::from_json(" [1] ").unwrap().to_value(), json!([1]));
+    }
+
+    fn nested(depth: usize) -> Value {
+        let mut value = json!("leaf");
+        for level in 0..depth {
+            value = if level % 2 == 0 {
+                Value::Array(vec![value])
+            } else {
+                json!({ "k": value })
+            };
+        }
+        value
+    }
+
+    /// The limit is serde_json's own: a payload at the limit parses back, one level deeper
+    /// does not, and exactly those are refused.
+    #[test]
+    fn payloads_deeper_than_serde_json_reads_are_refused() {
+        let at_limit = nested(MAX_DEPTH);
+        let payload = Payload::try_from_value(&at_limit).unwrap();
+        assert!(!payload.is_too_deep());
+        assert_eq!(payload.to_value(), at_limit);
+        assert!(Payload::from_json(payload.as_json()).is_ok());
+
+        let too_deep = nested(MAX_DEPTH + 1);
+        assert!(matches!(
+            Payload::try_from_value(&too_deep),
+            Err(PayloadError::TooDeep)
+        ));
+        let unchecked = Payload::from_value(&too_deep);
+        assert!(unchecked.is_too_deep());
+        assert!(serde_json::from_str::<Value>(unchecked.as_json()).is_err());
+        assert!(Payload::from_json(unchecked.as_json()).is_err());
+        assert!(Payload::encode(&too_deep).is_err());
+    }
+
+    #[test]
+    fn brackets_inside_strings_do_not_count() {
+        let text = format!("[{:?}]", "[{".repeat(500) + "\\\"");
+        let payload = Payload::from_json(text).unwrap();
+        assert!(!payload.is_too_deep());
+    }
+
+    #[test]
+    fn a_value_nested_10000_deep_is_refused_without_overflowing_the_stack() {
+        let mut value = json!(1);
+        for _ in 0..10_000 {
+            value = Value::Array(vec![value]);
+        }
+        assert!(matches!(
+            Payload::try_from_value(&value),
+            Err(PayloadError::TooDeep)
+        ));
+        // Dropping a 10,000-deep Value recurses in serde_json; unwind it by hand.
+        let mut current = value;
+        while let Value::Array(mut items) = current {
+            current = items.pop().unwrap_or(Value::Null);
+        }
     }
 
     #[test]

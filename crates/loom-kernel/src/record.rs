@@ -1,18 +1,33 @@
-//! The binary record form: how the stores keep an event under `(execution, seq)`.
+//! The record codec: the bytes a store keeps for one event under `(execution, seq)`.
+//!
+//! Public on purpose: every store writes the same records (the embedded one, the PostgreSQL
+//! one), so tools such as `replay-check` read any of them alike. A store calls [`encode`] (or
+//! [`encode_into`] to reuse a buffer) when appending and [`decode`] — or
+//! [`crate::envelope::decode_record`], which also reads the JSON records of older builds — when
+//! reading. The execution id and the seq are not in the record: the store's key holds them.
 //!
 //! JSON is the envelope's public form (exports, tools); inside a store the envelope's structure
 //! is written in a compact binary layout and only the payloads stay JSON text, so reading a log
-//! does not parse field names, escapes and numbers for every event. Records written as JSON by
-//! earlier builds stay readable: a record is binary when it starts with [`BINARY_RECORD`], JSON
-//! when it starts with `{`.
+//! does not parse field names, escapes and numbers for every event (ADR 0005).
 //!
-//! Layout (little-endian): `BINARY_RECORD`, `schema: u32`, `recorded_at: u8 (0|1) [u64]`,
-//! `type: u8`, then the event's fields in declaration order: strings and payloads as
-//! `len: u32` + UTF-8 bytes, integers at their width, options as `u8 (0|1)` + value, sets as
-//! `count: u32` + items. A field added within a schema gets a new type tag for the new layout,
-//! and the old tag stays readable (`EFFECT_INDOUBT`: tag 4 without `reason`, tag 13 with it),
-//! so a truncated record never reads as an older complete one. The schema comes first, so an event of a newer schema is refused
-//! before anything else is read.
+//! # Forms, told apart by the first byte
+//! - [`CHECKED_RECORD`] (`0xB2`, written by this build): the marker, the CRC-32C of the body
+//!   (`u32`), then the body. A mismatch is refused as [`DecodeError::ChecksumMismatch`] before
+//!   anything else is read (ADR 0007).
+//! - [`BINARY_RECORD`] (`0xB1`, earlier builds): the marker, then the body, unchecked.
+//! - `{`: the JSON record of the earliest builds (read by `decode_record` only).
+//!
+//! # Body (little-endian)
+//! `schema: u32`, `recorded_at: u8 (0|1) [u64]`, `type: u8`, then the event's fields in
+//! declaration order: strings and payloads as `len: u32` + UTF-8 bytes, integers at their
+//! width, options as `u8 (0|1)` + value, sets as `count: u32` + items. A field added within a
+//! schema gets a new type tag for the new layout, and the old tag stays readable
+//! (`EFFECT_INDOUBT`: tag 4 without `reason`, tag 13 with it), so a truncated record never
+//! reads as an older complete one. The schema comes first, so an event of a newer schema is
+//! refused before anything else is read.
+//!
+//! # Errors
+//! Decoding never panics: any byte string gives an event or a [`DecodeError`].
 
 use std::collections::BTreeSet;
 
@@ -21,10 +36,19 @@ use crate::event::*;
 use crate::id::ExecutionId;
 use crate::payload::Payload;
 
-/// The first byte of a binary record (a JSON record starts with `{`).
+/// The first byte of a binary record without a checksum, as builds before ADR 0007 wrote it
+/// (a JSON record starts with `{`). Still read.
 pub const BINARY_RECORD: u8 = 0xB1;
 
-/// Encodes `event` as a binary record stamped with the current [`EVENT_SCHEMA`].
+/// The first byte of a checksummed binary record, the form this build writes: the marker,
+/// then the CRC-32C of everything after the checksum (`u32`, little-endian), then the same
+/// layout as a [`BINARY_RECORD`] after its marker. See ADR 0007.
+pub const CHECKED_RECORD: u8 = 0xB2;
+
+/// Bytes before a checked record's body: the marker and the checksum.
+const CHECKED_HEADER: usize = 5;
+
+/// Encodes `event` as a checksummed binary record stamped with the current [`EVENT_SCHEMA`].
 pub fn encode(event: &Event, recorded_at_ms: Option<u64>) -> Vec<u8> {
     let mut bytes = Vec::with_capacity(128);
     encode_into(&mut bytes, event, recorded_at_ms);
@@ -33,8 +57,25 @@ pub fn encode(event: &Event, recorded_at_ms: Option<u64>) -> Vec<u8> {
 
 /// [`encode`], appending to `bytes`: a caller encoding many events reuses one buffer.
 pub fn encode_into(bytes: &mut Vec<u8>, event: &Event, recorded_at_ms: Option<u64>) {
+    let start = bytes.len();
+    bytes.push(CHECKED_RECORD);
+    bytes.extend_from_slice(&[0; 4]);
+    encode_body(bytes, event, recorded_at_ms);
+    let checksum = crate::checksum::crc32c(&bytes[start + CHECKED_HEADER..]);
+    bytes[start + 1..start + CHECKED_HEADER].copy_from_slice(&checksum.to_le_bytes());
+}
+
+/// Encodes `event` as a binary record without a checksum, the form builds before ADR 0007
+/// wrote (kept for tests of backward compatibility).
+pub fn encode_unchecked(event: &Event, recorded_at_ms: Option<u64>) -> Vec<u8> {
+    let mut bytes = vec![BINARY_RECORD];
+    encode_body(&mut bytes, event, recorded_at_ms);
+    bytes
+}
+
+/// The layout after the marker (and checksum): schema, recorded-at, type, fields.
+fn encode_body(bytes: &mut Vec<u8>, event: &Event, recorded_at_ms: Option<u64>) {
     let mut out = Writer(bytes);
-    out.u8(BINARY_RECORD);
     out.u32(EVENT_SCHEMA);
     out.opt_u64(recorded_at_ms);
     match event {
@@ -142,16 +183,34 @@ pub fn encode_into(bytes: &mut Vec<u8>, event: &Event, recorded_at_ms: Option<u6
     }
 }
 
-/// Decodes a binary record stored under `(execution_id, seq)`.
+/// Decodes a binary record (checksummed or not) stored under `(execution_id, seq)`. A
+/// checksummed record whose bytes do not match its checksum is refused
+/// ([`DecodeError::ChecksumMismatch`]) before anything else is read.
 pub fn decode(
     execution_id: &ExecutionId,
     seq: u64,
     bytes: &[u8],
 ) -> Result<EventEnvelope, DecodeError> {
-    let mut input = Reader::new(bytes);
-    if input.u8()? != BINARY_RECORD {
-        return Err(invalid("not a binary record"));
-    }
+    let body = match bytes.first() {
+        Some(&BINARY_RECORD) => &bytes[1..],
+        Some(&CHECKED_RECORD) => {
+            let (Some(stored), Some(body)) =
+                (bytes.get(1..CHECKED_HEADER), bytes.get(CHECKED_HEADER..))
+            else {
+                return Err(invalid("the record ends early"));
+            };
+            let mut expected = [0u8; 4];
+            expected.copy_from_slice(stored);
+            let expected = u32::from_le_bytes(expected);
+            let found = crate::checksum::crc32c(body);
+            if found != expected {
+                return Err(DecodeError::ChecksumMismatch { expected, found });
+            }
+            body
+        }
+        _ => return Err(invalid("not a binary record")),
+    };
+    let mut input = Reader::new(body);
     let schema = input.u32()?;
     if schema > EVENT_SCHEMA {
         return Err(DecodeError::UnsupportedSchema {
@@ -409,7 +468,7 @@ impl<'a> Reader<'a> {
         }
     }
     fn payload(&mut self) -> Result<Payload, DecodeError> {
-        Ok(Payload::from_json(self.string()?)?)
+        Ok(Payload::from_stored_json(self.string()?)?)
     }
     fn error(&mut self) -> Result<ErrorInfo, DecodeError> {
         Ok(ErrorInfo {
@@ -449,10 +508,46 @@ mod tests {
     }
 
     #[test]
+    fn a_flipped_bit_anywhere_in_a_checked_record_is_refused() {
+        let id = ExecutionId::new("e").unwrap();
+        let bytes = encode(&completed("charge#1", 42), Some(7));
+        assert_eq!(bytes[0], CHECKED_RECORD);
+        for byte in 1..bytes.len() {
+            for bit in 0..8 {
+                let mut flipped = bytes.clone();
+                flipped[byte] ^= 1 << bit;
+                assert!(
+                    decode(&id, 0, &flipped).is_err(),
+                    "byte {byte} bit {bit} read as an event"
+                );
+            }
+        }
+        let mut flipped = bytes.clone();
+        flipped[20] ^= 4;
+        assert!(matches!(
+            decode(&id, 0, &flipped),
+            Err(DecodeError::ChecksumMismatch { .. })
+        ));
+    }
+
+    #[test]
+    fn unchecked_records_of_earlier_builds_still_read() {
+        let id = ExecutionId::new("e").unwrap();
+        let event = completed("charge#1", 42);
+        let old = encode_unchecked(&event, Some(7));
+        assert_eq!(old[0], BINARY_RECORD);
+        assert_eq!(decode(&id, 0, &old).unwrap().event, event);
+        assert_eq!(
+            decode(&id, 0, &encode(&event, Some(7))).unwrap().event,
+            event
+        );
+    }
+
+    #[test]
     fn a_string_cut_inside_a_character_is_refused() {
         let id = ExecutionId::new("e").unwrap();
         for cost in [0, u64::MAX] {
-            let mut bytes = encode(&completed("éa", cost), None);
+            let mut bytes = encode_unchecked(&completed("éa", cost), None);
             // Header: marker, schema, no recorded-at, type; then the step id's length (3).
             assert_eq!(bytes[7..11], [3, 0, 0, 0]);
             bytes[7] = 1;

@@ -99,7 +99,7 @@ fn in_doubt_records_without_a_reason_read_back() {
     assert_eq!(read.event, Event::EffectInDoubt(expected.clone()));
 
     let now = encode_record(&Event::EffectInDoubt(expected), None);
-    assert_eq!(now[6], 13, "this build writes the layout with a reason");
+    assert_eq!(now[10], 13, "this build writes the layout with a reason");
     assert!(decode(&e, 0, &now[..now.len() - 1]).is_err());
 }
 

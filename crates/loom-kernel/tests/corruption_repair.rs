@@ -216,3 +216,52 @@ async fn a_read_only_store_reads_and_writes_nothing() {
     drop(store);
     assert_eq!(std::fs::read(&path).unwrap(), before);
 }
+
+/// With `verify_on_open` off, a byte flipped inside a record (here a payload character, so
+/// that the record still parses) is caught by the record's checksum when read, instead of
+/// reading back as a silently different event.
+#[tokio::test]
+async fn a_flipped_payload_byte_is_detected_without_verify_on_open() {
+    use loom_kernel::{DiskStoreConfig, EventStoreExt};
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("flip.redb");
+    let e = id("flip");
+    let marker = "amount-1000-marker-unique";
+    {
+        let store = DiskStore::open(&path).unwrap();
+        store
+            .append(&e, 0, &[started("f"), tagged(json!(marker))])
+            .await
+            .unwrap();
+    }
+    let mut bytes = std::fs::read(&path).unwrap();
+    let found: Vec<usize> = bytes
+        .windows(marker.len())
+        .enumerate()
+        .filter(|(_, window)| *window == marker.as_bytes())
+        .map(|(at, _)| at)
+        .collect();
+    assert!(!found.is_empty(), "the payload is in the file");
+    for at in &found {
+        // "1000" becomes "9000": still valid JSON, another amount.
+        bytes[at + 7] = b'9';
+    }
+    std::fs::write(&path, &bytes).unwrap();
+    let config = DiskStoreConfig {
+        verify_on_open: false,
+        ..DiskStoreConfig::default()
+    };
+    let store = DiskStore::open_with(&path, config).unwrap();
+    let err = store.read_all(&e).await.unwrap_err();
+    assert!(
+        matches!(
+            &err,
+            ReadError::Decode {
+                seq: 1,
+                source: DecodeError::ChecksumMismatch { .. },
+                ..
+            }
+        ),
+        "{err:?}"
+    );
+}

@@ -925,6 +925,7 @@ impl EventStore for DiskStore {
                 execution: execution.clone(),
             });
         }
+        super::check_payloads(execution, expected_seq, events)?;
         let recorded_at_ms = wall_clock_ms();
         let records = events
             .iter()

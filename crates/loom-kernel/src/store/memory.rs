@@ -117,6 +117,7 @@ impl EventStore for MemoryStore {
                 execution: execution.clone(),
             });
         }
+        super::check_payloads(execution, expected_seq, events)?;
         let recorded_at_ms = wall_clock_ms();
         let (head, feed_head) = {
             let mut state = self.state();

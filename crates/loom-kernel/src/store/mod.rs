@@ -71,6 +71,13 @@ pub enum AppendError {
     },
     #[error("append to execution {execution} with no events")]
     EmptyBatch { execution: ExecutionId },
+    /// An event of the batch holds a payload nested deeper than
+    /// [`crate::payload::MAX_DEPTH`], which no reader could parse back; nothing is stored.
+    #[error(
+        "append to execution {execution} refused: the event at seq {seq} holds a payload nested deeper than {} levels",
+        crate::payload::MAX_DEPTH
+    )]
+    PayloadTooDeep { execution: ExecutionId, seq: u64 },
     /// The batch would make the log invalid (see the module documentation); nothing of it
     /// is stored. `seq` is where the offending event would have gone.
     #[error(
@@ -537,6 +544,43 @@ where
 }
 
 impl<S: EventStore + ?Sized> EventStoreExt for S {}
+
+/// Refuses a batch holding a payload no reader could parse back ([`AppendError::PayloadTooDeep`]).
+/// Every store calls it before anything else, on the caller's task.
+pub fn check_payloads(
+    execution: &ExecutionId,
+    expected_seq: u64,
+    events: &[Event],
+) -> Result<(), AppendError> {
+    use crate::event::Verdict;
+    for (seq, event) in (expected_seq..).zip(events) {
+        let too_deep = match event {
+            Event::ExecutionStarted(e) => e.input.is_too_deep(),
+            Event::StepCompleted(e) => e.output.is_too_deep(),
+            Event::EffectResolved(e) => match &e.verdict {
+                Verdict::Completed { output } => output.is_too_deep(),
+                _ => false,
+            },
+            Event::DecisionRecorded(e) => e.value.is_too_deep(),
+            Event::ExecutionResumed(e) => e.payload.is_too_deep(),
+            Event::SurfacePatch(e) => e.ops.is_too_deep(),
+            Event::ExecutionCompleted(e) => e.output.is_too_deep(),
+            Event::StepStarted(_)
+            | Event::StepFailed(_)
+            | Event::EffectInDoubt(_)
+            | Event::ExecutionSuspended(_)
+            | Event::ExecutionFailed(_)
+            | Event::ExecutionCancelled(_) => false,
+        };
+        if too_deep {
+            return Err(AppendError::PayloadTooDeep {
+                execution: execution.clone(),
+                seq,
+            });
+        }
+    }
+    Ok(())
+}
 
 /// Milliseconds since the Unix epoch, for `recorded_at_ms` metadata only.
 pub(crate) fn wall_clock_ms() -> Option<u64> {
