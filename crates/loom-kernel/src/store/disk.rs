@@ -2,8 +2,17 @@
 //!
 //! # Layout
 //! - `events`: `(execution id, seq) -> record` (the record form of [`crate::envelope`]).
-//! - `heads`: `execution id -> next seq`, read to fence appends and to list executions.
-//! - `meta`: `"format" -> STORE_FORMAT`, so a file from an incompatible build is refused.
+//! - `tails`: `execution id -> head, tail`: the next seq (read to fence appends and to list
+//!   executions) and the [`ExecutionTail`] (read to validate appends).
+//! - `by_status`: `(index code, execution id)`, one range per status listing.
+//! - `ended`: `(ended at ms, execution id)`, read by retention, oldest first.
+//! - `feed`: `position -> (execution id, seq)`, the store-wide commit order.
+//! - `meta`: `"format" -> STORE_FORMAT`, so a file from an incompatible build is refused, and
+//!   `"feed_next"`, the next feed position.
+//!
+//! Every table but `events` and `meta` is written in the same transaction as the events it
+//! describes (layout 2, ADR 0007). A layout 1 file (`events`, `heads`, `meta`) is brought to
+//! layout 2 when first opened for writing.
 //!
 //! # Group commit
 //! One writer thread owns every write transaction. Callers encode their events on their own
