@@ -11,6 +11,8 @@ use std::process::Command;
 use anyhow::{Context, Result};
 use clap::{Parser, Subcommand};
 
+mod pg;
+
 #[derive(Debug, Parser)]
 #[command(about = "Loom's developer commands.")]
 struct Cli {
@@ -36,6 +38,11 @@ enum Task {
         #[arg(trailing_var_arg = true, allow_hyphen_values = true)]
         args: Vec<OsString>,
     },
+    /// Starts a throwaway PostgreSQL cluster on a free port of 127.0.0.1 and writes its URL to
+    /// target/loom-pg/url, where the PostgreSQL store's tests find it.
+    PgUp,
+    /// Stops the cluster `pg-up` started and removes its data.
+    PgDown,
     /// Writes recorded executions as JSON Lines files (`cargo xtask export-log --help`).
     ExportLog {
         #[arg(trailing_var_arg = true, allow_hyphen_values = true)]
@@ -72,6 +79,8 @@ fn run(task: Task, root: &Path) -> Result<()> {
         // Handled before parsing; listed for --help.
         Task::ReplayCheck { .. } | Task::ExportLog { .. } => Ok(()),
         Task::Test => test(&root),
+        Task::PgUp => pg::up(&root),
+        Task::PgDown => pg::down(&root),
         Task::Ci => {
             cargo(&root, &["fmt", "--all", "--", "--check"])?;
             cargo(
@@ -142,9 +151,9 @@ fn run(task: Task, root: &Path) -> Result<()> {
     }
 }
 
-/// The test command. Later steps add their setup here, before the tests run: a PostgreSQL
-/// server for the Postgres store's tests, and a Python venv with a2ui-core for the A2UI
-/// conformance tests.
+/// The test command. Later steps add their setup here, before the tests run: a Python venv
+/// with a2ui-core for the A2UI conformance tests. The PostgreSQL store's tests use the server
+/// `cargo xtask pg-up` started (they say loudly that they were skipped when none runs).
 fn test(root: &Path) -> Result<()> {
     cargo(root, &["test", "--workspace"])
 }

@@ -1,0 +1,94 @@
+//! The tables, and the versioned migrations that create them.
+//!
+//! Each migration runs once per schema, in order, in its own transaction, under an advisory
+//! lock: workers connecting at the same time apply it once between them, and a migration that
+//! fails leaves no trace (PostgreSQL's DDL is transactional). `loom_migrations` records what
+//! is applied; a schema with a version this build does not know is refused.
+
+use tokio_postgres::Client;
+
+use crate::error::ConnectError;
+
+/// The migrations, in order; `MIGRATIONS[i]` is version `i + 1`. Never edit one that shipped:
+/// add the next.
+const MIGRATIONS: &[&str] = &[
+    // 1: logs, the execution index (head, status, lease).
+    r#"
+    CREATE TABLE loom_events (
+        execution_id text COLLATE "C" NOT NULL,
+        seq bigint NOT NULL,
+        record bytea NOT NULL,
+        commit_id bigint NOT NULL,
+        PRIMARY KEY (execution_id, seq)
+    );
+    CREATE TABLE loom_executions (
+        execution_id text COLLATE "C" PRIMARY KEY,
+        head bigint NOT NULL DEFAULT 0,
+        status smallint NOT NULL DEFAULT 0,
+        lease_owner text,
+        lease_token bigint NOT NULL DEFAULT 0,
+        lease_expires_at timestamptz
+    );
+    CREATE INDEX loom_executions_by_status ON loom_executions (status, execution_id)
+        WHERE head > 0;
+    CREATE INDEX loom_executions_by_owner ON loom_executions (lease_owner)
+        WHERE lease_owner IS NOT NULL;
+    "#,
+];
+
+/// The schema version this build writes.
+pub const SCHEMA_VERSION: i32 = MIGRATIONS.len() as i32;
+
+/// An arbitrary constant: the advisory lock that serialises migrations in one database.
+const MIGRATION_LOCK: i64 = 0x6c6f_6f6d_6d69_6772;
+
+/// Creates `schema` if missing and applies every migration it lacks.
+pub(crate) async fn migrate(client: &mut Client, schema: &str) -> Result<(), ConnectError> {
+    let quoted = quote_ident(schema);
+    let migration = |version: i32| {
+        move |source: tokio_postgres::Error| ConnectError::Migration { version, source }
+    };
+    let txn = client.transaction().await.map_err(migration(0))?;
+    txn.execute("SELECT pg_advisory_xact_lock($1)", &[&MIGRATION_LOCK])
+        .await
+        .map_err(migration(0))?;
+    txn.batch_execute(&format!(
+        "CREATE SCHEMA IF NOT EXISTS {quoted};
+         SET LOCAL search_path TO {quoted};
+         CREATE TABLE IF NOT EXISTS loom_migrations (
+             version integer PRIMARY KEY,
+             applied_at timestamptz NOT NULL DEFAULT now()
+         );"
+    ))
+    .await
+    .map_err(migration(0))?;
+    let applied: i32 = txn
+        .query_one("SELECT coalesce(max(version), 0) FROM loom_migrations", &[])
+        .await
+        .map_err(migration(0))?
+        .get(0);
+    if applied > SCHEMA_VERSION {
+        return Err(ConnectError::NewerSchema {
+            schema: schema.to_owned(),
+            found: applied,
+            supported: SCHEMA_VERSION,
+        });
+    }
+    for (version, sql) in (1..).zip(MIGRATIONS).skip(applied as usize) {
+        txn.batch_execute(sql).await.map_err(migration(version))?;
+        txn.execute(
+            "INSERT INTO loom_migrations (version) VALUES ($1)",
+            &[&version],
+        )
+        .await
+        .map_err(migration(version))?;
+        tracing::info!(schema, version, "migration applied");
+    }
+    txn.commit().await.map_err(migration(SCHEMA_VERSION))?;
+    Ok(())
+}
+
+/// `name` as a quoted SQL identifier.
+pub(crate) fn quote_ident(name: &str) -> String {
+    format!("\"{}\"", name.replace('"', "\"\""))
+}

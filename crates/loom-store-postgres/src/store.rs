@@ -1,0 +1,427 @@
+//! [`PostgresStore`]: the `EventStore` over PostgreSQL.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use deadpool_postgres::{Manager, ManagerConfig, Pool, RecyclingMethod};
+use loom_kernel::envelope::{decode_record, encode_record_into};
+use loom_kernel::{
+    AppendError, Event, EventEnvelope, EventStore, EventStoreExt, ExecutionId, ExecutionPage,
+    ExecutionStatus, ExecutionSummary, ReadError,
+};
+use tokio::sync::{mpsc, oneshot};
+use tokio::task::JoinHandle;
+
+use crate::config::PostgresStoreConfig;
+use crate::error::ConnectError;
+use crate::lease::Leases;
+use crate::notify::{self, HeadWatch};
+use crate::status::{self, StatusCache};
+use crate::writer::{Faults, WriteRequest, Writer};
+
+/// Event logs in a PostgreSQL database. Cheap to clone; clones share the pool, the writer,
+/// the listener and the leases. Each store instance is one worker for the lease protocol
+/// (see [`crate::lease`]); open one per process.
+#[derive(Debug, Clone)]
+pub struct PostgresStore {
+    shared: Arc<Shared>,
+}
+
+#[derive(Debug)]
+struct Shared {
+    pool: Pool,
+    config: PostgresStoreConfig,
+    requests: mpsc::UnboundedSender<WriteRequest>,
+    watch: Arc<HeadWatch>,
+    leases: Arc<Leases>,
+    statuses: StatusCache,
+    faults: Arc<Faults>,
+    background: Vec<JoinHandle<()>>,
+}
+
+impl Drop for Shared {
+    fn drop(&mut self) {
+        // The writer ends by itself once it has answered what is queued (its channel closes);
+        // the listener and the lease renewal would otherwise wait for their next tick.
+        for task in &self.background {
+            task.abort();
+        }
+    }
+}
+
+impl PostgresStore {
+    /// Connects, applies the migrations the schema lacks, and starts the writer, the listener
+    /// and the lease renewal. Call from within a Tokio runtime.
+    pub async fn connect(config: PostgresStoreConfig) -> Result<Self, ConnectError> {
+        if config.schema.is_empty()
+            || config.schema.len() > 48
+            || !config
+                .schema
+                .chars()
+                .all(|c| c.is_ascii_alphanumeric() || c == '_')
+        {
+            return Err(ConnectError::Schema(config.schema.clone()));
+        }
+        let mut pg: tokio_postgres::Config = config.url.parse().map_err(ConnectError::Config)?;
+        if pg.get_application_name().is_none() {
+            pg.application_name("loom");
+        }
+        let listener_config = pg.clone();
+        pg.options(format!("-c search_path={}", config.schema));
+        let manager = Manager::from_config(
+            pg,
+            tokio_postgres::NoTls,
+            ManagerConfig {
+                recycling_method: RecyclingMethod::Fast,
+            },
+        );
+        let pool = Pool::builder(manager)
+            .max_size(config.pool_size.max(2))
+            .build()
+            .map_err(|e| ConnectError::Pool(e.to_string()))?;
+        {
+            let mut client = pool
+                .get()
+                .await
+                .map_err(|e| ConnectError::Connect(e.to_string()))?;
+            crate::schema::migrate(&mut client, &config.schema).await?;
+        }
+
+        let watch = Arc::new(HeadWatch::default());
+        let channel = notify::channel_of(&config.schema);
+        let (ready, listening) = oneshot::channel();
+        let listener = tokio::spawn(notify::listen(
+            listener_config,
+            channel.clone(),
+            Arc::downgrade(&watch),
+            ready,
+        ));
+        listening
+            .await
+            .map_err(|_| ConnectError::Listen("the listener stopped".into()))?
+            .map_err(ConnectError::Listen)?;
+
+        let leases = Arc::new(Leases::new(config.worker_id.clone(), config.lease));
+        let renewal = tokio::spawn(Leases::renew_forever(
+            Arc::downgrade(&leases),
+            pool.clone(),
+            (config.lease / 3).max(Duration::from_millis(10)),
+        ));
+        let faults = Arc::new(Faults::default());
+        let (requests, queue) = mpsc::unbounded_channel();
+        let writer = Writer {
+            pool: pool.clone(),
+            channel,
+            watch: Arc::clone(&watch),
+            leases: Arc::clone(&leases),
+            max_batch_events: config.max_batch_events.max(1),
+            faults: Arc::clone(&faults),
+        };
+        tokio::spawn(writer.run(queue));
+        tracing::debug!(schema = %config.schema, worker = %config.worker_id, "postgres store connected");
+        Ok(Self {
+            shared: Arc::new(Shared {
+                pool,
+                config,
+                requests,
+                watch,
+                leases,
+                statuses: StatusCache::default(),
+                faults,
+                background: vec![listener, renewal],
+            }),
+        })
+    }
+
+    /// The settings this store was opened with.
+    pub fn config(&self) -> &PostgresStoreConfig {
+        &self.shared.config
+    }
+
+    /// This store's name in leases.
+    pub fn worker_id(&self) -> &str {
+        &self.shared.config.worker_id
+    }
+
+    /// The fencing token of this worker's lease on `execution`, if it holds one.
+    pub fn lease_token(&self, execution: &ExecutionId) -> Option<i64> {
+        self.shared.leases.token(execution)
+    }
+
+    /// Renews this worker's leases now (the store does so by itself every third of the lease);
+    /// returns how many it holds.
+    pub async fn renew_leases(&self) -> Result<usize, ReadError> {
+        self.shared
+            .leases
+            .renew(&self.shared.pool)
+            .await
+            .map_err(|detail| ReadError::Storage { detail })
+    }
+
+    /// Failure injection for tests.
+    #[doc(hidden)]
+    pub fn faults(&self) -> &Faults {
+        &self.shared.faults
+    }
+
+    /// Up to `limit` executions whose status is `status`, with ids after `after`, in id
+    /// order. Costs in proportion to what it returns (an index on status and id).
+    pub async fn list_by_status(
+        &self,
+        status: ExecutionStatus,
+        after: Option<&ExecutionId>,
+        limit: usize,
+    ) -> Result<ExecutionPage, ReadError> {
+        let limit = limit.max(1);
+        let client = self.client().await?;
+        let rows = client
+            .query(
+                "SELECT execution_id, head FROM loom_executions \
+                 WHERE head > 0 AND status = $1 AND ($2::text IS NULL OR execution_id > $2) \
+                 ORDER BY status, execution_id LIMIT $3",
+                &[
+                    &status::status_code(status),
+                    &after.map(ExecutionId::as_str),
+                    &(limit as i64 + 1),
+                ],
+            )
+            .await
+            .map_err(storage)?;
+        Ok(page_of(&rows, limit))
+    }
+
+    async fn client(&self) -> Result<deadpool_postgres::Object, ReadError> {
+        self.shared
+            .pool
+            .get()
+            .await
+            .map_err(|e| ReadError::Storage {
+                detail: format!("no connection: {e}"),
+            })
+    }
+
+    /// The state at `expected_seq` to fold an append onto: known, or read and folded.
+    async fn state_before(
+        &self,
+        execution: &ExecutionId,
+        expected_seq: u64,
+    ) -> Option<loom_kernel::ExecutionState> {
+        if let Some(state) = self.shared.statuses.state_at(execution, expected_seq) {
+            return Some(state);
+        }
+        // First append of this process to an execution it did not start (a resume, a
+        // recovery): fold its log once. A log that does not end at `expected_seq` conflicts.
+        let state = self.fold(execution).await.ok()?;
+        (state.next_seq() == expected_seq).then_some(state)
+    }
+}
+
+fn storage(err: impl std::fmt::Display) -> ReadError {
+    ReadError::Storage {
+        detail: err.to_string(),
+    }
+}
+
+fn page_of(rows: &[tokio_postgres::Row], limit: usize) -> ExecutionPage {
+    let mut executions: Vec<ExecutionSummary> = rows
+        .iter()
+        .filter_map(|row| {
+            let id = ExecutionId::new(row.get::<_, &str>(0)).ok()?;
+            Some(ExecutionSummary {
+                id,
+                head: row.get::<_, i64>(1) as u64,
+            })
+        })
+        .collect();
+    let more = executions.len() > limit;
+    executions.truncate(limit);
+    let next = more
+        .then(|| executions.last().map(|summary| summary.id.clone()))
+        .flatten();
+    ExecutionPage { executions, next }
+}
+
+fn wall_clock_ms() -> Option<u64> {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .ok()
+        .and_then(|d| u64::try_from(d.as_millis()).ok())
+}
+
+impl EventStore for PostgresStore {
+    async fn append(
+        &self,
+        execution: &ExecutionId,
+        expected_seq: u64,
+        events: &[Event],
+    ) -> Result<u64, AppendError> {
+        if events.is_empty() {
+            return Err(AppendError::EmptyBatch {
+                execution: execution.clone(),
+            });
+        }
+        if expected_seq > i64::MAX as u64 - events.len() as u64 {
+            return Err(AppendError::Conflict {
+                execution: execution.clone(),
+                expected_seq,
+                actual_seq: self.head(execution).await.unwrap_or(0),
+            });
+        }
+        let before = self.state_before(execution, expected_seq).await;
+        let outcome = status::outcome(execution, before, expected_seq, events);
+        let recorded_at_ms = wall_clock_ms();
+        let records = events
+            .iter()
+            .map(|event| {
+                let mut bytes = Vec::with_capacity(128);
+                encode_record_into(&mut bytes, event, recorded_at_ms);
+                bytes
+            })
+            .collect();
+        let (reply, answer) = oneshot::channel();
+        self.shared
+            .requests
+            .send(WriteRequest {
+                execution: execution.clone(),
+                expected_seq,
+                records,
+                status: outcome.status,
+                keep_lease: outcome.keep_lease,
+                reply,
+            })
+            .map_err(|_| AppendError::Closed)?;
+        let head = answer.await.map_err(|_| AppendError::Closed)??;
+        if let Some(state) = outcome.state {
+            self.shared.statuses.remember(execution, state);
+        }
+        Ok(head)
+    }
+
+    async fn read(
+        &self,
+        execution: &ExecutionId,
+        from: u64,
+        limit: usize,
+    ) -> Result<Vec<EventEnvelope>, ReadError> {
+        let (Ok(from), Ok(limit)) = (i64::try_from(from), i64::try_from(limit)) else {
+            return Ok(Vec::new());
+        };
+        if limit == 0 {
+            return Ok(Vec::new());
+        }
+        let client = self.client().await?;
+        let statement = client
+            .prepare_cached(
+                "SELECT seq, record FROM loom_events \
+                 WHERE execution_id = $1 AND seq >= $2 ORDER BY seq LIMIT $3",
+            )
+            .await
+            .map_err(storage)?;
+        let rows = client
+            .query(&statement, &[&execution.as_str(), &from, &limit])
+            .await
+            .map_err(storage)?;
+        rows.iter()
+            .map(|row| {
+                let seq = row.get::<_, i64>(0) as u64;
+                decode_record(execution, seq, row.get::<_, &[u8]>(1)).map_err(|source| {
+                    ReadError::Decode {
+                        execution: execution.clone(),
+                        seq,
+                        source,
+                    }
+                })
+            })
+            .collect()
+    }
+
+    async fn head(&self, execution: &ExecutionId) -> Result<u64, ReadError> {
+        let client = self.client().await?;
+        let statement = client
+            .prepare_cached("SELECT head FROM loom_executions WHERE execution_id = $1")
+            .await
+            .map_err(storage)?;
+        let row = client
+            .query_opt(&statement, &[&execution.as_str()])
+            .await
+            .map_err(storage)?;
+        Ok(row.map_or(0, |row| row.get::<_, i64>(0) as u64))
+    }
+
+    async fn list_executions(
+        &self,
+        after: Option<&ExecutionId>,
+        limit: usize,
+    ) -> Result<ExecutionPage, ReadError> {
+        let limit = limit.clamp(1, i64::MAX as usize - 1);
+        let client = self.client().await?;
+        let rows = client
+            .query(
+                "SELECT execution_id, head FROM loom_executions \
+                 WHERE head > 0 AND ($1::text IS NULL OR execution_id > $1) \
+                 ORDER BY execution_id LIMIT $2",
+                &[&after.map(ExecutionId::as_str), &(limit as i64 + 1)],
+            )
+            .await
+            .map_err(storage)?;
+        Ok(page_of(&rows, limit))
+    }
+
+    async fn read_logs(
+        &self,
+        executions: &[ExecutionId],
+    ) -> Result<Vec<Vec<EventEnvelope>>, ReadError> {
+        let ids: Vec<&str> = executions.iter().map(ExecutionId::as_str).collect();
+        let client = self.client().await?;
+        let rows = client
+            .query(
+                "SELECT execution_id, seq, record FROM loom_events \
+                 WHERE execution_id = ANY($1) ORDER BY execution_id, seq",
+                &[&ids],
+            )
+            .await
+            .map_err(storage)?;
+        let mut by_id: std::collections::HashMap<&str, Vec<EventEnvelope>> =
+            std::collections::HashMap::new();
+        for row in &rows {
+            let id: &str = row.get(0);
+            let Some(execution) = executions.iter().find(|e| e.as_str() == id) else {
+                continue;
+            };
+            let seq = row.get::<_, i64>(1) as u64;
+            let envelope =
+                decode_record(execution, seq, row.get::<_, &[u8]>(2)).map_err(|source| {
+                    ReadError::Decode {
+                        execution: execution.clone(),
+                        seq,
+                        source,
+                    }
+                })?;
+            by_id.entry(execution.as_str()).or_default().push(envelope);
+        }
+        Ok(executions
+            .iter()
+            .map(|e| by_id.get(e.as_str()).cloned().unwrap_or_default())
+            .collect())
+    }
+
+    async fn wait_for(&self, execution: &ExecutionId, seq: u64) -> Result<(), ReadError> {
+        let mut heads = self.shared.watch.subscribe(execution);
+        let mut resyncs = self.shared.watch.resyncs();
+        loop {
+            // Subscribed before reading: a commit after this read is published to `heads`.
+            resyncs.borrow_and_update();
+            if self.head(execution).await? > seq {
+                return Ok(());
+            }
+            tokio::select! {
+                woke = heads.wait_for(|head| *head > seq) => {
+                    return woke.map(|_| ()).map_err(|_| ReadError::Closed);
+                }
+                changed = resyncs.changed() => {
+                    changed.map_err(|_| ReadError::Closed)?;
+                }
+            }
+        }
+    }
+}
