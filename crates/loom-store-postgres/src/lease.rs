@@ -166,9 +166,20 @@ impl Leases {
     }
 
     /// Renews leases until `leases` is dropped.
-    pub(crate) async fn renew_forever(leases: std::sync::Weak<Self>, pool: Pool, every: Duration) {
+    pub(crate) async fn renew_forever(
+        leases: std::sync::Weak<Self>,
+        pool: Pool,
+        every: Duration,
+        faults: std::sync::Arc<crate::writer::Faults>,
+    ) {
         loop {
             tokio::time::sleep(every).await;
+            if faults
+                .pause_lease_renewal
+                .load(std::sync::atomic::Ordering::SeqCst)
+            {
+                continue;
+            }
             let Some(leases) = leases.upgrade() else {
                 return;
             };

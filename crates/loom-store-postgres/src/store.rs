@@ -102,12 +102,13 @@ impl PostgresStore {
             .map_err(ConnectError::Listen)?;
 
         let leases = Arc::new(Leases::new(config.worker_id.clone(), config.lease));
+        let faults = Arc::new(Faults::default());
         let renewal = tokio::spawn(Leases::renew_forever(
             Arc::downgrade(&leases),
             pool.clone(),
             (config.lease / 3).max(Duration::from_millis(10)),
+            Arc::clone(&faults),
         ));
-        let faults = Arc::new(Faults::default());
         let (requests, queue) = mpsc::unbounded_channel();
         let writer = Writer {
             pool: pool.clone(),

@@ -49,6 +49,8 @@ pub struct Faults {
     /// Roll this many batches back instead of committing, then act as if the reply to
     /// `COMMIT` was lost.
     pub lose_commit: AtomicU32,
+    /// Stop renewing leases in the background, as a worker that hangs would.
+    pub pause_lease_renewal: std::sync::atomic::AtomicBool,
 }
 
 impl Faults {
