@@ -33,7 +33,8 @@ enum Task {
     /// docs/PERFORMANCE.md).
     BenchKernel,
     /// Checks that recorded executions of the example's flows replay deterministically
-    /// (`cargo xtask replay-check --help` for its options).
+    /// (`cargo xtask replay-check --help` for its options; `--postgres <URL> [--schema NAME]`
+    /// reads a PostgreSQL store).
     ReplayCheck {
         #[arg(trailing_var_arg = true, allow_hyphen_values = true)]
         args: Vec<OsString>,
@@ -58,6 +59,22 @@ fn main() -> Result<std::process::ExitCode> {
     match args.next().as_deref().and_then(|command| command.to_str()) {
         Some("replay-check") => {
             let flows = quickstart::flows();
+            let args: Vec<OsString> = args.collect();
+            if let Some(postgres) = PostgresSource::take(&args) {
+                let rest = std::iter::once(OsString::from("cargo xtask replay-check"))
+                    .chain(postgres.rest.iter().cloned());
+                let label = format!("PostgreSQL schema {}", postgres.schema);
+                let config = loom_store_postgres::PostgresStoreConfig::new(&postgres.url)
+                    .schema(&postgres.schema)
+                    .check_only();
+                let code =
+                    loom_replay_check::cli::check_store_command(&flows, rest, &label, || async {
+                        loom_store_postgres::PostgresStore::connect(config)
+                            .await
+                            .map_err(Into::into)
+                    });
+                return Ok(std::process::ExitCode::from(code));
+            }
             let rest = std::iter::once(OsString::from("cargo xtask replay-check")).chain(args);
             return Ok(loom_replay_check::cli::main(flows, rest));
         }
@@ -156,6 +173,39 @@ fn run(task: Task, root: &Path) -> Result<()> {
 /// `cargo xtask pg-up` started (they say loudly that they were skipped when none runs).
 fn test(root: &Path) -> Result<()> {
     cargo(root, &["test", "--workspace"])
+}
+
+/// `--postgres <URL>` (and `--schema <NAME>`, default `loom`) taken out of replay-check's
+/// arguments: the check then reads that PostgreSQL store instead of a file.
+struct PostgresSource {
+    url: String,
+    schema: String,
+    rest: Vec<OsString>,
+}
+
+impl PostgresSource {
+    fn take(args: &[OsString]) -> Option<Self> {
+        let mut url = None;
+        let mut schema = "loom".to_owned();
+        let mut rest = Vec::new();
+        let mut args = args.iter();
+        while let Some(arg) = args.next() {
+            match arg.to_str() {
+                Some("--postgres") => url = args.next().map(|v| v.to_string_lossy().into_owned()),
+                Some("--schema") => {
+                    if let Some(value) = args.next() {
+                        schema = value.to_string_lossy().into_owned();
+                    }
+                }
+                _ => rest.push(arg.clone()),
+            }
+        }
+        Some(Self {
+            url: url?,
+            schema,
+            rest,
+        })
+    }
 }
 
 /// The workspace root: the parent of this crate's directory.

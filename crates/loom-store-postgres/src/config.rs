@@ -22,6 +22,9 @@ pub struct PostgresStoreConfig {
     pub pool_size: usize,
     /// The most events one group commit takes.
     pub max_batch_events: usize,
+    /// Apply missing migrations on connect (the default). When false, connect only checks
+    /// that the schema is at this build's version and changes nothing: for tools that read.
+    pub migrate: bool,
 }
 
 impl PostgresStoreConfig {
@@ -34,6 +37,7 @@ impl PostgresStoreConfig {
             lease: Duration::from_secs(10),
             pool_size: 8,
             max_batch_events: 4096,
+            migrate: true,
         }
     }
 
@@ -46,6 +50,12 @@ impl PostgresStoreConfig {
     /// The same settings with another lease duration.
     pub fn lease(mut self, lease: Duration) -> Self {
         self.lease = lease;
+        self
+    }
+
+    /// The same settings, connecting without migrating (see [`PostgresStoreConfig::migrate`]).
+    pub fn check_only(mut self) -> Self {
+        self.migrate = false;
         self
     }
 

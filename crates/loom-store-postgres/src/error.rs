@@ -36,6 +36,18 @@ pub enum ConnectError {
         /// The newest version this build knows.
         supported: i32,
     },
+    /// Connecting without migrating, the schema was missing or older than this build.
+    #[error(
+        "schema {schema} is at version {found}; this build needs {expected} (connect once with migrations on)"
+    )]
+    NotMigrated {
+        /// The PostgreSQL schema.
+        schema: String,
+        /// The version found (0: no Loom tables).
+        found: i32,
+        /// This build's version.
+        expected: i32,
+    },
     /// The background task that listens for notifications could not start.
     #[error("cannot start listening for new events: {0}")]
     Listen(String),

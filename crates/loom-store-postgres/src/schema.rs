@@ -88,6 +88,42 @@ pub(crate) async fn migrate(client: &mut Client, schema: &str) -> Result<(), Con
     Ok(())
 }
 
+/// Checks, changing nothing, that `schema` exists at this build's version.
+pub(crate) async fn check(client: &Client, schema: &str) -> Result<(), ConnectError> {
+    let quoted = quote_ident(schema);
+    let table = format!("{quoted}.loom_migrations");
+    let exists: bool = client
+        .query_one("SELECT to_regclass($1) IS NOT NULL", &[&table])
+        .await
+        .map_err(|source| ConnectError::Migration { version: 0, source })?
+        .get(0);
+    let found: i32 = if exists {
+        client
+            .query_one(
+                &format!("SELECT coalesce(max(version), 0) FROM {table}"),
+                &[],
+            )
+            .await
+            .map_err(|source| ConnectError::Migration { version: 0, source })?
+            .get(0)
+    } else {
+        0
+    };
+    match found.cmp(&SCHEMA_VERSION) {
+        std::cmp::Ordering::Equal => Ok(()),
+        std::cmp::Ordering::Greater => Err(ConnectError::NewerSchema {
+            schema: schema.to_owned(),
+            found,
+            supported: SCHEMA_VERSION,
+        }),
+        std::cmp::Ordering::Less => Err(ConnectError::NotMigrated {
+            schema: schema.to_owned(),
+            found,
+            expected: SCHEMA_VERSION,
+        }),
+    }
+}
+
 /// `name` as a quoted SQL identifier.
 pub(crate) fn quote_ident(name: &str) -> String {
     format!("\"{}\"", name.replace('"', "\"\""))

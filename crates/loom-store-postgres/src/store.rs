@@ -84,7 +84,11 @@ impl PostgresStore {
                 .get()
                 .await
                 .map_err(|e| ConnectError::Connect(e.to_string()))?;
-            crate::schema::migrate(&mut client, &config.schema).await?;
+            if config.migrate {
+                crate::schema::migrate(&mut client, &config.schema).await?;
+            } else {
+                crate::schema::check(&client, &config.schema).await?;
+            }
         }
 
         let watch = Arc::new(HeadWatch::default());

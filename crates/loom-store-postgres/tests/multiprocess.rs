@@ -13,6 +13,7 @@ use std::process::{Child, Command, Stdio};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use loom_kernel::EventStore;
 use loom_kernel::runtime::{
     EffectCall, EffectOutcome, FlowCtx, FlowError, FnEffect, Runtime, StartError, StartOptions,
     flow_fn,
@@ -322,13 +323,19 @@ async fn three_workers_survive_a_kill_and_a_cut_connection_without_running_an_ef
     );
     assert_eq!(completed + in_doubt, EXECUTIONS);
     assert!(completed > 0);
-    // Every log replays against the flow code.
-    let check = Runtime::builder(store.clone())
-        .flow(flow_fn("job", 1, job))
-        .build()
-        .expect("runtime");
-    for n in 0..EXECUTIONS {
-        let log = store.read_all(&execution(n)).await.expect("read");
-        check.replay_log(log).expect("replays");
+    // replay-check over the store: every log replays against the flow code.
+    let flows = loom_kernel::runtime::FlowSet::new().with(flow_fn("job", 1, job));
+    let checker = loom_replay_check::Checker::new(&flows).expect("checker");
+    let ids: Vec<_> = (0..EXECUTIONS).map(execution).collect();
+    for (e, log) in ids
+        .iter()
+        .zip(store.read_logs(&ids).await.expect("read logs"))
+    {
+        let outcome = checker.check(log);
+        assert!(
+            matches!(outcome.finding, loom_replay_check::Finding::Deterministic),
+            "{e}: {:?}",
+            outcome.finding
+        );
     }
 }
