@@ -22,9 +22,15 @@ use std::collections::BTreeSet;
 use serde_json::{Value, json};
 
 use crate::envelope::EventEnvelope;
-use crate::event::{Event, ExecutionStarted, SurfacePatch};
+use crate::event::{
+    EffectInDoubt, EffectResolved, Event, ExecutionCancelled, ExecutionCompleted, ExecutionResumed,
+    ExecutionStarted, ExecutionSuspended, StepCompleted, StepStarted, SurfacePatch, Verdict,
+};
+use crate::fold::{ExecutionStatus, Violation};
 use crate::id::ExecutionId;
-use crate::store::{AppendError, EventStore, EventStoreExt, STREAM_PAGE};
+use crate::store::{
+    AppendError, EventStore, EventStoreExt, ExecutionSummary, FeedEvent, STREAM_PAGE, StatusFilter,
+};
 
 /// How the suite gets stores to check.
 pub trait StoreHarness {
@@ -37,6 +43,22 @@ pub trait StoreHarness {
 
 /// Runs every check, each on a fresh store.
 pub async fn run_all<H: StoreHarness>(harness: &mut H) {
+    run_log_checks(harness).await;
+    run_index_checks(harness).await;
+}
+
+/// The checks of validation, the status index, the feed and retention
+/// ([`EventStore::list_by_status`], [`EventStore::read_feed`], [`EventStore::delete_ended`]).
+pub async fn run_index_checks<H: StoreHarness>(harness: &mut H) {
+    invalid_appends_are_refused_whole(harness.fresh()).await;
+    status_index_follows_every_transition(harness).await;
+    feed_gives_every_event_once_in_order(harness).await;
+    follow_wakes_on_append(harness.fresh()).await;
+    delete_ended_removes_only_old_ended_executions(harness.fresh()).await;
+}
+
+/// The checks of the log itself: appends, fencing, reads, listing, waiting.
+pub async fn run_log_checks<H: StoreHarness>(harness: &mut H) {
     append_then_read(harness.fresh()).await;
     conflicting_append_changes_nothing(harness.fresh()).await;
     empty_batch_is_refused(harness.fresh()).await;
@@ -366,7 +388,9 @@ pub async fn stream_crosses_pages<S: EventStore>(store: S) {
     use futures::TryStreamExt;
     let e = id("long");
     let total = STREAM_PAGE * 2 + 5;
-    let events: Vec<_> = (0..total).map(|i| tagged(json!(i))).collect();
+    let events: Vec<_> = std::iter::once(started("f"))
+        .chain((1..total).map(|i| tagged(json!(i))))
+        .collect();
     store.append(&e, 0, &events).await.expect("append");
     let streamed: Vec<_> = store.stream(&e, 0).try_collect().await.expect("stream");
     assert_eq!(streamed.len(), total);
@@ -415,7 +439,9 @@ pub async fn read_logs_reads_whole_logs<S: EventStore>(store: S) {
         .map(|i| id(&format!("batch-{i}")))
         .collect();
     for (e, size) in ids.iter().zip(sizes) {
-        let events: Vec<_> = (0..size).map(|i| tagged(json!(i))).collect();
+        let events: Vec<_> = std::iter::once(started("f"))
+            .chain((1..size).map(|i| tagged(json!(i))))
+            .collect();
         store.append(e, 0, &events).await.expect("append");
     }
     let mut asked = ids.clone();
@@ -430,4 +456,531 @@ pub async fn read_logs_reads_whole_logs<S: EventStore>(store: S) {
         logs[asked.len() - 2].is_empty(),
         "the unknown execution reads as empty"
     );
+}
+
+/// EXECUTION_COMPLETED with a null output.
+pub fn completed() -> Event {
+    Event::ExecutionCompleted(ExecutionCompleted {
+        output: Value::Null.into(),
+    })
+}
+
+/// STEP_STARTED of `step_id` (effect `pay`, attempt 1).
+pub fn step_started(step_id: &str) -> Event {
+    Event::StepStarted(StepStarted {
+        step_id: step_id.into(),
+        effect: "pay".into(),
+        input_digest: "0".into(),
+        attempt: 1,
+    })
+}
+
+/// STEP_COMPLETED of `step_id` (effect `pay`).
+pub fn step_completed(step_id: &str) -> Event {
+    Event::StepCompleted(StepCompleted {
+        step_id: step_id.into(),
+        effect: "pay".into(),
+        input_digest: "0".into(),
+        output: Value::Null.into(),
+        cost: 0,
+    })
+}
+
+/// EFFECT_INDOUBT of `step_id` (effect `pay`, attempt 1).
+pub fn in_doubt(step_id: &str) -> Event {
+    Event::EffectInDoubt(EffectInDoubt {
+        step_id: step_id.into(),
+        effect: "pay".into(),
+        attempt: 1,
+        reason: None,
+    })
+}
+
+/// EFFECT_RESOLVED of `step_id` with `verdict`.
+pub fn resolved(step_id: &str, verdict: Verdict) -> Event {
+    Event::EffectResolved(EffectResolved {
+        step_id: step_id.into(),
+        verdict,
+        operator: None,
+    })
+}
+
+/// EXECUTION_SUSPENDED at `gate_id` (event type `approval`, key `k`).
+pub fn suspended(gate_id: &str) -> Event {
+    Event::ExecutionSuspended(ExecutionSuspended {
+        gate_id: gate_id.into(),
+        event_type: "approval".into(),
+        correlation_key: "k".into(),
+    })
+}
+
+/// EXECUTION_RESUMED of `gate_id`, matching [`suspended`].
+pub fn resumed(gate_id: &str) -> Event {
+    Event::ExecutionResumed(ExecutionResumed {
+        gate_id: gate_id.into(),
+        event_type: "approval".into(),
+        correlation_key: "k".into(),
+        payload: Value::Null.into(),
+    })
+}
+
+fn expect_invalid<T: std::fmt::Debug>(
+    outcome: Result<T, AppendError>,
+    seq: u64,
+    violation: impl Fn(&Violation) -> bool,
+) {
+    match outcome {
+        Err(AppendError::Invalid {
+            seq: refused_at,
+            violation: found,
+            ..
+        }) => {
+            assert_eq!(refused_at, seq, "refused at the wrong seq: {found}");
+            assert!(violation(&found), "wrong violation: {found}");
+        }
+        other => panic!("expected AppendError::Invalid at seq {seq}, got {other:?}"),
+    }
+}
+
+/// A first event that is not EXECUTION_STARTED, a second EXECUTION_STARTED and an event after
+/// a terminal one are refused with `AppendError::Invalid`, and nothing of the batch is stored,
+/// even when its first events were valid. A stale seq is still a conflict.
+pub async fn invalid_appends_are_refused_whole<S: EventStore>(store: S) {
+    let e = id("invalid");
+    expect_invalid(store.append(&e, 0, &[tagged(json!(0))]).await, 0, |v| {
+        matches!(v, Violation::NotStarted { .. })
+    });
+    assert_eq!(store.head(&e).await.expect("head"), 0);
+    let listed = store.list_executions(None, 10).await.expect("list");
+    assert!(listed.executions.is_empty(), "{listed:?}");
+
+    expect_invalid(
+        store
+            .append(&e, 0, &[started("f"), tagged(json!(1)), started("f")])
+            .await,
+        2,
+        |v| matches!(v, Violation::StartedTwice),
+    );
+    assert_eq!(
+        store.head(&e).await.expect("head"),
+        0,
+        "half a batch stored"
+    );
+
+    store
+        .append(&e, 0, &[started("f"), tagged(json!(1))])
+        .await
+        .expect("valid start");
+    expect_invalid(store.append(&e, 2, &[started("again")]).await, 2, |v| {
+        matches!(v, Violation::StartedTwice)
+    });
+    expect_invalid(
+        store
+            .append(&e, 2, &[completed(), tagged(json!("late"))])
+            .await,
+        3,
+        |v| {
+            matches!(
+                v,
+                Violation::AfterTerminal {
+                    status: ExecutionStatus::Completed,
+                    ..
+                }
+            )
+        },
+    );
+    assert_eq!(
+        store.head(&e).await.expect("head"),
+        2,
+        "half a batch stored"
+    );
+    assert!(matches!(
+        store.append(&e, 0, &[started("f")]).await,
+        Err(AppendError::Conflict { actual_seq: 2, .. })
+    ));
+
+    store.append(&e, 2, &[completed()]).await.expect("complete");
+    for late in [
+        tagged(json!("late")),
+        completed(),
+        Event::ExecutionCancelled(ExecutionCancelled { reason: None }),
+        started("f"),
+    ] {
+        expect_invalid(store.append(&e, 3, &[late]).await, 3, |v| {
+            matches!(v, Violation::AfterTerminal { .. })
+        });
+    }
+    let log = store.read_all(&e).await.expect("read");
+    assert_eq!(log.len(), 3);
+    let state = store.fold(&e).await.expect("the stored log folds");
+    assert_eq!(state.status(), ExecutionStatus::Completed);
+}
+
+async fn listed<S: EventStore>(store: &S, filter: StatusFilter) -> Vec<ExecutionSummary> {
+    use futures::TryStreamExt;
+    store
+        .executions_by_status(filter)
+        .try_collect()
+        .await
+        .expect("list by status")
+}
+
+fn names(summaries: &[ExecutionSummary]) -> Vec<&str> {
+    summaries
+        .iter()
+        .map(|summary| summary.id.as_str())
+        .collect()
+}
+
+/// `list_by_status` lists each execution under the status the fold gives it, and under
+/// `NeedsDriving` exactly when the fold says it needs driving, after every kind of transition,
+/// across pages, with each one's head, and the same after a reopen.
+pub async fn status_index_follows_every_transition<H: StoreHarness>(harness: &mut H) {
+    let store = harness.fresh();
+    let logs: Vec<(&str, Vec<Event>)> = vec![
+        ("completed", vec![started("f"), completed()]),
+        (
+            "cancelled",
+            vec![
+                started("f"),
+                suspended("g"),
+                Event::ExecutionCancelled(ExecutionCancelled { reason: None }),
+            ],
+        ),
+        ("running", vec![started("f")]),
+        (
+            "running-again",
+            vec![started("f"), suspended("g"), resumed("g")],
+        ),
+        ("step-in-flight", vec![started("f"), step_started("s")]),
+        (
+            "step-done",
+            vec![started("f"), step_started("s"), step_completed("s")],
+        ),
+        ("suspended", vec![started("f"), suspended("g")]),
+        (
+            "suspended-in-flight",
+            vec![started("f"), step_started("s"), suspended("g")],
+        ),
+        (
+            "in-doubt",
+            vec![started("f"), step_started("s"), in_doubt("s")],
+        ),
+        (
+            "in-doubt-retried",
+            vec![
+                started("f"),
+                step_started("s"),
+                in_doubt("s"),
+                resolved("s", Verdict::Retry),
+            ],
+        ),
+        (
+            "in-doubt-resolved-suspended",
+            vec![
+                started("f"),
+                suspended("g"),
+                step_started("s"),
+                in_doubt("s"),
+                resolved(
+                    "s",
+                    Verdict::Completed {
+                        output: Value::Null.into(),
+                    },
+                ),
+            ],
+        ),
+    ];
+    // Appended one event at a time, so every transition goes through the index.
+    for (name, events) in &logs {
+        for (seq, event) in events.iter().enumerate() {
+            store
+                .append(&id(name), seq as u64, std::slice::from_ref(event))
+                .await
+                .expect("append");
+        }
+    }
+    check_status_listings(&store, &logs).await;
+    let running = listed(&store, StatusFilter::Status(ExecutionStatus::Running)).await;
+    assert_eq!(
+        names(&running),
+        [
+            "in-doubt-retried",
+            "running",
+            "running-again",
+            "step-done",
+            "step-in-flight"
+        ]
+    );
+    let driving = listed(&store, StatusFilter::NeedsDriving).await;
+    assert_eq!(
+        names(&driving),
+        [
+            "in-doubt-retried",
+            "running",
+            "running-again",
+            "step-done",
+            "step-in-flight",
+            "suspended-in-flight"
+        ]
+    );
+    let store = harness.reopen(store);
+    check_status_listings(&store, &logs).await;
+    // Transitions after the reopen move executions between listings.
+    store
+        .append(&id("suspended"), 2, &[resumed("g")])
+        .await
+        .expect("resume");
+    store
+        .append(&id("running"), 1, &[completed()])
+        .await
+        .expect("complete");
+    let running = listed(&store, StatusFilter::Status(ExecutionStatus::Running)).await;
+    assert_eq!(
+        names(&running),
+        [
+            "in-doubt-retried",
+            "running-again",
+            "step-done",
+            "step-in-flight",
+            "suspended"
+        ]
+    );
+    let done = listed(&store, StatusFilter::Status(ExecutionStatus::Completed)).await;
+    assert_eq!(names(&done), ["completed", "running"]);
+}
+
+/// Checks every status listing of `store` against the fold of each of `logs`.
+async fn check_status_listings<S: EventStore>(store: &S, logs: &[(&str, Vec<Event>)]) {
+    let filters = [
+        StatusFilter::NeedsDriving,
+        StatusFilter::Status(ExecutionStatus::New),
+        StatusFilter::Status(ExecutionStatus::Running),
+        StatusFilter::Status(ExecutionStatus::Suspended),
+        StatusFilter::Status(ExecutionStatus::InDoubt),
+        StatusFilter::Status(ExecutionStatus::Completed),
+        StatusFilter::Status(ExecutionStatus::Failed),
+        StatusFilter::Status(ExecutionStatus::Cancelled),
+    ];
+    for filter in filters {
+        let mut expected = Vec::new();
+        for (name, events) in logs {
+            let state = store.fold(&id(name)).await.expect("fold");
+            if filter.matches_state(&state) {
+                expected.push(ExecutionSummary {
+                    id: id(name),
+                    head: events.len() as u64,
+                });
+            }
+        }
+        expected.sort_by(|a, b| a.id.as_str().cmp(b.id.as_str()));
+        let found = listed(store, filter).await;
+        assert_eq!(names(&found), names(&expected), "{filter:?}");
+        assert_eq!(found, expected, "{filter:?}: heads");
+        // Pages of one see the same executions.
+        let mut paged = Vec::new();
+        let mut after = None;
+        loop {
+            let page = store
+                .list_by_status(filter, after.as_ref(), 1)
+                .await
+                .expect("page");
+            assert!(page.executions.len() <= 1);
+            paged.extend(page.executions);
+            match page.next {
+                Some(next) => after = Some(next),
+                None => break,
+            }
+        }
+        assert_eq!(paged, expected, "{filter:?}: one per page");
+    }
+}
+
+async fn whole_feed<S: EventStore>(store: &S, page: usize) -> Vec<FeedEvent> {
+    let mut all = Vec::new();
+    let mut from = 0;
+    loop {
+        let events = store.read_feed(from, page).await.expect("read_feed");
+        assert!(events.len() <= page.max(1));
+        let Some(last) = events.last() else { break };
+        from = last.position + 1;
+        all.extend(events);
+    }
+    all
+}
+
+/// The feed holds every stored event once, positions strictly increasing, each execution's
+/// events in seq order and equal to its log; paging gives the same; positions survive a
+/// reopen and later appends come after them.
+pub async fn feed_gives_every_event_once_in_order<H: StoreHarness>(harness: &mut H) {
+    let store = harness.fresh();
+    assert!(store.read_feed(0, 10).await.expect("empty feed").is_empty());
+    let ids: Vec<_> = (0..6).map(|i| id(&format!("feed-{i}"))).collect();
+    // Interleaved appends across executions, some batched.
+    for (i, e) in ids.iter().enumerate() {
+        store.append(e, 0, &[started("f")]).await.expect("append");
+        if i % 2 == 0 {
+            store
+                .append(e, 1, &[tagged(json!(i)), tagged(json!(i + 100))])
+                .await
+                .expect("append");
+        }
+    }
+    store
+        .append(&ids[1], 1, &[tagged(json!("late")), completed()])
+        .await
+        .expect("append");
+    let check = |feed: &[FeedEvent]| {
+        for pair in feed.windows(2) {
+            assert!(pair[0].position < pair[1].position, "positions go back");
+        }
+        let mut per_execution: std::collections::BTreeMap<String, Vec<EventEnvelope>> =
+            Default::default();
+        for event in feed {
+            per_execution
+                .entry(event.envelope.execution_id.to_string())
+                .or_default()
+                .push(event.envelope.clone());
+        }
+        per_execution
+    };
+    let feed = whole_feed(&store, 1000).await;
+    let per_execution = check(&feed);
+    assert_eq!(per_execution.len(), ids.len());
+    for e in &ids {
+        let log = store.read_all(e).await.expect("read");
+        assert_eq!(per_execution[e.as_str()], log, "{e}");
+    }
+    assert_eq!(whole_feed(&store, 1).await, feed, "pages of one");
+    assert_eq!(whole_feed(&store, 4).await, feed, "pages of four");
+    let middle = feed[feed.len() / 2].position;
+    let tail = store.read_feed(middle, 1000).await.expect("tail");
+    assert_eq!(tail, feed[feed.len() / 2..], "read from a position");
+
+    let store = harness.reopen(store);
+    assert_eq!(whole_feed(&store, 1000).await, feed, "after a reopen");
+    store
+        .append(&ids[0], 3, &[tagged(json!("after"))])
+        .await
+        .expect("append after reopen");
+    let last = feed.last().expect("feed").position;
+    let after = store.read_feed(last + 1, 10).await.expect("read");
+    assert_eq!(after.len(), 1);
+    assert_eq!(after[0].envelope.event, tagged(json!("after")));
+    assert_eq!(after[0].envelope.seq, 3);
+    // Refused and conflicting appends leave no trace in the feed.
+    let _ = store.append(&ids[1], 3, &[tagged(json!("x"))]).await;
+    let _ = store.append(&ids[0], 0, &[tagged(json!("x"))]).await;
+    let again = store.read_feed(last + 1, 10).await.expect("read");
+    assert_eq!(again, after);
+}
+
+/// `follow` delivers what is stored, then wakes for each later append.
+pub async fn follow_wakes_on_append<S: EventStore + Clone>(store: S) {
+    use futures::StreamExt;
+    let e = id("followed");
+    store.append(&e, 0, &[started("f")]).await.expect("append");
+    let (sender, mut received) = tokio::sync::mpsc::unbounded_channel();
+    let follower = {
+        let store = store.clone();
+        tokio::spawn(async move {
+            let mut feed = std::pin::pin!(store.follow(0));
+            while let Some(event) = feed.next().await {
+                if sender.send(event.expect("follow")).is_err() {
+                    break;
+                }
+            }
+        })
+    };
+    let wait = std::time::Duration::from_secs(10);
+    let first = tokio::time::timeout(wait, received.recv())
+        .await
+        .expect("stored event delivered")
+        .expect("event");
+    assert_eq!(first.envelope.seq, 0);
+    for seq in 1..4u64 {
+        store
+            .append(&e, seq, &[tagged(json!(seq))])
+            .await
+            .expect("append");
+        let next = tokio::time::timeout(wait, received.recv())
+            .await
+            .expect("woke for the append")
+            .expect("event");
+        assert_eq!(next.envelope.seq, seq);
+        assert_eq!(next.envelope.event, tagged(json!(seq)));
+    }
+    follower.abort();
+}
+
+/// `delete_ended` deletes ended executions only, a bounded batch at a time, whole: their logs
+/// read empty, listings and the feed forget them, running ones are untouched, and an end time
+/// not yet reached deletes nothing.
+pub async fn delete_ended_removes_only_old_ended_executions<S: EventStore>(store: S) {
+    let ended: Vec<_> = (0..5).map(|i| id(&format!("old-{i}"))).collect();
+    for e in &ended {
+        store
+            .append(e, 0, &[started("f"), tagged(json!(1)), completed()])
+            .await
+            .expect("append");
+    }
+    let live = [id("live-running"), id("live-suspended")];
+    store
+        .append(&live[0], 0, &[started("f")])
+        .await
+        .expect("append");
+    store
+        .append(&live[1], 0, &[started("f"), suspended("g")])
+        .await
+        .expect("append");
+
+    assert!(
+        store.delete_ended(0, 10).await.expect("delete").is_empty(),
+        "nothing ended before the epoch"
+    );
+    let mut deleted = Vec::new();
+    loop {
+        let batch = store.delete_ended(u64::MAX, 2).await.expect("delete");
+        assert!(batch.len() <= 2, "batch larger than asked: {batch:?}");
+        let short = batch.len() < 2;
+        deleted.extend(batch);
+        if short {
+            break;
+        }
+    }
+    deleted.sort_by(|a, b| a.as_str().cmp(b.as_str()));
+    assert_eq!(deleted, ended);
+    for e in &ended {
+        assert_eq!(store.head(e).await.expect("head"), 0);
+        assert!(store.read_all(e).await.expect("read").is_empty());
+    }
+    for e in &live {
+        assert!(store.head(e).await.expect("head") > 0, "{e} deleted");
+    }
+    let all = store.list_executions(None, 100).await.expect("list");
+    assert_eq!(
+        all.executions
+            .iter()
+            .map(|s| s.id.clone())
+            .collect::<Vec<_>>(),
+        live
+    );
+    assert!(
+        listed(&store, StatusFilter::Status(ExecutionStatus::Completed))
+            .await
+            .is_empty()
+    );
+    let feed = whole_feed(&store, 100).await;
+    assert!(
+        feed.iter()
+            .all(|event| live.contains(&event.envelope.execution_id)),
+        "the feed still serves deleted events"
+    );
+    assert_eq!(feed.len(), 3);
+    // The id may be used again, by a new execution.
+    store
+        .append(&ended[0], 0, &[started("again")])
+        .await
+        .expect("reuse");
+    assert_eq!(store.head(&ended[0]).await.expect("head"), 1);
 }

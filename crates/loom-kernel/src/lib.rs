@@ -67,5 +67,6 @@ pub use id::{ExecutionId, InvalidExecutionId, MAX_EXECUTION_ID_LEN};
 pub use payload::Payload;
 pub use store::{
     AppendError, DiskStore, DiskStoreConfig, EventStore, EventStoreExt, ExecutionPage,
-    ExecutionSummary, FoldStoredError, MemoryStore, OpenError, ReadError,
+    ExecutionSummary, ExecutionTail, FeedEvent, FoldStoredError, MemoryStore, OpenError, ReadError,
+    RetentionError, StatusFilter,
 };

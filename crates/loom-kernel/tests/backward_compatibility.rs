@@ -1,37 +1,54 @@
 //! Stores written by earlier builds stay readable: records kept as JSON objects read back the
 //! same, and new (binary) records append after them.
 
-use loom_kernel::conformance::{id, started, tagged};
+use loom_kernel::conformance::{completed, id, started, step_started, suspended, tagged};
 use loom_kernel::envelope::encode_json_record;
-use loom_kernel::{DiskStore, EventStore, EventStoreExt, ExecutionStatus};
+use loom_kernel::event::Event;
+use loom_kernel::{
+    DiskStore, DiskStoreConfig, EventStore, EventStoreExt, ExecutionStatus, OpenError, StatusFilter,
+};
 use serde_json::json;
+
+/// Writes a store file as builds of layout version 1 did: `events`, `heads`, `meta` with
+/// format 1, records written by `encode`, and no index, tails or feed.
+fn layout_1_file(
+    path: &std::path::Path,
+    logs: &[(&str, Vec<Event>)],
+    encode: impl Fn(&Event) -> Vec<u8>,
+) {
+    let db = redb::Database::create(path).unwrap();
+    let txn = db.begin_write().unwrap();
+    {
+        let mut events = txn
+            .open_table(redb::TableDefinition::<(&str, u64), &[u8]>::new("events"))
+            .unwrap();
+        let mut heads = txn
+            .open_table(redb::TableDefinition::<&str, u64>::new("heads"))
+            .unwrap();
+        for (name, log) in logs {
+            for (seq, event) in log.iter().enumerate() {
+                events
+                    .insert((*name, seq as u64), encode(event).as_slice())
+                    .unwrap();
+            }
+            heads.insert(*name, log.len() as u64).unwrap();
+        }
+        let mut meta = txn
+            .open_table(redb::TableDefinition::<&str, u64>::new("meta"))
+            .unwrap();
+        meta.insert("format", 1).unwrap();
+    }
+    txn.commit().unwrap();
+}
 
 #[tokio::test]
 async fn json_records_of_earlier_builds_read_and_extend() {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("old.redb");
-    drop(DiskStore::open(&path).unwrap());
     let old_events = [started("f"), tagged(json!("written as JSON"))];
-    {
-        let db = redb::Database::create(&path).unwrap();
-        let txn = db.begin_write().unwrap();
-        {
-            let mut events = txn
-                .open_table(redb::TableDefinition::<(&str, u64), &[u8]>::new("events"))
-                .unwrap();
-            for (seq, event) in old_events.iter().enumerate() {
-                let record = encode_json_record(event, Some(1_700_000_000_000));
-                events
-                    .insert(("old", seq as u64), record.as_slice())
-                    .unwrap();
-            }
-            let mut heads = txn
-                .open_table(redb::TableDefinition::<&str, u64>::new("heads"))
-                .unwrap();
-            heads.insert("old", 2).unwrap();
-        }
-        txn.commit().unwrap();
-    }
+    layout_1_file(&path, &[("old", old_events.to_vec())], |event| {
+        encode_json_record(event, Some(1_700_000_000_000))
+    });
     let store = DiskStore::open(&path).unwrap();
     let e = id("old");
     let log = store.read_all(&e).await.unwrap();
@@ -84,4 +101,73 @@ fn in_doubt_records_without_a_reason_read_back() {
     let now = encode_record(&Event::EffectInDoubt(expected), None);
     assert_eq!(now[6], 13, "this build writes the layout with a reason");
     assert!(decode(&e, 0, &now[..now.len() - 1]).is_err());
+}
+
+/// A layout 1 file is brought to the current layout on open: every execution is indexed by
+/// the status its log folds to, the feed holds every old event once, and a log the fold
+/// refuses (written before appends were validated) is listed as needing driving, so that
+/// recovery reports it rather than skipping it, while the others stay usable.
+#[tokio::test]
+async fn a_layout_1_file_is_indexed_when_opened() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("v1.redb");
+    let logs = vec![
+        ("done", vec![started("f"), completed()]),
+        ("parked", vec![started("f"), suspended("g")]),
+        ("working", vec![started("f"), step_started("s")]),
+        (
+            "broken",
+            vec![started("f"), completed(), tagged(json!("after the end"))],
+        ),
+    ];
+    layout_1_file(&path, &logs, |event| {
+        loom_kernel::envelope::encode_record(event, Some(5))
+    });
+    assert!(matches!(
+        DiskStore::open_read_only(&path, DiskStoreConfig::default()),
+        Err(OpenError::NeedsUpgrade { found: 1, .. })
+    ));
+    let store = DiskStore::open(&path).unwrap();
+    let listed = |filter| {
+        let store = store.clone();
+        async move {
+            use futures::TryStreamExt;
+            store
+                .executions_by_status(filter)
+                .map_ok(|summary| summary.id.to_string())
+                .try_collect::<Vec<_>>()
+                .await
+                .unwrap()
+        }
+    };
+    assert_eq!(
+        listed(StatusFilter::NeedsDriving).await,
+        ["broken", "working"]
+    );
+    assert_eq!(
+        listed(StatusFilter::Status(ExecutionStatus::Completed)).await,
+        ["done"]
+    );
+    assert_eq!(
+        listed(StatusFilter::Status(ExecutionStatus::Suspended)).await,
+        ["parked"]
+    );
+    assert!(store.fold(&id("broken")).await.is_err());
+    let feed = store.read_feed(0, 100).await.unwrap();
+    assert_eq!(feed.len(), 2 + 2 + 2 + 3);
+    // Appends continue after the old events, in the log and in the feed.
+    store
+        .append(&id("parked"), 2, &[tagged(json!("new"))])
+        .await
+        .unwrap();
+    let after = store
+        .read_feed(feed.last().unwrap().position + 1, 10)
+        .await
+        .unwrap();
+    assert_eq!(after.len(), 1);
+    assert_eq!(after[0].envelope.seq, 2);
+    drop(store);
+    // The upgrade is done once: a read-only open now succeeds.
+    let read_only = DiskStore::open_read_only(&path, DiskStoreConfig::default()).unwrap();
+    assert_eq!(read_only.head(&id("parked")).await.unwrap(), 3);
 }

@@ -153,3 +153,66 @@ async fn an_event_from_a_newer_schema_is_refused_naming_its_seq() {
     );
     assert!(err.to_string().contains("event 1 of execution e"), "{err}");
 }
+
+/// A 0-byte file is not a store: every way of opening it refuses it with `EmptyFile`, and
+/// none turns it into an empty store (the file stays 0 bytes).
+#[test]
+fn a_zero_byte_file_does_not_open_as_an_empty_store() {
+    use loom_kernel::{DiskStoreConfig, OpenError};
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("truncated.redb");
+    std::fs::write(&path, b"").unwrap();
+    assert!(matches!(
+        DiskStore::open(&path),
+        Err(OpenError::EmptyFile { .. })
+    ));
+    assert!(matches!(
+        DiskStore::open_existing(&path, DiskStoreConfig::default()),
+        Err(OpenError::EmptyFile { .. })
+    ));
+    assert!(matches!(
+        DiskStore::open_read_only(&path, DiskStoreConfig::default()),
+        Err(OpenError::EmptyFile { .. })
+    ));
+    assert_eq!(std::fs::metadata(&path).unwrap().len(), 0);
+}
+
+/// Opening an existing store (for writing or read-only) never creates a missing file.
+#[test]
+fn opening_an_existing_store_never_creates_the_file() {
+    use loom_kernel::{DiskStoreConfig, OpenError};
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("absent.redb");
+    assert!(matches!(
+        DiskStore::open_existing(&path, DiskStoreConfig::default()),
+        Err(OpenError::Missing { .. })
+    ));
+    assert!(matches!(
+        DiskStore::open_read_only(&path, DiskStoreConfig::default()),
+        Err(OpenError::Missing { .. })
+    ));
+    assert!(!path.exists());
+}
+
+/// A store opened read-only reads what was written, refuses writes, and leaves the file's
+/// bytes as they were.
+#[tokio::test]
+async fn a_read_only_store_reads_and_writes_nothing() {
+    use loom_kernel::{AppendError, DiskStoreConfig, EventStore, EventStoreExt};
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("ro.redb");
+    let e = id("ro");
+    {
+        let store = DiskStore::open(&path).unwrap();
+        store.append(&e, 0, &[started("f")]).await.unwrap();
+    }
+    let before = std::fs::read(&path).unwrap();
+    let store = DiskStore::open_read_only(&path, DiskStoreConfig::default()).unwrap();
+    assert_eq!(store.read_all(&e).await.unwrap().len(), 1);
+    assert!(matches!(
+        store.append(&e, 1, &[tagged(serde_json::json!(1))]).await,
+        Err(AppendError::Closed)
+    ));
+    drop(store);
+    assert_eq!(std::fs::read(&path).unwrap(), before);
+}

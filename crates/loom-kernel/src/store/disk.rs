@@ -28,8 +28,12 @@ use std::thread::JoinHandle;
 use redb::{Database, ReadableDatabase, ReadableTable, TableDefinition};
 use tokio::sync::oneshot;
 
+use super::tail::{ExecutionTail, TailChange, filter_code};
 use super::watch::{HeadWatch, WaitError};
-use super::{AppendError, EventStore, ExecutionPage, ExecutionSummary, ReadError, wall_clock_ms};
+use super::{
+    AppendError, EventStore, ExecutionPage, ExecutionSummary, FeedEvent, ReadError, RetentionError,
+    StatusFilter, wall_clock_ms,
+};
 use crate::envelope::{EventEnvelope, decode_record, encode_record};
 use crate::event::Event;
 use crate::id::ExecutionId;
@@ -37,9 +41,22 @@ use crate::id::ExecutionId;
 const EVENTS: TableDefinition<(&str, u64), &[u8]> = TableDefinition::new("events");
 const HEADS: TableDefinition<&str, u64> = TableDefinition::new("heads");
 const META: TableDefinition<&str, u64> = TableDefinition::new("meta");
+/// Execution id -> its [`ExecutionTail`], encoded.
+const TAILS: TableDefinition<&str, &[u8]> = TableDefinition::new("tails");
+/// `(index code, execution id)` for every index code of each execution's tail.
+const BY_STATUS: TableDefinition<(u8, &str), ()> = TableDefinition::new("by_status");
+/// `(ended at ms, execution id)` for every ended execution with an end time.
+const ENDED: TableDefinition<(u64, &str), ()> = TableDefinition::new("ended");
+/// Feed position -> `(execution id, seq)`.
+const FEED: TableDefinition<u64, (&str, u64)> = TableDefinition::new("feed");
 
-/// The layout version of the file. A file with another one is refused on open.
-pub const STORE_FORMAT: u64 = 1;
+/// The meta key of the next feed position.
+const FEED_NEXT: &str = "feed_next";
+
+/// The layout version of the file. A file with another one is refused on open, except a
+/// file of version 1, which is brought to this one (its index and feed built) when opened
+/// for writing.
+pub const STORE_FORMAT: u64 = 2;
 
 /// Settings of a [`DiskStore`].
 #[derive(Debug, Clone)]
@@ -85,6 +102,19 @@ pub enum OpenError {
     UnsupportedFormat { path: PathBuf, found: u64 },
     #[error("cannot start the store's writer thread: {0}")]
     Writer(#[source] std::io::Error),
+    /// Opening an existing store ([`DiskStore::open_existing`], [`DiskStore::open_read_only`])
+    /// found no file.
+    #[error("store file {path} does not exist")]
+    Missing { path: PathBuf },
+    /// The file is 0 bytes long: not a store (a store file is never empty), and not opened
+    /// as an empty one, which would hide the loss of a store behind an empty listing.
+    #[error("store file {path} is empty (0 bytes): not a Loom store")]
+    EmptyFile { path: PathBuf },
+    /// A file of an older layout cannot be brought up to date when opened read-only.
+    #[error(
+        "store file {path} has layout version {found}; open it for writing once to bring it to version {STORE_FORMAT}"
+    )]
+    NeedsUpgrade { path: PathBuf, found: u64 },
 }
 
 /// Event logs in one redb file. Cheap to clone; clones share the file and the writer.
@@ -94,11 +124,28 @@ pub struct DiskStore {
 }
 
 struct Shared {
-    db: Arc<Database>,
+    db: Arc<Db>,
     path: PathBuf,
     requests: Mutex<Option<mpsc::Sender<WriteRequest>>>,
     writer: Mutex<Option<JoinHandle<()>>>,
     watch: Arc<HeadWatch>,
+    /// The next feed position, published after each commit.
+    feed_head: Arc<tokio::sync::watch::Sender<u64>>,
+}
+
+/// The database, opened for writing or read-only.
+enum Db {
+    Write(Database),
+    Read(redb::ReadOnlyDatabase),
+}
+
+impl Db {
+    fn begin_read(&self) -> Result<redb::ReadTransaction, redb::TransactionError> {
+        match self {
+            Self::Write(db) => db.begin_read(),
+            Self::Read(db) => db.begin_read(),
+        }
+    }
 }
 
 impl std::fmt::Debug for Shared {
@@ -124,43 +171,105 @@ impl Drop for Shared {
     }
 }
 
-struct WriteRequest {
+enum WriteRequest {
+    Append(AppendRequest),
+    Delete(DeleteRequest),
+}
+
+struct AppendRequest {
     execution: ExecutionId,
     expected_seq: u64,
     records: Vec<Vec<u8>>,
+    /// What each event changes in the execution's tail, in order.
+    changes: Vec<TailChange>,
+    recorded_at_ms: Option<u64>,
     reply: oneshot::Sender<Result<u64, AppendError>>,
 }
 
+struct DeleteRequest {
+    ended_before_ms: u64,
+    limit: usize,
+    reply: oneshot::Sender<Result<Vec<ExecutionId>, RetentionError>>,
+}
+
 impl DiskStore {
-    /// Opens the store at `path`, creating it if the file does not exist.
+    /// Opens the store at `path`, creating it if the file does not exist. A 0-byte file is
+    /// refused ([`OpenError::EmptyFile`]), never taken for a new store.
     pub fn open(path: impl AsRef<Path>) -> Result<Self, OpenError> {
         Self::open_with(path, DiskStoreConfig::default())
     }
 
+    /// [`DiskStore::open`] with settings.
     pub fn open_with(path: impl AsRef<Path>, config: DiskStoreConfig) -> Result<Self, OpenError> {
         let path = path.as_ref().to_path_buf();
-        let db = Arc::new(open_database(&path, &config)?);
+        check_not_empty(&path, false)?;
+        Self::start(path, &config, Mode::CreateOrOpen)
+    }
+
+    /// Opens the store at `path` for writing, refusing a missing file
+    /// ([`OpenError::Missing`]) instead of creating one.
+    pub fn open_existing(
+        path: impl AsRef<Path>,
+        config: DiskStoreConfig,
+    ) -> Result<Self, OpenError> {
+        let path = path.as_ref().to_path_buf();
+        check_not_empty(&path, true)?;
+        Self::start(path, &config, Mode::OpenExisting)
+    }
+
+    /// Opens the store at `path` for reading only: nothing is written to the file (appends
+    /// and deletions fail with `Closed` / [`RetentionError::Closed`]), a missing or empty file
+    /// is refused, and so is a file of an older layout that would need bringing up to date.
+    /// For tools that inspect a store, such as `replay-check`.
+    pub fn open_read_only(
+        path: impl AsRef<Path>,
+        config: DiskStoreConfig,
+    ) -> Result<Self, OpenError> {
+        let path = path.as_ref().to_path_buf();
+        check_not_empty(&path, true)?;
+        Self::start(path, &config, Mode::ReadOnly)
+    }
+
+    fn start(path: PathBuf, config: &DiskStoreConfig, mode: Mode) -> Result<Self, OpenError> {
+        let (db, feed_next) = open_database(&path, config, mode)?;
+        let db = Arc::new(db);
         let watch = Arc::new(HeadWatch::default());
-        let (sender, receiver) = mpsc::channel();
-        let writer = {
+        let feed_head = Arc::new(tokio::sync::watch::channel(feed_next).0);
+        let (requests, writer) = if matches!(*db, Db::Write(_)) {
+            let (sender, receiver) = mpsc::channel();
             let db = Arc::clone(&db);
             let watch = Arc::clone(&watch);
+            let feed_head = Arc::clone(&feed_head);
             let max_batch_events = config.max_batch_events.max(1);
-            std::thread::Builder::new()
+            let writer = std::thread::Builder::new()
                 .name("loom-store-writer".into())
-                .spawn(move || write_loop(&db, &receiver, &watch, max_batch_events))
-                .map_err(OpenError::Writer)?
+                .spawn(move || {
+                    if let Db::Write(db) = &*db {
+                        write_loop(db, &receiver, &watch, &feed_head, max_batch_events);
+                    }
+                })
+                .map_err(OpenError::Writer)?;
+            (Some(sender), Some(writer))
+        } else {
+            (None, None)
         };
         tracing::debug!(path = %path.display(), "disk store opened");
         Ok(Self {
             shared: Arc::new(Shared {
                 db,
                 path,
-                requests: Mutex::new(Some(sender)),
-                writer: Mutex::new(Some(writer)),
+                requests: Mutex::new(requests),
+                writer: Mutex::new(writer),
                 watch,
+                feed_head,
             }),
         })
+    }
+
+    fn send(&self, request: WriteRequest) -> Result<(), ()> {
+        let requests = self.shared.requests.lock().map_err(|_| ())?;
+        let sender = requests.as_ref().ok_or(())?;
+        sender.send(request).map_err(|_| ())
     }
 
     /// The file this store writes.
@@ -199,7 +308,7 @@ impl DiskStore {
 
     async fn blocking_read<T: Send + 'static>(
         &self,
-        read: impl FnOnce(&Database) -> Result<T, ReadError> + Send + 'static,
+        read: impl FnOnce(&Db) -> Result<T, ReadError> + Send + 'static,
     ) -> Result<T, ReadError> {
         let db = Arc::clone(&self.shared.db);
         tokio::task::spawn_blocking(move || read(&db))
@@ -210,7 +319,44 @@ impl DiskStore {
     }
 }
 
-fn open_database(path: &Path, config: &DiskStoreConfig) -> Result<Database, OpenError> {
+/// How a store file is opened.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Mode {
+    CreateOrOpen,
+    OpenExisting,
+    ReadOnly,
+}
+
+/// Refuses a 0-byte file (redb would take it for a new database), and a missing one when
+/// `must_exist`.
+fn check_not_empty(path: &Path, must_exist: bool) -> Result<(), OpenError> {
+    match std::fs::metadata(path) {
+        Ok(meta) if meta.is_file() && meta.len() == 0 => Err(OpenError::EmptyFile {
+            path: path.to_path_buf(),
+        }),
+        Ok(_) => Ok(()),
+        Err(err) if err.kind() == std::io::ErrorKind::NotFound => {
+            if must_exist {
+                Err(OpenError::Missing {
+                    path: path.to_path_buf(),
+                })
+            } else {
+                Ok(())
+            }
+        }
+        Err(source) => Err(OpenError::Io {
+            path: path.to_path_buf(),
+            source,
+        }),
+    }
+}
+
+/// Opens the database and returns it with the next feed position.
+fn open_database(
+    path: &Path,
+    config: &DiskStoreConfig,
+    mode: Mode,
+) -> Result<(Db, u64), OpenError> {
     let corrupt = |detail: String| OpenError::Corrupt {
         path: path.to_path_buf(),
         detail,
@@ -219,14 +365,17 @@ fn open_database(path: &Path, config: &DiskStoreConfig) -> Result<Database, Open
     builder
         .set_cache_size(config.cache_size_bytes)
         .set_check_integrity_on_open(config.verify_on_open);
-    // redb documents that a plain open of an altered file may panic; a damaged file must be an
-    // error, never a crash of the embedding process.
-    let opened = catch_unwind(AssertUnwindSafe(|| builder.create(path)))
-        .map_err(|panic| corrupt(panic_message(&panic)))?;
-    let db = opened.map_err(|err| match err {
+    let map_err = |err: redb::DatabaseError| match err {
         redb::DatabaseError::DatabaseAlreadyOpen => OpenError::AlreadyOpen {
             path: path.to_path_buf(),
         },
+        redb::DatabaseError::Storage(redb::StorageError::Io(source))
+            if source.kind() == std::io::ErrorKind::NotFound =>
+        {
+            OpenError::Missing {
+                path: path.to_path_buf(),
+            }
+        }
         redb::DatabaseError::Storage(redb::StorageError::Io(source))
             if source.kind() == std::io::ErrorKind::InvalidData =>
         {
@@ -237,23 +386,53 @@ fn open_database(path: &Path, config: &DiskStoreConfig) -> Result<Database, Open
             source,
         },
         other => corrupt(other.to_string()),
-    })?;
-    let format = catch_unwind(AssertUnwindSafe(|| init_tables(&db)))
-        .map_err(|panic| corrupt(panic_message(&panic)))?
-        .map_err(corrupt)?;
-    if format != STORE_FORMAT {
-        return Err(OpenError::UnsupportedFormat {
+    };
+    // redb documents that a plain open of an altered file may panic; a damaged file must be an
+    // error, never a crash of the embedding process.
+    let guarded = |open: &mut dyn FnMut() -> Result<Db, redb::DatabaseError>| {
+        catch_unwind(AssertUnwindSafe(open))
+            .map_err(|panic| corrupt(panic_message(&panic)))?
+            .map_err(map_err)
+    };
+    let db = match mode {
+        Mode::CreateOrOpen => guarded(&mut || builder.create(path).map(Db::Write))?,
+        Mode::OpenExisting => guarded(&mut || builder.open(path).map(Db::Write))?,
+        Mode::ReadOnly => guarded(&mut || builder.open_read_only(path).map(Db::Read))?,
+    };
+    let found = catch_unwind(AssertUnwindSafe(|| match &db {
+        Db::Write(db) => init_tables(db),
+        Db::Read(db) => read_layout(db),
+    }))
+    .map_err(|panic| corrupt(panic_message(&panic)))?
+    .map_err(corrupt)?;
+    match found {
+        Layout::Current { feed_next } => Ok((db, feed_next)),
+        Layout::Other(found) if found == 1 && mode == Mode::ReadOnly => {
+            Err(OpenError::NeedsUpgrade {
+                path: path.to_path_buf(),
+                found,
+            })
+        }
+        Layout::Other(found) => Err(OpenError::UnsupportedFormat {
             path: path.to_path_buf(),
-            found: format,
-        });
+            found,
+        }),
     }
-    Ok(db)
 }
 
-/// Creates the tables of a new file and returns the file's layout version.
-fn init_tables(db: &Database) -> Result<u64, String> {
+/// What [`init_tables`] or [`read_layout`] found.
+enum Layout {
+    /// The current layout, with the next feed position.
+    Current { feed_next: u64 },
+    /// Another layout version, left as it is.
+    Other(u64),
+}
+
+/// Creates the tables of a new file, brings a version 1 file to the current layout, and says
+/// what the file now is.
+fn init_tables(db: &Database) -> Result<Layout, String> {
     let txn = db.begin_write().map_err(|e| e.to_string())?;
-    let format = {
+    let layout = {
         txn.open_table(EVENTS).map_err(|e| e.to_string())?;
         txn.open_table(HEADS).map_err(|e| e.to_string())?;
         let mut meta = txn.open_table(META).map_err(|e| e.to_string())?;
@@ -262,16 +441,117 @@ fn init_tables(db: &Database) -> Result<u64, String> {
             .map_err(|e| e.to_string())?
             .map(|v| v.value());
         match existing {
-            Some(format) => format,
+            Some(STORE_FORMAT) => {
+                let feed_next = meta
+                    .get(FEED_NEXT)
+                    .map_err(|e| e.to_string())?
+                    .map_or(0, |v| v.value());
+                Layout::Current { feed_next }
+            }
+            Some(1) => {
+                drop(meta);
+                let feed_next = upgrade_from_1(&txn)?;
+                let mut meta = txn.open_table(META).map_err(|e| e.to_string())?;
+                meta.insert("format", STORE_FORMAT)
+                    .map_err(|e| e.to_string())?;
+                meta.insert(FEED_NEXT, feed_next)
+                    .map_err(|e| e.to_string())?;
+                tracing::info!(feed_next, "store file brought from layout 1 to 2");
+                Layout::Current { feed_next }
+            }
+            Some(other) => Layout::Other(other),
             None => {
                 meta.insert("format", STORE_FORMAT)
                     .map_err(|e| e.to_string())?;
-                STORE_FORMAT
+                meta.insert(FEED_NEXT, 0).map_err(|e| e.to_string())?;
+                Layout::Current { feed_next: 0 }
             }
         }
     };
-    txn.commit().map_err(|e| e.to_string())?;
-    Ok(format)
+    if let Layout::Current { .. } = layout {
+        txn.open_table(TAILS).map_err(|e| e.to_string())?;
+        txn.open_table(BY_STATUS).map_err(|e| e.to_string())?;
+        txn.open_table(ENDED).map_err(|e| e.to_string())?;
+        txn.open_table(FEED).map_err(|e| e.to_string())?;
+        txn.commit().map_err(|e| e.to_string())?;
+    } else {
+        txn.abort().map_err(|e| e.to_string())?;
+    }
+    Ok(layout)
+}
+
+/// The layout of a file opened read-only, changing nothing.
+fn read_layout(db: &redb::ReadOnlyDatabase) -> Result<Layout, String> {
+    let txn = db.begin_read().map_err(|e| e.to_string())?;
+    let meta = txn.open_table(META).map_err(|e| e.to_string())?;
+    let format = meta
+        .get("format")
+        .map_err(|e| e.to_string())?
+        .map(|v| v.value());
+    match format {
+        Some(STORE_FORMAT) => Ok(Layout::Current {
+            feed_next: meta
+                .get(FEED_NEXT)
+                .map_err(|e| e.to_string())?
+                .map_or(0, |v| v.value()),
+        }),
+        Some(other) => Ok(Layout::Other(other)),
+        None => Err("the file has no layout version: not a Loom store".into()),
+    }
+}
+
+/// Builds the tails, the status index and the feed of a version 1 file, in the write
+/// transaction that also records the new version: a crash leaves the file at version 1,
+/// and the next open builds them again. Returns the next feed position. A log that does
+/// not decode or that the tail refuses (written before appends were validated) is indexed as
+/// [`ExecutionTail::unreadable`], so recovery reports it instead of skipping it silently.
+fn upgrade_from_1(txn: &redb::WriteTransaction) -> Result<u64, String> {
+    let events = txn.open_table(EVENTS).map_err(|e| e.to_string())?;
+    let heads = txn.open_table(HEADS).map_err(|e| e.to_string())?;
+    let mut tails = txn.open_table(TAILS).map_err(|e| e.to_string())?;
+    let mut by_status = txn.open_table(BY_STATUS).map_err(|e| e.to_string())?;
+    let mut ended = txn.open_table(ENDED).map_err(|e| e.to_string())?;
+    let mut feed = txn.open_table(FEED).map_err(|e| e.to_string())?;
+    let mut position = 0u64;
+    for entry in heads.iter().map_err(|e| e.to_string())? {
+        let (id, _) = entry.map_err(|e| e.to_string())?;
+        let id = id.value();
+        let execution = ExecutionId::new(id).map_err(|e| e.to_string())?;
+        let mut tail = ExecutionTail::new();
+        let mut readable = true;
+        for record in events
+            .range((id, 0)..=(id, u64::MAX))
+            .map_err(|e| e.to_string())?
+        {
+            let (key, value) = record.map_err(|e| e.to_string())?;
+            let seq = key.value().1;
+            feed.insert(position, (id, seq))
+                .map_err(|e| e.to_string())?;
+            position += 1;
+            if readable {
+                readable = decode_record(&execution, seq, value.value())
+                    .ok()
+                    .is_some_and(|envelope| {
+                        tail.apply(&envelope.event, envelope.recorded_at_ms).is_ok()
+                    });
+            }
+        }
+        if !readable {
+            tail = ExecutionTail::unreadable();
+        }
+        for code in tail.index_codes() {
+            by_status
+                .insert((code, id), ())
+                .map_err(|e| e.to_string())?;
+        }
+        if let Some(at) = tail.ended_at_ms() {
+            ended.insert((at, id), ()).map_err(|e| e.to_string())?;
+        }
+        tails
+            .insert(id, tail.encode().as_slice())
+            .map_err(|e| e.to_string())?;
+    }
+    Ok(position)
 }
 
 fn panic_message(panic: &Box<dyn std::any::Any + Send>) -> String {
@@ -287,16 +567,45 @@ fn write_loop(
     db: &Database,
     requests: &mpsc::Receiver<WriteRequest>,
     watch: &HeadWatch,
+    feed_head: &tokio::sync::watch::Sender<u64>,
     max_batch_events: usize,
 ) {
-    while let Ok(first) = requests.recv() {
+    // A deletion met while gathering a batch waits until that batch is committed: deletions
+    // commit on their own, so a batch of appends never waits for one.
+    let mut held_back = None;
+    loop {
+        let first = match held_back.take() {
+            Some(request) => request,
+            None => match requests.recv() {
+                Ok(request) => request,
+                Err(_) => return,
+            },
+        };
+        let first = match first {
+            WriteRequest::Append(append) => append,
+            WriteRequest::Delete(delete) => {
+                let outcome = catch_unwind(AssertUnwindSafe(|| {
+                    delete_ended(db, delete.ended_before_ms, delete.limit)
+                }))
+                .unwrap_or_else(|panic| Err(panic_message(&panic)));
+                let _ = delete.reply.send(outcome.map_err(|detail| {
+                    tracing::error!(%detail, "deleting ended executions failed");
+                    RetentionError::Storage { detail }
+                }));
+                continue;
+            }
+        };
         let mut events = first.records.len();
         let mut batch = vec![first];
         while events < max_batch_events {
             match requests.try_recv() {
-                Ok(request) => {
+                Ok(WriteRequest::Append(request)) => {
                     events += request.records.len();
                     batch.push(request);
+                }
+                Ok(delete @ WriteRequest::Delete(_)) => {
+                    held_back = Some(delete);
+                    break;
                 }
                 Err(_) => break,
             }
@@ -305,7 +614,8 @@ fn write_loop(
         let outcome = catch_unwind(AssertUnwindSafe(|| commit_batch(db, &batch)))
             .unwrap_or_else(|panic| Err(panic_message(&panic)));
         match outcome {
-            Ok(heads) => {
+            Ok((heads, feed_next)) => {
+                feed_head.send_replace(feed_next);
                 for (request, head) in batch.into_iter().zip(heads) {
                     if let Ok(head) = head {
                         watch.publish(&request.execution, head);
@@ -326,19 +636,84 @@ fn write_loop(
     }
 }
 
-/// Writes every non-conflicting request of the batch in one durable transaction.
+/// The tables an append writes, open in one write transaction.
+struct WriteTables<'txn> {
+    events: redb::Table<'txn, (&'static str, u64), &'static [u8]>,
+    heads: redb::Table<'txn, &'static str, u64>,
+    tails: redb::Table<'txn, &'static str, &'static [u8]>,
+    by_status: redb::Table<'txn, (u8, &'static str), ()>,
+    ended: redb::Table<'txn, (u64, &'static str), ()>,
+    feed: redb::Table<'txn, u64, (&'static str, u64)>,
+}
+
+impl<'txn> WriteTables<'txn> {
+    fn open(txn: &'txn redb::WriteTransaction) -> Result<Self, String> {
+        Ok(Self {
+            events: txn.open_table(EVENTS).map_err(|e| e.to_string())?,
+            heads: txn.open_table(HEADS).map_err(|e| e.to_string())?,
+            tails: txn.open_table(TAILS).map_err(|e| e.to_string())?,
+            by_status: txn.open_table(BY_STATUS).map_err(|e| e.to_string())?,
+            ended: txn.open_table(ENDED).map_err(|e| e.to_string())?,
+            feed: txn.open_table(FEED).map_err(|e| e.to_string())?,
+        })
+    }
+
+    fn tail(&self, id: &str) -> Result<ExecutionTail, String> {
+        match self.tails.get(id).map_err(|e| e.to_string())? {
+            None => Ok(ExecutionTail::new()),
+            Some(bytes) => ExecutionTail::decode(bytes.value())
+                .ok_or_else(|| format!("the stored tail of execution {id} is damaged")),
+        }
+    }
+
+    /// Moves `id` in the status index from what `old` filed it under to what `new` does.
+    fn refile(&mut self, id: &str, old: &ExecutionTail, new: &ExecutionTail) -> Result<(), String> {
+        let (old_codes, new_codes): (Vec<u8>, Vec<u8>) =
+            (old.index_codes().collect(), new.index_codes().collect());
+        if old_codes != new_codes {
+            for code in &old_codes {
+                self.by_status
+                    .remove((*code, id))
+                    .map_err(|e| e.to_string())?;
+            }
+            for code in &new_codes {
+                self.by_status
+                    .insert((*code, id), ())
+                    .map_err(|e| e.to_string())?;
+            }
+        }
+        if old.ended_at_ms() != new.ended_at_ms() {
+            if let Some(at) = old.ended_at_ms() {
+                self.ended.remove((at, id)).map_err(|e| e.to_string())?;
+            }
+            if let Some(at) = new.ended_at_ms() {
+                self.ended.insert((at, id), ()).map_err(|e| e.to_string())?;
+            }
+        }
+        Ok(())
+    }
+}
+
+/// Writes every request of the batch that neither conflicts nor breaks its log, with its
+/// tail, index entries and feed positions, in one durable transaction. Returns each request's
+/// outcome and the next feed position.
 fn commit_batch(
     db: &Database,
-    batch: &[WriteRequest],
-) -> Result<Vec<Result<u64, AppendError>>, String> {
+    batch: &[AppendRequest],
+) -> Result<(Vec<Result<u64, AppendError>>, u64), String> {
     let txn = db.begin_write().map_err(|e| e.to_string())?;
     let outcomes = {
-        let mut events = txn.open_table(EVENTS).map_err(|e| e.to_string())?;
-        let mut heads = txn.open_table(HEADS).map_err(|e| e.to_string())?;
+        let mut tables = WriteTables::open(&txn)?;
+        let mut meta = txn.open_table(META).map_err(|e| e.to_string())?;
+        let mut position = meta
+            .get(FEED_NEXT)
+            .map_err(|e| e.to_string())?
+            .map_or(0, |v| v.value());
         let mut outcomes = Vec::with_capacity(batch.len());
         for request in batch {
             let id = request.execution.as_str();
-            let actual_seq = heads
+            let actual_seq = tables
+                .heads
                 .get(id)
                 .map_err(|e| e.to_string())?
                 .map_or(0, |v| v.value());
@@ -350,19 +725,80 @@ fn commit_batch(
                 }));
                 continue;
             }
+            let old_tail = tables.tail(id)?;
+            let mut tail = old_tail.clone();
+            if let Err(refused) = tail.apply_changes(&request.changes, request.recorded_at_ms) {
+                outcomes.push(Err(AppendError::Invalid {
+                    execution: request.execution.clone(),
+                    seq: request.expected_seq + refused.index as u64,
+                    violation: refused.violation,
+                }));
+                continue;
+            }
             for (seq, record) in (request.expected_seq..).zip(&request.records) {
-                events
+                tables
+                    .events
                     .insert((id, seq), record.as_slice())
                     .map_err(|e| e.to_string())?;
+                tables
+                    .feed
+                    .insert(position, (id, seq))
+                    .map_err(|e| e.to_string())?;
+                position += 1;
             }
             let head = request.expected_seq + request.records.len() as u64;
-            heads.insert(id, head).map_err(|e| e.to_string())?;
+            tables.heads.insert(id, head).map_err(|e| e.to_string())?;
+            tables
+                .tails
+                .insert(id, tail.encode().as_slice())
+                .map_err(|e| e.to_string())?;
+            tables.refile(id, &old_tail, &tail)?;
             outcomes.push(Ok(head));
         }
-        outcomes
+        meta.insert(FEED_NEXT, position)
+            .map_err(|e| e.to_string())?;
+        (outcomes, position)
     };
     txn.commit().map_err(|e| e.to_string())?;
     Ok(outcomes)
+}
+
+/// Deletes up to `limit` executions that ended before `ended_before_ms`, whole, in one
+/// transaction. Their feed rows are left: readers skip a row whose event is gone.
+fn delete_ended(
+    db: &Database,
+    ended_before_ms: u64,
+    limit: usize,
+) -> Result<Vec<ExecutionId>, String> {
+    let txn = db.begin_write().map_err(|e| e.to_string())?;
+    let deleted = {
+        let mut tables = WriteTables::open(&txn)?;
+        let mut doomed = Vec::new();
+        for entry in tables
+            .ended
+            .range(..(ended_before_ms, ""))
+            .map_err(|e| e.to_string())?
+            .take(limit.max(1))
+        {
+            let (key, _) = entry.map_err(|e| e.to_string())?;
+            let id = key.value().1;
+            doomed.push(ExecutionId::new(id).map_err(|e| e.to_string())?);
+        }
+        for execution in &doomed {
+            let id = execution.as_str();
+            let tail = tables.tail(id)?;
+            tables.refile(id, &tail, &ExecutionTail::new())?;
+            tables.tails.remove(id).map_err(|e| e.to_string())?;
+            tables.heads.remove(id).map_err(|e| e.to_string())?;
+            tables
+                .events
+                .retain_in((id, 0)..=(id, u64::MAX), |_, _| false)
+                .map_err(|e| e.to_string())?;
+        }
+        doomed
+    };
+    txn.commit().map_err(|e| e.to_string())?;
+    Ok(deleted)
 }
 
 /// Records of one execution copied out of a read transaction, undecoded.
@@ -409,12 +845,7 @@ impl StoredLog {
 }
 
 impl RawPage {
-    fn fetch(
-        db: &Database,
-        execution: &ExecutionId,
-        from: u64,
-        limit: usize,
-    ) -> Result<Self, ReadError> {
+    fn fetch(db: &Db, execution: &ExecutionId, from: u64, limit: usize) -> Result<Self, ReadError> {
         let txn = db.begin_read().map_err(storage)?;
         let events = txn.open_table(EVENTS).map_err(storage)?;
         Self::fetch_from(&events, execution, from, limit, None)
@@ -473,7 +904,7 @@ fn storage(err: impl std::fmt::Display) -> ReadError {
     }
 }
 
-fn read_head(db: &Database, execution: &ExecutionId) -> Result<u64, ReadError> {
+fn read_head(db: &Db, execution: &ExecutionId) -> Result<u64, ReadError> {
     let txn = db.begin_read().map_err(storage)?;
     let heads = txn.open_table(HEADS).map_err(storage)?;
     Ok(heads
@@ -499,22 +930,17 @@ impl EventStore for DiskStore {
             .iter()
             .map(|event| encode_record(event, recorded_at_ms))
             .collect();
+        let changes = events.iter().map(TailChange::of).collect();
         let (reply, answer) = oneshot::channel();
-        let request = WriteRequest {
+        let request = WriteRequest::Append(AppendRequest {
             execution: execution.clone(),
             expected_seq,
             records,
+            changes,
+            recorded_at_ms,
             reply,
-        };
-        {
-            let requests = self
-                .shared
-                .requests
-                .lock()
-                .map_err(|_| AppendError::Closed)?;
-            let sender = requests.as_ref().ok_or(AppendError::Closed)?;
-            sender.send(request).map_err(|_| AppendError::Closed)?;
-        }
+        });
+        self.send(request).map_err(|_| AppendError::Closed)?;
         answer.await.map_err(|_| AppendError::Closed)?
     }
 
@@ -594,5 +1020,108 @@ impl EventStore for DiskStore {
                 WaitError::Read(err) => err,
                 WaitError::Closed => ReadError::Closed,
             })
+    }
+
+    async fn list_by_status(
+        &self,
+        filter: StatusFilter,
+        after: Option<&ExecutionId>,
+        limit: usize,
+    ) -> Result<ExecutionPage, ReadError> {
+        use std::ops::Bound;
+        let after = after.cloned();
+        let code = filter_code(filter);
+        self.blocking_read(move |db| {
+            let txn = db.begin_read().map_err(storage)?;
+            let by_status = txn.open_table(BY_STATUS).map_err(storage)?;
+            let heads = txn.open_table(HEADS).map_err(storage)?;
+            let lower = after.as_ref().map_or(Bound::Included((code, "")), |id| {
+                Bound::Excluded((code, id.as_str()))
+            });
+            let limit = limit.max(1);
+            let mut executions = Vec::new();
+            for entry in by_status
+                .range::<(u8, &str)>((lower, Bound::Excluded((code + 1, ""))))
+                .map_err(storage)?
+                .take(limit + 1)
+            {
+                let (key, _) = entry.map_err(storage)?;
+                let id = key.value().1;
+                let head = heads.get(id).map_err(storage)?.map_or(0, |v| v.value());
+                executions.push(ExecutionSummary {
+                    id: ExecutionId::new(id).map_err(storage)?,
+                    head,
+                });
+            }
+            Ok(ExecutionPage::from_one_extra(executions, limit))
+        })
+        .await
+    }
+
+    async fn read_feed(&self, from: u64, limit: usize) -> Result<Vec<FeedEvent>, ReadError> {
+        let raw = self
+            .blocking_read(move |db| {
+                let txn = db.begin_read().map_err(storage)?;
+                let feed = txn.open_table(FEED).map_err(storage)?;
+                let events = txn.open_table(EVENTS).map_err(storage)?;
+                let limit = limit.max(1);
+                let mut found = Vec::new();
+                // Rows of deleted executions are skipped and do not count towards `limit`:
+                // a page is empty only at the end of the feed.
+                for entry in feed.range(from..).map_err(storage)? {
+                    let (position, row) = entry.map_err(storage)?;
+                    let (id, seq) = row.value();
+                    if let Some(record) = events.get((id, seq)).map_err(storage)? {
+                        found.push((
+                            position.value(),
+                            id.to_owned(),
+                            seq,
+                            record.value().to_vec(),
+                        ));
+                        if found.len() == limit {
+                            break;
+                        }
+                    }
+                }
+                Ok(found)
+            })
+            .await?;
+        raw.into_iter()
+            .map(|(position, id, seq, record)| {
+                let execution = ExecutionId::new(&id).map_err(storage)?;
+                let envelope = decode_record(&execution, seq, &record).map_err(|source| {
+                    ReadError::Decode {
+                        execution: execution.clone(),
+                        seq,
+                        source,
+                    }
+                })?;
+                Ok(FeedEvent { position, envelope })
+            })
+            .collect()
+    }
+
+    async fn wait_for_feed(&self, position: u64) -> Result<(), ReadError> {
+        let mut receiver = self.shared.feed_head.subscribe();
+        receiver
+            .wait_for(|head| *head > position)
+            .await
+            .map(|_| ())
+            .map_err(|_| ReadError::Closed)
+    }
+
+    async fn delete_ended(
+        &self,
+        ended_before_ms: u64,
+        limit: usize,
+    ) -> Result<Vec<ExecutionId>, RetentionError> {
+        let (reply, answer) = oneshot::channel();
+        self.send(WriteRequest::Delete(DeleteRequest {
+            ended_before_ms,
+            limit,
+            reply,
+        }))
+        .map_err(|_| RetentionError::Closed)?;
+        answer.await.map_err(|_| RetentionError::Closed)?
     }
 }

@@ -1,10 +1,15 @@
 //! The in-memory store: the reference twin of the disk store, for tests.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
+use std::ops::Bound;
 use std::sync::{Arc, Mutex};
 
+use super::tail::{ExecutionTail, filter_code};
 use super::watch::{HeadWatch, WaitError};
-use super::{AppendError, EventStore, ExecutionPage, ExecutionSummary, ReadError, wall_clock_ms};
+use super::{
+    AppendError, EventStore, ExecutionPage, ExecutionSummary, FeedEvent, ReadError, RetentionError,
+    StatusFilter, wall_clock_ms,
+};
 use crate::envelope::EventEnvelope;
 use crate::event::Event;
 use crate::id::ExecutionId;
@@ -17,19 +22,86 @@ pub struct MemoryStore {
 
 #[derive(Debug, Default)]
 struct Inner {
-    logs: Mutex<BTreeMap<ExecutionId, Vec<EventEnvelope>>>,
+    state: Mutex<State>,
     watch: HeadWatch,
+    /// The next feed position, published after each append.
+    feed_head: FeedWatch,
+}
+
+/// Everything behind the one lock, so an append changes logs, index and feed together.
+#[derive(Debug, Default)]
+struct State {
+    logs: BTreeMap<ExecutionId, Log>,
+    /// Index code -> the executions filed under it (every code of each execution's tail).
+    by_status: BTreeMap<u8, BTreeSet<ExecutionId>>,
+    /// Ended at -> the executions that ended then (those with an end time).
+    ended: BTreeMap<u64, BTreeSet<ExecutionId>>,
+    /// Feed position -> (execution, seq).
+    feed: BTreeMap<u64, (ExecutionId, u64)>,
+    next_position: u64,
+}
+
+#[derive(Debug, Default)]
+struct Log {
+    events: Vec<EventEnvelope>,
+    /// The feed position of each event, by seq.
+    positions: Vec<u64>,
+    tail: ExecutionTail,
+}
+
+/// Wakes `wait_for_feed` callers.
+#[derive(Debug)]
+struct FeedWatch(tokio::sync::watch::Sender<u64>);
+
+impl Default for FeedWatch {
+    fn default() -> Self {
+        Self(tokio::sync::watch::channel(0).0)
+    }
 }
 
 impl MemoryStore {
+    /// An empty store.
     pub fn new() -> Self {
         Self::default()
     }
 
-    fn logs(&self) -> std::sync::MutexGuard<'_, BTreeMap<ExecutionId, Vec<EventEnvelope>>> {
-        // A panic while holding the lock cannot leave a log half-appended: appends extend the
-        // vector only after every check, so the data is consistent even if poisoned.
-        self.inner.logs.lock().unwrap_or_else(|p| p.into_inner())
+    fn state(&self) -> std::sync::MutexGuard<'_, State> {
+        // A panic while holding the lock cannot leave a log half-appended: appends change the
+        // state only after every check, so the data is consistent even if poisoned.
+        self.inner.state.lock().unwrap_or_else(|p| p.into_inner())
+    }
+}
+
+impl State {
+    fn unindex(&mut self, execution: &ExecutionId, tail: &ExecutionTail) {
+        for code in tail.index_codes() {
+            if let Some(filed) = self.by_status.get_mut(&code) {
+                filed.remove(execution);
+            }
+        }
+        if let Some(ended) = tail.ended_at_ms()
+            && let Some(filed) = self.ended.get_mut(&ended)
+        {
+            filed.remove(execution);
+            if filed.is_empty() {
+                self.ended.remove(&ended);
+            }
+        }
+    }
+
+    fn index(&mut self, execution: &ExecutionId, tail: &ExecutionTail) {
+        for code in tail.index_codes() {
+            self.by_status
+                .entry(code)
+                .or_default()
+                .insert(execution.clone());
+        }
+        if let Some(ended) = tail.ended_at_ms() {
+            self.ended
+                .entry(ended)
+                .or_default()
+                .insert(execution.clone());
+        }
     }
 }
 
@@ -46,10 +118,13 @@ impl EventStore for MemoryStore {
             });
         }
         let recorded_at_ms = wall_clock_ms();
-        let head = {
-            let mut logs = self.logs();
-            let log = logs.entry(execution.clone()).or_default();
-            let actual_seq = log.len() as u64;
+        let (head, feed_head) = {
+            let mut state = self.state();
+            let state = &mut *state;
+            let (actual_seq, mut tail) = state.logs.get(execution).map_or_else(
+                || (0, ExecutionTail::new()),
+                |log| (log.events.len() as u64, log.tail.clone()),
+            );
             if actual_seq != expected_seq {
                 return Err(AppendError::Conflict {
                     execution: execution.clone(),
@@ -57,17 +132,31 @@ impl EventStore for MemoryStore {
                     actual_seq,
                 });
             }
-            log.extend(
-                (expected_seq..)
-                    .zip(events)
-                    .map(|(seq, event)| EventEnvelope {
-                        recorded_at_ms,
-                        ..EventEnvelope::new(execution.clone(), seq, event.clone())
-                    }),
-            );
-            log.len() as u64
+            let old_tail = tail.clone();
+            tail.apply_batch(events, recorded_at_ms)
+                .map_err(|refused| AppendError::Invalid {
+                    execution: execution.clone(),
+                    seq: expected_seq + refused.index as u64,
+                    violation: refused.violation,
+                })?;
+            state.unindex(execution, &old_tail);
+            state.index(execution, &tail);
+            let first_position = state.next_position;
+            state.next_position += events.len() as u64;
+            let log = state.logs.entry(execution.clone()).or_default();
+            for ((seq, position), event) in (expected_seq..).zip(first_position..).zip(events) {
+                log.events.push(EventEnvelope {
+                    recorded_at_ms,
+                    ..EventEnvelope::new(execution.clone(), seq, event.clone())
+                });
+                log.positions.push(position);
+                state.feed.insert(position, (execution.clone(), seq));
+            }
+            log.tail = tail;
+            (log.events.len() as u64, state.next_position)
         };
         self.inner.watch.publish(execution, head);
+        self.inner.feed_head.0.send_replace(feed_head);
         Ok(head)
     }
 
@@ -77,16 +166,22 @@ impl EventStore for MemoryStore {
         from: u64,
         limit: usize,
     ) -> Result<Vec<EventEnvelope>, ReadError> {
-        let logs = self.logs();
-        let Some(log) = logs.get(execution) else {
+        let state = self.state();
+        let Some(log) = state.logs.get(execution) else {
             return Ok(Vec::new());
         };
-        let start = usize::try_from(from).unwrap_or(usize::MAX).min(log.len());
-        Ok(log[start..].iter().take(limit).cloned().collect())
+        let start = usize::try_from(from)
+            .unwrap_or(usize::MAX)
+            .min(log.events.len());
+        Ok(log.events[start..].iter().take(limit).cloned().collect())
     }
 
     async fn head(&self, execution: &ExecutionId) -> Result<u64, ReadError> {
-        Ok(self.logs().get(execution).map_or(0, |log| log.len() as u64))
+        Ok(self
+            .state()
+            .logs
+            .get(execution)
+            .map_or(0, |log| log.events.len() as u64))
     }
 
     async fn list_executions(
@@ -94,17 +189,17 @@ impl EventStore for MemoryStore {
         after: Option<&ExecutionId>,
         limit: usize,
     ) -> Result<ExecutionPage, ReadError> {
-        use std::ops::Bound;
-        let logs = self.logs();
+        let state = self.state();
         let lower = after.map_or(Bound::Unbounded, Bound::Excluded);
         let limit = limit.max(1);
-        let executions: Vec<ExecutionSummary> = logs
+        let executions: Vec<ExecutionSummary> = state
+            .logs
             .range::<ExecutionId, _>((lower, Bound::Unbounded))
-            .filter(|(_, log)| !log.is_empty())
+            .filter(|(_, log)| !log.events.is_empty())
             .take(limit + 1)
             .map(|(id, log)| ExecutionSummary {
                 id: id.clone(),
-                head: log.len() as u64,
+                head: log.events.len() as u64,
             })
             .collect();
         Ok(ExecutionPage::from_one_extra(executions, limit))
@@ -119,5 +214,80 @@ impl EventStore for MemoryStore {
                 WaitError::Read(err) => err,
                 WaitError::Closed => ReadError::Closed,
             })
+    }
+
+    async fn list_by_status(
+        &self,
+        filter: StatusFilter,
+        after: Option<&ExecutionId>,
+        limit: usize,
+    ) -> Result<ExecutionPage, ReadError> {
+        let state = self.state();
+        let code = filter_code(filter);
+        let limit = limit.max(1);
+        let lower = after.map_or(Bound::Unbounded, Bound::Excluded);
+        let Some(filed) = state.by_status.get(&code) else {
+            return Ok(ExecutionPage::from_one_extra(Vec::new(), limit));
+        };
+        let executions: Vec<ExecutionSummary> = filed
+            .range::<ExecutionId, _>((lower, Bound::Unbounded))
+            .take(limit + 1)
+            .map(|id| ExecutionSummary {
+                id: id.clone(),
+                head: state.logs.get(id).map_or(0, |log| log.events.len() as u64),
+            })
+            .collect();
+        Ok(ExecutionPage::from_one_extra(executions, limit))
+    }
+
+    async fn read_feed(&self, from: u64, limit: usize) -> Result<Vec<FeedEvent>, ReadError> {
+        let state = self.state();
+        Ok(state
+            .feed
+            .range(from..)
+            .take(limit.max(1))
+            .filter_map(|(position, (execution, seq))| {
+                let log = state.logs.get(execution)?;
+                let envelope = log.events.get(usize::try_from(*seq).ok()?)?;
+                Some(FeedEvent {
+                    position: *position,
+                    envelope: envelope.clone(),
+                })
+            })
+            .collect())
+    }
+
+    async fn wait_for_feed(&self, position: u64) -> Result<(), ReadError> {
+        let mut receiver = self.inner.feed_head.0.subscribe();
+        receiver
+            .wait_for(|head| *head > position)
+            .await
+            .map(|_| ())
+            .map_err(|_| ReadError::Closed)
+    }
+
+    async fn delete_ended(
+        &self,
+        ended_before_ms: u64,
+        limit: usize,
+    ) -> Result<Vec<ExecutionId>, RetentionError> {
+        let mut state = self.state();
+        let doomed: Vec<ExecutionId> = state
+            .ended
+            .range(..ended_before_ms)
+            .flat_map(|(_, filed)| filed.iter().cloned())
+            .take(limit.max(1))
+            .collect();
+        let mut deleted = Vec::with_capacity(doomed.len());
+        for execution in doomed {
+            if let Some(log) = state.logs.remove(&execution) {
+                state.unindex(&execution, &log.tail);
+                for position in &log.positions {
+                    state.feed.remove(position);
+                }
+            }
+            deleted.push(execution);
+        }
+        Ok(deleted)
     }
 }

@@ -11,6 +11,19 @@
 //! - **Reads** see every append that has returned. `read(execution, from, limit)` returns the
 //!   events with `seq >= from`, in order, at most `limit` of them; an unknown execution reads as
 //!   an empty log.
+//! - **Valid logs only.** An append that would make the log unreadable as a whole is refused
+//!   with [`AppendError::Invalid`] and stores nothing of its batch: a first event that is not
+//!   `EXECUTION_STARTED`, a second `EXECUTION_STARTED`, any event after a terminal one
+//!   (`EXECUTION_COMPLETED`, `EXECUTION_FAILED`, `EXECUTION_CANCELLED`). The check costs no
+//!   fold: stores keep each execution's [`ExecutionTail`] and apply the batch to it.
+//! - **Status index.** [`EventStore::list_by_status`] lists the executions of one status (or
+//!   those a worker must drive on) at a cost in proportion to what it returns. The index is
+//!   written in the same atomic commit as the events, so it always agrees with the logs.
+//! - **Feed.** Every stored event also has a *position* in the store-wide commit order;
+//!   [`EventStore::read_feed`] reads events from a position, so a reader (a projection) can
+//!   follow the whole store and resume after a restart from the last position it handled.
+//! - **Retention.** [`EventStore::delete_ended`] deletes ended executions whose end is older
+//!   than a given time, a bounded batch at a time.
 //! - **Fail-stop.** A store error is returned, never hidden; a batch that failed to commit is
 //!   not visible, in whole or in part.
 //!
@@ -20,6 +33,7 @@
 
 mod disk;
 mod memory;
+pub mod tail;
 mod watch;
 
 use std::future::Future;
@@ -28,10 +42,11 @@ use futures::Stream;
 
 pub use disk::{DiskStore, DiskStoreConfig, OpenError, StoredLog};
 pub use memory::MemoryStore;
+pub use tail::ExecutionTail;
 
 use crate::envelope::{DecodeError, EventEnvelope};
 use crate::event::Event;
-use crate::fold::{ExecutionState, FoldError};
+use crate::fold::{ExecutionState, ExecutionStatus, FoldError, Violation};
 use crate::id::ExecutionId;
 
 /// How many events [`EventStoreExt::stream`] reads per page.
@@ -56,6 +71,17 @@ pub enum AppendError {
     },
     #[error("append to execution {execution} with no events")]
     EmptyBatch { execution: ExecutionId },
+    /// The batch would make the log invalid (see the module documentation); nothing of it
+    /// is stored. `seq` is where the offending event would have gone.
+    #[error(
+        "append to execution {execution} refused: the event at seq {seq} would make the log invalid: {violation}"
+    )]
+    Invalid {
+        execution: ExecutionId,
+        seq: u64,
+        #[source]
+        violation: Box<Violation>,
+    },
     #[error("storage failed appending to execution {execution}: {detail}")]
     Storage {
         execution: ExecutionId,
@@ -80,6 +106,61 @@ pub enum ReadError {
     Storage { detail: String },
     #[error("the store is closed")]
     Closed,
+    /// The store does not implement this operation (a trait method with no default body
+    /// that a store left out).
+    #[error("this store does not support {operation}")]
+    Unsupported { operation: &'static str },
+}
+
+/// Why [`EventStore::delete_ended`] deleted nothing. A failed call deletes nothing.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum RetentionError {
+    #[error("storage failed deleting ended executions: {detail}")]
+    Storage { detail: String },
+    #[error("the store is closed")]
+    Closed,
+    #[error("this store does not support deleting executions")]
+    Unsupported,
+}
+
+/// Which executions [`EventStore::list_by_status`] lists.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum StatusFilter {
+    /// The executions whose status ([`ExecutionState::status`]) is this one. `New` lists
+    /// nothing: an execution with no events is not stored.
+    Status(ExecutionStatus),
+    /// The executions a worker must drive on ([`ExecutionState::needs_driving`]): running, or
+    /// parked with a step in flight. What `Runtime::recover` starts.
+    NeedsDriving,
+}
+
+impl StatusFilter {
+    /// Whether an execution with this tail is listed.
+    pub fn matches_tail(self, tail: &ExecutionTail) -> bool {
+        match self {
+            Self::Status(status) => status != ExecutionStatus::New && tail.status() == status,
+            Self::NeedsDriving => tail.needs_driving(),
+        }
+    }
+
+    /// Whether an execution with this folded state is listed.
+    pub fn matches_state(self, state: &ExecutionState) -> bool {
+        match self {
+            Self::Status(status) => status != ExecutionStatus::New && state.status() == status,
+            Self::NeedsDriving => state.needs_driving(),
+        }
+    }
+}
+
+/// One event with its position in the store-wide commit order, as read by
+/// [`EventStore::read_feed`].
+#[derive(Debug, Clone, PartialEq)]
+pub struct FeedEvent {
+    /// The event's position: pass `position + 1` as `from` to read what follows it.
+    pub position: u64,
+    pub envelope: EventEnvelope,
 }
 
 /// Why a stored execution could not be folded.
@@ -171,6 +252,123 @@ pub trait EventStore: Send + Sync + 'static {
         execution: &ExecutionId,
         seq: u64,
     ) -> impl Future<Output = Result<(), ReadError>> + Send;
+
+    /// Up to `limit` executions matching `filter` with ids after `after`, in id order (byte
+    /// order of the ids), each with its head. A `limit` of 0 is read as 1.
+    ///
+    /// - **Cost.** A store with a status index answers in proportion to the page it returns,
+    ///   however many executions it holds in other statuses. The default body (for stores
+    ///   without an index) lists every execution and folds each: correct, but proportional
+    ///   to every event stored.
+    /// - **Consistency.** The listing reflects every append that returned before the call; an
+    ///   execution whose status changes while pages are read may be listed on no page or, if
+    ///   its status changes back, twice, as with any paged listing. A log the store holds
+    ///   from before it validated appends (and that the fold refuses) is listed as the index
+    ///   saw it: callers fold what they list and handle a [`FoldError`] per execution.
+    /// - **Processes.** A store shared by several processes lists what all of them appended.
+    fn list_by_status(
+        &self,
+        filter: StatusFilter,
+        after: Option<&ExecutionId>,
+        limit: usize,
+    ) -> impl Future<Output = Result<ExecutionPage, ReadError>> + Send {
+        async move {
+            let limit = limit.max(1);
+            let mut after = after.cloned();
+            let mut found = Vec::new();
+            'pages: loop {
+                let page = self.list_executions(after.as_ref(), LIST_PAGE).await?;
+                for summary in page.executions {
+                    // An execution the fold refuses is listed as running: it is open as far
+                    // as anyone can tell, and the caller reports it when folding.
+                    let listed = match self.fold(&summary.id).await {
+                        Ok(state) => filter.matches_state(&state),
+                        Err(FoldStoredError::Fold(_)) => matches!(
+                            filter,
+                            StatusFilter::NeedsDriving
+                                | StatusFilter::Status(ExecutionStatus::Running)
+                        ),
+                        Err(FoldStoredError::Read(err)) => return Err(err),
+                    };
+                    if listed {
+                        found.push(summary);
+                        if found.len() > limit {
+                            break 'pages;
+                        }
+                    }
+                }
+                match page.next {
+                    Some(next) => after = Some(next),
+                    None => break,
+                }
+            }
+            Ok(ExecutionPage::from_one_extra(found, limit))
+        }
+    }
+
+    /// Up to `limit` stored events with a feed position `>= from`, in position order.
+    ///
+    /// - **Positions** are assigned when a batch commits, in commit order, increasing within
+    ///   a batch with its seqs. They may have gaps (a store need not number densely, and
+    ///   [`EventStore::delete_ended`] leaves holes), but never go back: once a reader has seen
+    ///   position `p`, no event committed later gets a position `<= p`. Hence, read from the
+    ///   position after the last one handled, a reader sees every durable event exactly once,
+    ///   and each execution's events in seq order; positions are durable, so this holds across
+    ///   restarts of the store and of the reader.
+    /// - **Visibility.** Every append that returned `Ok` before the call is readable, and only
+    ///   committed events are (a failed batch never shows). A store shared by several
+    ///   processes shows all of their events.
+    /// - **Default.** Fails with [`ReadError::Unsupported`]: the other methods cannot give a
+    ///   store-wide order.
+    fn read_feed(
+        &self,
+        from: u64,
+        limit: usize,
+    ) -> impl Future<Output = Result<Vec<FeedEvent>, ReadError>> + Send {
+        let _ = (from, limit);
+        async {
+            Err(ReadError::Unsupported {
+                operation: "read_feed",
+            })
+        }
+    }
+
+    /// Resolves once the feed may hold an event at a position `>= position` (at once if it
+    /// already does). It may resolve early (a reader then reads an empty page and waits
+    /// again), never late for an append through this store. A store shared by several
+    /// processes must also wake for their appends, at worst by polling.
+    ///
+    /// The default fails with [`ReadError::Unsupported`].
+    fn wait_for_feed(&self, position: u64) -> impl Future<Output = Result<(), ReadError>> + Send {
+        let _ = position;
+        async {
+            Err(ReadError::Unsupported {
+                operation: "wait_for_feed",
+            })
+        }
+    }
+
+    /// Deletes up to `limit` ended executions (completed, failed or cancelled) whose terminal
+    /// event was recorded before `ended_before_ms` (milliseconds since the Unix epoch, the
+    /// store's clock), oldest end first, and returns their ids. Fewer than `limit` ids means
+    /// no such execution is left. A `limit` of 0 is read as 1.
+    ///
+    /// - Each call is one atomic commit: an execution is deleted whole (events, index
+    ///   entries) or not at all. Live work is not blocked longer than one such commit, which
+    ///   `limit` bounds; operators loop until the returned list is short.
+    /// - Only executions whose end time the store recorded are deleted: one ended without a
+    ///   clock reading is kept.
+    /// - A deleted execution reads as unknown (empty log, head 0); its feed positions stay
+    ///   unused. Appending to its id at seq 0 starts a new execution.
+    /// - The default fails with [`RetentionError::Unsupported`].
+    fn delete_ended(
+        &self,
+        ended_before_ms: u64,
+        limit: usize,
+    ) -> impl Future<Output = Result<Vec<ExecutionId>, RetentionError>> + Send {
+        let _ = (ended_before_ms, limit);
+        async { Err(RetentionError::Unsupported) }
+    }
 }
 
 /// Conveniences over any [`EventStore`].
@@ -216,6 +414,62 @@ pub trait EventStoreExt: EventStore {
         )
         .map(|page| match page {
             Ok(summaries) => summaries.left_stream(),
+            Err(err) => futures::stream::once(async move { Err(err) }).right_stream(),
+        })
+        .flatten()
+    }
+
+    /// Every execution matching `filter`, in id order, listed a page at a time through
+    /// [`EventStore::list_by_status`].
+    fn executions_by_status(
+        &self,
+        filter: StatusFilter,
+    ) -> impl Stream<Item = Result<ExecutionSummary, ReadError>> + Send + '_ {
+        use futures::StreamExt;
+        futures::stream::try_unfold(
+            Some(None),
+            move |after: Option<Option<ExecutionId>>| async move {
+                let Some(after) = after else { return Ok(None) };
+                let page = self
+                    .list_by_status(filter, after.as_ref(), LIST_PAGE)
+                    .await?;
+                let next = page.next.map(Some);
+                Ok(Some((
+                    futures::stream::iter(page.executions.into_iter().map(Ok)),
+                    next,
+                )))
+            },
+        )
+        .map(|page| match page {
+            Ok(summaries) => summaries.left_stream(),
+            Err(err) => futures::stream::once(async move { Err(err) }).right_stream(),
+        })
+        .flatten()
+    }
+
+    /// Follows the feed from position `from`: every stored event once, in position order,
+    /// then every event appended later, as it commits. Never ends by itself; an error ends it
+    /// (resume from the position after the last event received).
+    fn follow(&self, from: u64) -> impl Stream<Item = Result<FeedEvent, ReadError>> + Send + '_ {
+        use futures::StreamExt;
+        futures::stream::try_unfold(Some(from), move |next| async move {
+            let Some(mut next) = next else {
+                return Ok(None);
+            };
+            loop {
+                let page = self.read_feed(next, STREAM_PAGE).await?;
+                if let Some(last) = page.last() {
+                    next = last.position + 1;
+                    return Ok(Some((
+                        futures::stream::iter(page.into_iter().map(Ok)),
+                        Some(next),
+                    )));
+                }
+                self.wait_for_feed(next).await?;
+            }
+        })
+        .map(|page| match page {
+            Ok(events) => events.left_stream(),
             Err(err) => futures::stream::once(async move { Err(err) }).right_stream(),
         })
         .flatten()
