@@ -7,7 +7,11 @@
 //!   ([`loom_kernel::envelope::encode_record`]).
 //! - Versioned, idempotent schema migrations applied on connect ([`SCHEMA_VERSION`]).
 //! - Group commit: one transaction for every append queued at the moment, across executions.
-//! - The status index (`loom_executions.status`, [`PostgresStore::list_by_status`]).
+//! - Validated appends and the status index: each execution's
+//!   [`loom_kernel::store::ExecutionTail`] is kept beside its log, updated in the append's
+//!   transaction, and indexed by status.
+//! - The feed: a store-wide position per event, in commit order across workers.
+//! - Retention: `delete_ended` in bounded batches that never wait for live work.
 //! - LISTEN/NOTIFY: waiting readers wake when any worker commits, without polling.
 //! - Execution ownership by leases with fencing tokens, enforced in the append's transaction;
 //!   ambiguous commits resolved by reading back (see `docs/STORAGE.md`).
@@ -38,7 +42,6 @@ mod error;
 mod lease;
 mod notify;
 mod schema;
-mod status;
 mod store;
 pub mod testing;
 mod writer;

@@ -57,8 +57,15 @@ impl HeadWatch {
         self.resync.subscribe()
     }
 
+    /// A receiver that changes on every commit seen (and whenever notifications may have
+    /// been lost).
+    pub(crate) fn commits(&self) -> watch::Receiver<u64> {
+        self.any.subscribe()
+    }
+
     /// Publishes a new head; forgets channels nobody listens to any more.
     pub(crate) fn publish(&self, execution: &ExecutionId, head: u64) {
+        self.any.send_modify(|n| *n += 1);
         let mut senders = self.senders();
         if let Some(sender) = senders.get(execution) {
             if sender.receiver_count() == 0 {

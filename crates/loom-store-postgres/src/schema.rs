@@ -12,27 +12,42 @@ use crate::error::ConnectError;
 /// The migrations, in order; `MIGRATIONS[i]` is version `i + 1`. Never edit one that shipped:
 /// add the next.
 const MIGRATIONS: &[&str] = &[
-    // 1: logs, the execution index (head, status, lease).
+    // 1: logs with their feed positions, the execution index (head, tail, status, lease),
+    // the feed counter.
     r#"
     CREATE TABLE loom_events (
         execution_id text COLLATE "C" NOT NULL,
         seq bigint NOT NULL,
         record bytea NOT NULL,
         commit_id bigint NOT NULL,
+        position bigint NOT NULL,
         PRIMARY KEY (execution_id, seq)
     );
+    CREATE UNIQUE INDEX loom_events_by_position ON loom_events (position);
     CREATE TABLE loom_executions (
         execution_id text COLLATE "C" PRIMARY KEY,
         head bigint NOT NULL DEFAULT 0,
+        tail bytea,
         status smallint NOT NULL DEFAULT 0,
+        needs_driving boolean NOT NULL DEFAULT false,
+        ended_at_ms bigint,
         lease_owner text,
         lease_token bigint NOT NULL DEFAULT 0,
         lease_expires_at timestamptz
     );
     CREATE INDEX loom_executions_by_status ON loom_executions (status, execution_id)
         WHERE head > 0;
+    CREATE INDEX loom_executions_needing_driving ON loom_executions (execution_id)
+        WHERE head > 0 AND needs_driving;
+    CREATE INDEX loom_executions_by_end ON loom_executions (ended_at_ms, execution_id)
+        WHERE ended_at_ms IS NOT NULL;
     CREATE INDEX loom_executions_by_owner ON loom_executions (lease_owner)
         WHERE lease_owner IS NOT NULL;
+    CREATE TABLE loom_feed (
+        only_row boolean PRIMARY KEY DEFAULT true CHECK (only_row),
+        next_position bigint NOT NULL
+    );
+    INSERT INTO loom_feed (next_position) VALUES (0);
     "#,
 ];
 

@@ -5,9 +5,11 @@ use std::time::Duration;
 
 use deadpool_postgres::{Manager, ManagerConfig, Pool, RecyclingMethod};
 use loom_kernel::envelope::{decode_record, encode_record_into};
+use loom_kernel::store::tail::{TailChange, filter_code};
+use loom_kernel::store::{FeedEvent, RetentionError, StatusFilter};
 use loom_kernel::{
-    AppendError, Event, EventEnvelope, EventStore, EventStoreExt, ExecutionId, ExecutionPage,
-    ExecutionStatus, ExecutionSummary, ReadError,
+    AppendError, Event, EventEnvelope, EventStore, ExecutionId, ExecutionPage, ExecutionStatus,
+    ExecutionSummary, ReadError,
 };
 use tokio::sync::{mpsc, oneshot};
 use tokio::task::JoinHandle;
@@ -16,7 +18,6 @@ use crate::config::PostgresStoreConfig;
 use crate::error::ConnectError;
 use crate::lease::Leases;
 use crate::notify::{self, HeadWatch};
-use crate::status::{self, StatusCache};
 use crate::writer::{Faults, WriteRequest, Writer};
 
 /// Event logs in a PostgreSQL database. Cheap to clone; clones share the pool, the writer,
@@ -34,7 +35,6 @@ struct Shared {
     requests: mpsc::UnboundedSender<WriteRequest>,
     watch: Arc<HeadWatch>,
     leases: Arc<Leases>,
-    statuses: StatusCache,
     faults: Arc<Faults>,
     background: Vec<JoinHandle<()>>,
 }
@@ -131,7 +131,6 @@ impl PostgresStore {
                 requests,
                 watch,
                 leases,
-                statuses: StatusCache::default(),
                 faults,
                 background: vec![listener, renewal],
             }),
@@ -169,32 +168,6 @@ impl PostgresStore {
         &self.shared.faults
     }
 
-    /// Up to `limit` executions whose status is `status`, with ids after `after`, in id
-    /// order. Costs in proportion to what it returns (an index on status and id).
-    pub async fn list_by_status(
-        &self,
-        status: ExecutionStatus,
-        after: Option<&ExecutionId>,
-        limit: usize,
-    ) -> Result<ExecutionPage, ReadError> {
-        let limit = limit.max(1);
-        let client = self.client().await?;
-        let rows = client
-            .query(
-                "SELECT execution_id, head FROM loom_executions \
-                 WHERE head > 0 AND status = $1 AND ($2::text IS NULL OR execution_id > $2) \
-                 ORDER BY status, execution_id LIMIT $3",
-                &[
-                    &status::status_code(status),
-                    &after.map(ExecutionId::as_str),
-                    &(limit as i64 + 1),
-                ],
-            )
-            .await
-            .map_err(storage)?;
-        Ok(page_of(&rows, limit))
-    }
-
     async fn client(&self) -> Result<deadpool_postgres::Object, ReadError> {
         self.shared
             .pool
@@ -203,21 +176,6 @@ impl PostgresStore {
             .map_err(|e| ReadError::Storage {
                 detail: format!("no connection: {e}"),
             })
-    }
-
-    /// The state at `expected_seq` to fold an append onto: known, or read and folded.
-    async fn state_before(
-        &self,
-        execution: &ExecutionId,
-        expected_seq: u64,
-    ) -> Option<loom_kernel::ExecutionState> {
-        if let Some(state) = self.shared.statuses.state_at(execution, expected_seq) {
-            return Some(state);
-        }
-        // First append of this process to an execution it did not start (a resume, a
-        // recovery): fold its log once. A log that does not end at `expected_seq` conflicts.
-        let state = self.fold(execution).await.ok()?;
-        (state.next_seq() == expected_seq).then_some(state)
     }
 }
 
@@ -272,8 +230,7 @@ impl EventStore for PostgresStore {
                 actual_seq: self.head(execution).await.unwrap_or(0),
             });
         }
-        let before = self.state_before(execution, expected_seq).await;
-        let outcome = status::outcome(execution, before, expected_seq, events);
+        let changes = events.iter().map(TailChange::of).collect();
         let recorded_at_ms = wall_clock_ms();
         let records = events
             .iter()
@@ -290,16 +247,12 @@ impl EventStore for PostgresStore {
                 execution: execution.clone(),
                 expected_seq,
                 records,
-                status: outcome.status,
-                keep_lease: outcome.keep_lease,
+                changes,
+                recorded_at_ms,
                 reply,
             })
             .map_err(|_| AppendError::Closed)?;
-        let head = answer.await.map_err(|_| AppendError::Closed)??;
-        if let Some(state) = outcome.state {
-            self.shared.statuses.remember(execution, state);
-        }
-        Ok(head)
+        answer.await.map_err(|_| AppendError::Closed)?
     }
 
     async fn read(
@@ -428,5 +381,153 @@ impl EventStore for PostgresStore {
                 }
             }
         }
+    }
+
+    async fn list_by_status(
+        &self,
+        filter: StatusFilter,
+        after: Option<&ExecutionId>,
+        limit: usize,
+    ) -> Result<ExecutionPage, ReadError> {
+        let limit = limit.clamp(1, i64::MAX as usize - 1);
+        let after = after.map(ExecutionId::as_str);
+        let client = self.client().await?;
+        let rows = match filter {
+            StatusFilter::Status(ExecutionStatus::New) => Vec::new(),
+            StatusFilter::NeedsDriving => client
+                .query(
+                    "SELECT execution_id, head FROM loom_executions \
+                     WHERE head > 0 AND needs_driving \
+                     AND ($1::text IS NULL OR execution_id > $1) \
+                     ORDER BY execution_id LIMIT $2",
+                    &[&after, &(limit as i64 + 1)],
+                )
+                .await
+                .map_err(storage)?,
+            filter => client
+                .query(
+                    "SELECT execution_id, head FROM loom_executions \
+                     WHERE head > 0 AND status = $1 \
+                     AND ($2::text IS NULL OR execution_id > $2) \
+                     ORDER BY status, execution_id LIMIT $3",
+                    &[&i16::from(filter_code(filter)), &after, &(limit as i64 + 1)],
+                )
+                .await
+                .map_err(storage)?,
+        };
+        Ok(page_of(&rows, limit))
+    }
+
+    async fn read_feed(&self, from: u64, limit: usize) -> Result<Vec<FeedEvent>, ReadError> {
+        let Ok(from) = i64::try_from(from) else {
+            return Ok(Vec::new());
+        };
+        let limit = limit.clamp(1, i64::MAX as usize) as i64;
+        let client = self.client().await?;
+        let statement = client
+            .prepare_cached(
+                "SELECT execution_id, seq, record, position FROM loom_events \
+                 WHERE position >= $1 ORDER BY position LIMIT $2",
+            )
+            .await
+            .map_err(storage)?;
+        let rows = client
+            .query(&statement, &[&from, &limit])
+            .await
+            .map_err(storage)?;
+        rows.iter()
+            .map(|row| {
+                let execution = ExecutionId::new(row.get::<_, &str>(0)).map_err(storage)?;
+                let seq = row.get::<_, i64>(1) as u64;
+                let envelope =
+                    decode_record(&execution, seq, row.get::<_, &[u8]>(2)).map_err(|source| {
+                        ReadError::Decode {
+                            execution: execution.clone(),
+                            seq,
+                            source,
+                        }
+                    })?;
+                Ok(FeedEvent {
+                    position: row.get::<_, i64>(3) as u64,
+                    envelope,
+                })
+            })
+            .collect()
+    }
+
+    async fn wait_for_feed(&self, position: u64) -> Result<(), ReadError> {
+        let Ok(position) = i64::try_from(position) else {
+            return std::future::pending().await;
+        };
+        // Subscribed before reading: a commit after this read wakes `commits`.
+        let mut commits = self.shared.watch.commits();
+        loop {
+            commits.borrow_and_update();
+            let client = self.client().await?;
+            let found: bool = client
+                .query_one(
+                    "SELECT EXISTS (SELECT 1 FROM loom_events WHERE position >= $1)",
+                    &[&position],
+                )
+                .await
+                .map_err(storage)?
+                .get(0);
+            drop(client);
+            if found {
+                return Ok(());
+            }
+            commits.changed().await.map_err(|_| ReadError::Closed)?;
+        }
+    }
+
+    async fn delete_ended(
+        &self,
+        ended_before_ms: u64,
+        limit: usize,
+    ) -> Result<Vec<ExecutionId>, RetentionError> {
+        let before = ended_before_ms.min(i64::MAX as u64) as i64;
+        let limit = limit.clamp(1, i64::MAX as usize) as i64;
+        let failed = |err: tokio_postgres::Error| RetentionError::Storage {
+            detail: err.to_string(),
+        };
+        let mut client = self
+            .shared
+            .pool
+            .get()
+            .await
+            .map_err(|e| RetentionError::Storage {
+                detail: format!("no connection: {e}"),
+            })?;
+        let txn = client.transaction().await.map_err(failed)?;
+        // Rows a writer holds are skipped, not waited for: live work is never blocked.
+        let rows = txn
+            .query(
+                "SELECT execution_id, ended_at_ms FROM loom_executions \
+                 WHERE ended_at_ms IS NOT NULL AND ended_at_ms < $1 \
+                 ORDER BY ended_at_ms, execution_id LIMIT $2 FOR UPDATE SKIP LOCKED",
+                &[&before, &limit],
+            )
+            .await
+            .map_err(failed)?;
+        let ids: Vec<&str> = rows.iter().map(|row| row.get(0)).collect();
+        if !ids.is_empty() {
+            txn.execute(
+                "DELETE FROM loom_events WHERE execution_id = ANY($1)",
+                &[&ids],
+            )
+            .await
+            .map_err(failed)?;
+            txn.execute(
+                "DELETE FROM loom_executions WHERE execution_id = ANY($1)",
+                &[&ids],
+            )
+            .await
+            .map_err(failed)?;
+        }
+        txn.commit().await.map_err(failed)?;
+        Ok(ids
+            .into_iter()
+            .filter_map(|id| ExecutionId::new(id).ok())
+            .collect())
     }
 }

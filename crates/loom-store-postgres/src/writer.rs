@@ -6,16 +6,25 @@
 //!    CONFLICT DO NOTHING`), so that two workers creating one execution serialise on its row;
 //! 2. `SELECT ... FOR UPDATE` of every execution of the batch, in id order (no deadlock
 //!    between workers);
-//! 3. per request: the expected seq against the head, then the lease (see [`crate::lease`]);
-//!    a refused request takes no part in the batch and is answered with a conflict;
-//! 4. one `INSERT` of every accepted event, one `UPDATE` of every head, status and lease, and
+//! 3. per request: the expected seq against the head (else a conflict), the lease (see
+//!    [`crate::lease`]; else a conflict), then the batch applied to the execution's stored
+//!    [`ExecutionTail`] (else [`AppendError::Invalid`]). A refused request takes no part in
+//!    the batch;
+//! 4. one `INSERT` of every accepted event, which also takes the batch's feed positions from
+//!    the one-row `loom_feed` counter; one `UPDATE` of every head, tail, status and lease; and
 //!    `pg_notify` of the new heads (delivered only if the transaction commits);
 //! 5. `COMMIT`. Replies go out only after it returned.
 //!
+//! The feed counter's row lock is held from the `INSERT` to the `COMMIT`, so batches take
+//! positions in the order they commit, across every worker: a reader that has seen position
+//! `p` never later finds an event below `p`.
+//!
 //! If `COMMIT` fails the outcome is unknown (the server may have committed before the
 //! connection dropped). The writer does not guess: it reads back, on another connection,
-//! whether the batch's `commit_id` is stored, and answers accordingly; if it cannot find out,
-//! it answers [`AppendError::Storage`] saying that the outcome is unknown.
+//! whether the batch's `commit_id` is stored. If it is, the batch committed exactly as
+//! decided, and every request gets the answer decided for it; if it is not, nothing of the
+//! batch is stored; if it cannot find out, it answers [`AppendError::Storage`] saying that the
+//! outcome is unknown.
 
 use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
@@ -23,6 +32,8 @@ use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::Duration;
 
 use deadpool_postgres::Pool;
+use loom_kernel::store::ExecutionTail;
+use loom_kernel::store::tail::{TailChange, status_code};
 use loom_kernel::{AppendError, ExecutionId};
 use tokio::sync::{mpsc, oneshot};
 
@@ -35,8 +46,10 @@ pub(crate) struct WriteRequest {
     pub(crate) execution: ExecutionId,
     pub(crate) expected_seq: u64,
     pub(crate) records: Vec<Vec<u8>>,
-    pub(crate) status: i16,
-    pub(crate) keep_lease: bool,
+    /// What each event changes in the execution's tail, taken on the caller's task.
+    pub(crate) changes: Vec<TailChange>,
+    /// The time stamped on the records.
+    pub(crate) recorded_at_ms: Option<u64>,
     pub(crate) reply: oneshot::Sender<Result<u64, AppendError>>,
 }
 
@@ -76,8 +89,12 @@ pub(crate) struct Writer {
 enum BatchError {
     /// Nothing of the batch is stored.
     NotCommitted(String),
-    /// The commit may or may not have happened.
-    Ambiguous { detail: String, probe: Probe },
+    /// The commit may or may not have happened; if it did, `decided` is what it did.
+    Ambiguous {
+        detail: String,
+        probe: Probe,
+        decided: Committed,
+    },
 }
 
 /// One event the batch inserted: finding it with the batch's commit id proves the commit.
@@ -86,6 +103,17 @@ struct Probe {
     execution: ExecutionId,
     seq: i64,
     commit_id: i64,
+}
+
+/// An execution's row after a batch.
+struct Update<'a> {
+    head: i64,
+    tail: Vec<u8>,
+    status: i16,
+    needs_driving: bool,
+    ended_at_ms: Option<i64>,
+    owner: Option<&'a str>,
+    token: i64,
 }
 
 /// The answer for each request, and the leases the batch took or gave up.
@@ -128,10 +156,14 @@ impl Writer {
             }
         };
         let outcome = match outcome {
-            Err(BatchError::Ambiguous { detail, probe }) => {
+            Err(BatchError::Ambiguous {
+                detail,
+                probe,
+                decided,
+            }) => {
                 tracing::warn!(%detail, "commit outcome unknown; reading back");
                 match self.resolve(&probe).await {
-                    Some(true) => self.recompute_after_ambiguity(&batch, &probe).await,
+                    Some(true) => Ok(decided),
                     Some(false) => Err(format!("not committed (the commit failed: {detail})")),
                     None => Err(format!(
                         "the commit failed ({detail}) and whether it took effect could not be \
@@ -195,7 +227,7 @@ impl Writer {
         let lock = txn
             .prepare_cached(
                 "SELECT execution_id, head, lease_owner, lease_token, \
-                        coalesce(lease_expires_at > clock_timestamp(), false) \
+                        coalesce(lease_expires_at > clock_timestamp(), false), tail \
                  FROM loom_executions WHERE execution_id = ANY($1) \
                  ORDER BY execution_id FOR UPDATE",
             )
@@ -205,32 +237,38 @@ impl Writer {
             .query(&lock, &[&ids])
             .await
             .map_err(|e| not_committed(&e))?;
-        let mut current: HashMap<String, RowLease> = rows
-            .iter()
-            .map(|row| {
-                let id: String = row.get(0);
-                let lease = RowLease {
-                    head: row.get::<_, i64>(1) as u64,
-                    owner: row.get(2),
-                    token: row.get(3),
-                    live: row.get(4),
-                };
-                (id, lease)
-            })
-            .collect();
+        let mut current: HashMap<String, (RowLease, ExecutionTail)> = HashMap::new();
+        for row in &rows {
+            let id: String = row.get(0);
+            let lease = RowLease {
+                head: row.get::<_, i64>(1) as u64,
+                owner: row.get(2),
+                token: row.get(3),
+                live: row.get(4),
+            };
+            let tail = match row.get::<_, Option<&[u8]>>(5) {
+                None => ExecutionTail::new(),
+                Some(bytes) => ExecutionTail::decode(bytes).ok_or_else(|| {
+                    BatchError::NotCommitted(format!(
+                        "the stored tail of execution {id} is not one this build wrote"
+                    ))
+                })?,
+            };
+            current.insert(id, (lease, tail));
+        }
 
         let commit_id = crate::config::random_u64() as i64;
         let mut event_ids: Vec<&str> = Vec::new();
         let mut event_seqs: Vec<i64> = Vec::new();
         let mut event_records: Vec<&[u8]> = Vec::new();
-        // Per execution, its final row: head, status, lease owner, token.
-        let mut updates: BTreeMap<&str, (i64, i16, Option<&str>, i64)> = BTreeMap::new();
+        // Per execution, its final row.
+        let mut updates: BTreeMap<&str, Update<'_>> = BTreeMap::new();
         let mut outcomes = Vec::with_capacity(batch.len());
         let mut lease_changes = Vec::new();
         let mut held = self.leases.snapshot(batch.iter().map(|r| &r.execution));
         for request in batch {
             let id = request.execution.as_str();
-            let row = current.entry(id.to_owned()).or_default();
+            let (row, tail) = current.entry(id.to_owned()).or_default();
             if row.head != request.expected_seq {
                 outcomes.push(Err(AppendError::Conflict {
                     execution: request.execution.clone(),
@@ -259,15 +297,24 @@ impl Writer {
                 }
                 LeaseDecision::Granted { token } => token,
             };
+            if let Err(refused) = tail.apply_changes(&request.changes, request.recorded_at_ms) {
+                outcomes.push(Err(AppendError::Invalid {
+                    execution: request.execution.clone(),
+                    seq: request.expected_seq + refused.index as u64,
+                    violation: refused.violation,
+                }));
+                continue;
+            }
             for (seq, record) in (request.expected_seq..).zip(&request.records) {
                 event_ids.push(id);
                 event_seqs.push(seq as i64);
                 event_records.push(record);
             }
             let head = request.expected_seq + request.records.len() as u64;
+            let keep_lease = tail.needs_driving();
             row.head = head;
             row.token = token;
-            if request.keep_lease {
+            if keep_lease {
                 row.owner = Some(self.leases.worker_id().to_owned());
                 row.live = true;
                 held.insert(id.to_owned(), token);
@@ -278,8 +325,18 @@ impl Writer {
                 held.remove(id);
                 lease_changes.push((request.execution.clone(), None));
             }
-            let owner = request.keep_lease.then(|| self.leases.worker_id());
-            updates.insert(id, (head as i64, request.status, owner, token));
+            updates.insert(
+                id,
+                Update {
+                    head: head as i64,
+                    tail: tail.encode(),
+                    status: i16::from(status_code(tail.status())),
+                    needs_driving: tail.needs_driving(),
+                    ended_at_ms: tail.ended_at_ms().map(|ms| ms.min(i64::MAX as u64) as i64),
+                    owner: keep_lease.then(|| self.leases.worker_id()),
+                    token,
+                },
+            );
             outcomes.push(Ok(head));
         }
 
@@ -297,20 +354,26 @@ impl Writer {
         };
         let insert = txn
             .prepare_cached(
-                "INSERT INTO loom_events (execution_id, seq, record, commit_id) \
-                 SELECT id, seq, record, $4 FROM unnest($1::text[], $2::int8[], $3::bytea[]) \
-                 AS u(id, seq, record)",
+                "WITH base AS ( \
+                     UPDATE loom_feed SET next_position = next_position + $5 \
+                     RETURNING next_position - $5 AS first) \
+                 INSERT INTO loom_events (execution_id, seq, record, commit_id, position) \
+                 SELECT u.id, u.seq, u.record, $4, base.first + u.n - 1 \
+                 FROM base, unnest($1::text[], $2::int8[], $3::bytea[]) \
+                     WITH ORDINALITY AS u(id, seq, record, n)",
             )
             .await
             .map_err(|e| not_committed(&e))?;
         let update = txn
             .prepare_cached(
-                "UPDATE loom_executions AS x SET head = u.head, status = u.status, \
+                "UPDATE loom_executions AS x SET head = u.head, tail = u.tail, \
+                     status = u.status, needs_driving = u.driving, ended_at_ms = u.ended, \
                      lease_owner = u.owner, lease_token = u.token, \
                      lease_expires_at = CASE WHEN u.owner IS NULL THEN NULL \
-                         ELSE clock_timestamp() + $6 * interval '1 millisecond' END \
-                 FROM unnest($1::text[], $2::int8[], $3::int2[], $4::text[], $5::int8[]) \
-                     AS u(id, head, status, owner, token) \
+                         ELSE clock_timestamp() + $9 * interval '1 millisecond' END \
+                 FROM unnest($1::text[], $2::int8[], $3::bytea[], $4::int2[], $5::bool[], \
+                             $6::int8[], $7::text[], $8::int8[]) \
+                     AS u(id, head, tail, status, driving, ended, owner, token) \
                  WHERE x.execution_id = u.id",
             )
             .await
@@ -320,21 +383,39 @@ impl Writer {
             .await
             .map_err(|e| not_committed(&e))?;
         let update_ids: Vec<&str> = updates.keys().copied().collect();
-        let heads: Vec<i64> = updates.values().map(|u| u.0).collect();
-        let statuses: Vec<i16> = updates.values().map(|u| u.1).collect();
-        let owners: Vec<Option<&str>> = updates.values().map(|u| u.2).collect();
-        let tokens: Vec<i64> = updates.values().map(|u| u.3).collect();
+        let heads: Vec<i64> = updates.values().map(|u| u.head).collect();
+        let tails: Vec<&[u8]> = updates.values().map(|u| u.tail.as_slice()).collect();
+        let statuses: Vec<i16> = updates.values().map(|u| u.status).collect();
+        let driving: Vec<bool> = updates.values().map(|u| u.needs_driving).collect();
+        let ended: Vec<Option<i64>> = updates.values().map(|u| u.ended_at_ms).collect();
+        let owners: Vec<Option<&str>> = updates.values().map(|u| u.owner).collect();
+        let tokens: Vec<i64> = updates.values().map(|u| u.token).collect();
         let lease_ms = self.leases.lease_ms();
+        let event_count = event_ids.len() as i64;
         let announced: Vec<(ExecutionId, u64)> = updates
             .iter()
-            .filter_map(|(id, u)| ExecutionId::new(id).ok().map(|id| (id, u.0 as u64)))
+            .filter_map(|(id, u)| ExecutionId::new(id).ok().map(|id| (id, u.head as u64)))
             .collect();
         let messages = payloads(announced.iter().map(|(id, head)| (id, *head)));
         // Issued together: the connection pipelines them.
-        let insert_params: [&(dyn tokio_postgres::types::ToSql + Sync); 4] =
-            [&event_ids, &event_seqs, &event_records, &commit_id];
-        let update_params: [&(dyn tokio_postgres::types::ToSql + Sync); 6] =
-            [&update_ids, &heads, &statuses, &owners, &tokens, &lease_ms];
+        let insert_params: [&(dyn tokio_postgres::types::ToSql + Sync); 5] = [
+            &event_ids,
+            &event_seqs,
+            &event_records,
+            &commit_id,
+            &event_count,
+        ];
+        let update_params: [&(dyn tokio_postgres::types::ToSql + Sync); 9] = [
+            &update_ids,
+            &heads,
+            &tails,
+            &statuses,
+            &driving,
+            &ended,
+            &owners,
+            &tokens,
+            &lease_ms,
+        ];
         let notify_params: [&(dyn tokio_postgres::types::ToSql + Sync); 2] =
             [&self.channel, &messages];
         let inserted = txn.execute(&insert, &insert_params);
@@ -342,26 +423,30 @@ impl Writer {
         let notified = txn.execute(&notify, &notify_params);
         futures::try_join!(inserted, updated, notified).map_err(|e| not_committed(&e))?;
 
+        let decided = Committed {
+            outcomes,
+            leases: lease_changes,
+        };
         if Faults::take(&self.faults.lose_commit) {
             txn.rollback().await.map_err(|e| not_committed(&e))?;
             return Err(BatchError::Ambiguous {
                 detail: "injected: commit lost".into(),
                 probe,
+                decided,
             });
         }
         let lose_reply = Faults::take(&self.faults.lose_commit_reply);
         match txn.commit().await {
-            Ok(()) if !lose_reply => Ok(Committed {
-                outcomes,
-                leases: lease_changes,
-            }),
+            Ok(()) if !lose_reply => Ok(decided),
             Ok(()) => Err(BatchError::Ambiguous {
                 detail: "injected: reply to COMMIT lost".into(),
                 probe,
+                decided,
             }),
             Err(err) => Err(BatchError::Ambiguous {
                 detail: err.to_string(),
                 probe,
+                decided,
             }),
         }
     }
@@ -392,60 +477,6 @@ impl Writer {
             }
         }
         None
-    }
-
-    /// The answers of a batch found committed after its `COMMIT` failed: the transaction
-    /// applied exactly the decisions made in it, so they are made again from what is stored.
-    async fn recompute_after_ambiguity(
-        &self,
-        batch: &[WriteRequest],
-        probe: &Probe,
-    ) -> Result<Committed, String> {
-        let client = self.pool.get().await.map_err(|e| e.to_string())?;
-        let mut outcomes = Vec::with_capacity(batch.len());
-        let mut leases = Vec::new();
-        // Requests at one (execution, seq) in one batch: the first in order won, as decided.
-        let mut claimed = std::collections::HashSet::new();
-        for request in batch {
-            let row = client
-                .query_opt(
-                    "SELECT commit_id FROM loom_events WHERE execution_id = $1 AND seq = $2",
-                    &[&request.execution.as_str(), &(request.expected_seq as i64)],
-                )
-                .await
-                .map_err(|e| e.to_string())?;
-            let ours = row.is_some_and(|row| row.get::<_, i64>(0) == probe.commit_id)
-                && claimed.insert((request.execution.clone(), request.expected_seq));
-            if ours {
-                let head = request.expected_seq + request.records.len() as u64;
-                let token: Option<i64> = client
-                    .query_opt(
-                        "SELECT lease_token FROM loom_executions \
-                         WHERE execution_id = $1 AND lease_owner = $2",
-                        &[&request.execution.as_str(), &self.leases.worker_id()],
-                    )
-                    .await
-                    .map_err(|e| e.to_string())?
-                    .map(|row| row.get(0));
-                leases.push((request.execution.clone(), token));
-                outcomes.push(Ok(head));
-            } else {
-                let actual_seq = client
-                    .query_opt(
-                        "SELECT head FROM loom_executions WHERE execution_id = $1",
-                        &[&request.execution.as_str()],
-                    )
-                    .await
-                    .map_err(|e| e.to_string())?
-                    .map_or(0, |row| row.get::<_, i64>(0) as u64);
-                outcomes.push(Err(AppendError::Conflict {
-                    execution: request.execution.clone(),
-                    expected_seq: request.expected_seq,
-                    actual_seq,
-                }));
-            }
-        }
-        Ok(Committed { outcomes, leases })
     }
 }
 

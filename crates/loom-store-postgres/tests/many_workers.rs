@@ -7,6 +7,7 @@ use std::time::Duration;
 
 use loom_kernel::conformance::{id, started, tagged};
 use loom_kernel::event::{ExecutionCompleted, ExecutionResumed, ExecutionSuspended};
+use loom_kernel::store::StatusFilter;
 use loom_kernel::{AppendError, Event, EventStore, EventStoreExt, ExecutionStatus};
 use loom_store_postgres::testing::{fresh_schema, server_url};
 use loom_store_postgres::{PostgresStore, PostgresStoreConfig};
@@ -278,7 +279,7 @@ async fn the_status_index_lists_executions_by_status() {
         }
     }
     let running = a
-        .list_by_status(ExecutionStatus::Running, None, 10)
+        .list_by_status(StatusFilter::Status(ExecutionStatus::Running), None, 10)
         .await
         .expect("list");
     let ids: Vec<_> = running
@@ -288,12 +289,16 @@ async fn the_status_index_lists_executions_by_status() {
         .collect();
     assert_eq!(ids, ["s-1", "s-3"]);
     let parked = a
-        .list_by_status(ExecutionStatus::Suspended, None, 2)
+        .list_by_status(StatusFilter::Status(ExecutionStatus::Suspended), None, 2)
         .await
         .expect("list");
     assert_eq!(parked.executions.len(), 2);
     let rest = a
-        .list_by_status(ExecutionStatus::Suspended, parked.next.as_ref(), 2)
+        .list_by_status(
+            StatusFilter::Status(ExecutionStatus::Suspended),
+            parked.next.as_ref(),
+            2,
+        )
         .await
         .expect("list");
     let ids: Vec<_> = rest.executions.iter().map(|s| s.id.to_string()).collect();
