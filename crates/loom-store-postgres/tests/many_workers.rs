@@ -305,3 +305,70 @@ async fn the_status_index_lists_executions_by_status() {
     assert_eq!(ids, ["s-4"]);
     assert!(rest.next.is_none());
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_follower_sees_every_event_of_concurrent_workers_once_in_commit_order() {
+    use futures::StreamExt;
+    let Some(url) = server_url("feed_across_workers") else {
+        return;
+    };
+    let schema = fresh_schema("feed_across_workers");
+    let lease = Duration::from_secs(30);
+    let writers = [
+        worker(&url, &schema, "writer-a", lease).await,
+        worker(&url, &schema, "writer-b", lease).await,
+    ];
+    let reader = worker(&url, &schema, "reader", lease).await;
+    let per_writer = 40;
+    let per_execution = 5;
+    let expected = 2 * per_writer * per_execution;
+    let follower = tokio::spawn(async move {
+        let mut seen = Vec::new();
+        let mut feed = std::pin::pin!(reader.follow(0));
+        while seen.len() < expected {
+            let event = feed.next().await.expect("feed open").expect("follow");
+            seen.push(event);
+        }
+        seen
+    });
+    let tasks: Vec<_> = writers
+        .iter()
+        .enumerate()
+        .flat_map(|(w, store)| {
+            (0..per_writer).map(move |n| {
+                let store = store.clone();
+                tokio::spawn(async move {
+                    let e = id(&format!("w{w}-{n:02}"));
+                    store.append(&e, 0, &[started("f")]).await.expect("start");
+                    for seq in 1..per_execution as u64 {
+                        store
+                            .append(&e, seq, &[tagged(json!(seq))])
+                            .await
+                            .expect("append");
+                    }
+                })
+            })
+        })
+        .collect();
+    for task in tasks {
+        task.await.expect("writer");
+    }
+    let seen = tokio::time::timeout(Duration::from_secs(30), follower)
+        .await
+        .expect("the follower saw every event")
+        .expect("task");
+    for pair in seen.windows(2) {
+        assert!(pair[0].position < pair[1].position, "positions go back");
+    }
+    let mut per_id: std::collections::BTreeMap<String, Vec<u64>> = Default::default();
+    for event in &seen {
+        per_id
+            .entry(event.envelope.execution_id.to_string())
+            .or_default()
+            .push(event.envelope.seq);
+    }
+    assert_eq!(per_id.len(), 2 * per_writer);
+    for (e, seqs) in per_id {
+        assert_eq!(seqs, (0..per_execution as u64).collect::<Vec<_>>(), "{e}");
+    }
+}
