@@ -11,6 +11,8 @@ use std::process::Command;
 use anyhow::{Context, Result};
 use clap::{Parser, Subcommand};
 
+mod pg;
+
 #[derive(Debug, Parser)]
 #[command(about = "Loom's developer commands.")]
 struct Cli {
@@ -31,11 +33,17 @@ enum Task {
     /// docs/PERFORMANCE.md).
     BenchKernel,
     /// Checks that recorded executions of the example's flows replay deterministically
-    /// (`cargo xtask replay-check --help` for its options).
+    /// (`cargo xtask replay-check --help` for its options; `--postgres <URL> [--schema NAME]`
+    /// reads a PostgreSQL store).
     ReplayCheck {
         #[arg(trailing_var_arg = true, allow_hyphen_values = true)]
         args: Vec<OsString>,
     },
+    /// Starts a throwaway PostgreSQL cluster on a free port of 127.0.0.1 and writes its URL to
+    /// target/loom-pg/url, where the PostgreSQL store's tests find it.
+    PgUp,
+    /// Stops the cluster `pg-up` started and removes its data.
+    PgDown,
     /// Writes recorded executions as JSON Lines files (`cargo xtask export-log --help`).
     ExportLog {
         #[arg(trailing_var_arg = true, allow_hyphen_values = true)]
@@ -51,6 +59,22 @@ fn main() -> Result<std::process::ExitCode> {
     match args.next().as_deref().and_then(|command| command.to_str()) {
         Some("replay-check") => {
             let flows = quickstart::flows();
+            let args: Vec<OsString> = args.collect();
+            if let Some(postgres) = PostgresSource::take(&args) {
+                let rest = std::iter::once(OsString::from("cargo xtask replay-check"))
+                    .chain(postgres.rest.iter().cloned());
+                let label = format!("PostgreSQL schema {}", postgres.schema);
+                let config = loom_store_postgres::PostgresStoreConfig::new(&postgres.url)
+                    .schema(&postgres.schema)
+                    .check_only();
+                let code =
+                    loom_replay_check::cli::check_store_command(&flows, rest, &label, || async {
+                        loom_store_postgres::PostgresStore::connect(config)
+                            .await
+                            .map_err(Into::into)
+                    });
+                return Ok(std::process::ExitCode::from(code));
+            }
             let rest = std::iter::once(OsString::from("cargo xtask replay-check")).chain(args);
             return Ok(loom_replay_check::cli::main(flows, rest));
         }
@@ -72,6 +96,8 @@ fn run(task: Task, root: &Path) -> Result<()> {
         // Handled before parsing; listed for --help.
         Task::ReplayCheck { .. } | Task::ExportLog { .. } => Ok(()),
         Task::Test => test(&root),
+        Task::PgUp => pg::up(&root),
+        Task::PgDown => pg::down(&root),
         Task::Ci => {
             cargo(&root, &["fmt", "--all", "--", "--check"])?;
             cargo(
@@ -142,11 +168,44 @@ fn run(task: Task, root: &Path) -> Result<()> {
     }
 }
 
-/// The test command. Later steps add their setup here, before the tests run: a PostgreSQL
-/// server for the Postgres store's tests, and a Python venv with a2ui-core for the A2UI
-/// conformance tests.
+/// The test command. Later steps add their setup here, before the tests run: a Python venv
+/// with a2ui-core for the A2UI conformance tests. The PostgreSQL store's tests use the server
+/// `cargo xtask pg-up` started (they say loudly that they were skipped when none runs).
 fn test(root: &Path) -> Result<()> {
     cargo(root, &["test", "--workspace"])
+}
+
+/// `--postgres <URL>` (and `--schema <NAME>`, default `loom`) taken out of replay-check's
+/// arguments: the check then reads that PostgreSQL store instead of a file.
+struct PostgresSource {
+    url: String,
+    schema: String,
+    rest: Vec<OsString>,
+}
+
+impl PostgresSource {
+    fn take(args: &[OsString]) -> Option<Self> {
+        let mut url = None;
+        let mut schema = "loom".to_owned();
+        let mut rest = Vec::new();
+        let mut args = args.iter();
+        while let Some(arg) = args.next() {
+            match arg.to_str() {
+                Some("--postgres") => url = args.next().map(|v| v.to_string_lossy().into_owned()),
+                Some("--schema") => {
+                    if let Some(value) = args.next() {
+                        schema = value.to_string_lossy().into_owned();
+                    }
+                }
+                _ => rest.push(arg.clone()),
+            }
+        }
+        Some(Self {
+            url: url?,
+            schema,
+            rest,
+        })
+    }
 }
 
 /// The workspace root: the parent of this crate's directory.

@@ -27,12 +27,7 @@ use crate::jsonl;
 #[command(name = "replay-check")]
 pub struct CheckArgs {
     /// An embedded store file (it must not be open in another process).
-    #[arg(
-        long,
-        value_name = "PATH",
-        conflicts_with = "logs",
-        required_unless_present = "logs"
-    )]
+    #[arg(long, value_name = "PATH", conflicts_with = "logs")]
     pub store: Option<PathBuf>,
     /// A directory of exported logs (`<execution id>.jsonl`, see `export-log`).
     #[arg(long, value_name = "DIR")]
@@ -127,7 +122,61 @@ pub fn export_main(args: impl IntoIterator<Item = impl Into<OsString> + Clone>) 
     }
 }
 
-type BoxError = Box<dyn std::error::Error + Send + Sync>;
+/// Any error, boxed.
+pub type BoxError = Box<dyn std::error::Error + Send + Sync>;
+
+/// `replay-check` over any [`EventStore`] (PostgreSQL, or a store of your own) that the
+/// caller opens: `open` runs on the check's Tokio runtime, `label` names the store in the
+/// report. `args` take the same filters as [`main`]; `--store` and `--logs` must be absent.
+/// Returns the exit status as a number.
+pub fn check_store_command<S, F, Fut>(
+    flows: &FlowSet,
+    args: impl IntoIterator<Item = impl Into<OsString> + Clone>,
+    label: &str,
+    open: F,
+) -> u8
+where
+    S: EventStore + Clone,
+    F: FnOnce() -> Fut,
+    Fut: std::future::Future<Output = Result<S, BoxError>>,
+{
+    let args = match CheckArgs::try_parse_from(args) {
+        Ok(args) => args,
+        Err(error) => {
+            let _ = error.print();
+            return if error.use_stderr() { 2 } else { 0 };
+        }
+    };
+    if args.store.is_some() || args.logs.is_some() {
+        eprintln!("replay-check: {label} is the source: give neither --store nor --logs");
+        return 2;
+    }
+    let outcome = (|| {
+        let started = Instant::now();
+        let checker = Arc::new(Checker::new(flows)?);
+        let jobs = jobs_of(&args);
+        let runtime = tokio_runtime(jobs)?;
+        let only = parse_ids(&args.executions)?;
+        let store = runtime.block_on(open())?;
+        let ids = runtime.block_on(store_ids(&store, &only))?;
+        let source: Source<S> = Source::Any(store, ids);
+        Ok::<_, BoxError>(finish(
+            &runtime, source, checker, &args, jobs, label, started,
+        ))
+    })();
+    match outcome {
+        Ok(code) => code,
+        Err(error) => {
+            eprintln!("replay-check: {error}");
+            2
+        }
+    }
+}
+
+fn jobs_of(args: &CheckArgs) -> usize {
+    args.jobs
+        .unwrap_or_else(|| std::thread::available_parallelism().map_or(2, |n| n.get()))
+}
 
 /// Executions read from a store at once.
 const READ_BATCH: usize = 32;
@@ -157,7 +206,10 @@ fn parse_ids(ids: &[String]) -> Result<Vec<ExecutionId>, BoxError> {
         .collect()
 }
 
-async fn store_ids(store: &DiskStore, only: &[ExecutionId]) -> Result<Vec<ExecutionId>, BoxError> {
+async fn store_ids<S: EventStore>(
+    store: &S,
+    only: &[ExecutionId],
+) -> Result<Vec<ExecutionId>, BoxError> {
     if !only.is_empty() {
         return Ok(only.to_vec());
     }
@@ -190,20 +242,20 @@ fn export(args: &ExportArgs) -> Result<usize, BoxError> {
 }
 
 /// Where the logs come from.
-enum Source {
+enum Source<S> {
     Store(DiskStore, Vec<ExecutionId>),
+    /// A store the caller opened, read through the `EventStore` trait.
+    Any(S, Vec<ExecutionId>),
     Logs(Vec<PathBuf>),
 }
 
 fn run(flows: &FlowSet, args: &CheckArgs) -> Result<u8, BoxError> {
     let started = Instant::now();
     let checker = Arc::new(Checker::new(flows)?);
-    let jobs = args
-        .jobs
-        .unwrap_or_else(|| std::thread::available_parallelism().map_or(2, |n| n.get()));
+    let jobs = jobs_of(args);
     let runtime = tokio_runtime(jobs)?;
     let only = parse_ids(&args.executions)?;
-    let (source, label) = match (&args.store, &args.logs) {
+    let (source, label): (Source<DiskStore>, _) = match (&args.store, &args.logs) {
         (Some(path), _) => {
             let store = DiskStore::open_with(path, check_store_config())?;
             let ids = runtime.block_on(store_ids(&store, &only))?;
@@ -218,8 +270,23 @@ fn run(flows: &FlowSet, args: &CheckArgs) -> Result<u8, BoxError> {
         }
         (None, None) => return Err("give --store <PATH> or --logs <DIR>".into()),
     };
+    Ok(finish(
+        &runtime, source, checker, args, jobs, &label, started,
+    ))
+}
+
+/// Checks everything `source` holds, prints the report, and returns the exit status.
+fn finish<S: EventStore + Clone>(
+    runtime: &tokio::runtime::Runtime,
+    source: Source<S>,
+    checker: Arc<Checker>,
+    args: &CheckArgs,
+    jobs: usize,
+    label: &str,
+    started: Instant,
+) -> u8 {
     let total = match &source {
-        Source::Store(_, ids) => ids.len(),
+        Source::Store(_, ids) | Source::Any(_, ids) => ids.len(),
         Source::Logs(paths) => paths.len(),
     };
     let progress = Progress::new(total as u64, args.json);
@@ -227,15 +294,15 @@ fn run(flows: &FlowSet, args: &CheckArgs) -> Result<u8, BoxError> {
     progress.finish();
     let report = Report::new(outcomes, started.elapsed().as_secs_f64());
     if args.json {
-        println!("{}", report.to_json(&label));
+        println!("{}", report.to_json(label));
     } else {
-        report.print(&label);
+        report.print(label);
     }
-    Ok(report.exit_code())
+    report.exit_code()
 }
 
-async fn check_all(
-    source: Source,
+async fn check_all<S: EventStore + Clone>(
+    source: Source<S>,
     checker: Arc<Checker>,
     args: &CheckArgs,
     jobs: usize,
@@ -294,6 +361,34 @@ async fn check_all(
                                         })
                                         .collect()
                                 }
+                                Err(error) => batch
+                                    .iter()
+                                    .map(|id| Some(Outcome::unread(id.to_string(), &error)))
+                                    .collect(),
+                            };
+                            let _ = done.send(outcomes).await;
+                            drop(permit);
+                        });
+                    }
+                }
+                Source::Any(store, ids) => {
+                    for batch in ids.chunks(READ_BATCH) {
+                        let Ok(permit) = Arc::clone(&limit).acquire_owned().await else {
+                            break;
+                        };
+                        let batch = batch.to_vec();
+                        let (store, checker, keep, done) = (
+                            store.clone(),
+                            Arc::clone(&checker),
+                            Arc::clone(&keep),
+                            done.clone(),
+                        );
+                        tokio::spawn(async move {
+                            let outcomes = match store.read_logs(&batch).await {
+                                Ok(logs) => logs
+                                    .into_iter()
+                                    .map(|log| keep(&log).then(|| checker.check(log)))
+                                    .collect(),
                                 Err(error) => batch
                                     .iter()
                                     .map(|id| Some(Outcome::unread(id.to_string(), &error)))

@@ -1,5 +1,5 @@
 //! Loom quickstart: runs the `checkout` and `greet` flows of this crate on the embedded disk
-//! store, through the runtime.
+//! store (or on PostgreSQL, with `--store postgres://...`), through the runtime.
 //!
 //! Three checkouts start and park on their approval gate; two are approved and complete, the
 //! third keeps waiting. Then every execution of the store is listed, folded from its log, and one
@@ -7,6 +7,7 @@
 //! still there, still waiting, next to the new ones.
 
 use std::path::PathBuf;
+use std::time::Duration;
 
 use anyhow::{Context, Result, bail, ensure};
 use clap::Parser;
@@ -15,20 +16,25 @@ use loom_kernel::{
     DiskStore, Event, EventStore, EventStoreExt, ExecutionId, ExecutionState, ExecutionStatus,
     ExecutionSummary,
 };
+use loom_store_postgres::{PostgresStore, PostgresStoreConfig};
 use quickstart::{APPROVAL_EVENT, Order, Receipt, approval_key};
 use serde::de::DeserializeOwned;
 use serde_json::json;
 
 #[derive(Debug, Parser)]
-#[command(about = "Runs checkout and greet flows durably on the embedded store.")]
+#[command(about = "Runs checkout and greet flows durably on the embedded store or PostgreSQL.")]
 struct Args {
-    /// The store file, created (with its directory) if missing.
+    /// The store: a file path (the embedded store, created with its directory if missing),
+    /// or a PostgreSQL URL (`postgres://user@host:port/db`).
     #[arg(
         long,
-        value_name = "PATH",
+        value_name = "PATH|URL",
         default_value = "target/quickstart/loom.redb"
     )]
-    store: PathBuf,
+    store: String,
+    /// The PostgreSQL schema to use (with a `postgres://` store).
+    #[arg(long, value_name = "NAME", default_value = "loom_quickstart")]
+    schema: String,
 }
 
 /// Small on purpose, so that listing the store really goes page by page.
@@ -44,12 +50,32 @@ async fn main() -> Result<()> {
         .with_writer(std::io::stderr)
         .init();
     let args = Args::parse();
-    if let Some(dir) = args.store.parent().filter(|d| !d.as_os_str().is_empty()) {
+    if args.store.starts_with("postgres://") || args.store.starts_with("postgresql://") {
+        // A stable worker id: run again after a crash, and this process takes its executions
+        // back at once instead of waiting for their leases to run out.
+        let config = PostgresStoreConfig::new(&args.store)
+            .schema(&args.schema)
+            .worker_id("quickstart")
+            .lease(Duration::from_secs(10));
+        let store = PostgresStore::connect(config)
+            .await
+            .context("connecting to PostgreSQL")?;
+        let label = format!("PostgreSQL schema {}", args.schema);
+        return run(store, &label).await;
+    }
+    let path = PathBuf::from(&args.store);
+    if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
         std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
     }
-    let store = DiskStore::open(&args.store)
-        .with_context(|| format!("opening the store at {}", args.store.display()))?;
-    println!("Loom quickstart, store {}\n", store.path().display());
+    let store = DiskStore::open(&path)
+        .with_context(|| format!("opening the store at {}", path.display()))?;
+    let label = store.path().display().to_string();
+    run(store, &label).await
+}
+
+/// The quick start's job on any store; `label` names the store in what is printed.
+async fn run<S: EventStore>(store: S, label: &str) -> Result<()> {
+    println!("Loom quickstart, store {label}\n");
     let rt = quickstart::compose(Runtime::builder(store))
         .build()
         .context("composing the runtime")?;
@@ -166,20 +192,19 @@ async fn main() -> Result<()> {
     }
 
     println!(
-        "\nStore: {}. Run again: recover() drives on whatever a crash left mid-flight, and {} \
-         is still listed as suspended, waiting for its approval.",
-        rt.store().path().display(),
+        "\nStore: {label}. Run again: recover() drives on whatever a crash left mid-flight, and \
+         {} is still listed as suspended, waiting for its approval.",
         waiting[0]
     );
     Ok(())
 }
 
-async fn fold(rt: &Runtime<DiskStore>, id: &ExecutionId) -> Result<ExecutionState> {
+async fn fold<S: EventStore>(rt: &Runtime<S>, id: &ExecutionId) -> Result<ExecutionState> {
     rt.state(id).await.with_context(|| format!("folding {id}"))
 }
 
 /// Every execution of the store, in id order, read a page of [`LIST_PAGE`] at a time.
-async fn list_all(store: &DiskStore) -> Result<Vec<ExecutionSummary>> {
+async fn list_all<S: EventStore>(store: &S) -> Result<Vec<ExecutionSummary>> {
     let (mut all, mut after) = (Vec::new(), None);
     loop {
         let page = store
@@ -212,7 +237,7 @@ fn gates(state: &ExecutionState) -> String {
 }
 
 /// The output a completed execution recorded, from the last event of its log.
-async fn output<T: DeserializeOwned>(store: &DiskStore, id: &ExecutionId) -> Result<T> {
+async fn output<T: DeserializeOwned, S: EventStore>(store: &S, id: &ExecutionId) -> Result<T> {
     let head = store.head(id).await?;
     let last = store.read(id, head.saturating_sub(1), 1).await?;
     match last.first().map(|envelope| &envelope.event) {

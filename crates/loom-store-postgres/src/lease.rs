@@ -1,0 +1,270 @@
+//! Execution ownership: leases with fencing tokens, kept in `loom_executions`.
+//!
+//! A worker appends to an execution only while it holds the execution's lease. The lease is
+//! taken by the append itself, in the transaction that checks the expected seq:
+//! - nobody holds it, or its holder's lease has run out, and this worker did not hold it:
+//!   this worker takes it over with the next fencing token (`lease_token + 1`);
+//! - this worker holds it, with the token it remembers, and it has not run out: renewed;
+//! - another worker holds it and it has not run out: refused with a conflict (the caller
+//!   yields: its driver stops, the execution is untouched);
+//! - the row names this worker but it does not remember the lease: the worker restarted under
+//!   the same id; it takes the lease over with the next token at once (a stable worker id lets
+//!   a restarted worker pick its executions up without waiting for its old leases to run out);
+//! - this worker held it and it ran out (whether or not somebody took it since): refused, and
+//!   forgotten. The worker's driver stops; a later recover or resume on any worker (this one
+//!   included) reads the log afresh and takes the lease with a new token.
+//!
+//! An append that leaves the execution needing no driving (ended, or parked on gates or
+//! verdicts) releases the lease, so any worker can resume it at once. A background task
+//! renews every lease this worker holds every third of the lease's duration, in one
+//! statement; leases it could not renew in time are forgotten.
+//!
+//! The clock that decides is the database server's (`clock_timestamp()`), never a worker's.
+
+use std::collections::HashMap;
+use std::sync::Mutex;
+use std::time::Duration;
+
+use deadpool_postgres::Pool;
+use loom_kernel::ExecutionId;
+
+/// An execution's row as the writer locked it.
+#[derive(Debug, Default, Clone)]
+pub(crate) struct RowLease {
+    pub(crate) head: u64,
+    pub(crate) owner: Option<String>,
+    pub(crate) token: i64,
+    pub(crate) live: bool,
+}
+
+/// Whether an append may go ahead.
+#[derive(Debug, PartialEq, Eq)]
+pub(crate) enum LeaseDecision {
+    /// Yes, under this fencing token.
+    Granted { token: i64 },
+    /// No; `lost` when this worker's own lease ran out (it forgets it).
+    Refused { lost: bool },
+}
+
+/// The leases this worker holds, by execution: the fencing token of each.
+#[derive(Debug)]
+pub(crate) struct Leases {
+    worker_id: String,
+    lease: Duration,
+    held: Mutex<HashMap<ExecutionId, i64>>,
+}
+
+impl Leases {
+    pub(crate) fn new(worker_id: String, lease: Duration) -> Self {
+        Self {
+            worker_id,
+            lease,
+            held: Mutex::default(),
+        }
+    }
+
+    fn held(&self) -> std::sync::MutexGuard<'_, HashMap<ExecutionId, i64>> {
+        self.held.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    pub(crate) fn worker_id(&self) -> &str {
+        &self.worker_id
+    }
+
+    /// The lease's duration in milliseconds, as SQL wants it.
+    pub(crate) fn lease_ms(&self) -> f64 {
+        self.lease.as_secs_f64() * 1000.0
+    }
+
+    /// The tokens held for `executions`.
+    pub(crate) fn snapshot<'a>(
+        &self,
+        executions: impl IntoIterator<Item = &'a ExecutionId>,
+    ) -> HashMap<String, i64> {
+        let held = self.held();
+        executions
+            .into_iter()
+            .filter_map(|id| held.get(id).map(|token| (id.as_str().to_owned(), *token)))
+            .collect()
+    }
+
+    /// The token held for `execution`, if any.
+    pub(crate) fn token(&self, execution: &ExecutionId) -> Option<i64> {
+        self.held().get(execution).copied()
+    }
+
+    /// Records leases taken (`Some(token)`) or given up (`None`) by a committed batch.
+    pub(crate) fn apply(&self, changes: Vec<(ExecutionId, Option<i64>)>) {
+        let mut held = self.held();
+        for (execution, token) in changes {
+            match token {
+                Some(token) => {
+                    held.insert(execution, token);
+                }
+                None => {
+                    held.remove(&execution);
+                }
+            }
+        }
+    }
+
+    /// The rule of the module documentation, for a row and the token this worker remembers.
+    pub(crate) fn decide(&self, row: &RowLease, remembered: Option<i64>) -> LeaseDecision {
+        let ours = row.owner.as_deref() == Some(self.worker_id.as_str());
+        match remembered {
+            Some(token) if ours && row.live && row.token == token => {
+                LeaseDecision::Granted { token }
+            }
+            Some(_) => LeaseDecision::Refused { lost: true },
+            // Ours by name but not remembered: this worker restarted under the same id. Taking
+            // it over with the next token fences out whatever of the earlier run is left.
+            None if row.live && row.owner.is_some() && !ours => {
+                LeaseDecision::Refused { lost: false }
+            }
+            None => LeaseDecision::Granted {
+                token: row.token + 1,
+            },
+        }
+    }
+
+    /// Renews every live lease this worker holds; forgets the ones that ran out.
+    pub(crate) async fn renew(&self, pool: &Pool) -> Result<usize, String> {
+        // Only leases held before the statement began can be judged by it: one taken while
+        // it runs committed too late for it to see.
+        let before: Vec<(ExecutionId, i64)> = self
+            .held()
+            .iter()
+            .map(|(id, token)| (id.clone(), *token))
+            .collect();
+        if before.is_empty() {
+            return Ok(0);
+        }
+        let client = pool.get().await.map_err(|e| e.to_string())?;
+        let rows = client
+            .query(
+                "UPDATE loom_executions \
+                 SET lease_expires_at = clock_timestamp() + $2 * interval '1 millisecond' \
+                 WHERE lease_owner = $1 AND lease_expires_at > clock_timestamp() \
+                 RETURNING execution_id, lease_token",
+                &[&self.worker_id, &self.lease_ms()],
+            )
+            .await
+            .map_err(|e| e.to_string())?;
+        let renewed: HashMap<String, i64> = rows
+            .iter()
+            .map(|row| (row.get::<_, String>(0), row.get::<_, i64>(1)))
+            .collect();
+        let mut held = self.held();
+        for (id, token) in before {
+            let lost = renewed.get(id.as_str()) != Some(&token);
+            if lost && held.get(&id) == Some(&token) {
+                tracing::warn!(execution = %id, token, "lease ran out before it was renewed");
+                held.remove(&id);
+            }
+        }
+        Ok(held.len())
+    }
+
+    /// Renews leases until `leases` is dropped.
+    pub(crate) async fn renew_forever(
+        leases: std::sync::Weak<Self>,
+        pool: Pool,
+        every: Duration,
+        faults: std::sync::Arc<crate::writer::Faults>,
+    ) {
+        loop {
+            tokio::time::sleep(every).await;
+            if faults
+                .pause_lease_renewal
+                .load(std::sync::atomic::Ordering::SeqCst)
+            {
+                continue;
+            }
+            let Some(leases) = leases.upgrade() else {
+                return;
+            };
+            if let Err(detail) = leases.renew(&pool).await {
+                tracing::warn!(%detail, "cannot renew leases");
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn leases() -> Leases {
+        Leases::new("me".into(), Duration::from_secs(1))
+    }
+
+    fn row(owner: Option<&str>, token: i64, live: bool) -> RowLease {
+        RowLease {
+            head: 3,
+            owner: owner.map(str::to_owned),
+            token,
+            live,
+        }
+    }
+
+    #[test]
+    fn a_free_execution_is_taken_with_the_next_token() {
+        assert_eq!(
+            leases().decide(&row(None, 4, false), None),
+            LeaseDecision::Granted { token: 5 }
+        );
+    }
+
+    #[test]
+    fn an_expired_lease_of_another_worker_is_taken_over() {
+        assert_eq!(
+            leases().decide(&row(Some("other"), 4, false), None),
+            LeaseDecision::Granted { token: 5 }
+        );
+    }
+
+    #[test]
+    fn a_live_lease_of_another_worker_refuses_without_loss() {
+        assert_eq!(
+            leases().decide(&row(Some("other"), 4, true), None),
+            LeaseDecision::Refused { lost: false }
+        );
+    }
+
+    #[test]
+    fn our_live_lease_is_renewed_under_its_token() {
+        assert_eq!(
+            leases().decide(&row(Some("me"), 4, true), Some(4)),
+            LeaseDecision::Granted { token: 4 }
+        );
+    }
+
+    #[test]
+    fn a_restarted_worker_takes_its_own_lease_back_with_a_new_token() {
+        assert_eq!(
+            leases().decide(&row(Some("me"), 4, true), None),
+            LeaseDecision::Granted { token: 5 }
+        );
+    }
+
+    #[test]
+    fn our_expired_lease_cannot_append() {
+        assert_eq!(
+            leases().decide(&row(Some("me"), 4, false), Some(4)),
+            LeaseDecision::Refused { lost: true }
+        );
+    }
+
+    #[test]
+    fn a_lease_taken_over_by_another_worker_fences_us_out() {
+        assert_eq!(
+            leases().decide(&row(Some("other"), 5, true), Some(4)),
+            LeaseDecision::Refused { lost: true }
+        );
+        // Even after the other worker released it: our token is stale.
+        assert_eq!(
+            leases().decide(&row(None, 5, false), Some(4)),
+            LeaseDecision::Refused { lost: true }
+        );
+    }
+}

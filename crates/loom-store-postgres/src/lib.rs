@@ -1,0 +1,54 @@
+//! Loom's PostgreSQL event store: many workers, on many machines, over one database.
+//!
+//! # What it owns
+//! - [`PostgresStore`], an [`loom_kernel::EventStore`] on PostgreSQL (`tokio-postgres` with a
+//!   `deadpool-postgres` pool): logs in `loom_events` under the primary key
+//!   `(execution_id, seq)`, the concurrency fence; events in the kernel's record encoding
+//!   ([`loom_kernel::envelope::encode_record`]).
+//! - Versioned, idempotent schema migrations applied on connect ([`SCHEMA_VERSION`]).
+//! - Group commit: one transaction for every append queued at the moment, across executions.
+//! - Validated appends and the status index: each execution's
+//!   [`loom_kernel::store::ExecutionTail`] is kept beside its log, updated in the append's
+//!   transaction, and indexed by status.
+//! - The feed: a store-wide position per event, in commit order across workers.
+//! - Retention: `delete_ended` in bounded batches that never wait for live work.
+//! - LISTEN/NOTIFY: waiting readers wake when any worker commits, without polling.
+//! - Execution ownership by leases with fencing tokens, enforced in the append's transaction;
+//!   ambiguous commits resolved by reading back (see `docs/STORAGE.md`).
+//!
+//! # What it must not depend on
+//! Only `loom-kernel` among Loom crates: the runtime, effects and plugins know this store only
+//! as an `EventStore`. No wall clock decides anything here but the database server's.
+//!
+//! # Example
+//! ```no_run
+//! use loom_kernel::{EventStore, ExecutionId};
+//! use loom_store_postgres::{PostgresStore, PostgresStoreConfig};
+//!
+//! # async fn run() -> Result<(), Box<dyn std::error::Error>> {
+//! let store = PostgresStore::connect(PostgresStoreConfig::new("postgres://loom@127.0.0.1/loom"))
+//!     .await?;
+//! let id = ExecutionId::new("order-42")?;
+//! assert_eq!(store.head(&id).await?, 0);
+//! # Ok(()) }
+//! ```
+#![cfg_attr(
+    not(test),
+    warn(clippy::unwrap_used, clippy::print_stdout, clippy::print_stderr)
+)]
+
+mod config;
+mod error;
+mod lease;
+mod notify;
+mod schema;
+mod store;
+pub mod testing;
+mod writer;
+
+pub use config::PostgresStoreConfig;
+pub use error::ConnectError;
+pub use schema::SCHEMA_VERSION;
+pub use store::PostgresStore;
+#[doc(hidden)]
+pub use writer::Faults;

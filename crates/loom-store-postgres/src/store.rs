@@ -1,0 +1,533 @@
+//! [`PostgresStore`]: the `EventStore` over PostgreSQL.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use deadpool_postgres::{Manager, ManagerConfig, Pool, RecyclingMethod};
+use loom_kernel::envelope::{decode_record, encode_record_into};
+use loom_kernel::store::tail::{TailChange, filter_code};
+use loom_kernel::store::{FeedEvent, RetentionError, StatusFilter};
+use loom_kernel::{
+    AppendError, Event, EventEnvelope, EventStore, ExecutionId, ExecutionPage, ExecutionStatus,
+    ExecutionSummary, ReadError,
+};
+use tokio::sync::{mpsc, oneshot};
+use tokio::task::JoinHandle;
+
+use crate::config::PostgresStoreConfig;
+use crate::error::ConnectError;
+use crate::lease::Leases;
+use crate::notify::{self, HeadWatch};
+use crate::writer::{Faults, WriteRequest, Writer};
+
+/// Event logs in a PostgreSQL database. Cheap to clone; clones share the pool, the writer,
+/// the listener and the leases. Each store instance is one worker for the lease protocol
+/// (see [`crate::lease`]); open one per process.
+#[derive(Debug, Clone)]
+pub struct PostgresStore {
+    shared: Arc<Shared>,
+}
+
+#[derive(Debug)]
+struct Shared {
+    pool: Pool,
+    config: PostgresStoreConfig,
+    requests: mpsc::UnboundedSender<WriteRequest>,
+    watch: Arc<HeadWatch>,
+    leases: Arc<Leases>,
+    faults: Arc<Faults>,
+    background: Vec<JoinHandle<()>>,
+}
+
+impl Drop for Shared {
+    fn drop(&mut self) {
+        // The writer ends by itself once it has answered what is queued (its channel closes);
+        // the listener and the lease renewal would otherwise wait for their next tick.
+        for task in &self.background {
+            task.abort();
+        }
+    }
+}
+
+impl PostgresStore {
+    /// Connects, applies the migrations the schema lacks, and starts the writer, the listener
+    /// and the lease renewal. Call from within a Tokio runtime.
+    pub async fn connect(config: PostgresStoreConfig) -> Result<Self, ConnectError> {
+        if config.schema.is_empty()
+            || config.schema.len() > 48
+            || !config
+                .schema
+                .chars()
+                .all(|c| c.is_ascii_alphanumeric() || c == '_')
+        {
+            return Err(ConnectError::Schema(config.schema.clone()));
+        }
+        let mut pg: tokio_postgres::Config = config.url.parse().map_err(ConnectError::Config)?;
+        if pg.get_application_name().is_none() {
+            pg.application_name("loom");
+        }
+        let listener_config = pg.clone();
+        pg.options(format!("-c search_path={}", config.schema));
+        let manager = Manager::from_config(
+            pg,
+            tokio_postgres::NoTls,
+            ManagerConfig {
+                recycling_method: RecyclingMethod::Fast,
+            },
+        );
+        let pool = Pool::builder(manager)
+            .max_size(config.pool_size.max(2))
+            .build()
+            .map_err(|e| ConnectError::Pool(e.to_string()))?;
+        {
+            let mut client = pool
+                .get()
+                .await
+                .map_err(|e| ConnectError::Connect(e.to_string()))?;
+            if config.migrate {
+                crate::schema::migrate(&mut client, &config.schema).await?;
+            } else {
+                crate::schema::check(&client, &config.schema).await?;
+            }
+        }
+
+        let watch = Arc::new(HeadWatch::default());
+        let channel = notify::channel_of(&config.schema);
+        let (ready, listening) = oneshot::channel();
+        let listener = tokio::spawn(notify::listen(
+            listener_config,
+            channel.clone(),
+            Arc::downgrade(&watch),
+            ready,
+        ));
+        listening
+            .await
+            .map_err(|_| ConnectError::Listen("the listener stopped".into()))?
+            .map_err(ConnectError::Listen)?;
+
+        let leases = Arc::new(Leases::new(config.worker_id.clone(), config.lease));
+        let faults = Arc::new(Faults::default());
+        let renewal = tokio::spawn(Leases::renew_forever(
+            Arc::downgrade(&leases),
+            pool.clone(),
+            (config.lease / 3).max(Duration::from_millis(10)),
+            Arc::clone(&faults),
+        ));
+        let (requests, queue) = mpsc::unbounded_channel();
+        let writer = Writer {
+            pool: pool.clone(),
+            channel,
+            watch: Arc::clone(&watch),
+            leases: Arc::clone(&leases),
+            max_batch_events: config.max_batch_events.max(1),
+            faults: Arc::clone(&faults),
+        };
+        tokio::spawn(writer.run(queue));
+        tracing::debug!(schema = %config.schema, worker = %config.worker_id, "postgres store connected");
+        Ok(Self {
+            shared: Arc::new(Shared {
+                pool,
+                config,
+                requests,
+                watch,
+                leases,
+                faults,
+                background: vec![listener, renewal],
+            }),
+        })
+    }
+
+    /// The settings this store was opened with.
+    pub fn config(&self) -> &PostgresStoreConfig {
+        &self.shared.config
+    }
+
+    /// This store's name in leases.
+    pub fn worker_id(&self) -> &str {
+        &self.shared.config.worker_id
+    }
+
+    /// The fencing token of this worker's lease on `execution`, if it holds one.
+    pub fn lease_token(&self, execution: &ExecutionId) -> Option<i64> {
+        self.shared.leases.token(execution)
+    }
+
+    /// Renews this worker's leases now (the store does so by itself every third of the lease);
+    /// returns how many it holds.
+    pub async fn renew_leases(&self) -> Result<usize, ReadError> {
+        self.shared
+            .leases
+            .renew(&self.shared.pool)
+            .await
+            .map_err(|detail| ReadError::Storage { detail })
+    }
+
+    /// Failure injection for tests.
+    #[doc(hidden)]
+    pub fn faults(&self) -> &Faults {
+        &self.shared.faults
+    }
+
+    async fn client(&self) -> Result<deadpool_postgres::Object, ReadError> {
+        self.shared
+            .pool
+            .get()
+            .await
+            .map_err(|e| ReadError::Storage {
+                detail: format!("no connection: {e}"),
+            })
+    }
+}
+
+fn storage(err: impl std::fmt::Display) -> ReadError {
+    ReadError::Storage {
+        detail: err.to_string(),
+    }
+}
+
+fn page_of(rows: &[tokio_postgres::Row], limit: usize) -> ExecutionPage {
+    let mut executions: Vec<ExecutionSummary> = rows
+        .iter()
+        .filter_map(|row| {
+            let id = ExecutionId::new(row.get::<_, &str>(0)).ok()?;
+            Some(ExecutionSummary {
+                id,
+                head: row.get::<_, i64>(1) as u64,
+            })
+        })
+        .collect();
+    let more = executions.len() > limit;
+    executions.truncate(limit);
+    let next = more
+        .then(|| executions.last().map(|summary| summary.id.clone()))
+        .flatten();
+    ExecutionPage { executions, next }
+}
+
+fn wall_clock_ms() -> Option<u64> {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .ok()
+        .and_then(|d| u64::try_from(d.as_millis()).ok())
+}
+
+impl EventStore for PostgresStore {
+    async fn append(
+        &self,
+        execution: &ExecutionId,
+        expected_seq: u64,
+        events: &[Event],
+    ) -> Result<u64, AppendError> {
+        if events.is_empty() {
+            return Err(AppendError::EmptyBatch {
+                execution: execution.clone(),
+            });
+        }
+        if expected_seq > i64::MAX as u64 - events.len() as u64 {
+            return Err(AppendError::Conflict {
+                execution: execution.clone(),
+                expected_seq,
+                actual_seq: self.head(execution).await.unwrap_or(0),
+            });
+        }
+        let changes = events.iter().map(TailChange::of).collect();
+        let recorded_at_ms = wall_clock_ms();
+        let records = events
+            .iter()
+            .map(|event| {
+                let mut bytes = Vec::with_capacity(128);
+                encode_record_into(&mut bytes, event, recorded_at_ms);
+                bytes
+            })
+            .collect();
+        let (reply, answer) = oneshot::channel();
+        self.shared
+            .requests
+            .send(WriteRequest {
+                execution: execution.clone(),
+                expected_seq,
+                records,
+                changes,
+                recorded_at_ms,
+                reply,
+            })
+            .map_err(|_| AppendError::Closed)?;
+        answer.await.map_err(|_| AppendError::Closed)?
+    }
+
+    async fn read(
+        &self,
+        execution: &ExecutionId,
+        from: u64,
+        limit: usize,
+    ) -> Result<Vec<EventEnvelope>, ReadError> {
+        let (Ok(from), Ok(limit)) = (i64::try_from(from), i64::try_from(limit)) else {
+            return Ok(Vec::new());
+        };
+        if limit == 0 {
+            return Ok(Vec::new());
+        }
+        let client = self.client().await?;
+        let statement = client
+            .prepare_cached(
+                "SELECT seq, record FROM loom_events \
+                 WHERE execution_id = $1 AND seq >= $2 ORDER BY seq LIMIT $3",
+            )
+            .await
+            .map_err(storage)?;
+        let rows = client
+            .query(&statement, &[&execution.as_str(), &from, &limit])
+            .await
+            .map_err(storage)?;
+        rows.iter()
+            .map(|row| {
+                let seq = row.get::<_, i64>(0) as u64;
+                decode_record(execution, seq, row.get::<_, &[u8]>(1)).map_err(|source| {
+                    ReadError::Decode {
+                        execution: execution.clone(),
+                        seq,
+                        source,
+                    }
+                })
+            })
+            .collect()
+    }
+
+    async fn head(&self, execution: &ExecutionId) -> Result<u64, ReadError> {
+        let client = self.client().await?;
+        let statement = client
+            .prepare_cached("SELECT head FROM loom_executions WHERE execution_id = $1")
+            .await
+            .map_err(storage)?;
+        let row = client
+            .query_opt(&statement, &[&execution.as_str()])
+            .await
+            .map_err(storage)?;
+        Ok(row.map_or(0, |row| row.get::<_, i64>(0) as u64))
+    }
+
+    async fn list_executions(
+        &self,
+        after: Option<&ExecutionId>,
+        limit: usize,
+    ) -> Result<ExecutionPage, ReadError> {
+        let limit = limit.clamp(1, i64::MAX as usize - 1);
+        let client = self.client().await?;
+        let rows = client
+            .query(
+                "SELECT execution_id, head FROM loom_executions \
+                 WHERE head > 0 AND ($1::text IS NULL OR execution_id > $1) \
+                 ORDER BY execution_id LIMIT $2",
+                &[&after.map(ExecutionId::as_str), &(limit as i64 + 1)],
+            )
+            .await
+            .map_err(storage)?;
+        Ok(page_of(&rows, limit))
+    }
+
+    async fn read_logs(
+        &self,
+        executions: &[ExecutionId],
+    ) -> Result<Vec<Vec<EventEnvelope>>, ReadError> {
+        let ids: Vec<&str> = executions.iter().map(ExecutionId::as_str).collect();
+        let client = self.client().await?;
+        let rows = client
+            .query(
+                "SELECT execution_id, seq, record FROM loom_events \
+                 WHERE execution_id = ANY($1) ORDER BY execution_id, seq",
+                &[&ids],
+            )
+            .await
+            .map_err(storage)?;
+        let mut by_id: std::collections::HashMap<&str, Vec<EventEnvelope>> =
+            std::collections::HashMap::new();
+        for row in &rows {
+            let id: &str = row.get(0);
+            let Some(execution) = executions.iter().find(|e| e.as_str() == id) else {
+                continue;
+            };
+            let seq = row.get::<_, i64>(1) as u64;
+            let envelope =
+                decode_record(execution, seq, row.get::<_, &[u8]>(2)).map_err(|source| {
+                    ReadError::Decode {
+                        execution: execution.clone(),
+                        seq,
+                        source,
+                    }
+                })?;
+            by_id.entry(execution.as_str()).or_default().push(envelope);
+        }
+        Ok(executions
+            .iter()
+            .map(|e| by_id.get(e.as_str()).cloned().unwrap_or_default())
+            .collect())
+    }
+
+    async fn wait_for(&self, execution: &ExecutionId, seq: u64) -> Result<(), ReadError> {
+        let mut heads = self.shared.watch.subscribe(execution);
+        let mut resyncs = self.shared.watch.resyncs();
+        loop {
+            // Subscribed before reading: a commit after this read is published to `heads`.
+            resyncs.borrow_and_update();
+            if self.head(execution).await? > seq {
+                return Ok(());
+            }
+            tokio::select! {
+                woke = heads.wait_for(|head| *head > seq) => {
+                    return woke.map(|_| ()).map_err(|_| ReadError::Closed);
+                }
+                changed = resyncs.changed() => {
+                    changed.map_err(|_| ReadError::Closed)?;
+                }
+            }
+        }
+    }
+
+    async fn list_by_status(
+        &self,
+        filter: StatusFilter,
+        after: Option<&ExecutionId>,
+        limit: usize,
+    ) -> Result<ExecutionPage, ReadError> {
+        let limit = limit.clamp(1, i64::MAX as usize - 1);
+        let after = after.map(ExecutionId::as_str);
+        let client = self.client().await?;
+        let rows = match filter {
+            StatusFilter::Status(ExecutionStatus::New) => Vec::new(),
+            StatusFilter::NeedsDriving => client
+                .query(
+                    "SELECT execution_id, head FROM loom_executions \
+                     WHERE head > 0 AND needs_driving \
+                     AND ($1::text IS NULL OR execution_id > $1) \
+                     ORDER BY execution_id LIMIT $2",
+                    &[&after, &(limit as i64 + 1)],
+                )
+                .await
+                .map_err(storage)?,
+            filter => client
+                .query(
+                    "SELECT execution_id, head FROM loom_executions \
+                     WHERE head > 0 AND status = $1 \
+                     AND ($2::text IS NULL OR execution_id > $2) \
+                     ORDER BY status, execution_id LIMIT $3",
+                    &[&i16::from(filter_code(filter)), &after, &(limit as i64 + 1)],
+                )
+                .await
+                .map_err(storage)?,
+        };
+        Ok(page_of(&rows, limit))
+    }
+
+    async fn read_feed(&self, from: u64, limit: usize) -> Result<Vec<FeedEvent>, ReadError> {
+        let Ok(from) = i64::try_from(from) else {
+            return Ok(Vec::new());
+        };
+        let limit = limit.clamp(1, i64::MAX as usize) as i64;
+        let client = self.client().await?;
+        let statement = client
+            .prepare_cached(
+                "SELECT execution_id, seq, record, position FROM loom_events \
+                 WHERE position >= $1 ORDER BY position LIMIT $2",
+            )
+            .await
+            .map_err(storage)?;
+        let rows = client
+            .query(&statement, &[&from, &limit])
+            .await
+            .map_err(storage)?;
+        rows.iter()
+            .map(|row| {
+                let execution = ExecutionId::new(row.get::<_, &str>(0)).map_err(storage)?;
+                let seq = row.get::<_, i64>(1) as u64;
+                let envelope =
+                    decode_record(&execution, seq, row.get::<_, &[u8]>(2)).map_err(|source| {
+                        ReadError::Decode {
+                            execution: execution.clone(),
+                            seq,
+                            source,
+                        }
+                    })?;
+                Ok(FeedEvent {
+                    position: row.get::<_, i64>(3) as u64,
+                    envelope,
+                })
+            })
+            .collect()
+    }
+
+    async fn wait_for_feed(&self, position: u64) -> Result<(), ReadError> {
+        let Ok(position) = i64::try_from(position) else {
+            return std::future::pending().await;
+        };
+        // Subscribed before reading: a commit after this read wakes `commits`.
+        let mut commits = self.shared.watch.commits();
+        loop {
+            commits.borrow_and_update();
+            let client = self.client().await?;
+            let found: bool = client
+                .query_one(
+                    "SELECT EXISTS (SELECT 1 FROM loom_events WHERE position >= $1)",
+                    &[&position],
+                )
+                .await
+                .map_err(storage)?
+                .get(0);
+            drop(client);
+            if found {
+                return Ok(());
+            }
+            commits.changed().await.map_err(|_| ReadError::Closed)?;
+        }
+    }
+
+    async fn delete_ended(
+        &self,
+        ended_before_ms: u64,
+        limit: usize,
+    ) -> Result<Vec<ExecutionId>, RetentionError> {
+        let before = ended_before_ms.min(i64::MAX as u64) as i64;
+        let limit = limit.clamp(1, i64::MAX as usize) as i64;
+        let failed = |err: tokio_postgres::Error| RetentionError::Storage {
+            detail: err.to_string(),
+        };
+        let mut client = self
+            .shared
+            .pool
+            .get()
+            .await
+            .map_err(|e| RetentionError::Storage {
+                detail: format!("no connection: {e}"),
+            })?;
+        let txn = client.transaction().await.map_err(failed)?;
+        // Rows a writer holds are skipped, not waited for: live work is never blocked.
+        let rows = txn
+            .query(
+                "SELECT execution_id, ended_at_ms FROM loom_executions \
+                 WHERE ended_at_ms IS NOT NULL AND ended_at_ms < $1 \
+                 ORDER BY ended_at_ms, execution_id LIMIT $2 FOR UPDATE SKIP LOCKED",
+                &[&before, &limit],
+            )
+            .await
+            .map_err(failed)?;
+        let ids: Vec<&str> = rows.iter().map(|row| row.get(0)).collect();
+        if !ids.is_empty() {
+            txn.execute(
+                "DELETE FROM loom_events WHERE execution_id = ANY($1)",
+                &[&ids],
+            )
+            .await
+            .map_err(failed)?;
+            txn.execute(
+                "DELETE FROM loom_executions WHERE execution_id = ANY($1)",
+                &[&ids],
+            )
+            .await
+            .map_err(failed)?;
+        }
+        txn.commit().await.map_err(failed)?;
+        Ok(ids
+            .into_iter()
+            .filter_map(|id| ExecutionId::new(id).ok())
+            .collect())
+    }
+}

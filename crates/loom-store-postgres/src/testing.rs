@@ -1,0 +1,65 @@
+//! Test support: where the test server is, and a fresh schema per test.
+//!
+//! Tests find the server in `LOOM_TEST_POSTGRES_URL`, or else in the file `cargo xtask pg-up`
+//! writes (`target/loom-pg/url` at the workspace root). With neither, [`server_url`] says so
+//! loudly on stderr and returns `None`: the test then passes without checking anything. CI
+//! always starts a server.
+
+use std::path::PathBuf;
+
+use crate::{ConnectError, PostgresStore, PostgresStoreConfig};
+
+/// The environment variable naming the test server.
+pub const URL_VAR: &str = "LOOM_TEST_POSTGRES_URL";
+
+/// Set (as CI does) to make a missing server a failure instead of a skip.
+pub const REQUIRE_VAR: &str = "LOOM_REQUIRE_POSTGRES";
+
+/// The file `cargo xtask pg-up` writes the server's URL to.
+pub fn url_file() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../target/loom-pg/url")
+}
+
+/// The test server's URL, or `None` after a loud notice that `test` is skipped (a panic
+/// instead when [`REQUIRE_VAR`] is set).
+pub fn server_url(test: &str) -> Option<String> {
+    if let Ok(url) = std::env::var(URL_VAR)
+        && !url.trim().is_empty()
+    {
+        return Some(url.trim().to_owned());
+    }
+    if let Ok(url) = std::fs::read_to_string(url_file())
+        && !url.trim().is_empty()
+    {
+        return Some(url.trim().to_owned());
+    }
+    if std::env::var_os(REQUIRE_VAR).is_some() {
+        panic!("{test}: {REQUIRE_VAR} is set but no PostgreSQL server is configured ({URL_VAR})");
+    }
+    #[allow(clippy::print_stderr)]
+    {
+        eprintln!(
+            "\n*** SKIPPED {test}: no PostgreSQL server configured.\n*** Run `cargo xtask pg-up` \
+             (or set {URL_VAR}) to run the PostgreSQL store's tests.\n"
+        );
+    }
+    None
+}
+
+/// A schema name no other test uses: `prefix` and a random suffix.
+pub fn fresh_schema(prefix: &str) -> String {
+    let prefix: String = prefix
+        .chars()
+        .filter(|c| c.is_ascii_alphanumeric() || *c == '_')
+        .take(24)
+        .collect();
+    format!(
+        "t_{prefix}_{:012x}",
+        crate::config::random_u64() & 0xffff_ffff_ffff
+    )
+}
+
+/// A store on a fresh schema of the server at `url`.
+pub async fn fresh_store(url: &str, prefix: &str) -> Result<PostgresStore, ConnectError> {
+    PostgresStore::connect(PostgresStoreConfig::new(url).schema(fresh_schema(prefix))).await
+}

@@ -1,0 +1,486 @@
+//! Group commit: one task takes every append queued at that moment, across executions, and
+//! commits them in one transaction.
+//!
+//! Per batch, in one transaction:
+//! 1. a placeholder row in `loom_executions` for every execution appended at seq 0 (`ON
+//!    CONFLICT DO NOTHING`), so that two workers creating one execution serialise on its row;
+//! 2. `SELECT ... FOR UPDATE` of every execution of the batch, in id order (no deadlock
+//!    between workers);
+//! 3. per request: the expected seq against the head (else a conflict), the lease (see
+//!    [`crate::lease`]; else a conflict), then the batch applied to the execution's stored
+//!    [`ExecutionTail`] (else [`AppendError::Invalid`]). A refused request takes no part in
+//!    the batch;
+//! 4. one `INSERT` of every accepted event, which also takes the batch's feed positions from
+//!    the one-row `loom_feed` counter; one `UPDATE` of every head, tail, status and lease; and
+//!    `pg_notify` of the new heads (delivered only if the transaction commits);
+//! 5. `COMMIT`. Replies go out only after it returned.
+//!
+//! The feed counter's row lock is held from the `INSERT` to the `COMMIT`, so batches take
+//! positions in the order they commit, across every worker: a reader that has seen position
+//! `p` never later finds an event below `p`.
+//!
+//! If `COMMIT` fails the outcome is unknown (the server may have committed before the
+//! connection dropped). The writer does not guess: it reads back, on another connection,
+//! whether the batch's `commit_id` is stored. If it is, the batch committed exactly as
+//! decided, and every request gets the answer decided for it; if it is not, nothing of the
+//! batch is stored; if it cannot find out, it answers [`AppendError::Storage`] saying that the
+//! outcome is unknown.
+
+use std::collections::{BTreeMap, HashMap};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::time::Duration;
+
+use deadpool_postgres::Pool;
+use loom_kernel::store::ExecutionTail;
+use loom_kernel::store::tail::{TailChange, status_code};
+use loom_kernel::{AppendError, ExecutionId};
+use tokio::sync::{mpsc, oneshot};
+
+use crate::lease::{LeaseDecision, Leases, RowLease};
+use crate::notify::{HeadWatch, payloads};
+
+/// One append waiting for the writer.
+#[derive(Debug)]
+pub(crate) struct WriteRequest {
+    pub(crate) execution: ExecutionId,
+    pub(crate) expected_seq: u64,
+    pub(crate) records: Vec<Vec<u8>>,
+    /// What each event changes in the execution's tail, taken on the caller's task.
+    pub(crate) changes: Vec<TailChange>,
+    /// The time stamped on the records.
+    pub(crate) recorded_at_ms: Option<u64>,
+    pub(crate) reply: oneshot::Sender<Result<u64, AppendError>>,
+}
+
+/// Failures injected by tests to reach paths a healthy server never takes.
+#[derive(Debug, Default)]
+#[doc(hidden)]
+pub struct Faults {
+    /// Commit this many batches, then act as if the reply to `COMMIT` was lost.
+    pub lose_commit_reply: AtomicU32,
+    /// Roll this many batches back instead of committing, then act as if the reply to
+    /// `COMMIT` was lost.
+    pub lose_commit: AtomicU32,
+    /// Stop renewing leases in the background, as a worker that hangs would.
+    pub pause_lease_renewal: std::sync::atomic::AtomicBool,
+}
+
+impl Faults {
+    fn take(counter: &AtomicU32) -> bool {
+        counter
+            .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| n.checked_sub(1))
+            .is_ok()
+    }
+}
+
+/// What the writer needs.
+#[derive(Debug)]
+pub(crate) struct Writer {
+    pub(crate) pool: Pool,
+    pub(crate) channel: String,
+    pub(crate) watch: Arc<HeadWatch>,
+    pub(crate) leases: Arc<Leases>,
+    pub(crate) max_batch_events: usize,
+    pub(crate) faults: Arc<Faults>,
+}
+
+/// How a batch ended, when it did not end in a clear answer per request.
+enum BatchError {
+    /// Nothing of the batch is stored.
+    NotCommitted(String),
+    /// The commit may or may not have happened; if it did, `decided` is what it did.
+    Ambiguous {
+        detail: String,
+        probe: Probe,
+        decided: Committed,
+    },
+}
+
+/// One event the batch inserted: finding it with the batch's commit id proves the commit.
+#[derive(Debug, Clone)]
+struct Probe {
+    execution: ExecutionId,
+    seq: i64,
+    commit_id: i64,
+}
+
+/// An execution's row after a batch.
+struct Update<'a> {
+    head: i64,
+    tail: Vec<u8>,
+    status: i16,
+    needs_driving: bool,
+    ended_at_ms: Option<i64>,
+    owner: Option<&'a str>,
+    token: i64,
+}
+
+/// The answer for each request, and the leases the batch took or gave up.
+struct Committed {
+    outcomes: Vec<Result<u64, AppendError>>,
+    leases: Vec<(ExecutionId, Option<i64>)>,
+}
+
+impl Writer {
+    /// Runs until every sender is gone and the queue is answered.
+    pub(crate) async fn run(self, mut requests: mpsc::UnboundedReceiver<WriteRequest>) {
+        while let Some(first) = requests.recv().await {
+            let mut events = first.records.len();
+            let mut batch = vec![first];
+            while events < self.max_batch_events {
+                match requests.try_recv() {
+                    Ok(request) => {
+                        events += request.records.len();
+                        batch.push(request);
+                    }
+                    Err(_) => break,
+                }
+            }
+            self.commit(batch, events).await;
+        }
+    }
+
+    async fn commit(&self, batch: Vec<WriteRequest>, events: usize) {
+        let span = tracing::debug_span!("group_commit", requests = batch.len(), events);
+        let _entered = span.enter();
+        let mut attempt = 0;
+        let outcome = loop {
+            let outcome = self.try_commit(&batch).await;
+            match &outcome {
+                Err(BatchError::NotCommitted(detail)) if attempt < 3 && is_transient(detail) => {
+                    attempt += 1;
+                    tracing::debug!(%detail, attempt, "group commit retried");
+                }
+                _ => break outcome,
+            }
+        };
+        let outcome = match outcome {
+            Err(BatchError::Ambiguous {
+                detail,
+                probe,
+                decided,
+            }) => {
+                tracing::warn!(%detail, "commit outcome unknown; reading back");
+                match self.resolve(&probe).await {
+                    Some(true) => Ok(decided),
+                    Some(false) => Err(format!("not committed (the commit failed: {detail})")),
+                    None => Err(format!(
+                        "the commit failed ({detail}) and whether it took effect could not be \
+                         read back: read the head to learn the outcome"
+                    )),
+                }
+            }
+            Err(BatchError::NotCommitted(detail)) => Err(detail),
+            Ok(committed) => Ok(committed),
+        };
+        match outcome {
+            Ok(Committed { outcomes, leases }) => {
+                self.leases.apply(leases);
+                for (request, outcome) in batch.into_iter().zip(outcomes) {
+                    if let Ok(head) = outcome {
+                        self.watch.publish(&request.execution, head);
+                    }
+                    let _ = request.reply.send(outcome);
+                }
+            }
+            Err(detail) => {
+                tracing::error!(%detail, "group commit failed");
+                for request in batch {
+                    let _ = request.reply.send(Err(AppendError::Storage {
+                        execution: request.execution,
+                        detail: detail.clone(),
+                    }));
+                }
+            }
+        }
+    }
+
+    async fn try_commit(&self, batch: &[WriteRequest]) -> Result<Committed, BatchError> {
+        let not_committed = |err: &dyn std::fmt::Display| BatchError::NotCommitted(err.to_string());
+        let mut client = self.pool.get().await.map_err(|e| not_committed(&e))?;
+        let txn = client.transaction().await.map_err(|e| not_committed(&e))?;
+
+        let mut ids: Vec<&str> = batch.iter().map(|r| r.execution.as_str()).collect();
+        ids.sort_unstable();
+        ids.dedup();
+        let mut fresh: Vec<&str> = batch
+            .iter()
+            .filter(|r| r.expected_seq == 0)
+            .map(|r| r.execution.as_str())
+            .collect();
+        if !fresh.is_empty() {
+            fresh.sort_unstable();
+            fresh.dedup();
+            let insert = txn
+                .prepare_cached(
+                    "INSERT INTO loom_executions (execution_id) \
+                     SELECT id FROM unnest($1::text[]) AS u(id) ORDER BY id \
+                     ON CONFLICT DO NOTHING",
+                )
+                .await
+                .map_err(|e| not_committed(&e))?;
+            txn.execute(&insert, &[&fresh])
+                .await
+                .map_err(|e| not_committed(&e))?;
+        }
+        let lock = txn
+            .prepare_cached(
+                "SELECT execution_id, head, lease_owner, lease_token, \
+                        coalesce(lease_expires_at > clock_timestamp(), false), tail \
+                 FROM loom_executions WHERE execution_id = ANY($1) \
+                 ORDER BY execution_id FOR UPDATE",
+            )
+            .await
+            .map_err(|e| not_committed(&e))?;
+        let rows = txn
+            .query(&lock, &[&ids])
+            .await
+            .map_err(|e| not_committed(&e))?;
+        let mut current: HashMap<String, (RowLease, ExecutionTail)> = HashMap::new();
+        for row in &rows {
+            let id: String = row.get(0);
+            let lease = RowLease {
+                head: row.get::<_, i64>(1) as u64,
+                owner: row.get(2),
+                token: row.get(3),
+                live: row.get(4),
+            };
+            let tail = match row.get::<_, Option<&[u8]>>(5) {
+                None => ExecutionTail::new(),
+                Some(bytes) => ExecutionTail::decode(bytes).ok_or_else(|| {
+                    BatchError::NotCommitted(format!(
+                        "the stored tail of execution {id} is not one this build wrote"
+                    ))
+                })?,
+            };
+            current.insert(id, (lease, tail));
+        }
+
+        let commit_id = crate::config::random_u64() as i64;
+        let mut event_ids: Vec<&str> = Vec::new();
+        let mut event_seqs: Vec<i64> = Vec::new();
+        let mut event_records: Vec<&[u8]> = Vec::new();
+        // Per execution, its final row.
+        let mut updates: BTreeMap<&str, Update<'_>> = BTreeMap::new();
+        let mut outcomes = Vec::with_capacity(batch.len());
+        let mut lease_changes = Vec::new();
+        let mut held = self.leases.snapshot(batch.iter().map(|r| &r.execution));
+        for request in batch {
+            let id = request.execution.as_str();
+            let (row, tail) = current.entry(id.to_owned()).or_default();
+            if row.head != request.expected_seq {
+                outcomes.push(Err(AppendError::Conflict {
+                    execution: request.execution.clone(),
+                    expected_seq: request.expected_seq,
+                    actual_seq: row.head,
+                }));
+                continue;
+            }
+            let token = match self.leases.decide(row, held.get(id).copied()) {
+                LeaseDecision::Refused { lost } => {
+                    if lost {
+                        held.remove(id);
+                        lease_changes.push((request.execution.clone(), None));
+                    }
+                    tracing::debug!(
+                        execution = id,
+                        owner = row.owner.as_deref().unwrap_or(""),
+                        "append refused: the execution's lease is not ours"
+                    );
+                    outcomes.push(Err(AppendError::Conflict {
+                        execution: request.execution.clone(),
+                        expected_seq: request.expected_seq,
+                        actual_seq: row.head,
+                    }));
+                    continue;
+                }
+                LeaseDecision::Granted { token } => token,
+            };
+            if let Err(refused) = tail.apply_changes(&request.changes, request.recorded_at_ms) {
+                outcomes.push(Err(AppendError::Invalid {
+                    execution: request.execution.clone(),
+                    seq: request.expected_seq + refused.index as u64,
+                    violation: refused.violation,
+                }));
+                continue;
+            }
+            for (seq, record) in (request.expected_seq..).zip(&request.records) {
+                event_ids.push(id);
+                event_seqs.push(seq as i64);
+                event_records.push(record);
+            }
+            let head = request.expected_seq + request.records.len() as u64;
+            let keep_lease = tail.needs_driving();
+            row.head = head;
+            row.token = token;
+            if keep_lease {
+                row.owner = Some(self.leases.worker_id().to_owned());
+                row.live = true;
+                held.insert(id.to_owned(), token);
+                lease_changes.push((request.execution.clone(), Some(token)));
+            } else {
+                row.owner = None;
+                row.live = false;
+                held.remove(id);
+                lease_changes.push((request.execution.clone(), None));
+            }
+            updates.insert(
+                id,
+                Update {
+                    head: head as i64,
+                    tail: tail.encode(),
+                    status: i16::from(status_code(tail.status())),
+                    needs_driving: tail.needs_driving(),
+                    ended_at_ms: tail.ended_at_ms().map(|ms| ms.min(i64::MAX as u64) as i64),
+                    owner: keep_lease.then(|| self.leases.worker_id()),
+                    token,
+                },
+            );
+            outcomes.push(Ok(head));
+        }
+
+        if event_ids.is_empty() {
+            txn.rollback().await.map_err(|e| not_committed(&e))?;
+            return Ok(Committed {
+                outcomes,
+                leases: lease_changes,
+            });
+        }
+        let probe = Probe {
+            execution: ExecutionId::new(event_ids[0]).map_err(|e| not_committed(&e))?,
+            seq: event_seqs[0],
+            commit_id,
+        };
+        let insert = txn
+            .prepare_cached(
+                "WITH base AS ( \
+                     UPDATE loom_feed SET next_position = next_position + $5 \
+                     RETURNING next_position - $5 AS first) \
+                 INSERT INTO loom_events (execution_id, seq, record, commit_id, position) \
+                 SELECT u.id, u.seq, u.record, $4, base.first + u.n - 1 \
+                 FROM base, unnest($1::text[], $2::int8[], $3::bytea[]) \
+                     WITH ORDINALITY AS u(id, seq, record, n)",
+            )
+            .await
+            .map_err(|e| not_committed(&e))?;
+        let update = txn
+            .prepare_cached(
+                "UPDATE loom_executions AS x SET head = u.head, tail = u.tail, \
+                     status = u.status, needs_driving = u.driving, ended_at_ms = u.ended, \
+                     lease_owner = u.owner, lease_token = u.token, \
+                     lease_expires_at = CASE WHEN u.owner IS NULL THEN NULL \
+                         ELSE clock_timestamp() + $9 * interval '1 millisecond' END \
+                 FROM unnest($1::text[], $2::int8[], $3::bytea[], $4::int2[], $5::bool[], \
+                             $6::int8[], $7::text[], $8::int8[]) \
+                     AS u(id, head, tail, status, driving, ended, owner, token) \
+                 WHERE x.execution_id = u.id",
+            )
+            .await
+            .map_err(|e| not_committed(&e))?;
+        let notify = txn
+            .prepare_cached("SELECT pg_notify($1, p) FROM unnest($2::text[]) AS u(p)")
+            .await
+            .map_err(|e| not_committed(&e))?;
+        let update_ids: Vec<&str> = updates.keys().copied().collect();
+        let heads: Vec<i64> = updates.values().map(|u| u.head).collect();
+        let tails: Vec<&[u8]> = updates.values().map(|u| u.tail.as_slice()).collect();
+        let statuses: Vec<i16> = updates.values().map(|u| u.status).collect();
+        let driving: Vec<bool> = updates.values().map(|u| u.needs_driving).collect();
+        let ended: Vec<Option<i64>> = updates.values().map(|u| u.ended_at_ms).collect();
+        let owners: Vec<Option<&str>> = updates.values().map(|u| u.owner).collect();
+        let tokens: Vec<i64> = updates.values().map(|u| u.token).collect();
+        let lease_ms = self.leases.lease_ms();
+        let event_count = event_ids.len() as i64;
+        let announced: Vec<(ExecutionId, u64)> = updates
+            .iter()
+            .filter_map(|(id, u)| ExecutionId::new(id).ok().map(|id| (id, u.head as u64)))
+            .collect();
+        let messages = payloads(announced.iter().map(|(id, head)| (id, *head)));
+        // Issued together: the connection pipelines them.
+        let insert_params: [&(dyn tokio_postgres::types::ToSql + Sync); 5] = [
+            &event_ids,
+            &event_seqs,
+            &event_records,
+            &commit_id,
+            &event_count,
+        ];
+        let update_params: [&(dyn tokio_postgres::types::ToSql + Sync); 9] = [
+            &update_ids,
+            &heads,
+            &tails,
+            &statuses,
+            &driving,
+            &ended,
+            &owners,
+            &tokens,
+            &lease_ms,
+        ];
+        let notify_params: [&(dyn tokio_postgres::types::ToSql + Sync); 2] =
+            [&self.channel, &messages];
+        let inserted = txn.execute(&insert, &insert_params);
+        let updated = txn.execute(&update, &update_params);
+        let notified = txn.execute(&notify, &notify_params);
+        futures::try_join!(inserted, updated, notified).map_err(|e| not_committed(&e))?;
+
+        let decided = Committed {
+            outcomes,
+            leases: lease_changes,
+        };
+        if Faults::take(&self.faults.lose_commit) {
+            txn.rollback().await.map_err(|e| not_committed(&e))?;
+            return Err(BatchError::Ambiguous {
+                detail: "injected: commit lost".into(),
+                probe,
+                decided,
+            });
+        }
+        let lose_reply = Faults::take(&self.faults.lose_commit_reply);
+        match txn.commit().await {
+            Ok(()) if !lose_reply => Ok(decided),
+            Ok(()) => Err(BatchError::Ambiguous {
+                detail: "injected: reply to COMMIT lost".into(),
+                probe,
+                decided,
+            }),
+            Err(err) => Err(BatchError::Ambiguous {
+                detail: err.to_string(),
+                probe,
+                decided,
+            }),
+        }
+    }
+
+    /// Whether the batch of `probe` committed: `None` if it cannot be found out.
+    async fn resolve(&self, probe: &Probe) -> Option<bool> {
+        let mut backoff = Duration::from_millis(20);
+        for _ in 0..12 {
+            let found = async {
+                let client = self.pool.get().await.map_err(|e| e.to_string())?;
+                let row = client
+                    .query_opt(
+                        "SELECT commit_id FROM loom_events WHERE execution_id = $1 AND seq = $2",
+                        &[&probe.execution.as_str(), &probe.seq],
+                    )
+                    .await
+                    .map_err(|e| e.to_string())?;
+                Ok::<_, String>(row.is_some_and(|row| row.get::<_, i64>(0) == probe.commit_id))
+            }
+            .await;
+            match found {
+                Ok(found) => return Some(found),
+                Err(detail) => {
+                    tracing::warn!(%detail, "cannot read back an ambiguous commit yet");
+                    tokio::time::sleep(backoff).await;
+                    backoff = (backoff * 2).min(Duration::from_secs(1));
+                }
+            }
+        }
+        None
+    }
+}
+
+/// A deadlock or serialisation failure: the batch did nothing and may simply be tried again.
+fn is_transient(detail: &str) -> bool {
+    detail.contains("deadlock") || detail.contains("could not serialize")
+}
