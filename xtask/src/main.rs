@@ -30,6 +30,10 @@ enum Task {
     /// Runs every benchmark: kernel, replay-check, effects (takes minutes; see
     /// docs/PERFORMANCE.md).
     BenchKernel,
+    /// Checks the A2UI plugin against the reference renderer: creates a Python venv
+    /// (target/interop-venv), installs a2ui-core 0.4.0 from PyPI, and drives its
+    /// MessageProcessor (STRICT) with message streams the plugin produced from real flows.
+    Interop,
     /// Checks that recorded executions of the example's flows replay deterministically
     /// (`cargo xtask replay-check --help` for its options).
     ReplayCheck {
@@ -72,6 +76,7 @@ fn run(task: Task, root: &Path) -> Result<()> {
         // Handled before parsing; listed for --help.
         Task::ReplayCheck { .. } | Task::ExportLog { .. } => Ok(()),
         Task::Test => test(&root),
+        Task::Interop => interop(&root),
         Task::Ci => {
             cargo(&root, &["fmt", "--all", "--", "--check"])?;
             cargo(
@@ -145,6 +150,55 @@ fn run(task: Task, root: &Path) -> Result<()> {
 /// The test command. Later steps add their setup here, before the tests run: a PostgreSQL
 /// server for the Postgres store's tests, and a Python venv with a2ui-core for the A2UI
 /// conformance tests.
+/// The reference renderer's package, pinned: the wire is A2UI v1.0 as this version accepts it.
+const A2UI_CORE: &str = "a2ui-core==0.4.0";
+
+fn interop(root: &Path) -> Result<()> {
+    let venv = root.join("target/interop-venv");
+    let python = venv.join("bin/python");
+    if !python.exists() {
+        run_program(root, "python3", &["-m", "venv", &venv.to_string_lossy()])?;
+    }
+    run_program(
+        root,
+        &python.to_string_lossy(),
+        &[
+            "-m",
+            "pip",
+            "install",
+            "--quiet",
+            "--disable-pip-version-check",
+            A2UI_CORE,
+        ],
+    )?;
+    cargo(
+        root,
+        &[
+            "run",
+            "--quiet",
+            "-p",
+            "loom-plugin-a2ui",
+            "--example",
+            "interop",
+            "--",
+            &python.to_string_lossy(),
+            "crates/loom-plugin-a2ui/interop/renderer.py",
+            "target/interop",
+        ],
+    )
+}
+
+fn run_program(root: &Path, program: &str, args: &[&str]) -> Result<()> {
+    eprintln!("$ {program} {}", args.join(" "));
+    let status = Command::new(program)
+        .args(args)
+        .current_dir(root)
+        .status()
+        .with_context(|| format!("cannot run {program}"))?;
+    anyhow::ensure!(status.success(), "{program} failed with {status}");
+    Ok(())
+}
+
 fn test(root: &Path) -> Result<()> {
     cargo(root, &["test", "--workspace"])
 }

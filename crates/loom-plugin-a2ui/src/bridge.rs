@@ -362,10 +362,23 @@ impl A2UISurfaceBridge {
             return Ok(Vec::new());
         }
         let pointers = refine_appends(&self.model, ops, touched.into_iter().map(|t| t.pointer));
+        let pointers = pointers.into_iter().map(|p| self.masked_root(p)).collect();
         Ok(minimal_pointers(pointers)
             .into_iter()
             .map(|pointer| self.update_at(&pointer))
             .collect())
+    }
+
+    /// The renderer holds a masked value whole (`"***"`), so a change below a classified path
+    /// is sent as the classified path itself: nothing can be written below a string.
+    fn masked_root(&self, pointer: String) -> String {
+        if self.classification.is_empty() || !self.classification.is_masked_pointer(&pointer) {
+            return pointer;
+        }
+        ancestors(&pointer)
+            .chain(std::iter::once(pointer.as_str()))
+            .find(|p| !p.is_empty() && self.classification.is_masked_pointer(p))
+            .map_or_else(|| pointer.clone(), str::to_owned)
     }
 
     fn update_at(&self, pointer: &str) -> AgentMessage {
