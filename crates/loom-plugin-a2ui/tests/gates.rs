@@ -232,3 +232,53 @@ async fn a_late_subscriber_gets_the_current_model_then_every_update_once() {
     assert!(updates >= 3, "{updates}");
     assert_eq!(model, hub.masked_model(&e, SURFACE).unwrap());
 }
+
+#[tokio::test]
+async fn events_are_applied_once_each_in_seq_order_whatever_order_they_arrive_in() {
+    use loom_kernel::runtime::Projection;
+    let store = MemoryStore::new();
+    let e = id("hub-order");
+    {
+        let hub = hub();
+        let runtime = runtime(store.clone(), &hub);
+        runtime
+            .start("checkout", &order(), StartOptions::new(e.clone()))
+            .await
+            .unwrap();
+        let _ = runtime.wait(&e).await;
+    }
+    let log = store.read_all(&e).await.unwrap();
+    let reference = hub();
+    for envelope in &log {
+        reference.apply(envelope);
+    }
+    // A hub in a new process sees the last events live, twice, before catching up.
+    let hub = hub();
+    for envelope in log.iter().rev().take(2) {
+        hub.apply(envelope);
+        hub.apply(envelope);
+    }
+    assert_eq!(
+        hub.model(&e, SURFACE),
+        None,
+        "nothing applies ahead of a gap"
+    );
+    let sub = hub.subscribe(&store, &e, SURFACE).await.unwrap();
+    assert_eq!(hub.model(&e, SURFACE), reference.model(&e, SURFACE));
+    assert_eq!(hub.pending_calls(&e), reference.pending_calls(&e));
+    let AgentMessage::CreateSurface(create) = &sub.initial[0] else {
+        panic!()
+    };
+    assert_eq!(
+        Some(Value::Object(create.data_model.clone().unwrap())),
+        reference.masked_model(&e, SURFACE)
+    );
+    for envelope in &log {
+        hub.apply(envelope);
+    }
+    assert_eq!(
+        hub.model(&e, SURFACE),
+        reference.model(&e, SURFACE),
+        "duplicates change nothing"
+    );
+}
