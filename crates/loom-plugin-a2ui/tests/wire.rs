@@ -499,3 +499,28 @@ fn op_strategy() -> impl Strategy<Value = Value> {
         path.prop_map(|p| json!({"op": "increment", "path": p, "by": 1})),
     ]
 }
+
+#[test]
+fn message_bytes_follow_what_was_touched_not_the_size_of_the_model() {
+    let mut rows = Map::new();
+    for i in 0..10_000 {
+        rows.insert(
+            format!("r{i}"),
+            json!({"qty": i, "name": format!("row {i}"), "note": "x".repeat(70)}),
+        );
+    }
+    let model = json!({"rows": Value::Object(rows)});
+    assert!(model.to_string().len() > 900_000, "about 1 MB");
+    let mut bridge = A2UISurfaceBridge::new("big", catalogs(), DataClassification::default());
+    bridge.create_surface(components(), model).unwrap();
+    let messages = bridge
+        .apply_ops(&ops(json!([
+            {"op": "set", "path": "rows.r5000.name", "value": "renamed"},
+            {"op": "increment", "path": "rows.r7.qty", "by": 1},
+            {"op": "append", "path": "log", "value": "x"}
+        ])))
+        .unwrap();
+    let bytes: usize = messages.iter().map(|m| m.to_json().len()).sum();
+    assert_eq!(messages.len(), 3);
+    assert!(bytes < 300, "{bytes} bytes for three small changes");
+}

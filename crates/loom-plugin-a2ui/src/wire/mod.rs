@@ -424,6 +424,10 @@ fn read_envelope<'v>(
     found.ok_or(WireError::NoMessage { expected })
 }
 
+fn push_json(out: &mut String, text: &str) {
+    out.push_str(&Value::String(text.to_owned()).to_string());
+}
+
 fn parse_json(bytes: &[u8]) -> Result<Value, WireError> {
     serde_json::from_slice(bytes).map_err(|err| WireError::Json {
         detail: err.to_string(),
@@ -498,7 +502,23 @@ impl AgentMessage {
 
     /// The wire form, as JSON text.
     pub fn to_json(&self) -> String {
-        self.to_value().to_string()
+        match self {
+            // The hot path of egress: written straight out, without building a value tree.
+            Self::UpdateDataModel(m) => {
+                let mut out = String::with_capacity(64 + m.surface_id.len());
+                out.push_str("{\"version\":\"v1.0\",\"updateDataModel\":{\"surfaceId\":");
+                push_json(&mut out, &m.surface_id);
+                if let Some(path) = &m.path {
+                    out.push_str(",\"path\":");
+                    push_json(&mut out, path);
+                }
+                out.push_str(",\"value\":");
+                out.push_str(&m.value.to_string());
+                out.push_str("}}");
+                out
+            }
+            _ => self.to_value().to_string(),
+        }
     }
 
     /// Parses an agent-to-renderer message from JSON bytes.
