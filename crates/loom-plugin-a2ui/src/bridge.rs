@@ -362,11 +362,44 @@ impl A2UISurfaceBridge {
             return Ok(Vec::new());
         }
         let pointers = refine_appends(&self.model, ops, touched.into_iter().map(|t| t.pointer));
-        let pointers = pointers.into_iter().map(|p| self.masked_root(p)).collect();
-        Ok(minimal_pointers(pointers)
+        let mut updates = Vec::with_capacity(pointers.len());
+        for pointer in pointers {
+            let value = self.value_at(&pointer);
+            // Only a masked value can need its pointer moved up: one walk for the rest.
+            if value.as_str() == Some(loom_kernel::classify::MASK) {
+                let root = self.masked_root(pointer);
+                let value = self.value_at(&root);
+                updates.push((root, value));
+            } else {
+                updates.push((pointer, value));
+            }
+        }
+        let keep = minimal_mask(updates.iter().map(|(p, _)| p.as_str()));
+        Ok(updates
             .into_iter()
-            .map(|pointer| self.update_at(&pointer))
+            .zip(keep)
+            .filter(|(_, keep)| *keep)
+            .map(|((pointer, value), _)| self.update_message(pointer, value))
             .collect())
+    }
+
+    fn value_at(&self, pointer: &str) -> Value {
+        match self.model.pointer(pointer) {
+            None => Value::Null,
+            Some(value) => self.classification.mask_at(pointer, value),
+        }
+    }
+
+    fn update_message(&self, pointer: String, value: Value) -> AgentMessage {
+        AgentMessage::UpdateDataModel(UpdateDataModel {
+            surface_id: self.surface_id.clone(),
+            path: Some(if pointer.is_empty() {
+                "/".to_owned()
+            } else {
+                pointer
+            }),
+            value,
+        })
     }
 
     /// The renderer holds a masked value whole (`"***"`), so a change below a classified path
@@ -379,22 +412,6 @@ impl A2UISurfaceBridge {
             .chain(std::iter::once(pointer.as_str()))
             .find(|p| !p.is_empty() && self.classification.is_masked_pointer(p))
             .map_or_else(|| pointer.clone(), str::to_owned)
-    }
-
-    fn update_at(&self, pointer: &str) -> AgentMessage {
-        let value = match self.model.pointer(pointer) {
-            None => Value::Null,
-            Some(value) => self.classification.mask_at(pointer, value),
-        };
-        AgentMessage::UpdateDataModel(UpdateDataModel {
-            surface_id: self.surface_id.clone(),
-            path: Some(if pointer.is_empty() {
-                "/".to_owned()
-            } else {
-                pointer.to_owned()
-            }),
-            value,
-        })
     }
 
     /// `deleteSurface`; the bridge keeps its model, so a later `snapshot` can recreate it.
@@ -632,6 +649,9 @@ fn refine_appends(
     touched: impl Iterator<Item = String>,
 ) -> Vec<String> {
     let touched: Vec<String> = touched.collect();
+    if !ops.iter().any(|op| matches!(op, SurfaceOp::Append { .. })) {
+        return touched;
+    }
     let mut appends: BTreeMap<&str, usize> = BTreeMap::new();
     let mut other: BTreeSet<&str> = BTreeSet::new();
     for (op, pointer) in ops.iter().zip(&touched) {
@@ -673,18 +693,14 @@ fn is_ancestor_or_self(ancestor: &str, pointer: &str) -> bool {
         || (pointer.starts_with(ancestor) && pointer.as_bytes().get(ancestor.len()) == Some(&b'/'))
 }
 
-/// Drops duplicates and every pointer below another one in the set, keeping first-seen order.
-pub(crate) fn minimal_pointers(pointers: Vec<String>) -> Vec<String> {
-    let all: BTreeSet<&str> = pointers.iter().map(String::as_str).collect();
+/// Which pointers to keep: not a duplicate of an earlier one, and not below another pointer
+/// of the set.
+pub(crate) fn minimal_mask<'p>(pointers: impl Iterator<Item = &'p str> + Clone) -> Vec<bool> {
+    let all: BTreeSet<&str> = pointers.clone().collect();
     let mut emitted = BTreeSet::new();
-    let mut out = Vec::new();
-    for pointer in &pointers {
-        let covered = ancestors(pointer).any(|a| all.contains(a));
-        if !covered && emitted.insert(pointer.as_str()) {
-            out.push(pointer.clone());
-        }
-    }
-    out
+    pointers
+        .map(|p| !ancestors(p).any(|a| all.contains(a)) && emitted.insert(p))
+        .collect()
 }
 
 /// The proper ancestors of a pointer, root (`""`) first.
