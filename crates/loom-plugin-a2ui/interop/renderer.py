@@ -39,9 +39,11 @@ def load_catalogs(path):
         documents = json.load(f)
     catalogs = [BasicCatalog()]
     for document in documents:
+        # Every document the plugin writes must load, the basic part included; the SDK's own
+        # BasicCatalog stands for the basic catalog, since it carries the implementations.
+        catalog = Catalog.from_json(document)
         if document.get("catalogId") == BASIC_ID:
             continue
-        catalog = Catalog.from_json(document)
         functions = []
         for name, spec in (document.get("functions") or {}).items():
             functions.append(
