@@ -32,6 +32,10 @@ enum Task {
     /// Runs every benchmark: kernel, replay-check, effects (takes minutes; see
     /// docs/PERFORMANCE.md).
     BenchKernel,
+    /// Checks the A2UI plugin against the reference renderer: creates a Python venv
+    /// (target/interop-venv), installs a2ui-core 0.4.0 from PyPI, and drives its
+    /// MessageProcessor (STRICT) with message streams the plugin produced from real flows.
+    Interop,
     /// Checks that recorded executions of the example's flows replay deterministically
     /// (`cargo xtask replay-check --help` for its options; `--postgres <URL> [--schema NAME]`
     /// reads a PostgreSQL store).
@@ -98,6 +102,7 @@ fn run(task: Task, root: &Path) -> Result<()> {
         Task::Test => test(&root),
         Task::PgUp => pg::up(&root),
         Task::PgDown => pg::down(&root),
+        Task::Interop => interop(&root),
         Task::Ci => {
             cargo(&root, &["fmt", "--all", "--", "--check"])?;
             cargo(
@@ -168,9 +173,58 @@ fn run(task: Task, root: &Path) -> Result<()> {
     }
 }
 
-/// The test command. Later steps add their setup here, before the tests run: a Python venv
-/// with a2ui-core for the A2UI conformance tests. The PostgreSQL store's tests use the server
-/// `cargo xtask pg-up` started (they say loudly that they were skipped when none runs).
+/// The reference renderer's package, pinned: the wire is A2UI v1.0 as this version accepts it.
+const A2UI_CORE: &str = "a2ui-core==0.4.0";
+
+fn interop(root: &Path) -> Result<()> {
+    let venv = root.join("target/interop-venv");
+    let python = venv.join("bin/python");
+    if !python.exists() {
+        run_program(root, "python3", &["-m", "venv", &venv.to_string_lossy()])?;
+    }
+    run_program(
+        root,
+        &python.to_string_lossy(),
+        &[
+            "-m",
+            "pip",
+            "install",
+            "--quiet",
+            "--disable-pip-version-check",
+            A2UI_CORE,
+        ],
+    )?;
+    cargo(
+        root,
+        &[
+            "run",
+            "--quiet",
+            "-p",
+            "loom-plugin-a2ui",
+            "--example",
+            "interop",
+            "--",
+            &python.to_string_lossy(),
+            "crates/loom-plugin-a2ui/interop/renderer.py",
+            "target/interop",
+        ],
+    )
+}
+
+fn run_program(root: &Path, program: &str, args: &[&str]) -> Result<()> {
+    eprintln!("$ {program} {}", args.join(" "));
+    let status = Command::new(program)
+        .args(args)
+        .current_dir(root)
+        .status()
+        .with_context(|| format!("cannot run {program}"))?;
+    anyhow::ensure!(status.success(), "{program} failed with {status}");
+    Ok(())
+}
+
+/// The test command. The PostgreSQL store's tests use the server `cargo xtask pg-up` started
+/// (they say loudly that they were skipped when none runs); the reference renderer's checks run
+/// as `cargo xtask interop`.
 fn test(root: &Path) -> Result<()> {
     cargo(root, &["test", "--workspace"])
 }

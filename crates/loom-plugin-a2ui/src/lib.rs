@@ -1,13 +1,47 @@
 //! Loom's A2UI v1.0 projection, as a composition-time plugin (ADR 0069, ADR 0070).
 //!
-//! # What it will own
-//! - The A2UI v1.0 wire types, as the reference SDK `a2ui-core` 0.4.0 accepts them.
-//! - `A2UISurfaceBridge`: `createSurface`, minimal `updateDataModel` per touched pointer,
-//!   `deleteSurface`, K10-R6 masking on the way out, inbound actions.
-//! - Function calls answered by the client: grain A (a gate) and grain B (the
-//!   `a2ui.callFunction` effect, non-idempotent), with replies checked against the call issued.
-//! - The transport trait; the plugin ships no transport.
+//! # What it owns
+//! - The A2UI v1.0 wire ([`wire`]), as the reference SDK `a2ui-core` 0.4.0 accepts it: every
+//!   message in both directions, parsed strictly with typed errors.
+//! - Catalogs ([`define_catalog`], [`define_function`], [`Catalogs::default_with`]): outgoing
+//!   components are checked against them, function results against the declared return schema.
+//! - [`A2UISurfaceBridge`]: `createSurface`, minimal `updateDataModel` per touched pointer,
+//!   `deleteSurface`, K10-R6 masking on the way out, inbound actions, function calls and their
+//!   replies checked against the call issued. No clock, no randomness.
+//! - [`SurfaceHub`]: the kernel projection that feeds bridges from durable events only, serves
+//!   late and reconnecting clients (`createSurface` with the current masked model, then live
+//!   updates, no gap, no duplicate) and catches up from the store after a restart.
+//! - Function calls answered by the client: grain A ([`call_and_wait`], a gate whose request is
+//!   durable before it is sent, ADR 0008) and grain B ([`register_a2ui_call_function`], the
+//!   `a2ui.callFunction` effect, not idempotent).
+//! - The [`Transport`] trait; the plugin ships no transport.
 //!
 //! # What it must not depend on
-//! Nothing depends on this crate among the Loom crates; it builds on `loom-kernel`,
+//! Nothing depends on this crate among the Loom library crates; it builds on `loom-kernel`,
 //! `loom-agent-surface` and `loom-effect-runtime`. The kernel never learns A2UI's names.
+#![cfg_attr(
+    not(test),
+    warn(clippy::unwrap_used, clippy::print_stdout, clippy::print_stderr)
+)]
+
+mod bridge;
+mod catalog;
+mod effect;
+mod gate;
+mod hub;
+pub mod wire;
+
+pub use bridge::{A2UISurfaceBridge, BridgeError, FunctionResult, InboundAction, IngestError};
+pub use catalog::{
+    AllowedCallers, BASIC_CATALOG_ID, CATALOG_PLACEHOLDER_ID, COMMON_TYPES_ID, CatalogDef,
+    CatalogError, Catalogs, ComponentError, FunctionDef, LOOM_CATALOG_ID, basic_catalog,
+    define_catalog, define_function, is_identifier, loom_catalog,
+};
+pub use effect::{
+    CALL_FUNCTION_EFFECT, CallFunctionInput, CallFunctionOptions, RegisterError, Transport,
+    TransportError, codes, register_a2ui_call_function,
+};
+pub use gate::{
+    CallAndWaitError, FUNCTION_RESULT_EVENT, FunctionRequest, REQUEST_DECISION, call_and_wait,
+};
+pub use hub::{HubError, SurfaceHub, SurfaceSpec, SurfaceSubscription};

@@ -1,0 +1,152 @@
+//! Grain A: a function call answered through a gate (ADR 0070; durable request, ADR 0008).
+//!
+//! `call_and_wait` records the request as a `DECISION_RECORDED` of kind
+//! [`REQUEST_DECISION`] and opens the gate (`A2UIFunctionResult`, keyed by the call id) in the
+//! same poll of the flow, so the kernel appends both in one batch. The [`SurfaceHub`]
+//! projection sends the request only once it sees that batch durable; after a crash the
+//! request is read back from the log and sent again with the same call id.
+//!
+//! [`SurfaceHub`]: crate::SurfaceHub
+
+use std::future::Future;
+
+use loom_kernel::runtime::{FlowCtx, StepError};
+use serde::{Deserialize, Serialize};
+use serde_json::{Map, Value};
+use thiserror::Error;
+
+use crate::bridge::{BridgeError, check_callable};
+use crate::catalog::Catalogs;
+use crate::wire::FunctionError;
+
+/// The gate event type a function result resumes.
+pub const FUNCTION_RESULT_EVENT: &str = "A2UIFunctionResult";
+/// The decision kind that carries a grain-A request in the log.
+pub const REQUEST_DECISION: &str = "a2ui.functionRequest";
+
+/// A grain-A request as the log records it.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct FunctionRequest {
+    /// `executionId:name#n`, call-site-unique (ADR 0070 caveat 1).
+    pub call_id: String,
+    /// The surface whose data model is the call's context.
+    pub surface_id: String,
+    /// The function's catalog.
+    pub catalog_id: String,
+    /// The function's name.
+    pub name: String,
+    /// Its arguments.
+    pub args: Map<String, Value>,
+}
+
+/// Why a grain-A call gave no value.
+#[derive(Debug, Clone, PartialEq, Error)]
+#[non_exhaustive]
+pub enum CallAndWaitError {
+    /// The call was refused before anything was recorded or sent (unknown or `rendererOnly`
+    /// function).
+    #[error(transparent)]
+    Refused(#[from] BridgeError),
+    /// Recording the request or waiting on the gate failed.
+    #[error(transparent)]
+    Step(#[from] StepError),
+    /// The renderer answered with an error.
+    #[error("the renderer answered call `{call_id}` with {}: {}", .error.code, .error.message)]
+    Function {
+        call_id: String,
+        error: FunctionError,
+    },
+    /// The resume payload is not a function result (only a resume that bypassed the hub can
+    /// cause this).
+    #[error("the resume of call `{call_id}` is not a function result: {detail}")]
+    BadPayload { call_id: String, detail: String },
+}
+
+#[derive(Default)]
+struct CallCounters(std::collections::BTreeMap<String, u32>);
+
+/// Calls `name` (of `catalog_id`, or the surface default) on the renderer showing
+/// `surface_id`, and waits on a gate for its answer. The call id is
+/// `executionId:name#n` (the n-th call of `name` in the execution), so it is the same on
+/// every replay and unique per call site.
+///
+/// The checks and the recording happen when this is called; the returned future only waits.
+pub fn call_and_wait(
+    ctx: &FlowCtx,
+    catalogs: &Catalogs,
+    surface_id: &str,
+    catalog_id: Option<&str>,
+    name: &str,
+    args: Map<String, Value>,
+) -> impl Future<Output = Result<Value, CallAndWaitError>> + Send + 'static {
+    let catalog = catalog_id.unwrap_or(catalogs.default_catalog()).to_owned();
+    let prepared = check_callable(catalogs, &catalog, name)
+        .map_err(CallAndWaitError::from)
+        .and_then(|()| {
+            let n = ctx.with_local::<CallCounters, _>(|counters| {
+                let n = counters.0.entry(name.to_owned()).or_insert(0);
+                *n += 1;
+                *n
+            });
+            let call_id = format!("{}:{name}#{n}", ctx.execution_id().as_str());
+            let request = FunctionRequest {
+                call_id: call_id.clone(),
+                surface_id: surface_id.to_owned(),
+                catalog_id: catalog,
+                name: name.to_owned(),
+                args,
+            };
+            // Recorded and opened in one poll: one append batch, durable together.
+            ctx.decide(REQUEST_DECISION, || request)?;
+            let gate = ctx.suspend(FUNCTION_RESULT_EVENT, &call_id);
+            Ok((call_id, gate))
+        });
+    async move {
+        let (call_id, gate) = prepared?;
+        let payload: Value = gate
+            .await?
+            .decode()
+            .map_err(|err| CallAndWaitError::BadPayload {
+                call_id: call_id.clone(),
+                detail: err.to_string(),
+            })?;
+        if let Some(value) = payload.get("value") {
+            return Ok(value.clone());
+        }
+        match payload.get("error") {
+            Some(error) => Err(CallAndWaitError::Function {
+                call_id,
+                error: FunctionError {
+                    code: error
+                        .get("code")
+                        .and_then(Value::as_str)
+                        .unwrap_or_default()
+                        .to_owned(),
+                    message: error
+                        .get("message")
+                        .and_then(Value::as_str)
+                        .unwrap_or_default()
+                        .to_owned(),
+                },
+            }),
+            None => Err(CallAndWaitError::BadPayload {
+                call_id,
+                detail: "neither `value` nor `error`".into(),
+            }),
+        }
+    }
+}
+
+impl From<CallAndWaitError> for loom_kernel::runtime::FlowError {
+    fn from(error: CallAndWaitError) -> Self {
+        match error {
+            CallAndWaitError::Step(step) => step.into(),
+            CallAndWaitError::Function { error, .. } => Self::new(
+                crate::effect::codes::FUNCTION_ERROR,
+                format!("{}: {}", error.code, error.message),
+            ),
+            other => Self::new("a2ui.call", other.to_string()),
+        }
+    }
+}

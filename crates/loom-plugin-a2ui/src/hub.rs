@@ -1,0 +1,529 @@
+//! The `SurfaceHub`: a kernel projection that feeds one bridge per (execution, surface) from
+//! durable events only, serves late and reconnecting clients, and catches up from the store.
+//!
+//! # No gap, no duplicate
+//! The hub applies each execution's events strictly in seq order: an event already applied is
+//! skipped, one that arrives ahead of a gap (written before this process started) waits until
+//! [`SurfaceHub::catch_up`] has read the missing ones from the store. A subscription is taken
+//! under the same lock that applies events: its `createSurface` carries the model as of the
+//! last applied event and every later event reaches it as an update, exactly once.
+
+use std::collections::BTreeMap;
+use std::sync::{Arc, Mutex, MutexGuard};
+
+use loom_kernel::classify::DataClassification;
+use loom_kernel::runtime::{AbiRange, Contributions, Plugin, Projection, ResumeError, Runtime};
+use loom_kernel::store::{EventStore, EventStoreExt, ReadError};
+use loom_kernel::{Event, EventEnvelope, ExecutionId, Payload};
+use serde_json::Value;
+use thiserror::Error;
+use tokio::sync::mpsc;
+
+use crate::bridge::{A2UISurfaceBridge, FunctionResult, InboundAction, IngestError, parse_reply};
+use crate::catalog::Catalogs;
+use crate::gate::{FUNCTION_RESULT_EVENT, FunctionRequest, REQUEST_DECISION};
+use crate::wire::AgentMessage;
+
+/// What a surface shows besides its data model: its component tree.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct SurfaceSpec {
+    /// The components, one with id `root`.
+    pub components: Vec<Value>,
+}
+
+/// A hub operation that failed.
+#[derive(Debug, Error)]
+#[non_exhaustive]
+pub enum HubError {
+    /// Reading the log for a catch-up failed.
+    #[error("catch-up of execution {execution} failed: {source}")]
+    Read {
+        execution: ExecutionId,
+        #[source]
+        source: ReadError,
+    },
+    /// An inbound message was refused; nothing was recorded.
+    #[error(transparent)]
+    Ingest(#[from] IngestError),
+    /// The runtime refused the resume (for example, the gate was already resumed).
+    #[error("the resume was refused: {source}")]
+    Resume {
+        #[source]
+        source: ResumeError,
+    },
+    /// The execution has no such surface here.
+    #[error("execution {execution} has no surface `{surface_id}`")]
+    UnknownSurface {
+        execution: ExecutionId,
+        surface_id: String,
+    },
+}
+
+/// A client's view of one surface: `createSurface` and any pending function calls first, then
+/// every update as it becomes durable.
+#[derive(Debug)]
+pub struct SurfaceSubscription {
+    /// `createSurface` with the current masked model, then pending `callRendererFunction`s.
+    pub initial: Vec<AgentMessage>,
+    receiver: mpsc::UnboundedReceiver<AgentMessage>,
+}
+
+impl SurfaceSubscription {
+    /// The next live message; `None` once the hub is gone.
+    pub async fn next(&mut self) -> Option<AgentMessage> {
+        self.receiver.recv().await
+    }
+
+    /// The next live message if one is waiting.
+    pub fn try_next(&mut self) -> Option<AgentMessage> {
+        self.receiver.try_recv().ok()
+    }
+}
+
+struct SurfaceState {
+    bridge: A2UISurfaceBridge,
+    subscribers: Vec<mpsc::UnboundedSender<AgentMessage>>,
+}
+
+#[derive(Default)]
+struct ExecState {
+    next_seq: u64,
+    ahead: BTreeMap<u64, EventEnvelope>,
+    surfaces: BTreeMap<String, SurfaceState>,
+    /// Requests seen in the log, by call id.
+    requests: BTreeMap<String, FunctionRequest>,
+    /// Call ids whose gate is durable and not resumed: sent, awaiting a reply.
+    open_calls: BTreeMap<String, ()>,
+}
+
+struct HubState {
+    executions: BTreeMap<ExecutionId, ExecState>,
+    /// Which execution issued each call id.
+    call_owner: BTreeMap<String, ExecutionId>,
+}
+
+struct Shared {
+    catalogs: Catalogs,
+    classification: DataClassification,
+    specs: BTreeMap<String, SurfaceSpec>,
+    state: Mutex<HubState>,
+}
+
+/// Feeds A2UI bridges from durable events. Cheap to clone; add it to a runtime as a plugin.
+#[derive(Clone)]
+pub struct SurfaceHub {
+    shared: Arc<Shared>,
+}
+
+impl std::fmt::Debug for SurfaceHub {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("SurfaceHub")
+            .field("catalogs", &self.shared.catalogs)
+            .field("surfaces", &self.shared.specs.keys().collect::<Vec<_>>())
+            .finish()
+    }
+}
+
+impl SurfaceHub {
+    /// A hub whose surfaces use `catalogs` and mask `classification` on the way out; `specs`
+    /// gives each surface id its components.
+    pub fn new(
+        catalogs: Catalogs,
+        classification: DataClassification,
+        specs: impl IntoIterator<Item = (String, SurfaceSpec)>,
+    ) -> Self {
+        Self {
+            shared: Arc::new(Shared {
+                catalogs,
+                classification,
+                specs: specs.into_iter().collect(),
+                state: Mutex::new(HubState {
+                    executions: BTreeMap::new(),
+                    call_owner: BTreeMap::new(),
+                }),
+            }),
+        }
+    }
+
+    fn state(&self) -> MutexGuard<'_, HubState> {
+        self.shared.state.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Reads `execution`'s log from the store and applies what this hub has not seen (after
+    /// a restart, or for an execution written by another process). Safe to call at any time
+    /// and more than once: events are applied once each, in order.
+    pub async fn catch_up<S: EventStore>(
+        &self,
+        store: &S,
+        execution: &ExecutionId,
+    ) -> Result<(), HubError> {
+        let events = store
+            .read_all(execution)
+            .await
+            .map_err(|source| HubError::Read {
+                execution: execution.clone(),
+                source,
+            })?;
+        let mut state = self.state();
+        for envelope in events {
+            self.offer(&mut state, envelope);
+        }
+        Ok(())
+    }
+
+    /// Catches up `execution` and subscribes to `surface_id`: the subscription starts with
+    /// `createSurface` (current masked model and components) and any pending function calls,
+    /// then carries every later update once.
+    pub async fn subscribe<S: EventStore>(
+        &self,
+        store: &S,
+        execution: &ExecutionId,
+        surface_id: &str,
+    ) -> Result<SurfaceSubscription, HubError> {
+        self.catch_up(store, execution).await?;
+        let mut guard = self.state();
+        let state = &mut *guard;
+        let exec = state.executions.entry(execution.clone()).or_default();
+        let surface = surface_entry(&self.shared, exec, surface_id);
+        let mut initial = vec![surface.bridge.snapshot()];
+        for (call_id, request) in &exec.requests {
+            if request.surface_id == surface_id
+                && exec.open_calls.contains_key(call_id)
+                && let Ok(message) = request_message(&exec.surfaces, request)
+            {
+                initial.push(message);
+            }
+        }
+        let (sender, receiver) = mpsc::unbounded_channel();
+        if let Some(surface) = exec.surfaces.get_mut(surface_id) {
+            surface.subscribers.push(sender);
+        }
+        Ok(SurfaceSubscription { initial, receiver })
+    }
+
+    /// The true model of a surface as the hub has folded it.
+    pub fn model(&self, execution: &ExecutionId, surface_id: &str) -> Option<Value> {
+        let state = self.state();
+        let surface = state.executions.get(execution)?.surfaces.get(surface_id)?;
+        Some(surface.bridge.model().clone())
+    }
+
+    /// The masked model of a surface: what a renderer holds after every update.
+    pub fn masked_model(&self, execution: &ExecutionId, surface_id: &str) -> Option<Value> {
+        let state = self.state();
+        let surface = state.executions.get(execution)?.surfaces.get(surface_id)?;
+        Some(surface.bridge.masked_model())
+    }
+
+    /// The grain-A calls of `execution` that are sent and not answered, as requests to send
+    /// again (same call ids) after a restart or a reconnect.
+    pub fn pending_calls(&self, execution: &ExecutionId) -> Vec<AgentMessage> {
+        let state = self.state();
+        let Some(exec) = state.executions.get(execution) else {
+            return Vec::new();
+        };
+        exec.open_calls
+            .keys()
+            .filter_map(|id| exec.requests.get(id))
+            .filter_map(|request| request_message(&exec.surfaces, request).ok())
+            .collect()
+    }
+
+    /// Checks a reply that arrived on `surface_id` against the call it names: the call must
+    /// be one this hub sent on that surface, still open, and its value must fit the return
+    /// schema. Gives the execution to resume and the result; records nothing.
+    pub fn ingest_function_response(
+        &self,
+        surface_id: &str,
+        message: &[u8],
+    ) -> Result<(ExecutionId, FunctionResult), IngestError> {
+        let (call_id, outcome) = parse_reply(message)?;
+        let state = self.state();
+        let execution =
+            state
+                .call_owner
+                .get(&call_id)
+                .cloned()
+                .ok_or_else(|| IngestError::UnknownCallId {
+                    call_id: call_id.clone(),
+                })?;
+        let exec = state
+            .executions
+            .get(&execution)
+            .ok_or_else(|| IngestError::UnknownCallId {
+                call_id: call_id.clone(),
+            })?;
+        let request = exec
+            .requests
+            .get(&call_id)
+            .ok_or_else(|| IngestError::UnknownCallId {
+                call_id: call_id.clone(),
+            })?;
+        if request.surface_id != surface_id {
+            return Err(IngestError::WrongSurface {
+                expected: request.surface_id.clone(),
+                got: surface_id.to_owned(),
+            });
+        }
+        if !exec.open_calls.contains_key(&call_id) {
+            // Either never sent (its gate is not durable) or already answered.
+            let answered = exec
+                .surfaces
+                .get(surface_id)
+                .is_some_and(|s| !s.bridge.is_pending(&call_id));
+            return Err(if answered {
+                IngestError::AlreadyAnswered { call_id }
+            } else {
+                IngestError::UnknownCallId { call_id }
+            });
+        }
+        let surface = exec
+            .surfaces
+            .get(surface_id)
+            .ok_or_else(|| IngestError::UnknownCallId {
+                call_id: call_id.clone(),
+            })?;
+        let result = surface.bridge.check_reply(call_id, outcome)?;
+        Ok((execution, result))
+    }
+
+    /// Checks a reply and resumes the gate waiting for it. Only the first of several replies
+    /// to one call is recorded; the others are refused.
+    pub async fn deliver_function_response<S: EventStore>(
+        &self,
+        runtime: &Runtime<S>,
+        surface_id: &str,
+        message: &[u8],
+    ) -> Result<FunctionResult, HubError> {
+        let (execution, result) = self.ingest_function_response(surface_id, message)?;
+        let payload = Payload::encode(&result.payload()).map_err(|err| {
+            HubError::Ingest(IngestError::InvalidResult {
+                call_id: result.call_id.clone(),
+                name: result.name.clone(),
+                detail: err.to_string(),
+            })
+        })?;
+        runtime
+            .resume(&execution, FUNCTION_RESULT_EVENT, &result.call_id, payload)
+            .await
+            .map_err(|source| HubError::Resume { source })?;
+        Ok(result)
+    }
+
+    /// Parses an action sent on `execution`'s surface `surface_id`.
+    pub fn ingest_action(
+        &self,
+        execution: &ExecutionId,
+        surface_id: &str,
+        message: &[u8],
+    ) -> Result<InboundAction, HubError> {
+        let state = self.state();
+        let surface = state
+            .executions
+            .get(execution)
+            .and_then(|e| e.surfaces.get(surface_id))
+            .ok_or_else(|| HubError::UnknownSurface {
+                execution: execution.clone(),
+                surface_id: surface_id.to_owned(),
+            })?;
+        Ok(surface.bridge.ingest_action(message)?)
+    }
+
+    /// Parses an action and resumes the `A2UIAction` gate keyed by its name.
+    pub async fn deliver_action<S: EventStore>(
+        &self,
+        runtime: &Runtime<S>,
+        execution: &ExecutionId,
+        surface_id: &str,
+        message: &[u8],
+    ) -> Result<InboundAction, HubError> {
+        let action = self.ingest_action(execution, surface_id, message)?;
+        let payload = Payload::encode(&action.payload()).map_err(|err| {
+            HubError::Ingest(IngestError::InvalidResult {
+                call_id: String::new(),
+                name: action.name.clone(),
+                detail: err.to_string(),
+            })
+        })?;
+        runtime
+            .resume(
+                execution,
+                InboundAction::EVENT_TYPE,
+                action.correlation_key(),
+                payload,
+            )
+            .await
+            .map_err(|source| HubError::Resume { source })?;
+        Ok(action)
+    }
+
+    /// Takes one durable event: applied if next in seq order, skipped if already applied,
+    /// held if it arrives ahead of a gap.
+    fn offer(&self, state: &mut HubState, envelope: EventEnvelope) {
+        let execution = envelope.execution_id.clone();
+        let exec = state.executions.entry(execution.clone()).or_default();
+        if envelope.seq < exec.next_seq {
+            return;
+        }
+        if envelope.seq > exec.next_seq {
+            exec.ahead.insert(envelope.seq, envelope);
+            return;
+        }
+        self.continue_offer(state, &execution, Some(envelope));
+    }
+
+    fn continue_offer(
+        &self,
+        state: &mut HubState,
+        execution: &ExecutionId,
+        mut next: Option<EventEnvelope>,
+    ) {
+        while let Some(envelope) = next {
+            let exec = state.executions.entry(execution.clone()).or_default();
+            let owned = apply_one(&self.shared, exec, &envelope);
+            exec.next_seq = envelope.seq + 1;
+            next = exec.ahead.remove(&exec.next_seq);
+            for call_id in owned {
+                state
+                    .call_owner
+                    .entry(call_id)
+                    .or_insert_with(|| execution.clone());
+            }
+        }
+    }
+}
+
+fn surface_entry<'e>(
+    shared: &Shared,
+    exec: &'e mut ExecState,
+    surface_id: &str,
+) -> &'e mut SurfaceState {
+    exec.surfaces
+        .entry(surface_id.to_owned())
+        .or_insert_with(|| {
+            let mut bridge = A2UISurfaceBridge::new(
+                surface_id,
+                shared.catalogs.clone(),
+                shared.classification.clone(),
+            );
+            if let Some(spec) = shared.specs.get(surface_id)
+                && let Err(error) = bridge.set_components(spec.components.clone())
+            {
+                tracing::error!(%error, surface_id, "the surface's components are refused by its catalogs");
+            }
+            SurfaceState {
+                bridge,
+                subscribers: Vec::new(),
+            }
+        })
+}
+
+fn request_message(
+    surfaces: &BTreeMap<String, SurfaceState>,
+    request: &FunctionRequest,
+) -> Result<AgentMessage, crate::bridge::BridgeError> {
+    let surface = surfaces.get(&request.surface_id).ok_or_else(|| {
+        crate::bridge::BridgeError::NotCreated {
+            surface_id: request.surface_id.clone(),
+        }
+    })?;
+    surface.bridge.request_for(
+        Some(&request.catalog_id),
+        &request.name,
+        request.args.clone(),
+        &request.call_id,
+    )
+}
+
+fn broadcast(surface: &mut SurfaceState, messages: &[AgentMessage]) {
+    if messages.is_empty() {
+        return;
+    }
+    surface
+        .subscribers
+        .retain(|s| messages.iter().all(|m| s.send(m.clone()).is_ok()));
+}
+
+/// Applies one event in order; returns the call ids it introduced.
+fn apply_one(shared: &Shared, exec: &mut ExecState, envelope: &EventEnvelope) -> Vec<String> {
+    match &envelope.event {
+        Event::SurfacePatch(patch) => {
+            let surface = surface_entry(shared, exec, &patch.surface_id);
+            match surface.bridge.apply_event(&envelope.event) {
+                Ok(messages) => broadcast(surface, &messages),
+                Err(error) => tracing::error!(
+                    %error,
+                    execution = %envelope.execution_id,
+                    seq = envelope.seq,
+                    "a durable SURFACE_PATCH does not fold; the surface keeps its model"
+                ),
+            }
+            Vec::new()
+        }
+        Event::DecisionRecorded(decision) if decision.kind == REQUEST_DECISION => {
+            let request: FunctionRequest = match decision.value.decode() {
+                Ok(request) => request,
+                Err(error) => {
+                    tracing::error!(%error, seq = envelope.seq, "an A2UI function request in the log does not decode");
+                    return Vec::new();
+                }
+            };
+            let surface = surface_entry(shared, exec, &request.surface_id);
+            if let Err(error) = surface.bridge.record_call(
+                Some(&request.catalog_id),
+                &request.name,
+                &request.call_id,
+            ) {
+                tracing::error!(%error, seq = envelope.seq, "an A2UI function request cannot be recorded");
+            }
+            let call_id = request.call_id.clone();
+            exec.requests.insert(call_id.clone(), request);
+            vec![call_id]
+        }
+        Event::ExecutionSuspended(gate) if gate.event_type == FUNCTION_RESULT_EVENT => {
+            let Some(request) = exec.requests.get(&gate.correlation_key) else {
+                return Vec::new();
+            };
+            // The request and its gate are durable: now it may go out.
+            exec.open_calls.insert(gate.correlation_key.clone(), ());
+            if let Ok(message) = request_message(&exec.surfaces, request) {
+                let surface_id = request.surface_id.clone();
+                if let Some(surface) = exec.surfaces.get_mut(&surface_id) {
+                    broadcast(surface, &[message]);
+                }
+            }
+            Vec::new()
+        }
+        Event::ExecutionResumed(resumed) if resumed.event_type == FUNCTION_RESULT_EVENT => {
+            exec.open_calls.remove(&resumed.correlation_key);
+            if let Some(request) = exec.requests.get(&resumed.correlation_key)
+                && let Some(surface) = exec.surfaces.get_mut(&request.surface_id)
+            {
+                surface.bridge.mark_answered(&resumed.correlation_key);
+            }
+            Vec::new()
+        }
+        _ => Vec::new(),
+    }
+}
+
+impl Projection for SurfaceHub {
+    fn apply(&self, envelope: &EventEnvelope) {
+        let mut state = self.state();
+        self.offer(&mut state, envelope.clone());
+    }
+}
+
+impl Plugin for SurfaceHub {
+    fn name(&self) -> &str {
+        "loom-plugin-a2ui"
+    }
+
+    fn kernel_abi(&self) -> AbiRange {
+        AbiRange::caret(1, 1)
+    }
+
+    fn contribute(&self, contributions: &mut Contributions) {
+        contributions.projection(Arc::new(self.clone()));
+    }
+}
