@@ -89,7 +89,11 @@ fn order_runtime(store: MemoryStore) -> Runtime<MemoryStore> {
 async fn ops_are_recorded_one_patch_per_emit_and_fold_to_the_model() {
     let rt = order_runtime(MemoryStore::new());
     let e = rt
-        .start("order", &json!(null), StartOptions::new(id("o-1")))
+        .start(
+            "order",
+            &json!(null),
+            StartOptions::new(id("o-1")).grant("noop"),
+        )
         .await
         .unwrap();
     assert_eq!(
@@ -186,7 +190,11 @@ async fn refused_ops_name_the_op_and_path_and_record_nothing() {
     });
     let rt = runtime(MemoryStore::new(), flow);
     let e = rt
-        .start("refusals", &json!(null), StartOptions::new(id("r-1")))
+        .start(
+            "refusals",
+            &json!(null),
+            StartOptions::new(id("r-1")).grant("noop"),
+        )
         .await
         .unwrap();
     assert_eq!(
@@ -248,7 +256,11 @@ async fn a_refusal_propagated_with_question_mark_fails_the_flow_with_its_code() 
     });
     let rt = runtime(MemoryStore::new(), flow);
     let e = rt
-        .start("strict", &json!(null), StartOptions::new(id("s-1")))
+        .start(
+            "strict",
+            &json!(null),
+            StartOptions::new(id("s-1")).grant("noop"),
+        )
         .await
         .unwrap();
     assert_eq!(rt.wait(&e).await.unwrap().status(), ExecutionStatus::Failed);
@@ -274,7 +286,11 @@ async fn a_new_runtime_replays_the_emits_and_the_flow_completes() {
     let e = {
         let rt = order_runtime(store.clone());
         let e = rt
-            .start("order", &json!(null), StartOptions::new(id("o-2")))
+            .start(
+                "order",
+                &json!(null),
+                StartOptions::new(id("o-2")).grant("noop"),
+            )
             .await
             .unwrap();
         assert_eq!(
@@ -323,7 +339,11 @@ async fn a_new_runtime_replays_the_emits_and_the_flow_completes() {
     // The same log as an uninterrupted run.
     let rt = order_runtime(MemoryStore::new());
     let uninterrupted = rt
-        .start("order", &json!(null), StartOptions::new(id("o-2")))
+        .start(
+            "order",
+            &json!(null),
+            StartOptions::new(id("o-2")).grant("noop"),
+        )
         .await
         .unwrap();
     rt.wait(&uninterrupted).await.unwrap();
@@ -351,7 +371,7 @@ async fn a_flow_that_now_emits_another_value_is_non_deterministic() {
     let store = MemoryStore::new();
     let rt = runtime(store.clone(), flow_fn("f", 1, pending_then_gate));
     let e = rt
-        .start("f", &json!(null), StartOptions::new(id("nd")))
+        .start("f", &json!(null), StartOptions::new(id("nd")).grant("noop"))
         .await
         .unwrap();
     assert_eq!(
@@ -400,7 +420,11 @@ async fn a_patch_the_kernel_refuses_is_taken_back_from_the_model() {
     });
     let rt = runtime(MemoryStore::new(), flow);
     let e = rt
-        .start("taken", &json!(null), StartOptions::new(id("t-1")))
+        .start(
+            "taken",
+            &json!(null),
+            StartOptions::new(id("t-1")).grant("noop"),
+        )
         .await
         .unwrap();
     assert_eq!(
@@ -441,7 +465,11 @@ async fn one_increment_on_a_100k_key_model_records_one_op_touching_one_pointer()
     });
     let rt = runtime(MemoryStore::new(), flow);
     let e = rt
-        .start("big", &json!(null), StartOptions::new(id("big")))
+        .start(
+            "big",
+            &json!(null),
+            StartOptions::new(id("big")).grant("noop"),
+        )
         .await
         .unwrap();
     assert_eq!(

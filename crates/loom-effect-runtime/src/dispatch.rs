@@ -1,7 +1,8 @@
 //! The middleware: how a registered definition answers the kernel's effect-dispatch trait.
 //!
-//! Before the step is recorded as started (`admit`): K2 (the capability is granted), K3 (the
-//! cost fits what the execution may still spend), the input schema. Then each dispatch
+//! Before the step is recorded as started: K2 (the capability is granted; the kernel checks it
+//! from [`Effect::capability`] for every effect), then `admit`: K3 (the cost fits what the
+//! execution may still spend), the input schema. Then each dispatch
 //! (`invoke`) runs attempts with a timeout and a cancellation signal, retries what may be
 //! retried with backoff, and turns the last attempt into the recorded outcome:
 //!
@@ -14,6 +15,10 @@
 //! | `InDoubt` | retry, then `STEP_FAILED` | `EFFECT_INDOUBT` |
 //! | timeout | retry, then `STEP_FAILED` | `EFFECT_INDOUBT` |
 //! | panic | `STEP_FAILED` | `EFFECT_INDOUBT` |
+//!
+//! K3: a step is charged its cost when an attempt may have done its work. A step whose every
+//! attempt was `Retryable` (which says it did not happen) is charged nothing; an input that
+//! does not decode is charged nothing.
 //!
 //! A timeout or a panic of a non-idempotent effect cannot tell whether the world changed, so it
 //! is never retried without an operator (K9).
@@ -51,17 +56,13 @@ impl Effect for RegisteredEffect {
         self.def.def.idempotent
     }
 
+    fn capability(&self) -> Option<&str> {
+        Some(&self.def.def.capability)
+    }
+
+    /// K2 is checked by the kernel from [`Effect::capability`] before this is called.
     fn admit(&self, call: &EffectCall) -> Result<(), ErrorInfo> {
         let def = &self.def.def;
-        if !call.capabilities.contains(&def.capability) {
-            return Err(ErrorInfo::new(
-                codes::CAPABILITY_DENIED,
-                format!(
-                    "effect '{}' needs capability '{}', which execution {} was not granted",
-                    def.name, def.capability, call.execution_id
-                ),
-            ));
-        }
         if let Some(remaining) = call.budget_remaining
             && def.cost > remaining
         {
@@ -103,6 +104,9 @@ async fn run(compiled: &CompiledDef, call: EffectCall) -> EffectOutcome {
     let dispatch_token = CancellationToken::new();
     let _cancel_on_drop = dispatch_token.clone().drop_guard();
     let mut attempt = 1;
+    // Whether any attempt may have done its work (K3 charges a step only then): every attempt
+    // but those that said they did not happen (`Retryable`).
+    let mut may_have_run = false;
     loop {
         let token = dispatch_token.child_token();
         let span = tracing::info_span!(
@@ -139,8 +143,12 @@ async fn run(compiled: &CompiledDef, call: EffectCall) -> EffectOutcome {
             Attempt::Failed(EffectError::InDoubt(error)) if !def.idempotent => {
                 return EffectOutcome::in_doubt(error);
             }
-            Attempt::Failed(EffectError::InDoubt(error)) => error,
+            Attempt::Failed(EffectError::InDoubt(error)) => {
+                may_have_run = true;
+                error
+            }
             Attempt::TimedOut => {
+                may_have_run = true;
                 let error = ErrorInfo::new(
                     codes::TIMEOUT,
                     format!(
@@ -166,7 +174,8 @@ async fn run(compiled: &CompiledDef, call: EffectCall) -> EffectOutcome {
             }
         };
         if attempt >= def.retry.max_attempts {
-            return ran(Err(retry), def.cost);
+            let cost = if may_have_run { def.cost } else { 0 };
+            return ran(Err(retry), cost);
         }
         let wait = def.retry.backoff(&key, attempt);
         span.in_scope(|| {

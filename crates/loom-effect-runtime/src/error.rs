@@ -71,8 +71,9 @@ pub enum RegistryError {
 
 /// The stable codes this crate records, so that flows and operators can match on them.
 pub mod codes {
-    /// K2: the execution was not granted the effect's capability.
-    pub const CAPABILITY_DENIED: &str = "loom.capability_denied";
+    /// K2: the execution was not granted the effect's capability (checked by the kernel for
+    /// every effect).
+    pub const CAPABILITY_DENIED: &str = loom_kernel::runtime::codes::CAPABILITY_DENIED;
     /// K3: the step's cost exceeds what the execution may still spend.
     pub const BUDGET_EXCEEDED: &str = "loom.budget_exceeded";
     /// The input does not match the effect's input schema or type.
@@ -82,5 +83,5 @@ pub mod codes {
     /// An attempt ran past its timeout.
     pub const TIMEOUT: &str = "loom.timeout";
     /// The handler panicked.
-    pub const PANICKED: &str = "loom.effect_panicked";
+    pub const PANICKED: &str = loom_kernel::runtime::codes::EFFECT_PANICKED;
 }

@@ -45,21 +45,46 @@ pub enum ListInDoubtError {
 /// Every step in doubt in the store, by execution id then step id.
 ///
 /// It folds every execution in the store: O(events stored). Steps in doubt are rare and this is
-/// an operator's query, not a hot path.
+/// an operator's query, not a hot path. An execution whose log cannot be read or folded is
+/// skipped (and logged), never hiding the others; [`steps_in_doubt_report`] says which. Fails
+/// only when the store cannot list its executions.
 pub async fn steps_in_doubt<S: EventStore>(
     store: &S,
 ) -> Result<Vec<InDoubtStep>, ListInDoubtError> {
+    Ok(steps_in_doubt_report(store).await?.steps)
+}
+
+/// The steps in doubt, and the executions that could not be looked at.
+#[derive(Debug, Default)]
+#[non_exhaustive]
+pub struct InDoubtReport {
+    /// Every step in doubt found, by execution id then step id.
+    pub steps: Vec<InDoubtStep>,
+    /// Executions whose log could not be read or folded, in id order, with why.
+    pub skipped: Vec<(ExecutionId, ListInDoubtError)>,
+}
+
+/// [`steps_in_doubt`], with the executions it skipped.
+pub async fn steps_in_doubt_report<S: EventStore>(
+    store: &S,
+) -> Result<InDoubtReport, ListInDoubtError> {
     use futures::TryStreamExt;
-    let mut found = Vec::new();
+    let mut report = InDoubtReport::default();
     let mut executions = std::pin::pin!(store.executions());
     while let Some(summary) = executions
         .try_next()
         .await
         .map_err(ListInDoubtError::List)?
     {
-        found.extend(in_execution(store, &summary.id).await?);
+        match in_execution(store, &summary.id).await {
+            Ok(steps) => report.steps.extend(steps),
+            Err(error) => {
+                tracing::error!(execution = %summary.id, %error, "steps in doubt: skipping an execution that cannot be folded");
+                report.skipped.push((summary.id, error));
+            }
+        }
     }
-    Ok(found)
+    Ok(report)
 }
 
 /// The steps in doubt of one execution (none for an unknown one).

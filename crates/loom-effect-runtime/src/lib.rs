@@ -46,7 +46,8 @@ pub use context::EffectContext;
 pub use definition::{DEFAULT_TIMEOUT, EffectDef};
 pub use error::{DefinitionError, EffectError, RegistryError, codes};
 pub use in_doubt::{
-    InDoubtStep, ListInDoubtError, in_execution as steps_in_doubt_of, steps_in_doubt,
+    InDoubtReport, InDoubtStep, ListInDoubtError, in_execution as steps_in_doubt_of,
+    steps_in_doubt, steps_in_doubt_report,
 };
 pub use registry::{EffectInfo, EffectRegistry};
 pub use retry::RetryPolicy;

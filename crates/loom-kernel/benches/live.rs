@@ -94,7 +94,11 @@ fn main() {
         stamps.lock().expect("stamps").clear();
         let start = Instant::now();
         let e = loom
-            .start("steps", &1000u64, StartOptions::new(id("seq")))
+            .start(
+                "steps",
+                &1000u64,
+                StartOptions::new(id("seq")).grant("noop"),
+            )
             .await
             .expect("start");
         let state = loom.wait(&e).await.expect("wait");
@@ -112,7 +116,11 @@ fn main() {
         for n in 0..1000 {
             let began = Instant::now();
             let e = loom
-                .start("steps", &1u64, StartOptions::new(id(&format!("one-{n}"))))
+                .start(
+                    "steps",
+                    &1u64,
+                    StartOptions::new(id(&format!("one-{n}"))).grant("noop"),
+                )
                 .await
                 .expect("start");
             let state = loom.wait(&e).await.expect("wait");
@@ -135,7 +143,11 @@ fn main() {
                 tokio::spawn(async move {
                     let began = Instant::now();
                     let e = loom
-                        .start("steps", &10u64, StartOptions::new(id(&format!("conc-{n}"))))
+                        .start(
+                            "steps",
+                            &10u64,
+                            StartOptions::new(id(&format!("conc-{n}"))).grant("noop"),
+                        )
                         .await
                         .expect("start");
                     let state = loom.wait(&e).await.expect("wait");
@@ -158,7 +170,11 @@ fn main() {
 
         // Resume: from resume() to the flow's next effect.
         let e = loom
-            .start("gates", &200u64, StartOptions::new(id("gates")))
+            .start(
+                "gates",
+                &200u64,
+                StartOptions::new(id("gates")).grant("noop"),
+            )
             .await
             .expect("start");
         let mut latencies = Vec::new();

@@ -37,7 +37,7 @@ fn replay(c: &mut Criterion) {
     let e = id("recorded");
     runtime.block_on(async {
         let _guard = ();
-        loom.start("many", &STEPS, StartOptions::new(e.clone()))
+        loom.start("many", &STEPS, StartOptions::new(e.clone()).grant("noop"))
             .await
             .expect("start");
         let state = loom.wait(&e).await.expect("wait");

@@ -130,7 +130,68 @@ impl DataClassification {
     /// is at or below a classified path, or partly if classified paths lie below the pointer.
     /// A malformed pointer masks the value entirely, as in [`Self::is_masked_pointer`].
     pub fn mask_at(&self, pointer: &str, value: &Value) -> Value {
-        match self.walk(pointer) {
+        self.masked_from(self.walk(pointer), value)
+    }
+
+    /// Masks `value`, which lives at the dot-path `path` (the syntax of classified paths) in
+    /// some larger document; a path that does not parse masks the value entirely.
+    pub fn mask_at_path(&self, path: &str, value: &Value) -> Value {
+        if self.is_empty() {
+            return value.clone();
+        }
+        let Ok(segments) = parse(path) else {
+            return Value::String(MASK.to_owned());
+        };
+        let tokens = segments.into_iter().map(|segment| match segment {
+            Segment::Key(key) => key,
+            Segment::Any => "*".to_owned(),
+        });
+        self.masked_from(self.walk_tokens(tokens), value)
+    }
+
+    /// A copy of a document about to leave in a message (an error, a trace, a report), masked
+    /// as a document rooted where the classified paths are, and, for every object in it that
+    /// has a string `path` and a `value` (an agent-surface op), with that value masked as if it
+    /// lived at that path. The kernel treats surface ops as opaque, so this is the one place
+    /// that looks into them, and only to hide.
+    pub fn mask_message_value(&self, value: &Value) -> Value {
+        let mut copy = self.mask(value);
+        if !self.is_empty() {
+            self.mask_ops_in(&mut copy, 0);
+        }
+        copy
+    }
+
+    fn mask_ops_in(&self, value: &mut Value, depth: usize) {
+        // Ops sit at the top of a patch or one level down; deeper nesting is data, which the
+        // rooted mask has covered.
+        if depth > 2 {
+            return;
+        }
+        match value {
+            Value::Array(items) => {
+                for item in items {
+                    self.mask_ops_in(item, depth + 1);
+                }
+            }
+            Value::Object(map) => {
+                if let Some(Value::String(path)) = map.get("path").cloned()
+                    && let Some(op_value) = map.get_mut("value")
+                {
+                    *op_value = self.mask_at_path(&path, op_value);
+                }
+                for child in map.values_mut() {
+                    if child.is_array() {
+                        self.mask_ops_in(child, depth + 1);
+                    }
+                }
+            }
+            _ => {}
+        }
+    }
+
+    fn masked_from(&self, walk: Walk<'_>, value: &Value) -> Value {
+        match walk {
             Walk::Masked => Value::String(MASK.to_owned()),
             Walk::Clear => value.clone(),
             Walk::Below(nodes) => {
@@ -145,6 +206,10 @@ impl DataClassification {
         let Some(tokens) = pointer_tokens(pointer) else {
             return Walk::Masked;
         };
+        self.walk_tokens(tokens)
+    }
+
+    fn walk_tokens(&self, tokens: impl IntoIterator<Item = String>) -> Walk<'_> {
         let mut nodes = vec![&self.root];
         if self.root.masked {
             return Walk::Masked;

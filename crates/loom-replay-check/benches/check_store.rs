@@ -63,7 +63,11 @@ fn main() {
             .build()
             .expect("runtime");
         let e = rt
-            .start("steps", &98u64, StartOptions::new(id("template")))
+            .start(
+                "steps",
+                &98u64,
+                StartOptions::new(id("template")).grant("double"),
+            )
             .await
             .expect("start");
         rt.wait(&e).await.expect("wait");

@@ -77,7 +77,9 @@ async fn record(dir: &Path) {
             .start(
                 "order",
                 &json!({"sku": "A1", "qty": 2}),
-                StartOptions::new(id(name)),
+                StartOptions::new(id(name))
+                    .grant("inventory.reserve")
+                    .grant("notify"),
             )
             .await
             .unwrap();
@@ -96,7 +98,11 @@ async fn record(dir: &Path) {
         }
     }
     let e = rt
-        .start("greet", &"ada", StartOptions::new(id("greet-ada")))
+        .start(
+            "greet",
+            &"ada",
+            StartOptions::new(id("greet-ada")).grant("notify"),
+        )
         .await
         .unwrap();
     assert_eq!(

@@ -14,10 +14,13 @@ use std::task::{Context, Poll, Waker};
 use serde::Serialize;
 use serde::de::DeserializeOwned;
 
+use crate::classify::DataClassification;
 use crate::event::*;
 use crate::hash::IdMap;
 use crate::id::ExecutionId;
 use crate::payload::Payload;
+use crate::runtime::codes;
+use crate::runtime::contain::contain;
 use crate::runtime::digest::input_digest;
 use crate::runtime::effect::{Effect, EffectCall, EffectOutcome, EffectResult};
 use crate::runtime::history::{Attempted, History, NonDeterminism, StepState};
@@ -76,6 +79,8 @@ pub(crate) struct Shared {
     effects: Arc<BTreeMap<String, Arc<dyn Effect>>>,
     capabilities: Arc<BTreeSet<String>>,
     budget: Option<u64>,
+    /// K10-R6: what texts that leave the runtime (errors, traces) must not show.
+    classification: Arc<DataClassification>,
     state: Mutex<CtxState>,
 }
 
@@ -95,6 +100,9 @@ struct Slot {
 
 struct RunningStep {
     effect: String,
+    /// Whether the effect may run twice harmlessly: a non-idempotent one cut off by a cancel
+    /// is recorded in doubt (K9).
+    idempotent: bool,
     input_digest: String,
     input: Payload,
     attempt: u32,
@@ -127,6 +135,10 @@ pub(crate) struct CtxState {
     budget_spent: u64,
     /// K3: the sum of what running steps hold (their effects' `max_cost`).
     budget_held: u64,
+    /// Set by whole-log replay: the first command issued past the end of the history, in
+    /// words (a completed log followed by a new command is a divergence).
+    pub(crate) watch_live: bool,
+    pub(crate) first_live: Option<String>,
 }
 
 /// Why a resume could not be applied to the running flow.
@@ -145,6 +157,7 @@ impl FlowCtx {
     pub(crate) fn new(
         execution_id: ExecutionId,
         effects: Arc<BTreeMap<String, Arc<dyn Effect>>>,
+        classification: Arc<DataClassification>,
         started: &ExecutionStarted,
         history: History,
     ) -> Self {
@@ -156,6 +169,7 @@ impl FlowCtx {
                 effects,
                 capabilities: Arc::new(started.capabilities.clone()),
                 budget: started.budget,
+                classification,
                 state: Mutex::new(CtxState {
                     history,
                     budget_spent,
@@ -205,10 +219,25 @@ impl FlowCtx {
         effect: &str,
         input: &I,
     ) -> Command {
+        self.issue_step(name, effect, input, false).0
+    }
+
+    /// A step's command, and its id when `want_id` (or when the id could be assigned at all).
+    fn issue_step<I: Serialize + ?Sized>(
+        &self,
+        name: StepName,
+        effect: &str,
+        input: &I,
+        want_id: bool,
+    ) -> (Command, Option<String>) {
         let mut state = self.state();
         let slot = state.new_slot();
+        let mut issued_id = None;
         let outcome = (|| {
             let step_id = state.step_id(name)?;
+            if want_id {
+                issued_id = Some(step_id.clone());
+            }
             let input = canonical(input)?;
             let digest = input_digest(&input);
             let attempted = Attempted::Step {
@@ -216,19 +245,20 @@ impl FlowCtx {
                 effect,
                 input_digest: &digest,
             };
-            if state.replay(attempted, self.shared.execution_id.as_str()) {
+            if state.replay(attempted.clone(), &self.shared.classification) {
                 return Ok(state.replay_step(&self.shared, step_id, effect, digest, input, slot));
             }
             if state.divergence.is_some() {
                 return Err(StepError::Diverged);
             }
+            state.note_live(&attempted);
             let Some(handler) = self.shared.effects.get(effect) else {
                 return Err(state.refuse_step(step_id, effect, digest, unknown_effect(effect)));
             };
             let handler = Arc::clone(handler);
             state.admit_step(&self.shared, handler, step_id, effect, digest, input, slot)
         })();
-        self.command(state, slot, outcome)
+        (self.command(state, slot, outcome), issued_id)
     }
 
     /// The future of the command in `slot`: ready at once when `outcome` already holds its
@@ -257,11 +287,14 @@ impl FlowCtx {
         effect: &str,
         input: &I,
     ) -> impl Future<Output = Result<O, StepError>> + Send + 'static {
-        let command = self.execute(effect, input);
+        let (command, step_id) =
+            self.issue_step(StepName::Counted(effect.to_owned()), effect, input, true);
         async move {
             let output = command.await?;
             output.decode().map_err(|err| StepError::Decode {
-                step_id: "output".into(),
+                // Assigned whenever the command got this far: a step whose id could not be
+                // assigned fails before it has an output.
+                step_id: step_id.unwrap_or_default(),
                 detail: err.to_string(),
             })
         }
@@ -298,13 +331,14 @@ impl FlowCtx {
                 event_type,
                 correlation_key,
             };
-            if state.replay(attempted, self.shared.execution_id.as_str()) {
+            if state.replay(attempted.clone(), &self.shared.classification) {
                 if let Some(payload) = state.history.resumed.remove(&gate_id) {
                     return Ok(Some(payload));
                 }
             } else if state.divergence.is_some() {
                 return Err(StepError::Diverged);
             } else {
+                state.note_live(&attempted);
                 state
                     .out
                     .push(Event::ExecutionSuspended(ExecutionSuspended {
@@ -337,7 +371,7 @@ impl FlowCtx {
             step_id: &step_id,
             kind,
         };
-        if state.replay(attempted, self.shared.execution_id.as_str()) {
+        if state.replay(attempted.clone(), &self.shared.classification) {
             let index = state.cursor - 1;
             if let Some((_, crate::runtime::history::Recorded::Decision { value, .. })) =
                 state.history.commands.get(index)
@@ -351,6 +385,7 @@ impl FlowCtx {
         if state.divergence.is_some() {
             return Err(StepError::Diverged);
         }
+        state.note_live(&attempted);
         let value = make();
         let payload = Payload::encode(&value).map_err(|err| StepError::Encode(err.to_string()))?;
         state.out.push(Event::DecisionRecorded(DecisionRecorded {
@@ -402,12 +437,13 @@ impl FlowCtx {
             surface_id,
             ops: &ops,
         };
-        if state.replay(attempted, self.shared.execution_id.as_str()) {
+        if state.replay(attempted.clone(), &self.shared.classification) {
             return Ok(());
         }
         if state.divergence.is_some() {
             return Err(StepError::Diverged);
         }
+        state.note_live(&attempted);
         state.out.push(Event::SurfacePatch(SurfacePatch {
             step_id,
             surface_id: surface_id.to_owned(),
@@ -427,7 +463,7 @@ fn canonical<I: Serialize + ?Sized>(input: &I) -> Result<Payload, StepError> {
 /// The recorded error of a step whose effect is not registered.
 fn unknown_effect(effect: &str) -> ErrorInfo {
     ErrorInfo::new(
-        "loom.unknown_effect",
+        codes::UNKNOWN_EFFECT,
         format!("no effect named '{effect}' is registered"),
     )
 }
@@ -435,7 +471,7 @@ fn unknown_effect(effect: &str) -> ErrorInfo {
 /// Why a step found started, without an outcome, on recovery is in doubt.
 fn worker_stopped(attempt: u32) -> ErrorInfo {
     ErrorInfo::new(
-        "loom.worker_stopped",
+        codes::WORKER_STOPPED,
         format!(
             "the worker stopped while attempt {attempt} was running; the effect may or may not have run"
         ),
@@ -534,7 +570,7 @@ impl CtxState {
     /// Matches a command against the history. True when it replays a recorded command; false
     /// when the history is exhausted (the command is live) or the flow diverged (then
     /// `divergence` is set).
-    fn replay(&mut self, attempted: Attempted<'_>, _execution: &str) -> bool {
+    fn replay(&mut self, attempted: Attempted<'_>, classification: &DataClassification) -> bool {
         if self.divergence.is_some() {
             return false;
         }
@@ -545,7 +581,7 @@ impl CtxState {
             self.cursor += 1;
             true
         } else {
-            let (recorded, attempted) = recorded.describe_against(&attempted);
+            let (recorded, attempted) = recorded.describe_against(&attempted, classification);
             self.divergence = Some(NonDeterminism {
                 seq: *seq,
                 recorded,
@@ -581,13 +617,13 @@ impl CtxState {
             Some(StepState::InFlight { attempt: previous }) => {
                 match shared.effects.get(effect) {
                     Some(handler) if handler.idempotent() => {
-                        // Run again with the same key. Its STEP_STARTED is already in the log, so
-                        // the log of a recovered run is the log of an uninterrupted one.
+                        // Run again with the same key, as the next attempt: its STEP_STARTED is
+                        // recorded again, so a step re-run after each of several crashes gets
+                        // attempts 2, 3, 4... (a quick re-run is recorded by its outcome alone).
                         let handler = Arc::clone(handler);
                         let attempt = previous.saturating_add(1);
                         let call = self.effect_call(shared, step_id, effect, input, attempt);
                         self.start_step(handler, call, digest, slot);
-                        self.out.pop();
                     }
                     _ => {
                         self.out.push(Event::EffectInDoubt(EffectInDoubt {
@@ -632,6 +668,8 @@ impl CtxState {
     ) {
         let step = RunningStep {
             effect: effect.to_owned(),
+            // In doubt, it runs again only on a `retry` verdict, which looks the effect up.
+            idempotent: false,
             input_digest,
             input,
             attempt,
@@ -655,7 +693,17 @@ impl CtxState {
         slot: u64,
     ) -> Result<Option<Payload>, StepError> {
         let call = self.effect_call(shared, step_id, effect, input, 1);
-        if let Err(error) = handler.admit(&call) {
+        let admitted = contain(|| {
+            authorize(handler.as_ref(), &call)?;
+            handler.admit(&call)
+        })
+        .unwrap_or_else(|panic| {
+            Err(ErrorInfo::new(
+                codes::ADMISSION_PANICKED,
+                format!("the admission check of effect '{effect}' panicked: {panic}"),
+            ))
+        });
+        if let Err(error) = admitted {
             return Err(self.refuse_step(call.step_id, effect, digest, error));
         }
         self.start_step(handler, call, digest, slot);
@@ -721,8 +769,10 @@ impl CtxState {
             attempt: call.attempt,
         }));
         let step_id = call.step_id.clone();
+        let idempotent = handler.idempotent();
         let running = RunningStep {
             effect: call.effect.clone(),
+            idempotent,
             input_digest: digest,
             input: call.input.clone(),
             attempt: call.attempt,
@@ -731,7 +781,7 @@ impl CtxState {
         };
         let held = running.held;
         self.budget_held = self.budget_held.saturating_add(held);
-        let durable_before = !handler.idempotent();
+        let durable_before = !idempotent;
         self.dispatch.push(Dispatch {
             effect: handler,
             call,
@@ -878,6 +928,75 @@ impl CtxState {
     pub(crate) fn divergence(&self) -> Option<&NonDeterminism> {
         self.divergence.as_ref()
     }
+
+    /// Whether recorded commands remain that the flow has not issued again yet.
+    pub(crate) fn replaying(&self) -> bool {
+        self.cursor < self.history.commands.len() && self.divergence.is_none()
+    }
+
+    /// How many recorded commands the flow has issued again.
+    pub(crate) fn replayed(&self) -> usize {
+        self.cursor
+    }
+
+    /// Notes a command issued past the end of the history, for whole-log replay.
+    fn note_live(&mut self, attempted: &Attempted<'_>) {
+        if self.watch_live && self.first_live.is_none() {
+            self.first_live = Some(attempted.to_string());
+        }
+    }
+
+    /// Whether the flow has something only a message can answer (a pending gate or a step in
+    /// doubt): the only places a driver may park it.
+    pub(crate) fn waits_for_messages(&self) -> bool {
+        !self.gates.is_empty() || !self.in_doubt.is_empty()
+    }
+
+    /// The execution is cancelled: every non-idempotent step whose effect may be running
+    /// (`dispatched` says which were handed to their effect) is recorded in doubt, so an
+    /// operator learns that it may have happened (K9).
+    pub(crate) fn doubts_on_cancel(&mut self, dispatched: impl Fn(&str) -> bool) -> Vec<Event> {
+        let mut cut_off: Vec<(&String, &RunningStep)> = self
+            .running
+            .iter()
+            .filter(|(step_id, step)| !step.idempotent && dispatched(step_id))
+            .collect();
+        // In step-id order, not the map's: the log never depends on hash order.
+        cut_off.sort_by(|a, b| a.0.cmp(b.0));
+        cut_off
+            .into_iter()
+            .map(|(step_id, step)| {
+                Event::EffectInDoubt(EffectInDoubt {
+                    step_id: step_id.clone(),
+                    effect: step.effect.clone(),
+                    attempt: step.attempt,
+                    reason: Some(ErrorInfo::new(
+                        codes::CANCELLED_WHILE_RUNNING,
+                        format!(
+                            "the execution was cancelled while attempt {} was running; the effect may or may not have run",
+                            step.attempt
+                        ),
+                    )),
+                })
+            })
+            .collect()
+    }
+}
+
+/// K2 for every effect: its capability (by default the name it is registered as) must have
+/// been granted to the execution.
+fn authorize(handler: &dyn Effect, call: &EffectCall) -> Result<(), ErrorInfo> {
+    let capability = handler.capability().unwrap_or(&call.effect);
+    if call.capabilities.contains(capability) {
+        return Ok(());
+    }
+    Err(ErrorInfo::new(
+        codes::CAPABILITY_DENIED,
+        format!(
+            "effect '{}' needs capability '{capability}', which execution {} was not granted",
+            call.effect, call.execution_id
+        ),
+    ))
 }
 
 /// The future of one command: resolves with the step's output or the gate's payload.

@@ -15,6 +15,7 @@
 
 use std::collections::HashMap;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::task::{Context, Poll, Wake, Waker};
 
 use futures::FutureExt;
@@ -27,6 +28,8 @@ use crate::event::*;
 use crate::fold::ExecutionState;
 use crate::id::ExecutionId;
 use crate::payload::Payload;
+use crate::runtime::codes;
+use crate::runtime::contain::{contain, contain_future};
 use crate::runtime::ctx::{Dispatch, FlowCtx, GateMiss, VerdictMiss};
 use crate::runtime::effect::EffectOutcome;
 use crate::runtime::flow::FlowError;
@@ -80,6 +83,13 @@ pub enum DriveError {
         execution: ExecutionId,
         detail: String,
     },
+    /// The driver itself panicked (a kernel bug: user code's panics are contained where they
+    /// happen). What it had not recorded is left for `recover`.
+    #[error("the driver of execution {execution} panicked: {detail}")]
+    Panicked {
+        execution: ExecutionId,
+        detail: String,
+    },
 }
 
 /// How a driver ended, with the execution's state as it left it.
@@ -92,16 +102,40 @@ pub(crate) enum Exit {
     Unknown,
 }
 
-/// Wakes the driver when something the flow awaits (other than a command) is ready.
-struct FlowWaker(Notify);
+/// Wakes the driver when something the flow awaits (other than a command) is ready, and
+/// remembers that it did, so the driver never parks a flow that asked to be polled again.
+pub(crate) struct FlowWaker {
+    notify: Notify,
+    woken: AtomicBool,
+}
+
+impl FlowWaker {
+    pub(crate) fn new() -> Self {
+        Self {
+            notify: Notify::new(),
+            woken: AtomicBool::new(false),
+        }
+    }
+
+    /// Whether the flow was woken since the last call, which clears it (call before a poll).
+    pub(crate) fn take_woken(&self) -> bool {
+        self.woken.swap(false, Ordering::AcqRel)
+    }
+}
 
 impl Wake for FlowWaker {
     fn wake(self: Arc<Self>) {
-        self.0.notify_one();
+        self.wake_by_ref();
     }
     fn wake_by_ref(self: &Arc<Self>) {
-        self.0.notify_one();
+        self.woken.store(true, Ordering::Release);
+        self.notify.notify_one();
     }
+}
+
+/// The flow's failure when it panicked.
+pub(crate) fn flow_panicked(detail: &str) -> FlowError {
+    FlowError::new(codes::FLOW_PANICKED, format!("the flow panicked: {detail}"))
 }
 
 enum Reply {
@@ -219,11 +253,19 @@ pub(crate) async fn drive<S: EventStore>(
     let ctx = FlowCtx::new(
         execution.clone(),
         Arc::clone(&inner.effects),
+        Arc::clone(&inner.classification),
         &started,
         history,
     );
-    let mut flow_future = flow.run(ctx.clone(), started.input.clone());
-    let flow_waker = Arc::new(FlowWaker(Notify::new()));
+    let mut flow_result: Option<Result<Payload, FlowError>> = None;
+    let mut flow_future = match contain(|| flow.run(ctx.clone(), started.input.clone())) {
+        Ok(running) => Some(running),
+        Err(panic) => {
+            flow_result = Some(Err(flow_panicked(&panic)));
+            None
+        }
+    };
+    let flow_waker = Arc::new(FlowWaker::new());
     let waker = Waker::from(Arc::clone(&flow_waker));
 
     let mut running: FuturesUnordered<BoxFuture<'static, (String, EffectOutcome)>> =
@@ -233,9 +275,11 @@ pub(crate) async fn drive<S: EventStore>(
     let mut started_at: HashMap<String, usize> = HashMap::new();
     // The append in flight, the replies that wait for it, and how many events it carries.
     let mut appending: Option<(Append, Vec<Reply>, u64)> = None;
-    let mut flow_result: Option<Result<Payload, FlowError>> = None;
     let mut ended = false;
     let mut poll_flow = true;
+    // Resumes and verdicts that arrived while the flow was still replaying its history: the
+    // gate or step they name may not be open yet. Handled once the replay has caught up.
+    let mut deferred: Vec<DriverMsg> = Vec::new();
 
     let fail_all = |replies: &mut Vec<Reply>, detail: &str| {
         for reply in replies.drain(..) {
@@ -244,12 +288,27 @@ pub(crate) async fn drive<S: EventStore>(
     };
 
     loop {
-        if poll_flow && flow_result.is_none() && !ended {
+        if poll_flow
+            && flow_result.is_none()
+            && !ended
+            && let Some(running) = flow_future.as_mut()
+        {
             poll_flow = false;
-            if let Poll::Ready(result) = flow_future.as_mut().poll(&mut Context::from_waker(&waker))
-            {
-                ctx.state().check_end(Attempted::Complete);
-                flow_result = Some(result);
+            flow_waker.take_woken();
+            match contain(|| running.as_mut().poll(&mut Context::from_waker(&waker))) {
+                Ok(Poll::Ready(result)) => {
+                    ctx.state().check_end(Attempted::Complete);
+                    flow_result = Some(result);
+                }
+                Ok(Poll::Pending) => {}
+                Err(panic) => {
+                    tracing::warn!("the flow panicked; its execution fails");
+                    flow_result = Some(Err(flow_panicked(&panic)));
+                }
+            }
+            if flow_result.is_some() {
+                // Its commands' futures go with it; nothing polls it again.
+                flow_future = None;
             }
         }
 
@@ -266,22 +325,48 @@ pub(crate) async fn drive<S: EventStore>(
                 if let Some((_, mut replies, _)) = appending.take() {
                     fail_all(&mut replies, &error.to_string());
                 }
+                for message in deferred.drain(..) {
+                    refuse_failed(&execution, message, &error.to_string());
+                }
                 return Err(error);
             }
             let (events, dispatches) = state.take_queued();
             drop(state);
             enqueue(&mut queued, &mut started_at, events);
-            // A held effect may start once everything queued so far is durable.
+            // A held effect may start once everything queued so far is durable. Until the
+            // execution's EXECUTION_STARTED is durable, every effect is held: a start whose id
+            // turns out to be taken (by another runtime on the store) must run nothing.
             let durable_at = durable_head
                 + appending.as_ref().map_or(0, |(_, _, len)| *len)
                 + queued.len() as u64;
             for dispatch in dispatches {
-                if dispatch.durable_before {
+                if dispatch.durable_before || durable_head == 0 {
                     held.push((durable_at, dispatch));
                 } else {
                     running.push(invoke(dispatch));
                 }
             }
+        }
+
+        if !deferred.is_empty() && (ended || !ctx.state().replaying()) {
+            for message in std::mem::take(&mut deferred) {
+                if ended {
+                    refuse_ended(&execution, message);
+                    continue;
+                }
+                let dispatched =
+                    |step_id: &str| !held.iter().any(|(_, d)| d.call.step_id == step_id);
+                handle(
+                    &ctx,
+                    &execution,
+                    message,
+                    &mut queued_replies,
+                    &mut queued,
+                    &mut ended,
+                    dispatched,
+                );
+            }
+            poll_flow = true;
         }
 
         if let Some(result) = flow_result.take().filter(|_| !ended) {
@@ -332,7 +417,16 @@ pub(crate) async fn drive<S: EventStore>(
                 if inner.try_release(&execution, messages) {
                     return Ok(Exit::Ended(Box::new(folded)));
                 }
-            } else if running.is_empty() && held.is_empty() {
+            } else if running.is_empty() && held.is_empty() && ctx.state().waits_for_messages() {
+                // Only a flow that waits at a gate or on a step in doubt may park; one that
+                // awaits anything else (a timer, a channel, a yield) is polled again when it
+                // wakes. A wake may be deferred to the end of this task's turn (tokio does
+                // that for yields), so the turn ends once before parking is decided.
+                tokio::task::yield_now().await;
+                if flow_waker.take_woken() {
+                    poll_flow = true;
+                    continue;
+                }
                 // Parking with recorded commands left unmatched means the flow now waits
                 // where it used to go on.
                 let divergence = {
@@ -420,14 +514,27 @@ pub(crate) async fn drive<S: EventStore>(
                     refuse_ended(&execution, message);
                     continue;
                 }
-                handle(&ctx, &execution, message, &mut queued_replies, &mut queued, &mut ended);
+                if !matches!(message, DriverMsg::Cancel { .. }) && ctx.state().replaying() {
+                    deferred.push(message);
+                    continue;
+                }
+                let dispatched = |step_id: &str| !held.iter().any(|(_, d)| d.call.step_id == step_id);
+                handle(
+                    &ctx,
+                    &execution,
+                    message,
+                    &mut queued_replies,
+                    &mut queued,
+                    &mut ended,
+                    dispatched,
+                );
                 if ended {
                     running = FuturesUnordered::new();
                     held.clear();
                 }
                 poll_flow = true;
             }
-            () = flow_waker.0.notified() => {
+            () = flow_waker.notify.notified() => {
                 poll_flow = true;
             }
         }
@@ -436,17 +543,45 @@ pub(crate) async fn drive<S: EventStore>(
 
 fn invoke(dispatch: Dispatch) -> BoxFuture<'static, (String, EffectOutcome)> {
     let step_id = dispatch.call.step_id.clone();
+    let effect = dispatch.call.effect.clone();
     let span = tracing::debug_span!(
         "step",
         step = %step_id,
-        effect = %dispatch.call.effect,
+        effect = %effect,
         attempt = dispatch.call.attempt
     );
-    let running = dispatch.effect.invoke(dispatch.call);
+    // Known when the step started; a non-idempotent effect's STEP_STARTED is durable here.
+    let idempotent = !dispatch.durable_before;
+    let handler = dispatch.effect;
+    let call = dispatch.call;
+    let running = contain(|| handler.invoke(call));
     Box::pin(tracing::Instrument::instrument(
-        async move { (step_id, running.await) },
+        async move {
+            let outcome = match running {
+                Ok(running) => contain_future(running).await,
+                Err(panic) => Err(panic),
+            };
+            let outcome =
+                outcome.unwrap_or_else(|panic| effect_panicked(&effect, idempotent, &panic));
+            (step_id, outcome)
+        },
         span,
     ))
+}
+
+/// The outcome of an effect whose handler panicked: a failure if running it again is
+/// harmless, in doubt if not (it may have done its work before panicking: K9).
+fn effect_panicked(effect: &str, idempotent: bool, panic: &str) -> EffectOutcome {
+    tracing::warn!(effect, "an effect panicked");
+    let error = ErrorInfo::new(
+        codes::EFFECT_PANICKED,
+        format!("effect '{effect}' panicked: {panic}"),
+    );
+    if idempotent {
+        EffectOutcome::failed(error)
+    } else {
+        EffectOutcome::in_doubt(error)
+    }
 }
 
 /// Adds events to the queue. A step that finishes while its STEP_STARTED is still queued is
@@ -488,7 +623,13 @@ fn publish<S: EventStore>(
             tracing::error!(%error, "the driver appended an event its fold refuses");
         }
         for projection in inner.projections.iter() {
-            projection.apply(&envelope);
+            // A projection cannot refuse a durable event; its panic is its own failure.
+            if contain(|| projection.apply(&envelope)).is_err() {
+                tracing::error!(
+                    seq,
+                    "a projection panicked on an event; it missed that event"
+                );
+            }
         }
     }
 }
@@ -500,6 +641,7 @@ fn handle(
     replies: &mut Vec<Reply>,
     queued: &mut Vec<Event>,
     ended: &mut bool,
+    dispatched: impl Fn(&str) -> bool,
 ) {
     match message {
         DriverMsg::Resume {
@@ -535,6 +677,10 @@ fn handle(
             }
         },
         DriverMsg::Cancel { reason, reply } => {
+            // The effects the cancel cuts off are recorded in doubt before the end (K9).
+            // (The flow's queue is empty here: the driver takes it after every poll.)
+            let doubts = ctx.state().doubts_on_cancel(dispatched);
+            queued.extend(doubts);
             queued.push(Event::ExecutionCancelled(ExecutionCancelled { reason }));
             *ended = true;
             replies.push(Reply::Cancel(reply));

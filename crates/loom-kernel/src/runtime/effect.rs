@@ -131,6 +131,15 @@ pub trait Effect: Send + Sync + 'static {
     /// operator's verdict.
     fn idempotent(&self) -> bool;
 
+    /// K2: the capability an execution must have been granted for a step of this effect to
+    /// start. `None` (the default) names the effect by what it is registered as: a raw effect
+    /// registered as `"mail.send"` needs `"mail.send"` granted. The runtime checks it for every
+    /// new step, before [`Effect::admit`]; a step refused for it is recorded as `STEP_FAILED`
+    /// with code `loom.capability_denied` and the effect never runs.
+    fn capability(&self) -> Option<&str> {
+        None
+    }
+
     /// Checks made before the step is recorded as started (K2 authorization, K3 budget, input
     /// validation). A refusal is recorded as `STEP_FAILED` without a `STEP_STARTED`, costs
     /// nothing, and the effect never runs. Only a new step is admitted: a step re-run after a

@@ -7,6 +7,7 @@
 //! resumes. On replay the k-th command the flow issues must match the k-th recorded command;
 //! inputs are looked up by step or gate id, so concurrent steps may finish in any order.
 
+use crate::classify::DataClassification;
 use crate::hash::IdMap;
 use std::fmt;
 
@@ -127,8 +128,13 @@ impl fmt::Display for Attempted<'_> {
 }
 
 impl Recorded {
-    /// Both sides of a mismatch, in words; when only the input changed, with the digests.
-    pub(crate) fn describe_against(&self, attempted: &Attempted<'_>) -> (String, String) {
+    /// Both sides of a mismatch, in words; when only the input changed, with the digests, or
+    /// with the ops, masked by `classification` (K10-R6: this text leaves the runtime).
+    pub(crate) fn describe_against(
+        &self,
+        attempted: &Attempted<'_>,
+        classification: &DataClassification,
+    ) -> (String, String) {
         match (self, attempted) {
             (
                 Recorded::Step {
@@ -158,8 +164,8 @@ impl Recorded {
                     ops: o,
                 },
             ) if step_id == s && surface_id == i => (
-                format!("{self} with ops {}", shorten(ops.as_json())),
-                format!("{attempted} with ops {}", shorten(o.as_json())),
+                format!("{self} with ops {}", shown(ops, classification)),
+                format!("{attempted} with ops {}", shown(o, classification)),
             ),
             _ => (self.to_string(), attempted.to_string()),
         }
@@ -215,6 +221,18 @@ impl Recorded {
             _ => false,
         }
     }
+}
+
+/// A payload as an error message shows it: masked, and shortened.
+pub(crate) fn shown(payload: &Payload, classification: &DataClassification) -> String {
+    if classification.is_empty() {
+        return shorten(payload.as_json());
+    }
+    shorten(
+        &classification
+            .mask_message_value(&payload.to_value())
+            .to_string(),
+    )
 }
 
 /// At most 200 characters of `text`, for error messages.

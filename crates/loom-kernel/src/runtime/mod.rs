@@ -13,6 +13,8 @@
 //! one in the log would be an event the kernel does not have. A sender that can race its own
 //! gate should retry; see `docs/adr/0004-early-resumes-are-refused.md`.
 
+pub mod codes;
+mod contain;
 mod ctx;
 mod digest;
 mod driver;
@@ -38,7 +40,8 @@ pub use history::NonDeterminism;
 pub use plugin::{AbiRange, Contributions, Inbound, InboundHandler, Plugin, Projection};
 pub use replay::{ReplayError, ReplayReport};
 
-use crate::event::{ExecutionStarted, Verdict};
+use crate::classify::DataClassification;
+use crate::event::{Event, ExecutionStarted, Verdict};
 use crate::fold::ExecutionState;
 use crate::id::ExecutionId;
 use crate::payload::Payload;
@@ -86,8 +89,28 @@ pub enum StartError {
     UnknownFlow(String),
     #[error("flow '{name}' has no version {version}")]
     UnknownFlowVersion { name: String, version: u32 },
+    /// No longer returned by `start` (a start of an existing execution returns it, or is
+    /// refused with [`StartError::Conflict`]); kept for callers that match on it.
     #[error("execution {0} already exists")]
     AlreadyExists(ExecutionId),
+    /// The execution exists, started by another flow or with another input; nothing ran.
+    #[error("execution {execution} already exists {detail}; nothing was started")]
+    Conflict {
+        /// The execution that exists.
+        execution: ExecutionId,
+        /// How it differs from this start (without the inputs themselves, which may hold
+        /// classified data).
+        detail: String,
+    },
+    /// Whether the execution exists could not be read.
+    #[error("cannot read whether execution {execution} exists: {source}")]
+    Read {
+        /// The execution asked for.
+        execution: ExecutionId,
+        /// The store's error.
+        #[source]
+        source: ReadError,
+    },
     #[error("the input of execution {execution} does not serialize: {detail}")]
     Input {
         execution: ExecutionId,
@@ -218,6 +241,7 @@ pub struct RuntimeBuilder<S> {
     flows: BTreeMap<(String, u32), Arc<dyn Flow>>,
     contributions: Contributions,
     authenticator: Option<Arc<dyn ResumeAuthenticator>>,
+    classification: DataClassification,
     errors: Vec<CompositionError>,
 }
 
@@ -280,6 +304,15 @@ impl<S: EventStore> RuntimeBuilder<S> {
         self
     }
 
+    /// K10-R6: the data classification of this runtime. Every text the runtime lets out
+    /// (errors such as a non-determinism's recorded and attempted commands, replay reports,
+    /// tracing fields) shows classified values as [`crate::classify::MASK`]; the log and the
+    /// fold keep true values. The default classifies nothing.
+    pub fn classification(mut self, classification: DataClassification) -> Self {
+        self.classification = classification;
+        self
+    }
+
     /// Checks the composition and builds the runtime. Must be called within a tokio runtime
     /// when executions are then started or recovered.
     pub fn build(mut self) -> Result<Runtime<S>, CompositionError> {
@@ -306,6 +339,7 @@ impl<S: EventStore> RuntimeBuilder<S> {
                 projections: self.contributions.projections,
                 inbound,
                 authenticator: self.authenticator,
+                classification: Arc::new(self.classification),
                 slots: Mutex::new(HashMap::new()),
             }),
         })
@@ -341,12 +375,16 @@ pub(crate) struct Inner<S> {
     pub(crate) projections: Vec<Arc<dyn Projection>>,
     inbound: BTreeMap<String, Arc<dyn InboundHandler>>,
     authenticator: Option<Arc<dyn ResumeAuthenticator>>,
+    pub(crate) classification: Arc<DataClassification>,
     slots: Mutex<HashMap<ExecutionId, Slot>>,
 }
 
 /// An execution's driver, if one runs, and how its runs end.
 struct Slot {
     driver: Option<mpsc::UnboundedSender<DriverMsg>>,
+    /// While a `start` creates the execution: closed once it knows whether it did, so a
+    /// concurrent start of the same id waits and then reads what was recorded.
+    starting: Option<watch::Receiver<()>>,
     /// Bumped each time a driver exits; `wait` watches it.
     settled: watch::Sender<Settled>,
 }
@@ -390,6 +428,7 @@ impl<S: EventStore> Runtime<S> {
             flows: BTreeMap::new(),
             contributions: Contributions::default(),
             authenticator: None,
+            classification: DataClassification::default(),
             errors: Vec::new(),
         }
     }
@@ -402,6 +441,13 @@ impl<S: EventStore> Runtime<S> {
     /// runs on its own task. Until then the flow runs on the caller's task, so a short flow is
     /// often finished when `start` returns; if the caller drops `start`'s future early, the
     /// execution is left for `recover` (or the next resume) to drive on.
+    ///
+    /// Starting is idempotent on the execution id: if the execution exists, started by the
+    /// same flow (and version, when `options` names one) with the same input, `start` returns
+    /// its id and runs nothing; if it exists with another flow or input, `start` is refused
+    /// with [`StartError::Conflict`] and runs nothing. This holds for starts one after another,
+    /// concurrent ones, and starts on several runtimes over one store: no effect of a new
+    /// execution runs before its `EXECUTION_STARTED` is durable.
     pub async fn start<I: Serialize + ?Sized>(
         &self,
         flow: &str,
@@ -440,8 +486,60 @@ impl<S: EventStore> Runtime<S> {
             capabilities: options.capabilities,
             budget: options.budget,
         };
+        let version_asked = options.flow_version.is_some();
+        loop {
+            if let Some(existing) = self.recorded_start(&execution).await? {
+                return same_start(&execution, &existing, &started, version_asked)
+                    .map(|()| execution);
+            }
+            match self.create(&execution, &started).await? {
+                Created::Yes => {
+                    tracing::debug!(%execution, flow, version, "execution started");
+                    return Ok(execution);
+                }
+                // Someone else created it (or is creating it): read what they recorded.
+                Created::Taken => {}
+                Created::Creating(mut done) => {
+                    // Closed when that start knows the outcome (or was dropped).
+                    let _ = done.changed().await;
+                }
+            }
+        }
+    }
+
+    /// The `EXECUTION_STARTED` of `execution`, if it exists.
+    async fn recorded_start(
+        &self,
+        execution: &ExecutionId,
+    ) -> Result<Option<ExecutionStarted>, StartError> {
+        let first = self
+            .inner
+            .store
+            .read(execution, 0, 1)
+            .await
+            .map_err(|source| StartError::Read {
+                execution: execution.clone(),
+                source,
+            })?;
+        Ok(first
+            .into_iter()
+            .next()
+            .and_then(|envelope| match envelope.event {
+                Event::ExecutionStarted(started) => Some(started),
+                _ => None,
+            }))
+    }
+
+    /// Creates the execution with a new driver, unless another start in this process is
+    /// creating it or a driver already runs for it.
+    async fn create(
+        &self,
+        execution: &ExecutionId,
+        started: &ExecutionStarted,
+    ) -> Result<Created, StartError> {
         let (reply, mut answer) = oneshot::channel();
-        let mut run = {
+        let (_done, done) = watch::channel(());
+        let run = {
             let mut slots = self.inner.slots();
             let slot = slots.entry(execution.clone()).or_insert_with(new_slot);
             if slot
@@ -449,10 +547,28 @@ impl<S: EventStore> Runtime<S> {
                 .as_ref()
                 .is_some_and(|sender| !sender.is_closed())
             {
-                return Err(StartError::AlreadyExists(execution));
+                match &slot.starting {
+                    Some(creating) => return Ok(Created::Creating(creating.clone())),
+                    None => None,
+                }
+            } else {
+                slot.starting = Some(done);
+                let new = driver::NewExecution {
+                    started: started.clone(),
+                    reply,
+                };
+                Some(self.driver_task(slot, execution, Some(new)).1)
             }
-            let new = driver::NewExecution { started, reply };
-            self.driver_task(slot, &execution, Some(new)).1
+        };
+        let Some(mut run) = run else {
+            // A driver of an execution the store did not show a moment ago: it exists now, or
+            // that driver exits at once (an unknown execution).
+            tokio::task::yield_now().await;
+            return Ok(Created::Taken);
+        };
+        let _clear = ClearStarting {
+            inner: &self.inner,
+            execution,
         };
         // The caller drives the new execution itself until its first append is durable (a
         // short flow is then done, with no hand-off to another task on the way), and spawns
@@ -469,14 +585,15 @@ impl<S: EventStore> Runtime<S> {
             }
             None => answer.await,
         };
-        answered.unwrap_or_else(|_| {
-            Err(DriverFailure::driver(
+        match answered {
+            Ok(Ok(())) => Ok(Created::Yes),
+            Ok(Err(StartError::AlreadyExists(_))) => Ok(Created::Taken),
+            Ok(Err(error)) => Err(error),
+            Err(_) => Err(DriverFailure::driver(
                 execution.clone(),
                 DRIVER_STOPPED.into(),
-            ))
-        })?;
-        tracing::debug!(%execution, flow, version, "execution started");
-        Ok(execution)
+            )),
+        }
     }
 
     /// Resumes the pending gate of `execution` that waits for `event_type` and
@@ -495,8 +612,8 @@ impl<S: EventStore> Runtime<S> {
                 correlation_key,
                 payload: &payload,
             };
-            authenticator
-                .authorize(&request)
+            contain::contain(|| authenticator.authorize(&request))
+                .unwrap_or_else(|panic| Err(format!("the resume authenticator panicked: {panic}")))
                 .map_err(|reason| ResumeError::Unauthorized {
                     execution: execution.clone(),
                     reason,
@@ -563,20 +680,41 @@ impl<S: EventStore> Runtime<S> {
     }
 
     /// Finds every execution that has not ended and is not parked, and drives it on by
-    /// replay. Call once at start-up. Returns how many it started.
+    /// replay. Call once at start-up. Returns how many it started. An execution whose log
+    /// cannot be read or folded is skipped (and logged), never blocking the others; see
+    /// [`Runtime::recover_report`] for which.
     pub async fn recover(&self) -> Result<usize, FoldStoredError> {
+        Ok(self.recover_report().await?.started)
+    }
+
+    /// [`Runtime::recover`], reporting the executions it skipped and why. Fails only when the
+    /// store cannot list its executions.
+    pub async fn recover_report(&self) -> Result<RecoveryReport, FoldStoredError> {
         use futures::TryStreamExt;
-        let mut recovered = 0;
+        let mut report = RecoveryReport::default();
         let mut executions = std::pin::pin!(self.inner.store.executions());
         while let Some(summary) = executions.try_next().await? {
-            let state = self.inner.store.fold(&summary.id).await?;
-            if state.needs_driving() {
-                self.ensure_driver(&summary.id);
-                recovered += 1;
+            match self.inner.store.fold(&summary.id).await {
+                Ok(state) if state.needs_driving() => {
+                    self.ensure_driver(&summary.id);
+                    report.started += 1;
+                }
+                Ok(_) => {}
+                Err(error) => {
+                    tracing::error!(execution = %summary.id, %error, "recovery skips an execution it cannot fold");
+                    report.skipped.push(SkippedExecution {
+                        execution: summary.id,
+                        error,
+                    });
+                }
             }
         }
-        tracing::info!(recovered, "recovery started drivers");
-        Ok(recovered)
+        tracing::info!(
+            recovered = report.started,
+            skipped = report.skipped.len(),
+            "recovery started drivers"
+        );
+        Ok(report)
     }
 
     /// Replays a recorded log against the registered flow, running no effect and writing
@@ -656,7 +794,9 @@ impl<S: EventStore> Runtime<S> {
             .inbound
             .get(name)
             .ok_or_else(|| InboundError::UnknownHandler(name.to_owned()))?;
-        let action = handler.handle(message).map_err(InboundError::Refused)?;
+        let action = contain::contain(|| handler.handle(message))
+            .map_err(InboundError::HandlerPanicked)?
+            .map_err(InboundError::Refused)?;
         if let Inbound::Resume {
             execution,
             event_type,
@@ -732,8 +872,19 @@ impl<S: EventStore> Runtime<S> {
         let span = tracing::info_span!("execution", execution = %id);
         let run = Box::pin(
             async move {
-                let outcome =
-                    driver::drive(Arc::clone(&inner), id.clone(), &mut messages, new).await;
+                let outcome = contain::contain_future(driver::drive(
+                    Arc::clone(&inner),
+                    id.clone(),
+                    &mut messages,
+                    new,
+                ))
+                .await
+                .unwrap_or_else(|detail| {
+                    Err(DriveError::Panicked {
+                        execution: id.clone(),
+                        detail,
+                    })
+                });
                 let unknown = matches!(outcome, Ok(Exit::Unknown));
                 let (error, state) = match outcome {
                     Ok(Exit::Ended(state) | Exit::Parked(state)) => (None, Some(*state)),
@@ -780,9 +931,82 @@ impl<S: EventStore> Runtime<S> {
     }
 }
 
+/// Whether `create` created the execution.
+enum Created {
+    Yes,
+    /// It exists, or another driver is about to show that it does.
+    Taken,
+    /// Another start in this process is creating it; closed when that one knows.
+    Creating(watch::Receiver<()>),
+}
+
+/// Clears a slot's `starting` mark when the start that set it is done (or dropped).
+struct ClearStarting<'a, S> {
+    inner: &'a Inner<S>,
+    execution: &'a ExecutionId,
+}
+
+impl<S> Drop for ClearStarting<'_, S> {
+    fn drop(&mut self) {
+        let mut slots = self.inner.slots.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some(slot) = slots.get_mut(self.execution) {
+            slot.starting = None;
+        }
+    }
+}
+
+/// Whether `existing` is the start `asked` again: the same flow (and version, when the caller
+/// named one) and the same input.
+fn same_start(
+    execution: &ExecutionId,
+    existing: &ExecutionStarted,
+    asked: &ExecutionStarted,
+    version_asked: bool,
+) -> Result<(), StartError> {
+    let conflict = |detail: String| StartError::Conflict {
+        execution: execution.clone(),
+        detail,
+    };
+    if existing.flow != asked.flow || (version_asked && existing.flow_version != asked.flow_version)
+    {
+        return Err(conflict(format!(
+            "running flow '{}' version {}, not flow '{}' version {}",
+            existing.flow, existing.flow_version, asked.flow, asked.flow_version
+        )));
+    }
+    if existing.input != asked.input && existing.input.to_value() != asked.input.to_value() {
+        return Err(conflict(format!(
+            "with other input for flow '{}' (a start with the same flow and input returns it)",
+            existing.flow
+        )));
+    }
+    Ok(())
+}
+
+/// What [`Runtime::recover_report`] did.
+#[derive(Debug, Default)]
+#[non_exhaustive]
+pub struct RecoveryReport {
+    /// Executions it started a driver for.
+    pub started: usize,
+    /// Executions it could not read or fold, in id order: each is left as it is.
+    pub skipped: Vec<SkippedExecution>,
+}
+
+/// An execution recovery skipped.
+#[derive(Debug)]
+#[non_exhaustive]
+pub struct SkippedExecution {
+    /// Its id.
+    pub execution: ExecutionId,
+    /// Why its log could not be read or folded.
+    pub error: FoldStoredError,
+}
+
 fn new_slot() -> Slot {
     Slot {
         driver: None,
+        starting: None,
         settled: watch::channel(Settled::default()).0,
     }
 }
@@ -805,6 +1029,9 @@ pub enum InboundError {
     UnknownHandler(String),
     #[error("the inbound handler refused the message: {0}")]
     Refused(String),
+    /// The handler panicked; nothing was done.
+    #[error("the inbound handler panicked: {0}")]
+    HandlerPanicked(String),
     #[error(transparent)]
     Resume(#[from] ResumeError),
 }

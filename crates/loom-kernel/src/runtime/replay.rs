@@ -7,11 +7,16 @@ use std::sync::Arc;
 use std::task::{Context, Poll, Waker};
 
 use crate::envelope::EventEnvelope;
-use crate::event::Event;
+use crate::event::{ErrorInfo, Event};
 use crate::fold::ExecutionState;
+use crate::payload::Payload;
 use crate::runtime::Inner;
+use crate::runtime::codes;
+use crate::runtime::contain::contain;
 use crate::runtime::ctx::FlowCtx;
-use crate::runtime::history::{Attempted, History, NonDeterminism};
+use crate::runtime::driver::FlowWaker;
+use crate::runtime::flow::FlowError;
+use crate::runtime::history::{Attempted, History, NonDeterminism, shown};
 use crate::store::EventStore;
 
 /// What a replay found.
@@ -25,7 +30,8 @@ pub struct ReplayReport {
     pub returned: bool,
 }
 
-/// Why a replay did not confirm the log.
+/// Why a replay did not confirm the log. Texts that show recorded or replayed values are
+/// masked by the runtime's data classification (K10-R6).
 #[derive(Debug, Clone, thiserror::Error)]
 #[non_exhaustive]
 pub enum ReplayError {
@@ -43,12 +49,33 @@ pub enum ReplayError {
         recorded: String,
         replayed: String,
     },
+    /// The flow panicked while it was replayed (and the log does not say it panicked then).
+    #[error("the flow panicked on replay, after {commands} recorded commands: {message}")]
+    FlowPanicked {
+        /// Recorded commands it had issued again before it panicked.
+        commands: usize,
+        /// The panic's message.
+        message: String,
+    },
 }
 
+/// How a recorded log ended.
+enum RecordedEnd {
+    Completed(u64, Payload),
+    Failed(u64, ErrorInfo),
+    /// Not ended, or cancelled (a cancel can cut a flow anywhere).
+    Open,
+}
+
+/// At most this many polls of one replayed flow: one that keeps waking itself for longer is
+/// reported as waiting where it stands.
+const MAX_POLLS: usize = 1 << 20;
+
 /// Replays `log` against the registered flow. Runs no effect and writes nothing: commands the
-/// flow issues past the end of the log are dropped. `folded` is the log's fold when the caller
-/// has made it already; otherwise the log is folded here first, since replay assumes a valid
-/// log.
+/// flow issues past the end of the log are dropped (and, if the log says the execution
+/// completed or failed, are a divergence). `folded` is the log's fold when the caller has made
+/// it already; otherwise the log is folded here first, since replay assumes a valid log. A
+/// panic of the flow is returned as [`ReplayError::FlowPanicked`], never unwound.
 pub(crate) fn replay_log<S: EventStore>(
     inner: &Arc<Inner<S>>,
     log: Vec<EventEnvelope>,
@@ -67,10 +94,15 @@ pub(crate) fn replay_log<S: EventStore>(
     let execution_id = first.execution_id.clone();
     let events = log.len() as u64;
     // What the log ended with, kept before the events move into the history.
-    let recorded_end = log.last().and_then(|last| match &last.event {
-        Event::ExecutionCompleted(done) => Some((last.seq, done.output.clone())),
-        _ => None,
-    });
+    let recorded_end = match log.last().map(|last| (last.seq, &last.event)) {
+        Some((seq, Event::ExecutionCompleted(done))) => {
+            RecordedEnd::Completed(seq, done.output.clone())
+        }
+        Some((seq, Event::ExecutionFailed(failed))) => {
+            RecordedEnd::Failed(seq, failed.error.clone())
+        }
+        _ => RecordedEnd::Open,
+    };
     let flow = inner
         .flows
         .get(&(started.flow.clone(), started.flow_version))
@@ -80,18 +112,34 @@ pub(crate) fn replay_log<S: EventStore>(
         })?;
     let history = History::from_events(log.into_iter().map(|e| (e.seq, e.event)));
     let commands = history.commands.len();
-    let ctx = FlowCtx::new(execution_id, Arc::clone(&inner.effects), &started, history);
-    let mut running = flow.run(ctx.clone(), started.input.clone());
-    // Every recorded result is served synchronously, so the flow runs as far as its log goes
-    // in one poll; it is polled until it stops making progress.
-    let waker = Waker::noop();
-    let mut returned = None;
-    for _ in 0..3 {
-        if let Poll::Ready(result) = running.as_mut().poll(&mut Context::from_waker(waker)) {
-            returned = Some(result);
-            break;
+    let classification = Arc::clone(&inner.classification);
+    let ctx = FlowCtx::new(
+        execution_id,
+        Arc::clone(&inner.effects),
+        Arc::clone(&classification),
+        &started,
+        history,
+    );
+    ctx.state().watch_live = true;
+    let returned = match run_to_rest(flow.as_ref(), &ctx, &started.input) {
+        Ok(returned) => returned,
+        Err(message) => {
+            // A log that records this very panic replays to it.
+            if let RecordedEnd::Failed(_, error) = &recorded_end
+                && error.code == codes::FLOW_PANICKED
+            {
+                return Ok(ReplayReport {
+                    events,
+                    commands,
+                    returned: true,
+                });
+            }
+            return Err(ReplayError::FlowPanicked {
+                commands: ctx.state().replayed(),
+                message,
+            });
         }
-    }
+    };
     let mut state = ctx.state();
     state.check_end(if returned.is_some() {
         Attempted::Complete
@@ -101,19 +149,104 @@ pub(crate) fn replay_log<S: EventStore>(
     if let Some(divergence) = state.divergence() {
         return Err(divergence.clone().into());
     }
+    let first_live = state.first_live.take();
     drop(state);
-    if let (Some(Ok(output)), Some((seq, recorded))) = (&returned, recorded_end)
-        && recorded != *output
-    {
-        return Err(ReplayError::OutputMismatch {
+    let diverged = |seq: u64, recorded: &str, attempted: String| {
+        Err(ReplayError::NonDeterminism(NonDeterminism {
             seq,
-            recorded: recorded.to_string(),
-            replayed: output.to_string(),
-        });
+            recorded: recorded.to_owned(),
+            attempted,
+        }))
+    };
+    match (&recorded_end, returned) {
+        (RecordedEnd::Open, returned) => {
+            return Ok(ReplayReport {
+                events,
+                commands,
+                returned: returned.is_some(),
+            });
+        }
+        (RecordedEnd::Completed(seq, _) | RecordedEnd::Failed(seq, _), _)
+            if first_live.is_some() =>
+        {
+            let recorded = ended_as(&recorded_end);
+            return diverged(*seq, recorded, first_live.unwrap_or_default());
+        }
+        (RecordedEnd::Completed(seq, recorded), Some(Ok(output))) => {
+            if *recorded != output {
+                return Err(ReplayError::OutputMismatch {
+                    seq: *seq,
+                    recorded: shown(recorded, &classification),
+                    replayed: shown(&output, &classification),
+                });
+            }
+        }
+        (RecordedEnd::Completed(seq, _), Some(Err(error))) => {
+            return diverged(
+                *seq,
+                "EXECUTION_COMPLETED",
+                format!("fails with {}", error_text(&error)),
+            );
+        }
+        (RecordedEnd::Failed(seq, recorded), Some(Err(error))) => {
+            if recorded.code != error.code {
+                return diverged(
+                    *seq,
+                    &format!("EXECUTION_FAILED with code {}", recorded.code),
+                    format!("fails with {}", error_text(&error)),
+                );
+            }
+        }
+        (RecordedEnd::Failed(seq, _), Some(Ok(_))) => {
+            return diverged(*seq, "EXECUTION_FAILED", "returns".to_owned());
+        }
+        (RecordedEnd::Completed(seq, _) | RecordedEnd::Failed(seq, _), None) => {
+            let recorded = ended_as(&recorded_end);
+            return diverged(*seq, recorded, Attempted::Wait.to_string());
+        }
     }
     Ok(ReplayReport {
         events,
         commands,
-        returned: returned.is_some(),
+        returned: true,
     })
+}
+
+fn ended_as(end: &RecordedEnd) -> &'static str {
+    match end {
+        RecordedEnd::Completed(..) => "EXECUTION_COMPLETED",
+        RecordedEnd::Failed(..) => "EXECUTION_FAILED",
+        RecordedEnd::Open => "no end",
+    }
+}
+
+/// A flow error as a divergence shows it: its code and message (both chosen by the flow, as
+/// recorded in `EXECUTION_FAILED`).
+fn error_text(error: &FlowError) -> String {
+    error.to_string()
+}
+
+/// Polls the flow as long as it makes progress: every recorded result is served at once, so
+/// it stops only where it waits for something the log does not hold (or has returned). A
+/// flow that yields wakes itself and is polled again. `Err` is a panic's message.
+fn run_to_rest(
+    flow: &dyn crate::runtime::Flow,
+    ctx: &FlowCtx,
+    input: &Payload,
+) -> Result<Option<Result<Payload, FlowError>>, String> {
+    let mut running = contain(|| flow.run(ctx.clone(), input.clone()))?;
+    let flow_waker = Arc::new(FlowWaker::new());
+    let waker = Waker::from(Arc::clone(&flow_waker));
+    for _ in 0..MAX_POLLS {
+        flow_waker.take_woken();
+        if let Poll::Ready(result) =
+            contain(|| running.as_mut().poll(&mut Context::from_waker(&waker)))?
+        {
+            return Ok(Some(result));
+        }
+        if !flow_waker.take_woken() {
+            break;
+        }
+    }
+    Ok(None)
 }

@@ -1,0 +1,19 @@
+//! The error codes the runtime records itself (in `STEP_FAILED`, `EFFECT_INDOUBT` and
+//! `EXECUTION_FAILED`), so that tools and operators can match on them.
+
+/// A step of an effect that no one registered.
+pub const UNKNOWN_EFFECT: &str = "loom.unknown_effect";
+/// K2: the effect's capability was not granted to the execution.
+pub const CAPABILITY_DENIED: &str = "loom.capability_denied";
+/// The flow panicked; recorded as the execution's failure.
+pub const FLOW_PANICKED: &str = "loom.flow_panicked";
+/// An effect's handler panicked: the step fails (idempotent) or is in doubt (not).
+pub const EFFECT_PANICKED: &str = "loom.effect_panicked";
+/// An effect's admission check panicked: the step is refused before it starts.
+pub const ADMISSION_PANICKED: &str = "loom.admission_panicked";
+/// The worker stopped while a non-idempotent attempt ran (K9).
+pub const WORKER_STOPPED: &str = "loom.worker_stopped";
+/// The execution was cancelled while a non-idempotent attempt ran (K9).
+pub const CANCELLED_WHILE_RUNNING: &str = "loom.cancelled_while_running";
+/// A flow's output or input could not be encoded or decoded.
+pub const STEP: &str = "loom.step";

@@ -1,0 +1,79 @@
+//! Shared fixtures of the runtime's tests: effects that count their calls, a runtime over a
+//! memory store, and readers of what a log holds.
+#![allow(dead_code)]
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+
+use loom_kernel::event::Event;
+use loom_kernel::runtime::*;
+use loom_kernel::{EventStore, EventStoreExt, ExecutionId, MemoryStore};
+use serde_json::json;
+
+pub use loom_kernel::conformance::id;
+
+/// Calls of an effect, shared between a test and the effect.
+#[derive(Debug, Clone, Default)]
+pub struct Calls(Arc<AtomicUsize>);
+
+impl Calls {
+    pub fn count(&self) -> usize {
+        self.0.load(Ordering::SeqCst)
+    }
+    pub fn bump(&self) {
+        self.0.fetch_add(1, Ordering::SeqCst);
+    }
+}
+
+/// An idempotent effect that answers `{"echo": input, "key": idempotency key}` at cost 1.
+pub fn echo(calls: Calls) -> impl Effect {
+    FnEffect::new(true, move |call: EffectCall| {
+        calls.bump();
+        async move {
+            EffectOutcome::ok(
+                json!({"echo": call.input.to_value(), "key": call.idempotency_key()}).into(),
+            )
+            .with_cost(1)
+        }
+    })
+}
+
+/// Start options that grant `capabilities`.
+pub fn options(execution: &str, capabilities: &[&str]) -> StartOptions {
+    capabilities
+        .iter()
+        .fold(StartOptions::new(id(execution)), |options, capability| {
+            options.grant(*capability)
+        })
+}
+
+/// The type names of a log's events, in order.
+pub async fn event_names<S: EventStore>(store: &S, execution: &ExecutionId) -> Vec<&'static str> {
+    store
+        .read_all(execution)
+        .await
+        .unwrap()
+        .iter()
+        .map(|envelope| envelope.event.type_name())
+        .collect()
+}
+
+/// A log's events.
+pub async fn events_of<S: EventStore>(store: &S, execution: &ExecutionId) -> Vec<Event> {
+    store
+        .read_all(execution)
+        .await
+        .unwrap()
+        .into_iter()
+        .map(|envelope| envelope.event)
+        .collect()
+}
+
+/// A runtime over `store` with the flows given and the effect `echo`.
+pub fn with_echo(store: MemoryStore, flows: FlowSet, calls: Calls) -> Runtime<MemoryStore> {
+    Runtime::builder(store)
+        .flows(&flows)
+        .effect("echo", echo(calls))
+        .build()
+        .unwrap()
+}
