@@ -419,3 +419,90 @@ async fn a_store_held_by_another_process_is_refused_with_a_pointer_to_the_admin_
         stderr(&nowhere)
     );
 }
+
+#[test]
+fn help_lists_every_command_and_the_exit_codes() {
+    let help = loom(&["--help"]);
+    assert_eq!(code(&help), 0);
+    let text = stdout(&help);
+    for command in [
+        "executions",
+        "show",
+        "tail",
+        "in-doubt",
+        "resolve",
+        "resume",
+        "cancel",
+        "export-log",
+    ] {
+        assert!(text.contains(command), "{command} is missing: {text}");
+    }
+    assert!(text.contains("Exit codes:"), "{text}");
+    for command in ["resolve", "resume", "tail"] {
+        let help = loom(&[command, "--help"]);
+        assert_eq!(code(&help), 0, "{command}");
+    }
+    assert_eq!(code(&loom(&["no-such-command"])), 2);
+}
+
+#[tokio::test]
+async fn a_checkout_of_the_quickstart_is_found_and_approved_from_the_cli_alone() {
+    use loom_kernel::runtime::Runtime;
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("loom.redb");
+    let runtime = quickstart::compose(Runtime::builder(DiskStore::open(&path).unwrap()))
+        .build()
+        .unwrap();
+    let checkout = id("checkout-1");
+    let order = quickstart::Order {
+        sku: "A1".into(),
+        qty: 1,
+    };
+    runtime
+        .start("checkout", &order, quickstart::start_options(&checkout))
+        .await
+        .unwrap();
+    assert_eq!(
+        runtime.wait(&checkout).await.unwrap().status(),
+        ExecutionStatus::Suspended
+    );
+    drop(runtime);
+    let store = path.to_str().unwrap();
+
+    let stuck = json_out(&loom(&[
+        "--store",
+        store,
+        "--json",
+        "executions",
+        "--status",
+        "suspended",
+    ]));
+    assert_eq!(stuck[0]["id"], "checkout-1");
+    let shown = loom(&["--store", store, "show", "checkout-1"]);
+    let text = stdout(&shown);
+    let key = quickstart::approval_key(&checkout);
+    let hint = format!(
+        "loom resume checkout-1 {} {key} <json>",
+        quickstart::APPROVAL_EVENT
+    );
+    assert!(text.contains(&hint), "{text}");
+    let resumed = loom(&[
+        "--store",
+        store,
+        "resume",
+        "checkout-1",
+        quickstart::APPROVAL_EVENT,
+        &key,
+        r#"{"action": "approve", "by": "ops"}"#,
+    ]);
+    assert_eq!(code(&resumed), 0, "{}", stderr(&resumed));
+
+    let runtime = quickstart::compose(Runtime::builder(DiskStore::open(&path).unwrap()))
+        .build()
+        .unwrap();
+    runtime.recover().await.unwrap();
+    assert_eq!(
+        runtime.wait(&checkout).await.unwrap().status(),
+        ExecutionStatus::Completed
+    );
+}
