@@ -432,3 +432,18 @@ async fn tail_follows_a_live_execution_until_it_ends() {
     assert_eq!(types.last().map(String::as_str), Some("EXECUTION_FAILED"));
     assert!(!printed.contains(CARD));
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn ids_with_slashes_spaces_and_hashes_reach_their_execution() {
+    let server = server().await;
+    start_hello(&server.runtime, "team a/hello#1?x=1").await;
+    let shown = client(&server).show("team a/hello#1?x=1").await.unwrap();
+    assert_eq!(shown.execution.id, "team a/hello#1?x=1");
+    assert_eq!(shown.execution.status, "completed");
+    let page = client(&server)
+        .events("team a/hello#1?x=1", 1, Duration::from_secs(5))
+        .await
+        .unwrap();
+    assert!(page.ended);
+    assert_eq!(page.events.first().map(|event| event.seq), Some(1));
+}
