@@ -2,8 +2,10 @@
 //! [`Runtime`] and so holds the store. Mount [`admin_router`] in the server (it answers under
 //! `/admin/`) and serve it on loopback only ([`bind_loopback`]).
 //!
-//! Every request carries `Authorization: Bearer <token>`, compared in constant time; a missing
-//! or wrong token is answered `401` and nothing else is looked at. Errors are JSON
+//! Every API request (`/admin/v1/...`) carries `Authorization: Bearer <token>`, compared in
+//! constant time; a missing or wrong token is answered `401` and nothing else is looked at.
+//! The web console's static files (`/admin/`, its script and style sheet) hold no data and are
+//! served without it; the page asks for the token and keeps it in the tab's session storage. Errors are JSON
 //! (`{"error": {"kind": .., "message": ..}}`) with the status of their [`ErrorKind`].
 //! Verdicts, resumes and cancels go through the runtime (`Runtime::resolve`, `resume`,
 //! `cancel`), so the execution's driver records them and drives the flow on at once.
@@ -18,7 +20,7 @@ use axum::extract::rejection::QueryRejection;
 use axum::extract::{Path, Query, Request, State};
 use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
 use axum::middleware::{self, Next};
-use axum::response::{IntoResponse, Response};
+use axum::response::{IntoResponse, Redirect, Response};
 use axum::routing::{get, post};
 use loom_kernel::classify::DataClassification;
 use loom_kernel::event::Verdict;
@@ -119,11 +121,12 @@ struct AdminState<S> {
 
 type Shared<S> = State<Arc<AdminState<S>>>;
 
-/// The admin API over `runtime`'s store, guarded by `config`'s token. Routes are under
-/// `/admin/`; merge it into the server's router (`app.merge(admin_router(..))`).
+/// The admin API over `runtime`'s store, guarded by `config`'s token, and the web console
+/// that uses it (`GET /admin/`). Routes are under `/admin/`; merge it into the server's router
+/// (`app.merge(admin_router(..))`).
 pub fn admin_router<S: EventStore>(runtime: Runtime<S>, config: AdminConfig) -> Router {
     let state = Arc::new(AdminState { runtime, config });
-    Router::new()
+    let api = Router::new()
         .route("/admin/v1/executions", get(list::<S>))
         .route("/admin/v1/executions/{id}", get(show::<S>))
         .route("/admin/v1/executions/{id}/events", get(events::<S>))
@@ -135,7 +138,46 @@ pub fn admin_router<S: EventStore>(runtime: Runtime<S>, config: AdminConfig) -> 
             Arc::clone(&state),
             authorize::<S>,
         ))
-        .with_state(state)
+        .with_state(state);
+    // The web console's files hold no data: they are served without the token, and the page
+    // asks for it before it calls the API.
+    let page = Router::new()
+        .route("/admin", get(|| async { Redirect::permanent("admin/") }))
+        .route(
+            "/admin/",
+            get(|| async { web(INDEX_HTML, "text/html; charset=utf-8") }),
+        )
+        .route(
+            "/admin/console.js",
+            get(|| async { web(CONSOLE_JS, "text/javascript; charset=utf-8") }),
+        )
+        .route(
+            "/admin/console.css",
+            get(|| async { web(CONSOLE_CSS, "text/css; charset=utf-8") }),
+        );
+    api.merge(page)
+}
+
+const INDEX_HTML: &str = include_str!("../web/index.html");
+const CONSOLE_JS: &str = include_str!("../web/console.js");
+const CONSOLE_CSS: &str = include_str!("../web/console.css");
+
+/// What the web console's page may load and where it may connect: its own files and the API
+/// only, no inline script, no framing.
+pub const CONTENT_SECURITY_POLICY: &str = "default-src 'none'; script-src 'self'; style-src 'self'; connect-src 'self'; img-src 'self'; frame-ancestors 'none'; base-uri 'none'; form-action 'none'";
+
+fn web(body: &'static str, content_type: &'static str) -> Response {
+    (
+        [
+            (header::CONTENT_TYPE, content_type),
+            (header::CONTENT_SECURITY_POLICY, CONTENT_SECURITY_POLICY),
+            (header::X_CONTENT_TYPE_OPTIONS, "nosniff"),
+            (header::REFERRER_POLICY, "no-referrer"),
+            (header::CACHE_CONTROL, "no-cache"),
+        ],
+        body,
+    )
+        .into_response()
 }
 
 async fn authorize<S: EventStore>(

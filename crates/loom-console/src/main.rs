@@ -49,6 +49,9 @@ struct Cli {
     /// postgres:// URL (reads only). Default: $LOOM_STORE.
     #[arg(long, global = true, value_name = "FILE|URL")]
     store: Option<String>,
+    /// The PostgreSQL schema holding Loom's tables (with a postgres:// store).
+    #[arg(long, global = true, value_name = "NAME", default_value = "loom")]
+    schema: String,
     /// The admin API of the process that runs the flows, e.g. http://127.0.0.1:7171.
     /// Default: $LOOM_ADMIN_URL (when --store is not given).
     #[arg(long, global = true, value_name = "URL")]
@@ -227,7 +230,9 @@ async fn backend(cli: &Cli) -> Result<Backend, ConsoleError> {
         ));
     };
     if store.starts_with("postgres://") || store.starts_with("postgresql://") {
-        let config = PostgresStoreConfig::new(store).check_only();
+        let config = PostgresStoreConfig::new(store)
+            .schema(&cli.schema)
+            .check_only();
         let connected = PostgresStore::connect(config).await.map_err(|error| {
             ConsoleError::unavailable(format!("cannot connect to PostgreSQL: {error}"))
         })?;

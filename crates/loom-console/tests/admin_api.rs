@@ -447,3 +447,46 @@ async fn ids_with_slashes_spaces_and_hashes_reach_their_execution() {
     assert!(page.ended);
     assert_eq!(page.events.first().map(|event| event.seq), Some(1));
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_web_console_page_is_served_without_data_and_with_a_strict_policy() {
+    let server = server().await;
+    start_order(&server.runtime, "order-1").await;
+    let get = |path: &str| format!("GET {path} HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n");
+
+    let (status, head, body) = raw(&server.url, &get("/admin/")).await;
+    assert_eq!(status, 200);
+    let head = head.to_ascii_lowercase();
+    assert!(head.contains("content-type: text/html"), "{head}");
+    assert!(
+        head.contains("content-security-policy: default-src 'none'; script-src 'self'"),
+        "{head}"
+    );
+    assert!(head.contains("frame-ancestors 'none'"), "{head}");
+    assert!(body.contains("<script src=\"console.js\" defer></script>"));
+    assert!(!body.contains("order-1"), "the page holds no data");
+
+    let (status, head, script) = raw(&server.url, &get("/admin/console.js")).await;
+    assert_eq!(status, 200);
+    assert!(
+        head.to_ascii_lowercase()
+            .contains("content-type: text/javascript")
+    );
+    assert!(script.contains("Authorization: \"Bearer \" + token"));
+    assert!(
+        !script.contains("innerHTML"),
+        "server values go in as text only"
+    );
+    let (status, _, _) = raw(&server.url, &get("/admin/console.css")).await;
+    assert_eq!(status, 200);
+
+    let (status, head, _) = raw(&server.url, &get("/admin")).await;
+    assert_eq!(status, 308);
+    assert!(
+        head.to_ascii_lowercase().contains("location: admin/"),
+        "{head}"
+    );
+
+    let (status, _, _) = raw(&server.url, &get("/admin/v1/in-doubt")).await;
+    assert_eq!(status, 401, "the API still wants the token");
+}
