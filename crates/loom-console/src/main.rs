@@ -234,7 +234,9 @@ async fn backend(cli: &Cli) -> Result<Backend, ConsoleError> {
             .schema(&cli.schema)
             .check_only();
         let connected = PostgresStore::connect(config).await.map_err(|error| {
-            ConsoleError::unavailable(format!("cannot connect to PostgreSQL: {error}"))
+            ConsoleError::unavailable(format!(
+                "cannot open the PostgreSQL store: {error} (the schema is chosen with --schema, default loom)"
+            ))
         })?;
         return Ok(Backend::Postgres(connected));
     }

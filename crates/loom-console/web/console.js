@@ -288,6 +288,13 @@ document.addEventListener("DOMContentLoaded", () => {
       say(error.message);
     }
   });
+  // A link may carry the token in its fragment (never sent to a server): take it, then drop it
+  // from the address bar and the history.
+  const fragment = new URLSearchParams(location.hash.slice(1));
+  if (fragment.get("token")) {
+    token = fragment.get("token");
+    history.replaceState(null, "", location.pathname + location.search);
+  }
   if (token) login(token);
   setInterval(() => {
     if (token) refresh();
