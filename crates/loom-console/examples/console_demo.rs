@@ -65,9 +65,14 @@ async fn main() -> Result<()> {
             .start("checkout", &order, quickstart::start_options(&id))
             .await?;
         let id = ExecutionId::new(format!("transfer-{n}"))?;
-        let input = json!({"amount": 100 * n, "card": {"number": "4111111111111111", "holder": "Ada"}});
+        let input =
+            json!({"amount": 100 * n, "card": {"number": "4111111111111111", "holder": "Ada"}});
         runtime
-            .start("transfer", &input, StartOptions::new(id).grant("bank.transfer"))
+            .start(
+                "transfer",
+                &input,
+                StartOptions::new(id).grant("bank.transfer"),
+            )
             .await?;
     }
     let greet = ExecutionId::new("greet-1")?;

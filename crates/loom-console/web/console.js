@@ -199,6 +199,7 @@ async function refreshDetail() {
   }
   const gates = $("gates").tBodies[0];
   gates.replaceChildren();
+  $("gates").hidden = $("gates-title").hidden = shown.state.pendingGates.length === 0;
   for (const gate of shown.state.pendingGates) {
     const row = gates.insertRow();
     cell(row, gate.gateId);
@@ -221,6 +222,8 @@ async function refreshDetail() {
 
 async function select(id) {
   selected = id;
+  // The address names the execution shown (never the token), so it can be shared.
+  history.replaceState(null, "", location.pathname + location.search + "#execution=" + encodeURIComponent(id));
   selectedFrom = 0;
   $("events").replaceChildren();
   follow += 1;
@@ -261,6 +264,7 @@ function login(newToken) {
   sessionStorage.setItem("loom-admin-token", token);
   $("app").hidden = false;
   $("logout").hidden = false;
+  $("login-fields").hidden = true;
   refresh();
 }
 
@@ -269,6 +273,7 @@ function logout() {
   sessionStorage.removeItem("loom-admin-token");
   $("app").hidden = true;
   $("logout").hidden = true;
+  $("login-fields").hidden = false;
 }
 
 document.addEventListener("DOMContentLoaded", () => {
@@ -296,6 +301,7 @@ document.addEventListener("DOMContentLoaded", () => {
     history.replaceState(null, "", location.pathname + location.search);
   }
   if (token) login(token);
+  if (token && fragment.get("execution")) select(fragment.get("execution"));
   setInterval(() => {
     if (token) refresh();
   }, 5000);
