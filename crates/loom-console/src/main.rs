@@ -696,10 +696,21 @@ fn print_show(shown: &ShowView, json: bool, full: bool) {
                     step.status.clone(),
                     step.attempt.map_or("-".into(), |a| a.to_string()),
                     step.seq.to_string(),
+                    match (step.started_at_ms, step.ended_at_ms) {
+                        (Some(start), Some(end)) => duration_precise(end.saturating_sub(start)),
+                        (Some(start), None) => now.map_or("-".into(), |now| {
+                            format!("{} so far", duration(now.saturating_sub(start)))
+                        }),
+                        _ => "-".into(),
+                    },
                 ]
             })
             .collect();
-        print_table("  ", &["STEP", "EFFECT", "STATUS", "ATTEMPT", "SEQ"], &rows);
+        print_table(
+            "  ",
+            &["STEP", "EFFECT", "STATUS", "ATTEMPT", "SEQ", "TOOK"],
+            &rows,
+        );
     }
     if !state.pending_gates.is_empty() {
         println!("pending gates");
@@ -864,6 +875,15 @@ fn ago(now: Option<u64>, ms: u64) -> String {
     }
 }
 
+/// A short duration to the millisecond: `12ms`, `1.250s`, or [`duration`] past a minute.
+fn duration_precise(ms: u64) -> String {
+    match ms {
+        0..1000 => format!("{ms}ms"),
+        1000..60_000 => format!("{}.{:03}s", ms / 1000, ms % 1000),
+        _ => duration(ms),
+    }
+}
+
 /// A duration for people: `45s`, `3m12s`, `2h05m`, `4d03h`.
 fn duration(ms: u64) -> String {
     let secs = ms / 1000;
@@ -888,6 +908,9 @@ mod tests {
         assert_eq!(duration(192_000), "3m12s");
         assert_eq!(duration(7_500_000), "2h05m");
         assert_eq!(duration(356_400_000), "4d03h");
+        assert_eq!(duration_precise(12), "12ms");
+        assert_eq!(duration_precise(1250), "1.250s");
+        assert_eq!(duration_precise(192_000), "3m12s");
     }
 
     #[test]

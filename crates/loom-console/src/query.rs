@@ -119,14 +119,37 @@ pub async fn show<S: EventStore>(
         started_at_ms: log.first().and_then(|envelope| envelope.recorded_at_ms),
         last_event_at_ms: log.last().and_then(|envelope| envelope.recorded_at_ms),
     };
+    let mut state_view = state_view(&state);
+    step_times(&mut state_view.steps, &log);
     Ok(ShowView {
         execution,
-        state: state_view(&state),
+        state: state_view,
         events: log
             .iter()
             .map(|envelope| event_view(classification, envelope))
             .collect(),
     })
+}
+
+/// Fills in when each step started and ended, from the log's `recordedAtMs` (for latency).
+fn step_times(steps: &mut [crate::view::StepView], log: &[loom_kernel::EventEnvelope]) {
+    let mut started = std::collections::BTreeMap::new();
+    for envelope in log {
+        if let Event::StepStarted(event) = &envelope.event {
+            started
+                .entry(event.step_id.as_str())
+                .or_insert(envelope.recorded_at_ms);
+        }
+    }
+    for step in steps {
+        step.started_at_ms = started.get(step.step_id.as_str()).copied().flatten();
+        if matches!(step.status.as_str(), "completed" | "failed") {
+            step.ended_at_ms = usize::try_from(step.seq)
+                .ok()
+                .and_then(|seq| log.get(seq))
+                .and_then(|envelope| envelope.recorded_at_ms);
+        }
+    }
 }
 
 /// Up to `limit` events of `id` from seq `from` on, payloads masked. An unknown execution is

@@ -111,6 +111,13 @@ pub struct StepView {
     pub attempt: Option<u32>,
     /// The seq of the event that gave the step this status.
     pub seq: u64,
+    /// When its first attempt's `STEP_STARTED` was recorded (absent for a quick step, recorded
+    /// by its outcome alone, and in logs without times).
+    #[serde(default)]
+    pub started_at_ms: Option<u64>,
+    /// When its outcome was recorded, if it has one.
+    #[serde(default)]
+    pub ended_at_ms: Option<u64>,
 }
 
 /// A gate the execution waits on: resume it with `loom resume <id> <eventType> <key> <json>`.
@@ -240,6 +247,8 @@ pub fn state_view(state: &ExecutionState) -> StateView {
                 status: status.to_owned(),
                 attempt,
                 seq,
+                started_at_ms: None,
+                ended_at_ms: None,
             }
         })
         .collect();

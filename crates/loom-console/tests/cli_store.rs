@@ -118,6 +118,10 @@ async fn show_prints_the_folded_state_then_the_log_with_classified_fields_masked
     ]));
     assert_eq!(shown["execution"]["status"], "in-doubt");
     assert_eq!(shown["state"]["stepsInDoubt"][0], "charge#1");
+    let step = &shown["state"]["steps"][0];
+    assert_eq!(step["status"], "in-doubt");
+    assert!(step["startedAtMs"].is_u64(), "{step}");
+    assert!(step["endedAtMs"].is_null(), "{step}");
     assert_eq!(shown["events"][0]["type"], "EXECUTION_STARTED");
     assert_eq!(
         shown["events"][0]["event"]["input"]["card"]["number"],

@@ -189,13 +189,26 @@ async function refreshDetail() {
   fact("capabilities", shown.state.capabilities.join(", ") || "-");
   const steps = $("steps").tBodies[0];
   steps.replaceChildren();
-  for (const step of shown.state.steps) {
+  // Step latency, in the order the steps were recorded, with bars against the slowest.
+  const took = (step) =>
+    step.startedAtMs && step.endedAtMs ? step.endedAtMs - step.startedAtMs : null;
+  const slowest = Math.max(1, ...shown.state.steps.map((step) => took(step) || 0));
+  const ordered = shown.state.steps.slice().sort((a, b) => a.seq - b.seq);
+  for (const step of ordered) {
     const row = steps.insertRow();
     cell(row, step.stepId);
     cell(row, step.effect);
     cell(row, step.status, "status-" + step.status);
     cell(row, step.attempt);
     cell(row, step.seq);
+    const ms = took(step);
+    const latency = cell(row, ms === null ? "-" : ms < 1000 ? ms + "ms" : duration(ms));
+    if (ms !== null) {
+      const bar = document.createElement("span");
+      bar.className = "age latency";
+      bar.style.width = Math.max(1, Math.round((100 * ms) / slowest)) + "px";
+      latency.appendChild(bar);
+    }
   }
   const gates = $("gates").tBodies[0];
   gates.replaceChildren();
