@@ -7,7 +7,8 @@
 //!   a log from a seq on (for `tail`), the steps in doubt with how long they have waited.
 //! - The admin API ([`admin`]): [`admin_router`], an axum router that a server embedding a
 //!   `Runtime` mounts on loopback, bearer-token guarded, with read and verdict endpoints that
-//!   go through the runtime.
+//!   go through the runtime; and the web console it serves at `/admin/` (`web/`: a static
+//!   page, script and style sheet built into the crate, calling the same API).
 //! - Writes on a store no process runs flows on ([`offline`]): the one event the kernel's
 //!   driver would record, when the fold says it would accept it.
 //! - A small client of the admin API ([`client`]) and the `loom` binary (`src/main.rs`).
