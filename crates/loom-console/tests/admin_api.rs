@@ -490,3 +490,38 @@ async fn the_web_console_page_is_served_without_data_and_with_a_strict_policy() 
     let (status, _, _) = raw(&server.url, &get("/admin/v1/in-doubt")).await;
     assert_eq!(status, 401, "the API still wants the token");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_verdicts_at_once_record_one_and_refuse_the_other() {
+    let server = server().await;
+    let execution = start_order(&server.runtime, "order-1").await;
+    let client = client(&server);
+    let completed = Verdict::Completed {
+        output: Payload::from_value(&json!({"charged": 42})),
+    };
+    let failed = Verdict::Failed {
+        error: ErrorInfo::new("ops.refunded", "refunded"),
+    };
+    let (first, second) = tokio::join!(
+        client.resolve("order-1", "charge#1", &completed, Some("ada")),
+        client.resolve("order-1", "charge#1", &failed, Some("bob")),
+    );
+    let refused: Vec<_> = [first, second]
+        .into_iter()
+        .filter_map(Result::err)
+        .collect();
+    assert_eq!(
+        refused.len(),
+        1,
+        "exactly one verdict is refused: {refused:?}"
+    );
+    assert_eq!(refused[0].kind, ErrorKind::Refused);
+    server.runtime.wait(&execution).await.unwrap();
+    let shown = client.show("order-1").await.unwrap();
+    let verdicts = shown
+        .events
+        .iter()
+        .filter(|event| event.event_type == "EFFECT_RESOLVED")
+        .count();
+    assert_eq!(verdicts, 1, "one verdict in the log");
+}
