@@ -298,6 +298,30 @@ async fn the_cli_goes_through_the_admin_api_while_the_server_holds_the_store() {
     assert_eq!(code(&shown), 0, "{}", stderr(&shown));
     assert!(!stdout(&shown).contains(CARD), "{}", stdout(&shown));
     assert!(stdout(&shown).contains("\"number\":\"***\""));
+    assert!(stdout(&shown).contains("Ada"));
+    // The CLI's own classification adds to the server's.
+    let more = loom_async(&[
+        "--admin",
+        url,
+        "--token",
+        TOKEN,
+        "--mask",
+        "card.holder",
+        "show",
+        "order-1",
+        "--full",
+    ])
+    .await;
+    assert!(
+        !stdout(&more).contains("Ada") && !stdout(&more).contains(CARD),
+        "{}",
+        stdout(&more)
+    );
+    assert!(
+        stdout(&more).contains("\"holder\":\"***\""),
+        "{}",
+        stdout(&more)
+    );
 
     let in_doubt = loom_async(&["--admin", url, "--token", TOKEN, "in-doubt"]).await;
     assert!(stdout(&in_doubt).contains("order-2:charge#1"));
