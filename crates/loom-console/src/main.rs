@@ -641,6 +641,15 @@ fn print_executions(listed: &[ExecutionView], json: bool) {
         ],
         &rows,
     );
+    let counts: Vec<String> = loom_console::view::STATUSES
+        .into_iter()
+        .map(loom_console::view::status_name)
+        .filter_map(|status| {
+            let count = listed.iter().filter(|view| view.status == status).count();
+            (count > 0).then(|| format!("{count} {status}"))
+        })
+        .collect();
+    println!("\n{} executions: {}", listed.len(), counts.join(", "));
 }
 
 fn flow_label(view: &ExecutionView) -> String {
