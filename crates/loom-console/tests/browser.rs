@@ -20,9 +20,10 @@ fn chromium() -> Option<&'static str> {
         })
 }
 
-/// The page's DOM once its scripts have run and its requests have been answered.
+/// The page's DOM once its scripts have run and its requests have been answered. A browser
+/// that has not finished after two minutes is killed and the test fails, rather than hanging.
 fn dump_dom(browser: &str, url: &str) -> String {
-    let output = Command::new(browser)
+    let mut child = Command::new(browser)
         .args([
             "--headless",
             "--no-sandbox",
@@ -31,10 +32,32 @@ fn dump_dom(browser: &str, url: &str) -> String {
             "--dump-dom",
             url,
         ])
-        .output()
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::null())
+        .spawn()
         .expect("the browser runs");
-    assert!(output.status.success(), "{}", stderr(&output));
-    stdout(&output)
+    let mut stdout = child.stdout.take().expect("piped");
+    let reader = std::thread::spawn(move || {
+        let mut dom = String::new();
+        std::io::Read::read_to_string(&mut stdout, &mut dom).map(|_| dom)
+    });
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(120);
+    let status = loop {
+        if let Some(status) = child.try_wait().expect("the browser can be waited for") {
+            break status;
+        }
+        if std::time::Instant::now() > deadline {
+            let _ = child.kill();
+            let _ = child.wait();
+            panic!("the browser did not finish loading the page");
+        }
+        std::thread::sleep(std::time::Duration::from_millis(100));
+    };
+    assert!(status.success(), "the browser failed: {status}");
+    reader
+        .join()
+        .expect("the reader ends")
+        .expect("the DOM is text")
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
