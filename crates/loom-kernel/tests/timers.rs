@@ -78,6 +78,27 @@ async fn until<S: EventStore>(
     panic!("execution {execution} never reached the expected status");
 }
 
+/// Polls the log until a gate of `event_type` is pending, then waits for the driver to park.
+async fn until_gate<S: EventStore>(
+    runtime: &Runtime<S>,
+    execution: &ExecutionId,
+    event_type: &str,
+) {
+    for _ in 0..5_000 {
+        let state = runtime.state(execution).await.unwrap();
+        if state
+            .pending_gates()
+            .values()
+            .any(|gate| &*gate.event_type == event_type)
+        {
+            runtime.wait(execution).await.unwrap();
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis(1)).await;
+    }
+    panic!("execution {execution} never waited at a gate of {event_type}");
+}
+
 async fn output<S: EventStore>(store: &S, execution: &ExecutionId) -> Value {
     match events_of(store, execution).await.pop() {
         Some(Event::ExecutionCompleted(done)) => done.output.to_value(),
@@ -298,21 +319,7 @@ async fn a_resume_after_the_deadline_of_a_live_execution_is_refused_as_timed_out
     runtime.wait(&e).await.unwrap();
     clock.advance(Duration::from_secs(60));
     // The timeout is recorded, then the flow opens its second gate.
-    let mut waiting_for_ack = false;
-    for _ in 0..5_000 {
-        let state = runtime.state(&e).await.unwrap();
-        if state
-            .pending_gates()
-            .values()
-            .any(|gate| &*gate.event_type == "Ack")
-        {
-            waiting_for_ack = true;
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(1)).await;
-    }
-    assert!(waiting_for_ack);
-    runtime.wait(&e).await.unwrap();
+    until_gate(&runtime, &e, "Ack").await;
     let before = events_of(&store, &e).await.len();
     let late = runtime
         .resume(&e, "Approval", "order-1", json!("yes").into())
@@ -442,4 +449,90 @@ async fn a_timer_survives_a_new_runtime_on_the_disk_store() {
     let e = id("disk");
     until(&second, &e, |s| s == ExecutionStatus::Completed).await;
     assert_eq!(output(&store, &e).await, json!("escalated"));
+}
+
+/// Sleeps, then waits at a gate.
+async fn nap_then_go(ctx: FlowCtx, _: Value) -> Result<Value, FlowError> {
+    ctx.sleep(Duration::from_secs(10)).await?;
+    let timed = ctx
+        .suspend_with_timeout("Approval", "a", Duration::from_secs(5))
+        .await?;
+    let go = ctx.suspend("Go", "go").await?;
+    Ok(json!({"timedOut": timed == GateOutcome::TimedOut, "go": go.to_value()}))
+}
+
+#[tokio::test]
+async fn replay_serves_recorded_deadlines_and_outcomes_without_reading_the_clock() {
+    let store = MemoryStore::new();
+    let clock = ManualClock::new(T0);
+    let build = |clock: CountingClock| {
+        Runtime::builder(store.clone())
+            .flow(flow_fn("nap_then_go", 1, nap_then_go))
+            .clock(clock)
+            .build()
+            .unwrap()
+    };
+    let e = id("replayed");
+    {
+        let first = build(CountingClock {
+            inner: clock.clone(),
+            reads: Arc::default(),
+        });
+        first
+            .start("nap_then_go", &json!(null), StartOptions::new(e.clone()))
+            .await
+            .unwrap();
+        first.wait(&e).await.unwrap();
+        clock.advance(Duration::from_secs(10));
+        until_gate(&first, &e, "Approval").await;
+        clock.advance(Duration::from_secs(5));
+        until_gate(&first, &e, "Go").await;
+    }
+    // A new runtime whose clock is far off and counts its reads: the resume replays the
+    // timer and the timed-out gate from the log.
+    clock.set(0);
+    let counting = CountingClock {
+        inner: clock.clone(),
+        reads: Arc::default(),
+    };
+    let second = build(counting.clone());
+    second
+        .resume(&e, "Go", "go", json!("now").into())
+        .await
+        .unwrap();
+    until(&second, &e, |s| s == ExecutionStatus::Completed).await;
+    assert_eq!(
+        output(&store, &e).await,
+        json!({"timedOut": true, "go": "now"})
+    );
+    assert_eq!(
+        counting.reads.load(Ordering::SeqCst),
+        0,
+        "replay read the clock"
+    );
+    replays(&second, &store, &e).await;
+}
+
+/// Opens a timer under the reserved name by hand: refused.
+async fn forges_a_timer(ctx: FlowCtx, _: Value) -> Result<Value, FlowError> {
+    match ctx.suspend(TIMER_EVENT_TYPE, "mine").await {
+        Err(StepError::ReservedEventType(t)) => Ok(json!(t)),
+        other => Ok(json!(format!("{other:?}"))),
+    }
+}
+
+#[tokio::test]
+async fn a_flow_cannot_open_a_gate_of_a_reserved_type() {
+    let store = MemoryStore::new();
+    let runtime = Runtime::builder(store.clone())
+        .flow(flow_fn("forge", 1, forges_a_timer))
+        .clock(ManualClock::new(T0))
+        .build()
+        .unwrap();
+    let e = runtime
+        .start("forge", &json!(null), StartOptions::new(id("forge")))
+        .await
+        .unwrap();
+    runtime.wait(&e).await.unwrap();
+    assert_eq!(output(&store, &e).await, json!(TIMER_EVENT_TYPE));
 }
