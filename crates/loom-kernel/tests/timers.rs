@@ -536,3 +536,196 @@ async fn a_flow_cannot_open_a_gate_of_a_reserved_type() {
     runtime.wait(&e).await.unwrap();
     assert_eq!(output(&store, &e).await, json!(TIMER_EVENT_TYPE));
 }
+
+/// Two timers joined, and a zero-length one: each is its own gate, and all fire.
+async fn joined(ctx: FlowCtx, _: Value) -> Result<Value, FlowError> {
+    let (a, b) = futures::join!(
+        ctx.sleep(Duration::from_secs(2)),
+        ctx.sleep(Duration::from_secs(1))
+    );
+    a?;
+    b?;
+    ctx.sleep(Duration::ZERO).await?;
+    Ok(json!("both"))
+}
+
+#[tokio::test]
+async fn joined_timers_are_separate_gates_and_a_zero_timer_fires_at_once() {
+    let store = MemoryStore::new();
+    let clock = ManualClock::new(T0);
+    let runtime = Runtime::builder(store.clone())
+        .flow(flow_fn("joined", 1, joined))
+        .clock(clock.clone())
+        .build()
+        .unwrap();
+    let e = runtime
+        .start("joined", &json!(null), StartOptions::new(id("joined")))
+        .await
+        .unwrap();
+    runtime.wait(&e).await.unwrap();
+    assert_eq!(runtime.pending_timers(), 2);
+    clock.advance(Duration::from_secs(1));
+    // timer#2 (1 s) fires first; timer#1 still waits.
+    for _ in 0..5_000 {
+        if runtime.state(&e).await.unwrap().pending_gates().len() == 1 {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(1)).await;
+    }
+    let state = runtime.wait(&e).await.unwrap();
+    assert_eq!(
+        state.pending_gates().keys().collect::<Vec<_>>(),
+        ["timer#1"]
+    );
+    clock.advance(Duration::from_secs(1));
+    until(&runtime, &e, |s| s == ExecutionStatus::Completed).await;
+    assert_eq!(output(&store, &e).await, json!("both"));
+    let resumed: Vec<_> = events_of(&store, &e)
+        .await
+        .into_iter()
+        .filter_map(|e| match e {
+            Event::ExecutionResumed(r) => Some(r.gate_id),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(resumed, ["timer#2", "timer#1", "timer#3"]);
+    replays(&runtime, &store, &e).await;
+}
+
+#[tokio::test]
+async fn cancelling_a_sleeping_execution_disarms_its_timer_and_records_no_resume() {
+    let store = MemoryStore::new();
+    let clock = ManualClock::new(T0);
+    let runtime = runtime(store.clone(), clock.clone());
+    let e = runtime
+        .start("nap", &json!(null), StartOptions::new(id("cancelled")))
+        .await
+        .unwrap();
+    runtime.wait(&e).await.unwrap();
+    assert_eq!(runtime.pending_timers(), 1);
+    runtime
+        .cancel(&e, Some("no longer needed".into()))
+        .await
+        .unwrap();
+    let state = runtime.wait(&e).await.unwrap();
+    assert_eq!(state.status(), ExecutionStatus::Cancelled);
+    assert_eq!(runtime.pending_timers(), 0);
+    let before = events_of(&store, &e).await.len();
+    clock.advance(Duration::from_secs(60));
+    tokio::time::sleep(Duration::from_millis(20)).await;
+    assert_eq!(events_of(&store, &e).await.len(), before);
+}
+
+/// The approval flow, with a shorter timeout in a new build.
+async fn approval_shorter(ctx: FlowCtx, _: Value) -> Result<Value, FlowError> {
+    match ctx
+        .suspend_with_timeout("Approval", "order-1", Duration::from_secs(60))
+        .await?
+    {
+        GateOutcome::Resumed(answer) => Ok(json!({"approved": answer.to_value()})),
+        GateOutcome::TimedOut => Ok(json!("escalated")),
+    }
+}
+
+/// The approval flow rewritten to wait without a deadline.
+async fn approval_without_deadline(ctx: FlowCtx, _: Value) -> Result<Value, FlowError> {
+    let answer = ctx.suspend("Approval", "order-1").await?;
+    Ok(json!({"approved": answer.to_value()}))
+}
+
+#[tokio::test]
+async fn a_recorded_deadline_outlives_a_code_change_and_dropping_it_is_a_divergence() {
+    let store = MemoryStore::new();
+    let clock = ManualClock::new(T0);
+    let e = id("changed");
+    {
+        let first = runtime(store.clone(), clock.clone());
+        first
+            .start("approval", &json!(null), StartOptions::new(e.clone()))
+            .await
+            .unwrap();
+        first.wait(&e).await.unwrap();
+    }
+    // A new build shortens the timeout: the recorded deadline (one hour) still holds.
+    {
+        let second = Runtime::builder(store.clone())
+            .flow(flow_fn("approval", 1, approval_shorter))
+            .clock(clock.clone())
+            .build()
+            .unwrap();
+        assert_eq!(second.recover_report().await.unwrap().timers, 1);
+        clock.advance(Duration::from_secs(120));
+        tokio::time::sleep(Duration::from_millis(20)).await;
+        assert_eq!(
+            second.state(&e).await.unwrap().status(),
+            ExecutionStatus::Suspended,
+            "the deadline is the recorded one, not the new code's"
+        );
+    }
+    // A build that waits without a deadline no longer issues the recorded decision.
+    let third = Runtime::builder(store.clone())
+        .flow(flow_fn("approval", 1, approval_without_deadline))
+        .clock(clock.clone())
+        .build()
+        .unwrap();
+    let log = store.read_all(&e).await.unwrap();
+    match third.replay_log(log) {
+        Err(ReplayError::NonDeterminism(divergence)) => {
+            assert_eq!(divergence.seq, 1);
+            assert!(divergence.recorded.contains(DEADLINE_KIND), "{divergence}");
+        }
+        other => panic!("{other:?}"),
+    }
+    let refused = third
+        .resume(&e, "Approval", "order-1", json!("yes").into())
+        .await
+        .unwrap_err();
+    assert!(matches!(refused, ResumeError::Driver { .. }), "{refused:?}");
+}
+
+/// A resume and the deadline race: exactly one of them is recorded, whichever the driver
+/// took first, and the flow's branch matches the log.
+#[tokio::test]
+async fn a_resume_racing_the_deadline_records_exactly_one_of_them() {
+    for round in 0..20 {
+        let store = MemoryStore::new();
+        let clock = ManualClock::new(T0);
+        let runtime = runtime(store.clone(), clock.clone());
+        let e = runtime
+            .start(
+                "approval",
+                &json!(null),
+                StartOptions::new(id(&format!("race{round}"))),
+            )
+            .await
+            .unwrap();
+        runtime.wait(&e).await.unwrap();
+        let resume = {
+            let runtime = runtime.clone();
+            let e = e.clone();
+            tokio::spawn(async move {
+                runtime
+                    .resume(&e, "Approval", "order-1", json!("yes").into())
+                    .await
+            })
+        };
+        clock.advance(Duration::from_secs(3600));
+        let resumed = resume.await.unwrap();
+        until(&runtime, &e, |s| s == ExecutionStatus::Completed).await;
+        let out = output(&store, &e).await;
+        match resumed {
+            Ok(()) => assert_eq!(out, json!({"approved": "yes"})),
+            Err(ResumeError::TimedOut { .. } | ResumeError::NoPendingGate { .. }) => {
+                assert_eq!(out, json!("escalated"))
+            }
+            Err(other) => panic!("{other:?}"),
+        }
+        let resumes = events_of(&store, &e)
+            .await
+            .iter()
+            .filter(|e| matches!(e, Event::ExecutionResumed(_)))
+            .count();
+        assert_eq!(resumes, 1);
+        replays(&runtime, &store, &e).await;
+    }
+}
