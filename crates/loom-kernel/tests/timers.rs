@@ -232,9 +232,14 @@ async fn a_gate_whose_deadline_passes_first_takes_the_timeout_branch_and_a_late_
         .await
         .unwrap_err();
     assert!(
-        matches!(late, ResumeError::NoPendingGate { .. }),
-        "an ended execution has no gate: {late:?}"
+        matches!(late, ResumeError::TimedOut { .. }),
+        "the ended execution's log says the gate timed out: {late:?}"
     );
+    let other = runtime
+        .resume(&e, "Approval", "order-2", json!("yes").into())
+        .await
+        .unwrap_err();
+    assert!(matches!(other, ResumeError::NoPendingGate { .. }), "{other:?}");
     assert_eq!(events_of(&store, &e).await.len(), before);
     replays(&runtime, &store, &e).await;
 }

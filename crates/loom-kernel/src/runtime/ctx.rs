@@ -1131,6 +1131,11 @@ impl CtxState {
         true
     }
 
+    /// The gates their deadline closed, for resumes that come after the execution ended.
+    pub(crate) fn timed_out_gates(&self) -> BTreeSet<(String, String)> {
+        self.timed_out.clone()
+    }
+
     /// Deadlines to arm and to disarm since the last call.
     pub(crate) fn take_deadlines(&mut self) -> (Vec<GateDeadline>, Vec<GateDeadline>) {
         (

@@ -1038,7 +1038,7 @@ impl<S: EventStore> Runtime<S> {
                     match &error {
                         Some(error) => driver::refuse_failed(&id, message, &error.to_string()),
                         None if unknown => driver::refuse_unknown(&id, message),
-                        None => driver::refuse_ended(&id, message),
+                        None => driver::refuse_ended(&id, message, &Default::default()),
                     }
                 }
                 if let Some(slot) = slots.get_mut(&id) {
