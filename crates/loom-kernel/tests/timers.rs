@@ -239,7 +239,10 @@ async fn a_gate_whose_deadline_passes_first_takes_the_timeout_branch_and_a_late_
         .resume(&e, "Approval", "order-2", json!("yes").into())
         .await
         .unwrap_err();
-    assert!(matches!(other, ResumeError::NoPendingGate { .. }), "{other:?}");
+    assert!(
+        matches!(other, ResumeError::NoPendingGate { .. }),
+        "{other:?}"
+    );
     assert_eq!(events_of(&store, &e).await.len(), before);
     replays(&runtime, &store, &e).await;
 }
@@ -733,4 +736,55 @@ async fn a_resume_racing_the_deadline_records_exactly_one_of_them() {
         assert_eq!(resumes, 1);
         replays(&runtime, &store, &e).await;
     }
+}
+
+/// A clock whose first `sleep_until` panics.
+#[derive(Debug, Clone)]
+struct PanicsOnce {
+    inner: ManualClock,
+    panicked: Arc<std::sync::atomic::AtomicBool>,
+}
+
+impl Clock for PanicsOnce {
+    fn now_ms(&self) -> u64 {
+        self.inner.now_ms()
+    }
+    fn sleep_until(
+        &self,
+        deadline_ms: u64,
+    ) -> std::pin::Pin<Box<dyn std::future::Future<Output = ()> + Send>> {
+        if !self.panicked.swap(true, Ordering::SeqCst) {
+            panic!("the clock cannot sleep");
+        }
+        self.inner.sleep_until(deadline_ms)
+    }
+}
+
+#[tokio::test]
+async fn a_clock_that_panics_stops_the_timer_task_only_until_the_next_deadline_is_armed() {
+    let store = MemoryStore::new();
+    let clock = ManualClock::new(T0);
+    let runtime = runtime(
+        store.clone(),
+        PanicsOnce {
+            inner: clock.clone(),
+            panicked: Arc::default(),
+        },
+    );
+    let first = runtime
+        .start("nap", &json!(null), StartOptions::new(id("first")))
+        .await
+        .unwrap();
+    runtime.wait(&first).await.unwrap();
+    // The task panicked in the clock; the deadline stays in the index.
+    tokio::time::sleep(Duration::from_millis(10)).await;
+    let second = runtime
+        .start("nap", &json!(null), StartOptions::new(id("second")))
+        .await
+        .unwrap();
+    runtime.wait(&second).await.unwrap();
+    assert_eq!(runtime.pending_timers(), 2);
+    clock.advance(Duration::from_secs(10));
+    until(&runtime, &first, |s| s == ExecutionStatus::Completed).await;
+    until(&runtime, &second, |s| s == ExecutionStatus::Completed).await;
 }

@@ -6,6 +6,13 @@
 //! exits when its execution ends or parks (waits only for resumes or verdicts); a resume,
 //! verdict or cancel starts a new one, which replays the log first.
 //!
+//! # Time
+//! `ctx.sleep`, `ctx.sleep_until` and `ctx.suspend_with_timeout` record a deadline before the
+//! gate that waits for it; one task per runtime serves every pending deadline from one ordered
+//! index, and `recover` arms them again from the logs (`timers.rs`, ADR 0009). A caller cannot
+//! resume a timer, and a resume after a gate's deadline is refused with
+//! [`ResumeError::TimedOut`].
+//!
 //! # Resumes that arrive early
 //! A resume is matched against the gates the flow has opened *so far*; one that matches no
 //! pending gate is refused with [`ResumeError::NoPendingGate`] and nothing is recorded. Loom
@@ -491,9 +498,17 @@ impl<S: EventStore> Inner<S> {
                 }
                 true
             };
+            let timers = Arc::clone(&self.timers);
             tokio::spawn(
-                timers::serve(Arc::clone(&self.timers), fire)
-                    .instrument(tracing::info_span!("timers")),
+                async move {
+                    let served = contain::contain_future(timers::serve(Arc::clone(&timers), fire));
+                    if let Err(panic) = served.await {
+                        // The clock is user code; the next deadline armed starts a new task.
+                        tracing::error!(%panic, "the timer task panicked (in the clock?); deadlines fire again once one is armed");
+                        timers.stopped();
+                    }
+                }
+                .instrument(tracing::info_span!("timers")),
             );
         }
     }

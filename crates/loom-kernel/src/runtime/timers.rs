@@ -68,7 +68,9 @@ pub(crate) fn is_timed_out_payload(payload: &Payload) -> bool {
 /// so replay never asks the clock), and when the timer task waits for the next deadline.
 ///
 /// Called on the runtime's tasks (a driver, the timer task), never on replay of recorded
-/// commands. It must not panic; a panic in `now_ms` fails the flow poll that asked.
+/// commands. It must not panic: a panic in `now_ms` while a flow asks fails that flow (as a
+/// panic of the flow), and a panic in the timer task stops it until the next deadline is armed
+/// (logged as an error).
 pub trait Clock: Send + Sync + std::fmt::Debug + 'static {
     /// Milliseconds since the Unix epoch.
     fn now_ms(&self) -> u64;
@@ -77,7 +79,8 @@ pub trait Clock: Send + Sync + std::fmt::Debug + 'static {
     fn sleep_until(&self, deadline_ms: u64) -> Pin<Box<dyn Future<Output = ()> + Send>>;
 }
 
-/// The system's wall clock, through tokio's timer. The default.
+/// The system's wall clock, through tokio's timer (the tokio runtime needs its time driver:
+/// `enable_time`, or `enable_all` as `#[tokio::main]` does). The default.
 #[derive(Debug, Clone, Copy, Default)]
 pub struct SystemClock;
 
@@ -233,6 +236,11 @@ impl Timers {
         if !index.sent.remove(&entry) {
             index.waiting.remove(&entry);
         }
+    }
+
+    /// The task ended without being closed (it panicked): the next arm starts another.
+    pub(crate) fn stopped(&self) {
+        self.started.store(false, Ordering::Release);
     }
 
     /// Stops the task (the runtime is gone).
