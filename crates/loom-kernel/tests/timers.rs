@@ -788,3 +788,192 @@ async fn a_clock_that_panics_stops_the_timer_task_only_until_the_next_deadline_i
     until(&runtime, &first, |s| s == ExecutionStatus::Completed).await;
     until(&runtime, &second, |s| s == ExecutionStatus::Completed).await;
 }
+
+/// Approval, rejection, or neither within an hour.
+async fn decide_order(ctx: FlowCtx, _: Value) -> Result<Value, FlowError> {
+    let gates = [("Approval", "order-1"), ("Rejection", "order-1")];
+    match ctx
+        .first_of(&gates, Some(Duration::from_secs(3600)))
+        .await?
+    {
+        Selected::Gate { index, payload } => Ok(json!({"gate": index, "by": payload.to_value()})),
+        Selected::TimedOut => Ok(json!("escalated")),
+    }
+}
+
+/// `first_of` misused: no gate, then the same gate twice.
+async fn misuses_first_of(ctx: FlowCtx, _: Value) -> Result<Value, FlowError> {
+    let none = ctx.first_of(&[], None).await;
+    let twice = ctx.first_of(&[("A", "k"), ("A", "k")], None).await;
+    Ok(json!([format!("{none:?}"), format!("{twice:?}")]))
+}
+
+fn first_of_runtime<S: EventStore>(store: S, clock: ManualClock) -> Runtime<S> {
+    Runtime::builder(store)
+        .flow(flow_fn("decide", 1, decide_order))
+        .flow(flow_fn("misuse", 1, misuses_first_of))
+        .clock(clock)
+        .build()
+        .unwrap()
+}
+
+fn resumes(events: &[Event]) -> Vec<(String, Value)> {
+    events
+        .iter()
+        .filter_map(|e| match e {
+            Event::ExecutionResumed(r) => Some((r.gate_id.clone(), r.payload.to_value())),
+            _ => None,
+        })
+        .collect()
+}
+
+#[tokio::test]
+async fn first_of_records_the_first_resume_and_closes_the_other_gates_in_the_same_batch() {
+    let store = MemoryStore::new();
+    let clock = ManualClock::new(T0);
+    let runtime = first_of_runtime(store.clone(), clock.clone());
+    let e = runtime
+        .start("decide", &json!(null), StartOptions::new(id("first")))
+        .await
+        .unwrap();
+    let parked = runtime.wait(&e).await.unwrap();
+    assert_eq!(parked.pending_gates().len(), 2);
+    assert_eq!(runtime.pending_timers(), 1);
+    runtime
+        .resume(&e, "Rejection", "order-1", json!("bo").into())
+        .await
+        .unwrap();
+    until(&runtime, &e, |s| s == ExecutionStatus::Completed).await;
+    assert_eq!(output(&store, &e).await, json!({"gate": 1, "by": "bo"}));
+    assert_eq!(
+        resumes(&events_of(&store, &e).await),
+        [
+            ("Rejection#1".to_owned(), json!("bo")),
+            (
+                "Approval#1".to_owned(),
+                json!({CLOSED_KEY: {"by": "Rejection#1"}})
+            ),
+        ]
+    );
+    assert_eq!(runtime.pending_timers(), 0);
+    let late = runtime
+        .resume(&e, "Approval", "order-1", json!("ana").into())
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(late, ResumeError::NoPendingGate { .. }),
+        "{late:?}"
+    );
+    clock.advance(Duration::from_secs(7200));
+    tokio::time::sleep(Duration::from_millis(20)).await;
+    assert_eq!(resumes(&events_of(&store, &e).await).len(), 2);
+    replays(&runtime, &store, &e).await;
+}
+
+#[tokio::test]
+async fn first_of_whose_deadline_passes_closes_every_gate_and_survives_a_new_runtime() {
+    let store = MemoryStore::new();
+    let clock = ManualClock::new(T0);
+    let e = id("nobody");
+    {
+        let first = first_of_runtime(store.clone(), clock.clone());
+        first
+            .start("decide", &json!(null), StartOptions::new(e.clone()))
+            .await
+            .unwrap();
+        first.wait(&e).await.unwrap();
+    }
+    let second = first_of_runtime(store.clone(), clock.clone());
+    assert_eq!(second.recover_report().await.unwrap().timers, 1);
+    clock.advance(Duration::from_secs(3600));
+    until(&second, &e, |s| s == ExecutionStatus::Completed).await;
+    assert_eq!(output(&store, &e).await, json!("escalated"));
+    let marker = json!({TIMED_OUT_KEY: {"deadlineMs": T0 + 3_600_000}});
+    assert_eq!(
+        resumes(&events_of(&store, &e).await),
+        [
+            ("Approval#1".to_owned(), marker.clone()),
+            ("Rejection#1".to_owned(), marker),
+        ]
+    );
+    for event_type in ["Approval", "Rejection"] {
+        let late = second
+            .resume(&e, event_type, "order-1", json!("late").into())
+            .await
+            .unwrap_err();
+        assert!(matches!(late, ResumeError::TimedOut { .. }), "{late:?}");
+    }
+    replays(&second, &store, &e).await;
+}
+
+#[tokio::test]
+async fn first_of_refuses_no_gates_a_gate_twice_and_a_forged_closing_marker() {
+    let store = MemoryStore::new();
+    let clock = ManualClock::new(T0);
+    let runtime = first_of_runtime(store.clone(), clock);
+    let misuse = runtime
+        .start("misuse", &json!(null), StartOptions::new(id("misuse")))
+        .await
+        .unwrap();
+    runtime.wait(&misuse).await.unwrap();
+    let out = output(&store, &misuse).await;
+    assert!(out[0].as_str().unwrap().contains("NoGates"), "{out}");
+    assert!(out[1].as_str().unwrap().contains("DuplicateGate"), "{out}");
+
+    let e = runtime
+        .start("decide", &json!(null), StartOptions::new(id("forged")))
+        .await
+        .unwrap();
+    runtime.wait(&e).await.unwrap();
+    let forged = json!({CLOSED_KEY: {"by": "Rejection#1"}});
+    let refused = runtime
+        .resume(&e, "Approval", "order-1", forged.into())
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(refused, ResumeError::ReservedPayload { .. }),
+        "{refused:?}"
+    );
+    assert_eq!(
+        runtime.state(&e).await.unwrap().pending_gates().len(),
+        2,
+        "nothing recorded"
+    );
+}
+
+#[tokio::test]
+async fn first_of_with_two_resumes_racing_records_one_winner() {
+    for round in 0..20 {
+        let store = MemoryStore::new();
+        let runtime = first_of_runtime(store.clone(), ManualClock::new(T0));
+        let e = runtime
+            .start(
+                "decide",
+                &json!(null),
+                StartOptions::new(id(&format!("r{round}"))),
+            )
+            .await
+            .unwrap();
+        runtime.wait(&e).await.unwrap();
+        let resume = |event_type: &'static str| {
+            let (runtime, e) = (runtime.clone(), e.clone());
+            tokio::spawn(async move {
+                runtime
+                    .resume(&e, event_type, "order-1", json!(event_type).into())
+                    .await
+            })
+        };
+        let (a, b) = (resume("Approval"), resume("Rejection"));
+        let (a, b) = (a.await.unwrap(), b.await.unwrap());
+        assert!(a.is_ok() != b.is_ok(), "exactly one wins: {a:?} {b:?}");
+        until(&runtime, &e, |s| s == ExecutionStatus::Completed).await;
+        let (index, by) = if a.is_ok() {
+            (0, "Approval")
+        } else {
+            (1, "Rejection")
+        };
+        assert_eq!(output(&store, &e).await, json!({"gate": index, "by": by}));
+        assert_eq!(resumes(&events_of(&store, &e).await).len(), 2);
+        replays(&runtime, &store, &e).await;
+    }
+}

@@ -39,7 +39,7 @@ use serde::Serialize;
 use tokio::sync::{mpsc, oneshot, watch};
 use tracing::Instrument;
 
-pub use ctx::{Command, FlowCtx, GateOutcome, StepError, StepName, TimedGate};
+pub use ctx::{Command, FirstOf, FlowCtx, GateOutcome, Selected, StepError, StepName, TimedGate};
 pub use digest::{input_digest, stable_hash};
 pub use driver::DriveError;
 pub use effect::{Effect, EffectCall, EffectOutcome, EffectResult, FnEffect};
@@ -47,7 +47,9 @@ pub use flow::{Flow, FlowError, FlowSet, FnFlow, flow_fn};
 pub use history::NonDeterminism;
 pub use plugin::{AbiRange, Contributions, Inbound, InboundHandler, Plugin, Projection};
 pub use replay::{ReplayError, ReplayReport};
-pub use timers::{Clock, DEADLINE_KIND, ManualClock, SystemClock, TIMED_OUT_KEY, TIMER_EVENT_TYPE};
+pub use timers::{
+    CLOSED_KEY, Clock, DEADLINE_KIND, ManualClock, SystemClock, TIMED_OUT_KEY, TIMER_EVENT_TYPE,
+};
 
 use crate::classify::DataClassification;
 use crate::event::{Event, ExecutionStarted, Verdict};
@@ -170,10 +172,10 @@ pub enum ResumeError {
         execution: ExecutionId,
         event_type: String,
     },
-    /// The payload is the runtime's timeout marker (an object whose only key is
-    /// `loom.timedOut`), which only the runtime records.
+    /// The payload is one of the runtime's markers (an object whose only key starts with
+    /// `loom.`, such as `loom.timedOut` or `loom.closed`), which only the runtime records.
     #[error(
-        "a resume payload of execution {execution} may not be the runtime's timeout marker ('loom.timedOut')"
+        "a resume payload of execution {execution} may not be a runtime marker (an object whose only key starts with 'loom.', such as 'loom.timedOut')"
     )]
     ReservedPayload { execution: ExecutionId },
     #[error("execution {execution} could not record the resume: {detail}")]
@@ -710,7 +712,7 @@ impl<S: EventStore> Runtime<S> {
                 event_type: event_type.to_owned(),
             });
         }
-        if timers::is_timed_out_payload(&payload) {
+        if timers::is_reserved_payload(&payload) {
             return Err(ResumeError::ReservedPayload {
                 execution: execution.clone(),
             });

@@ -53,6 +53,35 @@ pub(crate) fn timed_out_payload(deadline_ms: u64) -> Payload {
     Payload::from_value(&serde_json::json!({ TIMED_OUT_KEY: { "deadlineMs": deadline_ms } }))
 }
 
+/// The key of the payload the runtime closes the other gates of a `first_of` with when one of
+/// them is resumed: `{"loom.closed": {"by": <the winning gate's id>}}`.
+pub const CLOSED_KEY: &str = "loom.closed";
+
+/// The payload a losing gate of a `first_of` is closed with.
+pub(crate) fn closed_payload(by_gate: &str) -> Payload {
+    Payload::from_value(&serde_json::json!({ CLOSED_KEY: { "by": by_gate } }))
+}
+
+/// Whether `payload` is one of the runtime's markers (an object whose only key starts with
+/// `loom.`): a caller's resume may not carry one.
+pub(crate) fn is_reserved_payload(payload: &Payload) -> bool {
+    if !payload.as_json().contains("loom.") {
+        return false;
+    }
+    matches!(payload.to_value(), serde_json::Value::Object(map)
+        if map.len() == 1 && map.keys().all(|key| key.starts_with("loom.")))
+}
+
+/// Whether `payload` is the marker of a gate closed because another gate of its `first_of`
+/// was resumed.
+pub(crate) fn is_closed_payload(payload: &Payload) -> bool {
+    if !payload.as_json().contains(CLOSED_KEY) {
+        return false;
+    }
+    matches!(payload.to_value(), serde_json::Value::Object(map)
+        if map.len() == 1 && map.contains_key(CLOSED_KEY))
+}
+
 /// Whether `payload` is the runtime's timeout marker (an object whose only key is
 /// [`TIMED_OUT_KEY`]).
 pub(crate) fn is_timed_out_payload(payload: &Payload) -> bool {
