@@ -3,14 +3,15 @@
 //!
 //! `cargo run -p loom-kernel --example timers`
 //!
-//! Three executions: one approved in time, one whose deadline passes first, and one that sleeps
-//! across a restart of the runtime (the first runtime is dropped while the timer waits; the
+//! Four executions: one approved in time, one whose deadline passes first, one that takes the
+//! first of two gates (approval or rejection), and one that sleeps across a restart of the
+//! runtime (the first runtime is dropped while the timer waits; the
 //! second recovers it from the log and it fires at its recorded deadline).
 
 use std::time::Duration;
 
 use loom_kernel::runtime::{
-    FlowCtx, FlowError, GateOutcome, Runtime, StartOptions, SystemClock, flow_fn,
+    FlowCtx, FlowError, GateOutcome, Runtime, Selected, StartOptions, SystemClock, flow_fn,
 };
 use loom_kernel::{DiskStore, Event, EventStoreExt, ExecutionId};
 use serde::{Deserialize, Serialize};
@@ -37,6 +38,18 @@ async fn approve_order(ctx: FlowCtx, order: Order) -> Result<Value, FlowError> {
     }
 }
 
+/// Approval or rejection, whichever comes first, within a minute.
+async fn review(ctx: FlowCtx, id: String) -> Result<Value, FlowError> {
+    let gates = [("Approval", id.as_str()), ("Rejection", id.as_str())];
+    Ok(
+        match ctx.first_of(&gates, Some(Duration::from_secs(60))).await? {
+            Selected::Gate { index: 0, payload } => json!({"approved_by": payload.to_value()}),
+            Selected::Gate { payload, .. } => json!({"rejected_by": payload.to_value()}),
+            Selected::TimedOut => json!("escalated"),
+        },
+    )
+}
+
 /// Sleeps, then says when it woke (recorded, like every reading of the clock).
 async fn reminder(ctx: FlowCtx, after_ms: u64) -> Result<Value, FlowError> {
     let set_at = ctx.now()?;
@@ -49,6 +62,7 @@ fn compose(store: DiskStore) -> Runtime<DiskStore> {
     Runtime::builder(store)
         .flow(flow_fn("approve_order", 1, approve_order))
         .flow(flow_fn("reminder", 1, reminder))
+        .flow(flow_fn("review", 1, review))
         .clock(SystemClock)
         .build()
         .expect("the flows compose")
@@ -87,6 +101,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     let approved = ExecutionId::new("order-1")?;
     let escalated = ExecutionId::new("order-2")?;
     let sleeper = ExecutionId::new("reminder-1")?;
+    let reviewed = ExecutionId::new("order-3")?;
     let store = DiskStore::open(&path)?;
     {
         let runtime = compose(store.clone());
@@ -105,6 +120,12 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         }
         runtime
             .start("reminder", &300u64, StartOptions::new(sleeper.clone()))
+            .await?;
+        runtime
+            .start("review", &"order-3", StartOptions::new(reviewed.clone()))
+            .await?;
+        runtime
+            .resume(&reviewed, "Rejection", "order-3", json!("cy").into())
             .await?;
         runtime
             .resume(&approved, "Approval", "order-1", json!("ana").into())
@@ -134,7 +155,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         }
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
-    for execution in [&approved, &escalated, &sleeper] {
+    for execution in [&approved, &escalated, &reviewed, &sleeper] {
         println!("{execution}:");
         show(&store, execution).await?;
     }

@@ -7,8 +7,8 @@
 //! verdict or cancel starts a new one, which replays the log first.
 //!
 //! # Time
-//! `ctx.sleep`, `ctx.sleep_until` and `ctx.suspend_with_timeout` record a deadline before the
-//! gate that waits for it; one task per runtime serves every pending deadline from one ordered
+//! `ctx.sleep`, `ctx.sleep_until`, `ctx.suspend_with_timeout` and `ctx.first_of` (with a
+//! timeout) record a deadline before the gate that waits for it; one task per runtime serves every pending deadline from one ordered
 //! index, and `recover` arms them again from the logs (`timers.rs`, ADR 0009). A caller cannot
 //! resume a timer, and a resume after a gate's deadline is refused with
 //! [`ResumeError::TimedOut`].
