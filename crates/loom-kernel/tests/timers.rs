@@ -977,3 +977,49 @@ async fn first_of_with_two_resumes_racing_records_one_winner() {
         replays(&runtime, &store, &e).await;
     }
 }
+
+#[tokio::test]
+async fn recovery_skips_a_recorded_deadline_it_cannot_read_and_arms_the_others() {
+    use loom_kernel::event::{DecisionRecorded, ExecutionStarted, ExecutionSuspended};
+    let store = MemoryStore::new();
+    let log = |deadline: Value| {
+        vec![
+            Event::ExecutionStarted(ExecutionStarted {
+                flow: "nap".into(),
+                flow_version: 1,
+                input: Payload::null(),
+                capabilities: Default::default(),
+                budget: None,
+            }),
+            Event::DecisionRecorded(DecisionRecorded {
+                step_id: "timer#1".into(),
+                kind: DEADLINE_KIND.into(),
+                value: deadline.into(),
+            }),
+            Event::ExecutionSuspended(ExecutionSuspended {
+                gate_id: "timer#1".into(),
+                event_type: TIMER_EVENT_TYPE.into(),
+                correlation_key: "timer#1".into(),
+            }),
+        ]
+    };
+    store
+        .append(&id("bad"), 0, &log(json!("soon")))
+        .await
+        .unwrap();
+    store
+        .append(&id("good"), 0, &log(json!({"deadlineMs": T0 + 5})))
+        .await
+        .unwrap();
+    let clock = ManualClock::new(T0);
+    let runtime = runtime(store.clone(), clock.clone());
+    let report = runtime.recover_report().await.unwrap();
+    assert_eq!(report.timers, 1);
+    assert!(report.skipped.is_empty());
+    clock.advance(Duration::from_millis(5));
+    until(&runtime, &id("good"), |s| s == ExecutionStatus::Completed).await;
+    assert_eq!(
+        runtime.state(&id("bad")).await.unwrap().status(),
+        ExecutionStatus::Suspended
+    );
+}

@@ -859,10 +859,19 @@ impl<S: EventStore> Runtime<S> {
             let recorded = self.inner.store.read(execution, seq, 1).await?;
             if let Some(Event::DecisionRecorded(decision)) = recorded.first().map(|e| &e.event)
                 && decision.kind == DEADLINE_KIND
-                && let Some(deadline_ms) = timers::parse_deadline(&decision.value)
             {
-                self.inner.arm_deadline(execution, gate_id, deadline_ms);
-                armed += 1;
+                match timers::parse_deadline(&decision.value) {
+                    Some(deadline_ms) => {
+                        self.inner.arm_deadline(execution, gate_id, deadline_ms);
+                        armed += 1;
+                    }
+                    None => tracing::warn!(
+                        %execution,
+                        gate = %gate_id,
+                        seq,
+                        "a recorded deadline is not {{\"deadlineMs\": <unix ms>}}; it is not armed"
+                    ),
+                }
             }
         }
         Ok(armed)
