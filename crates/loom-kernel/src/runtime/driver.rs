@@ -34,6 +34,10 @@ use crate::runtime::ctx::{Dispatch, FlowCtx, GateMiss, VerdictMiss};
 use crate::runtime::effect::EffectOutcome;
 use crate::runtime::flow::FlowError;
 use crate::runtime::history::{Attempted, History, NonDeterminism};
+use crate::runtime::timers::{Timers, is_timed_out_payload};
+
+/// Gates (event type, correlation key) that their deadline closed.
+pub(crate) type TimedOutGates = std::collections::BTreeSet<(String, String)>;
 use crate::runtime::{CancelError, DriverFailure, Inner, ResolveError, ResumeError, StartError};
 use crate::store::{AppendError, EventStore, EventStoreExt, FoldStoredError};
 
@@ -55,6 +59,9 @@ pub(crate) enum DriverMsg {
         reason: Option<String>,
         reply: oneshot::Sender<Result<(), CancelError>>,
     },
+    /// The timer task: the deadline of `gate_id` has passed. Unanswered: a deadline whose gate
+    /// no longer waits for it is ignored.
+    Deadline { gate_id: String, deadline_ms: u64 },
 }
 
 /// Why a driver stopped without finishing its work.
@@ -188,6 +195,7 @@ type Loaded = (ExecutionStarted, History, ExecutionState);
 async fn load<S: EventStore>(
     inner: &Inner<S>,
     execution: &ExecutionId,
+    messages: &mut mpsc::UnboundedReceiver<DriverMsg>,
 ) -> Result<Result<Loaded, Exit>, DriveError> {
     let log = inner
         .store
@@ -205,6 +213,14 @@ async fn load<S: EventStore>(
         detail: FoldStoredError::from(err).to_string(),
     })?;
     if state.status().is_terminal() {
+        // A resume waiting for this driver is told if its gate timed out.
+        if !messages.is_empty() {
+            let timed_out = timed_out_gates(&log);
+            while let Ok(message) = messages.try_recv() {
+                forget_deadline(&inner.timers, execution, &message);
+                refuse_ended(execution, message, &timed_out);
+            }
+        }
         return Ok(Err(Exit::Ended(Box::new(state))));
     }
     let Some(Event::ExecutionStarted(started)) = log.first().map(|e| &e.event) else {
@@ -234,7 +250,7 @@ pub(crate) async fn drive<S: EventStore>(
             queued_replies.push(Reply::Start(reply));
             (started, History::default(), ExecutionState::new())
         }
-        None => match load(&inner, &execution).await? {
+        None => match load(&inner, &execution, messages).await? {
             Ok(loaded) => loaded,
             Err(exit) => return Ok(exit),
         },
@@ -254,6 +270,7 @@ pub(crate) async fn drive<S: EventStore>(
         execution.clone(),
         Arc::clone(&inner.effects),
         Arc::clone(&inner.classification),
+        Arc::clone(&inner.timers.clock),
         &started,
         history,
     );
@@ -326,12 +343,20 @@ pub(crate) async fn drive<S: EventStore>(
                     fail_all(&mut replies, &error.to_string());
                 }
                 for message in deferred.drain(..) {
+                    forget_deadline(&inner.timers, &execution, &message);
                     refuse_failed(&execution, message, &error.to_string());
                 }
                 return Err(error);
             }
             let (events, dispatches) = state.take_queued();
+            let (arm, disarm) = state.take_deadlines();
             drop(state);
+            for (gate_id, deadline_ms) in arm {
+                inner.arm_deadline(&execution, &gate_id, deadline_ms);
+            }
+            for (gate_id, deadline_ms) in disarm {
+                inner.timers.disarm(&execution, &gate_id, deadline_ms);
+            }
             enqueue(&mut queued, &mut started_at, events);
             // A held effect may start once everything queued so far is durable. Until the
             // execution's EXECUTION_STARTED is durable, every effect is held: a start whose id
@@ -351,13 +376,16 @@ pub(crate) async fn drive<S: EventStore>(
         if !deferred.is_empty() && (ended || !ctx.state().replaying()) {
             for message in std::mem::take(&mut deferred) {
                 if ended {
-                    refuse_ended(&execution, message);
+                    forget_deadline(&inner.timers, &execution, &message);
+                    let timed_out = ctx.state().timed_out_gates();
+                    refuse_ended(&execution, message, &timed_out);
                     continue;
                 }
                 let dispatched =
                     |step_id: &str| !held.iter().any(|(_, d)| d.call.step_id == step_id);
                 handle(
                     &ctx,
+                    &inner.timers,
                     &execution,
                     message,
                     &mut queued_replies,
@@ -415,6 +443,10 @@ pub(crate) async fn drive<S: EventStore>(
             }
             if ended {
                 if inner.try_release(&execution, messages) {
+                    // Its gates will never be resumed: their deadlines need not fire.
+                    for (gate_id, deadline_ms) in ctx.state().pending_deadlines() {
+                        inner.timers.disarm(&execution, &gate_id, deadline_ms);
+                    }
                     return Ok(Exit::Ended(Box::new(folded)));
                 }
             } else if running.is_empty() && held.is_empty() && ctx.state().waits_for_messages() {
@@ -511,7 +543,9 @@ pub(crate) async fn drive<S: EventStore>(
                     return Ok(Exit::Parked(Box::new(folded)));
                 };
                 if ended {
-                    refuse_ended(&execution, message);
+                    forget_deadline(&inner.timers, &execution, &message);
+                    let timed_out = ctx.state().timed_out_gates();
+                    refuse_ended(&execution, message, &timed_out);
                     continue;
                 }
                 if !matches!(message, DriverMsg::Cancel { .. }) && ctx.state().replaying() {
@@ -521,6 +555,7 @@ pub(crate) async fn drive<S: EventStore>(
                 let dispatched = |step_id: &str| !held.iter().any(|(_, d)| d.call.step_id == step_id);
                 handle(
                     &ctx,
+                    &inner.timers,
                     &execution,
                     message,
                     &mut queued_replies,
@@ -634,8 +669,10 @@ fn publish<S: EventStore>(
     }
 }
 
+#[allow(clippy::too_many_arguments)]
 fn handle(
     ctx: &FlowCtx,
+    timers: &Timers,
     execution: &ExecutionId,
     message: DriverMsg,
     replies: &mut Vec<Reply>,
@@ -654,14 +691,37 @@ fn handle(
             .resume_gate(&event_type, &correlation_key, payload)
         {
             Ok(_) => replies.push(Reply::Resume(reply)),
-            Err(GateMiss::NoPendingGate) => {
-                let _ = reply.send(Err(ResumeError::NoPendingGate {
-                    execution: execution.clone(),
-                    event_type,
-                    correlation_key,
-                }));
+            Err(miss) => {
+                let execution = execution.clone();
+                let error = match miss {
+                    GateMiss::NoPendingGate => ResumeError::NoPendingGate {
+                        execution,
+                        event_type,
+                        correlation_key,
+                    },
+                    GateMiss::TimedOut => ResumeError::TimedOut {
+                        execution,
+                        event_type,
+                        correlation_key,
+                    },
+                    GateMiss::Reserved => ResumeError::ReservedGate {
+                        execution,
+                        event_type,
+                    },
+                    GateMiss::ReservedPayload => ResumeError::ReservedPayload { execution },
+                };
+                let _ = reply.send(Err(error));
             }
         },
+        DriverMsg::Deadline {
+            gate_id,
+            deadline_ms,
+        } => {
+            if !ctx.state().expire_gate(&gate_id, deadline_ms) {
+                tracing::debug!(gate = %gate_id, deadline_ms, "a deadline whose gate no longer waits is ignored");
+            }
+            timers.disarm(execution, &gate_id, deadline_ms);
+        }
         DriverMsg::Resolve {
             step_id,
             verdict,
@@ -688,8 +748,32 @@ fn handle(
     }
 }
 
-/// Answers a message for an execution that has ended.
-pub(crate) fn refuse_ended(execution: &ExecutionId, message: DriverMsg) {
+/// A deadline message that no driver will act on: the index forgets it.
+pub(crate) fn forget_deadline(timers: &Timers, execution: &ExecutionId, message: &DriverMsg) {
+    if let DriverMsg::Deadline {
+        gate_id,
+        deadline_ms,
+    } = message
+    {
+        timers.disarm(execution, gate_id, *deadline_ms);
+    }
+}
+
+/// The gates (event type, correlation key) of a log that their deadline closed.
+fn timed_out_gates(log: &[EventEnvelope]) -> TimedOutGates {
+    log.iter()
+        .filter_map(|envelope| match &envelope.event {
+            Event::ExecutionResumed(r) if is_timed_out_payload(&r.payload) => {
+                Some((r.event_type.clone(), r.correlation_key.clone()))
+            }
+            _ => None,
+        })
+        .collect()
+}
+
+/// Answers a message for an execution that has ended. A resume of a gate in `timed_out` is
+/// told that its gate timed out.
+pub(crate) fn refuse_ended(execution: &ExecutionId, message: DriverMsg, timed_out: &TimedOutGates) {
     let execution = execution.clone();
     match message {
         DriverMsg::Resume {
@@ -697,15 +781,28 @@ pub(crate) fn refuse_ended(execution: &ExecutionId, message: DriverMsg) {
             correlation_key,
             reply,
             ..
-        } => drop(reply.send(Err(ResumeError::NoPendingGate {
-            execution,
-            event_type,
-            correlation_key,
-        }))),
+        } => {
+            let key = (event_type, correlation_key);
+            let error = if timed_out.contains(&key) {
+                ResumeError::TimedOut {
+                    execution,
+                    event_type: key.0,
+                    correlation_key: key.1,
+                }
+            } else {
+                ResumeError::NoPendingGate {
+                    execution,
+                    event_type: key.0,
+                    correlation_key: key.1,
+                }
+            };
+            drop(reply.send(Err(error)))
+        }
         DriverMsg::Resolve { step_id, reply, .. } => {
             drop(reply.send(Err(ResolveError::NotInDoubt { execution, step_id })))
         }
         DriverMsg::Cancel { reply, .. } => drop(reply.send(Err(CancelError::Ended { execution }))),
+        DriverMsg::Deadline { .. } => {}
     }
 }
 
@@ -722,6 +819,7 @@ pub(crate) fn refuse_unknown(execution: &ExecutionId, message: DriverMsg) {
         DriverMsg::Cancel { reply, .. } => {
             drop(reply.send(Err(CancelError::UnknownExecution { execution })))
         }
+        DriverMsg::Deadline { .. } => {}
     }
 }
 
@@ -731,6 +829,10 @@ pub(crate) fn refuse_failed(execution: &ExecutionId, message: DriverMsg, detail:
         DriverMsg::Resume { reply, .. } => Reply::Resume(reply),
         DriverMsg::Resolve { reply, .. } => Reply::Resolve(reply),
         DriverMsg::Cancel { reply, .. } => Reply::Cancel(reply),
+        DriverMsg::Deadline { gate_id, .. } => {
+            tracing::warn!(%execution, gate = %gate_id, "a deadline passed for an execution whose driver failed");
+            return;
+        }
     };
     reply.fail(execution, detail);
 }
