@@ -42,6 +42,7 @@ pub use effect::{
     TransportError, codes, register_a2ui_call_function,
 };
 pub use gate::{
-    CallAndWaitError, FUNCTION_RESULT_EVENT, FunctionRequest, REQUEST_DECISION, call_and_wait,
+    CallAndWaitError, DELETE_DECISION, FUNCTION_RESULT_EVENT, FunctionRequest, REQUEST_DECISION,
+    call_and_wait, delete_surface,
 };
 pub use hub::{HubError, SurfaceHub, SurfaceSpec, SurfaceSubscription};
