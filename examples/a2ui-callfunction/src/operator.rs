@@ -230,9 +230,7 @@ pub async fn resolve(
             let hub = app::hub();
             let runtime = app::compose(store, &hub, Arc::new(NoRenderer))?.build()?;
             resolve_on(&runtime, execution, step, &verdict).await?;
-            let state = runtime
-                .wait(&ExecutionId::new(execution)?)
-                .await?;
+            let state = runtime.wait(&ExecutionId::new(execution)?).await?;
             narrate::say(format!("execution {execution} is now {}", state.status()));
         }
     }
