@@ -24,6 +24,10 @@ use crate::runtime::contain::contain;
 use crate::runtime::digest::input_digest;
 use crate::runtime::effect::{Effect, EffectCall, EffectOutcome, EffectResult};
 use crate::runtime::history::{Attempted, History, NonDeterminism, StepState};
+use crate::runtime::timers::{
+    Clock, DEADLINE_KIND, TIMER_EVENT_TYPE, deadline_value, is_reserved_event_type,
+    is_timed_out_payload, parse_deadline, timed_out_payload,
+};
 
 /// Why a command did not give the flow a result.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -46,6 +50,19 @@ pub enum StepError {
     /// The replayed flow diverged from its log; the runtime stops the execution.
     #[error("the flow diverged from its recorded history")]
     Diverged,
+    /// Gate event types starting with `loom.` belong to the runtime (`loom.timer` is a
+    /// timer's); a flow cannot open such a gate.
+    #[error("gate event type '{0}' is reserved for the runtime (it starts with 'loom.')")]
+    ReservedEventType(String),
+}
+
+/// How a gate with a deadline ended: whichever came first, as the log records it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum GateOutcome {
+    /// A caller resumed the gate before its deadline, with this payload.
+    Resumed(Payload),
+    /// The deadline passed first; the runtime closed the gate.
+    TimedOut,
 }
 
 /// How a step is named.
@@ -81,6 +98,8 @@ pub(crate) struct Shared {
     budget: Option<u64>,
     /// K10-R6: what texts that leave the runtime (errors, traces) must not show.
     classification: Arc<DataClassification>,
+    /// Read only for values the flow records (`now`, a timer's deadline), never on replay.
+    clock: Arc<dyn Clock>,
     state: Mutex<CtxState>,
 }
 
@@ -116,6 +135,8 @@ struct PendingGate {
     event_type: String,
     correlation_key: String,
     slot: u64,
+    /// The recorded deadline (unix ms), for a timer or a gate with a timeout.
+    deadline: Option<u64>,
 }
 
 #[derive(Default)]
@@ -139,12 +160,28 @@ pub(crate) struct CtxState {
     /// words (a completed log followed by a new command is a divergence).
     pub(crate) watch_live: bool,
     pub(crate) first_live: Option<String>,
+    /// Deadlines of gates opened (or replayed as pending) since the driver last looked, to arm.
+    armed: Vec<GateDeadline>,
+    /// Deadlines of gates resumed before them, to disarm.
+    disarmed: Vec<GateDeadline>,
+    /// Gates (event type, correlation key) that their deadline closed: a resume that comes
+    /// later is told so.
+    timed_out: BTreeSet<(String, String)>,
 }
+
+/// A gate's id and its deadline (unix ms).
+pub(crate) type GateDeadline = (String, u64);
 
 /// Why a resume could not be applied to the running flow.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) enum GateMiss {
     NoPendingGate,
+    /// The gate's deadline passed first.
+    TimedOut,
+    /// A `loom.` gate: only the runtime resumes it.
+    Reserved,
+    /// The payload is the runtime's timeout marker.
+    ReservedPayload,
 }
 
 /// Why a verdict could not be applied.
@@ -158,6 +195,7 @@ impl FlowCtx {
         execution_id: ExecutionId,
         effects: Arc<BTreeMap<String, Arc<dyn Effect>>>,
         classification: Arc<DataClassification>,
+        clock: Arc<dyn Clock>,
         started: &ExecutionStarted,
         history: History,
     ) -> Self {
@@ -170,6 +208,7 @@ impl FlowCtx {
                 capabilities: Arc::new(started.capabilities.clone()),
                 budget: started.budget,
                 classification,
+                clock,
                 state: Mutex::new(CtxState {
                     history,
                     budget_spent,
@@ -316,6 +355,9 @@ impl FlowCtx {
         let slot = state.new_slot();
         let outcome = (|| {
             let gate_id = state.step_id(name)?;
+            if is_reserved_event_type(event_type) {
+                return Err(StepError::ReservedEventType(event_type.to_owned()));
+            }
             if state
                 .gates
                 .iter()
@@ -352,6 +394,182 @@ impl FlowCtx {
                 event_type: event_type.to_owned(),
                 correlation_key: correlation_key.to_owned(),
                 slot,
+                deadline: None,
+            });
+            Ok(None)
+        })();
+        self.command(state, slot, outcome)
+    }
+
+    /// A durable timer: waits `duration` from now (read from the runtime's clock once and
+    /// recorded), then yields a `null` payload. The timer is the gate `timer#n`; it survives
+    /// a crash (after `recover` it fires at its recorded deadline, or at once if that has
+    /// passed), and while it waits the execution holds no task (ADR 0009).
+    pub fn sleep(&self, duration: std::time::Duration) -> Command {
+        self.deadline_gate(
+            StepName::Counted("timer".to_owned()),
+            TIMER_EVENT_TYPE,
+            None,
+            Deadline::After(duration),
+        )
+    }
+
+    /// A durable timer that fires at `deadline_unix_ms` (milliseconds since the Unix epoch,
+    /// by the runtime's clock), or at once if that has passed; yields a `null` payload.
+    pub fn sleep_until(&self, deadline_unix_ms: u64) -> Command {
+        self.deadline_gate(
+            StepName::Counted("timer".to_owned()),
+            TIMER_EVENT_TYPE,
+            None,
+            Deadline::At(deadline_unix_ms),
+        )
+    }
+
+    /// Opens a gate like [`FlowCtx::suspend`] that also closes itself when `timeout` has
+    /// passed (measured from now, read once and recorded): whichever comes first, a resume or
+    /// the deadline, is recorded, and replay takes the same branch. A resume that arrives
+    /// after the deadline is refused ([`crate::runtime::ResumeError::TimedOut`]).
+    ///
+    /// ```ignore
+    /// match ctx.suspend_with_timeout("Approval", "order-42", Duration::from_secs(86_400)).await? {
+    ///     GateOutcome::Resumed(answer) => approve(answer),
+    ///     GateOutcome::TimedOut => escalate(),
+    /// }
+    /// ```
+    pub fn suspend_with_timeout(
+        &self,
+        event_type: &str,
+        correlation_key: &str,
+        timeout: std::time::Duration,
+    ) -> TimedGate {
+        TimedGate {
+            command: self.deadline_gate(
+                StepName::Counted(event_type.to_owned()),
+                event_type,
+                Some(correlation_key),
+                Deadline::After(timeout),
+            ),
+        }
+    }
+
+    /// [`FlowCtx::suspend_with_timeout`] with an absolute deadline (unix ms).
+    pub fn suspend_until(
+        &self,
+        event_type: &str,
+        correlation_key: &str,
+        deadline_unix_ms: u64,
+    ) -> TimedGate {
+        TimedGate {
+            command: self.deadline_gate(
+                StepName::Counted(event_type.to_owned()),
+                event_type,
+                Some(correlation_key),
+                Deadline::At(deadline_unix_ms),
+            ),
+        }
+    }
+
+    /// A gate with a deadline: `DECISION_RECORDED` (kind `loom.deadline`, under the gate's id,
+    /// value `{"deadlineMs": ..}`) then `EXECUTION_SUSPENDED`, queued together. `correlation_key`
+    /// `None` is a timer: its key is its gate id and only the runtime resumes it.
+    fn deadline_gate(
+        &self,
+        name: StepName,
+        event_type: &str,
+        correlation_key: Option<&str>,
+        deadline: Deadline,
+    ) -> Command {
+        let timer = correlation_key.is_none();
+        let mut state = self.state();
+        let slot = state.new_slot();
+        let outcome = (|| {
+            let gate_id = state.step_id(name)?;
+            if !timer && is_reserved_event_type(event_type) {
+                return Err(StepError::ReservedEventType(event_type.to_owned()));
+            }
+            let correlation_key = correlation_key.unwrap_or(&gate_id).to_owned();
+            if state
+                .gates
+                .iter()
+                .any(|g| g.event_type == event_type && g.correlation_key == correlation_key)
+            {
+                return Err(StepError::DuplicateGate {
+                    event_type: event_type.to_owned(),
+                    correlation_key,
+                });
+            }
+            // The deadline: recorded once, served from the log on replay (the clock is not read).
+            let attempted = Attempted::Decision {
+                step_id: &gate_id,
+                kind: DEADLINE_KIND,
+            };
+            let deadline_ms = if state.replay(attempted.clone(), &self.shared.classification) {
+                let index = state.cursor - 1;
+                let recorded = match state.history.commands.get(index) {
+                    Some((_, crate::runtime::history::Recorded::Decision { value, .. })) => {
+                        parse_deadline(value)
+                    }
+                    _ => None,
+                };
+                recorded.ok_or_else(|| StepError::Decode {
+                    step_id: gate_id.clone(),
+                    detail: "the recorded deadline is not {\"deadlineMs\": <unix ms>}".into(),
+                })?
+            } else if state.divergence.is_some() {
+                return Err(StepError::Diverged);
+            } else {
+                state.note_live(&attempted);
+                let deadline_ms = match deadline {
+                    Deadline::At(at) => at,
+                    Deadline::After(after) => self
+                        .shared
+                        .clock
+                        .now_ms()
+                        .saturating_add(u64::try_from(after.as_millis()).unwrap_or(u64::MAX)),
+                };
+                state.out.push(Event::DecisionRecorded(DecisionRecorded {
+                    step_id: gate_id.clone(),
+                    kind: DEADLINE_KIND.to_owned(),
+                    value: Payload::from_value(&deadline_value(deadline_ms)),
+                }));
+                deadline_ms
+            };
+            let attempted = Attempted::Suspend {
+                gate_id: &gate_id,
+                event_type,
+                correlation_key: &correlation_key,
+            };
+            if state.replay(attempted.clone(), &self.shared.classification) {
+                if let Some(payload) = state.history.resumed.remove(&gate_id) {
+                    if timer {
+                        return Ok(Some(Payload::null()));
+                    }
+                    if is_timed_out_payload(&payload) {
+                        state
+                            .timed_out
+                            .insert((event_type.to_owned(), correlation_key));
+                    }
+                    return Ok(Some(payload));
+                }
+            } else if state.divergence.is_some() {
+                return Err(StepError::Diverged);
+            } else {
+                state.note_live(&attempted);
+                state
+                    .out
+                    .push(Event::ExecutionSuspended(ExecutionSuspended {
+                        gate_id: gate_id.clone(),
+                        event_type: event_type.to_owned(),
+                        correlation_key: correlation_key.clone(),
+                    }));
+            }
+            state.armed.push((gate_id.clone(), deadline_ms));
+            state.gates.push(PendingGate {
+                gate_id,
+                event_type: event_type.to_owned(),
+                correlation_key,
+                slot,
+                deadline: Some(deadline_ms),
             });
             Ok(None)
         })();
@@ -397,12 +615,10 @@ impl FlowCtx {
     }
 
     /// Wall-clock milliseconds since the Unix epoch, recorded.
+    /// (Read from the runtime's clock: [`crate::runtime::RuntimeBuilder::clock`].)
     pub fn now(&self) -> Result<u64, StepError> {
-        self.decide("now", || {
-            std::time::SystemTime::now()
-                .duration_since(std::time::UNIX_EPOCH)
-                .map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
-        })
+        let clock = Arc::clone(&self.shared.clock);
+        self.decide("now", move || clock.now_ms())
     }
 
     /// A random `u64`, recorded.
@@ -853,12 +1069,28 @@ impl CtxState {
         correlation_key: &str,
         payload: Payload,
     ) -> Result<String, GateMiss> {
-        let index = self
+        if is_reserved_event_type(event_type) {
+            return Err(GateMiss::Reserved);
+        }
+        if is_timed_out_payload(&payload) {
+            return Err(GateMiss::ReservedPayload);
+        }
+        let Some(index) = self
             .gates
             .iter()
             .position(|g| g.event_type == event_type && g.correlation_key == correlation_key)
-            .ok_or(GateMiss::NoPendingGate)?;
+        else {
+            let key = (event_type.to_owned(), correlation_key.to_owned());
+            return Err(if self.timed_out.contains(&key) {
+                GateMiss::TimedOut
+            } else {
+                GateMiss::NoPendingGate
+            });
+        };
         let gate = self.gates.remove(index);
+        if let Some(deadline) = gate.deadline {
+            self.disarmed.push((gate.gate_id.clone(), deadline));
+        }
         self.out.push(Event::ExecutionResumed(ExecutionResumed {
             gate_id: gate.gate_id.clone(),
             event_type: gate.event_type,
@@ -867,6 +1099,52 @@ impl CtxState {
         }));
         self.fill(gate.slot, Ok(payload));
         Ok(gate.gate_id)
+    }
+
+    /// The deadline of gate `gate_id` passed: close the gate, if it still waits for that
+    /// deadline, with the timeout marker. False when it does not (it was resumed first, or the
+    /// execution moved on): the late deadline is ignored and nothing is recorded.
+    pub(crate) fn expire_gate(&mut self, gate_id: &str, deadline_ms: u64) -> bool {
+        let Some(index) = self
+            .gates
+            .iter()
+            .position(|g| g.gate_id == gate_id && g.deadline == Some(deadline_ms))
+        else {
+            return false;
+        };
+        let gate = self.gates.remove(index);
+        let payload = timed_out_payload(deadline_ms);
+        let timer = gate.event_type == TIMER_EVENT_TYPE;
+        self.out.push(Event::ExecutionResumed(ExecutionResumed {
+            gate_id: gate.gate_id,
+            event_type: gate.event_type.clone(),
+            correlation_key: gate.correlation_key.clone(),
+            payload: payload.clone(),
+        }));
+        if timer {
+            self.fill(gate.slot, Ok(Payload::null()));
+        } else {
+            self.timed_out
+                .insert((gate.event_type, gate.correlation_key));
+            self.fill(gate.slot, Ok(payload));
+        }
+        true
+    }
+
+    /// Deadlines to arm and to disarm since the last call.
+    pub(crate) fn take_deadlines(&mut self) -> (Vec<GateDeadline>, Vec<GateDeadline>) {
+        (
+            std::mem::take(&mut self.armed),
+            std::mem::take(&mut self.disarmed),
+        )
+    }
+
+    /// The deadlines of the gates still pending.
+    pub(crate) fn pending_deadlines(&self) -> Vec<GateDeadline> {
+        self.gates
+            .iter()
+            .filter_map(|g| g.deadline.map(|d| (g.gate_id.clone(), d)))
+            .collect()
     }
 
     /// An operator's verdict on a step in doubt.
@@ -1030,6 +1308,37 @@ impl Future for Command {
                 Poll::Pending
             }
         }
+    }
+}
+
+/// How a gate's deadline is given.
+#[derive(Debug, Clone, Copy)]
+enum Deadline {
+    After(std::time::Duration),
+    At(u64),
+}
+
+/// The future of a gate with a deadline ([`FlowCtx::suspend_with_timeout`]): resolves with
+/// whichever came first, as recorded.
+#[must_use = "a gate does nothing for the flow unless awaited"]
+#[derive(Debug)]
+pub struct TimedGate {
+    command: Command,
+}
+
+impl Future for TimedGate {
+    type Output = Result<GateOutcome, StepError>;
+
+    fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
+        Pin::new(&mut self.command).poll(cx).map(|result| {
+            result.map(|payload| {
+                if is_timed_out_payload(&payload) {
+                    GateOutcome::TimedOut
+                } else {
+                    GateOutcome::Resumed(payload)
+                }
+            })
+        })
     }
 }
 

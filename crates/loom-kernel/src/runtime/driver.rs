@@ -34,6 +34,7 @@ use crate::runtime::ctx::{Dispatch, FlowCtx, GateMiss, VerdictMiss};
 use crate::runtime::effect::EffectOutcome;
 use crate::runtime::flow::FlowError;
 use crate::runtime::history::{Attempted, History, NonDeterminism};
+use crate::runtime::timers::Timers;
 use crate::runtime::{CancelError, DriverFailure, Inner, ResolveError, ResumeError, StartError};
 use crate::store::{AppendError, EventStore, EventStoreExt, FoldStoredError};
 
@@ -55,6 +56,9 @@ pub(crate) enum DriverMsg {
         reason: Option<String>,
         reply: oneshot::Sender<Result<(), CancelError>>,
     },
+    /// The timer task: the deadline of `gate_id` has passed. Unanswered: a deadline whose gate
+    /// no longer waits for it is ignored.
+    Deadline { gate_id: String, deadline_ms: u64 },
 }
 
 /// Why a driver stopped without finishing its work.
@@ -254,6 +258,7 @@ pub(crate) async fn drive<S: EventStore>(
         execution.clone(),
         Arc::clone(&inner.effects),
         Arc::clone(&inner.classification),
+        Arc::clone(&inner.timers.clock),
         &started,
         history,
     );
@@ -326,12 +331,20 @@ pub(crate) async fn drive<S: EventStore>(
                     fail_all(&mut replies, &error.to_string());
                 }
                 for message in deferred.drain(..) {
+                    forget_deadline(&inner.timers, &execution, &message);
                     refuse_failed(&execution, message, &error.to_string());
                 }
                 return Err(error);
             }
             let (events, dispatches) = state.take_queued();
+            let (arm, disarm) = state.take_deadlines();
             drop(state);
+            for (gate_id, deadline_ms) in arm {
+                inner.arm_deadline(&execution, &gate_id, deadline_ms);
+            }
+            for (gate_id, deadline_ms) in disarm {
+                inner.timers.disarm(&execution, &gate_id, deadline_ms);
+            }
             enqueue(&mut queued, &mut started_at, events);
             // A held effect may start once everything queued so far is durable. Until the
             // execution's EXECUTION_STARTED is durable, every effect is held: a start whose id
@@ -351,6 +364,7 @@ pub(crate) async fn drive<S: EventStore>(
         if !deferred.is_empty() && (ended || !ctx.state().replaying()) {
             for message in std::mem::take(&mut deferred) {
                 if ended {
+                    forget_deadline(&inner.timers, &execution, &message);
                     refuse_ended(&execution, message);
                     continue;
                 }
@@ -358,6 +372,7 @@ pub(crate) async fn drive<S: EventStore>(
                     |step_id: &str| !held.iter().any(|(_, d)| d.call.step_id == step_id);
                 handle(
                     &ctx,
+                    &inner.timers,
                     &execution,
                     message,
                     &mut queued_replies,
@@ -415,6 +430,10 @@ pub(crate) async fn drive<S: EventStore>(
             }
             if ended {
                 if inner.try_release(&execution, messages) {
+                    // Its gates will never be resumed: their deadlines need not fire.
+                    for (gate_id, deadline_ms) in ctx.state().pending_deadlines() {
+                        inner.timers.disarm(&execution, &gate_id, deadline_ms);
+                    }
                     return Ok(Exit::Ended(Box::new(folded)));
                 }
             } else if running.is_empty() && held.is_empty() && ctx.state().waits_for_messages() {
@@ -511,6 +530,7 @@ pub(crate) async fn drive<S: EventStore>(
                     return Ok(Exit::Parked(Box::new(folded)));
                 };
                 if ended {
+                    forget_deadline(&inner.timers, &execution, &message);
                     refuse_ended(&execution, message);
                     continue;
                 }
@@ -521,6 +541,7 @@ pub(crate) async fn drive<S: EventStore>(
                 let dispatched = |step_id: &str| !held.iter().any(|(_, d)| d.call.step_id == step_id);
                 handle(
                     &ctx,
+                    &inner.timers,
                     &execution,
                     message,
                     &mut queued_replies,
@@ -634,8 +655,10 @@ fn publish<S: EventStore>(
     }
 }
 
+#[allow(clippy::too_many_arguments)]
 fn handle(
     ctx: &FlowCtx,
+    timers: &Timers,
     execution: &ExecutionId,
     message: DriverMsg,
     replies: &mut Vec<Reply>,
@@ -654,14 +677,37 @@ fn handle(
             .resume_gate(&event_type, &correlation_key, payload)
         {
             Ok(_) => replies.push(Reply::Resume(reply)),
-            Err(GateMiss::NoPendingGate) => {
-                let _ = reply.send(Err(ResumeError::NoPendingGate {
-                    execution: execution.clone(),
-                    event_type,
-                    correlation_key,
-                }));
+            Err(miss) => {
+                let execution = execution.clone();
+                let error = match miss {
+                    GateMiss::NoPendingGate => ResumeError::NoPendingGate {
+                        execution,
+                        event_type,
+                        correlation_key,
+                    },
+                    GateMiss::TimedOut => ResumeError::TimedOut {
+                        execution,
+                        event_type,
+                        correlation_key,
+                    },
+                    GateMiss::Reserved => ResumeError::ReservedGate {
+                        execution,
+                        event_type,
+                    },
+                    GateMiss::ReservedPayload => ResumeError::ReservedPayload { execution },
+                };
+                let _ = reply.send(Err(error));
             }
         },
+        DriverMsg::Deadline {
+            gate_id,
+            deadline_ms,
+        } => {
+            if !ctx.state().expire_gate(&gate_id, deadline_ms) {
+                tracing::debug!(gate = %gate_id, deadline_ms, "a deadline whose gate no longer waits is ignored");
+            }
+            timers.disarm(execution, &gate_id, deadline_ms);
+        }
         DriverMsg::Resolve {
             step_id,
             verdict,
@@ -688,6 +734,17 @@ fn handle(
     }
 }
 
+/// A deadline message that no driver will act on: the index forgets it.
+pub(crate) fn forget_deadline(timers: &Timers, execution: &ExecutionId, message: &DriverMsg) {
+    if let DriverMsg::Deadline {
+        gate_id,
+        deadline_ms,
+    } = message
+    {
+        timers.disarm(execution, gate_id, *deadline_ms);
+    }
+}
+
 /// Answers a message for an execution that has ended.
 pub(crate) fn refuse_ended(execution: &ExecutionId, message: DriverMsg) {
     let execution = execution.clone();
@@ -706,6 +763,7 @@ pub(crate) fn refuse_ended(execution: &ExecutionId, message: DriverMsg) {
             drop(reply.send(Err(ResolveError::NotInDoubt { execution, step_id })))
         }
         DriverMsg::Cancel { reply, .. } => drop(reply.send(Err(CancelError::Ended { execution }))),
+        DriverMsg::Deadline { .. } => {}
     }
 }
 
@@ -722,6 +780,7 @@ pub(crate) fn refuse_unknown(execution: &ExecutionId, message: DriverMsg) {
         DriverMsg::Cancel { reply, .. } => {
             drop(reply.send(Err(CancelError::UnknownExecution { execution })))
         }
+        DriverMsg::Deadline { .. } => {}
     }
 }
 
@@ -731,6 +790,10 @@ pub(crate) fn refuse_failed(execution: &ExecutionId, message: DriverMsg, detail:
         DriverMsg::Resume { reply, .. } => Reply::Resume(reply),
         DriverMsg::Resolve { reply, .. } => Reply::Resolve(reply),
         DriverMsg::Cancel { reply, .. } => Reply::Cancel(reply),
+        DriverMsg::Deadline { gate_id, .. } => {
+            tracing::warn!(%execution, gate = %gate_id, "a deadline passed for an execution whose driver failed");
+            return;
+        }
     };
     reply.fail(execution, detail);
 }

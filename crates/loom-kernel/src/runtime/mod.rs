@@ -23,6 +23,7 @@ mod flow;
 mod history;
 mod plugin;
 mod replay;
+mod timers;
 
 use std::collections::{BTreeMap, HashMap};
 use std::sync::{Arc, Mutex};
@@ -31,7 +32,7 @@ use serde::Serialize;
 use tokio::sync::{mpsc, oneshot, watch};
 use tracing::Instrument;
 
-pub use ctx::{Command, FlowCtx, StepError, StepName};
+pub use ctx::{Command, FlowCtx, GateOutcome, StepError, StepName, TimedGate};
 pub use digest::{input_digest, stable_hash};
 pub use driver::DriveError;
 pub use effect::{Effect, EffectCall, EffectOutcome, EffectResult, FnEffect};
@@ -39,6 +40,7 @@ pub use flow::{Flow, FlowError, FlowSet, FnFlow, flow_fn};
 pub use history::NonDeterminism;
 pub use plugin::{AbiRange, Contributions, Inbound, InboundHandler, Plugin, Projection};
 pub use replay::{ReplayError, ReplayReport};
+pub use timers::{Clock, DEADLINE_KIND, ManualClock, SystemClock, TIMED_OUT_KEY, TIMER_EVENT_TYPE};
 
 use crate::classify::DataClassification;
 use crate::event::{Event, ExecutionStarted, Verdict};
@@ -142,6 +144,31 @@ pub enum ResumeError {
     },
     #[error("execution {execution} does not exist")]
     UnknownExecution { execution: ExecutionId },
+    /// The gate had a deadline (`suspend_with_timeout`), which passed first: the flow has
+    /// taken its timeout branch, and this late resume is not recorded.
+    #[error(
+        "the gate of execution {execution} for ({event_type}, key '{correlation_key}') timed out before this resume; nothing was recorded"
+    )]
+    TimedOut {
+        execution: ExecutionId,
+        event_type: String,
+        correlation_key: String,
+    },
+    /// Gates whose event type starts with `loom.` (a timer's, `loom.timer`) belong to the
+    /// runtime, which resumes them itself; a caller cannot.
+    #[error(
+        "gates of type '{event_type}' belong to the runtime; execution {execution} cannot be resumed on one"
+    )]
+    ReservedGate {
+        execution: ExecutionId,
+        event_type: String,
+    },
+    /// The payload is the runtime's timeout marker (an object whose only key is
+    /// `loom.timedOut`), which only the runtime records.
+    #[error(
+        "a resume payload of execution {execution} may not be the runtime's timeout marker ('loom.timedOut')"
+    )]
+    ReservedPayload { execution: ExecutionId },
     #[error("execution {execution} could not record the resume: {detail}")]
     Driver {
         execution: ExecutionId,
@@ -242,6 +269,7 @@ pub struct RuntimeBuilder<S> {
     contributions: Contributions,
     authenticator: Option<Arc<dyn ResumeAuthenticator>>,
     classification: DataClassification,
+    clock: Arc<dyn Clock>,
     errors: Vec<CompositionError>,
 }
 
@@ -313,6 +341,14 @@ impl<S: EventStore> RuntimeBuilder<S> {
         self
     }
 
+    /// The clock flows read through `ctx.now()` and timers (`ctx.sleep`, gates with a
+    /// timeout) are set and served by. The default is [`SystemClock`]; tests use a
+    /// [`ManualClock`]. Replay never reads it: recorded values are served from the log.
+    pub fn clock(mut self, clock: impl Clock) -> Self {
+        self.clock = Arc::new(clock);
+        self
+    }
+
     /// Checks the composition and builds the runtime. Must be called within a tokio runtime
     /// when executions are then started or recovered.
     pub fn build(mut self) -> Result<Runtime<S>, CompositionError> {
@@ -340,6 +376,7 @@ impl<S: EventStore> RuntimeBuilder<S> {
                 inbound,
                 authenticator: self.authenticator,
                 classification: Arc::new(self.classification),
+                timers: Arc::new(timers::Timers::new(self.clock)),
                 slots: Mutex::new(HashMap::new()),
             }),
         })
@@ -376,7 +413,16 @@ pub(crate) struct Inner<S> {
     inbound: BTreeMap<String, Arc<dyn InboundHandler>>,
     authenticator: Option<Arc<dyn ResumeAuthenticator>>,
     pub(crate) classification: Arc<DataClassification>,
+    /// The pending deadlines of every execution, served by one task.
+    pub(crate) timers: Arc<timers::Timers>,
     slots: Mutex<HashMap<ExecutionId, Slot>>,
+}
+
+impl<S> Drop for Inner<S> {
+    fn drop(&mut self) {
+        // The timer task ends with the runtime.
+        self.timers.close();
+    }
 }
 
 /// An execution's driver, if one runs, and how its runs end.
@@ -419,6 +465,38 @@ impl<S: EventStore> Inner<S> {
         }
         true
     }
+
+    /// Arms the deadline of `gate_id`, starting the timer task on the first one.
+    pub(crate) fn arm_deadline(
+        self: &Arc<Self>,
+        execution: &ExecutionId,
+        gate_id: &str,
+        deadline_ms: u64,
+    ) {
+        if self.timers.arm(execution, gate_id, deadline_ms) {
+            let runtime = Arc::downgrade(self);
+            let fire = move |due: Vec<timers::Due>| {
+                let Some(inner) = runtime.upgrade() else {
+                    return false;
+                };
+                let runtime = Runtime { inner };
+                for due in due {
+                    runtime.send(
+                        &due.execution,
+                        DriverMsg::Deadline {
+                            gate_id: due.gate_id,
+                            deadline_ms: due.deadline_ms,
+                        },
+                    );
+                }
+                true
+            };
+            tokio::spawn(
+                timers::serve(Arc::clone(&self.timers), fire)
+                    .instrument(tracing::info_span!("timers")),
+            );
+        }
+    }
 }
 
 impl<S: EventStore> Runtime<S> {
@@ -429,8 +507,14 @@ impl<S: EventStore> Runtime<S> {
             contributions: Contributions::default(),
             authenticator: None,
             classification: DataClassification::default(),
+            clock: Arc::new(SystemClock),
             errors: Vec::new(),
         }
+    }
+
+    /// How many deadlines (timers, gates with a timeout) this runtime holds armed.
+    pub fn pending_timers(&self) -> usize {
+        self.inner.timers.pending()
     }
 
     pub fn store(&self) -> &S {
@@ -605,6 +689,17 @@ impl<S: EventStore> Runtime<S> {
         correlation_key: &str,
         payload: Payload,
     ) -> Result<(), ResumeError> {
+        if timers::is_reserved_event_type(event_type) {
+            return Err(ResumeError::ReservedGate {
+                execution: execution.clone(),
+                event_type: event_type.to_owned(),
+            });
+        }
+        if timers::is_timed_out_payload(&payload) {
+            return Err(ResumeError::ReservedPayload {
+                execution: execution.clone(),
+            });
+        }
         if let Some(authenticator) = &self.inner.authenticator {
             let request = ResumeRequest {
                 execution,
@@ -699,6 +794,20 @@ impl<S: EventStore> Runtime<S> {
                     self.ensure_driver(&summary.id);
                     report.started += 1;
                 }
+                Ok(state) if !state.status().is_terminal() => {
+                    // Parked: its pending deadlines are armed from the log, with no driver
+                    // (the one that fires them replays the flow).
+                    match self.arm_recorded_deadlines(&summary.id, &state).await {
+                        Ok(armed) => report.timers += armed,
+                        Err(error) => {
+                            tracing::error!(execution = %summary.id, %error, "recovery skips an execution whose deadlines it cannot read");
+                            report.skipped.push(SkippedExecution {
+                                execution: summary.id,
+                                error: FoldStoredError::Read(error),
+                            });
+                        }
+                    }
+                }
                 Ok(_) => {}
                 Err(error) => {
                     tracing::error!(execution = %summary.id, %error, "recovery skips an execution it cannot fold");
@@ -711,10 +820,35 @@ impl<S: EventStore> Runtime<S> {
         }
         tracing::info!(
             recovered = report.started,
+            timers = report.timers,
             skipped = report.skipped.len(),
             "recovery started drivers"
         );
         Ok(report)
+    }
+
+    /// Arms the deadlines of the pending gates of a parked execution, read from their
+    /// `loom.deadline` decisions. Returns how many.
+    async fn arm_recorded_deadlines(
+        &self,
+        execution: &ExecutionId,
+        state: &ExecutionState,
+    ) -> Result<usize, ReadError> {
+        let mut armed = 0;
+        for gate_id in state.pending_gates().keys() {
+            let Some(seq) = state.decision(gate_id) else {
+                continue;
+            };
+            let recorded = self.inner.store.read(execution, seq, 1).await?;
+            if let Some(Event::DecisionRecorded(decision)) = recorded.first().map(|e| &e.event)
+                && decision.kind == DEADLINE_KIND
+                && let Some(deadline_ms) = timers::parse_deadline(&decision.value)
+            {
+                self.inner.arm_deadline(execution, gate_id, deadline_ms);
+                armed += 1;
+            }
+        }
+        Ok(armed)
     }
 
     /// Replays a recorded log against the registered flow, running no effect and writing
@@ -818,6 +952,7 @@ impl<S: EventStore> Runtime<S> {
         let sender = self.live_driver(slot, execution);
         if let Err(mpsc::error::SendError(message)) = sender.send(message) {
             drop(slots);
+            driver::forget_deadline(&self.inner.timers, execution, &message);
             driver::refuse_failed(execution, message, DRIVER_STOPPED);
         }
     }
@@ -899,6 +1034,7 @@ impl<S: EventStore> Runtime<S> {
                 let mut slots = inner.slots();
                 messages.close();
                 while let Ok(message) = messages.try_recv() {
+                    driver::forget_deadline(&inner.timers, &id, &message);
                     match &error {
                         Some(error) => driver::refuse_failed(&id, message, &error.to_string()),
                         None if unknown => driver::refuse_unknown(&id, message),
@@ -989,6 +1125,8 @@ fn same_start(
 pub struct RecoveryReport {
     /// Executions it started a driver for.
     pub started: usize,
+    /// Deadlines (timers, gates with a timeout) of parked executions it armed from their logs.
+    pub timers: usize,
     /// Executions it could not read or fold, in id order: each is left as it is.
     pub skipped: Vec<SkippedExecution>,
 }

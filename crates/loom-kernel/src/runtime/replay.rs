@@ -117,6 +117,7 @@ pub(crate) fn replay_log<S: EventStore>(
         execution_id,
         Arc::clone(&inner.effects),
         Arc::clone(&classification),
+        Arc::new(crate::runtime::timers::ReplayClock),
         &started,
         history,
     );
