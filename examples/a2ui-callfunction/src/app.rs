@@ -6,7 +6,9 @@ use std::time::Duration;
 use loom_agent_surface::SurfaceExt;
 use loom_effect_runtime::EffectRegistry;
 use loom_kernel::classify::DataClassification;
-use loom_kernel::runtime::{FlowCtx, FlowError, FlowSet, Runtime, RuntimeBuilder, flow_fn};
+use loom_kernel::runtime::{
+    FlowCtx, FlowError, FlowSet, GateOutcome, Runtime, RuntimeBuilder, flow_fn,
+};
 use loom_kernel::{EventStore, Payload};
 use loom_plugin_a2ui::{
     AllowedCallers, CALL_FUNCTION_EFFECT, CallFunctionInput, CallFunctionOptions, CatalogDef,
@@ -170,15 +172,19 @@ pub enum Approval {
     TimedOut,
 }
 
-/// Waits for the Approve button: a gate on `A2UIAction` keyed `approve`.
-///
-/// A plain gate: the kernel's durable timer is not on this branch yet, so
-/// [`APPROVE_TIMEOUT`] is not enforced and [`Approval::TimedOut`] never happens. With the
-/// timer, this becomes `ctx.suspend_with_timeout(APPROVE_EVENT, APPROVE, APPROVE_TIMEOUT)`.
+/// Waits for the Approve button: a gate on `A2UIAction` keyed `approve` that closes itself after
+/// [`APPROVE_TIMEOUT`] on the kernel's durable timer (the deadline is recorded, survives a
+/// restart, and replay takes the same branch without reading the clock).
 pub async fn wait_for_approval(ctx: &FlowCtx) -> Result<Approval, FlowError> {
-    let _timeout = APPROVE_TIMEOUT;
-    let payload = ctx.suspend(APPROVE_EVENT, APPROVE).await?;
-    Ok(Approval::Approved(payload))
+    Ok(
+        match ctx
+            .suspend_with_timeout(APPROVE_EVENT, APPROVE, APPROVE_TIMEOUT)
+            .await?
+        {
+            GateOutcome::Resumed(payload) => Approval::Approved(payload),
+            GateOutcome::TimedOut => Approval::TimedOut,
+        },
+    )
 }
 
 /// The `checkout` flow: shows the order, reads the renderer's locale (grain A, a gate), waits
