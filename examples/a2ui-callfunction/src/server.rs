@@ -1,7 +1,8 @@
 //! The server: Loom on the embedded store, the A2UI wire over WebSocket (JSON text frames, one
 //! socket per client session), and the operator's admin socket.
 //!
-//! - `GET /a2ui/{execution}/{surface}`: a renderer's session. It gets `createSurface` with the
+//! - `GET /a2ui/{execution}/{surface}[?answers=f,g]`: a renderer's session (naming the
+//!   functions it answers, all by default). It gets `createSurface` with the
 //!   current masked model and any pending function call, then every update as it becomes
 //!   durable; it sends actions and function replies. A renderer that reconnects gets the
 //!   surface again, then live updates.
@@ -9,6 +10,7 @@
 //!   the steps in doubt, `{"op": "resolve", "execution", "step", "verdict"}` records a verdict
 //!   (see [`crate::operator`]).
 
+use std::collections::BTreeMap;
 use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -17,7 +19,7 @@ use std::time::Duration;
 use anyhow::{Context, Result};
 use axum::Router;
 use axum::extract::ws::{Message, WebSocket, WebSocketUpgrade};
-use axum::extract::{Path, State};
+use axum::extract::{Path, Query, State};
 use axum::response::Response;
 use axum::routing::get;
 use futures::{SinkExt, StreamExt};
@@ -222,9 +224,13 @@ pub async fn serve(options: ServerOptions) -> Result<()> {
 async fn renderer_socket(
     ws: WebSocketUpgrade,
     Path((execution, surface)): Path<(String, String)>,
+    Query(query): Query<BTreeMap<String, String>>,
     State(state): State<Arc<AppState>>,
 ) -> Response {
-    ws.on_upgrade(move |socket| renderer_session(state, socket, execution, surface))
+    let answers = query
+        .get("answers")
+        .map(|names| names.split(',').map(str::to_owned).collect());
+    ws.on_upgrade(move |socket| renderer_session(state, socket, execution, surface, answers))
 }
 
 async fn admin_socket(ws: WebSocketUpgrade, State(state): State<Arc<AppState>>) -> Response {
@@ -244,11 +250,12 @@ async fn renderer_session(
     socket: WebSocket,
     execution: String,
     surface: String,
+    answers: Option<Vec<String>>,
 ) {
     let Ok(execution_id) = ExecutionId::new(execution.clone()) else {
         return;
     };
-    let (session, mut outbox) = state.sessions.open(&execution, &surface);
+    let (session, mut outbox) = state.sessions.open(&execution, &surface, answers);
     narrate::say(format!(
         "renderer session #{session} opened on {execution}/{surface}"
     ));

@@ -64,6 +64,8 @@ struct Cast {
     renderer_models: Vec<Value>,
     /// How each process ended, by label, until a process of the same label starts again.
     exits: std::collections::BTreeMap<String, ExitStatus>,
+    /// How many times each process told it connected.
+    connects: std::collections::BTreeMap<String, usize>,
 }
 
 impl Drop for Cast {
@@ -163,6 +165,11 @@ impl Cast {
         }
         if matches!(note, Note::Wire { .. }) {
             self.wire_count += 1;
+        }
+        if let Note::Say { text } = &note
+            && text.contains("connected to")
+        {
+            *self.connects.entry(label.to_owned()).or_default() += 1;
         }
         println!("{}", narrate::render(Some(label), &note, self.style));
         Ok(Some(note))
@@ -295,6 +302,11 @@ pub fn run(options: &StoryOptions) -> Result<StoryReport> {
             println!("catalog document written: {}", path.display());
         }
     }
+    // The reference renderer loads the catalogs from their documents.
+    let catalog_dir = options.dir.join("catalogs");
+    if options.reference_renderer.is_some() {
+        export_catalogs(&catalog_dir)?;
+    }
     let wire_log = match &options.wire_log {
         Some(path) => {
             if let Some(parent) = path.parent().filter(|p| !p.as_os_str().is_empty()) {
@@ -318,6 +330,7 @@ pub fn run(options: &StoryOptions) -> Result<StoryReport> {
         wire_count: 0,
         renderer_models: Vec::new(),
         exits: Default::default(),
+        connects: Default::default(),
     };
     let store_arg = store.display().to_string();
 
@@ -337,6 +350,32 @@ pub fn run(options: &StoryOptions) -> Result<StoryReport> {
     )?;
     let url = cast.until_ready("server")?;
 
+    if let Some((python, script)) = &options.reference_renderer {
+        cast.chapter("2a. The reference renderer (a2ui-core 0.4.0, STRICT) connects as a second client; it answers getLocale");
+        cast.spawn(
+            "renderer",
+            python,
+            &[
+                script.display().to_string(),
+                url.clone(),
+                s(EXECUTION),
+                catalog_dir.display().to_string(),
+            ],
+        )?;
+        cast.until(|line, note| match (line, note) {
+            (Line::Out(label, _), Some(Note::Say { text }))
+                if label == "renderer" && text.contains("connected to") =>
+            {
+                Some(Ok(()))
+            }
+            (Line::Exited(label, status), _) if label == "renderer" => Some(Err(anyhow::anyhow!(
+                "the reference renderer ended: {}",
+                describe(status)
+            ))),
+            _ => None,
+        })??;
+    }
+
     cast.chapter("2. A headless renderer connects: it answers getLocale (grain A), clicks Approve, answers submitOrder (grain B)");
     cast.spawn(
         "client",
@@ -350,14 +389,8 @@ pub fn run(options: &StoryOptions) -> Result<StoryReport> {
             s("--approve"),
         ],
     )?;
-    if let Some((python, script)) = &options.reference_renderer {
-        cast.spawn(
-            "renderer",
-            python,
-            &[script.display().to_string(), url.clone(), s(EXECUTION)],
-        )?;
-    }
     let crashed = cast.until_exit("server")?;
+    let renderer_connects = cast.connects.get("renderer").copied().unwrap_or(0);
     ensure!(
         !crashed.success(),
         "the server was to crash after sending submitOrder, but it ended with {}",
@@ -382,6 +415,12 @@ pub fn run(options: &StoryOptions) -> Result<StoryReport> {
         (Line::Out(label, _), Some(Note::InDoubt { .. })) if label == "server" => Some(()),
         _ => None,
     })?;
+    // The reference renderer is to see the rest of the story: wait for it to be back too.
+    if options.reference_renderer.is_some() {
+        while cast.connects.get("renderer").copied().unwrap_or(0) <= renderer_connects {
+            cast.until(|_, _| Some(()))?;
+        }
+    }
 
     cast.chapter("4. The operator lists the steps in doubt, through the running server");
     cast.spawn(

@@ -1,7 +1,9 @@
 //! The plugin's [`Transport`] over the server's WebSocket sessions.
 //!
-//! A grain-B request goes to the oldest live session showing the request's surface (waiting for
-//! one to connect, within the effect's request timeout); the reply comes back on that socket and
+//! A grain-B request goes to the oldest live session showing the request's surface and answering
+//! the function (a renderer may name the functions it answers in its URL, `?answers=getLocale`;
+//! it answers all of them otherwise), waiting for one to connect within the effect's request
+//! timeout; the reply comes back on that socket and
 //! is matched by its call id. A session that closes with a request sent and unanswered makes the
 //! request [`TransportError::Lost`]: the renderer may have run it, and the step is in doubt.
 
@@ -28,6 +30,8 @@ pub struct Outgoing {
 struct Session {
     execution: String,
     surface: String,
+    /// The functions this renderer answers (`?answers=a,b`); all when `None`.
+    answers: Option<Vec<String>>,
     outbox: mpsc::UnboundedSender<Outgoing>,
 }
 
@@ -67,8 +71,14 @@ impl Sessions {
         self.state.lock().unwrap_or_else(|p| p.into_inner())
     }
 
-    /// A new session showing `surface` of `execution`: its id and the messages to send on it.
-    pub fn open(&self, execution: &str, surface: &str) -> (u64, mpsc::UnboundedReceiver<Outgoing>) {
+    /// A new session showing `surface` of `execution`, answering `answers` (all functions when
+    /// `None`): its id and the messages to send on it.
+    pub fn open(
+        &self,
+        execution: &str,
+        surface: &str,
+        answers: Option<Vec<String>>,
+    ) -> (u64, mpsc::UnboundedReceiver<Outgoing>) {
         let (outbox, receiver) = mpsc::unbounded_channel();
         let id = {
             let mut state = self.state();
@@ -79,6 +89,7 @@ impl Sessions {
                 Session {
                     execution: execution.to_owned(),
                     surface: surface.to_owned(),
+                    answers,
                     outbox,
                 },
             );
@@ -121,13 +132,19 @@ impl Sessions {
         &self,
         execution: &str,
         surface: &str,
+        function: &str,
     ) -> Option<(u64, mpsc::UnboundedSender<Outgoing>)> {
         let state = self.state();
         state
             .sessions
             .iter()
             .find(|(_, s)| {
-                s.execution == execution && s.surface == surface && !s.outbox.is_closed()
+                s.execution == execution
+                    && s.surface == surface
+                    && s.answers
+                        .as_ref()
+                        .is_none_or(|names| names.iter().any(|n| n == function))
+                    && !s.outbox.is_closed()
             })
             .map(|(id, s)| (*id, s.outbox.clone()))
     }
@@ -152,7 +169,7 @@ impl Sessions {
             .to_owned();
         let (session, outbox) = loop {
             let changed = self.changed.notified();
-            if let Some(found) = self.pick(&execution, &surface) {
+            if let Some(found) = self.pick(&execution, &surface, &name) {
                 break found;
             }
             tokio::select! {
