@@ -82,7 +82,9 @@ enum Cmd {
     /// Records an operator's verdict on a step in doubt.
     #[command(group(ArgGroup::new("verdict").required(true).args(["completed", "retry", "failed"])))]
     Resolve {
+        /// The execution, as `indoubt list` shows it.
         execution: String,
+        /// The step in doubt, as `indoubt list` shows it (`a2ui.callFunction#1`).
         step: String,
         /// The call did run: this JSON is its result.
         #[arg(long, value_name = "JSON")]

@@ -451,7 +451,7 @@ pub fn run(options: &StoryOptions) -> Result<StoryReport> {
         bail!("one step should be in doubt, {} are", in_doubt.len());
     };
 
-    cast.chapter("5. The renderer's ledger shows the order was placed; the operator retries: the renderer's dedup answers with the original result");
+    cast.chapter("5. The operator retries with the same call id: the renderer's dedup answers with the original result; the flow updates the surface, deletes it and completes");
     cast.spawn(
         "operator",
         &program,
@@ -471,7 +471,7 @@ pub fn run(options: &StoryOptions) -> Result<StoryReport> {
         describe(&resolved)
     );
 
-    cast.chapter("6. The flow completes: the surface is updated, then deleted");
+    cast.chapter("6. The server and the renderers end");
     let done = cast.until_exit("server")?;
     ensure!(
         done.success(),
