@@ -8,7 +8,8 @@
 //! - A concrete [`Transport`](loom_plugin_a2ui::Transport) over WebSocket sessions
 //!   ([`transport`]) and the server that carries the A2UI wire ([`server`]).
 //! - A headless renderer that answers functions and clicks Approve ([`client`]), the operator's
-//!   commands ([`operator`]), and the story that runs them all as processes ([`story`]).
+//!   commands ([`operator`]), and the story that runs them all as processes ([`story`]), each
+//!   telling what it does in notes ([`narrate`]).
 //!
 //! # What it must not depend on
 //! It is an application: it builds on the Loom crates and nothing builds on it. It never
