@@ -1,6 +1,7 @@
 //! A model-based test of the runtime: random sequences of start (again, or with another
-//! input), step outcomes (failure, doubt), resume, resolve, cancel, panics and crashes (a new
-//! runtime on the same store, then `recover`) against a small reference model. After every
+//! input), step outcomes (failure, doubt), resume, resolve, cancel, panics, crashes (a new
+//! runtime on the same store, then `recover`) and the clock moving past gates' deadlines
+//! against a small reference model. After every
 //! transition, for every execution, the live state (`wait`), the fold of the log and the
 //! model agree, and the log replays deterministically.
 
@@ -29,19 +30,28 @@ struct Plan {
     panic_at_end: bool,
 }
 
-/// reserve (idempotent) -> charge (not idempotent) -> gate -> end.
+/// How long the gate waits for its resume.
+const GATE_TIMEOUT_MS: u64 = 60_000;
+
+/// reserve (idempotent) -> charge (not idempotent) -> gate with a deadline -> end.
 async fn order(ctx: FlowCtx, plan: Plan) -> Result<u64, FlowError> {
     ctx.execute("reserve", &plan).await?;
     ctx.execute("charge", &plan).await?;
-    ctx.suspend("Go", "go").await?;
+    ctx.suspend_with_timeout(
+        "Go",
+        "go",
+        std::time::Duration::from_millis(GATE_TIMEOUT_MS),
+    )
+    .await?;
     if plan.panic_at_end {
         panic!("the flow panics after its gate");
     }
     Ok(1)
 }
 
-fn runtime(store: MemoryStore) -> Runtime<MemoryStore> {
+fn runtime(store: MemoryStore, clock: ManualClock) -> Runtime<MemoryStore> {
     Runtime::builder(store)
+        .clock(clock)
         .flow(flow_fn("order", 1, order))
         .effect(
             "reserve",
@@ -100,11 +110,25 @@ enum Pick {
 
 #[derive(Debug, Clone)]
 enum Transition {
-    Start { execution: u8, plan: Plan },
-    Resume { execution: u8 },
-    Resolve { execution: u8, verdict: Pick },
-    Cancel { execution: u8 },
+    Start {
+        execution: u8,
+        plan: Plan,
+    },
+    Resume {
+        execution: u8,
+    },
+    Resolve {
+        execution: u8,
+        verdict: Pick,
+    },
+    Cancel {
+        execution: u8,
+    },
     Crash,
+    /// The clock moves on by this many ms: gates whose deadline it reaches time out.
+    Tick {
+        by: u64,
+    },
 }
 
 #[derive(Debug, Clone, Default)]
@@ -115,6 +139,10 @@ struct Model {
     accepted: bool,
     /// The executions the last transition may have changed (all of them after a crash).
     touched: Vec<u8>,
+    /// The clock, in ms from the start.
+    now: u64,
+    /// The deadline of each execution's pending gate.
+    deadlines: BTreeMap<u8, u64>,
 }
 
 /// Where a flow stands once it has gone as far as it can after its charge step.
@@ -144,6 +172,7 @@ impl ReferenceStateMachine for Model {
             2 => (execution.clone(), verdict).prop_map(|(execution, verdict)| Transition::Resolve { execution, verdict }),
             1 => execution.prop_map(|execution| Transition::Cancel { execution }),
             1 => Just(Transition::Crash),
+            1 => prop_oneof![Just(GATE_TIMEOUT_MS / 2), Just(GATE_TIMEOUT_MS)].prop_map(|by| Transition::Tick { by }),
         ]
         .boxed()
     }
@@ -154,7 +183,9 @@ impl ReferenceStateMachine for Model {
             | Transition::Resume { execution }
             | Transition::Resolve { execution, .. }
             | Transition::Cancel { execution } => vec![*execution],
-            Transition::Crash => state.executions.keys().copied().collect(),
+            Transition::Crash | Transition::Tick { .. } => {
+                state.executions.keys().copied().collect()
+            }
         };
         let status = |state: &Model, execution: &u8| state.executions.get(execution).map(|e| e.1);
         state.accepted = match transition {
@@ -203,7 +234,34 @@ impl ReferenceStateMachine for Model {
                 _ => false,
             },
             Transition::Crash => true,
+            Transition::Tick { by } => {
+                state.now += by;
+                let now = state.now;
+                for (execution, (plan, status)) in state.executions.iter_mut() {
+                    let due = state.deadlines.get(execution).is_some_and(|at| *at <= now);
+                    if *status == Status::Suspended && due {
+                        *status = if plan.panic_at_end {
+                            Status::Failed
+                        } else {
+                            Status::Completed
+                        };
+                    }
+                }
+                true
+            }
         };
+        // A gate opened by this transition waits until now + the timeout.
+        for execution in state.touched.clone() {
+            match state.executions.get(&execution) {
+                Some((_, Status::Suspended)) => {
+                    let at = state.now + GATE_TIMEOUT_MS;
+                    state.deadlines.entry(execution).or_insert(at);
+                }
+                _ => {
+                    state.deadlines.remove(&execution);
+                }
+            }
+        }
         state
     }
 }
@@ -211,6 +269,7 @@ impl ReferenceStateMachine for Model {
 struct Live {
     tokio: &'static tokio::runtime::Runtime,
     store: MemoryStore,
+    clock: ManualClock,
     runtime: Runtime<MemoryStore>,
 }
 
@@ -230,10 +289,12 @@ impl StateMachineTest for RuntimeUnderTest {
                 .unwrap()
         });
         let store = MemoryStore::new();
-        let runtime = tokio.block_on(async { runtime(store.clone()) });
+        let clock = ManualClock::new(0);
+        let runtime = tokio.block_on(async { runtime(store.clone(), clock.clone()) });
         Live {
             tokio,
             store,
+            clock,
             runtime,
         }
     }
@@ -268,13 +329,31 @@ impl StateMachineTest for RuntimeUnderTest {
                 }
                 Transition::Cancel { execution } => rt.cancel(&name(execution), None).await.is_ok(),
                 Transition::Crash => true,
+                Transition::Tick { by } => {
+                    live.clock.advance(std::time::Duration::from_millis(by));
+                    // The timer task and the drivers it wakes run on this thread: let them
+                    // record every timeout now due before the states are compared.
+                    for _ in 0..10_000 {
+                        let mut settled = true;
+                        for (execution, (_, status)) in &model.executions {
+                            let folded = live.store.fold(&name(*execution)).await.unwrap();
+                            settled &= Status::of(folded.status()) == Some(*status);
+                        }
+                        if settled {
+                            break;
+                        }
+                        tokio::task::yield_now().await;
+                    }
+                    true
+                }
             }
         });
         assert_eq!(accepted, model.accepted, "accepted");
         if matches!(transition, Transition::Crash) {
             let store = live.store.clone();
+            let clock = live.clock.clone();
             live.runtime = live.tokio.block_on(async {
-                let rt = runtime(store);
+                let rt = runtime(store, clock);
                 rt.recover().await.unwrap();
                 rt
             });

@@ -25,8 +25,9 @@ use crate::runtime::digest::input_digest;
 use crate::runtime::effect::{Effect, EffectCall, EffectOutcome, EffectResult};
 use crate::runtime::history::{Attempted, History, NonDeterminism, StepState};
 use crate::runtime::timers::{
-    Clock, DEADLINE_KIND, TIMER_EVENT_TYPE, deadline_value, is_reserved_event_type,
-    is_timed_out_payload, parse_deadline, timed_out_payload,
+    Clock, DEADLINE_KIND, TIMER_EVENT_TYPE, closed_payload, deadline_value, is_closed_payload,
+    is_reserved_event_type, is_reserved_payload, is_timed_out_payload, parse_deadline,
+    timed_out_payload,
 };
 
 /// Why a command did not give the flow a result.
@@ -54,6 +55,19 @@ pub enum StepError {
     /// timer's); a flow cannot open such a gate.
     #[error("gate event type '{0}' is reserved for the runtime (it starts with 'loom.')")]
     ReservedEventType(String),
+    /// `first_of` was given no gate.
+    #[error("first_of needs at least one gate")]
+    NoGates,
+}
+
+/// Which of the gates of a [`FlowCtx::first_of`] came first, as the log records it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Selected {
+    /// The gate at `index` (in the order given) was resumed first, with `payload`; the others
+    /// were closed.
+    Gate { index: usize, payload: Payload },
+    /// The deadline passed before any resume; every gate was closed.
+    TimedOut,
 }
 
 /// How a gate with a deadline ended: whichever came first, as the log records it.
@@ -114,6 +128,8 @@ pub(crate) struct Dispatch {
 
 struct Slot {
     value: Option<Result<Payload, StepError>>,
+    /// For a `first_of`: which gate's resume `value` is.
+    chosen: Option<usize>,
     waker: Option<Waker>,
 }
 
@@ -135,8 +151,11 @@ struct PendingGate {
     event_type: String,
     correlation_key: String,
     slot: u64,
-    /// The recorded deadline (unix ms), for a timer or a gate with a timeout.
+    /// The recorded deadline (unix ms), for a timer or a gate with a timeout (in a `first_of`,
+    /// on its first gate only).
     deadline: Option<u64>,
+    /// For a gate of a `first_of`: the group (its command's slot) and its place in it.
+    group: Option<(u64, usize)>,
 }
 
 #[derive(Default)]
@@ -395,6 +414,7 @@ impl FlowCtx {
                 correlation_key: correlation_key.to_owned(),
                 slot,
                 deadline: None,
+                group: None,
             });
             Ok(None)
         })();
@@ -469,6 +489,175 @@ impl FlowCtx {
         }
     }
 
+    /// Opens several gates, `(event_type, correlation_key)` each (gate ids `event_type#n`), and
+    /// waits for the first of them to be resumed, or for `timeout` (measured from now, read
+    /// once and recorded) if one is given. Whichever came first is recorded, and the runtime
+    /// closes the other gates in the same batch (a resume with the payload
+    /// `{"loom.closed": {"by": <gate id>}}`, or the timeout marker for all of them when the
+    /// deadline won), so no gate stays open in the log and replay takes the same branch. A
+    /// resume of a closed gate is refused.
+    ///
+    /// ```ignore
+    /// match ctx.first_of(&[("Approval", "order-42"), ("Rejection", "order-42")], Some(day)).await? {
+    ///     Selected::Gate { index: 0, payload } => approve(payload),
+    ///     Selected::Gate { .. } => reject(),
+    ///     Selected::TimedOut => escalate(),
+    /// }
+    /// ```
+    pub fn first_of(
+        &self,
+        gates: &[(&str, &str)],
+        timeout: Option<std::time::Duration>,
+    ) -> FirstOf {
+        let mut state = self.state();
+        let slot = state.new_slot();
+        let outcome = (|| {
+            if gates.is_empty() {
+                return Err(StepError::NoGates);
+            }
+            let mut ids = Vec::with_capacity(gates.len());
+            for (event_type, correlation_key) in gates {
+                ids.push(state.step_id(StepName::Counted((*event_type).to_owned()))?);
+                if is_reserved_event_type(event_type) {
+                    return Err(StepError::ReservedEventType((*event_type).to_owned()));
+                }
+                let twice = gates
+                    .iter()
+                    .filter(|(t, k)| t == event_type && k == correlation_key)
+                    .count()
+                    > 1;
+                if twice
+                    || state.gates.iter().any(|g| {
+                        g.event_type == *event_type && g.correlation_key == *correlation_key
+                    })
+                {
+                    return Err(StepError::DuplicateGate {
+                        event_type: (*event_type).to_owned(),
+                        correlation_key: (*correlation_key).to_owned(),
+                    });
+                }
+            }
+            let deadline_ms = match timeout {
+                Some(timeout) => {
+                    Some(self.deadline(&mut state, &ids[0], Deadline::After(timeout))?)
+                }
+                None => None,
+            };
+            let mut recorded = Vec::with_capacity(gates.len());
+            for ((event_type, correlation_key), gate_id) in gates.iter().zip(&ids) {
+                let attempted = Attempted::Suspend {
+                    gate_id,
+                    event_type,
+                    correlation_key,
+                };
+                if state.replay(attempted.clone(), &self.shared.classification) {
+                    recorded.push(state.history.resumed.remove(gate_id));
+                } else if state.divergence.is_some() {
+                    return Err(StepError::Diverged);
+                } else {
+                    state.note_live(&attempted);
+                    state
+                        .out
+                        .push(Event::ExecutionSuspended(ExecutionSuspended {
+                            gate_id: gate_id.clone(),
+                            event_type: (*event_type).to_owned(),
+                            correlation_key: (*correlation_key).to_owned(),
+                        }));
+                    recorded.push(None);
+                }
+            }
+            // The gates were closed together: one resume that is not a marker is the winner;
+            // the timeout marker on them says the deadline won.
+            if recorded.iter().any(Option::is_some) {
+                let winner = recorded.iter().position(|payload| {
+                    payload
+                        .as_ref()
+                        .is_some_and(|p| !is_closed_payload(p) && !is_timed_out_payload(p))
+                });
+                return Ok(Some(match winner {
+                    Some(index) => {
+                        if let Some(slot) = state.slots.get_mut(&slot) {
+                            slot.chosen = Some(index);
+                        }
+                        recorded.swap_remove(index).unwrap_or_else(Payload::null)
+                    }
+                    None => {
+                        for (event_type, correlation_key) in gates {
+                            state
+                                .timed_out
+                                .insert(((*event_type).to_owned(), (*correlation_key).to_owned()));
+                        }
+                        timed_out_payload(deadline_ms.unwrap_or_default())
+                    }
+                }));
+            }
+            if let Some(deadline_ms) = deadline_ms {
+                state.armed.push((ids[0].clone(), deadline_ms));
+            }
+            for (index, ((event_type, correlation_key), gate_id)) in
+                gates.iter().zip(ids).enumerate()
+            {
+                state.gates.push(PendingGate {
+                    gate_id,
+                    event_type: (*event_type).to_owned(),
+                    correlation_key: (*correlation_key).to_owned(),
+                    slot,
+                    deadline: if index == 0 { deadline_ms } else { None },
+                    group: Some((slot, index)),
+                });
+            }
+            Ok(None)
+        })();
+        FirstOf {
+            command: self.command(state, slot, outcome),
+        }
+    }
+
+    /// A gate's deadline: the recorded one on replay, else computed (from the clock for
+    /// `After`) and recorded as a `loom.deadline` decision under the gate's id.
+    fn deadline(
+        &self,
+        state: &mut CtxState,
+        gate_id: &str,
+        deadline: Deadline,
+    ) -> Result<u64, StepError> {
+        let attempted = Attempted::Decision {
+            step_id: gate_id,
+            kind: DEADLINE_KIND,
+        };
+        if state.replay(attempted.clone(), &self.shared.classification) {
+            let index = state.cursor - 1;
+            let recorded = match state.history.commands.get(index) {
+                Some((_, crate::runtime::history::Recorded::Decision { value, .. })) => {
+                    parse_deadline(value)
+                }
+                _ => None,
+            };
+            return recorded.ok_or_else(|| StepError::Decode {
+                step_id: gate_id.to_owned(),
+                detail: "the recorded deadline is not {\"deadlineMs\": <unix ms>}".into(),
+            });
+        }
+        if state.divergence.is_some() {
+            return Err(StepError::Diverged);
+        }
+        state.note_live(&attempted);
+        let deadline_ms = match deadline {
+            Deadline::At(at) => at,
+            Deadline::After(after) => self
+                .shared
+                .clock
+                .now_ms()
+                .saturating_add(u64::try_from(after.as_millis()).unwrap_or(u64::MAX)),
+        };
+        state.out.push(Event::DecisionRecorded(DecisionRecorded {
+            step_id: gate_id.to_owned(),
+            kind: DEADLINE_KIND.to_owned(),
+            value: Payload::from_value(&deadline_value(deadline_ms)),
+        }));
+        Ok(deadline_ms)
+    }
+
     /// A gate with a deadline: `DECISION_RECORDED` (kind `loom.deadline`, under the gate's id,
     /// value `{"deadlineMs": ..}`) then `EXECUTION_SUSPENDED`, queued together. `correlation_key`
     /// `None` is a timer: its key is its gate id and only the runtime resumes it.
@@ -499,41 +688,7 @@ impl FlowCtx {
                 });
             }
             // The deadline: recorded once, served from the log on replay (the clock is not read).
-            let attempted = Attempted::Decision {
-                step_id: &gate_id,
-                kind: DEADLINE_KIND,
-            };
-            let deadline_ms = if state.replay(attempted.clone(), &self.shared.classification) {
-                let index = state.cursor - 1;
-                let recorded = match state.history.commands.get(index) {
-                    Some((_, crate::runtime::history::Recorded::Decision { value, .. })) => {
-                        parse_deadline(value)
-                    }
-                    _ => None,
-                };
-                recorded.ok_or_else(|| StepError::Decode {
-                    step_id: gate_id.clone(),
-                    detail: "the recorded deadline is not {\"deadlineMs\": <unix ms>}".into(),
-                })?
-            } else if state.divergence.is_some() {
-                return Err(StepError::Diverged);
-            } else {
-                state.note_live(&attempted);
-                let deadline_ms = match deadline {
-                    Deadline::At(at) => at,
-                    Deadline::After(after) => self
-                        .shared
-                        .clock
-                        .now_ms()
-                        .saturating_add(u64::try_from(after.as_millis()).unwrap_or(u64::MAX)),
-                };
-                state.out.push(Event::DecisionRecorded(DecisionRecorded {
-                    step_id: gate_id.clone(),
-                    kind: DEADLINE_KIND.to_owned(),
-                    value: Payload::from_value(&deadline_value(deadline_ms)),
-                }));
-                deadline_ms
-            };
+            let deadline_ms = self.deadline(&mut state, &gate_id, deadline)?;
             let attempted = Attempted::Suspend {
                 gate_id: &gate_id,
                 event_type,
@@ -570,6 +725,7 @@ impl FlowCtx {
                 correlation_key,
                 slot,
                 deadline: Some(deadline_ms),
+                group: None,
             });
             Ok(None)
         })();
@@ -732,6 +888,7 @@ impl CtxState {
             slot,
             Slot {
                 value: None,
+                chosen: None,
                 waker: None,
             },
         );
@@ -1072,7 +1229,7 @@ impl CtxState {
         if is_reserved_event_type(event_type) {
             return Err(GateMiss::Reserved);
         }
-        if is_timed_out_payload(&payload) {
+        if is_reserved_payload(&payload) {
             return Err(GateMiss::ReservedPayload);
         }
         let Some(index) = self
@@ -1090,6 +1247,32 @@ impl CtxState {
         let gate = self.gates.remove(index);
         if let Some(deadline) = gate.deadline {
             self.disarmed.push((gate.gate_id.clone(), deadline));
+        }
+        if let Some((group, chosen)) = gate.group {
+            // The first of a `first_of`: its resume, then the others closed, in one batch.
+            self.out.push(Event::ExecutionResumed(ExecutionResumed {
+                gate_id: gate.gate_id.clone(),
+                event_type: gate.event_type,
+                correlation_key: gate.correlation_key,
+                payload: payload.clone(),
+            }));
+            let closed = closed_payload(&gate.gate_id);
+            for other in self.take_group(group) {
+                if let Some(deadline) = other.deadline {
+                    self.disarmed.push((other.gate_id.clone(), deadline));
+                }
+                self.out.push(Event::ExecutionResumed(ExecutionResumed {
+                    gate_id: other.gate_id,
+                    event_type: other.event_type,
+                    correlation_key: other.correlation_key,
+                    payload: closed.clone(),
+                }));
+            }
+            if let Some(slot) = self.slots.get_mut(&group) {
+                slot.chosen = Some(chosen);
+            }
+            self.fill(group, Ok(payload));
+            return Ok(gate.gate_id);
         }
         self.out.push(Event::ExecutionResumed(ExecutionResumed {
             gate_id: gate.gate_id.clone(),
@@ -1114,6 +1297,24 @@ impl CtxState {
         };
         let gate = self.gates.remove(index);
         let payload = timed_out_payload(deadline_ms);
+        if let Some((group, _)) = gate.group {
+            // Every gate of the `first_of` closes with the timeout marker, in order.
+            let mut all = vec![gate];
+            all.extend(self.take_group(group));
+            all.sort_by_key(|g| g.group.map(|(_, index)| index));
+            for gate in all {
+                self.out.push(Event::ExecutionResumed(ExecutionResumed {
+                    gate_id: gate.gate_id,
+                    event_type: gate.event_type.clone(),
+                    correlation_key: gate.correlation_key.clone(),
+                    payload: payload.clone(),
+                }));
+                self.timed_out
+                    .insert((gate.event_type, gate.correlation_key));
+            }
+            self.fill(group, Ok(payload));
+            return true;
+        }
         let timer = gate.event_type == TIMER_EVENT_TYPE;
         self.out.push(Event::ExecutionResumed(ExecutionResumed {
             gate_id: gate.gate_id,
@@ -1129,6 +1330,20 @@ impl CtxState {
             self.fill(gate.slot, Ok(payload));
         }
         true
+    }
+
+    /// Removes and returns the pending gates of a `first_of` group, in their order.
+    fn take_group(&mut self, group: u64) -> Vec<PendingGate> {
+        let (taken, kept): (Vec<_>, Vec<_>) = std::mem::take(&mut self.gates)
+            .into_iter()
+            .partition(|g| g.group.is_some_and(|(of, _)| of == group));
+        self.gates = kept;
+        taken
+    }
+
+    /// The gates their deadline closed, for resumes that come after the execution ended.
+    pub(crate) fn timed_out_gates(&self) -> BTreeSet<(String, String)> {
+        self.timed_out.clone()
     }
 
     /// Deadlines to arm and to disarm since the last call.
@@ -1339,6 +1554,44 @@ impl Future for TimedGate {
                 }
             })
         })
+    }
+}
+
+/// The future of a [`FlowCtx::first_of`]: resolves with the gate that was resumed first, or
+/// with the deadline, as recorded.
+#[must_use = "gates do nothing for the flow unless awaited"]
+#[derive(Debug)]
+pub struct FirstOf {
+    command: Command,
+}
+
+impl Future for FirstOf {
+    type Output = Result<Selected, StepError>;
+
+    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
+        let mut state = self
+            .command
+            .shared
+            .state
+            .lock()
+            .unwrap_or_else(|p| p.into_inner());
+        let Some(slot) = state.slots.get_mut(&self.command.slot) else {
+            return Poll::Pending;
+        };
+        match slot.value.take() {
+            Some(value) => {
+                let chosen = slot.chosen;
+                state.slots.remove(&self.command.slot);
+                Poll::Ready(value.map(|payload| match chosen {
+                    Some(index) => Selected::Gate { index, payload },
+                    None => Selected::TimedOut,
+                }))
+            }
+            None => {
+                slot.waker = Some(cx.waker().clone());
+                Poll::Pending
+            }
+        }
     }
 }
 

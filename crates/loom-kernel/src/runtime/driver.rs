@@ -34,7 +34,10 @@ use crate::runtime::ctx::{Dispatch, FlowCtx, GateMiss, VerdictMiss};
 use crate::runtime::effect::EffectOutcome;
 use crate::runtime::flow::FlowError;
 use crate::runtime::history::{Attempted, History, NonDeterminism};
-use crate::runtime::timers::Timers;
+use crate::runtime::timers::{Timers, is_timed_out_payload};
+
+/// Gates (event type, correlation key) that their deadline closed.
+pub(crate) type TimedOutGates = std::collections::BTreeSet<(String, String)>;
 use crate::runtime::{CancelError, DriverFailure, Inner, ResolveError, ResumeError, StartError};
 use crate::store::{AppendError, EventStore, EventStoreExt, FoldStoredError};
 
@@ -192,6 +195,7 @@ type Loaded = (ExecutionStarted, History, ExecutionState);
 async fn load<S: EventStore>(
     inner: &Inner<S>,
     execution: &ExecutionId,
+    messages: &mut mpsc::UnboundedReceiver<DriverMsg>,
 ) -> Result<Result<Loaded, Exit>, DriveError> {
     let log = inner
         .store
@@ -209,6 +213,14 @@ async fn load<S: EventStore>(
         detail: FoldStoredError::from(err).to_string(),
     })?;
     if state.status().is_terminal() {
+        // A resume waiting for this driver is told if its gate timed out.
+        if !messages.is_empty() {
+            let timed_out = timed_out_gates(&log);
+            while let Ok(message) = messages.try_recv() {
+                forget_deadline(&inner.timers, execution, &message);
+                refuse_ended(execution, message, &timed_out);
+            }
+        }
         return Ok(Err(Exit::Ended(Box::new(state))));
     }
     let Some(Event::ExecutionStarted(started)) = log.first().map(|e| &e.event) else {
@@ -238,7 +250,7 @@ pub(crate) async fn drive<S: EventStore>(
             queued_replies.push(Reply::Start(reply));
             (started, History::default(), ExecutionState::new())
         }
-        None => match load(&inner, &execution).await? {
+        None => match load(&inner, &execution, messages).await? {
             Ok(loaded) => loaded,
             Err(exit) => return Ok(exit),
         },
@@ -365,7 +377,8 @@ pub(crate) async fn drive<S: EventStore>(
             for message in std::mem::take(&mut deferred) {
                 if ended {
                     forget_deadline(&inner.timers, &execution, &message);
-                    refuse_ended(&execution, message);
+                    let timed_out = ctx.state().timed_out_gates();
+                    refuse_ended(&execution, message, &timed_out);
                     continue;
                 }
                 let dispatched =
@@ -531,7 +544,8 @@ pub(crate) async fn drive<S: EventStore>(
                 };
                 if ended {
                     forget_deadline(&inner.timers, &execution, &message);
-                    refuse_ended(&execution, message);
+                    let timed_out = ctx.state().timed_out_gates();
+                    refuse_ended(&execution, message, &timed_out);
                     continue;
                 }
                 if !matches!(message, DriverMsg::Cancel { .. }) && ctx.state().replaying() {
@@ -745,8 +759,21 @@ pub(crate) fn forget_deadline(timers: &Timers, execution: &ExecutionId, message:
     }
 }
 
-/// Answers a message for an execution that has ended.
-pub(crate) fn refuse_ended(execution: &ExecutionId, message: DriverMsg) {
+/// The gates (event type, correlation key) of a log that their deadline closed.
+fn timed_out_gates(log: &[EventEnvelope]) -> TimedOutGates {
+    log.iter()
+        .filter_map(|envelope| match &envelope.event {
+            Event::ExecutionResumed(r) if is_timed_out_payload(&r.payload) => {
+                Some((r.event_type.clone(), r.correlation_key.clone()))
+            }
+            _ => None,
+        })
+        .collect()
+}
+
+/// Answers a message for an execution that has ended. A resume of a gate in `timed_out` is
+/// told that its gate timed out.
+pub(crate) fn refuse_ended(execution: &ExecutionId, message: DriverMsg, timed_out: &TimedOutGates) {
     let execution = execution.clone();
     match message {
         DriverMsg::Resume {
@@ -754,11 +781,23 @@ pub(crate) fn refuse_ended(execution: &ExecutionId, message: DriverMsg) {
             correlation_key,
             reply,
             ..
-        } => drop(reply.send(Err(ResumeError::NoPendingGate {
-            execution,
-            event_type,
-            correlation_key,
-        }))),
+        } => {
+            let key = (event_type, correlation_key);
+            let error = if timed_out.contains(&key) {
+                ResumeError::TimedOut {
+                    execution,
+                    event_type: key.0,
+                    correlation_key: key.1,
+                }
+            } else {
+                ResumeError::NoPendingGate {
+                    execution,
+                    event_type: key.0,
+                    correlation_key: key.1,
+                }
+            };
+            drop(reply.send(Err(error)))
+        }
         DriverMsg::Resolve { step_id, reply, .. } => {
             drop(reply.send(Err(ResolveError::NotInDoubt { execution, step_id })))
         }

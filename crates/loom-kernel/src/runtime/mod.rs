@@ -6,6 +6,13 @@
 //! exits when its execution ends or parks (waits only for resumes or verdicts); a resume,
 //! verdict or cancel starts a new one, which replays the log first.
 //!
+//! # Time
+//! `ctx.sleep`, `ctx.sleep_until`, `ctx.suspend_with_timeout` and `ctx.first_of` (with a
+//! timeout) record a deadline before the gate that waits for it; one task per runtime serves every pending deadline from one ordered
+//! index, and `recover` arms them again from the logs (`timers.rs`, ADR 0009). A caller cannot
+//! resume a timer, and a resume after a gate's deadline is refused with
+//! [`ResumeError::TimedOut`].
+//!
 //! # Resumes that arrive early
 //! A resume is matched against the gates the flow has opened *so far*; one that matches no
 //! pending gate is refused with [`ResumeError::NoPendingGate`] and nothing is recorded. Loom
@@ -32,7 +39,7 @@ use serde::Serialize;
 use tokio::sync::{mpsc, oneshot, watch};
 use tracing::Instrument;
 
-pub use ctx::{Command, FlowCtx, GateOutcome, StepError, StepName, TimedGate};
+pub use ctx::{Command, FirstOf, FlowCtx, GateOutcome, Selected, StepError, StepName, TimedGate};
 pub use digest::{input_digest, stable_hash};
 pub use driver::DriveError;
 pub use effect::{Effect, EffectCall, EffectOutcome, EffectResult, FnEffect};
@@ -40,7 +47,9 @@ pub use flow::{Flow, FlowError, FlowSet, FnFlow, flow_fn};
 pub use history::NonDeterminism;
 pub use plugin::{AbiRange, Contributions, Inbound, InboundHandler, Plugin, Projection};
 pub use replay::{ReplayError, ReplayReport};
-pub use timers::{Clock, DEADLINE_KIND, ManualClock, SystemClock, TIMED_OUT_KEY, TIMER_EVENT_TYPE};
+pub use timers::{
+    CLOSED_KEY, Clock, DEADLINE_KIND, ManualClock, SystemClock, TIMED_OUT_KEY, TIMER_EVENT_TYPE,
+};
 
 use crate::classify::DataClassification;
 use crate::event::{Event, ExecutionStarted, Verdict};
@@ -163,10 +172,10 @@ pub enum ResumeError {
         execution: ExecutionId,
         event_type: String,
     },
-    /// The payload is the runtime's timeout marker (an object whose only key is
-    /// `loom.timedOut`), which only the runtime records.
+    /// The payload is one of the runtime's markers (an object whose only key starts with
+    /// `loom.`, such as `loom.timedOut` or `loom.closed`), which only the runtime records.
     #[error(
-        "a resume payload of execution {execution} may not be the runtime's timeout marker ('loom.timedOut')"
+        "a resume payload of execution {execution} may not be a runtime marker (an object whose only key starts with 'loom.', such as 'loom.timedOut')"
     )]
     ReservedPayload { execution: ExecutionId },
     #[error("execution {execution} could not record the resume: {detail}")]
@@ -491,9 +500,17 @@ impl<S: EventStore> Inner<S> {
                 }
                 true
             };
+            let timers = Arc::clone(&self.timers);
             tokio::spawn(
-                timers::serve(Arc::clone(&self.timers), fire)
-                    .instrument(tracing::info_span!("timers")),
+                async move {
+                    let served = contain::contain_future(timers::serve(Arc::clone(&timers), fire));
+                    if let Err(panic) = served.await {
+                        // The clock is user code; the next deadline armed starts a new task.
+                        tracing::error!(%panic, "the timer task panicked (in the clock?); deadlines fire again once one is armed");
+                        timers.stopped();
+                    }
+                }
+                .instrument(tracing::info_span!("timers")),
             );
         }
     }
@@ -695,7 +712,7 @@ impl<S: EventStore> Runtime<S> {
                 event_type: event_type.to_owned(),
             });
         }
-        if timers::is_timed_out_payload(&payload) {
+        if timers::is_reserved_payload(&payload) {
             return Err(ResumeError::ReservedPayload {
                 execution: execution.clone(),
             });
@@ -842,10 +859,19 @@ impl<S: EventStore> Runtime<S> {
             let recorded = self.inner.store.read(execution, seq, 1).await?;
             if let Some(Event::DecisionRecorded(decision)) = recorded.first().map(|e| &e.event)
                 && decision.kind == DEADLINE_KIND
-                && let Some(deadline_ms) = timers::parse_deadline(&decision.value)
             {
-                self.inner.arm_deadline(execution, gate_id, deadline_ms);
-                armed += 1;
+                match timers::parse_deadline(&decision.value) {
+                    Some(deadline_ms) => {
+                        self.inner.arm_deadline(execution, gate_id, deadline_ms);
+                        armed += 1;
+                    }
+                    None => tracing::warn!(
+                        %execution,
+                        gate = %gate_id,
+                        seq,
+                        "a recorded deadline is not {{\"deadlineMs\": <unix ms>}}; it is not armed"
+                    ),
+                }
             }
         }
         Ok(armed)
@@ -1038,7 +1064,7 @@ impl<S: EventStore> Runtime<S> {
                     match &error {
                         Some(error) => driver::refuse_failed(&id, message, &error.to_string()),
                         None if unknown => driver::refuse_unknown(&id, message),
-                        None => driver::refuse_ended(&id, message),
+                        None => driver::refuse_ended(&id, message, &Default::default()),
                     }
                 }
                 if let Some(slot) = slots.get_mut(&id) {

@@ -53,6 +53,35 @@ pub(crate) fn timed_out_payload(deadline_ms: u64) -> Payload {
     Payload::from_value(&serde_json::json!({ TIMED_OUT_KEY: { "deadlineMs": deadline_ms } }))
 }
 
+/// The key of the payload the runtime closes the other gates of a `first_of` with when one of
+/// them is resumed: `{"loom.closed": {"by": <the winning gate's id>}}`.
+pub const CLOSED_KEY: &str = "loom.closed";
+
+/// The payload a losing gate of a `first_of` is closed with.
+pub(crate) fn closed_payload(by_gate: &str) -> Payload {
+    Payload::from_value(&serde_json::json!({ CLOSED_KEY: { "by": by_gate } }))
+}
+
+/// Whether `payload` is one of the runtime's markers (an object whose only key starts with
+/// `loom.`): a caller's resume may not carry one.
+pub(crate) fn is_reserved_payload(payload: &Payload) -> bool {
+    if !payload.as_json().contains("loom.") {
+        return false;
+    }
+    matches!(payload.to_value(), serde_json::Value::Object(map)
+        if map.len() == 1 && map.keys().all(|key| key.starts_with("loom.")))
+}
+
+/// Whether `payload` is the marker of a gate closed because another gate of its `first_of`
+/// was resumed.
+pub(crate) fn is_closed_payload(payload: &Payload) -> bool {
+    if !payload.as_json().contains(CLOSED_KEY) {
+        return false;
+    }
+    matches!(payload.to_value(), serde_json::Value::Object(map)
+        if map.len() == 1 && map.contains_key(CLOSED_KEY))
+}
+
 /// Whether `payload` is the runtime's timeout marker (an object whose only key is
 /// [`TIMED_OUT_KEY`]).
 pub(crate) fn is_timed_out_payload(payload: &Payload) -> bool {
@@ -68,7 +97,9 @@ pub(crate) fn is_timed_out_payload(payload: &Payload) -> bool {
 /// so replay never asks the clock), and when the timer task waits for the next deadline.
 ///
 /// Called on the runtime's tasks (a driver, the timer task), never on replay of recorded
-/// commands. It must not panic; a panic in `now_ms` fails the flow poll that asked.
+/// commands. It must not panic: a panic in `now_ms` while a flow asks fails that flow (as a
+/// panic of the flow), and a panic in the timer task stops it until the next deadline is armed
+/// (logged as an error).
 pub trait Clock: Send + Sync + std::fmt::Debug + 'static {
     /// Milliseconds since the Unix epoch.
     fn now_ms(&self) -> u64;
@@ -77,7 +108,8 @@ pub trait Clock: Send + Sync + std::fmt::Debug + 'static {
     fn sleep_until(&self, deadline_ms: u64) -> Pin<Box<dyn Future<Output = ()> + Send>>;
 }
 
-/// The system's wall clock, through tokio's timer. The default.
+/// The system's wall clock, through tokio's timer (the tokio runtime needs its time driver:
+/// `enable_time`, or `enable_all` as `#[tokio::main]` does). The default.
 #[derive(Debug, Clone, Copy, Default)]
 pub struct SystemClock;
 
@@ -233,6 +265,11 @@ impl Timers {
         if !index.sent.remove(&entry) {
             index.waiting.remove(&entry);
         }
+    }
+
+    /// The task ended without being closed (it panicked): the next arm starts another.
+    pub(crate) fn stopped(&self) {
+        self.started.store(false, Ordering::Release);
     }
 
     /// Stops the task (the runtime is gone).
