@@ -164,7 +164,6 @@ pub async fn serve(options: ServerOptions) -> Result<()> {
         .route("/a2ui/{execution}/{surface}", get(renderer_socket))
         .route("/admin", get(admin_socket))
         .with_state(state);
-    let server = tokio::spawn(async move { axum::serve(listener, router).await });
 
     // Executions a crashed process left mid-flight are driven on: a step that was running
     // when it died is parked in doubt (not idempotent), for an operator's verdict.
@@ -185,6 +184,9 @@ pub async fn serve(options: ServerOptions) -> Result<()> {
         let recovered = runtime.recover().await?;
         narrate::say(format!("recover() drives {recovered} execution(s) on"));
     }
+    // Renderers are served once the execution exists: a renderer that connects early waits in
+    // the listener's backlog rather than see an empty surface.
+    let server = tokio::spawn(async move { axum::serve(listener, router).await });
     narrate::emit(&Note::Ready {
         url: format!("ws://{addr}"),
     });
