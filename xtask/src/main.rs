@@ -34,7 +34,8 @@ enum Task {
     BenchKernel,
     /// Checks the A2UI plugin against the reference renderer: creates a Python venv
     /// (target/interop-venv), installs a2ui-core 0.4.0 from PyPI, and drives its
-    /// MessageProcessor (STRICT) with message streams the plugin produced from real flows.
+    /// MessageProcessor (STRICT) with message streams the plugin produced from real flows; then
+    /// runs the a2ui-callfunction story with the reference renderer as a second client.
     Interop,
     /// Checks that recorded executions of the example's flows replay deterministically
     /// (`cargo xtask replay-check --help` for its options; `--postgres <URL> [--schema NAME]`
@@ -175,6 +176,8 @@ fn run(task: Task, root: &Path) -> Result<()> {
 
 /// The reference renderer's package, pinned: the wire is A2UI v1.0 as this version accepts it.
 const A2UI_CORE: &str = "a2ui-core==0.4.0";
+/// The WebSocket client the reference renderer uses to join the a2ui-callfunction example.
+const WEBSOCKETS: &str = "websockets==17.4";
 
 fn interop(root: &Path) -> Result<()> {
     let venv = root.join("target/interop-venv");
@@ -192,6 +195,7 @@ fn interop(root: &Path) -> Result<()> {
             "--quiet",
             "--disable-pip-version-check",
             A2UI_CORE,
+            WEBSOCKETS,
         ],
     )?;
     cargo(
@@ -207,6 +211,26 @@ fn interop(root: &Path) -> Result<()> {
             &python.to_string_lossy(),
             "crates/loom-plugin-a2ui/interop/renderer.py",
             "target/interop",
+        ],
+    )?;
+    // The example's whole story with the reference renderer as a second client over the same
+    // WebSocket: it must accept every message, and its final data model must equal Loom's
+    // masked fold.
+    cargo(
+        root,
+        &[
+            "run",
+            "--quiet",
+            "-p",
+            "a2ui-callfunction",
+            "--",
+            "--dir",
+            "target/interop/a2ui-callfunction",
+            "--wire-log",
+            "target/interop/a2ui-callfunction/wire.jsonl",
+            "--reference-renderer",
+            &python.to_string_lossy(),
+            "examples/a2ui-callfunction/interop/renderer_client.py",
         ],
     )
 }

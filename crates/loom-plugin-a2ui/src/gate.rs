@@ -23,6 +23,17 @@ use crate::wire::FunctionError;
 pub const FUNCTION_RESULT_EVENT: &str = "A2UIFunctionResult";
 /// The decision kind that carries a grain-A request in the log.
 pub const REQUEST_DECISION: &str = "a2ui.functionRequest";
+/// The decision kind that deletes a surface (its value is the surface id).
+pub const DELETE_DECISION: &str = "a2ui.deleteSurface";
+
+/// Deletes `surface_id` from the renderers showing it: records a `DECISION_RECORDED` of kind
+/// [`DELETE_DECISION`]; the [`SurfaceHub`](crate::SurfaceHub) sends `deleteSurface` once it is
+/// durable, ends the surface's subscriptions, and gives later subscribers nothing. The model is
+/// kept (the hub still answers `model` and `masked_model`).
+pub fn delete_surface(ctx: &FlowCtx, surface_id: &str) -> Result<(), StepError> {
+    ctx.decide(DELETE_DECISION, || surface_id.to_owned())?;
+    Ok(())
+}
 
 /// A grain-A request as the log records it.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]

@@ -21,7 +21,7 @@ use tokio::sync::mpsc;
 
 use crate::bridge::{A2UISurfaceBridge, FunctionResult, InboundAction, IngestError, parse_reply};
 use crate::catalog::Catalogs;
-use crate::gate::{FUNCTION_RESULT_EVENT, FunctionRequest, REQUEST_DECISION};
+use crate::gate::{DELETE_DECISION, FUNCTION_RESULT_EVENT, FunctionRequest, REQUEST_DECISION};
 use crate::wire::AgentMessage;
 
 /// What a surface shows besides its data model: its component tree.
@@ -83,6 +83,8 @@ impl SurfaceSubscription {
 struct SurfaceState {
     bridge: A2UISurfaceBridge,
     subscribers: Vec<mpsc::UnboundedSender<AgentMessage>>,
+    /// The flow deleted the surface (`delete_surface`): nothing more is sent for it.
+    deleted: bool,
 }
 
 #[derive(Default)]
@@ -173,7 +175,8 @@ impl SurfaceHub {
 
     /// Catches up `execution` and subscribes to `surface_id`: the subscription starts with
     /// `createSurface` (current masked model and components) and any pending function calls,
-    /// then carries every later update once.
+    /// then carries every later update once. For a surface the flow deleted, it is empty and
+    /// ended at once.
     pub async fn subscribe<S: EventStore>(
         &self,
         store: &S,
@@ -185,6 +188,14 @@ impl SurfaceHub {
         let state = &mut *guard;
         let exec = state.executions.entry(execution.clone()).or_default();
         let surface = surface_entry(&self.shared, exec, surface_id);
+        if surface.deleted {
+            // The sender is dropped here: the subscription has ended.
+            let (_, receiver) = mpsc::unbounded_channel();
+            return Ok(SurfaceSubscription {
+                initial: Vec::new(),
+                receiver,
+            });
+        }
         let mut initial = vec![surface.bridge.snapshot()];
         for (call_id, request) in &exec.requests {
             if request.surface_id == surface_id
@@ -414,6 +425,7 @@ fn surface_entry<'e>(
             SurfaceState {
                 bridge,
                 subscribers: Vec::new(),
+                deleted: false,
             }
         })
 }
@@ -479,6 +491,25 @@ fn apply_one(shared: &Shared, exec: &mut ExecState, envelope: &EventEnvelope) ->
             let call_id = request.call_id.clone();
             exec.requests.insert(call_id.clone(), request);
             vec![call_id]
+        }
+        Event::DecisionRecorded(decision) if decision.kind == DELETE_DECISION => {
+            let surface_id: String = match decision.value.decode() {
+                Ok(surface_id) => surface_id,
+                Err(error) => {
+                    tracing::error!(%error, seq = envelope.seq, "an A2UI surface deletion in the log does not decode");
+                    return Vec::new();
+                }
+            };
+            let surface = surface_entry(shared, exec, &surface_id);
+            surface.deleted = true;
+            if surface.bridge.is_created()
+                && let Ok(message) = surface.bridge.delete_surface()
+            {
+                broadcast(surface, &[message]);
+            }
+            // Ends every subscription: their `next` gives `None`.
+            surface.subscribers.clear();
+            Vec::new()
         }
         Event::ExecutionSuspended(gate) if gate.event_type == FUNCTION_RESULT_EVENT => {
             let Some(request) = exec.requests.get(&gate.correlation_key) else {

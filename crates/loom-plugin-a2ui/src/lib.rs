@@ -14,6 +14,8 @@
 //! - Function calls answered by the client: grain A ([`call_and_wait`], a gate whose request is
 //!   durable before it is sent, ADR 0008) and grain B ([`register_a2ui_call_function`], the
 //!   `a2ui.callFunction` effect, not idempotent).
+//! - [`delete_surface`]: a flow deletes its surface; the hub sends `deleteSurface` once that is
+//!   durable and ends the surface's subscriptions.
 //! - The [`Transport`] trait; the plugin ships no transport.
 //!
 //! # What it must not depend on
@@ -42,6 +44,7 @@ pub use effect::{
     TransportError, codes, register_a2ui_call_function,
 };
 pub use gate::{
-    CallAndWaitError, FUNCTION_RESULT_EVENT, FunctionRequest, REQUEST_DECISION, call_and_wait,
+    CallAndWaitError, DELETE_DECISION, FUNCTION_RESULT_EVENT, FunctionRequest, REQUEST_DECISION,
+    call_and_wait, delete_surface,
 };
 pub use hub::{HubError, SurfaceHub, SurfaceSpec, SurfaceSubscription};

@@ -282,3 +282,65 @@ async fn events_are_applied_once_each_in_seq_order_whatever_order_they_arrive_in
         "duplicates change nothing"
     );
 }
+
+/// Shows a value, waits for a `done` action, then deletes the surface.
+async fn show_then_delete(
+    ctx: loom_kernel::runtime::FlowCtx,
+    _: Value,
+) -> Result<Value, loom_kernel::runtime::FlowError> {
+    use loom_agent_surface::SurfaceExt;
+    let ui = ctx.surface(SURFACE);
+    ui.patch()
+        .set("order", order())
+        .set("customer", json!({"card": "4111"}))
+        .emit()?;
+    ctx.suspend("A2UIAction", "done").await?;
+    loom_plugin_a2ui::delete_surface(&ctx, SURFACE)?;
+    // Deleting twice sends nothing more.
+    loom_plugin_a2ui::delete_surface(&ctx, SURFACE)?;
+    Ok(json!("deleted"))
+}
+
+#[tokio::test]
+async fn a_deleted_surface_ends_its_subscriptions_and_later_subscribers_get_nothing() {
+    let store = MemoryStore::new();
+    let hub = hub();
+    let runtime = loom_kernel::runtime::Runtime::builder(store.clone())
+        .flow(loom_kernel::runtime::flow_fn("show", 1, show_then_delete))
+        .plugin(&hub)
+        .build()
+        .unwrap();
+    let e = id("deleted-surface");
+    runtime
+        .start("show", &json!({}), StartOptions::new(e.clone()))
+        .await
+        .unwrap();
+    let _ = runtime.wait(&e).await;
+    let mut sub = hub.subscribe(&store, &e, SURFACE).await.unwrap();
+    assert!(matches!(sub.initial[0], AgentMessage::CreateSurface(_)));
+    let action = json!({"version": "v1.0", "action": {"name": "done", "surfaceId": SURFACE, "sourceComponentId": "approve", "timestamp": "t", "context": {}}});
+    hub.deliver_action(&runtime, &e, SURFACE, action.to_string().as_bytes())
+        .await
+        .unwrap();
+    let _ = runtime.wait(&e).await;
+    let mut deletes = 0;
+    while let Some(message) = sub.next().await {
+        if matches!(message, AgentMessage::DeleteSurface(_)) {
+            deletes += 1;
+        }
+    }
+    assert_eq!(deletes, 1, "one deleteSurface, then the subscription ends");
+    let mut late = hub.subscribe(&store, &e, SURFACE).await.unwrap();
+    assert!(late.initial.is_empty(), "{:?}", late.initial);
+    assert!(late.next().await.is_none());
+    // The model is kept for the application.
+    assert_eq!(
+        hub.masked_model(&e, SURFACE).unwrap()["customer"]["card"],
+        json!("***")
+    );
+    // A new process catching up from the log agrees.
+    let fresh = common::hub();
+    let mut again = fresh.subscribe(&store, &e, SURFACE).await.unwrap();
+    assert!(again.initial.is_empty());
+    assert!(again.next().await.is_none());
+}

@@ -1,0 +1,24 @@
+//! The `a2ui-callfunction` example: a `checkout` flow driving an A2UI v1.0 surface over a real
+//! WebSocket, with both function-call grains of ADR 0070 and a real crash that leaves a step in
+//! doubt for an operator's verdict.
+//!
+//! # What it owns
+//! - The application ([`app`]): the catalogs, the surface's components, the masked paths, the
+//!   `checkout` flow and the composition of a runtime on the embedded store.
+//! - A concrete [`Transport`](loom_plugin_a2ui::Transport) over WebSocket sessions
+//!   ([`transport`]) and the server that carries the A2UI wire ([`server`]).
+//! - A headless renderer that answers functions and clicks Approve ([`client`]), the operator's
+//!   commands ([`operator`]), and the story that runs them all as processes ([`story`]), each
+//!   telling what it does in notes ([`narrate`]).
+//!
+//! # What it must not depend on
+//! It is an application: it builds on the Loom crates and nothing builds on it. It never
+//! reaches below the plugin's and the kernel's public APIs.
+
+pub mod app;
+pub mod client;
+pub mod narrate;
+pub mod operator;
+pub mod server;
+pub mod story;
+pub mod transport;

@@ -1,0 +1,230 @@
+//! `a2ui-callfunction`: with no arguments, tells the whole story as real processes (server,
+//! renderer, crash, restart, in-doubt, verdict, completion, replay-check). Its subcommands are
+//! the story's parts, usable on their own.
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::time::Duration;
+
+use anyhow::Result;
+use clap::{ArgGroup, Parser, Subcommand};
+
+use a2ui_callfunction::client::{self, ClientOptions};
+use a2ui_callfunction::operator::{self, Target, VerdictArg};
+use a2ui_callfunction::server::{self, ServerOptions};
+use a2ui_callfunction::story::{self, EXECUTION, StoryOptions};
+
+#[derive(Debug, Parser)]
+#[command(
+    about = "A checkout flow on an A2UI surface over WebSocket: both function-call grains, a real crash, an operator's verdict."
+)]
+struct Cli {
+    #[command(subcommand)]
+    command: Option<Cmd>,
+    /// Writes every A2UI message, both directions, as JSON Lines in wire order.
+    #[arg(long, value_name = "FILE")]
+    wire_log: Option<PathBuf>,
+    /// Writes the catalogs the example uses as v1.0 catalog documents into DIR.
+    #[arg(long, value_name = "DIR")]
+    export_catalogs: Option<PathBuf>,
+    /// Where the story keeps its store and the renderer's ledger (emptied first).
+    #[arg(long, value_name = "DIR", default_value = "target/a2ui-callfunction")]
+    dir: PathBuf,
+    /// Also runs the reference renderer (a2ui-core) as a second client: a Python interpreter
+    /// with a2ui-core and websockets installed, and the script (interop/renderer_client.py).
+    #[arg(long, num_args = 2, value_names = ["PYTHON", "SCRIPT"])]
+    reference_renderer: Option<Vec<PathBuf>>,
+    /// The whole story must end within this many seconds.
+    #[arg(long, default_value_t = 120)]
+    timeout: u64,
+}
+
+#[derive(Debug, Subcommand)]
+enum Cmd {
+    /// Runs Loom with the checkout flow and serves its surface over WebSocket.
+    Server {
+        #[arg(long, default_value = "target/a2ui-callfunction/loom.redb")]
+        store: PathBuf,
+        #[arg(long, default_value = "127.0.0.1:0")]
+        addr: SocketAddr,
+        #[arg(long, default_value = EXECUTION)]
+        execution: String,
+        /// Aborts the process when submitOrder's reply arrives, before Loom records it.
+        #[arg(long)]
+        crash_after_submit: bool,
+        /// Exits once the execution has ended.
+        #[arg(long)]
+        exit_when_done: bool,
+    },
+    /// A headless renderer: answers getLocale and submitOrder (dedup on the call id), clicks
+    /// Approve, reconnects when the server goes away, ends when the surface is deleted.
+    Client {
+        /// The server, `ws://host:port`.
+        #[arg(long)]
+        url: String,
+        #[arg(long, default_value = EXECUTION)]
+        execution: String,
+        #[arg(long, default_value = "target/a2ui-callfunction/orders.jsonl")]
+        ledger: PathBuf,
+        #[arg(long, default_value = "de-CH")]
+        locale: String,
+        #[arg(long)]
+        approve: bool,
+        #[arg(long, default_value_t = 120)]
+        timeout: u64,
+    },
+    /// The operator's queue: steps in doubt.
+    Indoubt {
+        #[command(subcommand)]
+        command: IndoubtCmd,
+    },
+    /// Records an operator's verdict on a step in doubt.
+    #[command(group(ArgGroup::new("verdict").required(true).args(["completed", "retry", "failed"])))]
+    Resolve {
+        /// The execution, as `indoubt list` shows it.
+        execution: String,
+        /// The step in doubt, as `indoubt list` shows it (`a2ui.callFunction#1`).
+        step: String,
+        /// The call did run: this JSON is its result.
+        #[arg(long, value_name = "JSON")]
+        completed: Option<String>,
+        /// Send the call again with the same call id (the renderer dedups).
+        #[arg(long)]
+        retry: bool,
+        /// The call did not run: the step fails with this message.
+        #[arg(long, value_name = "MESSAGE")]
+        failed: Option<String>,
+        #[command(flatten)]
+        target: TargetArgs,
+    },
+    /// Writes the catalogs as v1.0 catalog documents into DIR.
+    ExportCatalogs { dir: PathBuf },
+}
+
+#[derive(Debug, Subcommand)]
+enum IndoubtCmd {
+    /// Lists every step in doubt.
+    List {
+        #[command(flatten)]
+        target: TargetArgs,
+    },
+}
+
+#[derive(Debug, clap::Args)]
+#[group(required = true, multiple = false)]
+struct TargetArgs {
+    /// Through the running server, `ws://host:port`.
+    #[arg(long)]
+    server: Option<String>,
+    /// On the store file, when no server holds it.
+    #[arg(long)]
+    store: Option<PathBuf>,
+}
+
+impl TargetArgs {
+    fn target(self) -> Target {
+        match (self.server, self.store) {
+            (Some(url), _) => Target::Server(url),
+            (None, Some(path)) => Target::Store(path),
+            (None, None) => Target::Store(PathBuf::from("target/a2ui-callfunction/loom.redb")),
+        }
+    }
+}
+
+fn main() -> ExitCode {
+    tracing_subscriber::fmt()
+        .with_env_filter(tracing_subscriber::EnvFilter::from_default_env())
+        .with_writer(std::io::stderr)
+        .init();
+    let cli = Cli::parse();
+    let result = match cli.command {
+        None => story::run(&StoryOptions {
+            dir: cli.dir,
+            wire_log: cli.wire_log,
+            export_catalogs: cli.export_catalogs,
+            reference_renderer: cli
+                .reference_renderer
+                .and_then(|v| Some((v.first()?.clone(), v.get(1)?.clone()))),
+            timeout: Duration::from_secs(cli.timeout),
+        })
+        .map(|_| ()),
+        Some(command) => tokio_main(command),
+    };
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(error) => {
+            eprintln!("a2ui-callfunction: {error:#}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+#[tokio::main]
+async fn tokio_main(command: Cmd) -> Result<()> {
+    match command {
+        Cmd::Server {
+            store,
+            addr,
+            execution,
+            crash_after_submit,
+            exit_when_done,
+        } => {
+            server::serve(ServerOptions {
+                store,
+                addr,
+                execution,
+                crash_after_submit,
+                exit_when_done,
+            })
+            .await
+        }
+        Cmd::Client {
+            url,
+            execution,
+            ledger,
+            locale,
+            approve,
+            timeout,
+        } => {
+            client::run(ClientOptions {
+                url,
+                execution,
+                ledger,
+                locale,
+                approve,
+                deadline: Duration::from_secs(timeout),
+            })
+            .await
+        }
+        Cmd::Indoubt {
+            command: IndoubtCmd::List { target },
+        } => operator::list(&target.target()).await.map(|_| ()),
+        Cmd::Resolve {
+            execution,
+            step,
+            completed,
+            retry,
+            failed,
+            target,
+        } => {
+            let verdict = match (completed, retry, failed) {
+                (Some(json), _, _) => VerdictArg::Completed {
+                    output: serde_json::from_str(&json)?,
+                },
+                (None, true, _) => VerdictArg::Retry,
+                (None, false, Some(message)) => VerdictArg::Failed { message },
+                (None, false, None) => {
+                    anyhow::bail!("give a verdict: --completed, --retry or --failed")
+                }
+            };
+            operator::resolve(&target.target(), &execution, &step, verdict).await
+        }
+        Cmd::ExportCatalogs { dir } => {
+            for path in story::export_catalogs(&dir)? {
+                println!("{}", path.display());
+            }
+            Ok(())
+        }
+    }
+}

@@ -1,0 +1,242 @@
+//! The operator's commands (K9): list the steps in doubt and record a verdict, through the
+//! running server's admin socket or on the store file when no server holds it.
+
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use anyhow::{Context, Result, bail};
+use futures::{SinkExt, StreamExt};
+use loom_effect_runtime::InDoubtStep;
+use loom_kernel::event::Verdict;
+use loom_kernel::runtime::Runtime;
+use loom_kernel::{DiskStore, ErrorInfo, EventStore, ExecutionId, Payload};
+use serde::{Deserialize, Serialize};
+use serde_json::{Value, json};
+use tokio_tungstenite::tungstenite::Message;
+
+use crate::app;
+use crate::narrate::{self, Note};
+use crate::transport::NoRenderer;
+
+/// Who records the verdicts, for the audit trail.
+pub const OPERATOR: &str = "operator";
+
+/// The error code of a `--failed` verdict.
+pub const FAILED_BY_OPERATOR: &str = "operator.failed";
+
+/// An operator's verdict, as the admin socket carries it.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "kind", rename_all = "camelCase")]
+pub enum VerdictArg {
+    /// The effect ran: this is its output.
+    Completed { output: Value },
+    /// Run it again with the same call id (the renderer's dedup answers a repeat).
+    Retry,
+    /// It did not run, or it failed: the step fails with this message.
+    Failed { message: String },
+}
+
+impl VerdictArg {
+    fn to_verdict(&self) -> Result<Verdict> {
+        Ok(match self {
+            Self::Completed { output } => Verdict::Completed {
+                output: Payload::encode(output)?,
+            },
+            Self::Retry => Verdict::Retry,
+            Self::Failed { message } => Verdict::Failed {
+                error: ErrorInfo::new(FAILED_BY_OPERATOR, message.clone()),
+            },
+        })
+    }
+}
+
+/// A request on the admin socket.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "op", rename_all = "camelCase")]
+pub enum AdminRequest {
+    /// Every step in doubt.
+    List,
+    /// Records a verdict on one step.
+    Resolve {
+        execution: String,
+        step: String,
+        verdict: VerdictArg,
+    },
+}
+
+/// Where the operator's commands act.
+#[derive(Debug, Clone)]
+pub enum Target {
+    /// The running server's admin socket (`ws://host:port`).
+    Server(String),
+    /// The store file, when no server holds it.
+    Store(PathBuf),
+}
+
+/// The note that tells a step in doubt.
+pub fn note_of(step: &InDoubtStep) -> Note {
+    Note::InDoubt {
+        execution: step.execution.to_string(),
+        step: step.step_id.clone(),
+        effect: step.effect.clone(),
+        key: step.idempotency_key(),
+        reason: step
+            .reason
+            .as_ref()
+            .map(|r| format!("{}: {}", r.code, r.message)),
+    }
+}
+
+fn step_json(step: &InDoubtStep) -> Value {
+    json!({
+        "execution": step.execution.to_string(),
+        "step": step.step_id,
+        "effect": step.effect,
+        "key": step.idempotency_key(),
+        "reason": step.reason.as_ref().map(|r| format!("{}: {}", r.code, r.message)),
+    })
+}
+
+/// Answers one admin request on `runtime`.
+pub async fn answer<S: EventStore>(runtime: &Runtime<S>, request: AdminRequest) -> Value {
+    match request {
+        AdminRequest::List => match loom_effect_runtime::steps_in_doubt(runtime.store()).await {
+            Ok(steps) => {
+                json!({"ok": true, "steps": steps.iter().map(step_json).collect::<Vec<_>>()})
+            }
+            Err(error) => json!({"ok": false, "error": error.to_string()}),
+        },
+        AdminRequest::Resolve {
+            execution,
+            step,
+            verdict,
+        } => match resolve_on(runtime, &execution, &step, &verdict).await {
+            Ok(()) => json!({"ok": true}),
+            Err(error) => json!({"ok": false, "error": format!("{error:#}")}),
+        },
+    }
+}
+
+async fn resolve_on<S: EventStore>(
+    runtime: &Runtime<S>,
+    execution: &str,
+    step: &str,
+    verdict: &VerdictArg,
+) -> Result<()> {
+    let execution = ExecutionId::new(execution)?;
+    runtime
+        .resolve(
+            &execution,
+            step,
+            verdict.to_verdict()?,
+            Some(OPERATOR.into()),
+        )
+        .await?;
+    Ok(())
+}
+
+async fn ask(url: &str, request: &AdminRequest) -> Result<Value> {
+    let admin = format!("{}/admin", url.trim_end_matches('/'));
+    let (mut socket, _) = tokio_tungstenite::connect_async(admin.as_str())
+        .await
+        .with_context(|| format!("connecting to {admin}"))?;
+    socket
+        .send(Message::Text(serde_json::to_string(request)?.into()))
+        .await?;
+    while let Some(frame) = socket.next().await {
+        if let Message::Text(text) = frame? {
+            let answer: Value = serde_json::from_str(text.as_str())?;
+            let _ = socket.close(None).await;
+            if answer["ok"] != json!(true) {
+                bail!("the server refused: {}", answer["error"]);
+            }
+            return Ok(answer);
+        }
+    }
+    bail!("the server closed the admin socket without answering")
+}
+
+fn open_store(path: &PathBuf) -> Result<DiskStore> {
+    DiskStore::open_existing(path, Default::default()).with_context(|| {
+        format!(
+            "opening the store at {} (is a server holding it?)",
+            path.display()
+        )
+    })
+}
+
+/// `indoubt list`: tells every step in doubt.
+pub async fn list(target: &Target) -> Result<Vec<Note>> {
+    let notes: Vec<Note> = match target {
+        Target::Server(url) => {
+            let answer = ask(url, &AdminRequest::List).await?;
+            let steps = answer["steps"].as_array().cloned().unwrap_or_default();
+            steps
+                .into_iter()
+                .map(|s| Note::InDoubt {
+                    execution: s["execution"].as_str().unwrap_or_default().into(),
+                    step: s["step"].as_str().unwrap_or_default().into(),
+                    effect: s["effect"].as_str().unwrap_or_default().into(),
+                    key: s["key"].as_str().unwrap_or_default().into(),
+                    reason: s["reason"].as_str().map(str::to_owned),
+                })
+                .collect()
+        }
+        Target::Store(path) => {
+            let store = open_store(path)?;
+            loom_effect_runtime::steps_in_doubt(&store)
+                .await?
+                .iter()
+                .map(note_of)
+                .collect()
+        }
+    };
+    if notes.is_empty() {
+        narrate::say("no step is in doubt");
+    }
+    for note in &notes {
+        narrate::emit(note);
+    }
+    Ok(notes)
+}
+
+/// `resolve`: records a verdict. On the store file, the flow is then driven on as far as it
+/// goes without a renderer; a retry needs the renderer, so it goes through the server.
+pub async fn resolve(
+    target: &Target,
+    execution: &str,
+    step: &str,
+    verdict: VerdictArg,
+) -> Result<()> {
+    match target {
+        Target::Server(url) => {
+            ask(
+                url,
+                &AdminRequest::Resolve {
+                    execution: execution.into(),
+                    step: step.into(),
+                    verdict: verdict.clone(),
+                },
+            )
+            .await?;
+        }
+        Target::Store(path) => {
+            if verdict == VerdictArg::Retry {
+                bail!(
+                    "a retry sends the call to the renderer again: give it through the running server (--server URL)"
+                );
+            }
+            let store = open_store(path)?;
+            let hub = app::hub();
+            let runtime = app::compose(store, &hub, Arc::new(NoRenderer))?.build()?;
+            resolve_on(&runtime, execution, step, &verdict).await?;
+            let state = runtime.wait(&ExecutionId::new(execution)?).await?;
+            narrate::say(format!("execution {execution} is now {}", state.status()));
+        }
+    }
+    narrate::say(format!(
+        "verdict on {execution} step {step}: {}",
+        serde_json::to_string(&verdict)?
+    ));
+    Ok(())
+}

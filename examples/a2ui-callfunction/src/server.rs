@@ -1,0 +1,403 @@
+//! The server: Loom on the embedded store, the A2UI wire over WebSocket (JSON text frames, one
+//! socket per client session), and the operator's admin socket.
+//!
+//! - `GET /a2ui/{execution}/{surface}[?answers=f,g]`: a renderer's session (naming the
+//!   functions it answers, all by default). It gets `createSurface` with the
+//!   current masked model and any pending function call, then every update as it becomes
+//!   durable; it sends actions and function replies. A renderer that reconnects gets the
+//!   surface again, then live updates.
+//! - `GET /admin`: one JSON request per text frame, one answer each: `{"op": "list"}` lists
+//!   the steps in doubt, `{"op": "resolve", "execution", "step", "verdict"}` records a verdict
+//!   (see [`crate::operator`]).
+
+use std::collections::BTreeMap;
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+
+use anyhow::{Context, Result};
+use axum::Router;
+use axum::extract::ws::{Message, WebSocket, WebSocketUpgrade};
+use axum::extract::{Path, Query, State};
+use axum::response::Response;
+use axum::routing::get;
+use futures::{SinkExt, StreamExt};
+use loom_kernel::runtime::{Projection, Runtime, StartOptions};
+use loom_kernel::{DiskStore, Event, EventEnvelope, EventStore, ExecutionId};
+use loom_plugin_a2ui::wire::{AgentMessage, RendererMessage};
+use loom_plugin_a2ui::{CALL_FUNCTION_EFFECT, SurfaceHub};
+use serde_json::Value;
+use tokio::sync::Notify;
+
+use crate::app::{self, FLOW, Order};
+use crate::narrate::{self, Direction, Note};
+use crate::operator::{self, AdminRequest};
+use crate::transport::{Sessions, WsTransport};
+
+/// How the server runs.
+#[derive(Debug, Clone)]
+pub struct ServerOptions {
+    /// The store file (created with its directory if missing).
+    pub store: PathBuf,
+    /// Where to listen (port 0: any free port; the URL is told in a `Ready` note).
+    pub addr: SocketAddr,
+    /// The execution to start (if new) and serve.
+    pub execution: String,
+    /// Abort the process when `submitOrder`'s reply arrives, before it is recorded.
+    pub crash_after_submit: bool,
+    /// Exit once the execution has ended and its renderers have gone.
+    pub exit_when_done: bool,
+}
+
+struct AppState {
+    runtime: Runtime<DiskStore>,
+    hub: SurfaceHub,
+    sessions: Arc<Sessions>,
+}
+
+/// Tells every durable event, and wakes the server when the execution ends.
+struct Narrator {
+    ended: Arc<Notify>,
+}
+
+impl Projection for Narrator {
+    fn apply(&self, envelope: &EventEnvelope) {
+        narrate::emit(&Note::Event {
+            execution: envelope.execution_id.to_string(),
+            seq: envelope.seq,
+            kind: envelope.event.type_name().to_owned(),
+            detail: detail(&envelope.event),
+        });
+        if matches!(
+            envelope.event,
+            Event::ExecutionCompleted(_) | Event::ExecutionFailed(_) | Event::ExecutionCancelled(_)
+        ) {
+            self.ended.notify_one();
+        }
+    }
+}
+
+impl loom_kernel::runtime::Plugin for Narrator {
+    fn name(&self) -> &str {
+        "narrator"
+    }
+
+    fn kernel_abi(&self) -> loom_kernel::runtime::AbiRange {
+        loom_kernel::runtime::AbiRange::caret(1, 1)
+    }
+
+    fn contribute(&self, contributions: &mut loom_kernel::runtime::Contributions) {
+        contributions.projection(Arc::new(Narrator {
+            ended: self.ended.clone(),
+        }));
+    }
+}
+
+/// A short readable summary of an event.
+pub fn detail(event: &Event) -> String {
+    match event {
+        Event::ExecutionStarted(e) => format!("{} v{}", e.flow, e.flow_version),
+        Event::StepStarted(e) => format!("{} ({}) attempt {}", e.step_id, e.effect, e.attempt),
+        Event::StepCompleted(e) => format!("{} ({}) -> {}", e.step_id, e.effect, e.output),
+        Event::StepFailed(e) => format!(
+            "{} ({}): {} {}",
+            e.step_id, e.effect, e.error.code, e.error.message
+        ),
+        Event::EffectInDoubt(e) => format!(
+            "{} ({}) attempt {}: {}",
+            e.step_id,
+            e.effect,
+            e.attempt,
+            e.reason
+                .as_ref()
+                .map_or("-".into(), |r| format!("{} {}", r.code, r.message))
+        ),
+        Event::EffectResolved(e) => format!(
+            "{} verdict {} by {}",
+            e.step_id,
+            serde_json::to_string(&e.verdict).unwrap_or_default(),
+            e.operator.as_deref().unwrap_or("-")
+        ),
+        Event::DecisionRecorded(e) => format!("{} = {}", e.step_id, e.value),
+        Event::SurfacePatch(e) => format!("{} {} {}", e.step_id, e.surface_id, e.ops),
+        Event::ExecutionSuspended(e) => format!(
+            "{} on {} (key {})",
+            e.gate_id, e.event_type, e.correlation_key
+        ),
+        Event::ExecutionResumed(e) => format!("{} with {}", e.gate_id, e.payload),
+        Event::ExecutionCompleted(e) => format!("{}", e.output),
+        Event::ExecutionFailed(e) => format!("{} {}", e.error.code, e.error.message),
+        _ => String::new(),
+    }
+}
+
+/// Runs the server until the execution ends (with `exit_when_done`) or forever.
+pub async fn serve(options: ServerOptions) -> Result<()> {
+    if let Some(dir) = options.store.parent().filter(|d| !d.as_os_str().is_empty()) {
+        std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
+    }
+    let store = DiskStore::open(&options.store)
+        .with_context(|| format!("opening the store at {}", options.store.display()))?;
+    let sessions = Sessions::new(options.crash_after_submit);
+    let hub = app::hub();
+    let ended = Arc::new(Notify::new());
+    let narrator = Narrator {
+        ended: ended.clone(),
+    };
+    let runtime = app::compose(store, &hub, Arc::new(WsTransport(sessions.clone())))?
+        .plugin(&narrator)
+        .build()
+        .context("composing the runtime")?;
+    let execution = ExecutionId::new(options.execution.clone())?;
+
+    let listener = tokio::net::TcpListener::bind(options.addr)
+        .await
+        .with_context(|| format!("binding {}", options.addr))?;
+    let addr = listener.local_addr()?;
+    let state = Arc::new(AppState {
+        runtime: runtime.clone(),
+        hub: hub.clone(),
+        sessions: sessions.clone(),
+    });
+    let router = Router::new()
+        .route("/a2ui/{execution}/{surface}", get(renderer_socket))
+        .route("/admin", get(admin_socket))
+        .with_state(state);
+
+    // Executions a crashed process left mid-flight are driven on: a step that was running
+    // when it died is parked in doubt (not idempotent), for an operator's verdict.
+    let head = runtime.store().head(&execution).await?;
+    if head == 0 {
+        narrate::say(format!("starting execution {execution} of flow `{FLOW}`"));
+        runtime
+            .start(
+                FLOW,
+                &Order::demo(),
+                StartOptions::new(execution.clone()).grant(CALL_FUNCTION_EFFECT),
+            )
+            .await?;
+    } else {
+        narrate::say(format!(
+            "the store holds {head} events of {execution}: recovering"
+        ));
+        let recovered = runtime.recover().await?;
+        narrate::say(format!("recover() drives {recovered} execution(s) on"));
+    }
+    // Renderers are served once the execution exists: a renderer that connects early waits in
+    // the listener's backlog rather than see an empty surface.
+    let server = tokio::spawn(async move { axum::serve(listener, router).await });
+    narrate::emit(&Note::Ready {
+        url: format!("ws://{addr}"),
+    });
+    // Steps in doubt from a crash are announced once recovery has parked them.
+    let _ = runtime.wait(&execution).await;
+    for step in loom_effect_runtime::steps_in_doubt_of(runtime.store(), &execution).await? {
+        narrate::emit(&operator::note_of(&step));
+    }
+
+    if !options.exit_when_done {
+        server.await??;
+        return Ok(());
+    }
+    loop {
+        let state = runtime.state(&execution).await?;
+        if state.status().is_terminal() {
+            break;
+        }
+        ended.notified().await;
+    }
+    // Let the renderers take the last messages and go (they close after `deleteSurface`).
+    for _ in 0..50 {
+        if sessions.is_empty() {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let state = runtime.state(&execution).await?;
+    narrate::say(format!(
+        "execution {execution} is {}; the server stops",
+        state.status()
+    ));
+    server.abort();
+    Ok(())
+}
+
+async fn renderer_socket(
+    ws: WebSocketUpgrade,
+    Path((execution, surface)): Path<(String, String)>,
+    Query(query): Query<BTreeMap<String, String>>,
+    State(state): State<Arc<AppState>>,
+) -> Response {
+    let answers = query
+        .get("answers")
+        .map(|names| names.split(',').map(str::to_owned).collect());
+    ws.on_upgrade(move |socket| renderer_session(state, socket, execution, surface, answers))
+}
+
+async fn admin_socket(ws: WebSocketUpgrade, State(state): State<Arc<AppState>>) -> Response {
+    ws.on_upgrade(move |socket| admin_session(state, socket))
+}
+
+fn wire_note(direction: Direction, session: u64, message: Value) {
+    narrate::emit(&Note::Wire {
+        direction,
+        session,
+        message,
+    });
+}
+
+async fn renderer_session(
+    state: Arc<AppState>,
+    socket: WebSocket,
+    execution: String,
+    surface: String,
+    answers: Option<Vec<String>>,
+) {
+    let Ok(execution_id) = ExecutionId::new(execution.clone()) else {
+        return;
+    };
+    let (session, mut outbox) = state.sessions.open(&execution, &surface, answers);
+    narrate::say(format!(
+        "renderer session #{session} opened on {execution}/{surface}"
+    ));
+    let (mut sink, mut stream) = socket.split();
+    let subscription = state
+        .hub
+        .subscribe(state.runtime.store(), &execution_id, &surface)
+        .await;
+    let mut subscription = match subscription {
+        Ok(subscription) => subscription,
+        Err(error) => {
+            narrate::say(format!("session #{session}: cannot subscribe: {error}"));
+            state.sessions.close(session);
+            return;
+        }
+    };
+    let send = |message: &AgentMessage| {
+        let value = message.to_value();
+        let text = value.to_string();
+        wire_note(Direction::AgentToRenderer, session, value);
+        Message::Text(text.into())
+    };
+    let mut open = true;
+    for message in std::mem::take(&mut subscription.initial) {
+        if sink.send(send(&message)).await.is_err() {
+            open = false;
+            break;
+        }
+    }
+    let mut ended = "the renderer went away";
+    while open {
+        tokio::select! {
+            update = subscription.next() => match update {
+                Some(message) => open = sink.send(send(&message)).await.is_ok(),
+                None => {
+                    ended = "the surface is deleted";
+                    break;
+                }
+            },
+            outgoing = outbox.recv() => match outgoing {
+                Some(outgoing) => {
+                    open = sink.send(send(&outgoing.message)).await.is_ok();
+                    if open {
+                        let _ = outgoing.sent.send(());
+                    }
+                }
+                None => break,
+            },
+            frame = stream.next() => match frame {
+                Some(Ok(Message::Text(text))) => {
+                    inbound(&state, session, &execution_id, &surface, text.as_bytes()).await;
+                }
+                Some(Ok(Message::Close(_))) | None | Some(Err(_)) => break,
+                Some(Ok(_)) => {}
+            },
+        }
+    }
+    state.sessions.close(session);
+    let _ = sink.send(Message::Close(None)).await;
+    narrate::say(format!("renderer session #{session} closed: {ended}"));
+}
+
+/// An A2UI message from a renderer: an action resumes the Approve gate; a function reply
+/// answers a grain-B request in flight, or else resumes a grain-A gate. Anything refused is
+/// told and records nothing.
+async fn inbound(
+    state: &AppState,
+    session: u64,
+    execution: &ExecutionId,
+    surface: &str,
+    bytes: &[u8],
+) {
+    let value = serde_json::from_slice::<Value>(bytes)
+        .unwrap_or_else(|_| Value::String(String::from_utf8_lossy(bytes).into_owned()));
+    wire_note(Direction::RendererToAgent, session, value);
+    let outcome = match RendererMessage::parse(bytes) {
+        Ok(RendererMessage::Action(_)) => state
+            .hub
+            .deliver_action(&state.runtime, execution, surface, bytes)
+            .await
+            .map(|action| format!("action `{}` resumes its gate", action.name))
+            .map_err(|e| e.to_string()),
+        Ok(RendererMessage::RendererFunctionResponse(reply)) => {
+            reply_to(state, surface, &reply.function_call_id, bytes).await
+        }
+        Ok(RendererMessage::Error(error)) => match &error.function_call_id {
+            Some(call_id) => reply_to(state, surface, call_id, bytes).await,
+            None => Ok(format!(
+                "the renderer reports {}: {}",
+                error.code, error.message
+            )),
+        },
+        Ok(_) => Err("this agent implements no function for the renderer to call".into()),
+        Err(error) => Err(error.to_string()),
+    };
+    match outcome {
+        Ok(text) => narrate::say(format!("session #{session}: {text}")),
+        Err(text) => narrate::say(format!(
+            "session #{session}: refused, nothing recorded: {text}"
+        )),
+    }
+}
+
+async fn reply_to(
+    state: &AppState,
+    surface: &str,
+    call_id: &str,
+    bytes: &[u8],
+) -> Result<String, String> {
+    if state.sessions.deliver(call_id, bytes.to_vec()) {
+        return Ok(format!("reply to {call_id} handed to its step"));
+    }
+    state
+        .hub
+        .deliver_function_response(&state.runtime, surface, bytes)
+        .await
+        .map(|result| {
+            format!(
+                "reply to {} ({}) resumes its gate",
+                result.call_id, result.name
+            )
+        })
+        .map_err(|e| e.to_string())
+}
+
+async fn admin_session(state: Arc<AppState>, mut socket: WebSocket) {
+    while let Some(Ok(frame)) = socket.next().await {
+        let Message::Text(text) = frame else {
+            continue;
+        };
+        let answer = match serde_json::from_str::<AdminRequest>(text.as_str()) {
+            Ok(request) => operator::answer(&state.runtime, request).await,
+            Err(error) => serde_json::json!({"ok": false, "error": error.to_string()}),
+        };
+        if socket
+            .send(Message::Text(answer.to_string().into()))
+            .await
+            .is_err()
+        {
+            break;
+        }
+    }
+}
