@@ -23,8 +23,9 @@ use crate::hash::{IdHasher, IdKey};
 use std::sync::Arc;
 
 use crate::envelope::EventEnvelope;
-use crate::event::{Event, Verdict};
+use crate::event::{ErrorInfo, Event, Verdict};
 use crate::id::ExecutionId;
+use crate::payload::Payload;
 
 /// Where an execution stands.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
@@ -116,6 +117,17 @@ pub struct ExecutionState {
     decisions: LookupMap<u64>,
     /// Effect names and gate event types: a handful of distinct strings shared by every step.
     names: HashSet<Arc<str>, BuildHasherDefault<IdHasher>>,
+    /// How the execution ended, once it has: the one payload the state copies (once, at the
+    /// end), so that a caller of `wait` need not read the log for it.
+    ended: Option<Ended>,
+}
+
+/// What the terminal event of a log recorded.
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum Ended {
+    Completed(Payload),
+    Failed(ErrorInfo),
+    Cancelled(Option<String>),
 }
 
 /// A map by id that is only ever looked up, never iterated in its own order.
@@ -213,6 +225,7 @@ impl ExecutionState {
             in_flight: 0,
             decisions: LookupMap::default(),
             names: HashSet::default(),
+            ended: None,
         }
     }
 
@@ -308,6 +321,51 @@ impl ExecutionState {
     /// The seq of the decision recorded under `step_id`.
     pub fn decision(&self, step_id: &str) -> Option<u64> {
         self.decisions.get(step_id).copied()
+    }
+
+    /// The flow's output, once the execution has completed (`None` before, or if it failed or
+    /// was cancelled). Decode it with [`Payload::decode`] or read it with
+    /// [`Payload::to_value`].
+    ///
+    /// ```
+    /// # use loom_kernel::{Event, EventEnvelope, ExecutionId, ExecutionState};
+    /// # use loom_kernel::event::{ExecutionCompleted, ExecutionStarted};
+    /// # use serde_json::json;
+    /// # let id = ExecutionId::new("order-42").unwrap();
+    /// # let started = Event::ExecutionStarted(ExecutionStarted {
+    /// #     flow: "checkout".into(), flow_version: 1, input: json!({}).into(),
+    /// #     capabilities: Default::default(), budget: None,
+    /// # });
+    /// # let done = Event::ExecutionCompleted(ExecutionCompleted { output: json!({"total": 7}).into() });
+    /// # let log = [EventEnvelope::new(id.clone(), 0, started), EventEnvelope::new(id, 1, done)];
+    /// let state = ExecutionState::fold(&log)?;
+    /// let output = state.output().expect("completed");
+    /// assert_eq!(output.to_value()["total"], 7);
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn output(&self) -> Option<&Payload> {
+        match &self.ended {
+            Some(Ended::Completed(output)) => Some(output),
+            _ => None,
+        }
+    }
+
+    /// Why the execution failed, once it has (`None` otherwise): the flow's error, with its
+    /// code and message.
+    pub fn failure(&self) -> Option<&ErrorInfo> {
+        match &self.ended {
+            Some(Ended::Failed(error)) => Some(error),
+            _ => None,
+        }
+    }
+
+    /// The reason given when the execution was cancelled: `Some(None)` for a cancel without
+    /// a reason, `None` if it was not cancelled.
+    pub fn cancel_reason(&self) -> Option<Option<&str>> {
+        match &self.ended {
+            Some(Ended::Cancelled(reason)) => Some(reason.as_deref()),
+            _ => None,
+        }
     }
 
     fn refuse(&self, envelope: &EventEnvelope, violation: Violation) -> FoldError {
@@ -478,16 +536,19 @@ impl ExecutionState {
                 self.pending_gates.remove(&e.gate_id);
             }
             Event::SurfacePatch(_) => {}
-            Event::ExecutionCompleted(_) => {
+            Event::ExecutionCompleted(e) => {
                 self.status = ExecutionStatus::Completed;
+                self.ended = Some(Ended::Completed(e.output.clone()));
                 return Ok(());
             }
-            Event::ExecutionFailed(_) => {
+            Event::ExecutionFailed(e) => {
                 self.status = ExecutionStatus::Failed;
+                self.ended = Some(Ended::Failed(e.error.clone()));
                 return Ok(());
             }
-            Event::ExecutionCancelled(_) => {
+            Event::ExecutionCancelled(e) => {
                 self.status = ExecutionStatus::Cancelled;
+                self.ended = Some(Ended::Cancelled(e.reason.clone()));
                 return Ok(());
             }
         }

@@ -66,8 +66,10 @@ pub mod runtime;
 pub mod store;
 
 pub use envelope::{DecodeError, EventEnvelope};
-pub use event::{AbiVersion, EVENT_SCHEMA, ErrorInfo, Event, KERNEL_ABI};
-pub use fold::{ExecutionState, ExecutionStatus, FoldError, Violation};
+pub use event::{AbiVersion, EVENT_SCHEMA, ErrorInfo, Event, KERNEL_ABI, Verdict};
+pub use fold::{
+    ExecutionState, ExecutionStatus, FoldError, PendingGate, StepRecord, StepStatus, Violation,
+};
 pub use id::{ExecutionId, InvalidExecutionId, MAX_EXECUTION_ID_LEN};
 pub use payload::{MAX_DEPTH as MAX_PAYLOAD_DEPTH, Payload, PayloadError};
 pub use store::{

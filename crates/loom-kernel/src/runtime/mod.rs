@@ -40,8 +40,12 @@ pub use history::NonDeterminism;
 pub use plugin::{AbiRange, Contributions, Inbound, InboundHandler, Plugin, Projection};
 pub use replay::{ReplayError, ReplayReport};
 
+/// The operator's verdict on a step in doubt, taken by [`Runtime::resolve`] (also
+/// `loom_kernel::Verdict`).
+pub use crate::event::Verdict;
+
 use crate::classify::DataClassification;
-use crate::event::{Event, ExecutionStarted, Verdict};
+use crate::event::{Event, ExecutionStarted};
 use crate::fold::ExecutionState;
 use crate::id::ExecutionId;
 use crate::payload::Payload;

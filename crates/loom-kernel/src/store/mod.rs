@@ -381,11 +381,12 @@ pub trait EventStore: Send + Sync + 'static {
 /// Conveniences over any [`EventStore`].
 pub trait EventStoreExt: EventStore {
     /// The log from `from` on, read a page at a time: memory stays flat however long it is.
+    /// The stream is `Unpin`: poll it with `futures::TryStreamExt::try_next`, no pinning.
     fn stream<'a>(
         &'a self,
         execution: &'a ExecutionId,
         from: u64,
-    ) -> impl Stream<Item = Result<EventEnvelope, ReadError>> + Send + 'a {
+    ) -> impl Stream<Item = Result<EventEnvelope, ReadError>> + Send + Unpin + 'a {
         use futures::StreamExt;
         futures::stream::try_unfold(Some(from), move |next| async move {
             let Some(next) = next else { return Ok(None) };
@@ -401,11 +402,56 @@ pub trait EventStoreExt: EventStore {
             Err(err) => futures::stream::once(async move { Err(err) }).right_stream(),
         })
         .flatten()
+        .boxed()
+    }
+
+    /// Every execution in the store, in id order, in one `Vec`: the plain call for a listing
+    /// that fits in memory. [`EventStoreExt::executions`] streams the same a page at a time.
+    ///
+    /// ```
+    /// use loom_kernel::{EventStoreExt, MemoryStore};
+    /// # tokio::runtime::Runtime::new().unwrap().block_on(async {
+    /// let store = MemoryStore::new();
+    /// for summary in store.list_all_executions().await? {
+    ///     println!("{} has {} events", summary.id, summary.head);
+    /// }
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// # }).unwrap();
+    /// ```
+    fn list_all_executions(
+        &self,
+    ) -> impl Future<Output = Result<Vec<ExecutionSummary>, ReadError>> + Send {
+        async move {
+            let (mut all, mut after) = (Vec::new(), None);
+            loop {
+                let page = self.list_executions(after.as_ref(), LIST_PAGE).await?;
+                all.extend(page.executions);
+                match page.next {
+                    Some(next) => after = Some(next),
+                    None => return Ok(all),
+                }
+            }
+        }
     }
 
     /// Every execution in the store, in id order, listed a page at a time: memory stays flat
-    /// however many there are.
-    fn executions(&self) -> impl Stream<Item = Result<ExecutionSummary, ReadError>> + Send + '_ {
+    /// however many there are. The stream is `Unpin`: no pinning is needed to poll it.
+    ///
+    /// ```
+    /// use futures::TryStreamExt;
+    /// use loom_kernel::{EventStoreExt, MemoryStore};
+    /// # tokio::runtime::Runtime::new().unwrap().block_on(async {
+    /// let store = MemoryStore::new();
+    /// let mut executions = store.executions();
+    /// while let Some(summary) = executions.try_next().await? {
+    ///     println!("{}", summary.id);
+    /// }
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// # }).unwrap();
+    /// ```
+    fn executions(
+        &self,
+    ) -> impl Stream<Item = Result<ExecutionSummary, ReadError>> + Send + Unpin + '_ {
         use futures::StreamExt;
         futures::stream::try_unfold(
             Some(None),
@@ -424,6 +470,7 @@ pub trait EventStoreExt: EventStore {
             Err(err) => futures::stream::once(async move { Err(err) }).right_stream(),
         })
         .flatten()
+        .boxed()
     }
 
     /// Every execution matching `filter`, in id order, listed a page at a time through
@@ -431,7 +478,7 @@ pub trait EventStoreExt: EventStore {
     fn executions_by_status(
         &self,
         filter: StatusFilter,
-    ) -> impl Stream<Item = Result<ExecutionSummary, ReadError>> + Send + '_ {
+    ) -> impl Stream<Item = Result<ExecutionSummary, ReadError>> + Send + Unpin + '_ {
         use futures::StreamExt;
         futures::stream::try_unfold(
             Some(None),
@@ -452,12 +499,16 @@ pub trait EventStoreExt: EventStore {
             Err(err) => futures::stream::once(async move { Err(err) }).right_stream(),
         })
         .flatten()
+        .boxed()
     }
 
     /// Follows the feed from position `from`: every stored event once, in position order,
     /// then every event appended later, as it commits. Never ends by itself; an error ends it
     /// (resume from the position after the last event received).
-    fn follow(&self, from: u64) -> impl Stream<Item = Result<FeedEvent, ReadError>> + Send + '_ {
+    fn follow(
+        &self,
+        from: u64,
+    ) -> impl Stream<Item = Result<FeedEvent, ReadError>> + Send + Unpin + '_ {
         use futures::StreamExt;
         futures::stream::try_unfold(Some(from), move |next| async move {
             let Some(mut next) = next else {
@@ -480,6 +531,7 @@ pub trait EventStoreExt: EventStore {
             Err(err) => futures::stream::once(async move { Err(err) }).right_stream(),
         })
         .flatten()
+        .boxed()
     }
 
     /// The whole log in memory. Prefer [`EventStoreExt::fold`] or `stream` for long logs. The
