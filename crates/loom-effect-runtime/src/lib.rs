@@ -32,6 +32,7 @@
 //! # What it must not depend on
 //! Of the Loom crates, only `loom-kernel` (and `loom-agent-surface`, which it has no need of
 //! yet); never `loom-plugin-a2ui`.
+#![warn(missing_docs)]
 
 mod context;
 mod definition;

@@ -45,6 +45,7 @@
 //! # Ok::<(), Box<dyn std::error::Error>>(())
 //! # }).unwrap();
 //! ```
+#![warn(missing_docs)]
 #![cfg_attr(
     not(test),
     warn(clippy::unwrap_used, clippy::print_stdout, clippy::print_stderr)

@@ -61,9 +61,13 @@ pub trait ResumeAuthenticator: Send + Sync + 'static {
 /// A resume as the authenticator sees it.
 #[derive(Debug, Clone, Copy)]
 pub struct ResumeRequest<'a> {
+    /// The execution to resume.
     pub execution: &'a ExecutionId,
+    /// The resume's event type.
     pub event_type: &'a str,
+    /// The resume's correlation key.
     pub correlation_key: &'a str,
+    /// What the resume carries.
     pub payload: &'a Payload,
 }
 
@@ -71,16 +75,28 @@ pub struct ResumeRequest<'a> {
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[non_exhaustive]
 pub enum CompositionError {
+    /// A plugin needs another kernel ABI.
     #[error("plugin '{plugin}' needs kernel ABI {requires}, but this kernel is {kernel}")]
     AbiMismatch {
+        /// The plugin's name.
         plugin: String,
+        /// The kernel ABI range the plugin needs.
         requires: String,
+        /// This kernel's ABI.
         kernel: String,
     },
+    /// Two effects have this name.
     #[error("effect '{0}' is registered twice")]
     DuplicateEffect(String),
+    /// A flow name and version are registered twice.
     #[error("flow '{name}' version {version} is registered twice")]
-    DuplicateFlow { name: String, version: u32 },
+    DuplicateFlow {
+        /// The name concerned.
+        name: String,
+        /// The flow version concerned.
+        version: u32,
+    },
+    /// Two inbound handlers have this name.
     #[error("inbound handler '{0}' is registered twice")]
     DuplicateInbound(String),
 }
@@ -89,10 +105,17 @@ pub enum CompositionError {
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
 pub enum StartError {
+    /// No flow has this name.
     #[error("no flow named '{0}' is registered")]
     UnknownFlow(String),
+    /// The flow has no such version.
     #[error("flow '{name}' has no version {version}")]
-    UnknownFlowVersion { name: String, version: u32 },
+    UnknownFlowVersion {
+        /// The name concerned.
+        name: String,
+        /// The flow version concerned.
+        version: u32,
+    },
     /// No longer returned by `start` (a start of an existing execution returns it, or is
     /// refused with [`StartError::Conflict`]); kept for callers that match on it.
     #[error("execution {0} already exists")]
@@ -115,14 +138,20 @@ pub enum StartError {
         #[source]
         source: ReadError,
     },
+    /// The input does not serialize to JSON.
     #[error("the input of execution {execution} does not serialize: {detail}")]
     Input {
+        /// The execution asked for.
         execution: ExecutionId,
+        /// What went wrong, in words.
         detail: String,
     },
+    /// The execution's driver failed before it answered.
     #[error("execution {execution} could not be started: {detail}")]
     Driver {
+        /// The execution asked for.
         execution: ExecutionId,
+        /// What went wrong, in words.
         detail: String,
     },
 }
@@ -131,24 +160,38 @@ pub enum StartError {
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[non_exhaustive]
 pub enum ResumeError {
+    /// The resume authenticator (K12.2) refused the resume.
     #[error("resume of execution {execution} refused by the authenticator: {reason}")]
     Unauthorized {
+        /// The execution concerned.
         execution: ExecutionId,
+        /// The authenticator's reason.
         reason: String,
     },
     #[error(
         "execution {execution} has no pending gate for ({event_type}, key '{correlation_key}')"
     )]
+    /// No pending gate waits for this event type and key (a resume is never buffered: ADR 0004).
     NoPendingGate {
+        /// The execution concerned.
         execution: ExecutionId,
+        /// The gate's event type.
         event_type: String,
+        /// The gate's correlation key.
         correlation_key: String,
     },
+    /// No execution has this id.
     #[error("execution {execution} does not exist")]
-    UnknownExecution { execution: ExecutionId },
+    UnknownExecution {
+        /// The execution concerned.
+        execution: ExecutionId,
+    },
+    /// The execution's driver failed before it answered.
     #[error("execution {execution} could not record the resume: {detail}")]
     Driver {
+        /// The execution concerned.
         execution: ExecutionId,
+        /// What went wrong, in words.
         detail: String,
     },
 }
@@ -157,16 +200,26 @@ pub enum ResumeError {
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[non_exhaustive]
 pub enum ResolveError {
+    /// The step is not in doubt (it never was, or a verdict is recorded).
     #[error("step '{step_id}' of execution {execution} is not in doubt")]
     NotInDoubt {
+        /// The execution concerned.
         execution: ExecutionId,
+        /// The step's id (ADR 0061).
         step_id: String,
     },
+    /// No execution has this id.
     #[error("execution {execution} does not exist")]
-    UnknownExecution { execution: ExecutionId },
+    UnknownExecution {
+        /// The execution concerned.
+        execution: ExecutionId,
+    },
+    /// The execution's driver failed before it answered.
     #[error("execution {execution} could not record the verdict: {detail}")]
     Driver {
+        /// The execution concerned.
         execution: ExecutionId,
+        /// What went wrong, in words.
         detail: String,
     },
 }
@@ -175,13 +228,24 @@ pub enum ResolveError {
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[non_exhaustive]
 pub enum CancelError {
+    /// The execution has already ended.
     #[error("execution {execution} has already ended")]
-    Ended { execution: ExecutionId },
+    Ended {
+        /// The execution concerned.
+        execution: ExecutionId,
+    },
+    /// No execution has this id.
     #[error("execution {execution} does not exist")]
-    UnknownExecution { execution: ExecutionId },
+    UnknownExecution {
+        /// The execution concerned.
+        execution: ExecutionId,
+    },
+    /// The execution's driver failed before it answered.
     #[error("execution {execution} could not record the cancel: {detail}")]
     Driver {
+        /// The execution concerned.
         execution: ExecutionId,
+        /// What went wrong, in words.
         detail: String,
     },
 }
@@ -209,6 +273,7 @@ const DRIVER_STOPPED: &str = "the execution's driver stopped";
 /// How to start an execution.
 #[derive(Debug, Clone)]
 pub struct StartOptions {
+    /// The execution's id, chosen by the caller: a start of an existing id returns it.
     pub execution_id: ExecutionId,
     /// The flow version; the newest registered when `None`.
     pub flow_version: Option<u32>,
@@ -219,6 +284,7 @@ pub struct StartOptions {
 }
 
 impl StartOptions {
+    /// Options for `execution_id`: the newest flow version, no capability, no budget.
     pub fn new(execution_id: ExecutionId) -> Self {
         Self {
             execution_id,
@@ -228,11 +294,13 @@ impl StartOptions {
         }
     }
 
+    /// K2: grants a capability to the execution's effects.
     pub fn grant(mut self, capability: impl Into<String>) -> Self {
         self.capabilities.insert(capability.into());
         self
     }
 
+    /// K3: the most the execution may spend.
     pub fn budget(mut self, budget: u64) -> Self {
         self.budget = Some(budget);
         self
@@ -259,6 +327,7 @@ impl<S> std::fmt::Debug for RuntimeBuilder<S> {
 }
 
 impl<S: EventStore> RuntimeBuilder<S> {
+    /// Registers a flow (a name and version may be registered once).
     pub fn flow(self, flow: impl Flow) -> Self {
         self.shared_flow(Arc::new(flow))
     }
@@ -285,16 +354,19 @@ impl<S: EventStore> RuntimeBuilder<S> {
         self
     }
 
+    /// Registers an effect under `name`.
     pub fn effect(mut self, name: impl Into<String>, effect: impl Effect) -> Self {
         self.contributions.effect(name, Arc::new(effect));
         self
     }
 
+    /// Adds a projection: it sees every event once it is durable.
     pub fn projection(mut self, projection: impl Projection) -> Self {
         self.contributions.projection(Arc::new(projection));
         self
     }
 
+    /// Adds what a plugin contributes (ADR 0043), if its kernel ABI range fits this kernel.
     pub fn plugin(mut self, plugin: &dyn Plugin) -> Self {
         match plugin::check_abi(plugin) {
             Ok(()) => plugin.contribute(&mut self.contributions),
@@ -303,6 +375,7 @@ impl<S: EventStore> RuntimeBuilder<S> {
         self
     }
 
+    /// Sets the resume authenticator (K12.2), consulted before any resume is recorded.
     pub fn resume_authenticator(mut self, authenticator: impl ResumeAuthenticator) -> Self {
         self.authenticator = Some(Arc::new(authenticator));
         self
@@ -426,6 +499,21 @@ impl<S: EventStore> Inner<S> {
 }
 
 impl<S: EventStore> Runtime<S> {
+    /// Starts composing a runtime on `store`.
+    ///
+    /// ```
+    /// use loom_kernel::MemoryStore;
+    /// use loom_kernel::runtime::{FlowCtx, FlowError, Runtime, flow_fn};
+    ///
+    /// async fn greet(_ctx: FlowCtx, name: String) -> Result<String, FlowError> {
+    ///     Ok(format!("hello, {name}"))
+    /// }
+    ///
+    /// let runtime = Runtime::builder(MemoryStore::new())
+    ///     .flow(flow_fn("greet", 1, greet))
+    ///     .build()?;
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
     pub fn builder(store: S) -> RuntimeBuilder<S> {
         RuntimeBuilder {
             store,
@@ -437,6 +525,7 @@ impl<S: EventStore> Runtime<S> {
         }
     }
 
+    /// The store the runtime writes to.
     pub fn store(&self) -> &S {
         &self.inner.store
     }
@@ -1019,8 +1108,10 @@ fn new_slot() -> Slot {
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
 pub enum WaitError {
+    /// The execution's driver stopped with an error.
     #[error(transparent)]
     Driver(DriveError),
+    /// The execution's log could not be read or folded.
     #[error(transparent)]
     Fold(#[from] FoldStoredError),
 }
@@ -1029,13 +1120,16 @@ pub enum WaitError {
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
 pub enum InboundError {
+    /// No inbound handler has this name.
     #[error("no inbound handler named '{0}'")]
     UnknownHandler(String),
+    /// The handler refused the message; its reason.
     #[error("the inbound handler refused the message: {0}")]
     Refused(String),
     /// The handler panicked; nothing was done.
     #[error("the inbound handler panicked: {0}")]
     HandlerPanicked(String),
+    /// The resume the handler asked for was refused.
     #[error(transparent)]
     Resume(#[from] ResumeError),
 }

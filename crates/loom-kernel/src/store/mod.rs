@@ -28,8 +28,8 @@
 //!   not visible, in whole or in part.
 //!
 //! Implementations: [`MemoryStore`] (the reference twin for tests) and [`DiskStore`] (the
-//! embedded default, on redb). [`crate::conformance`] checks any implementation against this
-//! contract.
+//! embedded default, on redb). `loom_kernel::conformance` (feature `testkit`) checks any
+//! implementation against this contract.
 
 mod disk;
 mod memory;
@@ -64,36 +64,56 @@ pub enum AppendError {
     #[error(
         "append conflict on execution {execution}: expected next seq {expected_seq}, but the log is at {actual_seq}"
     )]
+    /// Another writer appended first: the log is not at `expected_seq`.
     Conflict {
+        /// The execution concerned.
         execution: ExecutionId,
+        /// The seq the caller expected to write next.
         expected_seq: u64,
+        /// The seq the log is actually at.
         actual_seq: u64,
     },
+    /// The batch is empty.
     #[error("append to execution {execution} with no events")]
-    EmptyBatch { execution: ExecutionId },
+    EmptyBatch {
+        /// The execution concerned.
+        execution: ExecutionId,
+    },
     /// An event of the batch holds a payload nested deeper than
     /// [`crate::payload::MAX_DEPTH`], which no reader could parse back; nothing is stored.
     #[error(
         "append to execution {execution} refused: the event at seq {seq} holds a payload nested deeper than {} levels",
         crate::payload::MAX_DEPTH
     )]
-    PayloadTooDeep { execution: ExecutionId, seq: u64 },
+    PayloadTooDeep {
+        /// The execution concerned.
+        execution: ExecutionId,
+        /// The seq of the event concerned.
+        seq: u64,
+    },
     /// The batch would make the log invalid (see the module documentation); nothing of it
     /// is stored. `seq` is where the offending event would have gone.
     #[error(
         "append to execution {execution} refused: the event at seq {seq} would make the log invalid: {violation}"
     )]
     Invalid {
+        /// The execution concerned.
         execution: ExecutionId,
+        /// The seq of the event concerned.
         seq: u64,
+        /// The invariant the event would break.
         #[source]
         violation: Box<Violation>,
     },
+    /// The storage failed; nothing of the batch is stored.
     #[error("storage failed appending to execution {execution}: {detail}")]
     Storage {
+        /// The execution concerned.
         execution: ExecutionId,
+        /// What went wrong, in words.
         detail: String,
     },
+    /// The store is closed.
     #[error("the store is closed")]
     Closed,
 }
@@ -102,31 +122,49 @@ pub enum AppendError {
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
 pub enum ReadError {
+    /// A stored event does not decode.
     #[error("event {seq} of execution {execution} cannot be decoded: {source}")]
     Decode {
+        /// The execution concerned.
         execution: ExecutionId,
+        /// The seq of the event concerned.
         seq: u64,
+        /// The underlying error.
         #[source]
         source: DecodeError,
     },
+    /// The storage failed.
     #[error("storage failed reading: {detail}")]
-    Storage { detail: String },
+    Storage {
+        /// What went wrong, in words.
+        detail: String,
+    },
+    /// The store is closed.
     #[error("the store is closed")]
     Closed,
     /// The store does not implement this operation (a trait method with no default body
     /// that a store left out).
     #[error("this store does not support {operation}")]
-    Unsupported { operation: &'static str },
+    Unsupported {
+        /// The operation asked for.
+        operation: &'static str,
+    },
 }
 
 /// Why [`EventStore::delete_ended`] deleted nothing. A failed call deletes nothing.
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
 pub enum RetentionError {
+    /// The storage failed.
     #[error("storage failed deleting ended executions: {detail}")]
-    Storage { detail: String },
+    Storage {
+        /// What went wrong, in words.
+        detail: String,
+    },
+    /// The store is closed.
     #[error("the store is closed")]
     Closed,
+    /// The store cannot delete executions.
     #[error("this store does not support deleting executions")]
     Unsupported,
 }
@@ -167,6 +205,7 @@ impl StatusFilter {
 pub struct FeedEvent {
     /// The event's position: pass `position + 1` as `from` to read what follows it.
     pub position: u64,
+    /// The event.
     pub envelope: EventEnvelope,
 }
 
@@ -174,8 +213,10 @@ pub struct FeedEvent {
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
 pub enum FoldStoredError {
+    /// The log could not be read.
     #[error(transparent)]
     Read(#[from] ReadError),
+    /// The log does not fold.
     #[error(transparent)]
     Fold(#[from] FoldError),
 }
@@ -183,6 +224,7 @@ pub enum FoldStoredError {
 /// One execution as listed by [`EventStore::list_executions`].
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ExecutionSummary {
+    /// The execution's id.
     pub id: ExecutionId,
     /// The next seq: how many events the log holds.
     pub head: u64,
@@ -191,6 +233,7 @@ pub struct ExecutionSummary {
 /// A page of executions, in id order (byte order of the ids).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ExecutionPage {
+    /// The executions of the page, in id order.
     pub executions: Vec<ExecutionSummary>,
     /// Pass as `after` to get the next page; `None` when no execution follows this page.
     pub next: Option<ExecutionId>,
