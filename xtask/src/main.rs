@@ -55,7 +55,27 @@ enum Task {
     },
 }
 
-fn main() -> Result<std::process::ExitCode> {
+fn main() -> std::process::ExitCode {
+    // Logs of the library crates (a store that cannot be read, a skipped execution) on stderr;
+    // RUST_LOG chooses how much (warnings and errors by default).
+    tracing_subscriber::fmt()
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_default_env()
+                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn")),
+        )
+        .with_writer(std::io::stderr)
+        .init();
+    match xtask() {
+        Ok(code) => code,
+        Err(error) => {
+            // One sentence with its causes (`{:#}`), not Rust's debug form.
+            eprintln!("xtask: {error:#}");
+            std::process::ExitCode::FAILURE
+        }
+    }
+}
+
+fn xtask() -> Result<std::process::ExitCode> {
     // replay-check and export-log have their own command lines (they are also a library
     // users run against their own flows); everything after the command name is theirs.
     let mut args = std::env::args_os();

@@ -88,7 +88,7 @@ pub fn check_command(
     match run(flows, &args) {
         Ok(code) => code,
         Err(error) => {
-            eprintln!("replay-check: {error}");
+            eprintln!("replay-check: {}", sentence(&*error));
             2
         }
     }
@@ -116,7 +116,7 @@ pub fn export_main(args: impl IntoIterator<Item = impl Into<OsString> + Clone>) 
             ExitCode::SUCCESS
         }
         Err(error) => {
-            eprintln!("export-log: {error}");
+            eprintln!("export-log: {}", sentence(&*error));
             ExitCode::from(2)
         }
     }
@@ -124,6 +124,24 @@ pub fn export_main(args: impl IntoIterator<Item = impl Into<OsString> + Clone>) 
 
 /// Any error, boxed.
 pub type BoxError = Box<dyn std::error::Error + Send + Sync>;
+
+/// An error and its causes as one sentence (`opening x: cannot read y: permission denied`),
+/// leaving out a cause whose text the message before it already includes.
+fn sentence(error: &(dyn std::error::Error + 'static)) -> String {
+    let mut text = error.to_string();
+    let mut last = text.clone();
+    let mut cause = error.source();
+    while let Some(error) = cause {
+        let message = error.to_string();
+        if !last.contains(&message) {
+            text.push_str(": ");
+            text.push_str(&message);
+        }
+        last = message;
+        cause = error.source();
+    }
+    text
+}
 
 /// `replay-check` over any [`EventStore`] (PostgreSQL, or a store of your own) that the
 /// caller opens: `open` runs on the check's Tokio runtime, `label` names the store in the
@@ -167,7 +185,7 @@ where
     match outcome {
         Ok(code) => code,
         Err(error) => {
-            eprintln!("replay-check: {error}");
+            eprintln!("replay-check: {}", sentence(&*error));
             2
         }
     }
@@ -670,7 +688,7 @@ fn days_from_civil(year: i64, month: i64, day: i64) -> i64 {
 
 #[cfg(test)]
 mod tests {
-    use super::parse_since;
+    use super::{parse_since, sentence};
 
     #[test]
     fn since_accepts_millis_dates_and_utc_times() {
@@ -681,5 +699,21 @@ mod tests {
         assert!(parse_since("30/11/2026").is_err());
         assert!(parse_since("2026-13-01").is_err());
         assert!(parse_since("2026-11-30T10:00").is_err());
+    }
+
+    #[test]
+    fn an_error_prints_as_one_sentence_with_each_cause_once() {
+        #[derive(Debug, thiserror::Error)]
+        #[error("cannot open {0}: {1}")]
+        struct Repeats(&'static str, #[source] std::io::Error);
+        #[derive(Debug, thiserror::Error)]
+        #[error("opening the store")]
+        struct Context(#[source] Repeats);
+        let io = std::io::Error::new(std::io::ErrorKind::NotFound, "no such file");
+        let error = Context(Repeats("x.redb", io));
+        assert_eq!(
+            sentence(&error),
+            "opening the store: cannot open x.redb: no such file"
+        );
     }
 }
