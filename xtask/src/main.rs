@@ -48,6 +48,10 @@ enum Task {
     PgUp,
     /// Stops the cluster `pg-up` started and removes its data.
     PgDown,
+    /// Checks the dependency graph against deny.toml: `cargo deny check bans licenses sources`
+    /// (duplicate versions, licenses, sources). Installs cargo-deny with `cargo install
+    /// cargo-deny --locked` first if it is missing (minutes, once).
+    Deny,
     /// Writes recorded executions as JSON Lines files (`cargo xtask export-log --help`).
     ExportLog {
         #[arg(trailing_var_arg = true, allow_hyphen_values = true)]
@@ -123,6 +127,7 @@ fn run(task: Task, root: &Path) -> Result<()> {
         Task::PgUp => pg::up(&root),
         Task::PgDown => pg::down(&root),
         Task::Interop => interop(&root),
+        Task::Deny => deny(&root),
         Task::Ci => {
             cargo(&root, &["fmt", "--all", "--", "--check"])?;
             cargo(
@@ -191,6 +196,23 @@ fn run(task: Task, root: &Path) -> Result<()> {
             )
         }
     }
+}
+
+/// `cargo deny check bans licenses sources`, installing cargo-deny first if it is missing.
+/// Advisories are left out: their database is fetched from the network at each run.
+fn deny(root: &Path) -> Result<()> {
+    let program = std::env::var_os("CARGO").unwrap_or_else(|| OsString::from("cargo"));
+    let installed = Command::new(&program)
+        .args(["deny", "--version"])
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .status()
+        .is_ok_and(|status| status.success());
+    if !installed {
+        eprintln!("xtask: cargo-deny is not installed; installing it (once, takes minutes)");
+        cargo(root, &["install", "cargo-deny", "--locked"])?;
+    }
+    cargo(root, &["deny", "check", "bans", "licenses", "sources"])
 }
 
 /// The reference renderer's package, pinned: the wire is A2UI v1.0 as this version accepts it.

@@ -82,7 +82,11 @@ async fn a_decision_and_the_gate_opened_in_the_same_poll_are_appended_in_one_bat
         .unwrap();
     let e = id("batching");
     runtime
-        .start("ask", &json!({}), StartOptions::new(e.clone()))
+        .start(
+            "ask",
+            &json!({}),
+            StartOptions::new(e.clone()).grant("warm_up"), // K2: a raw effect needs its name
+        )
         .await
         .unwrap();
     let _ = runtime.wait(&e).await;
