@@ -6,7 +6,7 @@
 //! that is not registered) and found no divergence.
 
 use std::ffi::OsString;
-use std::io::{IsTerminal, Write};
+use std::io::IsTerminal;
 use std::path::PathBuf;
 use std::process::ExitCode;
 use std::sync::Arc;
@@ -81,7 +81,7 @@ pub fn check_command(
     let args = match CheckArgs::try_parse_from(args) {
         Ok(args) => args,
         Err(error) => {
-            let _ = error.print();
+            usage(&error);
             return if error.use_stderr() { 2 } else { 0 };
         }
     };
@@ -99,7 +99,7 @@ pub fn export_main(args: impl IntoIterator<Item = impl Into<OsString> + Clone>) 
     let args = match ExportArgs::try_parse_from(args) {
         Ok(args) => args,
         Err(error) => {
-            let _ = error.print();
+            usage(&error);
             return if error.use_stderr() {
                 ExitCode::from(2)
             } else {
@@ -119,6 +119,27 @@ pub fn export_main(args: impl IntoIterator<Item = impl Into<OsString> + Clone>) 
             eprintln!("export-log: {}", sentence(&*error));
             ExitCode::from(2)
         }
+    }
+}
+
+/// Prints a command-line error (or `--help`, `--version`) with `print!`/`eprint!`, which a test
+/// harness captures: a test of a bad argument then prints nothing unless it fails.
+fn usage(error: &clap::Error) {
+    let styled = error.render();
+    // Colours only on a terminal, as clap itself would.
+    let terminal = if error.use_stderr() {
+        std::io::stderr().is_terminal()
+    } else {
+        std::io::stdout().is_terminal()
+    };
+    let text = match terminal {
+        true => styled.ansi().to_string(),
+        false => styled.to_string(),
+    };
+    if error.use_stderr() {
+        eprint!("{text}");
+    } else {
+        print!("{text}");
     }
 }
 
@@ -161,7 +182,7 @@ where
     let args = match CheckArgs::try_parse_from(args) {
         Ok(args) => args,
         Err(error) => {
-            let _ = error.print();
+            usage(&error);
             return if error.use_stderr() { 2 } else { 0 };
         }
     };
@@ -540,8 +561,10 @@ impl Report {
         }
     }
 
+    /// Prints the report on stdout, in one `print!` (which a test harness captures).
     fn print(&self, label: &str) {
-        let mut out = std::io::stdout().lock();
+        use std::fmt::Write as _;
+        let mut out = String::new();
         let flow = |o: &Outcome| {
             o.flow.as_ref().map_or_else(
                 || "flow unknown".to_owned(),
@@ -588,6 +611,7 @@ impl Report {
             self.errors(),
             self.seconds
         );
+        print!("{out}");
     }
 
     fn to_json(&self, label: &str) -> serde_json::Value {
