@@ -541,6 +541,33 @@ impl<S: EventStore> Runtime<S> {
     /// with [`StartError::Conflict`] and runs nothing. This holds for starts one after another,
     /// concurrent ones, and starts on several runtimes over one store: no effect of a new
     /// execution runs before its `EXECUTION_STARTED` is durable.
+    ///
+    /// ```
+    /// use loom_kernel::runtime::{FlowCtx, FlowError, Runtime, StartError, StartOptions, flow_fn};
+    /// use loom_kernel::{ExecutionId, ExecutionStatus, MemoryStore};
+    ///
+    /// async fn greet(_ctx: FlowCtx, name: String) -> Result<String, FlowError> {
+    ///     Ok(format!("hello, {name}"))
+    /// }
+    ///
+    /// # tokio::runtime::Runtime::new().unwrap().block_on(async {
+    /// let loom = Runtime::builder(MemoryStore::new())
+    ///     .flow(flow_fn("greet", 1, greet))
+    ///     .build()?;
+    /// let id = ExecutionId::new("greet-ada")?;
+    /// loom.start("greet", "ada", StartOptions::new(id.clone())).await?;
+    /// let state = loom.wait(&id).await?;
+    /// assert_eq!(state.status(), ExecutionStatus::Completed);
+    /// assert_eq!(state.output().unwrap().decode::<String>()?, "hello, ada");
+    ///
+    /// // The same start again returns the execution; the flow does not run again.
+    /// assert_eq!(loom.start("greet", "ada", StartOptions::new(id.clone())).await?, id);
+    /// // Another input for the same id is refused, and says so.
+    /// let refused = loom.start("greet", "bob", StartOptions::new(id.clone())).await;
+    /// assert!(matches!(refused, Err(StartError::Conflict { .. })));
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// # }).unwrap();
+    /// ```
     pub async fn start<I: Serialize + ?Sized>(
         &self,
         flow: &str,
