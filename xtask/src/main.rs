@@ -49,8 +49,8 @@ enum Task {
     /// Stops the cluster `pg-up` started and removes its data.
     PgDown,
     /// Checks the dependency graph against deny.toml: `cargo deny check bans licenses sources`
-    /// (duplicate versions, licenses, sources). Installs cargo-deny with `cargo install
-    /// cargo-deny --locked` first if it is missing (minutes, once).
+    /// (duplicate versions, licenses, sources). Installs cargo-deny 0.20 with `cargo install
+    /// cargo-deny --locked` first if it is missing (2 to 3 minutes, once).
     Deny,
     /// Writes recorded executions as JSON Lines files (`cargo xtask export-log --help`).
     ExportLog {
@@ -210,7 +210,10 @@ fn deny(root: &Path) -> Result<()> {
         .is_ok_and(|status| status.success());
     if !installed {
         eprintln!("xtask: cargo-deny is not installed; installing it (once, takes minutes)");
-        cargo(root, &["install", "cargo-deny", "--locked"])?;
+        cargo(
+            root,
+            &["install", "cargo-deny", "--locked", "--version", "^0.20"],
+        )?;
     }
     cargo(root, &["deny", "check", "bans", "licenses", "sources"])
 }
