@@ -54,8 +54,8 @@ async fn main() -> std::process::ExitCode {
     match quickstart(Args::parse()).await {
         Ok(()) => std::process::ExitCode::SUCCESS,
         Err(error) => {
-            // One sentence with its causes (`{:#}`), not Rust's debug form.
-            eprintln!("error: {error:#}");
+            // One sentence with its causes, not Rust's debug form.
+            eprintln!("error: {}", sentence(&error));
             std::process::ExitCode::FAILURE
         }
     }
@@ -291,5 +291,42 @@ fn step(event: &Event) -> String {
         Event::ExecutionSuspended(e) => format!("{} (key {})", e.gate_id, e.correlation_key),
         Event::ExecutionResumed(e) => format!("{} with {}", e.gate_id, e.payload),
         _ => String::new(),
+    }
+}
+
+/// An error and its causes as one sentence, like `{:#}`, leaving out a cause whose text the
+/// message before it already includes (Loom's errors name their cause in their own message).
+fn sentence(error: &anyhow::Error) -> String {
+    let mut text = String::new();
+    let mut last = String::new();
+    for cause in error.chain() {
+        let message = cause.to_string();
+        if text.is_empty() {
+            text.push_str(&message);
+        } else if !last.contains(&message) {
+            text.push_str(": ");
+            text.push_str(&message);
+        }
+        last = message;
+    }
+    text
+}
+
+#[cfg(test)]
+mod tests {
+    use super::sentence;
+
+    #[test]
+    fn an_error_prints_as_one_sentence_with_each_cause_once() {
+        let io = std::io::Error::new(std::io::ErrorKind::IsADirectory, "Is a directory");
+        let opened = anyhow::Error::new(loom_kernel::OpenError::Io {
+            path: "/tmp".into(),
+            source: io,
+        });
+        let error = opened.context("opening the store at /tmp");
+        assert_eq!(
+            sentence(&error),
+            "opening the store at /tmp: cannot open store file /tmp: Is a directory"
+        );
     }
 }
