@@ -718,6 +718,37 @@ impl<S: EventStore> Runtime<S> {
 
     /// Resumes the pending gate of `execution` that waits for `event_type` and
     /// `correlation_key`. Returns once `EXECUTION_RESUMED` is durable.
+    ///
+    /// ```
+    /// use loom_kernel::runtime::{FlowCtx, FlowError, ResumeError, Runtime, StartOptions, flow_fn};
+    /// use loom_kernel::{ExecutionId, ExecutionStatus, MemoryStore, Payload};
+    /// use serde_json::{Value, json};
+    ///
+    /// async fn approve(ctx: FlowCtx, _input: Value) -> Result<Value, FlowError> {
+    ///     let answer = ctx.suspend("Approval", "order-42").await?; // parks here
+    ///     Ok(answer.to_value())
+    /// }
+    ///
+    /// # tokio::runtime::Runtime::new().unwrap().block_on(async {
+    /// let loom = Runtime::builder(MemoryStore::new())
+    ///     .flow(flow_fn("approve", 1, approve))
+    ///     .build()?;
+    /// let id = ExecutionId::new("order-42")?;
+    /// loom.start("approve", &json!({}), StartOptions::new(id.clone())).await?;
+    /// let parked = loom.wait(&id).await?;
+    /// assert_eq!(parked.status(), ExecutionStatus::Suspended);
+    /// assert_eq!(parked.pending_gates().len(), 1);
+    ///
+    /// // A resume that matches no pending gate is refused, and nothing is recorded.
+    /// let wrong = loom.resume(&id, "Approval", "order-7", Payload::from(json!("yes"))).await;
+    /// assert!(matches!(wrong, Err(ResumeError::NoPendingGate { .. })));
+    ///
+    /// loom.resume(&id, "Approval", "order-42", Payload::from(json!("yes"))).await?;
+    /// let done = loom.wait(&id).await?;
+    /// assert_eq!(done.output().map(Payload::to_value), Some(json!("yes")));
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// # }).unwrap();
+    /// ```
     pub async fn resume(
         &self,
         execution: &ExecutionId,
