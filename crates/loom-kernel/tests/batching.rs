@@ -85,7 +85,7 @@ async fn a_decision_and_the_gate_opened_in_the_same_poll_are_appended_in_one_bat
         .start(
             "ask",
             &json!({}),
-            StartOptions::new(e.clone()).grant("warm_up"), // K2: a raw effect needs its name
+            StartOptions::new(e.clone()).grant("warm_up"),
         )
         .await
         .unwrap();

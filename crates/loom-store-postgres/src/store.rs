@@ -223,6 +223,7 @@ impl EventStore for PostgresStore {
                 execution: execution.clone(),
             });
         }
+        loom_kernel::store::check_payloads(execution, expected_seq, events)?;
         if expected_seq > i64::MAX as u64 - events.len() as u64 {
             return Err(AppendError::Conflict {
                 execution: execution.clone(),

@@ -142,7 +142,14 @@ fn worker_process_entry() {
         for i in 0..EXECUTIONS {
             let n = (i + index * EXECUTIONS / WORKERS) % EXECUTIONS;
             match rt
-                .start("job", &json!({ "n": n }), StartOptions::new(execution(n)))
+                .start(
+                    "job",
+                    &json!({ "n": n }),
+                    StartOptions::new(execution(n))
+                        .grant("fetch")
+                        .grant("charge")
+                        .grant("notify"),
+                )
                 .await
             {
                 Ok(_) | Err(StartError::AlreadyExists(_)) => {}

@@ -1,0 +1,431 @@
+//! The admin API: the operator's reads and verdicts over HTTP, for a process that embeds a
+//! [`Runtime`] and so holds the store. Mount [`admin_router`] in the server (it answers under
+//! `/admin/`) and serve it on loopback only ([`bind_loopback`]).
+//!
+//! Every API request (`/admin/v1/...`) carries `Authorization: Bearer <token>`, compared in
+//! constant time; a missing or wrong token is answered `401` and nothing else is looked at.
+//! The web console's static files (`/admin/`, its script and style sheet) hold no data and are
+//! served without it; the page asks for the token and keeps it in the tab's session storage. Errors are JSON
+//! (`{"error": {"kind": .., "message": ..}}`) with the status of their [`ErrorKind`].
+//! Verdicts, resumes and cancels go through the runtime (`Runtime::resolve`, `resume`,
+//! `cancel`), so the execution's driver records them and drives the flow on at once.
+//! Endpoints are listed in `docs/CONSOLE.md`.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use axum::Router;
+use axum::body::Bytes;
+use axum::extract::rejection::QueryRejection;
+use axum::extract::{Path, Query, Request, State};
+use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
+use axum::middleware::{self, Next};
+use axum::response::{IntoResponse, Redirect, Response};
+use axum::routing::{get, post};
+use loom_kernel::classify::DataClassification;
+use loom_kernel::event::Verdict;
+use loom_kernel::runtime::{CancelError, ResolveError, ResumeError, Runtime};
+use loom_kernel::{EventStore, EventStoreExt, ExecutionId, Payload};
+use serde::Deserialize;
+use serde_json::{Value, json};
+
+use crate::error::{ConsoleError, ErrorKind};
+use crate::{offline, query};
+
+/// The shortest token [`AdminConfig::new`] accepts.
+pub const MIN_TOKEN_LEN: usize = 16;
+
+/// The longest a `tail` request waits for new events before answering with none.
+pub const MAX_WAIT: Duration = Duration::from_secs(30);
+
+/// Why an [`AdminConfig`] was refused.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum AdminConfigError {
+    #[error(
+        "the admin token must be at least {MIN_TOKEN_LEN} characters (use loom_console::random_token())"
+    )]
+    TokenTooShort,
+    #[error("the admin token must be printable ASCII with no spaces")]
+    TokenNotPrintable,
+}
+
+/// How the admin API is guarded and what it masks.
+#[derive(Clone)]
+pub struct AdminConfig {
+    token: String,
+    classification: DataClassification,
+}
+
+impl std::fmt::Debug for AdminConfig {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("AdminConfig")
+            .field("token", &"<hidden>")
+            .field("classification", &self.classification.paths())
+            .finish()
+    }
+}
+
+impl AdminConfig {
+    /// A configuration requiring `token` as the bearer token: at least [`MIN_TOKEN_LEN`]
+    /// printable ASCII characters.
+    pub fn new(token: impl Into<String>) -> Result<Self, AdminConfigError> {
+        let token = token.into();
+        if token.len() < MIN_TOKEN_LEN {
+            return Err(AdminConfigError::TokenTooShort);
+        }
+        if !token.bytes().all(|byte| byte.is_ascii_graphic()) {
+            return Err(AdminConfigError::TokenNotPrintable);
+        }
+        Ok(Self {
+            token,
+            classification: DataClassification::default(),
+        })
+    }
+
+    /// K10-R6: the classification to mask payloads with (give the runtime's own).
+    pub fn classification(mut self, classification: DataClassification) -> Self {
+        self.classification = classification;
+        self
+    }
+}
+
+/// A fresh token: 32 random bytes from the operating system, in hex.
+pub fn random_token() -> std::io::Result<String> {
+    use std::io::Read;
+    let mut bytes = [0u8; 32];
+    std::fs::File::open("/dev/urandom")?.read_exact(&mut bytes)?;
+    Ok(bytes.iter().map(|byte| format!("{byte:02x}")).collect())
+}
+
+/// Binds a listener on 127.0.0.1 (`port` 0 picks a free one): where the admin API belongs.
+pub async fn bind_loopback(port: u16) -> std::io::Result<tokio::net::TcpListener> {
+    tokio::net::TcpListener::bind((std::net::Ipv4Addr::LOCALHOST, port)).await
+}
+
+/// Whether two byte strings are equal, in time that depends on their lengths only.
+pub fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
+    let mut diff = u8::from(a.len() != b.len());
+    for index in 0..a.len().max(b.len()) {
+        let x = a.get(index).copied().unwrap_or(0);
+        let y = b.get(index).copied().unwrap_or(0);
+        diff |= x ^ y;
+    }
+    std::hint::black_box(diff) == 0
+}
+
+struct AdminState<S> {
+    runtime: Runtime<S>,
+    config: AdminConfig,
+}
+
+type Shared<S> = State<Arc<AdminState<S>>>;
+
+/// The admin API over `runtime`'s store, guarded by `config`'s token, and the web console
+/// that uses it (`GET /admin/`). Routes are under `/admin/`; merge it into the server's router
+/// (`app.merge(admin_router(..))`).
+pub fn admin_router<S: EventStore>(runtime: Runtime<S>, config: AdminConfig) -> Router {
+    let state = Arc::new(AdminState { runtime, config });
+    let api = Router::new()
+        .route("/admin/v1/executions", get(list::<S>))
+        .route("/admin/v1/executions/{id}", get(show::<S>))
+        .route("/admin/v1/executions/{id}/events", get(events::<S>))
+        .route("/admin/v1/executions/{id}/resolve", post(resolve::<S>))
+        .route("/admin/v1/executions/{id}/resume", post(resume::<S>))
+        .route("/admin/v1/executions/{id}/cancel", post(cancel::<S>))
+        .route("/admin/v1/in-doubt", get(in_doubt::<S>))
+        .route_layer(middleware::from_fn_with_state(
+            Arc::clone(&state),
+            authorize::<S>,
+        ))
+        .with_state(state);
+    // The web console's files hold no data: they are served without the token, and the page
+    // asks for it before it calls the API.
+    let page = Router::new()
+        .route("/admin", get(|| async { Redirect::permanent("admin/") }))
+        .route(
+            "/admin/",
+            get(|| async { web(INDEX_HTML, "text/html; charset=utf-8") }),
+        )
+        .route(
+            "/admin/console.js",
+            get(|| async { web(CONSOLE_JS, "text/javascript; charset=utf-8") }),
+        )
+        .route(
+            "/admin/console.css",
+            get(|| async { web(CONSOLE_CSS, "text/css; charset=utf-8") }),
+        );
+    api.merge(page)
+}
+
+const INDEX_HTML: &str = include_str!("../web/index.html");
+const CONSOLE_JS: &str = include_str!("../web/console.js");
+const CONSOLE_CSS: &str = include_str!("../web/console.css");
+
+/// What the web console's page may load and where it may connect: its own files and the API
+/// only, no inline script, no framing.
+pub const CONTENT_SECURITY_POLICY: &str = "default-src 'none'; script-src 'self'; style-src 'self'; connect-src 'self'; img-src 'self'; frame-ancestors 'none'; base-uri 'none'; form-action 'none'";
+
+fn web(body: &'static str, content_type: &'static str) -> Response {
+    (
+        [
+            (header::CONTENT_TYPE, content_type),
+            (header::CONTENT_SECURITY_POLICY, CONTENT_SECURITY_POLICY),
+            (header::X_CONTENT_TYPE_OPTIONS, "nosniff"),
+            (header::REFERRER_POLICY, "no-referrer"),
+            (header::CACHE_CONTROL, "no-cache"),
+        ],
+        body,
+    )
+        .into_response()
+}
+
+async fn authorize<S: EventStore>(
+    State(state): Shared<S>,
+    request: Request,
+    next: Next,
+) -> Response {
+    if bearer_matches(request.headers(), &state.config.token) {
+        return next.run(request).await;
+    }
+    let mut response = ConsoleError::new(
+        ErrorKind::Unauthorized,
+        "missing or wrong bearer token: send `Authorization: Bearer <token>` with the server's admin token (the CLI reads --token or LOOM_ADMIN_TOKEN)",
+    )
+    .into_response();
+    response.headers_mut().insert(
+        header::WWW_AUTHENTICATE,
+        HeaderValue::from_static("Bearer realm=\"loom-admin\""),
+    );
+    response
+}
+
+fn bearer_matches(headers: &HeaderMap, token: &str) -> bool {
+    let Some(value) = headers.get(header::AUTHORIZATION) else {
+        return false;
+    };
+    let Some(given) = value.as_bytes().strip_prefix(b"Bearer ") else {
+        return false;
+    };
+    constant_time_eq(given, token.as_bytes())
+}
+
+impl IntoResponse for ConsoleError {
+    fn into_response(self) -> Response {
+        let status = StatusCode::from_u16(self.kind.http_status())
+            .unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
+        (status, axum::Json(json!({ "error": self }))).into_response()
+    }
+}
+
+type Answer = Result<Response, ConsoleError>;
+
+fn ok(value: impl serde::Serialize) -> Answer {
+    Ok(axum::Json(value).into_response())
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct ListQuery {
+    status: Option<String>,
+    flow: Option<String>,
+    limit: Option<usize>,
+}
+
+async fn list<S: EventStore>(
+    State(state): Shared<S>,
+    query: Result<Query<ListQuery>, QueryRejection>,
+) -> Answer {
+    let Ok(Query(query)) = query else {
+        return Err(ConsoleError::bad_request(
+            "bad query: use ?status=<status>&flow=<name>&limit=<n>",
+        ));
+    };
+    let filter = query::ListFilter {
+        status: query
+            .status
+            .as_deref()
+            .map(crate::view::parse_status)
+            .transpose()?,
+        flow: query.flow,
+        limit: query.limit,
+    };
+    ok(query::list_executions(state.runtime.store(), &filter).await?)
+}
+
+async fn show<S: EventStore>(State(state): Shared<S>, Path(id): Path<String>) -> Answer {
+    let id = query::execution_id(&id)?;
+    ok(query::show(state.runtime.store(), &id, &state.config.classification).await?)
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct EventsQuery {
+    from: Option<u64>,
+    limit: Option<usize>,
+    wait_ms: Option<u64>,
+}
+
+async fn events<S: EventStore>(
+    State(state): Shared<S>,
+    Path(id): Path<String>,
+    query: Result<Query<EventsQuery>, QueryRejection>,
+) -> Answer {
+    let Ok(Query(query)) = query else {
+        return Err(ConsoleError::bad_request(
+            "bad query: use ?from=<seq>&limit=<n>&waitMs=<ms>",
+        ));
+    };
+    let id = query::execution_id(&id)?;
+    let store = state.runtime.store();
+    let from = query.from.unwrap_or(0);
+    let limit = query.limit.unwrap_or(1024).clamp(1, 4096);
+    let mut page =
+        query::events_from(store, &id, from, limit, &state.config.classification).await?;
+    let wait = Duration::from_millis(query.wait_ms.unwrap_or(0)).min(MAX_WAIT);
+    if page.events.is_empty() && !page.ended && !wait.is_zero() {
+        // Times out with nothing new, which the caller reads as an empty page.
+        let _ = tokio::time::timeout(wait, store.wait_for(&id, from)).await;
+        page = query::events_from(store, &id, from, limit, &state.config.classification).await?;
+    }
+    ok(page)
+}
+
+async fn in_doubt<S: EventStore>(State(state): Shared<S>) -> Answer {
+    ok(query::in_doubt(state.runtime.store(), query::now_ms()).await?)
+}
+
+fn body<T: serde::de::DeserializeOwned>(bytes: &Bytes, shape: &str) -> Result<T, ConsoleError> {
+    let bytes: &[u8] = if bytes.iter().all(u8::is_ascii_whitespace) {
+        b"{}"
+    } else {
+        bytes
+    };
+    serde_json::from_slice(bytes).map_err(|error| {
+        ConsoleError::bad_request(format!("bad request body ({error}): send {shape}"))
+    })
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+struct ResolveBody {
+    step_id: String,
+    verdict: Verdict,
+    operator: Option<String>,
+}
+
+const RESOLVE_SHAPE: &str = r#"{"stepId": "..", "verdict": {"kind": "completed", "output": ..} | {"kind": "failed", "error": {"code": .., "message": ..}} | {"kind": "retry"}, "operator": ".."}"#;
+
+async fn resolve<S: EventStore>(
+    State(state): Shared<S>,
+    Path(id): Path<String>,
+    bytes: Bytes,
+) -> Answer {
+    let id = query::execution_id(&id)?;
+    let request: ResolveBody = body(&bytes, RESOLVE_SHAPE)?;
+    if let Verdict::Completed { output } = &request.verdict
+        && output.is_too_deep()
+    {
+        return Err(ConsoleError::bad_request(
+            "the verdict's output is nested too deep to be recorded",
+        ));
+    }
+    let result = state
+        .runtime
+        .resolve(&id, &request.step_id, request.verdict, request.operator)
+        .await;
+    match result {
+        Ok(()) => ok(json!({"recorded": true})),
+        Err(ResolveError::NotInDoubt { .. }) => {
+            let state = state.runtime.store().fold(&id).await?;
+            Err(offline::not_in_doubt(&id, &request.step_id, &state))
+        }
+        Err(ResolveError::UnknownExecution { .. }) => {
+            Err(ConsoleError::unknown_execution(id.as_str()))
+        }
+        Err(error) => Err(ConsoleError::internal(error.to_string())),
+    }
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+struct ResumeBody {
+    event_type: String,
+    correlation_key: String,
+    #[serde(default)]
+    payload: Value,
+}
+
+async fn resume<S: EventStore>(
+    State(state): Shared<S>,
+    Path(id): Path<String>,
+    bytes: Bytes,
+) -> Answer {
+    let id = query::execution_id(&id)?;
+    let request: ResumeBody = body(
+        &bytes,
+        r#"{"eventType": "..", "correlationKey": "..", "payload": ..}"#,
+    )?;
+    let payload = Payload::try_from_value(&request.payload).map_err(|error| {
+        ConsoleError::bad_request(format!("the payload cannot be recorded: {error}"))
+    })?;
+    let result = state
+        .runtime
+        .resume(&id, &request.event_type, &request.correlation_key, payload)
+        .await;
+    match result {
+        Ok(()) => ok(json!({"recorded": true})),
+        Err(ResumeError::NoPendingGate { .. }) => {
+            let folded = state.runtime.store().fold(&id).await?;
+            if folded.status().is_terminal() {
+                return Err(ended(&id, &folded));
+            }
+            Err(offline::no_pending_gate(
+                &id,
+                &request.event_type,
+                &request.correlation_key,
+                &folded,
+            ))
+        }
+        Err(ResumeError::UnknownExecution { .. }) => {
+            Err(ConsoleError::unknown_execution(id.as_str()))
+        }
+        Err(error @ ResumeError::Unauthorized { .. }) => {
+            Err(ConsoleError::refused(error.to_string()))
+        }
+        Err(error) => Err(ConsoleError::internal(error.to_string())),
+    }
+}
+
+fn ended(id: &ExecutionId, state: &loom_kernel::ExecutionState) -> ConsoleError {
+    ConsoleError::refused(format!(
+        "execution {id} has already ended ({}); nothing was recorded",
+        crate::view::status_name(state.status())
+    ))
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+struct CancelBody {
+    reason: Option<String>,
+}
+
+async fn cancel<S: EventStore>(
+    State(state): Shared<S>,
+    Path(id): Path<String>,
+    bytes: Bytes,
+) -> Answer {
+    let id = query::execution_id(&id)?;
+    let request: CancelBody = body(&bytes, r#"{"reason": ".."}"#)?;
+    match state.runtime.cancel(&id, request.reason).await {
+        Ok(()) => ok(json!({"recorded": true})),
+        Err(CancelError::Ended { .. }) => {
+            let folded = state.runtime.store().fold(&id).await?;
+            Err(ended(&id, &folded))
+        }
+        Err(CancelError::UnknownExecution { .. }) => {
+            Err(ConsoleError::unknown_execution(id.as_str()))
+        }
+        Err(error) => Err(ConsoleError::internal(error.to_string())),
+    }
+}

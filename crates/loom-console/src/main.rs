@@ -1,0 +1,937 @@
+//! `loom`: the operator's command line. See `docs/CONSOLE.md`.
+//!
+//! It works on a store directly (`--store FILE` when no process holds the file, or
+//! `--store postgres://...` for reads) or through the admin API of the process that runs the
+//! flows (`--admin URL --token TOKEN`). Errors go to stderr and say what to do; the exit code
+//! says what kind of failure it was (see `EXIT_CODES`).
+
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+use std::time::Duration;
+
+use clap::{Args, Parser, Subcommand};
+use futures::TryStreamExt;
+use loom_console::client::AdminClient;
+use loom_console::error::ConsoleError;
+use loom_console::offline;
+use loom_console::query::{self, ListFilter};
+use loom_console::view::{
+    EventView, EventsPage, ExecutionView, InDoubtView, ShowView, mask_events, parse_status,
+};
+use loom_kernel::classify::DataClassification;
+use loom_kernel::event::Verdict;
+use loom_kernel::{
+    DiskStore, DiskStoreConfig, ErrorInfo, EventStore, EventStoreExt, ExecutionId, OpenError,
+    Payload,
+};
+use loom_store_postgres::{PostgresStore, PostgresStoreConfig};
+use serde_json::Value;
+
+const EXIT_CODES: &str = "\
+Exit codes:
+  0  done
+  1  refused by the execution's state (step not in doubt, no such gate, already ended); nothing recorded
+  2  bad usage or input (unknown option, malformed JSON, invalid id)
+  3  no such execution
+  4  store or admin API unavailable (file held by another process, missing, unreachable) or failed
+  5  the admin API refused the token
+
+Where: --store FILE opens the embedded store only when no process holds it; while the server
+that runs the flows holds it, use its admin API: --admin http://127.0.0.1:PORT --token TOKEN
+(or LOOM_ADMIN_URL and LOOM_ADMIN_TOKEN). See docs/CONSOLE.md.";
+
+/// Operate Loom executions: list them, look inside, follow them, give verdicts on steps in
+/// doubt, resume gates, cancel.
+#[derive(Debug, Parser)]
+#[command(name = "loom", version, after_help = EXIT_CODES)]
+struct Cli {
+    /// The store: an embedded store file (opened only when no process holds it) or a
+    /// postgres:// URL (reads only). Default: $LOOM_STORE.
+    #[arg(long, global = true, value_name = "FILE|URL")]
+    store: Option<String>,
+    /// The PostgreSQL schema holding Loom's tables (with a postgres:// store).
+    #[arg(long, global = true, value_name = "NAME", default_value = "loom")]
+    schema: String,
+    /// The admin API of the process that runs the flows, e.g. http://127.0.0.1:7171.
+    /// Default: $LOOM_ADMIN_URL (when --store is not given).
+    #[arg(long, global = true, value_name = "URL")]
+    admin: Option<String>,
+    /// The admin API's bearer token. Default: $LOOM_ADMIN_TOKEN.
+    #[arg(long, global = true, value_name = "TOKEN")]
+    token: Option<String>,
+    /// Mask the value at this dot-path in every payload shown (K10-R6); repeatable. Added to
+    /// the server's own classification when going through --admin.
+    #[arg(long = "mask", global = true, value_name = "PATH")]
+    masks: Vec<String>,
+    /// A file of classified dot-paths, one per line (`#` starts a comment).
+    /// Default: $LOOM_MASK_FILE.
+    #[arg(long, global = true, value_name = "FILE")]
+    mask_file: Option<PathBuf>,
+    /// Print JSON instead of text.
+    #[arg(long, global = true)]
+    json: bool,
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+enum Command {
+    /// List executions in id order, with status, flow, length and times.
+    Executions {
+        /// Only this status: running, suspended, in-doubt, completed, failed, cancelled.
+        #[arg(long)]
+        status: Option<String>,
+        /// Only executions of this flow.
+        #[arg(long)]
+        flow: Option<String>,
+        /// At most this many.
+        #[arg(long)]
+        limit: Option<usize>,
+    },
+    /// Show one execution: its folded state (steps, gates, doubts), then its event log.
+    Show {
+        /// The execution id.
+        id: String,
+        /// Print each event whole instead of cut to one line.
+        #[arg(long)]
+        full: bool,
+    },
+    /// Print an execution's events and follow it live until it ends.
+    Tail {
+        /// The execution id.
+        id: String,
+        /// Start at this seq.
+        #[arg(long, default_value_t = 0)]
+        from: u64,
+        /// Print what is there and stop, instead of following.
+        #[arg(long)]
+        no_follow: bool,
+    },
+    /// List the steps in doubt, with each one's idempotency key and how long it has waited.
+    InDoubt,
+    /// Give a verdict on a step in doubt: it completed (with its output), it failed, or run
+    /// it again.
+    Resolve {
+        /// The execution id.
+        id: String,
+        /// The step id (as `loom in-doubt` lists it).
+        step: String,
+        #[command(flatten)]
+        verdict: VerdictArgs,
+        /// The error code recorded with --failed.
+        #[arg(long, default_value = "loom.operator_verdict", requires = "failed")]
+        code: String,
+        /// Who gives the verdict, recorded with it. Default: $LOOM_OPERATOR, then $USER.
+        #[arg(long)]
+        operator: Option<String>,
+    },
+    /// Resume a pending gate with a JSON payload.
+    Resume {
+        /// The execution id.
+        id: String,
+        /// The event type the gate waits for.
+        event_type: String,
+        /// The gate's correlation key.
+        key: String,
+        /// The payload, as JSON (`'{"approved": true}'`, `null`, `'"text"'`).
+        #[arg(value_name = "JSON")]
+        payload: String,
+    },
+    /// Cancel an execution.
+    Cancel {
+        /// The execution id.
+        id: String,
+        /// Why, recorded with the cancel.
+        #[arg(long)]
+        reason: Option<String>,
+    },
+    /// Write executions as JSON Lines files, one per execution, for `replay-check --logs`.
+    /// The files hold true values (unmasked): keep them where the store's data may be.
+    ExportLog {
+        /// The directory to write `<execution id>.jsonl` files into (created if missing).
+        #[arg(long, value_name = "DIR")]
+        out: PathBuf,
+        /// Only these executions (repeatable).
+        #[arg(long = "execution", value_name = "ID")]
+        executions: Vec<String>,
+    },
+}
+
+#[derive(Debug, Args)]
+#[group(required = true, multiple = false)]
+struct VerdictArgs {
+    /// The step completed with this output (JSON).
+    #[arg(long, value_name = "JSON")]
+    completed: Option<String>,
+    /// The step failed, with this message.
+    #[arg(long, value_name = "MESSAGE")]
+    failed: Option<String>,
+    /// Run the effect again (needs --admin: only the process with the flows can).
+    #[arg(long)]
+    retry: bool,
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    let runtime = match tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+    {
+        Ok(runtime) => runtime,
+        Err(error) => {
+            eprintln!("loom: cannot start: {error}");
+            return ExitCode::from(4);
+        }
+    };
+    match runtime.block_on(run(cli)) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(error) => {
+            eprintln!("loom: {error}");
+            ExitCode::from(error.kind.exit_code())
+        }
+    }
+}
+
+/// Where the console reads and writes.
+enum Backend {
+    /// An embedded store file, opened per command.
+    File(PathBuf),
+    /// A PostgreSQL store (reads).
+    Postgres(PostgresStore),
+    /// The admin API of the process that runs the flows.
+    Admin(AdminClient),
+}
+
+fn env(name: &str) -> Option<String> {
+    std::env::var(name).ok().filter(|value| !value.is_empty())
+}
+
+async fn backend(cli: &Cli) -> Result<Backend, ConsoleError> {
+    if cli.store.is_some() && cli.admin.is_some() {
+        return Err(ConsoleError::bad_request(
+            "give --store or --admin, not both",
+        ));
+    }
+    let admin = match &cli.store {
+        Some(_) => None,
+        None => cli.admin.clone().or_else(|| env("LOOM_ADMIN_URL")),
+    };
+    if let Some(url) = admin {
+        let token = cli
+            .token
+            .clone()
+            .or_else(|| env("LOOM_ADMIN_TOKEN"))
+            .unwrap_or_default();
+        return Ok(Backend::Admin(AdminClient::new(&url, &token)?));
+    }
+    let Some(store) = cli.store.clone().or_else(|| env("LOOM_STORE")) else {
+        return Err(ConsoleError::bad_request(
+            "no store given: use --store FILE (when no process holds the file), or --admin http://127.0.0.1:PORT --token TOKEN (the admin API of the process that runs the flows)",
+        ));
+    };
+    if store.starts_with("postgres://") || store.starts_with("postgresql://") {
+        let config = PostgresStoreConfig::new(store)
+            .schema(&cli.schema)
+            .check_only();
+        let connected = PostgresStore::connect(config).await.map_err(|error| {
+            ConsoleError::unavailable(format!(
+                "cannot open the PostgreSQL store: {error} (the schema is chosen with --schema, default loom)"
+            ))
+        })?;
+        return Ok(Backend::Postgres(connected));
+    }
+    Ok(Backend::File(PathBuf::from(store)))
+}
+
+fn held_elsewhere(path: &Path) -> ConsoleError {
+    ConsoleError::unavailable(format!(
+        "store file {} is held by another process (the server that runs the flows, most likely), so it cannot be opened here: go through that server's admin API instead: loom --admin http://127.0.0.1:PORT --token TOKEN ... (or set LOOM_ADMIN_URL and LOOM_ADMIN_TOKEN)",
+        path.display()
+    ))
+}
+
+/// Opens the store file: read-only unless `write`; `verify` checks every page first.
+fn open_file(path: &Path, write: bool, verify: bool) -> Result<DiskStore, ConsoleError> {
+    let config = DiskStoreConfig {
+        cache_size_bytes: 16 << 20,
+        verify_on_open: verify,
+        ..DiskStoreConfig::default()
+    };
+    let opened = match write {
+        true => DiskStore::open_existing(path, config),
+        false => DiskStore::open_read_only(path, config),
+    };
+    opened.map_err(|error| match error {
+        OpenError::AlreadyOpen { .. } => held_elsewhere(path),
+        OpenError::Missing { .. } => ConsoleError::unavailable(format!(
+            "store file {} does not exist: check the path given to --store",
+            path.display()
+        )),
+        other => ConsoleError::unavailable(other.to_string()),
+    })
+}
+
+fn classification(cli: &Cli) -> Result<DataClassification, ConsoleError> {
+    let mut paths = cli.masks.clone();
+    let file = cli
+        .mask_file
+        .clone()
+        .or_else(|| env("LOOM_MASK_FILE").map(PathBuf::from));
+    if let Some(file) = file {
+        let text = std::fs::read_to_string(&file).map_err(|error| {
+            ConsoleError::bad_request(format!(
+                "cannot read the mask file {}: {error}",
+                file.display()
+            ))
+        })?;
+        paths.extend(
+            text.lines()
+                .map(str::trim)
+                .filter(|line| !line.is_empty() && !line.starts_with('#'))
+                .map(str::to_owned),
+        );
+    }
+    DataClassification::mask_paths(paths)
+        .map_err(|error| ConsoleError::bad_request(error.to_string()))
+}
+
+async fn run(cli: Cli) -> Result<(), ConsoleError> {
+    let classification = classification(&cli)?;
+    let backend = backend(&cli).await?;
+    let json = cli.json;
+    match cli.command {
+        Command::Executions {
+            status,
+            flow,
+            limit,
+        } => {
+            let filter = ListFilter {
+                status: status.as_deref().map(parse_status).transpose()?,
+                flow,
+                limit,
+            };
+            let listed = match &backend {
+                Backend::File(path) => {
+                    let store = open_file(path, false, true)?;
+                    query::list_executions(&store, &filter).await?
+                }
+                Backend::Postgres(store) => query::list_executions(store, &filter).await?,
+                Backend::Admin(client) => client.executions(&filter).await?,
+            };
+            print_executions(&listed, json);
+        }
+        Command::Show { id, full } => {
+            let execution = query::execution_id(&id)?;
+            let mut shown = match &backend {
+                Backend::File(path) => {
+                    let store = open_file(path, false, true)?;
+                    query::show(&store, &execution, &classification).await?
+                }
+                Backend::Postgres(store) => query::show(store, &execution, &classification).await?,
+                Backend::Admin(client) => client.show(&id).await?,
+            };
+            mask_events(&classification, &mut shown.events);
+            print_show(&shown, json, full);
+        }
+        Command::Tail {
+            id,
+            from,
+            no_follow,
+        } => tail(&backend, &id, from, !no_follow, &classification, json).await?,
+        Command::InDoubt => {
+            let listed = match &backend {
+                Backend::File(path) => {
+                    let store = open_file(path, false, true)?;
+                    query::in_doubt(&store, query::now_ms()).await?
+                }
+                Backend::Postgres(store) => query::in_doubt(store, query::now_ms()).await?,
+                Backend::Admin(client) => client.in_doubt().await?,
+            };
+            print_in_doubt(&listed, json);
+        }
+        Command::Resolve {
+            id,
+            step,
+            verdict,
+            code,
+            operator,
+        } => {
+            let execution = query::execution_id(&id)?;
+            let verdict = match verdict {
+                VerdictArgs {
+                    completed: Some(output),
+                    ..
+                } => Verdict::Completed {
+                    output: parse_payload(&output, "--completed")?,
+                },
+                VerdictArgs {
+                    failed: Some(message),
+                    ..
+                } => Verdict::Failed {
+                    error: ErrorInfo::new(code, message),
+                },
+                _ => Verdict::Retry,
+            };
+            let operator = operator
+                .or_else(|| env("LOOM_OPERATOR"))
+                .or_else(|| env("USER"));
+            let note = match &backend {
+                Backend::File(path) => {
+                    let store = open_file(path, true, true)?;
+                    offline::resolve(&store, &execution, &step, verdict, operator).await?;
+                    Some(offline::GOES_ON_WHEN_RECOVERED)
+                }
+                Backend::Postgres(_) => return Err(postgres_writes()),
+                Backend::Admin(client) => {
+                    client
+                        .resolve(&id, &step, &verdict, operator.as_deref())
+                        .await?;
+                    None
+                }
+            };
+            done(
+                json,
+                &format!("verdict recorded on step '{step}' of execution {id}"),
+                note,
+            );
+        }
+        Command::Resume {
+            id,
+            event_type,
+            key,
+            payload,
+        } => {
+            let execution = query::execution_id(&id)?;
+            let payload = parse_payload(&payload, "the payload")?;
+            let note = match &backend {
+                Backend::File(path) => {
+                    let store = open_file(path, true, true)?;
+                    offline::resume(&store, &execution, &event_type, &key, payload).await?;
+                    Some(offline::GOES_ON_WHEN_RECOVERED)
+                }
+                Backend::Postgres(_) => return Err(postgres_writes()),
+                Backend::Admin(client) => {
+                    client
+                        .resume(&id, &event_type, &key, &payload.to_value())
+                        .await?;
+                    None
+                }
+            };
+            done(
+                json,
+                &format!("execution {id} resumed ({event_type}, key '{key}')"),
+                note,
+            );
+        }
+        Command::Cancel { id, reason } => {
+            let execution = query::execution_id(&id)?;
+            match &backend {
+                Backend::File(path) => {
+                    let store = open_file(path, true, true)?;
+                    offline::cancel(&store, &execution, reason).await?;
+                }
+                Backend::Postgres(_) => return Err(postgres_writes()),
+                Backend::Admin(client) => client.cancel(&id, reason.as_deref()).await?,
+            }
+            done(json, &format!("execution {id} cancelled"), None);
+        }
+        Command::ExportLog { out, executions } => {
+            let only = executions
+                .iter()
+                .map(|id| query::execution_id(id))
+                .collect::<Result<Vec<_>, _>>()?;
+            let written = match &backend {
+                Backend::File(path) => {
+                    let store = open_file(path, false, true)?;
+                    export(&store, &out, &only).await?
+                }
+                Backend::Postgres(store) => export(store, &out, &only).await?,
+                Backend::Admin(_) => {
+                    return Err(ConsoleError::refused(
+                        "export-log reads the store itself (exports hold true values, for replay-check): run it with --store once the server has stopped, or against PostgreSQL",
+                    ));
+                }
+            };
+            done(
+                json,
+                &format!("wrote {written} executions to {}", out.display()),
+                None,
+            );
+        }
+    }
+    Ok(())
+}
+
+fn postgres_writes() -> ConsoleError {
+    ConsoleError::refused(
+        "on PostgreSQL, verdicts, resumes and cancels go through the admin API of a process that runs the flows: --admin http://127.0.0.1:PORT --token TOKEN; nothing was recorded",
+    )
+}
+
+fn parse_payload(text: &str, what: &str) -> Result<Payload, ConsoleError> {
+    let value: Value = serde_json::from_str(text).map_err(|error| {
+        ConsoleError::bad_request(format!(
+            "{what} is not JSON ({error}): quote it for the shell, e.g. '{{\"ok\": true}}', or '\"text\"' for a string"
+        ))
+    })?;
+    Payload::try_from_value(&value)
+        .map_err(|error| ConsoleError::bad_request(format!("{what} cannot be recorded: {error}")))
+}
+
+fn done(json: bool, message: &str, note: Option<&str>) {
+    if json {
+        let value = serde_json::json!({"ok": true, "message": message, "note": note});
+        println!("{value}");
+    } else {
+        println!("{message}");
+        if let Some(note) = note {
+            println!("{note}");
+        }
+    }
+}
+
+async fn export<S: EventStore>(
+    store: &S,
+    out: &Path,
+    only: &[ExecutionId],
+) -> Result<usize, ConsoleError> {
+    std::fs::create_dir_all(out).map_err(|error| {
+        ConsoleError::bad_request(format!("cannot create {}: {error}", out.display()))
+    })?;
+    let ids = if only.is_empty() {
+        store
+            .executions()
+            .map_ok(|summary| summary.id)
+            .try_collect::<Vec<_>>()
+            .await?
+    } else {
+        only.to_vec()
+    };
+    let mut written = 0;
+    for id in ids {
+        let log = store.read_all(&id).await?;
+        if log.is_empty() {
+            return Err(ConsoleError::unknown_execution(id.as_str()));
+        }
+        let path = loom_replay_check::jsonl::write_log(out, &log).map_err(|error| {
+            ConsoleError::internal(format!("cannot write the log of {id}: {error}"))
+        })?;
+        if path.is_some() {
+            written += 1;
+        }
+    }
+    Ok(written)
+}
+
+/// How often `tail` looks at a store file or PostgreSQL again.
+const POLL: Duration = Duration::from_millis(500);
+
+async fn tail(
+    backend: &Backend,
+    id: &str,
+    mut from: u64,
+    follow: bool,
+    classification: &DataClassification,
+    json: bool,
+) -> Result<(), ConsoleError> {
+    let execution = query::execution_id(id)?;
+    let mut first = true;
+    loop {
+        let mut page: EventsPage = match backend {
+            Backend::File(path) => {
+                // Opened and closed at each look, so the file is never held for long: the
+                // server may start meanwhile (and then this says to use --admin).
+                let store = open_file(path, false, first)?;
+                query::events_from(&store, &execution, from, 4096, classification).await?
+            }
+            Backend::Postgres(store) => {
+                query::events_from(store, &execution, from, 4096, classification).await?
+            }
+            Backend::Admin(client) => {
+                let wait = if follow && !first {
+                    Duration::from_secs(25)
+                } else {
+                    Duration::ZERO
+                };
+                client.events(id, from, wait).await?
+            }
+        };
+        first = false;
+        mask_events(classification, &mut page.events);
+        for event in &page.events {
+            print_event(event, json, false);
+            from = event.seq + 1;
+        }
+        let caught_up = from >= page.head;
+        if !follow || (page.ended && caught_up) {
+            return Ok(());
+        }
+        if caught_up && !matches!(backend, Backend::Admin(_)) {
+            tokio::time::sleep(POLL).await;
+        }
+    }
+}
+
+// ---- text output ----
+
+fn print_json(value: &impl serde::Serialize) {
+    match serde_json::to_string_pretty(value) {
+        Ok(text) => println!("{text}"),
+        Err(error) => eprintln!("loom: cannot print JSON: {error}"),
+    }
+}
+
+/// Prints rows under headers, columns as wide as their widest cell.
+fn print_table(indent: &str, headers: &[&str], rows: &[Vec<String>]) {
+    let mut widths: Vec<usize> = headers.iter().map(|h| h.chars().count()).collect();
+    for row in rows {
+        for (width, cell) in widths.iter_mut().zip(row) {
+            *width = (*width).max(cell.chars().count());
+        }
+    }
+    let line = |cells: Vec<&str>| {
+        let mut text = String::from(indent);
+        let last = cells.len().saturating_sub(1);
+        for (index, (cell, width)) in cells.iter().zip(&widths).enumerate() {
+            if index == last {
+                text.push_str(cell);
+            } else {
+                text.push_str(&format!("{cell:<width$}  "));
+            }
+        }
+        println!("{}", text.trim_end());
+    };
+    line(headers.to_vec());
+    for row in rows {
+        line(row.iter().map(String::as_str).collect());
+    }
+}
+
+fn print_executions(listed: &[ExecutionView], json: bool) {
+    if json {
+        return print_json(&listed);
+    }
+    if listed.is_empty() {
+        println!("no executions");
+        return;
+    }
+    let now = query::now_ms();
+    let rows: Vec<Vec<String>> = listed
+        .iter()
+        .map(|view| {
+            vec![
+                view.id.clone(),
+                view.status.clone(),
+                flow_label(view),
+                view.events.to_string(),
+                view.started_at_ms.map_or("-".into(), utc),
+                view.last_event_at_ms.map_or("-".into(), |ms| ago(now, ms)),
+            ]
+        })
+        .collect();
+    print_table(
+        "",
+        &[
+            "ID",
+            "STATUS",
+            "FLOW",
+            "EVENTS",
+            "STARTED (UTC)",
+            "LAST EVENT",
+        ],
+        &rows,
+    );
+    let counts: Vec<String> = loom_console::view::STATUSES
+        .into_iter()
+        .map(loom_console::view::status_name)
+        .filter_map(|status| {
+            let count = listed.iter().filter(|view| view.status == status).count();
+            (count > 0).then(|| format!("{count} {status}"))
+        })
+        .collect();
+    println!("\n{} executions: {}", listed.len(), counts.join(", "));
+}
+
+fn flow_label(view: &ExecutionView) -> String {
+    match (&view.flow, view.flow_version) {
+        (Some(flow), Some(version)) => format!("{flow} v{version}"),
+        (Some(flow), None) => flow.clone(),
+        _ => "-".into(),
+    }
+}
+
+fn print_show(shown: &ShowView, json: bool, full: bool) {
+    if json {
+        return print_json(shown);
+    }
+    let view = &shown.execution;
+    let state = &shown.state;
+    let now = query::now_ms();
+    println!("execution     {}", view.id);
+    println!("flow          {}", flow_label(view));
+    println!("status        {}", view.status);
+    println!("events        {}", view.events);
+    if let Some(started) = view.started_at_ms {
+        println!("started       {} UTC", utc(started));
+    }
+    if let Some(last) = view.last_event_at_ms {
+        println!("last event    {} UTC ({})", utc(last), ago(now, last));
+    }
+    match state.budget {
+        Some(budget) => println!("budget        {} spent of {budget}", state.budget_spent),
+        None => println!("budget        {} spent, no limit", state.budget_spent),
+    }
+    if !state.capabilities.is_empty() {
+        println!("capabilities  {}", state.capabilities.join(", "));
+    }
+    if state.steps_in_flight > 0 {
+        println!(
+            "in flight     {} step(s) started with no outcome",
+            state.steps_in_flight
+        );
+    }
+    println!();
+    if state.steps.is_empty() {
+        println!("steps: none");
+    } else {
+        println!("steps");
+        let rows: Vec<Vec<String>> = state
+            .steps
+            .iter()
+            .map(|step| {
+                vec![
+                    step.step_id.clone(),
+                    step.effect.clone(),
+                    step.status.clone(),
+                    step.attempt.map_or("-".into(), |a| a.to_string()),
+                    step.seq.to_string(),
+                    match (step.started_at_ms, step.ended_at_ms) {
+                        (Some(start), Some(end)) => duration_precise(end.saturating_sub(start)),
+                        (Some(start), None) => now.map_or("-".into(), |now| {
+                            format!("{} so far", duration(now.saturating_sub(start)))
+                        }),
+                        _ => "-".into(),
+                    },
+                ]
+            })
+            .collect();
+        print_table(
+            "  ",
+            &["STEP", "EFFECT", "STATUS", "ATTEMPT", "SEQ", "TOOK"],
+            &rows,
+        );
+    }
+    if !state.pending_gates.is_empty() {
+        println!("pending gates");
+        let rows: Vec<Vec<String>> = state
+            .pending_gates
+            .iter()
+            .map(|gate| {
+                vec![
+                    gate.gate_id.clone(),
+                    gate.event_type.clone(),
+                    gate.correlation_key.clone(),
+                    gate.seq.to_string(),
+                ]
+            })
+            .collect();
+        print_table("  ", &["GATE", "EVENT TYPE", "KEY", "SEQ"], &rows);
+    }
+    if !state.decisions.is_empty() {
+        let decisions: Vec<String> = state
+            .decisions
+            .iter()
+            .map(|d| format!("{} (seq {})", d.step_id, d.seq))
+            .collect();
+        println!("decisions     {}", decisions.join(", "));
+    }
+    let mut next = Vec::new();
+    for step in &state.steps_in_doubt {
+        next.push(format!(
+            "loom resolve {} {} --completed <json> | --failed <message> | --retry",
+            shell_word(&view.id),
+            shell_word(step)
+        ));
+    }
+    for gate in &state.pending_gates {
+        next.push(format!(
+            "loom resume {} {} {} <json>",
+            shell_word(&view.id),
+            shell_word(&gate.event_type),
+            shell_word(&gate.correlation_key)
+        ));
+    }
+    if !next.is_empty() {
+        println!();
+        println!("waiting for you:");
+        for line in next {
+            println!("  {line}");
+        }
+    }
+    println!();
+    println!("events");
+    for event in &shown.events {
+        print_event(event, false, full);
+    }
+}
+
+fn print_event(event: &EventView, json: bool, full: bool) {
+    if json {
+        match serde_json::to_string(event) {
+            Ok(text) => println!("{text}"),
+            Err(error) => eprintln!("loom: cannot print JSON: {error}"),
+        }
+        return;
+    }
+    let mut detail = event.event.clone();
+    if let Value::Object(fields) = &mut detail {
+        fields.remove("type");
+    }
+    let mut detail = detail.to_string();
+    if !full && detail.chars().count() > 120 {
+        detail = detail.chars().take(119).collect::<String>() + "…";
+    }
+    println!(
+        "  {:>4}  {:<19}  {:<19}  {detail}",
+        event.seq,
+        event.recorded_at_ms.map_or("-".into(), utc),
+        event.event_type
+    );
+}
+
+fn print_in_doubt(listed: &[InDoubtView], json: bool) {
+    if json {
+        return print_json(&listed);
+    }
+    if listed.is_empty() {
+        println!("no step is in doubt");
+        return;
+    }
+    let rows: Vec<Vec<String>> = listed
+        .iter()
+        .map(|step| {
+            vec![
+                step.execution.clone(),
+                step.step_id.clone(),
+                step.effect.clone(),
+                step.attempt.to_string(),
+                step.idempotency_key.clone(),
+                step.waiting_ms.map_or("-".into(), duration),
+                step.reason.as_ref().map_or("-".into(), |reason| {
+                    format!("{}: {}", reason.code, reason.message)
+                }),
+            ]
+        })
+        .collect();
+    print_table(
+        "",
+        &[
+            "EXECUTION",
+            "STEP",
+            "EFFECT",
+            "ATTEMPT",
+            "IDEMPOTENCY KEY",
+            "WAITING",
+            "REASON",
+        ],
+        &rows,
+    );
+    println!();
+    println!("Look the idempotency key up at the effect's receiver, then give a verdict:");
+    println!("  loom resolve <execution> <step> --completed <json> | --failed <message> | --retry");
+}
+
+/// A word as a shell would need it: quoted when it holds anything but plain characters.
+fn shell_word(word: &str) -> String {
+    let plain = !word.is_empty()
+        && word
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || "-_.:/@%+=,".contains(c));
+    if plain {
+        word.to_owned()
+    } else {
+        format!("'{}'", word.replace('\'', r"'\''"))
+    }
+}
+
+/// `YYYY-MM-DD HH:MM:SS` (UTC) for Unix milliseconds.
+fn utc(ms: u64) -> String {
+    let secs = ms / 1000;
+    let days = i64::try_from(secs / 86_400).unwrap_or(0);
+    let rest = secs % 86_400;
+    // Civil date from days since 1970-01-01 (Howard Hinnant's algorithm).
+    let z = days + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z.rem_euclid(146_097);
+    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let day = doy - (153 * mp + 2) / 5 + 1;
+    let month = if mp < 10 { mp + 3 } else { mp - 9 };
+    let year = yoe + era * 400 + i64::from(month <= 2);
+    format!(
+        "{year:04}-{month:02}-{day:02} {:02}:{:02}:{:02}",
+        rest / 3600,
+        rest % 3600 / 60,
+        rest % 60
+    )
+}
+
+fn ago(now: Option<u64>, ms: u64) -> String {
+    match now {
+        Some(now) => format!("{} ago", duration(now.saturating_sub(ms))),
+        None => utc(ms),
+    }
+}
+
+/// A short duration to the millisecond: `12ms`, `1.250s`, or [`duration`] past a minute.
+fn duration_precise(ms: u64) -> String {
+    match ms {
+        0..1000 => format!("{ms}ms"),
+        1000..60_000 => format!("{}.{:03}s", ms / 1000, ms % 1000),
+        _ => duration(ms),
+    }
+}
+
+/// A duration for people: `45s`, `3m12s`, `2h05m`, `4d03h`.
+fn duration(ms: u64) -> String {
+    let secs = ms / 1000;
+    match secs {
+        0..60 => format!("{secs}s"),
+        60..3600 => format!("{}m{:02}s", secs / 60, secs % 60),
+        3600..86_400 => format!("{}h{:02}m", secs / 3600, secs % 3600 / 60),
+        _ => format!("{}d{:02}h", secs / 86_400, secs % 86_400 / 3600),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn times_read_as_people_write_them() {
+        assert_eq!(utc(0), "1970-01-01 00:00:00");
+        assert_eq!(utc(951_782_400_000), "2000-02-29 00:00:00");
+        assert_eq!(utc(1_796_083_200_000 + 3_723_000), "2026-12-01 01:02:03");
+        assert_eq!(duration(59_999), "59s");
+        assert_eq!(duration(192_000), "3m12s");
+        assert_eq!(duration(7_500_000), "2h05m");
+        assert_eq!(duration(356_400_000), "4d03h");
+        assert_eq!(duration_precise(12), "12ms");
+        assert_eq!(duration_precise(1250), "1.250s");
+        assert_eq!(duration_precise(192_000), "3m12s");
+    }
+
+    #[test]
+    fn the_command_line_is_consistent() {
+        use clap::CommandFactory;
+        Cli::command().debug_assert();
+    }
+
+    #[test]
+    fn shell_words_are_quoted_when_needed() {
+        assert_eq!(shell_word("charge#1"), "'charge#1'");
+        assert_eq!(shell_word("order-1"), "order-1");
+        assert_eq!(shell_word("it's"), r"'it'\''s'");
+    }
+}

@@ -1,0 +1,179 @@
+//! Verdicts, resumes and cancels on a store that no process runs flows on (the `loom` CLI with
+//! `--store` when the file is free). See `docs/adr/0011-operator-admin-api.md`.
+//!
+//! Without the flow code, the console records exactly the one event the kernel's driver would
+//! record for the request, and only when the fold says the driver would accept it:
+//! `EFFECT_RESOLVED` for a step in doubt (a `completed` or `failed` verdict), `EXECUTION_RESUMED`
+//! for a pending gate, `EXECUTION_CANCELLED` for an execution with no step in flight. The
+//! append is fenced by the expected seq and checked by the store's fold, so a log that moved
+//! meanwhile is not written. The process that runs the flows drives the execution on when it
+//! next starts (`Runtime::recover`), replaying the recorded verdict or resume.
+//!
+//! What needs the flow code is refused with a message saying to use the admin API: a `retry`
+//! verdict (it runs the effect again), and a cancel while steps are in flight (only the
+//! effect's definition says whether the cut-off attempt must be recorded in doubt).
+
+use loom_kernel::event::{EffectResolved, ExecutionCancelled, ExecutionResumed, Verdict};
+use loom_kernel::fold::StepStatus;
+use loom_kernel::{
+    AppendError, Event, EventStore, EventStoreExt, ExecutionId, ExecutionState, Payload,
+};
+
+use crate::error::ConsoleError;
+use crate::view::status_name;
+
+/// What to say after an offline write.
+pub const GOES_ON_WHEN_RECOVERED: &str = "recorded; the execution goes on when the process that runs its flow next starts (Runtime::recover drives it)";
+
+async fn folded<S: EventStore>(
+    store: &S,
+    id: &ExecutionId,
+) -> Result<ExecutionState, ConsoleError> {
+    let state = store.fold(id).await?;
+    if state.next_seq() == 0 {
+        return Err(ConsoleError::unknown_execution(id.as_str()));
+    }
+    if state.status().is_terminal() {
+        return Err(ConsoleError::refused(format!(
+            "execution {id} has already ended ({}); nothing was recorded",
+            status_name(state.status())
+        )));
+    }
+    Ok(state)
+}
+
+async fn append<S: EventStore>(
+    store: &S,
+    id: &ExecutionId,
+    state: &ExecutionState,
+    events: &[Event],
+) -> Result<(), ConsoleError> {
+    match store.append(id, state.next_seq(), events).await {
+        Ok(_) => Ok(()),
+        Err(AppendError::Conflict { .. }) => Err(ConsoleError::refused(format!(
+            "the log of execution {id} moved while this was recorded (another writer): nothing was recorded; look at it again with `loom show {id}`"
+        ))),
+        Err(AppendError::Invalid { violation, .. }) => Err(ConsoleError::refused(format!(
+            "the store refused the event for execution {id}: {violation}; nothing was recorded"
+        ))),
+        Err(AppendError::Closed) => Err(ConsoleError::unavailable(
+            "the store was opened read-only or is closed; nothing was recorded",
+        )),
+        Err(error) => Err(ConsoleError::internal(format!(
+            "cannot record on execution {id}: {error}"
+        ))),
+    }
+}
+
+/// Records an operator's verdict on step `step_id`, which must be in doubt.
+pub async fn resolve<S: EventStore>(
+    store: &S,
+    id: &ExecutionId,
+    step_id: &str,
+    verdict: Verdict,
+    operator: Option<String>,
+) -> Result<(), ConsoleError> {
+    let state = folded(store, id).await?;
+    if !state.steps_in_doubt().contains(step_id) {
+        return Err(not_in_doubt(id, step_id, &state));
+    }
+    if matches!(verdict, Verdict::Retry) {
+        return Err(ConsoleError::refused(format!(
+            "a `retry` verdict runs effect '{}' again, which only the process that runs the flows can do: start it and resolve through its admin API (--admin URL --token TOKEN); nothing was recorded",
+            state.step(step_id).map_or("?", |record| &record.effect)
+        )));
+    }
+    let event = Event::EffectResolved(EffectResolved {
+        step_id: step_id.to_owned(),
+        verdict,
+        operator,
+    });
+    append(store, id, &state, &[event]).await
+}
+
+/// Why a step is not in doubt, said with what it is.
+pub fn not_in_doubt(id: &ExecutionId, step_id: &str, state: &ExecutionState) -> ConsoleError {
+    let status = match state.step(step_id).map(|record| record.status) {
+        None => "no such step".to_owned(),
+        Some(StepStatus::Completed { seq }) => format!("completed at seq {seq}"),
+        Some(StepStatus::Failed { seq }) => format!("failed at seq {seq}"),
+        Some(StepStatus::Started { attempt, .. }) => format!("attempt {attempt} is running"),
+        Some(_) => "not in doubt".to_owned(),
+    };
+    ConsoleError::refused(format!(
+        "step '{step_id}' of execution {id} is not in doubt ({status}); nothing was recorded. List the steps in doubt with `loom in-doubt`"
+    ))
+}
+
+/// Resumes the pending gate of `id` that waits for (`event_type`, `correlation_key`), the one
+/// opened first if several do.
+pub async fn resume<S: EventStore>(
+    store: &S,
+    id: &ExecutionId,
+    event_type: &str,
+    correlation_key: &str,
+    payload: Payload,
+) -> Result<(), ConsoleError> {
+    let state = folded(store, id).await?;
+    let gate = state
+        .pending_gates()
+        .iter()
+        .filter(|(_, gate)| {
+            &*gate.event_type == event_type && gate.correlation_key == correlation_key
+        })
+        .min_by_key(|(_, gate)| gate.seq);
+    let Some((gate_id, _)) = gate else {
+        return Err(no_pending_gate(id, event_type, correlation_key, &state));
+    };
+    let event = Event::ExecutionResumed(ExecutionResumed {
+        gate_id: gate_id.clone(),
+        event_type: event_type.to_owned(),
+        correlation_key: correlation_key.to_owned(),
+        payload,
+    });
+    append(store, id, &state, &[event]).await
+}
+
+/// Why a resume matched no gate, with the gates that are pending.
+pub fn no_pending_gate(
+    id: &ExecutionId,
+    event_type: &str,
+    correlation_key: &str,
+    state: &ExecutionState,
+) -> ConsoleError {
+    let pending: Vec<String> = state
+        .pending_gates()
+        .values()
+        .map(|gate| format!("({}, key '{}')", gate.event_type, gate.correlation_key))
+        .collect();
+    let pending = match pending.is_empty() {
+        true => "no gate is pending".to_owned(),
+        false => format!("pending: {}", pending.join(", ")),
+    };
+    ConsoleError::refused(format!(
+        "execution {id} has no pending gate for ({event_type}, key '{correlation_key}') ({pending}); nothing was recorded"
+    ))
+}
+
+/// Cancels `id`, which must have no step in flight.
+pub async fn cancel<S: EventStore>(
+    store: &S,
+    id: &ExecutionId,
+    reason: Option<String>,
+) -> Result<(), ConsoleError> {
+    let state = folded(store, id).await?;
+    if state.steps_in_flight() > 0 {
+        let running: Vec<String> = state
+            .steps()
+            .into_iter()
+            .filter(|(_, record)| matches!(record.status, StepStatus::Started { .. }))
+            .map(|(step_id, _)| format!("'{step_id}'"))
+            .collect();
+        return Err(ConsoleError::refused(format!(
+            "execution {id} has steps in flight ({}): a worker stopped while they ran, and only the process that runs the flows knows which of them must be recorded in doubt. Start it and cancel through its admin API (--admin URL --token TOKEN); nothing was recorded",
+            running.join(", ")
+        )));
+    }
+    let event = Event::ExecutionCancelled(ExecutionCancelled { reason });
+    append(store, id, &state, &[event]).await
+}

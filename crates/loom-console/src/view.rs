@@ -1,0 +1,289 @@
+//! What the console shows: executions, their folded state, their events and the steps in
+//! doubt, as serializable views. The admin API answers with them, the CLI prints them, and
+//! every payload in them is masked (K10-R6) before it leaves.
+
+use loom_kernel::classify::DataClassification;
+use loom_kernel::fold::{ExecutionState, StepStatus};
+use loom_kernel::{ErrorInfo, Event, EventEnvelope, ExecutionStatus};
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+
+use crate::error::ConsoleError;
+
+/// The statuses an execution can be listed by, in the order `loom executions` lists them.
+pub const STATUSES: [ExecutionStatus; 6] = [
+    ExecutionStatus::Running,
+    ExecutionStatus::Suspended,
+    ExecutionStatus::InDoubt,
+    ExecutionStatus::Completed,
+    ExecutionStatus::Failed,
+    ExecutionStatus::Cancelled,
+];
+
+/// The name of a status on the command line and in the admin API.
+pub fn status_name(status: ExecutionStatus) -> &'static str {
+    match status {
+        ExecutionStatus::New => "new",
+        ExecutionStatus::Running => "running",
+        ExecutionStatus::Suspended => "suspended",
+        ExecutionStatus::InDoubt => "in-doubt",
+        ExecutionStatus::Completed => "completed",
+        ExecutionStatus::Failed => "failed",
+        ExecutionStatus::Cancelled => "cancelled",
+        _ => "unknown",
+    }
+}
+
+/// The status named `name` (`in-doubt`, `in_doubt` and `indoubt` are one).
+pub fn parse_status(name: &str) -> Result<ExecutionStatus, ConsoleError> {
+    let wanted = name.trim().to_ascii_lowercase().replace(['_', ' '], "-");
+    let wanted = if wanted == "indoubt" {
+        "in-doubt".to_owned()
+    } else {
+        wanted
+    };
+    STATUSES
+        .into_iter()
+        .find(|status| status_name(*status) == wanted)
+        .ok_or_else(|| {
+            let names: Vec<_> = STATUSES.into_iter().map(status_name).collect();
+            ConsoleError::bad_request(format!(
+                "unknown status '{name}': use one of {}",
+                names.join(", ")
+            ))
+        })
+}
+
+/// One execution in a listing.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ExecutionView {
+    pub id: String,
+    /// `running`, `suspended`, `in-doubt`, `completed`, `failed` or `cancelled`.
+    pub status: String,
+    pub flow: Option<String>,
+    pub flow_version: Option<u32>,
+    /// How many events the log holds.
+    pub events: u64,
+    /// When `EXECUTION_STARTED` was recorded (Unix ms, the store's clock), if known.
+    pub started_at_ms: Option<u64>,
+    /// When the last event was recorded, if known.
+    pub last_event_at_ms: Option<u64>,
+}
+
+/// An execution in full: its folded state, then its log.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ShowView {
+    pub execution: ExecutionView,
+    pub state: StateView,
+    pub events: Vec<EventView>,
+}
+
+/// What the fold says about an execution.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct StateView {
+    pub capabilities: Vec<String>,
+    pub budget: Option<u64>,
+    pub budget_spent: u64,
+    /// Every step, in step id order.
+    pub steps: Vec<StepView>,
+    /// Gates opened and not resumed, in gate id order.
+    pub pending_gates: Vec<GateView>,
+    /// Steps waiting for an operator's verdict.
+    pub steps_in_doubt: Vec<String>,
+    /// Steps started with no outcome (running, or cut off by a worker that stopped).
+    pub steps_in_flight: usize,
+    /// Recorded decisions, in step id order.
+    pub decisions: Vec<DecisionView>,
+}
+
+/// One step of an execution.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct StepView {
+    pub step_id: String,
+    pub effect: String,
+    /// `started`, `in-doubt`, `completed` or `failed`.
+    pub status: String,
+    /// The attempt running or in doubt.
+    pub attempt: Option<u32>,
+    /// The seq of the event that gave the step this status.
+    pub seq: u64,
+    /// When its first attempt's `STEP_STARTED` was recorded (absent for a quick step, recorded
+    /// by its outcome alone, and in logs without times).
+    #[serde(default)]
+    pub started_at_ms: Option<u64>,
+    /// When its outcome was recorded, if it has one.
+    #[serde(default)]
+    pub ended_at_ms: Option<u64>,
+}
+
+/// A gate the execution waits on: resume it with `loom resume <id> <eventType> <key> <json>`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct GateView {
+    pub gate_id: String,
+    pub event_type: String,
+    pub correlation_key: String,
+    /// The seq of its `EXECUTION_SUSPENDED`.
+    pub seq: u64,
+}
+
+/// A recorded decision.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct DecisionView {
+    pub step_id: String,
+    pub seq: u64,
+}
+
+/// One event of a log, masked.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct EventView {
+    pub seq: u64,
+    /// The event type (`STEP_STARTED`, ...).
+    #[serde(rename = "type")]
+    pub event_type: String,
+    pub recorded_at_ms: Option<u64>,
+    /// The event in its JSON form (with `type`), classified values masked.
+    pub event: Value,
+}
+
+/// Events of one log from a seq on, as `tail` reads them.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct EventsPage {
+    pub events: Vec<EventView>,
+    /// The log's length when read.
+    pub head: u64,
+    /// Whether the execution has ended (a terminal event is in the log).
+    pub ended: bool,
+}
+
+/// A step in doubt, waiting for a verdict.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct InDoubtView {
+    pub execution: String,
+    pub step_id: String,
+    pub effect: String,
+    /// The attempt that may or may not have happened.
+    pub attempt: u32,
+    /// The key the effect ran with (`executionId:stepId`): look for it at the receiver before
+    /// giving a verdict.
+    pub idempotency_key: String,
+    /// The seq of its `EFFECT_INDOUBT`.
+    pub seq: u64,
+    /// When the doubt was recorded (Unix ms, the store's clock), if known.
+    pub in_doubt_since_ms: Option<u64>,
+    /// How long it has waited when listed, if known.
+    pub waiting_ms: Option<u64>,
+    pub reason: Option<ErrorInfo>,
+}
+
+/// The fields of an event's JSON form that hold payloads (user data).
+const PAYLOAD_FIELDS: [&str; 5] = ["input", "output", "value", "payload", "ops"];
+
+/// An event's JSON form with every payload masked by `classification`: the flow's input and
+/// output, step outputs, decision values, resume payloads, a `completed` verdict's output, and
+/// surface patch ops (whose values are masked as living at their op's path).
+pub fn masked_event(classification: &DataClassification, event: &Event) -> Value {
+    let mut value = serde_json::to_value(event).unwrap_or_else(
+        |error| serde_json::json!({"type": event.type_name(), "unreadable": error.to_string()}),
+    );
+    mask_event_value(classification, &mut value);
+    value
+}
+
+/// Masks the payload fields of an event's JSON form in place (see [`masked_event`]).
+pub fn mask_event_value(classification: &DataClassification, event: &mut Value) {
+    if classification.is_empty() {
+        return;
+    }
+    let Value::Object(fields) = event else {
+        return;
+    };
+    for name in PAYLOAD_FIELDS {
+        if let Some(payload) = fields.get_mut(name) {
+            *payload = classification.mask_message_value(payload);
+        }
+    }
+    if let Some(Value::Object(verdict)) = fields.get_mut("verdict")
+        && let Some(output) = verdict.get_mut("output")
+    {
+        *output = classification.mask_message_value(output);
+    }
+}
+
+/// The view of one stored event.
+pub fn event_view(classification: &DataClassification, envelope: &EventEnvelope) -> EventView {
+    EventView {
+        seq: envelope.seq,
+        event_type: envelope.event.type_name().to_owned(),
+        recorded_at_ms: envelope.recorded_at_ms,
+        event: masked_event(classification, &envelope.event),
+    }
+}
+
+/// The view of a folded state.
+pub fn state_view(state: &ExecutionState) -> StateView {
+    let steps = state
+        .steps()
+        .into_iter()
+        .map(|(step_id, record)| {
+            let (status, attempt, seq) = match record.status {
+                StepStatus::Started { attempt, seq } => ("started", Some(attempt), seq),
+                StepStatus::InDoubt { attempt, seq } => ("in-doubt", Some(attempt), seq),
+                StepStatus::Completed { seq } => ("completed", None, seq),
+                StepStatus::Failed { seq } => ("failed", None, seq),
+                _ => ("unknown", None, 0),
+            };
+            StepView {
+                step_id: step_id.to_owned(),
+                effect: record.effect.to_string(),
+                status: status.to_owned(),
+                attempt,
+                seq,
+                started_at_ms: None,
+                ended_at_ms: None,
+            }
+        })
+        .collect();
+    StateView {
+        capabilities: state.capabilities().iter().cloned().collect(),
+        budget: state.budget(),
+        budget_spent: state.budget_spent(),
+        steps,
+        pending_gates: state
+            .pending_gates()
+            .iter()
+            .map(|(gate_id, gate)| GateView {
+                gate_id: gate_id.clone(),
+                event_type: gate.event_type.to_string(),
+                correlation_key: gate.correlation_key.clone(),
+                seq: gate.seq,
+            })
+            .collect(),
+        steps_in_doubt: state.steps_in_doubt().iter().cloned().collect(),
+        steps_in_flight: state.steps_in_flight(),
+        decisions: state
+            .decisions()
+            .into_iter()
+            .map(|(step_id, seq)| DecisionView {
+                step_id: step_id.to_owned(),
+                seq,
+            })
+            .collect(),
+    }
+}
+
+/// Masks the payloads of views a client received (a second classification on top of the
+/// server's, for the CLI's `--mask`).
+pub fn mask_events(classification: &DataClassification, events: &mut [EventView]) {
+    for event in events {
+        mask_event_value(classification, &mut event.event);
+    }
+}

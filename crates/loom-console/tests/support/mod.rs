@@ -1,0 +1,193 @@
+//! What the console's tests share: a flow that parks on a step in doubt and then on a gate, a
+//! runtime over a disk store in a temp dir, an admin server on loopback, and the `loom` binary.
+
+#![allow(dead_code)]
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+
+use loom_console::{AdminConfig, admin_router, bind_loopback};
+use loom_kernel::classify::DataClassification;
+use loom_kernel::runtime::{
+    EffectOutcome, FlowCtx, FlowError, FnEffect, Runtime, StartOptions, flow_fn,
+};
+use loom_kernel::{DiskStore, ErrorInfo, ExecutionId, ExecutionStatus};
+use serde_json::{Value, json};
+
+/// The admin token of the test servers.
+pub const TOKEN: &str = "test-token-0123456789abcdef";
+
+/// The card number the `order` flow's input carries: classified (`card.number`), it must
+/// never be printed.
+pub const CARD: &str = "4111111111111111";
+
+/// `order` v1: charges (a non-idempotent effect whose receiver never answers, so the step is
+/// in doubt), then waits for `approval` with the execution id as key, then returns both.
+/// `hello` v1: returns at once.
+pub fn compose(store: DiskStore) -> Runtime<DiskStore> {
+    Runtime::builder(store)
+        .flow(flow_fn("order", 1, order))
+        .flow(flow_fn("hello", 1, |_ctx: FlowCtx, name: String| async move {
+            Ok::<_, FlowError>(format!("hello, {name}"))
+        }))
+        .effect(
+            "charge",
+            FnEffect::new(false, |_call| async {
+                EffectOutcome::in_doubt(ErrorInfo::new(
+                    "test.no_answer",
+                    "the payment provider did not answer",
+                ))
+            }),
+        )
+        .classification(classification())
+        .build()
+        .expect("the test runtime composes")
+}
+
+async fn order(ctx: FlowCtx, input: Value) -> Result<Value, FlowError> {
+    let charged: Value = ctx.call("charge", &input).await?;
+    let key = ctx.execution_id().to_string();
+    let approval = ctx.suspend("approval", &key).await?;
+    Ok(json!({"charged": charged, "approval": approval.to_value()}))
+}
+
+pub fn classification() -> DataClassification {
+    DataClassification::mask_paths(["card.number"]).expect("the path parses")
+}
+
+pub fn id(text: &str) -> ExecutionId {
+    ExecutionId::new(text).expect("a valid id")
+}
+
+/// Starts `order` as `name` and waits until it parks on its step in doubt.
+pub async fn start_order(runtime: &Runtime<DiskStore>, name: &str) -> ExecutionId {
+    let execution = id(name);
+    let input = json!({"sku": "A1", "card": {"number": CARD, "holder": "Ada"}});
+    runtime
+        .start(
+            "order",
+            &input,
+            StartOptions::new(execution.clone()).grant("charge"),
+        )
+        .await
+        .expect("order starts");
+    let state = runtime.wait(&execution).await.expect("order parks");
+    assert_eq!(state.status(), ExecutionStatus::InDoubt);
+    execution
+}
+
+/// Starts `hello` as `name` and waits until it completes.
+pub async fn start_hello(runtime: &Runtime<DiskStore>, name: &str) -> ExecutionId {
+    let execution = id(name);
+    runtime
+        .start("hello", "ada", StartOptions::new(execution.clone()))
+        .await
+        .expect("hello starts");
+    let state = runtime.wait(&execution).await.expect("hello ends");
+    assert_eq!(state.status(), ExecutionStatus::Completed);
+    execution
+}
+
+/// A store file in `dir` holding `order-1` (in doubt), `order-2` (in doubt) and `hello-1`
+/// (completed), closed again so that `loom --store` may open it.
+pub async fn seeded_store(dir: &Path) -> PathBuf {
+    let path = dir.join("loom.redb");
+    let runtime = compose(DiskStore::open(&path).expect("the store opens"));
+    start_order(&runtime, "order-1").await;
+    start_order(&runtime, "order-2").await;
+    start_hello(&runtime, "hello-1").await;
+    drop(runtime);
+    path
+}
+
+/// A running admin server over a runtime on a fresh store.
+pub struct Server {
+    pub runtime: Runtime<DiskStore>,
+    pub url: String,
+    pub path: PathBuf,
+    _dir: tempfile::TempDir,
+    task: tokio::task::JoinHandle<()>,
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        self.task.abort();
+    }
+}
+
+pub async fn server() -> Server {
+    let dir = tempfile::tempdir().expect("a temp dir");
+    let path = dir.path().join("loom.redb");
+    let runtime = compose(DiskStore::open(&path).expect("the store opens"));
+    let config = AdminConfig::new(TOKEN)
+        .expect("the token is long enough")
+        .classification(classification());
+    let router = admin_router(runtime.clone(), config);
+    let listener = bind_loopback(0).await.expect("a loopback port");
+    let url = format!("http://{}", listener.local_addr().expect("an address"));
+    let task = tokio::spawn(async move {
+        axum::serve(listener, router)
+            .await
+            .expect("the server runs");
+    });
+    Server {
+        runtime,
+        url,
+        path,
+        _dir: dir,
+        task,
+    }
+}
+
+/// Runs `loom` with `args`, with no LOOM_* variable from the environment.
+pub fn loom(args: &[&str]) -> Output {
+    loom_command(args).output().expect("loom runs")
+}
+
+pub fn loom_command(args: &[&str]) -> Command {
+    let mut command = Command::new(env!("CARGO_BIN_EXE_loom"));
+    command.args(args);
+    for name in [
+        "LOOM_STORE",
+        "LOOM_ADMIN_URL",
+        "LOOM_ADMIN_TOKEN",
+        "LOOM_MASK_FILE",
+        "LOOM_OPERATOR",
+    ] {
+        command.env_remove(name);
+    }
+    command
+}
+
+/// Runs `loom` off the async runtime's threads (it may call the test's own server).
+pub async fn loom_async(args: &[&str]) -> Output {
+    let args: Vec<String> = args.iter().map(|arg| (*arg).to_owned()).collect();
+    tokio::task::spawn_blocking(move || {
+        let args: Vec<&str> = args.iter().map(String::as_str).collect();
+        loom(&args)
+    })
+    .await
+    .expect("loom ran")
+}
+
+pub fn stdout(output: &Output) -> String {
+    String::from_utf8_lossy(&output.stdout).into_owned()
+}
+
+pub fn stderr(output: &Output) -> String {
+    String::from_utf8_lossy(&output.stderr).into_owned()
+}
+
+pub fn code(output: &Output) -> i32 {
+    output.status.code().unwrap_or(-1)
+}
+
+pub fn json_out(output: &Output) -> Value {
+    serde_json::from_slice(&output.stdout).unwrap_or_else(|error| {
+        panic!(
+            "stdout is not JSON ({error}): {}\nstderr: {}",
+            stdout(output),
+            stderr(output)
+        )
+    })
+}

@@ -1,0 +1,125 @@
+//! Durable steps on PostgreSQL beside the embedded store, in one run, one line per workload:
+//!
+//! - `sequential`: one execution of 1,000 non-idempotent steps, each durable (its
+//!   `STEP_STARTED` committed) before it runs: the like-for-like line for a peer engine that
+//!   persists every step before the next.
+//! - `concurrent`: `N` executions started at once, each of 10 non-idempotent steps: steps/s over
+//!   all of them and the p50 / p99 latency of one step as the flow sees it (the await of
+//!   `ctx.execute`). Group commit shares one transaction among the executions that wait together.
+//!
+//! Needs a server: `cargo xtask pg-up` (or `LOOM_TEST_POSTGRES_URL`), then
+//! `cargo bench -p loom-store-postgres --bench postgres_steps`. Without one it says so and exits.
+
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use loom_kernel::runtime::{
+    EffectCall, EffectOutcome, FlowCtx, FlowError, FnEffect, Runtime, StartOptions, flow_fn,
+};
+use loom_kernel::{DiskStore, EventStore, ExecutionId, ExecutionStatus};
+use loom_store_postgres::testing::{fresh_store, server_url};
+use serde_json::{Value, json};
+
+const SEQUENTIAL: u64 = 1_000;
+const STEPS_PER_EXECUTION: u64 = 10;
+
+/// Step latencies as the flows saw them, shared by every execution of one workload.
+type Latencies = Arc<Mutex<Vec<Duration>>>;
+
+fn percentile_us(sorted: &[Duration], p: f64) -> f64 {
+    let index = (sorted.len().saturating_sub(1) as f64 * p).round() as usize;
+    sorted.get(index).map_or(0.0, |d| d.as_secs_f64() * 1e6)
+}
+
+fn runtime<S: EventStore>(store: S, latencies: Latencies) -> Runtime<S> {
+    Runtime::builder(store)
+        .flow(flow_fn("steps", 1, move |ctx: FlowCtx, n: u64| {
+            let latencies = Arc::clone(&latencies);
+            async move {
+                for i in 0..n {
+                    let begun = Instant::now();
+                    ctx.execute("noop", &i).await?;
+                    latencies.lock().expect("latencies").push(begun.elapsed());
+                }
+                Ok::<Value, FlowError>(json!(n))
+            }
+        }))
+        .effect(
+            "noop",
+            FnEffect::new(false, |call: EffectCall| async move {
+                EffectOutcome::ok(call.input)
+            }),
+        )
+        .build()
+        .expect("runtime")
+}
+
+async fn run_workload<S: EventStore>(
+    store_name: &str,
+    store: S,
+    executions: u64,
+    steps: u64,
+) -> (f64, f64, f64) {
+    let latencies: Latencies = Arc::default();
+    let loom = Arc::new(runtime(store, Arc::clone(&latencies)));
+    let started = Instant::now();
+    let mut waiting = Vec::new();
+    for i in 0..executions {
+        let loom = Arc::clone(&loom);
+        let execution =
+            ExecutionId::new(format!("{store_name}-{executions}-{i}")).expect("execution id");
+        waiting.push(tokio::spawn(async move {
+            let options = StartOptions::new(execution.clone()).grant("noop");
+            loom.start("steps", &steps, options).await.expect("start");
+            let state = loom.wait(&execution).await.expect("wait");
+            assert_eq!(state.status(), ExecutionStatus::Completed);
+        }));
+    }
+    for handle in waiting {
+        handle.await.expect("execution task");
+    }
+    let elapsed = started.elapsed();
+    let mut latencies = std::mem::take(&mut *latencies.lock().expect("latencies"));
+    latencies.sort();
+    (
+        (executions * steps) as f64 / elapsed.as_secs_f64(),
+        percentile_us(&latencies, 0.5),
+        percentile_us(&latencies, 0.99),
+    )
+}
+
+fn main() {
+    if std::env::args().any(|arg| arg == "--list") {
+        return;
+    }
+    let Some(url) = server_url("postgres_steps bench") else {
+        return;
+    };
+    let tokio = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .expect("runtime");
+    let dir = tempfile::tempdir_in(option_env!("CARGO_TARGET_TMPDIR").unwrap_or("target"))
+        .expect("scratch dir");
+    tokio.block_on(async {
+        let workloads = [
+            ("sequential", 1, SEQUENTIAL),
+            ("concurrent", 1, STEPS_PER_EXECUTION),
+            ("concurrent", 1_000, STEPS_PER_EXECUTION),
+        ];
+        for (index, (workload, executions, steps)) in workloads.into_iter().enumerate() {
+            let postgres = fresh_store(&url, "bench").await.expect("postgres store");
+            let pg = run_workload("postgres", postgres, executions, steps).await;
+            let disk = DiskStore::open(dir.path().join(format!("bench-{index}.redb")))
+                .expect("disk store");
+            let embedded = run_workload("disk", disk, executions, steps).await;
+            for (store, (per_s, p50, p99)) in [("postgres", pg), ("disk", embedded)] {
+                println!(
+                    "{workload} executions={executions} steps={steps} store={store} \
+                     steps_per_s={per_s:.0} step_p50_us={p50:.0} step_p99_us={p99:.0}"
+                );
+            }
+        }
+    });
+}
