@@ -49,6 +49,10 @@ enum Task {
     PgUp,
     /// Stops the cluster `pg-up` started and removes its data.
     PgDown,
+    /// Checks the dependency graph against deny.toml: `cargo deny check bans licenses sources`
+    /// (duplicate versions, licenses, sources). Installs cargo-deny 0.20 with `cargo install
+    /// cargo-deny --locked` first if it is missing (2 to 3 minutes, once).
+    Deny,
     /// Writes recorded executions as JSON Lines files (`cargo xtask export-log --help`).
     ExportLog {
         #[arg(trailing_var_arg = true, allow_hyphen_values = true)]
@@ -56,7 +60,27 @@ enum Task {
     },
 }
 
-fn main() -> Result<std::process::ExitCode> {
+fn main() -> std::process::ExitCode {
+    // Logs of the library crates (a store that cannot be read, a skipped execution) on stderr;
+    // RUST_LOG chooses how much (warnings and errors by default).
+    tracing_subscriber::fmt()
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_default_env()
+                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn")),
+        )
+        .with_writer(std::io::stderr)
+        .init();
+    match xtask() {
+        Ok(code) => code,
+        Err(error) => {
+            // One sentence with its causes, not Rust's debug form.
+            eprintln!("xtask: {}", sentence(&error));
+            std::process::ExitCode::FAILURE
+        }
+    }
+}
+
+fn xtask() -> Result<std::process::ExitCode> {
     // replay-check and export-log have their own command lines (they are also a library
     // users run against their own flows); everything after the command name is theirs.
     let mut args = std::env::args_os();
@@ -104,6 +128,7 @@ fn run(task: Task, root: &Path) -> Result<()> {
         Task::PgUp => pg::up(&root),
         Task::PgDown => pg::down(&root),
         Task::Interop => interop(&root),
+        Task::Deny => deny(&root),
         Task::Ci => {
             cargo(&root, &["fmt", "--all", "--", "--check"])?;
             cargo(
@@ -172,6 +197,26 @@ fn run(task: Task, root: &Path) -> Result<()> {
             )
         }
     }
+}
+
+/// `cargo deny check bans licenses sources`, installing cargo-deny first if it is missing.
+/// Advisories are left out: their database is fetched from the network at each run.
+fn deny(root: &Path) -> Result<()> {
+    let program = std::env::var_os("CARGO").unwrap_or_else(|| OsString::from("cargo"));
+    let installed = Command::new(&program)
+        .args(["deny", "--version"])
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .status()
+        .is_ok_and(|status| status.success());
+    if !installed {
+        eprintln!("xtask: cargo-deny is not installed; installing it (once, takes minutes)");
+        cargo(
+            root,
+            &["install", "cargo-deny", "--locked", "--version", "^0.20"],
+        )?;
+    }
+    cargo(root, &["deny", "check", "bans", "licenses", "sources"])
 }
 
 /// The reference renderer's package, pinned: the wire is A2UI v1.0 as this version accepts it.
@@ -321,4 +366,22 @@ fn cargo(root: &Path, args: &[&str]) -> Result<()> {
         std::process::exit(status.code().unwrap_or(1));
     }
     Ok(())
+}
+
+/// An error and its causes as one sentence, like `{:#}`, leaving out a cause whose text the
+/// message before it already includes (Loom's errors name their cause in their own message).
+fn sentence(error: &anyhow::Error) -> String {
+    let mut text = String::new();
+    let mut last = String::new();
+    for cause in error.chain() {
+        let message = cause.to_string();
+        if text.is_empty() {
+            text.push_str(&message);
+        } else if !last.contains(&message) {
+            text.push_str(": ");
+            text.push_str(&message);
+        }
+        last = message;
+    }
+    text
 }

@@ -11,6 +11,7 @@ use crate::path::{SurfacePath, array_index};
 /// Where one op changed the model.
 #[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub struct Touched {
+    /// The dot-path the op changed.
     pub path: SurfacePath,
     /// `path` as an RFC 6901 JSON Pointer.
     pub pointer: String,
@@ -29,8 +30,11 @@ impl Touched {
 pub struct PatchError {
     /// Position of the refused op in the batch.
     pub index: usize,
+    /// The refused op's kind.
     pub kind: OpKind,
+    /// The refused op's path.
     pub path: SurfacePath,
+    /// Why it could not apply.
     pub reason: PatchFailure,
 }
 
@@ -42,38 +46,67 @@ pub enum PatchFailure {
         "the parent {} does not exist (parents are never created)",
         describe(parent)
     )]
-    MissingParent { parent: SurfacePath },
+    /// The parent of the path does not exist.
+    MissingParent {
+        /// The path of the missing parent.
+        parent: SurfacePath,
+    },
+    /// A value on the path is neither an object nor an array.
     #[error("{} is {found}, which has no children", describe(at))]
     NotAContainer {
+        /// The path of the value that has no children.
         at: SurfacePath,
+        /// The JSON type found there.
         found: &'static str,
     },
     #[error(
         "`{segment}` is not an array index (a canonical decimal) into the array at {}",
         describe(array)
     )]
-    NotAnIndex { array: SurfacePath, segment: String },
+    /// A segment into an array is not a canonical decimal index.
+    NotAnIndex {
+        /// The path of the array.
+        array: SurfacePath,
+        /// The segment that is not an index.
+        segment: String,
+    },
     #[error(
         "index {index} is out of range for the array at {} of length {len}",
         describe(array)
     )]
+    /// An array index is past the end of the array.
     IndexOutOfRange {
+        /// The path of the array.
         array: SurfacePath,
+        /// The index asked for.
         index: usize,
+        /// The array's length.
         len: usize,
     },
+    /// `remove` found nothing at its path.
     #[error("there is nothing at the path to remove")]
     MissingTarget,
+    /// The value at the path has the wrong JSON type for the op.
     #[error("the target is {found}, but {op} needs {expected}")]
     WrongTargetType {
+        /// The op's kind.
         op: OpKind,
+        /// The JSON type the op needs.
         expected: &'static str,
+        /// The JSON type found at the path.
         found: &'static str,
     },
     #[error(
         "{current} + {by} does not fit a JSON number (integers must fit i64 or u64, floats must stay finite)"
     )]
-    Overflow { current: Number, by: Number },
+    /// An `increment` whose result does not fit a JSON number.
+    Overflow {
+        /// The current value.
+        current: Number,
+        /// The amount to add.
+        by: Number,
+    },
+    /// `remove` of the root.
     #[error("the root cannot be removed (set it instead)")]
     RemoveRoot,
 }

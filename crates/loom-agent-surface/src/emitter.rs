@@ -68,6 +68,7 @@ pub struct SurfaceEmitter {
 }
 
 impl SurfaceEmitter {
+    /// The id of the surface this emitter writes.
     pub fn surface_id(&self) -> &str {
         &self.surface_id
     }
@@ -341,10 +342,13 @@ pub enum EmitError {
     /// A path string is not a dot-path.
     #[error("surface `{surface_id}`: op #{index} ({kind}) has a bad path: {source}")]
     BadPath {
+        /// The surface's id.
         surface_id: String,
         /// Position of the op in its batch (0 for a single op).
         index: usize,
+        /// The op's kind.
         kind: OpKind,
+        /// The underlying error.
         #[source]
         source: PathError,
     },
@@ -354,10 +358,15 @@ pub enum EmitError {
         describe(path)
     )]
     NotSerializable {
+        /// The surface's id.
         surface_id: String,
+        /// Position of the op in its batch.
         index: usize,
+        /// The op's kind.
         kind: OpKind,
+        /// The dot-path of the op.
         path: SurfacePath,
+        /// What went wrong, in words.
         detail: String,
     },
     /// A value serialized to the wrong JSON type for its op (`merge` needs an object,
@@ -367,17 +376,25 @@ pub enum EmitError {
         describe(path)
     )]
     WrongValueType {
+        /// The surface's id.
         surface_id: String,
+        /// Position of the op in its batch.
         index: usize,
+        /// The op's kind.
         kind: OpKind,
+        /// The dot-path of the op.
         path: SurfacePath,
+        /// The JSON type the op needs.
         expected: &'static str,
+        /// The JSON type of the value given.
         found: &'static str,
     },
     /// An op does not apply to the surface's current model; `source` names it and says why.
     #[error("surface `{surface_id}`: {source}; nothing was recorded")]
     Refused {
+        /// The surface's id.
         surface_id: String,
+        /// The underlying error.
         #[source]
         source: Box<PatchError>,
     },
@@ -385,8 +402,11 @@ pub enum EmitError {
     /// step id); the model is back as it was.
     #[error("surface `{surface_id}`: the kernel did not record the patch of {ops} op(s): {source}")]
     Step {
+        /// The surface's id.
         surface_id: String,
+        /// How many ops the patch held.
         ops: usize,
+        /// The underlying error.
         #[source]
         source: StepError,
     },

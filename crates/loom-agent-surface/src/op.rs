@@ -22,31 +22,57 @@ use crate::path::{PathError, SurfacePath};
 #[derive(Debug, Clone, PartialEq)]
 pub enum SurfaceOp {
     /// Puts `value` at `path`, replacing whatever was there.
-    Set { path: SurfacePath, value: Value },
+    Set {
+        /// The dot-path of the op.
+        path: SurfacePath,
+        /// The new value.
+        value: Value,
+    },
     /// Shallow merge: each top-level key of `value` replaces the same key of the object at `path`.
     Merge {
+        /// Where to merge.
         path: SurfacePath,
+        /// The members to set, shallowly, on the object at `path`.
         value: Map<String, Value>,
     },
     /// Pushes `value` onto the array at `path`.
-    Append { path: SurfacePath, value: Value },
+    Append {
+        /// The dot-path of the op.
+        path: SurfacePath,
+        /// The value to append.
+        value: Value,
+    },
     /// Deletes the object key or array item at `path`.
-    Remove { path: SurfacePath },
+    Remove {
+        /// The dot-path of the op.
+        path: SurfacePath,
+    },
     /// Adds `by` to the number at `path`.
-    Increment { path: SurfacePath, by: Number },
+    Increment {
+        /// The dot-path of the op.
+        path: SurfacePath,
+        /// The amount to add.
+        by: Number,
+    },
 }
 
 /// The name of an op, as its JSON `op` field spells it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub enum OpKind {
+    /// `set`.
     Set,
+    /// `merge`.
     Merge,
+    /// `append`.
     Append,
+    /// `remove`.
     Remove,
+    /// `increment`.
     Increment,
 }
 
 impl OpKind {
+    /// Every kind, in the order of the docs.
     pub const ALL: [OpKind; 5] = [
         OpKind::Set,
         OpKind::Merge,
@@ -55,6 +81,7 @@ impl OpKind {
         OpKind::Increment,
     ];
 
+    /// The op's name in its JSON form (`set`, `merge`, ...).
     pub fn as_str(self) -> &'static str {
         match self {
             OpKind::Set => "set",
@@ -80,32 +107,62 @@ impl fmt::Display for OpKind {
 #[derive(Debug, Clone, PartialEq, Error)]
 #[non_exhaustive]
 pub enum OpDecodeError {
+    /// The op is not a JSON object.
     #[error("a surface op must be a JSON object, got {found}")]
-    NotAnObject { found: &'static str },
-    #[error("a surface op needs a string field `op`")]
-    MissingOp,
-    #[error("unknown surface op `{op}` (expected set, merge, append, remove or increment)")]
-    UnknownOp { op: String },
-    #[error("surface op `{op}` needs a field `{field}`")]
-    MissingField { op: OpKind, field: &'static str },
-    #[error("surface op `{op}` has an unexpected field `{field}`")]
-    UnexpectedField { op: OpKind, field: String },
-    #[error("field `{field}` of surface op `{op}` must be {expected}, got {found}")]
-    WrongType {
-        op: OpKind,
-        field: &'static str,
-        expected: &'static str,
+    NotAnObject {
+        /// The JSON type it is instead.
         found: &'static str,
     },
+    /// The op has no `op` member.
+    #[error("a surface op needs a string field `op`")]
+    MissingOp,
+    /// The `op` member names no known op.
+    #[error("unknown surface op `{op}` (expected set, merge, append, remove or increment)")]
+    UnknownOp {
+        /// The name found.
+        op: String,
+    },
+    /// A member the op needs is missing.
+    #[error("surface op `{op}` needs a field `{field}`")]
+    MissingField {
+        /// The op's kind.
+        op: OpKind,
+        /// The field's name.
+        field: &'static str,
+    },
+    /// The op has a member it does not take.
+    #[error("surface op `{op}` has an unexpected field `{field}`")]
+    UnexpectedField {
+        /// The op's kind.
+        op: OpKind,
+        /// The field's name.
+        field: String,
+    },
+    /// A member has the wrong JSON type.
+    #[error("field `{field}` of surface op `{op}` must be {expected}, got {found}")]
+    WrongType {
+        /// The op's kind.
+        op: OpKind,
+        /// The field's name.
+        field: &'static str,
+        /// What was expected.
+        expected: &'static str,
+        /// The JSON type found.
+        found: &'static str,
+    },
+    /// The op's path is not a dot-path.
     #[error("surface op `{op}` has a bad path: {source}")]
     BadPath {
+        /// The op's kind.
         op: OpKind,
+        /// Why the path is not valid.
         #[source]
         source: PathError,
     },
 }
 
 impl SurfaceOp {
+    /// The op's kind.
     pub fn kind(&self) -> OpKind {
         match self {
             SurfaceOp::Set { .. } => OpKind::Set,
@@ -116,6 +173,7 @@ impl SurfaceOp {
         }
     }
 
+    /// The dot-path the op writes.
     pub fn path(&self) -> &SurfacePath {
         match self {
             SurfaceOp::Set { path, .. }

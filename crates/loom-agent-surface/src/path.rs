@@ -30,6 +30,7 @@ pub struct SurfacePath {
 pub struct PathError {
     /// The text that was refused, verbatim.
     pub path: String,
+    /// Why it is not a path.
     pub reason: PathErrorReason,
 }
 
@@ -37,24 +38,49 @@ pub struct PathError {
 #[derive(Debug, Clone, PartialEq, Eq, Error)]
 #[non_exhaustive]
 pub enum PathErrorReason {
+    /// A segment is empty (two dots in a row, or a dot at an end).
     #[error("segment {index} is empty (a leading, trailing or doubled `.`)")]
-    EmptySegment { index: usize },
+    EmptySegment {
+        /// The position of the empty segment, from 0.
+        index: usize,
+    },
+    /// The path ends with a lone backslash.
     #[error("it ends with a lone `\\` (write `\\\\` for a literal backslash)")]
     TrailingBackslash,
+    /// A backslash escapes a character that needs no escape.
     #[error("`\\{escaped}` at byte {offset} is not an escape (only `\\.`, `\\\\` and `\\*` are)")]
-    UnknownEscape { escaped: char, offset: usize },
+    UnknownEscape {
+        /// The character after the backslash.
+        escaped: char,
+        /// The byte offset in the text.
+        offset: usize,
+    },
 }
 
 /// Why a JSON Pointer string was refused by [`SurfacePath::from_pointer`].
 #[derive(Debug, Clone, PartialEq, Eq, Error)]
 #[non_exhaustive]
 pub enum PointerError {
+    /// The pointer does not start with `/`.
     #[error("JSON pointer `{pointer}` must be empty or start with `/`")]
-    MissingLeadingSlash { pointer: String },
+    MissingLeadingSlash {
+        /// The pointer given.
+        pointer: String,
+    },
+    /// A `~` is not followed by `0` or `1`.
     #[error("JSON pointer `{pointer}` has a `~` not followed by `0` or `1` at byte {offset}")]
-    BadEscape { pointer: String, offset: usize },
+    BadEscape {
+        /// The pointer given.
+        pointer: String,
+        /// The byte offset in the text.
+        offset: usize,
+    },
+    /// The pointer has an empty token, which no dot-path can name.
     #[error("JSON pointer `{pointer}` has an empty token, which no dot-path can address")]
-    EmptyToken { pointer: String },
+    EmptyToken {
+        /// The pointer given.
+        pointer: String,
+    },
 }
 
 impl SurfacePath {
@@ -123,6 +149,7 @@ impl SurfacePath {
         &self.segments
     }
 
+    /// Whether this is the root (the whole model).
     pub fn is_root(&self) -> bool {
         self.segments.is_empty()
     }

@@ -22,6 +22,7 @@ pub struct SurfaceProjection {
 /// One place a folded event changed, on one surface.
 #[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub struct TouchedPointer {
+    /// The surface that changed.
     pub surface_id: String,
     /// RFC 6901 JSON Pointer into that surface's model.
     pub pointer: String,
@@ -34,31 +35,45 @@ pub enum ProjectionError {
     #[error(
         "SURFACE_PATCH of step `{step_id}` on surface `{surface_id}`: op #{index} is not a surface op: {source}"
     )]
+    /// An op of the patch does not decode.
     Decode {
+        /// The step that recorded the patch.
         step_id: String,
+        /// The surface's id.
         surface_id: String,
+        /// Position of the op in its batch.
         index: usize,
+        /// The underlying error.
         #[source]
         source: Box<OpDecodeError>,
     },
     #[error(
         "SURFACE_PATCH of step `{step_id}` on surface `{surface_id}`: ops are not a JSON array of ops: {detail}"
     )]
+    /// The patch's ops are not a JSON array.
     NotAnArray {
+        /// The step that recorded the patch.
         step_id: String,
+        /// The surface's id.
         surface_id: String,
+        /// What went wrong, in words.
         detail: String,
     },
+    /// An op does not apply to the surface's model.
     #[error("SURFACE_PATCH of step `{step_id}` on surface `{surface_id}` does not apply: {source}")]
     Patch {
+        /// The step that recorded the patch.
         step_id: String,
+        /// The surface's id.
         surface_id: String,
+        /// Which op and why.
         #[source]
         source: Box<PatchError>,
     },
 }
 
 impl SurfaceProjection {
+    /// A projection with no surface.
     pub fn new() -> Self {
         Self::default()
     }

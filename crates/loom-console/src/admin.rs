@@ -45,7 +45,9 @@ pub enum AdminConfigError {
     #[error(
         "the admin token must be at least {MIN_TOKEN_LEN} characters (use loom_console::random_token())"
     )]
+    /// The token is shorter than the minimum.
     TokenTooShort,
+    /// The token holds a space or a character that is not printable ASCII.
     #[error("the admin token must be printable ASCII with no spaces")]
     TokenNotPrintable,
 }

@@ -65,12 +65,14 @@ impl ErrorKind {
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error, Serialize, Deserialize)]
 #[error("{message}")]
 pub struct ConsoleError {
+    /// What kind of failure (and so which exit code or HTTP status).
     pub kind: ErrorKind,
     /// What failed and what to do about it, for a person.
     pub message: String,
 }
 
 impl ConsoleError {
+    /// An error of `kind` with `message`.
     pub fn new(kind: ErrorKind, message: impl Into<String>) -> Self {
         Self {
             kind,
@@ -78,22 +80,27 @@ impl ConsoleError {
         }
     }
 
+    /// The request is malformed ([`ErrorKind::BadRequest`]).
     pub fn bad_request(message: impl Into<String>) -> Self {
         Self::new(ErrorKind::BadRequest, message)
     }
 
+    /// What was asked for does not exist ([`ErrorKind::NotFound`]).
     pub fn not_found(message: impl Into<String>) -> Self {
         Self::new(ErrorKind::NotFound, message)
     }
 
+    /// The runtime or the fold refused the operation ([`ErrorKind::Refused`]).
     pub fn refused(message: impl Into<String>) -> Self {
         Self::new(ErrorKind::Refused, message)
     }
 
+    /// The store or the admin API cannot be reached ([`ErrorKind::Unavailable`]).
     pub fn unavailable(message: impl Into<String>) -> Self {
         Self::new(ErrorKind::Unavailable, message)
     }
 
+    /// A failure of the console itself ([`ErrorKind::Internal`]).
     pub fn internal(message: impl Into<String>) -> Self {
         Self::new(ErrorKind::Internal, message)
     }

@@ -58,10 +58,13 @@ pub fn parse_status(name: &str) -> Result<ExecutionStatus, ConsoleError> {
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct ExecutionView {
+    /// The execution's id.
     pub id: String,
     /// `running`, `suspended`, `in-doubt`, `completed`, `failed` or `cancelled`.
     pub status: String,
+    /// The flow's name, once `EXECUTION_STARTED` is read.
     pub flow: Option<String>,
+    /// The flow's version.
     pub flow_version: Option<u32>,
     /// How many events the log holds.
     pub events: u64,
@@ -75,8 +78,11 @@ pub struct ExecutionView {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct ShowView {
+    /// The execution as listed.
     pub execution: ExecutionView,
+    /// Its folded state.
     pub state: StateView,
+    /// Its log, masked.
     pub events: Vec<EventView>,
 }
 
@@ -84,8 +90,11 @@ pub struct ShowView {
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct StateView {
+    /// K2: the capabilities granted at start.
     pub capabilities: Vec<String>,
+    /// K3: the budget given at start, if any.
     pub budget: Option<u64>,
+    /// K3: what the recorded outcomes cost so far.
     pub budget_spent: u64,
     /// Every step, in step id order.
     pub steps: Vec<StepView>,
@@ -103,7 +112,9 @@ pub struct StateView {
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct StepView {
+    /// The step's id.
     pub step_id: String,
+    /// The effect it invokes.
     pub effect: String,
     /// `started`, `in-doubt`, `completed` or `failed`.
     pub status: String,
@@ -124,8 +135,11 @@ pub struct StepView {
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct GateView {
+    /// The gate's id.
     pub gate_id: String,
+    /// The event type that resumes it.
     pub event_type: String,
+    /// The correlation key a resume must carry.
     pub correlation_key: String,
     /// The seq of its `EXECUTION_SUSPENDED`.
     pub seq: u64,
@@ -135,7 +149,9 @@ pub struct GateView {
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct DecisionView {
+    /// The decision's step id.
     pub step_id: String,
+    /// The seq of its `DECISION_RECORDED`.
     pub seq: u64,
 }
 
@@ -143,10 +159,12 @@ pub struct DecisionView {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct EventView {
+    /// The event's seq.
     pub seq: u64,
     /// The event type (`STEP_STARTED`, ...).
     #[serde(rename = "type")]
     pub event_type: String,
+    /// When the store recorded it (Unix ms, the store's clock), if known.
     pub recorded_at_ms: Option<u64>,
     /// The event in its JSON form (with `type`), classified values masked.
     pub event: Value,
@@ -156,6 +174,7 @@ pub struct EventView {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct EventsPage {
+    /// The events, in seq order.
     pub events: Vec<EventView>,
     /// The log's length when read.
     pub head: u64,
@@ -167,8 +186,11 @@ pub struct EventsPage {
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct InDoubtView {
+    /// The execution's id.
     pub execution: String,
+    /// The step's id.
     pub step_id: String,
+    /// The effect it invoked.
     pub effect: String,
     /// The attempt that may or may not have happened.
     pub attempt: u32,
@@ -181,6 +203,7 @@ pub struct InDoubtView {
     pub in_doubt_since_ms: Option<u64>,
     /// How long it has waited when listed, if known.
     pub waiting_ms: Option<u64>,
+    /// Why it is in doubt, as recorded, if a reason was given.
     pub reason: Option<ErrorInfo>,
 }
 

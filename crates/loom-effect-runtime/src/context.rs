@@ -35,14 +35,17 @@ impl EffectContext {
         self.dispatch
     }
 
+    /// The execution the effect runs for.
     pub fn execution_id(&self) -> &ExecutionId {
         &self.execution_id
     }
 
+    /// The step id of this invocation (ADR 0061).
     pub fn step_id(&self) -> &str {
         &self.step_id
     }
 
+    /// The effect's registered name.
     pub fn effect(&self) -> &str {
         &self.effect
     }
@@ -60,6 +63,7 @@ impl EffectContext {
         &self.cancel
     }
 
+    /// Whether the attempt was cancelled (a timeout, or the execution was cancelled): stop soon.
     pub fn is_cancelled(&self) -> bool {
         self.cancel.is_cancelled()
     }

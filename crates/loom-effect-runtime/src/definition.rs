@@ -140,6 +140,7 @@ impl EffectDef {
         self
     }
 
+    /// How failed attempts are retried (the default retries nothing).
     pub fn retry(mut self, policy: RetryPolicy) -> Self {
         self.retry = policy;
         self
@@ -159,6 +160,7 @@ impl EffectDef {
         self
     }
 
+    /// The effect's registered name.
     pub fn name(&self) -> &str {
         &self.name
     }

@@ -24,18 +24,22 @@ pub enum EffectError {
 }
 
 impl EffectError {
+    /// An attempt that did not happen (or is safe to repeat): it is retried by the policy.
     pub fn retryable(code: impl Into<String>, message: impl Into<String>) -> Self {
         Self::Retryable(ErrorInfo::new(code, message))
     }
 
+    /// A failure retrying cannot fix: the step fails with it.
     pub fn terminal(code: impl Into<String>, message: impl Into<String>) -> Self {
         Self::Terminal(ErrorInfo::new(code, message))
     }
 
+    /// The handler cannot tell whether the effect happened: the step is recorded in doubt (K9).
     pub fn in_doubt(code: impl Into<String>, message: impl Into<String>) -> Self {
         Self::InDoubt(ErrorInfo::new(code, message))
     }
 
+    /// The error's code and message.
     pub fn info(&self) -> &ErrorInfo {
         match self {
             Self::Retryable(info) | Self::Terminal(info) | Self::InDoubt(info) => info,
@@ -47,14 +51,25 @@ impl EffectError {
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[non_exhaustive]
 pub enum DefinitionError {
+    /// A JSON Schema of the definition does not compile.
     #[error("effect '{effect}': the {which} schema is not a valid JSON Schema: {detail}")]
     InvalidSchema {
+        /// The effect's name.
         effect: String,
+        /// Which schema: `input` or `output`.
         which: &'static str,
+        /// What went wrong, in words.
         detail: String,
     },
+    /// The retry policy or the timeout is out of range.
     #[error("effect '{effect}': {detail}")]
-    InvalidPolicy { effect: String, detail: String },
+    InvalidPolicy {
+        /// The effect's name.
+        effect: String,
+        /// What went wrong, in words.
+        detail: String,
+    },
+    /// The effect's name is empty.
     #[error("an effect needs a name")]
     EmptyName,
 }
@@ -63,8 +78,10 @@ pub enum DefinitionError {
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[non_exhaustive]
 pub enum RegistryError {
+    /// Two definitions have this name.
     #[error("an effect named '{0}' is already registered")]
     DuplicateEffect(String),
+    /// A definition is not valid.
     #[error(transparent)]
     Definition(#[from] DefinitionError),
 }

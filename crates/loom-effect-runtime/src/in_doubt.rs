@@ -7,8 +7,11 @@ use loom_kernel::{ErrorInfo, EventStore, EventStoreExt, ExecutionId, FoldStoredE
 #[derive(Debug, Clone, PartialEq, Eq)]
 #[non_exhaustive]
 pub struct InDoubtStep {
+    /// The execution the step belongs to.
     pub execution: ExecutionId,
+    /// The step's id.
     pub step_id: String,
+    /// The effect it invoked.
     pub effect: String,
     /// The dispatch that may or may not have run.
     pub attempt: u32,
@@ -29,14 +32,20 @@ impl InDoubtStep {
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
 pub enum ListInDoubtError {
+    /// The store could not list its executions.
     #[error("cannot list executions: {0}")]
     List(#[source] ReadError),
+    /// An execution could not be folded.
     #[error(transparent)]
     Fold(#[from] FoldStoredError),
+    /// The step's events could not be read.
     #[error("cannot read EFFECT_INDOUBT of step '{step_id}' in execution {execution}: {source}")]
     Read {
+        /// The execution concerned.
         execution: ExecutionId,
+        /// The step's id (ADR 0061).
         step_id: String,
+        /// The underlying error.
         #[source]
         source: ReadError,
     },

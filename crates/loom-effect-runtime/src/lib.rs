@@ -32,6 +32,47 @@
 //! # What it must not depend on
 //! Of the Loom crates, only `loom-kernel` (and `loom-agent-surface`, which it has no need of
 //! yet); never `loom-plugin-a2ui`.
+//!
+//! # Example
+//! ```
+//! use loom_effect_runtime::{EffectContext, EffectDef, EffectError, EffectRegistry, steps_in_doubt};
+//! use loom_kernel::runtime::{FlowCtx, FlowError, Runtime, StartOptions, flow_fn};
+//! use loom_kernel::{ExecutionId, ExecutionStatus, MemoryStore};
+//! use serde_json::{Value, json};
+//!
+//! async fn send(ctx: EffectContext, mail: Value) -> Result<Value, EffectError> {
+//!     // The receiver drops a second request with the same key (K9.1).
+//!     Ok(json!({"sent": mail, "key": ctx.idempotency_key()}))
+//! }
+//!
+//! async fn notify(ctx: FlowCtx, mail: Value) -> Result<Value, FlowError> {
+//!     Ok(ctx.execute("mail.send", &mail).await?.to_value())
+//! }
+//!
+//! # tokio::runtime::Runtime::new().unwrap().block_on(async {
+//! let effects = EffectRegistry::new()
+//!     .with(EffectDef::new("mail.send", send).capability("mail").cost(1))?;
+//! let loom = Runtime::builder(MemoryStore::new())
+//!     .flow(flow_fn("notify", 1, notify))
+//!     .plugin(&effects)
+//!     .build()?;
+//! let id = ExecutionId::new("notify-1")?;
+//! let options = StartOptions::new(id.clone()).grant("mail").budget(5);
+//! loom.start("notify", &json!({"to": "ada"}), options).await?;
+//! let state = loom.wait(&id).await?;
+//! assert_eq!(state.status(), ExecutionStatus::Completed);
+//! assert_eq!(state.budget_spent(), 1);
+//! assert_eq!(state.output().unwrap().to_value()["key"], "notify-1:mail.send#1");
+//! assert!(steps_in_doubt(loom.store()).await?.is_empty());
+//!
+//! // Without the capability (K2), the step fails before the effect runs.
+//! let id = ExecutionId::new("notify-2")?;
+//! loom.start("notify", &json!({"to": "bob"}), StartOptions::new(id.clone())).await?;
+//! assert_eq!(loom.wait(&id).await?.status(), ExecutionStatus::Failed);
+//! # Ok::<(), Box<dyn std::error::Error>>(())
+//! # }).unwrap();
+//! ```
+#![warn(missing_docs)]
 
 mod context;
 mod definition;
@@ -51,6 +92,10 @@ pub use in_doubt::{
 };
 pub use registry::{EffectInfo, EffectRegistry};
 pub use retry::RetryPolicy;
+
+/// The operator's verdict on a step in doubt, given with `Runtime::resolve` (the kernel's
+/// type, re-exported beside [`steps_in_doubt`]).
+pub use loom_kernel::Verdict;
 
 /// The README's examples, compiled as doctests so they stay true (here, the highest crate they
 /// use).

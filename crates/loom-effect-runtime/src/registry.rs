@@ -23,17 +23,26 @@ pub struct EffectRegistry {
 #[derive(Debug, Clone, PartialEq)]
 #[non_exhaustive]
 pub struct EffectInfo {
+    /// The effect's registered name.
     pub name: String,
+    /// Whether running it twice is harmless (K9).
     pub idempotent: bool,
+    /// The capability an execution must be granted (K2).
     pub capability: String,
+    /// What one invocation costs (K3).
     pub cost: u64,
+    /// How failed attempts are retried.
     pub retry: RetryPolicy,
+    /// How long one attempt may take.
     pub timeout: Option<Duration>,
+    /// Whether inputs are checked against a JSON Schema.
     pub has_input_schema: bool,
+    /// Whether outputs are checked against a JSON Schema.
     pub has_output_schema: bool,
 }
 
 impl EffectRegistry {
+    /// An empty registry.
     pub fn new() -> Self {
         Self::default()
     }
@@ -60,10 +69,12 @@ impl EffectRegistry {
         Ok(self)
     }
 
+    /// How many effects are defined.
     pub fn len(&self) -> usize {
         self.effects.len()
     }
 
+    /// Whether no effect is defined.
     pub fn is_empty(&self) -> bool {
         self.effects.is_empty()
     }

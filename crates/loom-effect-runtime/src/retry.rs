@@ -14,9 +14,13 @@ use loom_kernel::runtime::stable_hash;
 pub struct RetryPolicy {
     /// Attempts in one dispatch, the first included; 1 means no retry.
     pub max_attempts: u32,
+    /// The wait before the first retry.
     pub initial_backoff: Duration,
+    /// What each wait is multiplied by for the next.
     pub multiplier: f64,
+    /// The longest wait.
     pub max_backoff: Duration,
+    /// The share of each wait that varies (0 to 1), derived from the idempotency key, never random.
     pub jitter: f64,
 }
 
@@ -51,6 +55,7 @@ impl RetryPolicy {
         }
     }
 
+    /// The backoff: `initial`, times `multiplier` per retry, at most `max`.
     pub fn with_backoff(mut self, initial: Duration, multiplier: f64, max: Duration) -> Self {
         self.initial_backoff = initial;
         self.multiplier = multiplier;
@@ -58,6 +63,7 @@ impl RetryPolicy {
         self
     }
 
+    /// The jitter, a share of each wait (0 to 1).
     pub fn with_jitter(mut self, jitter: f64) -> Self {
         self.jitter = jitter;
         self

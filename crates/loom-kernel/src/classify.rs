@@ -46,6 +46,7 @@ struct Node {
 pub struct ClassifyError {
     /// The text that was refused, verbatim.
     pub path: String,
+    /// Why it is not a path.
     pub reason: ClassifyErrorReason,
 }
 
@@ -53,12 +54,23 @@ pub struct ClassifyError {
 #[derive(Debug, Clone, PartialEq, Eq, Error)]
 #[non_exhaustive]
 pub enum ClassifyErrorReason {
+    /// A segment is empty (two dots in a row, or a dot at an end).
     #[error("segment {index} is empty (a leading, trailing or doubled `.`)")]
-    EmptySegment { index: usize },
+    EmptySegment {
+        /// The position of the empty segment, from 0.
+        index: usize,
+    },
+    /// The path ends with a lone backslash.
     #[error("it ends with a lone `\\` (write `\\\\` for a literal backslash)")]
     TrailingBackslash,
+    /// A backslash escapes a character that needs no escape.
     #[error("`\\{escaped}` at byte {offset} is not an escape (only `\\.`, `\\\\` and `\\*` are)")]
-    UnknownEscape { escaped: char, offset: usize },
+    UnknownEscape {
+        /// The character after the backslash.
+        escaped: char,
+        /// The byte offset in the text.
+        offset: usize,
+    },
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -99,6 +111,7 @@ impl DataClassification {
         &self.paths
     }
 
+    /// Whether nothing is classified.
     pub fn is_empty(&self) -> bool {
         self.paths.is_empty()
     }

@@ -34,6 +34,7 @@ use crate::store::{
 
 /// How the suite gets stores to check.
 pub trait StoreHarness {
+    /// The store under test.
     type Store: EventStore + Clone;
     /// A new, empty store.
     fn fresh(&mut self) -> Self::Store;

@@ -23,6 +23,7 @@ use crate::id::ExecutionId;
 #[derive(Debug, Clone, PartialEq, Serialize)]
 #[serde(rename_all = "camelCase")]
 pub struct EventEnvelope {
+    /// The execution whose log holds the event.
     pub execution_id: ExecutionId,
     /// Gapless from 0 within the execution.
     pub seq: u64,
@@ -32,6 +33,7 @@ pub struct EventEnvelope {
     /// Metadata for people and tools: no fold reads it.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub recorded_at_ms: Option<u64>,
+    /// The event itself.
     pub event: Event,
 }
 
@@ -42,17 +44,33 @@ pub enum DecodeError {
     #[error(
         "event written with EVENT_SCHEMA {found}, but this build reads up to {supported}; upgrade Loom to read it"
     )]
-    UnsupportedSchema { found: u32, supported: u32 },
+    /// The event was written with an `EVENT_SCHEMA` this build does not know.
+    UnsupportedSchema {
+        /// The schema of the event.
+        found: u32,
+        /// The newest schema this build reads.
+        supported: u32,
+    },
+    /// The JSON is not an envelope.
     #[error("malformed event: {0}")]
     Malformed(#[from] serde_json::Error),
+    /// The stored record is not a valid record.
     #[error("invalid record: {detail}")]
-    InvalidRecord { detail: String },
+    InvalidRecord {
+        /// What went wrong, in words.
+        detail: String,
+    },
     /// The record's bytes changed since it was written (a flipped bit on disk, a torn write
     /// the storage engine did not catch).
     #[error(
         "record checksum mismatch: stored {expected:#010x}, computed {found:#010x}: the record is damaged"
     )]
-    ChecksumMismatch { expected: u32, found: u32 },
+    ChecksumMismatch {
+        /// The checksum stored with the record.
+        expected: u32,
+        /// The checksum of the bytes read.
+        found: u32,
+    },
 }
 
 /// The fields of either form, decoded in one pass: when `schema` comes before `event` (as Loom

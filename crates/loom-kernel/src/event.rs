@@ -16,12 +16,16 @@ pub const EVENT_SCHEMA: u32 = 1;
 /// A semantic version, as plugins use it to say which kernel they were built against.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub struct AbiVersion {
+    /// Incompatible changes.
     pub major: u16,
+    /// Compatible additions.
     pub minor: u16,
+    /// Fixes.
     pub patch: u16,
 }
 
 impl AbiVersion {
+    /// The version `major.minor.patch`.
     pub const fn new(major: u16, minor: u16, patch: u16) -> Self {
         Self {
             major,
@@ -53,19 +57,32 @@ pub const KERNEL_ABI: AbiVersion = AbiVersion::new(1, 1, 0);
 #[serde(tag = "type", rename_all = "SCREAMING_SNAKE_CASE")]
 #[non_exhaustive]
 pub enum Event {
+    /// `EXECUTION_STARTED`: always the first event of a log.
     ExecutionStarted(ExecutionStarted),
+    /// `STEP_STARTED`: an effect invocation begins (durable before a non-idempotent effect runs).
     StepStarted(StepStarted),
+    /// `STEP_COMPLETED`: the effect's output.
     StepCompleted(StepCompleted),
+    /// `STEP_FAILED`: the effect's error.
     StepFailed(StepFailed),
+    /// `EFFECT_INDOUBT`: whether the effect ran is unknown; an operator decides (K9).
     #[serde(rename = "EFFECT_INDOUBT")]
     EffectInDoubt(EffectInDoubt),
+    /// `EFFECT_RESOLVED`: an operator's verdict on a step in doubt.
     EffectResolved(EffectResolved),
+    /// `DECISION_RECORDED`: a value read from the world once (ADR 0016).
     DecisionRecorded(DecisionRecorded),
+    /// `EXECUTION_SUSPENDED`: a gate opened.
     ExecutionSuspended(ExecutionSuspended),
+    /// `EXECUTION_RESUMED`: a gate was resumed.
     ExecutionResumed(ExecutionResumed),
+    /// `SURFACE_PATCH`: ops on an agent surface (opaque to the kernel).
     SurfacePatch(SurfacePatch),
+    /// `EXECUTION_COMPLETED`: the flow's output; the log ends.
     ExecutionCompleted(ExecutionCompleted),
+    /// `EXECUTION_FAILED`: the flow's error; the log ends.
     ExecutionFailed(ExecutionFailed),
+    /// `EXECUTION_CANCELLED`: the execution was cancelled; the log ends.
     ExecutionCancelled(ExecutionCancelled),
 }
 
@@ -102,11 +119,14 @@ impl Event {
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct ErrorInfo {
+    /// A stable, machine-readable code (`flow.error`, `effect.timeout`, ...).
     pub code: String,
+    /// What happened, for people.
     pub message: String,
 }
 
 impl ErrorInfo {
+    /// An error with `code` and `message`.
     pub fn new(code: impl Into<String>, message: impl Into<String>) -> Self {
         Self {
             code: code.into(),
@@ -119,8 +139,11 @@ impl ErrorInfo {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct ExecutionStarted {
+    /// The flow's registered name.
     pub flow: String,
+    /// The flow's version.
     pub flow_version: u32,
+    /// The flow's input.
     pub input: Payload,
     /// K2: the capabilities granted to this execution's effects.
     #[serde(default)]
@@ -134,9 +157,13 @@ pub struct ExecutionStarted {
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct StepStarted {
+    /// The step's id (ADR 0061).
     pub step_id: String,
+    /// The effect's registered name.
     pub effect: String,
+    /// A digest of the step's input, compared on replay.
     pub input_digest: String,
+    /// The attempt number, from 1.
     pub attempt: u32,
 }
 
@@ -144,10 +171,15 @@ pub struct StepStarted {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct StepCompleted {
+    /// The step's id (ADR 0061).
     pub step_id: String,
+    /// The effect's registered name.
     pub effect: String,
+    /// A digest of the step's input, compared on replay.
     pub input_digest: String,
+    /// The effect's output.
     pub output: Payload,
+    /// What the step cost (K3).
     #[serde(default)]
     pub cost: u64,
 }
@@ -156,10 +188,15 @@ pub struct StepCompleted {
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct StepFailed {
+    /// The step's id (ADR 0061).
     pub step_id: String,
+    /// The effect's registered name.
     pub effect: String,
+    /// A digest of the step's input, compared on replay.
     pub input_digest: String,
+    /// The effect's error.
     pub error: ErrorInfo,
+    /// What the step cost (K3).
     #[serde(default)]
     pub cost: u64,
 }
@@ -168,8 +205,11 @@ pub struct StepFailed {
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct EffectInDoubt {
+    /// The step's id (ADR 0061).
     pub step_id: String,
+    /// The effect's registered name.
     pub effect: String,
+    /// The attempt number, from 1.
     pub attempt: u32,
     /// Why it is in doubt, for the operator: the worker stopped while it ran
     /// (`loom.worker_stopped`), an attempt timed out, the effect panicked. Absent in events
@@ -182,7 +222,9 @@ pub struct EffectInDoubt {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct EffectResolved {
+    /// The step's id (ADR 0061).
     pub step_id: String,
+    /// The operator's verdict.
     pub verdict: Verdict,
     /// Who gave the verdict, for the audit trail.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -198,9 +240,15 @@ pub enum Verdict {
     /// Run the effect again (with the same idempotency key).
     Retry,
     /// The effect did run; this is its output.
-    Completed { output: Payload },
+    Completed {
+        /// The output the step completes with.
+        output: Payload,
+    },
     /// The effect did not run, or failed; the step fails with this error.
-    Failed { error: ErrorInfo },
+    Failed {
+        /// The error the step fails with.
+        error: ErrorInfo,
+    },
 }
 
 /// The flat JSON form of a [`Verdict`]. Payloads cannot pass through serde's buffering of
@@ -292,9 +340,11 @@ impl TryFrom<VerdictRepr> for Verdict {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct DecisionRecorded {
+    /// The decision's step id.
     pub step_id: String,
     /// `now`, `random`, `uuid`, or the name of a custom decision.
     pub kind: String,
+    /// The value decided.
     pub value: Payload,
 }
 
@@ -302,8 +352,11 @@ pub struct DecisionRecorded {
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct ExecutionSuspended {
+    /// The gate's id (ADR 0061).
     pub gate_id: String,
+    /// The kind of event that resumes it.
     pub event_type: String,
+    /// The key a resume must carry.
     pub correlation_key: String,
 }
 
@@ -311,9 +364,13 @@ pub struct ExecutionSuspended {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct ExecutionResumed {
+    /// The gate resumed.
     pub gate_id: String,
+    /// The resume's event type.
     pub event_type: String,
+    /// The resume's correlation key.
     pub correlation_key: String,
+    /// What the resume carried, handed to the flow.
     pub payload: Payload,
 }
 
@@ -321,26 +378,35 @@ pub struct ExecutionResumed {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct SurfacePatch {
+    /// The step id of the patch (ADR 0061).
     pub step_id: String,
+    /// The surface patched.
     pub surface_id: String,
+    /// The ops, a JSON array (their meaning is in `loom-agent-surface`).
     pub ops: Payload,
 }
 
+/// `EXECUTION_COMPLETED`: the flow returned its output.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct ExecutionCompleted {
+    /// The flow's output.
     pub output: Payload,
 }
 
+/// `EXECUTION_FAILED`: the flow returned an error.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct ExecutionFailed {
+    /// The flow's error.
     pub error: ErrorInfo,
 }
 
+/// `EXECUTION_CANCELLED`: the execution was cancelled.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct ExecutionCancelled {
+    /// The reason given with the cancel, if any.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub reason: Option<String>,
 }

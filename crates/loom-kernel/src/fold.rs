@@ -23,8 +23,9 @@ use crate::hash::{IdHasher, IdKey};
 use std::sync::Arc;
 
 use crate::envelope::EventEnvelope;
-use crate::event::{Event, Verdict};
+use crate::event::{ErrorInfo, Event, Verdict};
 use crate::id::ExecutionId;
+use crate::payload::Payload;
 
 /// Where an execution stands.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
@@ -38,12 +39,16 @@ pub enum ExecutionStatus {
     Suspended,
     /// At least one step is in doubt (K9); it waits for an operator's verdict.
     InDoubt,
+    /// Ended with an output (`EXECUTION_COMPLETED`).
     Completed,
+    /// Ended with an error (`EXECUTION_FAILED`).
     Failed,
+    /// Ended by a cancel (`EXECUTION_CANCELLED`).
     Cancelled,
 }
 
 impl ExecutionStatus {
+    /// Whether the execution has ended (completed, failed or cancelled).
     pub fn is_terminal(self) -> bool {
         matches!(self, Self::Completed | Self::Failed | Self::Cancelled)
     }
@@ -66,24 +71,44 @@ impl fmt::Display for ExecutionStatus {
 /// What the log says about one step.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct StepRecord {
+    /// The effect the step invoked.
     pub effect: Arc<str>,
+    /// Where the step stands.
     pub status: StepStatus,
 }
 
+/// Where one step stands.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 #[non_exhaustive]
 pub enum StepStatus {
     /// STEP_STARTED is recorded and no outcome yet.
-    Started { attempt: u32, seq: u64 },
+    Started {
+        /// The attempt started.
+        attempt: u32,
+        /// The seq of its STEP_STARTED (or of the `retry` verdict).
+        seq: u64,
+    },
     /// EFFECT_INDOUBT is recorded and no verdict yet.
-    InDoubt { attempt: u32, seq: u64 },
+    InDoubt {
+        /// The attempt in doubt.
+        attempt: u32,
+        /// The seq of its EFFECT_INDOUBT.
+        seq: u64,
+    },
     /// The outcome is the STEP_COMPLETED (or EFFECT_RESOLVED `completed`) at `seq`.
-    Completed { seq: u64 },
+    Completed {
+        /// The seq of the outcome.
+        seq: u64,
+    },
     /// The outcome is the STEP_FAILED (or EFFECT_RESOLVED `failed`) at `seq`.
-    Failed { seq: u64 },
+    Failed {
+        /// The seq of the outcome.
+        seq: u64,
+    },
 }
 
 impl StepStatus {
+    /// Whether the step has an outcome (completed or failed).
     pub fn has_outcome(self) -> bool {
         matches!(self, Self::Completed { .. } | Self::Failed { .. })
     }
@@ -92,7 +117,9 @@ impl StepStatus {
 /// A gate the execution waits on.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct PendingGate {
+    /// The kind of event that resumes it.
     pub event_type: Arc<str>,
+    /// The key a resume must carry.
     pub correlation_key: String,
     /// The seq of its EXECUTION_SUSPENDED.
     pub seq: u64,
@@ -116,6 +143,17 @@ pub struct ExecutionState {
     decisions: LookupMap<u64>,
     /// Effect names and gate event types: a handful of distinct strings shared by every step.
     names: HashSet<Arc<str>, BuildHasherDefault<IdHasher>>,
+    /// How the execution ended, once it has: the one payload the state copies (once, at the
+    /// end), so that a caller of `wait` need not read the log for it.
+    ended: Option<Ended>,
+}
+
+/// What the terminal event of a log recorded.
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum Ended {
+    Completed(Payload),
+    Failed(ErrorInfo),
+    Cancelled(Option<String>),
 }
 
 /// A map by id that is only ever looked up, never iterated in its own order.
@@ -127,6 +165,7 @@ type LookupMap<V> = HashMap<IdKey, V, BuildHasherDefault<IdHasher>>;
 pub struct FoldError {
     /// The execution the log belongs to (as far as the fold knows it).
     pub execution: String,
+    /// The seq of the refused event.
     pub seq: u64,
     /// Boxed: folds return `Result` on every event, and the happy path should stay small.
     pub violation: Box<Violation>,
@@ -136,56 +175,115 @@ pub struct FoldError {
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[non_exhaustive]
 pub enum Violation {
+    /// The event's seq is not the next one.
     #[error("expected seq {expected}: the log has a gap or a repeat")]
-    SeqGap { expected: u64 },
-    #[error("event belongs to execution {found}")]
-    ForeignExecution { found: String },
-    #[error("the first event must be EXECUTION_STARTED, found {found}")]
-    NotStarted { found: &'static str },
-    #[error("EXECUTION_STARTED appears again")]
-    StartedTwice,
-    #[error("{found} after the execution ended ({status})")]
-    AfterTerminal {
-        found: &'static str,
-        status: ExecutionStatus,
+    SeqGap {
+        /// The seq the log expects next.
+        expected: u64,
     },
-    #[error("step '{step_id}' already has its outcome at seq {outcome_seq}")]
-    DuplicateOutcome { step_id: String, outcome_seq: u64 },
-    #[error("step '{step_id}' is recorded for effect '{recorded}', not '{found}'")]
-    EffectMismatch {
-        step_id: String,
-        recorded: String,
+    /// The event belongs to another execution.
+    #[error("event belongs to execution {found}")]
+    ForeignExecution {
+        /// The id the event names.
         found: String,
     },
-    #[error("EFFECT_INDOUBT for step '{step_id}', which has no STEP_STARTED awaiting an outcome")]
-    InDoubtWithoutStart { step_id: String },
-    #[error("{found} for step '{step_id}', which is in doubt and awaits an operator's verdict")]
-    StepInDoubt {
-        step_id: String,
+    /// The log does not start with EXECUTION_STARTED.
+    #[error("the first event must be EXECUTION_STARTED, found {found}")]
+    NotStarted {
+        /// The type of the first event.
         found: &'static str,
     },
+    /// A second EXECUTION_STARTED.
+    #[error("EXECUTION_STARTED appears again")]
+    StartedTwice,
+    /// An event after the execution ended.
+    #[error("{found} after the execution ended ({status})")]
+    AfterTerminal {
+        /// The type of the event.
+        found: &'static str,
+        /// How the execution ended.
+        status: ExecutionStatus,
+    },
+    /// A second outcome for a step.
+    #[error("step '{step_id}' already has its outcome at seq {outcome_seq}")]
+    DuplicateOutcome {
+        /// The step's id (ADR 0061).
+        step_id: String,
+        /// The seq of the outcome already recorded.
+        outcome_seq: u64,
+    },
+    /// A step's event names another effect than its start.
+    #[error("step '{step_id}' is recorded for effect '{recorded}', not '{found}'")]
+    EffectMismatch {
+        /// The step's id (ADR 0061).
+        step_id: String,
+        /// The effect of the step's start.
+        recorded: String,
+        /// The effect this event names.
+        found: String,
+    },
+    /// EFFECT_INDOUBT for a step that is not started.
+    #[error("EFFECT_INDOUBT for step '{step_id}', which has no STEP_STARTED awaiting an outcome")]
+    InDoubtWithoutStart {
+        /// The step's id (ADR 0061).
+        step_id: String,
+    },
+    /// A step in doubt gets an event other than a verdict.
+    #[error("{found} for step '{step_id}', which is in doubt and awaits an operator's verdict")]
+    StepInDoubt {
+        /// The step's id (ADR 0061).
+        step_id: String,
+        /// The type of the event.
+        found: &'static str,
+    },
+    /// EFFECT_RESOLVED for a step that is not in doubt.
     #[error("EFFECT_RESOLVED for step '{step_id}', which is not in doubt")]
-    ResolvedNotInDoubt { step_id: String },
+    ResolvedNotInDoubt {
+        /// The step's id (ADR 0061).
+        step_id: String,
+    },
+    /// A second decision under one step id.
     #[error("decision '{step_id}' is already recorded at seq {first_seq}")]
-    DuplicateDecision { step_id: String, first_seq: u64 },
+    DuplicateDecision {
+        /// The step's id (ADR 0061).
+        step_id: String,
+        /// The seq of the first decision under this id.
+        first_seq: u64,
+    },
+    /// A gate opened while a gate with that id is pending.
     #[error("gate '{gate_id}' is already pending since seq {since}")]
-    DuplicateGate { gate_id: String, since: u64 },
+    DuplicateGate {
+        /// The gate's id.
+        gate_id: String,
+        /// The seq of the EXECUTION_SUSPENDED that opened it.
+        since: u64,
+    },
     #[error(
         "EXECUTION_RESUMED for gate '{gate_id}' ({event_type}, key '{correlation_key}'), which is not pending"
     )]
+    /// EXECUTION_RESUMED for a gate that is not pending.
     ResumeWithoutGate {
+        /// The gate's id.
         gate_id: String,
+        /// The resume's event type.
         event_type: String,
+        /// The resume's correlation key.
         correlation_key: String,
     },
     #[error(
         "EXECUTION_RESUMED for gate '{gate_id}' with ({event_type}, key '{correlation_key}'), but the gate waits for ({expected_event_type}, key '{expected_correlation_key}')"
     )]
+    /// EXECUTION_RESUMED whose event type or key differs from its gate's.
     ResumeMismatch {
+        /// The gate's id.
         gate_id: String,
+        /// The resume's event type.
         event_type: String,
+        /// The resume's correlation key.
         correlation_key: String,
+        /// The pending gate's event type.
         expected_event_type: String,
+        /// The pending gate's correlation key.
         expected_correlation_key: String,
     },
 }
@@ -213,6 +311,7 @@ impl ExecutionState {
             in_flight: 0,
             decisions: LookupMap::default(),
             names: HashSet::default(),
+            ended: None,
         }
     }
 
@@ -237,6 +336,7 @@ impl ExecutionState {
         events.into_iter().try_for_each(|event| self.apply(event))
     }
 
+    /// The execution's id, once EXECUTION_STARTED is folded.
     pub fn execution_id(&self) -> Option<&ExecutionId> {
         self.execution_id.as_ref()
     }
@@ -244,6 +344,7 @@ impl ExecutionState {
     pub fn next_seq(&self) -> u64 {
         self.next_seq
     }
+    /// Where the execution stands.
     pub fn status(&self) -> ExecutionStatus {
         self.status
     }
@@ -253,12 +354,15 @@ impl ExecutionState {
             .as_ref()
             .map(|(name, version)| (name.as_str(), *version))
     }
+    /// K2: the capabilities granted at start.
     pub fn capabilities(&self) -> &BTreeSet<String> {
         &self.capabilities
     }
+    /// K3: the budget given at start, if any.
     pub fn budget(&self) -> Option<u64> {
         self.budget
     }
+    /// K3: what the recorded outcomes cost so far.
     pub fn budget_spent(&self) -> u64 {
         self.budget_spent
     }
@@ -273,6 +377,7 @@ impl ExecutionState {
     pub fn step_count(&self) -> usize {
         self.steps.len()
     }
+    /// What the log says about one step.
     pub fn step(&self, step_id: &str) -> Option<&StepRecord> {
         self.steps.get(step_id)
     }
@@ -308,6 +413,51 @@ impl ExecutionState {
     /// The seq of the decision recorded under `step_id`.
     pub fn decision(&self, step_id: &str) -> Option<u64> {
         self.decisions.get(step_id).copied()
+    }
+
+    /// The flow's output, once the execution has completed (`None` before, or if it failed or
+    /// was cancelled). Decode it with [`Payload::decode`] or read it with
+    /// [`Payload::to_value`].
+    ///
+    /// ```
+    /// # use loom_kernel::{Event, EventEnvelope, ExecutionId, ExecutionState};
+    /// # use loom_kernel::event::{ExecutionCompleted, ExecutionStarted};
+    /// # use serde_json::json;
+    /// # let id = ExecutionId::new("order-42").unwrap();
+    /// # let started = Event::ExecutionStarted(ExecutionStarted {
+    /// #     flow: "checkout".into(), flow_version: 1, input: json!({}).into(),
+    /// #     capabilities: Default::default(), budget: None,
+    /// # });
+    /// # let done = Event::ExecutionCompleted(ExecutionCompleted { output: json!({"total": 7}).into() });
+    /// # let log = [EventEnvelope::new(id.clone(), 0, started), EventEnvelope::new(id, 1, done)];
+    /// let state = ExecutionState::fold(&log)?;
+    /// let output = state.output().expect("completed");
+    /// assert_eq!(output.to_value()["total"], 7);
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn output(&self) -> Option<&Payload> {
+        match &self.ended {
+            Some(Ended::Completed(output)) => Some(output),
+            _ => None,
+        }
+    }
+
+    /// Why the execution failed, once it has (`None` otherwise): the flow's error, with its
+    /// code and message.
+    pub fn failure(&self) -> Option<&ErrorInfo> {
+        match &self.ended {
+            Some(Ended::Failed(error)) => Some(error),
+            _ => None,
+        }
+    }
+
+    /// The reason given when the execution was cancelled: `Some(None)` for a cancel without
+    /// a reason, `None` if it was not cancelled.
+    pub fn cancel_reason(&self) -> Option<Option<&str>> {
+        match &self.ended {
+            Some(Ended::Cancelled(reason)) => Some(reason.as_deref()),
+            _ => None,
+        }
     }
 
     fn refuse(&self, envelope: &EventEnvelope, violation: Violation) -> FoldError {
@@ -478,16 +628,19 @@ impl ExecutionState {
                 self.pending_gates.remove(&e.gate_id);
             }
             Event::SurfacePatch(_) => {}
-            Event::ExecutionCompleted(_) => {
+            Event::ExecutionCompleted(e) => {
                 self.status = ExecutionStatus::Completed;
+                self.ended = Some(Ended::Completed(e.output.clone()));
                 return Ok(());
             }
-            Event::ExecutionFailed(_) => {
+            Event::ExecutionFailed(e) => {
                 self.status = ExecutionStatus::Failed;
+                self.ended = Some(Ended::Failed(e.error.clone()));
                 return Ok(());
             }
-            Event::ExecutionCancelled(_) => {
+            Event::ExecutionCancelled(e) => {
                 self.status = ExecutionStatus::Cancelled;
+                self.ended = Some(Ended::Cancelled(e.reason.clone()));
                 return Ok(());
             }
         }

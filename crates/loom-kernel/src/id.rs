@@ -19,12 +19,23 @@ pub struct ExecutionId(Arc<str>);
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[non_exhaustive]
 pub enum InvalidExecutionId {
+    /// The id is empty.
     #[error("execution id is empty")]
     Empty,
+    /// The id is longer than [`MAX_EXECUTION_ID_LEN`] bytes.
     #[error("execution id is {len} bytes long; at most {MAX_EXECUTION_ID_LEN} are allowed")]
-    TooLong { len: usize },
+    TooLong {
+        /// Its length in bytes.
+        len: usize,
+    },
+    /// The id holds a character that is not allowed.
     #[error("execution id {id:?} contains {found:?}, which is not allowed")]
-    ForbiddenChar { id: String, found: char },
+    ForbiddenChar {
+        /// The id given.
+        id: String,
+        /// The character refused.
+        found: char,
+    },
 }
 
 impl ExecutionId {
@@ -46,6 +57,7 @@ impl ExecutionId {
         Ok(Self(Arc::from(id)))
     }
 
+    /// The id as text.
     pub fn as_str(&self) -> &str {
         &self.0
     }

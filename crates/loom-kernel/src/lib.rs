@@ -45,6 +45,7 @@
 //! # Ok::<(), Box<dyn std::error::Error>>(())
 //! # }).unwrap();
 //! ```
+#![warn(missing_docs)]
 #![cfg_attr(
     not(test),
     warn(clippy::unwrap_used, clippy::print_stdout, clippy::print_stderr)
@@ -66,8 +67,10 @@ pub mod runtime;
 pub mod store;
 
 pub use envelope::{DecodeError, EventEnvelope};
-pub use event::{AbiVersion, EVENT_SCHEMA, ErrorInfo, Event, KERNEL_ABI};
-pub use fold::{ExecutionState, ExecutionStatus, FoldError, Violation};
+pub use event::{AbiVersion, EVENT_SCHEMA, ErrorInfo, Event, KERNEL_ABI, Verdict};
+pub use fold::{
+    ExecutionState, ExecutionStatus, FoldError, PendingGate, StepRecord, StepStatus, Violation,
+};
 pub use id::{ExecutionId, InvalidExecutionId, MAX_EXECUTION_ID_LEN};
 pub use payload::{MAX_DEPTH as MAX_PAYLOAD_DEPTH, Payload, PayloadError};
 pub use store::{

@@ -325,3 +325,34 @@ fn a_refused_event_leaves_the_state_unchanged() {
     assert!(state.apply(&events[2]).is_err());
     assert_eq!(state, before);
 }
+
+#[test]
+fn an_ended_state_tells_its_output_failure_or_cancel_reason() {
+    let state = ExecutionState::fold(&log(vec![started(), done()])).unwrap();
+    assert_eq!(state.output().map(|o| o.to_value()), Some(json!(1)));
+    assert_eq!(state.failure(), None);
+    assert_eq!(state.cancel_reason(), None);
+
+    let failed = Event::ExecutionFailed(ExecutionFailed {
+        error: ErrorInfo::new("flow.error", "out of stock"),
+    });
+    let state = ExecutionState::fold(&log(vec![started(), failed])).unwrap();
+    assert_eq!(state.output(), None);
+    let failure = state.failure().unwrap();
+    assert_eq!(
+        (failure.code.as_str(), failure.message.as_str()),
+        ("flow.error", "out of stock")
+    );
+
+    let cancelled = Event::ExecutionCancelled(ExecutionCancelled {
+        reason: Some("customer left".into()),
+    });
+    let state = ExecutionState::fold(&log(vec![started(), cancelled])).unwrap();
+    assert_eq!(state.cancel_reason(), Some(Some("customer left")));
+    assert_eq!((state.output(), state.failure()), (None, None));
+
+    let running = ExecutionState::fold(&log(vec![started(), suspended("g", "k")])).unwrap();
+    assert_eq!(running.output(), None);
+    assert_eq!(running.failure(), None);
+    assert_eq!(running.cancel_reason(), None);
+}

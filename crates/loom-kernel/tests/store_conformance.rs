@@ -68,4 +68,10 @@ async fn every_execution_is_listed_across_pages() {
         .await
         .unwrap();
     assert_eq!(listed, expected);
+    // The plain call lists the same, and the stream needs no pinning to be polled.
+    let all = store.list_all_executions().await.unwrap();
+    assert_eq!(all.into_iter().map(|s| s.id).collect::<Vec<_>>(), expected);
+    let mut stream = store.executions();
+    let first = stream.try_next().await.unwrap().unwrap();
+    assert_eq!(first.id, expected[0]);
 }

@@ -26,40 +26,71 @@ pub enum BridgeError {
     /// A component does not fit its catalog.
     #[error("surface `{surface_id}`: {source}")]
     Component {
+        /// The surface's id.
         surface_id: String,
+        /// The underlying error.
         #[source]
         source: ComponentError,
     },
     /// The initial data model is not a JSON object.
     #[error("surface `{surface_id}`: the data model must be a JSON object")]
-    ModelNotAnObject { surface_id: String },
+    ModelNotAnObject {
+        /// The surface's id.
+        surface_id: String,
+    },
     /// `createSurface` was already sent for this surface.
     #[error("surface `{surface_id}` was already created")]
-    AlreadyCreated { surface_id: String },
+    AlreadyCreated {
+        /// The surface's id.
+        surface_id: String,
+    },
     /// The surface was never created (or was deleted).
     #[error("surface `{surface_id}` is not created")]
-    NotCreated { surface_id: String },
+    NotCreated {
+        /// The surface's id.
+        surface_id: String,
+    },
     /// A patch does not apply; the model is unchanged.
     #[error("surface `{surface_id}`: {source}")]
     Patch {
+        /// The surface's id.
         surface_id: String,
+        /// The underlying error.
         #[source]
         source: Box<PatchError>,
     },
     /// A `SURFACE_PATCH` does not decode as surface ops.
     #[error("surface `{surface_id}`: a SURFACE_PATCH does not decode: {detail}")]
-    Decode { surface_id: String, detail: String },
+    Decode {
+        /// The surface's id.
+        surface_id: String,
+        /// What went wrong, in words.
+        detail: String,
+    },
     /// The function is not in the surface's catalogs.
     #[error("catalog `{catalog_id}` has no function `{name}`")]
-    UnknownFunction { catalog_id: String, name: String },
+    UnknownFunction {
+        /// The catalog's id.
+        catalog_id: String,
+        /// The name concerned.
+        name: String,
+    },
     /// The function may only be called by the renderer; nothing was sent.
     #[error(
         "function `{name}` of catalog `{catalog_id}` is rendererOnly: the agent may not call it"
     )]
-    RendererOnly { catalog_id: String, name: String },
+    RendererOnly {
+        /// The catalog's id.
+        catalog_id: String,
+        /// The name concerned.
+        name: String,
+    },
     /// The call id was already issued by this bridge.
     #[error("call id `{call_id}` was already issued")]
-    DuplicateCallId { call_id: String },
+    DuplicateCallId {
+        /// The function call's id.
+        call_id: String,
+    },
 }
 
 /// An inbound message refused; nothing was recorded and the bridge is unchanged.
@@ -72,26 +103,47 @@ pub enum IngestError {
     /// A valid message, but not the kind this ingest takes.
     #[error("expected {expected}, got a `{got}` message")]
     UnexpectedKind {
+        /// The kind of message expected.
         expected: &'static str,
+        /// The kind of message received.
         got: &'static str,
     },
     /// The message is about another surface.
     #[error("the message is for surface `{got}`, not `{expected}`")]
-    WrongSurface { expected: String, got: String },
+    WrongSurface {
+        /// This bridge's surface.
+        expected: String,
+        /// The surface the message names.
+        got: String,
+    },
     /// The reply's call id is not the one expected.
     #[error("the reply answers call `{got}`, not the expected `{expected}`")]
-    MismatchedCallId { expected: String, got: String },
+    MismatchedCallId {
+        /// The call id expected.
+        expected: String,
+        /// The call id the reply carries.
+        got: String,
+    },
     /// No call with this id was issued (here).
     #[error("no call `{call_id}` was issued on this surface")]
-    UnknownCallId { call_id: String },
+    UnknownCallId {
+        /// The function call's id.
+        call_id: String,
+    },
     /// The call was already answered.
     #[error("call `{call_id}` was already answered")]
-    AlreadyAnswered { call_id: String },
+    AlreadyAnswered {
+        /// The function call's id.
+        call_id: String,
+    },
     /// The result does not match the function's declared return schema.
     #[error("the result of call `{call_id}` ({name}) fails its return schema: {detail}")]
     InvalidResult {
+        /// The function call's id.
         call_id: String,
+        /// The function called.
         name: String,
+        /// What went wrong, in words.
         detail: String,
     },
 }

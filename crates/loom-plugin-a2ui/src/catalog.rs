@@ -221,18 +221,32 @@ impl CatalogDef {
 pub enum CatalogError {
     /// Two catalogs have one id.
     #[error("catalog `{catalog_id}` is defined twice")]
-    DuplicateCatalog { catalog_id: String },
+    DuplicateCatalog {
+        /// The catalog's id.
+        catalog_id: String,
+    },
     /// The default catalog is not in the set.
     #[error("the default catalog `{catalog_id}` is not in the set")]
-    UnknownDefault { catalog_id: String },
+    UnknownDefault {
+        /// The catalog's id.
+        catalog_id: String,
+    },
     /// A name is not a UAX #31 identifier, as v1.0 requires.
     #[error("`{name}` in catalog `{catalog_id}` is not a UAX #31 identifier")]
-    InvalidName { catalog_id: String, name: String },
+    InvalidName {
+        /// The catalog's id.
+        catalog_id: String,
+        /// The name refused.
+        name: String,
+    },
     /// A schema does not compile.
     #[error("the schema of `{name}` in catalog `{catalog_id}` does not compile: {detail}")]
     InvalidSchema {
+        /// The catalog's id.
         catalog_id: String,
+        /// The function's name.
         name: String,
+        /// What went wrong, in words.
         detail: String,
     },
 }
@@ -243,31 +257,51 @@ pub enum CatalogError {
 pub enum ComponentError {
     /// Not an object with string `id` and `component`.
     #[error("component #{index} is not an object with string `id` and `component`")]
-    Malformed { index: usize },
+    Malformed {
+        /// The position of the component in the list.
+        index: usize,
+    },
     /// The id is not a UAX #31 identifier (`order_total`, not `order-total`).
     #[error("component id `{id}` is not a UAX #31 identifier")]
-    InvalidId { id: String },
+    InvalidId {
+        /// The component id concerned.
+        id: String,
+    },
     /// Two components share an id.
     #[error("component id `{id}` is used twice")]
-    DuplicateId { id: String },
+    DuplicateId {
+        /// The component id concerned.
+        id: String,
+    },
     /// No component has id `root`.
     #[error("no component has id `root`")]
     NoRoot,
     /// The catalog named (or the surface's default) is not in the set.
     #[error("component `{id}` names catalog `{catalog_id}`, which the surface does not have")]
-    UnknownCatalog { id: String, catalog_id: String },
+    UnknownCatalog {
+        /// The component id concerned.
+        id: String,
+        /// The catalog it names.
+        catalog_id: String,
+    },
     /// The catalog does not define the component type.
     #[error("component `{id}`: catalog `{catalog_id}` has no component `{component}`")]
     UnknownComponent {
+        /// The component id concerned.
         id: String,
+        /// The catalog's id.
         catalog_id: String,
+        /// The component's type name.
         component: String,
     },
     /// The component does not match its schema.
     #[error("component `{id}` ({component}) does not match its schema: {detail}")]
     Invalid {
+        /// The component id concerned.
         id: String,
+        /// The component's type name.
         component: String,
+        /// What went wrong, in words.
         detail: String,
     },
 }

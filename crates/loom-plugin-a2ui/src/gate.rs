@@ -65,13 +65,20 @@ pub enum CallAndWaitError {
     /// The renderer answered with an error.
     #[error("the renderer answered call `{call_id}` with {}: {}", .error.code, .error.message)]
     Function {
+        /// The function call's id.
         call_id: String,
+        /// The error the renderer answered.
         error: FunctionError,
     },
     /// The resume payload is not a function result (only a resume that bypassed the hub can
     /// cause this).
     #[error("the resume of call `{call_id}` is not a function result: {detail}")]
-    BadPayload { call_id: String, detail: String },
+    BadPayload {
+        /// The function call's id.
+        call_id: String,
+        /// What went wrong, in words.
+        detail: String,
+    },
 }
 
 #[derive(Default)]

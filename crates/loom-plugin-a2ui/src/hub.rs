@@ -38,7 +38,9 @@ pub enum HubError {
     /// Reading the log for a catch-up failed.
     #[error("catch-up of execution {execution} failed: {source}")]
     Read {
+        /// The execution concerned.
         execution: ExecutionId,
+        /// The underlying error.
         #[source]
         source: ReadError,
     },
@@ -48,13 +50,16 @@ pub enum HubError {
     /// The runtime refused the resume (for example, the gate was already resumed).
     #[error("the resume was refused: {source}")]
     Resume {
+        /// Why the resume was refused.
         #[source]
         source: ResumeError,
     },
     /// The execution has no such surface here.
     #[error("execution {execution} has no surface `{surface_id}`")]
     UnknownSurface {
+        /// The execution concerned.
         execution: ExecutionId,
+        /// The surface's id.
         surface_id: String,
     },
 }

@@ -15,9 +15,13 @@ pub struct Checker {
 /// What the check of one execution found.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Outcome {
+    /// The execution's id.
     pub execution: String,
+    /// The flow's name and version, when the log names them.
     pub flow: Option<(String, u32)>,
+    /// How many events its log holds.
     pub events: u64,
+    /// What the check found.
     pub finding: Finding,
 }
 
@@ -29,12 +33,18 @@ pub enum Finding {
     Deterministic,
     /// Today's code does not do what the log says it did.
     Divergent {
+        /// The seq where replay and log part.
         seq: u64,
+        /// What the log recorded.
         recorded: String,
+        /// What the flow attempted instead.
         attempted: String,
     },
     /// The check could not be made (unreadable, invalid or unsupported log, unknown flow).
-    Error { detail: String },
+    Error {
+        /// Why the execution could not be checked.
+        detail: String,
+    },
 }
 
 impl Outcome {

@@ -6,7 +6,7 @@
 //! that is not registered) and found no divergence.
 
 use std::ffi::OsString;
-use std::io::{IsTerminal, Write};
+use std::io::IsTerminal;
 use std::path::PathBuf;
 use std::process::ExitCode;
 use std::sync::Arc;
@@ -81,14 +81,14 @@ pub fn check_command(
     let args = match CheckArgs::try_parse_from(args) {
         Ok(args) => args,
         Err(error) => {
-            let _ = error.print();
+            usage(&error);
             return if error.use_stderr() { 2 } else { 0 };
         }
     };
     match run(flows, &args) {
         Ok(code) => code,
         Err(error) => {
-            eprintln!("replay-check: {error}");
+            eprintln!("replay-check: {}", sentence(&*error));
             2
         }
     }
@@ -99,7 +99,7 @@ pub fn export_main(args: impl IntoIterator<Item = impl Into<OsString> + Clone>) 
     let args = match ExportArgs::try_parse_from(args) {
         Ok(args) => args,
         Err(error) => {
-            let _ = error.print();
+            usage(&error);
             return if error.use_stderr() {
                 ExitCode::from(2)
             } else {
@@ -116,14 +116,53 @@ pub fn export_main(args: impl IntoIterator<Item = impl Into<OsString> + Clone>) 
             ExitCode::SUCCESS
         }
         Err(error) => {
-            eprintln!("export-log: {error}");
+            eprintln!("export-log: {}", sentence(&*error));
             ExitCode::from(2)
         }
     }
 }
 
+/// Prints a command-line error (or `--help`, `--version`) with `print!`/`eprint!`, which a test
+/// harness captures: a test of a bad argument then prints nothing unless it fails.
+fn usage(error: &clap::Error) {
+    let styled = error.render();
+    // Colours only on a terminal, as clap itself would.
+    let terminal = if error.use_stderr() {
+        std::io::stderr().is_terminal()
+    } else {
+        std::io::stdout().is_terminal()
+    };
+    let text = match terminal {
+        true => styled.ansi().to_string(),
+        false => styled.to_string(),
+    };
+    if error.use_stderr() {
+        eprint!("{text}");
+    } else {
+        print!("{text}");
+    }
+}
+
 /// Any error, boxed.
 pub type BoxError = Box<dyn std::error::Error + Send + Sync>;
+
+/// An error and its causes as one sentence (`opening x: cannot read y: permission denied`),
+/// leaving out a cause whose text the message before it already includes.
+fn sentence(error: &(dyn std::error::Error + 'static)) -> String {
+    let mut text = error.to_string();
+    let mut last = text.clone();
+    let mut cause = error.source();
+    while let Some(error) = cause {
+        let message = error.to_string();
+        if !last.contains(&message) {
+            text.push_str(": ");
+            text.push_str(&message);
+        }
+        last = message;
+        cause = error.source();
+    }
+    text
+}
 
 /// `replay-check` over any [`EventStore`] (PostgreSQL, or a store of your own) that the
 /// caller opens: `open` runs on the check's Tokio runtime, `label` names the store in the
@@ -143,7 +182,7 @@ where
     let args = match CheckArgs::try_parse_from(args) {
         Ok(args) => args,
         Err(error) => {
-            let _ = error.print();
+            usage(&error);
             return if error.use_stderr() { 2 } else { 0 };
         }
     };
@@ -167,7 +206,7 @@ where
     match outcome {
         Ok(code) => code,
         Err(error) => {
-            eprintln!("replay-check: {error}");
+            eprintln!("replay-check: {}", sentence(&*error));
             2
         }
     }
@@ -522,8 +561,10 @@ impl Report {
         }
     }
 
+    /// Prints the report on stdout, in one `print!` (which a test harness captures).
     fn print(&self, label: &str) {
-        let mut out = std::io::stdout().lock();
+        use std::fmt::Write as _;
+        let mut out = String::new();
         let flow = |o: &Outcome| {
             o.flow.as_ref().map_or_else(
                 || "flow unknown".to_owned(),
@@ -570,6 +611,7 @@ impl Report {
             self.errors(),
             self.seconds
         );
+        print!("{out}");
     }
 
     fn to_json(&self, label: &str) -> serde_json::Value {
@@ -670,7 +712,7 @@ fn days_from_civil(year: i64, month: i64, day: i64) -> i64 {
 
 #[cfg(test)]
 mod tests {
-    use super::parse_since;
+    use super::{parse_since, sentence};
 
     #[test]
     fn since_accepts_millis_dates_and_utc_times() {
@@ -681,5 +723,21 @@ mod tests {
         assert!(parse_since("30/11/2026").is_err());
         assert!(parse_since("2026-13-01").is_err());
         assert!(parse_since("2026-11-30T10:00").is_err());
+    }
+
+    #[test]
+    fn an_error_prints_as_one_sentence_with_each_cause_once() {
+        #[derive(Debug, thiserror::Error)]
+        #[error("cannot open {0}: {1}")]
+        struct Repeats(&'static str, #[source] std::io::Error);
+        #[derive(Debug, thiserror::Error)]
+        #[error("opening the store")]
+        struct Context(#[source] Repeats);
+        let io = std::io::Error::new(std::io::ErrorKind::NotFound, "no such file");
+        let error = Context(Repeats("x.redb", io));
+        assert_eq!(
+            sentence(&error),
+            "opening the store: cannot open x.redb: no such file"
+        );
     }
 }

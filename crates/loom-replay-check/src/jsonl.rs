@@ -24,29 +24,46 @@ pub const EXTENSION: &str = "jsonl";
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
 pub enum JsonlError {
+    /// The file could not be read or written.
     #[error("{path}: {source}")]
     Io {
+        /// The file concerned.
         path: PathBuf,
+        /// The underlying error.
         #[source]
         source: std::io::Error,
     },
+    /// A line is not an event envelope.
     #[error("{path}:{line}: {source}")]
     Decode {
+        /// The file concerned.
         path: PathBuf,
+        /// The line number, from 1.
         line: usize,
+        /// The underlying error.
         #[source]
         source: DecodeError,
     },
+    /// An event is not where the log needs it (another execution, or a seq out of order).
     #[error("{path}:{line}: expected seq {expected} of execution {execution}, found {found}")]
     OutOfPlace {
+        /// The file concerned.
         path: PathBuf,
+        /// The line number, from 1.
         line: usize,
+        /// The execution whose log the file holds.
         execution: String,
+        /// The execution id or seq expected.
         expected: String,
+        /// The execution id or seq found.
         found: String,
     },
+    /// The file holds no event.
     #[error("{path}: the file holds no event")]
-    Empty { path: PathBuf },
+    Empty {
+        /// The file concerned.
+        path: PathBuf,
+    },
 }
 
 /// The path of `execution`'s log in `dir`.

@@ -24,6 +24,7 @@
 //!
 //! # What it must not depend on
 //! Only `loom-kernel` among Loom crates: it checks flows, whatever they use.
+#![warn(missing_docs)]
 #![cfg_attr(not(test), warn(clippy::unwrap_used))]
 
 pub mod check;

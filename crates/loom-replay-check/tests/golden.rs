@@ -196,6 +196,15 @@ fn the_command_reports_with_exit_codes() {
         "flows that are not registered cannot be checked"
     );
     assert_eq!(check_command(&flows(), ["replay-check"]), 2, "no source");
+    // Bad arguments: exit code 2, and the usage error goes through the captured output.
+    assert_eq!(
+        check_command(&flows(), ["replay-check", "--logs", "x", "--jobs", "many"]),
+        2
+    );
+    assert_eq!(
+        loom_replay_check::cli::export_main(["export-log", "--store", "x.redb"]),
+        std::process::ExitCode::from(2)
+    );
     assert_eq!(
         check_command(&flows(), ["replay-check", "--logs", "/nonexistent/dir"]),
         2

@@ -22,7 +22,7 @@ use crate::writer::{Faults, WriteRequest, Writer};
 
 /// Event logs in a PostgreSQL database. Cheap to clone; clones share the pool, the writer,
 /// the listener and the leases. Each store instance is one worker for the lease protocol
-/// (see [`crate::lease`]); open one per process.
+/// (see the `lease` module); open one per process.
 #[derive(Debug, Clone)]
 pub struct PostgresStore {
     shared: Arc<Shared>,

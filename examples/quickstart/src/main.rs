@@ -3,18 +3,18 @@
 //!
 //! Three checkouts start and park on their approval gate; two are approved and complete, the
 //! third keeps waiting. Then every execution of the store is listed, folded from its log, and one
-//! log is shown event by event. The store is a file: run again, and the waiting checkout is
-//! still there, still waiting, next to the new ones.
+//! log is shown event by event. The store is a file: run again, and the same starts return the
+//! executions of the first run (start is idempotent on the id) and the checkout it left waiting
+//! is resumed and completes. A third run finds everything completed.
 
 use std::path::PathBuf;
 use std::time::Duration;
 
-use anyhow::{Context, Result, bail, ensure};
+use anyhow::{Context, Result, bail};
 use clap::Parser;
 use loom_kernel::runtime::Runtime;
 use loom_kernel::{
     DiskStore, Event, EventStore, EventStoreExt, ExecutionId, ExecutionState, ExecutionStatus,
-    ExecutionSummary,
 };
 use loom_store_postgres::{PostgresStore, PostgresStoreConfig};
 use quickstart::{APPROVAL_EVENT, Order, Receipt, approval_key};
@@ -37,19 +37,31 @@ struct Args {
     schema: String,
 }
 
-/// Small on purpose, so that listing the store really goes page by page.
-const LIST_PAGE: usize = 2;
-
 /// What each execution may spend; the effects report their cost.
 const BUDGET: u64 = 10;
 
 #[tokio::main]
-async fn main() -> Result<()> {
+async fn main() -> std::process::ExitCode {
+    // The runtime's logs on stderr: warnings by default, more with RUST_LOG (for example
+    // `RUST_LOG=loom_kernel=debug`); see the README's "Logs and tracing".
     tracing_subscriber::fmt()
-        .with_env_filter(tracing_subscriber::EnvFilter::from_default_env())
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_default_env()
+                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn")),
+        )
         .with_writer(std::io::stderr)
         .init();
-    let args = Args::parse();
+    match quickstart(Args::parse()).await {
+        Ok(()) => std::process::ExitCode::SUCCESS,
+        Err(error) => {
+            // One sentence with its causes, not Rust's debug form.
+            eprintln!("error: {}", sentence(&error));
+            std::process::ExitCode::FAILURE
+        }
+    }
+}
+
+async fn quickstart(args: Args) -> Result<()> {
     if args.store.starts_with("postgres://") || args.store.starts_with("postgresql://") {
         // A stable worker id: run again after a crash, and this process takes its executions
         // back at once instead of waiting for their leases to run out.
@@ -65,7 +77,8 @@ async fn main() -> Result<()> {
     }
     let path = PathBuf::from(&args.store);
     if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
-        std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
+        std::fs::create_dir_all(dir)
+            .with_context(|| format!("creating the directory {}", dir.display()))?;
     }
     let store = DiskStore::open(&path)
         .with_context(|| format!("opening the store at {}", path.display()))?;
@@ -82,24 +95,27 @@ async fn run<S: EventStore>(store: S, label: &str) -> Result<()> {
 
     // Executions a crashed process left mid-flight are driven on; parked ones wait for a resume.
     let recovered = rt.recover().await.context("recovering the store")?;
-    let earlier = list_all(rt.store()).await?;
-    println!(
-        "recover() picked up {recovered} execution(s); the store holds {} from earlier runs.",
-        earlier.len()
-    );
-    for summary in &earlier {
-        let state = fold(&rt, &summary.id).await?;
-        if state.status() == ExecutionStatus::Suspended {
-            println!("  {} is still suspended at {}", summary.id, gates(&state));
-        }
+    let earlier = rt
+        .store()
+        .list_all_executions()
+        .await
+        .context("listing executions")?;
+    if earlier.is_empty() {
+        println!("The store is empty: this is the first run.");
+    } else {
+        println!(
+            "recover() drove on {recovered} execution(s) a stopped process left mid-flight; \
+             the store holds {} from earlier runs.",
+            earlier.len()
+        );
     }
+    let existed = |id: &ExecutionId| earlier.iter().any(|summary| summary.id == *id);
 
-    // Ids of earlier runs are taken: continue after the highest, so earlier logs stay intact.
-    let first = next_number(&earlier, "checkout-");
-    let greet_id = ExecutionId::new(format!("greet-{}", next_number(&earlier, "greet-")))?;
+    // The same ids on every run: `start` is idempotent on the id, so a second run gets the
+    // executions of the first (same flow, same input) and runs nothing again.
     let options = |id: &ExecutionId| quickstart::start_options(id).budget(BUDGET);
     let mut checkouts = Vec::new();
-    for (n, (sku, qty)) in (first..).zip([("A1", 1), ("B2", 2), ("C3", 3)]) {
+    for (n, (sku, qty)) in (1..).zip([("A1", 1), ("B2", 2), ("C3", 3)]) {
         let id = ExecutionId::new(format!("checkout-{n}"))?;
         let order = Order {
             sku: sku.into(),
@@ -108,32 +124,64 @@ async fn run<S: EventStore>(store: S, label: &str) -> Result<()> {
         rt.start("checkout", &order, options(&id)).await?;
         checkouts.push(id);
     }
+    let greet_id = ExecutionId::new("greet-1")?;
     rt.start("greet", "ada", options(&greet_id)).await?;
 
-    println!("\nStarted {} executions:", checkouts.len() + 1);
-    for id in &checkouts {
+    println!(
+        "\nStarted (or found, from an earlier run) {} executions:",
+        checkouts.len() + 1
+    );
+    let mut to_approve = Vec::new();
+    for (n, id) in checkouts.iter().enumerate() {
         let state = rt.wait(id).await?;
-        ensure!(
-            state.status() == ExecutionStatus::Suspended,
-            "{id} should wait for its approval, but it is {}",
-            state.status()
-        );
-        println!("  {id}: {}, at {}", state.status(), gates(&state));
+        let origin = if existed(id) { "earlier run" } else { "new" };
+        if state.pending_gates().is_empty() {
+            println!("  {id} ({origin}): {}", state.status());
+        } else {
+            println!(
+                "  {id} ({origin}): {}, at {}",
+                state.status(),
+                gates(&state)
+            );
+        }
+        if state.status() == ExecutionStatus::Suspended {
+            // This run approves two new checkouts and leaves the third waiting; a checkout an
+            // earlier run left waiting is approved now: the next run resumes what this one left.
+            if existed(id) || n < 2 {
+                to_approve.push(id);
+            }
+        }
     }
     let state = rt.wait(&greet_id).await?;
-    let greeting: String = output(rt.store(), &greet_id).await?;
-    println!("  {greet_id}: {}, \"{greeting}\"", state.status());
+    let greeting: String = output(&state, &greet_id)?;
+    let origin = if existed(&greet_id) {
+        "earlier run"
+    } else {
+        "new"
+    };
+    println!(
+        "  {greet_id} ({origin}): {}, \"{greeting}\"",
+        state.status()
+    );
 
-    let (approved, waiting) = checkouts.split_at(2);
-    println!("\nApproving {} and {}:", approved[0], approved[1]);
-    for id in approved {
+    if to_approve.is_empty() {
+        println!("\nNothing waits for an approval: every checkout has completed.");
+    } else {
+        println!("\nApproving:");
+    }
+    for id in &to_approve {
+        if existed(id) {
+            println!("  {id}, left waiting by an earlier run: resumed now");
+        } else {
+            println!("  {id}");
+        }
         let payload = json!({"action": "approve", "by": "alice"}).into();
         rt.resume(id, APPROVAL_EVENT, &approval_key(id), payload)
             .await?;
     }
-    for id in approved {
+    for id in &to_approve {
         let state = rt.wait(id).await?;
-        let receipt: Receipt = output(rt.store(), id).await?;
+        let receipt: Receipt = output(&state, id)?;
         println!(
             "  {id}: {}, reservation {}, charged {} with key {}",
             state.status(),
@@ -143,14 +191,13 @@ async fn run<S: EventStore>(store: S, label: &str) -> Result<()> {
         );
     }
 
-    println!(
-        "\nEvery execution in the store (listed {LIST_PAGE} per page, each folded from its log):"
-    );
+    println!("\nEvery execution in the store, each folded from its log:");
     println!(
         "  {:<13} {:>6}  {:<10} {:<11} {:>12}  pending gates",
         "id", "events", "status", "flow", "spent/budget"
     );
-    for summary in list_all(rt.store()).await? {
+    let all = rt.store().list_all_executions().await?;
+    for summary in &all {
         let state = fold(&rt, &summary.id).await?;
         let flow = state
             .flow()
@@ -166,7 +213,7 @@ async fn run<S: EventStore>(store: S, label: &str) -> Result<()> {
         );
     }
 
-    let shown = &approved[1];
+    let shown = &checkouts[1];
     println!("\nThe log of {shown}, one line per event (seq, type, step):");
     for envelope in rt.store().read_all(shown).await? {
         let (seq, event) = (envelope.seq, &envelope.event);
@@ -191,11 +238,23 @@ async fn run<S: EventStore>(store: S, label: &str) -> Result<()> {
         );
     }
 
-    println!(
-        "\nStore: {label}. Run again: recover() drives on whatever a crash left mid-flight, and \
-         {} is still listed as suspended, waiting for its approval.",
-        waiting[0]
-    );
+    let still_waiting: Vec<_> = checkouts
+        .iter()
+        .filter(|id| !to_approve.contains(id))
+        .collect();
+    match still_waiting.as_slice() {
+        [] => println!(
+            "\nStore: {label}. Every execution has completed; delete the store to start over."
+        ),
+        ids => {
+            let ids: Vec<_> = ids.iter().map(|id| id.as_str()).collect();
+            println!(
+                "\nStore: {label}. Run again: the same starts return these executions, and {} \
+                 (waiting for its approval) is resumed.",
+                ids.join(", ")
+            )
+        }
+    }
     Ok(())
 }
 
@@ -203,29 +262,14 @@ async fn fold<S: EventStore>(rt: &Runtime<S>, id: &ExecutionId) -> Result<Execut
     rt.state(id).await.with_context(|| format!("folding {id}"))
 }
 
-/// Every execution of the store, in id order, read a page of [`LIST_PAGE`] at a time.
-async fn list_all<S: EventStore>(store: &S) -> Result<Vec<ExecutionSummary>> {
-    let (mut all, mut after) = (Vec::new(), None);
-    loop {
-        let page = store
-            .list_executions(after.as_ref(), LIST_PAGE)
-            .await
-            .context("listing executions")?;
-        all.extend(page.executions);
-        match page.next {
-            Some(next) => after = Some(next),
-            None => return Ok(all),
-        }
+/// The output of a completed execution, decoded.
+fn output<T: DeserializeOwned>(state: &ExecutionState, id: &ExecutionId) -> Result<T> {
+    match state.output() {
+        Some(output) => output
+            .decode()
+            .with_context(|| format!("decoding the output of {id}")),
+        None => bail!("{id} has not completed: it is {}", state.status()),
     }
-}
-
-/// One more than the highest `<prefix>N` among `taken`, or 1.
-fn next_number(taken: &[ExecutionSummary], prefix: &str) -> u64 {
-    let highest = taken
-        .iter()
-        .filter_map(|s| s.id.as_str().strip_prefix(prefix)?.parse::<u64>().ok())
-        .max();
-    highest.map_or(1, |n| n + 1)
 }
 
 /// The pending gates of an execution, or `-`.
@@ -234,19 +278,6 @@ fn gates(state: &ExecutionState) -> String {
     let gates = gates.map(|(gate, p)| format!("{gate} (key {})", p.correlation_key));
     let gates = gates.collect::<Vec<_>>().join(", ");
     if gates.is_empty() { "-".into() } else { gates }
-}
-
-/// The output a completed execution recorded, from the last event of its log.
-async fn output<T: DeserializeOwned, S: EventStore>(store: &S, id: &ExecutionId) -> Result<T> {
-    let head = store.head(id).await?;
-    let last = store.read(id, head.saturating_sub(1), 1).await?;
-    match last.first().map(|envelope| &envelope.event) {
-        Some(Event::ExecutionCompleted(done)) => {
-            let output = done.output.decode();
-            output.with_context(|| format!("decoding the output of {id}"))
-        }
-        other => bail!("{id} has not completed: its last event is {other:?}"),
-    }
 }
 
 /// The step, gate or decision an event is about, if any.
@@ -260,5 +291,42 @@ fn step(event: &Event) -> String {
         Event::ExecutionSuspended(e) => format!("{} (key {})", e.gate_id, e.correlation_key),
         Event::ExecutionResumed(e) => format!("{} with {}", e.gate_id, e.payload),
         _ => String::new(),
+    }
+}
+
+/// An error and its causes as one sentence, like `{:#}`, leaving out a cause whose text the
+/// message before it already includes (Loom's errors name their cause in their own message).
+fn sentence(error: &anyhow::Error) -> String {
+    let mut text = String::new();
+    let mut last = String::new();
+    for cause in error.chain() {
+        let message = cause.to_string();
+        if text.is_empty() {
+            text.push_str(&message);
+        } else if !last.contains(&message) {
+            text.push_str(": ");
+            text.push_str(&message);
+        }
+        last = message;
+    }
+    text
+}
+
+#[cfg(test)]
+mod tests {
+    use super::sentence;
+
+    #[test]
+    fn an_error_prints_as_one_sentence_with_each_cause_once() {
+        let io = std::io::Error::new(std::io::ErrorKind::IsADirectory, "Is a directory");
+        let opened = anyhow::Error::new(loom_kernel::OpenError::Io {
+            path: "/tmp".into(),
+            source: io,
+        });
+        let error = opened.context("opening the store at /tmp");
+        assert_eq!(
+            sentence(&error),
+            "opening the store at /tmp: cannot open store file /tmp: Is a directory"
+        );
     }
 }

@@ -37,17 +37,28 @@ pub enum StepError {
     /// The effect failed (or an operator's verdict said so); this is recorded.
     #[error("step failed: {0:?}")]
     Failed(ErrorInfo),
+    /// Two steps of the execution have this explicit id (ADR 0061).
     #[error("step id '{0}' is used twice in this execution")]
     DuplicateStepId(String),
+    /// A gate with this event type and key is already pending.
     #[error("a gate for ({event_type}, key '{correlation_key}') is already pending")]
     DuplicateGate {
+        /// The gate's event type.
         event_type: String,
+        /// The gate's correlation key.
         correlation_key: String,
     },
+    /// The input or value does not serialize to JSON.
     #[error("the input or value does not serialize to JSON: {0}")]
     Encode(String),
+    /// The recorded value does not decode to the type asked for.
     #[error("the recorded value of '{step_id}' does not decode: {detail}")]
-    Decode { step_id: String, detail: String },
+    Decode {
+        /// The step's id (ADR 0061).
+        step_id: String,
+        /// What went wrong, in words.
+        detail: String,
+    },
     /// The replayed flow diverged from its log; the runtime stops the execution.
     #[error("the flow diverged from its recorded history")]
     Diverged,
@@ -65,7 +76,12 @@ pub enum StepError {
 pub enum Selected {
     /// The gate at `index` (in the order given) was resumed first, with `payload`; the others
     /// were closed.
-    Gate { index: usize, payload: Payload },
+    Gate {
+        /// The gate's position in the list given to `first_of`.
+        index: usize,
+        /// What its resume carried.
+        payload: Payload,
+    },
     /// The deadline passed before any resume; every gate was closed.
     TimedOut,
 }

@@ -68,33 +68,48 @@ pub(crate) enum DriverMsg {
 #[derive(Debug, Clone, thiserror::Error)]
 #[non_exhaustive]
 pub enum DriveError {
+    /// The replayed flow asked for something else than its log recorded.
     #[error("non-determinism in execution {execution}: {source}")]
     NonDeterminism {
+        /// The execution concerned.
         execution: ExecutionId,
+        /// The first difference, recorded against attempted.
         #[source]
         source: NonDeterminism,
     },
+    /// The log names a flow version this runtime does not have.
     #[error("execution {execution} runs flow '{flow}' version {version}, which is not registered")]
     UnknownFlow {
+        /// The execution concerned.
         execution: ExecutionId,
+        /// The flow's name.
         flow: String,
+        /// The flow's version.
         version: u32,
     },
+    /// The log could not be read or folded.
     #[error("cannot read or fold execution {execution}: {detail}")]
     Log {
+        /// The execution concerned.
         execution: ExecutionId,
+        /// What went wrong, in words.
         detail: String,
     },
+    /// An append failed.
     #[error("cannot append to execution {execution}: {detail}")]
     Append {
+        /// The execution concerned.
         execution: ExecutionId,
+        /// What went wrong, in words.
         detail: String,
     },
     /// The driver itself panicked (a kernel bug: user code's panics are contained where they
     /// happen). What it had not recorded is left for `recover`.
     #[error("the driver of execution {execution} panicked: {detail}")]
     Panicked {
+        /// The execution concerned.
         execution: ExecutionId,
+        /// What went wrong, in words.
         detail: String,
     },
 }

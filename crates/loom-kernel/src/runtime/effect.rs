@@ -17,9 +17,13 @@ use crate::payload::Payload;
 #[derive(Debug, Clone)]
 #[non_exhaustive]
 pub struct EffectCall {
+    /// The execution the effect runs for.
     pub execution_id: ExecutionId,
+    /// The step's id (ADR 0061).
     pub step_id: String,
+    /// The effect's registered name.
     pub effect: String,
+    /// The input the flow gave.
     pub input: Payload,
     /// 1 for the first dispatch; one more for each re-dispatch after a crash or a `retry`
     /// verdict.
@@ -51,16 +55,19 @@ impl EffectCall {
         }
     }
 
+    /// The attempt number, from 1.
     pub fn with_attempt(mut self, attempt: u32) -> Self {
         self.attempt = attempt;
         self
     }
 
+    /// K2: the capabilities the execution was granted.
     pub fn with_capabilities(mut self, capabilities: BTreeSet<String>) -> Self {
         self.capabilities = Arc::new(capabilities);
         self
     }
 
+    /// K3: what the execution may still spend (`None`: no budget).
     pub fn with_budget_remaining(mut self, budget_remaining: Option<u64>) -> Self {
         self.budget_remaining = budget_remaining;
         self
@@ -89,6 +96,7 @@ pub enum EffectResult {
 #[derive(Debug, Clone, PartialEq)]
 #[non_exhaustive]
 pub struct EffectOutcome {
+    /// Completed, failed, or in doubt.
     pub result: EffectResult,
     /// Recorded with the outcome and added to the execution's budget spent. An outcome in
     /// doubt records no cost.
@@ -96,6 +104,7 @@ pub struct EffectOutcome {
 }
 
 impl EffectOutcome {
+    /// The effect ran and returned `output`.
     pub fn ok(output: Payload) -> Self {
         Self {
             result: EffectResult::Completed(output),
@@ -103,6 +112,7 @@ impl EffectOutcome {
         }
     }
 
+    /// The effect failed with `error`.
     pub fn failed(error: ErrorInfo) -> Self {
         Self {
             result: EffectResult::Failed(error),
@@ -110,6 +120,7 @@ impl EffectOutcome {
         }
     }
 
+    /// Whether the effect ran is unknown: the step is recorded in doubt (K9).
     pub fn in_doubt(reason: ErrorInfo) -> Self {
         Self {
             result: EffectResult::InDoubt(reason),
@@ -179,6 +190,7 @@ where
     F: Fn(EffectCall) -> Fut + Send + Sync + 'static,
     Fut: std::future::Future<Output = EffectOutcome> + Send + 'static,
 {
+    /// An effect from an async function; `idempotent` says whether running it twice is harmless.
     pub fn new(idempotent: bool, run: F) -> Self {
         Self { idempotent, run }
     }

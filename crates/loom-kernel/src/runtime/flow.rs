@@ -15,11 +15,14 @@ use crate::runtime::ctx::{FlowCtx, StepError};
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[error("{code}: {message}")]
 pub struct FlowError {
+    /// A stable, machine-readable code.
     pub code: String,
+    /// What happened, for people.
     pub message: String,
 }
 
 impl FlowError {
+    /// An error with `code` and `message`.
     pub fn new(code: impl Into<String>, message: impl Into<String>) -> Self {
         Self {
             code: code.into(),
@@ -51,8 +54,11 @@ impl From<serde_json::Error> for FlowError {
 
 /// A registered flow, with its input and output erased to JSON.
 pub trait Flow: Send + Sync + 'static {
+    /// The name executions start it by.
     fn name(&self) -> &str;
+    /// Its version: a changed flow that old logs must not replay against gets a new one.
     fn version(&self) -> u32;
+    /// Runs the flow with its input (as JSON) to its output.
     fn run(&self, ctx: FlowCtx, input: Payload) -> BoxFuture<'static, Result<Payload, FlowError>>;
 }
 
@@ -72,6 +78,7 @@ impl std::fmt::Debug for FlowSet {
 }
 
 impl FlowSet {
+    /// An empty set.
     pub fn new() -> Self {
         Self::default()
     }
@@ -88,14 +95,17 @@ impl FlowSet {
         self
     }
 
+    /// Every flow, in name and version order.
     pub fn iter(&self) -> impl Iterator<Item = &std::sync::Arc<dyn Flow>> {
         self.flows.iter()
     }
 
+    /// How many flows the set holds.
     pub fn len(&self) -> usize {
         self.flows.len()
     }
 
+    /// Whether the set is empty.
     pub fn is_empty(&self) -> bool {
         self.flows.is_empty()
     }

@@ -439,6 +439,8 @@ impl History {
 pub struct NonDeterminism {
     /// The seq of the recorded command that was not matched.
     pub seq: u64,
+    /// The command the log recorded at that point.
     pub recorded: String,
+    /// The command the flow made instead.
     pub attempted: String,
 }

@@ -51,8 +51,12 @@ pub use timers::{
     CLOSED_KEY, Clock, DEADLINE_KIND, ManualClock, SystemClock, TIMED_OUT_KEY, TIMER_EVENT_TYPE,
 };
 
+/// The operator's verdict on a step in doubt, taken by [`Runtime::resolve`] (also
+/// `loom_kernel::Verdict`).
+pub use crate::event::Verdict;
+
 use crate::classify::DataClassification;
-use crate::event::{Event, ExecutionStarted, Verdict};
+use crate::event::{Event, ExecutionStarted};
 use crate::fold::ExecutionState;
 use crate::id::ExecutionId;
 use crate::payload::Payload;
@@ -68,9 +72,13 @@ pub trait ResumeAuthenticator: Send + Sync + 'static {
 /// A resume as the authenticator sees it.
 #[derive(Debug, Clone, Copy)]
 pub struct ResumeRequest<'a> {
+    /// The execution to resume.
     pub execution: &'a ExecutionId,
+    /// The resume's event type.
     pub event_type: &'a str,
+    /// The resume's correlation key.
     pub correlation_key: &'a str,
+    /// What the resume carries.
     pub payload: &'a Payload,
 }
 
@@ -78,16 +86,28 @@ pub struct ResumeRequest<'a> {
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[non_exhaustive]
 pub enum CompositionError {
+    /// A plugin needs another kernel ABI.
     #[error("plugin '{plugin}' needs kernel ABI {requires}, but this kernel is {kernel}")]
     AbiMismatch {
+        /// The plugin's name.
         plugin: String,
+        /// The kernel ABI range the plugin needs.
         requires: String,
+        /// This kernel's ABI.
         kernel: String,
     },
+    /// Two effects have this name.
     #[error("effect '{0}' is registered twice")]
     DuplicateEffect(String),
+    /// A flow name and version are registered twice.
     #[error("flow '{name}' version {version} is registered twice")]
-    DuplicateFlow { name: String, version: u32 },
+    DuplicateFlow {
+        /// The name concerned.
+        name: String,
+        /// The flow version concerned.
+        version: u32,
+    },
+    /// Two inbound handlers have this name.
     #[error("inbound handler '{0}' is registered twice")]
     DuplicateInbound(String),
 }
@@ -96,10 +116,17 @@ pub enum CompositionError {
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
 pub enum StartError {
+    /// No flow has this name.
     #[error("no flow named '{0}' is registered")]
     UnknownFlow(String),
+    /// The flow has no such version.
     #[error("flow '{name}' has no version {version}")]
-    UnknownFlowVersion { name: String, version: u32 },
+    UnknownFlowVersion {
+        /// The name concerned.
+        name: String,
+        /// The flow version concerned.
+        version: u32,
+    },
     /// No longer returned by `start` (a start of an existing execution returns it, or is
     /// refused with [`StartError::Conflict`]); kept for callers that match on it.
     #[error("execution {0} already exists")]
@@ -122,14 +149,20 @@ pub enum StartError {
         #[source]
         source: ReadError,
     },
+    /// The input does not serialize to JSON.
     #[error("the input of execution {execution} does not serialize: {detail}")]
     Input {
+        /// The execution asked for.
         execution: ExecutionId,
+        /// What went wrong, in words.
         detail: String,
     },
+    /// The execution's driver failed before it answered.
     #[error("execution {execution} could not be started: {detail}")]
     Driver {
+        /// The execution asked for.
         execution: ExecutionId,
+        /// What went wrong, in words.
         detail: String,
     },
 }
@@ -138,29 +171,43 @@ pub enum StartError {
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[non_exhaustive]
 pub enum ResumeError {
+    /// The resume authenticator (K12.2) refused the resume.
     #[error("resume of execution {execution} refused by the authenticator: {reason}")]
     Unauthorized {
+        /// The execution concerned.
         execution: ExecutionId,
+        /// The authenticator's reason.
         reason: String,
     },
     #[error(
         "execution {execution} has no pending gate for ({event_type}, key '{correlation_key}')"
     )]
+    /// No pending gate waits for this event type and key (a resume is never buffered: ADR 0004).
     NoPendingGate {
+        /// The execution concerned.
         execution: ExecutionId,
+        /// The gate's event type.
         event_type: String,
+        /// The gate's correlation key.
         correlation_key: String,
     },
+    /// No execution has this id.
     #[error("execution {execution} does not exist")]
-    UnknownExecution { execution: ExecutionId },
+    UnknownExecution {
+        /// The execution concerned.
+        execution: ExecutionId,
+    },
     /// The gate had a deadline (`suspend_with_timeout`), which passed first: the flow has
     /// taken its timeout branch, and this late resume is not recorded.
     #[error(
         "the gate of execution {execution} for ({event_type}, key '{correlation_key}') timed out before this resume; nothing was recorded"
     )]
     TimedOut {
+        /// The execution concerned.
         execution: ExecutionId,
+        /// The gate's event type.
         event_type: String,
+        /// The gate's correlation key.
         correlation_key: String,
     },
     /// Gates whose event type starts with `loom.` (a timer's, `loom.timer`) belong to the
@@ -169,7 +216,9 @@ pub enum ResumeError {
         "gates of type '{event_type}' belong to the runtime; execution {execution} cannot be resumed on one"
     )]
     ReservedGate {
+        /// The execution concerned.
         execution: ExecutionId,
+        /// The reserved event type.
         event_type: String,
     },
     /// The payload is one of the runtime's markers (an object whose only key starts with
@@ -177,10 +226,16 @@ pub enum ResumeError {
     #[error(
         "a resume payload of execution {execution} may not be a runtime marker (an object whose only key starts with 'loom.', such as 'loom.timedOut')"
     )]
-    ReservedPayload { execution: ExecutionId },
+    ReservedPayload {
+        /// The execution concerned.
+        execution: ExecutionId,
+    },
+    /// The execution's driver failed before it answered.
     #[error("execution {execution} could not record the resume: {detail}")]
     Driver {
+        /// The execution concerned.
         execution: ExecutionId,
+        /// What went wrong, in words.
         detail: String,
     },
 }
@@ -189,16 +244,26 @@ pub enum ResumeError {
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[non_exhaustive]
 pub enum ResolveError {
+    /// The step is not in doubt (it never was, or a verdict is recorded).
     #[error("step '{step_id}' of execution {execution} is not in doubt")]
     NotInDoubt {
+        /// The execution concerned.
         execution: ExecutionId,
+        /// The step's id (ADR 0061).
         step_id: String,
     },
+    /// No execution has this id.
     #[error("execution {execution} does not exist")]
-    UnknownExecution { execution: ExecutionId },
+    UnknownExecution {
+        /// The execution concerned.
+        execution: ExecutionId,
+    },
+    /// The execution's driver failed before it answered.
     #[error("execution {execution} could not record the verdict: {detail}")]
     Driver {
+        /// The execution concerned.
         execution: ExecutionId,
+        /// What went wrong, in words.
         detail: String,
     },
 }
@@ -207,13 +272,24 @@ pub enum ResolveError {
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[non_exhaustive]
 pub enum CancelError {
+    /// The execution has already ended.
     #[error("execution {execution} has already ended")]
-    Ended { execution: ExecutionId },
+    Ended {
+        /// The execution concerned.
+        execution: ExecutionId,
+    },
+    /// No execution has this id.
     #[error("execution {execution} does not exist")]
-    UnknownExecution { execution: ExecutionId },
+    UnknownExecution {
+        /// The execution concerned.
+        execution: ExecutionId,
+    },
+    /// The execution's driver failed before it answered.
     #[error("execution {execution} could not record the cancel: {detail}")]
     Driver {
+        /// The execution concerned.
         execution: ExecutionId,
+        /// What went wrong, in words.
         detail: String,
     },
 }
@@ -241,6 +317,7 @@ const DRIVER_STOPPED: &str = "the execution's driver stopped";
 /// How to start an execution.
 #[derive(Debug, Clone)]
 pub struct StartOptions {
+    /// The execution's id, chosen by the caller: a start of an existing id returns it.
     pub execution_id: ExecutionId,
     /// The flow version; the newest registered when `None`.
     pub flow_version: Option<u32>,
@@ -251,6 +328,7 @@ pub struct StartOptions {
 }
 
 impl StartOptions {
+    /// Options for `execution_id`: the newest flow version, no capability, no budget.
     pub fn new(execution_id: ExecutionId) -> Self {
         Self {
             execution_id,
@@ -260,11 +338,13 @@ impl StartOptions {
         }
     }
 
+    /// K2: grants a capability to the execution's effects.
     pub fn grant(mut self, capability: impl Into<String>) -> Self {
         self.capabilities.insert(capability.into());
         self
     }
 
+    /// K3: the most the execution may spend.
     pub fn budget(mut self, budget: u64) -> Self {
         self.budget = Some(budget);
         self
@@ -292,6 +372,7 @@ impl<S> std::fmt::Debug for RuntimeBuilder<S> {
 }
 
 impl<S: EventStore> RuntimeBuilder<S> {
+    /// Registers a flow (a name and version may be registered once).
     pub fn flow(self, flow: impl Flow) -> Self {
         self.shared_flow(Arc::new(flow))
     }
@@ -318,16 +399,19 @@ impl<S: EventStore> RuntimeBuilder<S> {
         self
     }
 
+    /// Registers an effect under `name`.
     pub fn effect(mut self, name: impl Into<String>, effect: impl Effect) -> Self {
         self.contributions.effect(name, Arc::new(effect));
         self
     }
 
+    /// Adds a projection: it sees every event once it is durable.
     pub fn projection(mut self, projection: impl Projection) -> Self {
         self.contributions.projection(Arc::new(projection));
         self
     }
 
+    /// Adds what a plugin contributes (ADR 0043), if its kernel ABI range fits this kernel.
     pub fn plugin(mut self, plugin: &dyn Plugin) -> Self {
         match plugin::check_abi(plugin) {
             Ok(()) => plugin.contribute(&mut self.contributions),
@@ -336,6 +420,7 @@ impl<S: EventStore> RuntimeBuilder<S> {
         self
     }
 
+    /// Sets the resume authenticator (K12.2), consulted before any resume is recorded.
     pub fn resume_authenticator(mut self, authenticator: impl ResumeAuthenticator) -> Self {
         self.authenticator = Some(Arc::new(authenticator));
         self
@@ -517,6 +602,21 @@ impl<S: EventStore> Inner<S> {
 }
 
 impl<S: EventStore> Runtime<S> {
+    /// Starts composing a runtime on `store`.
+    ///
+    /// ```
+    /// use loom_kernel::MemoryStore;
+    /// use loom_kernel::runtime::{FlowCtx, FlowError, Runtime, flow_fn};
+    ///
+    /// async fn greet(_ctx: FlowCtx, name: String) -> Result<String, FlowError> {
+    ///     Ok(format!("hello, {name}"))
+    /// }
+    ///
+    /// let runtime = Runtime::builder(MemoryStore::new())
+    ///     .flow(flow_fn("greet", 1, greet))
+    ///     .build()?;
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
     pub fn builder(store: S) -> RuntimeBuilder<S> {
         RuntimeBuilder {
             store,
@@ -534,6 +634,7 @@ impl<S: EventStore> Runtime<S> {
         self.inner.timers.pending()
     }
 
+    /// The store the runtime writes to.
     pub fn store(&self) -> &S {
         &self.inner.store
     }
@@ -549,6 +650,33 @@ impl<S: EventStore> Runtime<S> {
     /// with [`StartError::Conflict`] and runs nothing. This holds for starts one after another,
     /// concurrent ones, and starts on several runtimes over one store: no effect of a new
     /// execution runs before its `EXECUTION_STARTED` is durable.
+    ///
+    /// ```
+    /// use loom_kernel::runtime::{FlowCtx, FlowError, Runtime, StartError, StartOptions, flow_fn};
+    /// use loom_kernel::{ExecutionId, ExecutionStatus, MemoryStore};
+    ///
+    /// async fn greet(_ctx: FlowCtx, name: String) -> Result<String, FlowError> {
+    ///     Ok(format!("hello, {name}"))
+    /// }
+    ///
+    /// # tokio::runtime::Runtime::new().unwrap().block_on(async {
+    /// let loom = Runtime::builder(MemoryStore::new())
+    ///     .flow(flow_fn("greet", 1, greet))
+    ///     .build()?;
+    /// let id = ExecutionId::new("greet-ada")?;
+    /// loom.start("greet", "ada", StartOptions::new(id.clone())).await?;
+    /// let state = loom.wait(&id).await?;
+    /// assert_eq!(state.status(), ExecutionStatus::Completed);
+    /// assert_eq!(state.output().unwrap().decode::<String>()?, "hello, ada");
+    ///
+    /// // The same start again returns the execution; the flow does not run again.
+    /// assert_eq!(loom.start("greet", "ada", StartOptions::new(id.clone())).await?, id);
+    /// // Another input for the same id is refused, and says so.
+    /// let refused = loom.start("greet", "bob", StartOptions::new(id.clone())).await;
+    /// assert!(matches!(refused, Err(StartError::Conflict { .. })));
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// # }).unwrap();
+    /// ```
     pub async fn start<I: Serialize + ?Sized>(
         &self,
         flow: &str,
@@ -699,6 +827,37 @@ impl<S: EventStore> Runtime<S> {
 
     /// Resumes the pending gate of `execution` that waits for `event_type` and
     /// `correlation_key`. Returns once `EXECUTION_RESUMED` is durable.
+    ///
+    /// ```
+    /// use loom_kernel::runtime::{FlowCtx, FlowError, ResumeError, Runtime, StartOptions, flow_fn};
+    /// use loom_kernel::{ExecutionId, ExecutionStatus, MemoryStore, Payload};
+    /// use serde_json::{Value, json};
+    ///
+    /// async fn approve(ctx: FlowCtx, _input: Value) -> Result<Value, FlowError> {
+    ///     let answer = ctx.suspend("Approval", "order-42").await?; // parks here
+    ///     Ok(answer.to_value())
+    /// }
+    ///
+    /// # tokio::runtime::Runtime::new().unwrap().block_on(async {
+    /// let loom = Runtime::builder(MemoryStore::new())
+    ///     .flow(flow_fn("approve", 1, approve))
+    ///     .build()?;
+    /// let id = ExecutionId::new("order-42")?;
+    /// loom.start("approve", &json!({}), StartOptions::new(id.clone())).await?;
+    /// let parked = loom.wait(&id).await?;
+    /// assert_eq!(parked.status(), ExecutionStatus::Suspended);
+    /// assert_eq!(parked.pending_gates().len(), 1);
+    ///
+    /// // A resume that matches no pending gate is refused, and nothing is recorded.
+    /// let wrong = loom.resume(&id, "Approval", "order-7", Payload::from(json!("yes"))).await;
+    /// assert!(matches!(wrong, Err(ResumeError::NoPendingGate { .. })));
+    ///
+    /// loom.resume(&id, "Approval", "order-42", Payload::from(json!("yes"))).await?;
+    /// let done = loom.wait(&id).await?;
+    /// assert_eq!(done.output().map(Payload::to_value), Some(json!("yes")));
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// # }).unwrap();
+    /// ```
     pub async fn resume(
         &self,
         execution: &ExecutionId,
@@ -1179,8 +1338,10 @@ fn new_slot() -> Slot {
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
 pub enum WaitError {
+    /// The execution's driver stopped with an error.
     #[error(transparent)]
     Driver(DriveError),
+    /// The execution's log could not be read or folded.
     #[error(transparent)]
     Fold(#[from] FoldStoredError),
 }
@@ -1189,13 +1350,16 @@ pub enum WaitError {
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
 pub enum InboundError {
+    /// No inbound handler has this name.
     #[error("no inbound handler named '{0}'")]
     UnknownHandler(String),
+    /// The handler refused the message; its reason.
     #[error("the inbound handler refused the message: {0}")]
     Refused(String),
     /// The handler panicked; nothing was done.
     #[error("the inbound handler panicked: {0}")]
     HandlerPanicked(String),
+    /// The resume the handler asked for was refused.
     #[error(transparent)]
     Resume(#[from] ResumeError),
 }

@@ -12,7 +12,9 @@ use crate::runtime::effect::Effect;
 /// The kernel ABI versions a plugin works with: `min` inclusive to `max` exclusive.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct AbiRange {
+    /// The oldest version accepted.
     pub min: AbiVersion,
+    /// The first version no longer accepted.
     pub max: AbiVersion,
 }
 
@@ -25,6 +27,7 @@ impl AbiRange {
         }
     }
 
+    /// Whether `version` is in the range.
     pub fn contains(&self, version: AbiVersion) -> bool {
         self.min <= version && version < self.max
     }
@@ -39,6 +42,7 @@ impl fmt::Display for AbiRange {
 /// Sees every event once it is durable, in log order per execution. Called on the driver's
 /// task: keep it quick and do not block.
 pub trait Projection: Send + Sync + 'static {
+    /// Sees one durable event.
     fn apply(&self, envelope: &EventEnvelope);
 }
 
@@ -50,23 +54,30 @@ pub enum Inbound {
     Ignore,
     /// Resume a gate.
     Resume {
+        /// The execution to resume.
         execution: crate::ExecutionId,
+        /// The gate's event type.
         event_type: String,
+        /// The gate's correlation key.
         correlation_key: String,
+        /// What the resume carries.
         payload: Payload,
     },
 }
 
 /// Turns messages from outside (a UI action, a webhook) into runtime requests.
 pub trait InboundHandler: Send + Sync + 'static {
+    /// Reads a message; `Err(reason)` refuses it and nothing is done.
     fn handle(&self, message: &serde_json::Value) -> Result<Inbound, String>;
 }
 
 /// A composition-time contributor.
 pub trait Plugin {
+    /// The plugin's name, for errors.
     fn name(&self) -> &str;
     /// The kernel ABIs this plugin was built for.
     fn kernel_abi(&self) -> AbiRange;
+    /// Adds the plugin's effects, projections and inbound handlers.
     fn contribute(&self, contributions: &mut Contributions);
 }
 
@@ -95,16 +106,19 @@ impl fmt::Debug for Contributions {
 }
 
 impl Contributions {
+    /// Contributes an effect under `name`.
     pub fn effect(&mut self, name: impl Into<String>, effect: Arc<dyn Effect>) -> &mut Self {
         self.effects.push((name.into(), effect));
         self
     }
 
+    /// Contributes a projection.
     pub fn projection(&mut self, projection: Arc<dyn Projection>) -> &mut Self {
         self.projections.push(projection);
         self
     }
 
+    /// Contributes an inbound handler under `name`.
     pub fn inbound(
         &mut self,
         name: impl Into<String>,

@@ -35,18 +35,31 @@ pub struct ReplayReport {
 #[derive(Debug, Clone, thiserror::Error)]
 #[non_exhaustive]
 pub enum ReplayError {
+    /// The log is empty.
     #[error("the log is empty")]
     Empty,
+    /// The log does not fold.
     #[error("the log is invalid: {0}")]
     Fold(#[from] crate::fold::FoldError),
+    /// The log's flow version is not registered.
     #[error("flow '{flow}' version {version} is not registered")]
-    UnknownFlow { flow: String, version: u32 },
+    UnknownFlow {
+        /// The flow's registered name.
+        flow: String,
+        /// The flow version concerned.
+        version: u32,
+    },
+    /// The replayed flow asked for something else than the log recorded.
     #[error(transparent)]
     NonDeterminism(#[from] NonDeterminism),
+    /// The replayed flow ended otherwise than the log recorded.
     #[error("at seq {seq}: recorded output {recorded}; the replayed flow returns {replayed}")]
     OutputMismatch {
+        /// The seq of the recorded end.
         seq: u64,
+        /// The recorded end (masked, K10-R6).
         recorded: String,
+        /// The replayed end (masked, K10-R6).
         replayed: String,
     },
     /// The flow panicked while it was replayed (and the log does not say it panicked then).

@@ -95,35 +95,66 @@ impl Default for DiskStoreConfig {
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
 pub enum OpenError {
+    /// A file operation failed.
     #[error("cannot open store file {path}: {source}")]
     Io {
+        /// The file concerned.
         path: PathBuf,
+        /// The underlying error.
         #[source]
         source: std::io::Error,
     },
+    /// Another process (or store) has the file open.
     #[error("store file {path} is open in another process or store")]
-    AlreadyOpen { path: PathBuf },
+    AlreadyOpen {
+        /// The file concerned.
+        path: PathBuf,
+    },
+    /// The file is not a valid store.
     #[error("store file {path} is damaged or not a Loom store: {detail}")]
-    Corrupt { path: PathBuf, detail: String },
+    Corrupt {
+        /// The file concerned.
+        path: PathBuf,
+        /// What went wrong, in words.
+        detail: String,
+    },
     #[error(
         "store file {path} has layout version {found}; this build reads version {STORE_FORMAT}"
     )]
-    UnsupportedFormat { path: PathBuf, found: u64 },
+    /// The file has a layout this build does not read.
+    UnsupportedFormat {
+        /// The file concerned.
+        path: PathBuf,
+        /// The layout version found.
+        found: u64,
+    },
+    /// The writer thread could not be started.
     #[error("cannot start the store's writer thread: {0}")]
     Writer(#[source] std::io::Error),
     /// Opening an existing store ([`DiskStore::open_existing`], [`DiskStore::open_read_only`])
     /// found no file.
     #[error("store file {path} does not exist")]
-    Missing { path: PathBuf },
+    Missing {
+        /// The file concerned.
+        path: PathBuf,
+    },
     /// The file is 0 bytes long: not a store (a store file is never empty), and not opened
     /// as an empty one, which would hide the loss of a store behind an empty listing.
     #[error("store file {path} is empty (0 bytes): not a Loom store")]
-    EmptyFile { path: PathBuf },
+    EmptyFile {
+        /// The file concerned.
+        path: PathBuf,
+    },
     /// A file of an older layout cannot be brought up to date when opened read-only.
     #[error(
         "store file {path} has layout version {found}; open it for writing once to bring it to version {STORE_FORMAT}"
     )]
-    NeedsUpgrade { path: PathBuf, found: u64 },
+    NeedsUpgrade {
+        /// The file concerned.
+        path: PathBuf,
+        /// The layout version found.
+        found: u64,
+    },
 }
 
 /// Event logs in one redb file. Cheap to clone; clones share the file and the writer.
@@ -827,6 +858,7 @@ pub struct StoredLog {
 }
 
 impl StoredLog {
+    /// The execution this tail describes.
     pub fn execution_id(&self) -> &ExecutionId {
         &self.execution
     }
@@ -836,6 +868,7 @@ impl StoredLog {
         self.page.records.len()
     }
 
+    /// Whether the execution has no event.
     pub fn is_empty(&self) -> bool {
         self.page.records.is_empty()
     }

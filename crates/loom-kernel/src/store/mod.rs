@@ -28,8 +28,8 @@
 //!   not visible, in whole or in part.
 //!
 //! Implementations: [`MemoryStore`] (the reference twin for tests) and [`DiskStore`] (the
-//! embedded default, on redb). [`crate::conformance`] checks any implementation against this
-//! contract.
+//! embedded default, on redb). `loom_kernel::conformance` (feature `testkit`) checks any
+//! implementation against this contract.
 
 mod disk;
 mod memory;
@@ -64,36 +64,56 @@ pub enum AppendError {
     #[error(
         "append conflict on execution {execution}: expected next seq {expected_seq}, but the log is at {actual_seq}"
     )]
+    /// Another writer appended first: the log is not at `expected_seq`.
     Conflict {
+        /// The execution concerned.
         execution: ExecutionId,
+        /// The seq the caller expected to write next.
         expected_seq: u64,
+        /// The seq the log is actually at.
         actual_seq: u64,
     },
+    /// The batch is empty.
     #[error("append to execution {execution} with no events")]
-    EmptyBatch { execution: ExecutionId },
+    EmptyBatch {
+        /// The execution concerned.
+        execution: ExecutionId,
+    },
     /// An event of the batch holds a payload nested deeper than
     /// [`crate::payload::MAX_DEPTH`], which no reader could parse back; nothing is stored.
     #[error(
         "append to execution {execution} refused: the event at seq {seq} holds a payload nested deeper than {} levels",
         crate::payload::MAX_DEPTH
     )]
-    PayloadTooDeep { execution: ExecutionId, seq: u64 },
+    PayloadTooDeep {
+        /// The execution concerned.
+        execution: ExecutionId,
+        /// The seq of the event concerned.
+        seq: u64,
+    },
     /// The batch would make the log invalid (see the module documentation); nothing of it
     /// is stored. `seq` is where the offending event would have gone.
     #[error(
         "append to execution {execution} refused: the event at seq {seq} would make the log invalid: {violation}"
     )]
     Invalid {
+        /// The execution concerned.
         execution: ExecutionId,
+        /// The seq of the event concerned.
         seq: u64,
+        /// The invariant the event would break.
         #[source]
         violation: Box<Violation>,
     },
+    /// The storage failed; nothing of the batch is stored.
     #[error("storage failed appending to execution {execution}: {detail}")]
     Storage {
+        /// The execution concerned.
         execution: ExecutionId,
+        /// What went wrong, in words.
         detail: String,
     },
+    /// The store is closed.
     #[error("the store is closed")]
     Closed,
 }
@@ -102,31 +122,49 @@ pub enum AppendError {
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
 pub enum ReadError {
+    /// A stored event does not decode.
     #[error("event {seq} of execution {execution} cannot be decoded: {source}")]
     Decode {
+        /// The execution concerned.
         execution: ExecutionId,
+        /// The seq of the event concerned.
         seq: u64,
+        /// The underlying error.
         #[source]
         source: DecodeError,
     },
+    /// The storage failed.
     #[error("storage failed reading: {detail}")]
-    Storage { detail: String },
+    Storage {
+        /// What went wrong, in words.
+        detail: String,
+    },
+    /// The store is closed.
     #[error("the store is closed")]
     Closed,
     /// The store does not implement this operation (a trait method with no default body
     /// that a store left out).
     #[error("this store does not support {operation}")]
-    Unsupported { operation: &'static str },
+    Unsupported {
+        /// The operation asked for.
+        operation: &'static str,
+    },
 }
 
 /// Why [`EventStore::delete_ended`] deleted nothing. A failed call deletes nothing.
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
 pub enum RetentionError {
+    /// The storage failed.
     #[error("storage failed deleting ended executions: {detail}")]
-    Storage { detail: String },
+    Storage {
+        /// What went wrong, in words.
+        detail: String,
+    },
+    /// The store is closed.
     #[error("the store is closed")]
     Closed,
+    /// The store cannot delete executions.
     #[error("this store does not support deleting executions")]
     Unsupported,
 }
@@ -167,6 +205,7 @@ impl StatusFilter {
 pub struct FeedEvent {
     /// The event's position: pass `position + 1` as `from` to read what follows it.
     pub position: u64,
+    /// The event.
     pub envelope: EventEnvelope,
 }
 
@@ -174,8 +213,10 @@ pub struct FeedEvent {
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
 pub enum FoldStoredError {
+    /// The log could not be read.
     #[error(transparent)]
     Read(#[from] ReadError),
+    /// The log does not fold.
     #[error(transparent)]
     Fold(#[from] FoldError),
 }
@@ -183,6 +224,7 @@ pub enum FoldStoredError {
 /// One execution as listed by [`EventStore::list_executions`].
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ExecutionSummary {
+    /// The execution's id.
     pub id: ExecutionId,
     /// The next seq: how many events the log holds.
     pub head: u64,
@@ -191,6 +233,7 @@ pub struct ExecutionSummary {
 /// A page of executions, in id order (byte order of the ids).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ExecutionPage {
+    /// The executions of the page, in id order.
     pub executions: Vec<ExecutionSummary>,
     /// Pass as `after` to get the next page; `None` when no execution follows this page.
     pub next: Option<ExecutionId>,
@@ -381,11 +424,12 @@ pub trait EventStore: Send + Sync + 'static {
 /// Conveniences over any [`EventStore`].
 pub trait EventStoreExt: EventStore {
     /// The log from `from` on, read a page at a time: memory stays flat however long it is.
+    /// The stream is `Unpin`: poll it with `futures::TryStreamExt::try_next`, no pinning.
     fn stream<'a>(
         &'a self,
         execution: &'a ExecutionId,
         from: u64,
-    ) -> impl Stream<Item = Result<EventEnvelope, ReadError>> + Send + 'a {
+    ) -> impl Stream<Item = Result<EventEnvelope, ReadError>> + Send + Unpin + 'a {
         use futures::StreamExt;
         futures::stream::try_unfold(Some(from), move |next| async move {
             let Some(next) = next else { return Ok(None) };
@@ -401,11 +445,56 @@ pub trait EventStoreExt: EventStore {
             Err(err) => futures::stream::once(async move { Err(err) }).right_stream(),
         })
         .flatten()
+        .boxed()
+    }
+
+    /// Every execution in the store, in id order, in one `Vec`: the plain call for a listing
+    /// that fits in memory. [`EventStoreExt::executions`] streams the same a page at a time.
+    ///
+    /// ```
+    /// use loom_kernel::{EventStoreExt, MemoryStore};
+    /// # tokio::runtime::Runtime::new().unwrap().block_on(async {
+    /// let store = MemoryStore::new();
+    /// for summary in store.list_all_executions().await? {
+    ///     println!("{} has {} events", summary.id, summary.head);
+    /// }
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// # }).unwrap();
+    /// ```
+    fn list_all_executions(
+        &self,
+    ) -> impl Future<Output = Result<Vec<ExecutionSummary>, ReadError>> + Send {
+        async move {
+            let (mut all, mut after) = (Vec::new(), None);
+            loop {
+                let page = self.list_executions(after.as_ref(), LIST_PAGE).await?;
+                all.extend(page.executions);
+                match page.next {
+                    Some(next) => after = Some(next),
+                    None => return Ok(all),
+                }
+            }
+        }
     }
 
     /// Every execution in the store, in id order, listed a page at a time: memory stays flat
-    /// however many there are.
-    fn executions(&self) -> impl Stream<Item = Result<ExecutionSummary, ReadError>> + Send + '_ {
+    /// however many there are. The stream is `Unpin`: no pinning is needed to poll it.
+    ///
+    /// ```
+    /// use futures::TryStreamExt;
+    /// use loom_kernel::{EventStoreExt, MemoryStore};
+    /// # tokio::runtime::Runtime::new().unwrap().block_on(async {
+    /// let store = MemoryStore::new();
+    /// let mut executions = store.executions();
+    /// while let Some(summary) = executions.try_next().await? {
+    ///     println!("{}", summary.id);
+    /// }
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// # }).unwrap();
+    /// ```
+    fn executions(
+        &self,
+    ) -> impl Stream<Item = Result<ExecutionSummary, ReadError>> + Send + Unpin + '_ {
         use futures::StreamExt;
         futures::stream::try_unfold(
             Some(None),
@@ -424,6 +513,7 @@ pub trait EventStoreExt: EventStore {
             Err(err) => futures::stream::once(async move { Err(err) }).right_stream(),
         })
         .flatten()
+        .boxed()
     }
 
     /// Every execution matching `filter`, in id order, listed a page at a time through
@@ -431,7 +521,7 @@ pub trait EventStoreExt: EventStore {
     fn executions_by_status(
         &self,
         filter: StatusFilter,
-    ) -> impl Stream<Item = Result<ExecutionSummary, ReadError>> + Send + '_ {
+    ) -> impl Stream<Item = Result<ExecutionSummary, ReadError>> + Send + Unpin + '_ {
         use futures::StreamExt;
         futures::stream::try_unfold(
             Some(None),
@@ -452,12 +542,16 @@ pub trait EventStoreExt: EventStore {
             Err(err) => futures::stream::once(async move { Err(err) }).right_stream(),
         })
         .flatten()
+        .boxed()
     }
 
     /// Follows the feed from position `from`: every stored event once, in position order,
     /// then every event appended later, as it commits. Never ends by itself; an error ends it
     /// (resume from the position after the last event received).
-    fn follow(&self, from: u64) -> impl Stream<Item = Result<FeedEvent, ReadError>> + Send + '_ {
+    fn follow(
+        &self,
+        from: u64,
+    ) -> impl Stream<Item = Result<FeedEvent, ReadError>> + Send + Unpin + '_ {
         use futures::StreamExt;
         futures::stream::try_unfold(Some(from), move |next| async move {
             let Some(mut next) = next else {
@@ -480,6 +574,7 @@ pub trait EventStoreExt: EventStore {
             Err(err) => futures::stream::once(async move { Err(err) }).right_stream(),
         })
         .flatten()
+        .boxed()
     }
 
     /// The whole log in memory. Prefer [`EventStoreExt::fold`] or `stream` for long logs. The

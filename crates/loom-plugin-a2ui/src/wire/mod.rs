@@ -21,32 +21,60 @@ pub const PROTOCOL_VERSION: &str = "v1.0";
 pub enum WireError {
     /// The bytes are not JSON (or are nested deeper than the parser allows).
     #[error("not a JSON document: {detail}")]
-    Json { detail: String },
+    Json {
+        /// What the JSON parser said.
+        detail: String,
+    },
     /// `version` is present but is not `v1.0`.
     #[error("`/version` is {found}, expected \"v1.0\"")]
-    WrongVersion { found: String },
+    WrongVersion {
+        /// The version the message names.
+        found: String,
+    },
     /// A required field is absent.
     #[error("`{at}` is required and missing")]
-    MissingField { at: String },
+    MissingField {
+        /// The path of the missing field.
+        at: String,
+    },
     /// A key the schema does not allow.
     #[error("`{at}` is not a field of this message")]
-    UnknownField { at: String },
+    UnknownField {
+        /// The path of the unknown field.
+        at: String,
+    },
     /// A field has the wrong JSON type.
     #[error("`{at}` must be {expected}, found {found}")]
     WrongType {
+        /// Where in the message, as a JSON path.
         at: String,
+        /// The JSON type expected.
         expected: &'static str,
+        /// The JSON type found.
         found: &'static str,
     },
     /// A field has the right type but a value the schema forbids.
     #[error("`{at}` is invalid: {detail}")]
-    InvalidValue { at: String, detail: String },
+    InvalidValue {
+        /// Where in the message, as a JSON path.
+        at: String,
+        /// Why the value is not valid.
+        detail: String,
+    },
     /// The envelope names none of the message kinds of its direction.
     #[error("the message names no known message kind (expected one of {expected})")]
-    NoMessage { expected: &'static str },
+    NoMessage {
+        /// The kind of message expected.
+        expected: &'static str,
+    },
     /// The envelope names several message kinds.
     #[error("the message names several message kinds: `{first}` and `{second}`")]
-    SeveralMessages { first: String, second: String },
+    SeveralMessages {
+        /// The first message found.
+        first: String,
+        /// The second message found.
+        second: String,
+    },
 }
 
 /// A function call as it appears on the wire: `{"@call": name, "catalogId"?, "args"?}`.
