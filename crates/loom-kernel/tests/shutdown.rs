@@ -132,3 +132,126 @@ async fn work_after_shutdown_is_refused_with_a_typed_error() {
     assert_eq!(calls.count(), 1);
     other.shutdown().await;
 }
+
+/// A memory store whose appends, once `hold` is set, wait for `release` after signalling
+/// `entered`.
+#[derive(Clone, Default)]
+struct HeldAppends {
+    inner: MemoryStore,
+    hold: Arc<std::sync::atomic::AtomicBool>,
+    entered: Arc<Notify>,
+    release: Arc<Notify>,
+}
+
+impl loom_kernel::EventStore for HeldAppends {
+    async fn append(
+        &self,
+        execution: &loom_kernel::ExecutionId,
+        expected_seq: u64,
+        events: &[loom_kernel::event::Event],
+    ) -> Result<u64, loom_kernel::store::AppendError> {
+        if self.hold.load(std::sync::atomic::Ordering::SeqCst) {
+            let released = self.release.notified();
+            self.entered.notify_one();
+            released.await;
+        }
+        self.inner.append(execution, expected_seq, events).await
+    }
+
+    async fn read(
+        &self,
+        execution: &loom_kernel::ExecutionId,
+        from: u64,
+        limit: usize,
+    ) -> Result<Vec<loom_kernel::EventEnvelope>, loom_kernel::store::ReadError> {
+        self.inner.read(execution, from, limit).await
+    }
+
+    async fn head(
+        &self,
+        execution: &loom_kernel::ExecutionId,
+    ) -> Result<u64, loom_kernel::store::ReadError> {
+        self.inner.head(execution).await
+    }
+
+    async fn list_executions(
+        &self,
+        after: Option<&loom_kernel::ExecutionId>,
+        limit: usize,
+    ) -> Result<loom_kernel::store::ExecutionPage, loom_kernel::store::ReadError> {
+        self.inner.list_executions(after, limit).await
+    }
+
+    async fn wait_for(
+        &self,
+        execution: &loom_kernel::ExecutionId,
+        seq: u64,
+    ) -> Result<(), loom_kernel::store::ReadError> {
+        self.inner.wait_for(execution, seq).await
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn shutdown_lets_the_append_in_flight_finish_and_answers_its_caller() {
+    let store = HeldAppends::default();
+    let rt = Runtime::builder(store.clone())
+        .flow(flow_fn("slow", 1, slow_then_gate))
+        .effect("slow", quick())
+        .build()
+        .unwrap();
+    let execution = id("held");
+    rt.start("slow", &json!(null), options("held", &["slow"]))
+        .await
+        .unwrap();
+    assert_eq!(
+        rt.wait(&execution).await.unwrap().status(),
+        ExecutionStatus::Suspended
+    );
+    store.hold.store(true, std::sync::atomic::Ordering::SeqCst);
+    let entered = store.entered.notified();
+    let resume = tokio::spawn({
+        let rt = rt.clone();
+        let execution = execution.clone();
+        async move {
+            rt.resume(&execution, "go", "k", Payload::from_value(&json!("yes")))
+                .await
+        }
+    });
+    // The resume's append has reached the store and waits there.
+    entered.await;
+    let shutdown = tokio::spawn(rt.clone().shutdown());
+    while !rt.is_shut_down() {
+        tokio::task::yield_now().await;
+    }
+    for _ in 0..20 {
+        tokio::task::yield_now().await;
+    }
+    assert!(
+        !shutdown.is_finished(),
+        "shutdown waits for the append in flight"
+    );
+    store.hold.store(false, std::sync::atomic::Ordering::SeqCst);
+    store.release.notify_one();
+    assert_eq!(
+        resume.await.unwrap(),
+        Ok(()),
+        "the append's caller is answered"
+    );
+    shutdown.await.unwrap();
+    // The resume is durable (with whatever the flow did next in the same append); anything
+    // later is left for recovery.
+    let names = support::event_names(&store.inner, &execution).await;
+    assert!(names.contains(&"EXECUTION_RESUMED"), "{names:?}");
+    drop(rt);
+    let rt = Runtime::builder(store.clone())
+        .flow(flow_fn("slow", 1, slow_then_gate))
+        .effect("slow", quick())
+        .build()
+        .unwrap();
+    rt.recover().await.unwrap();
+    assert_eq!(
+        rt.wait(&execution).await.unwrap().status(),
+        ExecutionStatus::Completed
+    );
+    rt.shutdown().await;
+}
