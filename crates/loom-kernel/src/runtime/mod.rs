@@ -19,6 +19,12 @@
 //! does not buffer early resumes: a buffer that is not in the log would be lost in a crash, and
 //! one in the log would be an event the kernel does not have. A sender that can race its own
 //! gate should retry; see `docs/adr/0004-early-resumes-are-refused.md`.
+//!
+//! # Recovery and shutdown
+//! `recover` lists, through the store's status index, the executions that need a driver and the
+//! parked ones whose deadlines it arms again: ended executions cost nothing. `shutdown` refuses
+//! new work, lets each driver's append in flight finish, and joins every task the runtime
+//! spawned (ADR 0014).
 
 pub mod codes;
 mod contain;
@@ -585,7 +591,7 @@ impl<S: EventStore> Runtime<S> {
     /// last clone of it) releases the store, so a `DiskStore` file can be opened again at
     /// once by the same process. Calling it again (on a clone) is harmless: it waits for the
     /// same tasks. Dropping the returned future before it completes aborts the tasks not
-    /// joined yet.
+    /// joined yet. See `docs/adr/0014-shutdown-waits-for-appends-not-effects.md`.
     pub async fn shutdown(self) {
         let _one_at_a_time = self.inner.shutting.lock().await;
         if !self.inner.stop.send_replace(true) {
