@@ -1,7 +1,10 @@
 //! The operator's queue: every step in doubt, across executions (K9).
 
 use loom_kernel::event::Event;
-use loom_kernel::{ErrorInfo, EventStore, EventStoreExt, ExecutionId, FoldStoredError, ReadError};
+use loom_kernel::store::StatusFilter;
+use loom_kernel::{
+    ErrorInfo, EventStore, EventStoreExt, ExecutionId, ExecutionStatus, FoldStoredError, ReadError,
+};
 
 /// A step that may or may not have run, waiting for a verdict (`Runtime::resolve`).
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -53,10 +56,12 @@ pub enum ListInDoubtError {
 
 /// Every step in doubt in the store, by execution id then step id.
 ///
-/// It folds every execution in the store: O(events stored). Steps in doubt are rare and this is
-/// an operator's query, not a hot path. An execution whose log cannot be read or folded is
-/// skipped (and logged), never hiding the others; [`steps_in_doubt_report`] says which. Fails
-/// only when the store cannot list its executions.
+/// It lists the executions in doubt through the store's status index
+/// ([`EventStore::list_by_status`]) and folds only those: its cost is in proportion to what it
+/// returns, however many other executions the store holds. (An ended execution is not listed:
+/// a verdict on it would be refused.) An execution listed whose log cannot be read or folded
+/// is skipped (and logged), never hiding the others; [`steps_in_doubt_report`] says which.
+/// Fails only when the store cannot list its executions.
 pub async fn steps_in_doubt<S: EventStore>(
     store: &S,
 ) -> Result<Vec<InDoubtStep>, ListInDoubtError> {
@@ -79,7 +84,8 @@ pub async fn steps_in_doubt_report<S: EventStore>(
 ) -> Result<InDoubtReport, ListInDoubtError> {
     use futures::TryStreamExt;
     let mut report = InDoubtReport::default();
-    let mut executions = std::pin::pin!(store.executions());
+    let mut executions =
+        std::pin::pin!(store.executions_by_status(StatusFilter::Status(ExecutionStatus::InDoubt)));
     while let Some(summary) = executions
         .try_next()
         .await

@@ -4,8 +4,8 @@
 use loom_effect_runtime::{steps_in_doubt, steps_in_doubt_report};
 use loom_kernel::conformance::{id, started};
 use loom_kernel::event::{EffectInDoubt, Event, StepStarted};
-use loom_kernel::store::{AppendError, ExecutionPage, ReadError};
-use loom_kernel::{EventEnvelope, EventStore, ExecutionId, MemoryStore};
+use loom_kernel::store::{AppendError, ExecutionPage, ExecutionSummary, ReadError, StatusFilter};
+use loom_kernel::{EventEnvelope, EventStore, ExecutionId, ExecutionStatus, MemoryStore};
 
 /// A memory store that serves one execution's log with a second `EXECUTION_STARTED`, as a
 /// store that acknowledged an invalid append would.
@@ -57,6 +57,29 @@ impl EventStore for OneBadLog {
 
     async fn wait_for(&self, execution: &ExecutionId, seq: u64) -> Result<(), ReadError> {
         self.inner.wait_for(execution, seq).await
+    }
+
+    /// Its index files the bad execution as in doubt (as a store whose log was damaged after
+    /// its index was written would), so the listing reaches it.
+    async fn list_by_status(
+        &self,
+        filter: StatusFilter,
+        after: Option<&ExecutionId>,
+        limit: usize,
+    ) -> Result<ExecutionPage, ReadError> {
+        let mut page = self.inner.list_by_status(filter, after, limit).await?;
+        if filter == StatusFilter::Status(ExecutionStatus::InDoubt)
+            && after.is_none_or(|after| *after < self.bad)
+        {
+            page.executions.insert(
+                0,
+                ExecutionSummary {
+                    id: self.bad.clone(),
+                    head: 2,
+                },
+            );
+        }
+        Ok(page)
     }
 }
 

@@ -38,7 +38,9 @@ use crate::runtime::timers::{Timers, is_timed_out_payload};
 
 /// Gates (event type, correlation key) that their deadline closed.
 pub(crate) type TimedOutGates = std::collections::BTreeSet<(String, String)>;
-use crate::runtime::{CancelError, DriverFailure, Inner, ResolveError, ResumeError, StartError};
+use crate::runtime::{
+    CancelError, DriverFailure, Inner, ResolveError, ResumeError, SHUT_DOWN, StartError,
+};
 use crate::store::{AppendError, EventStore, EventStoreExt, FoldStoredError};
 
 /// What the runtime asks of an execution's driver.
@@ -122,6 +124,8 @@ pub(crate) enum Exit {
     Parked(Box<ExecutionState>),
     /// The log does not exist.
     Unknown,
+    /// The runtime is shutting down: the driver stopped once nothing was being appended.
+    Stopped(Box<ExecutionState>),
 }
 
 /// Wakes the driver when something the flow awaits (other than a command) is ready, and
@@ -318,8 +322,19 @@ pub(crate) async fn drive<S: EventStore>(
             reply.fail(&execution, detail);
         }
     };
+    let mut stop = inner.stop.subscribe();
 
     loop {
+        // A shutdown: once no append is in flight, stop; what is not durable is left for
+        // `recover`, as after a crash.
+        if appending.is_none() && *stop.borrow_and_update() {
+            fail_all(&mut queued_replies, SHUT_DOWN);
+            for message in deferred.drain(..) {
+                forget_deadline(&inner.timers, &execution, &message);
+                refuse_failed(&execution, message, SHUT_DOWN);
+            }
+            return Ok(Exit::Stopped(Box::new(folded)));
+        }
         if poll_flow
             && flow_result.is_none()
             && !ended
@@ -493,6 +508,7 @@ pub(crate) async fn drive<S: EventStore>(
             }
         }
 
+        let idle = appending.is_none();
         let appended = async {
             match appending.as_mut() {
                 Some((append, _, _)) => append.await,
@@ -587,6 +603,7 @@ pub(crate) async fn drive<S: EventStore>(
             () = flow_waker.notify.notified() => {
                 poll_flow = true;
             }
+            _ = stop.wait_for(|stopping| *stopping), if idle => {}
         }
     }
 }

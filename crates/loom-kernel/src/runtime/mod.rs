@@ -19,6 +19,12 @@
 //! does not buffer early resumes: a buffer that is not in the log would be lost in a crash, and
 //! one in the log would be an event the kernel does not have. A sender that can race its own
 //! gate should retry; see `docs/adr/0004-early-resumes-are-refused.md`.
+//!
+//! # Recovery and shutdown
+//! `recover` lists, through the store's status index, the executions that need a driver and the
+//! parked ones whose deadlines it arms again: ended executions cost nothing. `shutdown` refuses
+//! new work, lets each driver's append in flight finish, and joins every task the runtime
+//! spawned (ADR 0014).
 
 pub mod codes;
 mod contain;
@@ -57,10 +63,10 @@ pub use crate::event::Verdict;
 
 use crate::classify::DataClassification;
 use crate::event::{Event, ExecutionStarted};
-use crate::fold::ExecutionState;
+use crate::fold::{ExecutionState, ExecutionStatus};
 use crate::id::ExecutionId;
 use crate::payload::Payload;
-use crate::store::{EventStore, EventStoreExt, FoldStoredError, ReadError};
+use crate::store::{EventStore, EventStoreExt, FoldStoredError, ReadError, StatusFilter};
 use driver::{DriverMsg, Exit};
 
 /// Decides who may resume which gate (K12.2). Consulted before anything is recorded.
@@ -157,6 +163,9 @@ pub enum StartError {
         /// What went wrong, in words.
         detail: String,
     },
+    /// The runtime is shut down ([`Runtime::shutdown`]); nothing was started.
+    #[error("the runtime is shut down; nothing was started")]
+    ShutDown,
     /// The execution's driver failed before it answered.
     #[error("execution {execution} could not be started: {detail}")]
     Driver {
@@ -230,6 +239,9 @@ pub enum ResumeError {
         /// The execution concerned.
         execution: ExecutionId,
     },
+    /// The runtime is shut down ([`Runtime::shutdown`]); nothing was recorded.
+    #[error("the runtime is shut down; the resume was not recorded")]
+    ShutDown,
     /// The execution's driver failed before it answered.
     #[error("execution {execution} could not record the resume: {detail}")]
     Driver {
@@ -258,6 +270,9 @@ pub enum ResolveError {
         /// The execution concerned.
         execution: ExecutionId,
     },
+    /// The runtime is shut down ([`Runtime::shutdown`]); nothing was recorded.
+    #[error("the runtime is shut down; the verdict was not recorded")]
+    ShutDown,
     /// The execution's driver failed before it answered.
     #[error("execution {execution} could not record the verdict: {detail}")]
     Driver {
@@ -284,6 +299,9 @@ pub enum CancelError {
         /// The execution concerned.
         execution: ExecutionId,
     },
+    /// The runtime is shut down ([`Runtime::shutdown`]); nothing was recorded.
+    #[error("the runtime is shut down; the cancel was not recorded")]
+    ShutDown,
     /// The execution's driver failed before it answered.
     #[error("execution {execution} could not record the cancel: {detail}")]
     Driver {
@@ -313,6 +331,9 @@ driver_failure!(StartError, ResumeError, ResolveError, CancelError);
 
 /// What a caller hears when a driver went away without answering.
 const DRIVER_STOPPED: &str = "the execution's driver stopped";
+
+/// What a caller hears when its message reached a driver that stops for a shutdown.
+pub(crate) const SHUT_DOWN: &str = "the runtime is shut down";
 
 /// How to start an execution.
 #[derive(Debug, Clone)]
@@ -472,6 +493,9 @@ impl<S: EventStore> RuntimeBuilder<S> {
                 classification: Arc::new(self.classification),
                 timers: Arc::new(timers::Timers::new(self.clock)),
                 slots: Mutex::new(HashMap::new()),
+                stop: watch::channel(false).0,
+                tasks: Mutex::new(tokio::task::JoinSet::new()),
+                shutting: tokio::sync::Mutex::new(()),
             }),
         })
     }
@@ -510,6 +534,13 @@ pub(crate) struct Inner<S> {
     /// The pending deadlines of every execution, served by one task.
     pub(crate) timers: Arc<timers::Timers>,
     slots: Mutex<HashMap<ExecutionId, Slot>>,
+    /// Set by [`Runtime::shutdown`]: no new work is accepted, and drivers exit once their
+    /// append in flight is durable.
+    pub(crate) stop: watch::Sender<bool>,
+    /// The driver tasks and the timer task, joined by [`Runtime::shutdown`].
+    tasks: Mutex<tokio::task::JoinSet<()>>,
+    /// Held while a shutdown joins the tasks, so a second one waits for the first.
+    shutting: tokio::sync::Mutex<()>,
 }
 
 impl<S> Drop for Inner<S> {
@@ -541,6 +572,23 @@ struct Settled {
 impl<S: EventStore> Inner<S> {
     fn slots(&self) -> std::sync::MutexGuard<'_, HashMap<ExecutionId, Slot>> {
         self.slots.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    fn tasks(&self) -> std::sync::MutexGuard<'_, tokio::task::JoinSet<()>> {
+        self.tasks.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Whether [`Runtime::shutdown`] was called.
+    pub(crate) fn stopping(&self) -> bool {
+        *self.stop.borrow()
+    }
+
+    /// Spawns one of the runtime's tasks, which `shutdown` joins. Tasks that have finished
+    /// are reaped first, so the set holds only live ones.
+    fn spawn(&self, task: impl std::future::Future<Output = ()> + Send + 'static) {
+        let mut tasks = self.tasks();
+        while tasks.try_join_next().is_some() {}
+        tasks.spawn(task);
     }
 
     /// Called by a driver that has nothing left to do: it may exit only if no message is
@@ -586,7 +634,7 @@ impl<S: EventStore> Inner<S> {
                 true
             };
             let timers = Arc::clone(&self.timers);
-            tokio::spawn(
+            self.spawn(
                 async move {
                     let served = contain::contain_future(timers::serve(Arc::clone(&timers), fire));
                     if let Err(panic) = served.await {
@@ -627,6 +675,48 @@ impl<S: EventStore> Runtime<S> {
             clock: Arc::new(SystemClock),
             errors: Vec::new(),
         }
+    }
+
+    /// Shuts the runtime down, in this order:
+    /// 1. it stops accepting work: `start`, `resume`, `resolve` and `cancel` (on this runtime
+    ///    and every clone of it) are refused with their `ShutDown` error, and `recover` does
+    ///    nothing;
+    /// 2. each driver lets its append in flight become durable (and answers the callers that
+    ///    waited for it), then exits; what it had not appended, and the effects it was
+    ///    running, are left in the log's terms, for `recover` to drive on, as after a crash
+    ///    but with no append cut short;
+    /// 3. it joins every driver task and the timer task.
+    ///
+    /// Once it returns, no task of the runtime holds the store: dropping this runtime (the
+    /// last clone of it) releases the store, so a `DiskStore` file can be opened again at
+    /// once by the same process. Calling it again (on a clone) is harmless: it waits for the
+    /// same tasks. Dropping the returned future before it completes aborts the tasks not
+    /// joined yet. See `docs/adr/0014-shutdown-waits-for-appends-not-effects.md`.
+    pub async fn shutdown(self) {
+        let _one_at_a_time = self.inner.shutting.lock().await;
+        if !self.inner.stop.send_replace(true) {
+            tracing::info!("runtime shutting down");
+        }
+        self.inner.timers.close();
+        loop {
+            let mut tasks = std::mem::take(&mut *self.inner.tasks());
+            if tasks.is_empty() {
+                break;
+            }
+            while let Some(joined) = tasks.join_next().await {
+                if let Err(error) = joined
+                    && error.is_panic()
+                {
+                    tracing::error!(%error, "a runtime task panicked while shutting down");
+                }
+            }
+        }
+        tracing::debug!("runtime shut down: every task joined");
+    }
+
+    /// Whether [`Runtime::shutdown`] was called on this runtime or a clone of it.
+    pub fn is_shut_down(&self) -> bool {
+        self.inner.stopping()
     }
 
     /// How many deadlines (timers, gates with a timeout) this runtime holds armed.
@@ -683,6 +773,9 @@ impl<S: EventStore> Runtime<S> {
         input: &I,
         options: StartOptions,
     ) -> Result<ExecutionId, StartError> {
+        if self.inner.stopping() {
+            return Err(StartError::ShutDown);
+        }
         let version = match options.flow_version {
             Some(version) => {
                 if !self.inner.flows.contains_key(&(flow.to_owned(), version)) {
@@ -809,7 +902,7 @@ impl<S: EventStore> Runtime<S> {
         };
         let answered = match answered {
             Some(answered) => {
-                tokio::spawn(run);
+                self.inner.spawn(run);
                 answered
             }
             None => answer.await,
@@ -865,6 +958,9 @@ impl<S: EventStore> Runtime<S> {
         correlation_key: &str,
         payload: Payload,
     ) -> Result<(), ResumeError> {
+        if self.inner.stopping() {
+            return Err(ResumeError::ShutDown);
+        }
         if timers::is_reserved_event_type(event_type) {
             return Err(ResumeError::ReservedGate {
                 execution: execution.clone(),
@@ -916,6 +1012,9 @@ impl<S: EventStore> Runtime<S> {
         verdict: Verdict,
         operator: Option<String>,
     ) -> Result<(), ResolveError> {
+        if self.inner.stopping() {
+            return Err(ResolveError::ShutDown);
+        }
         let (reply, answer) = oneshot::channel();
         self.send(
             execution,
@@ -940,6 +1039,9 @@ impl<S: EventStore> Runtime<S> {
         execution: &ExecutionId,
         reason: Option<String>,
     ) -> Result<(), CancelError> {
+        if self.inner.stopping() {
+            return Err(CancelError::ShutDown);
+        }
         let (reply, answer) = oneshot::channel();
         self.send(execution, DriverMsg::Cancel { reason, reply });
         answer.await.unwrap_or_else(|_| {
@@ -951,49 +1053,77 @@ impl<S: EventStore> Runtime<S> {
     }
 
     /// Finds every execution that has not ended and is not parked, and drives it on by
-    /// replay. Call once at start-up. Returns how many it started. An execution whose log
-    /// cannot be read or folded is skipped (and logged), never blocking the others; see
-    /// [`Runtime::recover_report`] for which.
+    /// replay; arms again the recorded deadlines of parked executions. Call once at start-up.
+    /// Returns how many it started. An execution whose log cannot be read or folded is
+    /// skipped (and logged), never blocking the others; see [`Runtime::recover_report`] for
+    /// which.
+    ///
+    /// It lists executions through the store's status index
+    /// ([`EventStore::list_by_status`]): those that need driving, the suspended ones and those
+    /// in doubt. Ended executions are never read, so its cost is in proportion to the work
+    /// pending, not to the history stored.
     pub async fn recover(&self) -> Result<usize, FoldStoredError> {
         Ok(self.recover_report().await?.started)
     }
 
     /// [`Runtime::recover`], reporting the executions it skipped and why. Fails only when the
-    /// store cannot list its executions.
+    /// store cannot list its executions. After [`Runtime::shutdown`] it does nothing.
     pub async fn recover_report(&self) -> Result<RecoveryReport, FoldStoredError> {
         use futures::TryStreamExt;
         let mut report = RecoveryReport::default();
-        let mut executions = std::pin::pin!(self.inner.store.executions());
-        while let Some(summary) = executions.try_next().await? {
-            match self.inner.store.fold(&summary.id).await {
-                Ok(state) if state.needs_driving() => {
-                    self.ensure_driver(&summary.id);
-                    report.started += 1;
+        if self.inner.stopping() {
+            tracing::warn!("recovery asked of a runtime that is shut down; nothing is started");
+            return Ok(report);
+        }
+        let store = &self.inner.store;
+        // First the executions a worker must drive on (running, or parked with a step in
+        // flight), then the parked ones, whose recorded deadlines are armed again. An
+        // execution listed twice (its status changed between the listings) is handled once.
+        let filters = [
+            StatusFilter::NeedsDriving,
+            StatusFilter::Status(ExecutionStatus::Suspended),
+            StatusFilter::Status(ExecutionStatus::InDoubt),
+        ];
+        let mut seen = std::collections::BTreeSet::new();
+        for filter in filters {
+            let mut listed = std::pin::pin!(store.executions_by_status(filter));
+            while let Some(summary) = listed.try_next().await? {
+                if !seen.insert(summary.id.clone()) {
+                    continue;
                 }
-                Ok(state) if !state.status().is_terminal() => {
-                    // Parked: its pending deadlines are armed from the log, with no driver
-                    // (the one that fires them replays the flow).
-                    match self.arm_recorded_deadlines(&summary.id, &state).await {
-                        Ok(armed) => report.timers += armed,
-                        Err(error) => {
-                            tracing::error!(execution = %summary.id, %error, "recovery skips an execution whose deadlines it cannot read");
-                            report.skipped.push(SkippedExecution {
-                                execution: summary.id,
-                                error: FoldStoredError::Read(error),
-                            });
+                match store.fold(&summary.id).await {
+                    Ok(state) if state.needs_driving() => {
+                        self.ensure_driver(&summary.id);
+                        report.started += 1;
+                    }
+                    Ok(state) if !state.status().is_terminal() => {
+                        // Parked: its pending deadlines are armed from the log, with no driver
+                        // (the one that fires them replays the flow).
+                        match self.arm_recorded_deadlines(&summary.id, &state).await {
+                            Ok(armed) => report.timers += armed,
+                            Err(error) => {
+                                tracing::error!(execution = %summary.id, %error, "recovery skips an execution whose deadlines it cannot read");
+                                report.skipped.push(SkippedExecution {
+                                    execution: summary.id,
+                                    error: FoldStoredError::Read(error),
+                                });
+                            }
                         }
                     }
-                }
-                Ok(_) => {}
-                Err(error) => {
-                    tracing::error!(execution = %summary.id, %error, "recovery skips an execution it cannot fold");
-                    report.skipped.push(SkippedExecution {
-                        execution: summary.id,
-                        error,
-                    });
+                    Ok(_) => {}
+                    Err(error) => {
+                        tracing::error!(execution = %summary.id, %error, "recovery skips an execution it cannot fold");
+                        report.skipped.push(SkippedExecution {
+                            execution: summary.id,
+                            error,
+                        });
+                    }
                 }
             }
         }
+        report
+            .skipped
+            .sort_by(|a, b| a.execution.as_str().cmp(b.execution.as_str()));
         tracing::info!(
             recovered = report.started,
             timers = report.timers,
@@ -1132,6 +1262,12 @@ impl<S: EventStore> Runtime<S> {
     /// Sends a message to the execution's driver, starting one if none runs. The message is
     /// sent under the lock a driver takes to decide it may exit, so it is never stranded.
     fn send(&self, execution: &ExecutionId, message: DriverMsg) {
+        if self.inner.stopping() {
+            // No driver starts after a shutdown (the timer task may still fire once).
+            driver::forget_deadline(&self.inner.timers, execution, &message);
+            driver::refuse_failed(execution, message, SHUT_DOWN);
+            return;
+        }
         let mut slots = self.inner.slots();
         let slot = slots.entry(execution.clone()).or_insert_with(new_slot);
         let sender = self.live_driver(slot, execution);
@@ -1144,6 +1280,9 @@ impl<S: EventStore> Runtime<S> {
 
     /// The execution's driver, started if none runs.
     fn ensure_driver(&self, execution: &ExecutionId) {
+        if self.inner.stopping() {
+            return;
+        }
         let mut slots = self.inner.slots();
         let slot = slots.entry(execution.clone()).or_insert_with(new_slot);
         self.live_driver(slot, execution);
@@ -1170,7 +1309,7 @@ impl<S: EventStore> Runtime<S> {
         new: Option<driver::NewExecution>,
     ) -> mpsc::UnboundedSender<DriverMsg> {
         let (sender, run) = self.driver_task(slot, execution, new);
-        tokio::spawn(run);
+        self.inner.spawn(run);
         sender
     }
 
@@ -1206,8 +1345,11 @@ impl<S: EventStore> Runtime<S> {
                     })
                 });
                 let unknown = matches!(outcome, Ok(Exit::Unknown));
+                let stopped = matches!(outcome, Ok(Exit::Stopped(_)));
                 let (error, state) = match outcome {
-                    Ok(Exit::Ended(state) | Exit::Parked(state)) => (None, Some(*state)),
+                    Ok(Exit::Ended(state) | Exit::Parked(state) | Exit::Stopped(state)) => {
+                        (None, Some(*state))
+                    }
                     Ok(Exit::Unknown) => (None, None),
                     Err(error) => {
                         tracing::error!(%error, "driver stopped");
@@ -1223,6 +1365,7 @@ impl<S: EventStore> Runtime<S> {
                     match &error {
                         Some(error) => driver::refuse_failed(&id, message, &error.to_string()),
                         None if unknown => driver::refuse_unknown(&id, message),
+                        None if stopped => driver::refuse_failed(&id, message, SHUT_DOWN),
                         None => driver::refuse_ended(&id, message, &Default::default()),
                     }
                 }

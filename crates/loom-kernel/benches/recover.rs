@@ -1,0 +1,121 @@
+//! What `Runtime::recover` costs on a disk store holding many ended executions and a few
+//! running ones: it lists through the status index, so the ended ones should cost nothing.
+//!
+//! For each count of ended executions (`LOOM_RECOVER_ENDED`, comma-separated; default
+//! `0,100000`), it builds a fresh `DiskStore` with that many ended executions (two events
+//! each, appended in large concurrent batches so the writer groups them) and 100 running
+//! ones (each started by a runtime and left mid-step), reopens the file, and times
+//! `recover()` on a new runtime several times (each run ends with `shutdown`, which leaves the
+//! executions running again).
+//!
+//! `LOOM_RECOVER_ENDED=0,100000,1000000 cargo bench -p loom-kernel --bench recover`
+
+use std::time::{Duration, Instant};
+
+use loom_kernel::conformance::{completed, started};
+use loom_kernel::runtime::*;
+use loom_kernel::store::DiskStoreConfig;
+use loom_kernel::{DiskStore, EventStore, ExecutionId};
+use serde_json::{Value, json};
+
+const RUNNING: usize = 100;
+const RUNS: usize = 7;
+/// Ended executions appended concurrently at a time while building.
+const BUILD_CHUNK: usize = 20_000;
+
+async fn stuck_flow(ctx: FlowCtx, _: Value) -> Result<Value, FlowError> {
+    Ok(ctx.execute("stuck", &1).await?.to_value())
+}
+
+/// An idempotent effect that never answers: its execution stays running.
+fn stuck() -> impl Effect {
+    FnEffect::new(true, |_call: EffectCall| async {
+        std::future::pending::<()>().await;
+        EffectOutcome::ok(json!(null).into())
+    })
+}
+
+fn runtime(store: DiskStore) -> Runtime<DiskStore> {
+    Runtime::builder(store)
+        .flow(flow_fn("stuck", 1, stuck_flow))
+        .effect("stuck", stuck())
+        .build()
+        .expect("the runtime composes")
+}
+
+fn config() -> DiskStoreConfig {
+    DiskStoreConfig {
+        max_batch_events: 100_000,
+        ..DiskStoreConfig::default()
+    }
+}
+
+async fn build(path: &std::path::Path, ended: usize) -> Duration {
+    let began = Instant::now();
+    let store = DiskStore::open_with(path, config()).expect("the store opens");
+    let ids: Vec<ExecutionId> = (0..ended)
+        .map(|n| ExecutionId::new(format!("ended-{n:08}")).expect("a valid id"))
+        .collect();
+    let events = [started("done"), completed()];
+    for chunk in ids.chunks(BUILD_CHUNK) {
+        let appends = chunk.iter().map(|id| store.append(id, 0, &events));
+        for appended in futures::future::join_all(appends).await {
+            appended.expect("the append is stored");
+        }
+    }
+    let rt = runtime(store);
+    for n in 0..RUNNING {
+        rt.start(
+            "stuck",
+            &json!(n),
+            StartOptions::new(ExecutionId::new(format!("running-{n:03}")).expect("a valid id"))
+                .grant("stuck"),
+        )
+        .await
+        .expect("the execution starts");
+    }
+    rt.shutdown().await;
+    began.elapsed()
+}
+
+fn main() {
+    let counts: Vec<usize> = std::env::var("LOOM_RECOVER_ENDED")
+        .unwrap_or_else(|_| "0,100000".into())
+        .split(',')
+        .filter_map(|count| count.trim().parse().ok())
+        .collect();
+    let tokio = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .expect("a tokio runtime");
+    tokio.block_on(async {
+        for ended in counts {
+            let dir = tempfile::tempdir().expect("a temporary directory");
+            let path = dir.path().join("recover.redb");
+            let built = build(&path, ended).await;
+            let size_mb = std::fs::metadata(&path).map_or(0, |m| m.len()) / 1_000_000;
+            let opening = Instant::now();
+            let store = DiskStore::open_with(&path, config()).expect("the store opens again");
+            let opened = opening.elapsed();
+            let mut times = Vec::new();
+            for _ in 0..RUNS {
+                let rt = runtime(store.clone());
+                let began = Instant::now();
+                let recovered = rt.recover().await.expect("recover lists the store");
+                times.push(began.elapsed());
+                assert_eq!(recovered, RUNNING, "every running execution is recovered");
+                rt.shutdown().await;
+            }
+            times.sort();
+            println!(
+                "recover/{ended}_ended_{RUNNING}_running: min {:.2} ms, median {:.2} ms, max {:.2} ms over {RUNS} runs (store built in {:.1} s, {size_mb} MB, reopened in {:.1} ms)",
+                times[0].as_secs_f64() * 1e3,
+                times[RUNS / 2].as_secs_f64() * 1e3,
+                times[RUNS - 1].as_secs_f64() * 1e3,
+                built.as_secs_f64(),
+                opened.as_secs_f64() * 1e3,
+            );
+        }
+    });
+}
