@@ -19,6 +19,7 @@ pub mod app;
 pub mod client;
 pub mod narrate;
 pub mod operator;
+mod playground;
 pub mod server;
 pub mod story;
 pub mod transport;
