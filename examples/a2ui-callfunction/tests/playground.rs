@@ -4,7 +4,7 @@
 //! Chromium driven over its DevTools protocol, the playground renders the surface from the
 //! A2UI wire, its Approve button resumes the gate, and the execution completes. The browser
 //! test is skipped loudly when Chromium is not installed (`apt-get install chromium`; `.ci/run`
-//! installs it).
+//! installs it and sets `LOOM_REQUIRE_CHROMIUM`, which turns the skip into a failure).
 
 use std::net::{SocketAddr, TcpListener};
 use std::path::Path;
@@ -242,6 +242,10 @@ impl Drop for Browser {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_playground_renders_the_surface_and_its_approve_button_completes_the_checkout() {
     let Some(browser) = chromium() else {
+        assert!(
+            std::env::var_os("LOOM_REQUIRE_CHROMIUM").is_none(),
+            "LOOM_REQUIRE_CHROMIUM is set and no Chromium is installed"
+        );
         eprintln!(
             "\n*** SKIPPED the_playground_renders_the_surface_and_its_approve_button_completes_the_checkout: no Chromium (apt-get install chromium)\n"
         );
