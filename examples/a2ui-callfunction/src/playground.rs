@@ -29,7 +29,7 @@ use axum::response::{IntoResponse, Redirect, Response};
 use axum::routing::{get, post};
 use loom_console::admin::{CONTENT_SECURITY_POLICY, constant_time_eq};
 use loom_kernel::classify::DataClassification;
-use loom_kernel::{Event, EventEnvelope, EventStoreExt, ExecutionId};
+use loom_kernel::{Event, EventEnvelope, EventStore, EventStoreExt, ExecutionId};
 use serde_json::{Value, json};
 use tokio::sync::{broadcast, mpsc};
 
@@ -196,7 +196,19 @@ async fn session(
                         open = open && tx.send(model).await.is_ok();
                     }
                 }
-                Ok(_) | Err(broadcast::error::RecvError::Lagged(_)) => {}
+                Ok(_) => {}
+                // Fell behind the broadcast: what was missed is read back from the log.
+                Err(broadcast::error::RecvError::Lagged(_)) => {
+                    if let Ok(missed) = state.runtime.store().read(&execution, seen + 1, usize::MAX).await {
+                        for envelope in missed {
+                            seen = envelope.seq;
+                            open = open && tx.send(event_of(&envelope)).await.is_ok();
+                        }
+                        if let Some(model) = model_of(&state, &execution, &surface) {
+                            open = open && tx.send(model).await.is_ok();
+                        }
+                    }
+                }
                 Err(broadcast::error::RecvError::Closed) => break,
             },
         }
