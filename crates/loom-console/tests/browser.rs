@@ -1,7 +1,7 @@
 //! The web console in a real browser (headless Chromium): the page logs in with the token from
 //! its link, lists the steps in doubt and the executions, and shows one execution's events with
-//! classified values masked. Skipped loudly when Chromium is not installed (CI does not install
-//! it); run it with `apt-get install chromium`.
+//! classified values masked. Skipped loudly when Chromium is not installed (`.ci/run` installs
+//! Debian's `chromium` when it is missing; elsewhere, `apt-get install chromium`).
 
 mod support;
 

@@ -6,7 +6,9 @@
 //! - The application ([`app`]): the catalogs, the surface's components, the masked paths, the
 //!   `checkout` flow and the composition of a runtime on the embedded store.
 //! - A concrete [`Transport`](loom_plugin_a2ui::Transport) over WebSocket sessions
-//!   ([`transport`]) and the server that carries the A2UI wire ([`server`]).
+//!   ([`transport`]) and the server that carries the A2UI wire ([`server`]), with the
+//!   console's admin API and the A2UI playground (`playground.rs`, SSE down and POST up, a
+//!   small renderer of the default catalog in `web/`) on its loopback listener.
 //! - A headless renderer that answers functions and clicks Approve ([`client`]), the operator's
 //!   commands ([`operator`]), and the story that runs them all as processes ([`story`]), each
 //!   telling what it does in notes ([`narrate`]).
@@ -19,6 +21,7 @@ pub mod app;
 pub mod client;
 pub mod narrate;
 pub mod operator;
+mod playground;
 pub mod server;
 pub mod story;
 pub mod transport;

@@ -176,6 +176,7 @@ async fn tokio_main(command: Cmd) -> Result<()> {
                 execution,
                 crash_after_submit,
                 exit_when_done,
+                admin_token: std::env::var("LOOM_ADMIN_TOKEN").ok(),
             })
             .await
         }

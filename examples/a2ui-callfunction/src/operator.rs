@@ -136,7 +136,7 @@ async fn resolve_on<S: EventStore>(
 }
 
 async fn ask(url: &str, request: &AdminRequest) -> Result<Value> {
-    let admin = format!("{}/admin", url.trim_end_matches('/'));
+    let admin = format!("{}/operator", url.trim_end_matches('/'));
     let (mut socket, _) = tokio_tungstenite::connect_async(admin.as_str())
         .await
         .with_context(|| format!("connecting to {admin}"))?;

@@ -6,9 +6,14 @@
 //!   current masked model and any pending function call, then every update as it becomes
 //!   durable; it sends actions and function replies. A renderer that reconnects gets the
 //!   surface again, then live updates.
-//! - `GET /admin`: one JSON request per text frame, one answer each: `{"op": "list"}` lists
+//! - `GET /operator`: one JSON request per text frame, one answer each: `{"op": "list"}` lists
 //!   the steps in doubt, `{"op": "resolve", "execution", "step", "verdict"}` records a verdict
 //!   (see [`crate::operator`]).
+//! - `/admin/...`: the console's admin API and web console ([`loom_console::admin_router`]),
+//!   mounted when the listener is on loopback, guarded by a token made at start (or given) and
+//!   told in the narration as a link, `http://127.0.0.1:<port>/admin/#token=...`.
+//! - `/playground/...`: the A2UI playground (see [`crate::playground`]): SSE down, POST up,
+//!   behind the same token.
 
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
@@ -23,16 +28,18 @@ use axum::extract::{Path, Query, State};
 use axum::response::Response;
 use axum::routing::get;
 use futures::{SinkExt, StreamExt};
+use loom_console::AdminConfig;
 use loom_kernel::runtime::{Projection, Runtime, StartOptions};
 use loom_kernel::{DiskStore, Event, EventEnvelope, EventStore, ExecutionId};
 use loom_plugin_a2ui::wire::{AgentMessage, RendererMessage};
 use loom_plugin_a2ui::{CALL_FUNCTION_EFFECT, SurfaceHub};
 use serde_json::Value;
-use tokio::sync::Notify;
+use tokio::sync::{Notify, broadcast};
 
 use crate::app::{self, FLOW, Order};
 use crate::narrate::{self, Direction, Note};
 use crate::operator::{self, AdminRequest};
+use crate::playground;
 use crate::transport::{Sessions, WsTransport};
 
 /// How the server runs.
@@ -48,21 +55,30 @@ pub struct ServerOptions {
     pub crash_after_submit: bool,
     /// Exit once the execution has ended and its renderers have gone.
     pub exit_when_done: bool,
+    /// The admin and playground token; a fresh random one when `None`.
+    pub admin_token: Option<String>,
 }
 
-struct AppState {
-    runtime: Runtime<DiskStore>,
-    hub: SurfaceHub,
-    sessions: Arc<Sessions>,
+pub(crate) struct AppState {
+    pub(crate) runtime: Runtime<DiskStore>,
+    pub(crate) hub: SurfaceHub,
+    pub(crate) sessions: Arc<Sessions>,
+    /// Every durable event, as it is recorded (for the playground's streams).
+    pub(crate) events: broadcast::Sender<EventEnvelope>,
+    /// The token the admin API and the playground require.
+    pub(crate) token: String,
 }
 
 /// Tells every durable event, and wakes the server when the execution ends.
 struct Narrator {
     ended: Arc<Notify>,
+    events: broadcast::Sender<EventEnvelope>,
 }
 
 impl Projection for Narrator {
     fn apply(&self, envelope: &EventEnvelope) {
+        // No subscriber is no error: the playground may not be open.
+        let _ = self.events.send(envelope.clone());
         narrate::emit(&Note::Event {
             execution: envelope.execution_id.to_string(),
             seq: envelope.seq,
@@ -90,6 +106,7 @@ impl loom_kernel::runtime::Plugin for Narrator {
     fn contribute(&self, contributions: &mut loom_kernel::runtime::Contributions) {
         contributions.projection(Arc::new(Narrator {
             ended: self.ended.clone(),
+            events: self.events.clone(),
         }));
     }
 }
@@ -142,8 +159,10 @@ pub async fn serve(options: ServerOptions) -> Result<()> {
     let sessions = Sessions::new(options.crash_after_submit);
     let hub = app::hub();
     let ended = Arc::new(Notify::new());
+    let (events, _) = broadcast::channel(1024);
     let narrator = Narrator {
         ended: ended.clone(),
+        events: events.clone(),
     };
     let runtime = app::compose(store, &hub, Arc::new(WsTransport(sessions.clone())))?
         .plugin(&narrator)
@@ -155,15 +174,30 @@ pub async fn serve(options: ServerOptions) -> Result<()> {
         .await
         .with_context(|| format!("binding {}", options.addr))?;
     let addr = listener.local_addr()?;
+    let token = match options.admin_token {
+        Some(token) => token,
+        None => loom_console::random_token().context("making the admin token")?,
+    };
+    let admin = AdminConfig::new(token.clone())
+        .context("the admin token")?
+        .classification(playground::operator_classification());
     let state = Arc::new(AppState {
         runtime: runtime.clone(),
         hub: hub.clone(),
         sessions: sessions.clone(),
+        events,
+        token: token.clone(),
     });
-    let router = Router::new()
+    let mut router = Router::new()
         .route("/a2ui/{execution}/{surface}", get(renderer_socket))
-        .route("/admin", get(admin_socket))
+        .route("/operator", get(admin_socket))
+        .merge(playground::router())
         .with_state(state);
+    // The admin API and the playground hold verdicts and resumes: loopback only.
+    let loopback = addr.ip().is_loopback();
+    if loopback {
+        router = router.merge(loom_console::admin_router(runtime.clone(), admin));
+    }
 
     // Executions a crashed process left mid-flight are driven on: a step that was running
     // when it died is parked in doubt (not idempotent), for an operator's verdict.
@@ -190,6 +224,16 @@ pub async fn serve(options: ServerOptions) -> Result<()> {
     narrate::emit(&Note::Ready {
         url: format!("ws://{addr}"),
     });
+    if loopback {
+        narrate::say(format!(
+            "web console: http://{addr}/admin/#token={token} (loom --admin http://{addr} --token {token})"
+        ));
+        narrate::say(format!(
+            "A2UI playground: http://{addr}/playground/#token={token}&execution={execution}"
+        ));
+    } else {
+        narrate::say("the admin API and the playground are served on loopback only: not mounted");
+    }
     // Steps in doubt from a crash are announced once recovery has parked them.
     let _ = runtime.wait(&execution).await;
     for step in loom_effect_runtime::steps_in_doubt_of(runtime.store(), &execution).await? {
@@ -239,7 +283,7 @@ async fn admin_socket(ws: WebSocketUpgrade, State(state): State<Arc<AppState>>) 
     ws.on_upgrade(move |socket| admin_session(state, socket))
 }
 
-fn wire_note(direction: Direction, session: u64, message: Value) {
+pub(crate) fn wire_note(direction: Direction, session: u64, message: Value) {
     narrate::emit(&Note::Wire {
         direction,
         session,
@@ -308,7 +352,7 @@ async fn renderer_session(
             },
             frame = stream.next() => match frame {
                 Some(Ok(Message::Text(text))) => {
-                    inbound(&state, session, &execution_id, &surface, text.as_bytes()).await;
+                    let _ = inbound(&state, session, &execution_id, &surface, text.as_bytes()).await;
                 }
                 Some(Ok(Message::Close(_))) | None | Some(Err(_)) => break,
                 Some(Ok(_)) => {}
@@ -320,16 +364,16 @@ async fn renderer_session(
     narrate::say(format!("renderer session #{session} closed: {ended}"));
 }
 
-/// An A2UI message from a renderer: an action resumes the Approve gate; a function reply
-/// answers a grain-B request in flight, or else resumes a grain-A gate. Anything refused is
-/// told and records nothing.
-async fn inbound(
+/// An A2UI message from a renderer (a WebSocket frame or a playground POST): an action resumes
+/// the Approve gate; a function reply answers a grain-B request in flight, or else resumes a
+/// grain-A gate. Anything refused is told and records nothing.
+pub(crate) async fn inbound(
     state: &AppState,
     session: u64,
     execution: &ExecutionId,
     surface: &str,
     bytes: &[u8],
-) {
+) -> Result<String, String> {
     let value = serde_json::from_slice::<Value>(bytes)
         .unwrap_or_else(|_| Value::String(String::from_utf8_lossy(bytes).into_owned()));
     wire_note(Direction::RendererToAgent, session, value);
@@ -353,12 +397,13 @@ async fn inbound(
         Ok(_) => Err("this agent implements no function for the renderer to call".into()),
         Err(error) => Err(error.to_string()),
     };
-    match outcome {
+    match &outcome {
         Ok(text) => narrate::say(format!("session #{session}: {text}")),
         Err(text) => narrate::say(format!(
             "session #{session}: refused, nothing recorded: {text}"
         )),
     }
+    outcome
 }
 
 async fn reply_to(

@@ -61,6 +61,7 @@ async fn a_reconnecting_renderer_gets_the_surface_and_the_pending_call_again_the
         execution: EXECUTION.into(),
         crash_after_submit: false,
         exit_when_done: false,
+        admin_token: None,
     };
     let server = tokio::spawn(server::serve(options));
 

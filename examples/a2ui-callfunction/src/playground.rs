@@ -1,0 +1,270 @@
+//! The A2UI playground: a page that shows one execution's surface three ways, side by side, and
+//! renders it. Served under `/playground/` on the example's loopback listener.
+//!
+//! - `GET /playground/`: the page (`web/playground.{html,js,css}`, built into the binary). It
+//!   reads `#token=..&execution=..` from its link.
+//! - `GET /playground/v1/{execution}/{surface}/stream?token=..`: server-sent events. The
+//!   stream is a renderer session like a WebSocket one (it answers the functions the agent
+//!   calls): `session` (its number), `wire` (each A2UI message the bridge emits, as sent),
+//!   `event` (each durable event of the execution, masked, its log first), `model` (the native
+//!   surface model, masked, after each `SURFACE_PATCH`).
+//! - `POST /playground/v1/{execution}/{surface}/messages?session=N` with
+//!   `Authorization: Bearer <token>`: one A2UI renderer message (an `action`, a
+//!   `rendererFunctionResponse`), routed exactly as a WebSocket frame is ([`server::inbound`]:
+//!   an action goes through the hub's `ingest_action` and resumes its gate).
+//!
+//! `EventSource` cannot send headers, so the stream takes the token in its query; both compare
+//! it in constant time.
+
+use std::collections::BTreeMap;
+use std::convert::Infallible;
+use std::sync::Arc;
+
+use axum::Router;
+use axum::body::Bytes;
+use axum::extract::{Path, Query, State};
+use axum::http::{HeaderMap, StatusCode, header};
+use axum::response::sse::{Event as SseEvent, KeepAlive, Sse};
+use axum::response::{IntoResponse, Redirect, Response};
+use axum::routing::{get, post};
+use loom_console::admin::{CONTENT_SECURITY_POLICY, constant_time_eq};
+use loom_kernel::classify::DataClassification;
+use loom_kernel::{Event, EventEnvelope, EventStore, EventStoreExt, ExecutionId};
+use serde_json::{Value, json};
+use tokio::sync::{broadcast, mpsc};
+
+use crate::narrate::Direction;
+use crate::server::{self, AppState};
+
+const HTML: &str = include_str!("../web/playground.html");
+const JS: &str = include_str!("../web/playground.js");
+const CSS: &str = include_str!("../web/playground.css");
+
+/// The playground's routes (the server adds its state).
+pub(crate) fn router() -> Router<Arc<AppState>> {
+    Router::new()
+        .route(
+            "/playground",
+            get(|| async { Redirect::permanent("playground/") }),
+        )
+        .route(
+            "/playground/",
+            get(|| async { file(HTML, "text/html; charset=utf-8") }),
+        )
+        .route(
+            "/playground/playground.js",
+            get(|| async { file(JS, "text/javascript; charset=utf-8") }),
+        )
+        .route(
+            "/playground/playground.css",
+            get(|| async { file(CSS, "text/css; charset=utf-8") }),
+        )
+        .route("/playground/v1/{execution}/{surface}/stream", get(stream))
+        .route(
+            "/playground/v1/{execution}/{surface}/messages",
+            post(message),
+        )
+}
+
+fn file(body: &'static str, content_type: &'static str) -> Response {
+    (
+        [
+            (header::CONTENT_TYPE, content_type),
+            (header::CONTENT_SECURITY_POLICY, CONTENT_SECURITY_POLICY),
+            (header::X_CONTENT_TYPE_OPTIONS, "nosniff"),
+            (header::REFERRER_POLICY, "no-referrer"),
+            (header::CACHE_CONTROL, "no-cache"),
+        ],
+        body,
+    )
+        .into_response()
+}
+
+fn refused(status: StatusCode, message: impl Into<String>) -> Response {
+    (status, axum::Json(json!({"error": message.into()}))).into_response()
+}
+
+fn unauthorized() -> Response {
+    refused(
+        StatusCode::UNAUTHORIZED,
+        "missing or wrong token: open the link the server printed (…/playground/#token=…)",
+    )
+}
+
+async fn stream(
+    State(state): State<Arc<AppState>>,
+    Path((execution, surface)): Path<(String, String)>,
+    Query(query): Query<BTreeMap<String, String>>,
+) -> Response {
+    let authorized = query
+        .get("token")
+        .is_some_and(|given| constant_time_eq(given.as_bytes(), state.token.as_bytes()));
+    if !authorized {
+        return unauthorized();
+    }
+    let Ok(execution) = ExecutionId::new(execution) else {
+        return refused(StatusCode::BAD_REQUEST, "not an execution id");
+    };
+    let (tx, rx) = mpsc::channel::<SseEvent>(256);
+    tokio::spawn(session(state, execution, surface, tx));
+    let events = futures::stream::unfold(rx, |mut rx| async move {
+        rx.recv()
+            .await
+            .map(|event| (Ok::<_, Infallible>(event), rx))
+    });
+    Sse::new(events)
+        .keep_alive(KeepAlive::default())
+        .into_response()
+}
+
+fn sse(kind: &str, data: &Value) -> SseEvent {
+    SseEvent::default().event(kind).data(data.to_string())
+}
+
+/// One playground renderer session: registered with the transport like a WebSocket one, it
+/// lasts until the page goes away.
+async fn session(
+    state: Arc<AppState>,
+    execution: ExecutionId,
+    surface: String,
+    tx: mpsc::Sender<SseEvent>,
+) {
+    // Subscribed before the log is read, so no event falls between the two.
+    let mut events = state.events.subscribe();
+    let (id, mut outbox) = state.sessions.open(execution.as_str(), &surface, None);
+    let subscription = state
+        .hub
+        .subscribe(state.runtime.store(), &execution, &surface)
+        .await;
+    let log = state.runtime.store().read_all(&execution).await;
+    let (mut subscription, log) = match (subscription, log) {
+        (Ok(subscription), Ok(log)) => (subscription, log),
+        (Err(error), _) => {
+            let _ = tx.send(sse("failure", &json!(error.to_string()))).await;
+            state.sessions.close(id);
+            return;
+        }
+        (_, Err(error)) => {
+            let _ = tx.send(sse("failure", &json!(error.to_string()))).await;
+            state.sessions.close(id);
+            return;
+        }
+    };
+    let wire = |message: &loom_plugin_a2ui::wire::AgentMessage| {
+        let value = message.to_value();
+        server::wire_note(Direction::AgentToRenderer, id, value.clone());
+        sse("wire", &value)
+    };
+    let mut out = vec![sse("session", &json!({"session": id}))];
+    let mut seen = 0;
+    for envelope in &log {
+        seen = envelope.seq;
+        out.push(event_of(envelope));
+    }
+    out.extend(model_of(&state, &execution, &surface));
+    for message in std::mem::take(&mut subscription.initial) {
+        out.push(wire(&message));
+    }
+    let mut open = true;
+    for event in out {
+        open = open && tx.send(event).await.is_ok();
+    }
+    let mut deleted = false;
+    while open {
+        tokio::select! {
+            () = tx.closed() => break,
+            update = subscription.next(), if !deleted => match update {
+                Some(message) => open = tx.send(wire(&message)).await.is_ok(),
+                None => deleted = true,
+            },
+            outgoing = outbox.recv() => match outgoing {
+                Some(outgoing) => {
+                    open = tx.send(wire(&outgoing.message)).await.is_ok();
+                    if open {
+                        let _ = outgoing.sent.send(());
+                    }
+                }
+                None => break,
+            },
+            received = events.recv() => match received {
+                Ok(envelope) if envelope.execution_id == execution && envelope.seq > seen => {
+                    seen = envelope.seq;
+                    open = tx.send(event_of(&envelope)).await.is_ok();
+                    if matches!(&envelope.event, Event::SurfacePatch(p) if p.surface_id == surface)
+                        && let Some(model) = model_of(&state, &execution, &surface)
+                    {
+                        open = open && tx.send(model).await.is_ok();
+                    }
+                }
+                Ok(_) => {}
+                // Fell behind the broadcast: what was missed is read back from the log.
+                Err(broadcast::error::RecvError::Lagged(_)) => {
+                    if let Ok(missed) = state.runtime.store().read(&execution, seen + 1, usize::MAX).await {
+                        for envelope in missed {
+                            seen = envelope.seq;
+                            open = open && tx.send(event_of(&envelope)).await.is_ok();
+                        }
+                        if let Some(model) = model_of(&state, &execution, &surface) {
+                            open = open && tx.send(model).await.is_ok();
+                        }
+                    }
+                }
+                Err(broadcast::error::RecvError::Closed) => break,
+            },
+        }
+    }
+    state.sessions.close(id);
+}
+
+/// What the operator's views mask: the surface's classified paths, and the card in the flow's
+/// input (which the surface's classification, rooted at the data model, does not cover).
+pub(crate) fn operator_classification() -> DataClassification {
+    // A constant of this program: it parses or the program is wrong.
+    #[allow(clippy::expect_used)]
+    DataClassification::mask_paths(["payment.card", "card"]).expect("the classified paths parse")
+}
+
+fn event_of(envelope: &EventEnvelope) -> SseEvent {
+    sse(
+        "event",
+        &json!({
+            "seq": envelope.seq,
+            "type": envelope.event.type_name(),
+            "event": loom_console::view::masked_event(&operator_classification(), &envelope.event),
+        }),
+    )
+}
+
+fn model_of(state: &AppState, execution: &ExecutionId, surface: &str) -> Option<SseEvent> {
+    state
+        .hub
+        .masked_model(execution, surface)
+        .map(|model| sse("model", &model))
+}
+
+async fn message(
+    State(state): State<Arc<AppState>>,
+    Path((execution, surface)): Path<(String, String)>,
+    Query(query): Query<BTreeMap<String, String>>,
+    headers: HeaderMap,
+    body: Bytes,
+) -> Response {
+    let authorized = headers
+        .get(header::AUTHORIZATION)
+        .and_then(|value| value.as_bytes().strip_prefix(b"Bearer "))
+        .is_some_and(|given| constant_time_eq(given, state.token.as_bytes()));
+    if !authorized {
+        return unauthorized();
+    }
+    let Ok(execution) = ExecutionId::new(execution) else {
+        return refused(StatusCode::BAD_REQUEST, "not an execution id");
+    };
+    let session = query
+        .get("session")
+        .and_then(|s| s.parse::<u64>().ok())
+        .unwrap_or(0);
+    match server::inbound(&state, session, &execution, &surface, &body).await {
+        Ok(text) => axum::Json(json!({"ok": text})).into_response(),
+        Err(text) => refused(StatusCode::UNPROCESSABLE_ENTITY, text),
+    }
+}
