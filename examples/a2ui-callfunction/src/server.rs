@@ -111,12 +111,32 @@ impl loom_kernel::runtime::Plugin for Narrator {
     }
 }
 
+/// What the narration prints of a payload: masked as a message leaving the process (K10-R6),
+/// with the surface's classified paths and the card of the order the flow starts with, and
+/// inside surface ops as at the path each op writes.
+fn shown(payload: &loom_kernel::Payload) -> Value {
+    shown_value(&payload.to_value())
+}
+
+fn shown_value(value: &Value) -> Value {
+    static NARRATION: std::sync::OnceLock<loom_kernel::classify::DataClassification> =
+        std::sync::OnceLock::new();
+    NARRATION
+        .get_or_init(|| {
+            let mut paths = app::classification().paths().to_vec();
+            paths.push("card".to_owned());
+            loom_kernel::classify::DataClassification::mask_paths(paths)
+                .unwrap_or_else(|_| app::classification())
+        })
+        .mask_message_value(value)
+}
+
 /// A short readable summary of an event.
 pub fn detail(event: &Event) -> String {
     match event {
         Event::ExecutionStarted(e) => format!("{} v{}", e.flow, e.flow_version),
         Event::StepStarted(e) => format!("{} ({}) attempt {}", e.step_id, e.effect, e.attempt),
-        Event::StepCompleted(e) => format!("{} ({}) -> {}", e.step_id, e.effect, e.output),
+        Event::StepCompleted(e) => format!("{} ({}) -> {}", e.step_id, e.effect, shown(&e.output)),
         Event::StepFailed(e) => format!(
             "{} ({}): {} {}",
             e.step_id, e.effect, e.error.code, e.error.message
@@ -133,17 +153,17 @@ pub fn detail(event: &Event) -> String {
         Event::EffectResolved(e) => format!(
             "{} verdict {} by {}",
             e.step_id,
-            serde_json::to_string(&e.verdict).unwrap_or_default(),
+            shown_value(&serde_json::to_value(&e.verdict).unwrap_or_default()),
             e.operator.as_deref().unwrap_or("-")
         ),
-        Event::DecisionRecorded(e) => format!("{} = {}", e.step_id, e.value),
-        Event::SurfacePatch(e) => format!("{} {} {}", e.step_id, e.surface_id, e.ops),
+        Event::DecisionRecorded(e) => format!("{} = {}", e.step_id, shown(&e.value)),
+        Event::SurfacePatch(e) => format!("{} {} {}", e.step_id, e.surface_id, shown(&e.ops)),
         Event::ExecutionSuspended(e) => format!(
             "{} on {} (key {})",
             e.gate_id, e.event_type, e.correlation_key
         ),
-        Event::ExecutionResumed(e) => format!("{} with {}", e.gate_id, e.payload),
-        Event::ExecutionCompleted(e) => format!("{}", e.output),
+        Event::ExecutionResumed(e) => format!("{} with {}", e.gate_id, shown(&e.payload)),
+        Event::ExecutionCompleted(e) => format!("{}", shown(&e.output)),
         Event::ExecutionFailed(e) => format!("{} {}", e.error.code, e.error.message),
         _ => String::new(),
     }

@@ -79,6 +79,12 @@ fn run_story(dir: &Path) {
     ] {
         assert!(stdout.contains(told), "the story tells `{told}`:\n{stdout}");
     }
+    // K10-R6: the narration prints events and payloads, never the card in clear.
+    assert!(
+        !stdout.contains(CARD_NUMBER)
+            && !String::from_utf8_lossy(&output.stderr).contains(CARD_NUMBER),
+        "the card number appeared in the narration:\n{stdout}"
+    );
 }
 
 #[test]
