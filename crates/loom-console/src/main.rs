@@ -64,7 +64,7 @@ struct Cli {
     #[arg(long = "mask", global = true, value_name = "PATH")]
     masks: Vec<String>,
     /// A file of classified dot-paths, one per line (`#` starts a comment).
-    /// Default: $LOOM_MASK_FILE.
+    /// Default: $LOOM_MASK_FILE, else `<store file>.masks` when it exists.
     #[arg(long, global = true, value_name = "FILE")]
     mask_file: Option<PathBuf>,
     /// Print JSON instead of text.
@@ -273,10 +273,21 @@ fn open_file(path: &Path, write: bool, verify: bool) -> Result<DiskStore, Consol
 
 fn classification(cli: &Cli) -> Result<DataClassification, ConsoleError> {
     let mut paths = cli.masks.clone();
+    // A store file may carry its classification beside it (`<file>.masks`, written by the
+    // process that runs the flows), so that reading the file directly masks what that process
+    // masks without the operator having to know the paths.
+    let beside_store = cli
+        .store
+        .clone()
+        .or_else(|| env("LOOM_STORE"))
+        .filter(|store| !store.starts_with("postgres://") && !store.starts_with("postgresql://"))
+        .map(|store| PathBuf::from(format!("{store}.masks")))
+        .filter(|file| file.is_file());
     let file = cli
         .mask_file
         .clone()
-        .or_else(|| env("LOOM_MASK_FILE").map(PathBuf::from));
+        .or_else(|| env("LOOM_MASK_FILE").map(PathBuf::from))
+        .or(beside_store);
     if let Some(file) = file {
         let text = std::fs::read_to_string(&file).map_err(|error| {
             ConsoleError::bad_request(format!(

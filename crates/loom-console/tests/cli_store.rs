@@ -135,6 +135,23 @@ async fn show_prints_the_folded_state_then_the_log_with_classified_fields_masked
 }
 
 #[tokio::test]
+async fn a_classification_beside_the_store_file_masks_without_being_asked() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = seeded_store(dir.path()).await;
+    let store = path.to_str().unwrap();
+    let bare = loom(&["--store", store, "--json", "show", "order-1"]);
+    assert!(
+        stdout(&bare).contains(CARD),
+        "without a classification the payload is shown as stored"
+    );
+    std::fs::write(format!("{store}.masks"), "# K10-R6\ncard.number\n").unwrap();
+    let shown = loom(&["--store", store, "show", "order-1", "--full"]);
+    assert_eq!(code(&shown), 0, "{}", stderr(&shown));
+    assert!(!stdout(&shown).contains(CARD), "{}", stdout(&shown));
+    assert!(stdout(&shown).contains("\"number\":\"***\""));
+}
+
+#[tokio::test]
 async fn in_doubt_lists_each_step_with_its_idempotency_key_and_its_wait() {
     let dir = tempfile::tempdir().unwrap();
     let path = seeded_store(dir.path()).await;

@@ -119,16 +119,20 @@ fn shown(payload: &loom_kernel::Payload) -> Value {
 }
 
 fn shown_value(value: &Value) -> Value {
-    static NARRATION: std::sync::OnceLock<loom_kernel::classify::DataClassification> =
+    operator_classification().mask_message_value(value)
+}
+
+/// What leaves this process for people (the narration, the store's `.masks` file the `loom`
+/// CLI reads): the surface's classified paths and the card of the order the flow starts with.
+fn operator_classification() -> &'static loom_kernel::classify::DataClassification {
+    static CLASSIFICATION: std::sync::OnceLock<loom_kernel::classify::DataClassification> =
         std::sync::OnceLock::new();
-    NARRATION
-        .get_or_init(|| {
-            let mut paths = app::classification().paths().to_vec();
-            paths.push("card".to_owned());
-            loom_kernel::classify::DataClassification::mask_paths(paths)
-                .unwrap_or_else(|_| app::classification())
-        })
-        .mask_message_value(value)
+    CLASSIFICATION.get_or_init(|| {
+        let mut paths = app::classification().paths().to_vec();
+        paths.push("card".to_owned());
+        loom_kernel::classify::DataClassification::mask_paths(paths)
+            .unwrap_or_else(|_| app::classification())
+    })
 }
 
 /// A short readable summary of an event.
@@ -176,6 +180,19 @@ pub async fn serve(options: ServerOptions) -> Result<()> {
     }
     let store = DiskStore::open(&options.store)
         .with_context(|| format!("opening the store at {}", options.store.display()))?;
+    // The classification beside the store, so that `loom --store` on this file masks the same
+    // paths (docs/CONSOLE.md).
+    let masks = PathBuf::from(format!("{}.masks", options.store.display()));
+    let listing: String = operator_classification()
+        .paths()
+        .iter()
+        .map(|path| format!("{path}\n"))
+        .collect();
+    std::fs::write(
+        &masks,
+        format!("# classified paths (K10-R6) of this store's flows\n{listing}"),
+    )
+    .with_context(|| format!("writing {}", masks.display()))?;
     let sessions = Sessions::new(options.crash_after_submit);
     let hub = app::hub();
     let ended = Arc::new(Notify::new());
