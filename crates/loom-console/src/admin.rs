@@ -147,15 +147,15 @@ pub fn admin_router<S: EventStore>(runtime: Runtime<S>, config: AdminConfig) -> 
         .route("/admin", get(|| async { Redirect::permanent("admin/") }))
         .route(
             "/admin/",
-            get(|| async { web(INDEX_HTML, "text/html; charset=utf-8") }),
+            get(|| async { static_file(INDEX_HTML, "text/html; charset=utf-8") }),
         )
         .route(
             "/admin/console.js",
-            get(|| async { web(CONSOLE_JS, "text/javascript; charset=utf-8") }),
+            get(|| async { static_file(CONSOLE_JS, "text/javascript; charset=utf-8") }),
         )
         .route(
             "/admin/console.css",
-            get(|| async { web(CONSOLE_CSS, "text/css; charset=utf-8") }),
+            get(|| async { static_file(CONSOLE_CSS, "text/css; charset=utf-8") }),
         );
     api.merge(page)
 }
@@ -168,7 +168,10 @@ const CONSOLE_CSS: &str = include_str!("../web/console.css");
 /// only, no inline script, no framing.
 pub const CONTENT_SECURITY_POLICY: &str = "default-src 'none'; script-src 'self'; style-src 'self'; connect-src 'self'; img-src 'self'; frame-ancestors 'none'; base-uri 'none'; form-action 'none'";
 
-fn web(body: &'static str, content_type: &'static str) -> Response {
+/// A file of a page served beside the admin API (the web console's, or an embedding server's
+/// own page), with [`CONTENT_SECURITY_POLICY`] and headers that keep it from being sniffed,
+/// framed, cached or leaking its URL (which may carry a token).
+pub fn static_file(body: &'static str, content_type: &'static str) -> Response {
     (
         [
             (header::CONTENT_TYPE, content_type),
@@ -202,7 +205,8 @@ async fn authorize<S: EventStore>(
     response
 }
 
-fn bearer_matches(headers: &HeaderMap, token: &str) -> bool {
+/// Whether `headers` carry `Authorization: Bearer <token>`, compared in constant time.
+pub fn bearer_matches(headers: &HeaderMap, token: &str) -> bool {
     let Some(value) = headers.get(header::AUTHORIZATION) else {
         return false;
     };

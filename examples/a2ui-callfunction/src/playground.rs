@@ -23,16 +23,16 @@ use std::sync::Arc;
 use axum::Router;
 use axum::body::Bytes;
 use axum::extract::{Path, Query, State};
-use axum::http::{HeaderMap, StatusCode, header};
+use axum::http::{HeaderMap, StatusCode};
 use axum::response::sse::{Event as SseEvent, KeepAlive, Sse};
 use axum::response::{IntoResponse, Redirect, Response};
 use axum::routing::{get, post};
-use loom_console::admin::{CONTENT_SECURITY_POLICY, constant_time_eq};
-use loom_kernel::classify::DataClassification;
+use loom_console::admin::{bearer_matches, constant_time_eq, static_file};
 use loom_kernel::{Event, EventEnvelope, EventStore, EventStoreExt, ExecutionId};
 use serde_json::{Value, json};
 use tokio::sync::{broadcast, mpsc};
 
+use crate::app;
 use crate::narrate::Direction;
 use crate::server::{self, AppState};
 
@@ -49,35 +49,21 @@ pub(crate) fn router() -> Router<Arc<AppState>> {
         )
         .route(
             "/playground/",
-            get(|| async { file(HTML, "text/html; charset=utf-8") }),
+            get(|| async { static_file(HTML, "text/html; charset=utf-8") }),
         )
         .route(
             "/playground/playground.js",
-            get(|| async { file(JS, "text/javascript; charset=utf-8") }),
+            get(|| async { static_file(JS, "text/javascript; charset=utf-8") }),
         )
         .route(
             "/playground/playground.css",
-            get(|| async { file(CSS, "text/css; charset=utf-8") }),
+            get(|| async { static_file(CSS, "text/css; charset=utf-8") }),
         )
         .route("/playground/v1/{execution}/{surface}/stream", get(stream))
         .route(
             "/playground/v1/{execution}/{surface}/messages",
             post(message),
         )
-}
-
-fn file(body: &'static str, content_type: &'static str) -> Response {
-    (
-        [
-            (header::CONTENT_TYPE, content_type),
-            (header::CONTENT_SECURITY_POLICY, CONTENT_SECURITY_POLICY),
-            (header::X_CONTENT_TYPE_OPTIONS, "nosniff"),
-            (header::REFERRER_POLICY, "no-referrer"),
-            (header::CACHE_CONTROL, "no-cache"),
-        ],
-        body,
-    )
-        .into_response()
 }
 
 fn refused(status: StatusCode, message: impl Into<String>) -> Response {
@@ -216,21 +202,13 @@ async fn session(
     state.sessions.close(id);
 }
 
-/// What the operator's views mask: the surface's classified paths, and the card in the flow's
-/// input (which the surface's classification, rooted at the data model, does not cover).
-pub(crate) fn operator_classification() -> DataClassification {
-    // A constant of this program: it parses or the program is wrong.
-    #[allow(clippy::expect_used)]
-    DataClassification::mask_paths(["payment.card", "card"]).expect("the classified paths parse")
-}
-
 fn event_of(envelope: &EventEnvelope) -> SseEvent {
     sse(
         "event",
         &json!({
             "seq": envelope.seq,
             "type": envelope.event.type_name(),
-            "event": loom_console::view::masked_event(&operator_classification(), &envelope.event),
+            "event": loom_console::view::masked_event(app::operator_classification(), &envelope.event),
         }),
     )
 }
@@ -249,11 +227,7 @@ async fn message(
     headers: HeaderMap,
     body: Bytes,
 ) -> Response {
-    let authorized = headers
-        .get(header::AUTHORIZATION)
-        .and_then(|value| value.as_bytes().strip_prefix(b"Bearer "))
-        .is_some_and(|given| constant_time_eq(given, state.token.as_bytes()));
-    if !authorized {
+    if !bearer_matches(&headers, &state.token) {
         return unauthorized();
     }
     let Ok(execution) = ExecutionId::new(execution) else {

@@ -119,20 +119,7 @@ fn shown(payload: &loom_kernel::Payload) -> Value {
 }
 
 fn shown_value(value: &Value) -> Value {
-    operator_classification().mask_message_value(value)
-}
-
-/// What leaves this process for people (the narration, the store's `.masks` file the `loom`
-/// CLI reads): the surface's classified paths and the card of the order the flow starts with.
-fn operator_classification() -> &'static loom_kernel::classify::DataClassification {
-    static CLASSIFICATION: std::sync::OnceLock<loom_kernel::classify::DataClassification> =
-        std::sync::OnceLock::new();
-    CLASSIFICATION.get_or_init(|| {
-        let mut paths = app::classification().paths().to_vec();
-        paths.push("card".to_owned());
-        loom_kernel::classify::DataClassification::mask_paths(paths)
-            .unwrap_or_else(|_| app::classification())
-    })
+    app::operator_classification().mask_message_value(value)
 }
 
 /// A short readable summary of an event.
@@ -183,7 +170,7 @@ pub async fn serve(options: ServerOptions) -> Result<()> {
     // The classification beside the store, so that `loom --store` on this file masks the same
     // paths (docs/CONSOLE.md).
     let masks = PathBuf::from(format!("{}.masks", options.store.display()));
-    let listing: String = operator_classification()
+    let listing: String = app::operator_classification()
         .paths()
         .iter()
         .map(|path| format!("{path}\n"))
@@ -217,7 +204,7 @@ pub async fn serve(options: ServerOptions) -> Result<()> {
     };
     let admin = AdminConfig::new(token.clone())
         .context("the admin token")?
-        .classification(playground::operator_classification());
+        .classification(app::operator_classification().clone());
     let state = Arc::new(AppState {
         runtime: runtime.clone(),
         hub: hub.clone(),
