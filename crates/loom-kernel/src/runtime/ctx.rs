@@ -478,14 +478,7 @@ impl FlowCtx {
         correlation_key: &str,
         timeout: std::time::Duration,
     ) -> TimedGate {
-        TimedGate {
-            command: self.deadline_gate(
-                StepName::Counted(event_type.to_owned()),
-                event_type,
-                Some(correlation_key),
-                Deadline::After(timeout),
-            ),
-        }
+        self.timed_gate(event_type, correlation_key, Deadline::After(timeout))
     }
 
     /// [`FlowCtx::suspend_with_timeout`] with an absolute deadline (unix ms).
@@ -495,12 +488,16 @@ impl FlowCtx {
         correlation_key: &str,
         deadline_unix_ms: u64,
     ) -> TimedGate {
+        self.timed_gate(event_type, correlation_key, Deadline::At(deadline_unix_ms))
+    }
+
+    fn timed_gate(&self, event_type: &str, correlation_key: &str, deadline: Deadline) -> TimedGate {
         TimedGate {
             command: self.deadline_gate(
                 StepName::Counted(event_type.to_owned()),
                 event_type,
                 Some(correlation_key),
-                Deadline::At(deadline_unix_ms),
+                deadline,
             ),
         }
     }
