@@ -171,6 +171,21 @@ struct VerdictArgs {
     retry: bool,
 }
 
+/// `println!` for the console's output, except that a reader that went away (`loom show | head`)
+/// ends the program quietly with success instead of a panic: nobody is left to read the rest.
+macro_rules! out {
+    ($($arg:tt)*) => {{
+        use std::io::Write as _;
+        if let Err(error) = writeln!(std::io::stdout().lock(), $($arg)*) {
+            if error.kind() == std::io::ErrorKind::BrokenPipe {
+                std::process::exit(0);
+            }
+            eprintln!("loom: cannot write the output: {error}");
+            std::process::exit(4);
+        }
+    }};
+}
+
 fn main() -> ExitCode {
     let cli = Cli::parse();
     let runtime = match tokio::runtime::Builder::new_current_thread()
@@ -492,11 +507,11 @@ fn parse_payload(text: &str, what: &str) -> Result<Payload, ConsoleError> {
 fn done(json: bool, message: &str, note: Option<&str>) {
     if json {
         let value = serde_json::json!({"ok": true, "message": message, "note": note});
-        println!("{value}");
+        out!("{value}");
     } else {
-        println!("{message}");
+        out!("{message}");
         if let Some(note) = note {
-            println!("{note}");
+            out!("{note}");
         }
     }
 }
@@ -587,7 +602,7 @@ async fn tail(
 
 fn print_json(value: &impl serde::Serialize) {
     match serde_json::to_string_pretty(value) {
-        Ok(text) => println!("{text}"),
+        Ok(text) => out!("{text}"),
         Err(error) => eprintln!("loom: cannot print JSON: {error}"),
     }
 }
@@ -610,7 +625,7 @@ fn print_table(indent: &str, headers: &[&str], rows: &[Vec<String>]) {
                 text.push_str(&format!("{cell:<width$}  "));
             }
         }
-        println!("{}", text.trim_end());
+        out!("{}", text.trim_end());
     };
     line(headers.to_vec());
     for row in rows {
@@ -623,7 +638,7 @@ fn print_executions(listed: &[ExecutionView], json: bool) {
         return print_json(&listed);
     }
     if listed.is_empty() {
-        println!("no executions");
+        out!("no executions");
         return;
     }
     let now = query::now_ms();
@@ -660,7 +675,7 @@ fn print_executions(listed: &[ExecutionView], json: bool) {
             (count > 0).then(|| format!("{count} {status}"))
         })
         .collect();
-    println!("\n{} executions: {}", listed.len(), counts.join(", "));
+    out!("\n{} executions: {}", listed.len(), counts.join(", "));
 }
 
 fn flow_label(view: &ExecutionView) -> String {
@@ -678,34 +693,34 @@ fn print_show(shown: &ShowView, json: bool, full: bool) {
     let view = &shown.execution;
     let state = &shown.state;
     let now = query::now_ms();
-    println!("execution     {}", view.id);
-    println!("flow          {}", flow_label(view));
-    println!("status        {}", view.status);
-    println!("events        {}", view.events);
+    out!("execution     {}", view.id);
+    out!("flow          {}", flow_label(view));
+    out!("status        {}", view.status);
+    out!("events        {}", view.events);
     if let Some(started) = view.started_at_ms {
-        println!("started       {} UTC", utc(started));
+        out!("started       {} UTC", utc(started));
     }
     if let Some(last) = view.last_event_at_ms {
-        println!("last event    {} UTC ({})", utc(last), ago(now, last));
+        out!("last event    {} UTC ({})", utc(last), ago(now, last));
     }
     match state.budget {
-        Some(budget) => println!("budget        {} spent of {budget}", state.budget_spent),
-        None => println!("budget        {} spent, no limit", state.budget_spent),
+        Some(budget) => out!("budget        {} spent of {budget}", state.budget_spent),
+        None => out!("budget        {} spent, no limit", state.budget_spent),
     }
     if !state.capabilities.is_empty() {
-        println!("capabilities  {}", state.capabilities.join(", "));
+        out!("capabilities  {}", state.capabilities.join(", "));
     }
     if state.steps_in_flight > 0 {
-        println!(
+        out!(
             "in flight     {} step(s) started with no outcome",
             state.steps_in_flight
         );
     }
-    println!();
+    out!();
     if state.steps.is_empty() {
-        println!("steps: none");
+        out!("steps: none");
     } else {
-        println!("steps");
+        out!("steps");
         let rows: Vec<Vec<String>> = state
             .steps
             .iter()
@@ -733,7 +748,7 @@ fn print_show(shown: &ShowView, json: bool, full: bool) {
         );
     }
     if !state.pending_gates.is_empty() {
-        println!("pending gates");
+        out!("pending gates");
         let rows: Vec<Vec<String>> = state
             .pending_gates
             .iter()
@@ -754,7 +769,7 @@ fn print_show(shown: &ShowView, json: bool, full: bool) {
             .iter()
             .map(|d| format!("{} (seq {})", d.step_id, d.seq))
             .collect();
-        println!("decisions     {}", decisions.join(", "));
+        out!("decisions     {}", decisions.join(", "));
     }
     let mut next = Vec::new();
     for step in &state.steps_in_doubt {
@@ -773,14 +788,14 @@ fn print_show(shown: &ShowView, json: bool, full: bool) {
         ));
     }
     if !next.is_empty() {
-        println!();
-        println!("waiting for you:");
+        out!();
+        out!("waiting for you:");
         for line in next {
-            println!("  {line}");
+            out!("  {line}");
         }
     }
-    println!();
-    println!("events");
+    out!();
+    out!("events");
     for event in &shown.events {
         print_event(event, false, full);
     }
@@ -789,7 +804,7 @@ fn print_show(shown: &ShowView, json: bool, full: bool) {
 fn print_event(event: &EventView, json: bool, full: bool) {
     if json {
         match serde_json::to_string(event) {
-            Ok(text) => println!("{text}"),
+            Ok(text) => out!("{text}"),
             Err(error) => eprintln!("loom: cannot print JSON: {error}"),
         }
         return;
@@ -802,7 +817,7 @@ fn print_event(event: &EventView, json: bool, full: bool) {
     if !full && detail.chars().count() > 120 {
         detail = detail.chars().take(119).collect::<String>() + "…";
     }
-    println!(
+    out!(
         "  {:>4}  {:<19}  {:<19}  {detail}",
         event.seq,
         event.recorded_at_ms.map_or("-".into(), utc),
@@ -815,7 +830,7 @@ fn print_in_doubt(listed: &[InDoubtView], json: bool) {
         return print_json(&listed);
     }
     if listed.is_empty() {
-        println!("no step is in doubt");
+        out!("no step is in doubt");
         return;
     }
     let rows: Vec<Vec<String>> = listed
@@ -847,9 +862,9 @@ fn print_in_doubt(listed: &[InDoubtView], json: bool) {
         ],
         &rows,
     );
-    println!();
-    println!("Look the idempotency key up at the effect's receiver, then give a verdict:");
-    println!("  loom resolve <execution> <step> --completed <json> | --failed <message> | --retry");
+    out!();
+    out!("Look the idempotency key up at the effect's receiver, then give a verdict:");
+    out!("  loom resolve <execution> <step> --completed <json> | --failed <message> | --retry");
 }
 
 /// A word as a shell would need it: quoted when it holds anything but plain characters.

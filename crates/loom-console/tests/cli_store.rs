@@ -152,6 +152,30 @@ async fn a_classification_beside_the_store_file_masks_without_being_asked() {
 }
 
 #[tokio::test]
+async fn a_reader_that_goes_away_ends_the_output_quietly() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = seeded_store(dir.path()).await;
+    // `loom show ... | head -0`: the reading end is closed before anything is written.
+    let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_loom"))
+        .args([
+            "--store",
+            path.to_str().unwrap(),
+            "show",
+            "order-1",
+            "--full",
+        ])
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    drop(child.stdout.take());
+    let output = child.wait_with_output().unwrap();
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(!stderr.contains("panicked"), "{stderr}");
+    assert!(output.status.success(), "{:?} {stderr}", output.status);
+}
+
+#[tokio::test]
 async fn in_doubt_lists_each_step_with_its_idempotency_key_and_its_wait() {
     let dir = tempfile::tempdir().unwrap();
     let path = seeded_store(dir.path()).await;
