@@ -288,6 +288,9 @@ pub async fn serve(options: ServerOptions) -> Result<()> {
         state.status()
     ));
     server.abort();
+    // Appends in flight finish and every driver and the timer task are joined, so the store file
+    // is released when this returns (the operator's next command may open it at once).
+    runtime.shutdown().await;
     Ok(())
 }
 
