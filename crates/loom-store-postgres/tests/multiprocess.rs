@@ -1,7 +1,7 @@
 //! Three worker processes on one database drive 300 executions, each an idempotent step, a
-//! non-idempotent step and another idempotent step. One worker is SIGKILLed midway; another
-//! has its database connections cut (`pg_terminate_backend`). Every execution must end
-//! completed, or parked in doubt where K9 says (its non-idempotent step was started by a
+//! durable timer, a non-idempotent step and another idempotent step. One worker is SIGKILLed
+//! midway; another has its database connections cut (`pg_terminate_backend`). Every execution
+//! must end completed (its timer fired once), or parked in doubt where K9 says (its non-idempotent step was started by a
 //! worker that then lost it); no non-idempotent effect may run twice (every run inserts a row
 //! into `side_effects`); and every log replays.
 //!
@@ -33,6 +33,9 @@ fn execution(n: usize) -> ExecutionId {
 
 async fn job(ctx: FlowCtx, input: Value) -> Result<Value, FlowError> {
     let fetched = ctx.execute("fetch", &input).await?;
+    // A durable timer between the steps: a worker that dies or is cut off while it waits leaves
+    // the deadline in the log, and whichever worker recovers the execution fires it.
+    ctx.sleep(Duration::from_millis(30)).await?;
     let charged = ctx.execute("charge", &input).await?;
     let notified = ctx.execute("notify", &input).await?;
     Ok(json!([
@@ -286,6 +289,12 @@ async fn three_workers_survive_a_kill_and_a_cut_connection_without_running_an_ef
             ExecutionStatus::Completed => {
                 completed += 1;
                 assert_eq!(ran, 1, "{e} completed, so its charge ran once");
+                let log = store.read_all(&e).await.expect("read");
+                let fired = log
+                    .iter()
+                    .filter(|x| matches!(x.event, Event::ExecutionResumed(_)))
+                    .count();
+                assert_eq!(fired, 1, "{e}: its timer fired once");
             }
             ExecutionStatus::InDoubt => {
                 in_doubt += 1;
