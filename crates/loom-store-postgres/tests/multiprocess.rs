@@ -1,9 +1,9 @@
 //! Three worker processes on one database drive 300 executions, each an idempotent step, a
 //! durable timer, a non-idempotent step and another idempotent step. One worker is SIGKILLed
 //! midway; another has its database connections cut (`pg_terminate_backend`). Every execution
-//! must end completed (its timer fired once), or parked in doubt where K9 says (its non-idempotent step was started by a
-//! worker that then lost it); no non-idempotent effect may run twice (every run inserts a row
-//! into `side_effects`); and every log replays.
+//! must end completed (its timer fired once), or parked in doubt where K9 says (its
+//! non-idempotent step was started by a worker that then lost it); no non-idempotent effect may
+//! run twice (every run inserts a row into `side_effects`); and every log replays.
 //!
 //! The workers are this test binary run again with `LOOM_PG_WORKER` set: it then runs
 //! `worker_process_entry`, which does nothing in an ordinary test run.
