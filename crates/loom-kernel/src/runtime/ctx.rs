@@ -393,36 +393,12 @@ impl FlowCtx {
             if is_reserved_event_type(event_type) {
                 return Err(StepError::ReservedEventType(event_type.to_owned()));
             }
-            if state
-                .gates
-                .iter()
-                .any(|g| g.event_type == event_type && g.correlation_key == correlation_key)
+            state.refuse_duplicate_gate(event_type, correlation_key)?;
+            let classification = &self.shared.classification;
+            if let Some(payload) =
+                state.open_gate(&gate_id, event_type, correlation_key, classification)?
             {
-                return Err(StepError::DuplicateGate {
-                    event_type: event_type.to_owned(),
-                    correlation_key: correlation_key.to_owned(),
-                });
-            }
-            let attempted = Attempted::Suspend {
-                gate_id: &gate_id,
-                event_type,
-                correlation_key,
-            };
-            if state.replay(attempted.clone(), &self.shared.classification) {
-                if let Some(payload) = state.history.resumed.remove(&gate_id) {
-                    return Ok(Some(payload));
-                }
-            } else if state.divergence.is_some() {
-                return Err(StepError::Diverged);
-            } else {
-                state.note_live(&attempted);
-                state
-                    .out
-                    .push(Event::ExecutionSuspended(ExecutionSuspended {
-                        gate_id: gate_id.clone(),
-                        event_type: event_type.to_owned(),
-                        correlation_key: correlation_key.to_owned(),
-                    }));
+                return Ok(Some(payload));
             }
             state.gates.push(PendingGate {
                 gate_id,
@@ -539,16 +515,13 @@ impl FlowCtx {
                     .filter(|(t, k)| t == event_type && k == correlation_key)
                     .count()
                     > 1;
-                if twice
-                    || state.gates.iter().any(|g| {
-                        g.event_type == *event_type && g.correlation_key == *correlation_key
-                    })
-                {
+                if twice {
                     return Err(StepError::DuplicateGate {
                         event_type: (*event_type).to_owned(),
                         correlation_key: (*correlation_key).to_owned(),
                     });
                 }
+                state.refuse_duplicate_gate(event_type, correlation_key)?;
             }
             let deadline_ms = match timeout {
                 Some(timeout) => {
@@ -558,26 +531,13 @@ impl FlowCtx {
             };
             let mut recorded = Vec::with_capacity(gates.len());
             for ((event_type, correlation_key), gate_id) in gates.iter().zip(&ids) {
-                let attempted = Attempted::Suspend {
+                let classification = &self.shared.classification;
+                recorded.push(state.open_gate(
                     gate_id,
                     event_type,
                     correlation_key,
-                };
-                if state.replay(attempted.clone(), &self.shared.classification) {
-                    recorded.push(state.history.resumed.remove(gate_id));
-                } else if state.divergence.is_some() {
-                    return Err(StepError::Diverged);
-                } else {
-                    state.note_live(&attempted);
-                    state
-                        .out
-                        .push(Event::ExecutionSuspended(ExecutionSuspended {
-                            gate_id: gate_id.clone(),
-                            event_type: (*event_type).to_owned(),
-                            correlation_key: (*correlation_key).to_owned(),
-                        }));
-                    recorded.push(None);
-                }
+                    classification,
+                )?);
             }
             // The gates were closed together: one resume that is not a marker is the winner;
             // the timeout marker on them says the deadline won.
@@ -690,46 +650,22 @@ impl FlowCtx {
                 return Err(StepError::ReservedEventType(event_type.to_owned()));
             }
             let correlation_key = correlation_key.unwrap_or(&gate_id).to_owned();
-            if state
-                .gates
-                .iter()
-                .any(|g| g.event_type == event_type && g.correlation_key == correlation_key)
-            {
-                return Err(StepError::DuplicateGate {
-                    event_type: event_type.to_owned(),
-                    correlation_key,
-                });
-            }
+            state.refuse_duplicate_gate(event_type, &correlation_key)?;
             // The deadline: recorded once, served from the log on replay (the clock is not read).
             let deadline_ms = self.deadline(&mut state, &gate_id, deadline)?;
-            let attempted = Attempted::Suspend {
-                gate_id: &gate_id,
-                event_type,
-                correlation_key: &correlation_key,
-            };
-            if state.replay(attempted.clone(), &self.shared.classification) {
-                if let Some(payload) = state.history.resumed.remove(&gate_id) {
-                    if timer {
-                        return Ok(Some(Payload::null()));
-                    }
-                    if is_timed_out_payload(&payload) {
-                        state
-                            .timed_out
-                            .insert((event_type.to_owned(), correlation_key));
-                    }
-                    return Ok(Some(payload));
+            let classification = &self.shared.classification;
+            if let Some(payload) =
+                state.open_gate(&gate_id, event_type, &correlation_key, classification)?
+            {
+                if timer {
+                    return Ok(Some(Payload::null()));
                 }
-            } else if state.divergence.is_some() {
-                return Err(StepError::Diverged);
-            } else {
-                state.note_live(&attempted);
-                state
-                    .out
-                    .push(Event::ExecutionSuspended(ExecutionSuspended {
-                        gate_id: gate_id.clone(),
-                        event_type: event_type.to_owned(),
-                        correlation_key: correlation_key.clone(),
-                    }));
+                if is_timed_out_payload(&payload) {
+                    state
+                        .timed_out
+                        .insert((event_type.to_owned(), correlation_key));
+                }
+                return Ok(Some(payload));
             }
             state.armed.push((gate_id.clone(), deadline_ms));
             state.gates.push(PendingGate {
@@ -951,6 +887,56 @@ impl CtxState {
                 Ok(id)
             }
         }
+    }
+
+    /// Refuses a gate on an `(event type, correlation key)` a pending gate already waits on:
+    /// a resume could not tell the two apart.
+    fn refuse_duplicate_gate(
+        &self,
+        event_type: &str,
+        correlation_key: &str,
+    ) -> Result<(), StepError> {
+        if self
+            .gates
+            .iter()
+            .any(|g| g.event_type == event_type && g.correlation_key == correlation_key)
+        {
+            return Err(StepError::DuplicateGate {
+                event_type: event_type.to_owned(),
+                correlation_key: correlation_key.to_owned(),
+            });
+        }
+        Ok(())
+    }
+
+    /// Opens the gate `gate_id`: served from the history while it lasts (`Some` with the
+    /// recorded resume when the log holds one), else queued live as `EXECUTION_SUSPENDED`.
+    /// `None` means the gate waits.
+    fn open_gate(
+        &mut self,
+        gate_id: &str,
+        event_type: &str,
+        correlation_key: &str,
+        classification: &DataClassification,
+    ) -> Result<Option<Payload>, StepError> {
+        let attempted = Attempted::Suspend {
+            gate_id,
+            event_type,
+            correlation_key,
+        };
+        if self.replay(attempted.clone(), classification) {
+            return Ok(self.history.resumed.remove(gate_id));
+        }
+        if self.divergence.is_some() {
+            return Err(StepError::Diverged);
+        }
+        self.note_live(&attempted);
+        self.out.push(Event::ExecutionSuspended(ExecutionSuspended {
+            gate_id: gate_id.to_owned(),
+            event_type: event_type.to_owned(),
+            correlation_key: correlation_key.to_owned(),
+        }));
+        Ok(None)
     }
 
     /// Matches a command against the history. True when it replays a recorded command; false
