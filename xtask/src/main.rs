@@ -74,7 +74,7 @@ fn main() -> std::process::ExitCode {
         Ok(code) => code,
         Err(error) => {
             // One sentence with its causes, not Rust's debug form.
-            eprintln!("xtask: {}", sentence(&error));
+            eprintln!("xtask: {}", loom_replay_check::cli::error_sentence(&*error));
             std::process::ExitCode::FAILURE
         }
     }
@@ -366,22 +366,4 @@ fn cargo(root: &Path, args: &[&str]) -> Result<()> {
         std::process::exit(status.code().unwrap_or(1));
     }
     Ok(())
-}
-
-/// An error and its causes as one sentence, like `{:#}`, leaving out a cause whose text the
-/// message before it already includes (Loom's errors name their cause in their own message).
-fn sentence(error: &anyhow::Error) -> String {
-    let mut text = String::new();
-    let mut last = String::new();
-    for cause in error.chain() {
-        let message = cause.to_string();
-        if text.is_empty() {
-            text.push_str(&message);
-        } else if !last.contains(&message) {
-            text.push_str(": ");
-            text.push_str(&message);
-        }
-        last = message;
-    }
-    text
 }

@@ -88,7 +88,7 @@ pub fn check_command(
     match run(flows, &args) {
         Ok(code) => code,
         Err(error) => {
-            eprintln!("replay-check: {}", sentence(&*error));
+            eprintln!("replay-check: {}", error_sentence(&*error));
             2
         }
     }
@@ -116,7 +116,7 @@ pub fn export_main(args: impl IntoIterator<Item = impl Into<OsString> + Clone>) 
             ExitCode::SUCCESS
         }
         Err(error) => {
-            eprintln!("export-log: {}", sentence(&*error));
+            eprintln!("export-log: {}", error_sentence(&*error));
             ExitCode::from(2)
         }
     }
@@ -147,8 +147,10 @@ fn usage(error: &clap::Error) {
 pub type BoxError = Box<dyn std::error::Error + Send + Sync>;
 
 /// An error and its causes as one sentence (`opening x: cannot read y: permission denied`),
-/// leaving out a cause whose text the message before it already includes.
-fn sentence(error: &(dyn std::error::Error + 'static)) -> String {
+/// like `{:#}` of an `anyhow::Error`, leaving out a cause whose text the message before it
+/// already includes (Loom's errors name their cause in their own message). For the command
+/// lines of binaries built on Loom: `error_sentence(&*anyhow_error)`.
+pub fn error_sentence(error: &(dyn std::error::Error + 'static)) -> String {
     let mut text = error.to_string();
     let mut last = text.clone();
     let mut cause = error.source();
@@ -206,7 +208,7 @@ where
     match outcome {
         Ok(code) => code,
         Err(error) => {
-            eprintln!("replay-check: {}", sentence(&*error));
+            eprintln!("replay-check: {}", error_sentence(&*error));
             2
         }
     }
@@ -712,7 +714,7 @@ fn days_from_civil(year: i64, month: i64, day: i64) -> i64 {
 
 #[cfg(test)]
 mod tests {
-    use super::{parse_since, sentence};
+    use super::{error_sentence, parse_since};
 
     #[test]
     fn since_accepts_millis_dates_and_utc_times() {
@@ -736,7 +738,7 @@ mod tests {
         let io = std::io::Error::new(std::io::ErrorKind::NotFound, "no such file");
         let error = Context(Repeats("x.redb", io));
         assert_eq!(
-            sentence(&error),
+            error_sentence(&error),
             "opening the store: cannot open x.redb: no such file"
         );
     }

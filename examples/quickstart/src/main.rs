@@ -55,7 +55,7 @@ async fn main() -> std::process::ExitCode {
         Ok(()) => std::process::ExitCode::SUCCESS,
         Err(error) => {
             // One sentence with its causes, not Rust's debug form.
-            eprintln!("error: {}", sentence(&error));
+            eprintln!("error: {}", loom_replay_check::cli::error_sentence(&*error));
             std::process::ExitCode::FAILURE
         }
     }
@@ -294,27 +294,8 @@ fn step(event: &Event) -> String {
     }
 }
 
-/// An error and its causes as one sentence, like `{:#}`, leaving out a cause whose text the
-/// message before it already includes (Loom's errors name their cause in their own message).
-fn sentence(error: &anyhow::Error) -> String {
-    let mut text = String::new();
-    let mut last = String::new();
-    for cause in error.chain() {
-        let message = cause.to_string();
-        if text.is_empty() {
-            text.push_str(&message);
-        } else if !last.contains(&message) {
-            text.push_str(": ");
-            text.push_str(&message);
-        }
-        last = message;
-    }
-    text
-}
-
 #[cfg(test)]
 mod tests {
-    use super::sentence;
 
     #[test]
     fn an_error_prints_as_one_sentence_with_each_cause_once() {
@@ -325,7 +306,7 @@ mod tests {
         });
         let error = opened.context("opening the store at /tmp");
         assert_eq!(
-            sentence(&error),
+            loom_replay_check::cli::error_sentence(&*error),
             "opening the store at /tmp: cannot open store file /tmp: Is a directory"
         );
     }
