@@ -16,7 +16,7 @@ use loom_console::error::ConsoleError;
 use loom_console::offline;
 use loom_console::query::{self, ListFilter};
 use loom_console::view::{
-    EventView, EventsPage, ExecutionView, InDoubtView, ShowView, mask_events, parse_status,
+    EventView, EventsPage, ExecutionView, InDoubtView, ShowView, mask_events, parse_status, utc,
 };
 use loom_kernel::classify::DataClassification;
 use loom_kernel::event::Verdict;
@@ -878,29 +878,6 @@ fn shell_word(word: &str) -> String {
     } else {
         format!("'{}'", word.replace('\'', r"'\''"))
     }
-}
-
-/// `YYYY-MM-DD HH:MM:SS` (UTC) for Unix milliseconds.
-fn utc(ms: u64) -> String {
-    let secs = ms / 1000;
-    let days = i64::try_from(secs / 86_400).unwrap_or(0);
-    let rest = secs % 86_400;
-    // Civil date from days since 1970-01-01 (Howard Hinnant's algorithm).
-    let z = days + 719_468;
-    let era = z.div_euclid(146_097);
-    let doe = z.rem_euclid(146_097);
-    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
-    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
-    let mp = (5 * doy + 2) / 153;
-    let day = doy - (153 * mp + 2) / 5 + 1;
-    let month = if mp < 10 { mp + 3 } else { mp - 9 };
-    let year = yoe + era * 400 + i64::from(month <= 2);
-    format!(
-        "{year:04}-{month:02}-{day:02} {:02}:{:02}:{:02}",
-        rest / 3600,
-        rest % 3600 / 60,
-        rest % 60
-    )
 }
 
 fn ago(now: Option<u64>, ms: u64) -> String {
