@@ -24,6 +24,8 @@ use crate::runtime::contain::contain;
 use crate::runtime::digest::input_digest;
 use crate::runtime::effect::{Effect, EffectCall, EffectOutcome, EffectResult};
 use crate::runtime::history::{Attempted, History, NonDeterminism, StepState};
+mod request;
+
 use crate::runtime::timers::{
     Clock, DEADLINE_KIND, TIMER_EVENT_TYPE, closed_payload, deadline_value, is_closed_payload,
     is_reserved_event_type, is_reserved_payload, is_timed_out_payload, parse_deadline,
@@ -69,6 +71,9 @@ pub enum StepError {
     /// `first_of` was given no gate.
     #[error("first_of needs at least one gate")]
     NoGates,
+    /// A gate's request ([`FlowCtx::suspend_with_request`]) cannot be recorded; nothing was.
+    #[error("the gate's request cannot be recorded: {0}")]
+    InvalidRequest(String),
 }
 
 /// Which of the gates of a [`FlowCtx::first_of`] came first, as the log records it.

@@ -36,6 +36,7 @@ mod flow;
 mod history;
 mod plugin;
 mod replay;
+mod requests;
 mod timers;
 
 use std::collections::{BTreeMap, HashMap};
@@ -53,6 +54,9 @@ pub use flow::{Flow, FlowError, FlowSet, FnFlow, flow_fn};
 pub use history::NonDeterminism;
 pub use plugin::{AbiRange, Contributions, Inbound, InboundHandler, Plugin, Projection};
 pub use replay::{ReplayError, ReplayReport};
+pub use requests::{
+    PendingRequest, REQUEST_KIND, pending_requests, pending_requests_of, request_step_id,
+};
 pub use timers::{
     CLOSED_KEY, Clock, DEADLINE_KIND, ManualClock, SystemClock, TIMED_OUT_KEY, TIMER_EVENT_TYPE,
 };

@@ -1,0 +1,144 @@
+//! Gates that carry a request (ADR 0018): what the flow asks the outside for, recorded in the
+//! log just before the gate that waits for the answer.
+//!
+//! A requested gate is two events (three with a timeout), queued in one poll and therefore
+//! appended in one batch: a `DECISION_RECORDED` of kind [`REQUEST_KIND`] under the id
+//! `<gate id>:request` whose value is the request, then (with a timeout) the gate's
+//! `loom.deadline` decision, then its `EXECUTION_SUSPENDED`. The request is checked (it must
+//! serialize, and nest no deeper than [`crate::payload::MAX_DEPTH`]) before anything is queued,
+//! so a request the log could not hold is refused when the flow makes it, never later.
+
+use serde::Serialize;
+
+use super::{
+    Attempted, CtxState, Deadline, FlowCtx, PendingGate, StepError, StepName, TimedGate,
+    is_reserved_event_type, is_timed_out_payload,
+};
+use crate::event::{DecisionRecorded, Event};
+use crate::payload::Payload;
+use crate::runtime::Command;
+use crate::runtime::requests::{REQUEST_KIND, request_step_id};
+
+impl FlowCtx {
+    /// Opens a gate like [`FlowCtx::suspend`] and records `request` with it: what the flow
+    /// asks the outside for (an approval form, a message to a partner system). The request is
+    /// in the log before the gate is (one batch), so a process that restarts finds it with
+    /// [`crate::runtime::Runtime::pending_requests`] and can send it again, with the same
+    /// correlation key, for as long as the gate waits. Returns the resume's payload.
+    ///
+    /// A request that does not serialize, or nests deeper than
+    /// [`crate::payload::MAX_DEPTH`], is refused here ([`StepError::InvalidRequest`]) and
+    /// nothing is recorded. On replay the recorded request stands (it is not compared with the
+    /// one the code builds now): what was asked was asked.
+    pub fn suspend_with_request<R: Serialize + ?Sized>(
+        &self,
+        event_type: &str,
+        correlation_key: &str,
+        request: &R,
+    ) -> Command {
+        self.requested_gate(event_type, correlation_key, encode_request(request), None)
+    }
+
+    /// [`FlowCtx::suspend_with_request`] with a timeout, as
+    /// [`FlowCtx::suspend_with_timeout`]: whichever comes first, a resume or the deadline, is
+    /// recorded; a request whose gate timed out is no longer pending.
+    pub fn suspend_with_request_and_timeout<R: Serialize + ?Sized>(
+        &self,
+        event_type: &str,
+        correlation_key: &str,
+        request: &R,
+        timeout: std::time::Duration,
+    ) -> TimedGate {
+        TimedGate {
+            command: self.requested_gate(
+                event_type,
+                correlation_key,
+                encode_request(request),
+                Some(Deadline::After(timeout)),
+            ),
+        }
+    }
+
+    fn requested_gate(
+        &self,
+        event_type: &str,
+        correlation_key: &str,
+        request: Result<Payload, StepError>,
+        deadline: Option<Deadline>,
+    ) -> Command {
+        let mut state = self.state();
+        let slot = state.new_slot();
+        let outcome = (|| {
+            // Checked before an id is taken or anything queued.
+            if is_reserved_event_type(event_type) {
+                return Err(StepError::ReservedEventType(event_type.to_owned()));
+            }
+            let request = request?;
+            let gate_id = state.step_id(StepName::Counted(event_type.to_owned()))?;
+            state.refuse_duplicate_gate(event_type, correlation_key)?;
+            self.record_request(&mut state, &gate_id, request)?;
+            let deadline_ms = match deadline {
+                Some(deadline) => Some(self.deadline(&mut state, &gate_id, deadline)?),
+                None => None,
+            };
+            let classification = &self.shared.classification;
+            if let Some(payload) =
+                state.open_gate(&gate_id, event_type, correlation_key, classification)?
+            {
+                if deadline.is_some() && is_timed_out_payload(&payload) {
+                    state
+                        .timed_out
+                        .insert((event_type.to_owned(), correlation_key.to_owned()));
+                }
+                return Ok(Some(payload));
+            }
+            if let Some(deadline_ms) = deadline_ms {
+                state.armed.push((gate_id.clone(), deadline_ms));
+            }
+            state.gates.push(PendingGate {
+                gate_id,
+                event_type: event_type.to_owned(),
+                correlation_key: correlation_key.to_owned(),
+                slot,
+                deadline: deadline_ms,
+                group: None,
+            });
+            Ok(None)
+        })();
+        self.command(state, slot, outcome)
+    }
+
+    /// The request's decision: matched on replay (kind and id), queued live.
+    fn record_request(
+        &self,
+        state: &mut CtxState,
+        gate_id: &str,
+        request: Payload,
+    ) -> Result<(), StepError> {
+        let step_id = request_step_id(gate_id);
+        let attempted = Attempted::Decision {
+            step_id: &step_id,
+            kind: REQUEST_KIND,
+        };
+        if state.replay(attempted.clone(), &self.shared.classification) {
+            return Ok(());
+        }
+        if state.divergence.is_some() {
+            return Err(StepError::Diverged);
+        }
+        state.note_live(&attempted);
+        state.out.push(Event::DecisionRecorded(DecisionRecorded {
+            step_id,
+            kind: REQUEST_KIND.to_owned(),
+            value: request,
+        }));
+        Ok(())
+    }
+}
+
+/// The request as the log will hold it, or why it cannot be recorded.
+fn encode_request<R: Serialize + ?Sized>(request: &R) -> Result<Payload, StepError> {
+    let value = serde_json::to_value(request)
+        .map_err(|err| StepError::InvalidRequest(format!("it does not serialize: {err}")))?;
+    Payload::try_from_value(&value).map_err(|err| StepError::InvalidRequest(err.to_string()))
+}
