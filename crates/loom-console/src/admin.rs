@@ -24,7 +24,7 @@ use axum::response::{IntoResponse, Redirect, Response};
 use axum::routing::{get, post};
 use loom_kernel::classify::DataClassification;
 use loom_kernel::event::Verdict;
-use loom_kernel::runtime::{CancelError, ResolveError, ResumeError, Runtime};
+use loom_kernel::runtime::{Caller, CancelError, ResolveError, ResumeError, Runtime};
 use loom_kernel::{EventStore, EventStoreExt, ExecutionId, Payload};
 use serde::Deserialize;
 use serde_json::{Value, json};
@@ -360,7 +360,28 @@ struct ResumeBody {
     correlation_key: String,
     #[serde(default)]
     payload: Value,
+    /// Who the operator says they are: an attribute of the caller, whose subject is the
+    /// token that was verified.
+    #[serde(default)]
+    operator: Option<String>,
 }
+
+/// The caller of a resume through the admin API (ADR 0019): the bearer token is what was
+/// verified, so it is the subject; the operator's name, if given, is what they declared.
+fn admin_caller(operator: Option<&str>) -> Result<Caller, ConsoleError> {
+    let caller = Caller::new(ADMIN_CALLER)
+        .and_then(|caller| caller.with_attribute("via", "admin-api"))
+        .map_err(|error| ConsoleError::internal(error.to_string()))?;
+    match operator {
+        Some(operator) => caller
+            .with_attribute("operator", operator)
+            .map_err(|error| ConsoleError::bad_request(format!("the operator name: {error}"))),
+        None => Ok(caller),
+    }
+}
+
+/// The subject of every resume through the admin API: the holder of its bearer token.
+pub const ADMIN_CALLER: &str = "admin-token";
 
 async fn resume<S: EventStore>(
     State(state): Shared<S>,
@@ -370,14 +391,21 @@ async fn resume<S: EventStore>(
     let id = query::execution_id(&id)?;
     let request: ResumeBody = body(
         &bytes,
-        r#"{"eventType": "..", "correlationKey": "..", "payload": ..}"#,
+        r#"{"eventType": "..", "correlationKey": "..", "payload": .., "operator": ".."}"#,
     )?;
+    let caller = admin_caller(request.operator.as_deref())?;
     let payload = Payload::try_from_value(&request.payload).map_err(|error| {
         ConsoleError::bad_request(format!("the payload cannot be recorded: {error}"))
     })?;
     let result = state
         .runtime
-        .resume(&id, &request.event_type, &request.correlation_key, payload)
+        .resume_as(
+            &caller,
+            &id,
+            &request.event_type,
+            &request.correlation_key,
+            payload,
+        )
         .await;
     match result {
         Ok(()) => ok(json!({"recorded": true})),

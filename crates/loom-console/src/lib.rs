@@ -32,6 +32,8 @@ pub mod offline;
 pub mod query;
 pub mod view;
 
-pub use admin::{AdminConfig, AdminConfigError, admin_router, bind_loopback, random_token};
+pub use admin::{
+    ADMIN_CALLER, AdminConfig, AdminConfigError, admin_router, bind_loopback, random_token,
+};
 pub use client::AdminClient;
 pub use error::{ConsoleError, ErrorKind};

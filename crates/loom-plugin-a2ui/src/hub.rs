@@ -12,7 +12,9 @@ use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex, MutexGuard};
 
 use loom_kernel::classify::DataClassification;
-use loom_kernel::runtime::{AbiRange, Contributions, Plugin, Projection, ResumeError, Runtime};
+use loom_kernel::runtime::{
+    AbiRange, Caller, Contributions, Plugin, Projection, ResumeError, Runtime,
+};
 use loom_kernel::store::{EventStore, EventStoreExt, ReadError};
 use loom_kernel::{Event, EventEnvelope, ExecutionId, Payload};
 use serde_json::Value;
@@ -311,6 +313,19 @@ impl SurfaceHub {
         surface_id: &str,
         message: &[u8],
     ) -> Result<FunctionResult, HubError> {
+        self.deliver_function_response_as(runtime, &Caller::anonymous(), surface_id, message)
+            .await
+    }
+
+    /// [`SurfaceHub::deliver_function_response`] from `caller` (the renderer session the
+    /// application identified), whom the runtime's resume authenticator sees (K12.2, ADR 0019).
+    pub async fn deliver_function_response_as<S: EventStore>(
+        &self,
+        runtime: &Runtime<S>,
+        caller: &Caller,
+        surface_id: &str,
+        message: &[u8],
+    ) -> Result<FunctionResult, HubError> {
         let (execution, result) = self.ingest_function_response(surface_id, message)?;
         let payload = Payload::encode(&result.payload()).map_err(|err| {
             HubError::Ingest(IngestError::InvalidResult {
@@ -320,7 +335,13 @@ impl SurfaceHub {
             })
         })?;
         runtime
-            .resume(&execution, FUNCTION_RESULT_EVENT, &result.call_id, payload)
+            .resume_as(
+                caller,
+                &execution,
+                FUNCTION_RESULT_EVENT,
+                &result.call_id,
+                payload,
+            )
             .await
             .map_err(|source| HubError::Resume { source })?;
         Ok(result)
@@ -353,6 +374,26 @@ impl SurfaceHub {
         surface_id: &str,
         message: &[u8],
     ) -> Result<InboundAction, HubError> {
+        self.deliver_action_as(
+            runtime,
+            &Caller::anonymous(),
+            execution,
+            surface_id,
+            message,
+        )
+        .await
+    }
+
+    /// [`SurfaceHub::deliver_action`] from `caller` (the renderer session the application
+    /// identified), whom the runtime's resume authenticator sees (K12.2, ADR 0019).
+    pub async fn deliver_action_as<S: EventStore>(
+        &self,
+        runtime: &Runtime<S>,
+        caller: &Caller,
+        execution: &ExecutionId,
+        surface_id: &str,
+        message: &[u8],
+    ) -> Result<InboundAction, HubError> {
         let action = self.ingest_action(execution, surface_id, message)?;
         let payload = Payload::encode(&action.payload()).map_err(|err| {
             HubError::Ingest(IngestError::InvalidResult {
@@ -362,7 +403,8 @@ impl SurfaceHub {
             })
         })?;
         runtime
-            .resume(
+            .resume_as(
+                caller,
                 execution,
                 InboundAction::EVENT_TYPE,
                 action.correlation_key(),

@@ -29,7 +29,7 @@ use axum::response::Response;
 use axum::routing::get;
 use futures::{SinkExt, StreamExt};
 use loom_console::AdminConfig;
-use loom_kernel::runtime::{Projection, Runtime, StartOptions};
+use loom_kernel::runtime::{Caller, Projection, Runtime, StartOptions};
 use loom_kernel::{DiskStore, Event, EventEnvelope, EventStore, ExecutionId};
 use loom_plugin_a2ui::wire::{AgentMessage, RendererMessage};
 use loom_plugin_a2ui::{CALL_FUNCTION_EFFECT, SurfaceHub};
@@ -404,18 +404,19 @@ pub(crate) async fn inbound(
     let value = serde_json::from_slice::<Value>(bytes)
         .unwrap_or_else(|_| Value::String(String::from_utf8_lossy(bytes).into_owned()));
     wire_note(Direction::RendererToAgent, session, value);
+    let caller = renderer_caller(session);
     let outcome = match RendererMessage::parse(bytes) {
         Ok(RendererMessage::Action(_)) => state
             .hub
-            .deliver_action(&state.runtime, execution, surface, bytes)
+            .deliver_action_as(&state.runtime, &caller, execution, surface, bytes)
             .await
             .map(|action| format!("action `{}` resumes its gate", action.name))
             .map_err(|e| e.to_string()),
         Ok(RendererMessage::RendererFunctionResponse(reply)) => {
-            reply_to(state, surface, &reply.function_call_id, bytes).await
+            reply_to(state, &caller, surface, &reply.function_call_id, bytes).await
         }
         Ok(RendererMessage::Error(error)) => match &error.function_call_id {
-            Some(call_id) => reply_to(state, surface, call_id, bytes).await,
+            Some(call_id) => reply_to(state, &caller, surface, call_id, bytes).await,
             None => Ok(format!(
                 "the renderer reports {}: {}",
                 error.code, error.message
@@ -433,8 +434,17 @@ pub(crate) async fn inbound(
     outcome
 }
 
+/// Who a renderer session's messages come from, for the runtime's resume authenticator: the
+/// session the server accepted, never what a message says (ADR 0019).
+fn renderer_caller(session: u64) -> Caller {
+    Caller::new(format!("renderer-session-{session}"))
+        .and_then(|caller| caller.with_attribute("via", "a2ui"))
+        .unwrap_or_else(|_| Caller::anonymous())
+}
+
 async fn reply_to(
     state: &AppState,
+    caller: &Caller,
     surface: &str,
     call_id: &str,
     bytes: &[u8],
@@ -444,7 +454,7 @@ async fn reply_to(
     }
     state
         .hub
-        .deliver_function_response(&state.runtime, surface, bytes)
+        .deliver_function_response_as(&state.runtime, caller, surface, bytes)
         .await
         .map(|result| {
             format!(

@@ -26,6 +26,7 @@
 //! new work, lets each driver's append in flight finish, and joins every task the runtime
 //! spawned (ADR 0014).
 
+mod caller;
 pub mod codes;
 mod contain;
 mod ctx;
@@ -46,6 +47,10 @@ use serde::Serialize;
 use tokio::sync::{mpsc, oneshot, watch};
 use tracing::Instrument;
 
+pub use caller::{
+    AsyncResumeAuthenticator, Authorization, Caller, CallerError, MAX_CALLER_ATTRIBUTES,
+    MAX_CALLER_TEXT, StartRequest,
+};
 pub use ctx::{Command, FirstOf, FlowCtx, GateOutcome, Selected, StepError, StepName, TimedGate};
 pub use digest::{input_digest, stable_hash};
 pub use driver::DriveError;
@@ -77,11 +82,22 @@ use driver::{DriverMsg, Exit};
 pub trait ResumeAuthenticator: Send + Sync + 'static {
     /// `Err(reason)` refuses the resume.
     fn authorize(&self, request: &ResumeRequest<'_>) -> Result<(), String>;
+
+    /// Whether an inbound message may start this execution ([`Inbound::Start`]); `Err(reason)`
+    /// refuses. Refuses by default, so that an authenticator written for resumes does not let
+    /// unknown callers start executions. (For a decision that must wait, implement
+    /// [`AsyncResumeAuthenticator`] instead.)
+    fn authorize_start(&self, request: &StartRequest<'_>) -> Result<(), String> {
+        let _ = request;
+        Err(caller::NO_STARTS.to_owned())
+    }
 }
 
 /// A resume as the authenticator sees it.
 #[derive(Debug, Clone, Copy)]
 pub struct ResumeRequest<'a> {
+    /// Who asks ([`Caller::anonymous`] for [`Runtime::resume`]).
+    pub caller: &'a Caller,
     /// The execution to resume.
     pub execution: &'a ExecutionId,
     /// The resume's event type.
@@ -170,6 +186,15 @@ pub enum StartError {
     /// The runtime is shut down ([`Runtime::shutdown`]); nothing was started.
     #[error("the runtime is shut down; nothing was started")]
     ShutDown,
+    /// The resume authenticator (K12.2) refused a start asked by an inbound message; nothing
+    /// was started.
+    #[error("start of execution {execution} refused by the authenticator: {reason}")]
+    Unauthorized {
+        /// The execution asked for.
+        execution: ExecutionId,
+        /// The authenticator's reason.
+        reason: String,
+    },
     /// The execution's driver failed before it answered.
     #[error("execution {execution} could not be started: {detail}")]
     Driver {
@@ -340,7 +365,7 @@ const DRIVER_STOPPED: &str = "the execution's driver stopped";
 pub(crate) const SHUT_DOWN: &str = "the runtime is shut down";
 
 /// How to start an execution.
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct StartOptions {
     /// The execution's id, chosen by the caller: a start of an existing id returns it.
     pub execution_id: ExecutionId,
@@ -381,7 +406,7 @@ pub struct RuntimeBuilder<S> {
     store: S,
     flows: BTreeMap<(String, u32), Arc<dyn Flow>>,
     contributions: Contributions,
-    authenticator: Option<Arc<dyn ResumeAuthenticator>>,
+    authenticator: Option<Arc<dyn AsyncResumeAuthenticator>>,
     classification: DataClassification,
     clock: Arc<dyn Clock>,
     errors: Vec<CompositionError>,
@@ -447,7 +472,7 @@ impl<S: EventStore> RuntimeBuilder<S> {
 
     /// Sets the resume authenticator (K12.2), consulted before any resume is recorded.
     pub fn resume_authenticator(mut self, authenticator: impl ResumeAuthenticator) -> Self {
-        self.authenticator = Some(Arc::new(authenticator));
+        self.authenticator = Some(Arc::new(caller::Blocking(authenticator)));
         self
     }
 
@@ -533,7 +558,7 @@ pub(crate) struct Inner<S> {
     pub(crate) effects: Arc<BTreeMap<String, Arc<dyn Effect>>>,
     pub(crate) projections: Vec<Arc<dyn Projection>>,
     inbound: BTreeMap<String, Arc<dyn InboundHandler>>,
-    authenticator: Option<Arc<dyn ResumeAuthenticator>>,
+    authenticator: Option<Arc<dyn AsyncResumeAuthenticator>>,
     pub(crate) classification: Arc<DataClassification>,
     /// The pending deadlines of every execution, served by one task.
     pub(crate) timers: Arc<timers::Timers>,
@@ -962,6 +987,27 @@ impl<S: EventStore> Runtime<S> {
         correlation_key: &str,
         payload: Payload,
     ) -> Result<(), ResumeError> {
+        self.resume_as(
+            &Caller::anonymous(),
+            execution,
+            event_type,
+            correlation_key,
+            payload,
+        )
+        .await
+    }
+
+    /// [`Runtime::resume`] on behalf of `caller`, whom the application has identified (ADR
+    /// 0019): the resume authenticator (K12.2) sees the caller with the request, and may take
+    /// its time to decide; a refusal ([`ResumeError::Unauthorized`]) records nothing.
+    pub async fn resume_as(
+        &self,
+        caller: &Caller,
+        execution: &ExecutionId,
+        event_type: &str,
+        correlation_key: &str,
+        payload: Payload,
+    ) -> Result<(), ResumeError> {
         if self.inner.stopping() {
             return Err(ResumeError::ShutDown);
         }
@@ -976,20 +1022,19 @@ impl<S: EventStore> Runtime<S> {
                 execution: execution.clone(),
             });
         }
-        if let Some(authenticator) = &self.inner.authenticator {
-            let request = ResumeRequest {
-                execution,
-                event_type,
-                correlation_key,
-                payload: &payload,
-            };
-            contain::contain(|| authenticator.authorize(&request))
-                .unwrap_or_else(|panic| Err(format!("the resume authenticator panicked: {panic}")))
-                .map_err(|reason| ResumeError::Unauthorized {
-                    execution: execution.clone(),
-                    reason,
-                })?;
-        }
+        let request = ResumeRequest {
+            caller,
+            execution,
+            event_type,
+            correlation_key,
+            payload: &payload,
+        };
+        self.authorize_resume(request)
+            .await
+            .map_err(|reason| ResumeError::Unauthorized {
+                execution: execution.clone(),
+                reason,
+            })?;
         let (reply, answer) = oneshot::channel();
         self.send(
             execution,
@@ -1242,12 +1287,25 @@ impl<S: EventStore> Runtime<S> {
         name: &str,
         message: &serde_json::Value,
     ) -> Result<Inbound, InboundError> {
+        self.inbound_as(&Caller::anonymous(), name, message).await
+    }
+
+    /// [`Runtime::inbound`] on behalf of `caller`, whom the application has identified (the
+    /// message itself is not trusted to say): the handler sees the caller
+    /// ([`InboundHandler::handle_from`]), and the resume or start it asks for is decided by
+    /// the resume authenticator for that caller (ADR 0019).
+    pub async fn inbound_as(
+        &self,
+        caller: &Caller,
+        name: &str,
+        message: &serde_json::Value,
+    ) -> Result<Inbound, InboundError> {
         let handler = self
             .inner
             .inbound
             .get(name)
             .ok_or_else(|| InboundError::UnknownHandler(name.to_owned()))?;
-        let action = contain::contain(|| handler.handle(message))
+        let action = contain::contain(|| handler.handle_from(caller, message))
             .map_err(InboundError::HandlerPanicked)?
             .map_err(InboundError::Refused)?;
         if let Inbound::Resume {
@@ -1257,8 +1315,22 @@ impl<S: EventStore> Runtime<S> {
             payload,
         } = &action
         {
-            self.resume(execution, event_type, correlation_key, payload.clone())
-                .await?;
+            self.resume_as(
+                caller,
+                execution,
+                event_type,
+                correlation_key,
+                payload.clone(),
+            )
+            .await?;
+        }
+        if let Inbound::Start {
+            flow,
+            input,
+            options,
+        } = &action
+        {
+            self.inbound_start(caller, flow, input, options).await?;
         }
         Ok(action)
     }
@@ -1509,6 +1581,9 @@ pub enum InboundError {
     /// The resume the handler asked for was refused.
     #[error(transparent)]
     Resume(#[from] ResumeError),
+    /// The start the handler asked for was refused.
+    #[error(transparent)]
+    Start(#[from] StartError),
 }
 
 impl From<ReadError> for WaitError {

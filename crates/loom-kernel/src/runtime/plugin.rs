@@ -63,12 +63,34 @@ pub enum Inbound {
         /// What the resume carries.
         payload: Payload,
     },
+    /// Start an execution, as [`crate::runtime::Runtime::start`] does (a second start of an
+    /// existing id returns it, or is refused as a conflict), once the resume authenticator
+    /// agrees ([`crate::runtime::AsyncResumeAuthenticator::authorize_start`]).
+    Start {
+        /// The flow to start.
+        flow: String,
+        /// Its input.
+        input: Payload,
+        /// The execution's id, flow version, capabilities and budget.
+        options: crate::runtime::StartOptions,
+    },
 }
 
 /// Turns messages from outside (a UI action, a webhook) into runtime requests.
 pub trait InboundHandler: Send + Sync + 'static {
     /// Reads a message; `Err(reason)` refuses it and nothing is done.
     fn handle(&self, message: &serde_json::Value) -> Result<Inbound, String>;
+
+    /// Reads a message sent by `caller` (established by the application, ADR 0019). By
+    /// default the caller does not matter: [`InboundHandler::handle`].
+    fn handle_from(
+        &self,
+        caller: &crate::runtime::Caller,
+        message: &serde_json::Value,
+    ) -> Result<Inbound, String> {
+        let _ = caller;
+        self.handle(message)
+    }
 }
 
 /// A composition-time contributor.

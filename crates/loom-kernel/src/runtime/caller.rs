@@ -1,0 +1,250 @@
+//! Who is resuming (ADR 0019): the caller's identity, carried by a resume or an inbound message
+//! to the resume authenticator (K12.2), which may decide asynchronously.
+//!
+//! The application establishes the identity (a verified token, a session, an operator's
+//! login) and hands it to [`Runtime::resume_as`] or [`Runtime::inbound_as`]; the kernel never
+//! reads one from a message, so a message cannot claim to come from someone else. The
+//! authenticator sees the caller with the request and may refuse; nothing is recorded then. The
+//! caller is not recorded in the log (`EVENT_SCHEMA` 1 has no field for it): an authenticator
+//! that keeps an audit trail writes it itself.
+
+use std::collections::BTreeMap;
+use std::fmt;
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::Arc;
+
+use crate::id::ExecutionId;
+use crate::payload::Payload;
+use crate::runtime::contain::{contain, contain_future};
+use crate::runtime::{
+    InboundError, ResumeAuthenticator, ResumeRequest, Runtime, RuntimeBuilder, StartError,
+    StartOptions,
+};
+use crate::store::EventStore;
+
+/// The longest subject, attribute key or attribute value a [`Caller`] accepts, in bytes.
+pub const MAX_CALLER_TEXT: usize = 256;
+/// The most attributes a [`Caller`] carries.
+pub const MAX_CALLER_ATTRIBUTES: usize = 32;
+
+/// Who asks: a subject (a user, a service, a session), or nobody in particular
+/// ([`Caller::anonymous`]), with optional attributes (roles, a tenant, how the subject was
+/// authenticated). Established by the application, never read from a message.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Hash)]
+pub struct Caller {
+    subject: Option<String>,
+    attributes: BTreeMap<String, String>,
+}
+
+/// Why a [`Caller`] could not be built: a subject or attribute that could not be shown safely.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum CallerError {
+    /// The subject or an attribute key is empty.
+    #[error("a caller's subject or attribute key may not be empty")]
+    Empty,
+    /// A text is longer than [`MAX_CALLER_TEXT`] bytes.
+    #[error("a caller's subject or attribute is longer than {MAX_CALLER_TEXT} bytes")]
+    TooLong,
+    /// A text holds a control character (a line break could forge a log line).
+    #[error("a caller's subject or attribute holds a control character")]
+    ControlCharacter,
+    /// More than [`MAX_CALLER_ATTRIBUTES`] attributes.
+    #[error("a caller carries at most {MAX_CALLER_ATTRIBUTES} attributes")]
+    TooManyAttributes,
+}
+
+fn check_text(text: &str, may_be_empty: bool) -> Result<(), CallerError> {
+    if text.is_empty() && !may_be_empty {
+        return Err(CallerError::Empty);
+    }
+    if text.len() > MAX_CALLER_TEXT {
+        return Err(CallerError::TooLong);
+    }
+    if text.chars().any(char::is_control) {
+        return Err(CallerError::ControlCharacter);
+    }
+    Ok(())
+}
+
+impl Caller {
+    /// Nobody in particular: what [`Runtime::resume`] and [`Runtime::inbound`] pass.
+    pub fn anonymous() -> Self {
+        Self::default()
+    }
+
+    /// The caller `subject` (not empty, at most [`MAX_CALLER_TEXT`] bytes, no control
+    /// character).
+    pub fn new(subject: impl Into<String>) -> Result<Self, CallerError> {
+        let subject = subject.into();
+        check_text(&subject, false)?;
+        Ok(Self {
+            subject: Some(subject),
+            attributes: BTreeMap::new(),
+        })
+    }
+
+    /// This caller with the attribute `key` set to `value` (the same limits as the subject;
+    /// the value may be empty).
+    pub fn with_attribute(
+        mut self,
+        key: impl Into<String>,
+        value: impl Into<String>,
+    ) -> Result<Self, CallerError> {
+        let (key, value) = (key.into(), value.into());
+        check_text(&key, false)?;
+        check_text(&value, true)?;
+        if !self.attributes.contains_key(&key) && self.attributes.len() >= MAX_CALLER_ATTRIBUTES {
+            return Err(CallerError::TooManyAttributes);
+        }
+        self.attributes.insert(key, value);
+        Ok(self)
+    }
+
+    /// The subject; `None` for the anonymous caller.
+    pub fn subject(&self) -> Option<&str> {
+        self.subject.as_deref()
+    }
+
+    /// Whether this is the anonymous caller.
+    pub fn is_anonymous(&self) -> bool {
+        self.subject.is_none()
+    }
+
+    /// The attribute `key`, if set.
+    pub fn attribute(&self, key: &str) -> Option<&str> {
+        self.attributes.get(key).map(String::as_str)
+    }
+
+    /// Every attribute, in key order.
+    pub fn attributes(&self) -> &BTreeMap<String, String> {
+        &self.attributes
+    }
+}
+
+impl fmt::Display for Caller {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match &self.subject {
+            Some(subject) => f.write_str(subject),
+            None => f.write_str("an anonymous caller"),
+        }
+    }
+}
+
+/// A start asked by an inbound message, as the authenticator sees it.
+#[derive(Debug, Clone, Copy)]
+pub struct StartRequest<'a> {
+    /// Who asks.
+    pub caller: &'a Caller,
+    /// The execution to start.
+    pub execution: &'a ExecutionId,
+    /// The flow to start.
+    pub flow: &'a str,
+    /// Its input.
+    pub input: &'a Payload,
+}
+
+/// What an [`AsyncResumeAuthenticator`] answers: `Err(reason)` refuses.
+pub type Authorization<'a> = Pin<Box<dyn Future<Output = Result<(), String>> + Send + 'a>>;
+
+/// The resume authenticator (K12.2) when its decision needs to wait (a token introspection, a
+/// policy service, a database). A panic while it decides refuses the request, with the panic's
+/// message as the reason; bounding how long it may take is the caller's business (wrap the
+/// resume in a timeout): while it waits, nothing is recorded and no lock is held.
+pub trait AsyncResumeAuthenticator: Send + Sync + 'static {
+    /// Decides whether `request.caller` may resume this gate.
+    fn authorize<'a>(&'a self, request: ResumeRequest<'a>) -> Authorization<'a>;
+
+    /// Decides whether `request.caller` may start this execution from an inbound message
+    /// ([`Inbound::Start`](crate::runtime::Inbound::Start)). Refuses by default, so that an authenticator written for resumes
+    /// does not let unknown callers start executions.
+    fn authorize_start<'a>(&'a self, request: StartRequest<'a>) -> Authorization<'a> {
+        let _ = request;
+        Box::pin(std::future::ready(Err(NO_STARTS.to_owned())))
+    }
+}
+
+/// The reason the default [`AsyncResumeAuthenticator::authorize_start`] gives.
+pub(crate) const NO_STARTS: &str =
+    "this runtime's authenticator does not authorize starts from inbound messages";
+
+/// A synchronous [`ResumeAuthenticator`] seen as an asynchronous one.
+pub(crate) struct Blocking<A>(pub(crate) A);
+
+impl<A: ResumeAuthenticator> AsyncResumeAuthenticator for Blocking<A> {
+    fn authorize<'a>(&'a self, request: ResumeRequest<'a>) -> Authorization<'a> {
+        let decision = self.0.authorize(&request);
+        Box::pin(std::future::ready(decision))
+    }
+
+    fn authorize_start<'a>(&'a self, request: StartRequest<'a>) -> Authorization<'a> {
+        let decision = self.0.authorize_start(&request);
+        Box::pin(std::future::ready(decision))
+    }
+}
+
+/// Runs an authenticator's decision with its panics, while it is made or awaited, contained.
+async fn decide<'a>(what: &str, make: impl FnOnce() -> Authorization<'a>) -> Result<(), String> {
+    let decision = contain(make)
+        .map_err(|panic| format!("the resume authenticator panicked deciding a {what}: {panic}"))?;
+    contain_future(decision).await.unwrap_or_else(|panic| {
+        Err(format!(
+            "the resume authenticator panicked deciding a {what}: {panic}"
+        ))
+    })
+}
+
+impl<S: EventStore> RuntimeBuilder<S> {
+    /// Sets a resume authenticator (K12.2) that may decide asynchronously, consulted before any
+    /// resume is recorded and before an inbound message starts an execution. Replaces one set
+    /// by [`RuntimeBuilder::resume_authenticator`].
+    pub fn async_resume_authenticator(
+        mut self,
+        authenticator: impl AsyncResumeAuthenticator,
+    ) -> Self {
+        self.authenticator = Some(Arc::new(authenticator));
+        self
+    }
+}
+
+impl<S: EventStore> Runtime<S> {
+    /// The authenticator's decision on a resume (`Ok` when the runtime has none).
+    pub(crate) async fn authorize_resume(&self, request: ResumeRequest<'_>) -> Result<(), String> {
+        let Some(authenticator) = &self.inner.authenticator else {
+            return Ok(());
+        };
+        decide("resume", || authenticator.authorize(request)).await
+    }
+
+    /// Starts what an inbound message asked for, as `caller`, once the authenticator agrees;
+    /// then as [`Runtime::start`] (a start of an existing execution returns it, or is refused
+    /// as a conflict).
+    pub(crate) async fn inbound_start(
+        &self,
+        caller: &Caller,
+        flow: &str,
+        input: &Payload,
+        options: &StartOptions,
+    ) -> Result<ExecutionId, InboundError> {
+        if self.is_shut_down() {
+            return Err(StartError::ShutDown.into());
+        }
+        if let Some(authenticator) = &self.inner.authenticator {
+            let request = StartRequest {
+                caller,
+                execution: &options.execution_id,
+                flow,
+                input,
+            };
+            decide("start", || authenticator.authorize_start(request))
+                .await
+                .map_err(|reason| StartError::Unauthorized {
+                    execution: options.execution_id.clone(),
+                    reason,
+                })?;
+        }
+        tracing::debug!(execution = %options.execution_id, flow, caller = %caller, "inbound start");
+        Ok(self.start(flow, input, options.clone()).await?)
+    }
+}
