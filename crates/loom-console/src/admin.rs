@@ -136,6 +136,8 @@ pub fn admin_router<S: EventStore>(runtime: Runtime<S>, config: AdminConfig) -> 
         .route("/admin/v1/executions/{id}/resume", post(resume::<S>))
         .route("/admin/v1/executions/{id}/cancel", post(cancel::<S>))
         .route("/admin/v1/in-doubt", get(in_doubt::<S>))
+        .route("/admin/v1/retention/delete", post(retention_delete::<S>))
+        .route("/admin/v1/retention/preview", post(retention_preview::<S>))
         .route_layer(middleware::from_fn_with_state(
             Arc::clone(&state),
             authorize::<S>,
@@ -429,6 +431,45 @@ async fn resume<S: EventStore>(
         }
         Err(error) => Err(ConsoleError::internal(error.to_string())),
     }
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+struct RetentionBody {
+    ended_before_ms: u64,
+    #[serde(default)]
+    limit: Option<usize>,
+}
+
+const RETENTION_SHAPE: &str = r#"{"endedBeforeMs": <unix ms>, "limit": <1..=10000>}"#;
+
+/// One bounded batch of `loom purge --admin`: deletes up to `limit` executions that ended
+/// before `endedBeforeMs` (one commit of the store) and names them.
+async fn retention_delete<S: EventStore>(State(state): Shared<S>, bytes: Bytes) -> Answer {
+    let request: RetentionBody = body(&bytes, RETENTION_SHAPE)?;
+    let limit = request.limit.unwrap_or(crate::retention::DEFAULT_BATCH);
+    if limit == 0 || limit > crate::retention::MAX_BATCH {
+        return Err(ConsoleError::bad_request(format!(
+            "limit {limit} is out of range: send {RETENTION_SHAPE}"
+        )));
+    }
+    let deleted =
+        crate::retention::delete_batch(state.runtime.store(), request.ended_before_ms, limit)
+            .await?;
+    tracing::info!(
+        deleted = deleted.len(),
+        ended_before_ms = request.ended_before_ms,
+        "retention: ended executions deleted"
+    );
+    ok(json!({"deleted": deleted.iter().map(ExecutionId::as_str).collect::<Vec<_>>()}))
+}
+
+/// `loom purge --admin --dry-run`: what a purge would delete, deleting nothing.
+async fn retention_preview<S: EventStore>(State(state): Shared<S>, bytes: Bytes) -> Answer {
+    let request: RetentionBody = body(&bytes, RETENTION_SHAPE)?;
+    let found =
+        crate::retention::would_purge(state.runtime.store(), request.ended_before_ms).await?;
+    ok(json!({"executions": found.iter().map(ExecutionId::as_str).collect::<Vec<_>>()}))
 }
 
 fn ended(id: &ExecutionId, state: &loom_kernel::ExecutionState) -> ConsoleError {

@@ -175,6 +175,47 @@ impl AdminClient {
         .await
     }
 
+    /// One bounded batch of a purge: deletes up to `limit` executions that ended before
+    /// `ended_before_ms` and returns their ids.
+    pub async fn delete_ended(
+        &self,
+        ended_before_ms: u64,
+        limit: usize,
+    ) -> Result<Vec<String>, ConsoleError> {
+        let body = json!({"endedBeforeMs": ended_before_ms, "limit": limit});
+        let answer: Value = self.post_for("/admin/v1/retention/delete", &body).await?;
+        Ok(ids_in(&answer, "deleted"))
+    }
+
+    /// What a purge would delete, deleting nothing.
+    pub async fn would_delete_ended(
+        &self,
+        ended_before_ms: u64,
+    ) -> Result<Vec<String>, ConsoleError> {
+        let body = json!({"endedBeforeMs": ended_before_ms});
+        let answer: Value = self.post_for("/admin/v1/retention/preview", &body).await?;
+        Ok(ids_in(&answer, "executions"))
+    }
+
+    async fn post_for<T: DeserializeOwned>(
+        &self,
+        path: &str,
+        body: &Value,
+    ) -> Result<T, ConsoleError> {
+        let body = serde_json::to_vec(body).map_err(|error| {
+            ConsoleError::internal(format!("cannot encode the request: {error}"))
+        })?;
+        let answer = self
+            .request("POST", path, Some(body), Duration::ZERO)
+            .await?;
+        serde_json::from_slice(&answer).map_err(|error| {
+            ConsoleError::internal(format!(
+                "the admin API at {} answered something this client cannot read ({error}): is it the same version?",
+                self.url
+            ))
+        })
+    }
+
     async fn get<T: DeserializeOwned>(
         &self,
         path: &str,
@@ -344,6 +385,20 @@ pub fn encode(text: &str) -> String {
         }
     }
     out
+}
+
+/// The strings of the array `key` of an answer.
+fn ids_in(answer: &Value, key: &str) -> Vec<String> {
+    answer
+        .get(key)
+        .and_then(Value::as_array)
+        .map(|ids| {
+            ids.iter()
+                .filter_map(Value::as_str)
+                .map(str::to_owned)
+                .collect()
+        })
+        .unwrap_or_default()
 }
 
 #[cfg(test)]

@@ -11,6 +11,8 @@
 //!   page, script and style sheet built into the crate, calling the same API).
 //! - Writes on a store no process runs flows on ([`offline`]): the one event the kernel's
 //!   driver would record, when the fold says it would accept it.
+//! - Retention ([`retention`]): `loom purge` deletes ended executions older than a cutoff in
+//!   bounded batches, on a store file or through the admin API.
 //! - A small client of the admin API ([`client`]) and the `loom` binary (`src/main.rs`).
 //!   `docs/CONSOLE.md` describes the commands, exit codes and endpoints.
 //!
@@ -30,6 +32,7 @@ pub mod client;
 pub mod error;
 pub mod offline;
 pub mod query;
+pub mod retention;
 pub mod view;
 
 pub use admin::{

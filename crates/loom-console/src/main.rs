@@ -155,6 +155,23 @@ enum Command {
         #[arg(long = "execution", value_name = "ID")]
         executions: Vec<String>,
     },
+    /// Delete ended executions (completed, failed, cancelled) that ended before a cutoff, in
+    /// bounded batches, printing each one deleted. Running, suspended and in-doubt executions
+    /// are never deleted.
+    Purge {
+        /// Delete those that ended longer ago than this age: 30d, 12h, 90m, 45s, 2w.
+        #[arg(long, value_name = "AGE", required_unless_present = "ended_before_ms")]
+        ended_before: Option<String>,
+        /// Or: those that ended before this instant, in milliseconds since the Unix epoch.
+        #[arg(long, value_name = "UNIX_MS", conflicts_with = "ended_before")]
+        ended_before_ms: Option<u64>,
+        /// How many executions one batch (one commit of the store) deletes, 1 to 10000.
+        #[arg(long, value_name = "N", default_value_t = loom_console::retention::DEFAULT_BATCH)]
+        batch: usize,
+        /// Only list what would be deleted; delete nothing.
+        #[arg(long)]
+        dry_run: bool,
+    },
 }
 
 #[derive(Debug, Args)]
@@ -484,6 +501,101 @@ async fn run(cli: Cli) -> Result<(), ConsoleError> {
                 None,
             );
         }
+        Command::Purge {
+            ended_before,
+            ended_before_ms,
+            batch,
+            dry_run,
+        } => {
+            let cutoff = match (ended_before_ms, ended_before) {
+                (Some(at), _) => at,
+                (None, Some(age)) => {
+                    loom_console::retention::cutoff_ms(loom_console::retention::parse_age(&age)?)
+                }
+                (None, None) => {
+                    return Err(ConsoleError::bad_request(
+                        "give --ended-before AGE (30d, 12h) or --ended-before-ms UNIX_MS",
+                    ));
+                }
+            };
+            purge(&backend, cutoff, batch, dry_run, json).await?;
+        }
+    }
+    Ok(())
+}
+
+/// `loom purge`: deletes (or, with `dry_run`, lists) the executions that ended before the
+/// cutoff, a batch at a time, printing each id as its batch is committed.
+async fn purge(
+    backend: &Backend,
+    ended_before_ms: u64,
+    batch: usize,
+    dry_run: bool,
+    json: bool,
+) -> Result<(), ConsoleError> {
+    use loom_console::retention;
+    if batch == 0 || batch > retention::MAX_BATCH {
+        return Err(ConsoleError::bad_request(format!(
+            "--batch {batch} is out of range: 1 to {}",
+            retention::MAX_BATCH
+        )));
+    }
+    let verb = if dry_run { "would delete" } else { "deleted" };
+    let mut listed: Vec<String> = Vec::new();
+    let mut print = |ids: &[String]| {
+        if !json {
+            for id in ids {
+                out!("{verb} {id}");
+            }
+        }
+        listed.extend_from_slice(ids);
+    };
+    match backend {
+        Backend::File(path) => {
+            let store = open_file(path, !dry_run, true)?;
+            if dry_run {
+                let found = retention::would_purge(&store, ended_before_ms).await?;
+                print(&found.iter().map(|id| id.to_string()).collect::<Vec<_>>());
+            } else {
+                retention::purge(&store, ended_before_ms, batch, |ids| {
+                    print(&ids.iter().map(|id| id.to_string()).collect::<Vec<_>>())
+                })
+                .await?;
+            }
+        }
+        Backend::Postgres(_) => {
+            return Err(ConsoleError::refused(
+                "on PostgreSQL, purge through the admin API of a process that runs the flows: --admin http://127.0.0.1:PORT --token TOKEN; nothing was deleted",
+            ));
+        }
+        Backend::Admin(client) => {
+            if dry_run {
+                print(&client.would_delete_ended(ended_before_ms).await?);
+            } else {
+                loop {
+                    let ids = client.delete_ended(ended_before_ms, batch).await?;
+                    print(&ids);
+                    if ids.len() < batch {
+                        break;
+                    }
+                }
+            }
+        }
+    }
+    let cutoff = utc(ended_before_ms);
+    if json {
+        print_json(&serde_json::json!({
+            "dryRun": dry_run,
+            "endedBeforeMs": ended_before_ms,
+            "count": listed.len(),
+            "executions": listed,
+        }));
+    } else {
+        out!(
+            "{verb} {} execution{} that ended before {cutoff}",
+            listed.len(),
+            if listed.len() == 1 { "" } else { "s" }
+        );
     }
     Ok(())
 }
