@@ -59,6 +59,7 @@ pub mod envelope;
 pub mod event;
 mod event_decode;
 pub mod fold;
+mod gates_guide;
 mod hash;
 mod id;
 mod payload;
