@@ -156,8 +156,25 @@ impl AdminClient {
         correlation_key: &str,
         payload: &Value,
     ) -> Result<(), ConsoleError> {
-        let body =
+        self.resume_by(id, event_type, correlation_key, payload, None)
+            .await
+    }
+
+    /// [`AdminClient::resume`] naming the operator, whom the server's resume authenticator
+    /// sees as the caller's `operator` attribute (ADR 0019).
+    pub async fn resume_by(
+        &self,
+        id: &str,
+        event_type: &str,
+        correlation_key: &str,
+        payload: &Value,
+        operator: Option<&str>,
+    ) -> Result<(), ConsoleError> {
+        let mut body =
             json!({"eventType": event_type, "correlationKey": correlation_key, "payload": payload});
+        if let Some(operator) = operator {
+            body["operator"] = json!(operator);
+        }
         self.post(
             &format!("/admin/v1/executions/{}/resume", encode(id)),
             &body,

@@ -136,6 +136,10 @@ enum Command {
         /// The payload, as JSON (`'{"approved": true}'`, `null`, `'"text"'`).
         #[arg(value_name = "JSON")]
         payload: String,
+        /// Through --admin: who resumes, shown to the server's resume authenticator as the
+        /// `operator` attribute of the caller. Default: $LOOM_OPERATOR.
+        #[arg(long)]
+        operator: Option<String>,
     },
     /// Cancel an execution.
     Cancel {
@@ -374,6 +378,11 @@ async fn run(cli: Cli) -> Result<(), ConsoleError> {
                 Backend::Admin(client) => client.show(&id).await?,
             };
             mask_events(&classification, &mut shown.events);
+            for gate in &mut shown.state.pending_gates {
+                if let Some(request) = &mut gate.request {
+                    *request = classification.mask_message_value(request);
+                }
+            }
             print_show(&shown, json, full);
         }
         Command::Tail {
@@ -443,7 +452,9 @@ async fn run(cli: Cli) -> Result<(), ConsoleError> {
             event_type,
             key,
             payload,
+            operator,
         } => {
+            let operator = operator.or_else(|| env("LOOM_OPERATOR"));
             let execution = query::execution_id(&id)?;
             let payload = parse_payload(&payload, "the payload")?;
             let note = match &backend {
@@ -455,7 +466,13 @@ async fn run(cli: Cli) -> Result<(), ConsoleError> {
                 Backend::Postgres(_) => return Err(postgres_writes()),
                 Backend::Admin(client) => {
                     client
-                        .resume(&id, &event_type, &key, &payload.to_value())
+                        .resume_by(
+                            &id,
+                            &event_type,
+                            &key,
+                            &payload.to_value(),
+                            operator.as_deref(),
+                        )
                         .await?;
                     None
                 }
@@ -874,6 +891,15 @@ fn print_show(shown: &ShowView, json: bool, full: bool) {
             })
             .collect();
         print_table("  ", &["GATE", "EVENT TYPE", "KEY", "SEQ"], &rows);
+        for gate in &state.pending_gates {
+            if let Some(request) = &gate.request {
+                let mut text = request.to_string();
+                if !full && text.chars().count() > 100 {
+                    text = text.chars().take(99).collect::<String>() + "…";
+                }
+                out!("  {} asks: {text}", gate.gate_id);
+            }
+        }
     }
     if !state.decisions.is_empty() {
         let decisions: Vec<String> = state

@@ -121,6 +121,7 @@ pub async fn show<S: EventStore>(
     };
     let mut state_view = state_view(&state);
     step_times(&mut state_view.steps, &log);
+    crate::view::gate_requests(classification, &state, &log, &mut state_view.pending_gates);
     Ok(ShowView {
         execution,
         state: state_view,

@@ -143,6 +143,10 @@ pub struct GateView {
     pub correlation_key: String,
     /// The seq of its `EXECUTION_SUSPENDED`.
     pub seq: u64,
+    /// What the flow asked for with this gate (`ctx.suspend_with_request`, ADR 0018), masked;
+    /// absent for a gate that asks nothing.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub request: Option<Value>,
 }
 
 /// A recorded decision.
@@ -288,6 +292,7 @@ pub fn state_view(state: &ExecutionState) -> StateView {
                 event_type: gate.event_type.to_string(),
                 correlation_key: gate.correlation_key.clone(),
                 seq: gate.seq,
+                request: None,
             })
             .collect(),
         steps_in_doubt: state.steps_in_doubt().iter().cloned().collect(),
@@ -300,6 +305,29 @@ pub fn state_view(state: &ExecutionState) -> StateView {
                 seq,
             })
             .collect(),
+    }
+}
+
+/// Fills in the request of each pending gate that has one (ADR 0018), masked, from `log`.
+pub fn gate_requests(
+    classification: &DataClassification,
+    state: &ExecutionState,
+    log: &[EventEnvelope],
+    gates: &mut [GateView],
+) {
+    for gate in gates {
+        let Some(seq) = state.decision(&loom_kernel::runtime::request_step_id(&gate.gate_id))
+        else {
+            continue;
+        };
+        if let Some(Event::DecisionRecorded(decision)) = usize::try_from(seq)
+            .ok()
+            .and_then(|at| log.get(at))
+            .map(|e| &e.event)
+            && decision.kind == loom_kernel::runtime::REQUEST_KIND
+        {
+            gate.request = Some(classification.mask_message_value(&decision.value.to_value()));
+        }
     }
 }
 

@@ -2,6 +2,8 @@
 //! the subject (`admin-token`), the operator's declared name an attribute; the runtime's
 //! authenticator decides with both, and a refusal records nothing.
 
+mod support;
+
 use std::sync::{Arc, Mutex};
 
 use loom_console::{ADMIN_CALLER, AdminConfig, admin_router, bind_loopback};
@@ -10,7 +12,7 @@ use loom_kernel::{EventStoreExt, ExecutionId, ExecutionStatus, MemoryStore};
 use serde_json::{Value, json};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
-const TOKEN: &str = "test-token-0123456789abcdef";
+use support::{TOKEN, code, loom_async, stderr};
 
 /// Lets only a named operator resume; remembers every caller it saw.
 #[derive(Clone, Default)]
@@ -89,13 +91,22 @@ async fn the_token_holder_is_the_caller_and_the_operator_name_an_attribute() {
     assert_eq!(status, 400, "{body}");
     assert_eq!(seen.0.lock().unwrap().len(), 1);
 
-    let (status, body) = post(
+    // `loom resume --operator` names the operator.
+    let resumed = loom_async(&[
+        "--admin",
         &url,
-        path,
-        &json!({"eventType": "approval", "correlationKey": "k", "payload": 2, "operator": "ada"}),
-    )
+        "--token",
+        TOKEN,
+        "resume",
+        "w1",
+        "approval",
+        "k",
+        "2",
+        "--operator",
+        "ada",
+    ])
     .await;
-    assert_eq!(status, 200, "{body}");
+    assert_eq!(code(&resumed), 0, "{}", stderr(&resumed));
     let callers = seen.0.lock().unwrap().clone();
     assert_eq!(callers.len(), 2);
     for caller in &callers {

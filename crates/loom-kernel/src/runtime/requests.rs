@@ -59,7 +59,8 @@ impl PendingRequest {
     pub fn masked(&self, classification: &DataClassification) -> PendingRequest {
         let mut masked = self.clone();
         if !classification.is_empty() {
-            masked.request = Payload::from_value(&classification.mask(&self.request.to_value()));
+            masked.request =
+                Payload::from_value(&classification.mask_message_value(&self.request.to_value()));
         }
         masked
     }
