@@ -214,7 +214,14 @@ impl<S: EventStore> Runtime<S> {
         let Some(authenticator) = &self.inner.authenticator else {
             return Ok(());
         };
-        decide("resume", || authenticator.authorize(request)).await
+        decide("resume", || authenticator.authorize(request)).await?;
+        tracing::debug!(
+            execution = %request.execution,
+            event_type = request.event_type,
+            caller = %request.caller,
+            "resume authorized"
+        );
+        Ok(())
     }
 
     /// Starts what an inbound message asked for, as `caller`, once the authenticator agrees;

@@ -24,13 +24,13 @@ use crate::runtime::contain::contain;
 use crate::runtime::digest::input_digest;
 use crate::runtime::effect::{Effect, EffectCall, EffectOutcome, EffectResult};
 use crate::runtime::history::{Attempted, History, NonDeterminism, StepState};
-mod request;
-
 use crate::runtime::timers::{
     Clock, DEADLINE_KIND, TIMER_EVENT_TYPE, closed_payload, deadline_value, is_closed_payload,
     is_reserved_event_type, is_reserved_payload, is_timed_out_payload, parse_deadline,
     timed_out_payload,
 };
+
+mod request;
 
 /// Why a command did not give the flow a result.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
