@@ -451,3 +451,38 @@ async fn a_request_with_a_timeout_records_request_deadline_gate_and_is_no_longer
     let log = loom.store().read_all(&e).await.unwrap();
     assert!(loom.replay_log(log).unwrap().returned);
 }
+
+#[tokio::test]
+async fn a_request_of_an_execution_in_doubt_is_listed_too() {
+    async fn charge_and_ask(ctx: FlowCtx, _: Value) -> Result<Value, FlowError> {
+        let asked = ctx.suspend_with_request("Receipt", "r-1", &json!({"send": "receipt"}));
+        let charged = ctx.execute("charge", &json!({"sum": 5}));
+        let (asked, charged) = futures::join!(asked, charged);
+        Ok(json!([asked?.to_value(), charged?.to_value()]))
+    }
+    let loom = Runtime::builder(MemoryStore::new())
+        .flow(flow_fn("charge_and_ask", 1, charge_and_ask))
+        .effect(
+            "charge",
+            FnEffect::new(false, |_call| async {
+                EffectOutcome::in_doubt(loom_kernel::ErrorInfo::new("test.silent", "no answer"))
+            }),
+        )
+        .build()
+        .unwrap();
+    let e = id("in-doubt");
+    loom.start(
+        "charge_and_ask",
+        &json!(null),
+        StartOptions::new(e.clone()).grant("charge"),
+    )
+    .await
+    .unwrap();
+    let state = loom.wait(&e).await.unwrap();
+    let names = support::event_names(loom.store(), &e).await;
+    assert_eq!(state.status(), ExecutionStatus::InDoubt, "{names:?}");
+    let pending = loom.pending_requests().await.unwrap();
+    assert_eq!(pending.len(), 1);
+    assert_eq!(pending[0].gate_id, "Receipt#1");
+    assert_eq!(pending[0].request.to_value(), json!({"send": "receipt"}));
+}
