@@ -266,6 +266,9 @@ pub(crate) struct History {
     started: IdMap<String, usize>,
     pub(crate) resumed: IdMap<String, Payload>,
     pub(crate) budget_spent: u64,
+    /// Whether the log records the execution's end (`ctx.patched` past its last command
+    /// answers as the old code did).
+    pub(crate) ended: bool,
 }
 
 impl History {
@@ -388,10 +391,10 @@ impl History {
                     ops: e.ops,
                 },
             )),
-            Event::ExecutionStarted(_)
-            | Event::ExecutionCompleted(_)
+            Event::ExecutionCompleted(_)
             | Event::ExecutionFailed(_)
-            | Event::ExecutionCancelled(_) => {}
+            | Event::ExecutionCancelled(_) => self.ended = true,
+            Event::ExecutionStarted(_) => {}
         }
     }
 

@@ -26,6 +26,7 @@
 //! new work, lets each driver's append in flight finish, and joins every task the runtime
 //! spawned (ADR 0014).
 
+mod children;
 pub mod codes;
 mod contain;
 mod ctx;
@@ -45,6 +46,8 @@ use serde::Serialize;
 use tokio::sync::{mpsc, oneshot, watch};
 use tracing::Instrument;
 
+pub use children::{CHILD_EVENT_TYPE, CHILD_KEY, CHILD_KIND};
+pub use ctx::{ChildCall, PATCH_KIND};
 pub use ctx::{Command, FirstOf, FlowCtx, GateOutcome, Selected, StepError, StepName, TimedGate};
 pub use digest::{input_digest, stable_hash};
 pub use driver::DriveError;
@@ -492,6 +495,7 @@ impl<S: EventStore> RuntimeBuilder<S> {
                 authenticator: self.authenticator,
                 classification: Arc::new(self.classification),
                 timers: Arc::new(timers::Timers::new(self.clock)),
+                children: children::Children::default(),
                 slots: Mutex::new(HashMap::new()),
                 stop: watch::channel(false).0,
                 tasks: Mutex::new(tokio::task::JoinSet::new()),
@@ -533,6 +537,8 @@ pub(crate) struct Inner<S> {
     pub(crate) classification: Arc<DataClassification>,
     /// The pending deadlines of every execution, served by one task.
     pub(crate) timers: Arc<timers::Timers>,
+    /// Children awaited by parents in this process (ADR 0015).
+    pub(crate) children: children::Children,
     slots: Mutex<HashMap<ExecutionId, Slot>>,
     /// Set by [`Runtime::shutdown`]: no new work is accepted, and drivers exit once their
     /// append in flight is durable.
@@ -1091,6 +1097,11 @@ impl<S: EventStore> Runtime<S> {
                 if !seen.insert(summary.id.clone()) {
                     continue;
                 }
+                // A child whose parent ended while waiting for it is cancelled (ADR 0015).
+                if children::recover_child(&self.inner, &summary.id).await {
+                    report.started += 1;
+                    continue;
+                }
                 match store.fold(&summary.id).await {
                     Ok(state) if state.needs_driving() => {
                         self.ensure_driver(&summary.id);
@@ -1099,7 +1110,15 @@ impl<S: EventStore> Runtime<S> {
                     Ok(state) if !state.status().is_terminal() => {
                         // Parked: its pending deadlines are armed from the log, with no driver
                         // (the one that fires them replays the flow).
-                        match self.arm_recorded_deadlines(&summary.id, &state).await {
+                        // Its awaited children are started if missing, their ends
+                        // delivered if they have ended (ADR 0015).
+                        let armed = match children::recover_parent(&self.inner, &summary.id, &state)
+                            .await
+                        {
+                            Ok(_) => self.arm_recorded_deadlines(&summary.id, &state).await,
+                            Err(error) => Err(error),
+                        };
+                        match armed {
                             Ok(armed) => report.timers += armed,
                             Err(error) => {
                                 tracing::error!(execution = %summary.id, %error, "recovery skips an execution whose deadlines it cannot read");
@@ -1344,6 +1363,10 @@ impl<S: EventStore> Runtime<S> {
                         detail,
                     })
                 });
+                // A child's end goes to the parent that waits for it (ADR 0015).
+                if let Ok(Exit::Ended(state)) = &outcome {
+                    children::ended(&inner, &id, state).await;
+                }
                 let unknown = matches!(outcome, Ok(Exit::Unknown));
                 let stopped = matches!(outcome, Ok(Exit::Stopped(_)));
                 let (error, state) = match outcome {
