@@ -144,3 +144,27 @@ fn an_unguarded_change_breaks_old_executions_and_a_patched_one_does_not() {
     assert!(loom_replay_check::breakages(&found).is_empty(), "{found:?}");
     assert_eq!(summary(&found), "");
 }
+
+#[test]
+fn a_childs_log_exports_to_one_file_and_reads_back() {
+    let dir = tempfile::tempdir().unwrap();
+    let child = id("order-1/notify#1");
+    let path = jsonl::path_for(dir.path(), &child);
+    assert_eq!(path, dir.path().join("order-1%2Fnotify#1.jsonl"));
+    let log = vec![loom_kernel::EventEnvelope::new(
+        child.clone(),
+        0,
+        loom_kernel::Event::ExecutionStarted(loom_kernel::event::ExecutionStarted {
+            flow: "notify".into(),
+            flow_version: 1,
+            input: json!(null).into(),
+            capabilities: Default::default(),
+            budget: None,
+        }),
+    )];
+    assert_eq!(
+        jsonl::write_log(dir.path(), &log).unwrap(),
+        Some(path.clone())
+    );
+    assert_eq!(jsonl::read_log(&path).unwrap()[0].execution_id, child);
+}

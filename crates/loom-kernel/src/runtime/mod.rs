@@ -38,6 +38,7 @@ mod history;
 mod plugin;
 mod replay;
 mod timers;
+mod wait_ended;
 
 use std::collections::{BTreeMap, HashMap};
 use std::sync::{Arc, Mutex};
