@@ -437,3 +437,8 @@ pub(crate) async fn recover_child<S: EventStore>(
     cancel_orphans(inner, &parent, vec![(gate_id, execution.clone())]);
     true
 }
+
+/// `docs/CHILDREN.md`, whose code blocks run as doctests.
+#[cfg(doctest)]
+#[doc = include_str!("../../../../docs/CHILDREN.md")]
+struct ChildrenGuide;

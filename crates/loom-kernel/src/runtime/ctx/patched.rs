@@ -74,3 +74,8 @@ impl FlowCtx {
         Ok(answer)
     }
 }
+
+/// `docs/VERSIONING.md`, whose code blocks run as doctests.
+#[cfg(doctest)]
+#[doc = include_str!("../../../../../docs/VERSIONING.md")]
+struct VersioningGuide;
