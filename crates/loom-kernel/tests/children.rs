@@ -497,3 +497,35 @@ async fn a_parked_family_survives_a_restart_on_disk() {
     tokio::time::sleep(Duration::from_millis(20)).await;
     assert_eq!(events_of(rt.store(), &id("d")).await, before);
 }
+
+#[tokio::test]
+async fn an_id_that_only_looks_like_a_childs_reaches_no_parent() {
+    let rt = runtime(MemoryStore::new(), &Calls::default());
+    rt.start("awaits-waiter", &json!(null), opts("lp"))
+        .await
+        .unwrap();
+    until(&rt, &id("lp/waiter#1"), |s| s == ExecutionStatus::Suspended).await;
+    // A user's execution named like a second child of `lp`, which `lp` never asked for.
+    rt.start("waiter", &json!(null), opts("lp/waiter#2"))
+        .await
+        .unwrap();
+    rt.resume(&id("lp/waiter#2"), "Go", "go", json!("mine").into())
+        .await
+        .unwrap();
+    assert_eq!(output(&ended(&rt, &id("lp/waiter#2")).await), json!("mine"));
+    let before = names(rt.store(), "lp").await;
+    // A new runtime recovers both and still delivers nothing of it to `lp`.
+    let rt2 = runtime(rt.store().clone(), &Calls::default());
+    rt2.recover().await.unwrap();
+    tokio::time::sleep(Duration::from_millis(20)).await;
+    assert_eq!(names(rt2.store(), "lp").await, before);
+    assert_eq!(
+        rt2.state(&id("lp")).await.unwrap().status(),
+        ExecutionStatus::Suspended
+    );
+    // Its real child's end still reaches it.
+    rt2.resume(&id("lp/waiter#1"), "Go", "go", json!("real").into())
+        .await
+        .unwrap();
+    assert_eq!(output(&ended(&rt2, &id("lp")).await), json!("real"));
+}

@@ -160,6 +160,9 @@ struct Link {
     parent: ExecutionId,
     /// The parent ended while it waited: the child is cancelled, or never started.
     parent_ended: bool,
+    /// The child's end has been sent to the parent: a replay of the parent (which the delivery
+    /// itself may cause) does not send it again. The link goes once the parent has handled it.
+    delivered: bool,
 }
 
 /// The children this process knows are awaited, by child id: how a child's end finds its
@@ -175,20 +178,58 @@ impl Children {
         self.links.lock().unwrap_or_else(|p| p.into_inner())
     }
 
-    /// Links `child` to its parent's gate. False if the parent has already ended (the child
-    /// must not start).
+    /// Links `child` to its parent's gate. False if there is nothing to do for it: the parent
+    /// has ended (the child must not start; the link goes), or its end is on its way.
     fn link(&self, child: &ExecutionId, parent: &ExecutionId) -> bool {
         let mut links = self.links();
         let link = links.entry(child.clone()).or_insert_with(|| Link {
             parent: parent.clone(),
             parent_ended: false,
+            delivered: false,
         });
-        !link.parent_ended
+        if link.parent_ended {
+            links.remove(child);
+            return false;
+        }
+        !link.delivered
     }
 
-    /// Takes the link of `child` (whoever takes it delivers the child's end).
-    fn take(&self, child: &ExecutionId) -> Option<Link> {
-        self.links().remove(child)
+    /// Claims the delivery of `child`'s end: its parent, if a link waits for that end (then
+    /// marked delivered, so that it is sent once). A link whose parent ended goes.
+    fn claim(&self, child: &ExecutionId) -> Option<ExecutionId> {
+        let mut links = self.links();
+        let link = links.get_mut(child)?;
+        if link.parent_ended {
+            links.remove(child);
+            return None;
+        }
+        if link.delivered {
+            return None;
+        }
+        link.delivered = true;
+        Some(link.parent.clone())
+    }
+
+    /// Whether this process knows of `child` at all.
+    fn knows(&self, child: &ExecutionId) -> bool {
+        self.links().contains_key(child)
+    }
+
+    /// Notes that `child`'s end is being sent to `parent`, found without a link.
+    fn delivering(&self, child: &ExecutionId, parent: &ExecutionId) {
+        self.links().insert(
+            child.clone(),
+            Link {
+                parent: parent.clone(),
+                parent_ended: false,
+                delivered: true,
+            },
+        );
+    }
+
+    /// The parent's driver has handled `child`'s end: the link goes.
+    pub(crate) fn forget(&self, child: &ExecutionId) {
+        self.links().remove(child);
     }
 
     /// Marks `child`'s parent as ended.
@@ -197,6 +238,7 @@ impl Children {
         let link = links.entry(child.clone()).or_insert_with(|| Link {
             parent: parent.clone(),
             parent_ended: true,
+            delivered: false,
         });
         link.parent_ended = true;
     }
@@ -221,7 +263,7 @@ pub(crate) async fn ensure<S: EventStore>(
 ) {
     let child = spec.execution.clone();
     if !inner.children.link(&child, &parent) {
-        tracing::debug!(%parent, gate = %gate_id, %child, "the parent ended before its child started; not started");
+        tracing::debug!(%parent, gate = %gate_id, %child, "nothing to start: the parent ended, or the child's end is on its way");
         return;
     }
     let runtime = Runtime {
@@ -262,6 +304,10 @@ pub(crate) async fn ensure<S: EventStore>(
             .await;
         return;
     }
+    if !inner.children.knows(&child) {
+        // The child ended and its parent handled the end while it was being started.
+        return;
+    }
     // A child that had ended already (a crash came between its end and its parent's resume,
     // or a short child ended before this look) is delivered now, once.
     match inner.store.fold(&child).await {
@@ -276,16 +322,12 @@ pub(crate) async fn ensure<S: EventStore>(
     }
 }
 
-/// Delivers `marker` to the parent linked to `child`, if the link is still there (taken, so
-/// that a child's end is sent once per process).
+/// Delivers `marker` to the parent linked to `child`, if the link still waits for it (claimed,
+/// so that a child's end is sent once per process).
 fn deliver_taken<S: EventStore>(inner: &Arc<Inner<S>>, child: &ExecutionId, marker: Payload) {
-    let Some(link) = inner.children.take(child) else {
-        return;
-    };
-    if link.parent_ended {
-        return;
+    if let Some(parent) = inner.children.claim(child) {
+        send_end(inner, &parent, child, marker);
     }
-    send_end(inner, &link.parent, child, marker);
 }
 
 fn send_end<S: EventStore>(
@@ -319,10 +361,8 @@ pub(crate) async fn ended<S: EventStore>(
     let Some(marker) = end_marker(state) else {
         return;
     };
-    if let Some(link) = inner.children.take(execution) {
-        if !link.parent_ended {
-            send_end(inner, &link.parent, execution, marker);
-        }
+    if inner.children.knows(execution) {
+        deliver_taken(inner, execution, marker);
         return;
     }
     let Some((parent, gate_id)) = parent_of(execution) else {
@@ -333,12 +373,21 @@ pub(crate) async fn ended<S: EventStore>(
             if !parent_state.status().is_terminal()
                 && waits_for(&parent_state, &gate_id, execution) =>
         {
+            inner.children.delivering(execution, &parent);
             send_end(inner, &parent, execution, marker);
         }
         Ok(_) => {}
         Err(error) => {
             tracing::warn!(%parent, child = %execution, %error, "cannot read the parent of an ended child; recover delivers its end")
         }
+    }
+}
+
+/// A parent's driver is about to handle `message`: if it is a child's end, the child's link
+/// goes (the resume is recorded now, or the gate no longer waits).
+pub(crate) fn handling<S>(inner: &Inner<S>, message: &DriverMsg) {
+    if let DriverMsg::ChildEnded { child, .. } = message {
+        inner.children.forget(child);
     }
 }
 

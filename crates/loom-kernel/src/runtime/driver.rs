@@ -430,6 +430,7 @@ pub(crate) async fn drive<S: EventStore>(
                 }
                 let dispatched =
                     |step_id: &str| !held.iter().any(|(_, d)| d.call.step_id == step_id);
+                children::handling(&inner, &message);
                 handle(
                     &ctx,
                     &inner.timers,
@@ -611,6 +612,7 @@ pub(crate) async fn drive<S: EventStore>(
                     continue;
                 }
                 let dispatched = |step_id: &str| !held.iter().any(|(_, d)| d.call.step_id == step_id);
+                children::handling(&inner, &message);
                 handle(
                     &ctx,
                     &inner.timers,
