@@ -281,6 +281,12 @@ impl History {
         // bound, for long logs of other events).
         history.commands.reserve(events.size_hint().0.min(4096));
         for (seq, event) in events {
+            history.ended |= matches!(
+                event,
+                Event::ExecutionCompleted(_)
+                    | Event::ExecutionFailed(_)
+                    | Event::ExecutionCancelled(_)
+            );
             history.record(seq, event);
         }
         history
@@ -391,10 +397,10 @@ impl History {
                     ops: e.ops,
                 },
             )),
-            Event::ExecutionCompleted(_)
+            Event::ExecutionStarted(_)
+            | Event::ExecutionCompleted(_)
             | Event::ExecutionFailed(_)
-            | Event::ExecutionCancelled(_) => self.ended = true,
-            Event::ExecutionStarted(_) => {}
+            | Event::ExecutionCancelled(_) => {}
         }
     }
 

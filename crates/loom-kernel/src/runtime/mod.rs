@@ -13,6 +13,13 @@
 //! resume a timer, and a resume after a gate's deadline is refused with
 //! [`ResumeError::TimedOut`].
 //!
+//! # Children and versions
+//! `ctx.child` starts a flow as a child execution (`<parent>/<flow>#<n>`) once the parent's
+//! `loom.child` decision and gate are durable, and the child's end resumes that gate; a parent
+//! that ends cancels the children it waits for, and `recover` mends what a crash left between
+//! the two logs (`children.rs`, ADR 0015). `ctx.patched` lets new code run under recorded
+//! executions (`ctx/patched.rs`, ADR 0017).
+//!
 //! # Resumes that arrive early
 //! A resume is matched against the gates the flow has opened *so far*; one that matches no
 //! pending gate is refused with [`ResumeError::NoPendingGate`] and nothing is recorded. Loom
