@@ -71,8 +71,18 @@ async fn grandparent(ctx: FlowCtx, n: u64) -> Result<u64, FlowError> {
     Ok(ctx.call_child::<u64, _>("parent", &n).await?)
 }
 
+/// Starts itself as a child until the id would be too long; returns how deep it went.
+async fn recurse(ctx: FlowCtx, depth: u64) -> Result<u64, FlowError> {
+    match ctx.call_child::<u64, _>("recurse", &(depth + 1)).await {
+        Ok(deepest) => Ok(deepest),
+        Err(StepError::ChildId { .. }) => Ok(depth),
+        Err(other) => Err(other.into()),
+    }
+}
+
 fn flows() -> FlowSet {
     FlowSet::new()
+        .with(flow_fn("recurse", 1, recurse))
         .with(flow_fn("double", 1, double))
         .with(flow_fn("parent", 1, parent))
         .with(flow_fn("waiter", 1, waiter))
@@ -528,4 +538,14 @@ async fn an_id_that_only_looks_like_a_childs_reaches_no_parent() {
         .await
         .unwrap();
     assert_eq!(output(&ended(&rt2, &id("lp")).await), json!("real"));
+}
+
+#[tokio::test]
+async fn a_flow_that_starts_itself_stops_where_the_id_would_be_too_long() {
+    let rt = runtime(MemoryStore::new(), &Calls::default());
+    rt.start("recurse", &0, opts("r")).await.unwrap();
+    let state = ended(&rt, &id("r")).await;
+    // "r" then "/recurse#1" (10 bytes) per level, within 256 bytes.
+    assert_eq!(output(&state), json!(25));
+    assert_eq!(rt.store().list_all_executions().await.unwrap().len(), 26);
 }
