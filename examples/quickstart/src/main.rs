@@ -240,10 +240,12 @@ async fn run<S: EventStore>(store: S, label: &str) -> Result<()> {
         );
     }
 
-    let still_waiting: Vec<_> = checkouts
-        .iter()
-        .filter(|id| !to_approve.contains(id))
-        .collect();
+    let mut still_waiting = Vec::new();
+    for id in &checkouts {
+        if fold(&rt, id).await?.status() == ExecutionStatus::Suspended {
+            still_waiting.push(id);
+        }
+    }
     match still_waiting.as_slice() {
         [] => println!(
             "\nStore: {label}. Every execution has completed; delete the store to start over."
