@@ -233,3 +233,43 @@ async fn removing_a_patch_call_that_a_log_recorded_is_a_divergence() {
         "{error}"
     );
 }
+
+/// The change, everywhere now: the old branch removed, the marker still accepted.
+async fn order_deprecated(ctx: FlowCtx, _: Value) -> Result<Value, FlowError> {
+    ctx.execute("echo", &"reserve").await?;
+    ctx.deprecate_patch("fraud-check")?;
+    ctx.execute("echo", &"fraud-check").await?;
+    ctx.suspend("Approval", "a").await?;
+    ctx.execute("echo", &"charge").await?;
+    Ok(json!("done, checked"))
+}
+
+#[tokio::test]
+async fn a_deprecated_patch_accepts_logs_with_the_marker_and_records_none() {
+    let rt = runtime(
+        MemoryStore::new(),
+        flow_fn("order", 1, order_patched),
+        &Calls::default(),
+    );
+    rt.start("order", &json!({}), opts("with-marker"))
+        .await
+        .unwrap();
+    rt.wait(&id("with-marker")).await.unwrap();
+    let store = rt.store().clone();
+
+    let calls = Calls::default();
+    let rt = runtime(store.clone(), flow_fn("order", 1, order_deprecated), &calls);
+    let log = store.read_all(&id("with-marker")).await.unwrap();
+    rt.replay_log(log).unwrap();
+    rt.resume(&id("with-marker"), "Approval", "a", json!("ok").into())
+        .await
+        .unwrap();
+    assert_eq!(ended(&rt, &id("with-marker")).await, json!("done, checked"));
+
+    rt.start("order", &json!({}), opts("fresh")).await.unwrap();
+    rt.wait(&id("fresh")).await.unwrap();
+    let recorded = steps(rt.store(), "fresh").await;
+    assert_eq!(recorded, ["echo#1", "echo#2"], "no marker: {recorded:?}");
+    let log = rt.store().read_all(&id("fresh")).await.unwrap();
+    rt.replay_log(log).unwrap();
+}

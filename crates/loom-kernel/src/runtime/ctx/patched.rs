@@ -25,8 +25,9 @@ impl FlowCtx {
     ///
     /// The answer holds for the rest of the run: a second call with the same id returns the
     /// first answer without recording anything. Once no execution that can take the old
-    /// branch is left (`replay-check` says so), the old branch can go, but the call must stay
-    /// while logs that recorded the marker are replayed. See `docs/VERSIONING.md`.
+    /// branch is left (`replay-check` says so), the old branch can go: replace the call by
+    /// [`FlowCtx::deprecate_patch`], which still accepts logs that recorded the marker. See
+    /// `docs/VERSIONING.md`.
     ///
     /// ```ignore
     /// if ctx.patched("send-receipt")? {
@@ -72,6 +73,37 @@ impl FlowCtx {
         };
         state.patches.insert(change_id.to_owned(), answer);
         Ok(answer)
+    }
+
+    /// The second step of removing a change guarded by [`FlowCtx::patched`], once no execution
+    /// that can take the old branch is left: call this where `patched(change_id)` was and keep
+    /// only the new code. A replayed log that recorded the marker here has it consumed; a new
+    /// execution records nothing. Once no stored log holds the marker, remove this call too.
+    ///
+    /// A log recorded *without* the change (the old code) is not served by this: its replay
+    /// diverges at the new code's first command, as it should, since the old branch is gone.
+    pub fn deprecate_patch(&self, change_id: &str) -> Result<(), StepError> {
+        let mut state = self.state();
+        if state.patches.contains_key(change_id) {
+            return Ok(());
+        }
+        if state.divergence.is_some() {
+            return Err(StepError::Diverged);
+        }
+        let step_id = format!("patch:{change_id}");
+        if let Some((
+            _,
+            Recorded::Decision {
+                step_id: s, kind, ..
+            },
+        )) = state.history.commands.get(state.cursor)
+            && kind == PATCH_KIND
+            && *s == step_id
+        {
+            state.cursor += 1;
+        }
+        state.patches.insert(change_id.to_owned(), true);
+        Ok(())
     }
 }
 
