@@ -549,3 +549,10 @@ async fn a_flow_that_starts_itself_stops_where_the_id_would_be_too_long() {
     assert_eq!(output(&state), json!(25));
     assert_eq!(rt.store().list_all_executions().await.unwrap().len(), 26);
 }
+
+#[tokio::test]
+async fn wait_ended_of_an_unknown_execution_returns_at_once() {
+    let rt = runtime(MemoryStore::new(), &Calls::default());
+    let state = rt.wait_ended(&id("nobody")).await.unwrap();
+    assert_eq!(state.next_seq(), 0);
+}

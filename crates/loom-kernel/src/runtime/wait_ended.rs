@@ -13,7 +13,8 @@ impl<S: EventStore> Runtime<S> {
     /// through parks: the end of a child, a timer or a resume drives it on, and this returns
     /// once a driver has left it ended. An execution that never ends (a gate no one resumes)
     /// makes it wait forever: bound it with `tokio::time::timeout`. A driver failure is
-    /// returned as [`WaitError::Driver`].
+    /// returned as [`WaitError::Driver`]; an execution that does not exist, as its empty state
+    /// at once (`next_seq() == 0`).
     ///
     /// ```
     /// use std::time::Duration;
@@ -47,7 +48,8 @@ impl<S: EventStore> Runtime<S> {
                 Ok(state) => state,
                 Err(error) => break Err(error),
             };
-            if state.status().is_terminal() {
+            // Ended, or no such execution (an empty log): nothing more to wait for.
+            if state.status().is_terminal() || state.next_seq() == 0 {
                 break Ok(state);
             }
             if runs.changed().await.is_err() {

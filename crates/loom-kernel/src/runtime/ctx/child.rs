@@ -45,7 +45,7 @@ impl FlowCtx {
                     detail: format!(
                         "'{}/{}' is not a valid execution id (a flow started as a child has no '/', ':' or control character in its name, and the id is at most {} bytes)",
                         self.shared.execution_id,
-                        &gate_id[GATE_PREFIX.len()..],
+                        gate_id.strip_prefix(GATE_PREFIX).unwrap_or(&gate_id),
                         crate::id::MAX_EXECUTION_ID_LEN
                     ),
                 }
