@@ -80,8 +80,15 @@ async fn recurse(ctx: FlowCtx, depth: u64) -> Result<u64, FlowError> {
     }
 }
 
+/// Spends on one step, then asks a child.
+async fn spends(ctx: FlowCtx, n: u64) -> Result<u64, FlowError> {
+    ctx.execute("echo", &"first").await?;
+    Ok(ctx.call_child::<u64, _>("double", &n).await?)
+}
+
 fn flows() -> FlowSet {
     FlowSet::new()
+        .with(flow_fn("spends", 1, spends))
         .with(flow_fn("recurse", 1, recurse))
         .with(flow_fn("double", 1, double))
         .with(flow_fn("parent", 1, parent))
@@ -555,4 +562,21 @@ async fn wait_ended_of_an_unknown_execution_returns_at_once() {
     let rt = runtime(MemoryStore::new(), &Calls::default());
     let state = rt.wait_ended(&id("nobody")).await.unwrap();
     assert_eq!(state.next_seq(), 0);
+}
+
+#[tokio::test]
+async fn a_child_inherits_the_grants_and_what_is_left_of_the_budget() {
+    let rt = runtime(MemoryStore::new(), &Calls::default());
+    rt.start("spends", &4, opts("b").budget(5)).await.unwrap();
+    let parent = ended(&rt, &id("b")).await;
+    assert_eq!(output(&parent), json!(8));
+    assert_eq!(parent.budget_spent(), 1, "the child's spending is its own");
+    let child = rt.state(&id("b/double#1")).await.unwrap();
+    assert_eq!(
+        child.budget(),
+        Some(4),
+        "5 less the 1 spent before the call"
+    );
+    assert_eq!(child.budget_spent(), 1);
+    assert!(child.capabilities().contains("echo"));
 }
