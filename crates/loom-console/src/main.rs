@@ -917,7 +917,12 @@ fn print_show(shown: &ShowView, json: bool, full: bool) {
             shell_word(step)
         ));
     }
-    for gate in &state.pending_gates {
+    // A timer's or a child's gate (`loom.` types) is the runtime's to resume, not the operator's.
+    for gate in state
+        .pending_gates
+        .iter()
+        .filter(|gate| !gate.event_type.starts_with("loom."))
+    {
         next.push(format!(
             "loom resume {} {} {} <json>",
             shell_word(&view.id),

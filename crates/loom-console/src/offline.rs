@@ -114,6 +114,20 @@ pub async fn resume<S: EventStore>(
     correlation_key: &str,
     payload: Payload,
 ) -> Result<(), ConsoleError> {
+    // As `Runtime::resume`: a timer's or a child's gate (`loom.` types) and the runtime's
+    // markers are the runtime's to record.
+    if event_type.starts_with("loom.") {
+        return Err(ConsoleError::refused(format!(
+            "gates of type '{event_type}' belong to the runtime (a timer's, a child's); execution {id} cannot be resumed on one; nothing was recorded"
+        )));
+    }
+    if matches!(payload.to_value(), serde_json::Value::Object(map)
+        if map.len() == 1 && map.keys().all(|key| key.starts_with("loom.")))
+    {
+        return Err(ConsoleError::refused(format!(
+            "a resume payload of execution {id} may not be a runtime marker (an object whose only key starts with 'loom.'); nothing was recorded"
+        )));
+    }
     let state = folded(store, id).await?;
     let gate = state
         .pending_gates()

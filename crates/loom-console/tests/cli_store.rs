@@ -547,7 +547,7 @@ async fn a_checkout_of_the_quickstart_is_found_and_approved_from_the_cli_alone()
         .unwrap();
     runtime.recover().await.unwrap();
     assert_eq!(
-        runtime.wait(&checkout).await.unwrap().status(),
+        runtime.wait_ended(&checkout).await.unwrap().status(),
         ExecutionStatus::Completed
     );
 }

@@ -598,6 +598,10 @@ impl Report {
                 }
             }
         }
+        let broken = crate::breaks::summary(&self.outcomes);
+        if !broken.is_empty() {
+            let _ = write!(out, "\n{broken}");
+        }
         let _ = writeln!(out, "\nreplay-check of {label}");
         let _ = writeln!(
             out,
@@ -659,6 +663,13 @@ impl Report {
                 "seconds": self.seconds,
             },
             "findings": findings,
+            "breaks": crate::breaks::breakages(&self.outcomes).iter().map(|b| serde_json::json!({
+                "flow": b.flow, "version": b.version, "executions": b.executions,
+                "first": {
+                    "execution": b.first.execution, "seq": b.first.seq,
+                    "recorded": b.first.recorded, "attempted": b.first.attempted,
+                },
+            })).collect::<Vec<_>>(),
         })
     }
 }

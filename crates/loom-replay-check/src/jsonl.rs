@@ -66,9 +66,22 @@ pub enum JsonlError {
     },
 }
 
-/// The path of `execution`'s log in `dir`.
+/// The path of `execution`'s log in `dir`: `<execution id>.jsonl`, with `%`, `/` and `\\`
+/// written as `%25`, `%2F` and `%5C`, so that every id (a child's, `<parent>/<flow>#<n>`, has a
+/// `/`) names one file in `dir`. Reading takes the id from the file's content, not its name.
 pub fn path_for(dir: &Path, execution: &ExecutionId) -> PathBuf {
-    dir.join(format!("{execution}.{EXTENSION}"))
+    let mut name = String::with_capacity(execution.as_str().len() + EXTENSION.len() + 1);
+    for c in execution.as_str().chars() {
+        match c {
+            '%' => name.push_str("%25"),
+            '/' => name.push_str("%2F"),
+            '\\' => name.push_str("%5C"),
+            c => name.push(c),
+        }
+    }
+    name.push('.');
+    name.push_str(EXTENSION);
+    dir.join(name)
 }
 
 /// Writes one execution's log to `dir` and returns the file's path.

@@ -7,6 +7,7 @@
 //! - The check of one execution ([`check`]): the log decodes (its `EVENT_SCHEMA` is supported),
 //!   its fold is valid and stable (twice, and through a serialization round-trip), and replaying its
 //!   flow issues exactly the recorded commands, with no effect run and nothing written.
+//! - Which stored executions the current code would break, by flow and version ([`breaks`]).
 //! - The command line ([`cli`]): sources (an embedded store, a directory of exported logs),
 //!   filters, a progress bar, a summary, `--json`, and exit codes 0 (all deterministic),
 //!   1 (divergence found), 2 (could not run).
@@ -27,8 +28,10 @@
 #![warn(missing_docs)]
 #![cfg_attr(not(test), warn(clippy::unwrap_used))]
 
+pub mod breaks;
 pub mod check;
 pub mod cli;
 pub mod jsonl;
 
+pub use breaks::{Breakage, FirstDifference, breakages};
 pub use check::{Checker, Finding, Outcome};

@@ -5,7 +5,10 @@
 //! - `checkout` v1, input [`Order`]: reserves stock (`inventory.reserve`, idempotent), records
 //!   the time, shows the order on the `checkout` surface, parks on the approval gate
 //!   ([`APPROVAL_EVENT`], key [`approval_key`]), then charges (`payments.charge`, not
-//!   idempotent) and returns a [`Receipt`].
+//!   idempotent), awaits its child `notify`, and returns a [`Receipt`].
+//! - `notify` v1, input [`Order`], started by `checkout` as a child (`<checkout id>/notify#1`):
+//!   waits [`NOTIFY_DELAY`] on a durable timer (`ctx.sleep`), then writes the customer's message
+//!   (`text.upper`).
 //! - `greet` v1, input a name: upper-cases it (`text.upper`, idempotent) and greets it with a
 //!   greeting chosen by the hour of the day, recorded as a decision.
 //!
@@ -33,6 +36,7 @@
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::Duration;
 
 use loom_agent_surface::SurfaceExt;
 use loom_effect_runtime::{EffectContext, EffectDef, EffectError, EffectRegistry};
@@ -43,6 +47,10 @@ use serde_json::{Value, json};
 
 /// The event type that resumes a checkout's approval gate (an A2UI action, in a real UI).
 pub const APPROVAL_EVENT: &str = "A2UIAction";
+
+/// How long `notify` waits before it writes the message: a durable timer, so a crash while it
+/// waits loses nothing.
+pub const NOTIFY_DELAY: Duration = Duration::from_millis(200);
 
 /// The correlation key of the approval gate of checkout `execution`.
 pub fn approval_key(execution: &ExecutionId) -> String {
@@ -68,6 +76,8 @@ pub struct Receipt {
     pub charged: u64,
     /// The idempotency key the charge was made with: the payment provider's dedup key.
     pub payment_key: String,
+    /// What the child flow `notify` wrote to the customer.
+    pub message: String,
 }
 
 /// How many times each effect has been invoked, for tests and demos. Clones share the counts.
@@ -95,10 +105,11 @@ impl Counters {
     }
 }
 
-/// The example's flows: `checkout` v1 and `greet` v1.
+/// The example's flows: `checkout` v1, its child `notify` v1, and `greet` v1.
 pub fn flows() -> FlowSet {
     FlowSet::new()
         .with(flow_fn("checkout", 1, checkout))
+        .with(flow_fn("notify", 1, notify))
         .with(flow_fn("greet", 1, greet))
 }
 
@@ -205,6 +216,8 @@ async fn checkout(ctx: FlowCtx, order: Order) -> Result<Receipt, FlowError> {
     let approval = ctx.suspend(APPROVAL_EVENT, &key).await?.to_value();
     let payment: Payment = ctx.call("payments.charge", &order).await?;
     ctx.surface("checkout").set("order.status", "paid")?;
+    // A child flow, awaited: its id is `<this id>/notify#1`, and it starts once, whatever crashes.
+    let message: String = ctx.call_child("notify", &order).await?;
     Ok(Receipt {
         sku: order.sku,
         qty: order.qty,
@@ -213,7 +226,15 @@ async fn checkout(ctx: FlowCtx, order: Order) -> Result<Receipt, FlowError> {
         approval,
         charged: payment.charged,
         payment_key: payment.key,
+        message,
     })
+}
+
+async fn notify(ctx: FlowCtx, order: Order) -> Result<String, FlowError> {
+    // A durable timer: its deadline is recorded, and it fires after a restart too.
+    ctx.sleep(NOTIFY_DELAY).await?;
+    let text = format!("paid: {} x {}", order.qty, order.sku);
+    Ok(ctx.call("text.upper", &text).await?)
 }
 
 async fn greet(ctx: FlowCtx, name: String) -> Result<String, FlowError> {

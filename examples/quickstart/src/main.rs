@@ -1,8 +1,8 @@
 //! Loom quickstart: runs the `checkout` and `greet` flows of this crate on the embedded disk
 //! store (or on PostgreSQL, with `--store postgres://...`), through the runtime.
 //!
-//! Three checkouts start and park on their approval gate; two are approved and complete, the
-//! third keeps waiting. Then every execution of the store is listed, folded from its log, and one
+//! Three checkouts start and park on their approval gate; two are approved, each awaits a child
+//! flow that sleeps on a durable timer, and they complete; the third keeps waiting. Then every execution of the store is listed, folded from its log, and one
 //! log is shown event by event. The store is a file: run again, and the same starts return the
 //! executions of the first run (start is idempotent on the id) and the checkout it left waiting
 //! is resumed and completes. A third run finds everything completed.
@@ -180,20 +180,22 @@ async fn run<S: EventStore>(store: S, label: &str) -> Result<()> {
             .await?;
     }
     for id in &to_approve {
-        let state = rt.wait(id).await?;
+        // Through its parks: the checkout waits for its child `notify`, which sleeps.
+        let state = rt.wait_ended(id).await?;
         let receipt: Receipt = output(&state, id)?;
         println!(
-            "  {id}: {}, reservation {}, charged {} with key {}",
+            "  {id}: {}, reservation {}, charged {} with key {}, \"{}\"",
             state.status(),
             receipt.reservation,
             receipt.charged,
-            receipt.payment_key
+            receipt.payment_key,
+            receipt.message
         );
     }
 
     println!("\nEvery execution in the store, each folded from its log:");
     println!(
-        "  {:<13} {:>6}  {:<10} {:<11} {:>12}  pending gates",
+        "  {:<19} {:>6}  {:<10} {:<11} {:>12}  pending gates",
         "id", "events", "status", "flow", "spent/budget"
     );
     let all = rt.store().list_all_executions().await?;
@@ -205,7 +207,7 @@ async fn run<S: EventStore>(store: S, label: &str) -> Result<()> {
         let budget = state.budget().map_or("-".into(), |b| b.to_string());
         let spent = format!("{}/{budget}", state.budget_spent());
         println!(
-            "  {:<13} {:>6}  {:<10} {flow:<11} {spent:>12}  {}",
+            "  {:<19} {:>6}  {:<10} {flow:<11} {spent:>12}  {}",
             summary.id.as_str(), // ExecutionId's Display ignores width
             summary.head,
             state.status(),
@@ -238,10 +240,12 @@ async fn run<S: EventStore>(store: S, label: &str) -> Result<()> {
         );
     }
 
-    let still_waiting: Vec<_> = checkouts
-        .iter()
-        .filter(|id| !to_approve.contains(id))
-        .collect();
+    let mut still_waiting = Vec::new();
+    for id in &checkouts {
+        if fold(&rt, id).await?.status() == ExecutionStatus::Suspended {
+            still_waiting.push(id);
+        }
+    }
     match still_waiting.as_slice() {
         [] => println!(
             "\nStore: {label}. Every execution has completed; delete the store to start over."

@@ -54,9 +54,12 @@ async fn checkout_and_greet_run_to_completion() {
     rt.resume(&e, APPROVAL_EVENT, &approval_key(&e), approve())
         .await
         .unwrap();
-    let done = rt.wait(&e).await.unwrap();
+    let done = rt.wait_ended(&e).await.unwrap();
     assert_eq!(done.status(), ExecutionStatus::Completed);
     assert_eq!(done.budget_spent(), 3, "reserve costs 1, charge 2");
+    // The child `notify` slept, wrote the message, and is its own execution.
+    let child = rt.state(&id("checkout-1/notify#1")).await.unwrap();
+    assert_eq!(child.status(), ExecutionStatus::Completed);
     let receipt: Receipt = output(&store, &e).await.decode().unwrap();
     assert_eq!((receipt.sku.as_str(), receipt.qty), ("A1", 2));
     assert_eq!(receipt.charged, 2000);
@@ -67,6 +70,7 @@ async fn checkout_and_greet_run_to_completion() {
     );
     assert!(receipt.reservation.starts_with("rsv-"), "{receipt:?}");
     assert!(receipt.reserved_at_ms > 0);
+    assert_eq!(receipt.message, "PAID: 2 X A1");
     assert_eq!((counters.reserve(), counters.charge()), (1, 1));
 
     let mut surfaces = SurfaceProjection::new();
@@ -88,7 +92,7 @@ async fn checkout_and_greet_run_to_completion() {
     );
     let greeting: String = output(&store, &g).await.decode().unwrap();
     assert!(greeting.ends_with(", ADA!"), "{greeting}");
-    assert_eq!(counters.upper(), 1);
+    assert_eq!(counters.upper(), 2, "notify's and greet's");
 }
 
 #[tokio::test]
@@ -128,7 +132,7 @@ async fn a_new_runtime_resumes_a_parked_checkout_without_reserving_again() {
         .await
         .unwrap();
     assert_eq!(
-        second.wait(&e).await.unwrap().status(),
+        second.wait_ended(&e).await.unwrap().status(),
         ExecutionStatus::Completed
     );
     assert_eq!(

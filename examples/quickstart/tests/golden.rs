@@ -45,9 +45,11 @@ async fn record(dir: &Path) {
             .await
             .unwrap();
             assert_eq!(
-                rt.wait(&e).await.unwrap().status(),
+                rt.wait_ended(&e).await.unwrap().status(),
                 ExecutionStatus::Completed
             );
+            // Its child `notify`, with its timer.
+            names.push(id(&format!("{name}/notify#1")));
         }
         names.push(e);
     }
@@ -77,7 +79,7 @@ fn the_example_golden_logs_replay_deterministically() {
     let logs = jsonl::list_logs(&dir).unwrap();
     assert_eq!(
         logs.len(),
-        3,
+        4,
         "golden logs missing: record them with LOOM_BLESS_GOLDEN=1"
     );
     let checker = Checker::new(&quickstart::flows()).unwrap();

@@ -17,3 +17,10 @@ pub const WORKER_STOPPED: &str = "loom.worker_stopped";
 pub const CANCELLED_WHILE_RUNNING: &str = "loom.cancelled_while_running";
 /// A flow's output or input could not be encoded or decoded.
 pub const STEP: &str = "loom.step";
+/// A child execution was cancelled (directly, or with its parent): what its parent's
+/// `ctx.child` fails with.
+pub const CHILD_CANCELLED: &str = "loom.child_cancelled";
+/// A child's id is taken by an execution of another flow or input: the child never started.
+pub const CHILD_CONFLICT: &str = "loom.child_conflict";
+/// A child's flow is not registered: the child never started.
+pub const CHILD_UNKNOWN_FLOW: &str = "loom.child_unknown_flow";

@@ -5,6 +5,13 @@
 //! futures that are created and then joined get ids in call order (ADR 0061). Commands queue
 //! their events in call order; the driver appends them after each poll of the flow.
 
+mod child;
+mod patched;
+
+pub use child::ChildCall;
+pub(crate) use child::ChildStart;
+pub use patched::PATCH_KIND;
+
 use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 use std::future::Future;
 use std::pin::Pin;
@@ -74,6 +81,14 @@ pub enum StepError {
     /// A gate's request ([`FlowCtx::suspend_with_request`]) cannot be recorded; nothing was.
     #[error("the gate's request cannot be recorded: {0}")]
     InvalidRequest(String),
+    /// `ctx.child` cannot derive a valid execution id for the child.
+    #[error("cannot start flow '{flow}' as a child: {detail}")]
+    ChildId {
+        /// The flow asked for.
+        flow: String,
+        /// Why, in words.
+        detail: String,
+    },
 }
 
 /// Which of the gates of a [`FlowCtx::first_of`] came first, as the log records it.
@@ -207,6 +222,10 @@ pub(crate) struct CtxState {
     /// Gates (event type, correlation key) that their deadline closed: a resume that comes
     /// later is told so.
     timed_out: BTreeSet<(String, String)>,
+    /// Children whose gates were opened or replayed as pending, for the driver to start.
+    child_starts: Vec<child::ChildStart>,
+    /// `ctx.patched` answers of this run, by change id.
+    patches: BTreeMap<String, bool>,
 }
 
 /// A gate's id and its deadline (unix ms).

@@ -28,9 +28,10 @@ use crate::event::*;
 use crate::fold::ExecutionState;
 use crate::id::ExecutionId;
 use crate::payload::Payload;
+use crate::runtime::children;
 use crate::runtime::codes;
 use crate::runtime::contain::{contain, contain_future};
-use crate::runtime::ctx::{Dispatch, FlowCtx, GateMiss, VerdictMiss};
+use crate::runtime::ctx::{ChildStart, Dispatch, FlowCtx, GateMiss, VerdictMiss};
 use crate::runtime::effect::EffectOutcome;
 use crate::runtime::flow::FlowError;
 use crate::runtime::history::{Attempted, History, NonDeterminism};
@@ -64,6 +65,12 @@ pub(crate) enum DriverMsg {
     /// The timer task: the deadline of `gate_id` has passed. Unanswered: a deadline whose gate
     /// no longer waits for it is ignored.
     Deadline { gate_id: String, deadline_ms: u64 },
+    /// A child this execution waits for has ended; `payload` is its marker (ADR 0015).
+    /// Unanswered: an end whose gate no longer waits is ignored.
+    ChildEnded {
+        child: ExecutionId,
+        payload: Payload,
+    },
 }
 
 /// Why a driver stopped without finishing its work.
@@ -307,6 +314,8 @@ pub(crate) async fn drive<S: EventStore>(
     let mut running: FuturesUnordered<BoxFuture<'static, (String, EffectOutcome)>> =
         FuturesUnordered::new();
     let mut held: Vec<(u64, Dispatch)> = Vec::new();
+    // Children to start once the events before them are durable (ADR 0015).
+    let mut held_children: Vec<(u64, ChildStart)> = Vec::new();
     // Where each step's STEP_STARTED sits in `queued`, while it has not been sent.
     let mut started_at: HashMap<String, usize> = HashMap::new();
     // The append in flight, the replies that wait for it, and how many events it carries.
@@ -380,6 +389,7 @@ pub(crate) async fn drive<S: EventStore>(
             }
             let (events, dispatches) = state.take_queued();
             let (arm, disarm) = state.take_deadlines();
+            let child_starts = state.take_child_starts();
             drop(state);
             for (gate_id, deadline_ms) in arm {
                 inner.arm_deadline(&execution, &gate_id, deadline_ms);
@@ -401,6 +411,13 @@ pub(crate) async fn drive<S: EventStore>(
                     running.push(invoke(dispatch));
                 }
             }
+            for start in child_starts {
+                if durable_at <= durable_head {
+                    start_child(&inner, &execution, start);
+                } else {
+                    held_children.push((durable_at, start));
+                }
+            }
         }
 
         if !deferred.is_empty() && (ended || !ctx.state().replaying()) {
@@ -413,6 +430,7 @@ pub(crate) async fn drive<S: EventStore>(
                 }
                 let dispatched =
                     |step_id: &str| !held.iter().any(|(_, d)| d.call.step_id == step_id);
+                children::handling(&inner, &message);
                 handle(
                     &ctx,
                     &inner.timers,
@@ -438,6 +456,7 @@ pub(crate) async fn drive<S: EventStore>(
             ended = true;
             running = FuturesUnordered::new();
             held.clear();
+            held_children.clear();
         }
 
         // Effects that are already done go back to the flow before anything is appended, so
@@ -477,6 +496,9 @@ pub(crate) async fn drive<S: EventStore>(
                     for (gate_id, deadline_ms) in ctx.state().pending_deadlines() {
                         inner.timers.disarm(&execution, &gate_id, deadline_ms);
                     }
+                    // Nor will its children's ends: they are cancelled (ADR 0015).
+                    let orphans = ctx.state().pending_children();
+                    children::cancel_orphans(&inner, &execution, orphans);
                     return Ok(Exit::Ended(Box::new(folded)));
                 }
             } else if running.is_empty() && held.is_empty() && ctx.state().waits_for_messages() {
@@ -538,6 +560,12 @@ pub(crate) async fn drive<S: EventStore>(
                         for (_, dispatch) in ready {
                             running.push(invoke(dispatch));
                         }
+                        let (ready, waiting): (Vec<_>, Vec<_>) =
+                            held_children.drain(..).partition(|(at, _)| *at <= durable_head);
+                        held_children = waiting;
+                        for (_, start) in ready {
+                            start_child(&inner, &execution, start);
+                        }
                     }
                     Err(AppendError::Conflict { actual_seq, .. }) if durable_head == 0 => {
                         // A new execution whose id is taken: the caller's mistake, not a
@@ -584,6 +612,7 @@ pub(crate) async fn drive<S: EventStore>(
                     continue;
                 }
                 let dispatched = |step_id: &str| !held.iter().any(|(_, d)| d.call.step_id == step_id);
+                children::handling(&inner, &message);
                 handle(
                     &ctx,
                     &inner.timers,
@@ -597,6 +626,7 @@ pub(crate) async fn drive<S: EventStore>(
                 if ended {
                     running = FuturesUnordered::new();
                     held.clear();
+                    held_children.clear();
                 }
                 poll_flow = true;
             }
@@ -754,6 +784,11 @@ fn handle(
             }
             timers.disarm(execution, &gate_id, deadline_ms);
         }
+        DriverMsg::ChildEnded { child, payload } => {
+            if !ctx.state().child_ended(&child, payload) {
+                tracing::debug!(%child, "the end of a child no gate waits for is ignored");
+            }
+        }
         DriverMsg::Resolve {
             step_id,
             verdict,
@@ -778,6 +813,17 @@ fn handle(
             replies.push(Reply::Cancel(reply));
         }
     }
+}
+
+/// Starts a child whose gate is durable, on its own task (ADR 0015).
+fn start_child<S: EventStore>(inner: &Arc<Inner<S>>, execution: &ExecutionId, start: ChildStart) {
+    let (gate_id, spec) = start;
+    inner.spawn(children::ensure(
+        Arc::clone(inner),
+        execution.clone(),
+        gate_id,
+        spec,
+    ));
 }
 
 /// A deadline message that no driver will act on: the index forgets it.
@@ -834,7 +880,7 @@ pub(crate) fn refuse_ended(execution: &ExecutionId, message: DriverMsg, timed_ou
             drop(reply.send(Err(ResolveError::NotInDoubt { execution, step_id })))
         }
         DriverMsg::Cancel { reply, .. } => drop(reply.send(Err(CancelError::Ended { execution }))),
-        DriverMsg::Deadline { .. } => {}
+        DriverMsg::Deadline { .. } | DriverMsg::ChildEnded { .. } => {}
     }
 }
 
@@ -851,7 +897,7 @@ pub(crate) fn refuse_unknown(execution: &ExecutionId, message: DriverMsg) {
         DriverMsg::Cancel { reply, .. } => {
             drop(reply.send(Err(CancelError::UnknownExecution { execution })))
         }
-        DriverMsg::Deadline { .. } => {}
+        DriverMsg::Deadline { .. } | DriverMsg::ChildEnded { .. } => {}
     }
 }
 
@@ -863,6 +909,10 @@ pub(crate) fn refuse_failed(execution: &ExecutionId, message: DriverMsg, detail:
         DriverMsg::Cancel { reply, .. } => Reply::Cancel(reply),
         DriverMsg::Deadline { gate_id, .. } => {
             tracing::warn!(%execution, gate = %gate_id, "a deadline passed for an execution whose driver failed");
+            return;
+        }
+        DriverMsg::ChildEnded { child, .. } => {
+            tracing::warn!(%execution, %child, "a child ended for an execution whose driver failed; recover delivers it");
             return;
         }
     };

@@ -266,6 +266,9 @@ pub(crate) struct History {
     started: IdMap<String, usize>,
     pub(crate) resumed: IdMap<String, Payload>,
     pub(crate) budget_spent: u64,
+    /// Whether the log records the execution's end (`ctx.patched` past its last command
+    /// answers as the old code did).
+    pub(crate) ended: bool,
 }
 
 impl History {
@@ -278,6 +281,12 @@ impl History {
         // bound, for long logs of other events).
         history.commands.reserve(events.size_hint().0.min(4096));
         for (seq, event) in events {
+            history.ended |= matches!(
+                event,
+                Event::ExecutionCompleted(_)
+                    | Event::ExecutionFailed(_)
+                    | Event::ExecutionCancelled(_)
+            );
             history.record(seq, event);
         }
         history

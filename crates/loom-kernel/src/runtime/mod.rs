@@ -13,6 +13,13 @@
 //! resume a timer, and a resume after a gate's deadline is refused with
 //! [`ResumeError::TimedOut`].
 //!
+//! # Children and versions
+//! `ctx.child` starts a flow as a child execution (`<parent>/<flow>#<n>`) once the parent's
+//! `loom.child` decision and gate are durable, and the child's end resumes that gate; a parent
+//! that ends cancels the children it waits for, and `recover` mends what a crash left between
+//! the two logs (`children.rs`, ADR 0015). `ctx.patched` lets new code run under recorded
+//! executions (`ctx/patched.rs`, ADR 0017).
+//!
 //! # Resumes that arrive early
 //! A resume is matched against the gates the flow has opened *so far*; one that matches no
 //! pending gate is refused with [`ResumeError::NoPendingGate`] and nothing is recorded. Loom
@@ -27,6 +34,7 @@
 //! spawned (ADR 0014).
 
 mod caller;
+mod children;
 pub mod codes;
 mod contain;
 mod ctx;
@@ -39,6 +47,7 @@ mod plugin;
 mod replay;
 mod requests;
 mod timers;
+mod wait_ended;
 
 use std::collections::{BTreeMap, HashMap};
 use std::sync::{Arc, Mutex};
@@ -51,6 +60,8 @@ pub use caller::{
     AsyncResumeAuthenticator, Authorization, Caller, CallerError, MAX_CALLER_ATTRIBUTES,
     MAX_CALLER_TEXT, StartRequest,
 };
+pub use children::{CHILD_EVENT_TYPE, CHILD_KEY, CHILD_KIND};
+pub use ctx::{ChildCall, PATCH_KIND};
 pub use ctx::{Command, FirstOf, FlowCtx, GateOutcome, Selected, StepError, StepName, TimedGate};
 pub use digest::{input_digest, stable_hash};
 pub use driver::DriveError;
@@ -521,6 +532,7 @@ impl<S: EventStore> RuntimeBuilder<S> {
                 authenticator: self.authenticator,
                 classification: Arc::new(self.classification),
                 timers: Arc::new(timers::Timers::new(self.clock)),
+                children: children::Children::default(),
                 slots: Mutex::new(HashMap::new()),
                 stop: watch::channel(false).0,
                 tasks: Mutex::new(tokio::task::JoinSet::new()),
@@ -562,6 +574,8 @@ pub(crate) struct Inner<S> {
     pub(crate) classification: Arc<DataClassification>,
     /// The pending deadlines of every execution, served by one task.
     pub(crate) timers: Arc<timers::Timers>,
+    /// Children awaited by parents in this process (ADR 0015).
+    pub(crate) children: children::Children,
     slots: Mutex<HashMap<ExecutionId, Slot>>,
     /// Set by [`Runtime::shutdown`]: no new work is accepted, and drivers exit once their
     /// append in flight is durable.
@@ -1140,6 +1154,11 @@ impl<S: EventStore> Runtime<S> {
                 if !seen.insert(summary.id.clone()) {
                     continue;
                 }
+                // A child whose parent ended while waiting for it is cancelled (ADR 0015).
+                if children::recover_child(&self.inner, &summary.id).await {
+                    report.started += 1;
+                    continue;
+                }
                 match store.fold(&summary.id).await {
                     Ok(state) if state.needs_driving() => {
                         self.ensure_driver(&summary.id);
@@ -1148,7 +1167,15 @@ impl<S: EventStore> Runtime<S> {
                     Ok(state) if !state.status().is_terminal() => {
                         // Parked: its pending deadlines are armed from the log, with no driver
                         // (the one that fires them replays the flow).
-                        match self.arm_recorded_deadlines(&summary.id, &state).await {
+                        // Its awaited children are started if missing, their ends
+                        // delivered if they have ended (ADR 0015).
+                        let armed = match children::recover_parent(&self.inner, &summary.id, &state)
+                            .await
+                        {
+                            Ok(_) => self.arm_recorded_deadlines(&summary.id, &state).await,
+                            Err(error) => Err(error),
+                        };
+                        match armed {
                             Ok(armed) => report.timers += armed,
                             Err(error) => {
                                 tracing::error!(execution = %summary.id, %error, "recovery skips an execution whose deadlines it cannot read");
@@ -1420,6 +1447,10 @@ impl<S: EventStore> Runtime<S> {
                         detail,
                     })
                 });
+                // A child's end goes to the parent that waits for it (ADR 0015).
+                if let Ok(Exit::Ended(state)) = &outcome {
+                    children::ended(&inner, &id, state).await;
+                }
                 let unknown = matches!(outcome, Ok(Exit::Unknown));
                 let stopped = matches!(outcome, Ok(Exit::Stopped(_)));
                 let (error, state) = match outcome {

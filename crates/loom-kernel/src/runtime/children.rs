@@ -1,0 +1,493 @@
+//! Child executions, on the runtime's side (ADR 0015): the child's id, the recorded start, the
+//! marker a parent's gate is resumed with when its child ends, and the in-process links from
+//! children to the parents that wait for them.
+//!
+//! A parent's `ctx.child(flow, input)` records, in one batch, a `DECISION_RECORDED` of kind
+//! [`CHILD_KIND`] under the gate's id (what to start: [`ChildSpec`]) and an
+//! `EXECUTION_SUSPENDED` gate of the reserved type [`CHILD_EVENT_TYPE`] keyed by the child's
+//! id. Once that batch is durable the runtime starts the child (`start` is idempotent on the
+//! id). When the child ends, the runtime resumes the parent's gate with a marker
+//! (`{"loom.child": {"completed": ..}}`, `{"failed": ..}` or `{"cancelled": ..}`). Nothing here
+//! is durable: `recover` rebuilds it from the logs, as it does the timer index.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::sync::{Arc, Mutex};
+
+use serde_json::{Value, json};
+
+use crate::event::{ErrorInfo, Event};
+use crate::fold::ExecutionState;
+use crate::id::ExecutionId;
+use crate::payload::Payload;
+use crate::runtime::driver::DriverMsg;
+use crate::runtime::{Inner, Runtime, StartError, StartOptions, codes};
+use crate::store::{EventStore, EventStoreExt, ReadError};
+
+/// The gate event type a parent waits on for its child; reserved (it starts with `loom.`), so
+/// only the runtime resumes it.
+pub const CHILD_EVENT_TYPE: &str = "loom.child";
+
+/// The kind of the `DECISION_RECORDED` that holds what a parent asked to start; its step id is
+/// the gate's id.
+pub const CHILD_KIND: &str = "loom.child";
+
+/// The key of the marker a child's gate is resumed with.
+pub const CHILD_KEY: &str = "loom.child";
+
+/// The prefix of a child's gate id in its parent: `child:<flow>#<n>`.
+pub(crate) const GATE_PREFIX: &str = "child:";
+
+/// The id of the child that the parent `parent` starts as gate `child:<flow>#<n>`:
+/// `<parent>/<flow>#<n>`. `None` when the flow's name has a `/` (the separator) or the id is
+/// not a valid [`ExecutionId`] (too long, or the name has a `:` or a control character).
+pub(crate) fn child_id(parent: &ExecutionId, gate_id: &str) -> Option<ExecutionId> {
+    let rest = gate_id.strip_prefix(GATE_PREFIX)?;
+    let (flow, _) = rest.rsplit_once('#')?;
+    if flow.is_empty() || flow.contains('/') {
+        return None;
+    }
+    ExecutionId::new(format!("{parent}/{rest}")).ok()
+}
+
+/// The parent and gate a child id was derived from, if it has the child form
+/// (`<parent>/<flow>#<n>`). A user's id of that form parses too: callers check the parent's
+/// log before they act on it.
+pub(crate) fn parent_of(child: &ExecutionId) -> Option<(ExecutionId, String)> {
+    let (parent, rest) = child.as_str().rsplit_once('/')?;
+    let (flow, n) = rest.rsplit_once('#')?;
+    if flow.is_empty() || n.is_empty() || !n.bytes().all(|b| b.is_ascii_digit()) {
+        return None;
+    }
+    let parent = ExecutionId::new(parent).ok()?;
+    Some((parent, format!("{GATE_PREFIX}{rest}")))
+}
+
+/// What a parent asked to start, as its `loom.child` decision records it.
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) struct ChildSpec {
+    pub(crate) execution: ExecutionId,
+    pub(crate) flow: String,
+    pub(crate) input: Payload,
+    /// The parent's grants (K2), inherited.
+    pub(crate) capabilities: BTreeSet<String>,
+    /// What the parent had left to spend (K3) when it asked, if it has a budget.
+    pub(crate) budget: Option<u64>,
+}
+
+impl ChildSpec {
+    /// The recorded value: `{"executionId", "flow", "input", "capabilities", "budget"}`.
+    pub(crate) fn to_value(&self) -> Value {
+        json!({
+            "executionId": self.execution.as_str(),
+            "flow": self.flow,
+            "input": self.input.to_value(),
+            "capabilities": self.capabilities,
+            "budget": self.budget,
+        })
+    }
+
+    /// Reads a recorded value back.
+    pub(crate) fn from_value(value: &Value) -> Option<Self> {
+        let execution = ExecutionId::new(value.get("executionId")?.as_str()?).ok()?;
+        let capabilities = value
+            .get("capabilities")?
+            .as_array()?
+            .iter()
+            .map(|c| c.as_str().map(str::to_owned))
+            .collect::<Option<BTreeSet<_>>>()?;
+        Some(Self {
+            execution,
+            flow: value.get("flow")?.as_str()?.to_owned(),
+            input: Payload::from_value(value.get("input")?),
+            capabilities,
+            budget: value.get("budget").and_then(Value::as_u64),
+        })
+    }
+}
+
+/// The marker a parent's gate is resumed with for how its child ended, from the child's state
+/// (`None` while it has not ended).
+pub(crate) fn end_marker(state: &ExecutionState) -> Option<Payload> {
+    let end = if let Some(output) = state.output() {
+        json!({ "completed": output.to_value() })
+    } else if let Some(error) = state.failure() {
+        json!({ "failed": { "code": error.code, "message": error.message } })
+    } else if let Some(reason) = state.cancel_reason() {
+        json!({ "cancelled": reason })
+    } else {
+        return None;
+    };
+    Some(Payload::from_value(&json!({ CHILD_KEY: end })))
+}
+
+/// The marker for a child that could not be started (its id is taken by another execution,
+/// its flow is not registered): the parent sees a failure with `code`.
+pub(crate) fn refused_marker(code: &str, message: String) -> Payload {
+    Payload::from_value(&json!({ CHILD_KEY: { "failed": { "code": code, "message": message } } }))
+}
+
+/// What a child's marker says to the parent's flow: the child's output, or its failure.
+pub(crate) fn read_marker(child: &str, payload: &Payload) -> Result<Payload, ErrorInfo> {
+    let value = payload.to_value();
+    let end = value.get(CHILD_KEY);
+    if let Some(output) = end.and_then(|e| e.get("completed")) {
+        return Ok(Payload::from_value(output));
+    }
+    if let Some(failed) = end.and_then(|e| e.get("failed")) {
+        let code = failed.get("code").and_then(Value::as_str).unwrap_or("");
+        let message = failed.get("message").and_then(Value::as_str).unwrap_or("");
+        return Err(ErrorInfo::new(
+            code,
+            format!("child execution {child} failed: {message}"),
+        ));
+    }
+    if let Some(reason) = end.and_then(|e| e.get("cancelled")) {
+        let reason = reason.as_str().map_or(String::new(), |r| format!(": {r}"));
+        return Err(ErrorInfo::new(
+            codes::CHILD_CANCELLED,
+            format!("child execution {child} was cancelled{reason}"),
+        ));
+    }
+    Err(ErrorInfo::new(
+        codes::CHILD_CANCELLED,
+        format!("child execution {child} ended with an unreadable marker"),
+    ))
+}
+
+/// A child's link to the parent gate that waits for it.
+#[derive(Debug, Clone)]
+struct Link {
+    parent: ExecutionId,
+    /// The parent ended while it waited: the child is cancelled, or never started.
+    parent_ended: bool,
+    /// The child's end has been sent to the parent: a replay of the parent (which the delivery
+    /// itself may cause) does not send it again. The link goes once the parent has handled it.
+    delivered: bool,
+}
+
+/// The children this process knows are awaited, by child id: how a child's end finds its
+/// parent without reading the parent's log, and how a cancel of the parent and the start of
+/// its child, racing, never leave the child running.
+#[derive(Debug, Default)]
+pub(crate) struct Children {
+    links: Mutex<BTreeMap<ExecutionId, Link>>,
+}
+
+impl Children {
+    fn links(&self) -> std::sync::MutexGuard<'_, BTreeMap<ExecutionId, Link>> {
+        self.links.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Links `child` to its parent's gate. False if there is nothing to do for it: the parent
+    /// has ended (the child must not start; the link goes), or its end is on its way.
+    fn link(&self, child: &ExecutionId, parent: &ExecutionId) -> bool {
+        let mut links = self.links();
+        let link = links.entry(child.clone()).or_insert_with(|| Link {
+            parent: parent.clone(),
+            parent_ended: false,
+            delivered: false,
+        });
+        if link.parent_ended {
+            links.remove(child);
+            return false;
+        }
+        !link.delivered
+    }
+
+    /// Claims the delivery of `child`'s end: its parent, if a link waits for that end (then
+    /// marked delivered, so that it is sent once). A link whose parent ended goes.
+    fn claim(&self, child: &ExecutionId) -> Option<ExecutionId> {
+        let mut links = self.links();
+        let link = links.get_mut(child)?;
+        if link.parent_ended {
+            links.remove(child);
+            return None;
+        }
+        if link.delivered {
+            return None;
+        }
+        link.delivered = true;
+        Some(link.parent.clone())
+    }
+
+    /// Whether this process knows of `child` at all.
+    fn knows(&self, child: &ExecutionId) -> bool {
+        self.links().contains_key(child)
+    }
+
+    /// Notes that `child`'s end is being sent to `parent`, found without a link.
+    fn delivering(&self, child: &ExecutionId, parent: &ExecutionId) {
+        self.links().insert(
+            child.clone(),
+            Link {
+                parent: parent.clone(),
+                parent_ended: false,
+                delivered: true,
+            },
+        );
+    }
+
+    /// The parent's driver has handled `child`'s end: the link goes.
+    pub(crate) fn forget(&self, child: &ExecutionId) {
+        self.links().remove(child);
+    }
+
+    /// Marks `child`'s parent as ended.
+    fn parent_ended(&self, child: &ExecutionId, parent: &ExecutionId) {
+        let mut links = self.links();
+        let link = links.entry(child.clone()).or_insert_with(|| Link {
+            parent: parent.clone(),
+            parent_ended: true,
+            delivered: false,
+        });
+        link.parent_ended = true;
+    }
+
+    fn is_parent_ended(&self, child: &ExecutionId) -> bool {
+        self.links()
+            .get(child)
+            .is_some_and(|link| link.parent_ended)
+    }
+}
+
+/// Starts the child `spec` of `parent`'s gate `gate_id` if it does not exist (a durable
+/// decision and gate say it must), and delivers its end to the parent if it has ended already.
+/// Idempotent: run by the parent's driver once the gate is durable or replayed as pending, and
+/// by `recover` for parked parents. An error that may pass (the store, a shutdown) is logged
+/// and left for the next drive or `recover`.
+pub(crate) async fn ensure<S: EventStore>(
+    inner: Arc<Inner<S>>,
+    parent: ExecutionId,
+    gate_id: String,
+    spec: ChildSpec,
+) {
+    let child = spec.execution.clone();
+    if !inner.children.link(&child, &parent) {
+        tracing::debug!(%parent, gate = %gate_id, %child, "nothing to start: the parent ended, or the child's end is on its way");
+        return;
+    }
+    let runtime = Runtime {
+        inner: Arc::clone(&inner),
+    };
+    let mut options = StartOptions::new(child.clone());
+    options.capabilities = spec.capabilities.clone();
+    options.budget = spec.budget;
+    match runtime
+        .start(&spec.flow, &spec.input.to_value(), options)
+        .await
+    {
+        Ok(_) => {}
+        Err(error @ (StartError::Conflict { .. } | StartError::AlreadyExists(_))) => {
+            let marker = refused_marker(codes::CHILD_CONFLICT, error.to_string());
+            deliver_taken(&inner, &child, marker);
+            return;
+        }
+        Err(error @ (StartError::UnknownFlow(_) | StartError::UnknownFlowVersion { .. })) => {
+            let marker = refused_marker(codes::CHILD_UNKNOWN_FLOW, error.to_string());
+            deliver_taken(&inner, &child, marker);
+            return;
+        }
+        Err(error @ StartError::Input { .. }) => {
+            let marker = refused_marker(codes::CHILD_CONFLICT, error.to_string());
+            deliver_taken(&inner, &child, marker);
+            return;
+        }
+        Err(error) => {
+            tracing::warn!(%parent, gate = %gate_id, %child, %error, "a child could not be started now; the parent's next drive or recover starts it");
+            return;
+        }
+    }
+    if inner.children.is_parent_ended(&child) {
+        // The parent ended while its child started: its cancel found nothing to cancel.
+        let _ = runtime
+            .cancel(&child, Some(format!("parent {parent} ended")))
+            .await;
+        return;
+    }
+    if !inner.children.knows(&child) {
+        // The child ended and its parent handled the end while it was being started.
+        return;
+    }
+    // A child that had ended already (a crash came between its end and its parent's resume,
+    // or a short child ended before this look) is delivered now, once.
+    match inner.store.fold(&child).await {
+        Ok(state) => {
+            if let Some(marker) = end_marker(&state) {
+                deliver_taken(&inner, &child, marker);
+            }
+        }
+        Err(error) => {
+            tracing::warn!(%parent, %child, %error, "cannot read whether a child has ended")
+        }
+    }
+}
+
+/// Delivers `marker` to the parent linked to `child`, if the link still waits for it (claimed,
+/// so that a child's end is sent once per process).
+fn deliver_taken<S: EventStore>(inner: &Arc<Inner<S>>, child: &ExecutionId, marker: Payload) {
+    if let Some(parent) = inner.children.claim(child) {
+        send_end(inner, &parent, child, marker);
+    }
+}
+
+fn send_end<S: EventStore>(
+    inner: &Arc<Inner<S>>,
+    parent: &ExecutionId,
+    child: &ExecutionId,
+    marker: Payload,
+) {
+    tracing::debug!(%parent, %child, "a child ended; its parent is resumed");
+    let runtime = Runtime {
+        inner: Arc::clone(inner),
+    };
+    runtime.send(
+        parent,
+        DriverMsg::ChildEnded {
+            child: child.clone(),
+            payload: marker,
+        },
+    );
+}
+
+/// An execution's driver saw it end (`state`): if it is a child some parent waits for, that
+/// parent's gate is resumed with its end. Without a link in this process (another process
+/// started it, or this one restarted), the parent is found from the child's id and its log
+/// must show the gate pending.
+pub(crate) async fn ended<S: EventStore>(
+    inner: &Arc<Inner<S>>,
+    execution: &ExecutionId,
+    state: &ExecutionState,
+) {
+    let Some(marker) = end_marker(state) else {
+        return;
+    };
+    if inner.children.knows(execution) {
+        deliver_taken(inner, execution, marker);
+        return;
+    }
+    let Some((parent, gate_id)) = parent_of(execution) else {
+        return;
+    };
+    match inner.store.fold(&parent).await {
+        Ok(parent_state)
+            if !parent_state.status().is_terminal()
+                && waits_for(&parent_state, &gate_id, execution) =>
+        {
+            inner.children.delivering(execution, &parent);
+            send_end(inner, &parent, execution, marker);
+        }
+        Ok(_) => {}
+        Err(error) => {
+            tracing::warn!(%parent, child = %execution, %error, "cannot read the parent of an ended child; recover delivers its end")
+        }
+    }
+}
+
+/// A parent's driver is about to handle `message`: if it is a child's end, the child's link
+/// goes (the resume is recorded now, or the gate no longer waits).
+pub(crate) fn handling<S>(inner: &Inner<S>, message: &DriverMsg) {
+    if let DriverMsg::ChildEnded { child, .. } = message {
+        inner.children.forget(child);
+    }
+}
+
+/// Whether `state` has the child gate `gate_id` pending for `child`.
+fn waits_for(state: &ExecutionState, gate_id: &str, child: &ExecutionId) -> bool {
+    state.pending_gates().get(gate_id).is_some_and(|gate| {
+        &*gate.event_type == CHILD_EVENT_TYPE && gate.correlation_key == child.as_str()
+    })
+}
+
+/// A parent ended with these children still awaited (`(gate id, child id)`): each is cancelled
+/// (it never starts, if its start has not happened yet).
+pub(crate) fn cancel_orphans<S: EventStore>(
+    inner: &Arc<Inner<S>>,
+    parent: &ExecutionId,
+    orphans: Vec<(String, ExecutionId)>,
+) {
+    if orphans.is_empty() {
+        return;
+    }
+    for (_, child) in &orphans {
+        inner.children.parent_ended(child, parent);
+    }
+    let runtime = Runtime {
+        inner: Arc::clone(inner),
+    };
+    let parent = parent.clone();
+    inner.spawn(async move {
+        for (_, child) in orphans {
+            match runtime
+                .cancel(&child, Some(format!("parent {parent} ended")))
+                .await
+            {
+                Ok(()) => tracing::debug!(%parent, %child, "child cancelled with its parent"),
+                Err(error) => {
+                    tracing::debug!(%parent, %child, %error, "a child of an ended parent was not cancelled (ended, or not started)")
+                }
+            }
+        }
+    });
+}
+
+/// `recover`, for a parked parent: every child gate pending in its log gets its child ensured
+/// (started if missing, its end delivered if it has ended). Returns how many.
+pub(crate) async fn recover_parent<S: EventStore>(
+    inner: &Arc<Inner<S>>,
+    parent: &ExecutionId,
+    state: &ExecutionState,
+) -> Result<usize, ReadError> {
+    let mut found = 0;
+    for (gate_id, gate) in state.pending_gates() {
+        if &*gate.event_type != CHILD_EVENT_TYPE {
+            continue;
+        }
+        let Some(seq) = state.decision(gate_id) else {
+            continue;
+        };
+        let recorded = inner.store.read(parent, seq, 1).await?;
+        let spec = match recorded.first().map(|e| &e.event) {
+            Some(Event::DecisionRecorded(d)) if d.kind == CHILD_KIND => {
+                ChildSpec::from_value(&d.value.to_value())
+            }
+            _ => None,
+        };
+        let Some(spec) = spec else {
+            tracing::warn!(%parent, gate = %gate_id, seq, "a child gate without a readable loom.child decision; not started");
+            continue;
+        };
+        inner.spawn(ensure(
+            Arc::clone(inner),
+            parent.clone(),
+            gate_id.clone(),
+            spec,
+        ));
+        found += 1;
+    }
+    Ok(found)
+}
+
+/// `recover`, for an execution that has not ended: if it is a child whose parent ended while
+/// waiting for it (a crash came between the parent's end and the cancel of its child), it is
+/// cancelled now. Returns whether it was.
+pub(crate) async fn recover_child<S: EventStore>(
+    inner: &Arc<Inner<S>>,
+    execution: &ExecutionId,
+) -> bool {
+    let Some((parent, gate_id)) = parent_of(execution) else {
+        return false;
+    };
+    let Ok(parent_state) = inner.store.fold(&parent).await else {
+        return false;
+    };
+    if !parent_state.status().is_terminal() || !waits_for(&parent_state, &gate_id, execution) {
+        return false;
+    }
+    cancel_orphans(inner, &parent, vec![(gate_id, execution.clone())]);
+    true
+}
+
+/// `docs/CHILDREN.md`, whose code blocks run as doctests.
+#[cfg(doctest)]
+#[doc = include_str!("../../../../docs/CHILDREN.md")]
+struct ChildrenGuide;

@@ -1,0 +1,113 @@
+//! `ctx.patched`: changing a flow's code under executions that are running or parked
+//! (ADR 0017). New executions take the new branch and record that they did; recorded ones that
+//! passed that point without it replay the old branch.
+
+use super::{FlowCtx, StepError};
+use crate::event::{DecisionRecorded, Event};
+use crate::payload::Payload;
+use crate::runtime::history::{Attempted, Recorded};
+
+/// The kind of the `DECISION_RECORDED` marker `ctx.patched` records; its step id is
+/// `patch:<change id>` and its value `{}`.
+pub const PATCH_KIND: &str = "loom.patch";
+
+impl FlowCtx {
+    /// Whether this execution runs the code of change `change_id`: guard a change to a flow
+    /// with it, keep the old code in the `else` branch.
+    ///
+    /// - An execution that reaches this call live (new, or past the end of its recorded
+    ///   history) gets `true`, and the answer is recorded (a `DECISION_RECORDED` of kind
+    ///   `loom.patch`, step id `patch:<change_id>`).
+    /// - A replay that finds that record here gets `true` again.
+    /// - A replay of an execution recorded without the change (the old code ran here: its log
+    ///   has another command at this point, or it has ended) gets `false`, records nothing,
+    ///   and takes the old branch, issuing what the old code issued.
+    ///
+    /// The answer holds for the rest of the run: a second call with the same id returns the
+    /// first answer without recording anything. Once no execution that can take the old
+    /// branch is left (`replay-check` says so), the old branch can go: replace the call by
+    /// [`FlowCtx::deprecate_patch`], which still accepts logs that recorded the marker. See
+    /// `docs/VERSIONING.md`.
+    ///
+    /// ```ignore
+    /// if ctx.patched("send-receipt")? {
+    ///     ctx.execute("email.receipt", &order).await?;
+    /// }
+    /// ```
+    pub fn patched(&self, change_id: &str) -> Result<bool, StepError> {
+        let mut state = self.state();
+        if let Some(answer) = state.patches.get(change_id) {
+            return Ok(*answer);
+        }
+        if state.divergence.is_some() {
+            return Err(StepError::Diverged);
+        }
+        let step_id = format!("patch:{change_id}");
+        let answer = match state.history.commands.get(state.cursor) {
+            Some((
+                _,
+                Recorded::Decision {
+                    step_id: s, kind, ..
+                },
+            )) if kind == PATCH_KIND && *s == step_id => {
+                state.cursor += 1;
+                true
+            }
+            // Recorded history goes on here without the marker: the old code ran.
+            Some(_) => false,
+            // Past the last command of an execution that ended: the old code ended it.
+            None if state.history.ended => false,
+            None => {
+                let attempted = Attempted::Decision {
+                    step_id: &step_id,
+                    kind: PATCH_KIND,
+                };
+                state.note_live(&attempted);
+                state.out.push(Event::DecisionRecorded(DecisionRecorded {
+                    step_id,
+                    kind: PATCH_KIND.to_owned(),
+                    value: Payload::from_value(&serde_json::json!({})),
+                }));
+                true
+            }
+        };
+        state.patches.insert(change_id.to_owned(), answer);
+        Ok(answer)
+    }
+
+    /// The second step of removing a change guarded by [`FlowCtx::patched`], once no execution
+    /// that can take the old branch is left: call this where `patched(change_id)` was and keep
+    /// only the new code. A replayed log that recorded the marker here has it consumed; a new
+    /// execution records nothing. Once no stored log holds the marker, remove this call too.
+    ///
+    /// A log recorded *without* the change (the old code) is not served by this: its replay
+    /// diverges at the new code's first command, as it should, since the old branch is gone.
+    pub fn deprecate_patch(&self, change_id: &str) -> Result<(), StepError> {
+        let mut state = self.state();
+        if state.patches.contains_key(change_id) {
+            return Ok(());
+        }
+        if state.divergence.is_some() {
+            return Err(StepError::Diverged);
+        }
+        let step_id = format!("patch:{change_id}");
+        if let Some((
+            _,
+            Recorded::Decision {
+                step_id: s, kind, ..
+            },
+        )) = state.history.commands.get(state.cursor)
+            && kind == PATCH_KIND
+            && *s == step_id
+        {
+            state.cursor += 1;
+        }
+        state.patches.insert(change_id.to_owned(), true);
+        Ok(())
+    }
+}
+
+/// `docs/VERSIONING.md`, whose code blocks run as doctests.
+#[cfg(doctest)]
+#[doc = include_str!("../../../../../docs/VERSIONING.md")]
+struct VersioningGuide;
