@@ -42,6 +42,7 @@ mod digest;
 mod driver;
 mod effect;
 mod flow;
+mod handle;
 mod history;
 mod plugin;
 mod replay;
@@ -67,6 +68,7 @@ pub use digest::{input_digest, stable_hash};
 pub use driver::DriveError;
 pub use effect::{Effect, EffectCall, EffectOutcome, EffectResult, FnEffect};
 pub use flow::{Flow, FlowError, FlowSet, FnFlow, flow_fn};
+pub use handle::{DeclaredEffect, EffectHandle, ExecuteTarget, TypedCommand, UsesEffects};
 pub use history::NonDeterminism;
 pub use plugin::{AbiRange, Contributions, Inbound, InboundHandler, Plugin, Projection};
 pub use replay::{ReplayError, ReplayReport};
@@ -90,6 +92,13 @@ use crate::store::{EventStore, EventStoreExt, FoldStoredError, ReadError, Status
 use driver::{DriverMsg, Exit};
 
 /// Decides who may resume which gate (K12.2). Consulted before anything is recorded.
+///
+/// # As a seam
+/// - **Replay:** never called on replay: a recorded resume was authorized when it arrived.
+/// - **Task:** the caller's task (`resume`, `resume_as`, `inbound`), before any lock is taken
+///   or anything is recorded.
+/// - **Panic:** contained: the request is refused with the panic's message as the reason.
+/// - **Other processes:** it sees only the request; the caller is never recorded.
 pub trait ResumeAuthenticator: Send + Sync + 'static {
     /// `Err(reason)` refuses the resume.
     fn authorize(&self, request: &ResumeRequest<'_>) -> Result<(), String>;
@@ -147,6 +156,16 @@ pub enum CompositionError {
     /// Two inbound handlers have this name.
     #[error("inbound handler '{0}' is registered twice")]
     DuplicateInbound(String),
+    /// A flow declares it uses an effect ([`FnFlow::uses`]) that nothing registered.
+    #[error("flow '{flow}' version {version} uses effect '{effect}', which nothing registered")]
+    UnregisteredEffect {
+        /// The flow's name.
+        flow: String,
+        /// The flow's version.
+        version: u32,
+        /// The effect's name.
+        effect: String,
+    },
 }
 
 /// Why `start` did not start an execution.
@@ -516,6 +535,7 @@ impl<S: EventStore> RuntimeBuilder<S> {
                 return Err(CompositionError::DuplicateEffect(name));
             }
         }
+        handle::check_declared(&self.flows, &effects)?;
         let mut inbound = BTreeMap::new();
         for (name, handler) in self.contributions.inbound {
             if inbound.insert(name.clone(), handler).is_some() {
