@@ -34,6 +34,7 @@ use crate::runtime::ctx::{Dispatch, FlowCtx, GateMiss, VerdictMiss};
 use crate::runtime::effect::EffectOutcome;
 use crate::runtime::flow::FlowError;
 use crate::runtime::history::{Attempted, History, NonDeterminism};
+use crate::runtime::keep;
 use crate::runtime::timers::{Timers, is_timed_out_payload};
 
 /// Gates (event type, correlation key) that their deadline closed.
@@ -262,8 +263,14 @@ pub(crate) async fn drive<S: EventStore>(
 ) -> Result<Exit, DriveError> {
     let mut queued: Vec<Event> = Vec::new();
     let mut queued_replies: Vec<Reply> = Vec::new();
+    // A flow its last driver kept parked in memory goes on from there, with no replay.
+    let mut kept = match &new {
+        None => keep::take(&inner, &execution).await,
+        Some(_) => None,
+    };
     // The state of what is durable: `wait` gets it without reading the log again.
     let (started, history, mut folded) = match new {
+        _ if let Some(kept) = kept.as_mut() => keep::resumed(kept),
         Some(NewExecution { started, reply }) => {
             queued.push(Event::ExecutionStarted(started.clone()));
             queued_replies.push(Reply::Start(reply));
@@ -293,8 +300,9 @@ pub(crate) async fn drive<S: EventStore>(
         &started,
         history,
     );
+    let ctx = kept.as_ref().map_or(ctx, |kept| kept.ctx.clone());
     let mut flow_result: Option<Result<Payload, FlowError>> = None;
-    let mut flow_future = match contain(|| flow.run(ctx.clone(), started.input.clone())) {
+    let mut flow_future = match contain(|| keep::run_or_resume(&mut kept, &flow, &ctx, &started)) {
         Ok(running) => Some(running),
         Err(panic) => {
             flow_result = Some(Err(flow_panicked(&panic)));
@@ -302,6 +310,7 @@ pub(crate) async fn drive<S: EventStore>(
         }
     };
     let flow_waker = Arc::new(FlowWaker::new());
+    let flow_waker = kept.take().map_or(flow_waker, |kept| kept.waker);
     let waker = Waker::from(Arc::clone(&flow_waker));
 
     let mut running: FuturesUnordered<BoxFuture<'static, (String, EffectOutcome)>> =
@@ -502,7 +511,16 @@ pub(crate) async fn drive<S: EventStore>(
                         source: divergence,
                     });
                 }
-                if inner.try_release(&execution, messages) {
+                let keep = || {
+                    Some(keep::Kept {
+                        started: started.clone(),
+                        ctx: ctx.clone(),
+                        flow: Some(flow_future.take()?),
+                        waker: Arc::clone(&flow_waker),
+                        folded: folded.clone(),
+                    })
+                };
+                if keep::release(&inner, &execution, messages, keep) {
                     return Ok(Exit::Parked(Box::new(folded)));
                 }
             }

@@ -34,6 +34,7 @@ mod driver;
 mod effect;
 mod flow;
 mod history;
+mod keep;
 mod plugin;
 mod replay;
 mod timers;
@@ -51,6 +52,7 @@ pub use driver::DriveError;
 pub use effect::{Effect, EffectCall, EffectOutcome, EffectResult, FnEffect};
 pub use flow::{Flow, FlowError, FlowSet, FnFlow, flow_fn};
 pub use history::NonDeterminism;
+pub use keep::DEFAULT_MAX_PARKED_IN_MEMORY;
 pub use plugin::{AbiRange, Contributions, Inbound, InboundHandler, Plugin, Projection};
 pub use replay::{ReplayError, ReplayReport};
 pub use timers::{
@@ -381,6 +383,7 @@ pub struct RuntimeBuilder<S> {
     classification: DataClassification,
     clock: Arc<dyn Clock>,
     errors: Vec<CompositionError>,
+    max_parked_in_memory: usize,
 }
 
 impl<S> std::fmt::Debug for RuntimeBuilder<S> {
@@ -496,6 +499,7 @@ impl<S: EventStore> RuntimeBuilder<S> {
                 stop: watch::channel(false).0,
                 tasks: Mutex::new(tokio::task::JoinSet::new()),
                 shutting: tokio::sync::Mutex::new(()),
+                kept: keep::KeptFlows::new(self.max_parked_in_memory),
             }),
         })
     }
@@ -541,6 +545,8 @@ pub(crate) struct Inner<S> {
     tasks: Mutex<tokio::task::JoinSet<()>>,
     /// Held while a shutdown joins the tasks, so a second one waits for the first.
     shutting: tokio::sync::Mutex<()>,
+    /// Parked flows kept in memory, resumed without replay (ADR 0020).
+    kept: keep::KeptFlows,
 }
 
 impl<S> Drop for Inner<S> {
@@ -674,6 +680,7 @@ impl<S: EventStore> Runtime<S> {
             classification: DataClassification::default(),
             clock: Arc::new(SystemClock),
             errors: Vec::new(),
+            max_parked_in_memory: DEFAULT_MAX_PARKED_IN_MEMORY,
         }
     }
 
@@ -698,6 +705,8 @@ impl<S: EventStore> Runtime<S> {
             tracing::info!("runtime shutting down");
         }
         self.inner.timers.close();
+        // Kept parked flows stop with the drivers: the next process replays them.
+        self.inner.kept.clear();
         loop {
             let mut tasks = std::mem::take(&mut *self.inner.tasks());
             if tasks.is_empty() {

@@ -1,0 +1,229 @@
+//! Parked flows kept in memory, so that a resume does not replay history (ADR 0020).
+//!
+//! When a driver parks (its flow waits only for resumes or verdicts), it hands what it was
+//! driving to this table instead of dropping it: the flow's future, its context, the fold of
+//! the durable log and the head it reached. No task and no channel stays behind: a kept flow
+//! is data. The next driver of the execution (a resume, a verdict, a deadline, a cancel, or
+//! `recover`) takes it back, checks that the log's head is still the one it parked at, and
+//! goes on from there: its cost does not depend on how long the log is. A log that moved (a
+//! worker of another process appended to it) makes the kept flow stale: it is dropped and the
+//! driver replays the log, as it always did.
+//!
+//! The table is bounded ([`RuntimeBuilder::max_parked_in_memory`]): past the bound the least
+//! recently parked flows are dropped, and replay when they are needed. A shutdown drops them
+//! all.
+
+use std::collections::{BTreeMap, HashMap};
+use std::sync::{Arc, Mutex};
+
+use futures::future::BoxFuture;
+use tokio::sync::mpsc;
+
+use crate::event::ExecutionStarted;
+use crate::fold::ExecutionState;
+use crate::id::ExecutionId;
+use crate::payload::Payload;
+use crate::runtime::contain::contain;
+use crate::runtime::ctx::FlowCtx;
+use crate::runtime::driver::{DriverMsg, FlowWaker};
+use crate::runtime::flow::{Flow, FlowError};
+use crate::runtime::{Inner, Runtime, RuntimeBuilder};
+use crate::store::EventStore;
+
+/// How many parked flows a runtime keeps in memory unless told otherwise.
+pub const DEFAULT_MAX_PARKED_IN_MEMORY: usize = 10_000;
+
+/// The running future of a flow.
+pub(crate) type FlowFuture = BoxFuture<'static, FlowResult>;
+type FlowResult = Result<Payload, FlowError>;
+
+/// What a parked driver leaves behind for the next one.
+pub(crate) struct Kept {
+    pub(crate) started: ExecutionStarted,
+    pub(crate) ctx: FlowCtx,
+    pub(crate) flow: Option<FlowFuture>,
+    pub(crate) waker: Arc<FlowWaker>,
+    /// The fold of the durable log, whose `next_seq` is the head the flow parked at.
+    pub(crate) folded: ExecutionState,
+}
+
+/// The kept flows of a runtime, least recently parked first.
+pub(crate) struct KeptFlows {
+    max: usize,
+    table: Mutex<Table>,
+}
+
+#[derive(Default)]
+struct Table {
+    flows: HashMap<ExecutionId, (u64, Kept)>,
+    /// Park order (a counter, not a clock): the first entry is evicted first.
+    order: BTreeMap<u64, ExecutionId>,
+    next: u64,
+}
+
+impl KeptFlows {
+    pub(crate) fn new(max: usize) -> Self {
+        Self {
+            max,
+            table: Mutex::new(Table::default()),
+        }
+    }
+
+    fn table(&self) -> std::sync::MutexGuard<'_, Table> {
+        self.table.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    pub(crate) fn len(&self) -> usize {
+        self.table().flows.len()
+    }
+
+    /// Keeps `kept`; returns what the bound evicts (the caller drops it outside every lock).
+    fn insert(&self, execution: ExecutionId, kept: Kept) -> Vec<Kept> {
+        if self.max == 0 {
+            return vec![kept];
+        }
+        let mut table = self.table();
+        let tick = table.next;
+        table.next += 1;
+        let mut evicted = Vec::new();
+        if let Some((old, previous)) = table.flows.insert(execution.clone(), (tick, kept)) {
+            table.order.remove(&old);
+            evicted.push(previous);
+        }
+        table.order.insert(tick, execution);
+        while table.flows.len() > self.max {
+            let Some((_, oldest)) = table.order.pop_first() else {
+                break;
+            };
+            if let Some((_, kept)) = table.flows.remove(&oldest) {
+                tracing::debug!(execution = %oldest, "a parked flow is evicted; it replays when needed");
+                evicted.push(kept);
+            }
+        }
+        evicted
+    }
+
+    fn take(&self, execution: &ExecutionId) -> Option<Kept> {
+        let mut table = self.table();
+        let (tick, kept) = table.flows.remove(execution)?;
+        table.order.remove(&tick);
+        Some(kept)
+    }
+
+    /// Drops every kept flow (a shutdown).
+    pub(crate) fn clear(&self) {
+        let all = std::mem::take(&mut *self.table());
+        drop_flows(all.flows.into_values().map(|(_, kept)| kept));
+    }
+}
+
+/// Drops flows outside every lock; a panic in a flow's `Drop` is contained.
+fn drop_flows(flows: impl IntoIterator<Item = Kept>) {
+    for kept in flows {
+        if contain(move || drop(kept)).is_err() {
+            tracing::error!("a kept flow panicked while it was dropped");
+        }
+    }
+}
+
+/// The kept flow of `execution`, if it is still current: the log's head is the one it parked
+/// at. A stale one (the log moved under it, or its head cannot be read) is dropped, and the
+/// caller replays the log.
+pub(crate) async fn take<S: EventStore>(inner: &Inner<S>, execution: &ExecutionId) -> Option<Kept> {
+    let kept = inner.kept.take(execution)?;
+    match inner.store.head(execution).await {
+        Ok(head) if head == kept.folded.next_seq() => Some(kept),
+        Ok(head) => {
+            tracing::debug!(
+                %execution,
+                head,
+                parked_at = kept.folded.next_seq(),
+                "the log moved under a kept flow; it replays"
+            );
+            drop_flows([kept]);
+            None
+        }
+        Err(error) => {
+            tracing::debug!(%execution, %error, "cannot read the head for a kept flow; it replays");
+            drop_flows([kept]);
+            None
+        }
+    }
+}
+
+/// The flow's future: the kept one, or `flow` run anew.
+pub(crate) fn run_or_resume(
+    kept: &mut Option<Kept>,
+    flow: &Arc<dyn Flow>,
+    ctx: &FlowCtx,
+    started: &ExecutionStarted,
+) -> BoxFuture<'static, FlowResult> {
+    match kept.as_mut().and_then(|kept| kept.flow.take()) {
+        Some(running) => running,
+        None => flow.run(ctx.clone(), started.input.clone()),
+    }
+}
+
+/// The driver's state when it goes on from a kept flow: its start, an empty history (the flow
+/// has replayed it already) and the fold of the durable log.
+pub(crate) fn resumed(
+    kept: &mut Kept,
+) -> (
+    ExecutionStarted,
+    crate::runtime::history::History,
+    ExecutionState,
+) {
+    (
+        kept.started.clone(),
+        Default::default(),
+        std::mem::take(&mut kept.folded),
+    )
+}
+
+/// Called by a driver whose flow parks: like [`Inner::try_release`], and when it may exit,
+/// keeps what `keep` makes (under the lock `send` takes, so the next driver finds it).
+pub(crate) fn release<S: EventStore>(
+    inner: &Inner<S>,
+    execution: &ExecutionId,
+    messages: &mut mpsc::UnboundedReceiver<DriverMsg>,
+    keep: impl FnOnce() -> Option<Kept>,
+) -> bool {
+    let evicted = {
+        let mut slots = inner.slots();
+        if !messages.is_empty() {
+            return false;
+        }
+        // After a shutdown nothing is kept: the shutdown has dropped (or is dropping) them all.
+        let evicted = match keep() {
+            Some(kept) if !inner.stopping() => inner.kept.insert(execution.clone(), kept),
+            Some(kept) => vec![kept],
+            None => Vec::new(),
+        };
+        if let Some(slot) = slots.get_mut(execution) {
+            slot.driver = None;
+        }
+        evicted
+    };
+    drop_flows(evicted);
+    true
+}
+
+impl<S> RuntimeBuilder<S> {
+    /// How many parked executions the runtime keeps in memory with their flow, so that their
+    /// next resume, verdict, deadline or cancel goes on without replaying their log (ADR
+    /// 0020). Past the bound, the least recently parked are dropped and replay when needed.
+    /// `0` keeps none (every resume replays). The default is
+    /// [`DEFAULT_MAX_PARKED_IN_MEMORY`].
+    pub fn max_parked_in_memory(mut self, max: usize) -> Self {
+        self.max_parked_in_memory = max;
+        self
+    }
+}
+
+impl<S: EventStore> Runtime<S> {
+    /// How many parked executions this runtime keeps in memory (at most the bound set by
+    /// [`RuntimeBuilder::max_parked_in_memory`]). No task runs for them.
+    pub fn parked_in_memory(&self) -> usize {
+        self.inner.kept.len()
+    }
+}
