@@ -26,6 +26,7 @@
 //! new work, lets each driver's append in flight finish, and joins every task the runtime
 //! spawned (ADR 0014).
 
+mod catchup;
 pub mod codes;
 mod contain;
 mod ctx;
@@ -46,6 +47,7 @@ use serde::Serialize;
 use tokio::sync::{mpsc, oneshot, watch};
 use tracing::Instrument;
 
+pub use catchup::{CatchUpError, FeedFollower, FeedProjection, FollowError, catch_up};
 pub use ctx::{Command, FirstOf, FlowCtx, GateOutcome, Selected, StepError, StepName, TimedGate};
 pub use digest::{input_digest, stable_hash};
 pub use driver::DriveError;
