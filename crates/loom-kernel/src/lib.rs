@@ -59,6 +59,8 @@ pub mod envelope;
 pub mod event;
 mod event_decode;
 pub mod fold;
+#[cfg(doctest)]
+mod guides;
 mod hash;
 mod id;
 mod payload;
