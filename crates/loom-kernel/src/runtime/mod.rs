@@ -4,7 +4,8 @@
 //! One driver task per active execution is its only writer in this process (`driver.rs`);
 //! several processes on one store are fenced by the store's expected-seq check. A driver
 //! exits when its execution ends or parks (waits only for resumes or verdicts); a resume,
-//! verdict or cancel starts a new one, which replays the log first.
+//! verdict or cancel starts a new one, which goes on from the parked flow the last one kept in
+//! memory (`keep.rs`, ADR 0020) or, if none is kept, replays the log first.
 //!
 //! # Time
 //! `ctx.sleep`, `ctx.sleep_until`, `ctx.suspend_with_timeout` and `ctx.first_of` (with a
