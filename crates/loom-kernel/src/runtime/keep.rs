@@ -77,12 +77,23 @@ impl KeptFlows {
         self.table().flows.len()
     }
 
-    /// Keeps `kept`; returns what the bound evicts (the caller drops it outside every lock).
-    fn insert(&self, execution: ExecutionId, kept: Kept) -> Vec<Kept> {
+    /// Keeps `kept`, unless `stopping` says a shutdown has begun (asked under the table's
+    /// lock, which the shutdown's `clear` takes after setting its signal: nothing is kept
+    /// after it); returns what is not kept or the bound evicts (the caller drops it outside
+    /// every lock).
+    fn insert(
+        &self,
+        execution: ExecutionId,
+        kept: Kept,
+        stopping: impl FnOnce() -> bool,
+    ) -> Vec<Kept> {
         if self.max == 0 {
             return vec![kept];
         }
         let mut table = self.table();
+        if stopping() {
+            return vec![kept];
+        }
         let tick = table.next;
         table.next += 1;
         let mut evicted = Vec::new();
@@ -195,8 +206,9 @@ pub(crate) fn release<S: EventStore>(
         }
         // After a shutdown nothing is kept: the shutdown has dropped (or is dropping) them all.
         let evicted = match keep() {
-            Some(kept) if !inner.stopping() => inner.kept.insert(execution.clone(), kept),
-            Some(kept) => vec![kept],
+            Some(kept) => inner
+                .kept
+                .insert(execution.clone(), kept, || inner.stopping()),
             None => Vec::new(),
         };
         if let Some(slot) = slots.get_mut(execution) {
