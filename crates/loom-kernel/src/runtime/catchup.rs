@@ -163,6 +163,11 @@ fn apply(projection: &dyn FeedProjection, event: &FeedEvent) -> Result<u64, Foll
     Ok(event.position + 1)
 }
 
+/// Resolves once the runtime stops (or is gone).
+async fn stopped(stop: &mut watch::Receiver<bool>) {
+    let _ = stop.wait_for(|stopping| *stopping).await;
+}
+
 /// How long the feeding task waits before it reads again after a read failed.
 const RETRY_AFTER: Duration = Duration::from_millis(200);
 
@@ -214,6 +219,9 @@ impl<S: EventStore> Runtime<S> {
         let store = Arc::clone(&self.inner.store);
         let mut stop = self.inner.stop.subscribe();
         let task = async move {
+            // A read is never cut short (a store may be reading on a thread of its own, which
+            // would hold the store past the shutdown); the stop signal is checked between reads
+            // and interrupts only waits.
             let fed = async {
                 let mut next = match start_position(&*projection) {
                     Ok(next) => next,
@@ -222,6 +230,9 @@ impl<S: EventStore> Runtime<S> {
                 };
                 report.send_modify(|p| p.next = next);
                 loop {
+                    if *stop.borrow_and_update() {
+                        return FollowError::ShutDown;
+                    }
                     let mut read = 0;
                     report.send_modify(|p| {
                         p.reads += 1;
@@ -231,7 +242,10 @@ impl<S: EventStore> Runtime<S> {
                         Ok(page) => page,
                         Err(error) => {
                             tracing::warn!(%error, next, "cannot read the feed; reading again soon");
-                            tokio::time::sleep(RETRY_AFTER).await;
+                            tokio::select! {
+                                () = tokio::time::sleep(RETRY_AFTER) => {}
+                                () = stopped(&mut stop) => return FollowError::ShutDown,
+                            }
                             continue;
                         }
                     };
@@ -243,6 +257,7 @@ impl<S: EventStore> Runtime<S> {
                                 tokio::time::sleep(RETRY_AFTER).await;
                             },
                             () = poked.notified() => {}
+                            () = stopped(&mut stop) => return FollowError::ShutDown,
                         }
                         continue;
                     }
@@ -255,10 +270,7 @@ impl<S: EventStore> Runtime<S> {
                     report.send_modify(|p| p.next = next);
                 }
             };
-            let stopped = tokio::select! {
-                error = fed => error,
-                _ = stop.wait_for(|stopping| *stopping) => FollowError::ShutDown,
-            };
+            let stopped = fed.await;
             report.send_modify(|p| p.stopped = Some(stopped));
         };
         self.inner
