@@ -3,7 +3,8 @@
 //!
 //! Each execution runs `n` idempotent no-op steps, then waits at one gate after another; an
 //! iteration resumes the next gate (timed: from `resume()` until it returns, once the resume
-//! is durable) and waits for the flow to park again (not timed). Memory store (the cost of the
+//! is durable) and waits for the flow to park again (not timed: `parked_in_memory()` back to 1
+//! when kept, `wait()` when not). Memory store (the cost of the
 //! log and its replay, without an fsync) and disk store (with one).
 //! Criterion's estimate is the mean of its samples; after them each case prints a line with
 //! the p50 and p99 of every resume it timed:
@@ -50,6 +51,7 @@ fn compose<S: EventStore>(store: S, kept: bool) -> Runtime<S> {
 /// One parked execution with `behind` steps behind its gate, and the next gate's number.
 struct Case<S> {
     runtime: Runtime<S>,
+    kept: bool,
     execution: ExecutionId,
     next_gate: u64,
     timed: Vec<Duration>,
@@ -70,6 +72,7 @@ impl<S: EventStore> Case<S> {
         runtime.wait(&execution).await.expect("parked");
         Self {
             runtime,
+            kept,
             execution,
             next_gate: 0,
             timed: Vec::new(),
@@ -86,7 +89,14 @@ impl<S: EventStore> Case<S> {
             .await
             .expect("resume");
         let took = began.elapsed();
-        self.runtime.wait(&self.execution).await.expect("parked");
+        if self.kept {
+            // Parked again once its flow is back in the table.
+            while self.runtime.parked_in_memory() == 0 {
+                tokio::task::yield_now().await;
+            }
+        } else {
+            self.runtime.wait(&self.execution).await.expect("parked");
+        }
         self.timed.push(took);
         took
     }

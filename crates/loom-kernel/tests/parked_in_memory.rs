@@ -531,3 +531,29 @@ async fn concurrent_resumes_of_kept_flows_leak_no_driver() {
         "every flow future made was dropped"
     );
 }
+
+#[tokio::test]
+async fn wait_on_a_kept_flow_nobody_waited_for_returns_its_state_from_the_log() {
+    let f = fixture(None);
+    let e = id("kept-wait");
+    f.runtime.start("gates", &2, granted(&e)).await.unwrap();
+    // Nobody waits: the driver parks and keeps the flow with its fold, exiting with no state.
+    while f.runtime.parked_in_memory() == 0 {
+        tokio::task::yield_now().await;
+    }
+    let state = f.runtime.wait(&e).await.unwrap();
+    assert_eq!(state.status(), ExecutionStatus::Suspended);
+    assert_eq!(state, f.runtime.state(&e).await.unwrap());
+    resume(&f.runtime, &e, "k0", "one").await;
+    while f.runtime.parked_in_memory() == 0 {
+        tokio::task::yield_now().await;
+    }
+    let state = f.runtime.wait(&e).await.unwrap();
+    assert_eq!(state, f.runtime.state(&e).await.unwrap());
+    assert_eq!(state.pending_gates().len(), 1);
+    resume(&f.runtime, &e, "k1", "two").await;
+    let output = f.runtime.wait(&e).await.unwrap().output().unwrap().to_value();
+    assert_eq!(output[1], json!("one"));
+    assert_eq!(output[2], json!("two"));
+    assert_eq!(f.runs.count(), 1);
+}

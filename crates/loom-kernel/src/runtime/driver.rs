@@ -127,6 +127,9 @@ pub(crate) enum Exit {
     Unknown,
     /// The runtime is shutting down: the driver stopped once nothing was being appended.
     Stopped(Box<ExecutionState>),
+    /// The flow parked and was kept in memory with its state (`keep.rs`); no caller was
+    /// waiting for the state.
+    Kept,
 }
 
 /// Wakes the driver when something the flow awaits (other than a command) is ready, and
@@ -511,17 +514,24 @@ pub(crate) async fn drive<S: EventStore>(
                         source: divergence,
                     });
                 }
-                let keep = || {
+                let mut moved = false;
+                let keep = |waited: bool| {
+                    let flow = flow_future.take()?;
+                    moved = !waited;
                     Some(keep::Kept {
                         started: started.clone(),
                         ctx: ctx.clone(),
-                        flow: Some(flow_future.take()?),
+                        flow: Some(flow),
                         waker: Arc::clone(&flow_waker),
-                        folded: folded.clone(),
+                        folded: keep::hand_over(&mut folded, waited),
                     })
                 };
                 if keep::release(&inner, &execution, messages, keep) {
-                    return Ok(Exit::Parked(Box::new(folded)));
+                    return Ok(if moved {
+                        Exit::Kept
+                    } else {
+                        Exit::Parked(Box::new(folded))
+                    });
                 }
             }
         }

@@ -191,21 +191,40 @@ pub(crate) fn resumed(
     )
 }
 
+/// The fold a parked driver keeps with its flow: a copy if a caller waits for the state the
+/// driver exits with, else the fold itself (the driver then exits with no state, and a later
+/// `wait` folds the log).
+pub(crate) fn hand_over(folded: &mut ExecutionState, waited: bool) -> ExecutionState {
+    if waited {
+        folded.clone()
+    } else {
+        std::mem::take(folded)
+    }
+}
+
 /// Called by a driver whose flow parks: like [`Inner::try_release`], and when it may exit,
 /// keeps what `keep` makes (under the lock `send` takes, so the next driver finds it).
+///
+/// `keep` is told whether a caller of `Runtime::wait` is waiting for this driver: only such a
+/// caller reads the state the driver exits with (one that comes later finds no driver and
+/// folds the log), so the driver copies its fold for it only then, and otherwise moves the
+/// fold into the kept flow: parking costs no copy of a state that grows with the history.
 pub(crate) fn release<S: EventStore>(
     inner: &Inner<S>,
     execution: &ExecutionId,
     messages: &mut mpsc::UnboundedReceiver<DriverMsg>,
-    keep: impl FnOnce() -> Option<Kept>,
+    keep: impl FnOnce(bool) -> Option<Kept>,
 ) -> bool {
     let evicted = {
         let mut slots = inner.slots();
         if !messages.is_empty() {
             return false;
         }
+        let waited = slots
+            .get(execution)
+            .is_some_and(|slot| slot.settled.receiver_count() > 0);
         // After a shutdown nothing is kept: the shutdown has dropped (or is dropping) them all.
-        let evicted = match keep() {
+        let evicted = match keep(waited) {
             Some(kept) => inner
                 .kept
                 .insert(execution.clone(), kept, || inner.stopping()),

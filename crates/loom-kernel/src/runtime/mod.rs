@@ -1363,6 +1363,7 @@ impl<S: EventStore> Runtime<S> {
                         (None, Some(*state))
                     }
                     Ok(Exit::Unknown) => (None, None),
+                    Ok(Exit::Kept) => (None, None),
                     Err(error) => {
                         tracing::error!(%error, "driver stopped");
                         (Some(error), None)
