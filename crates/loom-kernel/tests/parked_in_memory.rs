@@ -552,7 +552,14 @@ async fn wait_on_a_kept_flow_nobody_waited_for_returns_its_state_from_the_log() 
     assert_eq!(state, f.runtime.state(&e).await.unwrap());
     assert_eq!(state.pending_gates().len(), 1);
     resume(&f.runtime, &e, "k1", "two").await;
-    let output = f.runtime.wait(&e).await.unwrap().output().unwrap().to_value();
+    let output = f
+        .runtime
+        .wait(&e)
+        .await
+        .unwrap()
+        .output()
+        .unwrap()
+        .to_value();
     assert_eq!(output[1], json!("one"));
     assert_eq!(output[2], json!("two"));
     assert_eq!(f.runs.count(), 1);
