@@ -564,3 +564,27 @@ async fn wait_on_a_kept_flow_nobody_waited_for_returns_its_state_from_the_log() 
     assert_eq!(output[2], json!("two"));
     assert_eq!(f.runs.count(), 1);
 }
+
+#[tokio::test]
+async fn deadlines_reach_kept_and_evicted_flows_alike() {
+    let f = fixture(Some(1));
+    let ids: Vec<ExecutionId> = (0..3).map(|i| id(&format!("timed-{i}"))).collect();
+    for e in &ids {
+        f.runtime
+            .start("timed", &json!({}), granted(e))
+            .await
+            .unwrap();
+        f.runtime.wait(e).await.unwrap();
+    }
+    assert_eq!(f.runtime.parked_in_memory(), 1);
+    assert_eq!(f.runtime.pending_timers(), 3);
+    f.clock.advance(Duration::from_secs(60));
+    for e in &ids {
+        let state = until(&f.runtime, e, |s| s.is_terminal()).await;
+        assert_eq!(state.output().unwrap().to_value(), json!("timed out"));
+    }
+    // Three first runs, and a replay for each of the two evicted.
+    assert_eq!(f.runs.count(), 3 + 2);
+    assert_eq!(f.runtime.pending_timers(), 0);
+    assert_eq!(f.runtime.parked_in_memory(), 0);
+}
