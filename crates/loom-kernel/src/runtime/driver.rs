@@ -515,6 +515,7 @@ pub(crate) async fn drive<S: EventStore>(
                     });
                 }
                 let mut moved = false;
+                let mut copy = keep::copy_for_waiter(&inner, &execution, &folded);
                 let keep = |waited: bool| {
                     let flow = flow_future.take()?;
                     moved = !waited;
@@ -523,7 +524,7 @@ pub(crate) async fn drive<S: EventStore>(
                         ctx: ctx.clone(),
                         flow: Some(flow),
                         waker: Arc::clone(&flow_waker),
-                        folded: keep::hand_over(&mut folded, waited),
+                        folded: keep::hand_over(&mut folded, waited, copy.take()),
                     })
                 };
                 if keep::release(&inner, &execution, messages, keep) {

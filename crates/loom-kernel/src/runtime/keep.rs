@@ -191,12 +191,32 @@ pub(crate) fn resumed(
     )
 }
 
+/// A copy of the fold, made before the lock `release` takes, if a caller of `Runtime::wait`
+/// waits for this driver now (so the copy is not made under the lock that every message is
+/// sent under). A hint: `release` decides under the lock.
+pub(crate) fn copy_for_waiter<S: EventStore>(
+    inner: &Inner<S>,
+    execution: &ExecutionId,
+    folded: &ExecutionState,
+) -> Option<ExecutionState> {
+    let waited = inner
+        .slots()
+        .get(execution)
+        .is_some_and(|slot| slot.settled.receiver_count() > 0);
+    waited.then(|| folded.clone())
+}
+
 /// The fold a parked driver keeps with its flow: a copy if a caller waits for the state the
-/// driver exits with, else the fold itself (the driver then exits with no state, and a later
-/// `wait` folds the log).
-pub(crate) fn hand_over(folded: &mut ExecutionState, waited: bool) -> ExecutionState {
+/// driver exits with (`copy`, made before the lock, or made now if the caller came since),
+/// else the fold itself (the driver then exits with no state, and a later `wait` folds the
+/// log).
+pub(crate) fn hand_over(
+    folded: &mut ExecutionState,
+    waited: bool,
+    copy: Option<ExecutionState>,
+) -> ExecutionState {
     if waited {
-        folded.clone()
+        copy.unwrap_or_else(|| folded.clone())
     } else {
         std::mem::take(folded)
     }
