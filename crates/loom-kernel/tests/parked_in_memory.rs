@@ -588,3 +588,38 @@ async fn deadlines_reach_kept_and_evicted_flows_alike() {
     assert_eq!(f.runtime.pending_timers(), 0);
     assert_eq!(f.runtime.parked_in_memory(), 0);
 }
+
+#[tokio::test]
+async fn a_kept_flow_whose_execution_another_runtime_cancelled_appends_nothing() {
+    let a = fixture(None);
+    let b = fixture_on(a.store.clone(), None);
+    let e = id("cancelled-elsewhere");
+    a.runtime.start("gates", &2, granted(&e)).await.unwrap();
+    a.runtime.wait(&e).await.unwrap();
+    assert_eq!(a.runtime.parked_in_memory(), 1);
+    b.runtime
+        .cancel(&e, Some("elsewhere".into()))
+        .await
+        .unwrap();
+    let head = a.store.head(&e).await.unwrap();
+    let refused = a
+        .runtime
+        .resume(&e, "Next", "k0", Payload::from(json!("late")))
+        .await;
+    assert!(
+        matches!(refused, Err(ResumeError::NoPendingGate { .. })),
+        "{refused:?}"
+    );
+    let again = a.runtime.cancel(&e, None).await;
+    assert!(matches!(again, Err(CancelError::Ended { .. })), "{again:?}");
+    assert_eq!(a.store.head(&e).await.unwrap(), head, "nothing appended");
+    assert_eq!(
+        a.runtime.parked_in_memory(),
+        0,
+        "the stale flow was dropped"
+    );
+    assert_eq!(
+        a.runtime.wait(&e).await.unwrap().status(),
+        ExecutionStatus::Cancelled
+    );
+}
