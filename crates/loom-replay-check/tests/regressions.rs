@@ -121,3 +121,15 @@ fn a_missing_or_empty_store_file_fails_and_is_never_created() {
         "the empty file was written"
     );
 }
+
+const VARIANT: loom_kernel::runtime::EffectHandle<String, String> =
+    loom_kernel::runtime::EffectHandle::new("text.variant");
+
+#[test]
+fn flows_declaring_their_effects_are_checked_without_them() {
+    let dir = tempfile::tempdir().unwrap();
+    let log = record(dir.path());
+    let declared = FlowSet::new().with(flow_fn("greet", 1, greet).uses(&[&VARIANT]));
+    let outcome = Checker::new(&declared).unwrap().check(log);
+    assert_eq!(outcome.finding, Finding::Deterministic);
+}
