@@ -3,19 +3,11 @@
 //! projection of the log reads everything it holds.
 
 use loom_agent_surface::{SurfaceExt, SurfaceProjection};
-use loom_kernel::conformance::id;
+use loom_kernel::conformance::{id, nested};
 use loom_kernel::event::Event;
 use loom_kernel::runtime::*;
 use loom_kernel::{EventStoreExt, ExecutionStatus, MAX_PAYLOAD_DEPTH, MemoryStore};
 use serde_json::{Value, json};
-
-fn nested(depth: usize) -> Value {
-    let mut value = json!(1);
-    for _ in 0..depth {
-        value = json!([value]);
-    }
-    value
-}
 
 async fn deep(ctx: FlowCtx, depth: usize) -> Result<Value, FlowError> {
     let refused = ctx.surface("main").set("deep", nested(depth)).is_err();
