@@ -40,6 +40,7 @@
 
 mod config;
 mod error;
+mod fast;
 mod lease;
 mod notify;
 mod schema;

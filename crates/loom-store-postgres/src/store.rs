@@ -121,6 +121,7 @@ impl PostgresStore {
             leases: Arc::clone(&leases),
             max_batch_events: config.max_batch_events.max(1),
             faults: Arc::clone(&faults),
+            cache: Default::default(),
         };
         tokio::spawn(writer.run(queue));
         tracing::debug!(schema = %config.schema, worker = %config.worker_id, "postgres store connected");
