@@ -44,12 +44,15 @@ pub(crate) struct Cached {
     pub(crate) tail: ExecutionTail,
 }
 
-/// The one statement. Arrays: `$1..$9` one element per execution, `$12..$14` one per event.
+/// The one statement. Arrays: `$1..$9` and `$11` one element per execution, `$12..$14` one
+/// per event. The owner is compared per row (`$11`, this worker's id in each element) and
+/// with `IS NOT DISTINCT FROM`, which no index serves, so that
+/// the plan reaches each row by its primary key, never through the index of leases by owner.
 pub(crate) const STATEMENT: &str = "\
 WITH req AS (
     SELECT * FROM unnest($1::text[], $2::int8[], $3::int8[], $4::int8[], $5::bytea[],
-                         $6::int2[], $7::bool[], $8::int8[], $9::bool[])
-        AS r(id, expected, token, head, tail, status, driving, ended, keep)
+                         $6::int2[], $7::bool[], $8::int8[], $9::bool[], $11::text[])
+        AS r(id, expected, token, head, tail, status, driving, ended, keep, owner)
 ), upd AS (
     UPDATE loom_executions AS x
     SET head = r.head, tail = r.tail, status = r.status, needs_driving = r.driving,
@@ -58,7 +61,8 @@ WITH req AS (
         lease_expires_at = CASE WHEN r.keep
             THEN clock_timestamp() + $10 * interval '1 millisecond' END
     FROM req AS r
-    WHERE x.execution_id = r.id AND x.head = r.expected AND x.lease_owner = $11
+    WHERE x.execution_id = r.id AND x.head = r.expected
+      AND x.lease_owner IS NOT DISTINCT FROM r.owner
       AND x.lease_token = r.token AND x.lease_expires_at > clock_timestamp()
     RETURNING x.execution_id, x.head
 ), ev AS (
@@ -179,10 +183,11 @@ pub(crate) struct RowParams {
     pub(crate) driving: Vec<bool>,
     pub(crate) ended: Vec<Option<i64>>,
     pub(crate) keep: Vec<bool>,
+    pub(crate) owners: Vec<String>,
 }
 
 impl RowParams {
-    pub(crate) fn of(rows: &[Row]) -> Self {
+    pub(crate) fn of(rows: &[Row], worker: &str) -> Self {
         let clamp = |n: u64| i64::try_from(n).unwrap_or(i64::MAX);
         Self {
             ids: rows.iter().map(|r| r.id.as_str().to_owned()).collect(),
@@ -200,6 +205,7 @@ impl RowParams {
                 .map(|r| r.tail.ended_at_ms().map(clamp))
                 .collect(),
             keep: rows.iter().map(Row::keep).collect(),
+            owners: rows.iter().map(|_| worker.to_owned()).collect(),
         }
     }
 }

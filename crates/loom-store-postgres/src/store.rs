@@ -67,18 +67,28 @@ impl PostgresStore {
             pg.application_name("loom");
         }
         let listener_config = pg.clone();
+        let mut writes_config = pg.clone();
         pg.options(format!("-c search_path={}", config.schema));
-        let manager = Manager::from_config(
-            pg,
-            tokio_postgres::NoTls,
-            ManagerConfig {
-                recycling_method: RecyclingMethod::Fast,
-            },
-        );
-        let pool = Pool::builder(manager)
-            .max_size(config.pool_size.max(2))
-            .build()
-            .map_err(|e| ConnectError::Pool(e.to_string()))?;
+        writes_config.options(format!(
+            "-c search_path={} -c plan_cache_mode=force_generic_plan",
+            config.schema
+        ));
+        let pool_of = |pg: tokio_postgres::Config, size: usize| {
+            let manager = Manager::from_config(
+                pg,
+                tokio_postgres::NoTls,
+                ManagerConfig {
+                    recycling_method: RecyclingMethod::Fast,
+                },
+            );
+            Pool::builder(manager)
+                .max_size(size)
+                .build()
+                .map_err(|e| ConnectError::Pool(e.to_string()))
+        };
+        let pool = pool_of(pg, config.pool_size.max(2))?;
+        // One batch is in flight at a time; the second connection stands by for a reconnect.
+        let writes = pool_of(writes_config, 2)?;
         {
             let mut client = pool
                 .get()
@@ -116,6 +126,7 @@ impl PostgresStore {
         let (requests, queue) = mpsc::unbounded_channel();
         let writer = Writer {
             pool: pool.clone(),
+            writes,
             channel,
             watch: Arc::clone(&watch),
             leases: Arc::clone(&leases),

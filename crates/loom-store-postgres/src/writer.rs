@@ -78,7 +78,12 @@ impl Faults {
 /// What the writer needs.
 #[derive(Debug)]
 pub(crate) struct Writer {
+    /// For read-backs: another connection than the write's.
     pub(crate) pool: Pool,
+    /// For the writes: connections that plan each statement once (`plan_cache_mode =
+    /// force_generic_plan`): the write statements are the same every time, and planning
+    /// them anew per commit would cost more than running them.
+    pub(crate) writes: Pool,
     pub(crate) channel: String,
     pub(crate) watch: Arc<HeadWatch>,
     pub(crate) leases: Arc<Leases>,
@@ -227,16 +232,15 @@ impl Writer {
         let Some(plan) = fast::plan(&batch, &self.cache, |id| leases.token(id)) else {
             return batch;
         };
-        let Ok(client) = self.pool.get().await else {
+        let Ok(client) = self.writes.get().await else {
             return batch;
         };
         let Ok(statement) = client.prepare_cached(fast::STATEMENT).await else {
             return batch;
         };
-        let rows = fast::RowParams::of(&plan.rows);
+        let rows = fast::RowParams::of(&plan.rows, self.leases.worker_id());
         let commit_id = crate::config::random_u64() as i64;
         let lease_ms = self.leases.lease_ms();
-        let worker = self.leases.worker_id();
         let params: [&(dyn tokio_postgres::types::ToSql + Sync); 16] = [
             &rows.ids,
             &rows.expected,
@@ -248,7 +252,7 @@ impl Writer {
             &rows.ended,
             &rows.keep,
             &lease_ms,
-            &worker,
+            &rows.owners,
             &plan.event_ids,
             &plan.event_seqs,
             &plan.event_records,
@@ -398,7 +402,7 @@ impl Writer {
 
     async fn try_commit(&self, batch: &[WriteRequest]) -> Result<Committed, BatchError> {
         let not_committed = |err: &dyn std::fmt::Display| BatchError::NotCommitted(err.to_string());
-        let mut client = self.pool.get().await.map_err(|e| not_committed(&e))?;
+        let mut client = self.writes.get().await.map_err(|e| not_committed(&e))?;
         let txn = client.transaction().await.map_err(|e| not_committed(&e))?;
 
         let mut ids: Vec<&str> = batch.iter().map(|r| r.execution.as_str()).collect();
