@@ -65,6 +65,8 @@ pub struct Faults {
     pub lose_commit: AtomicU32,
     /// Stop renewing leases in the background, as a worker that hangs would.
     pub pause_lease_renewal: std::sync::atomic::AtomicBool,
+    /// Counted, not injected: the batches committed in one statement (see [`crate::fast`]).
+    pub one_statement_commits: std::sync::atomic::AtomicU64,
 }
 
 impl Faults {
@@ -270,7 +272,12 @@ impl Writer {
                 Ok(_) if Faults::take(&self.faults.lose_commit_reply) => {
                     Err("injected: reply to the statement lost".to_owned())
                 }
-                Ok(updated) => Ok(fast::id_set(&updated)),
+                Ok(updated) => {
+                    self.faults
+                        .one_statement_commits
+                        .fetch_add(1, Ordering::Relaxed);
+                    Ok(fast::id_set(&updated))
+                }
                 // The server refused it: the implicit transaction rolled back, nothing is
                 // stored. The full path will tell why.
                 Err(err) if err.as_db_error().is_some() => {
