@@ -174,6 +174,18 @@ impl PostgresStore {
             .map_err(|detail| ReadError::Storage { detail })
     }
 
+    /// Gives back every lease this worker holds, so that any other worker may drive those
+    /// executions at once instead of waiting for the leases to run out: for a process that
+    /// ends cleanly (an operator's command, a worker shutting down) once its appends are
+    /// answered. Returns how many it gave back. A lease that moved on meanwhile is left alone.
+    pub async fn release_leases(&self) -> Result<usize, ReadError> {
+        self.shared
+            .leases
+            .release(&self.shared.pool)
+            .await
+            .map_err(|detail| ReadError::Storage { detail })
+    }
+
     /// Failure injection for tests.
     #[doc(hidden)]
     pub fn faults(&self) -> &Faults {

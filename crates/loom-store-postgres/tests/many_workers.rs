@@ -431,3 +431,19 @@ async fn appends_under_a_held_lease_take_one_statement_and_stay_fenced() {
     assert_eq!(feed.len(), 6 + 6);
     assert!(feed.windows(2).all(|w| w[0].position < w[1].position));
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_worker_that_gives_its_leases_back_lets_another_go_on_at_once() {
+    let Some((a, b)) = two_workers("release", Duration::from_secs(30)).await else {
+        return;
+    };
+    let e = id("handed-over");
+    a.append(&e, 0, &[started("f")]).await.expect("a starts");
+    a.append(&e, 1, &[tagged(json!(1))]).await.expect("a");
+    assert!(is_conflict(&b.append(&e, 2, &[tagged(json!("b"))]).await));
+    assert_eq!(a.release_leases().await.expect("release"), 1);
+    assert_eq!(a.lease_token(&e), None);
+    assert_eq!(a.release_leases().await.expect("nothing left"), 0);
+    assert_eq!(b.append(&e, 2, &[tagged(json!("b"))]).await.expect("b"), 3);
+    assert!(is_conflict(&a.append(&e, 3, &[tagged(json!("a"))]).await));
+}
