@@ -1,7 +1,9 @@
 //! Group commit: one task takes every append queued at that moment, across executions, and
 //! commits them in one transaction.
 //!
-//! Per batch, in one transaction:
+//! A batch on executions whose leases this worker holds, at the heads it last committed, is
+//! committed in one statement ([`crate::fast`]); what that path cannot take or answer goes the
+//! full path, per batch in one transaction:
 //! 1. a placeholder row in `loom_executions` for every execution appended at seq 0 (`ON
 //!    CONFLICT DO NOTHING`), so that two workers creating one execution serialise on its row;
 //! 2. `SELECT ... FOR UPDATE` of every execution of the batch, in id order (no deadlock
