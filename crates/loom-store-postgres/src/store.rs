@@ -389,6 +389,7 @@ impl EventStore for PostgresStore {
     }
 
     async fn wait_for(&self, execution: &ExecutionId, seq: u64) -> Result<(), ReadError> {
+        let _waiting = self.shared.watch.waiting();
         let mut heads = self.shared.watch.subscribe(execution);
         let mut resyncs = self.shared.watch.resyncs();
         loop {
@@ -484,7 +485,9 @@ impl EventStore for PostgresStore {
         let Ok(position) = i64::try_from(position) else {
             return std::future::pending().await;
         };
-        // Subscribed before reading: a commit after this read wakes `commits`.
+        // Subscribed before reading: a commit after this read wakes `commits`, and so does
+        // `LISTEN` taking effect.
+        let _waiting = self.shared.watch.waiting();
         let mut commits = self.shared.watch.commits();
         loop {
             commits.borrow_and_update();

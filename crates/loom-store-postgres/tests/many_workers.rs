@@ -447,3 +447,33 @@ async fn a_worker_that_gives_its_leases_back_lets_another_go_on_at_once() {
     assert_eq!(b.append(&e, 2, &[tagged(json!("b"))]).await.expect("b"), 3);
     assert!(is_conflict(&a.append(&e, 3, &[tagged(json!("a"))]).await));
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_reader_wakes_on_another_worker_after_its_listener_went_idle() {
+    let Some((a, b)) = two_workers("idle_listen", Duration::from_secs(30)).await else {
+        return;
+    };
+    let e = id("watched-later");
+    for seq in 0..3u64 {
+        let waiter = {
+            let (b, e) = (b.clone(), e.clone());
+            tokio::spawn(async move { b.wait_for(&e, seq).await })
+        };
+        // Time for the waiter to read the head and for B's listener to LISTEN.
+        tokio::time::sleep(Duration::from_millis(200)).await;
+        let event = if seq == 0 {
+            started("f")
+        } else {
+            tagged(json!(seq))
+        };
+        a.append(&e, seq, &[event]).await.expect("append");
+        tokio::time::timeout(Duration::from_secs(10), waiter)
+            .await
+            .expect("woken by the notification")
+            .expect("task")
+            .expect("wait_for");
+        // Nobody waits on B now: its listener stops listening, and must start again for the
+        // next waiter.
+        tokio::time::sleep(Duration::from_millis(2_800)).await;
+    }
+}
