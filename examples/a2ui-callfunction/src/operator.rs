@@ -235,7 +235,13 @@ pub async fn resolve(
             resolve_on(&runtime, execution, step, &verdict).await?;
             let state = runtime.wait(&ExecutionId::new(execution)?).await?;
             narrate::say(format!("execution {execution} is now {}", state.status()));
+            let store = runtime.store().clone();
             runtime.shutdown().await;
+            // On PostgreSQL, a lease this command still holds is given back, so that a
+            // server's `recover()` drives the execution on at once.
+            if let AnyStore::Postgres(store) = store {
+                store.release_leases().await?;
+            }
         }
     }
     narrate::say(format!(
