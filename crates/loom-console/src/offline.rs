@@ -55,7 +55,7 @@ async fn append<S: EventStore>(
     match store.append(id, state.next_seq(), events).await {
         Ok(_) => Ok(()),
         Err(AppendError::Conflict { .. }) => Err(ConsoleError::refused(format!(
-            "the log of execution {id} moved while this was recorded (another writer): nothing was recorded; look at it again with `loom show {id}`"
+            "the log of execution {id} moved while this was recorded (another writer), or on PostgreSQL a running worker drives it (then go through its admin API, --admin): nothing was recorded; look at it again with `loom show {id}`"
         ))),
         Err(AppendError::Invalid { violation, .. }) => Err(ConsoleError::refused(format!(
             "the store refused the event for execution {id}: {violation}; nothing was recorded"

@@ -86,4 +86,17 @@ async fn reads_and_verdicts_work_on_postgresql_beside_a_running_worker() {
     let again = run(&["resolve", "pay-1", "charge#1", "--completed", "1"]).await;
     assert_eq!(code(&again), 1, "{}", stderr(&again));
     assert_eq!(store.head(&execution).await.unwrap(), head + 1);
+
+    // An execution a live worker drives (it holds the lease): a cancel is refused, nothing
+    // recorded, and the message points to the worker's admin API.
+    let running = id("run-1");
+    store.append(&running, 0, &[started("pay")]).await.unwrap();
+    let refused = run(&["cancel", "run-1"]).await;
+    assert_eq!(code(&refused), 1, "{}", stderr(&refused));
+    assert!(stderr(&refused).contains("--admin"), "{}", stderr(&refused));
+    assert_eq!(
+        store.head(&running).await.unwrap(),
+        1,
+        "nothing was recorded"
+    );
 }
