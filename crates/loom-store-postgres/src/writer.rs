@@ -38,6 +38,7 @@ use loom_kernel::store::ExecutionTail;
 use loom_kernel::store::tail::{TailChange, status_code};
 use loom_kernel::{AppendError, ExecutionId};
 use tokio::sync::{mpsc, oneshot};
+use tokio_postgres::error::Severity;
 
 use crate::fast::{self, Cached};
 use crate::lease::{LeaseDecision, Leases, RowLease};
@@ -280,9 +281,14 @@ impl Writer {
                         .fetch_add(1, Ordering::Relaxed);
                     Ok(fast::id_set(&updated))
                 }
-                // The server refused it: the implicit transaction rolled back, nothing is
-                // stored. The full path will tell why.
-                Err(err) if err.as_db_error().is_some() => {
+                // The server refused it (an ERROR, not a FATAL or PANIC that ends the session
+                // and may come after the commit): the implicit transaction rolled back,
+                // nothing is stored. The full path will tell why.
+                Err(err)
+                    if err
+                        .as_db_error()
+                        .is_some_and(|db| db.parsed_severity() == Some(Severity::Error)) =>
+                {
                     tracing::debug!(error = %err, "one-statement commit refused; full path");
                     return batch;
                 }
