@@ -331,12 +331,7 @@ fn classification(cli: &Cli) -> Result<DataClassification, ConsoleError> {
                 file.display()
             ))
         })?;
-        paths.extend(
-            text.lines()
-                .map(str::trim)
-                .filter(|line| !line.is_empty() && !line.starts_with('#'))
-                .map(str::to_owned),
-        );
+        paths.extend(loom_kernel::classify::mask_file_paths(&text).map(str::to_owned));
     }
     DataClassification::mask_paths(paths)
         .map_err(|error| ConsoleError::bad_request(error.to_string()))

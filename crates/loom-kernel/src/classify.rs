@@ -87,6 +87,13 @@ impl DataClassification {
         Ok(classification)
     }
 
+    /// Classifies the dot-paths of a mask file: one per line, blank lines and lines starting
+    /// with `#` ignored, spaces around a path trimmed. The format the `<store file>.masks` files
+    /// beside a store use, read by the console and by `replay-check`.
+    pub fn from_mask_file_text(text: &str) -> Result<Self, ClassifyError> {
+        Self::mask_paths(mask_file_paths(text))
+    }
+
     /// The classified paths as given.
     pub fn paths(&self) -> &[String] {
         &self.paths
@@ -345,6 +352,14 @@ fn parse(text: &str) -> Result<Vec<Segment>, ClassifyErrorReason> {
             }
         })
         .collect())
+}
+
+/// The dot-paths a mask file lists, in order: one per line, blank lines and `#` comments
+/// skipped, spaces around each path trimmed (see [`DataClassification::from_mask_file_text`]).
+pub fn mask_file_paths(text: &str) -> impl Iterator<Item = &str> {
+    text.lines()
+        .map(str::trim)
+        .filter(|line| !line.is_empty() && !line.starts_with('#'))
 }
 
 #[cfg(test)]

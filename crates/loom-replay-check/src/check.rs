@@ -1,5 +1,6 @@
 //! The check of one execution.
 
+use loom_kernel::classify::DataClassification;
 use loom_kernel::envelope::{decode_record, encode_record_into};
 use loom_kernel::runtime::{FlowSet, ReplayError, Runtime};
 use loom_kernel::store::StoredLog;
@@ -10,6 +11,8 @@ use loom_kernel::{Event, EventEnvelope, ExecutionState, MemoryStore};
 #[derive(Debug, Clone)]
 pub struct Checker {
     runtime: Runtime<MemoryStore>,
+    /// Whether values are classified: a finding then never prints a whole event.
+    masks: bool,
 }
 
 /// What the check of one execution found.
@@ -68,6 +71,17 @@ impl Checker {
     /// stand-ins that are never run (replay serves every result from the log), so that the
     /// composition check of declared effects holds without the application's effects.
     pub fn new(flows: &FlowSet) -> Result<Self, loom_kernel::runtime::CompositionError> {
+        Self::with_classification(flows, DataClassification::default())
+    }
+
+    /// A checker for `flows` whose findings mask the values at `classification`'s paths
+    /// (K10-R6): a divergence names the recorded and the attempted command without showing a
+    /// classified value.
+    pub fn with_classification(
+        flows: &FlowSet,
+        classification: DataClassification,
+    ) -> Result<Self, loom_kernel::runtime::CompositionError> {
+        let masks = !classification.is_empty();
         let declared: std::collections::BTreeSet<&'static str> = flows
             .iter()
             .flat_map(|flow| flow.declared_effects().iter().copied())
@@ -75,11 +89,13 @@ impl Checker {
         let runtime = declared
             .into_iter()
             .fold(
-                Runtime::builder(MemoryStore::new()).flows(flows),
+                Runtime::builder(MemoryStore::new())
+                    .flows(flows)
+                    .classification(classification),
                 |builder, effect| builder.effect(effect, never_run()),
             )
             .build()?;
-        Ok(Self { runtime })
+        Ok(Self { runtime, masks })
     }
 
     /// Checks one execution's log.
@@ -130,7 +146,7 @@ impl Checker {
                 };
             }
         };
-        if let Some(finding) = round_trip(&log, stored) {
+        if let Some(finding) = round_trip(&log, stored, self.masks) {
             return finding;
         }
         // Stable: folding the log a second time (which is also its round-tripped copy, equal
@@ -181,7 +197,7 @@ fn unstable(detail: String) -> Finding {
 /// Otherwise (a log from elsewhere, a record in an older form) the re-encoded event is decoded
 /// and compared with the original; a record that does not decode is reported before a changed
 /// event, wherever it is in the log.
-fn round_trip(log: &[EventEnvelope], stored: Option<&StoredLog>) -> Option<Finding> {
+fn round_trip(log: &[EventEnvelope], stored: Option<&StoredLog>, masks: bool) -> Option<Finding> {
     let mut bytes = Vec::with_capacity(256);
     let mut changed = None;
     for (index, envelope) in log.iter().enumerate() {
@@ -193,13 +209,20 @@ fn round_trip(log: &[EventEnvelope], stored: Option<&StoredLog>) -> Option<Findi
         match decode_record(&envelope.execution_id, envelope.seq, &bytes) {
             Err(error) => return Some(unstable(format!("the log does not round-trip: {error}"))),
             Ok(copy) if changed.is_none() && copy != *envelope => {
+                // The events in full would show classified values: with a classification,
+                // only their types.
+                let (recorded, copied) = if masks {
+                    (
+                        format!("a {} event", envelope.event.type_name()),
+                        format!("a changed {} event", copy.event.type_name()),
+                    )
+                } else {
+                    (format!("{:?}", envelope.event), format!("{:?}", copy.event))
+                };
                 changed = Some(Finding::Divergent {
                     seq: envelope.seq,
-                    recorded: format!("{:?}", envelope.event),
-                    attempted: format!(
-                        "a round-trip through the record form gives {:?}",
-                        copy.event
-                    ),
+                    recorded,
+                    attempted: format!("a round-trip through the record form gives {copied}"),
                 });
             }
             Ok(_) => {}

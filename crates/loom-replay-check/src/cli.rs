@@ -13,6 +13,7 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use clap::Parser;
+use loom_kernel::classify::DataClassification;
 use loom_kernel::runtime::FlowSet;
 use loom_kernel::{
     DiskStore, DiskStoreConfig, EventEnvelope, EventStore, EventStoreExt, ExecutionId,
@@ -48,6 +49,34 @@ pub struct CheckArgs {
     /// Executions checked at once; defaults to the number of cores.
     #[arg(long, value_name = "N")]
     pub jobs: Option<usize>,
+    /// Mask the value at this dot-path in every finding printed (K10-R6); repeatable.
+    #[arg(long = "mask", value_name = "PATH")]
+    pub masks: Vec<String>,
+    /// A file of classified dot-paths, one per line (`#` starts a comment). Default:
+    /// `<store file>.masks` beside `--store` when it exists (the file the process running the
+    /// flows writes from its classification).
+    #[arg(long, value_name = "FILE")]
+    pub mask_file: Option<PathBuf>,
+}
+
+impl CheckArgs {
+    /// The classification findings are masked with: `--mask` paths, plus those of
+    /// `--mask-file` (or of the `<store>.masks` file beside `--store`, when there is one).
+    pub fn classification(&self) -> Result<DataClassification, BoxError> {
+        let beside_store = self
+            .store
+            .as_ref()
+            .map(|store| PathBuf::from(format!("{}.masks", store.display())))
+            .filter(|file| file.is_file());
+        let mut paths = self.masks.clone();
+        if let Some(file) = self.mask_file.clone().or(beside_store) {
+            let text = std::fs::read_to_string(&file).map_err(|error| {
+                format!("cannot read the mask file {}: {error}", file.display())
+            })?;
+            paths.extend(loom_kernel::classify::mask_file_paths(&text).map(str::to_owned));
+        }
+        Ok(DataClassification::mask_paths(paths)?)
+    }
 }
 
 /// Writes recorded executions as JSON Lines files, one per execution.
@@ -194,7 +223,7 @@ where
     }
     let outcome = (|| {
         let started = Instant::now();
-        let checker = Arc::new(Checker::new(flows)?);
+        let checker = Arc::new(Checker::with_classification(flows, args.classification()?)?);
         let jobs = jobs_of(&args);
         let runtime = tokio_runtime(jobs)?;
         let only = parse_ids(&args.executions)?;
@@ -292,7 +321,7 @@ enum Source<S> {
 
 fn run(flows: &FlowSet, args: &CheckArgs) -> Result<u8, BoxError> {
     let started = Instant::now();
-    let checker = Arc::new(Checker::new(flows)?);
+    let checker = Arc::new(Checker::with_classification(flows, args.classification()?)?);
     let jobs = jobs_of(args);
     let runtime = tokio_runtime(jobs)?;
     let only = parse_ids(&args.executions)?;
