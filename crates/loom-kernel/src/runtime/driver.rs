@@ -34,7 +34,7 @@ use crate::runtime::ctx::{ChildStart, Dispatch, FlowCtx, GateMiss, VerdictMiss};
 use crate::runtime::effect::EffectOutcome;
 use crate::runtime::flow::FlowError;
 use crate::runtime::history::{Attempted, History, NonDeterminism};
-use crate::runtime::machine::{self, Held};
+use crate::runtime::machine::{self, Admit, Held};
 use crate::runtime::timers::{Timers, is_timed_out_payload};
 
 /// Gates (event type, correlation key) that their deadline closed.
@@ -474,10 +474,7 @@ pub(crate) async fn drive<S: EventStore>(
                     children::cancel_orphans(&inner, &execution, orphans);
                     return Ok(Exit::Ended(Box::new(folded)));
                 }
-            } else if running.is_empty()
-                && !machine.holds_effects()
-                && ctx.state().waits_for_messages()
-            {
+            } else if machine.may_park(!running.is_empty(), || ctx.state().waits_for_messages()) {
                 // Only a flow that waits at a gate or on a step in doubt may park; one that
                 // awaits anything else (a timer, a channel, a yield) is polled again when it
                 // wakes. A wake may be deferred to the end of this task's turn (tokio does
@@ -570,15 +567,21 @@ pub(crate) async fn drive<S: EventStore>(
                     // The runtime is gone; nothing can be answered any more.
                     return Ok(Exit::Parked(Box::new(folded)));
                 };
-                if machine.ended() {
-                    forget_deadline(&inner.timers, &execution, &message);
-                    let timed_out = ctx.state().timed_out_gates();
-                    refuse_ended(&execution, message, &timed_out);
-                    continue;
-                }
-                if !matches!(message, DriverMsg::Cancel { .. }) && ctx.state().replaying() {
-                    deferred.push(message);
-                    continue;
+                let cancel = matches!(message, DriverMsg::Cancel { .. });
+                // (The guard of the flow's state is dropped before the branches lock it.)
+                let replaying = ctx.state().replaying();
+                match machine.admit(cancel, replaying) {
+                    Admit::Refuse => {
+                        forget_deadline(&inner.timers, &execution, &message);
+                        let timed_out = ctx.state().timed_out_gates();
+                        refuse_ended(&execution, message, &timed_out);
+                        continue;
+                    }
+                    Admit::Defer => {
+                        deferred.push(message);
+                        continue;
+                    }
+                    Admit::Handle => {}
                 }
                 children::handling(&inner, &message);
                 handle(&ctx, &inner.timers, &execution, message, &mut machine);

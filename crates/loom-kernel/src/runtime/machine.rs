@@ -60,6 +60,19 @@ pub(crate) struct Durable<R, D, C> {
     pub(crate) ready: Ready<D, C>,
 }
 
+/// What the driver does with a message (resume, verdict, cancel, deadline, child's end).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Admit {
+    /// The execution has ended: the message is refused (a deadline or a child's end is
+    /// forgotten).
+    Refuse,
+    /// The flow is still replaying its history: the gate or step the message names may not be
+    /// open yet. It is handled once the replay has caught up.
+    Defer,
+    /// Handled now.
+    Handle,
+}
+
 /// The driver's state beyond the flow's: see the module's documentation.
 #[derive(Debug)]
 pub(crate) struct Machine<R, D, C> {
@@ -124,8 +137,37 @@ impl<R, D: Held, C> Machine<R, D, C> {
     }
 
     /// Whether any effect is held for durability.
-    pub(crate) fn holds_effects(&self) -> bool {
+    #[cfg(test)]
+    fn holds_effects(&self) -> bool {
         !self.held.is_empty()
+    }
+
+    /// What to do with a message; `cancel` says whether it is a cancel (never deferred: it
+    /// needs no open gate), `replaying` whether the flow still replays its history.
+    pub(crate) fn admit(&self, cancel: bool, replaying: bool) -> Admit {
+        if self.ended {
+            Admit::Refuse
+        } else if !cancel && replaying {
+            Admit::Defer
+        } else {
+            Admit::Handle
+        }
+    }
+
+    /// Whether the driver may park the flow and exit: every event is durable, the execution
+    /// goes on, no effect runs (`effects_running`) or is held, and the flow waits only for
+    /// messages (`waits_for_messages`: at a gate or on a step in doubt). A flow that awaits
+    /// anything else (a timer, a channel, a yield) is polled again when it wakes.
+    pub(crate) fn may_park(
+        &self,
+        effects_running: bool,
+        waits_for_messages: impl FnOnce() -> bool,
+    ) -> bool {
+        self.settled()
+            && !self.ended
+            && !effects_running
+            && self.held.is_empty()
+            && waits_for_messages()
     }
 
     /// Whether the effect of `step_id` was handed to the driver (it is not held).
@@ -433,6 +475,41 @@ mod tests {
         let durable = m.appended(3);
         assert_eq!(durable.replies, vec!["cancel"]);
         assert!(durable.ready.run.is_empty() && durable.ready.children.is_empty());
+    }
+
+    #[test]
+    fn a_message_is_deferred_while_replaying_refused_once_ended_and_a_cancel_never_waits() {
+        let mut m = M::new(1);
+        assert_eq!(m.admit(false, true), Admit::Defer);
+        assert_eq!(m.admit(true, true), Admit::Handle);
+        assert_eq!(m.admit(false, false), Admit::Handle);
+        m.cancelled(vec![], cancelled(), "cancel");
+        assert_eq!(m.admit(true, false), Admit::Refuse);
+        assert_eq!(m.admit(false, true), Admit::Refuse);
+    }
+
+    #[test]
+    fn a_flow_parks_only_settled_with_nothing_running_or_held_and_waiting_for_a_message() {
+        let mut m = M::new(1);
+        assert!(m.may_park(false, || true));
+        assert!(!m.may_park(false, || false), "it awaits something else");
+        assert!(!m.may_park(true, || true), "an effect runs");
+        m.issued(vec![started("a")], vec![Fx("a", true)], vec![]);
+        assert!(!m.may_park(false, || true), "an event is queued");
+        m.take_append().unwrap();
+        assert!(!m.may_park(false, || true), "an append is in flight");
+        let durable = m.appended(2);
+        // The effect was handed out: the driver runs it, then it is done.
+        assert_eq!(durable.ready.run.len(), 1);
+        assert!(!m.may_park(true, || true));
+        assert!(m.may_park(false, || true));
+        assert!(m.flow_returned(Ok(Payload::null())));
+        m.take_append().unwrap();
+        m.appended(3);
+        assert!(
+            !m.may_park(false, || true),
+            "an ended execution does not park"
+        );
     }
 
     #[test]
