@@ -60,6 +60,8 @@ pub mod event;
 mod event_decode;
 pub mod fold;
 mod gates_guide;
+#[cfg(doctest)]
+mod guides;
 mod hash;
 mod id;
 mod payload;

@@ -592,6 +592,22 @@ impl Projection for SurfaceHub {
     }
 }
 
+/// Fed from the store's feed ([`Runtime::follow_feed`]), the hub sees the events of every
+/// process on the store, live, and rebuilds every execution's surfaces after a restart: an
+/// in-memory hub starts from position 0. Events it has applied already (through
+/// [`Projection::apply`] or [`SurfaceHub::catch_up`]) are skipped, so it can be both a
+/// plugin and followed. See `docs/CATCH-UP.md`.
+impl loom_kernel::runtime::FeedProjection for SurfaceHub {
+    fn start_position(&self) -> u64 {
+        0
+    }
+
+    fn apply(&self, event: &loom_kernel::store::FeedEvent) {
+        let mut state = self.state();
+        self.offer(&mut state, event.envelope.clone());
+    }
+}
+
 impl Plugin for SurfaceHub {
     fn name(&self) -> &str {
         "loom-plugin-a2ui"

@@ -34,6 +34,7 @@ use crate::runtime::ctx::{ChildStart, Dispatch, FlowCtx, GateMiss, VerdictMiss};
 use crate::runtime::effect::EffectOutcome;
 use crate::runtime::flow::FlowError;
 use crate::runtime::history::{Attempted, History, NonDeterminism};
+use crate::runtime::keep;
 use crate::runtime::machine::{self, Admit, Held};
 use crate::runtime::timers::{Timers, is_timed_out_payload};
 
@@ -134,6 +135,9 @@ pub(crate) enum Exit {
     Unknown,
     /// The runtime is shutting down: the driver stopped once nothing was being appended.
     Stopped(Box<ExecutionState>),
+    /// The flow parked and was kept in memory with its state (`keep.rs`); no caller was
+    /// waiting for the state.
+    Kept,
 }
 
 /// Wakes the driver when something the flow awaits (other than a command) is ready, and
@@ -281,8 +285,14 @@ pub(crate) async fn drive<S: EventStore>(
     new: Option<NewExecution>,
 ) -> Result<Exit, DriveError> {
     let mut first: Option<(Event, Reply)> = None;
+    // A flow its last driver kept parked in memory goes on from there, with no replay.
+    let mut kept = match &new {
+        None => keep::take(&inner, &execution).await,
+        Some(_) => None,
+    };
     // The state of what is durable: `wait` gets it without reading the log again.
     let (started, history, mut folded) = match new {
+        _ if let Some(kept) = kept.as_mut() => keep::resumed(kept),
         Some(NewExecution { started, reply }) => {
             first = Some((
                 Event::ExecutionStarted(started.clone()),
@@ -317,8 +327,9 @@ pub(crate) async fn drive<S: EventStore>(
         &started,
         history,
     );
+    let ctx = kept.as_ref().map_or(ctx, |kept| kept.ctx.clone());
     let mut flow_result: Option<Result<Payload, FlowError>> = None;
-    let mut flow_future = match contain(|| flow.run(ctx.clone(), started.input.clone())) {
+    let mut flow_future = match contain(|| keep::run_or_resume(&mut kept, &flow, &ctx, &started)) {
         Ok(running) => Some(running),
         Err(panic) => {
             flow_result = Some(Err(flow_panicked(&panic)));
@@ -326,6 +337,7 @@ pub(crate) async fn drive<S: EventStore>(
         }
     };
     let flow_waker = Arc::new(FlowWaker::new());
+    let flow_waker = kept.take().map_or(flow_waker, |kept| kept.waker);
     let waker = Waker::from(Arc::clone(&flow_waker));
 
     let mut running: FuturesUnordered<BoxFuture<'static, (String, EffectOutcome)>> =
@@ -497,8 +509,25 @@ pub(crate) async fn drive<S: EventStore>(
                         source: divergence,
                     });
                 }
-                if inner.try_release(&execution, messages) {
-                    return Ok(Exit::Parked(Box::new(folded)));
+                let mut moved = false;
+                let mut copy = keep::copy_for_waiter(&inner, &execution, &folded);
+                let keep = |waited: bool| {
+                    let flow = flow_future.take()?;
+                    moved = !waited;
+                    Some(keep::Kept {
+                        started: started.clone(),
+                        ctx: ctx.clone(),
+                        flow: Some(flow),
+                        waker: Arc::clone(&flow_waker),
+                        folded: keep::hand_over(&mut folded, waited, copy.take()),
+                    })
+                };
+                if keep::release(&inner, &execution, messages, keep) {
+                    return Ok(if moved {
+                        Exit::Kept
+                    } else {
+                        Exit::Parked(Box::new(folded))
+                    });
                 }
             }
         }

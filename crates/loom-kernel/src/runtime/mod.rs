@@ -4,7 +4,8 @@
 //! One driver task per active execution is its only writer in this process (`driver.rs`);
 //! several processes on one store are fenced by the store's expected-seq check. A driver
 //! exits when its execution ends or parks (waits only for resumes or verdicts); a resume,
-//! verdict or cancel starts a new one, which replays the log first.
+//! verdict or cancel starts a new one, which goes on from the parked flow the last one kept in
+//! memory (`keep.rs`, ADR 0020) or, if none is kept, replays the log first.
 //!
 //! # Time
 //! `ctx.sleep`, `ctx.sleep_until`, `ctx.suspend_with_timeout` and `ctx.first_of` (with a
@@ -34,6 +35,7 @@
 //! spawned (ADR 0014).
 
 mod caller;
+mod catchup;
 mod children;
 pub mod codes;
 mod contain;
@@ -44,6 +46,7 @@ mod effect;
 mod errors;
 mod flow;
 mod history;
+mod keep;
 mod machine;
 mod plugin;
 mod replay;
@@ -62,6 +65,7 @@ pub use caller::{
     AsyncResumeAuthenticator, Authorization, Caller, CallerError, MAX_CALLER_ATTRIBUTES,
     MAX_CALLER_TEXT, StartRequest,
 };
+pub use catchup::{CatchUpError, FeedFollower, FeedProjection, FollowError, catch_up};
 pub use children::{CHILD_EVENT_TYPE, CHILD_KEY, CHILD_KIND};
 pub use ctx::{ChildCall, PATCH_KIND};
 pub use ctx::{Command, FirstOf, FlowCtx, GateOutcome, Selected, StepError, StepName, TimedGate};
@@ -74,6 +78,7 @@ pub use errors::{
 pub(crate) use errors::{DRIVER_STOPPED, DriverFailure, SHUT_DOWN};
 pub use flow::{Flow, FlowError, FlowSet, FnFlow, flow_fn};
 pub use history::NonDeterminism;
+pub use keep::DEFAULT_MAX_PARKED_IN_MEMORY;
 pub use plugin::{AbiRange, Contributions, Inbound, InboundHandler, Plugin, Projection};
 pub use replay::{ReplayError, ReplayReport};
 pub use requests::{
@@ -171,6 +176,7 @@ pub struct RuntimeBuilder<S> {
     classification: DataClassification,
     clock: Arc<dyn Clock>,
     errors: Vec<CompositionError>,
+    max_parked_in_memory: usize,
 }
 
 impl<S> std::fmt::Debug for RuntimeBuilder<S> {
@@ -287,6 +293,7 @@ impl<S: EventStore> RuntimeBuilder<S> {
                 stop: watch::channel(false).0,
                 tasks: Mutex::new(tokio::task::JoinSet::new()),
                 shutting: tokio::sync::Mutex::new(()),
+                kept: keep::KeptFlows::new(self.max_parked_in_memory),
             }),
         })
     }
@@ -334,6 +341,8 @@ pub(crate) struct Inner<S> {
     tasks: Mutex<tokio::task::JoinSet<()>>,
     /// Held while a shutdown joins the tasks, so a second one waits for the first.
     shutting: tokio::sync::Mutex<()>,
+    /// Parked flows kept in memory, resumed without replay (ADR 0020).
+    kept: keep::KeptFlows,
 }
 
 impl<S> Drop for Inner<S> {
@@ -467,6 +476,7 @@ impl<S: EventStore> Runtime<S> {
             classification: DataClassification::default(),
             clock: Arc::new(SystemClock),
             errors: Vec::new(),
+            max_parked_in_memory: DEFAULT_MAX_PARKED_IN_MEMORY,
         }
     }
 
@@ -491,6 +501,8 @@ impl<S: EventStore> Runtime<S> {
             tracing::info!("runtime shutting down");
         }
         self.inner.timers.close();
+        // Kept parked flows stop with the drivers: the next process replays them.
+        self.inner.kept.clear();
         loop {
             let mut tasks = std::mem::take(&mut *self.inner.tasks());
             if tasks.is_empty() {
@@ -1208,6 +1220,7 @@ impl<S: EventStore> Runtime<S> {
                         (None, Some(*state))
                     }
                     Ok(Exit::Unknown) => (None, None),
+                    Ok(Exit::Kept) => (None, None),
                     Err(error) => {
                         tracing::error!(%error, "driver stopped");
                         (Some(error), None)

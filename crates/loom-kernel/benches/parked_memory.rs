@@ -1,0 +1,146 @@
+//! What keeping 100,000 parked executions in memory costs, against keeping none (the bound at
+//! 0: every resume replays), and what it saves when all of them are resumed.
+//!
+//! Each scenario runs in a fresh child process on the memory store (2 tokio workers), parks
+//! 100,000 executions at a gate (after one step), and reports resident memory, the count of
+//! flows kept, threads and CPU over one idle second; then it resumes every execution and
+//! reports how long until all have completed:
+//! - `replay`: `max_parked_in_memory(0)`, the runtime before ADR 0020;
+//! - `kept`: `max_parked_in_memory(100_000)`: every parked flow kept.
+//!
+//! Compare the resident memory with `timers_idle`'s `gate` line (100,000 parked at a gate,
+//! default bound: 10,000 kept).
+//!
+//! `cargo bench -p loom-kernel --bench parked_memory`
+
+use std::time::{Duration, Instant};
+
+use loom_kernel::runtime::*;
+use loom_kernel::{ExecutionId, ExecutionStatus, MemoryStore, Payload};
+use serde_json::{Value, json};
+
+const CHILD_ENV: &str = "LOOM_PARKED_MEMORY_CHILD";
+const EXECUTIONS: usize = 100_000;
+
+async fn gated(ctx: FlowCtx, _: Value) -> Result<Value, FlowError> {
+    ctx.execute("noop", &json!(1)).await?;
+    ctx.suspend("Go", "go").await?;
+    Ok(json!("went"))
+}
+
+/// A line of `/proc/self/status`, in KiB.
+fn status_kib(field: &str) -> u64 {
+    std::fs::read_to_string("/proc/self/status")
+        .ok()
+        .and_then(|status| {
+            status
+                .lines()
+                .find(|line| line.starts_with(field))
+                .and_then(|line| line.split_whitespace().nth(1))
+                .and_then(|kib| kib.parse().ok())
+        })
+        .unwrap_or(0)
+}
+
+/// CPU time of every thread of this process so far (`/proc/self/task/*/schedstat`), in ns.
+fn cpu_ns() -> u64 {
+    let Ok(tasks) = std::fs::read_dir("/proc/self/task") else {
+        return 0;
+    };
+    tasks
+        .filter_map(|task| {
+            let path = task.ok()?.path().join("schedstat");
+            let text = std::fs::read_to_string(path).ok()?;
+            text.split_whitespace().next()?.parse::<u64>().ok()
+        })
+        .sum()
+}
+
+fn threads() -> usize {
+    std::fs::read_dir("/proc/self/task").map_or(0, |tasks| tasks.count())
+}
+
+fn child(mode: &str) {
+    let tokio = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .expect("tokio");
+    let rss_before = status_kib("VmRSS:");
+    tokio.block_on(async {
+        let noop = FnEffect::new(true, |_call: EffectCall| async {
+            EffectOutcome::ok(Payload::null())
+        });
+        let runtime = Runtime::builder(MemoryStore::new())
+            .flow(flow_fn("gated", 1, gated))
+            .effect("noop", noop)
+            .max_parked_in_memory(if mode == "kept" { EXECUTIONS } else { 0 })
+            .build()
+            .expect("runtime");
+        let ids: Vec<ExecutionId> = (0..EXECUTIONS)
+            .map(|n| ExecutionId::new(format!("e{n:06}")).expect("id"))
+            .collect();
+        let started = Instant::now();
+        for chunk in ids.chunks(1_000) {
+            let starts = chunk.iter().map(|id| {
+                runtime.start("gated", &json!(null), StartOptions::new(id.clone()).grant("noop"))
+            });
+            for result in futures::future::join_all(starts).await {
+                result.expect("start");
+            }
+        }
+        for id in &ids {
+            runtime.wait(id).await.expect("parked");
+        }
+        let start_secs = started.elapsed().as_secs_f64();
+        tokio::time::sleep(Duration::from_millis(500)).await;
+        let rss = status_kib("VmRSS:");
+        let cpu_before = cpu_ns();
+        tokio::time::sleep(Duration::from_secs(1)).await;
+        let idle_cpu_us = (cpu_ns() - cpu_before) / 1_000;
+        println!(
+            "{mode}: {EXECUTIONS} executions parked in {start_secs:.2} s; kept in memory {}; RSS {:.1} MiB (process before the runtime: {:.1} MiB); threads {}; CPU over one idle second: {idle_cpu_us} µs",
+            runtime.parked_in_memory(),
+            rss as f64 / 1024.0,
+            rss_before as f64 / 1024.0,
+            threads(),
+        );
+        let resumed = Instant::now();
+        for chunk in ids.chunks(1_000) {
+            let resumes = chunk
+                .iter()
+                .map(|id| runtime.resume(id, "Go", "go", Payload::null()));
+            for result in futures::future::join_all(resumes).await {
+                result.expect("resume");
+            }
+        }
+        for id in &ids {
+            let state = runtime.wait(id).await.expect("state");
+            assert_eq!(state.status(), ExecutionStatus::Completed);
+        }
+        let secs = resumed.elapsed().as_secs_f64();
+        println!(
+            "{mode}: all {EXECUTIONS} resumed and completed in {secs:.2} s ({:.0} resumes/s); kept in memory {}",
+            EXECUTIONS as f64 / secs,
+            runtime.parked_in_memory()
+        );
+    });
+}
+
+fn main() {
+    if let Ok(mode) = std::env::var(CHILD_ENV) {
+        child(&mode);
+        return;
+    }
+    // `cargo bench` passes `--bench`; this benchmark takes no filter.
+    if std::env::args().any(|arg| arg == "--list") {
+        return;
+    }
+    for mode in ["replay", "kept"] {
+        let status = std::process::Command::new(std::env::current_exe().expect("exe"))
+            .env(CHILD_ENV, mode)
+            .status()
+            .expect("child");
+        assert!(status.success(), "{mode} failed");
+    }
+}

@@ -1,0 +1,280 @@
+//! Parked flows kept in memory, so that a resume does not replay history (ADR 0020).
+//!
+//! When a driver parks (its flow waits only for resumes or verdicts), it hands what it was
+//! driving to this table instead of dropping it: the flow's future, its context, the fold of
+//! the durable log and the head it reached. No task and no channel stays behind: a kept flow
+//! is data. The next driver of the execution (a resume, a verdict, a deadline, a cancel, or
+//! `recover`) takes it back, checks that the log's head is still the one it parked at, and
+//! goes on from there: its cost does not depend on how long the log is. A log that moved (a
+//! worker of another process appended to it) makes the kept flow stale: it is dropped and the
+//! driver replays the log, as it always did.
+//!
+//! The table is bounded ([`RuntimeBuilder::max_parked_in_memory`]): past the bound the least
+//! recently parked flows are dropped, and replay when they are needed. A shutdown drops them
+//! all.
+
+use std::collections::{BTreeMap, HashMap};
+use std::sync::{Arc, Mutex};
+
+use futures::future::BoxFuture;
+use tokio::sync::mpsc;
+
+use crate::event::ExecutionStarted;
+use crate::fold::ExecutionState;
+use crate::id::ExecutionId;
+use crate::payload::Payload;
+use crate::runtime::contain::contain;
+use crate::runtime::ctx::FlowCtx;
+use crate::runtime::driver::{DriverMsg, FlowWaker};
+use crate::runtime::flow::{Flow, FlowError};
+use crate::runtime::{Inner, Runtime, RuntimeBuilder};
+use crate::store::EventStore;
+
+/// How many parked flows a runtime keeps in memory unless told otherwise.
+pub const DEFAULT_MAX_PARKED_IN_MEMORY: usize = 10_000;
+
+/// The running future of a flow.
+pub(crate) type FlowFuture = BoxFuture<'static, FlowResult>;
+type FlowResult = Result<Payload, FlowError>;
+
+/// What a parked driver leaves behind for the next one.
+pub(crate) struct Kept {
+    pub(crate) started: ExecutionStarted,
+    pub(crate) ctx: FlowCtx,
+    pub(crate) flow: Option<FlowFuture>,
+    pub(crate) waker: Arc<FlowWaker>,
+    /// The fold of the durable log, whose `next_seq` is the head the flow parked at.
+    pub(crate) folded: ExecutionState,
+}
+
+/// The kept flows of a runtime, least recently parked first.
+pub(crate) struct KeptFlows {
+    max: usize,
+    table: Mutex<Table>,
+}
+
+#[derive(Default)]
+struct Table {
+    flows: HashMap<ExecutionId, (u64, Kept)>,
+    /// Park order (a counter, not a clock): the first entry is evicted first.
+    order: BTreeMap<u64, ExecutionId>,
+    next: u64,
+}
+
+impl KeptFlows {
+    pub(crate) fn new(max: usize) -> Self {
+        Self {
+            max,
+            table: Mutex::new(Table::default()),
+        }
+    }
+
+    fn table(&self) -> std::sync::MutexGuard<'_, Table> {
+        self.table.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    pub(crate) fn len(&self) -> usize {
+        self.table().flows.len()
+    }
+
+    /// Keeps `kept`, unless `stopping` says a shutdown has begun (asked under the table's
+    /// lock, which the shutdown's `clear` takes after setting its signal: nothing is kept
+    /// after it); returns what is not kept or the bound evicts (the caller drops it outside
+    /// every lock).
+    fn insert(
+        &self,
+        execution: ExecutionId,
+        kept: Kept,
+        stopping: impl FnOnce() -> bool,
+    ) -> Vec<Kept> {
+        if self.max == 0 {
+            return vec![kept];
+        }
+        let mut table = self.table();
+        if stopping() {
+            return vec![kept];
+        }
+        let tick = table.next;
+        table.next += 1;
+        let mut evicted = Vec::new();
+        if let Some((old, previous)) = table.flows.insert(execution.clone(), (tick, kept)) {
+            table.order.remove(&old);
+            evicted.push(previous);
+        }
+        table.order.insert(tick, execution);
+        while table.flows.len() > self.max {
+            let Some((_, oldest)) = table.order.pop_first() else {
+                break;
+            };
+            if let Some((_, kept)) = table.flows.remove(&oldest) {
+                tracing::debug!(execution = %oldest, "a parked flow is evicted; it replays when needed");
+                evicted.push(kept);
+            }
+        }
+        evicted
+    }
+
+    fn take(&self, execution: &ExecutionId) -> Option<Kept> {
+        let mut table = self.table();
+        let (tick, kept) = table.flows.remove(execution)?;
+        table.order.remove(&tick);
+        Some(kept)
+    }
+
+    /// Drops every kept flow (a shutdown).
+    pub(crate) fn clear(&self) {
+        let all = std::mem::take(&mut *self.table());
+        drop_flows(all.flows.into_values().map(|(_, kept)| kept));
+    }
+}
+
+/// Drops flows outside every lock; a panic in a flow's `Drop` is contained.
+fn drop_flows(flows: impl IntoIterator<Item = Kept>) {
+    for kept in flows {
+        if contain(move || drop(kept)).is_err() {
+            tracing::error!("a kept flow panicked while it was dropped");
+        }
+    }
+}
+
+/// The kept flow of `execution`, if it is still current: the log's head is the one it parked
+/// at. A stale one (the log moved under it, or its head cannot be read) is dropped, and the
+/// caller replays the log.
+pub(crate) async fn take<S: EventStore>(inner: &Inner<S>, execution: &ExecutionId) -> Option<Kept> {
+    let kept = inner.kept.take(execution)?;
+    match inner.store.head(execution).await {
+        Ok(head) if head == kept.folded.next_seq() => Some(kept),
+        Ok(head) => {
+            tracing::debug!(
+                %execution,
+                head,
+                parked_at = kept.folded.next_seq(),
+                "the log moved under a kept flow; it replays"
+            );
+            drop_flows([kept]);
+            None
+        }
+        Err(error) => {
+            tracing::debug!(%execution, %error, "cannot read the head for a kept flow; it replays");
+            drop_flows([kept]);
+            None
+        }
+    }
+}
+
+/// The flow's future: the kept one, or `flow` run anew.
+pub(crate) fn run_or_resume(
+    kept: &mut Option<Kept>,
+    flow: &Arc<dyn Flow>,
+    ctx: &FlowCtx,
+    started: &ExecutionStarted,
+) -> BoxFuture<'static, FlowResult> {
+    match kept.as_mut().and_then(|kept| kept.flow.take()) {
+        Some(running) => running,
+        None => flow.run(ctx.clone(), started.input.clone()),
+    }
+}
+
+/// The driver's state when it goes on from a kept flow: its start, an empty history (the flow
+/// has replayed it already) and the fold of the durable log.
+pub(crate) fn resumed(
+    kept: &mut Kept,
+) -> (
+    ExecutionStarted,
+    crate::runtime::history::History,
+    ExecutionState,
+) {
+    (
+        kept.started.clone(),
+        Default::default(),
+        std::mem::take(&mut kept.folded),
+    )
+}
+
+/// A copy of the fold, made before the lock `release` takes, if a caller of `Runtime::wait`
+/// waits for this driver now (so the copy is not made under the lock that every message is
+/// sent under). A hint: `release` decides under the lock.
+pub(crate) fn copy_for_waiter<S: EventStore>(
+    inner: &Inner<S>,
+    execution: &ExecutionId,
+    folded: &ExecutionState,
+) -> Option<ExecutionState> {
+    let waited = inner
+        .slots()
+        .get(execution)
+        .is_some_and(|slot| slot.settled.receiver_count() > 0);
+    waited.then(|| folded.clone())
+}
+
+/// The fold a parked driver keeps with its flow: a copy if a caller waits for the state the
+/// driver exits with (`copy`, made before the lock, or made now if the caller came since),
+/// else the fold itself (the driver then exits with no state, and a later `wait` folds the
+/// log).
+pub(crate) fn hand_over(
+    folded: &mut ExecutionState,
+    waited: bool,
+    copy: Option<ExecutionState>,
+) -> ExecutionState {
+    if waited {
+        copy.unwrap_or_else(|| folded.clone())
+    } else {
+        std::mem::take(folded)
+    }
+}
+
+/// Called by a driver whose flow parks: like [`Inner::try_release`], and when it may exit,
+/// keeps what `keep` makes (under the lock `send` takes, so the next driver finds it).
+///
+/// `keep` is told whether a caller of `Runtime::wait` is waiting for this driver: only such a
+/// caller reads the state the driver exits with (one that comes later finds no driver and
+/// folds the log), so the driver copies its fold for it only then, and otherwise moves the
+/// fold into the kept flow: parking costs no copy of a state that grows with the history.
+pub(crate) fn release<S: EventStore>(
+    inner: &Inner<S>,
+    execution: &ExecutionId,
+    messages: &mut mpsc::UnboundedReceiver<DriverMsg>,
+    keep: impl FnOnce(bool) -> Option<Kept>,
+) -> bool {
+    let evicted = {
+        let mut slots = inner.slots();
+        if !messages.is_empty() {
+            return false;
+        }
+        let waited = slots
+            .get(execution)
+            .is_some_and(|slot| slot.settled.receiver_count() > 0);
+        // After a shutdown nothing is kept: the shutdown has dropped (or is dropping) them all.
+        let evicted = match keep(waited) {
+            Some(kept) => inner
+                .kept
+                .insert(execution.clone(), kept, || inner.stopping()),
+            None => Vec::new(),
+        };
+        if let Some(slot) = slots.get_mut(execution) {
+            slot.driver = None;
+        }
+        evicted
+    };
+    drop_flows(evicted);
+    true
+}
+
+impl<S> RuntimeBuilder<S> {
+    /// How many parked executions the runtime keeps in memory with their flow, so that their
+    /// next resume, verdict, deadline or cancel goes on without replaying their log (ADR
+    /// 0020). Past the bound, the least recently parked are dropped and replay when needed.
+    /// `0` keeps none (every resume replays). The default is
+    /// [`DEFAULT_MAX_PARKED_IN_MEMORY`].
+    pub fn max_parked_in_memory(mut self, max: usize) -> Self {
+        self.max_parked_in_memory = max;
+        self
+    }
+}
+
+impl<S: EventStore> Runtime<S> {
+    /// How many parked executions this runtime keeps in memory (at most the bound set by
+    /// [`RuntimeBuilder::max_parked_in_memory`]). No task runs for them.
+    pub fn parked_in_memory(&self) -> usize {
+        self.inner.kept.len()
+    }
+}
