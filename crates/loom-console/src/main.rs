@@ -1,9 +1,9 @@
 //! `loom`: the operator's command line. See `docs/CONSOLE.md`.
 //!
 //! It works on a store directly (`--store FILE` when no process holds the file, or
-//! `--store postgres://...` for reads) or through the admin API of the process that runs the
-//! flows (`--admin URL --token TOKEN`). Errors go to stderr and say what to do; the exit code
-//! says what kind of failure it was (see `EXIT_CODES`).
+//! `--store postgres://...` while workers run) or through the admin API of the process that
+//! runs the flows (`--admin URL --token TOKEN`). Errors go to stderr and say what to do; the
+//! exit code says what kind of failure it was (see `EXIT_CODES`).
 
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
@@ -46,7 +46,7 @@ that runs the flows holds it, use its admin API: --admin http://127.0.0.1:PORT -
 #[command(name = "loom", version, after_help = EXIT_CODES)]
 struct Cli {
     /// The store: an embedded store file (opened only when no process holds it) or a
-    /// postgres:// URL (reads only). Default: $LOOM_STORE.
+    /// postgres:// URL. Default: $LOOM_STORE.
     #[arg(long, global = true, value_name = "FILE|URL")]
     store: Option<String>,
     /// The PostgreSQL schema holding Loom's tables (with a postgres:// store).
@@ -433,7 +433,11 @@ async fn run(cli: Cli) -> Result<(), ConsoleError> {
                     offline::resolve(&store, &execution, &step, verdict, operator).await?;
                     Some(offline::GOES_ON_WHEN_RECOVERED)
                 }
-                Backend::Postgres(_) => return Err(postgres_writes()),
+                Backend::Postgres(store) => {
+                    offline::resolve(store, &execution, &step, verdict, operator).await?;
+                    give_back(store).await;
+                    Some(offline::GOES_ON_WHEN_RECOVERED_POSTGRES)
+                }
                 Backend::Admin(client) => {
                     client
                         .resolve(&id, &step, &verdict, operator.as_deref())
@@ -463,7 +467,11 @@ async fn run(cli: Cli) -> Result<(), ConsoleError> {
                     offline::resume(&store, &execution, &event_type, &key, payload).await?;
                     Some(offline::GOES_ON_WHEN_RECOVERED)
                 }
-                Backend::Postgres(_) => return Err(postgres_writes()),
+                Backend::Postgres(store) => {
+                    offline::resume(store, &execution, &event_type, &key, payload).await?;
+                    give_back(store).await;
+                    Some(offline::GOES_ON_WHEN_RECOVERED_POSTGRES)
+                }
                 Backend::Admin(client) => {
                     client
                         .resume_by(
@@ -490,7 +498,10 @@ async fn run(cli: Cli) -> Result<(), ConsoleError> {
                     let store = open_file(path, true, true)?;
                     offline::cancel(&store, &execution, reason).await?;
                 }
-                Backend::Postgres(_) => return Err(postgres_writes()),
+                Backend::Postgres(store) => {
+                    offline::cancel(store, &execution, reason).await?;
+                    give_back(store).await;
+                }
                 Backend::Admin(client) => client.cancel(&id, reason.as_deref()).await?,
             }
             done(json, &format!("execution {id} cancelled"), None);
@@ -580,10 +591,17 @@ async fn purge(
                 .await?;
             }
         }
-        Backend::Postgres(_) => {
-            return Err(ConsoleError::refused(
-                "on PostgreSQL, purge through the admin API of a process that runs the flows: --admin http://127.0.0.1:PORT --token TOKEN; nothing was deleted",
-            ));
+        Backend::Postgres(store) => {
+            // Ended executions hold no lease: deleting them races no worker.
+            if dry_run {
+                let found = retention::would_purge(store, ended_before_ms).await?;
+                print(&found.iter().map(|id| id.to_string()).collect::<Vec<_>>());
+            } else {
+                retention::purge(store, ended_before_ms, batch, |ids| {
+                    print(&ids.iter().map(|id| id.to_string()).collect::<Vec<_>>())
+                })
+                .await?;
+            }
         }
         Backend::Admin(client) => {
             if dry_run {
@@ -617,10 +635,12 @@ async fn purge(
     Ok(())
 }
 
-fn postgres_writes() -> ConsoleError {
-    ConsoleError::refused(
-        "on PostgreSQL, verdicts, resumes and cancels go through the admin API of a process that runs the flows: --admin http://127.0.0.1:PORT --token TOKEN; nothing was recorded",
-    )
+/// Gives back the lease a write on PostgreSQL took, so that any worker's `recover()` drives
+/// the execution at once; a lease left behind would only run out later.
+async fn give_back(store: &PostgresStore) {
+    if let Err(error) = store.release_leases().await {
+        tracing::warn!(%error, "the lease taken for this write runs out by itself");
+    }
 }
 
 fn parse_payload(text: &str, what: &str) -> Result<Payload, ConsoleError> {

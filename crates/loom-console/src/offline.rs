@@ -1,5 +1,6 @@
 //! Verdicts, resumes and cancels on a store that no process runs flows on (the `loom` CLI with
-//! `--store` when the file is free). See `docs/adr/0011-operator-admin-api.md`.
+//! `--store` when the file is free), or on PostgreSQL (where the append's lease and fence keep
+//! it safe beside running workers). See `docs/adr/0011-operator-admin-api.md`.
 //!
 //! Without the flow code, the console records exactly the one event the kernel's driver would
 //! record for the request, and only when the fold says the driver would accept it:
@@ -21,6 +22,9 @@ use loom_kernel::{
 
 use crate::error::ConsoleError;
 use crate::view::status_name;
+
+/// What to say after a write on PostgreSQL.
+pub const GOES_ON_WHEN_RECOVERED_POSTGRES: &str = "recorded; the execution goes on when a worker next recovers it (Runtime::recover); to have a running worker drive it at once, go through its admin API (--admin)";
 
 /// What to say after an offline write.
 pub const GOES_ON_WHEN_RECOVERED: &str = "recorded; the execution goes on when the process that runs its flow next starts (Runtime::recover drives it)";
@@ -51,7 +55,7 @@ async fn append<S: EventStore>(
     match store.append(id, state.next_seq(), events).await {
         Ok(_) => Ok(()),
         Err(AppendError::Conflict { .. }) => Err(ConsoleError::refused(format!(
-            "the log of execution {id} moved while this was recorded (another writer): nothing was recorded; look at it again with `loom show {id}`"
+            "the log of execution {id} moved while this was recorded (another writer), or on PostgreSQL a running worker drives it (then go through its admin API, --admin): nothing was recorded; look at it again with `loom show {id}`"
         ))),
         Err(AppendError::Invalid { violation, .. }) => Err(ConsoleError::refused(format!(
             "the store refused the event for execution {id}: {violation}; nothing was recorded"

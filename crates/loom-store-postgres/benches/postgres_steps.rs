@@ -3,6 +3,10 @@
 //! - `sequential`: one execution of 1,000 non-idempotent steps, each durable (its
 //!   `STEP_STARTED` committed) before it runs: the like-for-like line for a peer engine that
 //!   persists every step before the next.
+//! - `sequential-idempotent`: the same with an idempotent effect (at-least-once, as a DBOS
+//!   step is): the step runs without waiting for its `STEP_STARTED`, and its outcome rides
+//!   with the next commit, so steps run ahead of the commits and share them. Not a
+//!   commit-per-step figure: after a crash, the steps since the last commit run again.
 //! - `concurrent`: `N` executions started at once, each of 10 non-idempotent steps: steps/s over
 //!   all of them and the p50 / p99 latency of one step as the flow sees it (the await of
 //!   `ctx.execute`). Group commit shares one transaction among the executions that wait together.
@@ -31,7 +35,7 @@ fn percentile_us(sorted: &[Duration], p: f64) -> f64 {
     sorted.get(index).map_or(0.0, |d| d.as_secs_f64() * 1e6)
 }
 
-fn runtime<S: EventStore>(store: S, latencies: Latencies) -> Runtime<S> {
+fn runtime<S: EventStore>(store: S, latencies: Latencies, idempotent: bool) -> Runtime<S> {
     Runtime::builder(store)
         .flow(flow_fn("steps", 1, move |ctx: FlowCtx, n: u64| {
             let latencies = Arc::clone(&latencies);
@@ -46,7 +50,7 @@ fn runtime<S: EventStore>(store: S, latencies: Latencies) -> Runtime<S> {
         }))
         .effect(
             "noop",
-            FnEffect::new(false, |call: EffectCall| async move {
+            FnEffect::new(idempotent, |call: EffectCall| async move {
                 EffectOutcome::ok(call.input)
             }),
         )
@@ -59,9 +63,10 @@ async fn run_workload<S: EventStore>(
     store: S,
     executions: u64,
     steps: u64,
+    idempotent: bool,
 ) -> (f64, f64, f64) {
     let latencies: Latencies = Arc::default();
-    let loom = Arc::new(runtime(store, Arc::clone(&latencies)));
+    let loom = Arc::new(runtime(store, Arc::clone(&latencies), idempotent));
     let started = Instant::now();
     let mut waiting = Vec::new();
     for i in 0..executions {
@@ -104,16 +109,23 @@ fn main() {
         .expect("scratch dir");
     tokio.block_on(async {
         let workloads = [
-            ("sequential", 1, SEQUENTIAL),
-            ("concurrent", 1, STEPS_PER_EXECUTION),
-            ("concurrent", 1_000, STEPS_PER_EXECUTION),
+            ("sequential", 1, SEQUENTIAL, false),
+            ("sequential-idempotent", 1, SEQUENTIAL, true),
+            ("concurrent", 1, STEPS_PER_EXECUTION, false),
+            ("concurrent", 1_000, STEPS_PER_EXECUTION, false),
         ];
-        for (index, (workload, executions, steps)) in workloads.into_iter().enumerate() {
+        // `LOOM_BENCH_ONLY=sequential` runs the workloads of that name only.
+        let only = std::env::var("LOOM_BENCH_ONLY").ok();
+        for (index, (workload, executions, steps, idempotent)) in workloads.into_iter().enumerate()
+        {
+            if only.as_deref().is_some_and(|only| only != workload) {
+                continue;
+            }
             let postgres = fresh_store(&url, "bench").await.expect("postgres store");
-            let pg = run_workload("postgres", postgres, executions, steps).await;
+            let pg = run_workload("postgres", postgres, executions, steps, idempotent).await;
             let disk = DiskStore::open(dir.path().join(format!("bench-{index}.redb")))
                 .expect("disk store");
-            let embedded = run_workload("disk", disk, executions, steps).await;
+            let embedded = run_workload("disk", disk, executions, steps, idempotent).await;
             for (store, (per_s, p50, p99)) in [("postgres", pg), ("disk", embedded)] {
                 println!(
                     "{workload} executions={executions} steps={steps} store={store} \

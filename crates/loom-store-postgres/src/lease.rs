@@ -165,6 +165,39 @@ impl Leases {
         Ok(held.len())
     }
 
+    /// Gives back every lease held (see `PostgresStore::release_leases`).
+    pub(crate) async fn release(&self, pool: &Pool) -> Result<usize, String> {
+        let held: Vec<(ExecutionId, i64)> = self
+            .held()
+            .iter()
+            .map(|(id, token)| (id.clone(), *token))
+            .collect();
+        if held.is_empty() {
+            return Ok(0);
+        }
+        let ids: Vec<&str> = held.iter().map(|(id, _)| id.as_str()).collect();
+        let tokens: Vec<i64> = held.iter().map(|(_, token)| *token).collect();
+        let client = pool.get().await.map_err(|e| e.to_string())?;
+        let released = client
+            .execute(
+                "UPDATE loom_executions AS x \
+                 SET lease_owner = NULL, lease_expires_at = NULL \
+                 FROM unnest($2::text[], $3::int8[]) AS h(id, token) \
+                 WHERE x.execution_id = h.id AND x.lease_token = h.token \
+                   AND x.lease_owner = $1",
+                &[&self.worker_id, &ids, &tokens],
+            )
+            .await
+            .map_err(|e| e.to_string())?;
+        let mut now = self.held();
+        for (id, token) in held {
+            if now.get(&id) == Some(&token) {
+                now.remove(&id);
+            }
+        }
+        Ok(released as usize)
+    }
+
     /// Renews leases until `leases` is dropped.
     pub(crate) async fn renew_forever(
         leases: std::sync::Weak<Self>,

@@ -6,7 +6,8 @@
 //!   `(execution_id, seq)`, the concurrency fence; events in the kernel's record encoding
 //!   ([`loom_kernel::envelope::encode_record`]).
 //! - Versioned, idempotent schema migrations applied on connect ([`SCHEMA_VERSION`]).
-//! - Group commit: one transaction for every append queued at the moment, across executions.
+//! - Group commit: one commit for every append queued at the moment, across executions; one
+//!   statement (one round trip) for appends under leases this worker holds.
 //! - Validated appends and the status index: each execution's
 //!   [`loom_kernel::store::ExecutionTail`] is kept beside its log, updated in the append's
 //!   transaction, and indexed by status.
@@ -40,6 +41,7 @@
 
 mod config;
 mod error;
+mod fast;
 mod lease;
 mod notify;
 mod schema;

@@ -2,9 +2,12 @@
 //!
 //! Every group commit sends `pg_notify(channel, "head:id\n...")` inside its transaction, so the
 //! notification is delivered if and only if the events committed. Each store keeps one
-//! connection that `LISTEN`s on its schema's channel and publishes what it hears to
-//! [`HeadWatch`]; local commits publish directly as well. When the listening connection drops,
-//! notifications may have been missed: after reconnecting, every waiter re-reads its head.
+//! connection that `LISTEN`s on its schema's channel while somebody in this process waits
+//! (`wait_for`, `wait_for_feed`), and publishes what it hears to [`HeadWatch`]; local commits
+//! publish directly as well. A store nobody waits on is not woken by every commit of every
+//! worker: its connection `UNLISTEN`s once no waiter has been left for [`IDLE_UNLISTEN`].
+//! Whenever `LISTEN` takes effect (first, again after an idle spell, after a reconnect), every
+//! waiter re-reads its head: whatever committed before it was not heard, and is read instead.
 
 use std::collections::HashMap;
 use std::sync::Mutex;
@@ -18,6 +21,9 @@ use tokio_postgres::AsyncMessage;
 /// Longest notification payload sent (PostgreSQL refuses more than 8000 bytes).
 pub(crate) const MAX_PAYLOAD: usize = 7900;
 
+/// How long the listener stays `LISTEN`ing after the last waiter left.
+pub(crate) const IDLE_UNLISTEN: Duration = Duration::from_secs(2);
+
 /// One watch channel per execution somebody waits on, and one that ticks on every reconnect
 /// of the listener and on every commit (for followers of the whole store).
 #[derive(Debug)]
@@ -27,6 +33,8 @@ pub(crate) struct HeadWatch {
     resync: watch::Sender<u64>,
     /// Bumped on every commit anywhere (a catch-up follower's wake-up).
     any: watch::Sender<u64>,
+    /// How many waiters there are now: the listener listens while there is one.
+    waiters: watch::Sender<usize>,
 }
 
 impl Default for HeadWatch {
@@ -35,7 +43,17 @@ impl Default for HeadWatch {
             senders: Mutex::default(),
             resync: watch::channel(0).0,
             any: watch::channel(0).0,
+            waiters: watch::channel(0).0,
         }
+    }
+}
+
+/// One waiter, for as long as it lives: the listener listens meanwhile.
+pub(crate) struct Waiting<'a>(&'a HeadWatch);
+
+impl Drop for Waiting<'_> {
+    fn drop(&mut self) {
+        self.0.waiters.send_modify(|n| *n = n.saturating_sub(1));
     }
 }
 
@@ -50,6 +68,14 @@ impl HeadWatch {
             .entry(execution.clone())
             .or_insert_with(|| watch::channel(0).0)
             .subscribe()
+    }
+
+    /// Counts a waiter until the guard is dropped. Take it before subscribing and reading:
+    /// if the listener was not listening, it starts and then resyncs, so the waiter reads
+    /// again after `LISTEN` took effect.
+    pub(crate) fn waiting(&self) -> Waiting<'_> {
+        self.waiters.send_modify(|n| *n += 1);
+        Waiting(self)
     }
 
     /// A receiver that changes when notifications may have been lost.
@@ -170,23 +196,53 @@ async fn listen_once(
         }
         let _ = sender.send(Err("connection closed".into()));
     });
+    let quoted = crate::schema::quote_ident(channel);
+    let mut waiters = match watch.upgrade() {
+        Some(watch) => watch.waiters.subscribe(),
+        None => return Ok(()),
+    };
     let result = async {
-        client
-            .batch_execute(&format!("LISTEN {}", crate::schema::quote_ident(channel)))
-            .await
-            .map_err(|e| e.to_string())?;
-        // Anything committed before LISTEN took effect was not heard: waiters re-read.
-        if let Some(watch) = watch.upgrade() {
-            watch.resync();
-        }
         if let Some(ready) = ready.take() {
             let _ = ready.send(Ok(()));
         }
+        let mut listening = false;
+        let mut idle_since: Option<tokio::time::Instant> = None;
         loop {
+            let wanted = *waiters.borrow_and_update() > 0;
+            if wanted {
+                idle_since = None;
+                if !listening {
+                    client
+                        .batch_execute(&format!("LISTEN {quoted}"))
+                        .await
+                        .map_err(|e| e.to_string())?;
+                    listening = true;
+                    // Anything committed before LISTEN took effect was not heard: waiters
+                    // re-read.
+                    match watch.upgrade() {
+                        Some(watch) => watch.resync(),
+                        None => return Ok(()),
+                    }
+                }
+            } else if listening {
+                let since = *idle_since.get_or_insert_with(tokio::time::Instant::now);
+                if since.elapsed() >= IDLE_UNLISTEN {
+                    client
+                        .batch_execute(&format!("UNLISTEN {quoted}"))
+                        .await
+                        .map_err(|e| e.to_string())?;
+                    listening = false;
+                    idle_since = None;
+                }
+            }
             let message = tokio::select! {
                 message = messages.recv() => message,
-                // Wake now and then to notice that the store is gone.
-                () = tokio::time::sleep(Duration::from_secs(1)) => {
+                changed = waiters.changed() => {
+                    if changed.is_err() { return Ok(()); }
+                    continue;
+                }
+                // Wake now and then to notice that the store is gone, or that nobody waits.
+                () = tokio::time::sleep(Duration::from_millis(500)) => {
                     if watch.strong_count() == 0 { return Ok(()); }
                     continue;
                 }

@@ -67,18 +67,28 @@ impl PostgresStore {
             pg.application_name("loom");
         }
         let listener_config = pg.clone();
+        let mut writes_config = pg.clone();
         pg.options(format!("-c search_path={}", config.schema));
-        let manager = Manager::from_config(
-            pg,
-            tokio_postgres::NoTls,
-            ManagerConfig {
-                recycling_method: RecyclingMethod::Fast,
-            },
-        );
-        let pool = Pool::builder(manager)
-            .max_size(config.pool_size.max(2))
-            .build()
-            .map_err(|e| ConnectError::Pool(e.to_string()))?;
+        writes_config.options(format!(
+            "-c search_path={} -c plan_cache_mode=force_generic_plan",
+            config.schema
+        ));
+        let pool_of = |pg: tokio_postgres::Config, size: usize| {
+            let manager = Manager::from_config(
+                pg,
+                tokio_postgres::NoTls,
+                ManagerConfig {
+                    recycling_method: RecyclingMethod::Fast,
+                },
+            );
+            Pool::builder(manager)
+                .max_size(size)
+                .build()
+                .map_err(|e| ConnectError::Pool(e.to_string()))
+        };
+        let pool = pool_of(pg, config.pool_size.max(2))?;
+        // One batch is in flight at a time; the second connection stands by for a reconnect.
+        let writes = pool_of(writes_config, 2)?;
         {
             let mut client = pool
                 .get()
@@ -116,11 +126,13 @@ impl PostgresStore {
         let (requests, queue) = mpsc::unbounded_channel();
         let writer = Writer {
             pool: pool.clone(),
+            writes,
             channel,
             watch: Arc::clone(&watch),
             leases: Arc::clone(&leases),
             max_batch_events: config.max_batch_events.max(1),
             faults: Arc::clone(&faults),
+            cache: Default::default(),
         };
         tokio::spawn(writer.run(queue));
         tracing::debug!(schema = %config.schema, worker = %config.worker_id, "postgres store connected");
@@ -158,6 +170,18 @@ impl PostgresStore {
         self.shared
             .leases
             .renew(&self.shared.pool)
+            .await
+            .map_err(|detail| ReadError::Storage { detail })
+    }
+
+    /// Gives back every lease this worker holds, so that any other worker may drive those
+    /// executions at once instead of waiting for the leases to run out: for a process that
+    /// ends cleanly (an operator's command, a worker shutting down) once its appends are
+    /// answered. Returns how many it gave back. A lease that moved on meanwhile is left alone.
+    pub async fn release_leases(&self) -> Result<usize, ReadError> {
+        self.shared
+            .leases
+            .release(&self.shared.pool)
             .await
             .map_err(|detail| ReadError::Storage { detail })
     }
@@ -365,6 +389,7 @@ impl EventStore for PostgresStore {
     }
 
     async fn wait_for(&self, execution: &ExecutionId, seq: u64) -> Result<(), ReadError> {
+        let _waiting = self.shared.watch.waiting();
         let mut heads = self.shared.watch.subscribe(execution);
         let mut resyncs = self.shared.watch.resyncs();
         loop {
@@ -460,7 +485,9 @@ impl EventStore for PostgresStore {
         let Ok(position) = i64::try_from(position) else {
             return std::future::pending().await;
         };
-        // Subscribed before reading: a commit after this read wakes `commits`.
+        // Subscribed before reading: a commit after this read wakes `commits`, and so does
+        // `LISTEN` taking effect.
+        let _waiting = self.shared.watch.waiting();
         let mut commits = self.shared.watch.commits();
         loop {
             commits.borrow_and_update();

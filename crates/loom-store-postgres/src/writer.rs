@@ -1,7 +1,9 @@
 //! Group commit: one task takes every append queued at that moment, across executions, and
 //! commits them in one transaction.
 //!
-//! Per batch, in one transaction:
+//! A batch on executions whose leases this worker holds, at the heads it last committed, is
+//! committed in one statement ([`crate::fast`]); what that path cannot take or answer goes the
+//! full path, per batch in one transaction:
 //! 1. a placeholder row in `loom_executions` for every execution appended at seq 0 (`ON
 //!    CONFLICT DO NOTHING`), so that two workers creating one execution serialise on its row;
 //! 2. `SELECT ... FOR UPDATE` of every execution of the batch, in id order (no deadlock
@@ -36,7 +38,9 @@ use loom_kernel::store::ExecutionTail;
 use loom_kernel::store::tail::{TailChange, status_code};
 use loom_kernel::{AppendError, ExecutionId};
 use tokio::sync::{mpsc, oneshot};
+use tokio_postgres::error::Severity;
 
+use crate::fast::{self, Cached};
 use crate::lease::{LeaseDecision, Leases, RowLease};
 use crate::notify::{HeadWatch, payloads};
 
@@ -64,6 +68,8 @@ pub struct Faults {
     pub lose_commit: AtomicU32,
     /// Stop renewing leases in the background, as a worker that hangs would.
     pub pause_lease_renewal: std::sync::atomic::AtomicBool,
+    /// Counted, not injected: the batches committed in one statement (see [`crate::fast`]).
+    pub one_statement_commits: std::sync::atomic::AtomicU64,
 }
 
 impl Faults {
@@ -77,12 +83,20 @@ impl Faults {
 /// What the writer needs.
 #[derive(Debug)]
 pub(crate) struct Writer {
+    /// For read-backs: another connection than the write's.
     pub(crate) pool: Pool,
+    /// For the writes: connections that plan each statement once (`plan_cache_mode =
+    /// force_generic_plan`): the write statements are the same every time, and planning
+    /// them anew per commit would cost more than running them.
+    pub(crate) writes: Pool,
     pub(crate) channel: String,
     pub(crate) watch: Arc<HeadWatch>,
     pub(crate) leases: Arc<Leases>,
     pub(crate) max_batch_events: usize,
     pub(crate) faults: Arc<Faults>,
+    /// What the last commit left of each execution whose lease this worker holds: the fast
+    /// path's knowledge (see [`crate::fast`]).
+    pub(crate) cache: HashMap<ExecutionId, Cached>,
 }
 
 /// How a batch ended, when it did not end in a clear answer per request.
@@ -120,11 +134,13 @@ struct Update<'a> {
 struct Committed {
     outcomes: Vec<Result<u64, AppendError>>,
     leases: Vec<(ExecutionId, Option<i64>)>,
+    /// What the fast path may remember of each execution afterwards (`None`: forget it).
+    cache: Vec<(ExecutionId, Option<Cached>)>,
 }
 
 impl Writer {
     /// Runs until every sender is gone and the queue is answered.
-    pub(crate) async fn run(self, mut requests: mpsc::UnboundedReceiver<WriteRequest>) {
+    pub(crate) async fn run(mut self, mut requests: mpsc::UnboundedReceiver<WriteRequest>) {
         while let Some(first) = requests.recv().await {
             let mut events = first.records.len();
             let mut batch = vec![first];
@@ -141,9 +157,14 @@ impl Writer {
         }
     }
 
-    async fn commit(&self, batch: Vec<WriteRequest>, events: usize) {
+    async fn commit(&mut self, batch: Vec<WriteRequest>, events: usize) {
         let span = tracing::debug_span!("group_commit", requests = batch.len(), events);
         let _entered = span.enter();
+        let batch = self.commit_fast(batch).await;
+        if batch.is_empty() {
+            return;
+        }
+        self.prune_cache();
         let mut attempt = 0;
         let outcome = loop {
             let outcome = self.try_commit(&batch).await;
@@ -175,8 +196,18 @@ impl Writer {
             Ok(committed) => Ok(committed),
         };
         match outcome {
-            Ok(Committed { outcomes, leases }) => {
+            Ok(Committed {
+                outcomes,
+                leases,
+                cache,
+            }) => {
                 self.leases.apply(leases);
+                for (execution, cached) in cache {
+                    match cached {
+                        Some(cached) => self.cache.insert(execution, cached),
+                        None => self.cache.remove(&execution),
+                    };
+                }
                 for (request, outcome) in batch.into_iter().zip(outcomes) {
                     if let Ok(head) = outcome {
                         self.watch.publish(&request.execution, head);
@@ -186,6 +217,9 @@ impl Writer {
             }
             Err(detail) => {
                 tracing::error!(%detail, "group commit failed");
+                for request in &batch {
+                    self.cache.remove(&request.execution);
+                }
                 for request in batch {
                     let _ = request.reply.send(Err(AppendError::Storage {
                         execution: request.execution,
@@ -196,9 +230,194 @@ impl Writer {
         }
     }
 
+    /// Commits `batch` in one statement if the fast path can take all of it (see
+    /// [`crate::fast`]); returns the requests left for the full path, unanswered.
+    async fn commit_fast(&mut self, batch: Vec<WriteRequest>) -> Vec<WriteRequest> {
+        let leases = Arc::clone(&self.leases);
+        let Some(plan) = fast::plan(&batch, &self.cache, |id| leases.token(id)) else {
+            return batch;
+        };
+        let Ok(client) = self.writes.get().await else {
+            return batch;
+        };
+        let Ok(statement) = client.prepare_cached(fast::STATEMENT).await else {
+            return batch;
+        };
+        let rows = fast::RowParams::of(&plan.rows, self.leases.worker_id());
+        let commit_id = crate::config::random_u64() as i64;
+        let lease_ms = self.leases.lease_ms();
+        let params: [&(dyn tokio_postgres::types::ToSql + Sync); 16] = [
+            &rows.ids,
+            &rows.expected,
+            &rows.tokens,
+            &rows.heads,
+            &rows.tails,
+            &rows.statuses,
+            &rows.driving,
+            &rows.ended,
+            &rows.keep,
+            &lease_ms,
+            &rows.owners,
+            &plan.event_ids,
+            &plan.event_seqs,
+            &plan.event_records,
+            &commit_id,
+            &self.channel,
+        ];
+        let outcome = if Faults::take(&self.faults.lose_commit) {
+            // Injected: the statement runs, is rolled back, and its reply is "lost".
+            let _ = client.batch_execute("BEGIN").await;
+            let _ = client.query(&statement, &params).await;
+            let _ = client.batch_execute("ROLLBACK").await;
+            Err("injected: commit lost".to_owned())
+        } else {
+            match client.query(&statement, &params).await {
+                Ok(_) if Faults::take(&self.faults.lose_commit_reply) => {
+                    Err("injected: reply to the statement lost".to_owned())
+                }
+                Ok(updated) => {
+                    self.faults
+                        .one_statement_commits
+                        .fetch_add(1, Ordering::Relaxed);
+                    Ok(fast::id_set(&updated))
+                }
+                // The server refused it (an ERROR, not a FATAL or PANIC that ends the session
+                // and may come after the commit): the implicit transaction rolled back,
+                // nothing is stored. The full path will tell why.
+                Err(err)
+                    if err
+                        .as_db_error()
+                        .is_some_and(|db| db.parsed_severity() == Some(Severity::Error)) =>
+                {
+                    tracing::debug!(error = %err, "one-statement commit refused; full path");
+                    return batch;
+                }
+                Err(err) => Err(err.to_string()),
+            }
+        };
+        drop(client);
+        let (committed, not_committed) = match outcome {
+            Ok(updated) => (updated, None),
+            Err(detail) => {
+                tracing::warn!(%detail, "commit outcome unknown; reading back");
+                let ids: Vec<&str> = plan.rows.iter().map(|r| r.id.as_str()).collect();
+                let seqs: Vec<i64> = rows.expected.clone();
+                match self.read_back(&ids, &seqs, commit_id).await {
+                    Some(found) => (
+                        found,
+                        Some(format!("not committed (the commit failed: {detail})")),
+                    ),
+                    None => {
+                        let detail = format!(
+                            "the commit failed ({detail}) and whether it took effect could not \
+                             be read back: read the head to learn the outcome"
+                        );
+                        tracing::error!(%detail, "group commit failed");
+                        for request in batch {
+                            self.cache.remove(&request.execution);
+                            let _ = request.reply.send(Err(AppendError::Storage {
+                                execution: request.execution,
+                                detail: detail.clone(),
+                            }));
+                        }
+                        return Vec::new();
+                    }
+                }
+            }
+        };
+        // Leases first, then the cache, then the replies (as on the full path).
+        let mut lease_changes = Vec::new();
+        for row in &plan.rows {
+            if committed.contains(row.id.as_str()) {
+                let token = row.keep().then_some(row.token);
+                lease_changes.push((row.id.clone(), token));
+            }
+        }
+        self.leases.apply(lease_changes);
+        let mut rest = Vec::new();
+        let answers: Vec<(usize, u64)> = plan.requests.clone();
+        let rows_after: Vec<(ExecutionId, bool, Option<Cached>)> = plan
+            .rows
+            .into_iter()
+            .map(|row| {
+                let done = committed.contains(row.id.as_str());
+                let cached = (done && row.keep()).then_some(Cached {
+                    head: row.head,
+                    token: row.token,
+                    tail: row.tail,
+                });
+                (row.id, done, cached)
+            })
+            .collect();
+        for (id, _, cached) in &rows_after {
+            match cached {
+                Some(cached) => self.cache.insert(id.clone(), cached.clone()),
+                None => self.cache.remove(id),
+            };
+        }
+        for (request, (at, head)) in batch.into_iter().zip(answers) {
+            let done = rows_after[at].1;
+            if done {
+                self.watch.publish(&request.execution, head);
+                let _ = request.reply.send(Ok(head));
+            } else if let Some(detail) = &not_committed {
+                let _ = request.reply.send(Err(AppendError::Storage {
+                    execution: request.execution,
+                    detail: detail.clone(),
+                }));
+            } else {
+                // Fenced: nothing of it is stored; the full path reads the row and answers.
+                rest.push(request);
+            }
+        }
+        rest
+    }
+
+    /// Forgets what the fast path remembered of executions whose lease this worker no longer
+    /// holds (lost in renewal), once that could amount to something.
+    fn prune_cache(&mut self) {
+        if self.cache.len() < 1024 {
+            return;
+        }
+        let held = self.leases.snapshot(self.cache.keys());
+        self.cache
+            .retain(|id, cached| held.get(id.as_str()) == Some(&cached.token));
+    }
+
+    /// Which of `ids` have the event at the matching `seqs` stored under `commit_id`; `None`
+    /// if that cannot be found out.
+    async fn read_back(
+        &self,
+        ids: &[&str],
+        seqs: &[i64],
+        commit_id: i64,
+    ) -> Option<std::collections::HashSet<String>> {
+        let mut backoff = Duration::from_millis(20);
+        for _ in 0..12 {
+            let found = async {
+                let client = self.pool.get().await.map_err(|e| e.to_string())?;
+                let rows = client
+                    .query(fast::READ_BACK, &[&ids, &seqs, &commit_id])
+                    .await
+                    .map_err(|e| e.to_string())?;
+                Ok::<_, String>(fast::id_set(&rows))
+            }
+            .await;
+            match found {
+                Ok(found) => return Some(found),
+                Err(detail) => {
+                    tracing::warn!(%detail, "cannot read back an ambiguous commit yet");
+                    tokio::time::sleep(backoff).await;
+                    backoff = (backoff * 2).min(Duration::from_secs(1));
+                }
+            }
+        }
+        None
+    }
+
     async fn try_commit(&self, batch: &[WriteRequest]) -> Result<Committed, BatchError> {
         let not_committed = |err: &dyn std::fmt::Display| BatchError::NotCommitted(err.to_string());
-        let mut client = self.pool.get().await.map_err(|e| not_committed(&e))?;
+        let mut client = self.writes.get().await.map_err(|e| not_committed(&e))?;
         let txn = client.transaction().await.map_err(|e| not_committed(&e))?;
 
         let mut ids: Vec<&str> = batch.iter().map(|r| r.execution.as_str()).collect();
@@ -265,11 +484,13 @@ impl Writer {
         let mut updates: BTreeMap<&str, Update<'_>> = BTreeMap::new();
         let mut outcomes = Vec::with_capacity(batch.len());
         let mut lease_changes = Vec::new();
+        let mut cache_changes = Vec::new();
         let mut held = self.leases.snapshot(batch.iter().map(|r| &r.execution));
         for request in batch {
             let id = request.execution.as_str();
             let (row, tail) = current.entry(id.to_owned()).or_default();
             if row.head != request.expected_seq {
+                cache_changes.push((request.execution.clone(), None));
                 outcomes.push(Err(AppendError::Conflict {
                     execution: request.execution.clone(),
                     expected_seq: request.expected_seq,
@@ -279,6 +500,7 @@ impl Writer {
             }
             let token = match self.leases.decide(row, held.get(id).copied()) {
                 LeaseDecision::Refused { lost } => {
+                    cache_changes.push((request.execution.clone(), None));
                     if lost {
                         held.remove(id);
                         lease_changes.push((request.execution.clone(), None));
@@ -298,6 +520,7 @@ impl Writer {
                 LeaseDecision::Granted { token } => token,
             };
             if let Err(refused) = tail.apply_changes(&request.changes, request.recorded_at_ms) {
+                cache_changes.push((request.execution.clone(), None));
                 outcomes.push(Err(AppendError::Invalid {
                     execution: request.execution.clone(),
                     seq: request.expected_seq + refused.index as u64,
@@ -319,11 +542,20 @@ impl Writer {
                 row.live = true;
                 held.insert(id.to_owned(), token);
                 lease_changes.push((request.execution.clone(), Some(token)));
+                cache_changes.push((
+                    request.execution.clone(),
+                    Some(Cached {
+                        head,
+                        token,
+                        tail: tail.clone(),
+                    }),
+                ));
             } else {
                 row.owner = None;
                 row.live = false;
                 held.remove(id);
                 lease_changes.push((request.execution.clone(), None));
+                cache_changes.push((request.execution.clone(), None));
             }
             updates.insert(
                 id,
@@ -345,6 +577,7 @@ impl Writer {
             return Ok(Committed {
                 outcomes,
                 leases: lease_changes,
+                cache: cache_changes,
             });
         }
         let probe = Probe {
@@ -426,6 +659,7 @@ impl Writer {
         let decided = Committed {
             outcomes,
             leases: lease_changes,
+            cache: cache_changes,
         };
         if Faults::take(&self.faults.lose_commit) {
             txn.rollback().await.map_err(|e| not_committed(&e))?;

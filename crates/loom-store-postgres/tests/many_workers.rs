@@ -372,3 +372,108 @@ async fn a_follower_sees_every_event_of_concurrent_workers_once_in_commit_order(
         assert_eq!(seqs, (0..per_execution as u64).collect::<Vec<_>>(), "{e}");
     }
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn appends_under_a_held_lease_take_one_statement_and_stay_fenced() {
+    let Some((a, b)) = two_workers("one_statement", Duration::from_millis(400)).await else {
+        return;
+    };
+    let (e, f) = (id("fast-e"), id("fast-f"));
+    a.append(&e, 0, &[started("f")]).await.expect("a starts e");
+    a.append(&f, 0, &[started("f")]).await.expect("a starts f");
+    let before = a.faults().one_statement_commits.load(Ordering::SeqCst);
+    for seq in 1..4 {
+        let event = [tagged(json!(seq))];
+        let (e_head, f_head) = tokio::join!(a.append(&e, seq, &event), a.append(&f, seq, &event));
+        assert_eq!(e_head.expect("e"), seq + 1);
+        assert_eq!(f_head.expect("f"), seq + 1);
+    }
+    assert!(
+        a.faults().one_statement_commits.load(Ordering::SeqCst) > before,
+        "appends under a held lease went the one-statement way"
+    );
+    // The same seq twice: the first wins, the second is a conflict, nothing is doubled.
+    assert_eq!(a.append(&e, 4, &[tagged(json!("x"))]).await.expect("e"), 5);
+    assert!(is_conflict(&a.append(&e, 4, &[tagged(json!("y"))]).await));
+    // An event the remembered tail refuses (a second start) is refused as on the full path.
+    assert!(matches!(
+        a.append(&e, 5, &[started("f")]).await,
+        Err(AppendError::Invalid { .. })
+    ));
+    // A one-statement commit whose reply is lost is found committed by reading back.
+    a.faults().lose_commit_reply.store(1, Ordering::SeqCst);
+    assert_eq!(
+        a.append(&f, 4, &[tagged(json!("reply lost"))])
+            .await
+            .expect("read back"),
+        5
+    );
+    assert_eq!(
+        a.append(&f, 5, &[tagged(json!("next"))]).await.expect("f"),
+        6
+    );
+    // A hangs past its lease; B takes e over. A's next append, sent the one-statement way
+    // under its old token, is fenced out and stores nothing.
+    a.faults().pause_lease_renewal.store(true, Ordering::SeqCst);
+    let head = append_when_free(&b, &e, tagged(json!("b took over"))).await;
+    assert_eq!(head, 6);
+    assert!(is_conflict(
+        &a.append(&e, 5, &[tagged(json!("stale"))]).await
+    ));
+    assert!(is_conflict(
+        &a.append(&e, 6, &[tagged(json!("stale"))]).await
+    ));
+    assert_eq!(a.lease_token(&e), None);
+    let log = b.read_all(&e).await.expect("read");
+    assert_eq!(log.len(), 6);
+    // The feed holds every event once, positions strictly rising.
+    let feed = b.read_feed(0, 1000).await.expect("feed");
+    assert_eq!(feed.len(), 6 + 6);
+    assert!(feed.windows(2).all(|w| w[0].position < w[1].position));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_worker_that_gives_its_leases_back_lets_another_go_on_at_once() {
+    let Some((a, b)) = two_workers("release", Duration::from_secs(30)).await else {
+        return;
+    };
+    let e = id("handed-over");
+    a.append(&e, 0, &[started("f")]).await.expect("a starts");
+    a.append(&e, 1, &[tagged(json!(1))]).await.expect("a");
+    assert!(is_conflict(&b.append(&e, 2, &[tagged(json!("b"))]).await));
+    assert_eq!(a.release_leases().await.expect("release"), 1);
+    assert_eq!(a.lease_token(&e), None);
+    assert_eq!(a.release_leases().await.expect("nothing left"), 0);
+    assert_eq!(b.append(&e, 2, &[tagged(json!("b"))]).await.expect("b"), 3);
+    assert!(is_conflict(&a.append(&e, 3, &[tagged(json!("a"))]).await));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_reader_wakes_on_another_worker_after_its_listener_went_idle() {
+    let Some((a, b)) = two_workers("idle_listen", Duration::from_secs(30)).await else {
+        return;
+    };
+    let e = id("watched-later");
+    for seq in 0..3u64 {
+        let waiter = {
+            let (b, e) = (b.clone(), e.clone());
+            tokio::spawn(async move { b.wait_for(&e, seq).await })
+        };
+        // Time for the waiter to read the head and for B's listener to LISTEN.
+        tokio::time::sleep(Duration::from_millis(200)).await;
+        let event = if seq == 0 {
+            started("f")
+        } else {
+            tagged(json!(seq))
+        };
+        a.append(&e, seq, &[event]).await.expect("append");
+        tokio::time::timeout(Duration::from_secs(10), waiter)
+            .await
+            .expect("woken by the notification")
+            .expect("task")
+            .expect("wait_for");
+        // Nobody waits on B now: its listener stops listening, and must start again for the
+        // next waiter.
+        tokio::time::sleep(Duration::from_millis(2_800)).await;
+    }
+}

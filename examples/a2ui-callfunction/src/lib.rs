@@ -12,6 +12,8 @@
 //! - A headless renderer that answers functions and clicks Approve ([`client`]), the operator's
 //!   commands ([`operator`]), and the story that runs them all as processes ([`story`]), each
 //!   telling what it does in notes ([`narrate`]).
+//! - The choice of store ([`store`]): the embedded store file, or PostgreSQL when `--store` is
+//!   a `postgres://` URL.
 //!
 //! # What it must not depend on
 //! It is an application: it builds on the Loom crates and nothing builds on it. It never
@@ -23,5 +25,6 @@ pub mod narrate;
 pub mod operator;
 mod playground;
 pub mod server;
+pub mod store;
 pub mod story;
 pub mod transport;

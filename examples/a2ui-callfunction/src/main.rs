@@ -31,6 +31,13 @@ struct Cli {
     /// Where the story keeps its store and the renderer's ledger (emptied first).
     #[arg(long, value_name = "DIR", default_value = "target/a2ui-callfunction")]
     dir: PathBuf,
+    /// Runs the story on PostgreSQL instead of the embedded store: a `postgres://` URL. The
+    /// story's schema (--schema) is emptied first, as its folder is.
+    #[arg(long, value_name = "URL")]
+    store: Option<String>,
+    /// The PostgreSQL schema holding Loom's tables (with a `postgres://` store).
+    #[arg(long, value_name = "NAME", default_value = a2ui_callfunction::store::DEFAULT_SCHEMA)]
+    schema: String,
     /// Also runs the reference renderer (a2ui-core) as a second client: a Python interpreter
     /// with a2ui-core and websockets installed, and the script (interop/renderer_client.py).
     #[arg(long, num_args = 2, value_names = ["PYTHON", "SCRIPT"])]
@@ -44,8 +51,12 @@ struct Cli {
 enum Cmd {
     /// Runs Loom with the checkout flow and serves its surface over WebSocket.
     Server {
+        /// The store file, or a `postgres://` URL.
         #[arg(long, default_value = "target/a2ui-callfunction/loom.redb")]
         store: PathBuf,
+        /// The PostgreSQL schema holding Loom's tables (with a `postgres://` store).
+        #[arg(long, default_value = a2ui_callfunction::store::DEFAULT_SCHEMA)]
+        schema: String,
         #[arg(long, default_value = "127.0.0.1:0")]
         addr: SocketAddr,
         #[arg(long, default_value = EXECUTION)]
@@ -97,6 +108,8 @@ enum Cmd {
         failed: Option<String>,
         #[command(flatten)]
         target: TargetArgs,
+        #[command(flatten)]
+        schema: SchemaArg,
     },
     /// Writes the catalogs as v1.0 catalog documents into DIR.
     ExportCatalogs { dir: PathBuf },
@@ -108,6 +121,8 @@ enum IndoubtCmd {
     List {
         #[command(flatten)]
         target: TargetArgs,
+        #[command(flatten)]
+        schema: SchemaArg,
     },
 }
 
@@ -117,16 +132,31 @@ struct TargetArgs {
     /// Through the running server, `ws://host:port`.
     #[arg(long)]
     server: Option<String>,
-    /// On the store file, when no server holds it.
+    /// On the store file, when no server holds it; or on PostgreSQL, a `postgres://` URL
+    /// (servers may run meanwhile).
     #[arg(long)]
     store: Option<PathBuf>,
 }
 
+/// The PostgreSQL schema for the operator's commands.
+#[derive(Debug, clap::Args)]
+struct SchemaArg {
+    /// The PostgreSQL schema holding Loom's tables (with a `postgres://` store).
+    #[arg(long, default_value = a2ui_callfunction::store::DEFAULT_SCHEMA)]
+    schema: String,
+}
+
 impl TargetArgs {
-    fn target(self) -> Target {
+    fn target(self, schema: SchemaArg) -> Target {
         match (self.server, self.store) {
             (Some(url), _) => Target::Server(url),
-            (None, Some(path)) => Target::Store(path),
+            (None, Some(path)) => match a2ui_callfunction::store::as_url(&path) {
+                Some(url) => Target::Postgres {
+                    url: url.to_owned(),
+                    schema: schema.schema,
+                },
+                None => Target::Store(path),
+            },
             (None, None) => Target::Store(PathBuf::from("target/a2ui-callfunction/loom.redb")),
         }
     }
@@ -147,6 +177,7 @@ fn main() -> ExitCode {
                 .reference_renderer
                 .and_then(|v| Some((v.first()?.clone(), v.get(1)?.clone()))),
             timeout: Duration::from_secs(cli.timeout),
+            postgres: cli.store.map(|url| (url, cli.schema)),
         })
         .map(|_| ()),
         Some(command) => tokio_main(command),
@@ -165,6 +196,7 @@ async fn tokio_main(command: Cmd) -> Result<()> {
     match command {
         Cmd::Server {
             store,
+            schema,
             addr,
             execution,
             crash_after_submit,
@@ -172,6 +204,7 @@ async fn tokio_main(command: Cmd) -> Result<()> {
         } => {
             server::serve(ServerOptions {
                 store,
+                schema,
                 addr,
                 execution,
                 crash_after_submit,
@@ -199,8 +232,8 @@ async fn tokio_main(command: Cmd) -> Result<()> {
             .await
         }
         Cmd::Indoubt {
-            command: IndoubtCmd::List { target },
-        } => operator::list(&target.target()).await.map(|_| ()),
+            command: IndoubtCmd::List { target, schema },
+        } => operator::list(&target.target(schema)).await.map(|_| ()),
         Cmd::Resolve {
             execution,
             step,
@@ -208,6 +241,7 @@ async fn tokio_main(command: Cmd) -> Result<()> {
             retry,
             failed,
             target,
+            schema,
         } => {
             let verdict = match (completed, retry, failed) {
                 (Some(json), _, _) => VerdictArg::Completed {
@@ -219,7 +253,7 @@ async fn tokio_main(command: Cmd) -> Result<()> {
                     anyhow::bail!("give a verdict: --completed, --retry or --failed")
                 }
             };
-            operator::resolve(&target.target(), &execution, &step, verdict).await
+            operator::resolve(&target.target(schema), &execution, &step, verdict).await
         }
         Cmd::ExportCatalogs { dir } => {
             for path in story::export_catalogs(&dir)? {

@@ -1,5 +1,6 @@
 //! The operator's commands (K9): list the steps in doubt and record a verdict, through the
-//! running server's admin socket or on the store file when no server holds it.
+//! running server's admin socket, on the store file when no server holds it, or on
+//! PostgreSQL.
 
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -9,13 +10,14 @@ use futures::{SinkExt, StreamExt};
 use loom_effect_runtime::InDoubtStep;
 use loom_kernel::event::Verdict;
 use loom_kernel::runtime::Runtime;
-use loom_kernel::{DiskStore, ErrorInfo, EventStore, ExecutionId, Payload};
+use loom_kernel::{ErrorInfo, EventStore, ExecutionId, Payload};
 use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
 use tokio_tungstenite::tungstenite::Message;
 
 use crate::app;
 use crate::narrate::{self, Note};
+use crate::store::AnyStore;
 use crate::transport::NoRenderer;
 
 /// Who records the verdicts, for the audit trail.
@@ -69,8 +71,10 @@ pub enum AdminRequest {
 pub enum Target {
     /// The running server's admin socket (`ws://host:port`).
     Server(String),
-    /// The store file, when no server holds it.
+    /// The store file, when no server holds it, or a `postgres://` URL.
     Store(PathBuf),
+    /// A PostgreSQL store: the URL and the schema.
+    Postgres { url: String, schema: String },
 }
 
 /// The note that tells a step in doubt.
@@ -156,13 +160,12 @@ async fn ask(url: &str, request: &AdminRequest) -> Result<Value> {
     bail!("the server closed the admin socket without answering")
 }
 
-fn open_store(path: &PathBuf) -> Result<DiskStore> {
-    DiskStore::open_existing(path, Default::default()).with_context(|| {
-        format!(
-            "opening the store at {} (is a server holding it?)",
-            path.display()
-        )
-    })
+async fn open_store(target: &Target) -> Result<AnyStore> {
+    match target {
+        Target::Store(path) => AnyStore::open_existing(path, crate::store::DEFAULT_SCHEMA).await,
+        Target::Postgres { url, schema } => AnyStore::postgres(url, schema, None).await,
+        Target::Server(url) => bail!("{url} is a server, not a store"),
+    }
 }
 
 /// `indoubt list`: tells every step in doubt.
@@ -182,8 +185,8 @@ pub async fn list(target: &Target) -> Result<Vec<Note>> {
                 })
                 .collect()
         }
-        Target::Store(path) => {
-            let store = open_store(path)?;
+        Target::Store(_) | Target::Postgres { .. } => {
+            let store = open_store(target).await?;
             loom_effect_runtime::steps_in_doubt(&store)
                 .await?
                 .iter()
@@ -220,18 +223,25 @@ pub async fn resolve(
             )
             .await?;
         }
-        Target::Store(path) => {
+        Target::Store(_) | Target::Postgres { .. } => {
             if verdict == VerdictArg::Retry {
                 bail!(
                     "a retry sends the call to the renderer again: give it through the running server (--server URL)"
                 );
             }
-            let store = open_store(path)?;
+            let store = open_store(target).await?;
             let hub = app::hub();
             let runtime = app::compose(store, &hub, Arc::new(NoRenderer))?.build()?;
             resolve_on(&runtime, execution, step, &verdict).await?;
             let state = runtime.wait(&ExecutionId::new(execution)?).await?;
             narrate::say(format!("execution {execution} is now {}", state.status()));
+            let store = runtime.store().clone();
+            runtime.shutdown().await;
+            // On PostgreSQL, a lease this command still holds is given back, so that a
+            // server's `recover()` drives the execution on at once.
+            if let AnyStore::Postgres(store) = store {
+                store.release_leases().await?;
+            }
         }
     }
     narrate::say(format!(

@@ -1,4 +1,4 @@
-//! The server: Loom on the embedded store, the A2UI wire over WebSocket (JSON text frames, one
+//! The server: Loom on the embedded store (or PostgreSQL), the A2UI wire over WebSocket (JSON text frames, one
 //! socket per client session), and the operator's admin socket.
 //!
 //! - `GET /a2ui/{execution}/{surface}[?answers=f,g]`: a renderer's session (naming the
@@ -30,7 +30,7 @@ use axum::routing::get;
 use futures::{SinkExt, StreamExt};
 use loom_console::AdminConfig;
 use loom_kernel::runtime::{Caller, Projection, Runtime, StartOptions};
-use loom_kernel::{DiskStore, Event, EventEnvelope, EventStore, ExecutionId};
+use loom_kernel::{Event, EventEnvelope, EventStore, ExecutionId};
 use loom_plugin_a2ui::wire::{AgentMessage, RendererMessage};
 use loom_plugin_a2ui::{CALL_FUNCTION_EFFECT, SurfaceHub};
 use serde_json::Value;
@@ -40,13 +40,16 @@ use crate::app::{self, FLOW, Order};
 use crate::narrate::{self, Direction, Note};
 use crate::operator::{self, AdminRequest};
 use crate::playground;
+use crate::store::AnyStore;
 use crate::transport::{Sessions, WsTransport};
 
 /// How the server runs.
 #[derive(Debug, Clone)]
 pub struct ServerOptions {
-    /// The store file (created with its directory if missing).
+    /// The store file (created with its directory if missing), or a `postgres://` URL.
     pub store: PathBuf,
+    /// The PostgreSQL schema holding Loom's tables (with a `postgres://` store).
+    pub schema: String,
     /// Where to listen (port 0: any free port; the URL is told in a `Ready` note).
     pub addr: SocketAddr,
     /// The execution to start (if new) and serve.
@@ -60,7 +63,7 @@ pub struct ServerOptions {
 }
 
 pub(crate) struct AppState {
-    pub(crate) runtime: Runtime<DiskStore>,
+    pub(crate) runtime: Runtime<AnyStore>,
     pub(crate) hub: SurfaceHub,
     pub(crate) sessions: Arc<Sessions>,
     /// Every durable event, as it is recorded (for the playground's streams).
@@ -162,24 +165,25 @@ pub fn detail(event: &Event) -> String {
 
 /// Runs the server until the execution ends (with `exit_when_done`) or forever.
 pub async fn serve(options: ServerOptions) -> Result<()> {
-    if let Some(dir) = options.store.parent().filter(|d| !d.as_os_str().is_empty()) {
-        std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
+    // On PostgreSQL the server is one worker, named after its execution: restarted after a
+    // crash, it takes the execution's lease back at once (docs/STORAGE.md, leases).
+    let worker_id = format!("a2ui-callfunction-{}", options.execution);
+    let store = AnyStore::open(&options.store, &options.schema, Some(&worker_id)).await?;
+    if let AnyStore::Disk(_) = store {
+        // The classification beside the store, so that `loom --store` on this file masks the
+        // same paths (docs/CONSOLE.md).
+        let masks = PathBuf::from(format!("{}.masks", options.store.display()));
+        let listing: String = app::operator_classification()
+            .paths()
+            .iter()
+            .map(|path| format!("{path}\n"))
+            .collect();
+        std::fs::write(
+            &masks,
+            format!("# classified paths (K10-R6) of this store's flows\n{listing}"),
+        )
+        .with_context(|| format!("writing {}", masks.display()))?;
     }
-    let store = DiskStore::open(&options.store)
-        .with_context(|| format!("opening the store at {}", options.store.display()))?;
-    // The classification beside the store, so that `loom --store` on this file masks the same
-    // paths (docs/CONSOLE.md).
-    let masks = PathBuf::from(format!("{}.masks", options.store.display()));
-    let listing: String = app::operator_classification()
-        .paths()
-        .iter()
-        .map(|path| format!("{path}\n"))
-        .collect();
-    std::fs::write(
-        &masks,
-        format!("# classified paths (K10-R6) of this store's flows\n{listing}"),
-    )
-    .with_context(|| format!("writing {}", masks.display()))?;
     let sessions = Sessions::new(options.crash_after_submit);
     let hub = app::hub();
     let ended = Arc::new(Notify::new());

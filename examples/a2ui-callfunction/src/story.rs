@@ -38,6 +38,9 @@ pub struct StoryOptions {
     pub reference_renderer: Option<(PathBuf, PathBuf)>,
     /// The whole story must end within this.
     pub timeout: Duration,
+    /// Runs on PostgreSQL instead of the embedded store: the URL and the schema (emptied
+    /// first, as `dir` is).
+    pub postgres: Option<(String, String)>,
 }
 
 enum Line {
@@ -332,7 +335,14 @@ pub fn run(options: &StoryOptions) -> Result<StoryReport> {
         exits: Default::default(),
         connects: Default::default(),
     };
-    let store_arg = store.display().to_string();
+    let (store_arg, schema_args) = match &options.postgres {
+        Some((url, schema)) => {
+            empty_schema(url, schema)?;
+            println!("the story runs on PostgreSQL, schema {schema} (emptied first)");
+            (url.clone(), vec![s("--schema"), schema.clone()])
+        }
+        None => (store.display().to_string(), Vec::new()),
+    };
 
     cast.chapter(
         "1. The server starts the checkout flow (scripted to crash after sending submitOrder)",
@@ -341,12 +351,16 @@ pub fn run(options: &StoryOptions) -> Result<StoryReport> {
         "server",
         &program,
         &[
-            s("server"),
-            s("--store"),
-            store_arg.clone(),
-            s("--crash-after-submit"),
-            s("--exit-when-done"),
-        ],
+            &[
+                s("server"),
+                s("--store"),
+                store_arg.clone(),
+                s("--crash-after-submit"),
+                s("--exit-when-done"),
+            ],
+            schema_args.as_slice(),
+        ]
+        .concat(),
     )?;
     let url = cast.until_ready("server")?;
 
@@ -402,13 +416,17 @@ pub fn run(options: &StoryOptions) -> Result<StoryReport> {
         "server",
         &program,
         &[
-            s("server"),
-            s("--store"),
-            store_arg.clone(),
-            s("--addr"),
-            s(url.trim_start_matches("ws://")),
-            s("--exit-when-done"),
-        ],
+            &[
+                s("server"),
+                s("--store"),
+                store_arg.clone(),
+                s("--addr"),
+                s(url.trim_start_matches("ws://")),
+                s("--exit-when-done"),
+            ],
+            schema_args.as_slice(),
+        ]
+        .concat(),
     )?;
     let url = cast.until_ready("server")?;
     cast.until(|line, note| match (line, note) {
@@ -497,7 +515,10 @@ pub fn run(options: &StoryOptions) -> Result<StoryReport> {
     }
 
     cast.chapter("7. replay-check over the store");
-    let masked_model = check_store(&store, style)?;
+    let masked_model = match &options.postgres {
+        Some((url, schema)) => check_postgres(url, schema, style)?,
+        None => check_store(&store, style)?,
+    };
     let orders = crate::client::read_ledger(&ledger)?;
     println!(
         "orders placed by the renderer (its ledger): {} {}",
@@ -564,6 +585,87 @@ pub fn check_store(store: &Path, style: Style) -> Result<Value> {
         let (mut deterministic, mut other) = (0, 0);
         for stored in store.read_stored_logs(&ids).await? {
             let outcome = checker.check_stored(&stored);
+            let verdict = match &outcome.finding {
+                Finding::Deterministic => {
+                    deterministic += 1;
+                    style.paint("32", "deterministic")
+                }
+                finding => {
+                    other += 1;
+                    style.paint("31", &format!("{finding:?}"))
+                }
+            };
+            println!(
+                "  {} ({} events): {verdict}",
+                outcome.execution, outcome.events
+            );
+        }
+        println!(
+            "replay-check: {} execution(s) checked, {deterministic} deterministic, {other} not",
+            ids.len()
+        );
+        ensure!(
+            other == 0 && deterministic > 0,
+            "replay-check found a problem"
+        );
+        let hub = app::hub();
+        let execution = ExecutionId::new(EXECUTION)?;
+        hub.catch_up(&store, &execution).await?;
+        hub.masked_model(&execution, SURFACE)
+            .context("the store holds no checkout surface")
+    })
+}
+
+/// Drops the story's schema on PostgreSQL, as the story empties its folder.
+fn empty_schema(url: &str, schema: &str) -> Result<()> {
+    ensure!(
+        crate::store::is_postgres(url),
+        "--store takes a postgres:// URL (the embedded store's story keeps its store in --dir)"
+    );
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()?;
+    runtime.block_on(async {
+        let (client, connection) = tokio_postgres::connect(url, tokio_postgres::NoTls)
+            .await
+            .with_context(|| format!("connecting to {url}"))?;
+        let connection = tokio::spawn(connection);
+        client
+            .batch_execute(&format!(
+                "DROP SCHEMA IF EXISTS \"{}\" CASCADE",
+                schema.replace('"', "\"\"")
+            ))
+            .await
+            .with_context(|| format!("emptying schema {schema}"))?;
+        drop(client);
+        let _ = connection.await;
+        Ok(())
+    })
+}
+
+/// replay-check (as a library) over every execution of the PostgreSQL schema; gives the
+/// surface's masked model as Loom's fold has it.
+pub fn check_postgres(url: &str, schema: &str, style: Style) -> Result<Value> {
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()?;
+    runtime.block_on(async {
+        let config = loom_store_postgres::PostgresStoreConfig::new(url)
+            .schema(schema)
+            .check_only();
+        let store = loom_store_postgres::PostgresStore::connect(config).await?;
+        let checker = Checker::new(&app::flows())?;
+        let mut ids = Vec::new();
+        {
+            use futures::TryStreamExt;
+            let mut executions = std::pin::pin!(store.executions());
+            while let Some(summary) = executions.try_next().await? {
+                ids.push(summary.id);
+            }
+        }
+        let (mut deterministic, mut other) = (0, 0);
+        for id in &ids {
+            let outcome = checker.check(store.read_all(id).await?);
             let verdict = match &outcome.finding {
                 Finding::Deterministic => {
                     deterministic += 1;

@@ -31,6 +31,7 @@ async fn start(dir: &Path) -> (SocketAddr, tokio::task::JoinHandle<anyhow::Resul
     let addr = free_addr();
     let server = tokio::spawn(server::serve(ServerOptions {
         store: dir.join("loom.redb"),
+        schema: a2ui_callfunction::store::DEFAULT_SCHEMA.into(),
         addr,
         execution: EXECUTION.into(),
         crash_after_submit: false,

@@ -57,6 +57,7 @@ async fn a_reconnecting_renderer_gets_the_surface_and_the_pending_call_again_the
     let addr = free_addr();
     let options = ServerOptions {
         store: dir.path().join("loom.redb"),
+        schema: a2ui_callfunction::store::DEFAULT_SCHEMA.into(),
         addr,
         execution: EXECUTION.into(),
         crash_after_submit: false,
