@@ -319,11 +319,17 @@ fn apply_and_record(
     model: &mut Value,
     ops: &[SurfaceOp],
 ) -> Result<(), EmitError> {
+    // Refused before anything changes: the log never holds what no reader could parse back.
+    let payload =
+        Payload::try_from_value(&Value::Array(ops.iter().map(SurfaceOp::to_value).collect()))
+            .map_err(|_| EmitError::TooDeep {
+                surface_id: surface_id.to_owned(),
+                ops: ops.len(),
+            })?;
     let applied = apply_batch(model, ops).map_err(|source| EmitError::Refused {
         surface_id: surface_id.to_owned(),
         source: Box::new(source),
     })?;
-    let payload = Payload::from_value(&Value::Array(ops.iter().map(SurfaceOp::to_value).collect()));
     ctx.emit_surface_patch(surface_id, payload)
         .map_err(|source| {
             applied.into_undo().revert(model, ops);
@@ -389,6 +395,19 @@ pub enum EmitError {
         /// The JSON type of the value given.
         found: &'static str,
     },
+    /// The ops hold a value nested deeper than a recorded payload may be
+    /// (`loom_kernel::MAX_PAYLOAD_DEPTH`, counting the patch's own two levels), which no reader
+    /// could parse back.
+    #[error(
+        "surface `{surface_id}`: the patch of {ops} op(s) is nested deeper than {} levels; nothing was recorded",
+        loom_kernel::MAX_PAYLOAD_DEPTH
+    )]
+    TooDeep {
+        /// The surface's id.
+        surface_id: String,
+        /// How many ops the patch held.
+        ops: usize,
+    },
     /// An op does not apply to the surface's current model; `source` names it and says why.
     #[error("surface `{surface_id}`: {source}; nothing was recorded")]
     Refused {
@@ -414,7 +433,8 @@ pub enum EmitError {
 
 impl EmitError {
     /// The code a flow failing with this error records: `loom.surface.path`,
-    /// `loom.surface.value`, `loom.surface.refused`, or `loom.step` when the kernel refused.
+    /// `loom.surface.value`, `loom.surface.refused`, `loom.surface.too_deep`, or `loom.step` when
+    /// the kernel refused.
     pub fn code(&self) -> &'static str {
         match self {
             EmitError::BadPath { .. } => "loom.surface.path",
@@ -422,6 +442,7 @@ impl EmitError {
                 "loom.surface.value"
             }
             EmitError::Refused { .. } => "loom.surface.refused",
+            EmitError::TooDeep { .. } => "loom.surface.too_deep",
             EmitError::Step { .. } => "loom.step",
         }
     }
@@ -433,6 +454,7 @@ impl EmitError {
             | EmitError::NotSerializable { surface_id, .. }
             | EmitError::WrongValueType { surface_id, .. }
             | EmitError::Refused { surface_id, .. }
+            | EmitError::TooDeep { surface_id, .. }
             | EmitError::Step { surface_id, .. } => surface_id,
         }
     }

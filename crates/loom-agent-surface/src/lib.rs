@@ -37,7 +37,7 @@
 //! assert_eq!(touched[1].pointer, "/order/count");
 //! # Ok::<(), Box<dyn std::error::Error>>(())
 //! ```
-#![warn(missing_docs)]
+#![warn(missing_docs, unreachable_pub)]
 #![cfg_attr(
     not(test),
     warn(clippy::unwrap_used, clippy::print_stdout, clippy::print_stderr)

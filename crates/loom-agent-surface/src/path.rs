@@ -34,28 +34,9 @@ pub struct PathError {
     pub reason: PathErrorReason,
 }
 
-/// What is wrong with a refused dot-path.
-#[derive(Debug, Clone, PartialEq, Eq, Error)]
-#[non_exhaustive]
-pub enum PathErrorReason {
-    /// A segment is empty (two dots in a row, or a dot at an end).
-    #[error("segment {index} is empty (a leading, trailing or doubled `.`)")]
-    EmptySegment {
-        /// The position of the empty segment, from 0.
-        index: usize,
-    },
-    /// The path ends with a lone backslash.
-    #[error("it ends with a lone `\\` (write `\\\\` for a literal backslash)")]
-    TrailingBackslash,
-    /// A backslash escapes a character that needs no escape.
-    #[error("`\\{escaped}` at byte {offset} is not an escape (only `\\.`, `\\\\` and `\\*` are)")]
-    UnknownEscape {
-        /// The character after the backslash.
-        escaped: char,
-        /// The byte offset in the text.
-        offset: usize,
-    },
-}
+/// What is wrong with a refused dot-path: the kernel's dot-path grammar error (the grammar is
+/// written once, in [`loom_kernel::parse_dot_path`]).
+pub type PathErrorReason = loom_kernel::DotPathError;
 
 /// Why a JSON Pointer string was refused by [`SurfacePath::from_pointer`].
 #[derive(Debug, Clone, PartialEq, Eq, Error)]
@@ -208,55 +189,14 @@ pub(crate) fn pointer_of(segments: &[String]) -> String {
 
 /// The dot-path text of a list of unescaped segments, escaped so that it parses back.
 pub(crate) fn display_segments(segments: &[String]) -> String {
-    let mut out = String::new();
-    for (i, segment) in segments.iter().enumerate() {
-        if i > 0 {
-            out.push('.');
-        }
-        for c in segment.chars() {
-            if matches!(c, '.' | '\\') {
-                out.push('\\');
-            }
-            out.push(c);
-        }
-    }
-    out
+    loom_kernel::format_dot_path(segments)
 }
 
 fn parse_segments(text: &str) -> Result<Vec<String>, PathErrorReason> {
-    if text.is_empty() {
-        return Ok(Vec::new());
-    }
-    let mut segments = Vec::new();
-    let mut current = String::new();
-    let mut chars = text.char_indices();
-    while let Some((offset, c)) = chars.next() {
-        match c {
-            '\\' => match chars.next() {
-                Some((_, escaped @ ('.' | '\\' | '*'))) => current.push(escaped),
-                Some((_, escaped)) => {
-                    return Err(PathErrorReason::UnknownEscape { escaped, offset });
-                }
-                None => return Err(PathErrorReason::TrailingBackslash),
-            },
-            '.' => {
-                if current.is_empty() {
-                    return Err(PathErrorReason::EmptySegment {
-                        index: segments.len(),
-                    });
-                }
-                segments.push(std::mem::take(&mut current));
-            }
-            c => current.push(c),
-        }
-    }
-    if current.is_empty() {
-        return Err(PathErrorReason::EmptySegment {
-            index: segments.len(),
-        });
-    }
-    segments.push(current);
-    Ok(segments)
+    Ok(loom_kernel::parse_dot_path(text)?
+        .into_iter()
+        .map(|segment| segment.text)
+        .collect())
 }
 
 impl fmt::Display for SurfacePath {

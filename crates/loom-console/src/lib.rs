@@ -21,7 +21,7 @@
 //! `retry` verdict, goes through the admin API of the process that has them). It builds on
 //! `loom-kernel` (and reads stores through `loom-store-postgres` and writes exports in
 //! `loom-replay-check`'s format); no library crate depends on it.
-#![warn(missing_docs)]
+#![warn(missing_docs, unreachable_pub)]
 #![cfg_attr(
     not(test),
     warn(clippy::unwrap_used, clippy::print_stdout, clippy::print_stderr)

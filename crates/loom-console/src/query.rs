@@ -224,7 +224,7 @@ pub async fn in_doubt<S: EventStore>(
                 step_id: step_id.clone(),
                 effect: record.effect.to_string(),
                 attempt,
-                idempotency_key: format!("{id}:{step_id}"),
+                idempotency_key: loom_kernel::idempotency_key(&id, step_id),
                 seq,
                 in_doubt_since_ms: since,
                 waiting_ms: since

@@ -7,6 +7,7 @@ use std::time::Duration;
 
 use futures::FutureExt;
 use futures::future::BoxFuture;
+use loom_kernel::runtime::EffectHandle;
 use loom_kernel::{ErrorInfo, Payload};
 use serde::Serialize;
 use serde::de::DeserializeOwned;
@@ -105,6 +106,32 @@ impl EffectDef {
             timeout: Some(DEFAULT_TIMEOUT),
             handler,
         }
+    }
+
+    /// The effect a flow runs through `handle` (`ctx.execute(&CHARGE, &order)`): its name is
+    /// the handle's, and `handler` takes the handle's input type and returns its output type,
+    /// so that the flow and the effect cannot disagree on them.
+    ///
+    /// ```
+    /// use loom_effect_runtime::{EffectContext, EffectDef, EffectError};
+    /// use loom_kernel::runtime::EffectHandle;
+    ///
+    /// const DOUBLE: EffectHandle<u64, u64> = EffectHandle::new("math.double");
+    ///
+    /// async fn double(_ctx: EffectContext, n: u64) -> Result<u64, EffectError> {
+    ///     Ok(n * 2)
+    /// }
+    /// let def = EffectDef::for_handle(&DOUBLE, double).idempotent();
+    /// # let _ = def;
+    /// ```
+    pub fn for_handle<I, O, F, Fut>(handle: &EffectHandle<I, O>, handler: F) -> Self
+    where
+        I: DeserializeOwned + 'static,
+        O: Serialize + 'static,
+        F: Fn(EffectContext, I) -> Fut + Send + Sync + 'static,
+        Fut: Future<Output = Result<O, EffectError>> + Send + 'static,
+    {
+        Self::new(handle.name(), handler)
     }
 
     /// Running it twice with the same idempotency key is harmless (K9): it may run before its

@@ -27,7 +27,7 @@ pub struct InDoubtStep {
 impl InDoubtStep {
     /// The key the effect ran with: what to look for at the receiver before giving a verdict.
     pub fn idempotency_key(&self) -> String {
-        format!("{}:{}", self.execution, self.step_id)
+        loom_kernel::idempotency_key(&self.execution, &self.step_id)
     }
 }
 

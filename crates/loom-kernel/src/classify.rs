@@ -14,7 +14,8 @@
 //! Masking replaces the value at a classified path whole, whatever its type; a wildcard in last
 //! position masks each child of the container but leaves the container's shape visible.
 //!
-//! This module parses its own paths because the kernel cannot depend on the surface crate.
+//! The grammar is written once, in `loom_kernel::parse_dot_path`, which the surface crate uses
+//! too.
 
 use std::collections::{BTreeMap, BTreeSet};
 
@@ -50,28 +51,8 @@ pub struct ClassifyError {
     pub reason: ClassifyErrorReason,
 }
 
-/// What is wrong with a refused classified path.
-#[derive(Debug, Clone, PartialEq, Eq, Error)]
-#[non_exhaustive]
-pub enum ClassifyErrorReason {
-    /// A segment is empty (two dots in a row, or a dot at an end).
-    #[error("segment {index} is empty (a leading, trailing or doubled `.`)")]
-    EmptySegment {
-        /// The position of the empty segment, from 0.
-        index: usize,
-    },
-    /// The path ends with a lone backslash.
-    #[error("it ends with a lone `\\` (write `\\\\` for a literal backslash)")]
-    TrailingBackslash,
-    /// A backslash escapes a character that needs no escape.
-    #[error("`\\{escaped}` at byte {offset} is not an escape (only `\\.`, `\\\\` and `\\*` are)")]
-    UnknownEscape {
-        /// The character after the backslash.
-        escaped: char,
-        /// The byte offset in the text.
-        offset: usize,
-    },
-}
+/// What is wrong with a refused classified path: the dot-path grammar's error.
+pub type ClassifyErrorReason = crate::dot_path::DotPathError;
 
 #[derive(Debug, Clone, PartialEq, Eq)]
 enum Segment {
@@ -354,49 +335,16 @@ fn pointer_tokens(pointer: &str) -> Option<Vec<String>> {
 }
 
 fn parse(text: &str) -> Result<Vec<Segment>, ClassifyErrorReason> {
-    if text.is_empty() {
-        return Ok(Vec::new());
-    }
-    let mut segments = Vec::new();
-    let mut current = String::new();
-    let mut escaped_any = false;
-    // Only an unescaped `*` is the wildcard, so the segment's escapes are tracked with it.
-    fn finish(
-        current: &mut String,
-        escaped_any: &mut bool,
-        index: usize,
-    ) -> Result<Segment, ClassifyErrorReason> {
-        if current.is_empty() {
-            return Err(ClassifyErrorReason::EmptySegment { index });
-        }
-        let text = std::mem::take(current);
-        let segment = if text == "*" && !*escaped_any {
-            Segment::Any
-        } else {
-            Segment::Key(text)
-        };
-        *escaped_any = false;
-        Ok(segment)
-    }
-    let mut chars = text.char_indices();
-    while let Some((offset, c)) = chars.next() {
-        match c {
-            '\\' => match chars.next() {
-                Some((_, escaped @ ('.' | '\\' | '*'))) => {
-                    current.push(escaped);
-                    escaped_any = true;
-                }
-                Some((_, escaped)) => {
-                    return Err(ClassifyErrorReason::UnknownEscape { escaped, offset });
-                }
-                None => return Err(ClassifyErrorReason::TrailingBackslash),
-            },
-            '.' => segments.push(finish(&mut current, &mut escaped_any, segments.len())?),
-            c => current.push(c),
-        }
-    }
-    segments.push(finish(&mut current, &mut escaped_any, segments.len())?);
-    Ok(segments)
+    Ok(crate::dot_path::parse_dot_path(text)?
+        .into_iter()
+        .map(|segment| {
+            if segment.wildcard {
+                Segment::Any
+            } else {
+                Segment::Key(segment.text)
+            }
+        })
+        .collect())
 }
 
 #[cfg(test)]

@@ -75,6 +75,16 @@ pub async fn run_log_checks<H: StoreHarness>(harness: &mut H) {
     read_logs_reads_whole_logs(harness.fresh()).await;
 }
 
+/// A JSON value `depth` arrays deep around the number 1: what tests of the payload depth limit
+/// (`MAX_PAYLOAD_DEPTH`) record.
+pub fn nested(depth: usize) -> Value {
+    let mut value = json!(1);
+    for _ in 0..depth {
+        value = Value::Array(vec![value]);
+    }
+    value
+}
+
 /// An id for tests; panics on an invalid literal.
 pub fn id(name: &str) -> ExecutionId {
     ExecutionId::new(name).expect("test execution id")
@@ -991,13 +1001,6 @@ pub async fn delete_ended_removes_only_old_ended_executions<S: EventStore>(store
 /// with `AppendError::PayloadTooDeep`, nothing of the batch stored; one at the limit is stored
 /// and reads back whole.
 pub async fn payloads_too_deep_to_read_back_are_refused<S: EventStore>(store: S) {
-    fn nested(depth: usize) -> Value {
-        let mut value = json!("leaf");
-        for _ in 0..depth {
-            value = Value::Array(vec![value]);
-        }
-        value
-    }
     let e = id("deep");
     let too_deep = crate::payload::Payload::from_value(&nested(crate::payload::MAX_DEPTH + 1));
     let patch = Event::SurfacePatch(SurfacePatch {

@@ -8,3 +8,7 @@ pub struct CatchUpGuide;
 /// `docs/RESUME.md`: parked flows kept in memory.
 #[doc = include_str!("../../../docs/RESUME.md")]
 pub struct ResumeGuide;
+
+/// `docs/RECOVERY.md`: recovery, shutdown and retention.
+#[doc = include_str!("../../../docs/RECOVERY.md")]
+pub struct RecoveryGuide;

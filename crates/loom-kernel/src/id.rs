@@ -63,6 +63,28 @@ impl ExecutionId {
     }
 }
 
+/// The separator of an idempotency key, which no execution id contains.
+const KEY_SEPARATOR: char = ':';
+
+/// The idempotency key of a step, `executionId:stepId` (K9): the same on every attempt and
+/// after every crash, never random. This is the one place the format is written; effects read
+/// it from their call, operators from the listing of steps in doubt, and the A2UI plugin names
+/// its calls with it.
+pub fn idempotency_key(execution: &ExecutionId, step_id: &str) -> String {
+    let mut key = String::with_capacity(execution.as_str().len() + 1 + step_id.len());
+    key.push_str(execution.as_str());
+    key.push(KEY_SEPARATOR);
+    key.push_str(step_id);
+    key
+}
+
+/// An idempotency key split into its execution id and step id, or `None` when `key` is not
+/// one. Execution ids hold no `:`, so the first one separates them.
+pub fn split_idempotency_key(key: &str) -> Option<(ExecutionId, &str)> {
+    let (execution, step_id) = key.split_once(KEY_SEPARATOR)?;
+    Some((ExecutionId::new(execution).ok()?, step_id))
+}
+
 impl fmt::Display for ExecutionId {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.pad(&self.0)
@@ -115,6 +137,16 @@ mod tests {
             ExecutionId::new("a\nb"),
             Err(InvalidExecutionId::ForbiddenChar { found: '\n', .. })
         ));
+    }
+
+    #[test]
+    fn idempotency_keys_join_and_split_at_the_first_colon() {
+        let id = ExecutionId::new("order-42/notify#1").unwrap();
+        let key = idempotency_key(&id, "mail:send#2");
+        assert_eq!(key, "order-42/notify#1:mail:send#2");
+        assert_eq!(split_idempotency_key(&key), Some((id, "mail:send#2")));
+        assert_eq!(split_idempotency_key("no-separator"), None);
+        assert_eq!(split_idempotency_key(":step#1"), None);
     }
 
     #[test]

@@ -45,7 +45,7 @@
 //! # Ok::<(), Box<dyn std::error::Error>>(())
 //! # }).unwrap();
 //! ```
-#![warn(missing_docs)]
+#![warn(missing_docs, unreachable_pub)]
 #![cfg_attr(
     not(test),
     warn(clippy::unwrap_used, clippy::print_stdout, clippy::print_stderr)
@@ -55,6 +55,7 @@ mod checksum;
 pub mod classify;
 #[cfg(any(test, feature = "testkit"))]
 pub mod conformance;
+mod dot_path;
 pub mod envelope;
 pub mod event;
 mod event_decode;
@@ -69,12 +70,15 @@ pub mod record;
 pub mod runtime;
 pub mod store;
 
+pub use dot_path::{DotPathError, DotSegment, format_dot_path, parse_dot_path};
 pub use envelope::{DecodeError, EventEnvelope};
 pub use event::{AbiVersion, EVENT_SCHEMA, ErrorInfo, Event, KERNEL_ABI, Verdict};
 pub use fold::{
     ExecutionState, ExecutionStatus, FoldError, PendingGate, StepRecord, StepStatus, Violation,
 };
-pub use id::{ExecutionId, InvalidExecutionId, MAX_EXECUTION_ID_LEN};
+pub use id::{
+    ExecutionId, InvalidExecutionId, MAX_EXECUTION_ID_LEN, idempotency_key, split_idempotency_key,
+};
 pub use payload::{MAX_DEPTH as MAX_PAYLOAD_DEPTH, Payload, PayloadError};
 pub use store::{
     AppendError, DiskStore, DiskStoreConfig, EventStore, EventStoreExt, ExecutionPage,

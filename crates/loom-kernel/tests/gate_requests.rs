@@ -11,6 +11,7 @@ use std::collections::BTreeMap;
 use std::time::Duration;
 
 use loom_kernel::classify::DataClassification;
+use loom_kernel::conformance::nested;
 use loom_kernel::event::Event;
 use loom_kernel::runtime::*;
 use loom_kernel::{DiskStore, EventStore, EventStoreExt, ExecutionStatus, MemoryStore, Payload};
@@ -41,14 +42,6 @@ async fn approve_within_an_hour(ctx: FlowCtx, _: Value) -> Result<Value, FlowErr
         GateOutcome::Resumed(answer) => Ok(json!({"answer": answer.to_value()})),
         GateOutcome::TimedOut => Ok(json!("escalated")),
     }
-}
-
-fn nested(depth: usize) -> Value {
-    let mut value = json!(1);
-    for _ in 0..depth {
-        value = json!([value]);
-    }
-    value
 }
 
 /// Tries requests the log could not hold, then a reserved event type; reports each refusal.

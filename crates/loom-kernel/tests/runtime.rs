@@ -1,4 +1,6 @@
-//! The runtime: flows run live, replay after crashes, gates, refusals, plugins.
+//! The runtime: flows run live, replay after crashes, refusals, effects in doubt, budgets (gates: `gates.rs`; plugins: `plugins.rs`).
+
+mod support;
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -8,10 +10,10 @@ use loom_kernel::conformance::id;
 use loom_kernel::event::{Event, Verdict};
 use loom_kernel::runtime::*;
 use loom_kernel::{
-    AbiVersion, ErrorInfo, EventStore, EventStoreExt, ExecutionId, ExecutionStatus, MemoryStore,
-    Payload,
+    ErrorInfo, EventStore, EventStoreExt, ExecutionId, ExecutionStatus, MemoryStore, Payload,
 };
 use serde_json::{Value, json};
+use support::charge_then_mail;
 
 fn echo_effect(counter: Arc<AtomicUsize>) -> impl Effect {
     FnEffect::new(true, move |call: EffectCall| {
@@ -189,13 +191,6 @@ async fn replay_runs_no_effect() {
     assert_eq!(counter.load(Ordering::SeqCst), 2);
 }
 
-async fn charge_then_mail(ctx: FlowCtx, _: Value) -> Result<(), FlowError> {
-    ctx.execute_as(StepName::Counted("charge".into()), "payments.charge", &1)
-        .await?;
-    ctx.suspend("Approval", "k").await?;
-    Ok(())
-}
-
 async fn mail_first(ctx: FlowCtx, _: Value) -> Result<(), FlowError> {
     ctx.execute_as(StepName::Counted("email".into()), "email.send", &1)
         .await?;
@@ -246,170 +241,6 @@ async fn a_changed_flow_is_reported_at_the_right_seq() {
     ));
 }
 
-async fn three_gates(ctx: FlowCtx, _: Value) -> Result<Vec<Value>, FlowError> {
-    let (a, b, c) = futures::join!(
-        ctx.suspend("Pick", "a"),
-        ctx.suspend("Pick", "b"),
-        ctx.suspend("Pick", "c")
-    );
-    Ok(vec![a?.to_value(), b?.to_value(), c?.to_value()])
-}
-
-#[tokio::test]
-async fn several_gates_resumed_in_every_order() {
-    let orders = [
-        ["a", "b", "c"],
-        ["a", "c", "b"],
-        ["b", "a", "c"],
-        ["b", "c", "a"],
-        ["c", "a", "b"],
-        ["c", "b", "a"],
-    ];
-    for (n, order) in orders.iter().enumerate() {
-        let store = MemoryStore::new();
-        let e = id(&format!("gates-{n}"));
-        for (i, key) in order.iter().enumerate() {
-            // A fresh runtime for every resume: each one replays the gates positionally.
-            let rt = Runtime::builder(store.clone())
-                .flow(flow_fn("gates", 1, three_gates))
-                .build()
-                .unwrap();
-            if i == 0 {
-                rt.start("gates", &json!(null), granted(e.clone()))
-                    .await
-                    .unwrap();
-                assert_eq!(rt.wait(&e).await.unwrap().pending_gates().len(), 3);
-            }
-            rt.resume(&e, "Pick", key, json!(format!("picked {key}")).into())
-                .await
-                .unwrap();
-            let state = rt.wait(&e).await.unwrap();
-            assert_eq!(state.pending_gates().len(), 2 - i, "order {order:?}");
-        }
-        let log = store.read_all(&e).await.unwrap();
-        let Some(Event::ExecutionCompleted(done)) = log.last().map(|x| &x.event) else {
-            panic!("{order:?}: not completed")
-        };
-        assert_eq!(
-            done.output.to_value(),
-            json!(["picked a", "picked b", "picked c"])
-        );
-    }
-}
-
-struct OnlyAlice;
-
-impl ResumeAuthenticator for OnlyAlice {
-    fn authorize(&self, request: &ResumeRequest<'_>) -> Result<(), String> {
-        if request.payload.to_value()["user"] == "alice" {
-            Ok(())
-        } else {
-            Err("only alice approves".into())
-        }
-    }
-}
-
-#[tokio::test]
-async fn a_resume_refused_by_the_authenticator_records_nothing() {
-    let store = MemoryStore::new();
-    let rt = Runtime::builder(store.clone())
-        .flow(flow_fn("f", 1, charge_then_mail))
-        .effect(
-            "payments.charge",
-            FnEffect::new(true, |_| async { EffectOutcome::ok(Payload::null()) }),
-        )
-        .resume_authenticator(OnlyAlice)
-        .build()
-        .unwrap();
-    let e = rt
-        .start("f", &json!(null), granted(id("auth")))
-        .await
-        .unwrap();
-    rt.wait(&e).await.unwrap();
-    let head = store.head(&e).await.unwrap();
-    let err = rt
-        .resume(&e, "Approval", "k", json!({"user": "mallory"}).into())
-        .await
-        .unwrap_err();
-    assert!(matches!(err, ResumeError::Unauthorized { .. }), "{err}");
-    assert_eq!(store.head(&e).await.unwrap(), head);
-    rt.resume(&e, "Approval", "k", json!({"user": "alice"}).into())
-        .await
-        .unwrap();
-    assert_eq!(
-        rt.wait(&e).await.unwrap().status(),
-        ExecutionStatus::Completed
-    );
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn concurrent_resumes_of_one_gate_exactly_one_wins() {
-    let store = MemoryStore::new();
-    let rt = Runtime::builder(store.clone())
-        .flow(flow_fn("gates", 1, three_gates))
-        .build()
-        .unwrap();
-    let e = rt
-        .start("gates", &json!(null), granted(id("race")))
-        .await
-        .unwrap();
-    rt.wait(&e).await.unwrap();
-    let tasks: Vec<_> = (0..8)
-        .map(|n| {
-            let (rt, e) = (rt.clone(), e.clone());
-            tokio::spawn(async move { rt.resume(&e, "Pick", "b", json!(n).into()).await })
-        })
-        .collect();
-    let mut wins = 0;
-    for task in tasks {
-        match task.await.unwrap() {
-            Ok(()) => wins += 1,
-            Err(ResumeError::NoPendingGate { .. }) => {}
-            Err(other) => panic!("{other}"),
-        }
-    }
-    assert_eq!(wins, 1);
-    let resumed = store
-        .read_all(&e)
-        .await
-        .unwrap()
-        .iter()
-        .filter(|x| matches!(x.event, Event::ExecutionResumed(_)))
-        .count();
-    assert_eq!(resumed, 1);
-}
-
-#[tokio::test]
-async fn resumes_that_match_nothing_are_refused_clearly() {
-    let rt = Runtime::builder(MemoryStore::new())
-        .flow(flow_fn("gates", 1, three_gates))
-        .build()
-        .unwrap();
-    let err = rt
-        .resume(&id("nobody"), "Pick", "a", Payload::null())
-        .await
-        .unwrap_err();
-    assert!(matches!(err, ResumeError::UnknownExecution { .. }), "{err}");
-    let e = rt
-        .start("gates", &json!(null), granted(id("g")))
-        .await
-        .unwrap();
-    rt.wait(&e).await.unwrap();
-    let err = rt
-        .resume(&e, "Pick", "zzz", Payload::null())
-        .await
-        .unwrap_err();
-    assert_eq!(
-        err.to_string(),
-        "execution g has no pending gate for (Pick, key 'zzz')"
-    );
-    let err = rt
-        .resume(&e, "Other", "a", Payload::null())
-        .await
-        .unwrap_err();
-    assert!(matches!(err, ResumeError::NoPendingGate { .. }));
-}
-
 async fn duplicate_ids(ctx: FlowCtx, _: Value) -> Result<String, FlowError> {
     ctx.execute_as(StepName::Explicit("once".into()), "echo", &1)
         .await?;
@@ -441,32 +272,6 @@ async fn a_duplicate_explicit_step_id_is_an_error() {
             output: json!("once").into()
         })
     );
-}
-
-#[tokio::test]
-async fn cancel_ends_a_waiting_execution() {
-    let rt = Runtime::builder(MemoryStore::new())
-        .flow(flow_fn("gates", 1, three_gates))
-        .build()
-        .unwrap();
-    let e = rt
-        .start("gates", &json!(null), granted(id("c")))
-        .await
-        .unwrap();
-    rt.wait(&e).await.unwrap();
-    rt.cancel(&e, Some("user left".into())).await.unwrap();
-    assert_eq!(
-        rt.wait(&e).await.unwrap().status(),
-        ExecutionStatus::Cancelled
-    );
-    assert!(matches!(
-        rt.cancel(&e, None).await,
-        Err(CancelError::Ended { .. })
-    ));
-    assert!(matches!(
-        rt.resume(&e, "Pick", "a", Payload::null()).await,
-        Err(ResumeError::NoPendingGate { .. })
-    ));
 }
 
 async fn pay(ctx: FlowCtx, _: Value) -> Result<Value, FlowError> {
@@ -536,52 +341,6 @@ async fn a_non_idempotent_step_in_flight_parks_in_doubt_until_a_verdict() {
     assert_eq!(runs.load(Ordering::SeqCst), 0);
 }
 
-struct OldPlugin;
-
-impl Plugin for OldPlugin {
-    fn name(&self) -> &str {
-        "old"
-    }
-    fn kernel_abi(&self) -> AbiRange {
-        AbiRange::caret(2, 0)
-    }
-    fn contribute(&self, _: &mut Contributions) {}
-}
-
-struct GoodPlugin;
-
-impl Plugin for GoodPlugin {
-    fn name(&self) -> &str {
-        "good"
-    }
-    fn kernel_abi(&self) -> AbiRange {
-        AbiRange::caret(1, 0)
-    }
-    fn contribute(&self, contributions: &mut Contributions) {
-        contributions.effect("echo", Arc::new(echo_effect(Arc::default())));
-    }
-}
-
-#[test]
-fn plugins_are_checked_against_the_kernel_abi() {
-    let err = Runtime::builder(MemoryStore::new())
-        .plugin(&OldPlugin)
-        .build()
-        .unwrap_err();
-    assert_eq!(
-        err.to_string(),
-        "plugin 'old' needs kernel ABI >=2.0.0, <3.0.0, but this kernel is 1.1.0"
-    );
-    assert!(AbiRange::caret(1, 1).contains(AbiVersion::new(1, 1, 0)));
-    assert!(!AbiRange::caret(1, 2).contains(AbiVersion::new(1, 1, 0)));
-    let err = Runtime::builder(MemoryStore::new())
-        .plugin(&GoodPlugin)
-        .plugin(&GoodPlugin)
-        .build()
-        .unwrap_err();
-    assert_eq!(err, CompositionError::DuplicateEffect("echo".into()));
-}
-
 #[tokio::test]
 async fn unknown_flows_and_duplicate_starts_are_refused() {
     let rt = runtime(MemoryStore::new(), Arc::default());
@@ -602,51 +361,6 @@ async fn unknown_flows_and_duplicate_starts_are_refused() {
     ));
     let _ = BTreeMap::<u8, u8>::new();
     let _ = ErrorInfo::new("a", "b");
-}
-
-async fn gate_loop(ctx: FlowCtx, n: u64) -> Result<(), FlowError> {
-    for i in 0..n {
-        ctx.suspend("Go", &i.to_string()).await?;
-        ctx.execute("echo", &i).await?;
-    }
-    Ok(())
-}
-
-/// A flow that parks 50 times: each resume starts a new driver that replays the log so far.
-async fn parks_and_resumes_many_times<S: EventStore>(store: S) {
-    let rt = Runtime::builder(store)
-        .flow(flow_fn("loop", 1, gate_loop))
-        .effect("echo", echo_effect(Arc::default()))
-        .build()
-        .unwrap();
-    let e = rt.start("loop", &50u64, granted(id("loop"))).await.unwrap();
-    for i in 0..50u64 {
-        let state = rt.wait(&e).await.unwrap();
-        assert_eq!(
-            state.status(),
-            ExecutionStatus::Suspended,
-            "before resume {i}"
-        );
-        rt.resume(&e, "Go", &i.to_string(), Payload::null())
-            .await
-            .unwrap_or_else(|err| panic!("resume {i}: {err}"));
-    }
-    assert_eq!(
-        rt.wait(&e).await.unwrap().status(),
-        ExecutionStatus::Completed
-    );
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_flow_parks_and_resumes_many_times() {
-    parks_and_resumes_many_times(MemoryStore::new()).await;
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_flow_parks_and_resumes_many_times_on_disk() {
-    let dir = tempfile::tempdir().unwrap();
-    parks_and_resumes_many_times(loom_kernel::DiskStore::open(dir.path().join("s.redb")).unwrap())
-        .await;
 }
 
 async fn ids_collide(ctx: FlowCtx, _: Value) -> Result<Vec<String>, FlowError> {
@@ -788,97 +502,6 @@ async fn a_non_idempotent_effect_starts_only_once_its_step_started_is_durable() 
             "EXECUTION_COMPLETED"
         ]
     );
-}
-
-#[derive(Default, Clone)]
-struct Seen(Arc<std::sync::Mutex<Vec<(u64, &'static str)>>>);
-
-impl Projection for Seen {
-    fn apply(&self, envelope: &loom_kernel::EventEnvelope) {
-        self.0
-            .lock()
-            .unwrap()
-            .push((envelope.seq, envelope.event.type_name()));
-    }
-}
-
-struct ApprovalButton;
-
-impl InboundHandler for ApprovalButton {
-    fn handle(&self, message: &Value) -> Result<Inbound, String> {
-        let execution = message["execution"]
-            .as_str()
-            .and_then(|id| ExecutionId::new(id).ok())
-            .ok_or("the message names no execution")?;
-        Ok(Inbound::Resume {
-            execution,
-            event_type: "Pick".into(),
-            correlation_key: message["key"].as_str().unwrap_or_default().to_owned(),
-            payload: message["value"].clone().into(),
-        })
-    }
-}
-
-struct Ui(Seen);
-
-impl Plugin for Ui {
-    fn name(&self) -> &str {
-        "ui"
-    }
-    fn kernel_abi(&self) -> AbiRange {
-        AbiRange::caret(1, 1)
-    }
-    fn contribute(&self, contributions: &mut Contributions) {
-        contributions
-            .projection(Arc::new(self.0.clone()))
-            .inbound("button", Arc::new(ApprovalButton));
-    }
-}
-
-#[tokio::test]
-async fn plugins_contribute_projections_and_inbound_handlers() {
-    let seen = Seen::default();
-    let rt = Runtime::builder(MemoryStore::new())
-        .flow(flow_fn("gates", 1, three_gates))
-        .plugin(&Ui(seen.clone()))
-        .build()
-        .unwrap();
-    let e = rt
-        .start("gates", &json!(null), granted(id("ui")))
-        .await
-        .unwrap();
-    rt.wait(&e).await.unwrap();
-    for key in ["a", "b", "c"] {
-        let action = rt
-            .inbound(
-                "button",
-                &json!({"execution": "ui", "key": key, "value": key}),
-            )
-            .await
-            .unwrap();
-        assert!(matches!(action, Inbound::Resume { .. }));
-    }
-    assert!(matches!(
-        rt.inbound("button", &json!({"key": "a"})).await,
-        Err(InboundError::Refused(_))
-    ));
-    assert!(matches!(
-        rt.inbound("nope", &json!({})).await,
-        Err(InboundError::UnknownHandler(_))
-    ));
-    assert!(matches!(
-        rt.inbound("button", &json!({"execution": "ui", "key": "a"}))
-            .await,
-        Err(InboundError::Resume(ResumeError::NoPendingGate { .. }))
-    ));
-    assert_eq!(
-        rt.wait(&e).await.unwrap().status(),
-        ExecutionStatus::Completed
-    );
-    // The projection saw every durable event once, in log order.
-    let log = rt.store().read_all(&e).await.unwrap();
-    let expected: Vec<_> = log.iter().map(|x| (x.seq, x.event.type_name())).collect();
-    assert_eq!(*seen.0.lock().unwrap(), expected);
 }
 
 /// An effect whose admission, cost hold and outcome the test sets.

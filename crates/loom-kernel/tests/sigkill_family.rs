@@ -1,9 +1,11 @@
 //! One process holds, on the disk store, executions waiting on durable timers, parents waiting
-//! for children that are themselves sleeping, and executions parked at a plain gate; it is
+//! for children that are themselves sleeping, and executions parked at a gate with a durable
+//! request (what the flow asks the outside for); it is
 //! killed with SIGKILL at varied moments (before anything fired, while timers fire and children
-//! end). The next process recovers them all: every execution completes exactly as if nothing
-//! had happened (same outputs), no child is started twice, no timer or child end is delivered
-//! twice, and every log replays deterministically.
+//! end). The next process recovers them all: it finds every pending request again, with the
+//! same correlation key and payload, and answers it; every execution completes exactly as if
+//! nothing had happened (same outputs), no child is started twice, no timer or child end is
+//! delivered twice, and every log replays deterministically.
 //!
 //! The child process is this test binary run again with `LOOM_FAMILY_CHILD_STORE` set: it then
 //! runs `family_child_process_entry`, which does nothing in an ordinary test run. Both
@@ -49,9 +51,13 @@ async fn family(ctx: FlowCtx, n: u64) -> Result<Value, FlowError> {
     Ok(json!([first, second]))
 }
 
-/// Parks at a plain gate.
+/// Parks at a gate, asking the outside for an approval.
 async fn approval(ctx: FlowCtx, key: String) -> Result<Value, FlowError> {
-    Ok(ctx.suspend("Approval", &key).await?.to_value())
+    let request = json!({"approve": key});
+    Ok(ctx
+        .suspend_with_request("Approval", &key, &request)
+        .await?
+        .to_value())
 }
 
 fn runtime(store: DiskStore, clock: ManualClock) -> Runtime<DiskStore> {
@@ -165,7 +171,7 @@ fn run_and_kill(store_path: &std::path::Path, until: &str) {
 }
 
 #[test]
-fn sigkill_with_timers_children_and_gates_in_flight_loses_nothing() {
+fn sigkill_with_timers_children_and_gate_requests_in_flight_loses_nothing() {
     let tokio = tokio::runtime::Runtime::new().unwrap();
     for until in ["started", "tick 2", "tick 5", "tick 9", "tick 12"] {
         let dir = tempfile::tempdir().unwrap();
@@ -177,7 +183,21 @@ fn sigkill_with_timers_children_and_gates_in_flight_loses_nothing() {
             let runtime = runtime(store.clone(), clock.clone());
             runtime.recover().await.unwrap();
             // The gates are answered by this process (they were pending when the first died,
-            // or had not been resumed: no one resumed them there).
+            // or had not been resumed: no one resumed them there). Their requests are found
+            // again from the log, as an application re-sends them after a restart.
+            let pending = runtime.pending_requests().await.unwrap();
+            for (e, key) in gates() {
+                let found: Vec<_> = pending.iter().filter(|p| p.execution == e).collect();
+                assert_eq!(
+                    found.len(),
+                    1,
+                    "killed at '{until}': {e}'s request: {pending:?}"
+                );
+                assert_eq!(found[0].event_type, "Approval");
+                assert_eq!(found[0].correlation_key, key);
+                assert_eq!(found[0].request.to_value(), json!({"approve": key}));
+            }
+            assert_eq!(pending.len(), GATES, "only the gates ask: {pending:?}");
             for (e, key) in gates() {
                 runtime
                     .resume(&e, "Approval", &key, json!({"by": key}).into())

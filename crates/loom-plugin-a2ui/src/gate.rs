@@ -107,7 +107,7 @@ pub fn call_and_wait(
                 *n += 1;
                 *n
             });
-            let call_id = format!("{}:{name}#{n}", ctx.execution_id().as_str());
+            let call_id = loom_kernel::idempotency_key(ctx.execution_id(), &format!("{name}#{n}"));
             let request = FunctionRequest {
                 call_id: call_id.clone(),
                 surface_id: surface_id.to_owned(),

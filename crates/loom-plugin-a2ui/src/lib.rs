@@ -21,7 +21,7 @@
 //! # What it must not depend on
 //! Nothing depends on this crate among the Loom library crates; it builds on `loom-kernel`,
 //! `loom-agent-surface` and `loom-effect-runtime`. The kernel never learns A2UI's names.
-#![warn(missing_docs)]
+#![warn(missing_docs, unreachable_pub)]
 #![cfg_attr(
     not(test),
     warn(clippy::unwrap_used, clippy::print_stdout, clippy::print_stderr)

@@ -63,8 +63,22 @@ impl Outcome {
 
 impl Checker {
     /// A checker for `flows`. Fails if two flows share a name and version.
+    ///
+    /// The effects the flows declare they use (`flow_fn(..).uses(..)`) are registered as
+    /// stand-ins that are never run (replay serves every result from the log), so that the
+    /// composition check of declared effects holds without the application's effects.
     pub fn new(flows: &FlowSet) -> Result<Self, loom_kernel::runtime::CompositionError> {
-        let runtime = Runtime::builder(MemoryStore::new()).flows(flows).build()?;
+        let declared: std::collections::BTreeSet<&'static str> = flows
+            .iter()
+            .flat_map(|flow| flow.declared_effects().iter().copied())
+            .collect();
+        let runtime = declared
+            .into_iter()
+            .fold(
+                Runtime::builder(MemoryStore::new()).flows(flows),
+                |builder, effect| builder.effect(effect, never_run()),
+            )
+            .build()?;
         Ok(Self { runtime })
     }
 
@@ -192,4 +206,15 @@ fn round_trip(log: &[EventEnvelope], stored: Option<&StoredLog>) -> Option<Findi
         }
     }
     changed
+}
+
+/// The stand-in of a declared effect: replay never runs an effect, so this never answers but
+/// with a failure saying so.
+fn never_run() -> impl loom_kernel::runtime::Effect {
+    loom_kernel::runtime::FnEffect::new(true, |_| async {
+        loom_kernel::runtime::EffectOutcome::failed(loom_kernel::ErrorInfo::new(
+            "loom.replay_check",
+            "replay-check runs no effect",
+        ))
+    })
 }

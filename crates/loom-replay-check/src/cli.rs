@@ -270,7 +270,7 @@ fn export(args: &ExportArgs) -> Result<usize, BoxError> {
     let only = parse_ids(&args.executions)?;
     std::fs::create_dir_all(&args.out)?;
     tokio_runtime(2)?.block_on(async {
-        let store = DiskStore::open(&args.store)?;
+        let store = DiskStore::open_read_only(&args.store, DiskStoreConfig::default())?;
         let mut written = 0;
         for id in store_ids(&store, &only).await? {
             let log = store.read_all(&id).await?;
@@ -298,7 +298,8 @@ fn run(flows: &FlowSet, args: &CheckArgs) -> Result<u8, BoxError> {
     let only = parse_ids(&args.executions)?;
     let (source, label): (Source<DiskStore>, _) = match (&args.store, &args.logs) {
         (Some(path), _) => {
-            let store = DiskStore::open_with(path, check_store_config())?;
+            // Read-only: a missing or empty file is an error, never a new empty store.
+            let store = DiskStore::open_read_only(path, check_store_config())?;
             let ids = runtime.block_on(store_ids(&store, &only))?;
             (Source::Store(store, ids), path.display().to_string())
         }

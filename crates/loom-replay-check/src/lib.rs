@@ -25,7 +25,7 @@
 //!
 //! # What it must not depend on
 //! Only `loom-kernel` among Loom crates: it checks flows, whatever they use.
-#![warn(missing_docs)]
+#![warn(missing_docs, unreachable_pub)]
 #![cfg_attr(not(test), warn(clippy::unwrap_used))]
 
 pub mod breaks;

@@ -33,7 +33,7 @@
 //! assert_eq!(store.head(&id).await?, 0);
 //! # Ok(()) }
 //! ```
-#![warn(missing_docs)]
+#![warn(missing_docs, unreachable_pub)]
 #![cfg_attr(
     not(test),
     warn(clippy::unwrap_used, clippy::print_stdout, clippy::print_stderr)

@@ -40,7 +40,9 @@ use std::time::Duration;
 
 use loom_agent_surface::SurfaceExt;
 use loom_effect_runtime::{EffectContext, EffectDef, EffectError, EffectRegistry};
-use loom_kernel::runtime::{FlowCtx, FlowError, FlowSet, RuntimeBuilder, StartOptions, flow_fn};
+use loom_kernel::runtime::{
+    EffectHandle, FlowCtx, FlowError, FlowSet, RuntimeBuilder, StartOptions, flow_fn,
+};
 use loom_kernel::{EventStore, ExecutionId};
 use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
@@ -105,12 +107,17 @@ impl Counters {
     }
 }
 
+/// `inventory.reserve`: reserves an order, answers the reservation's id.
+const RESERVE: EffectHandle<Order, String> = EffectHandle::new("inventory.reserve");
+/// `text.upper`: a text in capitals.
+const UPPER: EffectHandle<String, String> = EffectHandle::new("text.upper");
+
 /// The example's flows: `checkout` v1, its child `notify` v1, and `greet` v1.
 pub fn flows() -> FlowSet {
     FlowSet::new()
-        .with(flow_fn("checkout", 1, checkout))
-        .with(flow_fn("notify", 1, notify))
-        .with(flow_fn("greet", 1, greet))
+        .with(flow_fn("checkout", 1, checkout).uses(&[&RESERVE]))
+        .with(flow_fn("notify", 1, notify).uses(&[&UPPER]))
+        .with(flow_fn("greet", 1, greet).uses(&[&UPPER]))
 }
 
 /// The capabilities the example's effects need (K2): grant them when starting an execution,
@@ -150,7 +157,7 @@ pub fn effects(counters: &Counters) -> EffectRegistry {
         "required": ["sku", "qty"]
     });
     let definitions = [
-        EffectDef::new("inventory.reserve", move |ctx: EffectContext, _: Order| {
+        EffectDef::for_handle(&RESERVE, move |ctx: EffectContext, _: Order| {
             reserve.fetch_add(1, Ordering::SeqCst);
             let id = format!("rsv-{:08x}", stable_hash(ctx.idempotency_key()));
             async move { Ok::<_, EffectError>(id) }
@@ -178,7 +185,7 @@ pub fn effects(counters: &Counters) -> EffectRegistry {
             "properties": {"charged": {"type": "integer"}, "key": {"type": "string"}},
             "required": ["charged", "key"]
         })),
-        EffectDef::new("text.upper", move |_: EffectContext, text: String| {
+        EffectDef::for_handle(&UPPER, move |_: EffectContext, text: String| {
             upper.fetch_add(1, Ordering::SeqCst);
             async move { Ok::<_, EffectError>(text.to_uppercase()) }
         })
@@ -203,7 +210,7 @@ struct Payment {
 }
 
 async fn checkout(ctx: FlowCtx, order: Order) -> Result<Receipt, FlowError> {
-    let reservation: String = ctx.call("inventory.reserve", &order).await?;
+    let reservation = ctx.execute(&RESERVE, &order).await?;
     let reserved_at_ms = ctx.now()?;
     ctx.surface("checkout")
         .patch()
@@ -234,11 +241,11 @@ async fn notify(ctx: FlowCtx, order: Order) -> Result<String, FlowError> {
     // A durable timer: its deadline is recorded, and it fires after a restart too.
     ctx.sleep(NOTIFY_DELAY).await?;
     let text = format!("paid: {} x {}", order.qty, order.sku);
-    Ok(ctx.call("text.upper", &text).await?)
+    Ok(ctx.execute(&UPPER, &text).await?)
 }
 
 async fn greet(ctx: FlowCtx, name: String) -> Result<String, FlowError> {
-    let shout: String = ctx.call("text.upper", &name).await?;
+    let shout = ctx.execute(&UPPER, &name).await?;
     // The clock is the world: read once and recorded, so a replay greets the same way.
     let greeting = ctx.decide("greeting", || {
         let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH);

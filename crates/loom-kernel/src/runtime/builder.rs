@@ -6,11 +6,14 @@ use std::sync::{Arc, Mutex};
 use tokio::sync::watch;
 
 use crate::classify::DataClassification;
+#[cfg(doc)]
+use crate::runtime::ManualClock;
 use crate::runtime::caller::{self, AsyncResumeAuthenticator};
 use crate::runtime::children;
 use crate::runtime::effect::Effect;
 use crate::runtime::errors::CompositionError;
 use crate::runtime::flow::{Flow, FlowSet};
+use crate::runtime::handle;
 use crate::runtime::keep::{self, DEFAULT_MAX_PARKED_IN_MEMORY};
 use crate::runtime::plugin::{self, Contributions, Plugin, Projection};
 use crate::runtime::slots::Inner;
@@ -137,6 +140,7 @@ impl<S: EventStore> RuntimeBuilder<S> {
                 return Err(CompositionError::DuplicateEffect(name));
             }
         }
+        handle::check_declared(&self.flows, &effects)?;
         let mut inbound = BTreeMap::new();
         for (name, handler) in self.contributions.inbound {
             if inbound.insert(name.clone(), handler).is_some() {

@@ -152,6 +152,10 @@ pub type Authorization<'a> = Pin<Box<dyn Future<Output = Result<(), String>> + S
 /// policy service, a database). A panic while it decides refuses the request, with the panic's
 /// message as the reason; bounding how long it may take is the caller's business (wrap the
 /// resume in a timeout): while it waits, nothing is recorded and no lock is held.
+///
+/// # As a seam
+/// Never called on replay; awaited on the caller's task; a panic (making or awaiting the
+/// decision) refuses; it sees only the request, and the caller is never recorded.
 pub trait AsyncResumeAuthenticator: Send + Sync + 'static {
     /// Decides whether `request.caller` may resume this gate.
     fn authorize<'a>(&'a self, request: ResumeRequest<'a>) -> Authorization<'a>;

@@ -30,6 +30,7 @@ use crate::runtime::codes;
 use crate::runtime::contain::contain;
 use crate::runtime::digest::input_digest;
 use crate::runtime::effect::{Effect, EffectCall, EffectOutcome, EffectResult};
+use crate::runtime::handle::ExecuteTarget;
 use crate::runtime::history::{Attempted, History, NonDeterminism, StepState};
 use crate::runtime::timers::{
     Clock, DEADLINE_KIND, TIMER_EVENT_TYPE, closed_payload, deadline_value, is_closed_payload,
@@ -305,9 +306,17 @@ impl FlowCtx {
         }
     }
 
-    /// Runs `effect` with `input` as step `effect#n`.
-    pub fn execute<I: Serialize + ?Sized>(&self, effect: &str, input: &I) -> Command {
-        self.execute_as(StepName::Counted(effect.to_owned()), effect, input)
+    /// Runs `effect` with `input` as step `effect#n`. `effect` is a name (`"mail.send"`; the
+    /// command resolves to the output as a [`Payload`]) or an
+    /// [`EffectHandle`](crate::runtime::EffectHandle) (it resolves to the output decoded to the
+    /// handle's type; one that does not decode is [`StepError::Decode`]). Both record the same
+    /// events.
+    pub fn execute<T: ExecuteTarget<I> + ?Sized, I: ?Sized>(
+        &self,
+        effect: &T,
+        input: &I,
+    ) -> T::Command {
+        effect.issue(self, input)
     }
 
     /// Runs `effect` with `input` under the given step name.
@@ -321,7 +330,7 @@ impl FlowCtx {
     }
 
     /// A step's command, and its id when `want_id` (or when the id could be assigned at all).
-    fn issue_step<I: Serialize + ?Sized>(
+    pub(super) fn issue_step<I: Serialize + ?Sized>(
         &self,
         name: StepName,
         effect: &str,

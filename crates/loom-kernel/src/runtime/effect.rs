@@ -75,7 +75,7 @@ impl EffectCall {
 
     /// `executionId:stepId`: the same on every attempt and after every crash (K9).
     pub fn idempotency_key(&self) -> String {
-        format!("{}:{}", self.execution_id, self.step_id)
+        crate::id::idempotency_key(&self.execution_id, &self.step_id)
     }
 }
 
@@ -136,6 +136,19 @@ impl EffectOutcome {
 }
 
 /// Something a flow can ask the world to do through `ctx.execute`.
+///
+/// # As a seam
+/// - **Replay:** never called for a step whose outcome is recorded; `invoke` runs only for a
+///   new step, or for one started without an outcome (again if idempotent, only after a
+///   `retry` verdict if not). `admit` runs only for a new step.
+/// - **Task:** `admit` runs where the flow issues the step (the driver's task); the future of
+///   `invoke` is polled by the execution's driver task beside the flow, and is dropped if the
+///   execution is cancelled or the runtime shut down.
+/// - **Panic:** contained. In `admit`: the step is refused (`STEP_FAILED`). In `invoke`: an
+///   idempotent step fails; a non-idempotent one is recorded in doubt (`EFFECT_INDOUBT`), since
+///   it may have done its work.
+/// - **Other processes:** an effect sees only its call; the idempotency key is the same in
+///   every process that runs the step.
 pub trait Effect: Send + Sync + 'static {
     /// Whether running it twice with the same idempotency key is harmless (K9). A non-idempotent
     /// effect found started but without an outcome after a crash is never run again without an

@@ -2,6 +2,8 @@
 
 use crate::id::ExecutionId;
 use crate::runtime::driver::DriveError;
+#[cfg(doc)]
+use crate::runtime::{FnFlow, Runtime};
 use crate::store::{FoldStoredError, ReadError};
 
 /// Why a runtime could not be composed.
@@ -32,6 +34,16 @@ pub enum CompositionError {
     /// Two inbound handlers have this name.
     #[error("inbound handler '{0}' is registered twice")]
     DuplicateInbound(String),
+    /// A flow declares it uses an effect ([`FnFlow::uses`]) that nothing registered.
+    #[error("flow '{flow}' version {version} uses effect '{effect}', which nothing registered")]
+    UnregisteredEffect {
+        /// The flow's name.
+        flow: String,
+        /// The flow's version.
+        version: u32,
+        /// The effect's name.
+        effect: String,
+    },
 }
 
 /// Why `start` did not start an execution.

@@ -53,6 +53,18 @@ impl From<serde_json::Error> for FlowError {
 }
 
 /// A registered flow, with its input and output erased to JSON.
+///
+/// # As a seam
+/// - **Replay:** `run` is called again from the start each time a driver takes the execution
+///   up (after a restart, a resume or a verdict of a parked execution); recorded commands are
+///   served from the log, so it must issue the same commands in the same order.
+/// - **Task:** it runs on the execution's driver task (a new execution's first poll runs on the
+///   caller of `start` until its first append is durable); the futures it awaits need not be
+///   ctx commands.
+/// - **Panic:** contained: recorded as the execution's failure (`EXECUTION_FAILED`, code
+///   `loom.flow_panicked`), never unwound into the runtime's caller.
+/// - **Other processes:** it sees only its own execution's log, as read when its driver
+///   started; the store's expected-seq check fences another process driving it too.
 pub trait Flow: Send + Sync + 'static {
     /// The name executions start it by.
     fn name(&self) -> &str;
@@ -60,6 +72,11 @@ pub trait Flow: Send + Sync + 'static {
     fn version(&self) -> u32;
     /// Runs the flow with its input (as JSON) to its output.
     fn run(&self, ctx: FlowCtx, input: Payload) -> BoxFuture<'static, Result<Payload, FlowError>>;
+    /// The effects the flow declares it uses (see [`crate::runtime::EffectHandle`]):
+    /// `RuntimeBuilder::build` refuses a runtime in which one is not registered. None by default.
+    fn declared_effects(&self) -> &[&'static str] {
+        &[]
+    }
 }
 
 /// A set of flows, as a crate that defines flows exposes them (`pub fn flows() -> FlowSet`),

@@ -46,6 +46,7 @@ mod driver;
 mod effect;
 mod errors;
 mod flow;
+mod handle;
 mod history;
 mod keep;
 mod machine;
@@ -79,6 +80,7 @@ pub use errors::{
 };
 pub(crate) use errors::{DRIVER_STOPPED, DriverFailure, SHUT_DOWN};
 pub use flow::{Flow, FlowError, FlowSet, FnFlow, flow_fn};
+pub use handle::{DeclaredEffect, EffectHandle, ExecuteTarget, TypedCommand, UsesEffects};
 pub use history::NonDeterminism;
 pub use keep::DEFAULT_MAX_PARKED_IN_MEMORY;
 pub use plugin::{AbiRange, Contributions, Inbound, InboundHandler, Plugin, Projection};
@@ -104,6 +106,13 @@ use slots::Slot;
 pub(crate) use slots::{Inner, new_slot};
 
 /// Decides who may resume which gate (K12.2). Consulted before anything is recorded.
+///
+/// # As a seam
+/// - **Replay:** never called on replay: a recorded resume was authorized when it arrived.
+/// - **Task:** the caller's task (`resume`, `resume_as`, `inbound`), before any lock is taken
+///   or anything is recorded.
+/// - **Panic:** contained: the request is refused with the panic's message as the reason.
+/// - **Other processes:** it sees only the request; the caller is never recorded.
 pub trait ResumeAuthenticator: Send + Sync + 'static {
     /// `Err(reason)` refuses the resume.
     fn authorize(&self, request: &ResumeRequest<'_>) -> Result<(), String>;

@@ -41,6 +41,15 @@ impl fmt::Display for AbiRange {
 
 /// Sees every event once it is durable, in log order per execution. Called on the driver's
 /// task: keep it quick and do not block.
+///
+/// # As a seam
+/// - **Replay:** not called for events read back from the log: it sees each event this runtime
+///   appends, once, after the append is durable. A projection that must know older events (or
+///   survive a restart) catches up from the store itself (`EventStore::read_feed`).
+/// - **Task:** the driver task of the event's execution; projections of different executions
+///   may run at once.
+/// - **Panic:** contained and logged; the projection misses that event, the execution goes on.
+/// - **Other processes:** events another process appends are not shown; read the store's feed.
 pub trait Projection: Send + Sync + 'static {
     /// Sees one durable event.
     fn apply(&self, envelope: &EventEnvelope);
@@ -77,6 +86,12 @@ pub enum Inbound {
 }
 
 /// Turns messages from outside (a UI action, a webhook) into runtime requests.
+///
+/// # As a seam
+/// - **Replay:** never called on replay; only by `Runtime::inbound` / `inbound_as`.
+/// - **Task:** the caller's task, before the authenticator and before anything is recorded.
+/// - **Panic:** contained: the message is refused (`InboundError::HandlerPanicked`), nothing is done.
+/// - **Other processes:** it sees only the message; what it asks for goes through the store.
 pub trait InboundHandler: Send + Sync + 'static {
     /// Reads a message; `Err(reason)` refuses it and nothing is done.
     fn handle(&self, message: &serde_json::Value) -> Result<Inbound, String>;
@@ -94,6 +109,13 @@ pub trait InboundHandler: Send + Sync + 'static {
 }
 
 /// A composition-time contributor.
+///
+/// # As a seam
+/// Called once, by `RuntimeBuilder::plugin`, on the caller's thread, before the runtime exists:
+/// never on replay and never per execution. Its ABI range is checked first. A panic in
+/// `contribute` is not contained: it unwinds into the composition root, where it belongs (no
+/// execution is running). What it contributes (effects, projections, inbound handlers) follows
+/// those seams' rules.
 pub trait Plugin {
     /// The plugin's name, for errors.
     fn name(&self) -> &str;

@@ -65,7 +65,7 @@ const FEED_NEXT: &str = "feed_next";
 /// The layout version of the file. A file with another one is refused on open, except a
 /// file of version 1, which is brought to this one (its index and feed built) when opened
 /// for writing.
-pub const STORE_FORMAT: u64 = 2;
+pub(super) const STORE_FORMAT: u64 = 2;
 
 /// Settings of a [`DiskStore`].
 #[derive(Debug, Clone)]

@@ -252,6 +252,18 @@ impl ExecutionPage {
 }
 
 /// Where execution logs live. See the module documentation for the contract.
+///
+/// # As a seam
+/// - **Replay:** replay reads (`read`, `read_all`); it never appends.
+/// - **Task:** called from any task of the runtime (drivers, the timer task, `recover`) and
+///   from the callers of `start`, `resume` and the like, concurrently: implementations are
+///   `Send + Sync` and must not block the executor.
+/// - **Panic:** not contained: a store must return errors, never panic (a panic inside a
+///   driver ends that driver's task and is logged when the runtime joins it).
+/// - **Other processes:** whether another process's appends are seen is the store's: the
+///   `MemoryStore` is one process's, a `DiskStore` file is held by one process at a time, and
+///   a shared store (PostgreSQL) shows every worker's committed appends. The expected-seq check
+///   fences writers in every case.
 pub trait EventStore: Send + Sync + 'static {
     /// Appends `events` atomically at `expected_seq` and returns the log's new head.
     fn append(

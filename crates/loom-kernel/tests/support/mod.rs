@@ -77,3 +77,32 @@ pub fn with_echo(store: MemoryStore, flows: FlowSet, calls: Calls) -> Runtime<Me
         .build()
         .unwrap()
 }
+
+/// Start options granting every effect the runtime's tests register (K2 holds for raw effects
+/// too).
+pub fn grant_all(execution: ExecutionId) -> StartOptions {
+    ["echo", "payments.charge", "email.send", "pay", "gated"]
+        .into_iter()
+        .fold(StartOptions::new(execution), StartOptions::grant)
+}
+
+/// Three gates opened at once (`Pick` a, b and c); returns their payloads in that order.
+pub async fn three_gates(
+    ctx: FlowCtx,
+    _: serde_json::Value,
+) -> Result<Vec<serde_json::Value>, FlowError> {
+    let (a, b, c) = futures::join!(
+        ctx.suspend("Pick", "a"),
+        ctx.suspend("Pick", "b"),
+        ctx.suspend("Pick", "c")
+    );
+    Ok(vec![a?.to_value(), b?.to_value(), c?.to_value()])
+}
+
+/// A charge (step `charge#1` of `payments.charge`), then a gate (`Approval`, key `k`).
+pub async fn charge_then_mail(ctx: FlowCtx, _: serde_json::Value) -> Result<(), FlowError> {
+    ctx.execute_as(StepName::Counted("charge".into()), "payments.charge", &1)
+        .await?;
+    ctx.suspend("Approval", "k").await?;
+    Ok(())
+}
