@@ -13,7 +13,6 @@
 //! can observe (a resume accepted, a verdict, the end of the execution, parking) waits until
 //! the events behind it are durable. See `docs/adr/0003-durability-barriers.md`.
 
-use std::collections::HashMap;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::task::{Context, Poll, Wake, Waker};
@@ -36,12 +35,14 @@ use crate::runtime::effect::EffectOutcome;
 use crate::runtime::flow::FlowError;
 use crate::runtime::history::{Attempted, History, NonDeterminism};
 use crate::runtime::keep;
+use crate::runtime::machine::{self, Admit, Held};
 use crate::runtime::timers::{Timers, is_timed_out_payload};
 
 /// Gates (event type, correlation key) that their deadline closed.
 pub(crate) type TimedOutGates = std::collections::BTreeSet<(String, String)>;
-use crate::runtime::{
-    CancelError, DriverFailure, Inner, ResolveError, ResumeError, SHUT_DOWN, StartError,
+use crate::runtime::Inner;
+use crate::runtime::errors::{
+    CancelError, DriverFailure, ResolveError, ResumeError, SHUT_DOWN, StartError,
 };
 use crate::store::{AppendError, EventStore, EventStoreExt, FoldStoredError};
 
@@ -211,6 +212,18 @@ impl Reply {
 
 type Append = BoxFuture<'static, Result<(u64, Vec<Event>), AppendError>>;
 
+/// The driver's decisions (`machine.rs`), over its replies, effects and children.
+type Machine = machine::Machine<Reply, Dispatch, ChildStart>;
+
+impl Held for Dispatch {
+    fn step_id(&self) -> &str {
+        &self.call.step_id
+    }
+    fn durable_before(&self) -> bool {
+        self.durable_before
+    }
+}
+
 /// Drives one execution until it ends, parks, or fails. Every message received is answered.
 /// A new execution handed to its first driver: `EXECUTION_STARTED` goes out in the same
 /// append as the flow's first commands, and `start` returns once that append is durable.
@@ -271,8 +284,7 @@ pub(crate) async fn drive<S: EventStore>(
     messages: &mut mpsc::UnboundedReceiver<DriverMsg>,
     new: Option<NewExecution>,
 ) -> Result<Exit, DriveError> {
-    let mut queued: Vec<Event> = Vec::new();
-    let mut queued_replies: Vec<Reply> = Vec::new();
+    let mut first: Option<(Event, Reply)> = None;
     // A flow its last driver kept parked in memory goes on from there, with no replay.
     let mut kept = match &new {
         None => keep::take(&inner, &execution).await,
@@ -282,8 +294,10 @@ pub(crate) async fn drive<S: EventStore>(
     let (started, history, mut folded) = match new {
         _ if let Some(kept) = kept.as_mut() => keep::resumed(kept),
         Some(NewExecution { started, reply }) => {
-            queued.push(Event::ExecutionStarted(started.clone()));
-            queued_replies.push(Reply::Start(reply));
+            first = Some((
+                Event::ExecutionStarted(started.clone()),
+                Reply::Start(reply),
+            ));
             (started, History::default(), ExecutionState::new())
         }
         None => match load(&inner, &execution, messages).await? {
@@ -300,7 +314,10 @@ pub(crate) async fn drive<S: EventStore>(
             flow: started.flow.clone(),
             version: started.flow_version,
         })?;
-    let mut durable_head = folded.next_seq();
+    let mut machine = match first {
+        Some((event, reply)) => Machine::new_execution(event, reply),
+        None => Machine::new(folded.next_seq()),
+    };
 
     let ctx = FlowCtx::new(
         execution.clone(),
@@ -325,21 +342,15 @@ pub(crate) async fn drive<S: EventStore>(
 
     let mut running: FuturesUnordered<BoxFuture<'static, (String, EffectOutcome)>> =
         FuturesUnordered::new();
-    let mut held: Vec<(u64, Dispatch)> = Vec::new();
-    // Children to start once the events before them are durable (ADR 0015).
-    let mut held_children: Vec<(u64, ChildStart)> = Vec::new();
-    // Where each step's STEP_STARTED sits in `queued`, while it has not been sent.
-    let mut started_at: HashMap<String, usize> = HashMap::new();
-    // The append in flight, the replies that wait for it, and how many events it carries.
-    let mut appending: Option<(Append, Vec<Reply>, u64)> = None;
-    let mut ended = false;
+    // The append in flight; the machine keeps the replies that wait for it.
+    let mut appending: Option<Append> = None;
     let mut poll_flow = true;
     // Resumes and verdicts that arrived while the flow was still replaying its history: the
     // gate or step they name may not be open yet. Handled once the replay has caught up.
     let mut deferred: Vec<DriverMsg> = Vec::new();
 
-    let fail_all = |replies: &mut Vec<Reply>, detail: &str| {
-        for reply in replies.drain(..) {
+    let fail_all = |replies: Vec<Reply>, detail: &str| {
+        for reply in replies {
             reply.fail(&execution, detail);
         }
     };
@@ -349,7 +360,7 @@ pub(crate) async fn drive<S: EventStore>(
         // A shutdown: once no append is in flight, stop; what is not durable is left for
         // `recover`, as after a crash.
         if appending.is_none() && *stop.borrow_and_update() {
-            fail_all(&mut queued_replies, SHUT_DOWN);
+            fail_all(machine.take_queued_replies(), SHUT_DOWN);
             for message in deferred.drain(..) {
                 forget_deadline(&inner.timers, &execution, &message);
                 refuse_failed(&execution, message, SHUT_DOWN);
@@ -358,7 +369,7 @@ pub(crate) async fn drive<S: EventStore>(
         }
         if poll_flow
             && flow_result.is_none()
-            && !ended
+            && !machine.ended()
             && let Some(running) = flow_future.as_mut()
         {
             poll_flow = false;
@@ -389,10 +400,7 @@ pub(crate) async fn drive<S: EventStore>(
                     execution: execution.clone(),
                     source: divergence,
                 };
-                fail_all(&mut queued_replies, &error.to_string());
-                if let Some((_, mut replies, _)) = appending.take() {
-                    fail_all(&mut replies, &error.to_string());
-                }
+                fail_all(machine.take_all_replies(), &error.to_string());
                 for message in deferred.drain(..) {
                     forget_deadline(&inner.timers, &execution, &message);
                     refuse_failed(&execution, message, &error.to_string());
@@ -409,71 +417,41 @@ pub(crate) async fn drive<S: EventStore>(
             for (gate_id, deadline_ms) in disarm {
                 inner.timers.disarm(&execution, &gate_id, deadline_ms);
             }
-            enqueue(&mut queued, &mut started_at, events);
             // A held effect may start once everything queued so far is durable. Until the
             // execution's EXECUTION_STARTED is durable, every effect is held: a start whose id
             // turns out to be taken (by another runtime on the store) must run nothing.
-            let durable_at = durable_head
-                + appending.as_ref().map_or(0, |(_, _, len)| *len)
-                + queued.len() as u64;
-            for dispatch in dispatches {
-                if dispatch.durable_before || durable_head == 0 {
-                    held.push((durable_at, dispatch));
-                } else {
-                    running.push(invoke(dispatch));
-                }
+            let ready = machine.issued(events, dispatches, child_starts);
+            for dispatch in ready.run {
+                running.push(invoke(dispatch));
             }
-            for start in child_starts {
-                if durable_at <= durable_head {
-                    start_child(&inner, &execution, start);
-                } else {
-                    held_children.push((durable_at, start));
-                }
+            for start in ready.children {
+                start_child(&inner, &execution, start);
             }
         }
 
-        if !deferred.is_empty() && (ended || !ctx.state().replaying()) {
+        if !deferred.is_empty() && (machine.ended() || !ctx.state().replaying()) {
             for message in std::mem::take(&mut deferred) {
-                if ended {
+                if machine.ended() {
                     forget_deadline(&inner.timers, &execution, &message);
                     let timed_out = ctx.state().timed_out_gates();
                     refuse_ended(&execution, message, &timed_out);
                     continue;
                 }
-                let dispatched =
-                    |step_id: &str| !held.iter().any(|(_, d)| d.call.step_id == step_id);
                 children::handling(&inner, &message);
-                handle(
-                    &ctx,
-                    &inner.timers,
-                    &execution,
-                    message,
-                    &mut queued_replies,
-                    &mut queued,
-                    &mut ended,
-                    dispatched,
-                );
+                handle(&ctx, &inner.timers, &execution, message, &mut machine);
             }
             poll_flow = true;
         }
 
-        if let Some(result) = flow_result.take().filter(|_| !ended) {
-            let event = match result {
-                Ok(output) => Event::ExecutionCompleted(ExecutionCompleted { output }),
-                Err(error) => Event::ExecutionFailed(ExecutionFailed {
-                    error: error.into(),
-                }),
-            };
-            queued.push(event);
-            ended = true;
+        if let Some(result) = flow_result.take()
+            && machine.flow_returned(result)
+        {
             running = FuturesUnordered::new();
-            held.clear();
-            held_children.clear();
         }
 
         // Effects that are already done go back to the flow before anything is appended, so
         // a quick effect and what the flow does next share one append.
-        if !ended {
+        if !machine.ended() {
             while let Some(Some((step_id, outcome))) = running.next().now_or_never() {
                 ctx.state().complete_step(&step_id, outcome);
                 poll_flow = true;
@@ -483,26 +461,21 @@ pub(crate) async fn drive<S: EventStore>(
             }
         }
 
-        if appending.is_none() && !queued.is_empty() {
-            let events = std::mem::take(&mut queued);
-            started_at.clear();
-            let replies = std::mem::take(&mut queued_replies);
-            let len = events.len() as u64;
+        if let Some(machine::Batch { expected, events }) = machine.take_append() {
             let store = Arc::clone(&inner.store);
             let id = execution.clone();
-            let expected = durable_head;
             let append: Append = Box::pin(async move {
                 let head = store.append(&id, expected, &events).await?;
                 Ok((head, events))
             });
-            appending = Some((append, replies, len));
+            appending = Some(append);
         }
 
-        if appending.is_none() && queued.is_empty() {
-            for reply in queued_replies.drain(..) {
+        if machine.settled() {
+            for reply in machine.take_settled_replies() {
                 reply.ok();
             }
-            if ended {
+            if machine.ended() {
                 if inner.try_release(&execution, messages) {
                     // Its gates will never be resumed: their deadlines need not fire.
                     for (gate_id, deadline_ms) in ctx.state().pending_deadlines() {
@@ -513,7 +486,7 @@ pub(crate) async fn drive<S: EventStore>(
                     children::cancel_orphans(&inner, &execution, orphans);
                     return Ok(Exit::Ended(Box::new(folded)));
                 }
-            } else if running.is_empty() && held.is_empty() && ctx.state().waits_for_messages() {
+            } else if machine.may_park(!running.is_empty(), || ctx.state().waits_for_messages()) {
                 // Only a flow that waits at a gate or on a step in doubt may park; one that
                 // awaits anything else (a timer, a channel, a yield) is polled again when it
                 // wakes. A wake may be deferred to the end of this task's turn (tokio does
@@ -559,10 +532,10 @@ pub(crate) async fn drive<S: EventStore>(
             }
         }
 
-        let idle = appending.is_none();
+        let idle = machine.idle();
         let appended = async {
             match appending.as_mut() {
-                Some((append, _, _)) => append.await,
+                Some(append) => append.await,
                 None => std::future::pending().await,
             }
         };
@@ -575,31 +548,25 @@ pub(crate) async fn drive<S: EventStore>(
         };
         tokio::select! {
             result = appended => {
-                let mut replies = appending.take().map(|(_, replies, _)| replies).unwrap_or_default();
+                appending = None;
                 match result {
                     Ok((head, events)) => {
-                        publish(&inner, &execution, durable_head, events, &mut folded);
-                        durable_head = head;
-                        for reply in replies {
+                        publish(&inner, &execution, machine.durable_head(), events, &mut folded);
+                        let durable = machine.appended(head);
+                        for reply in durable.replies {
                             reply.ok();
                         }
-                        let (ready, waiting): (Vec<_>, Vec<_>) =
-                            held.drain(..).partition(|(at, _)| *at <= durable_head);
-                        held = waiting;
-                        for (_, dispatch) in ready {
+                        for dispatch in durable.ready.run {
                             running.push(invoke(dispatch));
                         }
-                        let (ready, waiting): (Vec<_>, Vec<_>) =
-                            held_children.drain(..).partition(|(at, _)| *at <= durable_head);
-                        held_children = waiting;
-                        for (_, start) in ready {
+                        for start in durable.ready.children {
                             start_child(&inner, &execution, start);
                         }
                     }
-                    Err(AppendError::Conflict { actual_seq, .. }) if durable_head == 0 => {
+                    Err(AppendError::Conflict { actual_seq, .. }) if machine.durable_head() == 0 => {
                         // A new execution whose id is taken: the caller's mistake, not a
                         // failure of the execution that owns the id.
-                        for reply in replies.drain(..).chain(queued_replies.drain(..)) {
+                        for reply in machine.take_all_replies() {
                             match reply {
                                 Reply::Start(reply) => drop(
                                     reply.send(Err(StartError::AlreadyExists(execution.clone()))),
@@ -615,8 +582,7 @@ pub(crate) async fn drive<S: EventStore>(
                             execution: execution.clone(),
                             detail: err.to_string(),
                         };
-                        fail_all(&mut replies, &error.to_string());
-                        fail_all(&mut queued_replies, &error.to_string());
+                        fail_all(machine.take_all_replies(), &error.to_string());
                         return Err(error);
                     }
                 }
@@ -630,32 +596,26 @@ pub(crate) async fn drive<S: EventStore>(
                     // The runtime is gone; nothing can be answered any more.
                     return Ok(Exit::Parked(Box::new(folded)));
                 };
-                if ended {
-                    forget_deadline(&inner.timers, &execution, &message);
-                    let timed_out = ctx.state().timed_out_gates();
-                    refuse_ended(&execution, message, &timed_out);
-                    continue;
+                let cancel = matches!(message, DriverMsg::Cancel { .. });
+                // (The guard of the flow's state is dropped before the branches lock it.)
+                let replaying = ctx.state().replaying();
+                match machine.admit(cancel, replaying) {
+                    Admit::Refuse => {
+                        forget_deadline(&inner.timers, &execution, &message);
+                        let timed_out = ctx.state().timed_out_gates();
+                        refuse_ended(&execution, message, &timed_out);
+                        continue;
+                    }
+                    Admit::Defer => {
+                        deferred.push(message);
+                        continue;
+                    }
+                    Admit::Handle => {}
                 }
-                if !matches!(message, DriverMsg::Cancel { .. }) && ctx.state().replaying() {
-                    deferred.push(message);
-                    continue;
-                }
-                let dispatched = |step_id: &str| !held.iter().any(|(_, d)| d.call.step_id == step_id);
                 children::handling(&inner, &message);
-                handle(
-                    &ctx,
-                    &inner.timers,
-                    &execution,
-                    message,
-                    &mut queued_replies,
-                    &mut queued,
-                    &mut ended,
-                    dispatched,
-                );
-                if ended {
+                handle(&ctx, &inner.timers, &execution, message, &mut machine);
+                if machine.ended() {
                     running = FuturesUnordered::new();
-                    held.clear();
-                    held_children.clear();
                 }
                 poll_flow = true;
             }
@@ -710,29 +670,6 @@ fn effect_panicked(effect: &str, idempotent: bool, panic: &str) -> EffectOutcome
     }
 }
 
-/// Adds events to the queue. A step that finishes while its STEP_STARTED is still queued is
-/// recorded by its outcome alone, in the STEP_STARTED's place: the log keeps the order in which
-/// the flow issued its commands, with one event per quick step instead of two. (Only
-/// idempotent effects can finish so early; a non-idempotent one starts only once its
-/// STEP_STARTED is durable.)
-fn enqueue(queued: &mut Vec<Event>, started_at: &mut HashMap<String, usize>, events: Vec<Event>) {
-    for event in events {
-        let finished = match &event {
-            Event::StepStarted(e) => {
-                started_at.insert(e.step_id.clone(), queued.len());
-                None
-            }
-            Event::StepCompleted(e) => started_at.remove(&e.step_id),
-            Event::StepFailed(e) => started_at.remove(&e.step_id),
-            _ => None,
-        };
-        match finished.and_then(|index| queued.get_mut(index)) {
-            Some(slot) => *slot = event,
-            None => queued.push(event),
-        }
-    }
-}
-
 /// Folds durable events into the driver's state and shows them to the projections.
 fn publish<S: EventStore>(
     inner: &Inner<S>,
@@ -760,16 +697,12 @@ fn publish<S: EventStore>(
     }
 }
 
-#[allow(clippy::too_many_arguments)]
 fn handle(
     ctx: &FlowCtx,
     timers: &Timers,
     execution: &ExecutionId,
     message: DriverMsg,
-    replies: &mut Vec<Reply>,
-    queued: &mut Vec<Event>,
-    ended: &mut bool,
-    dispatched: impl Fn(&str) -> bool,
+    machine: &mut Machine,
 ) {
     match message {
         DriverMsg::Resume {
@@ -781,7 +714,7 @@ fn handle(
             .state()
             .resume_gate(&event_type, &correlation_key, payload)
         {
-            Ok(_) => replies.push(Reply::Resume(reply)),
+            Ok(_) => machine.reply_when_durable(Reply::Resume(reply)),
             Err(miss) => {
                 let execution = execution.clone();
                 let error = match miss {
@@ -824,7 +757,7 @@ fn handle(
             operator,
             reply,
         } => match ctx.state().resolve(ctx, &step_id, verdict, operator) {
-            Ok(()) => replies.push(Reply::Resolve(reply)),
+            Ok(()) => machine.reply_when_durable(Reply::Resolve(reply)),
             Err(VerdictMiss::NotInDoubt) => {
                 let _ = reply.send(Err(ResolveError::NotInDoubt {
                     execution: execution.clone(),
@@ -834,12 +767,11 @@ fn handle(
         },
         DriverMsg::Cancel { reason, reply } => {
             // The effects the cancel cuts off are recorded in doubt before the end (K9).
-            // (The flow's queue is empty here: the driver takes it after every poll.)
-            let doubts = ctx.state().doubts_on_cancel(dispatched);
-            queued.extend(doubts);
-            queued.push(Event::ExecutionCancelled(ExecutionCancelled { reason }));
-            *ended = true;
-            replies.push(Reply::Cancel(reply));
+            let doubts = ctx
+                .state()
+                .doubts_on_cancel(|step_id| machine.dispatched(step_id));
+            let cancelled = Event::ExecutionCancelled(ExecutionCancelled { reason });
+            machine.cancelled(doubts, cancelled, Reply::Cancel(reply));
         }
     }
 }

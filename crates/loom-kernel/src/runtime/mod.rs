@@ -34,6 +34,7 @@
 //! new work, lets each driver's append in flight finish, and joins every task the runtime
 //! spawned (ADR 0014).
 
+mod builder;
 mod caller;
 mod catchup;
 mod children;
@@ -43,23 +44,26 @@ mod ctx;
 mod digest;
 mod driver;
 mod effect;
+mod errors;
 mod flow;
 mod handle;
 mod history;
 mod keep;
+mod machine;
 mod plugin;
 mod replay;
 mod requests;
+mod slots;
 mod timers;
 mod wait_ended;
 
-use std::collections::{BTreeMap, HashMap};
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 
 use serde::Serialize;
 use tokio::sync::{mpsc, oneshot, watch};
 use tracing::Instrument;
 
+pub use builder::RuntimeBuilder;
 pub use caller::{
     AsyncResumeAuthenticator, Authorization, Caller, CallerError, MAX_CALLER_ATTRIBUTES,
     MAX_CALLER_TEXT, StartRequest,
@@ -71,6 +75,10 @@ pub use ctx::{Command, FirstOf, FlowCtx, GateOutcome, Selected, StepError, StepN
 pub use digest::{input_digest, stable_hash};
 pub use driver::DriveError;
 pub use effect::{Effect, EffectCall, EffectOutcome, EffectResult, FnEffect};
+pub use errors::{
+    CancelError, CompositionError, InboundError, ResolveError, ResumeError, StartError, WaitError,
+};
+pub(crate) use errors::{DRIVER_STOPPED, DriverFailure, SHUT_DOWN};
 pub use flow::{Flow, FlowError, FlowSet, FnFlow, flow_fn};
 pub use handle::{DeclaredEffect, EffectHandle, ExecuteTarget, TypedCommand, UsesEffects};
 pub use history::NonDeterminism;
@@ -88,13 +96,14 @@ pub use timers::{
 /// `loom_kernel::Verdict`).
 pub use crate::event::Verdict;
 
-use crate::classify::DataClassification;
 use crate::event::{Event, ExecutionStarted};
 use crate::fold::{ExecutionState, ExecutionStatus};
 use crate::id::ExecutionId;
 use crate::payload::Payload;
 use crate::store::{EventStore, EventStoreExt, FoldStoredError, ReadError, StatusFilter};
 use driver::{DriverMsg, Exit};
+use slots::Slot;
+pub(crate) use slots::{Inner, new_slot};
 
 /// Decides who may resume which gate (K12.2). Consulted before anything is recorded.
 ///
@@ -133,272 +142,6 @@ pub struct ResumeRequest<'a> {
     pub payload: &'a Payload,
 }
 
-/// Why a runtime could not be composed.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[non_exhaustive]
-pub enum CompositionError {
-    /// A plugin needs another kernel ABI.
-    #[error("plugin '{plugin}' needs kernel ABI {requires}, but this kernel is {kernel}")]
-    AbiMismatch {
-        /// The plugin's name.
-        plugin: String,
-        /// The kernel ABI range the plugin needs.
-        requires: String,
-        /// This kernel's ABI.
-        kernel: String,
-    },
-    /// Two effects have this name.
-    #[error("effect '{0}' is registered twice")]
-    DuplicateEffect(String),
-    /// A flow name and version are registered twice.
-    #[error("flow '{name}' version {version} is registered twice")]
-    DuplicateFlow {
-        /// The name concerned.
-        name: String,
-        /// The flow version concerned.
-        version: u32,
-    },
-    /// Two inbound handlers have this name.
-    #[error("inbound handler '{0}' is registered twice")]
-    DuplicateInbound(String),
-    /// A flow declares it uses an effect ([`FnFlow::uses`]) that nothing registered.
-    #[error("flow '{flow}' version {version} uses effect '{effect}', which nothing registered")]
-    UnregisteredEffect {
-        /// The flow's name.
-        flow: String,
-        /// The flow's version.
-        version: u32,
-        /// The effect's name.
-        effect: String,
-    },
-}
-
-/// Why `start` did not start an execution.
-#[derive(Debug, thiserror::Error)]
-#[non_exhaustive]
-pub enum StartError {
-    /// No flow has this name.
-    #[error("no flow named '{0}' is registered")]
-    UnknownFlow(String),
-    /// The flow has no such version.
-    #[error("flow '{name}' has no version {version}")]
-    UnknownFlowVersion {
-        /// The name concerned.
-        name: String,
-        /// The flow version concerned.
-        version: u32,
-    },
-    /// No longer returned by `start` (a start of an existing execution returns it, or is
-    /// refused with [`StartError::Conflict`]); kept for callers that match on it.
-    #[error("execution {0} already exists")]
-    AlreadyExists(ExecutionId),
-    /// The execution exists, started by another flow or with another input; nothing ran.
-    #[error("execution {execution} already exists {detail}; nothing was started")]
-    Conflict {
-        /// The execution that exists.
-        execution: ExecutionId,
-        /// How it differs from this start (without the inputs themselves, which may hold
-        /// classified data).
-        detail: String,
-    },
-    /// Whether the execution exists could not be read.
-    #[error("cannot read whether execution {execution} exists: {source}")]
-    Read {
-        /// The execution asked for.
-        execution: ExecutionId,
-        /// The store's error.
-        #[source]
-        source: ReadError,
-    },
-    /// The input does not serialize to JSON.
-    #[error("the input of execution {execution} does not serialize: {detail}")]
-    Input {
-        /// The execution asked for.
-        execution: ExecutionId,
-        /// What went wrong, in words.
-        detail: String,
-    },
-    /// The runtime is shut down ([`Runtime::shutdown`]); nothing was started.
-    #[error("the runtime is shut down; nothing was started")]
-    ShutDown,
-    /// The resume authenticator (K12.2) refused a start asked by an inbound message; nothing
-    /// was started.
-    #[error("start of execution {execution} refused by the authenticator: {reason}")]
-    Unauthorized {
-        /// The execution asked for.
-        execution: ExecutionId,
-        /// The authenticator's reason.
-        reason: String,
-    },
-    /// The execution's driver failed before it answered.
-    #[error("execution {execution} could not be started: {detail}")]
-    Driver {
-        /// The execution asked for.
-        execution: ExecutionId,
-        /// What went wrong, in words.
-        detail: String,
-    },
-}
-
-/// Why a resume was not recorded.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[non_exhaustive]
-pub enum ResumeError {
-    /// The resume authenticator (K12.2) refused the resume.
-    #[error("resume of execution {execution} refused by the authenticator: {reason}")]
-    Unauthorized {
-        /// The execution concerned.
-        execution: ExecutionId,
-        /// The authenticator's reason.
-        reason: String,
-    },
-    #[error(
-        "execution {execution} has no pending gate for ({event_type}, key '{correlation_key}')"
-    )]
-    /// No pending gate waits for this event type and key (a resume is never buffered: ADR 0004).
-    NoPendingGate {
-        /// The execution concerned.
-        execution: ExecutionId,
-        /// The gate's event type.
-        event_type: String,
-        /// The gate's correlation key.
-        correlation_key: String,
-    },
-    /// No execution has this id.
-    #[error("execution {execution} does not exist")]
-    UnknownExecution {
-        /// The execution concerned.
-        execution: ExecutionId,
-    },
-    /// The gate had a deadline (`suspend_with_timeout`), which passed first: the flow has
-    /// taken its timeout branch, and this late resume is not recorded.
-    #[error(
-        "the gate of execution {execution} for ({event_type}, key '{correlation_key}') timed out before this resume; nothing was recorded"
-    )]
-    TimedOut {
-        /// The execution concerned.
-        execution: ExecutionId,
-        /// The gate's event type.
-        event_type: String,
-        /// The gate's correlation key.
-        correlation_key: String,
-    },
-    /// Gates whose event type starts with `loom.` (a timer's, `loom.timer`) belong to the
-    /// runtime, which resumes them itself; a caller cannot.
-    #[error(
-        "gates of type '{event_type}' belong to the runtime; execution {execution} cannot be resumed on one"
-    )]
-    ReservedGate {
-        /// The execution concerned.
-        execution: ExecutionId,
-        /// The reserved event type.
-        event_type: String,
-    },
-    /// The payload is one of the runtime's markers (an object whose only key starts with
-    /// `loom.`, such as `loom.timedOut` or `loom.closed`), which only the runtime records.
-    #[error(
-        "a resume payload of execution {execution} may not be a runtime marker (an object whose only key starts with 'loom.', such as 'loom.timedOut')"
-    )]
-    ReservedPayload {
-        /// The execution concerned.
-        execution: ExecutionId,
-    },
-    /// The runtime is shut down ([`Runtime::shutdown`]); nothing was recorded.
-    #[error("the runtime is shut down; the resume was not recorded")]
-    ShutDown,
-    /// The execution's driver failed before it answered.
-    #[error("execution {execution} could not record the resume: {detail}")]
-    Driver {
-        /// The execution concerned.
-        execution: ExecutionId,
-        /// What went wrong, in words.
-        detail: String,
-    },
-}
-
-/// Why an operator's verdict was not recorded.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[non_exhaustive]
-pub enum ResolveError {
-    /// The step is not in doubt (it never was, or a verdict is recorded).
-    #[error("step '{step_id}' of execution {execution} is not in doubt")]
-    NotInDoubt {
-        /// The execution concerned.
-        execution: ExecutionId,
-        /// The step's id (ADR 0061).
-        step_id: String,
-    },
-    /// No execution has this id.
-    #[error("execution {execution} does not exist")]
-    UnknownExecution {
-        /// The execution concerned.
-        execution: ExecutionId,
-    },
-    /// The runtime is shut down ([`Runtime::shutdown`]); nothing was recorded.
-    #[error("the runtime is shut down; the verdict was not recorded")]
-    ShutDown,
-    /// The execution's driver failed before it answered.
-    #[error("execution {execution} could not record the verdict: {detail}")]
-    Driver {
-        /// The execution concerned.
-        execution: ExecutionId,
-        /// What went wrong, in words.
-        detail: String,
-    },
-}
-
-/// Why a cancel was not recorded.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[non_exhaustive]
-pub enum CancelError {
-    /// The execution has already ended.
-    #[error("execution {execution} has already ended")]
-    Ended {
-        /// The execution concerned.
-        execution: ExecutionId,
-    },
-    /// No execution has this id.
-    #[error("execution {execution} does not exist")]
-    UnknownExecution {
-        /// The execution concerned.
-        execution: ExecutionId,
-    },
-    /// The runtime is shut down ([`Runtime::shutdown`]); nothing was recorded.
-    #[error("the runtime is shut down; the cancel was not recorded")]
-    ShutDown,
-    /// The execution's driver failed before it answered.
-    #[error("execution {execution} could not record the cancel: {detail}")]
-    Driver {
-        /// The execution concerned.
-        execution: ExecutionId,
-        /// What went wrong, in words.
-        detail: String,
-    },
-}
-
-/// The errors a runtime call returns when the execution's driver could not answer.
-pub(crate) trait DriverFailure {
-    fn driver(execution: ExecutionId, detail: String) -> Self;
-}
-
-macro_rules! driver_failure {
-    ($($error:ident),*) => {$(
-        impl DriverFailure for $error {
-            fn driver(execution: ExecutionId, detail: String) -> Self {
-                $error::Driver { execution, detail }
-            }
-        }
-    )*};
-}
-
-driver_failure!(StartError, ResumeError, ResolveError, CancelError);
-
-/// What a caller hears when a driver went away without answering.
-const DRIVER_STOPPED: &str = "the execution's driver stopped";
-
-/// What a caller hears when its message reached a driver that stops for a shutdown.
-pub(crate) const SHUT_DOWN: &str = "the runtime is shut down";
-
 /// How to start an execution.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct StartOptions {
@@ -436,139 +179,6 @@ impl StartOptions {
     }
 }
 
-/// Composes a runtime: flows, effects, plugins, the resume authenticator.
-pub struct RuntimeBuilder<S> {
-    store: S,
-    flows: BTreeMap<(String, u32), Arc<dyn Flow>>,
-    contributions: Contributions,
-    authenticator: Option<Arc<dyn AsyncResumeAuthenticator>>,
-    classification: DataClassification,
-    clock: Arc<dyn Clock>,
-    errors: Vec<CompositionError>,
-    max_parked_in_memory: usize,
-}
-
-impl<S> std::fmt::Debug for RuntimeBuilder<S> {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("RuntimeBuilder")
-            .field("flows", &self.flows.keys().collect::<Vec<_>>())
-            .field("contributions", &self.contributions)
-            .finish()
-    }
-}
-
-impl<S: EventStore> RuntimeBuilder<S> {
-    /// Registers a flow (a name and version may be registered once).
-    pub fn flow(self, flow: impl Flow) -> Self {
-        self.shared_flow(Arc::new(flow))
-    }
-
-    /// Registers every flow of a set (see [`FlowSet`]).
-    pub fn flows(self, flows: &FlowSet) -> Self {
-        flows
-            .iter()
-            .fold(self, |builder, flow| builder.shared_flow(Arc::clone(flow)))
-    }
-
-    fn shared_flow(mut self, flow: Arc<dyn Flow>) -> Self {
-        let key = (flow.name().to_owned(), flow.version());
-        match self.flows.entry(key) {
-            std::collections::btree_map::Entry::Occupied(taken) => {
-                let (name, version) = taken.key().clone();
-                self.errors
-                    .push(CompositionError::DuplicateFlow { name, version });
-            }
-            std::collections::btree_map::Entry::Vacant(slot) => {
-                slot.insert(flow);
-            }
-        }
-        self
-    }
-
-    /// Registers an effect under `name`.
-    pub fn effect(mut self, name: impl Into<String>, effect: impl Effect) -> Self {
-        self.contributions.effect(name, Arc::new(effect));
-        self
-    }
-
-    /// Adds a projection: it sees every event once it is durable.
-    pub fn projection(mut self, projection: impl Projection) -> Self {
-        self.contributions.projection(Arc::new(projection));
-        self
-    }
-
-    /// Adds what a plugin contributes (ADR 0043), if its kernel ABI range fits this kernel.
-    pub fn plugin(mut self, plugin: &dyn Plugin) -> Self {
-        match plugin::check_abi(plugin) {
-            Ok(()) => plugin.contribute(&mut self.contributions),
-            Err(err) => self.errors.push(err),
-        }
-        self
-    }
-
-    /// Sets the resume authenticator (K12.2), consulted before any resume is recorded.
-    pub fn resume_authenticator(mut self, authenticator: impl ResumeAuthenticator) -> Self {
-        self.authenticator = Some(Arc::new(caller::Blocking(authenticator)));
-        self
-    }
-
-    /// K10-R6: the data classification of this runtime. Every text the runtime lets out
-    /// (errors such as a non-determinism's recorded and attempted commands, replay reports,
-    /// tracing fields) shows classified values as [`crate::classify::MASK`]; the log and the
-    /// fold keep true values. The default classifies nothing.
-    pub fn classification(mut self, classification: DataClassification) -> Self {
-        self.classification = classification;
-        self
-    }
-
-    /// The clock flows read through `ctx.now()` and timers (`ctx.sleep`, gates with a
-    /// timeout) are set and served by. The default is [`SystemClock`]; tests use a
-    /// [`ManualClock`]. Replay never reads it: recorded values are served from the log.
-    pub fn clock(mut self, clock: impl Clock) -> Self {
-        self.clock = Arc::new(clock);
-        self
-    }
-
-    /// Checks the composition and builds the runtime. Must be called within a tokio runtime
-    /// when executions are then started or recovered.
-    pub fn build(mut self) -> Result<Runtime<S>, CompositionError> {
-        if let Some(error) = self.errors.drain(..).next() {
-            return Err(error);
-        }
-        let mut effects = BTreeMap::new();
-        for (name, effect) in self.contributions.effects {
-            if effects.insert(name.clone(), effect).is_some() {
-                return Err(CompositionError::DuplicateEffect(name));
-            }
-        }
-        handle::check_declared(&self.flows, &effects)?;
-        let mut inbound = BTreeMap::new();
-        for (name, handler) in self.contributions.inbound {
-            if inbound.insert(name.clone(), handler).is_some() {
-                return Err(CompositionError::DuplicateInbound(name));
-            }
-        }
-        Ok(Runtime {
-            inner: Arc::new(Inner {
-                store: Arc::new(self.store),
-                flows: self.flows,
-                effects: Arc::new(effects),
-                projections: self.contributions.projections,
-                inbound,
-                authenticator: self.authenticator,
-                classification: Arc::new(self.classification),
-                timers: Arc::new(timers::Timers::new(self.clock)),
-                children: children::Children::default(),
-                slots: Mutex::new(HashMap::new()),
-                stop: watch::channel(false).0,
-                tasks: Mutex::new(tokio::task::JoinSet::new()),
-                shutting: tokio::sync::Mutex::new(()),
-                kept: keep::KeptFlows::new(self.max_parked_in_memory),
-            }),
-        })
-    }
-}
-
 /// Runs flows on a store. Cheap to clone.
 pub struct Runtime<S> {
     inner: Arc<Inner<S>>,
@@ -591,95 +201,7 @@ impl<S> std::fmt::Debug for Runtime<S> {
     }
 }
 
-pub(crate) struct Inner<S> {
-    pub(crate) store: Arc<S>,
-    pub(crate) flows: BTreeMap<(String, u32), Arc<dyn Flow>>,
-    pub(crate) effects: Arc<BTreeMap<String, Arc<dyn Effect>>>,
-    pub(crate) projections: Vec<Arc<dyn Projection>>,
-    inbound: BTreeMap<String, Arc<dyn InboundHandler>>,
-    authenticator: Option<Arc<dyn AsyncResumeAuthenticator>>,
-    pub(crate) classification: Arc<DataClassification>,
-    /// The pending deadlines of every execution, served by one task.
-    pub(crate) timers: Arc<timers::Timers>,
-    /// Children awaited by parents in this process (ADR 0015).
-    pub(crate) children: children::Children,
-    slots: Mutex<HashMap<ExecutionId, Slot>>,
-    /// Set by [`Runtime::shutdown`]: no new work is accepted, and drivers exit once their
-    /// append in flight is durable.
-    pub(crate) stop: watch::Sender<bool>,
-    /// The driver tasks and the timer task, joined by [`Runtime::shutdown`].
-    tasks: Mutex<tokio::task::JoinSet<()>>,
-    /// Held while a shutdown joins the tasks, so a second one waits for the first.
-    shutting: tokio::sync::Mutex<()>,
-    /// Parked flows kept in memory, resumed without replay (ADR 0020).
-    kept: keep::KeptFlows,
-}
-
-impl<S> Drop for Inner<S> {
-    fn drop(&mut self) {
-        // The timer task ends with the runtime.
-        self.timers.close();
-    }
-}
-
-/// An execution's driver, if one runs, and how its runs end.
-struct Slot {
-    driver: Option<mpsc::UnboundedSender<DriverMsg>>,
-    /// While a `start` creates the execution: closed once it knows whether it did, so a
-    /// concurrent start of the same id waits and then reads what was recorded.
-    starting: Option<watch::Receiver<()>>,
-    /// Bumped each time a driver exits; `wait` watches it.
-    settled: watch::Sender<Settled>,
-}
-
-/// How the last driver of an execution ended.
-#[derive(Debug, Clone, Default)]
-struct Settled {
-    runs: u64,
-    error: Option<DriveError>,
-    /// The state it left the execution in.
-    state: Option<ExecutionState>,
-}
-
 impl<S: EventStore> Inner<S> {
-    fn slots(&self) -> std::sync::MutexGuard<'_, HashMap<ExecutionId, Slot>> {
-        self.slots.lock().unwrap_or_else(|p| p.into_inner())
-    }
-
-    fn tasks(&self) -> std::sync::MutexGuard<'_, tokio::task::JoinSet<()>> {
-        self.tasks.lock().unwrap_or_else(|p| p.into_inner())
-    }
-
-    /// Whether [`Runtime::shutdown`] was called.
-    pub(crate) fn stopping(&self) -> bool {
-        *self.stop.borrow()
-    }
-
-    /// Spawns one of the runtime's tasks, which `shutdown` joins. Tasks that have finished
-    /// are reaped first, so the set holds only live ones.
-    fn spawn(&self, task: impl std::future::Future<Output = ()> + Send + 'static) {
-        let mut tasks = self.tasks();
-        while tasks.try_join_next().is_some() {}
-        tasks.spawn(task);
-    }
-
-    /// Called by a driver that has nothing left to do: it may exit only if no message is
-    /// waiting, decided under the same lock `send` takes, so no message is ever stranded.
-    pub(crate) fn try_release(
-        &self,
-        execution: &ExecutionId,
-        messages: &mut mpsc::UnboundedReceiver<DriverMsg>,
-    ) -> bool {
-        let mut slots = self.slots();
-        if !messages.is_empty() {
-            return false;
-        }
-        if let Some(slot) = slots.get_mut(execution) {
-            slot.driver = None;
-        }
-        true
-    }
-
     /// Arms the deadline of `gate_id`, starting the timer task on the first one.
     pub(crate) fn arm_deadline(
         self: &Arc<Self>,
@@ -738,16 +260,7 @@ impl<S: EventStore> Runtime<S> {
     /// # Ok::<(), Box<dyn std::error::Error>>(())
     /// ```
     pub fn builder(store: S) -> RuntimeBuilder<S> {
-        RuntimeBuilder {
-            store,
-            flows: BTreeMap::new(),
-            contributions: Contributions::default(),
-            authenticator: None,
-            classification: DataClassification::default(),
-            clock: Arc::new(SystemClock),
-            errors: Vec::new(),
-            max_parked_in_memory: DEFAULT_MAX_PARKED_IN_MEMORY,
-        }
+        RuntimeBuilder::new(store)
     }
 
     /// Shuts the runtime down, in this order:
@@ -1607,51 +1120,4 @@ pub struct SkippedExecution {
     pub execution: ExecutionId,
     /// Why its log could not be read or folded.
     pub error: FoldStoredError,
-}
-
-fn new_slot() -> Slot {
-    Slot {
-        driver: None,
-        starting: None,
-        settled: watch::channel(Settled::default()).0,
-    }
-}
-
-/// Why `wait` did not return a state.
-#[derive(Debug, thiserror::Error)]
-#[non_exhaustive]
-pub enum WaitError {
-    /// The execution's driver stopped with an error.
-    #[error(transparent)]
-    Driver(DriveError),
-    /// The execution's log could not be read or folded.
-    #[error(transparent)]
-    Fold(#[from] FoldStoredError),
-}
-
-/// Why an inbound message was not handled.
-#[derive(Debug, thiserror::Error)]
-#[non_exhaustive]
-pub enum InboundError {
-    /// No inbound handler has this name.
-    #[error("no inbound handler named '{0}'")]
-    UnknownHandler(String),
-    /// The handler refused the message; its reason.
-    #[error("the inbound handler refused the message: {0}")]
-    Refused(String),
-    /// The handler panicked; nothing was done.
-    #[error("the inbound handler panicked: {0}")]
-    HandlerPanicked(String),
-    /// The resume the handler asked for was refused.
-    #[error(transparent)]
-    Resume(#[from] ResumeError),
-    /// The start the handler asked for was refused.
-    #[error(transparent)]
-    Start(#[from] StartError),
-}
-
-impl From<ReadError> for WaitError {
-    fn from(error: ReadError) -> Self {
-        WaitError::Fold(FoldStoredError::Read(error))
-    }
 }
