@@ -22,7 +22,8 @@ fn setting(name: &str, default: &str) -> String {
     std::env::var(name).unwrap_or_else(|_| default.to_owned())
 }
 
-/// 98 steps: with its start and its end, a log of 100 events.
+/// 98 steps: with its start and its end, a log of 100 events (101 when the first step's start
+/// is recorded apart).
 async fn steps(ctx: FlowCtx, n: u64) -> Result<u64, FlowError> {
     let mut sum = 0;
     for i in 0..n {
@@ -79,7 +80,14 @@ fn main() {
             .map(|x| x.event)
             .collect()
     });
-    assert_eq!(events.len(), 100);
+    // A quick step's start is recorded with its outcome, except when the step is issued while
+    // the execution's first append is in flight: then its `STEP_STARTED` goes out with
+    // `EXECUTION_STARTED` (one more event).
+    assert!(
+        (100..=101).contains(&events.len()),
+        "{} events",
+        events.len()
+    );
     runtime.block_on(async {
         if reuse {
             return;
