@@ -12,9 +12,10 @@
 //! processes use a manual clock, so nothing waits for real time beyond a few milliseconds per
 //! tick.
 
-use std::io::{BufRead, BufReader, Write};
-use std::process::{Command, Stdio};
-use std::sync::mpsc;
+#[path = "support/kill.rs"]
+mod kill;
+
+use std::io::Write;
 use std::time::Duration;
 
 use loom_kernel::conformance::id;
@@ -133,41 +134,7 @@ fn family_child_process_entry() {
 
 /// Runs one child process until it has printed `until`, then kills it with SIGKILL.
 fn run_and_kill(store_path: &std::path::Path, until: &str) {
-    let mut child = Command::new(std::env::current_exe().unwrap())
-        .args([
-            "family_child_process_entry",
-            "--exact",
-            "--nocapture",
-            "--test-threads=1",
-        ])
-        .env(CHILD_ENV, store_path)
-        .stdout(Stdio::piped())
-        .stderr(Stdio::null())
-        .spawn()
-        .unwrap();
-    let stdout = child.stdout.take().unwrap();
-    let (lines, received) = mpsc::channel();
-    let reader = std::thread::spawn(move || {
-        for line in BufReader::new(stdout).lines() {
-            let Ok(line) = line else { break };
-            if lines.send(line).is_err() {
-                break;
-            }
-        }
-    });
-    // The test harness may print its own words before the child's on the same line.
-    let seen = loop {
-        match received.recv_timeout(Duration::from_secs(60)) {
-            Ok(line) if line == until || line.ends_with(&format!(" {until}")) => break true,
-            Ok(_) => {}
-            Err(_) => break false,
-        }
-    };
-    child.kill().unwrap(); // SIGKILL on Unix
-    child.wait().unwrap();
-    assert!(seen, "the child did not print '{until}' within 60 s");
-    drop(received);
-    reader.join().unwrap();
+    kill::run_and_kill("family_child_process_entry", CHILD_ENV, store_path, until);
 }
 
 #[test]

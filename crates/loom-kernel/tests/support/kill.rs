@@ -1,0 +1,44 @@
+//! The SIGKILL harness of the crash tests: runs one test of this binary as a child process
+//! (its `entry` test, which does nothing unless `env` is set), reads what it prints, and kills
+//! it with SIGKILL once it has printed a given line.
+
+use std::io::{BufRead, BufReader};
+use std::path::Path;
+use std::process::{Command, Stdio};
+use std::sync::mpsc;
+use std::time::Duration;
+
+/// Runs the test `entry` of this binary with `env` set to `store_path` until it prints the
+/// line `until`, then kills it (SIGKILL on Unix). Fails if the line does not come within 60 s.
+pub fn run_and_kill(entry: &str, env: &str, store_path: &Path, until: &str) {
+    let mut child = Command::new(std::env::current_exe().unwrap())
+        .args([entry, "--exact", "--nocapture", "--test-threads=1"])
+        .env(env, store_path)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let stdout = child.stdout.take().unwrap();
+    let (lines, received) = mpsc::channel();
+    let reader = std::thread::spawn(move || {
+        for line in BufReader::new(stdout).lines() {
+            let Ok(line) = line else { break };
+            if lines.send(line).is_err() {
+                break;
+            }
+        }
+    });
+    // The test harness may print its own words before the child's on the same line.
+    let seen = loop {
+        match received.recv_timeout(Duration::from_secs(60)) {
+            Ok(line) if line == until || line.ends_with(&format!(" {until}")) => break true,
+            Ok(_) => {}
+            Err(_) => break false,
+        }
+    };
+    child.kill().unwrap();
+    child.wait().unwrap();
+    assert!(seen, "the child did not print '{until}' within 60 s");
+    drop(received);
+    reader.join().unwrap();
+}
