@@ -15,8 +15,8 @@ use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result, bail, ensure};
 use loom_kernel::EventStoreExt;
-use loom_kernel::{DiskStore, ExecutionId};
-use loom_replay_check::{Checker, Finding};
+use loom_kernel::{DiskStore, EventStore, ExecutionId};
+use loom_replay_check::{Checker, Finding, Outcome};
 use serde_json::{Value, json};
 
 use crate::app::{self, CARD_NUMBER, SURFACE};
@@ -574,45 +574,14 @@ pub fn check_store(store: &Path, style: Style) -> Result<Value> {
     runtime.block_on(async {
         let store = DiskStore::open_read_only(store, Default::default())?;
         let checker = Checker::new(&app::flows())?;
-        let mut ids = Vec::new();
-        {
-            use futures::TryStreamExt;
-            let mut executions = std::pin::pin!(store.executions());
-            while let Some(summary) = executions.try_next().await? {
-                ids.push(summary.id);
-            }
-        }
-        let (mut deterministic, mut other) = (0, 0);
-        for stored in store.read_stored_logs(&ids).await? {
-            let outcome = checker.check_stored(&stored);
-            let verdict = match &outcome.finding {
-                Finding::Deterministic => {
-                    deterministic += 1;
-                    style.paint("32", "deterministic")
-                }
-                finding => {
-                    other += 1;
-                    style.paint("31", &format!("{finding:?}"))
-                }
-            };
-            println!(
-                "  {} ({} events): {verdict}",
-                outcome.execution, outcome.events
-            );
-        }
-        println!(
-            "replay-check: {} execution(s) checked, {deterministic} deterministic, {other} not",
-            ids.len()
-        );
-        ensure!(
-            other == 0 && deterministic > 0,
-            "replay-check found a problem"
-        );
-        let hub = app::hub();
-        let execution = ExecutionId::new(EXECUTION)?;
-        hub.catch_up(&store, &execution).await?;
-        hub.masked_model(&execution, SURFACE)
-            .context("the store holds no checkout surface")
+        let ids = all_ids(&store).await?;
+        let outcomes = store
+            .read_stored_logs(&ids)
+            .await?
+            .iter()
+            .map(|stored| checker.check_stored(stored))
+            .collect::<Vec<_>>();
+        report_and_model(&store, &outcomes, style).await
     })
 }
 
@@ -655,44 +624,59 @@ pub fn check_postgres(url: &str, schema: &str, style: Style) -> Result<Value> {
             .check_only();
         let store = loom_store_postgres::PostgresStore::connect(config).await?;
         let checker = Checker::new(&app::flows())?;
-        let mut ids = Vec::new();
-        {
-            use futures::TryStreamExt;
-            let mut executions = std::pin::pin!(store.executions());
-            while let Some(summary) = executions.try_next().await? {
-                ids.push(summary.id);
-            }
+        let mut outcomes = Vec::new();
+        for id in all_ids(&store).await? {
+            outcomes.push(checker.check(store.read_all(&id).await?));
         }
-        let (mut deterministic, mut other) = (0, 0);
-        for id in &ids {
-            let outcome = checker.check(store.read_all(id).await?);
-            let verdict = match &outcome.finding {
-                Finding::Deterministic => {
-                    deterministic += 1;
-                    style.paint("32", "deterministic")
-                }
-                finding => {
-                    other += 1;
-                    style.paint("31", &format!("{finding:?}"))
-                }
-            };
-            println!(
-                "  {} ({} events): {verdict}",
-                outcome.execution, outcome.events
-            );
-        }
-        println!(
-            "replay-check: {} execution(s) checked, {deterministic} deterministic, {other} not",
-            ids.len()
-        );
-        ensure!(
-            other == 0 && deterministic > 0,
-            "replay-check found a problem"
-        );
-        let hub = app::hub();
-        let execution = ExecutionId::new(EXECUTION)?;
-        hub.catch_up(&store, &execution).await?;
-        hub.masked_model(&execution, SURFACE)
-            .context("the store holds no checkout surface")
+        report_and_model(&store, &outcomes, style).await
     })
+}
+
+/// Every execution the store holds, in id order.
+async fn all_ids<S: EventStore>(store: &S) -> Result<Vec<ExecutionId>> {
+    Ok(store
+        .list_all_executions()
+        .await?
+        .into_iter()
+        .map(|summary| summary.id)
+        .collect())
+}
+
+/// Prints each execution's replay-check outcome and the summary, fails unless there is one and
+/// every one replays as recorded, then gives the surface's masked model as the fold has it.
+async fn report_and_model<S: EventStore>(
+    store: &S,
+    outcomes: &[Outcome],
+    style: Style,
+) -> Result<Value> {
+    let (mut deterministic, mut other) = (0, 0);
+    for outcome in outcomes {
+        let verdict = match &outcome.finding {
+            Finding::Deterministic => {
+                deterministic += 1;
+                style.paint("32", "deterministic")
+            }
+            finding => {
+                other += 1;
+                style.paint("31", &format!("{finding:?}"))
+            }
+        };
+        println!(
+            "  {} ({} events): {verdict}",
+            outcome.execution, outcome.events
+        );
+    }
+    println!(
+        "replay-check: {} execution(s) checked, {deterministic} deterministic, {other} not",
+        outcomes.len()
+    );
+    ensure!(
+        other == 0 && deterministic > 0,
+        "replay-check found a problem"
+    );
+    let hub = app::hub();
+    let execution = ExecutionId::new(EXECUTION)?;
+    hub.catch_up(store, &execution).await?;
+    hub.masked_model(&execution, SURFACE)
+        .context("the store holds no checkout surface")
 }
