@@ -13,10 +13,10 @@ pub enum ConnectError {
     Schema(String),
     /// The connection pool could not be built.
     #[error("cannot build the connection pool: {0}")]
-    Pool(String),
+    Pool(#[source] deadpool_postgres::BuildError),
     /// The server could not be reached or refused the connection.
     #[error("cannot connect to PostgreSQL: {0}")]
-    Connect(String),
+    Connect(#[source] deadpool_postgres::PoolError),
     /// A migration failed; the schema is as it was before it.
     #[error("schema migration {version} failed: {source}")]
     Migration {

@@ -8,7 +8,7 @@ use loom_kernel::{
     AppendError, Event, EventEnvelope, EventStore, ExecutionId, ExecutionPage, ExecutionStatus,
     ExecutionSummary, ReadError,
 };
-use loom_kernel::{FeedEvent, RetentionError, StatusFilter};
+use loom_kernel::{FeedEvent, RetentionError, StatusFilter, StorageError};
 use loom_kernel::{TailChange, filter_code};
 use loom_kernel::{decode_record, encode_record_into};
 use tokio::sync::{mpsc, oneshot};
@@ -84,16 +84,13 @@ impl PostgresStore {
             Pool::builder(manager)
                 .max_size(size)
                 .build()
-                .map_err(|e| ConnectError::Pool(e.to_string()))
+                .map_err(ConnectError::Pool)
         };
         let pool = pool_of(pg, config.pool_size.max(2))?;
         // One batch is in flight at a time; the second connection stands by for a reconnect.
         let writes = pool_of(writes_config, 2)?;
         {
-            let mut client = pool
-                .get()
-                .await
-                .map_err(|e| ConnectError::Connect(e.to_string()))?;
+            let mut client = pool.get().await.map_err(ConnectError::Connect)?;
             if config.migrate {
                 crate::schema::migrate(&mut client, &config.schema).await?;
             } else {
@@ -171,7 +168,9 @@ impl PostgresStore {
             .leases
             .renew(&self.shared.pool)
             .await
-            .map_err(|detail| ReadError::Storage { detail })
+            .map_err(|detail| ReadError::Storage {
+                source: StorageError::msg(detail),
+            })
     }
 
     /// Gives back every lease this worker holds, so that any other worker may drive those
@@ -183,7 +182,9 @@ impl PostgresStore {
             .leases
             .release(&self.shared.pool)
             .await
-            .map_err(|detail| ReadError::Storage { detail })
+            .map_err(|detail| ReadError::Storage {
+                source: StorageError::msg(detail),
+            })
     }
 
     /// Failure injection for tests.
@@ -198,14 +199,14 @@ impl PostgresStore {
             .get()
             .await
             .map_err(|e| ReadError::Storage {
-                detail: format!("no connection: {e}"),
+                source: StorageError::new(e),
             })
     }
 }
 
-fn storage(err: impl std::fmt::Display) -> ReadError {
+fn storage(err: impl std::error::Error + Send + Sync + 'static) -> ReadError {
     ReadError::Storage {
-        detail: err.to_string(),
+        source: StorageError::new(err),
     }
 }
 
@@ -516,7 +517,7 @@ impl EventStore for PostgresStore {
         let before = ended_before_ms.min(i64::MAX as u64) as i64;
         let limit = limit.clamp(1, i64::MAX as usize) as i64;
         let failed = |err: tokio_postgres::Error| RetentionError::Storage {
-            detail: err.to_string(),
+            source: StorageError::new(err),
         };
         let mut client = self
             .shared
@@ -524,7 +525,7 @@ impl EventStore for PostgresStore {
             .get()
             .await
             .map_err(|e| RetentionError::Storage {
-                detail: format!("no connection: {e}"),
+                source: StorageError::new(e),
             })?;
         let txn = client.transaction().await.map_err(failed)?;
         // Rows a writer holds are skipped, not waited for: live work is never blocked.

@@ -35,7 +35,7 @@ use std::time::Duration;
 
 use deadpool_postgres::Pool;
 use loom_kernel::ExecutionTail;
-use loom_kernel::{AppendError, ExecutionId};
+use loom_kernel::{AppendError, ExecutionId, StorageError};
 use loom_kernel::{TailChange, status_code};
 use tokio::sync::{mpsc, oneshot};
 use tokio_postgres::error::Severity;
@@ -223,7 +223,7 @@ impl Writer {
                 for request in batch {
                     let _ = request.reply.send(Err(AppendError::Storage {
                         execution: request.execution,
-                        detail: detail.clone(),
+                        source: StorageError::msg(detail.clone()),
                     }));
                 }
             }
@@ -317,7 +317,7 @@ impl Writer {
                             self.cache.remove(&request.execution);
                             let _ = request.reply.send(Err(AppendError::Storage {
                                 execution: request.execution,
-                                detail: detail.clone(),
+                                source: StorageError::msg(detail.clone()),
                             }));
                         }
                         return Vec::new();
@@ -363,7 +363,7 @@ impl Writer {
             } else if let Some(detail) = &not_committed {
                 let _ = request.reply.send(Err(AppendError::Storage {
                     execution: request.execution,
-                    detail: detail.clone(),
+                    source: StorageError::msg(detail.clone()),
                 }));
             } else {
                 // Fenced: nothing of it is stored; the full path reads the row and answers.

@@ -202,7 +202,8 @@ async fn a_commit_that_was_lost_is_reported_failed_and_stores_nothing() {
     a.append(&e, 0, &[started("f")]).await.expect("start");
     a.faults().lose_commit.store(1, Ordering::SeqCst);
     match a.append(&e, 1, &[tagged(json!("lost"))]).await {
-        Err(AppendError::Storage { detail, .. }) => {
+        Err(AppendError::Storage { source, .. }) => {
+            let detail = source.to_string();
             assert!(detail.contains("not committed"), "{detail}")
         }
         other => panic!("expected a storage error, got {other:?}"),
@@ -476,4 +477,27 @@ async fn a_reader_wakes_on_another_worker_after_its_listener_went_idle() {
         // next waiter.
         tokio::time::sleep(Duration::from_millis(2_800)).await;
     }
+}
+
+/// Connecting where no server listens fails with the pool's error kept as the source, not
+/// only its words. Needs no server.
+#[tokio::test]
+async fn a_refused_connection_keeps_the_pool_s_error_as_its_source() {
+    use std::error::Error;
+    let config = PostgresStoreConfig::new("postgres://loom@127.0.0.1:9/loom");
+    let error = PostgresStore::connect(config)
+        .await
+        .map(|_| ())
+        .unwrap_err();
+    assert!(
+        matches!(error, loom_store_postgres::ConnectError::Connect(_)),
+        "{error:?}"
+    );
+    assert!(error.source().is_some(), "{error:?}");
+    assert!(
+        error
+            .to_string()
+            .starts_with("cannot connect to PostgreSQL: "),
+        "{error}"
+    );
 }

@@ -107,12 +107,13 @@ pub enum DriveError {
         detail: String,
     },
     /// An append failed.
-    #[error("cannot append to execution {execution}: {detail}")]
+    #[error("cannot append to execution {execution}: {source}")]
     Append {
         /// The execution concerned.
         execution: ExecutionId,
-        /// What went wrong, in words.
-        detail: String,
+        /// The store's error.
+        #[source]
+        source: AppendError,
     },
     /// The driver itself panicked (a kernel bug: user code's panics are contained where they
     /// happen). What it had not recorded is left for `recover`.
@@ -580,7 +581,7 @@ pub(crate) async fn drive<S: EventStore>(
                     Err(err) => {
                         let error = DriveError::Append {
                             execution: execution.clone(),
-                            detail: err.to_string(),
+                            source: err,
                         };
                         fail_all(machine.take_all_replies(), &error.to_string());
                         return Err(error);

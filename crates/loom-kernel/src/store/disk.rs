@@ -41,7 +41,7 @@ use super::tail::{ExecutionTail, TailChange, filter_code};
 use super::watch::{HeadWatch, WaitError};
 use super::{
     AppendError, EventStore, ExecutionPage, ExecutionSummary, FeedEvent, ReadError, RetentionError,
-    StatusFilter, wall_clock_ms,
+    StatusFilter, StorageError, wall_clock_ms,
 };
 use crate::envelope::{EventEnvelope, decode_record, encode_record};
 use crate::event::Event;
@@ -354,7 +354,7 @@ impl DiskStore {
         tokio::task::spawn_blocking(move || read(&db))
             .await
             .map_err(|err| ReadError::Storage {
-                detail: format!("read task failed: {err}"),
+                source: StorageError::new(err),
             })?
     }
 }
@@ -444,7 +444,7 @@ fn open_database(
         Db::Read(db) => read_layout(db),
     }))
     .map_err(|panic| corrupt(panic_message(&panic)))?
-    .map_err(corrupt)?;
+    .map_err(|error| corrupt(error.to_string()))?;
     match found {
         Layout::Current { feed_next } => Ok((db, feed_next)),
         Layout::Other(found) if found == 1 && mode == Mode::ReadOnly => {
@@ -470,73 +470,75 @@ enum Layout {
 
 /// Creates the tables of a new file, brings a version 1 file to the current layout, and says
 /// what the file now is.
-fn init_tables(db: &Database) -> Result<Layout, String> {
-    let txn = db.begin_write().map_err(|e| e.to_string())?;
+fn init_tables(db: &Database) -> Result<Layout, StorageError> {
+    let txn = db.begin_write().map_err(StorageError::new)?;
     let layout = {
-        txn.open_table(EVENTS).map_err(|e| e.to_string())?;
-        txn.open_table(HEADS).map_err(|e| e.to_string())?;
-        let mut meta = txn.open_table(META).map_err(|e| e.to_string())?;
+        txn.open_table(EVENTS).map_err(StorageError::new)?;
+        txn.open_table(HEADS).map_err(StorageError::new)?;
+        let mut meta = txn.open_table(META).map_err(StorageError::new)?;
         let existing = meta
             .get("format")
-            .map_err(|e| e.to_string())?
+            .map_err(StorageError::new)?
             .map(|v| v.value());
         match existing {
             Some(STORE_FORMAT) => {
                 let feed_next = meta
                     .get(FEED_NEXT)
-                    .map_err(|e| e.to_string())?
+                    .map_err(StorageError::new)?
                     .map_or(0, |v| v.value());
                 Layout::Current { feed_next }
             }
             Some(1) => {
                 drop(meta);
                 let feed_next = upgrade_from_1(&txn)?;
-                let mut meta = txn.open_table(META).map_err(|e| e.to_string())?;
+                let mut meta = txn.open_table(META).map_err(StorageError::new)?;
                 meta.insert("format", STORE_FORMAT)
-                    .map_err(|e| e.to_string())?;
+                    .map_err(StorageError::new)?;
                 meta.insert(FEED_NEXT, feed_next)
-                    .map_err(|e| e.to_string())?;
+                    .map_err(StorageError::new)?;
                 tracing::info!(feed_next, "store file brought from layout 1 to 2");
                 Layout::Current { feed_next }
             }
             Some(other) => Layout::Other(other),
             None => {
                 meta.insert("format", STORE_FORMAT)
-                    .map_err(|e| e.to_string())?;
-                meta.insert(FEED_NEXT, 0).map_err(|e| e.to_string())?;
+                    .map_err(StorageError::new)?;
+                meta.insert(FEED_NEXT, 0).map_err(StorageError::new)?;
                 Layout::Current { feed_next: 0 }
             }
         }
     };
     if let Layout::Current { .. } = layout {
-        txn.open_table(TAILS).map_err(|e| e.to_string())?;
-        txn.open_table(BY_STATUS).map_err(|e| e.to_string())?;
-        txn.open_table(ENDED).map_err(|e| e.to_string())?;
-        txn.open_table(FEED).map_err(|e| e.to_string())?;
-        txn.commit().map_err(|e| e.to_string())?;
+        txn.open_table(TAILS).map_err(StorageError::new)?;
+        txn.open_table(BY_STATUS).map_err(StorageError::new)?;
+        txn.open_table(ENDED).map_err(StorageError::new)?;
+        txn.open_table(FEED).map_err(StorageError::new)?;
+        txn.commit().map_err(StorageError::new)?;
     } else {
-        txn.abort().map_err(|e| e.to_string())?;
+        txn.abort().map_err(StorageError::new)?;
     }
     Ok(layout)
 }
 
 /// The layout of a file opened read-only, changing nothing.
-fn read_layout(db: &redb::ReadOnlyDatabase) -> Result<Layout, String> {
-    let txn = db.begin_read().map_err(|e| e.to_string())?;
-    let meta = txn.open_table(META).map_err(|e| e.to_string())?;
+fn read_layout(db: &redb::ReadOnlyDatabase) -> Result<Layout, StorageError> {
+    let txn = db.begin_read().map_err(StorageError::new)?;
+    let meta = txn.open_table(META).map_err(StorageError::new)?;
     let format = meta
         .get("format")
-        .map_err(|e| e.to_string())?
+        .map_err(StorageError::new)?
         .map(|v| v.value());
     match format {
         Some(STORE_FORMAT) => Ok(Layout::Current {
             feed_next: meta
                 .get(FEED_NEXT)
-                .map_err(|e| e.to_string())?
+                .map_err(StorageError::new)?
                 .map_or(0, |v| v.value()),
         }),
         Some(other) => Ok(Layout::Other(other)),
-        None => Err("the file has no layout version: not a Loom store".into()),
+        None => Err(StorageError::msg(
+            "the file has no layout version: not a Loom store",
+        )),
     }
 }
 
@@ -545,28 +547,28 @@ fn read_layout(db: &redb::ReadOnlyDatabase) -> Result<Layout, String> {
 /// and the next open builds them again. Returns the next feed position. A log that does
 /// not decode or that the tail refuses (written before appends were validated) is indexed as
 /// [`ExecutionTail::unreadable`], so recovery reports it instead of skipping it silently.
-fn upgrade_from_1(txn: &redb::WriteTransaction) -> Result<u64, String> {
-    let events = txn.open_table(EVENTS).map_err(|e| e.to_string())?;
-    let heads = txn.open_table(HEADS).map_err(|e| e.to_string())?;
-    let mut tails = txn.open_table(TAILS).map_err(|e| e.to_string())?;
-    let mut by_status = txn.open_table(BY_STATUS).map_err(|e| e.to_string())?;
-    let mut ended = txn.open_table(ENDED).map_err(|e| e.to_string())?;
-    let mut feed = txn.open_table(FEED).map_err(|e| e.to_string())?;
+fn upgrade_from_1(txn: &redb::WriteTransaction) -> Result<u64, StorageError> {
+    let events = txn.open_table(EVENTS).map_err(StorageError::new)?;
+    let heads = txn.open_table(HEADS).map_err(StorageError::new)?;
+    let mut tails = txn.open_table(TAILS).map_err(StorageError::new)?;
+    let mut by_status = txn.open_table(BY_STATUS).map_err(StorageError::new)?;
+    let mut ended = txn.open_table(ENDED).map_err(StorageError::new)?;
+    let mut feed = txn.open_table(FEED).map_err(StorageError::new)?;
     let mut position = 0u64;
-    for entry in heads.iter().map_err(|e| e.to_string())? {
-        let (id, _) = entry.map_err(|e| e.to_string())?;
+    for entry in heads.iter().map_err(StorageError::new)? {
+        let (id, _) = entry.map_err(StorageError::new)?;
         let id = id.value();
-        let execution = ExecutionId::new(id).map_err(|e| e.to_string())?;
+        let execution = ExecutionId::new(id).map_err(StorageError::new)?;
         let mut tail = ExecutionTail::new();
         let mut readable = true;
         for record in events
             .range((id, 0)..=(id, u64::MAX))
-            .map_err(|e| e.to_string())?
+            .map_err(StorageError::new)?
         {
-            let (key, value) = record.map_err(|e| e.to_string())?;
+            let (key, value) = record.map_err(StorageError::new)?;
             let seq = key.value().1;
             feed.insert(position, (id, seq))
-                .map_err(|e| e.to_string())?;
+                .map_err(StorageError::new)?;
             position += 1;
             if readable {
                 readable = decode_record(&execution, seq, value.value())
@@ -582,14 +584,14 @@ fn upgrade_from_1(txn: &redb::WriteTransaction) -> Result<u64, String> {
         for code in tail.index_codes() {
             by_status
                 .insert((code, id), ())
-                .map_err(|e| e.to_string())?;
+                .map_err(StorageError::new)?;
         }
         if let Some(at) = tail.ended_at_ms() {
-            ended.insert((at, id), ()).map_err(|e| e.to_string())?;
+            ended.insert((at, id), ()).map_err(StorageError::new)?;
         }
         tails
             .insert(id, tail.encode().as_slice())
-            .map_err(|e| e.to_string())?;
+            .map_err(StorageError::new)?;
     }
     Ok(position)
 }
@@ -627,10 +629,10 @@ fn write_loop(
                 let outcome = catch_unwind(AssertUnwindSafe(|| {
                     delete_ended(db, delete.ended_before_ms, delete.limit)
                 }))
-                .unwrap_or_else(|panic| Err(panic_message(&panic)));
+                .unwrap_or_else(|panic| Err(StorageError::msg(panic_message(&panic))));
                 let _ = delete.reply.send(outcome.map_err(|detail| {
                     tracing::error!(%detail, "deleting ended executions failed");
-                    RetentionError::Storage { detail }
+                    RetentionError::Storage { source: detail }
                 }));
                 continue;
             }
@@ -652,7 +654,7 @@ fn write_loop(
         }
         let _span = tracing::debug_span!("group_commit", requests = batch.len(), events).entered();
         let outcome = catch_unwind(AssertUnwindSafe(|| commit_batch(db, &batch)))
-            .unwrap_or_else(|panic| Err(panic_message(&panic)));
+            .unwrap_or_else(|panic| Err(StorageError::msg(panic_message(&panic))));
         match outcome {
             Ok((heads, feed_next)) => {
                 feed_head.send_replace(feed_next);
@@ -668,7 +670,7 @@ fn write_loop(
                 for request in batch {
                     let _ = request.reply.send(Err(AppendError::Storage {
                         execution: request.execution,
-                        detail: detail.clone(),
+                        source: detail.clone(),
                     }));
                 }
             }
@@ -687,47 +689,53 @@ struct WriteTables<'txn> {
 }
 
 impl<'txn> WriteTables<'txn> {
-    fn open(txn: &'txn redb::WriteTransaction) -> Result<Self, String> {
+    fn open(txn: &'txn redb::WriteTransaction) -> Result<Self, StorageError> {
         Ok(Self {
-            events: txn.open_table(EVENTS).map_err(|e| e.to_string())?,
-            heads: txn.open_table(HEADS).map_err(|e| e.to_string())?,
-            tails: txn.open_table(TAILS).map_err(|e| e.to_string())?,
-            by_status: txn.open_table(BY_STATUS).map_err(|e| e.to_string())?,
-            ended: txn.open_table(ENDED).map_err(|e| e.to_string())?,
-            feed: txn.open_table(FEED).map_err(|e| e.to_string())?,
+            events: txn.open_table(EVENTS).map_err(StorageError::new)?,
+            heads: txn.open_table(HEADS).map_err(StorageError::new)?,
+            tails: txn.open_table(TAILS).map_err(StorageError::new)?,
+            by_status: txn.open_table(BY_STATUS).map_err(StorageError::new)?,
+            ended: txn.open_table(ENDED).map_err(StorageError::new)?,
+            feed: txn.open_table(FEED).map_err(StorageError::new)?,
         })
     }
 
-    fn tail(&self, id: &str) -> Result<ExecutionTail, String> {
-        match self.tails.get(id).map_err(|e| e.to_string())? {
+    fn tail(&self, id: &str) -> Result<ExecutionTail, StorageError> {
+        match self.tails.get(id).map_err(StorageError::new)? {
             None => Ok(ExecutionTail::new()),
-            Some(bytes) => ExecutionTail::decode(bytes.value())
-                .ok_or_else(|| format!("the stored tail of execution {id} is damaged")),
+            Some(bytes) => ExecutionTail::decode(bytes.value()).ok_or_else(|| {
+                StorageError::msg(format!("the stored tail of execution {id} is damaged"))
+            }),
         }
     }
 
     /// Moves `id` in the status index from what `old` filed it under to what `new` does.
-    fn refile(&mut self, id: &str, old: &ExecutionTail, new: &ExecutionTail) -> Result<(), String> {
+    fn refile(
+        &mut self,
+        id: &str,
+        old: &ExecutionTail,
+        new: &ExecutionTail,
+    ) -> Result<(), StorageError> {
         let (old_codes, new_codes): (Vec<u8>, Vec<u8>) =
             (old.index_codes().collect(), new.index_codes().collect());
         if old_codes != new_codes {
             for code in &old_codes {
                 self.by_status
                     .remove((*code, id))
-                    .map_err(|e| e.to_string())?;
+                    .map_err(StorageError::new)?;
             }
             for code in &new_codes {
                 self.by_status
                     .insert((*code, id), ())
-                    .map_err(|e| e.to_string())?;
+                    .map_err(StorageError::new)?;
             }
         }
         if old.ended_at_ms() != new.ended_at_ms() {
             if let Some(at) = old.ended_at_ms() {
-                self.ended.remove((at, id)).map_err(|e| e.to_string())?;
+                self.ended.remove((at, id)).map_err(StorageError::new)?;
             }
             if let Some(at) = new.ended_at_ms() {
-                self.ended.insert((at, id), ()).map_err(|e| e.to_string())?;
+                self.ended.insert((at, id), ()).map_err(StorageError::new)?;
             }
         }
         Ok(())
@@ -740,14 +748,14 @@ impl<'txn> WriteTables<'txn> {
 fn commit_batch(
     db: &Database,
     batch: &[AppendRequest],
-) -> Result<(Vec<Result<u64, AppendError>>, u64), String> {
-    let txn = db.begin_write().map_err(|e| e.to_string())?;
+) -> Result<(Vec<Result<u64, AppendError>>, u64), StorageError> {
+    let txn = db.begin_write().map_err(StorageError::new)?;
     let outcomes = {
         let mut tables = WriteTables::open(&txn)?;
-        let mut meta = txn.open_table(META).map_err(|e| e.to_string())?;
+        let mut meta = txn.open_table(META).map_err(StorageError::new)?;
         let mut position = meta
             .get(FEED_NEXT)
-            .map_err(|e| e.to_string())?
+            .map_err(StorageError::new)?
             .map_or(0, |v| v.value());
         let mut outcomes = Vec::with_capacity(batch.len());
         for request in batch {
@@ -755,7 +763,7 @@ fn commit_batch(
             let actual_seq = tables
                 .heads
                 .get(id)
-                .map_err(|e| e.to_string())?
+                .map_err(StorageError::new)?
                 .map_or(0, |v| v.value());
             if actual_seq != request.expected_seq {
                 outcomes.push(Err(AppendError::Conflict {
@@ -779,27 +787,27 @@ fn commit_batch(
                 tables
                     .events
                     .insert((id, seq), record.as_slice())
-                    .map_err(|e| e.to_string())?;
+                    .map_err(StorageError::new)?;
                 tables
                     .feed
                     .insert(position, (id, seq))
-                    .map_err(|e| e.to_string())?;
+                    .map_err(StorageError::new)?;
                 position += 1;
             }
             let head = request.expected_seq + request.records.len() as u64;
-            tables.heads.insert(id, head).map_err(|e| e.to_string())?;
+            tables.heads.insert(id, head).map_err(StorageError::new)?;
             tables
                 .tails
                 .insert(id, tail.encode().as_slice())
-                .map_err(|e| e.to_string())?;
+                .map_err(StorageError::new)?;
             tables.refile(id, &old_tail, &tail)?;
             outcomes.push(Ok(head));
         }
         meta.insert(FEED_NEXT, position)
-            .map_err(|e| e.to_string())?;
+            .map_err(StorageError::new)?;
         (outcomes, position)
     };
-    txn.commit().map_err(|e| e.to_string())?;
+    txn.commit().map_err(StorageError::new)?;
     Ok(outcomes)
 }
 
@@ -809,35 +817,35 @@ fn delete_ended(
     db: &Database,
     ended_before_ms: u64,
     limit: usize,
-) -> Result<Vec<ExecutionId>, String> {
-    let txn = db.begin_write().map_err(|e| e.to_string())?;
+) -> Result<Vec<ExecutionId>, StorageError> {
+    let txn = db.begin_write().map_err(StorageError::new)?;
     let deleted = {
         let mut tables = WriteTables::open(&txn)?;
         let mut doomed = Vec::new();
         for entry in tables
             .ended
             .range(..(ended_before_ms, ""))
-            .map_err(|e| e.to_string())?
+            .map_err(StorageError::new)?
             .take(limit.max(1))
         {
-            let (key, _) = entry.map_err(|e| e.to_string())?;
+            let (key, _) = entry.map_err(StorageError::new)?;
             let id = key.value().1;
-            doomed.push(ExecutionId::new(id).map_err(|e| e.to_string())?);
+            doomed.push(ExecutionId::new(id).map_err(StorageError::new)?);
         }
         for execution in &doomed {
             let id = execution.as_str();
             let tail = tables.tail(id)?;
             tables.refile(id, &tail, &ExecutionTail::new())?;
-            tables.tails.remove(id).map_err(|e| e.to_string())?;
-            tables.heads.remove(id).map_err(|e| e.to_string())?;
+            tables.tails.remove(id).map_err(StorageError::new)?;
+            tables.heads.remove(id).map_err(StorageError::new)?;
             tables
                 .events
                 .retain_in((id, 0)..=(id, u64::MAX), |_, _| false)
-                .map_err(|e| e.to_string())?;
+                .map_err(StorageError::new)?;
         }
         doomed
     };
-    txn.commit().map_err(|e| e.to_string())?;
+    txn.commit().map_err(StorageError::new)?;
     Ok(deleted)
 }
 
@@ -940,9 +948,9 @@ impl RawPage {
     }
 }
 
-fn storage(err: impl std::fmt::Display) -> ReadError {
+fn storage(err: impl std::error::Error + Send + Sync + 'static) -> ReadError {
     ReadError::Storage {
-        detail: err.to_string(),
+        source: StorageError::new(err),
     }
 }
 

@@ -37,6 +37,7 @@ pub(crate) mod tail;
 mod watch;
 
 use std::future::Future;
+use std::sync::Arc;
 
 use futures::Stream;
 
@@ -58,7 +59,7 @@ const LIST_PAGE: usize = 256;
 /// Why an append did not happen. Nothing of the batch is stored when this is returned, except
 /// for [`AppendError::Storage`] after the commit started, where the store could not tell (the
 /// caller learns the truth by reading the head).
-#[derive(Debug, thiserror::Error)]
+#[derive(Debug, Clone, thiserror::Error)]
 #[non_exhaustive]
 pub enum AppendError {
     #[error(
@@ -106,17 +107,74 @@ pub enum AppendError {
         violation: Box<Violation>,
     },
     /// The storage failed; nothing of the batch is stored.
-    #[error("storage failed appending to execution {execution}: {detail}")]
+    #[error("storage failed appending to execution {execution}: {source}")]
     Storage {
         /// The execution concerned.
         execution: ExecutionId,
-        /// What went wrong, in words.
-        detail: String,
+        /// What the storage reported.
+        #[source]
+        source: StorageError,
     },
     /// The store is closed.
     #[error("the store is closed")]
     Closed,
 }
+
+/// What a storage backend reported (redb, PostgreSQL, the file system), kept as the
+/// `source()` of [`AppendError::Storage`], [`ReadError::Storage`] and
+/// [`RetentionError::Storage`] rather than flattened to words. Its `Display` is the backend's
+/// message; [`StorageError::get_ref`] gives the backend's error itself, to downcast. Cheap to
+/// clone: one failed group commit answers every append in it with the same error.
+#[derive(Clone)]
+pub struct StorageError(Arc<dyn std::error::Error + Send + Sync + 'static>);
+
+impl StorageError {
+    /// The backend's error, kept whole.
+    pub fn new(error: impl std::error::Error + Send + Sync + 'static) -> Self {
+        Self(Arc::new(error))
+    }
+
+    /// A failure no backend error describes (a task that stopped, a panic in the storage
+    /// code), in words.
+    pub fn msg(detail: impl Into<String>) -> Self {
+        Self(Arc::new(Message(detail.into())))
+    }
+
+    /// The backend's error (for a [`StorageError::msg`], a private type holding the words).
+    pub fn get_ref(&self) -> &(dyn std::error::Error + Send + Sync + 'static) {
+        &*self.0
+    }
+}
+
+impl std::fmt::Debug for StorageError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        std::fmt::Debug::fmt(&*self.0, f)
+    }
+}
+
+impl std::fmt::Display for StorageError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        std::fmt::Display::fmt(&*self.0, f)
+    }
+}
+
+impl std::error::Error for StorageError {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        self.0.source()
+    }
+}
+
+/// The words of a [`StorageError::msg`].
+#[derive(Debug)]
+struct Message(String);
+
+impl std::fmt::Display for Message {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+impl std::error::Error for Message {}
 
 /// Why a read did not return the log.
 #[derive(Debug, thiserror::Error)]
@@ -134,10 +192,11 @@ pub enum ReadError {
         source: DecodeError,
     },
     /// The storage failed.
-    #[error("storage failed reading: {detail}")]
+    #[error("storage failed reading: {source}")]
     Storage {
-        /// What went wrong, in words.
-        detail: String,
+        /// What the storage reported.
+        #[source]
+        source: StorageError,
     },
     /// The store is closed.
     #[error("the store is closed")]
@@ -156,10 +215,11 @@ pub enum ReadError {
 #[non_exhaustive]
 pub enum RetentionError {
     /// The storage failed.
-    #[error("storage failed deleting ended executions: {detail}")]
+    #[error("storage failed deleting ended executions: {source}")]
     Storage {
-        /// What went wrong, in words.
-        detail: String,
+        /// What the storage reported.
+        #[source]
+        source: StorageError,
     },
     /// The store is closed.
     #[error("the store is closed")]
