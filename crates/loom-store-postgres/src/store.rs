@@ -4,15 +4,15 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use deadpool_postgres::{Manager, ManagerConfig, Pool, RecyclingMethod};
-use loom_kernel::envelope::encode_record_into;
-use loom_kernel::store::tail::{TailChange, filter_code};
-use loom_kernel::store::{
-    FeedEvent, RetentionError, StatusFilter, check_batch, decode_stored, wall_clock_ms,
-};
+use loom_kernel::encode_record_into;
 use loom_kernel::{
     AppendError, Event, EventEnvelope, EventStore, ExecutionId, ExecutionPage, ExecutionStatus,
     ExecutionSummary, ReadError,
 };
+use loom_kernel::{
+    FeedEvent, RetentionError, StatusFilter, check_batch, decode_stored, wall_clock_ms,
+};
+use loom_kernel::{TailChange, filter_code};
 use tokio::sync::{mpsc, oneshot};
 use tokio::task::JoinHandle;
 
