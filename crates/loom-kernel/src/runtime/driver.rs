@@ -36,11 +36,11 @@ use crate::runtime::flow::FlowError;
 use crate::runtime::history::{Attempted, History, NonDeterminism};
 use crate::runtime::keep;
 use crate::runtime::machine::{self, Admit, Held};
-use crate::runtime::timers::{Timers, is_timed_out_payload};
+use crate::runtime::slots::Inner;
+use crate::runtime::timers::{self, Timers, is_timed_out_payload};
 
 /// Gates (event type, correlation key) that their deadline closed.
 pub(crate) type TimedOutGates = std::collections::BTreeSet<(String, String)>;
-use crate::runtime::Inner;
 use crate::runtime::errors::{
     CancelError, DriverFailure, ResolveError, ResumeError, SHUT_DOWN, StartError,
 };
@@ -412,7 +412,7 @@ pub(crate) async fn drive<S: EventStore>(
             let child_starts = state.take_child_starts();
             drop(state);
             for (gate_id, deadline_ms) in arm {
-                inner.arm_deadline(&execution, &gate_id, deadline_ms);
+                timers::arm_deadline(&inner, &execution, &gate_id, deadline_ms);
             }
             for (gate_id, deadline_ms) in disarm {
                 inner.timers.disarm(&execution, &gate_id, deadline_ms);

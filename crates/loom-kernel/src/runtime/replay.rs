@@ -10,13 +10,13 @@ use crate::envelope::EventEnvelope;
 use crate::event::{ErrorInfo, Event};
 use crate::fold::ExecutionState;
 use crate::payload::Payload;
-use crate::runtime::Inner;
 use crate::runtime::codes;
 use crate::runtime::contain::contain;
 use crate::runtime::ctx::FlowCtx;
 use crate::runtime::driver::FlowWaker;
 use crate::runtime::flow::FlowError;
 use crate::runtime::history::{Attempted, History, NonDeterminism, shown};
+use crate::runtime::slots::Inner;
 use crate::store::EventStore;
 
 /// What a replay found.
