@@ -30,12 +30,12 @@ use crate::payload::Payload;
 use crate::runtime::children;
 use crate::runtime::codes;
 use crate::runtime::contain::{contain, contain_future};
-use crate::runtime::ctx::{ChildStart, Dispatch, FlowCtx, GateMiss, VerdictMiss};
+use crate::runtime::ctx::{ChildStart, FlowCtx};
 use crate::runtime::effect::EffectOutcome;
 use crate::runtime::flow::FlowError;
 use crate::runtime::history::{Attempted, History, NonDeterminism};
 use crate::runtime::keep;
-use crate::runtime::machine::{self, Admit, Held};
+use crate::runtime::machine::{self, Admit, Dispatch, GateMiss, Held, VerdictMiss};
 use crate::runtime::slots::Inner;
 use crate::runtime::timers::{self, Timers, is_timed_out_payload};
 
@@ -212,7 +212,7 @@ impl Reply {
 
 type Append = BoxFuture<'static, Result<(u64, Vec<Event>), AppendError>>;
 
-/// The driver's decisions (`machine.rs`), over its replies, effects and children.
+/// The write side of the machine (`machine/mod.rs`), over the driver's replies, effects and children.
 type Machine = machine::Machine<Reply, Dispatch, ChildStart>;
 
 impl Held for Dispatch {
@@ -326,6 +326,7 @@ pub(crate) async fn drive<S: EventStore>(
         Arc::clone(&inner.timers.clock),
         &started,
         history,
+        &folded,
     );
     let ctx = kept.as_ref().map_or(ctx, |kept| kept.ctx.clone());
     let mut flow_result: Option<Result<Payload, FlowError>> = None;
@@ -756,7 +757,7 @@ fn handle(
             verdict,
             operator,
             reply,
-        } => match ctx.state().resolve(ctx, &step_id, verdict, operator) {
+        } => match ctx.state().resolve(&step_id, verdict, operator) {
             Ok(()) => machine.reply_when_durable(Reply::Resolve(reply)),
             Err(VerdictMiss::NotInDoubt) => {
                 let _ = reply.send(Err(ResolveError::NotInDoubt {

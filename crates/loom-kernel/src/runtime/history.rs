@@ -257,7 +257,9 @@ pub(crate) enum StepState {
     Done(Result<Payload, ErrorInfo>),
 }
 
-/// The recorded history of one execution, ready for replay.
+/// The recorded history of one execution, ready for replay: a cursor's view of the log for
+/// matching commands and serving inputs. What the log says of the execution as a whole (its
+/// status, the budget spent, the pending gates) is the fold's (`ExecutionState`), not kept here.
 #[derive(Debug, Default)]
 pub(crate) struct History {
     pub(crate) commands: Vec<(u64, Recorded)>,
@@ -265,10 +267,6 @@ pub(crate) struct History {
     /// recorded by its outcome alone is done). Values index `commands`.
     started: IdMap<String, usize>,
     pub(crate) resumed: IdMap<String, Payload>,
-    pub(crate) budget_spent: u64,
-    /// Whether the log records the execution's end (`ctx.patched` past its last command
-    /// answers as the old code did).
-    pub(crate) ended: bool,
 }
 
 impl History {
@@ -281,12 +279,6 @@ impl History {
         // bound, for long logs of other events).
         history.commands.reserve(events.size_hint().0.min(4096));
         for (seq, event) in events {
-            history.ended |= matches!(
-                event,
-                Event::ExecutionCompleted(_)
-                    | Event::ExecutionFailed(_)
-                    | Event::ExecutionCancelled(_)
-            );
             history.record(seq, event);
         }
         history
@@ -312,7 +304,6 @@ impl History {
                 }
             }
             Event::StepCompleted(e) => {
-                self.budget_spent = self.budget_spent.saturating_add(e.cost);
                 let state = StepState::Done(Ok(e.output));
                 match self.started.get(&e.step_id) {
                     Some(&index) => self.set_state(index, state),
@@ -329,7 +320,6 @@ impl History {
                 }
             }
             Event::StepFailed(e) => {
-                self.budget_spent = self.budget_spent.saturating_add(e.cost);
                 let state = StepState::Done(Err(e.error));
                 match self.started.get(&e.step_id) {
                     Some(&index) => self.set_state(index, state),

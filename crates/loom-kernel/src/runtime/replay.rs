@@ -97,9 +97,14 @@ pub(crate) fn replay_log<S: EventStore>(
     let Some(first) = log.first() else {
         return Err(ReplayError::Empty);
     };
-    if folded.is_none_or(|state| state.next_seq() != log.len() as u64) {
-        ExecutionState::fold(&log)?;
-    }
+    let refolded;
+    let folded = match folded {
+        Some(state) if state.next_seq() == log.len() as u64 => state,
+        _ => {
+            refolded = ExecutionState::fold(&log)?;
+            &refolded
+        }
+    };
     let Event::ExecutionStarted(started) = &first.event else {
         return Err(ReplayError::Empty);
     };
@@ -133,6 +138,7 @@ pub(crate) fn replay_log<S: EventStore>(
         Arc::new(crate::runtime::timers::ReplayClock),
         &started,
         history,
+        folded,
     );
     ctx.state().watch_live = true;
     let returned = match run_to_rest(flow.as_ref(), &ctx, &started.input) {

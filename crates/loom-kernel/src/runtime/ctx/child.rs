@@ -9,9 +9,8 @@ use std::task::{Context, Poll};
 use serde::Serialize;
 use serde::de::DeserializeOwned;
 
-use super::{CtxState, FlowCtx, PendingGate, StepError, StepName, canonical};
-use crate::event::{DecisionRecorded, Event, ExecutionResumed};
-use crate::id::ExecutionId;
+use super::{FlowCtx, FlowState, PendingGate, StepError, StepName, canonical};
+use crate::event::{DecisionRecorded, Event};
 use crate::payload::Payload;
 use crate::runtime::children::{
     CHILD_EVENT_TYPE, CHILD_KIND, ChildSpec, GATE_PREFIX, child_id, read_marker,
@@ -56,8 +55,8 @@ impl FlowCtx {
                 execution: execution.clone(),
                 flow: flow.to_owned(),
                 input,
-                capabilities: (*self.shared.capabilities).clone(),
-                budget: self.shared.budget.map(|budget| {
+                capabilities: (*state.env.capabilities).clone(),
+                budget: state.env.budget.map(|budget| {
                     budget
                         .saturating_sub(state.budget_spent)
                         .saturating_sub(state.budget_held)
@@ -111,7 +110,7 @@ impl FlowCtx {
     /// child, same input) or recorded. Returns the spec to start, as recorded.
     fn child_decision(
         &self,
-        state: &mut CtxState,
+        state: &mut FlowState,
         gate_id: &str,
         spec: ChildSpec,
     ) -> Result<ChildSpec, StepError> {
@@ -159,52 +158,6 @@ impl FlowCtx {
             value: Payload::from_value(&spec.to_value()),
         }));
         Ok(spec)
-    }
-}
-
-impl CtxState {
-    /// The children whose gates were opened (or replayed as pending) since the driver last
-    /// looked: the driver starts them once their gates are durable.
-    pub(crate) fn take_child_starts(&mut self) -> Vec<ChildStart> {
-        std::mem::take(&mut self.child_starts)
-    }
-
-    /// The child gates still pending, `(gate id, child id)`, in gate order: the children to
-    /// cancel when the execution ends.
-    pub(crate) fn pending_children(&self) -> Vec<(String, ExecutionId)> {
-        let mut children: Vec<_> = self
-            .gates
-            .iter()
-            .filter(|g| g.event_type == CHILD_EVENT_TYPE)
-            .filter_map(|g| {
-                ExecutionId::new(&g.correlation_key)
-                    .ok()
-                    .map(|child| (g.gate_id.clone(), child))
-            })
-            .collect();
-        children.sort();
-        children
-    }
-
-    /// The child `child` ended (`payload` is its marker): the gate that waits for it is
-    /// resumed. False when no gate waits for it (it was delivered already): nothing recorded.
-    pub(crate) fn child_ended(&mut self, child: &ExecutionId, payload: Payload) -> bool {
-        let Some(index) = self
-            .gates
-            .iter()
-            .position(|g| g.event_type == CHILD_EVENT_TYPE && g.correlation_key == child.as_str())
-        else {
-            return false;
-        };
-        let gate = self.gates.remove(index);
-        self.out.push(Event::ExecutionResumed(ExecutionResumed {
-            gate_id: gate.gate_id,
-            event_type: gate.event_type,
-            correlation_key: gate.correlation_key,
-            payload: payload.clone(),
-        }));
-        self.fill(gate.slot, Ok(payload));
-        true
     }
 }
 

@@ -56,7 +56,7 @@ impl FlowCtx {
             // Recorded history goes on here without the marker: the old code ran.
             Some(_) => false,
             // Past the last command of an execution that ended: the old code ended it.
-            None if state.history.ended => false,
+            None if state.recorded_end => false,
             None => {
                 let attempted = Attempted::Decision {
                     step_id: &step_id,

@@ -11,7 +11,7 @@
 use serde::Serialize;
 
 use super::{
-    Attempted, CtxState, Deadline, FlowCtx, PendingGate, StepError, StepName, TimedGate,
+    Attempted, Deadline, FlowCtx, FlowState, PendingGate, StepError, StepName, TimedGate,
     is_reserved_event_type, is_timed_out_payload,
 };
 use crate::event::{DecisionRecorded, Event};
@@ -111,7 +111,7 @@ impl FlowCtx {
     /// The request's decision: matched on replay (kind and id), queued live.
     fn record_request(
         &self,
-        state: &mut CtxState,
+        state: &mut FlowState,
         gate_id: &str,
         request: Payload,
     ) -> Result<(), StepError> {
