@@ -31,8 +31,7 @@ use crate::runtime::handle::ExecuteTarget;
 use crate::runtime::history::{Attempted, History};
 use crate::runtime::machine::{Env, FlowState, PendingGate};
 use crate::runtime::timers::{
-    Clock, DEADLINE_KIND, TIMER_EVENT_TYPE, deadline_value, is_closed_payload,
-    is_reserved_event_type, is_timed_out_payload, parse_deadline, timed_out_payload,
+    Clock, TIMER_EVENT_TYPE, is_reserved_event_type, is_timed_out_payload,
 };
 
 mod request;
@@ -301,27 +300,10 @@ impl FlowCtx {
     pub fn suspend_as(&self, name: StepName, event_type: &str, correlation_key: &str) -> Command {
         let mut state = self.state();
         let slot = state.new_slot();
+        let classification = &self.shared.classification;
         let outcome = (|| {
             let gate_id = state.step_id(name)?;
-            if is_reserved_event_type(event_type) {
-                return Err(StepError::ReservedEventType(event_type.to_owned()));
-            }
-            state.refuse_duplicate_gate(event_type, correlation_key)?;
-            let classification = &self.shared.classification;
-            if let Some(payload) =
-                state.open_gate(&gate_id, event_type, correlation_key, classification)?
-            {
-                return Ok(Some(payload));
-            }
-            state.gates.push(PendingGate {
-                gate_id,
-                event_type: event_type.to_owned(),
-                correlation_key: correlation_key.to_owned(),
-                slot,
-                deadline: None,
-                group: None,
-            });
-            Ok(None)
+            state.suspend(slot, gate_id, event_type, correlation_key, classification)
         })();
         self.command(state, slot, outcome)
     }
@@ -413,135 +395,24 @@ impl FlowCtx {
     ) -> FirstOf {
         let mut state = self.state();
         let slot = state.new_slot();
-        let outcome = (|| {
-            if gates.is_empty() {
-                return Err(StepError::NoGates);
-            }
-            let mut ids = Vec::with_capacity(gates.len());
-            for (event_type, correlation_key) in gates {
-                ids.push(state.step_id(StepName::Counted((*event_type).to_owned()))?);
-                if is_reserved_event_type(event_type) {
-                    return Err(StepError::ReservedEventType((*event_type).to_owned()));
-                }
-                let twice = gates
-                    .iter()
-                    .filter(|(t, k)| t == event_type && k == correlation_key)
-                    .count()
-                    > 1;
-                if twice {
-                    return Err(StepError::DuplicateGate {
-                        event_type: (*event_type).to_owned(),
-                        correlation_key: (*correlation_key).to_owned(),
-                    });
-                }
-                state.refuse_duplicate_gate(event_type, correlation_key)?;
-            }
-            let deadline_ms = match timeout {
-                Some(timeout) => {
-                    Some(self.deadline(&mut state, &ids[0], Deadline::After(timeout))?)
-                }
-                None => None,
-            };
-            let mut recorded = Vec::with_capacity(gates.len());
-            for ((event_type, correlation_key), gate_id) in gates.iter().zip(&ids) {
-                let classification = &self.shared.classification;
-                recorded.push(state.open_gate(
-                    gate_id,
-                    event_type,
-                    correlation_key,
-                    classification,
-                )?);
-            }
-            // The gates were closed together: one resume that is not a marker is the winner;
-            // the timeout marker on them says the deadline won.
-            if recorded.iter().any(Option::is_some) {
-                let winner = recorded.iter().position(|payload| {
-                    payload
-                        .as_ref()
-                        .is_some_and(|p| !is_closed_payload(p) && !is_timed_out_payload(p))
-                });
-                return Ok(Some(match winner {
-                    Some(index) => {
-                        if let Some(slot) = state.slots.get_mut(&slot) {
-                            slot.chosen = Some(index);
-                        }
-                        recorded.swap_remove(index).unwrap_or_else(Payload::null)
-                    }
-                    None => {
-                        for (event_type, correlation_key) in gates {
-                            state
-                                .timed_out
-                                .insert(((*event_type).to_owned(), (*correlation_key).to_owned()));
-                        }
-                        timed_out_payload(deadline_ms.unwrap_or_default())
-                    }
-                }));
-            }
-            if let Some(deadline_ms) = deadline_ms {
-                state.armed.push((ids[0].clone(), deadline_ms));
-            }
-            for (index, ((event_type, correlation_key), gate_id)) in
-                gates.iter().zip(ids).enumerate()
-            {
-                state.gates.push(PendingGate {
-                    gate_id,
-                    event_type: (*event_type).to_owned(),
-                    correlation_key: (*correlation_key).to_owned(),
-                    slot,
-                    deadline: if index == 0 { deadline_ms } else { None },
-                    group: Some((slot, index)),
-                });
-            }
-            Ok(None)
-        })();
+        let live = timeout.map(|timeout| self.live_deadline(Deadline::After(timeout)));
+        let outcome = state.first_of(slot, gates, live, &self.shared.classification);
         FirstOf {
             command: self.command(state, slot, outcome),
         }
     }
 
-    /// A gate's deadline: the recorded one on replay, else computed (from the clock for
-    /// `After`) and recorded as a `loom.deadline` decision under the gate's id.
-    fn deadline(
-        &self,
-        state: &mut FlowState,
-        gate_id: &str,
-        deadline: Deadline,
-    ) -> Result<u64, StepError> {
-        let attempted = Attempted::Decision {
-            step_id: gate_id,
-            kind: DEADLINE_KIND,
-        };
-        if state.replay(attempted.clone(), &self.shared.classification) {
-            let index = state.cursor - 1;
-            let recorded = match state.history.commands.get(index) {
-                Some((_, crate::runtime::history::Recorded::Decision { value, .. })) => {
-                    parse_deadline(value)
-                }
-                _ => None,
-            };
-            return recorded.ok_or_else(|| StepError::Decode {
-                step_id: gate_id.to_owned(),
-                detail: "the recorded deadline is not {\"deadlineMs\": <unix ms>}".into(),
-            });
-        }
-        if state.divergence.is_some() {
-            return Err(StepError::Diverged);
-        }
-        state.note_live(&attempted);
-        let deadline_ms = match deadline {
+    /// A gate's deadline as it is computed live (from the clock for `After`); the machine
+    /// calls it only when no deadline is recorded.
+    fn live_deadline(&self, deadline: Deadline) -> impl FnOnce() -> u64 + '_ {
+        move || match deadline {
             Deadline::At(at) => at,
             Deadline::After(after) => self
                 .shared
                 .clock
                 .now_ms()
                 .saturating_add(u64::try_from(after.as_millis()).unwrap_or(u64::MAX)),
-        };
-        state.out.push(Event::DecisionRecorded(DecisionRecorded {
-            step_id: gate_id.to_owned(),
-            kind: DEADLINE_KIND.to_owned(),
-            value: Payload::from_value(&deadline_value(deadline_ms)),
-        }));
-        Ok(deadline_ms)
+        }
     }
 
     /// A gate with a deadline: `DECISION_RECORDED` (kind `loom.deadline`, under the gate's id,
@@ -554,42 +425,20 @@ impl FlowCtx {
         correlation_key: Option<&str>,
         deadline: Deadline,
     ) -> Command {
-        let timer = correlation_key.is_none();
         let mut state = self.state();
         let slot = state.new_slot();
+        let classification = &self.shared.classification;
         let outcome = (|| {
             let gate_id = state.step_id(name)?;
-            if !timer && is_reserved_event_type(event_type) {
-                return Err(StepError::ReservedEventType(event_type.to_owned()));
-            }
-            let correlation_key = correlation_key.unwrap_or(&gate_id).to_owned();
-            state.refuse_duplicate_gate(event_type, &correlation_key)?;
-            // The deadline: recorded once, served from the log on replay (the clock is not read).
-            let deadline_ms = self.deadline(&mut state, &gate_id, deadline)?;
-            let classification = &self.shared.classification;
-            if let Some(payload) =
-                state.open_gate(&gate_id, event_type, &correlation_key, classification)?
-            {
-                if timer {
-                    return Ok(Some(Payload::null()));
-                }
-                if is_timed_out_payload(&payload) {
-                    state
-                        .timed_out
-                        .insert((event_type.to_owned(), correlation_key));
-                }
-                return Ok(Some(payload));
-            }
-            state.armed.push((gate_id.clone(), deadline_ms));
-            state.gates.push(PendingGate {
-                gate_id,
-                event_type: event_type.to_owned(),
-                correlation_key,
+            let live = self.live_deadline(deadline);
+            state.deadline_gate(
                 slot,
-                deadline: Some(deadline_ms),
-                group: None,
-            });
-            Ok(None)
+                gate_id,
+                event_type,
+                correlation_key,
+                live,
+                classification,
+            )
         })();
         self.command(state, slot, outcome)
     }
@@ -601,35 +450,7 @@ impl FlowCtx {
         kind: &str,
         make: impl FnOnce() -> T,
     ) -> Result<T, StepError> {
-        let mut state = self.state();
-        let step_id = state.step_id(StepName::Counted(kind.to_owned()))?;
-        let attempted = Attempted::Decision {
-            step_id: &step_id,
-            kind,
-        };
-        if state.replay(attempted.clone(), &self.shared.classification) {
-            let index = state.cursor - 1;
-            if let Some((_, crate::runtime::history::Recorded::Decision { value, .. })) =
-                state.history.commands.get(index)
-            {
-                return value.decode().map_err(|err| StepError::Decode {
-                    step_id,
-                    detail: err.to_string(),
-                });
-            }
-        }
-        if state.divergence.is_some() {
-            return Err(StepError::Diverged);
-        }
-        state.note_live(&attempted);
-        let value = make();
-        let payload = Payload::encode(&value).map_err(|err| StepError::Encode(err.to_string()))?;
-        state.out.push(Event::DecisionRecorded(DecisionRecorded {
-            step_id,
-            kind: kind.to_owned(),
-            value: payload,
-        }));
-        Ok(value)
+        self.state().decide(kind, make, &self.shared.classification)
     }
 
     /// Wall-clock milliseconds since the Unix epoch, recorded.
@@ -664,26 +485,8 @@ impl FlowCtx {
     /// Records a `SURFACE_PATCH` on `surface_id`; `ops` is opaque to the kernel. The patch is
     /// `surface:<surface_id>#n`.
     pub fn emit_surface_patch(&self, surface_id: &str, ops: Payload) -> Result<(), StepError> {
-        let mut state = self.state();
-        let step_id = state.step_id(StepName::Counted(format!("surface:{surface_id}")))?;
-        let attempted = Attempted::Patch {
-            step_id: &step_id,
-            surface_id,
-            ops: &ops,
-        };
-        if state.replay(attempted.clone(), &self.shared.classification) {
-            return Ok(());
-        }
-        if state.divergence.is_some() {
-            return Err(StepError::Diverged);
-        }
-        state.note_live(&attempted);
-        state.out.push(Event::SurfacePatch(SurfacePatch {
-            step_id,
-            surface_id: surface_id.to_owned(),
-            ops,
-        }));
-        Ok(())
+        self.state()
+            .patch(surface_id, ops, &self.shared.classification)
     }
 }
 

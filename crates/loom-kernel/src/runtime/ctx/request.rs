@@ -78,7 +78,11 @@ impl FlowCtx {
             state.refuse_duplicate_gate(event_type, correlation_key)?;
             self.record_request(&mut state, &gate_id, request)?;
             let deadline_ms = match deadline {
-                Some(deadline) => Some(self.deadline(&mut state, &gate_id, deadline)?),
+                Some(deadline) => Some(state.deadline(
+                    &gate_id,
+                    self.live_deadline(deadline),
+                    &self.shared.classification,
+                )?),
                 None => None,
             };
             let classification = &self.shared.classification;

@@ -24,10 +24,12 @@ mod cancel;
 mod child_end;
 mod command;
 mod deadline;
+mod decision;
 mod durable;
 mod end;
 #[cfg(test)]
 mod fixtures;
+mod gate;
 mod outcome;
 mod resume;
 mod state;
