@@ -28,11 +28,9 @@ use crate::id::ExecutionId;
 use crate::payload::Payload;
 use crate::runtime::effect::Effect;
 use crate::runtime::handle::ExecuteTarget;
-use crate::runtime::history::{Attempted, History};
+use crate::runtime::history::History;
 use crate::runtime::machine::{Env, FlowState, PendingGate};
-use crate::runtime::timers::{
-    Clock, TIMER_EVENT_TYPE, is_reserved_event_type, is_timed_out_payload,
-};
+use crate::runtime::timers::{Clock, TIMER_EVENT_TYPE, is_timed_out_payload};
 
 mod request;
 

@@ -9,6 +9,7 @@ use crate::event::*;
 use crate::payload::Payload;
 use crate::runtime::ctx::{StepError, StepName};
 use crate::runtime::history::{Attempted, Recorded};
+use crate::runtime::requests::{REQUEST_KIND, request_step_id};
 use crate::runtime::timers::{
     DEADLINE_KIND, deadline_value, is_closed_payload, is_reserved_event_type, is_timed_out_payload,
     parse_deadline, timed_out_payload,
@@ -205,6 +206,80 @@ impl FlowState {
             });
         }
         Ok(None)
+    }
+
+    /// A gate with a request (ADR 0018): the request's decision under `<gate id>:request`,
+    /// then the deadline if `live` is given, then the gate, in one batch.
+    pub(crate) fn requested_gate(
+        &mut self,
+        slot: u64,
+        event_type: &str,
+        correlation_key: &str,
+        request: Result<Payload, StepError>,
+        live: Option<impl FnOnce() -> u64>,
+        classification: &DataClassification,
+    ) -> Result<Option<Payload>, StepError> {
+        // Checked before an id is taken or anything queued.
+        if is_reserved_event_type(event_type) {
+            return Err(StepError::ReservedEventType(event_type.to_owned()));
+        }
+        let request = request?;
+        let gate_id = self.step_id(StepName::Counted(event_type.to_owned()))?;
+        self.refuse_duplicate_gate(event_type, correlation_key)?;
+        self.record_request(&gate_id, request, classification)?;
+        let timed = live.is_some();
+        let deadline_ms = match live {
+            Some(live) => Some(self.deadline(&gate_id, live, classification)?),
+            None => None,
+        };
+        if let Some(payload) =
+            self.open_gate(&gate_id, event_type, correlation_key, classification)?
+        {
+            if timed && is_timed_out_payload(&payload) {
+                self.timed_out
+                    .insert((event_type.to_owned(), correlation_key.to_owned()));
+            }
+            return Ok(Some(payload));
+        }
+        if let Some(deadline_ms) = deadline_ms {
+            self.armed.push((gate_id.clone(), deadline_ms));
+        }
+        self.gates.push(PendingGate {
+            gate_id,
+            event_type: event_type.to_owned(),
+            correlation_key: correlation_key.to_owned(),
+            slot,
+            deadline: deadline_ms,
+            group: None,
+        });
+        Ok(None)
+    }
+
+    /// The request's decision: matched on replay (kind and id), queued live.
+    fn record_request(
+        &mut self,
+        gate_id: &str,
+        request: Payload,
+        classification: &DataClassification,
+    ) -> Result<(), StepError> {
+        let step_id = request_step_id(gate_id);
+        let attempted = Attempted::Decision {
+            step_id: &step_id,
+            kind: REQUEST_KIND,
+        };
+        if self.replay(attempted.clone(), classification) {
+            return Ok(());
+        }
+        if self.divergence.is_some() {
+            return Err(StepError::Diverged);
+        }
+        self.note_live(&attempted);
+        self.out.push(Event::DecisionRecorded(DecisionRecorded {
+            step_id,
+            kind: REQUEST_KIND.to_owned(),
+            value: request,
+        }));
+        Ok(())
     }
 }
 
