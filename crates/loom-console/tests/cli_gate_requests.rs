@@ -3,7 +3,7 @@
 mod support;
 
 use loom_kernel::DiskStore;
-use loom_kernel::runtime::*;
+use loom_kernel::*;
 use serde_json::{Value, json};
 use support::*;
 

@@ -9,7 +9,7 @@ mod support;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use loom_kernel::runtime::*;
+use loom_kernel::*;
 use loom_kernel::{EventStoreExt, ExecutionStatus, MemoryStore, Payload};
 use serde_json::{Value, json};
 use support::{event_names, id};

@@ -9,8 +9,8 @@ use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 
-use loom_kernel::runtime::*;
-use loom_kernel::store::FeedEvent;
+use loom_kernel::FeedEvent;
+use loom_kernel::*;
 use loom_kernel::{DiskStore, EventEnvelope, EventStore, ExecutionId, MemoryStore, Payload};
 use serde_json::{Value, json};
 use support::{Calls, echo, id};

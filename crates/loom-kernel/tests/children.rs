@@ -7,8 +7,8 @@ mod support;
 
 use std::time::Duration;
 
-use loom_kernel::event::Event;
-use loom_kernel::runtime::*;
+use loom_kernel::Event;
+use loom_kernel::*;
 use loom_kernel::{
     DiskStore, EventStore, EventStoreExt, ExecutionId, ExecutionState, ExecutionStatus,
     MemoryStore, Payload,
@@ -474,11 +474,9 @@ async fn crash_after_the_parent_was_cancelled_before_its_child_was() {
         .append(
             &id("x"),
             3,
-            &[Event::ExecutionCancelled(
-                loom_kernel::event::ExecutionCancelled {
-                    reason: Some("stop".into()),
-                },
-            )],
+            &[Event::ExecutionCancelled(loom_kernel::ExecutionCancelled {
+                reason: Some("stop".into()),
+            })],
         )
         .await
         .unwrap();

@@ -4,7 +4,7 @@
 
 mod support;
 
-use loom_kernel::runtime::*;
+use loom_kernel::*;
 use loom_kernel::{ExecutionStatus, MemoryStore};
 use serde::Deserialize;
 use serde_json::{Value, json};

@@ -4,8 +4,8 @@ mod support;
 
 use std::sync::Arc;
 
-use loom_kernel::event::{Event, StepStarted};
-use loom_kernel::runtime::*;
+use loom_kernel::*;
+use loom_kernel::{Event, StepStarted};
 use loom_kernel::{EventStore, ExecutionStatus, MemoryStore};
 use serde_json::{Value, json};
 use support::{Calls, event_names, events_of, id, options};

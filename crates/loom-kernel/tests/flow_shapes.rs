@@ -3,7 +3,7 @@
 
 mod support;
 
-use loom_kernel::runtime::*;
+use loom_kernel::*;
 use loom_kernel::{EventStore, ExecutionStatus, MemoryStore};
 use serde_json::{Value, json};
 use support::{Calls, id, options, with_echo};

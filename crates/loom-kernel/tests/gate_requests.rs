@@ -10,10 +10,10 @@ mod support;
 use std::collections::BTreeMap;
 use std::time::Duration;
 
-use loom_kernel::classify::DataClassification;
+use loom_kernel::DataClassification;
+use loom_kernel::Event;
 use loom_kernel::conformance::nested;
-use loom_kernel::event::Event;
-use loom_kernel::runtime::*;
+use loom_kernel::*;
 use loom_kernel::{DiskStore, EventStore, EventStoreExt, ExecutionStatus, MemoryStore, Payload};
 use serde_json::{Value, json};
 use support::id;

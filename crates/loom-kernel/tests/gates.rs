@@ -3,9 +3,9 @@
 
 mod support;
 
+use loom_kernel::Event;
 use loom_kernel::conformance::id;
-use loom_kernel::event::Event;
-use loom_kernel::runtime::*;
+use loom_kernel::*;
 use loom_kernel::{EventStore, EventStoreExt, ExecutionStatus, MemoryStore, Payload};
 use serde_json::json;
 use support::*;

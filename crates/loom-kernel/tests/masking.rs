@@ -3,8 +3,8 @@
 
 mod support;
 
-use loom_kernel::classify::DataClassification;
-use loom_kernel::runtime::*;
+use loom_kernel::DataClassification;
+use loom_kernel::*;
 use loom_kernel::{EventStoreExt, MemoryStore};
 use serde_json::{Value, json};
 use support::{Calls, options};
@@ -46,7 +46,7 @@ fn runtime(store: MemoryStore, flow: impl Flow) -> Runtime<MemoryStore> {
 fn assert_masked(text: &str) {
     assert!(!text.contains(CARD), "card number in clear: {text}");
     assert!(!text.contains(OTHER_CARD), "card number in clear: {text}");
-    assert!(text.contains(loom_kernel::classify::MASK), "{text}");
+    assert!(text.contains(loom_kernel::MASK), "{text}");
 }
 
 #[tokio::test]

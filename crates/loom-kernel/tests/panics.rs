@@ -6,8 +6,8 @@ mod support;
 
 use std::sync::Arc;
 
-use loom_kernel::event::Event;
-use loom_kernel::runtime::*;
+use loom_kernel::Event;
+use loom_kernel::*;
 use loom_kernel::{EventEnvelope, ExecutionStatus, MemoryStore};
 use serde_json::{Value, json};
 use support::{Calls, event_names, events_of, options, with_echo};

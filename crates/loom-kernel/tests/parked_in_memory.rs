@@ -10,11 +10,11 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
-use loom_kernel::event::{Event, Verdict};
-use loom_kernel::runtime::*;
+use loom_kernel::*;
 use loom_kernel::{
     ErrorInfo, EventStore, EventStoreExt, ExecutionId, ExecutionStatus, MemoryStore, Payload,
 };
+use loom_kernel::{Event, Verdict};
 use serde_json::{Value, json};
 use support::{Calls, echo, events_of, id};
 

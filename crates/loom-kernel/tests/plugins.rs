@@ -6,7 +6,7 @@ mod support;
 use std::sync::Arc;
 
 use loom_kernel::conformance::id;
-use loom_kernel::runtime::*;
+use loom_kernel::*;
 use loom_kernel::{AbiVersion, EventStoreExt, ExecutionId, ExecutionStatus, MemoryStore};
 use serde_json::{Value, json};
 use support::*;

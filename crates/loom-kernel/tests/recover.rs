@@ -3,9 +3,9 @@
 
 mod support;
 
-use loom_kernel::event::Event;
-use loom_kernel::runtime::*;
-use loom_kernel::store::{AppendError, ExecutionPage, ReadError};
+use loom_kernel::Event;
+use loom_kernel::*;
+use loom_kernel::{AppendError, ExecutionPage, ReadError};
 use loom_kernel::{EventEnvelope, EventStore, ExecutionId, ExecutionStatus, MemoryStore};
 use serde_json::{Value, json};
 use support::{Calls, id};
@@ -177,7 +177,7 @@ impl EventStore for CountingReads {
 
     async fn list_by_status(
         &self,
-        filter: loom_kernel::store::StatusFilter,
+        filter: loom_kernel::StatusFilter,
         after: Option<&ExecutionId>,
         limit: usize,
     ) -> Result<ExecutionPage, ReadError> {

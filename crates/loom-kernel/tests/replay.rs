@@ -6,7 +6,7 @@ use std::future::Future;
 use std::pin::Pin;
 use std::task::{Context, Poll};
 
-use loom_kernel::runtime::*;
+use loom_kernel::*;
 use loom_kernel::{EventStoreExt, MemoryStore};
 use serde_json::{Value, json};
 use support::{Calls, options, with_echo};

@@ -9,8 +9,8 @@ mod support;
 
 use std::collections::BTreeMap;
 
-use loom_kernel::event::Verdict;
-use loom_kernel::runtime::*;
+use loom_kernel::Verdict;
+use loom_kernel::*;
 use loom_kernel::{EventStoreExt, ExecutionStatus, MemoryStore, Payload};
 use proptest::prelude::*;
 use proptest::test_runner::Config;

@@ -10,8 +10,8 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
-use loom_kernel::event::Event;
-use loom_kernel::runtime::*;
+use loom_kernel::Event;
+use loom_kernel::*;
 use loom_kernel::{
     DiskStore, EventStore, EventStoreExt, ExecutionId, ExecutionState, ExecutionStatus,
     MemoryStore, Payload,
@@ -980,7 +980,7 @@ async fn first_of_with_two_resumes_racing_records_one_winner() {
 
 #[tokio::test]
 async fn recovery_skips_a_recorded_deadline_it_cannot_read_and_arms_the_others() {
-    use loom_kernel::event::{DecisionRecorded, ExecutionStarted, ExecutionSuspended};
+    use loom_kernel::{DecisionRecorded, ExecutionStarted, ExecutionSuspended};
     let store = MemoryStore::new();
     let log = |deadline: Value| {
         vec![

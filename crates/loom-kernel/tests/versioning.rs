@@ -6,8 +6,8 @@ mod support;
 
 use std::time::Duration;
 
-use loom_kernel::event::Event;
-use loom_kernel::runtime::*;
+use loom_kernel::Event;
+use loom_kernel::*;
 use loom_kernel::{EventStore, EventStoreExt, ExecutionId, ExecutionStatus, MemoryStore, Payload};
 use serde_json::{Value, json};
 use support::{Calls, echo, events_of, id};

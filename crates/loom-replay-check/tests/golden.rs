@@ -5,13 +5,13 @@
 use std::path::{Path, PathBuf};
 
 use loom_kernel::conformance::id;
-use loom_kernel::runtime::{
+use loom_kernel::{
     EffectCall, EffectOutcome, FlowCtx, FlowError, FlowSet, FnEffect, Runtime, StartOptions,
     flow_fn,
 };
 use loom_kernel::{EventStoreExt, ExecutionStatus, MemoryStore, Payload};
-use loom_replay_check::cli::check_command;
-use loom_replay_check::{Checker, Finding, jsonl};
+use loom_replay_check::check_command;
+use loom_replay_check::{Checker, Finding};
 use serde_json::{Value, json};
 
 fn golden_dir() -> PathBuf {
@@ -112,7 +112,7 @@ async fn record(dir: &Path) {
     std::fs::create_dir_all(dir).unwrap();
     for name in ["order-done", "order-waiting", "greet-ada"] {
         let log = store.read_all(&id(name)).await.unwrap();
-        jsonl::write_log(dir, &log).unwrap();
+        loom_replay_check::write_log(dir, &log).unwrap();
     }
 }
 
@@ -123,7 +123,7 @@ fn golden_logs() -> Vec<PathBuf> {
             .unwrap()
             .block_on(record(&dir));
     }
-    let logs = jsonl::list_logs(&dir).unwrap();
+    let logs = loom_replay_check::list_logs(&dir).unwrap();
     assert_eq!(
         logs.len(),
         3,
@@ -136,7 +136,7 @@ fn golden_logs() -> Vec<PathBuf> {
 fn golden_logs_replay_deterministically() {
     let checker = Checker::new(&flows()).unwrap();
     for path in golden_logs() {
-        let outcome = checker.check(jsonl::read_log(&path).unwrap());
+        let outcome = checker.check(loom_replay_check::read_log(&path).unwrap());
         assert_eq!(
             outcome.finding,
             Finding::Deterministic,
@@ -156,7 +156,7 @@ fn a_changed_flow_is_caught_at_the_right_seq() {
         .into_iter()
         .find(|path| path.ends_with("order-done.jsonl"))
         .unwrap();
-    let outcome = checker.check(jsonl::read_log(&path).unwrap());
+    let outcome = checker.check(loom_replay_check::read_log(&path).unwrap());
     assert_eq!(
         outcome.finding,
         Finding::Divergent {
@@ -202,7 +202,7 @@ fn the_command_reports_with_exit_codes() {
         2
     );
     assert_eq!(
-        loom_replay_check::cli::export_main(["export-log", "--store", "x.redb"]),
+        loom_replay_check::export_main(["export-log", "--store", "x.redb"]),
         std::process::ExitCode::from(2)
     );
     assert_eq!(
@@ -226,7 +226,7 @@ fn damaged_and_newer_logs_are_errors_not_divergences() {
         ("truncated.jsonl", "truncated.jsonl:"),
         ("newer.jsonl", "EVENT_SCHEMA 7"),
     ] {
-        let err = jsonl::read_log(&dir.path().join(file)).unwrap_err();
+        let err = loom_replay_check::read_log(&dir.path().join(file)).unwrap_err();
         assert!(err.to_string().contains(expected), "{err}");
     }
     let args = ["replay-check", "--logs", dir.path().to_str().unwrap()];
@@ -242,7 +242,7 @@ fn a_store_exports_and_checks_the_same_as_its_logs() {
     tokio::runtime::Runtime::new().unwrap().block_on(async {
         let store = loom_kernel::DiskStore::open(&store_path).unwrap();
         for path in logs {
-            let log = jsonl::read_log(&path).unwrap();
+            let log = loom_replay_check::read_log(&path).unwrap();
             let events: Vec<_> = log.iter().map(|e| e.event.clone()).collect();
             store
                 .append(&log[0].execution_id, 0, &events)
@@ -253,12 +253,12 @@ fn a_store_exports_and_checks_the_same_as_its_logs() {
     let out = dir.path().join("exported");
     let (store_arg, out_arg) = (store_path.to_str().unwrap(), out.to_str().unwrap());
     let export =
-        loom_replay_check::cli::export_main(["export-log", "--store", store_arg, "--out", out_arg]);
+        loom_replay_check::export_main(["export-log", "--store", store_arg, "--out", out_arg]);
     assert_eq!(
         format!("{export:?}"),
         format!("{:?}", std::process::ExitCode::SUCCESS)
     );
-    assert_eq!(jsonl::list_logs(&out).unwrap().len(), 3);
+    assert_eq!(loom_replay_check::list_logs(&out).unwrap().len(), 3);
     assert_eq!(
         check_command(&flows(), ["replay-check", "--store", store_arg]),
         0
@@ -290,7 +290,7 @@ fn stored_records_check_as_their_logs_do() {
     let store_path = dir.path().join("store.redb");
     let logs: Vec<_> = golden_logs()
         .iter()
-        .map(|path| jsonl::read_log(path).unwrap())
+        .map(|path| loom_replay_check::read_log(path).unwrap())
         .collect();
     let changed = FlowSet::new()
         .with(flow_fn("order", 1, order_changed))

@@ -9,11 +9,11 @@ use a2ui_callfunction::operator::{self, Target, VerdictArg};
 use a2ui_callfunction::transport::NoRenderer;
 use futures::FutureExt;
 use futures::future::BoxFuture;
-use loom_kernel::runtime::{ManualClock, StartOptions};
 use loom_kernel::{
     DiskStore, EventStore, EventStoreExt, ExecutionId, ExecutionStatus, MemoryStore,
 };
-use loom_plugin_a2ui::wire::AgentMessage;
+use loom_kernel::{ManualClock, StartOptions};
+use loom_plugin_a2ui::AgentMessage;
 use loom_plugin_a2ui::{CALL_FUNCTION_EFFECT, SurfaceHub, Transport, TransportError};
 use serde_json::{Value, json};
 use tokio_util::sync::CancellationToken;

@@ -13,12 +13,12 @@ use a2ui_callfunction::operator::{self, Target, VerdictArg};
 use a2ui_callfunction::story::EXECUTION;
 use futures::FutureExt;
 use futures::future::BoxFuture;
-use loom_kernel::runtime::StartOptions;
+use loom_kernel::StartOptions;
 use loom_kernel::{EventStoreExt, ExecutionId, ExecutionStatus};
-use loom_plugin_a2ui::wire::AgentMessage;
+use loom_plugin_a2ui::AgentMessage;
 use loom_plugin_a2ui::{CALL_FUNCTION_EFFECT, Transport, TransportError};
-use loom_store_postgres::testing::{fresh_schema, server_url};
 use loom_store_postgres::{PostgresStore, PostgresStoreConfig};
+use loom_store_postgres::{fresh_schema, server_url};
 use serde_json::json;
 use tokio_util::sync::CancellationToken;
 

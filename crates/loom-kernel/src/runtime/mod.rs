@@ -91,9 +91,7 @@ pub use timers::{
     CLOSED_KEY, Clock, DEADLINE_KIND, ManualClock, SystemClock, TIMED_OUT_KEY, TIMER_EVENT_TYPE,
 };
 
-/// The operator's verdict on a step in doubt, taken by [`Runtime::resolve`] (also
-/// `loom_kernel::Verdict`).
-pub use crate::event::Verdict;
+use crate::event::Verdict;
 
 use crate::event::{Event, ExecutionStarted};
 use crate::fold::{ExecutionState, ExecutionStatus};
@@ -177,7 +175,7 @@ impl<S: EventStore> Runtime<S> {
     ///
     /// ```
     /// use loom_kernel::MemoryStore;
-    /// use loom_kernel::runtime::{FlowCtx, FlowError, Runtime, flow_fn};
+    /// use loom_kernel::{FlowCtx, FlowError, Runtime, flow_fn};
     ///
     /// async fn greet(_ctx: FlowCtx, name: String) -> Result<String, FlowError> {
     ///     Ok(format!("hello, {name}"))
@@ -259,7 +257,7 @@ impl<S: EventStore> Runtime<S> {
     /// execution runs before its `EXECUTION_STARTED` is durable.
     ///
     /// ```
-    /// use loom_kernel::runtime::{FlowCtx, FlowError, Runtime, StartError, StartOptions, flow_fn};
+    /// use loom_kernel::{FlowCtx, FlowError, Runtime, StartError, StartOptions, flow_fn};
     /// use loom_kernel::{ExecutionId, ExecutionStatus, MemoryStore};
     ///
     /// async fn greet(_ctx: FlowCtx, name: String) -> Result<String, FlowError> {
@@ -439,7 +437,7 @@ impl<S: EventStore> Runtime<S> {
     /// `correlation_key`. Returns once `EXECUTION_RESUMED` is durable.
     ///
     /// ```
-    /// use loom_kernel::runtime::{FlowCtx, FlowError, ResumeError, Runtime, StartOptions, flow_fn};
+    /// use loom_kernel::{FlowCtx, FlowError, ResumeError, Runtime, StartOptions, flow_fn};
     /// use loom_kernel::{ExecutionId, ExecutionStatus, MemoryStore, Payload};
     /// use serde_json::{Value, json};
     ///
