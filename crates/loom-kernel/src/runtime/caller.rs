@@ -32,7 +32,7 @@ pub trait ResumeAuthenticator: Send + Sync + 'static {
     /// `Err(reason)` refuses the resume.
     fn authorize(&self, request: &ResumeRequest<'_>) -> Result<(), String>;
 
-    /// Whether an inbound message may start this execution ([`Inbound::Start`](crate::runtime::Inbound::Start)); `Err(reason)`
+    /// Whether an inbound message may start this execution ([`Inbound::Start`](crate::Inbound::Start)); `Err(reason)`
     /// refuses. Refuses by default, so that an authenticator written for resumes does not let
     /// unknown callers start executions. (For a decision that must wait, implement
     /// [`AsyncResumeAuthenticator`] instead.)
@@ -195,7 +195,7 @@ pub trait AsyncResumeAuthenticator: Send + Sync + 'static {
     fn authorize<'a>(&'a self, request: ResumeRequest<'a>) -> Authorization<'a>;
 
     /// Decides whether `request.caller` may start this execution from an inbound message
-    /// ([`Inbound::Start`](crate::runtime::Inbound::Start)). Refuses by default, so that an authenticator written for resumes
+    /// ([`Inbound::Start`](crate::Inbound::Start)). Refuses by default, so that an authenticator written for resumes
     /// does not let unknown callers start executions.
     fn authorize_start<'a>(&'a self, request: StartRequest<'a>) -> Authorization<'a> {
         let _ = request;

@@ -29,7 +29,7 @@ use crate::payload::Payload;
 use crate::runtime::effect::Effect;
 use crate::runtime::handle::ExecuteTarget;
 use crate::runtime::history::History;
-use crate::runtime::machine::{Env, FlowState, PendingGate};
+use crate::runtime::machine::{Env, FlowState};
 use crate::runtime::timers::{Clock, TIMER_EVENT_TYPE, is_timed_out_payload};
 
 mod request;
@@ -521,18 +521,9 @@ impl Future for Command {
 
     fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
         let mut state = self.shared.state.lock().unwrap_or_else(|p| p.into_inner());
-        let Some(slot) = state.slots.get_mut(&self.slot) else {
-            return Poll::Pending;
-        };
-        match slot.value.take() {
-            Some(value) => {
-                state.slots.remove(&self.slot);
-                Poll::Ready(value)
-            }
-            None => {
-                slot.waker = Some(cx.waker().clone());
-                Poll::Pending
-            }
+        match state.poll_slot(self.slot, cx.waker()) {
+            Some((value, _)) => Poll::Ready(value),
+            None => Poll::Pending,
         }
     }
 }
@@ -586,22 +577,12 @@ impl Future for FirstOf {
             .state
             .lock()
             .unwrap_or_else(|p| p.into_inner());
-        let Some(slot) = state.slots.get_mut(&self.command.slot) else {
-            return Poll::Pending;
-        };
-        match slot.value.take() {
-            Some(value) => {
-                let chosen = slot.chosen;
-                state.slots.remove(&self.command.slot);
-                Poll::Ready(value.map(|payload| match chosen {
-                    Some(index) => Selected::Gate { index, payload },
-                    None => Selected::TimedOut,
-                }))
-            }
-            None => {
-                slot.waker = Some(cx.waker().clone());
-                Poll::Pending
-            }
+        match state.poll_slot(self.command.slot, cx.waker()) {
+            Some((value, chosen)) => Poll::Ready(value.map(|payload| match chosen {
+                Some(index) => Selected::Gate { index, payload },
+                None => Selected::TimedOut,
+            })),
+            None => Poll::Pending,
         }
     }
 }
@@ -609,6 +590,6 @@ impl Future for FirstOf {
 impl Drop for Command {
     fn drop(&mut self) {
         let mut state = self.shared.state.lock().unwrap_or_else(|p| p.into_inner());
-        state.slots.remove(&self.slot);
+        state.drop_slot(self.slot);
     }
 }

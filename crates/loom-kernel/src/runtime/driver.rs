@@ -212,7 +212,7 @@ impl Reply {
 
 type Append = BoxFuture<'static, Result<(u64, Vec<Event>), AppendError>>;
 
-/// The write side of the machine (`machine/mod.rs`), over the driver's replies, effects and children.
+/// The machine's write side (`machine/mod.rs`), over the driver's replies, effects, children.
 type Machine = machine::Machine<Reply, Dispatch, ChildStart>;
 
 impl Held for Dispatch {

@@ -1,5 +1,6 @@
 //! Commands that record a value: a decision read from the world once (ADR 0016: `now`,
-//! `random`, `uuid`, `decide`) and a surface patch. Served from the history while it lasts,
+//! `random`, `uuid`, `decide`), a surface patch, and the `loom.patch` marker of
+//! `ctx.patched` (ADR 0017). Served from the history while it lasts,
 //! else recorded live.
 
 use serde::Serialize;
@@ -9,7 +10,7 @@ use super::state::FlowState;
 use crate::classify::DataClassification;
 use crate::event::*;
 use crate::payload::Payload;
-use crate::runtime::ctx::{StepError, StepName};
+use crate::runtime::ctx::{PATCH_KIND, StepError, StepName};
 use crate::runtime::history::{Attempted, Recorded};
 
 impl FlowState {
@@ -73,6 +74,73 @@ impl FlowState {
             surface_id: surface_id.to_owned(),
             ops,
         }));
+        Ok(())
+    }
+
+    /// `ctx.patched(change_id)` (ADR 0017): `true` live (recorded) or where the log has the
+    /// marker, `false` where the log goes on (or ended) without it; one answer per run.
+    pub(crate) fn patched(&mut self, change_id: &str) -> Result<bool, StepError> {
+        if let Some(answer) = self.patches.get(change_id) {
+            return Ok(*answer);
+        }
+        if self.divergence.is_some() {
+            return Err(StepError::Diverged);
+        }
+        let step_id = format!("patch:{change_id}");
+        let answer = match self.history.commands.get(self.cursor) {
+            Some((
+                _,
+                Recorded::Decision {
+                    step_id: s, kind, ..
+                },
+            )) if kind == PATCH_KIND && *s == step_id => {
+                self.cursor += 1;
+                true
+            }
+            // Recorded history goes on here without the marker: the old code ran.
+            Some(_) => false,
+            // Past the last command of an execution that ended: the old code ended it.
+            None if self.recorded_end => false,
+            None => {
+                let attempted = Attempted::Decision {
+                    step_id: &step_id,
+                    kind: PATCH_KIND,
+                };
+                self.note_live(&attempted);
+                self.out.push(Event::DecisionRecorded(DecisionRecorded {
+                    step_id,
+                    kind: PATCH_KIND.to_owned(),
+                    value: Payload::from_value(&serde_json::json!({})),
+                }));
+                true
+            }
+        };
+        self.patches.insert(change_id.to_owned(), answer);
+        Ok(answer)
+    }
+
+    /// `ctx.deprecate_patch(change_id)`: a recorded marker here is consumed; nothing is
+    /// recorded live.
+    pub(crate) fn deprecate_patch(&mut self, change_id: &str) -> Result<(), StepError> {
+        if self.patches.contains_key(change_id) {
+            return Ok(());
+        }
+        if self.divergence.is_some() {
+            return Err(StepError::Diverged);
+        }
+        let step_id = format!("patch:{change_id}");
+        if let Some((
+            _,
+            Recorded::Decision {
+                step_id: s, kind, ..
+            },
+        )) = self.history.commands.get(self.cursor)
+            && kind == PATCH_KIND
+            && *s == step_id
+        {
+            self.cursor += 1;
+        }
+        self.patches.insert(change_id.to_owned(), true);
         Ok(())
     }
 }

@@ -4,7 +4,7 @@
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
-use super::state::RunningStep;
+use super::state::{PendingGate, RunningStep};
 use super::*;
 use crate::event::{ExecutionCancelled, StepCompleted, StepStarted};
 use crate::fold::ExecutionState;

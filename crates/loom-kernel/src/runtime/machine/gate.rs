@@ -1,5 +1,6 @@
 //! Commands that open gates: a gate (`suspend`), a gate with a deadline (a timer, a timeout),
-//! the gates of a `first_of`, and the deadline each records before its gate. Served from the
+//! the gates of a `first_of`, a gate with a request, a child's gate, and the decision each
+//! records before its gate. Served from the
 //! history while it lasts (a recorded resume answers at once), else queued live; the flow then
 //! waits at the gate's slot.
 
@@ -7,8 +8,10 @@ use super::state::{FlowState, PendingGate};
 use crate::classify::DataClassification;
 use crate::event::*;
 use crate::payload::Payload;
+use crate::runtime::children::{CHILD_EVENT_TYPE, CHILD_KIND, ChildSpec, GATE_PREFIX, child_id};
 use crate::runtime::ctx::{StepError, StepName};
-use crate::runtime::history::{Attempted, Recorded};
+use crate::runtime::digest::input_digest;
+use crate::runtime::history::{Attempted, NonDeterminism, Recorded};
 use crate::runtime::requests::{REQUEST_KIND, request_step_id};
 use crate::runtime::timers::{
     DEADLINE_KIND, deadline_value, is_closed_payload, is_reserved_event_type, is_timed_out_payload,
@@ -280,6 +283,117 @@ impl FlowState {
             value: request,
         }));
         Ok(())
+    }
+
+    /// A child execution (ADR 0015): its id derived from the gate `child:<flow>#<n>`, its
+    /// `loom.child` decision (what to start, checked on replay) and its gate; live, the child
+    /// is queued for the driver to start once the gate is durable. `child` gets its id.
+    pub(crate) fn child(
+        &mut self,
+        slot: u64,
+        flow: &str,
+        input: Result<Payload, StepError>,
+        classification: &DataClassification,
+        child: &mut String,
+    ) -> Result<Option<Payload>, StepError> {
+        let gate_id = self.step_id(StepName::Counted(format!("{GATE_PREFIX}{flow}")))?;
+        let execution = child_id(&self.env.execution_id, &gate_id).ok_or_else(|| {
+            StepError::ChildId {
+                flow: flow.to_owned(),
+                detail: format!(
+                    "'{}/{}' is not a valid execution id (a flow started as a child has no '/', ':' or control character in its name, and the id is at most {} bytes)",
+                    self.env.execution_id,
+                    gate_id.strip_prefix(GATE_PREFIX).unwrap_or(&gate_id),
+                    crate::id::MAX_EXECUTION_ID_LEN
+                ),
+            }
+        })?;
+        *child = execution.to_string();
+        let input = input?;
+        let spec = ChildSpec {
+            execution: execution.clone(),
+            flow: flow.to_owned(),
+            input,
+            capabilities: (*self.env.capabilities).clone(),
+            budget: self.env.budget.map(|budget| {
+                budget
+                    .saturating_sub(self.budget_spent)
+                    .saturating_sub(self.budget_held)
+            }),
+        };
+        let spec = self.child_decision(&gate_id, spec, classification)?;
+        if let Some(payload) = self.open_gate(
+            &gate_id,
+            CHILD_EVENT_TYPE,
+            execution.as_str(),
+            classification,
+        )? {
+            return Ok(Some(payload));
+        }
+        self.gates.push(PendingGate {
+            gate_id: gate_id.clone(),
+            event_type: CHILD_EVENT_TYPE.to_owned(),
+            correlation_key: execution.to_string(),
+            slot,
+            deadline: None,
+            group: None,
+        });
+        self.child_starts.push((gate_id, spec));
+        Ok(None)
+    }
+
+    /// The child's decision: replayed (and checked against what the flow asks now: same
+    /// child, same input) or recorded. Returns the spec to start, as recorded.
+    fn child_decision(
+        &mut self,
+        gate_id: &str,
+        spec: ChildSpec,
+        classification: &DataClassification,
+    ) -> Result<ChildSpec, StepError> {
+        let attempted = Attempted::Decision {
+            step_id: gate_id,
+            kind: CHILD_KIND,
+        };
+        if self.replay(attempted.clone(), classification) {
+            let index = self.cursor - 1;
+            let Some((seq, Recorded::Decision { value, .. })) = self.history.commands.get(index)
+            else {
+                return Err(StepError::Diverged);
+            };
+            let seq = *seq;
+            let recorded = ChildSpec::from_value(&value.to_value());
+            let same = recorded.as_ref().is_some_and(|r| {
+                r.execution == spec.execution && r.flow == spec.flow && r.input == spec.input
+            });
+            if !same {
+                let recorded_digest = recorded
+                    .as_ref()
+                    .map_or_else(|| "unreadable".to_owned(), |r| input_digest(&r.input));
+                self.divergence = Some(NonDeterminism {
+                    seq,
+                    recorded: format!(
+                        "DECISION_RECORDED '{gate_id}' ({CHILD_KIND}) with input digest {recorded_digest}"
+                    ),
+                    attempted: format!(
+                        "starts child flow '{}' as '{gate_id}' with input digest {}",
+                        spec.flow,
+                        input_digest(&spec.input)
+                    ),
+                });
+                return Err(StepError::Diverged);
+            }
+            return recorded.ok_or(StepError::Diverged);
+        }
+        if self.divergence.is_some() {
+            return Err(StepError::Diverged);
+        }
+        self.note_live(&attempted);
+        self.out.push(Event::DecisionRecorded(DecisionRecorded {
+            step_id: gate_id.to_owned(),
+            kind: CHILD_KIND.to_owned(),
+            value: Payload::from_value(&spec.to_value()),
+        }));
+        Ok(spec)
     }
 }
 

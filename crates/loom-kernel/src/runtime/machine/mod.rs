@@ -3,8 +3,9 @@
 //! The machine has two halves, both free of I/O, with one file per kind of transition:
 //! - the flow's side, [`FlowState`] (`state.rs`): the recorded history still to replay, the
 //!   steps running or in doubt, the open gates, and each command's slot, which the flow's
-//!   `FlowCtx` awaits. `FlowCtx` only turns a call into a command for it (`command.rs`); the
-//!   world's answers are its other inputs: an effect's outcome (`outcome.rs`), a resume
+//!   `FlowCtx` awaits. `FlowCtx` only turns a call into a command for it (a step:
+//!   `command.rs`; a gate, timer, `first_of`, request or child: `gate.rs`; a decision, surface
+//!   patch or `ctx.patched` marker: `decision.rs`); the world's answers are its other inputs: an effect's outcome (`outcome.rs`), a resume
 //!   (`resume.rs`), an operator's verdict (`verdict.rs`), a deadline (`deadline.rs`), a
 //!   child's end (`child_end.rs`), a cancel (`cancel.rs`), the flow's end (`end.rs`);
 //! - the write side, [`Machine`] (this file): what a live driver knows beyond the flow's state
@@ -41,7 +42,7 @@ use crate::event::Event;
 
 pub(crate) use deadline::GateDeadline;
 pub(crate) use resume::GateMiss;
-pub(crate) use state::{Dispatch, Env, FlowState, PendingGate};
+pub(crate) use state::{Dispatch, Env, FlowState};
 pub(crate) use verdict::VerdictMiss;
 
 /// What the machine needs to know of an effect it may hold.

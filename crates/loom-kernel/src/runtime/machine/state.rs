@@ -154,6 +154,32 @@ impl FlowState {
         slot
     }
 
+    /// The result of the command in `slot`, taken, with the gate a `first_of` chose; until
+    /// there is one, `waker` is woken when it comes.
+    pub(crate) fn poll_slot(
+        &mut self,
+        slot: u64,
+        waker: &Waker,
+    ) -> Option<(Result<Payload, StepError>, Option<usize>)> {
+        let entry = self.slots.get_mut(&slot)?;
+        match entry.value.take() {
+            Some(value) => {
+                let chosen = entry.chosen;
+                self.slots.remove(&slot);
+                Some((value, chosen))
+            }
+            None => {
+                entry.waker = Some(waker.clone());
+                None
+            }
+        }
+    }
+
+    /// The future of the command in `slot` is gone: its result, if it comes, is dropped.
+    pub(crate) fn drop_slot(&mut self, slot: u64) {
+        self.slots.remove(&slot);
+    }
+
     pub(crate) fn fill(&mut self, slot: u64, value: Result<Payload, StepError>) {
         if let Some(slot) = self.slots.get_mut(&slot) {
             slot.value = Some(value);
