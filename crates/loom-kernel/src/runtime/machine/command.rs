@@ -142,7 +142,7 @@ impl FlowState {
 
     /// Refuses a gate on an `(event type, correlation key)` a pending gate already waits on:
     /// a resume could not tell the two apart.
-    pub(crate) fn refuse_duplicate_gate(
+    pub(super) fn refuse_duplicate_gate(
         &self,
         event_type: &str,
         correlation_key: &str,
@@ -163,7 +163,7 @@ impl FlowState {
     /// Opens the gate `gate_id`: served from the history while it lasts (`Some` with the
     /// recorded resume when the log holds one), else queued live as `EXECUTION_SUSPENDED`.
     /// `None` means the gate waits.
-    pub(crate) fn open_gate(
+    pub(super) fn open_gate(
         &mut self,
         gate_id: &str,
         event_type: &str,
@@ -193,7 +193,7 @@ impl FlowState {
     /// Matches a command against the history. True when it replays a recorded command; false
     /// when the history is exhausted (the command is live) or the flow diverged (then
     /// `divergence` is set).
-    pub(crate) fn replay(
+    pub(super) fn replay(
         &mut self,
         attempted: Attempted<'_>,
         classification: &DataClassification,
@@ -220,7 +220,7 @@ impl FlowState {
 
     /// A replayed step: its recorded result, or, if it was running when the last worker
     /// stopped, run again (idempotent) or parked in doubt (not idempotent).
-    pub(crate) fn replay_step(
+    pub(super) fn replay_step(
         &mut self,
         step_id: String,
         effect: &str,
@@ -281,7 +281,7 @@ impl FlowState {
     }
 
     /// Keeps a replayed step in doubt until a verdict; it holds nothing against the budget.
-    pub(crate) fn park_in_doubt(
+    pub(super) fn park_in_doubt(
         &mut self,
         step_id: String,
         effect: &str,
@@ -306,7 +306,7 @@ impl FlowState {
     /// A new step: the effect's admission checks (K2, K3, input) first. A refusal is recorded
     /// as the step's failure, without a `STEP_STARTED`, and the effect never runs.
     #[allow(clippy::too_many_arguments)]
-    pub(crate) fn admit_step(
+    pub(super) fn admit_step(
         &mut self,
         handler: Arc<dyn Effect>,
         step_id: String,
@@ -335,7 +335,7 @@ impl FlowState {
 
     /// Records a step that fails before it starts (no such effect, or not admitted): its
     /// failure alone, at no cost.
-    pub(crate) fn refuse_step(
+    pub(super) fn refuse_step(
         &mut self,
         step_id: String,
         effect: &str,
@@ -354,7 +354,7 @@ impl FlowState {
     }
 
     /// The dispatch of a step, with what the execution may still spend now.
-    pub(crate) fn effect_call(
+    pub(super) fn effect_call(
         &self,
         step_id: String,
         effect: &str,
@@ -377,7 +377,7 @@ impl FlowState {
     }
 
     /// Records a step's start and queues its effect.
-    pub(crate) fn start_step(
+    pub(super) fn start_step(
         &mut self,
         handler: Arc<dyn Effect>,
         call: EffectCall,
@@ -413,7 +413,7 @@ impl FlowState {
     }
 
     /// Notes a command issued past the end of the history, for whole-log replay.
-    pub(crate) fn note_live(&mut self, attempted: &Attempted<'_>) {
+    pub(super) fn note_live(&mut self, attempted: &Attempted<'_>) {
         if self.watch_live && self.first_live.is_none() {
             self.first_live = Some(attempted.to_string());
         }

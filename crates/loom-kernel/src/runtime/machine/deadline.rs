@@ -62,7 +62,7 @@ impl FlowState {
     }
 
     /// Removes and returns the pending gates of a `first_of` group, in their order.
-    pub(crate) fn take_group(&mut self, group: u64) -> Vec<PendingGate> {
+    pub(super) fn take_group(&mut self, group: u64) -> Vec<PendingGate> {
         let (taken, kept): (Vec<_>, Vec<_>) = std::mem::take(&mut self.gates)
             .into_iter()
             .partition(|g| g.group.is_some_and(|(of, _)| of == group));

@@ -51,7 +51,7 @@ impl FlowState {
 
     /// A gate's deadline: the recorded one on replay, else `live()` (the caller reads its clock
     /// there, never on replay), recorded as a `loom.deadline` decision under the gate's id.
-    pub(crate) fn deadline(
+    pub(super) fn deadline(
         &mut self,
         gate_id: &str,
         live: impl FnOnce() -> u64,

@@ -38,73 +38,73 @@ pub(crate) struct Dispatch {
 
 /// A command's result, once there is one, and the waker of the future that awaits it.
 pub(crate) struct Slot {
-    pub(crate) value: Option<Result<Payload, StepError>>,
+    pub(super) value: Option<Result<Payload, StepError>>,
     /// For a `first_of`: which gate's resume `value` is.
-    pub(crate) chosen: Option<usize>,
-    pub(crate) waker: Option<Waker>,
+    pub(super) chosen: Option<usize>,
+    pub(super) waker: Option<Waker>,
 }
 
 pub(crate) struct RunningStep {
     pub(crate) effect: String,
     /// Whether the effect may run twice harmlessly: a non-idempotent one cut off by a cancel
     /// is recorded in doubt (K9).
-    pub(crate) idempotent: bool,
-    pub(crate) input_digest: String,
-    pub(crate) input: Payload,
-    pub(crate) attempt: u32,
-    pub(crate) slot: u64,
+    pub(super) idempotent: bool,
+    pub(super) input_digest: String,
+    pub(super) input: Payload,
+    pub(super) attempt: u32,
+    pub(super) slot: u64,
     /// K3: what the step holds against the budget while it runs.
-    pub(crate) held: u64,
+    pub(super) held: u64,
 }
 
 pub(crate) struct PendingGate {
-    pub(crate) gate_id: String,
-    pub(crate) event_type: String,
-    pub(crate) correlation_key: String,
-    pub(crate) slot: u64,
+    pub(super) gate_id: String,
+    pub(super) event_type: String,
+    pub(super) correlation_key: String,
+    pub(super) slot: u64,
     /// The recorded deadline (unix ms), for a timer or a gate with a timeout (in a `first_of`,
     /// on its first gate only).
-    pub(crate) deadline: Option<u64>,
+    pub(super) deadline: Option<u64>,
     /// For a gate of a `first_of`: the group (its command's slot) and its place in it.
-    pub(crate) group: Option<(u64, usize)>,
+    pub(super) group: Option<(u64, usize)>,
 }
 
 /// The flow's side of the machine (see the module's documentation).
 pub(crate) struct FlowState {
-    pub(crate) env: Env,
-    pub(crate) history: History,
-    pub(crate) cursor: usize,
-    pub(crate) counters: IdMap<String, u32>,
-    pub(crate) explicit_ids: HashSet<String>,
-    pub(crate) out: Vec<Event>,
-    pub(crate) dispatch: Vec<Dispatch>,
-    pub(crate) slots: IdMap<u64, Slot>,
-    pub(crate) next_slot: u64,
-    pub(crate) running: IdMap<String, RunningStep>,
-    pub(crate) in_doubt: BTreeMap<String, RunningStep>,
-    pub(crate) gates: Vec<PendingGate>,
-    pub(crate) divergence: Option<NonDeterminism>,
-    pub(crate) budget_spent: u64,
+    pub(super) env: Env,
+    pub(super) history: History,
+    pub(super) cursor: usize,
+    pub(super) counters: IdMap<String, u32>,
+    pub(super) explicit_ids: HashSet<String>,
+    pub(super) out: Vec<Event>,
+    pub(super) dispatch: Vec<Dispatch>,
+    pub(super) slots: IdMap<u64, Slot>,
+    pub(super) next_slot: u64,
+    pub(super) running: IdMap<String, RunningStep>,
+    pub(super) in_doubt: BTreeMap<String, RunningStep>,
+    pub(super) gates: Vec<PendingGate>,
+    pub(super) divergence: Option<NonDeterminism>,
+    pub(super) budget_spent: u64,
     /// K3: the sum of what running steps hold (their effects' `max_cost`).
-    pub(crate) budget_held: u64,
+    pub(super) budget_held: u64,
     /// Whether the recorded log ends the execution (whole-log replay: `ctx.patched` past its
     /// last command answers as the old code did).
-    pub(crate) recorded_end: bool,
+    pub(super) recorded_end: bool,
     /// Set by whole-log replay: the first command issued past the end of the history, in
     /// words (a completed log followed by a new command is a divergence).
     pub(crate) watch_live: bool,
     pub(crate) first_live: Option<String>,
     /// Deadlines of gates opened (or replayed as pending) since the driver last looked, to arm.
-    pub(crate) armed: Vec<GateDeadline>,
+    pub(super) armed: Vec<GateDeadline>,
     /// Deadlines of gates resumed before them, to disarm.
-    pub(crate) disarmed: Vec<GateDeadline>,
+    pub(super) disarmed: Vec<GateDeadline>,
     /// Gates (event type, correlation key) that their deadline closed: a resume that comes
     /// later is told so.
-    pub(crate) timed_out: BTreeSet<(String, String)>,
+    pub(super) timed_out: BTreeSet<(String, String)>,
     /// Children whose gates were opened or replayed as pending, for the driver to start.
-    pub(crate) child_starts: Vec<ChildStart>,
+    pub(super) child_starts: Vec<ChildStart>,
     /// `ctx.patched` answers of this run, by change id.
-    pub(crate) patches: BTreeMap<String, bool>,
+    pub(super) patches: BTreeMap<String, bool>,
 }
 
 impl FlowState {
