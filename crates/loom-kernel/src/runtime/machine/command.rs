@@ -299,6 +299,7 @@ impl FlowState {
             attempt,
             slot,
             held: 0,
+            charge: self.charges.remove(&step_id).unwrap_or(0),
         };
         self.in_doubt.insert(step_id, step);
     }
@@ -389,6 +390,7 @@ impl FlowState {
             effect: call.effect.clone(),
             input_digest: digest.clone(),
             attempt: call.attempt,
+            max_cost: handler.max_cost(),
         }));
         let step_id = call.step_id.clone();
         let idempotent = handler.idempotent();
@@ -400,6 +402,7 @@ impl FlowState {
             attempt: call.attempt,
             slot,
             held: handler.max_cost(),
+            charge: handler.max_cost(),
         };
         let held = running.held;
         self.budget_held = self.budget_held.saturating_add(held);

@@ -33,6 +33,7 @@ pub(super) fn started(step: &str) -> Event {
         effect: "e".into(),
         input_digest: "d".into(),
         attempt: 1,
+        max_cost: 0,
     })
 }
 
@@ -104,6 +105,7 @@ pub(super) fn running(state: &mut FlowState, step_id: &str, idempotent: bool, he
             attempt: 1,
             slot,
             held,
+            charge: held,
         },
     );
     slot

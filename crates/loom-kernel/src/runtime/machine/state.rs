@@ -55,6 +55,9 @@ pub(crate) struct RunningStep {
     pub(super) slot: u64,
     /// K3: what the step holds against the budget while it runs.
     pub(super) held: u64,
+    /// K3: the `max_cost` its `STEP_STARTED` recorded, what a `completed` verdict charges
+    /// (ADR 0024).
+    pub(super) charge: u64,
 }
 
 pub(crate) struct PendingGate {
@@ -87,6 +90,10 @@ pub(crate) struct FlowState {
     pub(super) budget_spent: u64,
     /// K3: the sum of what running steps hold (their effects' `max_cost`).
     pub(super) budget_held: u64,
+    /// K3: what the steps the log left without an outcome hold, by step id, read from the fold
+    /// when the machine starts: a step replayed into doubt is charged it by a `completed`
+    /// verdict (ADR 0024).
+    pub(super) charges: BTreeMap<String, u64>,
     /// Whether the recorded log ends the execution (whole-log replay: `ctx.patched` past its
     /// last command answers as the old code did).
     pub(super) recorded_end: bool,
@@ -128,6 +135,7 @@ impl FlowState {
             budget_spent: durable.budget_spent(),
             budget_held: 0,
             recorded_end: durable.status().is_terminal(),
+            charges: durable.held_costs().clone(),
             watch_live: false,
             first_live: None,
             armed: Vec::new(),

@@ -29,7 +29,10 @@ impl FlowState {
             operator,
         }));
         match verdict {
-            Verdict::Completed { output } => self.fill(step.slot, Ok(output)),
+            Verdict::Completed { output } => {
+                self.budget_spent = self.budget_spent.saturating_add(step.charge);
+                self.fill(step.slot, Ok(output));
+            }
             Verdict::Failed { error } => self.fill(step.slot, Err(StepError::Failed(error))),
             Verdict::Retry => match self.env.effects.get(&step.effect).cloned() {
                 Some(handler) => {
@@ -56,6 +59,7 @@ mod tests {
     use super::super::fixtures::*;
     use super::*;
     use crate::payload::Payload;
+    use crate::runtime::effect::EffectOutcome;
 
     #[test]
     fn a_verdict_answers_a_step_in_doubt_once() {
@@ -99,5 +103,28 @@ mod tests {
         assert_eq!(s.resolve("charge#1", Verdict::Retry, None), Ok(()));
         assert!(matches!(filled(&s, slot), Some(Err(StepError::Failed(_)))));
         assert!(s.take_queued().1.is_empty(), "nothing runs");
+    }
+
+    #[test]
+    fn a_completed_verdict_charges_what_the_step_held_and_a_failed_one_nothing() {
+        let mut s = flow_state();
+        running(&mut s, "charge#1", false, 3);
+        let doubt = EffectOutcome::in_doubt(ErrorInfo::new("bank.timeout", "?"));
+        s.complete_step("charge#1", doubt);
+        let output = Payload::null();
+        assert_eq!(
+            s.resolve("charge#1", Verdict::Completed { output }, None),
+            Ok(())
+        );
+        assert_eq!(s.budget_spent, 3);
+        running(&mut s, "refund#1", false, 2);
+        let doubt = EffectOutcome::in_doubt(ErrorInfo::new("bank.timeout", "?"));
+        s.complete_step("refund#1", doubt);
+        let error = ErrorInfo::new("bank.refused", "no");
+        assert_eq!(
+            s.resolve("refund#1", Verdict::Failed { error }, None),
+            Ok(())
+        );
+        assert_eq!(s.budget_spent, 3);
     }
 }
