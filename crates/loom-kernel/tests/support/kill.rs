@@ -2,17 +2,19 @@
 //! (its `entry` test, which does nothing unless `env` is set), reads what it prints, and kills
 //! it with SIGKILL once it has printed a given line.
 
+use super::child::child_test;
+
 use std::io::{BufRead, BufReader};
 use std::path::Path;
-use std::process::{Command, Stdio};
+use std::process::Stdio;
 use std::sync::mpsc;
 use std::time::Duration;
 
-/// Runs the test `entry` of this binary with `env` set to `store_path` until it prints the
-/// line `until`, then kills it (SIGKILL on Unix). Fails if the line does not come within 60 s.
+/// Runs the test `entry` of this binary (`concat!(module_path!(), "::name")`) with `env` set to
+/// `store_path` until it prints the line `until`, then kills it (SIGKILL on Unix). Fails if the
+/// line does not come within 60 s, or if the child ends before (it ran no test, or failed).
 pub fn run_and_kill(entry: &str, env: &str, store_path: &Path, until: &str) {
-    let mut child = Command::new(std::env::current_exe().unwrap())
-        .args([entry, "--exact", "--nocapture", "--test-threads=1"])
+    let mut child = child_test(entry)
         .env(env, store_path)
         .stdout(Stdio::piped())
         .stderr(Stdio::null())
@@ -32,13 +34,19 @@ pub fn run_and_kill(entry: &str, env: &str, store_path: &Path, until: &str) {
     let seen = loop {
         match received.recv_timeout(Duration::from_secs(60)) {
             Ok(line) if line == until || line.ends_with(&format!(" {until}")) => break true,
-            Ok(_) => {}
+            Ok(line) => assert!(
+                !line.starts_with("running 0 tests"),
+                "the child process ran no test: {entry}"
+            ),
             Err(_) => break false,
         }
     };
     child.kill().unwrap();
     child.wait().unwrap();
-    assert!(seen, "the child did not print '{until}' within 60 s");
+    assert!(
+        seen,
+        "the child did not print '{until}' within 60 s (or ended before)"
+    );
     drop(received);
     reader.join().unwrap();
 }

@@ -2,6 +2,9 @@
 //! memory store, and readers of what a log holds.
 #![allow(dead_code)]
 
+pub mod child;
+pub mod kill;
+
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 
