@@ -1,13 +1,15 @@
-//! Golden logs of the example: executions of its flows recorded under `golden/`, replayed on
-//! every test run (and by CI with `cargo xtask replay-check --logs examples/quickstart/golden`).
+//! The repository's golden logs and their one harness: executions of the example's flows
+//! recorded under `examples/quickstart/golden/`, replayed on every test run by the checker and
+//! by the command, as CI runs it (`cargo xtask replay-check --logs examples/quickstart/golden`).
 //! Record them again after a deliberate change to the flows with
-//! `LOOM_BLESS_GOLDEN=1 cargo test -p quickstart --test golden`.
+//! `LOOM_BLESS_GOLDEN=1 cargo test -p quickstart --test quickstart golden`.
 
 use std::path::{Path, PathBuf};
 
 use loom_kernel::conformance::id;
 use loom_kernel::runtime::Runtime;
 use loom_kernel::{EventStoreExt, ExecutionStatus, MemoryStore, Payload};
+use loom_replay_check::cli::check_command;
 use loom_replay_check::{Checker, Finding, jsonl};
 use serde_json::json;
 
@@ -92,4 +94,10 @@ fn the_example_golden_logs_replay_deterministically() {
             path.display()
         );
     }
+    // The same check as CI's command: exit code 0.
+    let dir = dir.to_str().unwrap();
+    assert_eq!(
+        check_command(&quickstart::flows(), ["replay-check", "--logs", dir]),
+        0
+    );
 }

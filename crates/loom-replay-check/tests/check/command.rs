@@ -1,8 +1,12 @@
-//! Golden logs: executions recorded from the flows below, committed under `tests/golden/`, and
-//! replayed on every test run. Record them again (after a deliberate change to these flows)
-//! with `LOOM_BLESS_GOLDEN=1 cargo test -p loom-replay-check --test golden`.
+//! The command and the checker on recorded logs: executions of the flows below are recorded
+//! into a temporary directory, then checked, exported, damaged and checked against a changed
+//! flow; logs an earlier build recorded (`tests/earlier-builds/`) still replay. (The
+//! repository's one set of golden logs, committed and replayed on every run, is the
+//! example's: `examples/quickstart/golden/`, checked by `examples/quickstart/tests/quickstart/golden.rs`.)
 
 use std::path::{Path, PathBuf};
+
+use tempfile::TempDir;
 
 use loom_kernel::conformance::id;
 use loom_kernel::runtime::{
@@ -13,10 +17,6 @@ use loom_kernel::{EventStoreExt, ExecutionStatus, MemoryStore, Payload};
 use loom_replay_check::cli::check_command;
 use loom_replay_check::{Checker, Finding, jsonl};
 use serde_json::{Value, json};
-
-fn golden_dir() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/golden")
-}
 
 async fn order(ctx: FlowCtx, input: Value) -> Result<Value, FlowError> {
     let reserved = ctx.execute("inventory.reserve", &input).await?;
@@ -63,7 +63,7 @@ fn echo() -> FnEffect<impl Fn(EffectCall) -> std::future::Ready<EffectOutcome> +
     })
 }
 
-/// Records the golden executions: one completed order, one parked at its gate, one greeting.
+/// Records the executions: one completed order, one parked at its gate, one greeting.
 async fn record(dir: &Path) {
     let store = MemoryStore::new();
     let rt = Runtime::builder(store.clone())
@@ -116,27 +116,63 @@ async fn record(dir: &Path) {
     }
 }
 
-fn golden_logs() -> Vec<PathBuf> {
-    let dir = golden_dir();
-    if std::env::var_os("LOOM_BLESS_GOLDEN").is_some() {
+/// The recorded logs, in a directory of their own, sorted by name.
+struct Recorded {
+    dir: TempDir,
+    logs: Vec<PathBuf>,
+}
+
+impl Recorded {
+    fn new() -> Self {
+        let dir = tempfile::tempdir().unwrap();
         tokio::runtime::Runtime::new()
             .unwrap()
-            .block_on(record(&dir));
+            .block_on(record(dir.path()));
+        let logs = jsonl::list_logs(dir.path()).unwrap();
+        assert_eq!(logs.len(), 3);
+        Self { dir, logs }
     }
-    let logs = jsonl::list_logs(&dir).unwrap();
-    assert_eq!(
-        logs.len(),
-        3,
-        "golden logs missing: record them with LOOM_BLESS_GOLDEN=1"
-    );
-    logs
+
+    fn path(&self) -> &Path {
+        self.dir.path()
+    }
+
+    fn log(&self, file: &str) -> &Path {
+        self.logs.iter().find(|path| path.ends_with(file)).unwrap()
+    }
 }
 
 #[test]
-fn golden_logs_replay_deterministically() {
+fn recorded_logs_replay_deterministically() {
     let checker = Checker::new(&flows()).unwrap();
-    for path in golden_logs() {
-        let outcome = checker.check(jsonl::read_log(&path).unwrap());
+    for path in &Recorded::new().logs {
+        let outcome = checker.check(jsonl::read_log(path).unwrap());
+        assert_eq!(
+            outcome.finding,
+            Finding::Deterministic,
+            "{}",
+            path.display()
+        );
+    }
+}
+
+/// Logs of these flows that an earlier build recorded (before an idempotent step recorded its
+/// `STEP_STARTED`), kept as they were and never recorded again: today's code replays them
+/// deterministically.
+#[test]
+fn logs_an_earlier_build_recorded_replay_deterministically() {
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/earlier-builds");
+    let logs = jsonl::list_logs(&dir).unwrap();
+    assert_eq!(logs.len(), 3);
+    let checker = Checker::new(&flows()).unwrap();
+    for path in logs {
+        let log = jsonl::read_log(&path).unwrap();
+        assert!(
+            !log.iter().any(|e| e.event.type_name() == "STEP_STARTED"),
+            "{}: recorded by an earlier build",
+            path.display()
+        );
+        let outcome = checker.check(log);
         assert_eq!(
             outcome.finding,
             Finding::Deterministic,
@@ -152,15 +188,12 @@ fn a_changed_flow_is_caught_at_the_right_seq() {
         .with(flow_fn("order", 1, order_changed))
         .with(flow_fn("greet", 1, greet));
     let checker = Checker::new(&changed).unwrap();
-    let path = golden_logs()
-        .into_iter()
-        .find(|path| path.ends_with("order-done.jsonl"))
-        .unwrap();
-    let outcome = checker.check(jsonl::read_log(&path).unwrap());
+    let recorded = Recorded::new();
+    let outcome = checker.check(jsonl::read_log(recorded.log("order-done.jsonl")).unwrap());
     assert_eq!(
         outcome.finding,
         Finding::Divergent {
-            seq: 3,
+            seq: 4,
             recorded: "SURFACE_PATCH 'surface:order#1' on surface 'order'".into(),
             attempted: "calls effect 'notify' as step 'notify#1'".into(),
         }
@@ -169,13 +202,12 @@ fn a_changed_flow_is_caught_at_the_right_seq() {
 
 #[test]
 fn the_command_reports_with_exit_codes() {
-    let dir = golden_dir();
-    golden_logs();
+    let recorded = Recorded::new();
     let args = |extra: &[&'static str]| {
         let mut args = vec![
             "replay-check".to_owned(),
             "--logs".to_owned(),
-            dir.to_str().unwrap().to_owned(),
+            recorded.path().to_str().unwrap().to_owned(),
         ];
         args.extend(extra.iter().map(|arg| (*arg).to_owned()));
         args
@@ -214,11 +246,8 @@ fn the_command_reports_with_exit_codes() {
 #[test]
 fn damaged_and_newer_logs_are_errors_not_divergences() {
     let dir = tempfile::tempdir().unwrap();
-    let source = golden_logs()
-        .into_iter()
-        .find(|path| path.ends_with("greet-ada.jsonl"))
-        .unwrap();
-    let text = std::fs::read_to_string(&source).unwrap();
+    let recorded = Recorded::new();
+    let text = std::fs::read_to_string(recorded.log("greet-ada.jsonl")).unwrap();
     std::fs::write(dir.path().join("truncated.jsonl"), &text[..text.len() / 2]).unwrap();
     let newer = text.replacen("\"schema\":1", "\"schema\":7", 1);
     std::fs::write(dir.path().join("newer.jsonl"), newer).unwrap();
@@ -238,11 +267,11 @@ fn a_store_exports_and_checks_the_same_as_its_logs() {
     use loom_kernel::EventStore;
     let dir = tempfile::tempdir().unwrap();
     let store_path = dir.path().join("store.redb");
-    let logs = golden_logs();
+    let recorded = Recorded::new();
     tokio::runtime::Runtime::new().unwrap().block_on(async {
         let store = loom_kernel::DiskStore::open(&store_path).unwrap();
-        for path in logs {
-            let log = jsonl::read_log(&path).unwrap();
+        for path in &recorded.logs {
+            let log = jsonl::read_log(path).unwrap();
             let events: Vec<_> = log.iter().map(|e| e.event.clone()).collect();
             store
                 .append(&log[0].execution_id, 0, &events)
@@ -288,7 +317,8 @@ fn stored_records_check_as_their_logs_do() {
     use loom_kernel::EventStore;
     let dir = tempfile::tempdir().unwrap();
     let store_path = dir.path().join("store.redb");
-    let logs: Vec<_> = golden_logs()
+    let logs: Vec<_> = Recorded::new()
+        .logs
         .iter()
         .map(|path| jsonl::read_log(path).unwrap())
         .collect();
