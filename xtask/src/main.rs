@@ -74,7 +74,7 @@ fn main() -> std::process::ExitCode {
         Ok(code) => code,
         Err(error) => {
             // One sentence with its causes, not Rust's debug form.
-            eprintln!("xtask: {}", loom_replay_check::cli::error_sentence(&*error));
+            eprintln!("xtask: {}", loom_replay_check::error_sentence(&*error));
             std::process::ExitCode::FAILURE
         }
     }
@@ -96,20 +96,19 @@ fn xtask() -> Result<std::process::ExitCode> {
                 let config = loom_store_postgres::PostgresStoreConfig::new(&postgres.url)
                     .schema(&postgres.schema)
                     .check_only();
-                let code =
-                    loom_replay_check::cli::check_store_command(&flows, rest, &label, || async {
-                        loom_store_postgres::PostgresStore::connect(config)
-                            .await
-                            .map_err(Into::into)
-                    });
+                let code = loom_replay_check::check_store_command(&flows, rest, &label, || async {
+                    loom_store_postgres::PostgresStore::connect(config)
+                        .await
+                        .map_err(Into::into)
+                });
                 return Ok(std::process::ExitCode::from(code));
             }
             let rest = std::iter::once(OsString::from("cargo xtask replay-check")).chain(args);
-            return Ok(loom_replay_check::cli::main(flows, rest));
+            return Ok(loom_replay_check::main(flows, rest));
         }
         Some("export-log") => {
             let rest = std::iter::once(OsString::from("cargo xtask export-log")).chain(args);
-            return Ok(loom_replay_check::cli::export_main(rest));
+            return Ok(loom_replay_check::export_main(rest));
         }
         _ => {}
     }

@@ -8,7 +8,7 @@
 use std::collections::BTreeMap;
 
 use loom_kernel::Payload;
-use loom_kernel::runtime::{FlowCtx, FlowError, StepError};
+use loom_kernel::{FlowCtx, FlowError, StepError};
 use serde::Serialize;
 use serde_json::{Map, Value};
 use thiserror::Error;
@@ -126,7 +126,7 @@ impl SurfaceEmitter {
 ///
 /// ```no_run
 /// # use loom_agent_surface::{EmitError, SurfaceExt};
-/// # fn flow(ctx: loom_kernel::runtime::FlowCtx) -> Result<(), EmitError> {
+/// # fn flow(ctx: loom_kernel::FlowCtx) -> Result<(), EmitError> {
 /// ctx.surface("main")
 ///     .patch()
 ///     .set("order.status", "paid")

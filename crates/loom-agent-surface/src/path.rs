@@ -13,7 +13,7 @@ use thiserror::Error;
 /// A dot-path is a list of segments separated by `.`: `order.items.0.qty`. A backslash escapes
 /// the next character, so a key may hold a dot or a backslash: `a\.b` is the single key `a.b`,
 /// `a\\b` the key `a\b`, and `\*` the key `*` (accepted so that paths written for
-/// `loom_kernel::classify`, where a bare `*` is a wildcard, mean the same key here). Any other
+/// `loom_kernel::DataClassification`, where a bare `*` is a wildcard, mean the same key here). Any other
 /// escape is refused rather than guessed at. The empty string is the root; no segment may be
 /// empty, so the empty key is not addressable by a dot-path.
 ///

@@ -11,11 +11,9 @@ use std::path::PathBuf;
 use anyhow::{Context, Result};
 use clap::Parser;
 use loom_console::{AdminConfig, admin_router, bind_loopback, random_token};
-use loom_kernel::classify::DataClassification;
-use loom_kernel::runtime::{
-    EffectOutcome, FlowCtx, FlowError, FnEffect, Runtime, StartOptions, flow_fn,
-};
+use loom_kernel::DataClassification;
 use loom_kernel::{DiskStore, ErrorInfo, ExecutionId};
+use loom_kernel::{EffectOutcome, FlowCtx, FlowError, FnEffect, Runtime, StartOptions, flow_fn};
 use serde_json::{Value, json};
 
 #[derive(Debug, Parser)]

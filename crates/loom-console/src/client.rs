@@ -3,7 +3,7 @@
 
 use std::time::Duration;
 
-use loom_kernel::event::Verdict;
+use loom_kernel::Verdict;
 use serde::de::DeserializeOwned;
 use serde_json::{Value, json};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
@@ -392,7 +392,7 @@ fn dechunk(mut body: &[u8]) -> Option<Vec<u8>> {
 }
 
 /// Percent-encodes everything but RFC 3986's unreserved characters.
-pub fn encode(text: &str) -> String {
+pub(crate) fn encode(text: &str) -> String {
     let mut out = String::with_capacity(text.len());
     for byte in text.bytes() {
         if byte.is_ascii_alphanumeric() || matches!(byte, b'-' | b'.' | b'_' | b'~') {

@@ -1,20 +1,28 @@
 //! The operator's console: the `loom` command line and the admin API it talks to.
 //!
 //! # What it owns
-//! - The views an operator reads ([`view`]): executions, folded state, event logs and steps in
-//!   doubt, with every payload masked by the K10-R6 classification before it leaves.
-//! - The reads over any store ([`query`]): listings through the status index, one execution,
-//!   a log from a seq on (for `tail`), the steps in doubt with how long they have waited.
-//! - The admin API ([`admin`]): [`admin_router`], an axum router that a server embedding a
+//! - The views an operator reads ([`ExecutionView`], [`ShowView`], [`EventsPage`],
+//!   [`InDoubtView`]): executions, folded state, event logs and steps in doubt, with every
+//!   payload masked by the K10-R6 classification before it leaves.
+//! - The reads over any store ([`list_executions`], [`show`], [`events_from`], [`in_doubt`]):
+//!   listings through the status index, one execution, a log from a seq on (for `tail`), the
+//!   steps in doubt with how long they have waited.
+//! - The admin API: [`admin_router`], an axum router that a server embedding a
 //!   `Runtime` mounts on loopback, bearer-token guarded, with read and verdict endpoints that
 //!   go through the runtime; and the web console it serves at `/admin/` (`web/`: a static
 //!   page, script and style sheet built into the crate, calling the same API).
-//! - Writes on a store no process runs flows on ([`offline`]): the one event the kernel's
-//!   driver would record, when the fold says it would accept it.
-//! - Retention ([`retention`]): `loom purge` deletes ended executions older than a cutoff in
+//! - Writes on a store no process runs flows on ([`resolve`], [`resume`], [`cancel`]): the one
+//!   event the kernel's driver would record, when the fold says it would accept it.
+//! - Retention ([`purge`]): `loom purge` deletes ended executions older than a cutoff in
 //!   bounded batches, on a store file or through the admin API.
-//! - A small client of the admin API ([`client`]) and the `loom` binary (`src/main.rs`).
+//! - A small client of the admin API ([`AdminClient`]) and the `loom` binary (`src/main.rs`).
 //!   `docs/CONSOLE.md` describes the commands, exit codes and endpoints.
+//!
+//! # Public surface
+//! One path per item: the modules are private and their public items are re-exported at the
+//! crate root (`loom_console::purge`, `loom_console::AdminClient`). The offline writes keep
+//! their short names (`loom_console::resolve`); the clock read for the in-doubt ages is
+//! [`now_ms`] (retention keeps its own copy private).
 //!
 //! # What it must not depend on
 //! Flow code: the console works on any store without knowing the flows (what needs them, a
@@ -27,16 +35,31 @@
     warn(clippy::unwrap_used, clippy::print_stdout, clippy::print_stderr)
 )]
 
-pub mod admin;
-pub mod client;
-pub mod error;
-pub mod offline;
-pub mod query;
-pub mod retention;
-pub mod view;
+mod admin;
+mod client;
+mod error;
+mod offline;
+mod query;
+mod retention;
+mod view;
 
 pub use admin::{
-    ADMIN_CALLER, AdminConfig, AdminConfigError, admin_router, bind_loopback, random_token,
+    ADMIN_CALLER, AdminConfig, AdminConfigError, CONTENT_SECURITY_POLICY, MAX_WAIT, MIN_TOKEN_LEN,
+    admin_router, bearer_matches, bind_loopback, constant_time_eq, random_token, static_file,
 };
 pub use client::AdminClient;
 pub use error::{ConsoleError, ErrorKind};
+pub use offline::{
+    GOES_ON_WHEN_RECOVERED, GOES_ON_WHEN_RECOVERED_POSTGRES, cancel, no_pending_gate, not_in_doubt,
+    resolve, resume,
+};
+pub use query::{ListFilter, events_from, execution_id, in_doubt, list_executions, now_ms, show};
+pub use retention::{
+    DEFAULT_BATCH, MAX_BATCH, cutoff_ms, delete_batch, parse_age, purge, retention_error,
+    would_purge,
+};
+pub use view::{
+    DecisionView, EventView, EventsPage, ExecutionView, GateView, InDoubtView, STATUSES, ShowView,
+    StateView, StepView, event_view, gate_requests, mask_event_value, mask_events, masked_event,
+    parse_status, state_view, status_name, utc,
+};

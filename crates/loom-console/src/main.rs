@@ -11,15 +11,14 @@ use std::time::Duration;
 
 use clap::{Args, Parser, Subcommand};
 use futures::TryStreamExt;
-use loom_console::client::AdminClient;
-use loom_console::error::ConsoleError;
-use loom_console::offline;
-use loom_console::query::{self, ListFilter};
-use loom_console::view::{
+use loom_console::AdminClient;
+use loom_console::ConsoleError;
+use loom_console::ListFilter;
+use loom_console::{
     EventView, EventsPage, ExecutionView, InDoubtView, ShowView, mask_events, parse_status, utc,
 };
-use loom_kernel::classify::DataClassification;
-use loom_kernel::event::Verdict;
+use loom_kernel::DataClassification;
+use loom_kernel::Verdict;
 use loom_kernel::{
     DiskStore, DiskStoreConfig, ErrorInfo, EventStore, EventStoreExt, ExecutionId, OpenError,
     Payload,
@@ -170,7 +169,7 @@ enum Command {
         #[arg(long, value_name = "UNIX_MS", conflicts_with = "ended_before")]
         ended_before_ms: Option<u64>,
         /// How many executions one batch (one commit of the store) deletes, 1 to 10000.
-        #[arg(long, value_name = "N", default_value_t = loom_console::retention::DEFAULT_BATCH)]
+        #[arg(long, value_name = "N", default_value_t = loom_console::DEFAULT_BATCH)]
         batch: usize,
         /// Only list what would be deleted; delete nothing.
         #[arg(long)]
@@ -331,7 +330,7 @@ fn classification(cli: &Cli) -> Result<DataClassification, ConsoleError> {
                 file.display()
             ))
         })?;
-        paths.extend(loom_kernel::classify::mask_file_paths(&text).map(str::to_owned));
+        paths.extend(loom_kernel::mask_file_paths(&text).map(str::to_owned));
     }
     DataClassification::mask_paths(paths)
         .map_err(|error| ConsoleError::bad_request(error.to_string()))
@@ -355,21 +354,23 @@ async fn run(cli: Cli) -> Result<(), ConsoleError> {
             let listed = match &backend {
                 Backend::File(path) => {
                     let store = open_file(path, false, true)?;
-                    query::list_executions(&store, &filter).await?
+                    loom_console::list_executions(&store, &filter).await?
                 }
-                Backend::Postgres(store) => query::list_executions(store, &filter).await?,
+                Backend::Postgres(store) => loom_console::list_executions(store, &filter).await?,
                 Backend::Admin(client) => client.executions(&filter).await?,
             };
             print_executions(&listed, json);
         }
         Command::Show { id, full } => {
-            let execution = query::execution_id(&id)?;
+            let execution = loom_console::execution_id(&id)?;
             let mut shown = match &backend {
                 Backend::File(path) => {
                     let store = open_file(path, false, true)?;
-                    query::show(&store, &execution, &classification).await?
+                    loom_console::show(&store, &execution, &classification).await?
                 }
-                Backend::Postgres(store) => query::show(store, &execution, &classification).await?,
+                Backend::Postgres(store) => {
+                    loom_console::show(store, &execution, &classification).await?
+                }
                 Backend::Admin(client) => client.show(&id).await?,
             };
             mask_events(&classification, &mut shown.events);
@@ -389,9 +390,11 @@ async fn run(cli: Cli) -> Result<(), ConsoleError> {
             let listed = match &backend {
                 Backend::File(path) => {
                     let store = open_file(path, false, true)?;
-                    query::in_doubt(&store, query::now_ms()).await?
+                    loom_console::in_doubt(&store, loom_console::now_ms()).await?
                 }
-                Backend::Postgres(store) => query::in_doubt(store, query::now_ms()).await?,
+                Backend::Postgres(store) => {
+                    loom_console::in_doubt(store, loom_console::now_ms()).await?
+                }
                 Backend::Admin(client) => client.in_doubt().await?,
             };
             print_in_doubt(&listed, json);
@@ -403,7 +406,7 @@ async fn run(cli: Cli) -> Result<(), ConsoleError> {
             code,
             operator,
         } => {
-            let execution = query::execution_id(&id)?;
+            let execution = loom_console::execution_id(&id)?;
             let verdict = match verdict {
                 VerdictArgs {
                     completed: Some(output),
@@ -425,13 +428,13 @@ async fn run(cli: Cli) -> Result<(), ConsoleError> {
             let note = match &backend {
                 Backend::File(path) => {
                     let store = open_file(path, true, true)?;
-                    offline::resolve(&store, &execution, &step, verdict, operator).await?;
-                    Some(offline::GOES_ON_WHEN_RECOVERED)
+                    loom_console::resolve(&store, &execution, &step, verdict, operator).await?;
+                    Some(loom_console::GOES_ON_WHEN_RECOVERED)
                 }
                 Backend::Postgres(store) => {
-                    offline::resolve(store, &execution, &step, verdict, operator).await?;
+                    loom_console::resolve(store, &execution, &step, verdict, operator).await?;
                     give_back(store).await;
-                    Some(offline::GOES_ON_WHEN_RECOVERED_POSTGRES)
+                    Some(loom_console::GOES_ON_WHEN_RECOVERED_POSTGRES)
                 }
                 Backend::Admin(client) => {
                     client
@@ -454,18 +457,18 @@ async fn run(cli: Cli) -> Result<(), ConsoleError> {
             operator,
         } => {
             let operator = operator.or_else(|| env("LOOM_OPERATOR"));
-            let execution = query::execution_id(&id)?;
+            let execution = loom_console::execution_id(&id)?;
             let payload = parse_payload(&payload, "the payload")?;
             let note = match &backend {
                 Backend::File(path) => {
                     let store = open_file(path, true, true)?;
-                    offline::resume(&store, &execution, &event_type, &key, payload).await?;
-                    Some(offline::GOES_ON_WHEN_RECOVERED)
+                    loom_console::resume(&store, &execution, &event_type, &key, payload).await?;
+                    Some(loom_console::GOES_ON_WHEN_RECOVERED)
                 }
                 Backend::Postgres(store) => {
-                    offline::resume(store, &execution, &event_type, &key, payload).await?;
+                    loom_console::resume(store, &execution, &event_type, &key, payload).await?;
                     give_back(store).await;
-                    Some(offline::GOES_ON_WHEN_RECOVERED_POSTGRES)
+                    Some(loom_console::GOES_ON_WHEN_RECOVERED_POSTGRES)
                 }
                 Backend::Admin(client) => {
                     client
@@ -487,14 +490,14 @@ async fn run(cli: Cli) -> Result<(), ConsoleError> {
             );
         }
         Command::Cancel { id, reason } => {
-            let execution = query::execution_id(&id)?;
+            let execution = loom_console::execution_id(&id)?;
             match &backend {
                 Backend::File(path) => {
                     let store = open_file(path, true, true)?;
-                    offline::cancel(&store, &execution, reason).await?;
+                    loom_console::cancel(&store, &execution, reason).await?;
                 }
                 Backend::Postgres(store) => {
-                    offline::cancel(store, &execution, reason).await?;
+                    loom_console::cancel(store, &execution, reason).await?;
                     give_back(store).await;
                 }
                 Backend::Admin(client) => client.cancel(&id, reason.as_deref()).await?,
@@ -504,7 +507,7 @@ async fn run(cli: Cli) -> Result<(), ConsoleError> {
         Command::ExportLog { out, executions } => {
             let only = executions
                 .iter()
-                .map(|id| query::execution_id(id))
+                .map(|id| loom_console::execution_id(id))
                 .collect::<Result<Vec<_>, _>>()?;
             let written = match &backend {
                 Backend::File(path) => {
@@ -532,9 +535,7 @@ async fn run(cli: Cli) -> Result<(), ConsoleError> {
         } => {
             let cutoff = match (ended_before_ms, ended_before) {
                 (Some(at), _) => at,
-                (None, Some(age)) => {
-                    loom_console::retention::cutoff_ms(loom_console::retention::parse_age(&age)?)
-                }
+                (None, Some(age)) => loom_console::cutoff_ms(loom_console::parse_age(&age)?),
                 (None, None) => {
                     return Err(ConsoleError::bad_request(
                         "give --ended-before AGE (30d, 12h) or --ended-before-ms UNIX_MS",
@@ -556,11 +557,10 @@ async fn purge(
     dry_run: bool,
     json: bool,
 ) -> Result<(), ConsoleError> {
-    use loom_console::retention;
-    if batch == 0 || batch > retention::MAX_BATCH {
+    if batch == 0 || batch > loom_console::MAX_BATCH {
         return Err(ConsoleError::bad_request(format!(
             "--batch {batch} is out of range: 1 to {}",
-            retention::MAX_BATCH
+            loom_console::MAX_BATCH
         )));
     }
     let verb = if dry_run { "would delete" } else { "deleted" };
@@ -577,10 +577,10 @@ async fn purge(
         Backend::File(path) => {
             let store = open_file(path, !dry_run, true)?;
             if dry_run {
-                let found = retention::would_purge(&store, ended_before_ms).await?;
+                let found = loom_console::would_purge(&store, ended_before_ms).await?;
                 print(&found.iter().map(|id| id.to_string()).collect::<Vec<_>>());
             } else {
-                retention::purge(&store, ended_before_ms, batch, |ids| {
+                loom_console::purge(&store, ended_before_ms, batch, |ids| {
                     print(&ids.iter().map(|id| id.to_string()).collect::<Vec<_>>())
                 })
                 .await?;
@@ -589,10 +589,10 @@ async fn purge(
         Backend::Postgres(store) => {
             // Ended executions hold no lease: deleting them races no worker.
             if dry_run {
-                let found = retention::would_purge(store, ended_before_ms).await?;
+                let found = loom_console::would_purge(store, ended_before_ms).await?;
                 print(&found.iter().map(|id| id.to_string()).collect::<Vec<_>>());
             } else {
-                retention::purge(store, ended_before_ms, batch, |ids| {
+                loom_console::purge(store, ended_before_ms, batch, |ids| {
                     print(&ids.iter().map(|id| id.to_string()).collect::<Vec<_>>())
                 })
                 .await?;
@@ -683,7 +683,7 @@ async fn export<S: EventStore>(
         if log.is_empty() {
             return Err(ConsoleError::unknown_execution(id.as_str()));
         }
-        let path = loom_replay_check::jsonl::write_log(out, &log).map_err(|error| {
+        let path = loom_replay_check::write_log(out, &log).map_err(|error| {
             ConsoleError::internal(format!("cannot write the log of {id}: {error}"))
         })?;
         if path.is_some() {
@@ -704,7 +704,7 @@ async fn tail(
     classification: &DataClassification,
     json: bool,
 ) -> Result<(), ConsoleError> {
-    let execution = query::execution_id(id)?;
+    let execution = loom_console::execution_id(id)?;
     let mut first = true;
     loop {
         let mut page: EventsPage = match backend {
@@ -712,10 +712,10 @@ async fn tail(
                 // Opened and closed at each look, so the file is never held for long: the
                 // server may start meanwhile (and then this says to use --admin).
                 let store = open_file(path, false, first)?;
-                query::events_from(&store, &execution, from, 4096, classification).await?
+                loom_console::events_from(&store, &execution, from, 4096, classification).await?
             }
             Backend::Postgres(store) => {
-                query::events_from(store, &execution, from, 4096, classification).await?
+                loom_console::events_from(store, &execution, from, 4096, classification).await?
             }
             Backend::Admin(client) => {
                 let wait = if follow && !first {
@@ -785,7 +785,7 @@ fn print_executions(listed: &[ExecutionView], json: bool) {
         out!("no executions");
         return;
     }
-    let now = query::now_ms();
+    let now = loom_console::now_ms();
     let rows: Vec<Vec<String>> = listed
         .iter()
         .map(|view| {
@@ -811,9 +811,9 @@ fn print_executions(listed: &[ExecutionView], json: bool) {
         ],
         &rows,
     );
-    let counts: Vec<String> = loom_console::view::STATUSES
+    let counts: Vec<String> = loom_console::STATUSES
         .into_iter()
-        .map(loom_console::view::status_name)
+        .map(loom_console::status_name)
         .filter_map(|status| {
             let count = listed.iter().filter(|view| view.status == status).count();
             (count > 0).then(|| format!("{count} {status}"))
@@ -836,7 +836,7 @@ fn print_show(shown: &ShowView, json: bool, full: bool) {
     }
     let view = &shown.execution;
     let state = &shown.state;
-    let now = query::now_ms();
+    let now = loom_console::now_ms();
     out!("execution     {}", view.id);
     out!("flow          {}", flow_label(view));
     out!("status        {}", view.status);

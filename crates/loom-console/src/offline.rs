@@ -14,11 +14,11 @@
 //! verdict (it runs the effect again), and a cancel while steps are in flight (only the
 //! effect's definition says whether the cut-off attempt must be recorded in doubt).
 
-use loom_kernel::event::{EffectResolved, ExecutionCancelled, ExecutionResumed, Verdict};
-use loom_kernel::fold::StepStatus;
+use loom_kernel::StepStatus;
 use loom_kernel::{
     AppendError, Event, EventStore, EventStoreExt, ExecutionId, ExecutionState, Payload,
 };
+use loom_kernel::{EffectResolved, ExecutionCancelled, ExecutionResumed, Verdict};
 
 use crate::error::ConsoleError;
 use crate::view::status_name;

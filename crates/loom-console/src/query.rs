@@ -2,8 +2,8 @@
 //! status index), one execution in full, a log from a seq on, and the steps in doubt.
 
 use futures::TryStreamExt;
-use loom_kernel::classify::DataClassification;
-use loom_kernel::fold::StepStatus;
+use loom_kernel::DataClassification;
+use loom_kernel::StepStatus;
 use loom_kernel::{Event, EventStore, EventStoreExt, ExecutionId, ExecutionStatus, StatusFilter};
 
 use crate::error::ConsoleError;

@@ -10,8 +10,8 @@
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use futures::TryStreamExt;
-use loom_kernel::store::{RetentionError, StatusFilter};
 use loom_kernel::{EventStore, EventStoreExt, ExecutionId, ExecutionStatus};
+use loom_kernel::{RetentionError, StatusFilter};
 
 use crate::error::ConsoleError;
 
@@ -46,7 +46,7 @@ pub fn parse_age(text: &str) -> Result<Duration, ConsoleError> {
 }
 
 /// Milliseconds since the Unix epoch, now, by this machine's clock.
-pub fn now_ms() -> u64 {
+pub(crate) fn now_ms() -> u64 {
     SystemTime::now()
         .duration_since(UNIX_EPOCH)
         .map(|elapsed| u64::try_from(elapsed.as_millis()).unwrap_or(u64::MAX))

@@ -2,9 +2,9 @@
 //! doubt, as serializable views. The admin API answers with them, the CLI prints them, and
 //! every payload in them is masked (K10-R6) before it leaves.
 
-use loom_kernel::classify::DataClassification;
-use loom_kernel::fold::{ExecutionState, StepStatus};
+use loom_kernel::DataClassification;
 use loom_kernel::{ErrorInfo, Event, EventEnvelope, ExecutionStatus};
+use loom_kernel::{ExecutionState, StepStatus};
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
@@ -316,15 +316,14 @@ pub fn gate_requests(
     gates: &mut [GateView],
 ) {
     for gate in gates {
-        let Some(seq) = state.decision(&loom_kernel::runtime::request_step_id(&gate.gate_id))
-        else {
+        let Some(seq) = state.decision(&loom_kernel::request_step_id(&gate.gate_id)) else {
             continue;
         };
         if let Some(Event::DecisionRecorded(decision)) = usize::try_from(seq)
             .ok()
             .and_then(|at| log.get(at))
             .map(|e| &e.event)
-            && decision.kind == loom_kernel::runtime::REQUEST_KIND
+            && decision.kind == loom_kernel::REQUEST_KIND
         {
             gate.request = Some(classification.mask_message_value(&decision.value.to_value()));
         }

@@ -15,8 +15,8 @@ use std::time::{Duration, Instant};
 
 use loom_effect_runtime::{EffectContext, EffectDef, EffectError, EffectRegistry};
 use loom_kernel::conformance::id;
-use loom_kernel::runtime::{FlowCtx, FlowError, Runtime, StartOptions, flow_fn};
 use loom_kernel::{DiskStore, ExecutionStatus};
+use loom_kernel::{FlowCtx, FlowError, Runtime, StartOptions, flow_fn};
 
 const EXECUTIONS: u64 = 300;
 const SEQUENTIAL: u64 = 1_000;

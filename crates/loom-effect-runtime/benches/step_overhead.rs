@@ -12,7 +12,7 @@
 use criterion::{Criterion, Throughput, criterion_group, criterion_main};
 use loom_effect_runtime::{EffectContext, EffectDef, EffectError, EffectRegistry};
 use loom_kernel::conformance::id;
-use loom_kernel::runtime::{
+use loom_kernel::{
     EffectCall, EffectOutcome, FlowCtx, FlowError, FnEffect, Runtime, StartOptions, flow_fn,
 };
 use loom_kernel::{ExecutionStatus, MemoryStore};

@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use futures::FutureExt;
 use futures::future::BoxFuture;
-use loom_kernel::runtime::EffectHandle;
+use loom_kernel::EffectHandle;
 use loom_kernel::{ErrorInfo, Payload};
 use serde::Serialize;
 use serde::de::DeserializeOwned;
@@ -114,7 +114,7 @@ impl EffectDef {
     ///
     /// ```
     /// use loom_effect_runtime::{EffectContext, EffectDef, EffectError};
-    /// use loom_kernel::runtime::EffectHandle;
+    /// use loom_kernel::EffectHandle;
     ///
     /// const DOUBLE: EffectHandle<u64, u64> = EffectHandle::new("math.double");
     ///

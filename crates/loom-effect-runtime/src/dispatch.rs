@@ -28,7 +28,7 @@ use std::sync::Arc;
 
 use futures::FutureExt;
 use futures::future::BoxFuture;
-use loom_kernel::runtime::{Effect, EffectCall, EffectOutcome};
+use loom_kernel::{Effect, EffectCall, EffectOutcome};
 use loom_kernel::{ErrorInfo, Payload};
 use tokio_util::sync::CancellationToken;
 use tracing::Instrument;

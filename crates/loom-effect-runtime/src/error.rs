@@ -90,7 +90,7 @@ pub enum RegistryError {
 pub mod codes {
     /// K2: the execution was not granted the effect's capability (checked by the kernel for
     /// every effect).
-    pub const CAPABILITY_DENIED: &str = loom_kernel::runtime::codes::CAPABILITY_DENIED;
+    pub const CAPABILITY_DENIED: &str = loom_kernel::codes::CAPABILITY_DENIED;
     /// K3: the step's cost exceeds what the execution may still spend.
     pub const BUDGET_EXCEEDED: &str = "loom.budget_exceeded";
     /// The input does not match the effect's input schema or type.
@@ -100,5 +100,5 @@ pub mod codes {
     /// An attempt ran past its timeout.
     pub const TIMEOUT: &str = "loom.timeout";
     /// The handler panicked.
-    pub const PANICKED: &str = loom_kernel::runtime::codes::EFFECT_PANICKED;
+    pub const PANICKED: &str = loom_kernel::codes::EFFECT_PANICKED;
 }

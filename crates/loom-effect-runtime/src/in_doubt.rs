@@ -1,7 +1,7 @@
 //! The operator's queue: every step in doubt, across executions (K9).
 
-use loom_kernel::event::Event;
-use loom_kernel::store::StatusFilter;
+use loom_kernel::Event;
+use loom_kernel::StatusFilter;
 use loom_kernel::{
     ErrorInfo, EventStore, EventStoreExt, ExecutionId, ExecutionStatus, FoldStoredError, ReadError,
 };
@@ -113,7 +113,7 @@ pub async fn in_execution<S: EventStore>(
         let Some(record) = state.step(step_id) else {
             continue;
         };
-        let loom_kernel::fold::StepStatus::InDoubt { attempt, seq } = record.status else {
+        let loom_kernel::StepStatus::InDoubt { attempt, seq } = record.status else {
             continue;
         };
         let read =

@@ -6,7 +6,7 @@
 //!   [`RetryPolicy`] and a per-attempt timeout. Defaults are the cautious ones: not idempotent,
 //!   the capability is the effect's name.
 //! - The [`EffectRegistry`] the composition root fills. Each registered definition implements
-//!   the kernel's effect-dispatch trait (`loom_kernel::runtime::Effect`); the registry is a
+//!   the kernel's effect-dispatch trait (`loom_kernel::Effect`); the registry is a
 //!   kernel plugin that contributes them (`Runtime::builder(store).plugin(&registry)`).
 //! - [`EffectContext`] for each attempt: the idempotency key `executionId:stepId` (identical on
 //!   every retry and after every crash, never random), the attempt and dispatch numbers, a
@@ -36,7 +36,7 @@
 //! # Example
 //! ```
 //! use loom_effect_runtime::{EffectContext, EffectDef, EffectError, EffectRegistry, steps_in_doubt};
-//! use loom_kernel::runtime::{FlowCtx, FlowError, Runtime, StartOptions, flow_fn};
+//! use loom_kernel::{FlowCtx, FlowError, Runtime, StartOptions, flow_fn};
 //! use loom_kernel::{ExecutionId, ExecutionStatus, MemoryStore};
 //! use serde_json::{Value, json};
 //!

@@ -5,7 +5,7 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Duration;
 
-use loom_kernel::runtime::{AbiRange, Contributions, Plugin};
+use loom_kernel::{AbiRange, Contributions, Plugin};
 
 use crate::definition::EffectDef;
 use crate::dispatch::RegisteredEffect;

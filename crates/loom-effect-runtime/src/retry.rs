@@ -6,7 +6,7 @@
 
 use std::time::Duration;
 
-use loom_kernel::runtime::stable_hash;
+use loom_kernel::stable_hash;
 
 /// Attempts and backoff for one effect. Waits grow as `initial × multiplier^(n-1)`, capped at
 /// `max_backoff`, then shortened by up to `jitter` (a fraction in `0.0..=1.0`).

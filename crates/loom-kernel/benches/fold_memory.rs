@@ -7,8 +7,8 @@
 mod support;
 
 use loom_kernel::conformance::{id, started};
-use loom_kernel::event::{ExecutionResumed, ExecutionSuspended, SurfacePatch};
 use loom_kernel::{DiskStore, Event, EventStore, EventStoreExt};
+use loom_kernel::{ExecutionResumed, ExecutionSuspended, SurfacePatch};
 use serde_json::json;
 
 const CHILD_ENV: &str = "LOOM_FOLD_MEMORY_CHILD";

@@ -16,10 +16,10 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use loom_kernel::conformance::id;
-use loom_kernel::runtime::{
+use loom_kernel::{DiskStore, ExecutionStatus};
+use loom_kernel::{
     EffectCall, EffectOutcome, FlowCtx, FlowError, FnEffect, Runtime, StartOptions, flow_fn,
 };
-use loom_kernel::{DiskStore, ExecutionStatus};
 
 type Stamps = Arc<Mutex<Vec<Instant>>>;
 

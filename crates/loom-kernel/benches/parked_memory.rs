@@ -15,7 +15,7 @@
 
 use std::time::{Duration, Instant};
 
-use loom_kernel::runtime::*;
+use loom_kernel::*;
 use loom_kernel::{ExecutionId, ExecutionStatus, MemoryStore, Payload};
 use serde_json::{Value, json};
 

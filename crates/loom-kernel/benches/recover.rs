@@ -12,9 +12,9 @@
 
 use std::time::{Duration, Instant};
 
+use loom_kernel::DiskStoreConfig;
 use loom_kernel::conformance::{completed, started};
-use loom_kernel::runtime::*;
-use loom_kernel::store::DiskStoreConfig;
+use loom_kernel::*;
 use loom_kernel::{DiskStore, EventStore, ExecutionId};
 use serde_json::{Value, json};
 

@@ -4,10 +4,10 @@ mod support;
 
 use criterion::{Criterion, Throughput, criterion_group, criterion_main};
 use loom_kernel::conformance::id;
-use loom_kernel::runtime::{
+use loom_kernel::{DiskStore, EventStoreExt, ExecutionStatus, Payload};
+use loom_kernel::{
     EffectCall, EffectOutcome, FlowCtx, FlowError, FnEffect, Runtime, StartOptions, flow_fn,
 };
-use loom_kernel::{DiskStore, EventStoreExt, ExecutionStatus, Payload};
 
 const STEPS: u64 = 10_000;
 

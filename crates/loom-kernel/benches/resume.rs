@@ -18,10 +18,10 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use criterion::{BenchmarkId, Criterion, criterion_group, criterion_main};
-use loom_kernel::runtime::{
+use loom_kernel::{DiskStore, EventStore, ExecutionId, MemoryStore, Payload};
+use loom_kernel::{
     EffectCall, EffectOutcome, FlowCtx, FlowError, FnEffect, Runtime, StartOptions, flow_fn,
 };
-use loom_kernel::{DiskStore, EventStore, ExecutionId, MemoryStore, Payload};
 
 const BEHIND: [u64; 3] = [10, 1_000, 10_000];
 

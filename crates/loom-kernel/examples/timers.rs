@@ -10,10 +10,10 @@
 
 use std::time::Duration;
 
-use loom_kernel::runtime::{
+use loom_kernel::{DiskStore, Event, EventStoreExt, ExecutionId};
+use loom_kernel::{
     FlowCtx, FlowError, GateOutcome, Runtime, Selected, StartOptions, SystemClock, flow_fn,
 };
-use loom_kernel::{DiskStore, Event, EventStoreExt, ExecutionId};
 use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
 

@@ -2,7 +2,7 @@
 //!
 //! A store's tests implement [`StoreHarness`] and call [`run_all`] (or single checks). Each
 //! check documents its preconditions and panics with a message on a breach of the contract in
-//! [`crate::store`]: it is test support, not library code for production paths.
+//! [`crate::EventStore`]: it is test support, not library code for production paths.
 //!
 //! ```
 //! use loom_kernel::conformance::{self, StoreHarness};

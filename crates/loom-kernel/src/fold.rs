@@ -421,7 +421,7 @@ impl ExecutionState {
     ///
     /// ```
     /// # use loom_kernel::{Event, EventEnvelope, ExecutionId, ExecutionState};
-    /// # use loom_kernel::event::{ExecutionCompleted, ExecutionStarted};
+    /// # use loom_kernel::{ExecutionCompleted, ExecutionStarted};
     /// # use serde_json::json;
     /// # let id = ExecutionId::new("order-42").unwrap();
     /// # let started = Event::ExecutionStarted(ExecutionStarted {

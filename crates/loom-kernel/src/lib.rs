@@ -8,14 +8,27 @@
 //!   [`DiskStore`], the embedded default on redb, which group-commits concurrent appends.
 //! - The fold ([`ExecutionState`]): an execution's state as a pure function of its log, which
 //!   refuses a log that breaks an invariant with an error naming the seq.
-//! - The runtime ([`runtime`]): flows as async functions of a [`runtime::FlowCtx`], replay
-//!   against the log with non-determinism detection, gates (suspend/resume), logged decisions,
-//!   the effect-dispatch seam, recovery, and plugin composition checked against `KERNEL_ABI`.
-//! - K10-R6 data classification ([`classify`]): which values must be masked on egress.
+//! - The runtime ([`Runtime`]): flows as async functions of a [`FlowCtx`], replay against the
+//!   log with non-determinism detection, gates (suspend/resume), logged decisions, the
+//!   effect-dispatch seam ([`Effect`]), recovery, and plugin composition ([`Plugin`]) checked
+//!   against `KERNEL_ABI`.
+//! - K10-R6 data classification ([`DataClassification`]): which values must be masked on egress.
 //! - The record codec ([`record`]): the bytes a store keeps per event, public so that every
 //!   store (the PostgreSQL one included) writes the same records.
 //! - `conformance` (with the `testkit` feature): the one test suite every store must pass,
 //!   and helpers for tests of code built on the kernel.
+//!
+//! # Public surface
+//! One path per item: the modules are private and their public items are re-exported here,
+//! at the crate root (`loom_kernel::Runtime`, `loom_kernel::FlowCtx`,
+//! `loom_kernel::ExecutionStarted`). Three modules stay public, on purpose:
+//! - [`record`], the record codec, because the PostgreSQL store writes and reads the same
+//!   records; its items are reached only through it (`loom_kernel::record::encode`), never
+//!   also from the root. The root's [`encode_record`] and [`decode_record`] wrap it (the latter
+//!   also reads the JSON records of older builds).
+//! - [`codes`], the error codes the runtime records: a namespace of constants
+//!   (`loom_kernel::codes::UNKNOWN_EFFECT`) that would read ambiguously at the root.
+//! - `conformance`, behind the `testkit` feature: test support, not part of a production build.
 //!
 //! # What it must not depend on
 //! No other Loom crate: `loom-agent-surface`, `loom-effect-runtime` and `loom-plugin-a2ui` build
@@ -24,7 +37,7 @@
 //! # Example
 //! ```
 //! use loom_kernel::{Event, EventStore, EventStoreExt, ExecutionId, ExecutionStatus, MemoryStore};
-//! use loom_kernel::event::{ExecutionCompleted, ExecutionStarted};
+//! use loom_kernel::{ExecutionCompleted, ExecutionStarted};
 //! use serde_json::json;
 //!
 //! # tokio::runtime::Runtime::new().unwrap().block_on(async {
@@ -52,14 +65,14 @@
 )]
 
 mod checksum;
-pub mod classify;
+mod classify;
 #[cfg(any(test, feature = "testkit"))]
 pub mod conformance;
 mod dot_path;
-pub mod envelope;
-pub mod event;
+mod envelope;
+mod event;
 mod event_decode;
-pub mod fold;
+mod fold;
 mod gates_guide;
 #[cfg(doctest)]
 mod guides;
@@ -67,12 +80,20 @@ mod hash;
 mod id;
 mod payload;
 pub mod record;
-pub mod runtime;
-pub mod store;
+mod runtime;
+mod store;
 
+pub use classify::{ClassifyError, ClassifyErrorReason, DataClassification, MASK, mask_file_paths};
 pub use dot_path::{DotPathError, DotSegment, format_dot_path, parse_dot_path};
-pub use envelope::{DecodeError, EventEnvelope};
-pub use event::{AbiVersion, EVENT_SCHEMA, ErrorInfo, Event, KERNEL_ABI, Verdict};
+pub use envelope::{
+    DecodeError, EventEnvelope, decode_record, encode_json_record, encode_record,
+    encode_record_into,
+};
+pub use event::{
+    AbiVersion, DecisionRecorded, EVENT_SCHEMA, EffectInDoubt, EffectResolved, ErrorInfo, Event,
+    ExecutionCancelled, ExecutionCompleted, ExecutionFailed, ExecutionResumed, ExecutionStarted,
+    ExecutionSuspended, KERNEL_ABI, StepCompleted, StepFailed, StepStarted, SurfacePatch, Verdict,
+};
 pub use fold::{
     ExecutionState, ExecutionStatus, FoldError, PendingGate, StepRecord, StepStatus, Violation,
 };
@@ -80,8 +101,24 @@ pub use id::{
     ExecutionId, InvalidExecutionId, MAX_EXECUTION_ID_LEN, idempotency_key, split_idempotency_key,
 };
 pub use payload::{MAX_DEPTH as MAX_PAYLOAD_DEPTH, Payload, PayloadError};
+pub use runtime::codes;
+pub use runtime::{
+    AbiRange, AsyncResumeAuthenticator, Authorization, CHILD_EVENT_TYPE, CHILD_KEY, CHILD_KIND,
+    CLOSED_KEY, Caller, CallerError, CancelError, CatchUpError, ChildCall, Clock, Command,
+    CompositionError, Contributions, DEADLINE_KIND, DEFAULT_MAX_PARKED_IN_MEMORY, DeclaredEffect,
+    DriveError, Effect, EffectCall, EffectHandle, EffectOutcome, EffectResult, ExecuteTarget,
+    FeedFollower, FeedProjection, FirstOf, Flow, FlowCtx, FlowError, FlowSet, FnEffect, FnFlow,
+    FollowError, GateOutcome, Inbound, InboundError, InboundHandler, MAX_CALLER_ATTRIBUTES,
+    MAX_CALLER_TEXT, ManualClock, NonDeterminism, PATCH_KIND, PendingRequest, Plugin, Projection,
+    REQUEST_KIND, RecoveryReport, ReplayError, ReplayReport, ResolveError, ResumeAuthenticator,
+    ResumeError, ResumeRequest, Runtime, RuntimeBuilder, Selected, SkippedExecution, StartError,
+    StartOptions, StartRequest, StepError, StepName, SystemClock, TIMED_OUT_KEY, TIMER_EVENT_TYPE,
+    TimedGate, TypedCommand, UsesEffects, WaitError, catch_up, flow_fn, input_digest,
+    pending_requests, pending_requests_of, request_step_id, stable_hash,
+};
+pub use store::tail::{RefusedEvent, TailChange, filter_code, status_code, status_from_code};
 pub use store::{
     AppendError, DiskStore, DiskStoreConfig, EventStore, EventStoreExt, ExecutionPage,
     ExecutionSummary, ExecutionTail, FeedEvent, FoldStoredError, MemoryStore, OpenError, ReadError,
-    RetentionError, StatusFilter,
+    RetentionError, STREAM_PAGE, StatusFilter, StoredLog, check_payloads,
 };

@@ -10,7 +10,7 @@
 
 use criterion::{BatchSize, Criterion, Throughput, criterion_group, criterion_main};
 use loom_agent_surface::SurfaceOp;
-use loom_kernel::classify::DataClassification;
+use loom_kernel::DataClassification;
 use loom_plugin_a2ui::{A2UISurfaceBridge, Catalogs};
 use serde_json::{Map, Value, json};
 

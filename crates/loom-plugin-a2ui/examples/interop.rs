@@ -20,11 +20,11 @@ use futures::FutureExt;
 use futures::future::BoxFuture;
 use loom_agent_surface::{SurfaceExt, SurfaceOp, SurfacePath};
 use loom_effect_runtime::EffectRegistry;
+use loom_kernel::DataClassification;
 use loom_kernel::MemoryStore;
-use loom_kernel::classify::DataClassification;
 use loom_kernel::conformance::id;
-use loom_kernel::runtime::{FlowCtx, FlowError, Runtime, StartOptions, flow_fn};
-use loom_plugin_a2ui::wire::AgentMessage;
+use loom_kernel::{FlowCtx, FlowError, Runtime, StartOptions, flow_fn};
+use loom_plugin_a2ui::AgentMessage;
 use loom_plugin_a2ui::{
     A2UISurfaceBridge, CallFunctionInput, CallFunctionOptions, SurfaceSubscription, Transport,
     TransportError, register_a2ui_call_function,

@@ -8,8 +8,8 @@
 use std::collections::{BTreeMap, BTreeSet};
 
 use loom_agent_surface::{PatchError, SurfaceOp, apply_surface_patches};
+use loom_kernel::DataClassification;
 use loom_kernel::Event;
-use loom_kernel::classify::DataClassification;
 use serde_json::{Map, Value, json};
 use thiserror::Error;
 
@@ -418,7 +418,7 @@ impl A2UISurfaceBridge {
         for pointer in pointers {
             let value = self.value_at(&pointer);
             // Only a masked value can need its pointer moved up: one walk for the rest.
-            if value.as_str() == Some(loom_kernel::classify::MASK) {
+            if value.as_str() == Some(loom_kernel::MASK) {
                 let root = self.masked_root(pointer);
                 let value = self.value_at(&root);
                 updates.push((root, value));

@@ -10,7 +10,7 @@
 
 use std::future::Future;
 
-use loom_kernel::runtime::{FlowCtx, StepError};
+use loom_kernel::{FlowCtx, StepError};
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
 use thiserror::Error;
@@ -156,7 +156,7 @@ pub fn call_and_wait(
     }
 }
 
-impl From<CallAndWaitError> for loom_kernel::runtime::FlowError {
+impl From<CallAndWaitError> for loom_kernel::FlowError {
     fn from(error: CallAndWaitError) -> Self {
         match error {
             CallAndWaitError::Step(step) => step.into(),

@@ -11,12 +11,10 @@
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex, MutexGuard};
 
-use loom_kernel::classify::DataClassification;
-use loom_kernel::runtime::{
-    AbiRange, Caller, Contributions, Plugin, Projection, ResumeError, Runtime,
-};
-use loom_kernel::store::{EventStore, EventStoreExt, ReadError};
+use loom_kernel::DataClassification;
+use loom_kernel::{AbiRange, Caller, Contributions, Plugin, Projection, ResumeError, Runtime};
 use loom_kernel::{Event, EventEnvelope, ExecutionId, Payload};
+use loom_kernel::{EventStore, EventStoreExt, ReadError};
 use serde_json::Value;
 use thiserror::Error;
 use tokio::sync::mpsc;
@@ -597,12 +595,12 @@ impl Projection for SurfaceHub {
 /// in-memory hub starts from position 0. Events it has applied already (through
 /// [`Projection::apply`] or [`SurfaceHub::catch_up`]) are skipped, so it can be both a
 /// plugin and followed. See `docs/CATCH-UP.md`.
-impl loom_kernel::runtime::FeedProjection for SurfaceHub {
+impl loom_kernel::FeedProjection for SurfaceHub {
     fn start_position(&self) -> u64 {
         0
     }
 
-    fn apply(&self, event: &loom_kernel::store::FeedEvent) {
+    fn apply(&self, event: &loom_kernel::FeedEvent) {
         let mut state = self.state();
         self.offer(&mut state, event.envelope.clone());
     }

@@ -1,7 +1,7 @@
 //! Loom's A2UI v1.0 projection, as a composition-time plugin (ADR 0069, ADR 0070).
 //!
 //! # What it owns
-//! - The A2UI v1.0 wire ([`wire`]), as the reference SDK `a2ui-core` 0.4.0 accepts it: every
+//! - The A2UI v1.0 wire ([`AgentMessage`] out, [`RendererMessage`] in), as the reference SDK `a2ui-core` 0.4.0 accepts it: every
 //!   message in both directions, parsed strictly with typed errors.
 //! - Catalogs ([`define_catalog`], [`define_function`], [`Catalogs::default_with`]): outgoing
 //!   components are checked against them, function results against the declared return schema.
@@ -32,7 +32,7 @@ mod catalog;
 mod effect;
 mod gate;
 mod hub;
-pub mod wire;
+mod wire;
 
 pub use bridge::{A2UISurfaceBridge, BridgeError, FunctionResult, InboundAction, IngestError};
 pub use catalog::{
@@ -49,3 +49,8 @@ pub use gate::{
     call_and_wait, delete_surface,
 };
 pub use hub::{HubError, SurfaceHub, SurfaceSpec, SurfaceSubscription};
+pub use wire::{
+    Action, AgentMessage, CallAgentFunction, CallRendererFunction, CreateSurface, DeleteSurface,
+    FunctionCall, FunctionError, FunctionOutcome, FunctionResponse, PROTOCOL_VERSION,
+    RendererError, RendererMessage, UpdateComponents, UpdateDataModel, WireError,
+};

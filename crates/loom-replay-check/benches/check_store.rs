@@ -12,11 +12,11 @@
 use std::time::Instant;
 
 use loom_kernel::conformance::id;
-use loom_kernel::runtime::{
+use loom_kernel::{DiskStore, Event, EventStore, EventStoreExt, MemoryStore};
+use loom_kernel::{
     EffectCall, EffectOutcome, FlowCtx, FlowError, FlowSet, FnEffect, Runtime, StartOptions,
     flow_fn,
 };
-use loom_kernel::{DiskStore, Event, EventStore, EventStoreExt, MemoryStore};
 
 fn setting(name: &str, default: &str) -> String {
     std::env::var(name).unwrap_or_else(|_| default.to_owned())
@@ -112,7 +112,7 @@ fn main() {
     for jobs in setting("LOOM_BENCH_JOBS", "2,4").split(',') {
         let start = Instant::now();
         let cpu_before = cpu_seconds();
-        let status = loom_replay_check::cli::check_command(
+        let status = loom_replay_check::check_command(
             &flows(),
             ["replay-check", "--store", &path, "--json", "--jobs", jobs],
         );

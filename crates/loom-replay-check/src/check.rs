@@ -1,10 +1,10 @@
 //! The check of one execution.
 
-use loom_kernel::classify::DataClassification;
-use loom_kernel::envelope::{decode_record, encode_record_into};
-use loom_kernel::runtime::{FlowSet, ReplayError, Runtime};
-use loom_kernel::store::StoredLog;
+use loom_kernel::DataClassification;
+use loom_kernel::StoredLog;
 use loom_kernel::{Event, EventEnvelope, ExecutionState, MemoryStore};
+use loom_kernel::{FlowSet, ReplayError, Runtime};
+use loom_kernel::{decode_record, encode_record_into};
 
 /// Checks logs against a set of flows. Effects are never run: replay serves every recorded
 /// result from the log and drops whatever the flow would do past its end.
@@ -70,7 +70,7 @@ impl Checker {
     /// The effects the flows declare they use (`flow_fn(..).uses(..)`) are registered as
     /// stand-ins that are never run (replay serves every result from the log), so that the
     /// composition check of declared effects holds without the application's effects.
-    pub fn new(flows: &FlowSet) -> Result<Self, loom_kernel::runtime::CompositionError> {
+    pub fn new(flows: &FlowSet) -> Result<Self, loom_kernel::CompositionError> {
         Self::with_classification(flows, DataClassification::default())
     }
 
@@ -80,7 +80,7 @@ impl Checker {
     pub fn with_classification(
         flows: &FlowSet,
         classification: DataClassification,
-    ) -> Result<Self, loom_kernel::runtime::CompositionError> {
+    ) -> Result<Self, loom_kernel::CompositionError> {
         let masks = !classification.is_empty();
         let declared: std::collections::BTreeSet<&'static str> = flows
             .iter()
@@ -233,9 +233,9 @@ fn round_trip(log: &[EventEnvelope], stored: Option<&StoredLog>, masks: bool) ->
 
 /// The stand-in of a declared effect: replay never runs an effect, so this never answers but
 /// with a failure saying so.
-fn never_run() -> impl loom_kernel::runtime::Effect {
-    loom_kernel::runtime::FnEffect::new(true, |_| async {
-        loom_kernel::runtime::EffectOutcome::failed(loom_kernel::ErrorInfo::new(
+fn never_run() -> impl loom_kernel::Effect {
+    loom_kernel::FnEffect::new(true, |_| async {
+        loom_kernel::EffectOutcome::failed(loom_kernel::ErrorInfo::new(
             "loom.replay_check",
             "replay-check runs no effect",
         ))

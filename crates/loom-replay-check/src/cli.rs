@@ -13,8 +13,8 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use clap::Parser;
-use loom_kernel::classify::DataClassification;
-use loom_kernel::runtime::FlowSet;
+use loom_kernel::DataClassification;
+use loom_kernel::FlowSet;
 use loom_kernel::{
     DiskStore, DiskStoreConfig, EventEnvelope, EventStore, EventStoreExt, ExecutionId,
 };
@@ -73,7 +73,7 @@ impl CheckArgs {
             let text = std::fs::read_to_string(&file).map_err(|error| {
                 format!("cannot read the mask file {}: {error}", file.display())
             })?;
-            paths.extend(loom_kernel::classify::mask_file_paths(&text).map(str::to_owned));
+            paths.extend(loom_kernel::mask_file_paths(&text).map(str::to_owned));
         }
         Ok(DataClassification::mask_paths(paths)?)
     }

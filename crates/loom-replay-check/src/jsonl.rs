@@ -1,7 +1,7 @@
 //! Exported logs: JSON Lines, one execution per file.
 //!
 //! A file `<execution id>.jsonl` holds the execution's events in seq order, gapless from 0, one
-//! envelope per line in the envelope form of `loom_kernel::envelope`:
+//! envelope per line in the envelope form of `loom_kernel::EventEnvelope`:
 //!
 //! ```text
 //! {"executionId":"order-42","seq":0,"schema":1,"recordedAtMs":1764490000000,"event":{"type":"EXECUTION_STARTED",...}}

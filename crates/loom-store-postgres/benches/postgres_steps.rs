@@ -17,11 +17,11 @@
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use loom_kernel::runtime::{
+use loom_kernel::{DiskStore, EventStore, ExecutionId, ExecutionStatus};
+use loom_kernel::{
     EffectCall, EffectOutcome, FlowCtx, FlowError, FnEffect, Runtime, StartOptions, flow_fn,
 };
-use loom_kernel::{DiskStore, EventStore, ExecutionId, ExecutionStatus};
-use loom_store_postgres::testing::{fresh_store, server_url};
+use loom_store_postgres::{fresh_store, server_url};
 use serde_json::{Value, json};
 
 const SEQUENTIAL: u64 = 1_000;

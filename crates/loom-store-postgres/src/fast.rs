@@ -31,8 +31,8 @@
 use std::collections::{HashMap, HashSet};
 
 use loom_kernel::ExecutionId;
-use loom_kernel::store::ExecutionTail;
-use loom_kernel::store::tail::status_code;
+use loom_kernel::ExecutionTail;
+use loom_kernel::status_code;
 
 use crate::writer::WriteRequest;
 

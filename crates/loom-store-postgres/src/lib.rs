@@ -4,12 +4,12 @@
 //! - [`PostgresStore`], an [`loom_kernel::EventStore`] on PostgreSQL (`tokio-postgres` with a
 //!   `deadpool-postgres` pool): logs in `loom_events` under the primary key
 //!   `(execution_id, seq)`, the concurrency fence; events in the kernel's record encoding
-//!   ([`loom_kernel::envelope::encode_record`]).
+//!   ([`loom_kernel::encode_record`]).
 //! - Versioned, idempotent schema migrations applied on connect ([`SCHEMA_VERSION`]).
 //! - Group commit: one commit for every append queued at the moment, across executions; one
 //!   statement (one round trip) for appends under leases this worker holds.
 //! - Validated appends and the status index: each execution's
-//!   [`loom_kernel::store::ExecutionTail`] is kept beside its log, updated in the append's
+//!   [`loom_kernel::ExecutionTail`] is kept beside its log, updated in the append's
 //!   transaction, and indexed by status.
 //! - The feed: a store-wide position per event, in commit order across workers.
 //! - Retention: `delete_ended` in bounded batches that never wait for live work.
@@ -46,12 +46,13 @@ mod lease;
 mod notify;
 mod schema;
 mod store;
-pub mod testing;
+mod testing;
 mod writer;
 
 pub use config::PostgresStoreConfig;
 pub use error::ConnectError;
 pub use schema::SCHEMA_VERSION;
 pub use store::PostgresStore;
+pub use testing::{REQUIRE_VAR, URL_VAR, fresh_schema, fresh_store, server_url, url_file};
 #[doc(hidden)]
 pub use writer::Faults;

@@ -4,13 +4,13 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use deadpool_postgres::{Manager, ManagerConfig, Pool, RecyclingMethod};
-use loom_kernel::envelope::{decode_record, encode_record_into};
-use loom_kernel::store::tail::{TailChange, filter_code};
-use loom_kernel::store::{FeedEvent, RetentionError, StatusFilter};
 use loom_kernel::{
     AppendError, Event, EventEnvelope, EventStore, ExecutionId, ExecutionPage, ExecutionStatus,
     ExecutionSummary, ReadError,
 };
+use loom_kernel::{FeedEvent, RetentionError, StatusFilter};
+use loom_kernel::{TailChange, filter_code};
+use loom_kernel::{decode_record, encode_record_into};
 use tokio::sync::{mpsc, oneshot};
 use tokio::task::JoinHandle;
 
@@ -247,7 +247,7 @@ impl EventStore for PostgresStore {
                 execution: execution.clone(),
             });
         }
-        loom_kernel::store::check_payloads(execution, expected_seq, events)?;
+        loom_kernel::check_payloads(execution, expected_seq, events)?;
         if expected_seq > i64::MAX as u64 - events.len() as u64 {
             return Err(AppendError::Conflict {
                 execution: execution.clone(),

@@ -34,9 +34,9 @@ use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::Duration;
 
 use deadpool_postgres::Pool;
-use loom_kernel::store::ExecutionTail;
-use loom_kernel::store::tail::{TailChange, status_code};
+use loom_kernel::ExecutionTail;
 use loom_kernel::{AppendError, ExecutionId};
+use loom_kernel::{TailChange, status_code};
 use tokio::sync::{mpsc, oneshot};
 use tokio_postgres::error::Severity;
 

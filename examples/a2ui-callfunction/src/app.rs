@@ -5,11 +5,9 @@ use std::time::Duration;
 
 use loom_agent_surface::SurfaceExt;
 use loom_effect_runtime::EffectRegistry;
-use loom_kernel::classify::DataClassification;
-use loom_kernel::runtime::{
-    FlowCtx, FlowError, FlowSet, GateOutcome, Runtime, RuntimeBuilder, flow_fn,
-};
+use loom_kernel::DataClassification;
 use loom_kernel::{EventStore, Payload};
+use loom_kernel::{FlowCtx, FlowError, FlowSet, GateOutcome, Runtime, RuntimeBuilder, flow_fn};
 use loom_plugin_a2ui::{
     AllowedCallers, CALL_FUNCTION_EFFECT, CallFunctionInput, CallFunctionOptions, CatalogDef,
     Catalogs, LOOM_CATALOG_ID, SurfaceHub, SurfaceSpec, Transport, call_and_wait, define_catalog,

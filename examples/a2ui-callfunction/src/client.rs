@@ -10,7 +10,7 @@ use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result, bail};
 use futures::{SinkExt, StreamExt};
-use loom_plugin_a2ui::wire::AgentMessage;
+use loom_plugin_a2ui::AgentMessage;
 use serde_json::{Value, json};
 use tokio_tungstenite::tungstenite::Message;
 
@@ -82,7 +82,7 @@ fn timestamp() -> String {
     let ms = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX));
-    format!("{}Z", loom_console::view::utc(ms).replacen(' ', "T", 1))
+    format!("{}Z", loom_console::utc(ms).replacen(' ', "T", 1))
 }
 
 /// Writes `value` at the JSON Pointer `path` as a renderer does (`null` removes).

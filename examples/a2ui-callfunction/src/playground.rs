@@ -27,7 +27,7 @@ use axum::http::{HeaderMap, StatusCode};
 use axum::response::sse::{Event as SseEvent, KeepAlive, Sse};
 use axum::response::{IntoResponse, Redirect, Response};
 use axum::routing::{get, post};
-use loom_console::admin::{bearer_matches, constant_time_eq, static_file};
+use loom_console::{bearer_matches, constant_time_eq, static_file};
 use loom_kernel::{Event, EventEnvelope, EventStore, EventStoreExt, ExecutionId};
 use serde_json::{Value, json};
 use tokio::sync::{broadcast, mpsc};
@@ -136,7 +136,7 @@ async fn session(
             return;
         }
     };
-    let wire = |message: &loom_plugin_a2ui::wire::AgentMessage| {
+    let wire = |message: &loom_plugin_a2ui::AgentMessage| {
         let value = message.to_value();
         server::wire_note(Direction::AgentToRenderer, id, value.clone());
         sse("wire", &value)
@@ -208,7 +208,7 @@ fn event_of(envelope: &EventEnvelope) -> SseEvent {
         &json!({
             "seq": envelope.seq,
             "type": envelope.event.type_name(),
-            "event": loom_console::view::masked_event(app::operator_classification(), &envelope.event),
+            "event": loom_console::masked_event(app::operator_classification(), &envelope.event),
         }),
     )
 }

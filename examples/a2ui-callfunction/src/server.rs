@@ -12,7 +12,7 @@
 //! - `/admin/...`: the console's admin API and web console ([`loom_console::admin_router`]),
 //!   mounted when the listener is on loopback, guarded by a token made at start (or given) and
 //!   told in the narration as a link, `http://127.0.0.1:<port>/admin/#token=...`.
-//! - `/playground/...`: the A2UI playground (see [`crate::playground`]): SSE down, POST up,
+//! - `/playground/...`: the A2UI playground (see `src/playground.rs`): SSE down, POST up,
 //!   behind the same token.
 
 use std::collections::BTreeMap;
@@ -29,9 +29,9 @@ use axum::response::Response;
 use axum::routing::get;
 use futures::{SinkExt, StreamExt};
 use loom_console::AdminConfig;
-use loom_kernel::runtime::{Caller, Projection, Runtime, StartOptions};
+use loom_kernel::{Caller, Projection, Runtime, StartOptions};
 use loom_kernel::{Event, EventEnvelope, EventStore, ExecutionId};
-use loom_plugin_a2ui::wire::{AgentMessage, RendererMessage};
+use loom_plugin_a2ui::{AgentMessage, RendererMessage};
 use loom_plugin_a2ui::{CALL_FUNCTION_EFFECT, SurfaceHub};
 use serde_json::Value;
 use tokio::sync::{Notify, broadcast};
@@ -97,16 +97,16 @@ impl Projection for Narrator {
     }
 }
 
-impl loom_kernel::runtime::Plugin for Narrator {
+impl loom_kernel::Plugin for Narrator {
     fn name(&self) -> &str {
         "narrator"
     }
 
-    fn kernel_abi(&self) -> loom_kernel::runtime::AbiRange {
-        loom_kernel::runtime::AbiRange::caret(1, 1)
+    fn kernel_abi(&self) -> loom_kernel::AbiRange {
+        loom_kernel::AbiRange::caret(1, 1)
     }
 
-    fn contribute(&self, contributions: &mut loom_kernel::runtime::Contributions) {
+    fn contribute(&self, contributions: &mut loom_kernel::Contributions) {
         contributions.projection(Arc::new(Narrator {
             ended: self.ended.clone(),
             events: self.events.clone(),

@@ -5,10 +5,10 @@
 use std::path::Path;
 
 use anyhow::{Context, Result};
-use loom_kernel::store::{FeedEvent, RetentionError, StatusFilter};
 use loom_kernel::{
     AppendError, DiskStore, Event, EventEnvelope, EventStore, ExecutionId, ExecutionPage, ReadError,
 };
+use loom_kernel::{FeedEvent, RetentionError, StatusFilter};
 use loom_store_postgres::{PostgresStore, PostgresStoreConfig};
 
 /// The schema the example uses on PostgreSQL unless told otherwise.

@@ -12,7 +12,7 @@ use std::sync::{Arc, Mutex, MutexGuard};
 
 use futures::FutureExt;
 use futures::future::BoxFuture;
-use loom_plugin_a2ui::wire::AgentMessage;
+use loom_plugin_a2ui::AgentMessage;
 use loom_plugin_a2ui::{Transport, TransportError};
 use tokio::sync::{Notify, mpsc, oneshot};
 use tokio_util::sync::CancellationToken;

@@ -6,8 +6,8 @@ use std::process::ExitCode;
 
 use anyhow::Context;
 use loom_effect_runtime::{EffectContext, EffectDef, EffectError, EffectRegistry};
-use loom_kernel::runtime::{FlowCtx, FlowError, Runtime, StartOptions, flow_fn};
 use loom_kernel::{DiskStore, ExecutionId, ExecutionStatus, Payload};
+use loom_kernel::{FlowCtx, FlowError, Runtime, StartOptions, flow_fn};
 use serde_json::{Value, json};
 
 /// The flow: charge, wait for an approval, record the time, return a receipt.

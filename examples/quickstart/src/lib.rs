@@ -18,7 +18,7 @@
 //! so a retried call gives the same answer.
 //!
 //! ```
-//! use loom_kernel::runtime::Runtime;
+//! use loom_kernel::Runtime;
 //! use loom_kernel::{ExecutionId, ExecutionStatus, MemoryStore};
 //!
 //! # tokio::runtime::Runtime::new().unwrap().block_on(async {
@@ -40,7 +40,7 @@ use std::time::Duration;
 
 use loom_agent_surface::SurfaceExt;
 use loom_effect_runtime::{EffectContext, EffectDef, EffectError, EffectRegistry};
-use loom_kernel::runtime::{
+use loom_kernel::{
     EffectHandle, FlowCtx, FlowError, FlowSet, RuntimeBuilder, StartOptions, flow_fn,
 };
 use loom_kernel::{EventStore, ExecutionId};

@@ -12,7 +12,7 @@ use std::time::Duration;
 
 use anyhow::{Context, Result, bail};
 use clap::Parser;
-use loom_kernel::runtime::Runtime;
+use loom_kernel::Runtime;
 use loom_kernel::{
     DiskStore, Event, EventStore, EventStoreExt, ExecutionId, ExecutionState, ExecutionStatus,
 };
@@ -55,7 +55,7 @@ async fn main() -> std::process::ExitCode {
         Ok(()) => std::process::ExitCode::SUCCESS,
         Err(error) => {
             // One sentence with its causes, not Rust's debug form.
-            eprintln!("error: {}", loom_replay_check::cli::error_sentence(&*error));
+            eprintln!("error: {}", loom_replay_check::error_sentence(&*error));
             std::process::ExitCode::FAILURE
         }
     }
@@ -310,7 +310,7 @@ mod tests {
         });
         let error = opened.context("opening the store at /tmp");
         assert_eq!(
-            loom_replay_check::cli::error_sentence(&*error),
+            loom_replay_check::error_sentence(&*error),
             "opening the store at /tmp: cannot open store file /tmp: Is a directory"
         );
     }

@@ -3,9 +3,9 @@
 //! projection of the log reads everything it holds.
 
 use loom_agent_surface::{SurfaceExt, SurfaceProjection};
+use loom_kernel::Event;
 use loom_kernel::conformance::{id, nested};
-use loom_kernel::event::Event;
-use loom_kernel::runtime::*;
+use loom_kernel::*;
 use loom_kernel::{EventStoreExt, ExecutionStatus, MAX_PAYLOAD_DEPTH, MemoryStore};
 use serde_json::{Value, json};
 

@@ -4,9 +4,9 @@
 use std::sync::{Arc, Mutex};
 
 use loom_agent_surface::{EmitError, OpKind, PatchFailure, SurfaceExt, SurfaceProjection};
+use loom_kernel::Event;
 use loom_kernel::conformance::id;
-use loom_kernel::event::Event;
-use loom_kernel::runtime::*;
+use loom_kernel::*;
 use loom_kernel::{EventStore, EventStoreExt, ExecutionId, ExecutionStatus, MemoryStore, Payload};
 use serde_json::{Map, Value, json};
 

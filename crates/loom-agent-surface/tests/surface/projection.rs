@@ -2,7 +2,7 @@
 
 use loom_agent_surface::{ProjectionError, SurfaceProjection, TouchedPointer};
 use loom_kernel::Event;
-use loom_kernel::event::{ExecutionCompleted, SurfacePatch};
+use loom_kernel::{ExecutionCompleted, SurfacePatch};
 use serde_json::{Value, json};
 
 fn patch(surface: &str, ops: Vec<Value>) -> Event {

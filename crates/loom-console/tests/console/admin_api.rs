@@ -4,14 +4,15 @@
 
 use std::time::Duration;
 
-use crate::support::*;
-use loom_console::client::AdminClient;
-use loom_console::query::ListFilter;
+use loom_console::AdminClient;
+use loom_console::ListFilter;
 use loom_console::{AdminConfig, AdminConfigError, ErrorKind};
-use loom_kernel::event::Verdict;
+use loom_kernel::Verdict;
 use loom_kernel::{ErrorInfo, ExecutionStatus, Payload};
 use serde_json::{Value, json};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+use crate::support::*;
 
 /// Sends a raw HTTP/1.1 request and returns the status line, the head and the body.
 async fn raw(url: &str, request: &str) -> (u16, String, String) {
@@ -98,10 +99,10 @@ fn a_short_or_unprintable_token_is_refused_when_configured() {
     let token = loom_console::random_token().unwrap();
     assert_eq!(token.len(), 64);
     assert!(AdminConfig::new(token).is_ok());
-    assert!(loom_console::admin::constant_time_eq(b"abc", b"abc"));
-    assert!(!loom_console::admin::constant_time_eq(b"abc", b"abd"));
-    assert!(!loom_console::admin::constant_time_eq(b"abc", b"abcd"));
-    assert!(!loom_console::admin::constant_time_eq(b"", b"a"));
+    assert!(loom_console::constant_time_eq(b"abc", b"abc"));
+    assert!(!loom_console::constant_time_eq(b"abc", b"abd"));
+    assert!(!loom_console::constant_time_eq(b"abc", b"abcd"));
+    assert!(!loom_console::constant_time_eq(b"", b"a"));
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -5,7 +5,7 @@
 use std::sync::{Arc, Mutex};
 
 use loom_console::{ADMIN_CALLER, AdminConfig, admin_router, bind_loopback};
-use loom_kernel::runtime::*;
+use loom_kernel::*;
 use loom_kernel::{EventStoreExt, ExecutionId, ExecutionStatus, MemoryStore};
 use serde_json::{Value, json};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};

@@ -2,7 +2,7 @@
 
 use crate::support::*;
 use loom_kernel::DiskStore;
-use loom_kernel::runtime::*;
+use loom_kernel::*;
 use serde_json::{Value, json};
 
 async fn ask(ctx: FlowCtx, input: Value) -> Result<Value, FlowError> {

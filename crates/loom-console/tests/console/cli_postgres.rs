@@ -3,16 +3,15 @@
 
 use crate::support::*;
 use loom_kernel::conformance::{completed, started, tagged};
-use loom_kernel::event::{EffectInDoubt, Event, StepStarted};
+use loom_kernel::{EffectInDoubt, Event, StepStarted};
 use loom_kernel::{EventStore, ExecutionStatus};
-use loom_store_postgres::testing;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn reads_and_verdicts_work_on_postgresql_beside_a_running_worker() {
-    let Some(url) = testing::server_url("loom-console reads_work_on_postgresql") else {
+    let Some(url) = loom_store_postgres::server_url("loom-console reads_work_on_postgresql") else {
         return;
     };
-    let schema = testing::fresh_schema("console");
+    let schema = loom_store_postgres::fresh_schema("console");
     let store = loom_store_postgres::PostgresStore::connect(
         loom_store_postgres::PostgresStoreConfig::new(&url).schema(&schema),
     )
@@ -105,7 +104,7 @@ async fn reads_and_verdicts_work_on_postgresql_beside_a_running_worker() {
         .append(&ended, 0, &[started("pay"), completed()])
         .await
         .unwrap();
-    let future_cutoff = (loom_console::retention::now_ms() + 60_000).to_string();
+    let future_cutoff = (loom_console::now_ms().unwrap_or(0) + 60_000).to_string();
     let dry = json_out(
         &run(&[
             "--json",

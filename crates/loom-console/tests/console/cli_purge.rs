@@ -5,19 +5,19 @@
 
 use std::time::Duration;
 
-use crate::support::*;
-use loom_console::retention;
 use loom_kernel::{DiskStore, EventStoreExt, ExecutionStatus};
+
+use crate::support::*;
 
 /// Three executions that end, one in doubt; then the cutoff; then one that ends and one in
 /// doubt after it. Returns the cutoff.
-async fn seed(runtime: &loom_kernel::runtime::Runtime<DiskStore>) -> u64 {
+async fn seed(runtime: &loom_kernel::Runtime<DiskStore>) -> u64 {
     for name in ["old-1", "old-2", "old-3"] {
         start_hello(runtime, name).await;
     }
     start_order(runtime, "old-in-doubt").await;
     tokio::time::sleep(Duration::from_millis(3)).await;
-    let cutoff = retention::now_ms();
+    let cutoff = loom_console::now_ms().unwrap_or(0);
     tokio::time::sleep(Duration::from_millis(3)).await;
     start_hello(runtime, "new-1").await;
     start_order(runtime, "new-in-doubt").await;
@@ -199,19 +199,19 @@ async fn purge_through_the_admin_api_loops_in_batches_while_the_server_works() {
 #[test]
 fn ages_parse_with_their_units() {
     assert_eq!(
-        retention::parse_age("30d").unwrap(),
+        loom_console::parse_age("30d").unwrap(),
         Duration::from_secs(30 * 86_400)
     );
     assert_eq!(
-        retention::parse_age("12h").unwrap(),
+        loom_console::parse_age("12h").unwrap(),
         Duration::from_secs(12 * 3_600)
     );
-    assert_eq!(retention::parse_age("0s").unwrap(), Duration::ZERO);
+    assert_eq!(loom_console::parse_age("0s").unwrap(), Duration::ZERO);
     assert_eq!(
-        retention::parse_age("2w").unwrap(),
+        loom_console::parse_age("2w").unwrap(),
         Duration::from_secs(14 * 86_400)
     );
     for bad in ["", "d", "30", "30y", "-1d", "99999999999999999999d"] {
-        assert!(retention::parse_age(bad).is_err(), "{bad}");
+        assert!(loom_console::parse_age(bad).is_err(), "{bad}");
     }
 }

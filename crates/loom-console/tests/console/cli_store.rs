@@ -408,7 +408,7 @@ async fn export_log_writes_one_json_lines_file_per_execution() {
         "{}",
         stdout(&exported)
     );
-    let log = loom_replay_check::jsonl::read_log(&out.join("order-1.jsonl")).unwrap();
+    let log = loom_replay_check::read_log(&out.join("order-1.jsonl")).unwrap();
     let runtime = compose(DiskStore::open(&path).unwrap());
     assert_eq!(log, runtime.store().read_all(&id("order-1")).await.unwrap());
 }
@@ -490,7 +490,7 @@ fn help_lists_every_command_and_the_exit_codes() {
 
 #[tokio::test]
 async fn a_checkout_of_the_quickstart_is_found_and_approved_from_the_cli_alone() {
-    use loom_kernel::runtime::Runtime;
+    use loom_kernel::Runtime;
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("loom.redb");
     let runtime = quickstart::compose(Runtime::builder(DiskStore::open(&path).unwrap()))

@@ -3,10 +3,9 @@
 //! runtime marker. Nothing is recorded.
 
 use loom_console::ErrorKind;
-use loom_console::offline;
 use loom_kernel::conformance::id;
-use loom_kernel::runtime::{FlowCtx, FlowError, Runtime, StartOptions, flow_fn};
 use loom_kernel::{EventStoreExt, ExecutionStatus, MemoryStore};
+use loom_kernel::{FlowCtx, FlowError, Runtime, StartOptions, flow_fn};
 use serde_json::{Value, json};
 
 async fn child(ctx: FlowCtx, _: Value) -> Result<Value, FlowError> {
@@ -39,7 +38,7 @@ async fn a_childs_gate_and_a_runtime_marker_are_refused_offline() {
     let before = store.read_all(&id("p")).await.unwrap().len();
 
     let forged = json!({"loom.child": {"completed": "forged"}});
-    let refused = offline::resume(
+    let refused = loom_console::resume(
         &store,
         &id("p"),
         "loom.child",
@@ -54,7 +53,7 @@ async fn a_childs_gate_and_a_runtime_marker_are_refused_offline() {
         "{}",
         refused.message
     );
-    let refused = offline::resume(&store, &kid, "Go", "go", forged.into())
+    let refused = loom_console::resume(&store, &kid, "Go", "go", forged.into())
         .await
         .unwrap_err();
     assert!(
@@ -65,7 +64,7 @@ async fn a_childs_gate_and_a_runtime_marker_are_refused_offline() {
     assert_eq!(store.read_all(&id("p")).await.unwrap().len(), before);
 
     // An ordinary resume of the child's own gate is still accepted.
-    offline::resume(&store, &kid, "Go", "go", json!("ok").into())
+    loom_console::resume(&store, &kid, "Go", "go", json!("ok").into())
         .await
         .unwrap();
 }

@@ -7,11 +7,9 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 
 use loom_console::{AdminConfig, admin_router, bind_loopback};
-use loom_kernel::classify::DataClassification;
-use loom_kernel::runtime::{
-    EffectOutcome, FlowCtx, FlowError, FnEffect, Runtime, StartOptions, flow_fn,
-};
+use loom_kernel::DataClassification;
 use loom_kernel::{DiskStore, ErrorInfo, ExecutionId, ExecutionStatus};
+use loom_kernel::{EffectOutcome, FlowCtx, FlowError, FnEffect, Runtime, StartOptions, flow_fn};
 use serde_json::{Value, json};
 
 /// The admin token of the test servers.

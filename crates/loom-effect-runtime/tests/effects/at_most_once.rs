@@ -14,12 +14,12 @@ use std::sync::{Arc, Mutex};
 
 use loom_effect_runtime::*;
 use loom_kernel::conformance::id;
-use loom_kernel::event::{Event, Verdict};
-use loom_kernel::runtime::{FlowCtx, FlowError, Runtime, StartOptions, flow_fn};
 use loom_kernel::{
     AppendError, EventEnvelope, EventStore, ExecutionId, ExecutionPage, ExecutionStatus,
     MemoryStore, ReadError,
 };
+use loom_kernel::{Event, Verdict};
+use loom_kernel::{FlowCtx, FlowError, Runtime, StartOptions, flow_fn};
 use proptest::prelude::*;
 use serde_json::json;
 use tokio::sync::Notify;

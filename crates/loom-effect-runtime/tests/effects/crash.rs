@@ -16,9 +16,9 @@ use std::time::Duration;
 
 use loom_effect_runtime::*;
 use loom_kernel::conformance::id;
-use loom_kernel::event::{Event, Verdict};
-use loom_kernel::runtime::{FlowCtx, FlowError, ResolveError, Runtime, StartOptions, flow_fn};
 use loom_kernel::{DiskStore, ErrorInfo, EventStoreExt, ExecutionStatus};
+use loom_kernel::{Event, Verdict};
+use loom_kernel::{FlowCtx, FlowError, ResolveError, Runtime, StartOptions, flow_fn};
 use serde_json::{Value, json};
 
 use crate::support::child::child_test;

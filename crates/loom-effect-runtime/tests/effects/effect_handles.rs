@@ -3,7 +3,7 @@
 
 use loom_effect_runtime::{EffectContext, EffectDef, EffectError, EffectRegistry};
 use loom_kernel::conformance::id;
-use loom_kernel::runtime::{
+use loom_kernel::{
     CompositionError, EffectHandle, FlowCtx, FlowError, Runtime, StartOptions, flow_fn,
 };
 use loom_kernel::{ExecutionStatus, MemoryStore};

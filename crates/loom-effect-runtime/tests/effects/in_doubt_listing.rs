@@ -3,8 +3,8 @@
 
 use loom_effect_runtime::{steps_in_doubt, steps_in_doubt_report};
 use loom_kernel::conformance::{id, started};
-use loom_kernel::event::{EffectInDoubt, Event, StepStarted};
-use loom_kernel::store::{AppendError, ExecutionPage, ExecutionSummary, ReadError, StatusFilter};
+use loom_kernel::{AppendError, ExecutionPage, ExecutionSummary, ReadError, StatusFilter};
+use loom_kernel::{EffectInDoubt, Event, StepStarted};
 use loom_kernel::{EventEnvelope, EventStore, ExecutionId, ExecutionStatus, MemoryStore};
 
 /// A memory store that serves one execution's log with a second `EXECUTION_STARTED`, as a

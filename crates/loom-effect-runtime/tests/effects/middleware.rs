@@ -7,10 +7,10 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use loom_effect_runtime::*;
+use loom_kernel::Event;
 use loom_kernel::conformance::id;
-use loom_kernel::event::Event;
-use loom_kernel::runtime::{FlowCtx, FlowError, Runtime, StartOptions, StepError, flow_fn};
 use loom_kernel::{EventStoreExt, ExecutionStatus, MemoryStore};
+use loom_kernel::{FlowCtx, FlowError, Runtime, StartOptions, StepError, flow_fn};
 use serde_json::{Value, json};
 
 /// Runs effect `x` once with the flow's input and returns its output, or `{"failed": code}`.

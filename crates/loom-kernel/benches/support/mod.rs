@@ -3,7 +3,7 @@
 #![allow(dead_code)]
 
 use loom_kernel::conformance::started;
-use loom_kernel::event::*;
+use loom_kernel::*;
 use loom_kernel::{Event, EventEnvelope, ExecutionId};
 use serde_json::json;
 

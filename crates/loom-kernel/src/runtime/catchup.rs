@@ -181,8 +181,8 @@ impl<S: EventStore> Runtime<S> {
     /// ```
     /// use std::sync::Mutex;
     /// use loom_kernel::MemoryStore;
-    /// use loom_kernel::runtime::{FeedProjection, Runtime};
-    /// use loom_kernel::store::FeedEvent;
+    /// use loom_kernel::{FeedProjection, Runtime};
+    /// use loom_kernel::FeedEvent;
     ///
     /// #[derive(Default)]
     /// struct Count(Mutex<(u64, usize)>); // (next position, events seen)

@@ -131,7 +131,7 @@ impl FlowSet {
 /// A [`Flow`] from an async function with typed input and output.
 ///
 /// ```
-/// use loom_kernel::runtime::{FlowCtx, FlowError, flow_fn};
+/// use loom_kernel::{FlowCtx, FlowError, flow_fn};
 ///
 /// async fn greet(_ctx: FlowCtx, name: String) -> Result<String, FlowError> {
 ///     Ok(format!("hello, {name}"))

@@ -34,7 +34,7 @@ use crate::runtime::flow::{Flow, FlowError, FnFlow};
 /// An effect's name with the types of its input `I` and output `O`, declared once:
 ///
 /// ```
-/// use loom_kernel::runtime::{EffectHandle, FlowCtx, FlowError};
+/// use loom_kernel::{EffectHandle, FlowCtx, FlowError};
 /// use serde::{Deserialize, Serialize};
 ///
 /// #[derive(Serialize)]

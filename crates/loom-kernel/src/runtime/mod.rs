@@ -92,9 +92,7 @@ pub use timers::{
     CLOSED_KEY, Clock, DEADLINE_KIND, ManualClock, SystemClock, TIMED_OUT_KEY, TIMER_EVENT_TYPE,
 };
 
-/// The operator's verdict on a step in doubt, taken by [`Runtime::resolve`] (also
-/// `loom_kernel::Verdict`).
-pub use crate::event::Verdict;
+use crate::event::Verdict;
 
 use crate::event::{Event, ExecutionStarted};
 use crate::fold::{ExecutionState, ExecutionStatus};
@@ -248,7 +246,7 @@ impl<S: EventStore> Runtime<S> {
     ///
     /// ```
     /// use loom_kernel::MemoryStore;
-    /// use loom_kernel::runtime::{FlowCtx, FlowError, Runtime, flow_fn};
+    /// use loom_kernel::{FlowCtx, FlowError, Runtime, flow_fn};
     ///
     /// async fn greet(_ctx: FlowCtx, name: String) -> Result<String, FlowError> {
     ///     Ok(format!("hello, {name}"))
@@ -330,7 +328,7 @@ impl<S: EventStore> Runtime<S> {
     /// execution runs before its `EXECUTION_STARTED` is durable.
     ///
     /// ```
-    /// use loom_kernel::runtime::{FlowCtx, FlowError, Runtime, StartError, StartOptions, flow_fn};
+    /// use loom_kernel::{FlowCtx, FlowError, Runtime, StartError, StartOptions, flow_fn};
     /// use loom_kernel::{ExecutionId, ExecutionStatus, MemoryStore};
     ///
     /// async fn greet(_ctx: FlowCtx, name: String) -> Result<String, FlowError> {
@@ -510,7 +508,7 @@ impl<S: EventStore> Runtime<S> {
     /// `correlation_key`. Returns once `EXECUTION_RESUMED` is durable.
     ///
     /// ```
-    /// use loom_kernel::runtime::{FlowCtx, FlowError, ResumeError, Runtime, StartOptions, flow_fn};
+    /// use loom_kernel::{FlowCtx, FlowError, ResumeError, Runtime, StartOptions, flow_fn};
     /// use loom_kernel::{ExecutionId, ExecutionStatus, MemoryStore, Payload};
     /// use serde_json::{Value, json};
     ///

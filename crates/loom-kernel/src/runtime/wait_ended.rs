@@ -18,7 +18,7 @@ impl<S: EventStore> Runtime<S> {
     ///
     /// ```
     /// use std::time::Duration;
-    /// use loom_kernel::runtime::{FlowCtx, FlowError, Runtime, StartOptions, flow_fn};
+    /// use loom_kernel::{FlowCtx, FlowError, Runtime, StartOptions, flow_fn};
     /// use loom_kernel::{ExecutionId, ExecutionStatus, MemoryStore};
     ///
     /// async fn nap(ctx: FlowCtx, _: ()) -> Result<&'static str, FlowError> {

@@ -874,7 +874,7 @@ impl StoredLog {
     }
 
     /// The record of the event at `index` (its seq, in a log read whole), in the record form
-    /// of [`crate::envelope`].
+    /// of [`crate::record`].
     pub fn record(&self, index: usize) -> Option<&[u8]> {
         let (_, range) = self.page.records.get(index)?;
         self.page.bytes.get(range.clone())

@@ -33,7 +33,7 @@
 
 mod disk;
 mod memory;
-pub mod tail;
+pub(crate) mod tail;
 mod watch;
 
 use std::future::Future;

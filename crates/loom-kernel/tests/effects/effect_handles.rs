@@ -2,11 +2,12 @@
 //! `ctx.execute(&HANDLE, &input)`, recording exactly what a name records; a declared effect that
 //! nothing registered refuses the composition.
 
-use crate::support::*;
-use loom_kernel::runtime::*;
+use loom_kernel::*;
 use loom_kernel::{ExecutionStatus, MemoryStore};
 use serde::Deserialize;
 use serde_json::{Value, json};
+
+use crate::support::*;
 
 #[derive(Debug, Deserialize)]
 struct Echoed {

@@ -1,14 +1,14 @@
 //! Effects and K9/K2/K3 as the kernel enforces them for every effect, raw or defined.
 
-use crate::support;
-
 use std::sync::Arc;
 
-use crate::support::{Calls, event_names, events_of, id, options};
-use loom_kernel::event::{Event, StepStarted};
-use loom_kernel::runtime::*;
+use loom_kernel::*;
+use loom_kernel::{Event, StepStarted};
 use loom_kernel::{EventStore, ExecutionStatus, MemoryStore};
 use serde_json::{Value, json};
+
+use crate::support;
+use crate::support::{Calls, event_names, events_of, id, options};
 
 async fn pay(ctx: FlowCtx, _: Value) -> Result<Value, FlowError> {
     Ok(ctx.execute("pay", &json!({"amount": 5})).await?.to_value())

@@ -1,14 +1,14 @@
 //! Recovery drives every execution it can: one bad log is reported and skipped, never blocks
 //! the others.
 
-use crate::support;
-
-use crate::support::{Calls, id};
-use loom_kernel::event::Event;
-use loom_kernel::runtime::*;
-use loom_kernel::store::{AppendError, ExecutionPage, ReadError};
+use loom_kernel::Event;
+use loom_kernel::*;
+use loom_kernel::{AppendError, ExecutionPage, ReadError};
 use loom_kernel::{EventEnvelope, EventStore, ExecutionId, ExecutionStatus, MemoryStore};
 use serde_json::{Value, json};
+
+use crate::support;
+use crate::support::{Calls, id};
 
 /// A memory store that serves one execution's log with a second `EXECUTION_STARTED`, as a
 /// store that acknowledged an invalid append would.
@@ -177,7 +177,7 @@ impl EventStore for CountingReads {
 
     async fn list_by_status(
         &self,
-        filter: loom_kernel::store::StatusFilter,
+        filter: loom_kernel::StatusFilter,
         after: Option<&ExecutionId>,
         limit: usize,
     ) -> Result<ExecutionPage, ReadError> {

@@ -7,11 +7,12 @@
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use crate::support::{event_names, id};
-use loom_kernel::runtime::*;
+use loom_kernel::*;
 use loom_kernel::{EventStoreExt, ExecutionStatus, MemoryStore, Payload};
 use serde_json::{Value, json};
 use tokio::sync::{Notify, oneshot};
+
+use crate::support::{event_names, id};
 
 async fn approve(ctx: FlowCtx, _: Value) -> Result<Value, FlowError> {
     let answer = ctx.suspend("Approval", "order-1").await?;

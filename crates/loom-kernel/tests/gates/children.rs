@@ -3,18 +3,18 @@
 //! by a log cut at that point and a new runtime that recovers, loses nothing and starts no
 //! child twice; replay is deterministic; careless or hostile callers get typed errors.
 
-use crate::support;
-
 use std::time::Duration;
 
-use crate::support::{Calls, echo, events_of, id};
-use loom_kernel::event::Event;
-use loom_kernel::runtime::*;
+use loom_kernel::Event;
+use loom_kernel::*;
 use loom_kernel::{
     DiskStore, EventStore, EventStoreExt, ExecutionId, ExecutionState, ExecutionStatus,
     MemoryStore, Payload,
 };
 use serde_json::{Value, json};
+
+use crate::support;
+use crate::support::{Calls, echo, events_of, id};
 
 /// Doubles its input, through the effect `echo` (so a test sees how often it ran).
 async fn double(ctx: FlowCtx, n: u64) -> Result<u64, FlowError> {
@@ -474,11 +474,9 @@ async fn crash_after_the_parent_was_cancelled_before_its_child_was() {
         .append(
             &id("x"),
             3,
-            &[Event::ExecutionCancelled(
-                loom_kernel::event::ExecutionCancelled {
-                    reason: Some("stop".into()),
-                },
-            )],
+            &[Event::ExecutionCancelled(loom_kernel::ExecutionCancelled {
+                reason: Some("stop".into()),
+            })],
         )
         .await
         .unwrap();

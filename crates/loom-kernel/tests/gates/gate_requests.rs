@@ -5,18 +5,18 @@
 //! request never asked, an answer sent twice, a reserved event type) are refused with a typed
 //! error and nothing is recorded.
 
-use crate::support;
-
 use std::collections::BTreeMap;
 use std::time::Duration;
 
-use crate::support::id;
-use loom_kernel::classify::DataClassification;
+use loom_kernel::DataClassification;
+use loom_kernel::Event;
 use loom_kernel::conformance::nested;
-use loom_kernel::event::Event;
-use loom_kernel::runtime::*;
+use loom_kernel::*;
 use loom_kernel::{DiskStore, EventStore, EventStoreExt, ExecutionStatus, MemoryStore, Payload};
 use serde_json::{Value, json};
+
+use crate::support;
+use crate::support::id;
 
 const T0: u64 = 1_800_000_000_000;
 

@@ -1,12 +1,13 @@
 //! Gates: several gates resumed in any order, concurrent and unmatched resumes, the resume
 //! authenticator, cancel while waiting, and a flow that parks and resumes many times.
 
-use crate::support::*;
+use loom_kernel::Event;
 use loom_kernel::conformance::id;
-use loom_kernel::event::Event;
-use loom_kernel::runtime::*;
+use loom_kernel::*;
 use loom_kernel::{EventStore, EventStoreExt, ExecutionStatus, MemoryStore, Payload};
 use serde_json::json;
+
+use crate::support::*;
 
 #[tokio::test]
 async fn several_gates_resumed_in_every_order() {

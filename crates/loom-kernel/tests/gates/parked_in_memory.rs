@@ -8,13 +8,14 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
-use crate::support::{Calls, echo, events_of, id};
-use loom_kernel::event::{Event, Verdict};
-use loom_kernel::runtime::*;
+use loom_kernel::*;
 use loom_kernel::{
     ErrorInfo, EventStore, EventStoreExt, ExecutionId, ExecutionStatus, MemoryStore, Payload,
 };
+use loom_kernel::{Event, Verdict};
 use serde_json::{Value, json};
+
+use crate::support::{Calls, echo, events_of, id};
 
 const T0: u64 = 1_800_000_000_000;
 

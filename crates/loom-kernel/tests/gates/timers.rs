@@ -8,14 +8,15 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
-use crate::support::{events_of, id};
-use loom_kernel::event::Event;
-use loom_kernel::runtime::*;
+use loom_kernel::Event;
+use loom_kernel::*;
 use loom_kernel::{
     DiskStore, EventStore, EventStoreExt, ExecutionId, ExecutionState, ExecutionStatus,
     MemoryStore, Payload,
 };
 use serde_json::{Value, json};
+
+use crate::support::{events_of, id};
 
 const T0: u64 = 1_800_000_000_000;
 
@@ -978,7 +979,7 @@ async fn first_of_with_two_resumes_racing_records_one_winner() {
 
 #[tokio::test]
 async fn recovery_skips_a_recorded_deadline_it_cannot_read_and_arms_the_others() {
-    use loom_kernel::event::{DecisionRecorded, ExecutionStarted, ExecutionSuspended};
+    use loom_kernel::{DecisionRecorded, ExecutionStarted, ExecutionSuspended};
     let store = MemoryStore::new();
     let log = |deadline: Value| {
         vec![

@@ -13,9 +13,9 @@ use crate::support::kill;
 use std::io::Write;
 use std::time::Duration;
 
+use loom_kernel::Event;
 use loom_kernel::conformance::id;
-use loom_kernel::event::Event;
-use loom_kernel::runtime::*;
+use loom_kernel::*;
 use loom_kernel::{DiskStore, EventStoreExt, ExecutionStatus};
 use serde_json::{Value, json};
 

@@ -7,11 +7,12 @@ use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 
-use crate::support::{Calls, echo, id};
-use loom_kernel::runtime::*;
-use loom_kernel::store::FeedEvent;
+use loom_kernel::FeedEvent;
+use loom_kernel::*;
 use loom_kernel::{DiskStore, EventEnvelope, EventStore, ExecutionId, MemoryStore, Payload};
 use serde_json::{Value, json};
+
+use crate::support::{Calls, echo, id};
 
 /// Three steps, then a gate, then one more step.
 async fn steps(ctx: FlowCtx, _: Value) -> Result<Value, FlowError> {

@@ -1,10 +1,11 @@
 //! Every flow shape is driven to its end or parks only at a gate or a step in doubt: flows
 //! that await timers, yields, channels and joined tasks besides their commands.
 
-use crate::support::{Calls, id, options, with_echo};
-use loom_kernel::runtime::*;
+use loom_kernel::*;
 use loom_kernel::{EventStore, ExecutionStatus, MemoryStore};
 use serde_json::{Value, json};
+
+use crate::support::{Calls, id, options, with_echo};
 
 async fn sleeps_between_steps(ctx: FlowCtx, _: Value) -> Result<Value, FlowError> {
     let first = ctx.execute("echo", &1).await?;

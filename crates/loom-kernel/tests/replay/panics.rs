@@ -2,15 +2,15 @@
 //! contained: recorded as a typed failure where the event model allows, never unwinding into
 //! the runtime's caller or killing a driver silently.
 
-use crate::support;
-
 use std::sync::Arc;
 
-use crate::support::{Calls, event_names, events_of, options, with_echo};
-use loom_kernel::event::Event;
-use loom_kernel::runtime::*;
+use loom_kernel::Event;
+use loom_kernel::*;
 use loom_kernel::{EventEnvelope, ExecutionStatus, MemoryStore};
 use serde_json::{Value, json};
+
+use crate::support;
+use crate::support::{Calls, event_names, events_of, options, with_echo};
 
 async fn panics_after_a_step(ctx: FlowCtx, _: Value) -> Result<Value, FlowError> {
     ctx.execute("echo", &1).await?;

@@ -5,7 +5,7 @@ use std::sync::Arc;
 
 use crate::support::*;
 use loom_kernel::conformance::id;
-use loom_kernel::runtime::*;
+use loom_kernel::*;
 use loom_kernel::{AbiVersion, EventStoreExt, ExecutionId, ExecutionStatus, MemoryStore};
 use serde_json::{Value, json};
 

@@ -4,10 +4,11 @@ use std::future::Future;
 use std::pin::Pin;
 use std::task::{Context, Poll};
 
-use crate::support::{Calls, options, with_echo};
-use loom_kernel::runtime::*;
+use loom_kernel::*;
 use loom_kernel::{EventStoreExt, MemoryStore};
 use serde_json::{Value, json};
+
+use crate::support::{Calls, options, with_echo};
 
 /// Pending once, after waking its own waker: what a cooperative yield does.
 struct YieldOnce(bool);

@@ -6,11 +6,11 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 
 use crate::support::charge_then_mail;
 use loom_kernel::conformance::id;
-use loom_kernel::event::{Event, Verdict};
-use loom_kernel::runtime::*;
+use loom_kernel::*;
 use loom_kernel::{
     ErrorInfo, EventStore, EventStoreExt, ExecutionId, ExecutionStatus, MemoryStore, Payload,
 };
+use loom_kernel::{Event, Verdict};
 use serde_json::{Value, json};
 
 fn echo_effect(counter: Arc<AtomicUsize>) -> impl Effect {
@@ -266,7 +266,7 @@ async fn a_duplicate_explicit_step_id_is_an_error() {
     assert_eq!(state.status(), ExecutionStatus::Completed);
     assert_eq!(
         rt.store().read_all(&e).await.unwrap().last().unwrap().event,
-        Event::ExecutionCompleted(loom_kernel::event::ExecutionCompleted {
+        Event::ExecutionCompleted(loom_kernel::ExecutionCompleted {
             output: json!("once").into()
         })
     );
@@ -288,7 +288,7 @@ async fn a_non_idempotent_step_in_flight_parks_in_doubt_until_a_verdict() {
             0,
             &[
                 loom_kernel::conformance::started("pay"),
-                Event::StepStarted(loom_kernel::event::StepStarted {
+                Event::StepStarted(loom_kernel::StepStarted {
                     step_id: "pay#1".into(),
                     effect: "pay".into(),
                     input_digest: input_digest(&json!({"amount": 5}).into()),

@@ -1,15 +1,15 @@
 //! `Runtime::shutdown`: it refuses new work, lets the append in flight finish, joins every
 //! task, and releases the store, so the same process can open the file again at once.
 
-use crate::support;
-
 use std::sync::Arc;
 
-use crate::support::{Calls, id, options};
-use loom_kernel::runtime::*;
+use loom_kernel::*;
 use loom_kernel::{DiskStore, EventStoreExt, ExecutionStatus, MemoryStore, Payload};
 use serde_json::{Value, json};
 use tokio::sync::Notify;
+
+use crate::support;
+use crate::support::{Calls, id, options};
 
 /// One step on `slow`, then a gate resumed by `go`.
 async fn slow_then_gate(ctx: FlowCtx, _: Value) -> Result<Value, FlowError> {
@@ -111,7 +111,7 @@ async fn work_after_shutdown_is_refused_with_a_typed_error() {
         .await;
     assert_eq!(resume, Err(ResumeError::ShutDown));
     let resolve = other
-        .resolve(&parked, "s", loom_kernel::event::Verdict::Retry, None)
+        .resolve(&parked, "s", loom_kernel::Verdict::Retry, None)
         .await;
     assert_eq!(resolve, Err(ResolveError::ShutDown));
     assert_eq!(
@@ -148,8 +148,8 @@ impl loom_kernel::EventStore for HeldAppends {
         &self,
         execution: &loom_kernel::ExecutionId,
         expected_seq: u64,
-        events: &[loom_kernel::event::Event],
-    ) -> Result<u64, loom_kernel::store::AppendError> {
+        events: &[loom_kernel::Event],
+    ) -> Result<u64, loom_kernel::AppendError> {
         if self.hold.load(std::sync::atomic::Ordering::SeqCst) {
             let released = self.release.notified();
             self.entered.notify_one();
@@ -163,14 +163,14 @@ impl loom_kernel::EventStore for HeldAppends {
         execution: &loom_kernel::ExecutionId,
         from: u64,
         limit: usize,
-    ) -> Result<Vec<loom_kernel::EventEnvelope>, loom_kernel::store::ReadError> {
+    ) -> Result<Vec<loom_kernel::EventEnvelope>, loom_kernel::ReadError> {
         self.inner.read(execution, from, limit).await
     }
 
     async fn head(
         &self,
         execution: &loom_kernel::ExecutionId,
-    ) -> Result<u64, loom_kernel::store::ReadError> {
+    ) -> Result<u64, loom_kernel::ReadError> {
         self.inner.head(execution).await
     }
 
@@ -178,7 +178,7 @@ impl loom_kernel::EventStore for HeldAppends {
         &self,
         after: Option<&loom_kernel::ExecutionId>,
         limit: usize,
-    ) -> Result<loom_kernel::store::ExecutionPage, loom_kernel::store::ReadError> {
+    ) -> Result<loom_kernel::ExecutionPage, loom_kernel::ReadError> {
         self.inner.list_executions(after, limit).await
     }
 
@@ -186,7 +186,7 @@ impl loom_kernel::EventStore for HeldAppends {
         &self,
         execution: &loom_kernel::ExecutionId,
         seq: u64,
-    ) -> Result<(), loom_kernel::store::ReadError> {
+    ) -> Result<(), loom_kernel::ReadError> {
         self.inner.wait_for(execution, seq).await
     }
 }

@@ -1,10 +1,11 @@
 //! Starting an execution: a start of an id that exists never runs the flow; with the same flow
 //! and input it returns that execution (idempotent start), otherwise it is refused.
 
-use crate::support::{Calls, events_of, id, options, with_echo};
-use loom_kernel::runtime::*;
+use loom_kernel::*;
 use loom_kernel::{EventStore, ExecutionStatus, MemoryStore};
 use serde_json::{Value, json};
+
+use crate::support::{Calls, events_of, id, options, with_echo};
 
 async fn one_step(ctx: FlowCtx, order: Value) -> Result<Value, FlowError> {
     let charged = ctx.execute("echo", &order).await?;

@@ -5,19 +5,19 @@
 //! transition, for every execution, the live state (`wait`), the fold of the log and the
 //! model agree, and the log replays deterministically.
 
-use crate::support;
-
 use std::collections::BTreeMap;
 
-use crate::support::id;
-use loom_kernel::event::Verdict;
-use loom_kernel::runtime::*;
+use loom_kernel::Verdict;
+use loom_kernel::*;
 use loom_kernel::{EventStoreExt, ExecutionStatus, MemoryStore, Payload};
 use proptest::prelude::*;
 use proptest::test_runner::Config;
 use proptest_state_machine::{ReferenceStateMachine, StateMachineTest, prop_state_machine};
 use serde::{Deserialize, Serialize};
 use serde_json::json;
+
+use crate::support;
+use crate::support::id;
 
 /// What an execution's flow meets: its input.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]

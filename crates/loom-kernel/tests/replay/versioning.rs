@@ -4,11 +4,12 @@
 
 use std::time::Duration;
 
-use crate::support::{Calls, echo, events_of, id};
-use loom_kernel::event::Event;
-use loom_kernel::runtime::*;
+use loom_kernel::Event;
+use loom_kernel::*;
 use loom_kernel::{EventStore, EventStoreExt, ExecutionId, ExecutionStatus, MemoryStore, Payload};
 use serde_json::{Value, json};
+
+use crate::support::{Calls, echo, events_of, id};
 
 /// The old code: a step, a gate, a step.
 async fn order_v1(ctx: FlowCtx, _: Value) -> Result<Value, FlowError> {

@@ -1,9 +1,9 @@
 //! Stores written by earlier builds stay readable: records kept as JSON objects read back the
 //! same, and new (binary) records append after them.
 
+use loom_kernel::Event;
 use loom_kernel::conformance::{completed, id, started, step_started, suspended, tagged};
-use loom_kernel::envelope::encode_json_record;
-use loom_kernel::event::Event;
+use loom_kernel::encode_json_record;
 use loom_kernel::{
     DiskStore, DiskStoreConfig, EventStore, EventStoreExt, ExecutionStatus, OpenError, StatusFilter,
 };
@@ -76,8 +76,8 @@ async fn json_records_of_earlier_builds_read_and_extend() {
 /// this build writes tag 13, and a record cut before its reason is an error, not an old record.
 #[test]
 fn in_doubt_records_without_a_reason_read_back() {
-    use loom_kernel::envelope::{decode_record as decode, encode_record};
-    use loom_kernel::event::{EffectInDoubt, Event};
+    use loom_kernel::{EffectInDoubt, Event};
+    use loom_kernel::{decode_record as decode, encode_record};
 
     let mut old = vec![0xB1];
     old.extend_from_slice(&1u32.to_le_bytes()); // schema
@@ -121,7 +121,7 @@ async fn a_layout_1_file_is_indexed_when_opened() {
         ),
     ];
     layout_1_file(&path, &logs, |event| {
-        loom_kernel::envelope::encode_record(event, Some(5))
+        loom_kernel::encode_record(event, Some(5))
     });
     assert!(matches!(
         DiskStore::open_read_only(&path, DiskStoreConfig::default()),

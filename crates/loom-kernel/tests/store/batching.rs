@@ -5,10 +5,10 @@
 use std::sync::{Arc, Mutex};
 
 use loom_kernel::conformance::id;
-use loom_kernel::runtime::{
+use loom_kernel::{AppendError, ExecutionPage, ReadError};
+use loom_kernel::{
     EffectCall, EffectOutcome, FlowCtx, FlowError, FnEffect, Runtime, StartOptions, flow_fn,
 };
-use loom_kernel::store::{AppendError, ExecutionPage, ReadError};
 use loom_kernel::{Event, EventEnvelope, EventStore, ExecutionId, MemoryStore};
 use serde_json::{Value, json};
 

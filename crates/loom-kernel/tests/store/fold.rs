@@ -1,7 +1,7 @@
 //! The fold: states it reaches, and every invariant it refuses, named by seq.
 
-use loom_kernel::event::*;
-use loom_kernel::fold::StepStatus;
+use loom_kernel::StepStatus;
+use loom_kernel::*;
 use loom_kernel::{
     ErrorInfo, Event, EventEnvelope, ExecutionId, ExecutionState, ExecutionStatus, Violation,
 };

@@ -1,7 +1,7 @@
 //! Property tests of the fold laws and of seq gaplessness.
 
 use loom_kernel::conformance::{id, started};
-use loom_kernel::event::*;
+use loom_kernel::*;
 use loom_kernel::{
     AppendError, DiskStore, ErrorInfo, Event, EventEnvelope, EventStore, EventStoreExt,
     ExecutionId, ExecutionState, MemoryStore,
@@ -174,7 +174,7 @@ proptest! {
     /// wrote, with its schema and metadata.
     #[test]
     fn records_round_trip_in_both_forms(log in log()) {
-        use loom_kernel::envelope::{decode_record, encode_json_record, encode_record};
+        use loom_kernel::{decode_record, encode_json_record, encode_record};
         for envelope in &log {
             for bytes in [
                 encode_record(&envelope.event, envelope.recorded_at_ms),
@@ -190,7 +190,7 @@ proptest! {
     /// after the record marker.
     #[test]
     fn damaged_records_are_errors(log in log(), noise in prop::collection::vec(any::<u8>(), 0..64)) {
-        use loom_kernel::envelope::{decode_record, encode_record};
+        use loom_kernel::{decode_record, encode_record};
         let id = ExecutionId::new("prop").unwrap();
         let bytes = encode_record(&log[log.len() - 1].event, Some(1));
         for cut in 0..bytes.len() {

@@ -1,13 +1,13 @@
 //! K10-R6: the runtime's data classification masks every text that leaves it; the log keeps
 //! true values.
 
-use crate::support;
-
-use crate::support::{Calls, options};
-use loom_kernel::classify::DataClassification;
-use loom_kernel::runtime::*;
+use loom_kernel::DataClassification;
+use loom_kernel::*;
 use loom_kernel::{EventStoreExt, MemoryStore};
 use serde_json::{Value, json};
+
+use crate::support;
+use crate::support::{Calls, options};
 
 const CARD: &str = "4111111111111111";
 const OTHER_CARD: &str = "4222222222222222";
@@ -46,7 +46,7 @@ fn runtime(store: MemoryStore, flow: impl Flow) -> Runtime<MemoryStore> {
 fn assert_masked(text: &str) {
     assert!(!text.contains(CARD), "card number in clear: {text}");
     assert!(!text.contains(OTHER_CARD), "card number in clear: {text}");
-    assert!(text.contains(loom_kernel::classify::MASK), "{text}");
+    assert!(text.contains(loom_kernel::MASK), "{text}");
 }
 
 #[tokio::test]

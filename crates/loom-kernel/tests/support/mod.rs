@@ -8,8 +8,8 @@ pub mod kill;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 
-use loom_kernel::event::Event;
-use loom_kernel::runtime::*;
+use loom_kernel::Event;
+use loom_kernel::*;
 use loom_kernel::{EventStore, EventStoreExt, ExecutionId, MemoryStore};
 use serde_json::json;
 

@@ -8,9 +8,9 @@ use futures::FutureExt;
 use futures::future::BoxFuture;
 use loom_effect_runtime::EffectRegistry;
 use loom_kernel::conformance::id;
-use loom_kernel::runtime::{FlowCtx, FlowError, Runtime, StartOptions, flow_fn};
 use loom_kernel::{Event, EventStoreExt, MemoryStore};
-use loom_plugin_a2ui::wire::AgentMessage;
+use loom_kernel::{FlowCtx, FlowError, Runtime, StartOptions, flow_fn};
+use loom_plugin_a2ui::AgentMessage;
 use loom_plugin_a2ui::{
     CallFunctionInput, CallFunctionOptions, Transport, TransportError, codes,
     register_a2ui_call_function,

@@ -3,9 +3,9 @@
 
 use crate::support::*;
 use loom_kernel::MemoryStore;
+use loom_kernel::StartOptions;
 use loom_kernel::conformance::id;
-use loom_kernel::runtime::StartOptions;
-use loom_plugin_a2ui::wire::AgentMessage;
+use loom_plugin_a2ui::AgentMessage;
 use serde_json::{Value, json};
 
 fn reply(call_id: &str, value: Value) -> Vec<u8> {

@@ -5,10 +5,10 @@
 use crate::support;
 
 use crate::support::*;
+use loom_kernel::StartOptions;
 use loom_kernel::conformance::id;
-use loom_kernel::runtime::StartOptions;
 use loom_kernel::{Event, EventStoreExt, MemoryStore};
-use loom_plugin_a2ui::wire::{AgentMessage, CallRendererFunction};
+use loom_plugin_a2ui::{AgentMessage, CallRendererFunction};
 use loom_plugin_a2ui::{HubError, IngestError, REQUEST_DECISION};
 use serde_json::{Value, json};
 
@@ -154,7 +154,7 @@ async fn replies_that_answer_no_open_call_are_refused_and_record_nothing() {
     assert_eq!(execution, e);
     assert!(matches!(
         result.outcome,
-        loom_plugin_a2ui::wire::FunctionOutcome::Error(_)
+        loom_plugin_a2ui::FunctionOutcome::Error(_)
     ));
 }
 
@@ -235,7 +235,7 @@ async fn a_late_subscriber_gets_the_current_model_then_every_update_once() {
 
 #[tokio::test]
 async fn events_are_applied_once_each_in_seq_order_whatever_order_they_arrive_in() {
-    use loom_kernel::runtime::Projection;
+    use loom_kernel::Projection;
     let store = MemoryStore::new();
     let e = id("hub-order");
     {
@@ -285,9 +285,9 @@ async fn events_are_applied_once_each_in_seq_order_whatever_order_they_arrive_in
 
 /// Shows a value, waits for a `done` action, then deletes the surface.
 async fn show_then_delete(
-    ctx: loom_kernel::runtime::FlowCtx,
+    ctx: loom_kernel::FlowCtx,
     _: Value,
-) -> Result<Value, loom_kernel::runtime::FlowError> {
+) -> Result<Value, loom_kernel::FlowError> {
     use loom_agent_surface::SurfaceExt;
     let ui = ctx.surface(SURFACE);
     ui.patch()
@@ -305,8 +305,8 @@ async fn show_then_delete(
 async fn a_deleted_surface_ends_its_subscriptions_and_later_subscribers_get_nothing() {
     let store = MemoryStore::new();
     let hub = hub();
-    let runtime = loom_kernel::runtime::Runtime::builder(store.clone())
-        .flow(loom_kernel::runtime::flow_fn("show", 1, show_then_delete))
+    let runtime = loom_kernel::Runtime::builder(store.clone())
+        .flow(loom_kernel::flow_fn("show", 1, show_then_delete))
         .plugin(&hub)
         .build()
         .unwrap();

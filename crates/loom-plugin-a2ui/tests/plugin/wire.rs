@@ -6,12 +6,12 @@ use std::sync::OnceLock;
 
 use crate::support::*;
 use loom_agent_surface::SurfaceOp;
-use loom_kernel::classify::DataClassification;
-use loom_plugin_a2ui::wire::{
-    AgentMessage, FunctionError, FunctionOutcome, FunctionResponse, RendererMessage, WireError,
-};
+use loom_kernel::DataClassification;
 use loom_plugin_a2ui::{
     A2UISurfaceBridge, BridgeError, CATALOG_PLACEHOLDER_ID, COMMON_TYPES_ID, ComponentError,
+};
+use loom_plugin_a2ui::{
+    AgentMessage, FunctionError, FunctionOutcome, FunctionResponse, RendererMessage, WireError,
 };
 use proptest::prelude::*;
 use serde_json::{Map, Value, json};

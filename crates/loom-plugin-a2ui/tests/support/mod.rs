@@ -4,9 +4,9 @@
 use std::sync::OnceLock;
 
 use loom_agent_surface::SurfaceExt;
+use loom_kernel::DataClassification;
 use loom_kernel::MemoryStore;
-use loom_kernel::classify::DataClassification;
-use loom_kernel::runtime::{FlowCtx, FlowError, Runtime, flow_fn};
+use loom_kernel::{FlowCtx, FlowError, Runtime, flow_fn};
 use loom_plugin_a2ui::{
     AllowedCallers, CatalogDef, Catalogs, LOOM_CATALOG_ID, SurfaceHub, SurfaceSpec, call_and_wait,
     define_catalog, define_function,

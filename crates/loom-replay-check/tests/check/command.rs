@@ -9,13 +9,13 @@ use std::path::{Path, PathBuf};
 use tempfile::TempDir;
 
 use loom_kernel::conformance::id;
-use loom_kernel::runtime::{
+use loom_kernel::{
     EffectCall, EffectOutcome, FlowCtx, FlowError, FlowSet, FnEffect, Runtime, StartOptions,
     flow_fn,
 };
 use loom_kernel::{EventStoreExt, ExecutionStatus, MemoryStore, Payload};
-use loom_replay_check::cli::check_command;
-use loom_replay_check::{Checker, Finding, jsonl};
+use loom_replay_check::check_command;
+use loom_replay_check::{Checker, Finding};
 use serde_json::{Value, json};
 
 async fn order(ctx: FlowCtx, input: Value) -> Result<Value, FlowError> {
@@ -112,7 +112,7 @@ async fn record(dir: &Path) {
     std::fs::create_dir_all(dir).unwrap();
     for name in ["order-done", "order-waiting", "greet-ada"] {
         let log = store.read_all(&id(name)).await.unwrap();
-        jsonl::write_log(dir, &log).unwrap();
+        loom_replay_check::write_log(dir, &log).unwrap();
     }
 }
 
@@ -128,7 +128,7 @@ impl Recorded {
         tokio::runtime::Runtime::new()
             .unwrap()
             .block_on(record(dir.path()));
-        let logs = jsonl::list_logs(dir.path()).unwrap();
+        let logs = loom_replay_check::list_logs(dir.path()).unwrap();
         assert_eq!(logs.len(), 3);
         Self { dir, logs }
     }
@@ -146,7 +146,7 @@ impl Recorded {
 fn recorded_logs_replay_deterministically() {
     let checker = Checker::new(&flows()).unwrap();
     for path in &Recorded::new().logs {
-        let outcome = checker.check(jsonl::read_log(path).unwrap());
+        let outcome = checker.check(loom_replay_check::read_log(path).unwrap());
         assert_eq!(
             outcome.finding,
             Finding::Deterministic,
@@ -162,11 +162,11 @@ fn recorded_logs_replay_deterministically() {
 #[test]
 fn logs_an_earlier_build_recorded_replay_deterministically() {
     let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/earlier-builds");
-    let logs = jsonl::list_logs(&dir).unwrap();
+    let logs = loom_replay_check::list_logs(&dir).unwrap();
     assert_eq!(logs.len(), 3);
     let checker = Checker::new(&flows()).unwrap();
     for path in logs {
-        let log = jsonl::read_log(&path).unwrap();
+        let log = loom_replay_check::read_log(&path).unwrap();
         assert!(
             !log.iter().any(|e| e.event.type_name() == "STEP_STARTED"),
             "{}: recorded by an earlier build",
@@ -189,7 +189,8 @@ fn a_changed_flow_is_caught_at_the_right_seq() {
         .with(flow_fn("greet", 1, greet));
     let checker = Checker::new(&changed).unwrap();
     let recorded = Recorded::new();
-    let outcome = checker.check(jsonl::read_log(recorded.log("order-done.jsonl")).unwrap());
+    let outcome =
+        checker.check(loom_replay_check::read_log(recorded.log("order-done.jsonl")).unwrap());
     assert_eq!(
         outcome.finding,
         Finding::Divergent {
@@ -234,7 +235,7 @@ fn the_command_reports_with_exit_codes() {
         2
     );
     assert_eq!(
-        loom_replay_check::cli::export_main(["export-log", "--store", "x.redb"]),
+        loom_replay_check::export_main(["export-log", "--store", "x.redb"]),
         std::process::ExitCode::from(2)
     );
     assert_eq!(
@@ -255,7 +256,7 @@ fn damaged_and_newer_logs_are_errors_not_divergences() {
         ("truncated.jsonl", "truncated.jsonl:"),
         ("newer.jsonl", "EVENT_SCHEMA 7"),
     ] {
-        let err = jsonl::read_log(&dir.path().join(file)).unwrap_err();
+        let err = loom_replay_check::read_log(&dir.path().join(file)).unwrap_err();
         assert!(err.to_string().contains(expected), "{err}");
     }
     let args = ["replay-check", "--logs", dir.path().to_str().unwrap()];
@@ -271,7 +272,7 @@ fn a_store_exports_and_checks_the_same_as_its_logs() {
     tokio::runtime::Runtime::new().unwrap().block_on(async {
         let store = loom_kernel::DiskStore::open(&store_path).unwrap();
         for path in &recorded.logs {
-            let log = jsonl::read_log(path).unwrap();
+            let log = loom_replay_check::read_log(path).unwrap();
             let events: Vec<_> = log.iter().map(|e| e.event.clone()).collect();
             store
                 .append(&log[0].execution_id, 0, &events)
@@ -282,12 +283,12 @@ fn a_store_exports_and_checks_the_same_as_its_logs() {
     let out = dir.path().join("exported");
     let (store_arg, out_arg) = (store_path.to_str().unwrap(), out.to_str().unwrap());
     let export =
-        loom_replay_check::cli::export_main(["export-log", "--store", store_arg, "--out", out_arg]);
+        loom_replay_check::export_main(["export-log", "--store", store_arg, "--out", out_arg]);
     assert_eq!(
         format!("{export:?}"),
         format!("{:?}", std::process::ExitCode::SUCCESS)
     );
-    assert_eq!(jsonl::list_logs(&out).unwrap().len(), 3);
+    assert_eq!(loom_replay_check::list_logs(&out).unwrap().len(), 3);
     assert_eq!(
         check_command(&flows(), ["replay-check", "--store", store_arg]),
         0
@@ -320,7 +321,7 @@ fn stored_records_check_as_their_logs_do() {
     let logs: Vec<_> = Recorded::new()
         .logs
         .iter()
-        .map(|path| jsonl::read_log(path).unwrap())
+        .map(|path| loom_replay_check::read_log(path).unwrap())
         .collect();
     let changed = FlowSet::new()
         .with(flow_fn("order", 1, order_changed))

@@ -3,11 +3,11 @@
 //! `<store>.masks` file beside the store.
 
 use clap::Parser;
-use loom_kernel::classify::{DataClassification, MASK};
 use loom_kernel::conformance::id;
-use loom_kernel::runtime::{FlowCtx, FlowError, FlowSet, Runtime, StartOptions, flow_fn};
+use loom_kernel::{DataClassification, MASK};
 use loom_kernel::{EventStoreExt, ExecutionStatus, MemoryStore};
-use loom_replay_check::cli::CheckArgs;
+use loom_kernel::{FlowCtx, FlowError, FlowSet, Runtime, StartOptions, flow_fn};
+use loom_replay_check::CheckArgs;
 use loom_replay_check::{Checker, Finding};
 use serde_json::{Value, json};
 

@@ -5,10 +5,10 @@
 use std::path::Path;
 
 use loom_kernel::conformance::id;
-use loom_kernel::runtime::{FlowCtx, FlowError, FlowSet, Runtime, StartOptions, flow_fn};
 use loom_kernel::{EventStoreExt, ExecutionStatus, MemoryStore};
-use loom_replay_check::cli::check_command;
-use loom_replay_check::{Checker, Finding, jsonl};
+use loom_kernel::{FlowCtx, FlowError, FlowSet, Runtime, StartOptions, flow_fn};
+use loom_replay_check::check_command;
+use loom_replay_check::{Checker, Finding};
 
 async fn greet(ctx: FlowCtx, name: String) -> Result<String, FlowError> {
     let pick: u64 = ctx.decide("variant", || 2)?;
@@ -45,7 +45,7 @@ fn record(dir: &Path) -> Vec<loom_kernel::EventEnvelope> {
         let state = loom.wait(&execution).await.unwrap();
         assert_eq!(state.status(), ExecutionStatus::Completed);
         let log = store.read_all(&execution).await.unwrap();
-        jsonl::write_log(dir, &log).unwrap();
+        loom_replay_check::write_log(dir, &log).unwrap();
         log
     })
 }
@@ -122,8 +122,8 @@ fn a_missing_or_empty_store_file_fails_and_is_never_created() {
     );
 }
 
-const VARIANT: loom_kernel::runtime::EffectHandle<String, String> =
-    loom_kernel::runtime::EffectHandle::new("text.variant");
+const VARIANT: loom_kernel::EffectHandle<String, String> =
+    loom_kernel::EffectHandle::new("text.variant");
 
 #[test]
 fn flows_declaring_their_effects_are_checked_without_them() {

@@ -5,14 +5,14 @@
 use std::path::Path;
 
 use loom_kernel::conformance::id;
-use loom_kernel::runtime::{
+use loom_kernel::{
     EffectCall, EffectOutcome, FlowCtx, FlowError, FlowSet, FnEffect, Runtime, StartOptions,
     flow_fn,
 };
 use loom_kernel::{EventStoreExt, MemoryStore};
-use loom_replay_check::breaks::summary;
-use loom_replay_check::cli::check_command;
-use loom_replay_check::{Checker, jsonl};
+use loom_replay_check::Checker;
+use loom_replay_check::check_command;
+use loom_replay_check::summary;
 use serde_json::{Value, json};
 
 /// The code in production: reserve, wait for approval, charge.
@@ -81,16 +81,16 @@ async fn record(dir: &Path) {
         .unwrap();
     rt.wait(&id("greet-ada")).await.unwrap();
     for name in ["order-parked", "order-done", "greet-ada"] {
-        jsonl::write_log(dir, &store.read_all(&id(name)).await.unwrap()).unwrap();
+        loom_replay_check::write_log(dir, &store.read_all(&id(name)).await.unwrap()).unwrap();
     }
 }
 
 fn outcomes(flows: &FlowSet, dir: &Path) -> Vec<loom_replay_check::Outcome> {
     let checker = Checker::new(flows).unwrap();
-    jsonl::list_logs(dir)
+    loom_replay_check::list_logs(dir)
         .unwrap()
         .iter()
-        .map(|path| checker.check(jsonl::read_log(path).unwrap()))
+        .map(|path| checker.check(loom_replay_check::read_log(path).unwrap()))
         .collect()
 }
 
@@ -149,12 +149,12 @@ fn an_unguarded_change_breaks_old_executions_and_a_patched_one_does_not() {
 fn a_childs_log_exports_to_one_file_and_reads_back() {
     let dir = tempfile::tempdir().unwrap();
     let child = id("order-1/notify#1");
-    let path = jsonl::path_for(dir.path(), &child);
+    let path = loom_replay_check::path_for(dir.path(), &child);
     assert_eq!(path, dir.path().join("order-1%2Fnotify#1.jsonl"));
     let log = vec![loom_kernel::EventEnvelope::new(
         child.clone(),
         0,
-        loom_kernel::Event::ExecutionStarted(loom_kernel::event::ExecutionStarted {
+        loom_kernel::Event::ExecutionStarted(loom_kernel::ExecutionStarted {
             flow: "notify".into(),
             flow_version: 1,
             input: json!(null).into(),
@@ -163,8 +163,11 @@ fn a_childs_log_exports_to_one_file_and_reads_back() {
         }),
     )];
     assert_eq!(
-        jsonl::write_log(dir.path(), &log).unwrap(),
+        loom_replay_check::write_log(dir.path(), &log).unwrap(),
         Some(path.clone())
     );
-    assert_eq!(jsonl::read_log(&path).unwrap()[0].execution_id, child);
+    assert_eq!(
+        loom_replay_check::read_log(&path).unwrap()[0].execution_id,
+        child
+    );
 }

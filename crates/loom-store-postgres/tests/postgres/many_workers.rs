@@ -5,12 +5,12 @@
 use std::sync::atomic::Ordering;
 use std::time::Duration;
 
+use loom_kernel::StatusFilter;
 use loom_kernel::conformance::{id, started, tagged};
-use loom_kernel::event::{ExecutionCompleted, ExecutionResumed, ExecutionSuspended};
-use loom_kernel::store::StatusFilter;
 use loom_kernel::{AppendError, Event, EventStore, EventStoreExt, ExecutionStatus};
-use loom_store_postgres::testing::{fresh_schema, server_url};
+use loom_kernel::{ExecutionCompleted, ExecutionResumed, ExecutionSuspended};
 use loom_store_postgres::{PostgresStore, PostgresStoreConfig};
+use loom_store_postgres::{fresh_schema, server_url};
 use serde_json::json;
 
 async fn worker(url: &str, schema: &str, name: &str, lease: Duration) -> PostgresStore {

@@ -14,13 +14,13 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use loom_kernel::EventStore;
-use loom_kernel::runtime::{
+use loom_kernel::{
     EffectCall, EffectOutcome, FlowCtx, FlowError, FnEffect, Runtime, StartError, StartOptions,
     flow_fn,
 };
 use loom_kernel::{Event, EventStoreExt, ExecutionId, ExecutionStatus};
-use loom_store_postgres::testing::{fresh_schema, server_url};
 use loom_store_postgres::{PostgresStore, PostgresStoreConfig};
+use loom_store_postgres::{fresh_schema, server_url};
 use serde_json::{Value, json};
 
 use crate::support::child::child_test;
@@ -336,7 +336,7 @@ async fn three_workers_survive_a_kill_and_a_cut_connection_without_running_an_ef
     assert_eq!(completed + in_doubt, EXECUTIONS);
     assert!(completed > 0);
     // replay-check over the store: every log replays against the flow code.
-    let flows = loom_kernel::runtime::FlowSet::new().with(flow_fn("job", 1, job));
+    let flows = loom_kernel::FlowSet::new().with(flow_fn("job", 1, job));
     let checker = loom_replay_check::Checker::new(&flows).expect("checker");
     let ids: Vec<_> = (0..EXECUTIONS).map(execution).collect();
     for (e, log) in ids

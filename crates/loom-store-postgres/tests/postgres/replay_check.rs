@@ -1,9 +1,9 @@
 //! `replay-check` reads a PostgreSQL store through its generic entry point.
 
-use loom_kernel::runtime::{FlowCtx, FlowError, FlowSet, Runtime, StartOptions, flow_fn};
 use loom_kernel::{ExecutionId, ExecutionStatus};
-use loom_store_postgres::testing::{fresh_schema, server_url};
+use loom_kernel::{FlowCtx, FlowError, FlowSet, Runtime, StartOptions, flow_fn};
 use loom_store_postgres::{PostgresStore, PostgresStoreConfig};
+use loom_store_postgres::{fresh_schema, server_url};
 use serde_json::{Value, json};
 
 async fn decide_twice(ctx: FlowCtx, input: Value) -> Result<Value, FlowError> {
@@ -19,7 +19,7 @@ async fn decide_once(ctx: FlowCtx, input: Value) -> Result<Value, FlowError> {
 
 fn check(flows: &FlowSet, url: &str, schema: &str) -> u8 {
     let config = PostgresStoreConfig::new(url).schema(schema).check_only();
-    loom_replay_check::cli::check_store_command(flows, ["replay-check"], "test", || async {
+    loom_replay_check::check_store_command(flows, ["replay-check"], "test", || async {
         PostgresStore::connect(config).await.map_err(Into::into)
     })
 }

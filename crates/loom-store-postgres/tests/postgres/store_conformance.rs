@@ -1,8 +1,8 @@
 //! The kernel's store conformance suite against a real PostgreSQL server.
 
 use loom_kernel::conformance::{self, StoreHarness};
-use loom_store_postgres::testing::{fresh_schema, server_url};
 use loom_store_postgres::{PostgresStore, PostgresStoreConfig};
+use loom_store_postgres::{fresh_schema, server_url};
 
 struct Postgres {
     url: String,

@@ -3,10 +3,10 @@
 
 use std::time::{Duration, Instant};
 
-use loom_kernel::runtime::{FlowCtx, FlowError, Runtime, StartOptions, flow_fn};
 use loom_kernel::{Event, EventStoreExt, ExecutionId, ExecutionStatus};
-use loom_store_postgres::testing::{fresh_schema, server_url};
+use loom_kernel::{FlowCtx, FlowError, Runtime, StartOptions, flow_fn};
 use loom_store_postgres::{PostgresStore, PostgresStoreConfig};
+use loom_store_postgres::{fresh_schema, server_url};
 use serde_json::{Value, json};
 
 /// Long enough that worker A, connecting and starting the flow, is gone before the deadline

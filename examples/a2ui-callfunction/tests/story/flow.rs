@@ -7,11 +7,11 @@ use std::time::Duration;
 use a2ui_callfunction::app::{self, APPROVE_TIMEOUT, FLOW, Order, SURFACE};
 use a2ui_callfunction::operator::Target;
 use a2ui_callfunction::transport::NoRenderer;
-use loom_kernel::runtime::{ManualClock, StartOptions};
 use loom_kernel::{
     DiskStore, EventStore, EventStoreExt, ExecutionId, ExecutionStatus, MemoryStore,
 };
-use loom_plugin_a2ui::wire::AgentMessage;
+use loom_kernel::{ManualClock, StartOptions};
+use loom_plugin_a2ui::AgentMessage;
 use loom_plugin_a2ui::{CALL_FUNCTION_EFFECT, SurfaceHub};
 use serde_json::{Value, json};
 

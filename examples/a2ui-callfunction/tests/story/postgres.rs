@@ -10,8 +10,8 @@ use a2ui_callfunction::client::read_ledger;
 use a2ui_callfunction::operator::Target;
 use a2ui_callfunction::story::EXECUTION;
 use loom_kernel::{EventStoreExt, ExecutionId, ExecutionStatus};
-use loom_store_postgres::testing::{fresh_schema, server_url};
 use loom_store_postgres::{PostgresStore, PostgresStoreConfig};
+use loom_store_postgres::{fresh_schema, server_url};
 
 use crate::support::{checkout_in_doubt, in_own_runtime, operator_completes_the_step};
 

@@ -8,7 +8,7 @@ use std::time::Duration;
 use a2ui_callfunction::server::{self, ServerOptions};
 use a2ui_callfunction::story::EXECUTION;
 use futures::{SinkExt, StreamExt};
-use loom_plugin_a2ui::wire::AgentMessage;
+use loom_plugin_a2ui::AgentMessage;
 use serde_json::json;
 use tokio_tungstenite::tungstenite::Message;
 

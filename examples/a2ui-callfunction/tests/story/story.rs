@@ -10,7 +10,7 @@ use a2ui_callfunction::app::{self, CARD_NUMBER};
 use a2ui_callfunction::client::read_ledger;
 use a2ui_callfunction::story::EXECUTION;
 use loom_kernel::{DiskStore, EventStoreExt, ExecutionId};
-use loom_plugin_a2ui::wire::{AgentMessage, RendererMessage};
+use loom_plugin_a2ui::{AgentMessage, RendererMessage};
 use loom_plugin_a2ui::{CATALOG_PLACEHOLDER_ID, COMMON_TYPES_ID};
 use loom_replay_check::{Checker, Finding};
 use serde_json::Value;

@@ -1,7 +1,7 @@
 //! The quickstart's flows, run through the runtime on the in-memory store.
 
 use loom_agent_surface::SurfaceProjection;
-use loom_kernel::runtime::Runtime;
+use loom_kernel::Runtime;
 use loom_kernel::{Event, EventStoreExt, ExecutionId, ExecutionStatus, MemoryStore, Payload};
 use quickstart::{APPROVAL_EVENT, Counters, Order, Receipt, approval_key};
 use serde_json::json;

@@ -6,11 +6,11 @@
 
 use std::path::{Path, PathBuf};
 
+use loom_kernel::Runtime;
 use loom_kernel::conformance::id;
-use loom_kernel::runtime::Runtime;
 use loom_kernel::{EventStoreExt, ExecutionStatus, MemoryStore, Payload};
-use loom_replay_check::cli::check_command;
-use loom_replay_check::{Checker, Finding, jsonl};
+use loom_replay_check::check_command;
+use loom_replay_check::{Checker, Finding};
 use serde_json::json;
 
 fn golden_dir() -> PathBuf {
@@ -66,7 +66,7 @@ async fn record(dir: &Path) {
     names.push(e);
     std::fs::create_dir_all(dir).unwrap();
     for e in names {
-        jsonl::write_log(dir, &store.read_all(&e).await.unwrap()).unwrap();
+        loom_replay_check::write_log(dir, &store.read_all(&e).await.unwrap()).unwrap();
     }
 }
 
@@ -78,7 +78,7 @@ fn the_example_golden_logs_replay_deterministically() {
             .unwrap()
             .block_on(record(&dir));
     }
-    let logs = jsonl::list_logs(&dir).unwrap();
+    let logs = loom_replay_check::list_logs(&dir).unwrap();
     assert_eq!(
         logs.len(),
         4,
@@ -86,7 +86,7 @@ fn the_example_golden_logs_replay_deterministically() {
     );
     let checker = Checker::new(&quickstart::flows()).unwrap();
     for path in logs {
-        let outcome = checker.check(jsonl::read_log(&path).unwrap());
+        let outcome = checker.check(loom_replay_check::read_log(&path).unwrap());
         assert_eq!(
             outcome.finding,
             Finding::Deterministic,
