@@ -6,11 +6,9 @@ use loom_kernel::{DiskStore, EventStoreExt, ExecutionStatus};
 
 #[tokio::test]
 async fn executions_are_listed_by_status_and_flow() {
-    let dir = tempfile::tempdir().unwrap();
-    let path = seeded_store(dir.path()).await;
-    let store = path.to_str().unwrap();
+    let seeded = Seeded::new().await;
 
-    let all = loom(&["--store", store, "executions"]);
+    let all = seeded.loom(&["executions"]);
     assert_eq!(code(&all), 0, "{}", stderr(&all));
     let text = stdout(&all);
     assert!(
@@ -22,14 +20,7 @@ async fn executions_are_listed_by_status_and_flow() {
         "{text}"
     );
 
-    let listed = json_out(&loom(&[
-        "--store",
-        store,
-        "--json",
-        "executions",
-        "--status",
-        "in-doubt",
-    ]));
+    let listed = json_out(&seeded.loom(&["--json", "executions", "--status", "in-doubt"]));
     let ids: Vec<&str> = listed
         .as_array()
         .unwrap()
@@ -40,28 +31,14 @@ async fn executions_are_listed_by_status_and_flow() {
     assert_eq!(listed[0]["flow"], "order");
     assert_eq!(listed[0]["status"], "in-doubt");
 
-    let hello = json_out(&loom(&[
-        "--store",
-        store,
-        "--json",
-        "executions",
-        "--flow",
-        "hello",
-    ]));
+    let hello = json_out(&seeded.loom(&["--json", "executions", "--flow", "hello"]));
     assert_eq!(hello.as_array().unwrap().len(), 1);
     assert_eq!(hello[0]["id"], "hello-1");
 
-    let limited = json_out(&loom(&[
-        "--store",
-        store,
-        "--json",
-        "executions",
-        "--limit",
-        "1",
-    ]));
+    let limited = json_out(&seeded.loom(&["--json", "executions", "--limit", "1"]));
     assert_eq!(limited.as_array().unwrap().len(), 1);
 
-    let bad = loom(&["--store", store, "executions", "--status", "stuck"]);
+    let bad = seeded.loom(&["executions", "--status", "stuck"]);
     assert_eq!(code(&bad), 2);
     assert!(
         stderr(&bad).contains("use one of running"),
@@ -72,22 +49,12 @@ async fn executions_are_listed_by_status_and_flow() {
 
 #[tokio::test]
 async fn show_prints_the_folded_state_then_the_log_with_classified_fields_masked() {
-    let dir = tempfile::tempdir().unwrap();
-    let path = seeded_store(dir.path()).await;
-    let store = path.to_str().unwrap();
-    let mask = dir.path().join("classified.txt");
+    let seeded = Seeded::new().await;
+    let mask = seeded.dir.path().join("classified.txt");
     std::fs::write(&mask, "# K10-R6\ncard.number\n").unwrap();
     let mask = mask.to_str().unwrap();
 
-    let shown = loom(&[
-        "--store",
-        store,
-        "--mask-file",
-        mask,
-        "show",
-        "order-1",
-        "--full",
-    ]);
+    let shown = seeded.loom(&["--mask-file", mask, "show", "order-1", "--full"]);
     assert_eq!(code(&shown), 0, "{}", stderr(&shown));
     let text = stdout(&shown);
     assert!(text.contains("status        in-doubt"), "{text}");
@@ -105,15 +72,7 @@ async fn show_prints_the_folded_state_then_the_log_with_classified_fields_masked
         "unclassified fields stay visible: {text}"
     );
 
-    let shown = json_out(&loom(&[
-        "--store",
-        store,
-        "--mask",
-        "card.number",
-        "--json",
-        "show",
-        "order-1",
-    ]));
+    let shown = json_out(&seeded.loom(&["--mask", "card.number", "--json", "show", "order-1"]));
     assert_eq!(shown["execution"]["status"], "in-doubt");
     assert_eq!(shown["state"]["stepsInDoubt"][0], "charge#1");
     let step = &shown["state"]["steps"][0];
@@ -127,23 +86,22 @@ async fn show_prints_the_folded_state_then_the_log_with_classified_fields_masked
     );
     assert!(!shown.to_string().contains(CARD));
 
-    let unknown = loom(&["--store", store, "show", "nope"]);
+    let unknown = seeded.loom(&["show", "nope"]);
     assert_eq!(code(&unknown), 3);
     assert!(stderr(&unknown).contains("execution nope does not exist"));
 }
 
 #[tokio::test]
 async fn a_classification_beside_the_store_file_masks_without_being_asked() {
-    let dir = tempfile::tempdir().unwrap();
-    let path = seeded_store(dir.path()).await;
-    let store = path.to_str().unwrap();
-    let bare = loom(&["--store", store, "--json", "show", "order-1"]);
+    let seeded = Seeded::new().await;
+    let store = seeded.store();
+    let bare = seeded.loom(&["--json", "show", "order-1"]);
     assert!(
         stdout(&bare).contains(CARD),
         "without a classification the payload is shown as stored"
     );
     std::fs::write(format!("{store}.masks"), "# K10-R6\ncard.number\n").unwrap();
-    let shown = loom(&["--store", store, "show", "order-1", "--full"]);
+    let shown = seeded.loom(&["show", "order-1", "--full"]);
     assert_eq!(code(&shown), 0, "{}", stderr(&shown));
     assert!(!stdout(&shown).contains(CARD), "{}", stdout(&shown));
     assert!(stdout(&shown).contains("\"number\":\"***\""));
@@ -151,17 +109,10 @@ async fn a_classification_beside_the_store_file_masks_without_being_asked() {
 
 #[tokio::test]
 async fn a_reader_that_goes_away_ends_the_output_quietly() {
-    let dir = tempfile::tempdir().unwrap();
-    let path = seeded_store(dir.path()).await;
+    let seeded = Seeded::new().await;
     // `loom show ... | head -0`: the reading end is closed before anything is written.
     let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_loom"))
-        .args([
-            "--store",
-            path.to_str().unwrap(),
-            "show",
-            "order-1",
-            "--full",
-        ])
+        .args(["--store", seeded.store(), "show", "order-1", "--full"])
         .stdout(std::process::Stdio::piped())
         .stderr(std::process::Stdio::piped())
         .spawn()
@@ -175,11 +126,9 @@ async fn a_reader_that_goes_away_ends_the_output_quietly() {
 
 #[tokio::test]
 async fn in_doubt_lists_each_step_with_its_idempotency_key_and_its_wait() {
-    let dir = tempfile::tempdir().unwrap();
-    let path = seeded_store(dir.path()).await;
-    let store = path.to_str().unwrap();
+    let seeded = Seeded::new().await;
 
-    let listed = loom(&["--store", store, "in-doubt"]);
+    let listed = seeded.loom(&["in-doubt"]);
     assert_eq!(code(&listed), 0, "{}", stderr(&listed));
     let text = stdout(&listed);
     assert!(
@@ -189,7 +138,7 @@ async fn in_doubt_lists_each_step_with_its_idempotency_key_and_its_wait() {
     assert!(text.contains("test.no_answer"), "{text}");
     assert!(text.contains("loom resolve <execution> <step>"), "{text}");
 
-    let listed = json_out(&loom(&["--store", store, "--json", "in-doubt"]));
+    let listed = json_out(&seeded.loom(&["--json", "in-doubt"]));
     let first = &listed[0];
     assert_eq!(first["execution"], "order-1");
     assert_eq!(first["stepId"], "charge#1");
@@ -202,13 +151,9 @@ async fn in_doubt_lists_each_step_with_its_idempotency_key_and_its_wait() {
 
 #[tokio::test]
 async fn a_verdict_given_offline_is_recorded_once_and_the_runtime_drives_on_from_it() {
-    let dir = tempfile::tempdir().unwrap();
-    let path = seeded_store(dir.path()).await;
-    let store = path.to_str().unwrap();
+    let seeded = Seeded::new().await;
 
-    let given = loom(&[
-        "--store",
-        store,
+    let given = seeded.loom(&[
         "resolve",
         "order-1",
         "charge#1",
@@ -224,15 +169,7 @@ async fn a_verdict_given_offline_is_recorded_once_and_the_runtime_drives_on_from
         stdout(&given)
     );
 
-    let again = loom(&[
-        "--store",
-        store,
-        "resolve",
-        "order-1",
-        "charge#1",
-        "--completed",
-        "1",
-    ]);
+    let again = seeded.loom(&["resolve", "order-1", "charge#1", "--completed", "1"]);
     assert_eq!(code(&again), 1);
     assert!(
         stderr(&again).contains("is not in doubt (completed at seq"),
@@ -240,32 +177,20 @@ async fn a_verdict_given_offline_is_recorded_once_and_the_runtime_drives_on_from
         stderr(&again)
     );
 
-    let retry = loom(&[
-        "--store", store, "resolve", "order-2", "charge#1", "--retry",
-    ]);
+    let retry = seeded.loom(&["resolve", "order-2", "charge#1", "--retry"]);
     assert_eq!(code(&retry), 1);
     assert!(stderr(&retry).contains("--admin"), "{}", stderr(&retry));
 
-    let failed = loom(&[
-        "--store", store, "resolve", "order-2", "charge#1", "--failed", "refunded",
-    ]);
+    let failed = seeded.loom(&["resolve", "order-2", "charge#1", "--failed", "refunded"]);
     assert_eq!(code(&failed), 0, "{}", stderr(&failed));
 
-    let malformed = loom(&[
-        "--store",
-        store,
-        "resolve",
-        "order-1",
-        "charge#1",
-        "--completed",
-        "{",
-    ]);
+    let malformed = seeded.loom(&["resolve", "order-1", "charge#1", "--completed", "{"]);
     assert_eq!(code(&malformed), 2);
-    let no_verdict = loom(&["--store", store, "resolve", "order-1", "charge#1"]);
+    let no_verdict = seeded.loom(&["resolve", "order-1", "charge#1"]);
     assert_eq!(code(&no_verdict), 2);
 
     // The verdict is in the log as the kernel writes it, and the runtime takes it from there.
-    let runtime = compose(DiskStore::open(&path).unwrap());
+    let runtime = compose(DiskStore::open(&seeded.path).unwrap());
     let log = runtime.store().read_all(&id("order-1")).await.unwrap();
     let resolved = serde_json::to_value(&log.last().unwrap().event).unwrap();
     assert_eq!(resolved["type"], "EFFECT_RESOLVED");
@@ -283,18 +208,14 @@ async fn a_verdict_given_offline_is_recorded_once_and_the_runtime_drives_on_from
     drop(runtime);
 
     // Now the gate: a resume offline, and the runtime completes the flow with its payload.
-    let wrong = loom(&[
-        "--store", store, "resume", "order-1", "approval", "other", "true",
-    ]);
+    let wrong = seeded.loom(&["resume", "order-1", "approval", "other", "true"]);
     assert_eq!(code(&wrong), 1);
     assert!(
         stderr(&wrong).contains("pending: (approval, key 'order-1')"),
         "{}",
         stderr(&wrong)
     );
-    let resumed = loom(&[
-        "--store",
-        store,
+    let resumed = seeded.loom(&[
         "resume",
         "order-1",
         "approval",
@@ -302,7 +223,7 @@ async fn a_verdict_given_offline_is_recorded_once_and_the_runtime_drives_on_from
         r#"{"by":"ada"}"#,
     ]);
     assert_eq!(code(&resumed), 0, "{}", stderr(&resumed));
-    let runtime = compose(DiskStore::open(&path).unwrap());
+    let runtime = compose(DiskStore::open(&seeded.path).unwrap());
     runtime.recover().await.unwrap();
     let state = runtime.wait(&id("order-1")).await.unwrap();
     assert_eq!(state.status(), ExecutionStatus::Completed);
@@ -314,47 +235,29 @@ async fn a_verdict_given_offline_is_recorded_once_and_the_runtime_drives_on_from
 
 #[tokio::test]
 async fn cancel_offline_ends_an_execution_once() {
-    let dir = tempfile::tempdir().unwrap();
-    let path = seeded_store(dir.path()).await;
-    let store = path.to_str().unwrap();
+    let seeded = Seeded::new().await;
 
-    let cancelled = loom(&[
-        "--store",
-        store,
-        "cancel",
-        "order-2",
-        "--reason",
-        "duplicate order",
-    ]);
+    let cancelled = seeded.loom(&["cancel", "order-2", "--reason", "duplicate order"]);
     assert_eq!(code(&cancelled), 0, "{}", stderr(&cancelled));
-    let again = loom(&["--store", store, "cancel", "order-2"]);
+    let again = seeded.loom(&["cancel", "order-2"]);
     assert_eq!(code(&again), 1);
     assert!(
         stderr(&again).contains("already ended (cancelled)"),
         "{}",
         stderr(&again)
     );
-    let unknown = loom(&["--store", store, "cancel", "nope"]);
+    let unknown = seeded.loom(&["cancel", "nope"]);
     assert_eq!(code(&unknown), 3);
-    let listed = json_out(&loom(&[
-        "--store",
-        store,
-        "--json",
-        "executions",
-        "--status",
-        "cancelled",
-    ]));
+    let listed = json_out(&seeded.loom(&["--json", "executions", "--status", "cancelled"]));
     assert_eq!(listed[0]["id"], "order-2");
 }
 
 #[tokio::test]
 async fn tail_prints_the_log_and_stops_at_its_end() {
-    let dir = tempfile::tempdir().unwrap();
-    let path = seeded_store(dir.path()).await;
-    let store = path.to_str().unwrap();
+    let seeded = Seeded::new().await;
 
     // An ended execution: follows to its end and stops by itself.
-    let ended = loom(&["--store", store, "tail", "hello-1"]);
+    let ended = seeded.loom(&["tail", "hello-1"]);
     assert_eq!(code(&ended), 0, "{}", stderr(&ended));
     assert!(
         stdout(&ended).contains("EXECUTION_COMPLETED"),
@@ -362,16 +265,7 @@ async fn tail_prints_the_log_and_stops_at_its_end() {
         stdout(&ended)
     );
 
-    let lines = loom(&[
-        "--store",
-        store,
-        "--json",
-        "tail",
-        "order-1",
-        "--no-follow",
-        "--from",
-        "1",
-    ]);
+    let lines = seeded.loom(&["--json", "tail", "order-1", "--no-follow", "--from", "1"]);
     assert_eq!(code(&lines), 0, "{}", stderr(&lines));
     let seqs: Vec<u64> = stdout(&lines)
         .lines()
@@ -384,24 +278,16 @@ async fn tail_prints_the_log_and_stops_at_its_end() {
     assert_eq!(seqs.first(), Some(&1));
     assert!(seqs.windows(2).all(|pair| pair[1] == pair[0] + 1));
 
-    let unknown = loom(&["--store", store, "tail", "nope"]);
+    let unknown = seeded.loom(&["tail", "nope"]);
     assert_eq!(code(&unknown), 3);
 }
 
 #[tokio::test]
 async fn export_log_writes_one_json_lines_file_per_execution() {
-    let dir = tempfile::tempdir().unwrap();
-    let path = seeded_store(dir.path()).await;
-    let store = path.to_str().unwrap();
-    let out = dir.path().join("logs");
+    let seeded = Seeded::new().await;
+    let out = seeded.dir.path().join("logs");
 
-    let exported = loom(&[
-        "--store",
-        store,
-        "export-log",
-        "--out",
-        out.to_str().unwrap(),
-    ]);
+    let exported = seeded.loom(&["export-log", "--out", out.to_str().unwrap()]);
     assert_eq!(code(&exported), 0, "{}", stderr(&exported));
     assert!(
         stdout(&exported).contains("wrote 3 executions"),
@@ -409,16 +295,15 @@ async fn export_log_writes_one_json_lines_file_per_execution() {
         stdout(&exported)
     );
     let log = loom_replay_check::read_log(&out.join("order-1.jsonl")).unwrap();
-    let runtime = compose(DiskStore::open(&path).unwrap());
+    let runtime = compose(DiskStore::open(&seeded.path).unwrap());
     assert_eq!(log, runtime.store().read_all(&id("order-1")).await.unwrap());
 }
 
 #[tokio::test]
 async fn a_store_held_by_another_process_is_refused_with_a_pointer_to_the_admin_api() {
-    let dir = tempfile::tempdir().unwrap();
-    let path = seeded_store(dir.path()).await;
-    let store = path.to_str().unwrap();
-    let held = DiskStore::open(&path).unwrap();
+    let seeded = Seeded::new().await;
+    let store = seeded.store();
+    let held = DiskStore::open(&seeded.path).unwrap();
 
     for args in [
         vec!["--store", store, "executions"],
@@ -445,7 +330,7 @@ async fn a_store_held_by_another_process_is_refused_with_a_pointer_to_the_admin_
 
     let missing = loom(&[
         "--store",
-        dir.path().join("none.redb").to_str().unwrap(),
+        seeded.dir.path().join("none.redb").to_str().unwrap(),
         "executions",
     ]);
     assert_eq!(code(&missing), 4);
