@@ -14,15 +14,16 @@ async fn pay(ctx: FlowCtx, _: Value) -> Result<Value, FlowError> {
     Ok(ctx.execute("pay", &json!({"amount": 5})).await?.to_value())
 }
 
-#[tokio::test]
-async fn cancel_while_a_non_idempotent_effect_runs_records_it_in_doubt() {
+/// Starts `pay` (execution `c`) whose effect, idempotent or not, starts and never answers; returns
+/// once the effect runs.
+async fn paying_forever(idempotent: bool) -> (Runtime<MemoryStore>, ExecutionId) {
     let started = Arc::new(tokio::sync::Notify::new());
     let signal = started.clone();
     let rt = Runtime::builder(MemoryStore::new())
         .flow(flow_fn("pay", 1, pay))
         .effect(
             "pay",
-            FnEffect::new(false, move |_| {
+            FnEffect::new(idempotent, move |_| {
                 signal.notify_one();
                 std::future::pending::<EffectOutcome>()
             }),
@@ -34,6 +35,12 @@ async fn cancel_while_a_non_idempotent_effect_runs_records_it_in_doubt() {
         .await
         .unwrap();
     started.notified().await;
+    (rt, e)
+}
+
+#[tokio::test]
+async fn cancel_while_a_non_idempotent_effect_runs_records_it_in_doubt() {
+    let (rt, e) = paying_forever(false).await;
     rt.cancel(&e, Some("stop".into())).await.unwrap();
     let names = event_names(rt.store(), &e).await;
     assert_eq!(
@@ -52,24 +59,7 @@ async fn cancel_while_a_non_idempotent_effect_runs_records_it_in_doubt() {
 
 #[tokio::test]
 async fn cancel_while_an_idempotent_effect_runs_records_no_doubt() {
-    let started = Arc::new(tokio::sync::Notify::new());
-    let signal = started.clone();
-    let rt = Runtime::builder(MemoryStore::new())
-        .flow(flow_fn("pay", 1, pay))
-        .effect(
-            "pay",
-            FnEffect::new(true, move |_| {
-                signal.notify_one();
-                std::future::pending::<EffectOutcome>()
-            }),
-        )
-        .build()
-        .unwrap();
-    let e = rt
-        .start("pay", &json!(null), options("c", &["pay"]))
-        .await
-        .unwrap();
-    started.notified().await;
+    let (rt, e) = paying_forever(true).await;
     rt.cancel(&e, None).await.unwrap();
     let names = event_names(rt.store(), &e).await;
     assert!(!names.contains(&"EFFECT_INDOUBT"), "{names:?}");
