@@ -25,8 +25,8 @@ fn flows() -> FlowSet {
         .with(flow_fn("other", 1, one_step))
 }
 
-#[tokio::test]
-async fn a_second_start_with_the_same_flow_and_input_returns_the_execution_and_runs_nothing() {
+/// A runtime where `s` ran `one` (`{"sku": 1}`) to its end; its store, its effect's calls and `s`.
+async fn one_ran() -> (Runtime<MemoryStore>, MemoryStore, Calls, ExecutionId) {
     let calls = Calls::default();
     let store = MemoryStore::new();
     let rt = with_echo(store.clone(), flows(), calls.clone());
@@ -35,6 +35,12 @@ async fn a_second_start_with_the_same_flow_and_input_returns_the_execution_and_r
         .await
         .unwrap();
     rt.wait(&e).await.unwrap();
+    (rt, store, calls, e)
+}
+
+#[tokio::test]
+async fn a_second_start_with_the_same_flow_and_input_returns_the_execution_and_runs_nothing() {
+    let (rt, store, calls, e) = one_ran().await;
     let log = events_of(&store, &e).await;
     let again = rt
         .start("one", &json!({"sku": 1}), options("s", &["echo"]))
@@ -67,14 +73,7 @@ async fn a_second_start_of_a_waiting_execution_returns_it() {
 
 #[tokio::test]
 async fn a_second_start_with_other_input_or_flow_is_refused_and_runs_nothing() {
-    let calls = Calls::default();
-    let store = MemoryStore::new();
-    let rt = with_echo(store.clone(), flows(), calls.clone());
-    let e = rt
-        .start("one", &json!({"sku": 1}), options("s", &["echo"]))
-        .await
-        .unwrap();
-    rt.wait(&e).await.unwrap();
+    let (rt, store, calls, e) = one_ran().await;
     let log = events_of(&store, &e).await;
     let err = rt
         .start("one", &json!({"sku": 2}), options("s", &["echo"]))
