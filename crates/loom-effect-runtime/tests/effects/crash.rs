@@ -21,7 +21,7 @@ use loom_kernel::{Event, Verdict};
 use loom_kernel::{FlowCtx, FlowError, ResolveError, Runtime, StartOptions, flow_fn};
 use serde_json::{Value, json};
 
-use crate::support::child::child_test;
+use crate::support::child::{child_runtime, child_test, say};
 
 const DIR_ENV: &str = "LOOM_EFFECT_CRASH_DIR";
 const KIND_ENV: &str = "LOOM_EFFECT_CRASH_IDEMPOTENT";
@@ -95,11 +95,7 @@ fn effect_crash_child_entry() {
     };
     let dir = PathBuf::from(dir);
     let idempotent = std::env::var(KIND_ENV).is_ok_and(|v| v == "1");
-    let tokio = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-        .unwrap();
+    let tokio = child_runtime();
     tokio.block_on(async move {
         let rt = runtime(&dir, idempotent, true);
         let options = StartOptions::new(id(EXECUTION)).grant("charge");
@@ -107,8 +103,7 @@ fn effect_crash_child_entry() {
             .await
             .unwrap();
         // The first append (EXECUTION_STARTED, STEP_STARTED) is durable.
-        println!("started");
-        std::io::stdout().flush().unwrap();
+        say("started");
         std::future::pending::<()>().await;
     });
 }

@@ -9,10 +9,10 @@
 //! The child is this test binary run again with `LOOM_REQUESTS_CHILD_STORE` set: it then runs
 //! `requests_child_process_entry`, which does nothing in an ordinary test run.
 
+use crate::support::child::{child_runtime, say};
 use crate::support::kill;
 
 use std::collections::BTreeMap;
-use std::io::Write;
 use std::time::Duration;
 
 use loom_kernel::Event;
@@ -49,27 +49,20 @@ fn requests_child_process_entry() {
     let Ok(path) = std::env::var(CHILD_ENV) else {
         return;
     };
-    let tokio = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-        .unwrap();
+    let tokio = child_runtime();
     tokio.block_on(async move {
         let runtime = runtime(DiskStore::open(&path).unwrap());
-        let mut out = std::io::stdout().lock();
         for n in 0..EXECUTIONS {
             runtime
                 .start("ship", &n, StartOptions::new(execution(n)))
                 .await
                 .unwrap();
-            writeln!(out, "started {n}").unwrap();
-            out.flush().unwrap();
+            say(&format!("started {n}"));
         }
         for n in 0..EXECUTIONS {
             runtime.wait(&execution(n)).await.unwrap();
         }
-        writeln!(out, "waiting").unwrap();
-        out.flush().unwrap();
+        say("waiting");
         loop {
             tokio::time::sleep(Duration::from_secs(1)).await;
         }

@@ -8,9 +8,9 @@
 //! `timers_child_process_entry`, which does nothing in an ordinary test run. Both processes
 //! use a manual clock, so nothing waits for real time beyond a few milliseconds per tick.
 
+use crate::support::child::child_runtime;
 use crate::support::kill;
 
-use std::io::Write;
 use std::time::Duration;
 
 use loom_kernel::Event;
@@ -45,11 +45,7 @@ fn timers_child_process_entry() {
     let Ok(path) = std::env::var(CHILD_ENV) else {
         return;
     };
-    let tokio = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-        .unwrap();
+    let tokio = child_runtime();
     tokio.block_on(async move {
         let clock = ManualClock::new(T0);
         let runtime = runtime(DiskStore::open(&path).unwrap(), clock.clone());
@@ -63,16 +59,7 @@ fn timers_child_process_entry() {
                 .await
                 .unwrap();
         }
-        let mut out = std::io::stdout().lock();
-        writeln!(out, "started").unwrap();
-        out.flush().unwrap();
-        // The clock moves on until the parent kills this process.
-        for tick in 1.. {
-            clock.advance(Duration::from_millis(500));
-            writeln!(out, "tick {tick}").unwrap();
-            out.flush().unwrap();
-            tokio::time::sleep(Duration::from_millis(2)).await;
-        }
+        kill::tick_until_killed(&clock, Duration::from_millis(500), Duration::from_millis(2)).await;
     });
 }
 

@@ -6,7 +6,7 @@
 //! `crash_child_process_entry`, which does nothing in an ordinary test run.
 
 use std::collections::BTreeMap;
-use std::io::{BufRead, BufReader, Write};
+use std::io::{BufRead, BufReader};
 use std::process::Stdio;
 use std::sync::mpsc;
 use std::time::Duration;
@@ -15,7 +15,7 @@ use loom_kernel::conformance::{id, started, tagged};
 use loom_kernel::{DiskStore, Event, EventStore, EventStoreExt, ExecutionState};
 use serde_json::json;
 
-use crate::support::child::child_test;
+use crate::support::child::{child_runtime, child_test, say};
 
 const CHILD_ENV: &str = "LOOM_CRASH_CHILD_STORE";
 const WRITERS: usize = 6;
@@ -26,19 +26,13 @@ fn crash_child_process_entry() {
     let Ok(path) = std::env::var(CHILD_ENV) else {
         return;
     };
-    let runtime = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-        .unwrap();
+    let runtime = child_runtime();
     runtime.block_on(async move {
         let store = DiskStore::open(&path).unwrap();
         let (acks, printed) = std::sync::mpsc::channel::<String>();
         std::thread::spawn(move || {
-            let mut out = std::io::stdout().lock();
             for line in printed {
-                writeln!(out, "{line}").unwrap();
-                out.flush().unwrap();
+                say(&line);
             }
         });
         let writers: Vec<_> = (0..WRITERS)

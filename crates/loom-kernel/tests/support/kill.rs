@@ -2,13 +2,15 @@
 //! (its `entry` test, which does nothing unless `env` is set), reads what it prints, and kills
 //! it with SIGKILL once it has printed a given line.
 
-use super::child::child_test;
+use super::child::{child_test, say};
 
 use std::io::{BufRead, BufReader};
 use std::path::Path;
 use std::process::Stdio;
 use std::sync::mpsc;
 use std::time::Duration;
+
+use loom_kernel::ManualClock;
 
 /// Runs the test `entry` of this binary (`concat!(module_path!(), "::name")`) with `env` set to
 /// `store_path` until it prints the line `until`, then kills it (SIGKILL on Unix). Fails if the
@@ -49,4 +51,15 @@ pub fn run_and_kill(entry: &str, env: &str, store_path: &Path, until: &str) {
     );
     drop(received);
     reader.join().unwrap();
+}
+
+/// In a child process: says `started`, then moves `clock` on by `step` and says `tick N` every
+/// `pause`, until the parent kills the process.
+pub async fn tick_until_killed(clock: &ManualClock, step: Duration, pause: Duration) {
+    say("started");
+    for tick in 1.. {
+        clock.advance(step);
+        say(&format!("tick {tick}"));
+        tokio::time::sleep(pause).await;
+    }
 }

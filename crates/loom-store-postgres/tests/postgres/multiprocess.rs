@@ -23,7 +23,7 @@ use loom_store_postgres::{PostgresStore, PostgresStoreConfig};
 use loom_store_postgres::{fresh_schema, server_url};
 use serde_json::{Value, json};
 
-use crate::support::child::child_test;
+use crate::support::child::{child_runtime, child_test};
 
 const WORKER_ENV: &str = "LOOM_PG_WORKER";
 const EXECUTIONS: usize = 300;
@@ -88,11 +88,7 @@ fn worker_process_entry() {
         panic!("bad worker spec {spec}");
     };
     let (worker, schema, url) = (worker.to_owned(), schema.to_owned(), url.to_owned());
-    let runtime = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-        .expect("runtime");
+    let runtime = child_runtime();
     runtime.block_on(async move {
         let index: usize = worker
             .trim_start_matches('w')
