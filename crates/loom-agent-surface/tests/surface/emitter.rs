@@ -19,6 +19,26 @@ fn runtime(store: MemoryStore, flow: impl Flow) -> Runtime<MemoryStore> {
         .unwrap()
 }
 
+/// Runs `flow`, registered as `name`, as `execution` (input `null`) on a fresh runtime until it
+/// ends or parks: the runtime, the execution and its status.
+async fn run(
+    flow: impl Flow,
+    name: &str,
+    execution: &str,
+) -> (Runtime<MemoryStore>, ExecutionId, ExecutionStatus) {
+    let rt = runtime(MemoryStore::new(), flow);
+    let e = rt
+        .start(
+            name,
+            &json!(null),
+            StartOptions::new(id(execution)).grant("noop"),
+        )
+        .await
+        .unwrap();
+    let status = rt.wait(&e).await.unwrap().status();
+    (rt, e, status)
+}
+
 async fn log(rt: &Runtime<MemoryStore>, e: &ExecutionId) -> Vec<Event> {
     rt.store()
         .read_all(e)
@@ -188,19 +208,8 @@ async fn refused_ops_name_the_op_and_path_and_record_nothing() {
             Ok(())
         }
     });
-    let rt = runtime(MemoryStore::new(), flow);
-    let e = rt
-        .start(
-            "refusals",
-            &json!(null),
-            StartOptions::new(id("r-1")).grant("noop"),
-        )
-        .await
-        .unwrap();
-    assert_eq!(
-        rt.wait(&e).await.unwrap().status(),
-        ExecutionStatus::Completed
-    );
+    let (rt, e, status) = run(flow, "refusals", "r-1").await;
+    assert_eq!(status, ExecutionStatus::Completed);
 
     let errors = seen.lock().unwrap().clone();
     let messages: Vec<String> = errors.iter().map(ToString::to_string).collect();
@@ -254,16 +263,8 @@ async fn a_refusal_propagated_with_question_mark_fails_the_flow_with_its_code() 
         ui.increment("total", 1)?;
         Ok(())
     });
-    let rt = runtime(MemoryStore::new(), flow);
-    let e = rt
-        .start(
-            "strict",
-            &json!(null),
-            StartOptions::new(id("s-1")).grant("noop"),
-        )
-        .await
-        .unwrap();
-    assert_eq!(rt.wait(&e).await.unwrap().status(), ExecutionStatus::Failed);
+    let (rt, e, status) = run(flow, "strict", "s-1").await;
+    assert_eq!(status, ExecutionStatus::Failed);
     let events = log(&rt, &e).await;
     let Some(Event::ExecutionFailed(failed)) = events.last() else {
         panic!("{events:?}")
@@ -418,19 +419,8 @@ async fn a_patch_the_kernel_refuses_is_taken_back_from_the_model() {
             Ok(())
         }
     });
-    let rt = runtime(MemoryStore::new(), flow);
-    let e = rt
-        .start(
-            "taken",
-            &json!(null),
-            StartOptions::new(id("t-1")).grant("noop"),
-        )
-        .await
-        .unwrap();
-    assert_eq!(
-        rt.wait(&e).await.unwrap().status(),
-        ExecutionStatus::Completed
-    );
+    let (rt, e, status) = run(flow, "taken", "t-1").await;
+    assert_eq!(status, ExecutionStatus::Completed);
     let errors = seen.lock().unwrap().clone();
     assert!(
         matches!(
@@ -463,19 +453,8 @@ async fn one_increment_on_a_100k_key_model_records_one_op_touching_one_pointer()
         ui.increment("rows.r54321.qty", 2)?;
         Ok(())
     });
-    let rt = runtime(MemoryStore::new(), flow);
-    let e = rt
-        .start(
-            "big",
-            &json!(null),
-            StartOptions::new(id("big")).grant("noop"),
-        )
-        .await
-        .unwrap();
-    assert_eq!(
-        rt.wait(&e).await.unwrap().status(),
-        ExecutionStatus::Completed
-    );
+    let (rt, e, status) = run(flow, "big", "big").await;
+    assert_eq!(status, ExecutionStatus::Completed);
     let events = log(&rt, &e).await;
     let patch_events: Vec<&Event> = events
         .iter()
