@@ -27,15 +27,7 @@ fn call_of(messages: &[AgentMessage]) -> Option<CallRendererFunction> {
 
 #[tokio::test]
 async fn request_and_gate_are_durable_in_one_batch_before_the_request_is_sent() {
-    let store = MemoryStore::new();
-    let hub = hub();
-    let runtime = runtime(store.clone(), &hub);
-    let e = id("gate-batch");
-    runtime
-        .start("checkout", &order(), StartOptions::new(e.clone()))
-        .await
-        .unwrap();
-    let _ = runtime.wait(&e).await;
+    let (store, hub, _runtime, e) = checkout_started("gate-batch").await;
     let log = store.read_all(&e).await.unwrap();
     let decision = log
         .iter()
@@ -54,15 +46,7 @@ async fn request_and_gate_are_durable_in_one_batch_before_the_request_is_sent() 
 
 #[tokio::test]
 async fn a_reply_resumes_the_gate_once_and_a_second_reply_is_refused() {
-    let store = MemoryStore::new();
-    let hub = hub();
-    let runtime = runtime(store.clone(), &hub);
-    let e = id("gate-once");
-    runtime
-        .start("checkout", &order(), StartOptions::new(e.clone()))
-        .await
-        .unwrap();
-    let _ = runtime.wait(&e).await;
+    let (_store, hub, runtime, e) = checkout_started("gate-once").await;
     let call_id = format!("{}:getLocale#1", e.as_str());
     let result = hub
         .deliver_function_response(&runtime, SURFACE, &reply(&call_id, json!("fr-CH")))
@@ -108,15 +92,7 @@ async fn a_reply_resumes_the_gate_once_and_a_second_reply_is_refused() {
 
 #[tokio::test]
 async fn replies_that_answer_no_open_call_are_refused_and_record_nothing() {
-    let store = MemoryStore::new();
-    let hub = hub();
-    let runtime = runtime(store.clone(), &hub);
-    let e = id("gate-forged");
-    runtime
-        .start("checkout", &order(), StartOptions::new(e.clone()))
-        .await
-        .unwrap();
-    let _ = runtime.wait(&e).await;
+    let (store, hub, _runtime, e) = checkout_started("gate-forged").await;
     let before = store.read_all(&e).await.unwrap().len();
     let call_id = format!("{}:getLocale#1", e.as_str());
 
@@ -198,15 +174,7 @@ async fn after_a_restart_the_pending_request_is_sent_again_with_the_same_call_id
 
 #[tokio::test]
 async fn a_late_subscriber_gets_the_current_model_then_every_update_once() {
-    let store = MemoryStore::new();
-    let hub = hub();
-    let runtime = runtime(store.clone(), &hub);
-    let e = id("late-subscriber");
-    runtime
-        .start("checkout", &order(), StartOptions::new(e.clone()))
-        .await
-        .unwrap();
-    let _ = runtime.wait(&e).await;
+    let (store, hub, runtime, e) = checkout_started("late-subscriber").await;
     let mut sub = hub.subscribe(&store, &e, SURFACE).await.unwrap();
     let AgentMessage::CreateSurface(create) = &sub.initial[0] else {
         panic!("createSurface first")

@@ -6,7 +6,7 @@ use std::sync::OnceLock;
 use loom_agent_surface::SurfaceExt;
 use loom_kernel::DataClassification;
 use loom_kernel::MemoryStore;
-use loom_kernel::{FlowCtx, FlowError, Runtime, flow_fn};
+use loom_kernel::{ExecutionId, FlowCtx, FlowError, Runtime, StartOptions, flow_fn};
 use loom_plugin_a2ui::{
     AllowedCallers, CatalogDef, Catalogs, LOOM_CATALOG_ID, SurfaceHub, SurfaceSpec, call_and_wait,
     define_catalog, define_function,
@@ -116,6 +116,23 @@ pub fn runtime(store: MemoryStore, hub: &SurfaceHub) -> Runtime<MemoryStore> {
         .plugin(hub)
         .build()
         .expect("the runtime composes")
+}
+
+/// A `checkout` started as `execution` on a fresh memory store, once it waits on the renderer:
+/// the store, the hub, the runtime and the execution.
+pub async fn checkout_started(
+    execution: &str,
+) -> (MemoryStore, SurfaceHub, Runtime<MemoryStore>, ExecutionId) {
+    let store = MemoryStore::new();
+    let hub = hub();
+    let runtime = runtime(store.clone(), &hub);
+    let e = ExecutionId::new(execution).expect("an execution id");
+    runtime
+        .start("checkout", &order(), StartOptions::new(e.clone()))
+        .await
+        .expect("the checkout starts");
+    let _ = runtime.wait(&e).await;
+    (store, hub, runtime, e)
 }
 
 /// What a renderer does with `updateDataModel`: writes the value at the pointer (creating the
