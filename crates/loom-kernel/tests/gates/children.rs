@@ -14,7 +14,7 @@ use loom_kernel::{
 use serde_json::{Value, json};
 
 use crate::support;
-use crate::support::{Calls, echo, events_of, id};
+use crate::support::{Calls, echo, events_of, id, until};
 
 /// Doubles its input, through the effect `echo` (so a test sees how often it ran).
 async fn double(ctx: FlowCtx, n: u64) -> Result<u64, FlowError> {
@@ -117,21 +117,6 @@ fn opts(execution: &str) -> StartOptions {
 /// tasks), then waits for its driver.
 async fn ended<S: EventStore>(runtime: &Runtime<S>, execution: &ExecutionId) -> ExecutionState {
     until(runtime, execution, |s| s.is_terminal()).await
-}
-
-async fn until<S: EventStore>(
-    runtime: &Runtime<S>,
-    execution: &ExecutionId,
-    done: impl Fn(ExecutionStatus) -> bool,
-) -> ExecutionState {
-    for _ in 0..5_000 {
-        let state = runtime.state(execution).await.unwrap();
-        if done(state.status()) {
-            return runtime.wait(execution).await.unwrap();
-        }
-        tokio::time::sleep(Duration::from_millis(1)).await;
-    }
-    panic!("execution {execution} never reached the expected status");
 }
 
 fn output(state: &ExecutionState) -> Value {

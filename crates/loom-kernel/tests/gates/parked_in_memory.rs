@@ -15,7 +15,7 @@ use loom_kernel::{
 use loom_kernel::{Event, Verdict};
 use serde_json::{Value, json};
 
-use crate::support::{Calls, echo, events_of, id};
+use crate::support::{Calls, echo, events_of, id, until};
 
 const T0: u64 = 1_800_000_000_000;
 
@@ -139,22 +139,6 @@ fn granted(execution: &ExecutionId) -> StartOptions {
 /// The events of a log, without the store's timestamps.
 async fn log_of(store: &MemoryStore, execution: &ExecutionId) -> Vec<Event> {
     events_of(store, execution).await
-}
-
-/// Polls until the execution's status satisfies `done` (timers fire on their own task).
-async fn until(
-    runtime: &Runtime<MemoryStore>,
-    execution: &ExecutionId,
-    done: impl Fn(ExecutionStatus) -> bool,
-) -> loom_kernel::ExecutionState {
-    for _ in 0..5_000 {
-        let state = runtime.state(execution).await.unwrap();
-        if done(state.status()) {
-            return runtime.wait(execution).await.unwrap();
-        }
-        tokio::time::sleep(Duration::from_millis(1)).await;
-    }
-    panic!("execution {execution} never reached the expected status");
 }
 
 async fn resume(runtime: &Runtime<MemoryStore>, execution: &ExecutionId, key: &str, answer: &str) {

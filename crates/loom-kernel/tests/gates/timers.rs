@@ -11,12 +11,11 @@ use std::time::Duration;
 use loom_kernel::Event;
 use loom_kernel::*;
 use loom_kernel::{
-    DiskStore, EventStore, EventStoreExt, ExecutionId, ExecutionState, ExecutionStatus,
-    MemoryStore, Payload,
+    DiskStore, EventStore, EventStoreExt, ExecutionId, ExecutionStatus, MemoryStore, Payload,
 };
 use serde_json::{Value, json};
 
-use crate::support::{events_of, id};
+use crate::support::{events_of, id, until};
 
 const T0: u64 = 1_800_000_000_000;
 
@@ -57,24 +56,6 @@ fn runtime<S: EventStore>(store: S, clock: impl Clock) -> Runtime<S> {
         .clock(clock)
         .build()
         .unwrap()
-}
-
-/// Polls the log until the execution's status satisfies `done` (the timer task and the
-/// driver it wakes run on their own tasks).
-async fn until<S: EventStore>(
-    runtime: &Runtime<S>,
-    execution: &ExecutionId,
-    done: impl Fn(ExecutionStatus) -> bool,
-) -> ExecutionState {
-    for _ in 0..5_000 {
-        let state = runtime.state(execution).await.unwrap();
-        if done(state.status()) {
-            // Let the driver finish whatever follows the event it just made durable.
-            return runtime.wait(execution).await.unwrap();
-        }
-        tokio::time::sleep(Duration::from_millis(1)).await;
-    }
-    panic!("execution {execution} never reached the expected status");
 }
 
 /// Polls the log until a gate of `event_type` is pending, then waits for the driver to park.

@@ -109,3 +109,20 @@ pub async fn charge_then_mail(ctx: FlowCtx, _: serde_json::Value) -> Result<(), 
     ctx.suspend("Approval", "k").await?;
     Ok(())
 }
+
+/// Polls the log until the execution's status satisfies `done` (timer tasks and the drivers
+/// they wake run on their own tasks), then waits for its driver to finish what follows.
+pub async fn until<S: EventStore>(
+    runtime: &Runtime<S>,
+    execution: &ExecutionId,
+    done: impl Fn(ExecutionStatus) -> bool,
+) -> ExecutionState {
+    for _ in 0..5_000 {
+        let state = runtime.state(execution).await.unwrap();
+        if done(state.status()) {
+            return runtime.wait(execution).await.unwrap();
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(1)).await;
+    }
+    panic!("execution {execution} never reached the expected status");
+}
