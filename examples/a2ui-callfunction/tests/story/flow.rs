@@ -4,19 +4,20 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use a2ui_callfunction::app::{self, APPROVE_TIMEOUT, FLOW, Order, SURFACE};
+use a2ui_callfunction::app::{self, APPROVE_TIMEOUT, SURFACE};
 use a2ui_callfunction::operator::Target;
 use a2ui_callfunction::transport::NoRenderer;
+use loom_kernel::ManualClock;
 use loom_kernel::{
     DiskStore, EventStore, EventStoreExt, ExecutionId, ExecutionStatus, MemoryStore,
 };
-use loom_kernel::{ManualClock, StartOptions};
 use loom_plugin_a2ui::AgentMessage;
-use loom_plugin_a2ui::{CALL_FUNCTION_EFFECT, SurfaceHub};
+use loom_plugin_a2ui::SurfaceHub;
 use serde_json::{Value, json};
 
 use crate::support::{
-    approve, checkout_in_doubt, in_own_runtime, locale_reply, operator_completes_the_step,
+    approve, checkout_in_doubt, in_own_runtime, operator_completes_the_step,
+    start_and_answer_the_locale,
 };
 
 async fn output<S: EventStore>(store: &S, execution: &ExecutionId) -> Value {
@@ -38,18 +39,7 @@ async fn without_approval_the_order_expires_on_the_durable_timer_and_a_late_clic
         .build()
         .unwrap();
     let e = ExecutionId::new("expires").unwrap();
-    runtime
-        .start(
-            FLOW,
-            &Order::demo(),
-            StartOptions::new(e.clone()).grant(CALL_FUNCTION_EFFECT),
-        )
-        .await
-        .unwrap();
-    let _ = runtime.wait(&e).await;
-    hub.deliver_function_response(&runtime, SURFACE, &locale_reply(&e))
-        .await
-        .unwrap();
+    start_and_answer_the_locale(&runtime, &hub, &e).await;
     let state = runtime.wait(&e).await.unwrap();
     assert_eq!(state.status(), ExecutionStatus::Suspended);
     let mut sub = hub.subscribe(&store, &e, SURFACE).await.unwrap();
@@ -87,18 +77,7 @@ async fn a_second_click_is_refused_and_records_nothing() {
         .build()
         .unwrap();
     let e = ExecutionId::new("twice").unwrap();
-    runtime
-        .start(
-            FLOW,
-            &Order::demo(),
-            StartOptions::new(e.clone()).grant(CALL_FUNCTION_EFFECT),
-        )
-        .await
-        .unwrap();
-    let _ = runtime.wait(&e).await;
-    hub.deliver_function_response(&runtime, SURFACE, &locale_reply(&e))
-        .await
-        .unwrap();
+    start_and_answer_the_locale(&runtime, &hub, &e).await;
     let _ = runtime.wait(&e).await;
     hub.deliver_action(&runtime, &e, SURFACE, &approve())
         .await

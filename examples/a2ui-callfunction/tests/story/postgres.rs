@@ -13,7 +13,7 @@ use loom_kernel::{EventStoreExt, ExecutionId, ExecutionStatus};
 use loom_store_postgres::{PostgresStore, PostgresStoreConfig};
 use loom_store_postgres::{fresh_schema, server_url};
 
-use crate::support::{checkout_in_doubt, in_own_runtime, operator_completes_the_step};
+use crate::support::{checkout_in_doubt, in_own_runtime, operator_completes_the_step, run_example};
 
 async fn store(url: &str, schema: &str) -> PostgresStore {
     PostgresStore::connect(PostgresStoreConfig::new(url).schema(schema))
@@ -28,19 +28,15 @@ fn the_story_runs_on_postgresql_crash_in_doubt_verdict_and_all() {
     };
     let schema = fresh_schema("a2ui_story");
     let dir = tempfile::tempdir().unwrap();
-    let output = Command::new(env!("CARGO_BIN_EXE_a2ui-callfunction"))
-        .arg("--dir")
-        .arg(dir.path().join("story"))
-        .args(["--store", &url, "--schema", &schema])
-        .output()
-        .expect("the example runs");
-    let stdout = String::from_utf8_lossy(&output.stdout);
-    assert!(
-        output.status.success(),
-        "the story failed: {}\n{stdout}\n{}",
-        output.status,
-        String::from_utf8_lossy(&output.stderr)
-    );
+    let story = dir.path().join("story");
+    let (stdout, _) = run_example([
+        "--dir",
+        story.to_str().unwrap(),
+        "--store",
+        &url,
+        "--schema",
+        &schema,
+    ]);
     for told in [
         "runs on PostgreSQL",
         "SIGABRT",

@@ -3,7 +3,6 @@
 //! message is valid A2UI v1.0, and the card number never leaves.
 
 use std::path::Path;
-use std::process::Command;
 use std::sync::OnceLock;
 
 use a2ui_callfunction::app::{self, CARD_NUMBER};
@@ -14,6 +13,8 @@ use loom_plugin_a2ui::{AgentMessage, RendererMessage};
 use loom_plugin_a2ui::{CATALOG_PLACEHOLDER_ID, COMMON_TYPES_ID};
 use loom_replay_check::{Checker, Finding};
 use serde_json::Value;
+
+use crate::support::run_example;
 
 const AGENT_TO_RENDERER: &str =
     include_str!("../../../../crates/loom-plugin-a2ui/schemas/agent_to_renderer.json");
@@ -50,22 +51,14 @@ fn validator() -> &'static jsonschema::Validator {
 }
 
 fn run_story(dir: &Path) {
-    let output = Command::new(env!("CARGO_BIN_EXE_a2ui-callfunction"))
-        .arg("--dir")
-        .arg(dir.join("story"))
-        .arg("--wire-log")
-        .arg(dir.join("wire.jsonl"))
-        .arg("--export-catalogs")
-        .arg(dir.join("catalogs"))
-        .output()
-        .expect("the example runs");
-    let stdout = String::from_utf8_lossy(&output.stdout);
-    assert!(
-        output.status.success(),
-        "the story failed: {}\n{stdout}\n{}",
-        output.status,
-        String::from_utf8_lossy(&output.stderr)
-    );
+    let (stdout, stderr) = run_example([
+        "--dir".as_ref(),
+        dir.join("story").as_os_str(),
+        "--wire-log".as_ref(),
+        dir.join("wire.jsonl").as_os_str(),
+        "--export-catalogs".as_ref(),
+        dir.join("catalogs").as_os_str(),
+    ]);
     assert!(
         !stdout.contains("\x1b["),
         "no colour when stdout is not a terminal"
@@ -81,8 +74,7 @@ fn run_story(dir: &Path) {
     }
     // K10-R6: the narration prints events and payloads, never the card in clear.
     assert!(
-        !stdout.contains(CARD_NUMBER)
-            && !String::from_utf8_lossy(&output.stderr).contains(CARD_NUMBER),
+        !stdout.contains(CARD_NUMBER) && !stderr.contains(CARD_NUMBER),
         "the card number appeared in the narration:\n{stdout}"
     );
 }

@@ -11,9 +11,9 @@ use a2ui_callfunction::operator::{self, Target, VerdictArg};
 use futures::FutureExt;
 use futures::future::BoxFuture;
 use loom_kernel::StartOptions;
-use loom_kernel::{EventStore, ExecutionId, ExecutionStatus};
+use loom_kernel::{EventStore, ExecutionId, ExecutionStatus, Runtime};
 use loom_plugin_a2ui::AgentMessage;
-use loom_plugin_a2ui::{CALL_FUNCTION_EFFECT, Transport, TransportError};
+use loom_plugin_a2ui::{CALL_FUNCTION_EFFECT, SurfaceHub, Transport, TransportError};
 use serde_json::json;
 use tokio_util::sync::CancellationToken;
 
@@ -56,14 +56,12 @@ pub fn in_own_runtime<F: std::future::Future>(future: F) -> F::Output {
         .block_on(future)
 }
 
-/// Starts the checkout `e` on `store` with a renderer that loses the order's reply, answers the
-/// locale, clicks Approve, and checks the order step is in doubt; then shuts the runtime down.
-pub async fn checkout_in_doubt<S: EventStore + Clone>(store: S, e: &ExecutionId) {
-    let hub = app::hub();
-    let runtime = app::compose(store, &hub, Arc::new(LosesReplies))
-        .unwrap()
-        .build()
-        .unwrap();
+/// Starts the checkout `e` on `runtime` and answers its read of the locale.
+pub async fn start_and_answer_the_locale<S: EventStore>(
+    runtime: &Runtime<S>,
+    hub: &SurfaceHub,
+    e: &ExecutionId,
+) {
     runtime
         .start(
             FLOW,
@@ -73,9 +71,39 @@ pub async fn checkout_in_doubt<S: EventStore + Clone>(store: S, e: &ExecutionId)
         .await
         .unwrap();
     let _ = runtime.wait(e).await;
-    hub.deliver_function_response(&runtime, SURFACE, &locale_reply(e))
+    hub.deliver_function_response(runtime, SURFACE, &locale_reply(e))
         .await
         .unwrap();
+}
+
+/// Runs the example's binary with `args`, checks it succeeded, and returns what it printed on
+/// standard output and standard error.
+pub fn run_example<I: AsRef<std::ffi::OsStr>>(
+    args: impl IntoIterator<Item = I>,
+) -> (String, String) {
+    let output = std::process::Command::new(env!("CARGO_BIN_EXE_a2ui-callfunction"))
+        .args(args)
+        .output()
+        .expect("the example runs");
+    let stdout = String::from_utf8_lossy(&output.stdout).into_owned();
+    let stderr = String::from_utf8_lossy(&output.stderr).into_owned();
+    assert!(
+        output.status.success(),
+        "the story failed: {}\n{stdout}\n{stderr}",
+        output.status
+    );
+    (stdout, stderr)
+}
+
+/// Starts the checkout `e` on `store` with a renderer that loses the order's reply, answers the
+/// locale, clicks Approve, and checks the order step is in doubt; then shuts the runtime down.
+pub async fn checkout_in_doubt<S: EventStore + Clone>(store: S, e: &ExecutionId) {
+    let hub = app::hub();
+    let runtime = app::compose(store, &hub, Arc::new(LosesReplies))
+        .unwrap()
+        .build()
+        .unwrap();
+    start_and_answer_the_locale(&runtime, &hub, e).await;
     let _ = runtime.wait(e).await;
     hub.deliver_action(&runtime, e, SURFACE, &approve())
         .await
