@@ -143,59 +143,42 @@ fn run(task: Task, root: &Path) -> Result<()> {
             )?;
             test(&root)
         }
-        Task::Bench => cargo(&root, &["bench", "-p", "loom-kernel", "--bench", "live"]),
+        Task::Bench => bench(&root, "loom-kernel", &["live"], &[]),
         Task::BenchKernel => {
-            cargo(
+            bench(
                 &root,
-                &[
-                    "bench",
-                    "-p",
-                    "loom-kernel",
-                    "--bench",
-                    "live",
-                    "--bench",
-                    "append_latency",
-                    "--bench",
-                    "fold_memory",
-                ],
+                "loom-kernel",
+                &["live", "append_latency", "fold_memory"],
+                &[],
             )?;
-            cargo(
+            bench(&root, "loom-replay-check", &["check_store"], &[])?;
+            bench(
                 &root,
-                &["bench", "-p", "loom-replay-check", "--bench", "check_store"],
+                "loom-effect-runtime",
+                &["durable_steps", "step_overhead"],
+                &[],
             )?;
-            cargo(
+            bench(
                 &root,
-                &[
-                    "bench",
-                    "-p",
-                    "loom-effect-runtime",
-                    "--bench",
-                    "durable_steps",
-                    "--bench",
-                    "step_overhead",
-                ],
-            )?;
-            cargo(
-                &root,
-                &[
-                    "bench",
-                    "-p",
-                    "loom-kernel",
-                    "--bench",
-                    "fold",
-                    "--bench",
-                    "append",
-                    "--bench",
-                    "replay",
-                    "--",
-                    "--warm-up-time",
-                    "1",
-                    "--measurement-time",
-                    "5",
-                ],
+                "loom-kernel",
+                &["fold", "append", "replay"],
+                &["--warm-up-time", "1", "--measurement-time", "5"],
             )
         }
     }
+}
+
+/// `cargo bench -p <package> --bench <name>...`, with `criterion` options after `--`.
+fn bench(root: &Path, package: &str, benches: &[&str], criterion: &[&str]) -> Result<()> {
+    let mut args = vec!["bench", "-p", package];
+    for name in benches {
+        args.extend(["--bench", name]);
+    }
+    if !criterion.is_empty() {
+        args.push("--");
+        args.extend(criterion);
+    }
+    cargo(root, &args)
 }
 
 /// `cargo deny check bans licenses sources`, installing cargo-deny first if it is missing.
@@ -242,17 +225,12 @@ fn interop(root: &Path) -> Result<()> {
             WEBSOCKETS,
         ],
     )?;
-    cargo(
+    let python = python.to_string_lossy();
+    cargo_run(
         root,
+        &["-p", "loom-plugin-a2ui", "--example", "interop"],
         &[
-            "run",
-            "--quiet",
-            "-p",
-            "loom-plugin-a2ui",
-            "--example",
-            "interop",
-            "--",
-            &python.to_string_lossy(),
+            &python,
             "crates/loom-plugin-a2ui/interop/renderer.py",
             "target/interop",
         ],
@@ -260,23 +238,28 @@ fn interop(root: &Path) -> Result<()> {
     // The example's whole story with the reference renderer as a second client over the same
     // WebSocket: it must accept every message, and its final data model must equal Loom's
     // masked fold.
-    cargo(
+    cargo_run(
         root,
+        &["-p", "a2ui-callfunction"],
         &[
-            "run",
-            "--quiet",
-            "-p",
-            "a2ui-callfunction",
-            "--",
             "--dir",
             "target/interop/a2ui-callfunction",
             "--wire-log",
             "target/interop/a2ui-callfunction/wire.jsonl",
             "--reference-renderer",
-            &python.to_string_lossy(),
+            &python,
             "examples/a2ui-callfunction/interop/renderer_client.py",
         ],
     )
+}
+
+/// `cargo run --quiet <target> -- <args>`.
+fn cargo_run(root: &Path, target: &[&str], args: &[&str]) -> Result<()> {
+    let mut all = vec!["run", "--quiet"];
+    all.extend(target);
+    all.push("--");
+    all.extend(args);
+    cargo(root, &all)
 }
 
 fn run_program(root: &Path, program: &str, args: &[&str]) -> Result<()> {

@@ -5,7 +5,7 @@
 use serde_json::{Map, Number, Value};
 use thiserror::Error;
 
-use crate::op::{OpKind, SurfaceOp, type_name};
+use crate::op::{OpKind, SurfaceOp, json_type_name};
 use crate::path::{SurfacePath, array_index};
 
 /// Where one op changed the model.
@@ -275,7 +275,7 @@ impl<'o> Write<'o> {
             (write, other) => Err(PatchFailure::WrongTargetType {
                 op: write.kind(),
                 expected: write.expects(),
-                found: type_name(other),
+                found: json_type_name(other),
             }),
         }
     }
@@ -372,7 +372,7 @@ fn apply_one(model: &mut Value, op: &SurfaceOp) -> Result<(Undo, Touched), Patch
         }
         other => Err(PatchFailure::NotAContainer {
             at: SurfacePath::from_prefix(parents),
-            found: type_name(other),
+            found: json_type_name(other),
         }),
     }
 }
@@ -408,7 +408,7 @@ fn descend<'m>(model: &'m mut Value, segments: &[String]) -> Result<&'m mut Valu
             other => {
                 return Err(PatchFailure::NotAContainer {
                     at: SurfacePath::from_prefix(segments.get(..depth).unwrap_or(segments)),
-                    found: type_name(other),
+                    found: json_type_name(other),
                 });
             }
         };

@@ -14,7 +14,7 @@ use serde_json::{Map, Value};
 use thiserror::Error;
 
 use crate::apply::{PatchError, apply_batch, describe};
-use crate::op::{OpKind, SurfaceOp, type_name};
+use crate::op::{OpKind, SurfaceOp, json_type_name};
 use crate::path::{PathError, SurfacePath};
 
 /// Gives a flow's context its surfaces: `ctx.surface("main").set("order.status", "pending")`.
@@ -263,7 +263,7 @@ impl SurfaceEmitter {
             kind,
             path,
             expected,
-            found: type_name(value),
+            found: json_type_name(value),
         }
     }
 }

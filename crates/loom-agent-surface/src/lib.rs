@@ -51,6 +51,6 @@ mod projection;
 
 pub use apply::{PatchError, PatchFailure, Touched, apply_surface_op, apply_surface_patches};
 pub use emitter::{EmitError, SurfaceBatch, SurfaceEmitter, SurfaceExt};
-pub use op::{OpDecodeError, OpKind, SurfaceOp};
+pub use op::{OpDecodeError, OpKind, SurfaceOp, json_type_name};
 pub use path::{PathError, PathErrorReason, PointerError, SurfacePath};
 pub use projection::{ProjectionError, SurfaceProjection, TouchedPointer};

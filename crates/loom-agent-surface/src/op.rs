@@ -209,7 +209,7 @@ impl SurfaceOp {
     pub fn from_value(value: &Value) -> Result<Self, OpDecodeError> {
         let Value::Object(fields) = value else {
             return Err(OpDecodeError::NotAnObject {
-                found: type_name(value),
+                found: json_type_name(value),
             });
         };
         let Some(Value::String(name)) = fields.get("op") else {
@@ -245,7 +245,7 @@ impl SurfaceOp {
                     op: kind,
                     field: "path",
                     expected: "a string",
-                    found: type_name(other),
+                    found: json_type_name(other),
                 });
             }
         };
@@ -273,7 +273,7 @@ impl SurfaceOp {
                         op: kind,
                         field: "value",
                         expected: "an object",
-                        found: type_name(other),
+                        found: json_type_name(other),
                     });
                 }
             },
@@ -287,7 +287,7 @@ impl SurfaceOp {
                         op: kind,
                         field: "by",
                         expected: "a number",
-                        found: type_name(other),
+                        found: json_type_name(other),
                     });
                 }
             },
@@ -309,8 +309,9 @@ impl<'de> Deserialize<'de> for SurfaceOp {
     }
 }
 
-/// The JSON type of a value, for error messages.
-pub(crate) fn type_name(value: &Value) -> &'static str {
+/// The JSON type of a value with its article (`"a string"`, `"null"`), for error messages
+/// that say what was found.
+pub fn json_type_name(value: &Value) -> &'static str {
     match value {
         Value::Null => "null",
         Value::Bool(_) => "a boolean",

@@ -484,6 +484,7 @@ pub fn step_started(step_id: &str) -> Event {
         effect: "pay".into(),
         input_digest: "0".into(),
         attempt: 1,
+        max_cost: 0,
     })
 }
 

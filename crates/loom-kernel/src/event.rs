@@ -165,6 +165,16 @@ pub struct StepStarted {
     pub input_digest: String,
     /// The attempt number, from 1.
     pub attempt: u32,
+    /// K3: the most the attempt may cost (the effect's `max_cost`), what a `completed` verdict
+    /// charges if the step ends in doubt (ADR 0024). JSON omits it when 0; absent in events
+    /// written before the field existed, where it reads as 0.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub max_cost: u64,
+}
+
+/// Whether a count is 0 (left out of the JSON form).
+fn is_zero(value: &u64) -> bool {
+    *value == 0
 }
 
 /// A step's successful outcome, with what it cost (K3).

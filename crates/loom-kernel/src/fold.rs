@@ -138,6 +138,9 @@ pub struct ExecutionState {
     steps: LookupMap<StepRecord>,
     pending_gates: BTreeMap<String, PendingGate>,
     in_doubt: BTreeSet<String>,
+    /// K3: the `max_cost` of steps started with one and without an outcome yet, by step id:
+    /// what a `completed` verdict charges (ADR 0024).
+    held: BTreeMap<String, u64>,
     /// Steps started and without an outcome, not in doubt: work a worker must drive on.
     in_flight: usize,
     decisions: LookupMap<u64>,
@@ -308,6 +311,7 @@ impl ExecutionState {
             steps: LookupMap::default(),
             pending_gates: BTreeMap::new(),
             in_doubt: BTreeSet::new(),
+            held: BTreeMap::new(),
             in_flight: 0,
             decisions: LookupMap::default(),
             names: HashSet::default(),
@@ -523,15 +527,22 @@ impl ExecutionState {
                     seq,
                 };
                 self.record_step(&e.step_id, &e.effect, status, "STEP_STARTED")?;
+                if e.max_cost == 0 {
+                    self.held.remove(&e.step_id);
+                } else {
+                    self.held.insert(e.step_id.clone(), e.max_cost);
+                }
             }
             Event::StepCompleted(e) => {
                 let status = StepStatus::Completed { seq };
                 self.record_step(&e.step_id, &e.effect, status, "STEP_COMPLETED")?;
+                self.held.remove(&e.step_id);
                 self.budget_spent = self.budget_spent.saturating_add(e.cost);
             }
             Event::StepFailed(e) => {
                 let status = StepStatus::Failed { seq };
                 self.record_step(&e.step_id, &e.effect, status, "STEP_FAILED")?;
+                self.held.remove(&e.step_id);
                 self.budget_spent = self.budget_spent.saturating_add(e.cost);
             }
             Event::EffectInDoubt(e) => {
@@ -569,6 +580,18 @@ impl ExecutionState {
                         (Verdict::Completed { .. }, _) => StepStatus::Completed { seq },
                         (Verdict::Failed { .. }, _) => StepStatus::Failed { seq },
                     };
+                }
+                // K3 (ADR 0024): the effect ran, so the step is charged what its attempt held; a
+                // `failed` verdict charges nothing, a `retry` waits for the next outcome.
+                match e.verdict {
+                    Verdict::Retry => {}
+                    Verdict::Completed { .. } => {
+                        let cost = self.held.remove(&e.step_id).unwrap_or(0);
+                        self.budget_spent = self.budget_spent.saturating_add(cost);
+                    }
+                    Verdict::Failed { .. } => {
+                        self.held.remove(&e.step_id);
+                    }
                 }
             }
             Event::DecisionRecorded(e) => match self.decisions.entry(IdKey::new(&e.step_id)) {

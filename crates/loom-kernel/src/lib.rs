@@ -120,5 +120,6 @@ pub use store::tail::{RefusedEvent, TailChange, filter_code, status_code, status
 pub use store::{
     AppendError, DiskStore, DiskStoreConfig, EventStore, EventStoreExt, ExecutionPage,
     ExecutionSummary, ExecutionTail, FeedEvent, FoldStoredError, MemoryStore, OpenError, ReadError,
-    RetentionError, STREAM_PAGE, StatusFilter, StoredLog, check_payloads,
+    RetentionError, STREAM_PAGE, StatusFilter, StoredLog, check_batch, decode_stored,
+    wall_clock_ms,
 };

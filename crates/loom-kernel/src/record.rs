@@ -22,7 +22,8 @@
 //! declaration order: strings and payloads as `len: u32` + UTF-8 bytes, integers at their
 //! width, options as `u8 (0|1)` + value, sets as `count: u32` + items. A field added within a
 //! schema gets a new type tag for the new layout, and the old tag stays readable
-//! (`EFFECT_INDOUBT`: tag 4 without `reason`, tag 13 with it), so a truncated record never
+//! (`EFFECT_INDOUBT`: tag 4 without `reason`, tag 13 with it; `STEP_STARTED`: tag 1 without
+//! `max_cost`, tag 14 with it, written only when it is not 0), so a truncated record never
 //! reads as an older complete one. The schema comes first, so an event of a newer schema is
 //! refused before anything else is read.
 //!
@@ -91,11 +92,15 @@ fn encode_body(bytes: &mut Vec<u8>, event: &Event, recorded_at_ms: Option<u64>) 
             out.opt_u64(e.budget);
         }
         Event::StepStarted(e) => {
-            out.u8(1);
+            // Tag 1 is the layout without `max_cost`, still written when it is 0 (ADR 0024).
+            out.u8(if e.max_cost == 0 { 1 } else { 14 });
             out.str(&e.step_id);
             out.str(&e.effect);
             out.str(&e.input_digest);
             out.u32(e.attempt);
+            if e.max_cost != 0 {
+                out.u64(e.max_cost);
+            }
         }
         Event::StepCompleted(e) => {
             out.u8(2);
@@ -240,6 +245,14 @@ pub fn decode(
             effect: input.string()?,
             input_digest: input.string()?,
             attempt: input.u32()?,
+            max_cost: 0,
+        }),
+        14 => Event::StepStarted(StepStarted {
+            step_id: input.string()?,
+            effect: input.string()?,
+            input_digest: input.string()?,
+            attempt: input.u32()?,
+            max_cost: input.u64()?,
         }),
         2 => Event::StepCompleted(StepCompleted {
             step_id: input.string()?,

@@ -405,21 +405,13 @@ async fn check_all<S: EventStore + Clone>(
         let done = done.clone();
         async move {
             match source {
+                // Small batches: one read transaction and one blocking-pool trip per batch.
                 Source::Store(store, ids) => {
-                    // Small batches: one read transaction and one blocking-pool trip per batch.
-                    for batch in ids.chunks(READ_BATCH) {
-                        let Ok(permit) = Arc::clone(&limit).acquire_owned().await else {
-                            break;
-                        };
-                        let batch = batch.to_vec();
-                        let (store, checker, keep, done) = (
-                            store.clone(),
-                            Arc::clone(&checker),
-                            Arc::clone(&keep),
-                            done.clone(),
-                        );
-                        tokio::spawn(async move {
-                            let outcomes = match store.read_stored_logs(&batch).await {
+                    check_batches(&ids, &limit, &done, |batch| {
+                        let (store, checker, keep) =
+                            (store.clone(), Arc::clone(&checker), Arc::clone(&keep));
+                        async move {
+                            match store.read_stored_logs(&batch).await {
                                 Ok(logs) => {
                                     logs.iter()
                                         .map(|stored| match stored.decode() {
@@ -432,43 +424,27 @@ async fn check_all<S: EventStore + Clone>(
                                         })
                                         .collect()
                                 }
-                                Err(error) => batch
-                                    .iter()
-                                    .map(|id| Some(Outcome::unread(id.to_string(), &error)))
-                                    .collect(),
-                            };
-                            let _ = done.send(outcomes).await;
-                            drop(permit);
-                        });
-                    }
+                                Err(error) => unread_batch(&batch, &error),
+                            }
+                        }
+                    })
+                    .await;
                 }
                 Source::Any(store, ids) => {
-                    for batch in ids.chunks(READ_BATCH) {
-                        let Ok(permit) = Arc::clone(&limit).acquire_owned().await else {
-                            break;
-                        };
-                        let batch = batch.to_vec();
-                        let (store, checker, keep, done) = (
-                            store.clone(),
-                            Arc::clone(&checker),
-                            Arc::clone(&keep),
-                            done.clone(),
-                        );
-                        tokio::spawn(async move {
-                            let outcomes = match store.read_logs(&batch).await {
+                    check_batches(&ids, &limit, &done, |batch| {
+                        let (store, checker, keep) =
+                            (store.clone(), Arc::clone(&checker), Arc::clone(&keep));
+                        async move {
+                            match store.read_logs(&batch).await {
                                 Ok(logs) => logs
                                     .into_iter()
                                     .map(|log| keep(&log).then(|| checker.check(log)))
                                     .collect(),
-                                Err(error) => batch
-                                    .iter()
-                                    .map(|id| Some(Outcome::unread(id.to_string(), &error)))
-                                    .collect(),
-                            };
-                            let _ = done.send(outcomes).await;
-                            drop(permit);
-                        });
-                    }
+                                Err(error) => unread_batch(&batch, &error),
+                            }
+                        }
+                    })
+                    .await;
                 }
                 Source::Logs(paths) => {
                     for path in paths {
@@ -510,6 +486,37 @@ async fn check_all<S: EventStore + Clone>(
     let ((), mut outcomes) = futures::join!(spawner, collect);
     outcomes.sort_by(|a, b| a.execution.cmp(&b.execution));
     outcomes
+}
+
+/// Checks `ids` a batch of [`READ_BATCH`] at a time, each batch on its own task once a permit
+/// of `limit` is free, and sends each batch's outcomes to `done`.
+async fn check_batches<F, Fut>(
+    ids: &[ExecutionId],
+    limit: &Arc<tokio::sync::Semaphore>,
+    done: &mpsc::Sender<Vec<Option<Outcome>>>,
+    check: F,
+) where
+    F: Fn(Vec<ExecutionId>) -> Fut,
+    Fut: std::future::Future<Output = Vec<Option<Outcome>>> + Send + 'static,
+{
+    for batch in ids.chunks(READ_BATCH) {
+        let Ok(permit) = Arc::clone(limit).acquire_owned().await else {
+            break;
+        };
+        let (checked, done) = (check(batch.to_vec()), done.clone());
+        tokio::spawn(async move {
+            let _ = done.send(checked.await).await;
+            drop(permit);
+        });
+    }
+}
+
+/// An unread outcome for each execution of a batch that could not be read.
+fn unread_batch(batch: &[ExecutionId], error: &dyn std::error::Error) -> Vec<Option<Outcome>> {
+    batch
+        .iter()
+        .map(|id| Some(Outcome::unread(id.to_string(), error)))
+        .collect()
 }
 
 /// A progress bar on a terminal, a line per tenth otherwise.

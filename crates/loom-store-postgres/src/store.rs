@@ -4,13 +4,15 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use deadpool_postgres::{Manager, ManagerConfig, Pool, RecyclingMethod};
+use loom_kernel::encode_record_into;
 use loom_kernel::{
     AppendError, Event, EventEnvelope, EventStore, ExecutionId, ExecutionPage, ExecutionStatus,
     ExecutionSummary, ReadError,
 };
-use loom_kernel::{FeedEvent, RetentionError, StatusFilter};
+use loom_kernel::{
+    FeedEvent, RetentionError, StatusFilter, check_batch, decode_stored, wall_clock_ms,
+};
 use loom_kernel::{TailChange, filter_code};
-use loom_kernel::{decode_record, encode_record_into};
 use tokio::sync::{mpsc, oneshot};
 use tokio::task::JoinHandle;
 
@@ -204,13 +206,11 @@ impl PostgresStore {
 }
 
 fn storage(err: impl std::fmt::Display) -> ReadError {
-    ReadError::Storage {
-        detail: err.to_string(),
-    }
+    ReadError::storage(err)
 }
 
 fn page_of(rows: &[tokio_postgres::Row], limit: usize) -> ExecutionPage {
-    let mut executions: Vec<ExecutionSummary> = rows
+    let executions: Vec<ExecutionSummary> = rows
         .iter()
         .filter_map(|row| {
             let id = ExecutionId::new(row.get::<_, &str>(0)).ok()?;
@@ -220,19 +220,7 @@ fn page_of(rows: &[tokio_postgres::Row], limit: usize) -> ExecutionPage {
             })
         })
         .collect();
-    let more = executions.len() > limit;
-    executions.truncate(limit);
-    let next = more
-        .then(|| executions.last().map(|summary| summary.id.clone()))
-        .flatten();
-    ExecutionPage { executions, next }
-}
-
-fn wall_clock_ms() -> Option<u64> {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .ok()
-        .and_then(|d| u64::try_from(d.as_millis()).ok())
+    ExecutionPage::from_one_extra(executions, limit)
 }
 
 impl EventStore for PostgresStore {
@@ -242,12 +230,7 @@ impl EventStore for PostgresStore {
         expected_seq: u64,
         events: &[Event],
     ) -> Result<u64, AppendError> {
-        if events.is_empty() {
-            return Err(AppendError::EmptyBatch {
-                execution: execution.clone(),
-            });
-        }
-        loom_kernel::check_payloads(execution, expected_seq, events)?;
+        check_batch(execution, expected_seq, events)?;
         if expected_seq > i64::MAX as u64 - events.len() as u64 {
             return Err(AppendError::Conflict {
                 execution: execution.clone(),
@@ -305,16 +288,7 @@ impl EventStore for PostgresStore {
             .await
             .map_err(storage)?;
         rows.iter()
-            .map(|row| {
-                let seq = row.get::<_, i64>(0) as u64;
-                decode_record(execution, seq, row.get::<_, &[u8]>(1)).map_err(|source| {
-                    ReadError::Decode {
-                        execution: execution.clone(),
-                        seq,
-                        source,
-                    }
-                })
-            })
+            .map(|row| decode_stored(execution, row.get::<_, i64>(0) as u64, row.get(1)))
             .collect()
     }
 
@@ -371,15 +345,7 @@ impl EventStore for PostgresStore {
             let Some(execution) = executions.iter().find(|e| e.as_str() == id) else {
                 continue;
             };
-            let seq = row.get::<_, i64>(1) as u64;
-            let envelope =
-                decode_record(execution, seq, row.get::<_, &[u8]>(2)).map_err(|source| {
-                    ReadError::Decode {
-                        execution: execution.clone(),
-                        seq,
-                        source,
-                    }
-                })?;
+            let envelope = decode_stored(execution, row.get::<_, i64>(1) as u64, row.get(2))?;
             by_id.entry(execution.as_str()).or_default().push(envelope);
         }
         Ok(executions
@@ -464,15 +430,7 @@ impl EventStore for PostgresStore {
         rows.iter()
             .map(|row| {
                 let execution = ExecutionId::new(row.get::<_, &str>(0)).map_err(storage)?;
-                let seq = row.get::<_, i64>(1) as u64;
-                let envelope =
-                    decode_record(&execution, seq, row.get::<_, &[u8]>(2)).map_err(|source| {
-                        ReadError::Decode {
-                            execution: execution.clone(),
-                            seq,
-                            source,
-                        }
-                    })?;
+                let envelope = decode_stored(&execution, row.get::<_, i64>(1) as u64, row.get(2))?;
                 Ok(FeedEvent {
                     position: row.get::<_, i64>(3) as u64,
                     envelope,

@@ -392,27 +392,13 @@ impl Writer {
         seqs: &[i64],
         commit_id: i64,
     ) -> Option<std::collections::HashSet<String>> {
-        let mut backoff = Duration::from_millis(20);
-        for _ in 0..12 {
-            let found = async {
-                let client = self.pool.get().await.map_err(|e| e.to_string())?;
-                let rows = client
-                    .query(fast::READ_BACK, &[&ids, &seqs, &commit_id])
-                    .await
-                    .map_err(|e| e.to_string())?;
-                Ok::<_, String>(fast::id_set(&rows))
-            }
-            .await;
-            match found {
-                Ok(found) => return Some(found),
-                Err(detail) => {
-                    tracing::warn!(%detail, "cannot read back an ambiguous commit yet");
-                    tokio::time::sleep(backoff).await;
-                    backoff = (backoff * 2).min(Duration::from_secs(1));
-                }
-            }
-        }
-        None
+        self.ask_until_answered(|client| async move {
+            let rows = client
+                .query(fast::READ_BACK, &[&ids, &seqs, &commit_id])
+                .await?;
+            Ok(fast::id_set(&rows))
+        })
+        .await
     }
 
     async fn try_commit(&self, batch: &[WriteRequest]) -> Result<Committed, BatchError> {
@@ -521,11 +507,9 @@ impl Writer {
             };
             if let Err(refused) = tail.apply_changes(&request.changes, request.recorded_at_ms) {
                 cache_changes.push((request.execution.clone(), None));
-                outcomes.push(Err(AppendError::Invalid {
-                    execution: request.execution.clone(),
-                    seq: request.expected_seq + refused.index as u64,
-                    violation: refused.violation,
-                }));
+                outcomes.push(Err(
+                    refused.into_append_error(&request.execution, request.expected_seq)
+                ));
                 continue;
             }
             for (seq, record) in (request.expected_seq..).zip(&request.records) {
@@ -687,20 +671,32 @@ impl Writer {
 
     /// Whether the batch of `probe` committed: `None` if it cannot be found out.
     async fn resolve(&self, probe: &Probe) -> Option<bool> {
+        self.ask_until_answered(|client| async move {
+            let row = client
+                .query_opt(
+                    "SELECT commit_id FROM loom_events WHERE execution_id = $1 AND seq = $2",
+                    &[&probe.execution.as_str(), &probe.seq],
+                )
+                .await?;
+            Ok(row.is_some_and(|row| row.get::<_, i64>(0) == probe.commit_id))
+        })
+        .await
+    }
+
+    /// Asks the database with `ask` on a fresh connection until it answers, backing off from
+    /// 20 ms to 1 s between tries, 12 tries: `None` if it never does. How an ambiguous commit
+    /// is read back.
+    async fn ask_until_answered<T, F, Fut>(&self, ask: F) -> Option<T>
+    where
+        F: Fn(deadpool_postgres::Object) -> Fut,
+        Fut: std::future::Future<Output = Result<T, tokio_postgres::Error>>,
+    {
         let mut backoff = Duration::from_millis(20);
         for _ in 0..12 {
-            let found = async {
-                let client = self.pool.get().await.map_err(|e| e.to_string())?;
-                let row = client
-                    .query_opt(
-                        "SELECT commit_id FROM loom_events WHERE execution_id = $1 AND seq = $2",
-                        &[&probe.execution.as_str(), &probe.seq],
-                    )
-                    .await
-                    .map_err(|e| e.to_string())?;
-                Ok::<_, String>(row.is_some_and(|row| row.get::<_, i64>(0) == probe.commit_id))
-            }
-            .await;
+            let found = match self.pool.get().await {
+                Ok(client) => ask(client).await.map_err(|e| e.to_string()),
+                Err(e) => Err(e.to_string()),
+            };
             match found {
                 Ok(found) => return Some(found),
                 Err(detail) => {

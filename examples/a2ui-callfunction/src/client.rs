@@ -17,21 +17,32 @@ use tokio_tungstenite::tungstenite::Message;
 use crate::app::{APPROVE, SURFACE};
 use crate::narrate;
 
-/// How the client runs.
-#[derive(Debug, Clone)]
+/// How the client runs; also the `client` command's arguments.
+#[derive(Debug, Clone, clap::Args)]
 pub struct ClientOptions {
     /// The server, `ws://host:port`.
+    #[arg(long)]
     pub url: String,
     /// The execution whose surface to show.
+    #[arg(long, default_value = crate::story::EXECUTION)]
     pub execution: String,
     /// The ledger of placed orders (JSON Lines, one `{"callId", "result"}` per order).
+    #[arg(long, default_value = "target/a2ui-callfunction/orders.jsonl")]
     pub ledger: PathBuf,
     /// What `getLocale` answers.
+    #[arg(long, default_value = "de-CH")]
     pub locale: String,
     /// Click Approve when the order awaits it.
+    #[arg(long)]
     pub approve: bool,
-    /// Give up if the surface is not deleted by then.
+    /// Give up if the surface is not deleted by then (`--timeout SECONDS`).
+    #[arg(long = "timeout", value_name = "SECONDS", default_value = "120", value_parser = seconds)]
     pub deadline: Duration,
+}
+
+/// A whole number of seconds.
+fn seconds(text: &str) -> Result<Duration, std::num::ParseIntError> {
+    text.parse().map(Duration::from_secs)
 }
 
 /// The orders placed so far, by call id: the client's dedup (ADR 0070 caveat 2).

@@ -2,7 +2,6 @@
 //! renderer, crash, restart, in-doubt, verdict, completion, replay-check). Its subcommands are
 //! the story's parts, usable on their own.
 
-use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::process::ExitCode;
 use std::time::Duration;
@@ -13,7 +12,7 @@ use clap::{ArgGroup, Parser, Subcommand};
 use a2ui_callfunction::client::{self, ClientOptions};
 use a2ui_callfunction::operator::{self, Target, VerdictArg};
 use a2ui_callfunction::server::{self, ServerOptions};
-use a2ui_callfunction::story::{self, EXECUTION, StoryOptions};
+use a2ui_callfunction::story::{self, StoryOptions};
 
 #[derive(Debug, Parser)]
 #[command(
@@ -50,41 +49,10 @@ struct Cli {
 #[derive(Debug, Subcommand)]
 enum Cmd {
     /// Runs Loom with the checkout flow and serves its surface over WebSocket.
-    Server {
-        /// The store file, or a `postgres://` URL.
-        #[arg(long, default_value = "target/a2ui-callfunction/loom.redb")]
-        store: PathBuf,
-        /// The PostgreSQL schema holding Loom's tables (with a `postgres://` store).
-        #[arg(long, default_value = a2ui_callfunction::store::DEFAULT_SCHEMA)]
-        schema: String,
-        #[arg(long, default_value = "127.0.0.1:0")]
-        addr: SocketAddr,
-        #[arg(long, default_value = EXECUTION)]
-        execution: String,
-        /// Aborts the process when submitOrder's reply arrives, before Loom records it.
-        #[arg(long)]
-        crash_after_submit: bool,
-        /// Exits once the execution has ended.
-        #[arg(long)]
-        exit_when_done: bool,
-    },
+    Server(ServerOptions),
     /// A headless renderer: answers getLocale and submitOrder (dedup on the call id), clicks
     /// Approve, reconnects when the server goes away, ends when the surface is deleted.
-    Client {
-        /// The server, `ws://host:port`.
-        #[arg(long)]
-        url: String,
-        #[arg(long, default_value = EXECUTION)]
-        execution: String,
-        #[arg(long, default_value = "target/a2ui-callfunction/orders.jsonl")]
-        ledger: PathBuf,
-        #[arg(long, default_value = "de-CH")]
-        locale: String,
-        #[arg(long)]
-        approve: bool,
-        #[arg(long, default_value_t = 120)]
-        timeout: u64,
-    },
+    Client(ClientOptions),
     /// The operator's queue: steps in doubt.
     Indoubt {
         #[command(subcommand)]
@@ -194,43 +162,8 @@ fn main() -> ExitCode {
 #[tokio::main]
 async fn tokio_main(command: Cmd) -> Result<()> {
     match command {
-        Cmd::Server {
-            store,
-            schema,
-            addr,
-            execution,
-            crash_after_submit,
-            exit_when_done,
-        } => {
-            server::serve(ServerOptions {
-                store,
-                schema,
-                addr,
-                execution,
-                crash_after_submit,
-                exit_when_done,
-                admin_token: std::env::var("LOOM_ADMIN_TOKEN").ok(),
-            })
-            .await
-        }
-        Cmd::Client {
-            url,
-            execution,
-            ledger,
-            locale,
-            approve,
-            timeout,
-        } => {
-            client::run(ClientOptions {
-                url,
-                execution,
-                ledger,
-                locale,
-                approve,
-                deadline: Duration::from_secs(timeout),
-            })
-            .await
-        }
+        Cmd::Server(options) => server::serve(options).await,
+        Cmd::Client(options) => client::run(options).await,
         Cmd::Indoubt {
             command: IndoubtCmd::List { target, schema },
         } => operator::list(&target.target(schema)).await.map(|_| ()),

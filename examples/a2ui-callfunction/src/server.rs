@@ -43,22 +43,30 @@ use crate::playground;
 use crate::store::AnyStore;
 use crate::transport::{Sessions, WsTransport};
 
-/// How the server runs.
-#[derive(Debug, Clone)]
+/// How the server runs; also the `server` command's arguments.
+#[derive(Debug, Clone, clap::Args)]
 pub struct ServerOptions {
     /// The store file (created with its directory if missing), or a `postgres://` URL.
+    #[arg(long, default_value = "target/a2ui-callfunction/loom.redb")]
     pub store: PathBuf,
     /// The PostgreSQL schema holding Loom's tables (with a `postgres://` store).
+    #[arg(long, default_value = crate::store::DEFAULT_SCHEMA)]
     pub schema: String,
     /// Where to listen (port 0: any free port; the URL is told in a `Ready` note).
+    #[arg(long, default_value = "127.0.0.1:0")]
     pub addr: SocketAddr,
     /// The execution to start (if new) and serve.
+    #[arg(long, default_value = crate::story::EXECUTION)]
     pub execution: String,
-    /// Abort the process when `submitOrder`'s reply arrives, before it is recorded.
+    /// Aborts the process when `submitOrder`'s reply arrives, before Loom records it.
+    #[arg(long)]
     pub crash_after_submit: bool,
-    /// Exit once the execution has ended and its renderers have gone.
+    /// Exits once the execution has ended and its renderers have gone.
+    #[arg(long)]
     pub exit_when_done: bool,
-    /// The admin and playground token; a fresh random one when `None`.
+    /// The admin and playground token; a fresh random one when `None`. On the command line:
+    /// the `LOOM_ADMIN_TOKEN` environment variable.
+    #[arg(skip = std::env::var("LOOM_ADMIN_TOKEN").ok())]
     pub admin_token: Option<String>,
 }
 

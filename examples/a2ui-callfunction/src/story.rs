@@ -347,20 +347,19 @@ pub fn run(options: &StoryOptions) -> Result<StoryReport> {
     cast.chapter(
         "1. The server starts the checkout flow (scripted to crash after sending submitOrder)",
     );
+    // The server's command line on this store, with `extra` arguments.
+    let server_args = |extra: &[String]| {
+        [
+            &[s("server"), s("--store"), store_arg.clone()],
+            extra,
+            schema_args.as_slice(),
+        ]
+        .concat()
+    };
     cast.spawn(
         "server",
         &program,
-        &[
-            &[
-                s("server"),
-                s("--store"),
-                store_arg.clone(),
-                s("--crash-after-submit"),
-                s("--exit-when-done"),
-            ],
-            schema_args.as_slice(),
-        ]
-        .concat(),
+        &server_args(&[s("--crash-after-submit"), s("--exit-when-done")]),
     )?;
     let url = cast.until_ready("server")?;
 
@@ -415,18 +414,11 @@ pub fn run(options: &StoryOptions) -> Result<StoryReport> {
     cast.spawn(
         "server",
         &program,
-        &[
-            &[
-                s("server"),
-                s("--store"),
-                store_arg.clone(),
-                s("--addr"),
-                s(url.trim_start_matches("ws://")),
-                s("--exit-when-done"),
-            ],
-            schema_args.as_slice(),
-        ]
-        .concat(),
+        &server_args(&[
+            s("--addr"),
+            s(url.trim_start_matches("ws://")),
+            s("--exit-when-done"),
+        ]),
     )?;
     let url = cast.until_ready("server")?;
     cast.until(|line, note| match (line, note) {

@@ -29,6 +29,7 @@ async fn reads_and_verdicts_work_on_postgresql_beside_a_running_worker() {
                     effect: "charge".into(),
                     input_digest: "d".into(),
                     attempt: 1,
+                    max_cost: 0,
                 }),
                 Event::EffectInDoubt(EffectInDoubt {
                     step_id: "charge#1".into(),

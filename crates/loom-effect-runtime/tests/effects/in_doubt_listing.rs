@@ -100,6 +100,7 @@ async fn a_bad_log_is_reported_and_skipped_and_the_other_doubts_are_listed() {
                     effect: "pay".into(),
                     input_digest: "d".into(),
                     attempt: 1,
+                    max_cost: 0,
                 }),
                 Event::EffectInDoubt(EffectInDoubt {
                     step_id: "pay#1".into(),

@@ -10,7 +10,7 @@ use loom_effect_runtime::*;
 use loom_kernel::Event;
 use loom_kernel::conformance::id;
 use loom_kernel::{EventStoreExt, ExecutionStatus, MemoryStore};
-use loom_kernel::{FlowCtx, FlowError, Runtime, StartOptions, StepError, flow_fn};
+use loom_kernel::{FlowCtx, FlowError, Runtime, StartOptions, StepError, Verdict, flow_fn};
 use serde_json::{Value, json};
 
 /// Runs effect `x` once with the flow's input and returns its output, or `{"failed": code}`.
@@ -491,4 +491,127 @@ fn definitions_that_do_not_hold_together_are_refused() {
         ),
         (false, "payments", 3)
     );
+}
+
+/// Effect `x` (not idempotent, cost 3) reports every attempt in doubt; effect `y` costs 1 and
+/// succeeds. The flow runs `x`, then `y`.
+fn costly_in_doubt() -> (MemoryStore, Runtime<MemoryStore>) {
+    let store = MemoryStore::new();
+    (store.clone(), costly_in_doubt_on(store))
+}
+
+/// [`costly_in_doubt`]'s runtime on `store`.
+fn costly_in_doubt_on(store: MemoryStore) -> Runtime<MemoryStore> {
+    async fn x_then_y(ctx: FlowCtx, input: Value) -> Result<Value, FlowError> {
+        let x = ctx.execute("x", &input).await?.to_value();
+        match ctx.execute("y", &input).await {
+            Ok(y) => Ok(json!({"x": x, "y": y.to_value()})),
+            Err(StepError::Failed(error)) => Ok(json!({"x": x, "y failed": error.code})),
+            Err(other) => Err(other.into()),
+        }
+    }
+    let registry = EffectRegistry::new()
+        .with(
+            EffectDef::new("x", |_: EffectContext, _: Value| async {
+                Err::<Value, _>(EffectError::in_doubt("net.reset", "reset after sending"))
+            })
+            .cost(3),
+        )
+        .unwrap()
+        .with(EffectDef::new("y", |_: EffectContext, _: Value| async { Ok(json!("y")) }).cost(1))
+        .unwrap();
+    Runtime::builder(store)
+        .flow(flow_fn("x_then_y", 1, x_then_y))
+        .plugin(&registry)
+        .build()
+        .unwrap()
+}
+
+/// Item 12: a `completed` verdict says the effect ran, so K3 charges the step its cost: in the
+/// fold of the log, and in the live runtime, whose admission of the next step counts it.
+#[tokio::test(start_paused = true)]
+async fn a_completed_verdict_charges_the_step_s_cost() {
+    let (store, runtime) = costly_in_doubt();
+    let e = id("verdict-completed");
+    let options = StartOptions::new(e.clone()).grant("x").grant("y").budget(3);
+    runtime
+        .start("x_then_y", &json!({}), options)
+        .await
+        .unwrap();
+    assert_eq!(
+        runtime.wait(&e).await.unwrap().status(),
+        ExecutionStatus::InDoubt
+    );
+    assert_eq!(
+        store.fold(&e).await.unwrap().budget_spent(),
+        0,
+        "in doubt, not yet charged"
+    );
+    let verdict = Verdict::Completed {
+        output: json!("sent").into(),
+    };
+    runtime.resolve(&e, "x#1", verdict, None).await.unwrap();
+    let state = runtime.wait(&e).await.unwrap();
+    assert_eq!(state.status(), ExecutionStatus::Completed);
+    // `y` (cost 1) no longer fits the budget of 3 once `x` is charged.
+    assert_eq!(
+        state.output().unwrap().to_value(),
+        json!({"x": "sent", "y failed": "loom.budget_exceeded"})
+    );
+    assert_eq!(state.budget_spent(), 3);
+    assert_eq!(store.fold(&e).await.unwrap().budget_spent(), 3);
+}
+
+/// Item 12: a `failed` verdict says the effect did not run (or failed): nothing is charged,
+/// and the next step still fits the budget.
+#[tokio::test(start_paused = true)]
+async fn a_failed_verdict_charges_nothing() {
+    let (store, runtime) = costly_in_doubt();
+    let e = id("verdict-failed");
+    let options = StartOptions::new(e.clone()).grant("x").grant("y").budget(3);
+    runtime
+        .start("x_then_y", &json!({}), options)
+        .await
+        .unwrap();
+    assert_eq!(
+        runtime.wait(&e).await.unwrap().status(),
+        ExecutionStatus::InDoubt
+    );
+    let error = loom_kernel::ErrorInfo::new("not.sent", "the provider has no record of it");
+    runtime
+        .resolve(&e, "x#1", Verdict::Failed { error }, None)
+        .await
+        .unwrap();
+    let state = runtime.wait(&e).await.unwrap();
+    assert_eq!(state.status(), ExecutionStatus::Failed);
+    assert_eq!(state.budget_spent(), 0);
+    assert_eq!(store.fold(&e).await.unwrap().budget_spent(), 0);
+}
+
+/// Item 12 across a restart: the step parked in doubt is replayed by a new runtime, which
+/// charges a `completed` verdict the cost its `STEP_STARTED` recorded (ADR 0024).
+#[tokio::test(start_paused = true)]
+async fn a_completed_verdict_after_a_restart_charges_the_cost_recorded_at_start() {
+    let (store, first) = costly_in_doubt();
+    let e = id("verdict-after-restart");
+    let options = StartOptions::new(e.clone()).grant("x").grant("y").budget(3);
+    first.start("x_then_y", &json!({}), options).await.unwrap();
+    assert_eq!(
+        first.wait(&e).await.unwrap().status(),
+        ExecutionStatus::InDoubt
+    );
+    first.shutdown().await;
+
+    let second = costly_in_doubt_on(store.clone());
+    second.recover().await.unwrap();
+    let verdict = Verdict::Completed {
+        output: json!("sent").into(),
+    };
+    second.resolve(&e, "x#1", verdict, None).await.unwrap();
+    let state = second.wait(&e).await.unwrap();
+    assert_eq!(
+        state.output().unwrap().to_value(),
+        json!({"x": "sent", "y failed": "loom.budget_exceeded"})
+    );
+    assert_eq!(store.fold(&e).await.unwrap().budget_spent(), 3);
 }

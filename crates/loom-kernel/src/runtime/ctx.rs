@@ -181,6 +181,9 @@ struct RunningStep {
     slot: u64,
     /// K3: what the step holds against the budget while it runs.
     held: u64,
+    /// K3: the `max_cost` its `STEP_STARTED` recorded, what a `completed` verdict charges
+    /// (ADR 0024).
+    charge: u64,
 }
 
 struct PendingGate {
@@ -1080,6 +1083,7 @@ impl CtxState {
             attempt,
             slot,
             held: 0,
+            charge: self.history.held(&step_id),
         };
         self.in_doubt.insert(step_id, step);
     }
@@ -1172,6 +1176,7 @@ impl CtxState {
             effect: call.effect.clone(),
             input_digest: digest.clone(),
             attempt: call.attempt,
+            max_cost: handler.max_cost(),
         }));
         let step_id = call.step_id.clone();
         let idempotent = handler.idempotent();
@@ -1183,6 +1188,7 @@ impl CtxState {
             attempt: call.attempt,
             slot,
             held: handler.max_cost(),
+            charge: handler.max_cost(),
         };
         let held = running.held;
         self.budget_held = self.budget_held.saturating_add(held);
@@ -1412,7 +1418,10 @@ impl CtxState {
             operator,
         }));
         match verdict {
-            Verdict::Completed { output } => self.fill(step.slot, Ok(output)),
+            Verdict::Completed { output } => {
+                self.budget_spent = self.budget_spent.saturating_add(step.charge);
+                self.fill(step.slot, Ok(output));
+            }
             Verdict::Failed { error } => self.fill(step.slot, Err(StepError::Failed(error))),
             Verdict::Retry => match shared.shared.effects.get(&step.effect) {
                 Some(handler) => {

@@ -357,6 +357,7 @@ mod tests {
             effect: "e".into(),
             input_digest: "d".into(),
             attempt: 1,
+            max_cost: 0,
         })
     }
 

@@ -38,10 +38,10 @@ use redb::{Database, ReadableDatabase, ReadableTable, TableDefinition};
 use tokio::sync::oneshot;
 
 use super::tail::{ExecutionTail, TailChange, filter_code};
-use super::watch::{HeadWatch, WaitError};
+use super::watch::{FeedWatch, HeadWatch};
 use super::{
     AppendError, EventStore, ExecutionPage, ExecutionSummary, FeedEvent, ReadError, RetentionError,
-    StatusFilter, wall_clock_ms,
+    StatusFilter, decode_stored, wall_clock_ms,
 };
 use crate::envelope::{EventEnvelope, decode_record, encode_record};
 use crate::event::Event;
@@ -170,7 +170,7 @@ struct Shared {
     writer: Mutex<Option<JoinHandle<()>>>,
     watch: Arc<HeadWatch>,
     /// The next feed position, published after each commit.
-    feed_head: Arc<tokio::sync::watch::Sender<u64>>,
+    feed_head: Arc<FeedWatch>,
 }
 
 /// The database, opened for writing or read-only.
@@ -274,7 +274,7 @@ impl DiskStore {
         let (db, feed_next) = open_database(&path, config, mode)?;
         let db = Arc::new(db);
         let watch = Arc::new(HeadWatch::default());
-        let feed_head = Arc::new(tokio::sync::watch::channel(feed_next).0);
+        let feed_head = Arc::new(FeedWatch::new(feed_next));
         let (requests, writer) = if matches!(*db, Db::Write(_)) {
             let (sender, receiver) = mpsc::channel();
             let db = Arc::clone(&db);
@@ -326,16 +326,16 @@ impl DiskStore {
     ) -> Result<Vec<StoredLog>, ReadError> {
         let ids = executions.to_vec();
         self.blocking_read(move |db| {
-            let txn = db.begin_read().map_err(storage)?;
-            let events = txn.open_table(EVENTS).map_err(storage)?;
-            let heads = txn.open_table(HEADS).map_err(storage)?;
+            let txn = db.begin_read().map_err(ReadError::storage)?;
+            let events = txn.open_table(EVENTS).map_err(ReadError::storage)?;
+            let heads = txn.open_table(HEADS).map_err(ReadError::storage)?;
             ids.into_iter()
                 .map(|execution| {
                     // The head is the length of the log: the index is sized once. Every record
                     // is read all the same, whatever the head says.
                     let len = heads
                         .get(execution.as_str())
-                        .map_err(storage)?
+                        .map_err(ReadError::storage)?
                         .map_or(0, |head| head.value());
                     let expected = usize::try_from(len).ok();
                     let page = RawPage::fetch_from(&events, &execution, 0, usize::MAX, expected)?;
@@ -607,7 +607,7 @@ fn write_loop(
     db: &Database,
     requests: &mpsc::Receiver<WriteRequest>,
     watch: &HeadWatch,
-    feed_head: &tokio::sync::watch::Sender<u64>,
+    feed_head: &FeedWatch,
     max_batch_events: usize,
 ) {
     // A deletion met while gathering a batch waits until that batch is committed: deletions
@@ -655,7 +655,7 @@ fn write_loop(
             .unwrap_or_else(|panic| Err(panic_message(&panic)));
         match outcome {
             Ok((heads, feed_next)) => {
-                feed_head.send_replace(feed_next);
+                feed_head.publish(feed_next);
                 for (request, head) in batch.into_iter().zip(heads) {
                     if let Ok(head) = head {
                         watch.publish(&request.execution, head);
@@ -768,11 +768,9 @@ fn commit_batch(
             let old_tail = tables.tail(id)?;
             let mut tail = old_tail.clone();
             if let Err(refused) = tail.apply_changes(&request.changes, request.recorded_at_ms) {
-                outcomes.push(Err(AppendError::Invalid {
-                    execution: request.execution.clone(),
-                    seq: request.expected_seq + refused.index as u64,
-                    violation: refused.violation,
-                }));
+                outcomes.push(Err(
+                    refused.into_append_error(&request.execution, request.expected_seq)
+                ));
                 continue;
             }
             for (seq, record) in (request.expected_seq..).zip(&request.records) {
@@ -888,8 +886,8 @@ impl StoredLog {
 
 impl RawPage {
     fn fetch(db: &Db, execution: &ExecutionId, from: u64, limit: usize) -> Result<Self, ReadError> {
-        let txn = db.begin_read().map_err(storage)?;
-        let events = txn.open_table(EVENTS).map_err(storage)?;
+        let txn = db.begin_read().map_err(ReadError::storage)?;
+        let events = txn.open_table(EVENTS).map_err(ReadError::storage)?;
         Self::fetch_from(&events, execution, from, limit, None)
     }
 
@@ -901,13 +899,15 @@ impl RawPage {
         expected: Option<usize>,
     ) -> Result<Self, ReadError> {
         let id = execution.as_str();
-        let range = events.range((id, from)..=(id, u64::MAX)).map_err(storage)?;
+        let range = events
+            .range((id, from)..=(id, u64::MAX))
+            .map_err(ReadError::storage)?;
         let mut page = RawPage {
             bytes: Vec::new(),
             records: Vec::with_capacity(expected.unwrap_or(limit).min(super::STREAM_PAGE)),
         };
         for entry in range.take(limit) {
-            let (key, value) = entry.map_err(storage)?;
+            let (key, value) = entry.map_err(ReadError::storage)?;
             if let Some(expected) = expected
                 && page.bytes.is_empty()
             {
@@ -928,30 +928,18 @@ impl RawPage {
         let mut events = Vec::with_capacity(self.records.len());
         for (seq, range) in &self.records {
             let bytes = self.bytes.get(range.clone()).unwrap_or_default();
-            let event =
-                decode_record(execution, *seq, bytes).map_err(|source| ReadError::Decode {
-                    execution: execution.clone(),
-                    seq: *seq,
-                    source,
-                })?;
-            events.push(event);
+            events.push(decode_stored(execution, *seq, bytes)?);
         }
         Ok(events)
     }
 }
 
-fn storage(err: impl std::fmt::Display) -> ReadError {
-    ReadError::Storage {
-        detail: err.to_string(),
-    }
-}
-
 fn read_head(db: &Db, execution: &ExecutionId) -> Result<u64, ReadError> {
-    let txn = db.begin_read().map_err(storage)?;
-    let heads = txn.open_table(HEADS).map_err(storage)?;
+    let txn = db.begin_read().map_err(ReadError::storage)?;
+    let heads = txn.open_table(HEADS).map_err(ReadError::storage)?;
     Ok(heads
         .get(execution.as_str())
-        .map_err(storage)?
+        .map_err(ReadError::storage)?
         .map_or(0, |v| v.value()))
 }
 
@@ -962,12 +950,7 @@ impl EventStore for DiskStore {
         expected_seq: u64,
         events: &[Event],
     ) -> Result<u64, AppendError> {
-        if events.is_empty() {
-            return Err(AppendError::EmptyBatch {
-                execution: execution.clone(),
-            });
-        }
-        super::check_payloads(execution, expected_seq, events)?;
+        super::check_batch(execution, expected_seq, events)?;
         let recorded_at_ms = wall_clock_ms();
         let records = events
             .iter()
@@ -1030,8 +1013,8 @@ impl EventStore for DiskStore {
         use std::ops::Bound;
         let after = after.cloned();
         self.blocking_read(move |db| {
-            let txn = db.begin_read().map_err(storage)?;
-            let heads = txn.open_table(HEADS).map_err(storage)?;
+            let txn = db.begin_read().map_err(ReadError::storage)?;
+            let heads = txn.open_table(HEADS).map_err(ReadError::storage)?;
             let lower = after
                 .as_ref()
                 .map_or(Bound::Unbounded, |id| Bound::Excluded(id.as_str()));
@@ -1039,11 +1022,11 @@ impl EventStore for DiskStore {
             let mut executions = Vec::new();
             for entry in heads
                 .range::<&str>((lower, Bound::Unbounded))
-                .map_err(storage)?
+                .map_err(ReadError::storage)?
                 .take(limit + 1)
             {
-                let (id, head) = entry.map_err(storage)?;
-                let id = ExecutionId::new(id.value()).map_err(storage)?;
+                let (id, head) = entry.map_err(ReadError::storage)?;
+                let id = ExecutionId::new(id.value()).map_err(ReadError::storage)?;
                 executions.push(ExecutionSummary {
                     id,
                     head: head.value(),
@@ -1059,10 +1042,6 @@ impl EventStore for DiskStore {
             .watch
             .wait_for(execution, seq, self.head(execution))
             .await
-            .map_err(|err| match err {
-                WaitError::Read(err) => err,
-                WaitError::Closed => ReadError::Closed,
-            })
     }
 
     async fn list_by_status(
@@ -1075,9 +1054,9 @@ impl EventStore for DiskStore {
         let after = after.cloned();
         let code = filter_code(filter);
         self.blocking_read(move |db| {
-            let txn = db.begin_read().map_err(storage)?;
-            let by_status = txn.open_table(BY_STATUS).map_err(storage)?;
-            let heads = txn.open_table(HEADS).map_err(storage)?;
+            let txn = db.begin_read().map_err(ReadError::storage)?;
+            let by_status = txn.open_table(BY_STATUS).map_err(ReadError::storage)?;
+            let heads = txn.open_table(HEADS).map_err(ReadError::storage)?;
             let lower = after.as_ref().map_or(Bound::Included((code, "")), |id| {
                 Bound::Excluded((code, id.as_str()))
             });
@@ -1085,14 +1064,17 @@ impl EventStore for DiskStore {
             let mut executions = Vec::new();
             for entry in by_status
                 .range::<(u8, &str)>((lower, Bound::Excluded((code + 1, ""))))
-                .map_err(storage)?
+                .map_err(ReadError::storage)?
                 .take(limit + 1)
             {
-                let (key, _) = entry.map_err(storage)?;
+                let (key, _) = entry.map_err(ReadError::storage)?;
                 let id = key.value().1;
-                let head = heads.get(id).map_err(storage)?.map_or(0, |v| v.value());
+                let head = heads
+                    .get(id)
+                    .map_err(ReadError::storage)?
+                    .map_or(0, |v| v.value());
                 executions.push(ExecutionSummary {
-                    id: ExecutionId::new(id).map_err(storage)?,
+                    id: ExecutionId::new(id).map_err(ReadError::storage)?,
                     head,
                 });
             }
@@ -1104,17 +1086,17 @@ impl EventStore for DiskStore {
     async fn read_feed(&self, from: u64, limit: usize) -> Result<Vec<FeedEvent>, ReadError> {
         let raw = self
             .blocking_read(move |db| {
-                let txn = db.begin_read().map_err(storage)?;
-                let feed = txn.open_table(FEED).map_err(storage)?;
-                let events = txn.open_table(EVENTS).map_err(storage)?;
+                let txn = db.begin_read().map_err(ReadError::storage)?;
+                let feed = txn.open_table(FEED).map_err(ReadError::storage)?;
+                let events = txn.open_table(EVENTS).map_err(ReadError::storage)?;
                 let limit = limit.max(1);
                 let mut found = Vec::new();
                 // Rows of deleted executions are skipped and do not count towards `limit`:
                 // a page is empty only at the end of the feed.
-                for entry in feed.range(from..).map_err(storage)? {
-                    let (position, row) = entry.map_err(storage)?;
+                for entry in feed.range(from..).map_err(ReadError::storage)? {
+                    let (position, row) = entry.map_err(ReadError::storage)?;
                     let (id, seq) = row.value();
-                    if let Some(record) = events.get((id, seq)).map_err(storage)? {
+                    if let Some(record) = events.get((id, seq)).map_err(ReadError::storage)? {
                         found.push((
                             position.value(),
                             id.to_owned(),
@@ -1131,26 +1113,15 @@ impl EventStore for DiskStore {
             .await?;
         raw.into_iter()
             .map(|(position, id, seq, record)| {
-                let execution = ExecutionId::new(&id).map_err(storage)?;
-                let envelope = decode_record(&execution, seq, &record).map_err(|source| {
-                    ReadError::Decode {
-                        execution: execution.clone(),
-                        seq,
-                        source,
-                    }
-                })?;
+                let execution = ExecutionId::new(&id).map_err(ReadError::storage)?;
+                let envelope = decode_stored(&execution, seq, &record)?;
                 Ok(FeedEvent { position, envelope })
             })
             .collect()
     }
 
     async fn wait_for_feed(&self, position: u64) -> Result<(), ReadError> {
-        let mut receiver = self.shared.feed_head.subscribe();
-        receiver
-            .wait_for(|head| *head > position)
-            .await
-            .map(|_| ())
-            .map_err(|_| ReadError::Closed)
+        self.shared.feed_head.wait_past(position).await
     }
 
     async fn delete_ended(

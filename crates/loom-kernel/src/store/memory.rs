@@ -5,7 +5,7 @@ use std::ops::Bound;
 use std::sync::{Arc, Mutex};
 
 use super::tail::{ExecutionTail, filter_code};
-use super::watch::{HeadWatch, WaitError};
+use super::watch::{FeedWatch, HeadWatch};
 use super::{
     AppendError, EventStore, ExecutionPage, ExecutionSummary, FeedEvent, ReadError, RetentionError,
     StatusFilter, wall_clock_ms,
@@ -47,16 +47,6 @@ struct Log {
     /// The feed position of each event, by seq.
     positions: Vec<u64>,
     tail: ExecutionTail,
-}
-
-/// Wakes `wait_for_feed` callers.
-#[derive(Debug)]
-struct FeedWatch(tokio::sync::watch::Sender<u64>);
-
-impl Default for FeedWatch {
-    fn default() -> Self {
-        Self(tokio::sync::watch::channel(0).0)
-    }
 }
 
 impl MemoryStore {
@@ -112,12 +102,7 @@ impl EventStore for MemoryStore {
         expected_seq: u64,
         events: &[Event],
     ) -> Result<u64, AppendError> {
-        if events.is_empty() {
-            return Err(AppendError::EmptyBatch {
-                execution: execution.clone(),
-            });
-        }
-        super::check_payloads(execution, expected_seq, events)?;
+        super::check_batch(execution, expected_seq, events)?;
         let recorded_at_ms = wall_clock_ms();
         let (head, feed_head) = {
             let mut state = self.state();
@@ -135,11 +120,7 @@ impl EventStore for MemoryStore {
             }
             let old_tail = tail.clone();
             tail.apply_batch(events, recorded_at_ms)
-                .map_err(|refused| AppendError::Invalid {
-                    execution: execution.clone(),
-                    seq: expected_seq + refused.index as u64,
-                    violation: refused.violation,
-                })?;
+                .map_err(|refused| refused.into_append_error(execution, expected_seq))?;
             state.unindex(execution, &old_tail);
             state.index(execution, &tail);
             let first_position = state.next_position;
@@ -157,7 +138,7 @@ impl EventStore for MemoryStore {
             (log.events.len() as u64, state.next_position)
         };
         self.inner.watch.publish(execution, head);
-        self.inner.feed_head.0.send_replace(feed_head);
+        self.inner.feed_head.publish(feed_head);
         Ok(head)
     }
 
@@ -211,10 +192,6 @@ impl EventStore for MemoryStore {
             .watch
             .wait_for(execution, seq, self.head(execution))
             .await
-            .map_err(|err| match err {
-                WaitError::Read(err) => err,
-                WaitError::Closed => ReadError::Closed,
-            })
     }
 
     async fn list_by_status(
@@ -259,12 +236,7 @@ impl EventStore for MemoryStore {
     }
 
     async fn wait_for_feed(&self, position: u64) -> Result<(), ReadError> {
-        let mut receiver = self.inner.feed_head.0.subscribe();
-        receiver
-            .wait_for(|head| *head > position)
-            .await
-            .map(|_| ())
-            .map_err(|_| ReadError::Closed)
+        self.inner.feed_head.wait_past(position).await
     }
 
     async fn delete_ended(

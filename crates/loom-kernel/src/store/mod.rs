@@ -151,6 +151,29 @@ pub enum ReadError {
     },
 }
 
+impl ReadError {
+    /// A storage failure, described by `err`.
+    pub fn storage(err: impl std::fmt::Display) -> Self {
+        Self::Storage {
+            detail: err.to_string(),
+        }
+    }
+}
+
+/// Decodes a stored record (the record form of [`crate::envelope`]): a record that does not
+/// decode is a [`ReadError::Decode`] naming the execution and the seq.
+pub fn decode_stored(
+    execution: &ExecutionId,
+    seq: u64,
+    record: &[u8],
+) -> Result<EventEnvelope, ReadError> {
+    crate::envelope::decode_record(execution, seq, record).map_err(|source| ReadError::Decode {
+        execution: execution.clone(),
+        seq,
+        source,
+    })
+}
+
 /// Why [`EventStore::delete_ended`] deleted nothing. A failed call deletes nothing.
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
@@ -240,8 +263,9 @@ pub struct ExecutionPage {
 }
 
 impl ExecutionPage {
-    /// A page from up to `limit + 1` summaries: the extra one only says that more follow.
-    pub(crate) fn from_one_extra(mut executions: Vec<ExecutionSummary>, limit: usize) -> Self {
+    /// A page from up to `limit + 1` summaries: the extra one only says that more follow. A
+    /// store lists `limit + 1` executions and hands them here.
+    pub fn from_one_extra(mut executions: Vec<ExecutionSummary>, limit: usize) -> Self {
         let more = executions.len() > limit;
         executions.truncate(limit);
         let next = more
@@ -335,33 +359,26 @@ pub trait EventStore: Send + Sync + 'static {
         limit: usize,
     ) -> impl Future<Output = Result<ExecutionPage, ReadError>> + Send {
         async move {
+            use futures::TryStreamExt;
             let limit = limit.max(1);
-            let mut after = after.cloned();
+            let mut listing = every_execution(self, after.cloned());
             let mut found = Vec::new();
-            'pages: loop {
-                let page = self.list_executions(after.as_ref(), LIST_PAGE).await?;
-                for summary in page.executions {
-                    // An execution the fold refuses is listed as running: it is open as far
-                    // as anyone can tell, and the caller reports it when folding.
-                    let listed = match self.fold(&summary.id).await {
-                        Ok(state) => filter.matches_state(&state),
-                        Err(FoldStoredError::Fold(_)) => matches!(
-                            filter,
-                            StatusFilter::NeedsDriving
-                                | StatusFilter::Status(ExecutionStatus::Running)
-                        ),
-                        Err(FoldStoredError::Read(err)) => return Err(err),
-                    };
-                    if listed {
-                        found.push(summary);
-                        if found.len() > limit {
-                            break 'pages;
-                        }
+            while let Some(summary) = listing.try_next().await? {
+                // An execution the fold refuses is listed as running: it is open as far as
+                // anyone can tell, and the caller reports it when folding.
+                let listed = match self.fold(&summary.id).await {
+                    Ok(state) => filter.matches_state(&state),
+                    Err(FoldStoredError::Fold(_)) => matches!(
+                        filter,
+                        StatusFilter::NeedsDriving | StatusFilter::Status(ExecutionStatus::Running)
+                    ),
+                    Err(FoldStoredError::Read(err)) => return Err(err),
+                };
+                if listed {
+                    found.push(summary);
+                    if found.len() > limit {
+                        break;
                     }
-                }
-                match page.next {
-                    Some(next) => after = Some(next),
-                    None => break,
                 }
             }
             Ok(ExecutionPage::from_one_extra(found, limit))
@@ -442,22 +459,15 @@ pub trait EventStoreExt: EventStore {
         execution: &'a ExecutionId,
         from: u64,
     ) -> impl Stream<Item = Result<EventEnvelope, ReadError>> + Send + Unpin + 'a {
-        use futures::StreamExt;
-        futures::stream::try_unfold(Some(from), move |next| async move {
-            let Some(next) = next else { return Ok(None) };
-            let page = self.read(execution, next, STREAM_PAGE).await?;
-            let after = (page.len() == STREAM_PAGE).then(|| next + page.len() as u64);
-            Ok(Some((
-                futures::stream::iter(page.into_iter().map(Ok)),
-                after,
-            )))
-        })
-        .map(|page| match page {
-            Ok(events) => events.left_stream(),
-            Err(err) => futures::stream::once(async move { Err(err) }).right_stream(),
-        })
-        .flatten()
-        .boxed()
+        flatten_pages(futures::stream::try_unfold(
+            Some(from),
+            move |next| async move {
+                let Some(next) = next else { return Ok(None) };
+                let page = self.read(execution, next, STREAM_PAGE).await?;
+                let after = (page.len() == STREAM_PAGE).then(|| next + page.len() as u64);
+                Ok(Some((page, after)))
+            },
+        ))
     }
 
     /// Every execution in the store, in id order, in one `Vec`: the plain call for a listing
@@ -476,17 +486,7 @@ pub trait EventStoreExt: EventStore {
     fn list_all_executions(
         &self,
     ) -> impl Future<Output = Result<Vec<ExecutionSummary>, ReadError>> + Send {
-        async move {
-            let (mut all, mut after) = (Vec::new(), None);
-            loop {
-                let page = self.list_executions(after.as_ref(), LIST_PAGE).await?;
-                all.extend(page.executions);
-                match page.next {
-                    Some(next) => after = Some(next),
-                    None => return Ok(all),
-                }
-            }
-        }
+        futures::TryStreamExt::try_collect(self.executions())
     }
 
     /// Every execution in the store, in id order, listed a page at a time: memory stays flat
@@ -507,25 +507,7 @@ pub trait EventStoreExt: EventStore {
     fn executions(
         &self,
     ) -> impl Stream<Item = Result<ExecutionSummary, ReadError>> + Send + Unpin + '_ {
-        use futures::StreamExt;
-        futures::stream::try_unfold(
-            Some(None),
-            move |after: Option<Option<ExecutionId>>| async move {
-                let Some(after) = after else { return Ok(None) };
-                let page = self.list_executions(after.as_ref(), LIST_PAGE).await?;
-                let next = page.next.map(Some);
-                Ok(Some((
-                    futures::stream::iter(page.executions.into_iter().map(Ok)),
-                    next,
-                )))
-            },
-        )
-        .map(|page| match page {
-            Ok(summaries) => summaries.left_stream(),
-            Err(err) => futures::stream::once(async move { Err(err) }).right_stream(),
-        })
-        .flatten()
-        .boxed()
+        every_execution(self, None)
     }
 
     /// Every execution matching `filter`, in id order, listed a page at a time through
@@ -534,27 +516,9 @@ pub trait EventStoreExt: EventStore {
         &self,
         filter: StatusFilter,
     ) -> impl Stream<Item = Result<ExecutionSummary, ReadError>> + Send + Unpin + '_ {
-        use futures::StreamExt;
-        futures::stream::try_unfold(
-            Some(None),
-            move |after: Option<Option<ExecutionId>>| async move {
-                let Some(after) = after else { return Ok(None) };
-                let page = self
-                    .list_by_status(filter, after.as_ref(), LIST_PAGE)
-                    .await?;
-                let next = page.next.map(Some);
-                Ok(Some((
-                    futures::stream::iter(page.executions.into_iter().map(Ok)),
-                    next,
-                )))
-            },
-        )
-        .map(|page| match page {
-            Ok(summaries) => summaries.left_stream(),
-            Err(err) => futures::stream::once(async move { Err(err) }).right_stream(),
+        listed(None, move |after| async move {
+            self.list_by_status(filter, after.as_ref(), LIST_PAGE).await
         })
-        .flatten()
-        .boxed()
     }
 
     /// Follows the feed from position `from`: every stored event once, in position order,
@@ -564,29 +528,22 @@ pub trait EventStoreExt: EventStore {
         &self,
         from: u64,
     ) -> impl Stream<Item = Result<FeedEvent, ReadError>> + Send + Unpin + '_ {
-        use futures::StreamExt;
-        futures::stream::try_unfold(Some(from), move |next| async move {
-            let Some(mut next) = next else {
-                return Ok(None);
-            };
-            loop {
-                let page = self.read_feed(next, STREAM_PAGE).await?;
-                if let Some(last) = page.last() {
-                    next = last.position + 1;
-                    return Ok(Some((
-                        futures::stream::iter(page.into_iter().map(Ok)),
-                        Some(next),
-                    )));
+        flatten_pages(futures::stream::try_unfold(
+            Some(from),
+            move |next| async move {
+                let Some(mut next) = next else {
+                    return Ok(None);
+                };
+                loop {
+                    let page = self.read_feed(next, STREAM_PAGE).await?;
+                    if let Some(last) = page.last() {
+                        next = last.position + 1;
+                        return Ok(Some((page, Some(next))));
+                    }
+                    self.wait_for_feed(next).await?;
                 }
-                self.wait_for_feed(next).await?;
-            }
-        })
-        .map(|page| match page {
-            Ok(events) => events.left_stream(),
-            Err(err) => futures::stream::once(async move { Err(err) }).right_stream(),
-        })
-        .flatten()
-        .boxed()
+            },
+        ))
     }
 
     /// The whole log in memory. Prefer [`EventStoreExt::fold`] or `stream` for long logs. The
@@ -652,14 +609,67 @@ where
 
 impl<S: EventStore + ?Sized> EventStoreExt for S {}
 
-/// Refuses a batch holding a payload no reader could parse back ([`AppendError::PayloadTooDeep`]).
-/// Every store calls it before anything else, on the caller's task.
-pub fn check_payloads(
+/// The items of a stream of pages, in order; an error ends it. The stream is `Unpin`.
+fn flatten_pages<'a, T: Send + 'a>(
+    pages: impl Stream<Item = Result<Vec<T>, ReadError>> + Send + 'a,
+) -> impl Stream<Item = Result<T, ReadError>> + Send + Unpin + 'a {
+    use futures::StreamExt;
+    pages
+        .map(|page| match page {
+            Ok(items) => futures::stream::iter(items.into_iter().map(Ok)).left_stream(),
+            Err(err) => futures::stream::once(async move { Err(err) }).right_stream(),
+        })
+        .flatten()
+        .boxed()
+}
+
+/// Every execution a paged listing (`list`, called with the id to list after) gives after
+/// `after`, a page of [`LIST_PAGE`] at a time.
+fn listed<'a, F, Fut>(
+    after: Option<ExecutionId>,
+    list: F,
+) -> impl Stream<Item = Result<ExecutionSummary, ReadError>> + Send + Unpin + 'a
+where
+    F: Fn(Option<ExecutionId>) -> Fut + Send + 'a,
+    Fut: Future<Output = Result<ExecutionPage, ReadError>> + Send + 'a,
+{
+    flatten_pages(futures::stream::try_unfold(
+        Some(after),
+        move |after: Option<Option<ExecutionId>>| {
+            let page = after.map(&list);
+            async move {
+                let Some(page) = page else { return Ok(None) };
+                let page = page.await?;
+                Ok(Some((page.executions, page.next.map(Some))))
+            }
+        },
+    ))
+}
+
+/// Every execution of `store` after `after`, through [`EventStore::list_executions`].
+fn every_execution<S: EventStore + ?Sized>(
+    store: &S,
+    after: Option<ExecutionId>,
+) -> impl Stream<Item = Result<ExecutionSummary, ReadError>> + Send + Unpin + '_ {
+    listed(after, move |after| async move {
+        store.list_executions(after.as_ref(), LIST_PAGE).await
+    })
+}
+
+/// Refuses an empty batch ([`AppendError::EmptyBatch`]) and a batch holding a payload no
+/// reader could parse back ([`AppendError::PayloadTooDeep`]). Every store calls it before
+/// anything else, on the caller's task.
+pub fn check_batch(
     execution: &ExecutionId,
     expected_seq: u64,
     events: &[Event],
 ) -> Result<(), AppendError> {
     use crate::event::Verdict;
+    if events.is_empty() {
+        return Err(AppendError::EmptyBatch {
+            execution: execution.clone(),
+        });
+    }
     for (seq, event) in (expected_seq..).zip(events) {
         let too_deep = match event {
             Event::ExecutionStarted(e) => e.input.is_too_deep(),
@@ -689,8 +699,9 @@ pub fn check_payloads(
     Ok(())
 }
 
-/// Milliseconds since the Unix epoch, for `recorded_at_ms` metadata only.
-pub(crate) fn wall_clock_ms() -> Option<u64> {
+/// Milliseconds since the Unix epoch, for the `recorded_at_ms` metadata a store stamps on the
+/// events it appends, and for nothing else.
+pub fn wall_clock_ms() -> Option<u64> {
     std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .ok()

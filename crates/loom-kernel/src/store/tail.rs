@@ -16,8 +16,10 @@
 
 use std::collections::BTreeSet;
 
+use super::AppendError;
 use crate::event::Event;
 use crate::fold::{ExecutionStatus, Violation};
+use crate::id::ExecutionId;
 
 /// The part of an execution's state a store keeps to validate appends and index the
 /// execution by status. See the module documentation.
@@ -93,6 +95,18 @@ pub struct RefusedEvent {
     pub violation: Box<Violation>,
 }
 
+impl RefusedEvent {
+    /// The append error for this refusal in a batch appended to `execution` at
+    /// `expected_seq`: [`AppendError::Invalid`] at the refused event's seq.
+    pub fn into_append_error(self, execution: &ExecutionId, expected_seq: u64) -> AppendError {
+        AppendError::Invalid {
+            execution: execution.clone(),
+            seq: expected_seq + self.index as u64,
+            violation: self.violation,
+        }
+    }
+}
+
 /// The first byte of an encoded tail: the layout version.
 const TAIL_LAYOUT: u8 = 1;
 
@@ -135,16 +149,7 @@ impl ExecutionTail {
         events: &[Event],
         recorded_at_ms: Option<u64>,
     ) -> Result<(), RefusedEvent> {
-        let mut next = self.clone();
-        for (index, event) in events.iter().enumerate() {
-            next.apply(event, recorded_at_ms)
-                .map_err(|violation| RefusedEvent {
-                    index,
-                    violation: Box::new(violation),
-                })?;
-        }
-        *self = next;
-        Ok(())
+        self.apply_all(events.iter().map(TailChange::of), recorded_at_ms)
     }
 
     /// Applies one event. Refuses (leaving the tail unchanged) a first event that is not
@@ -160,9 +165,18 @@ impl ExecutionTail {
         changes: &[TailChange],
         recorded_at_ms: Option<u64>,
     ) -> Result<(), RefusedEvent> {
+        self.apply_all(changes.iter(), recorded_at_ms)
+    }
+
+    /// Applies `changes` all or nothing (the two batch forms above).
+    fn apply_all(
+        &mut self,
+        changes: impl Iterator<Item = impl std::borrow::Borrow<TailChange>>,
+        recorded_at_ms: Option<u64>,
+    ) -> Result<(), RefusedEvent> {
         let mut next = self.clone();
-        for (index, change) in changes.iter().enumerate() {
-            next.apply_change(change, recorded_at_ms)
+        for (index, change) in changes.enumerate() {
+            next.apply_change(change.borrow(), recorded_at_ms)
                 .map_err(|violation| RefusedEvent {
                     index,
                     violation: Box::new(violation),

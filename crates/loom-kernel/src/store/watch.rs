@@ -1,10 +1,12 @@
-//! Wakes `wait_for` callers when an execution's head moves.
+//! Wakes `wait_for` callers when an execution's head moves, and `wait_for_feed` callers when
+//! the feed grows.
 
 use std::collections::HashMap;
 use std::sync::Mutex;
 
 use tokio::sync::watch;
 
+use super::ReadError;
 use crate::id::ExecutionId;
 
 /// One watch channel per execution somebody waits on; none for the others.
@@ -37,25 +39,52 @@ impl HeadWatch {
 
     /// Waits until `head` reports more than `seq` events; `current_head` is read after
     /// subscribing, so no publication can slip between the check and the wait.
-    pub(crate) async fn wait_for<E>(
+    pub(crate) async fn wait_for(
         &self,
         execution: &ExecutionId,
         seq: u64,
-        current_head: impl std::future::Future<Output = Result<u64, E>>,
-    ) -> Result<(), WaitError<E>> {
+        current_head: impl std::future::Future<Output = Result<u64, ReadError>>,
+    ) -> Result<(), ReadError> {
         let mut receiver = self.subscribe(execution);
-        if current_head.await.map_err(WaitError::Read)? > seq {
+        if current_head.await? > seq {
             return Ok(());
         }
         receiver
             .wait_for(|head| *head > seq)
             .await
             .map(|_| ())
-            .map_err(|_| WaitError::Closed)
+            .map_err(|_| ReadError::Closed)
     }
 }
 
-pub(crate) enum WaitError<E> {
-    Read(E),
-    Closed,
+/// The next feed position, published after each commit: wakes `wait_for_feed` callers.
+#[derive(Debug)]
+pub(crate) struct FeedWatch(watch::Sender<u64>);
+
+impl Default for FeedWatch {
+    fn default() -> Self {
+        Self::new(0)
+    }
+}
+
+impl FeedWatch {
+    /// A watch whose next position is `next`.
+    pub(crate) fn new(next: u64) -> Self {
+        Self(watch::channel(next).0)
+    }
+
+    /// Publishes the next feed position after a commit.
+    pub(crate) fn publish(&self, next: u64) {
+        self.0.send_replace(next);
+    }
+
+    /// Resolves once the next feed position is past `position`.
+    pub(crate) async fn wait_past(&self, position: u64) -> Result<(), ReadError> {
+        let mut receiver = self.0.subscribe();
+        receiver
+            .wait_for(|next| *next > position)
+            .await
+            .map(|_| ())
+            .map_err(|_| ReadError::Closed)
+    }
 }

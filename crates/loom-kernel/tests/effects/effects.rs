@@ -184,6 +184,7 @@ async fn an_idempotent_step_re_run_after_each_crash_gets_the_next_attempt() {
                     effect: "echo".into(),
                     input_digest: input_digest(&json!(1).into()),
                     attempt: 1,
+                    max_cost: 0,
                 }),
             ],
         )

@@ -293,6 +293,7 @@ async fn a_non_idempotent_step_in_flight_parks_in_doubt_until_a_verdict() {
                     effect: "pay".into(),
                     input_digest: input_digest(&json!({"amount": 5}).into()),
                     attempt: 1,
+                    max_cost: 0,
                 }),
             ],
         )

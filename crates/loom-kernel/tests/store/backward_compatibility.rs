@@ -171,3 +171,61 @@ async fn a_layout_1_file_is_indexed_when_opened() {
     let read_only = DiskStore::open_read_only(&path, DiskStoreConfig::default()).unwrap();
     assert_eq!(read_only.head(&id("parked")).await.unwrap(), 3);
 }
+
+/// `STEP_STARTED` as earlier builds wrote it (type tag 1, no `max_cost`) reads with
+/// `max_cost` 0, and this build still writes tag 1, byte for byte, when `max_cost` is 0; with a
+/// cost it writes tag 14, and a record cut before the cost is an error, not an old record. The
+/// JSON form leaves out a `maxCost` of 0 and reads its absence as 0 (ADR 0024).
+#[test]
+fn step_started_records_without_a_max_cost_read_back_as_costing_nothing() {
+    use loom_kernel::{Event, StepStarted};
+    use loom_kernel::{decode_record as decode, encode_record};
+
+    let mut old = vec![0xB1];
+    old.extend_from_slice(&1u32.to_le_bytes()); // schema
+    old.push(0); // no recordedAtMs
+    old.push(1); // STEP_STARTED, first layout
+    for text in ["charge#1", "payments.charge", "digest"] {
+        old.extend_from_slice(&(text.len() as u32).to_le_bytes());
+        old.extend_from_slice(text.as_bytes());
+    }
+    old.extend_from_slice(&1u32.to_le_bytes()); // attempt
+    let e = id("old");
+    let free = StepStarted {
+        step_id: "charge#1".into(),
+        effect: "payments.charge".into(),
+        input_digest: "digest".into(),
+        attempt: 1,
+        max_cost: 0,
+    };
+    assert_eq!(
+        decode(&e, 0, &old).unwrap().event,
+        Event::StepStarted(free.clone())
+    );
+    let now = encode_record(&Event::StepStarted(free.clone()), None);
+    assert_eq!(now[10], 1, "a step without a cost is written as before");
+    assert_eq!(now[5..], old[1..], "the same body as an earlier build's");
+
+    let costly = StepStarted {
+        max_cost: 3,
+        ..free.clone()
+    };
+    let now = encode_record(&Event::StepStarted(costly.clone()), None);
+    assert_eq!(now[10], 14, "this build writes the layout with a cost");
+    assert_eq!(
+        decode(&e, 0, &now).unwrap().event,
+        Event::StepStarted(costly.clone())
+    );
+    assert!(decode(&e, 0, &now[..now.len() - 1]).is_err());
+
+    let json = |event: StepStarted| {
+        serde_json::to_value(Event::StepStarted(event)).unwrap()["maxCost"].clone()
+    };
+    let old_json = encode_json_record(&Event::StepStarted(free.clone()), None);
+    assert_eq!(
+        decode(&e, 0, &old_json).unwrap().event,
+        Event::StepStarted(free.clone())
+    );
+    assert_eq!(json(free), serde_json::Value::Null);
+    assert_eq!(json(costly), json!(3));
+}

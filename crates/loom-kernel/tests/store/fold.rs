@@ -27,6 +27,7 @@ fn step_started(step: &str, effect: &str) -> Event {
         effect: effect.into(),
         input_digest: "d".into(),
         attempt: 1,
+        max_cost: 0,
     })
 }
 
@@ -355,4 +356,81 @@ fn an_ended_state_tells_its_output_failure_or_cancel_reason() {
     assert_eq!(running.output(), None);
     assert_eq!(running.failure(), None);
     assert_eq!(running.cancel_reason(), None);
+}
+
+/// A non-idempotent step with a cost, started, then in doubt, then resolved by `verdict`.
+fn resolved_in_doubt(max_cost: u64, verdict: Verdict) -> ExecutionState {
+    let events = vec![
+        started(),
+        Event::StepStarted(StepStarted {
+            step_id: "pay#1".into(),
+            effect: "e".into(),
+            input_digest: "d".into(),
+            attempt: 1,
+            max_cost,
+        }),
+        in_doubt("pay#1"),
+        Event::EffectResolved(EffectResolved {
+            step_id: "pay#1".into(),
+            verdict,
+            operator: Some("ops".into()),
+        }),
+    ];
+    ExecutionState::fold(&log(events)).unwrap()
+}
+
+/// Item 12 (ADR 0024): a `completed` verdict says the effect ran; the fold charges the
+/// `max_cost` its `STEP_STARTED` recorded. A `failed` verdict charges nothing; a `retry`
+/// charges nothing until the next attempt's outcome.
+#[test]
+fn the_fold_charges_a_completed_verdict_the_cost_recorded_at_start() {
+    let completed = Verdict::Completed {
+        output: json!("sent").into(),
+    };
+    let state = resolved_in_doubt(3, completed.clone());
+    assert_eq!(state.budget_spent(), 3);
+    assert!(matches!(
+        state.step("pay#1").unwrap().status,
+        StepStatus::Completed { .. }
+    ));
+    let failed = Verdict::Failed {
+        error: ErrorInfo::new("not.sent", "no record of it"),
+    };
+    assert_eq!(resolved_in_doubt(3, failed).budget_spent(), 0);
+    assert_eq!(resolved_in_doubt(3, Verdict::Retry).budget_spent(), 0);
+    // A log written before `max_cost` existed reads it as 0: its verdicts charge nothing, as
+    // they did when it was written.
+    assert_eq!(resolved_in_doubt(0, completed).budget_spent(), 0);
+}
+
+/// A `retry` verdict then the new attempt's outcome: the step is charged once, by that
+/// outcome, not also by the held cost of the attempt in doubt.
+#[test]
+fn a_retried_step_is_charged_by_its_last_outcome_only() {
+    let events = vec![
+        started(),
+        Event::StepStarted(StepStarted {
+            step_id: "pay#1".into(),
+            effect: "e".into(),
+            input_digest: "d".into(),
+            attempt: 1,
+            max_cost: 3,
+        }),
+        in_doubt("pay#1"),
+        Event::EffectResolved(EffectResolved {
+            step_id: "pay#1".into(),
+            verdict: Verdict::Retry,
+            operator: None,
+        }),
+        Event::StepStarted(StepStarted {
+            step_id: "pay#1".into(),
+            effect: "e".into(),
+            input_digest: "d".into(),
+            attempt: 2,
+            max_cost: 3,
+        }),
+        completed("pay#1", "e", 3),
+    ];
+    let state = ExecutionState::fold(&log(events)).unwrap();
+    assert_eq!(state.budget_spent(), 3);
 }

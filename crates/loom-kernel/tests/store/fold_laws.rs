@@ -34,8 +34,8 @@ fn event() -> impl Strategy<Value = Event> {
     let gate = prop::sample::select(vec!["g#1", "g#2"]).prop_map(String::from);
     let effect = prop::sample::select(vec!["e", "f"]).prop_map(String::from);
     prop_oneof![
-        2 => (step.clone(), effect.clone(), 1u32..3).prop_map(|(step_id, effect, attempt)| {
-            Event::StepStarted(StepStarted { step_id, effect, input_digest: "d".into(), attempt })
+        2 => (step.clone(), effect.clone(), 1u32..3, 0u64..3).prop_map(|(step_id, effect, attempt, max_cost)| {
+            Event::StepStarted(StepStarted { step_id, effect, input_digest: "d".into(), attempt, max_cost })
         }),
         3 => (step.clone(), effect.clone(), json_value(), 0u64..5).prop_map(
             |(step_id, effect, output, cost)| Event::StepCompleted(StepCompleted {

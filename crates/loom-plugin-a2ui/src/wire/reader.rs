@@ -126,13 +126,5 @@ pub(crate) fn escape(token: &str) -> String {
     }
 }
 
-pub(crate) fn json_type(value: &Value) -> &'static str {
-    match value {
-        Value::Null => "null",
-        Value::Bool(_) => "a boolean",
-        Value::Number(_) => "a number",
-        Value::String(_) => "a string",
-        Value::Array(_) => "an array",
-        Value::Object(_) => "an object",
-    }
-}
+/// The JSON type of a value, for errors that say what was found.
+pub(crate) use loom_agent_surface::json_type_name as json_type;
