@@ -7,8 +7,18 @@
 //! [`SurfaceHub::catch_up`] has read the missing ones from the store. A subscription is taken
 //! under the same lock that applies events: its `createSurface` carries the model as of the
 //! last applied event and every later event reaches it as an update, exactly once.
+//!
+//! # A slow subscriber is dropped, not buffered without limit
+//! Each subscription holds at most [`SUBSCRIBER_BUFFER`] live messages (or what
+//! [`SurfaceHub::with_subscriber_buffer`] sets) that its client has not taken yet. A subscriber
+//! that falls that far behind (a WebSocket client that stopped reading) is dropped: it still
+//! gets the messages it holds, then its subscription ends ([`SurfaceSubscription::next`] gives
+//! `None`, [`SurfaceSubscription::lagged`] says why). The client resynchronises by subscribing
+//! again, which starts from `createSurface` with the current model. The hub's memory stays
+//! bounded, and no other subscriber, nor the runtime that feeds the hub, waits for a slow one.
 
 use std::collections::BTreeMap;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 
 use loom_kernel::DataClassification;
@@ -64,17 +74,24 @@ pub enum HubError {
     },
 }
 
+/// How many live messages a subscription holds for its client at most, unless
+/// [`SurfaceHub::with_subscriber_buffer`] says otherwise: a subscriber that falls further
+/// behind is dropped (see the module documentation).
+pub const SUBSCRIBER_BUFFER: usize = 1024;
+
 /// A client's view of one surface: `createSurface` and any pending function calls first, then
 /// every update as it becomes durable.
 #[derive(Debug)]
 pub struct SurfaceSubscription {
     /// `createSurface` with the current masked model, then pending `callRendererFunction`s.
     pub initial: Vec<AgentMessage>,
-    receiver: mpsc::UnboundedReceiver<AgentMessage>,
+    receiver: mpsc::Receiver<AgentMessage>,
+    lagged: Arc<AtomicBool>,
 }
 
 impl SurfaceSubscription {
-    /// The next live message; `None` once the hub is gone.
+    /// The next live message; `None` once the subscription has ended: the surface was
+    /// deleted, the hub is gone, or the client fell too far behind ([`Self::lagged`]).
     pub async fn next(&mut self) -> Option<AgentMessage> {
         self.receiver.recv().await
     }
@@ -83,11 +100,43 @@ impl SurfaceSubscription {
     pub fn try_next(&mut self) -> Option<AgentMessage> {
         self.receiver.try_recv().ok()
     }
+
+    /// Whether the hub dropped this subscription because its client fell more than the
+    /// subscriber buffer behind. Its buffered messages are still delivered, then it ends;
+    /// subscribe again to resynchronise from `createSurface`.
+    pub fn lagged(&self) -> bool {
+        self.lagged.load(Ordering::Acquire)
+    }
+}
+
+/// The hub's end of a subscription.
+struct Subscriber {
+    sender: mpsc::Sender<AgentMessage>,
+    lagged: Arc<AtomicBool>,
+}
+
+impl Subscriber {
+    /// Hands `message` over; `false` once the subscription has ended: dropped by its client,
+    /// or full, when it is marked lagged and dropped here.
+    fn send(&self, message: &AgentMessage) -> bool {
+        match self.sender.try_send(message.clone()) {
+            Ok(()) => true,
+            Err(mpsc::error::TrySendError::Closed(_)) => false,
+            Err(mpsc::error::TrySendError::Full(_)) => {
+                self.lagged.store(true, Ordering::Release);
+                tracing::warn!(
+                    buffer = self.sender.max_capacity(),
+                    "an A2UI subscriber fell behind and is dropped: it subscribes again to resynchronise"
+                );
+                false
+            }
+        }
+    }
 }
 
 struct SurfaceState {
     bridge: A2UISurfaceBridge,
-    subscribers: Vec<mpsc::UnboundedSender<AgentMessage>>,
+    subscribers: Vec<Subscriber>,
     /// The flow deleted the surface (`delete_surface`): nothing more is sent for it.
     deleted: bool,
 }
@@ -114,6 +163,8 @@ struct Shared {
     classification: DataClassification,
     specs: BTreeMap<String, SurfaceSpec>,
     state: Mutex<HubState>,
+    /// The live messages a subscription holds at most.
+    subscriber_buffer: AtomicUsize,
 }
 
 /// Feeds A2UI bridges from durable events. Cheap to clone; add it to a runtime as a plugin.
@@ -148,8 +199,18 @@ impl SurfaceHub {
                     executions: BTreeMap::new(),
                     call_owner: BTreeMap::new(),
                 }),
+                subscriber_buffer: AtomicUsize::new(SUBSCRIBER_BUFFER),
             }),
         }
+    }
+
+    /// Sets how many live messages each later subscription holds at most (at least 1; the
+    /// default is [`SUBSCRIBER_BUFFER`]); a subscriber that falls further behind is dropped.
+    pub fn with_subscriber_buffer(self, messages: usize) -> Self {
+        self.shared
+            .subscriber_buffer
+            .store(messages.max(1), Ordering::Relaxed);
+        self
     }
 
     fn state(&self) -> MutexGuard<'_, HubState> {
@@ -193,12 +254,15 @@ impl SurfaceHub {
         let state = &mut *guard;
         let exec = state.executions.entry(execution.clone()).or_default();
         let surface = surface_entry(&self.shared, exec, surface_id);
+        let (sender, receiver) =
+            mpsc::channel(self.shared.subscriber_buffer.load(Ordering::Relaxed));
+        let lagged = Arc::new(AtomicBool::new(false));
         if surface.deleted {
             // The sender is dropped here: the subscription has ended.
-            let (_, receiver) = mpsc::unbounded_channel();
             return Ok(SurfaceSubscription {
                 initial: Vec::new(),
                 receiver,
+                lagged,
             });
         }
         let mut initial = vec![surface.bridge.snapshot()];
@@ -210,11 +274,17 @@ impl SurfaceHub {
                 initial.push(message);
             }
         }
-        let (sender, receiver) = mpsc::unbounded_channel();
         if let Some(surface) = exec.surfaces.get_mut(surface_id) {
-            surface.subscribers.push(sender);
+            surface.subscribers.push(Subscriber {
+                sender,
+                lagged: Arc::clone(&lagged),
+            });
         }
-        Ok(SurfaceSubscription { initial, receiver })
+        Ok(SurfaceSubscription {
+            initial,
+            receiver,
+            lagged,
+        })
     }
 
     /// The true model of a surface as the hub has folded it.
@@ -498,7 +568,7 @@ fn broadcast(surface: &mut SurfaceState, messages: &[AgentMessage]) {
     }
     surface
         .subscribers
-        .retain(|s| messages.iter().all(|m| s.send(m.clone()).is_ok()));
+        .retain(|s| messages.iter().all(|m| s.send(m)));
 }
 
 /// Applies one event in order; returns the call ids it introduced.
@@ -617,5 +687,86 @@ impl Plugin for SurfaceHub {
 
     fn contribute(&self, contributions: &mut Contributions) {
         contributions.projection(Arc::new(self.clone()));
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use loom_kernel::{MemoryStore, SurfacePatch};
+    use serde_json::json;
+
+    use super::*;
+
+    const SURFACE: &str = "main";
+
+    fn hub() -> SurfaceHub {
+        let catalogs = Catalogs::default_with([]).expect("the default catalogs compile");
+        let spec = SurfaceSpec {
+            components: vec![json!({"id": "root", "component": "Text", "text": "count"})],
+        };
+        SurfaceHub::new(
+            catalogs,
+            DataClassification::default(),
+            [(SURFACE.to_owned(), spec)],
+        )
+    }
+
+    /// A durable `SURFACE_PATCH` at `seq` that sets `count` to `seq`.
+    fn patch(execution: &ExecutionId, seq: u64) -> EventEnvelope {
+        let ops = json!([{"op": "set", "path": "count", "value": seq}]);
+        EventEnvelope::new(
+            execution.clone(),
+            seq,
+            Event::SurfacePatch(SurfacePatch {
+                step_id: format!("surface#{seq}"),
+                surface_id: SURFACE.to_owned(),
+                ops: Payload::from(ops),
+            }),
+        )
+    }
+
+    #[tokio::test]
+    async fn a_subscriber_that_falls_behind_is_dropped_and_resyncs_by_subscribing_again() {
+        let hub = hub().with_subscriber_buffer(2);
+        let store = MemoryStore::new();
+        let execution = ExecutionId::new("counter-1").expect("a valid id");
+        Projection::apply(&hub, &patch(&execution, 0));
+        let mut slow = hub.subscribe(&store, &execution, SURFACE).await.unwrap();
+        let mut reader = hub.subscribe(&store, &execution, SURFACE).await.unwrap();
+        let mut read = Vec::new();
+        for seq in 1..=5 {
+            Projection::apply(&hub, &patch(&execution, seq));
+            read.extend(std::iter::from_fn(|| reader.try_next()));
+        }
+        // The subscriber that keeps up gets every update and stays subscribed.
+        assert_eq!(read.len(), 5);
+        assert!(!reader.lagged());
+        // The one that did not read holds two updates, no more, and then ends.
+        assert!(slow.lagged());
+        assert!(slow.try_next().is_some());
+        assert!(slow.try_next().is_some());
+        assert!(slow.next().await.is_none(), "a dropped subscription ends");
+        // Subscribing again starts from `createSurface` with the current model.
+        let again = hub.subscribe(&store, &execution, SURFACE).await.unwrap();
+        assert!(!again.lagged());
+        let AgentMessage::CreateSurface(create) = &again.initial[0] else {
+            panic!(
+                "a subscription starts with createSurface: {:?}",
+                again.initial
+            );
+        };
+        assert_eq!(create.data_model.as_ref().unwrap()["count"], json!(5));
+    }
+
+    #[tokio::test]
+    async fn the_subscriber_buffer_is_at_least_one_message() {
+        let hub = hub().with_subscriber_buffer(0);
+        let store = MemoryStore::new();
+        let execution = ExecutionId::new("counter-2").expect("a valid id");
+        Projection::apply(&hub, &patch(&execution, 0));
+        let mut subscription = hub.subscribe(&store, &execution, SURFACE).await.unwrap();
+        Projection::apply(&hub, &patch(&execution, 1));
+        assert!(!subscription.lagged());
+        assert!(subscription.try_next().is_some());
     }
 }

@@ -48,7 +48,7 @@ pub use gate::{
     CallAndWaitError, DELETE_DECISION, FUNCTION_RESULT_EVENT, FunctionRequest, REQUEST_DECISION,
     call_and_wait, delete_surface,
 };
-pub use hub::{HubError, SurfaceHub, SurfaceSpec, SurfaceSubscription};
+pub use hub::{HubError, SUBSCRIBER_BUFFER, SurfaceHub, SurfaceSpec, SurfaceSubscription};
 pub use wire::{
     Action, AgentMessage, CallAgentFunction, CallRendererFunction, CreateSurface, DeleteSurface,
     FunctionCall, FunctionError, FunctionOutcome, FunctionResponse, PROTOCOL_VERSION,

@@ -278,3 +278,40 @@ pub(crate) fn channel_of(schema: &str) -> String {
     channel.truncate(end);
     channel
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn ids(count: usize, len: usize) -> Vec<ExecutionId> {
+        (0..count)
+            .map(|n| ExecutionId::new(format!("{n:03}-{}", "x".repeat(len))).unwrap())
+            .collect()
+    }
+
+    #[test]
+    fn a_commit_announces_its_heads_in_one_notification_until_one_is_full() {
+        // A batch of a hundred appends: one notification, not one per append.
+        let small = ids(100, 8);
+        let one = payloads(small.iter().map(|id| (id, 7)));
+        assert_eq!(one.len(), 1, "{one:?}");
+        assert_eq!(one[0].lines().count(), 100);
+
+        // Long ids fill notifications: each stays under the limit, as few as fit, and every
+        // head is announced once, in order, in the form the listener reads.
+        let long = ids(100, 200);
+        let line = format!("3:{}\n", long[0]).len();
+        let many = payloads(long.iter().map(|id| (id, 3)));
+        assert_eq!(many.len(), 100_usize.div_ceil(MAX_PAYLOAD / line));
+        assert!(many.iter().all(|payload| payload.len() <= MAX_PAYLOAD));
+        let announced: Vec<String> = many
+            .iter()
+            .flat_map(|payload| payload.lines().map(str::to_owned))
+            .collect();
+        let expected: Vec<String> = long.iter().map(|id| format!("3:{id}")).collect();
+        assert_eq!(announced, expected);
+
+        // Nothing appended, nothing announced.
+        assert!(payloads(std::iter::empty()).is_empty());
+    }
+}

@@ -161,6 +161,8 @@ async fn session(
             () = tx.closed() => break,
             update = subscription.next(), if !deleted => match update {
                 Some(message) => open = tx.send(wire(&message)).await.is_ok(),
+                // Fell behind: the page's event source reconnects and resynchronises.
+                None if subscription.lagged() => break,
                 None => deleted = true,
             },
             outgoing = outbox.recv() => match outgoing {

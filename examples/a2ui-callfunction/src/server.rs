@@ -376,7 +376,11 @@ async fn renderer_session(
             update = subscription.next() => match update {
                 Some(message) => open = sink.send(send(&message)).await.is_ok(),
                 None => {
-                    ended = "the surface is deleted";
+                    ended = if subscription.lagged() {
+                        "the renderer fell behind (it reconnects to resynchronise)"
+                    } else {
+                        "the surface is deleted"
+                    };
                     break;
                 }
             },

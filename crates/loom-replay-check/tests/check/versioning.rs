@@ -145,6 +145,65 @@ fn an_unguarded_change_breaks_old_executions_and_a_patched_one_does_not() {
     assert_eq!(summary(&found), "");
 }
 
+/// Set in the child process of the test below: the folder of the logs it checks.
+const JSON_CHILD_LOGS: &str = "LOOM_REPLAY_CHECK_JSON_CHILD_LOGS";
+
+/// `--json` prints `breaks` as the library finds them: the command line runs in a child process
+/// (this test binary again), whose standard output is read here.
+#[test]
+fn the_printed_json_report_lists_the_breaks() {
+    let unguarded = with(FlowSet::new().with(flow_fn("order", 1, order_unguarded)));
+    if let Some(logs) = std::env::var_os(JSON_CHILD_LOGS) {
+        let logs = logs.to_string_lossy().into_owned();
+        let args = ["replay-check", "--logs", &logs, "--jobs", "1", "--json"];
+        std::process::exit(i32::from(check_command(&unguarded, args)));
+    }
+    let dir = tempfile::tempdir().unwrap();
+    tokio::runtime::Runtime::new()
+        .unwrap()
+        .block_on(record(dir.path()));
+    let child = std::process::Command::new(std::env::current_exe().unwrap())
+        .args(["--exact", "the_printed_json_report_lists_the_breaks"])
+        .args(["--nocapture", "--test-threads", "1"])
+        .env(JSON_CHILD_LOGS, dir.path())
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&child.stdout);
+    assert_eq!(
+        child.status.code(),
+        Some(1),
+        "a divergence exits 1: {stdout}"
+    );
+    // The test harness may print its own words before the report on the same line.
+    let line = stdout
+        .lines()
+        .find(|line| line.contains("\"breaks\""))
+        .unwrap_or_else(|| panic!("no JSON report on stdout: {stdout}"));
+    let report: Value = serde_json::from_str(&line[line.find('{').unwrap()..]).unwrap();
+    assert_eq!(
+        report["breaks"],
+        json!([{
+            "flow": "order",
+            "version": 1,
+            "executions": ["order-done", "order-parked"],
+            "first": {
+                "execution": "order-done",
+                "seq": 3,
+                "recorded": "EXECUTION_SUSPENDED gate 'Approval#1' (Approval, key 'a')",
+                "attempted": "calls effect 'fraud.check' as step 'fraud.check#1'",
+            },
+        }])
+    );
+    assert_eq!(report["summary"]["executions"], 3);
+    assert_eq!(report["summary"]["divergent"], 2);
+    // The same as the library's own listing of the same logs.
+    let found = outcomes(&unguarded, dir.path());
+    let broken = loom_replay_check::breakages(&found);
+    let listed = report["breaks"].as_array().unwrap();
+    assert_eq!(listed.len(), broken.len());
+    assert_eq!(listed[0]["executions"], json!(broken[0].executions));
+}
+
 #[test]
 fn a_childs_log_exports_to_one_file_and_reads_back() {
     let dir = tempfile::tempdir().unwrap();
