@@ -15,6 +15,8 @@ use loom_replay_check::check_command;
 use loom_replay_check::summary;
 use serde_json::{Value, json};
 
+use crate::support::child::child_test;
+
 /// The code in production: reserve, wait for approval, charge.
 async fn order_v1(ctx: FlowCtx, _: Value) -> Result<Value, FlowError> {
     ctx.execute("reserve", &json!({})).await?;
@@ -162,12 +164,13 @@ fn the_printed_json_report_lists_the_breaks() {
     tokio::runtime::Runtime::new()
         .unwrap()
         .block_on(record(dir.path()));
-    let child = std::process::Command::new(std::env::current_exe().unwrap())
-        .args(["--exact", "the_printed_json_report_lists_the_breaks"])
-        .args(["--nocapture", "--test-threads", "1"])
-        .env(JSON_CHILD_LOGS, dir.path())
-        .output()
-        .unwrap();
+    let child = child_test(concat!(
+        module_path!(),
+        "::the_printed_json_report_lists_the_breaks"
+    ))
+    .env(JSON_CHILD_LOGS, dir.path())
+    .output()
+    .unwrap();
     let stdout = String::from_utf8_lossy(&child.stdout);
     assert_eq!(
         child.status.code(),
