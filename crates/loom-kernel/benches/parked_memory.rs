@@ -13,11 +13,14 @@
 //!
 //! `cargo bench -p loom-kernel --bench parked_memory`
 
-use std::time::{Duration, Instant};
+mod support;
+
+use std::time::Instant;
 
 use loom_kernel::*;
-use loom_kernel::{ExecutionId, ExecutionStatus, MemoryStore, Payload};
+use loom_kernel::{ExecutionStatus, MemoryStore, Payload};
 use serde_json::{Value, json};
+use support::process::{execution_ids, idle_second, run_scenarios, start_all, status_kib, threads};
 
 const CHILD_ENV: &str = "LOOM_PARKED_MEMORY_CHILD";
 const EXECUTIONS: usize = 100_000;
@@ -26,38 +29,6 @@ async fn gated(ctx: FlowCtx, _: Value) -> Result<Value, FlowError> {
     ctx.execute("noop", &json!(1)).await?;
     ctx.suspend("Go", "go").await?;
     Ok(json!("went"))
-}
-
-/// A line of `/proc/self/status`, in KiB.
-fn status_kib(field: &str) -> u64 {
-    std::fs::read_to_string("/proc/self/status")
-        .ok()
-        .and_then(|status| {
-            status
-                .lines()
-                .find(|line| line.starts_with(field))
-                .and_then(|line| line.split_whitespace().nth(1))
-                .and_then(|kib| kib.parse().ok())
-        })
-        .unwrap_or(0)
-}
-
-/// CPU time of every thread of this process so far (`/proc/self/task/*/schedstat`), in ns.
-fn cpu_ns() -> u64 {
-    let Ok(tasks) = std::fs::read_dir("/proc/self/task") else {
-        return 0;
-    };
-    tasks
-        .filter_map(|task| {
-            let path = task.ok()?.path().join("schedstat");
-            let text = std::fs::read_to_string(path).ok()?;
-            text.split_whitespace().next()?.parse::<u64>().ok()
-        })
-        .sum()
-}
-
-fn threads() -> usize {
-    std::fs::read_dir("/proc/self/task").map_or(0, |tasks| tasks.count())
 }
 
 fn child(mode: &str) {
@@ -77,27 +48,12 @@ fn child(mode: &str) {
             .max_parked_in_memory(if mode == "kept" { EXECUTIONS } else { 0 })
             .build()
             .expect("runtime");
-        let ids: Vec<ExecutionId> = (0..EXECUTIONS)
-            .map(|n| ExecutionId::new(format!("e{n:06}")).expect("id"))
-            .collect();
-        let started = Instant::now();
-        for chunk in ids.chunks(1_000) {
-            let starts = chunk.iter().map(|id| {
-                runtime.start("gated", &json!(null), StartOptions::new(id.clone()).grant("noop"))
-            });
-            for result in futures::future::join_all(starts).await {
-                result.expect("start");
-            }
-        }
-        for id in &ids {
-            runtime.wait(id).await.expect("parked");
-        }
-        let start_secs = started.elapsed().as_secs_f64();
-        tokio::time::sleep(Duration::from_millis(500)).await;
-        let rss = status_kib("VmRSS:");
-        let cpu_before = cpu_ns();
-        tokio::time::sleep(Duration::from_secs(1)).await;
-        let idle_cpu_us = (cpu_ns() - cpu_before) / 1_000;
+        let ids = execution_ids(EXECUTIONS);
+        let start_secs = start_all(&runtime, "gated", &ids, |id| {
+            StartOptions::new(id.clone()).grant("noop")
+        })
+        .await;
+        let (rss, idle_cpu_us) = idle_second().await;
         println!(
             "{mode}: {EXECUTIONS} executions parked in {start_secs:.2} s; kept in memory {}; RSS {:.1} MiB (process before the runtime: {:.1} MiB); threads {}; CPU over one idle second: {idle_cpu_us} µs",
             runtime.parked_in_memory(),
@@ -128,19 +84,5 @@ fn child(mode: &str) {
 }
 
 fn main() {
-    if let Ok(mode) = std::env::var(CHILD_ENV) {
-        child(&mode);
-        return;
-    }
-    // `cargo bench` passes `--bench`; this benchmark takes no filter.
-    if std::env::args().any(|arg| arg == "--list") {
-        return;
-    }
-    for mode in ["replay", "kept"] {
-        let status = std::process::Command::new(std::env::current_exe().expect("exe"))
-            .env(CHILD_ENV, mode)
-            .status()
-            .expect("child");
-        assert!(status.success(), "{mode} failed");
-    }
+    run_scenarios(CHILD_ENV, &["replay", "kept"], child);
 }

@@ -370,6 +370,12 @@ impl ExecutionState {
     pub fn budget_spent(&self) -> u64 {
         self.budget_spent
     }
+
+    /// K3: what each step started with a `max_cost` and without an outcome holds, by step id:
+    /// what a `completed` verdict charges (ADR 0024).
+    pub(crate) fn held_costs(&self) -> &BTreeMap<String, u64> {
+        &self.held
+    }
     /// Every step the log mentions, in step id order.
     pub fn steps(&self) -> BTreeMap<&str, &StepRecord> {
         self.steps

@@ -8,15 +8,14 @@
 //!
 //! `cargo run -p loom-plugin-a2ui --example interop -- PYTHON RENDERER_PY OUT_DIR`
 
-#[path = "../tests/common/mod.rs"]
-mod common;
+#[path = "../tests/support/mod.rs"]
+mod support;
 
 use std::io::{BufRead, BufReader, Write};
 use std::path::{Path, PathBuf};
 use std::process::{Child, ChildStdin, ChildStdout, Command, Stdio};
 use std::sync::{Arc, Mutex};
 
-use common::*;
 use futures::FutureExt;
 use futures::future::BoxFuture;
 use loom_agent_surface::{SurfaceExt, SurfaceOp, SurfacePath};
@@ -34,6 +33,7 @@ use proptest::prelude::*;
 use proptest::strategy::ValueTree;
 use proptest::test_runner::{Config, RngAlgorithm, TestRng, TestRunner};
 use serde_json::{Map, Value, json};
+use support::*;
 use tokio_util::sync::CancellationToken;
 
 type Result<T> = std::result::Result<T, String>;

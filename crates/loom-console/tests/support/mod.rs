@@ -98,6 +98,33 @@ pub async fn seeded_store(dir: &Path) -> PathBuf {
     path
 }
 
+/// A store file seeded as by [`seeded_store`], in a temp dir that lives as long as this, and
+/// `loom --store` on it.
+pub struct Seeded {
+    pub dir: tempfile::TempDir,
+    pub path: PathBuf,
+}
+
+impl Seeded {
+    pub async fn new() -> Self {
+        let dir = tempfile::tempdir().expect("a temp dir");
+        let path = seeded_store(dir.path()).await;
+        Self { dir, path }
+    }
+
+    /// The store file's path, as `--store` takes it.
+    pub fn store(&self) -> &str {
+        self.path.to_str().expect("a UTF-8 path")
+    }
+
+    /// Runs `loom --store <this store>` with `args`.
+    pub fn loom(&self, args: &[&str]) -> Output {
+        let mut all = vec!["--store", self.store()];
+        all.extend_from_slice(args);
+        loom(&all)
+    }
+}
+
 /// A running admin server over a runtime on a fresh store.
 pub struct Server {
     pub runtime: Runtime<DiskStore>,

@@ -2,6 +2,8 @@
 //! benchmark disk.
 #![allow(dead_code)]
 
+pub mod process;
+
 use loom_kernel::conformance::started;
 use loom_kernel::*;
 use loom_kernel::{Event, EventEnvelope, ExecutionId};

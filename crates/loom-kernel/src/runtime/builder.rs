@@ -6,9 +6,7 @@ use std::sync::{Arc, Mutex};
 use tokio::sync::watch;
 
 use crate::classify::DataClassification;
-#[cfg(doc)]
-use crate::runtime::ManualClock;
-use crate::runtime::caller::{self, AsyncResumeAuthenticator};
+use crate::runtime::caller::{self, AsyncResumeAuthenticator, ResumeAuthenticator};
 use crate::runtime::children;
 use crate::runtime::effect::Effect;
 use crate::runtime::errors::CompositionError;
@@ -17,8 +15,9 @@ use crate::runtime::handle;
 use crate::runtime::keep::{self, DEFAULT_MAX_PARKED_IN_MEMORY};
 use crate::runtime::plugin::{self, Contributions, Plugin, Projection};
 use crate::runtime::slots::Inner;
+#[cfg(doc)]
+use crate::runtime::timers::ManualClock;
 use crate::runtime::timers::{self, Clock, SystemClock};
-use crate::runtime::{ResumeAuthenticator, Runtime};
 use crate::store::EventStore;
 
 /// Composes a runtime: flows, effects, plugins, the resume authenticator.
@@ -43,7 +42,7 @@ impl<S> std::fmt::Debug for RuntimeBuilder<S> {
 }
 
 impl<S: EventStore> RuntimeBuilder<S> {
-    /// A builder with nothing composed yet ([`Runtime::builder`]).
+    /// A builder with nothing composed yet (`Runtime::builder`).
     pub(crate) fn new(store: S) -> Self {
         Self {
             store,
@@ -128,9 +127,9 @@ impl<S: EventStore> RuntimeBuilder<S> {
         self
     }
 
-    /// Checks the composition and builds the runtime. Must be called within a tokio runtime
-    /// when executions are then started or recovered.
-    pub fn build(mut self) -> Result<Runtime<S>, CompositionError> {
+    /// Checks the composition and composes what the runtime shares with its drivers
+    /// (`Runtime`'s `build` wraps it).
+    pub(crate) fn compose(mut self) -> Result<Inner<S>, CompositionError> {
         if let Some(error) = self.errors.drain(..).next() {
             return Err(error);
         }
@@ -147,23 +146,21 @@ impl<S: EventStore> RuntimeBuilder<S> {
                 return Err(CompositionError::DuplicateInbound(name));
             }
         }
-        Ok(Runtime {
-            inner: Arc::new(Inner {
-                store: Arc::new(self.store),
-                flows: self.flows,
-                effects: Arc::new(effects),
-                projections: self.contributions.projections,
-                inbound,
-                authenticator: self.authenticator,
-                classification: Arc::new(self.classification),
-                timers: Arc::new(timers::Timers::new(self.clock)),
-                children: children::Children::default(),
-                slots: Mutex::new(HashMap::new()),
-                stop: watch::channel(false).0,
-                tasks: Mutex::new(tokio::task::JoinSet::new()),
-                shutting: tokio::sync::Mutex::new(()),
-                kept: keep::KeptFlows::new(self.max_parked_in_memory),
-            }),
+        Ok(Inner {
+            store: Arc::new(self.store),
+            flows: self.flows,
+            effects: Arc::new(effects),
+            projections: self.contributions.projections,
+            inbound,
+            authenticator: self.authenticator,
+            classification: Arc::new(self.classification),
+            timers: Arc::new(timers::Timers::new(self.clock)),
+            children: children::Children::default(),
+            slots: Mutex::new(HashMap::new()),
+            stop: watch::channel(false).0,
+            tasks: Mutex::new(tokio::task::JoinSet::new()),
+            shutting: tokio::sync::Mutex::new(()),
+            kept: keep::KeptFlows::new(self.max_parked_in_memory),
         })
     }
 }

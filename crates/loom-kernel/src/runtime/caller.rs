@@ -17,11 +17,45 @@ use std::sync::Arc;
 use crate::id::ExecutionId;
 use crate::payload::Payload;
 use crate::runtime::contain::{contain, contain_future};
-use crate::runtime::{
-    InboundError, ResumeAuthenticator, ResumeRequest, Runtime, RuntimeBuilder, StartError,
-    StartOptions,
-};
+use crate::runtime::{InboundError, Runtime, RuntimeBuilder, StartError, StartOptions};
 use crate::store::EventStore;
+
+/// Decides who may resume which gate (K12.2). Consulted before anything is recorded.
+///
+/// # As a seam
+/// - **Replay:** never called on replay: a recorded resume was authorized when it arrived.
+/// - **Task:** the caller's task (`resume`, `resume_as`, `inbound`), before any lock is taken
+///   or anything is recorded.
+/// - **Panic:** contained: the request is refused with the panic's message as the reason.
+/// - **Other processes:** it sees only the request; the caller is never recorded.
+pub trait ResumeAuthenticator: Send + Sync + 'static {
+    /// `Err(reason)` refuses the resume.
+    fn authorize(&self, request: &ResumeRequest<'_>) -> Result<(), String>;
+
+    /// Whether an inbound message may start this execution ([`Inbound::Start`](crate::Inbound::Start)); `Err(reason)`
+    /// refuses. Refuses by default, so that an authenticator written for resumes does not let
+    /// unknown callers start executions. (For a decision that must wait, implement
+    /// [`AsyncResumeAuthenticator`] instead.)
+    fn authorize_start(&self, request: &StartRequest<'_>) -> Result<(), String> {
+        let _ = request;
+        Err(NO_STARTS.to_owned())
+    }
+}
+
+/// A resume as the authenticator sees it.
+#[derive(Debug, Clone, Copy)]
+pub struct ResumeRequest<'a> {
+    /// Who asks ([`Caller::anonymous`] for [`Runtime::resume`]).
+    pub caller: &'a Caller,
+    /// The execution to resume.
+    pub execution: &'a ExecutionId,
+    /// The resume's event type.
+    pub event_type: &'a str,
+    /// The resume's correlation key.
+    pub correlation_key: &'a str,
+    /// What the resume carries.
+    pub payload: &'a Payload,
+}
 
 /// The longest subject, attribute key or attribute value a [`Caller`] accepts, in bytes.
 pub const MAX_CALLER_TEXT: usize = 256;
@@ -161,7 +195,7 @@ pub trait AsyncResumeAuthenticator: Send + Sync + 'static {
     fn authorize<'a>(&'a self, request: ResumeRequest<'a>) -> Authorization<'a>;
 
     /// Decides whether `request.caller` may start this execution from an inbound message
-    /// ([`Inbound::Start`](crate::runtime::Inbound::Start)). Refuses by default, so that an authenticator written for resumes
+    /// ([`Inbound::Start`](crate::Inbound::Start)). Refuses by default, so that an authenticator written for resumes
     /// does not let unknown callers start executions.
     fn authorize_start<'a>(&'a self, request: StartRequest<'a>) -> Authorization<'a> {
         let _ = request;

@@ -20,7 +20,8 @@ use crate::fold::ExecutionState;
 use crate::id::ExecutionId;
 use crate::payload::Payload;
 use crate::runtime::driver::DriverMsg;
-use crate::runtime::{Inner, Runtime, StartError, StartOptions, codes};
+use crate::runtime::slots::Inner;
+use crate::runtime::{Runtime, StartError, StartOptions, codes};
 use crate::store::{EventStore, EventStoreExt, ReadError};
 
 /// The gate event type a parent waits on for its child; reserved (it starts with `loom.`), so
@@ -337,10 +338,7 @@ fn send_end<S: EventStore>(
     marker: Payload,
 ) {
     tracing::debug!(%parent, %child, "a child ended; its parent is resumed");
-    let runtime = Runtime {
-        inner: Arc::clone(inner),
-    };
-    runtime.send(
+    inner.send(
         parent,
         DriverMsg::ChildEnded {
             child: child.clone(),

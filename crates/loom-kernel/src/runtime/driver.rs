@@ -30,17 +30,17 @@ use crate::payload::Payload;
 use crate::runtime::children;
 use crate::runtime::codes;
 use crate::runtime::contain::{contain, contain_future};
-use crate::runtime::ctx::{ChildStart, Dispatch, FlowCtx, GateMiss, VerdictMiss};
+use crate::runtime::ctx::{ChildStart, FlowCtx};
 use crate::runtime::effect::EffectOutcome;
 use crate::runtime::flow::FlowError;
 use crate::runtime::history::{Attempted, History, NonDeterminism};
 use crate::runtime::keep;
-use crate::runtime::machine::{self, Admit, Held};
-use crate::runtime::timers::{Timers, is_timed_out_payload};
+use crate::runtime::machine::{self, Admit, Dispatch, GateMiss, Held, VerdictMiss};
+use crate::runtime::slots::Inner;
+use crate::runtime::timers::{self, Timers, is_timed_out_payload};
 
 /// Gates (event type, correlation key) that their deadline closed.
 pub(crate) type TimedOutGates = std::collections::BTreeSet<(String, String)>;
-use crate::runtime::Inner;
 use crate::runtime::errors::{
     CancelError, DriverFailure, ResolveError, ResumeError, SHUT_DOWN, StartError,
 };
@@ -213,7 +213,7 @@ impl Reply {
 
 type Append = BoxFuture<'static, Result<(u64, Vec<Event>), AppendError>>;
 
-/// The driver's decisions (`machine.rs`), over its replies, effects and children.
+/// The machine's write side (`machine/mod.rs`), over the driver's replies, effects, children.
 type Machine = machine::Machine<Reply, Dispatch, ChildStart>;
 
 impl Held for Dispatch {
@@ -327,6 +327,7 @@ pub(crate) async fn drive<S: EventStore>(
         Arc::clone(&inner.timers.clock),
         &started,
         history,
+        &folded,
     );
     let ctx = kept.as_ref().map_or(ctx, |kept| kept.ctx.clone());
     let mut flow_result: Option<Result<Payload, FlowError>> = None;
@@ -413,7 +414,7 @@ pub(crate) async fn drive<S: EventStore>(
             let child_starts = state.take_child_starts();
             drop(state);
             for (gate_id, deadline_ms) in arm {
-                inner.arm_deadline(&execution, &gate_id, deadline_ms);
+                timers::arm_deadline(&inner, &execution, &gate_id, deadline_ms);
             }
             for (gate_id, deadline_ms) in disarm {
                 inner.timers.disarm(&execution, &gate_id, deadline_ms);
@@ -757,7 +758,7 @@ fn handle(
             verdict,
             operator,
             reply,
-        } => match ctx.state().resolve(ctx, &step_id, verdict, operator) {
+        } => match ctx.state().resolve(&step_id, verdict, operator) {
             Ok(()) => machine.reply_when_durable(Reply::Resolve(reply)),
             Err(VerdictMiss::NotInDoubt) => {
                 let _ = reply.send(Err(ResolveError::NotInDoubt {

@@ -257,7 +257,9 @@ pub(crate) enum StepState {
     Done(Result<Payload, ErrorInfo>),
 }
 
-/// The recorded history of one execution, ready for replay.
+/// The recorded history of one execution, ready for replay: a cursor's view of the log for
+/// matching commands and serving inputs. What the log says of the execution as a whole (its
+/// status, the budget spent, the pending gates) is the fold's (`ExecutionState`), not kept here.
 #[derive(Debug, Default)]
 pub(crate) struct History {
     pub(crate) commands: Vec<(u64, Recorded)>,
@@ -265,13 +267,6 @@ pub(crate) struct History {
     /// recorded by its outcome alone is done). Values index `commands`.
     started: IdMap<String, usize>,
     pub(crate) resumed: IdMap<String, Payload>,
-    pub(crate) budget_spent: u64,
-    /// K3: the `max_cost` recorded by the last `STEP_STARTED` of each step without an outcome:
-    /// what a `completed` verdict charges (ADR 0024).
-    held: IdMap<String, u64>,
-    /// Whether the log records the execution's end (`ctx.patched` past its last command
-    /// answers as the old code did).
-    pub(crate) ended: bool,
 }
 
 impl History {
@@ -284,12 +279,6 @@ impl History {
         // bound, for long logs of other events).
         history.commands.reserve(events.size_hint().0.min(4096));
         for (seq, event) in events {
-            history.ended |= matches!(
-                event,
-                Event::ExecutionCompleted(_)
-                    | Event::ExecutionFailed(_)
-                    | Event::ExecutionCancelled(_)
-            );
             history.record(seq, event);
         }
         history
@@ -298,11 +287,6 @@ impl History {
     fn record(&mut self, seq: u64, event: Event) {
         match event {
             Event::StepStarted(e) => {
-                if e.max_cost == 0 {
-                    self.held.remove(&e.step_id);
-                } else {
-                    self.held.insert(e.step_id.clone(), e.max_cost);
-                }
                 let state = StepState::InFlight { attempt: e.attempt };
                 match self.started.get(&e.step_id) {
                     Some(&index) => self.set_state(index, state),
@@ -320,8 +304,6 @@ impl History {
                 }
             }
             Event::StepCompleted(e) => {
-                self.held.remove(&e.step_id);
-                self.budget_spent = self.budget_spent.saturating_add(e.cost);
                 let state = StepState::Done(Ok(e.output));
                 match self.started.get(&e.step_id) {
                     Some(&index) => self.set_state(index, state),
@@ -338,8 +320,6 @@ impl History {
                 }
             }
             Event::StepFailed(e) => {
-                self.held.remove(&e.step_id);
-                self.budget_spent = self.budget_spent.saturating_add(e.cost);
                 let state = StepState::Done(Err(e.error));
                 match self.started.get(&e.step_id) {
                     Some(&index) => self.set_state(index, state),
@@ -361,16 +341,6 @@ impl History {
                 }
             }
             Event::EffectResolved(e) => {
-                match e.verdict {
-                    Verdict::Retry => {}
-                    Verdict::Completed { .. } => {
-                        let cost = self.held.remove(&e.step_id).unwrap_or(0);
-                        self.budget_spent = self.budget_spent.saturating_add(cost);
-                    }
-                    Verdict::Failed { .. } => {
-                        self.held.remove(&e.step_id);
-                    }
-                }
                 if let Some(&index) = self.started.get(&e.step_id) {
                     let attempt = match self.commands.get(index) {
                         Some((
@@ -451,12 +421,6 @@ impl History {
         if let Some((_, Recorded::Step { state, .. })) = self.commands.get_mut(index) {
             *state = Some(new);
         }
-    }
-
-    /// K3: what a `completed` verdict on `step_id` would charge: the `max_cost` of its last
-    /// `STEP_STARTED`, if it has no outcome (ADR 0024).
-    pub(crate) fn held(&self, step_id: &str) -> u64 {
-        self.held.get(step_id).copied().unwrap_or(0)
     }
 
     /// The state of the step recorded as command `index`, taken (a command is replayed once).

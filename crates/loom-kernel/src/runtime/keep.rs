@@ -27,7 +27,8 @@ use crate::runtime::contain::contain;
 use crate::runtime::ctx::FlowCtx;
 use crate::runtime::driver::{DriverMsg, FlowWaker};
 use crate::runtime::flow::{Flow, FlowError};
-use crate::runtime::{Inner, Runtime, RuntimeBuilder};
+use crate::runtime::slots::Inner;
+use crate::runtime::{Runtime, RuntimeBuilder};
 use crate::store::EventStore;
 
 /// How many parked flows a runtime keeps in memory unless told otherwise.

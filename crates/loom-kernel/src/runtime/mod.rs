@@ -60,13 +60,12 @@ mod wait_ended;
 use std::sync::Arc;
 
 use serde::Serialize;
-use tokio::sync::{mpsc, oneshot, watch};
-use tracing::Instrument;
+use tokio::sync::{oneshot, watch};
 
 pub use builder::RuntimeBuilder;
 pub use caller::{
     AsyncResumeAuthenticator, Authorization, Caller, CallerError, MAX_CALLER_ATTRIBUTES,
-    MAX_CALLER_TEXT, StartRequest,
+    MAX_CALLER_TEXT, ResumeAuthenticator, ResumeRequest, StartRequest,
 };
 pub use catchup::{CatchUpError, FeedFollower, FeedProjection, FollowError, catch_up};
 pub use children::{CHILD_EVENT_TYPE, CHILD_KEY, CHILD_KIND};
@@ -78,7 +77,7 @@ pub use effect::{Effect, EffectCall, EffectOutcome, EffectResult, FnEffect};
 pub use errors::{
     CancelError, CompositionError, InboundError, ResolveError, ResumeError, StartError, WaitError,
 };
-pub(crate) use errors::{DRIVER_STOPPED, DriverFailure, SHUT_DOWN};
+pub(crate) use errors::{DRIVER_STOPPED, DriverFailure};
 pub use flow::{Flow, FlowError, FlowSet, FnFlow, flow_fn};
 pub use handle::{DeclaredEffect, EffectHandle, ExecuteTarget, TypedCommand, UsesEffects};
 pub use history::NonDeterminism;
@@ -99,46 +98,8 @@ use crate::fold::{ExecutionState, ExecutionStatus};
 use crate::id::ExecutionId;
 use crate::payload::Payload;
 use crate::store::{EventStore, EventStoreExt, FoldStoredError, ReadError, StatusFilter};
-use driver::{DriverMsg, Exit};
-use slots::Slot;
-pub(crate) use slots::{Inner, new_slot};
-
-/// Decides who may resume which gate (K12.2). Consulted before anything is recorded.
-///
-/// # As a seam
-/// - **Replay:** never called on replay: a recorded resume was authorized when it arrived.
-/// - **Task:** the caller's task (`resume`, `resume_as`, `inbound`), before any lock is taken
-///   or anything is recorded.
-/// - **Panic:** contained: the request is refused with the panic's message as the reason.
-/// - **Other processes:** it sees only the request; the caller is never recorded.
-pub trait ResumeAuthenticator: Send + Sync + 'static {
-    /// `Err(reason)` refuses the resume.
-    fn authorize(&self, request: &ResumeRequest<'_>) -> Result<(), String>;
-
-    /// Whether an inbound message may start this execution ([`Inbound::Start`]); `Err(reason)`
-    /// refuses. Refuses by default, so that an authenticator written for resumes does not let
-    /// unknown callers start executions. (For a decision that must wait, implement
-    /// [`AsyncResumeAuthenticator`] instead.)
-    fn authorize_start(&self, request: &StartRequest<'_>) -> Result<(), String> {
-        let _ = request;
-        Err(caller::NO_STARTS.to_owned())
-    }
-}
-
-/// A resume as the authenticator sees it.
-#[derive(Debug, Clone, Copy)]
-pub struct ResumeRequest<'a> {
-    /// Who asks ([`Caller::anonymous`] for [`Runtime::resume`]).
-    pub caller: &'a Caller,
-    /// The execution to resume.
-    pub execution: &'a ExecutionId,
-    /// The resume's event type.
-    pub event_type: &'a str,
-    /// The resume's correlation key.
-    pub correlation_key: &'a str,
-    /// What the resume carries.
-    pub payload: &'a Payload,
-}
+use driver::DriverMsg;
+use slots::{Inner, new_slot};
 
 /// How to start an execution.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -199,45 +160,13 @@ impl<S> std::fmt::Debug for Runtime<S> {
     }
 }
 
-impl<S: EventStore> Inner<S> {
-    /// Arms the deadline of `gate_id`, starting the timer task on the first one.
-    pub(crate) fn arm_deadline(
-        self: &Arc<Self>,
-        execution: &ExecutionId,
-        gate_id: &str,
-        deadline_ms: u64,
-    ) {
-        if self.timers.arm(execution, gate_id, deadline_ms) {
-            let runtime = Arc::downgrade(self);
-            let fire = move |due: Vec<timers::Due>| {
-                let Some(inner) = runtime.upgrade() else {
-                    return false;
-                };
-                let runtime = Runtime { inner };
-                for due in due {
-                    runtime.send(
-                        &due.execution,
-                        DriverMsg::Deadline {
-                            gate_id: due.gate_id,
-                            deadline_ms: due.deadline_ms,
-                        },
-                    );
-                }
-                true
-            };
-            let timers = Arc::clone(&self.timers);
-            self.spawn(
-                async move {
-                    let served = contain::contain_future(timers::serve(Arc::clone(&timers), fire));
-                    if let Err(panic) = served.await {
-                        // The clock is user code; the next deadline armed starts a new task.
-                        tracing::error!(%panic, "the timer task panicked (in the clock?); deadlines fire again once one is armed");
-                        timers.stopped();
-                    }
-                }
-                .instrument(tracing::info_span!("timers")),
-            );
-        }
+impl<S: EventStore> RuntimeBuilder<S> {
+    /// Checks the composition and builds the runtime. Must be called within a tokio runtime
+    /// when executions are then started or recovered.
+    pub fn build(self) -> Result<Runtime<S>, CompositionError> {
+        Ok(Runtime {
+            inner: Arc::new(self.compose()?),
+        })
     }
 }
 
@@ -465,7 +394,7 @@ impl<S: EventStore> Runtime<S> {
                     started: started.clone(),
                     reply,
                 };
-                Some(self.driver_task(slot, execution, Some(new)).1)
+                Some(self.inner.driver_task(slot, execution, Some(new)).1)
             }
         };
         let Some(mut run) = run else {
@@ -593,7 +522,7 @@ impl<S: EventStore> Runtime<S> {
                 reason,
             })?;
         let (reply, answer) = oneshot::channel();
-        self.send(
+        self.inner.send(
             execution,
             DriverMsg::Resume {
                 event_type: event_type.to_owned(),
@@ -622,7 +551,7 @@ impl<S: EventStore> Runtime<S> {
             return Err(ResolveError::ShutDown);
         }
         let (reply, answer) = oneshot::channel();
-        self.send(
+        self.inner.send(
             execution,
             DriverMsg::Resolve {
                 step_id: step_id.to_owned(),
@@ -649,7 +578,8 @@ impl<S: EventStore> Runtime<S> {
             return Err(CancelError::ShutDown);
         }
         let (reply, answer) = oneshot::channel();
-        self.send(execution, DriverMsg::Cancel { reason, reply });
+        self.inner
+            .send(execution, DriverMsg::Cancel { reason, reply });
         answer.await.unwrap_or_else(|_| {
             Err(DriverFailure::driver(
                 execution.clone(),
@@ -704,7 +634,7 @@ impl<S: EventStore> Runtime<S> {
                 }
                 match store.fold(&summary.id).await {
                     Ok(state) if state.needs_driving() => {
-                        self.ensure_driver(&summary.id);
+                        self.inner.ensure_driver(&summary.id);
                         report.started += 1;
                     }
                     Ok(state) if !state.status().is_terminal() => {
@@ -770,7 +700,7 @@ impl<S: EventStore> Runtime<S> {
             {
                 match timers::parse_deadline(&decision.value) {
                     Some(deadline_ms) => {
-                        self.inner.arm_deadline(execution, gate_id, deadline_ms);
+                        timers::arm_deadline(&self.inner, execution, gate_id, deadline_ms);
                         armed += 1;
                     }
                     None => tracing::warn!(
@@ -903,146 +833,6 @@ impl<S: EventStore> Runtime<S> {
             self.inbound_start(caller, flow, input, options).await?;
         }
         Ok(action)
-    }
-
-    /// Sends a message to the execution's driver, starting one if none runs. The message is
-    /// sent under the lock a driver takes to decide it may exit, so it is never stranded.
-    fn send(&self, execution: &ExecutionId, message: DriverMsg) {
-        if self.inner.stopping() {
-            // No driver starts after a shutdown (the timer task may still fire once).
-            driver::forget_deadline(&self.inner.timers, execution, &message);
-            driver::refuse_failed(execution, message, SHUT_DOWN);
-            return;
-        }
-        let mut slots = self.inner.slots();
-        let slot = slots.entry(execution.clone()).or_insert_with(new_slot);
-        let sender = self.live_driver(slot, execution);
-        if let Err(mpsc::error::SendError(message)) = sender.send(message) {
-            drop(slots);
-            driver::forget_deadline(&self.inner.timers, execution, &message);
-            driver::refuse_failed(execution, message, DRIVER_STOPPED);
-        }
-    }
-
-    /// The execution's driver, started if none runs.
-    fn ensure_driver(&self, execution: &ExecutionId) {
-        if self.inner.stopping() {
-            return;
-        }
-        let mut slots = self.inner.slots();
-        let slot = slots.entry(execution.clone()).or_insert_with(new_slot);
-        self.live_driver(slot, execution);
-    }
-
-    /// The driver of `slot` (whose lock the caller holds), started if none runs or the last
-    /// one has stopped.
-    fn live_driver(
-        &self,
-        slot: &mut Slot,
-        execution: &ExecutionId,
-    ) -> mpsc::UnboundedSender<DriverMsg> {
-        match &slot.driver {
-            Some(sender) if !sender.is_closed() => sender.clone(),
-            _ => self.spawn_driver(slot, execution, None),
-        }
-    }
-
-    /// Starts a driver for the execution of `slot`, whose lock the caller holds.
-    fn spawn_driver(
-        &self,
-        slot: &mut Slot,
-        execution: &ExecutionId,
-        new: Option<driver::NewExecution>,
-    ) -> mpsc::UnboundedSender<DriverMsg> {
-        let (sender, run) = self.driver_task(slot, execution, new);
-        self.inner.spawn(run);
-        sender
-    }
-
-    /// The task that drives the execution of `slot` (whose lock the caller holds), not yet
-    /// started: the caller spawns it, or polls it first itself.
-    fn driver_task(
-        &self,
-        slot: &mut Slot,
-        execution: &ExecutionId,
-        new: Option<driver::NewExecution>,
-    ) -> (
-        mpsc::UnboundedSender<DriverMsg>,
-        std::pin::Pin<Box<dyn std::future::Future<Output = ()> + Send>>,
-    ) {
-        let (sender, mut messages) = mpsc::unbounded_channel();
-        slot.driver = Some(sender.clone());
-        let inner = Arc::clone(&self.inner);
-        let id = execution.clone();
-        let span = tracing::info_span!("execution", execution = %id);
-        let run = Box::pin(
-            async move {
-                let outcome = contain::contain_future(driver::drive(
-                    Arc::clone(&inner),
-                    id.clone(),
-                    &mut messages,
-                    new,
-                ))
-                .await
-                .unwrap_or_else(|detail| {
-                    Err(DriveError::Panicked {
-                        execution: id.clone(),
-                        detail,
-                    })
-                });
-                // A child's end goes to the parent that waits for it (ADR 0015).
-                if let Ok(Exit::Ended(state)) = &outcome {
-                    children::ended(&inner, &id, state).await;
-                }
-                let unknown = matches!(outcome, Ok(Exit::Unknown));
-                let stopped = matches!(outcome, Ok(Exit::Stopped(_)));
-                let (error, state) = match outcome {
-                    Ok(Exit::Ended(state) | Exit::Parked(state) | Exit::Stopped(state)) => {
-                        (None, Some(*state))
-                    }
-                    Ok(Exit::Unknown) => (None, None),
-                    Ok(Exit::Kept) => (None, None),
-                    Err(error) => {
-                        tracing::error!(%error, "driver stopped");
-                        (Some(error), None)
-                    }
-                };
-                // Whatever is still queued is answered before the driver goes; new messages
-                // start a new driver.
-                let mut slots = inner.slots();
-                messages.close();
-                while let Ok(message) = messages.try_recv() {
-                    driver::forget_deadline(&inner.timers, &id, &message);
-                    match &error {
-                        Some(error) => driver::refuse_failed(&id, message, &error.to_string()),
-                        None if unknown => driver::refuse_unknown(&id, message),
-                        None if stopped => driver::refuse_failed(&id, message, SHUT_DOWN),
-                        None => driver::refuse_ended(&id, message, &Default::default()),
-                    }
-                }
-                if let Some(slot) = slots.get_mut(&id) {
-                    if slot
-                        .driver
-                        .as_ref()
-                        .is_some_and(|sender| sender.is_closed())
-                    {
-                        slot.driver = None;
-                    }
-                    slot.settled.send_modify(|settled| {
-                        settled.runs += 1;
-                        settled.error = error;
-                        settled.state = state;
-                    });
-                    // A failed run keeps its slot, so `wait` can report why.
-                    let failed = slot.settled.borrow().error.is_some();
-                    if slot.driver.is_none() && slot.settled.receiver_count() == 0 && !failed {
-                        slots.remove(&id);
-                    }
-                }
-            }
-            .instrument(span),
-        );
-        (sender, run)
     }
 }
 

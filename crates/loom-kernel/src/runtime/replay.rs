@@ -10,13 +10,13 @@ use crate::envelope::EventEnvelope;
 use crate::event::{ErrorInfo, Event};
 use crate::fold::ExecutionState;
 use crate::payload::Payload;
-use crate::runtime::Inner;
 use crate::runtime::codes;
 use crate::runtime::contain::contain;
 use crate::runtime::ctx::FlowCtx;
 use crate::runtime::driver::FlowWaker;
 use crate::runtime::flow::FlowError;
 use crate::runtime::history::{Attempted, History, NonDeterminism, shown};
+use crate::runtime::slots::Inner;
 use crate::store::EventStore;
 
 /// What a replay found.
@@ -97,9 +97,14 @@ pub(crate) fn replay_log<S: EventStore>(
     let Some(first) = log.first() else {
         return Err(ReplayError::Empty);
     };
-    if folded.is_none_or(|state| state.next_seq() != log.len() as u64) {
-        ExecutionState::fold(&log)?;
-    }
+    let refolded;
+    let folded = match folded {
+        Some(state) if state.next_seq() == log.len() as u64 => state,
+        _ => {
+            refolded = ExecutionState::fold(&log)?;
+            &refolded
+        }
+    };
     let Event::ExecutionStarted(started) = &first.event else {
         return Err(ReplayError::Empty);
     };
@@ -133,6 +138,7 @@ pub(crate) fn replay_log<S: EventStore>(
         Arc::new(crate::runtime::timers::ReplayClock),
         &started,
         history,
+        folded,
     );
     ctx.state().watch_live = true;
     let returned = match run_to_rest(flow.as_ref(), &ctx, &started.input) {

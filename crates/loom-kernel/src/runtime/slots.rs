@@ -1,18 +1,22 @@
 //! What the runtime shares with its drivers: the composed parts, one slot per execution (its
-//! driver's channel, a start in progress, how its last driver ended) and the runtime's tasks.
+//! driver's channel, a start in progress, how its last driver ended) and the runtime's tasks;
+//! and how a message reaches an execution's driver (`Inner::send`), starting one if none runs.
 
 use std::collections::{BTreeMap, HashMap};
 use std::sync::{Arc, Mutex};
 
 use tokio::sync::{mpsc, watch};
+use tracing::Instrument;
 
 use crate::classify::DataClassification;
 use crate::fold::ExecutionState;
 use crate::id::ExecutionId;
 use crate::runtime::caller::AsyncResumeAuthenticator;
 use crate::runtime::children;
-use crate::runtime::driver::{DriveError, DriverMsg};
+use crate::runtime::contain;
+use crate::runtime::driver::{self, DriveError, DriverMsg, Exit};
 use crate::runtime::effect::Effect;
+use crate::runtime::errors::{DRIVER_STOPPED, SHUT_DOWN};
 use crate::runtime::flow::Flow;
 use crate::runtime::keep;
 use crate::runtime::plugin::{InboundHandler, Projection};
@@ -115,5 +119,147 @@ pub(crate) fn new_slot() -> Slot {
         driver: None,
         starting: None,
         settled: watch::channel(Settled::default()).0,
+    }
+}
+
+impl<S: EventStore> Inner<S> {
+    /// Sends a message to the execution's driver, starting one if none runs. The message is
+    /// sent under the lock a driver takes to decide it may exit, so it is never stranded.
+    pub(crate) fn send(self: &Arc<Self>, execution: &ExecutionId, message: DriverMsg) {
+        if self.stopping() {
+            // No driver starts after a shutdown (the timer task may still fire once).
+            driver::forget_deadline(&self.timers, execution, &message);
+            driver::refuse_failed(execution, message, SHUT_DOWN);
+            return;
+        }
+        let mut slots = self.slots();
+        let slot = slots.entry(execution.clone()).or_insert_with(new_slot);
+        let sender = self.live_driver(slot, execution);
+        if let Err(mpsc::error::SendError(message)) = sender.send(message) {
+            drop(slots);
+            driver::forget_deadline(&self.timers, execution, &message);
+            driver::refuse_failed(execution, message, DRIVER_STOPPED);
+        }
+    }
+
+    /// The execution's driver, started if none runs.
+    pub(crate) fn ensure_driver(self: &Arc<Self>, execution: &ExecutionId) {
+        if self.stopping() {
+            return;
+        }
+        let mut slots = self.slots();
+        let slot = slots.entry(execution.clone()).or_insert_with(new_slot);
+        self.live_driver(slot, execution);
+    }
+
+    /// The driver of `slot` (whose lock the caller holds), started if none runs or the last
+    /// one has stopped.
+    fn live_driver(
+        self: &Arc<Self>,
+        slot: &mut Slot,
+        execution: &ExecutionId,
+    ) -> mpsc::UnboundedSender<DriverMsg> {
+        match &slot.driver {
+            Some(sender) if !sender.is_closed() => sender.clone(),
+            _ => self.spawn_driver(slot, execution, None),
+        }
+    }
+
+    /// Starts a driver for the execution of `slot`, whose lock the caller holds.
+    fn spawn_driver(
+        self: &Arc<Self>,
+        slot: &mut Slot,
+        execution: &ExecutionId,
+        new: Option<driver::NewExecution>,
+    ) -> mpsc::UnboundedSender<DriverMsg> {
+        let (sender, run) = self.driver_task(slot, execution, new);
+        self.spawn(run);
+        sender
+    }
+
+    /// The task that drives the execution of `slot` (whose lock the caller holds), not yet
+    /// started: the caller spawns it, or polls it first itself.
+    pub(crate) fn driver_task(
+        self: &Arc<Self>,
+        slot: &mut Slot,
+        execution: &ExecutionId,
+        new: Option<driver::NewExecution>,
+    ) -> (
+        mpsc::UnboundedSender<DriverMsg>,
+        std::pin::Pin<Box<dyn std::future::Future<Output = ()> + Send>>,
+    ) {
+        let (sender, mut messages) = mpsc::unbounded_channel();
+        slot.driver = Some(sender.clone());
+        let inner = Arc::clone(self);
+        let id = execution.clone();
+        let span = tracing::info_span!("execution", execution = %id);
+        let run = Box::pin(
+            async move {
+                let outcome = contain::contain_future(driver::drive(
+                    Arc::clone(&inner),
+                    id.clone(),
+                    &mut messages,
+                    new,
+                ))
+                .await
+                .unwrap_or_else(|detail| {
+                    Err(DriveError::Panicked {
+                        execution: id.clone(),
+                        detail,
+                    })
+                });
+                // A child's end goes to the parent that waits for it (ADR 0015).
+                if let Ok(Exit::Ended(state)) = &outcome {
+                    children::ended(&inner, &id, state).await;
+                }
+                let unknown = matches!(outcome, Ok(Exit::Unknown));
+                let stopped = matches!(outcome, Ok(Exit::Stopped(_)));
+                let (error, state) = match outcome {
+                    Ok(Exit::Ended(state) | Exit::Parked(state) | Exit::Stopped(state)) => {
+                        (None, Some(*state))
+                    }
+                    Ok(Exit::Unknown) => (None, None),
+                    Ok(Exit::Kept) => (None, None),
+                    Err(error) => {
+                        tracing::error!(%error, "driver stopped");
+                        (Some(error), None)
+                    }
+                };
+                // Whatever is still queued is answered before the driver goes; new messages
+                // start a new driver.
+                let mut slots = inner.slots();
+                messages.close();
+                while let Ok(message) = messages.try_recv() {
+                    driver::forget_deadline(&inner.timers, &id, &message);
+                    match &error {
+                        Some(error) => driver::refuse_failed(&id, message, &error.to_string()),
+                        None if unknown => driver::refuse_unknown(&id, message),
+                        None if stopped => driver::refuse_failed(&id, message, SHUT_DOWN),
+                        None => driver::refuse_ended(&id, message, &Default::default()),
+                    }
+                }
+                if let Some(slot) = slots.get_mut(&id) {
+                    if slot
+                        .driver
+                        .as_ref()
+                        .is_some_and(|sender| sender.is_closed())
+                    {
+                        slot.driver = None;
+                    }
+                    slot.settled.send_modify(|settled| {
+                        settled.runs += 1;
+                        settled.error = error;
+                        settled.state = state;
+                    });
+                    // A failed run keeps its slot, so `wait` can report why.
+                    let failed = slot.settled.borrow().error.is_some();
+                    if slot.driver.is_none() && slot.settled.receiver_count() == 0 && !failed {
+                        slots.remove(&id);
+                    }
+                }
+            }
+            .instrument(span),
+        );
+        (sender, run)
     }
 }

@@ -17,8 +17,14 @@ use std::time::Duration;
 
 use tokio::sync::{Notify, watch};
 
+use tracing::Instrument;
+
 use crate::id::ExecutionId;
 use crate::payload::Payload;
+use crate::runtime::contain::contain_future;
+use crate::runtime::driver::DriverMsg;
+use crate::runtime::slots::Inner;
+use crate::store::EventStore;
 
 /// The gate event type of a timer (`ctx.sleep`): a gate only the runtime resumes, at its
 /// deadline. Event types starting with `loom.` are reserved for the kernel: a flow cannot open
@@ -326,5 +332,45 @@ pub(crate) async fn serve(timers: Arc<Timers>, fire: impl Fn(Vec<Due>) -> bool) 
             }
             None => woken.await,
         }
+    }
+}
+
+/// Arms the deadline of `gate_id` in the runtime's index, starting the timer task on the
+/// first one; a deadline that comes due is sent to its execution's driver.
+pub(crate) fn arm_deadline<S: EventStore>(
+    inner: &Arc<Inner<S>>,
+    execution: &ExecutionId,
+    gate_id: &str,
+    deadline_ms: u64,
+) {
+    if inner.timers.arm(execution, gate_id, deadline_ms) {
+        let runtime = Arc::downgrade(inner);
+        let fire = move |due: Vec<Due>| {
+            let Some(inner) = runtime.upgrade() else {
+                return false;
+            };
+            for due in due {
+                inner.send(
+                    &due.execution,
+                    DriverMsg::Deadline {
+                        gate_id: due.gate_id,
+                        deadline_ms: due.deadline_ms,
+                    },
+                );
+            }
+            true
+        };
+        let timers = Arc::clone(&inner.timers);
+        inner.spawn(
+            async move {
+                let served = contain_future(serve(Arc::clone(&timers), fire));
+                if let Err(panic) = served.await {
+                    // The clock is user code; the next deadline armed starts a new task.
+                    tracing::error!(%panic, "the timer task panicked (in the clock?); deadlines fire again once one is armed");
+                    timers.stopped();
+                }
+            }
+            .instrument(tracing::info_span!("timers")),
+        );
     }
 }

@@ -4,7 +4,8 @@
 
 use crate::fold::ExecutionState;
 use crate::id::ExecutionId;
-use crate::runtime::{Runtime, WaitError, new_slot};
+use crate::runtime::slots::new_slot;
+use crate::runtime::{Runtime, WaitError};
 use crate::store::EventStore;
 
 impl<S: EventStore> Runtime<S> {

@@ -2,6 +2,9 @@
 //! memory store, and readers of what a log holds.
 #![allow(dead_code)]
 
+pub mod child;
+pub mod kill;
+
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 
@@ -105,4 +108,21 @@ pub async fn charge_then_mail(ctx: FlowCtx, _: serde_json::Value) -> Result<(), 
         .await?;
     ctx.suspend("Approval", "k").await?;
     Ok(())
+}
+
+/// Polls the log until the execution's status satisfies `done` (timer tasks and the drivers
+/// they wake run on their own tasks), then waits for its driver to finish what follows.
+pub async fn until<S: EventStore>(
+    runtime: &Runtime<S>,
+    execution: &ExecutionId,
+    done: impl Fn(ExecutionStatus) -> bool,
+) -> ExecutionState {
+    for _ in 0..5_000 {
+        let state = runtime.state(execution).await.unwrap();
+        if done(state.status()) {
+            return runtime.wait(execution).await.unwrap();
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(1)).await;
+    }
+    panic!("execution {execution} never reached the expected status");
 }

@@ -9,15 +9,9 @@ use std::task::{Context, Poll};
 use serde::Serialize;
 use serde::de::DeserializeOwned;
 
-use super::{CtxState, FlowCtx, PendingGate, StepError, StepName, canonical};
-use crate::event::{DecisionRecorded, Event, ExecutionResumed};
-use crate::id::ExecutionId;
+use super::{FlowCtx, StepError, canonical};
 use crate::payload::Payload;
-use crate::runtime::children::{
-    CHILD_EVENT_TYPE, CHILD_KIND, ChildSpec, GATE_PREFIX, child_id, read_marker,
-};
-use crate::runtime::digest::input_digest;
-use crate::runtime::history::{Attempted, NonDeterminism, Recorded};
+use crate::runtime::children::{ChildSpec, read_marker};
 
 /// A child to start once its gate is durable: its gate id and what to start.
 pub(crate) type ChildStart = (String, ChildSpec);
@@ -36,54 +30,10 @@ impl FlowCtx {
     pub fn child<I: Serialize + ?Sized>(&self, flow: &str, input: &I) -> ChildCall {
         let mut state = self.state();
         let slot = state.new_slot();
+        let input = canonical(input);
         let mut child = String::new();
-        let outcome = (|| {
-            let gate_id = state.step_id(StepName::Counted(format!("{GATE_PREFIX}{flow}")))?;
-            let execution = child_id(&self.shared.execution_id, &gate_id).ok_or_else(|| {
-                StepError::ChildId {
-                    flow: flow.to_owned(),
-                    detail: format!(
-                        "'{}/{}' is not a valid execution id (a flow started as a child has no '/', ':' or control character in its name, and the id is at most {} bytes)",
-                        self.shared.execution_id,
-                        gate_id.strip_prefix(GATE_PREFIX).unwrap_or(&gate_id),
-                        crate::id::MAX_EXECUTION_ID_LEN
-                    ),
-                }
-            })?;
-            child = execution.to_string();
-            let input = canonical(input)?;
-            let spec = ChildSpec {
-                execution: execution.clone(),
-                flow: flow.to_owned(),
-                input,
-                capabilities: (*self.shared.capabilities).clone(),
-                budget: self.shared.budget.map(|budget| {
-                    budget
-                        .saturating_sub(state.budget_spent)
-                        .saturating_sub(state.budget_held)
-                }),
-            };
-            let spec = self.child_decision(&mut state, &gate_id, spec)?;
-            let classification = &self.shared.classification;
-            if let Some(payload) = state.open_gate(
-                &gate_id,
-                CHILD_EVENT_TYPE,
-                execution.as_str(),
-                classification,
-            )? {
-                return Ok(Some(payload));
-            }
-            state.gates.push(PendingGate {
-                gate_id: gate_id.clone(),
-                event_type: CHILD_EVENT_TYPE.to_owned(),
-                correlation_key: execution.to_string(),
-                slot,
-                deadline: None,
-                group: None,
-            });
-            state.child_starts.push((gate_id, spec));
-            Ok(None)
-        })();
+        let classification = &self.shared.classification;
+        let outcome = state.child(slot, flow, input, classification, &mut child);
         ChildCall {
             command: self.command(state, slot, outcome),
             child,
@@ -105,106 +55,6 @@ impl FlowCtx {
                 detail: err.to_string(),
             })
         }
-    }
-
-    /// The child's decision: replayed (and checked against what the flow asks now: same
-    /// child, same input) or recorded. Returns the spec to start, as recorded.
-    fn child_decision(
-        &self,
-        state: &mut CtxState,
-        gate_id: &str,
-        spec: ChildSpec,
-    ) -> Result<ChildSpec, StepError> {
-        let attempted = Attempted::Decision {
-            step_id: gate_id,
-            kind: CHILD_KIND,
-        };
-        if state.replay(attempted.clone(), &self.shared.classification) {
-            let index = state.cursor - 1;
-            let Some((seq, Recorded::Decision { value, .. })) = state.history.commands.get(index)
-            else {
-                return Err(StepError::Diverged);
-            };
-            let seq = *seq;
-            let recorded = ChildSpec::from_value(&value.to_value());
-            let same = recorded.as_ref().is_some_and(|r| {
-                r.execution == spec.execution && r.flow == spec.flow && r.input == spec.input
-            });
-            if !same {
-                let recorded_digest = recorded
-                    .as_ref()
-                    .map_or_else(|| "unreadable".to_owned(), |r| input_digest(&r.input));
-                state.divergence = Some(NonDeterminism {
-                    seq,
-                    recorded: format!(
-                        "DECISION_RECORDED '{gate_id}' ({CHILD_KIND}) with input digest {recorded_digest}"
-                    ),
-                    attempted: format!(
-                        "starts child flow '{}' as '{gate_id}' with input digest {}",
-                        spec.flow,
-                        input_digest(&spec.input)
-                    ),
-                });
-                return Err(StepError::Diverged);
-            }
-            return recorded.ok_or(StepError::Diverged);
-        }
-        if state.divergence.is_some() {
-            return Err(StepError::Diverged);
-        }
-        state.note_live(&attempted);
-        state.out.push(Event::DecisionRecorded(DecisionRecorded {
-            step_id: gate_id.to_owned(),
-            kind: CHILD_KIND.to_owned(),
-            value: Payload::from_value(&spec.to_value()),
-        }));
-        Ok(spec)
-    }
-}
-
-impl CtxState {
-    /// The children whose gates were opened (or replayed as pending) since the driver last
-    /// looked: the driver starts them once their gates are durable.
-    pub(crate) fn take_child_starts(&mut self) -> Vec<ChildStart> {
-        std::mem::take(&mut self.child_starts)
-    }
-
-    /// The child gates still pending, `(gate id, child id)`, in gate order: the children to
-    /// cancel when the execution ends.
-    pub(crate) fn pending_children(&self) -> Vec<(String, ExecutionId)> {
-        let mut children: Vec<_> = self
-            .gates
-            .iter()
-            .filter(|g| g.event_type == CHILD_EVENT_TYPE)
-            .filter_map(|g| {
-                ExecutionId::new(&g.correlation_key)
-                    .ok()
-                    .map(|child| (g.gate_id.clone(), child))
-            })
-            .collect();
-        children.sort();
-        children
-    }
-
-    /// The child `child` ended (`payload` is its marker): the gate that waits for it is
-    /// resumed. False when no gate waits for it (it was delivered already): nothing recorded.
-    pub(crate) fn child_ended(&mut self, child: &ExecutionId, payload: Payload) -> bool {
-        let Some(index) = self
-            .gates
-            .iter()
-            .position(|g| g.event_type == CHILD_EVENT_TYPE && g.correlation_key == child.as_str())
-        else {
-            return false;
-        };
-        let gate = self.gates.remove(index);
-        self.out.push(Event::ExecutionResumed(ExecutionResumed {
-            gate_id: gate.gate_id,
-            event_type: gate.event_type,
-            correlation_key: gate.correlation_key,
-            payload: payload.clone(),
-        }));
-        self.fill(gate.slot, Ok(payload));
-        true
     }
 }
 

@@ -3,9 +3,6 @@
 //! passed that point without it replay the old branch.
 
 use super::{FlowCtx, StepError};
-use crate::event::{DecisionRecorded, Event};
-use crate::payload::Payload;
-use crate::runtime::history::{Attempted, Recorded};
 
 /// The kind of the `DECISION_RECORDED` marker `ctx.patched` records; its step id is
 /// `patch:<change id>` and its value `{}`.
@@ -35,44 +32,7 @@ impl FlowCtx {
     /// }
     /// ```
     pub fn patched(&self, change_id: &str) -> Result<bool, StepError> {
-        let mut state = self.state();
-        if let Some(answer) = state.patches.get(change_id) {
-            return Ok(*answer);
-        }
-        if state.divergence.is_some() {
-            return Err(StepError::Diverged);
-        }
-        let step_id = format!("patch:{change_id}");
-        let answer = match state.history.commands.get(state.cursor) {
-            Some((
-                _,
-                Recorded::Decision {
-                    step_id: s, kind, ..
-                },
-            )) if kind == PATCH_KIND && *s == step_id => {
-                state.cursor += 1;
-                true
-            }
-            // Recorded history goes on here without the marker: the old code ran.
-            Some(_) => false,
-            // Past the last command of an execution that ended: the old code ended it.
-            None if state.history.ended => false,
-            None => {
-                let attempted = Attempted::Decision {
-                    step_id: &step_id,
-                    kind: PATCH_KIND,
-                };
-                state.note_live(&attempted);
-                state.out.push(Event::DecisionRecorded(DecisionRecorded {
-                    step_id,
-                    kind: PATCH_KIND.to_owned(),
-                    value: Payload::from_value(&serde_json::json!({})),
-                }));
-                true
-            }
-        };
-        state.patches.insert(change_id.to_owned(), answer);
-        Ok(answer)
+        self.state().patched(change_id)
     }
 
     /// The second step of removing a change guarded by [`FlowCtx::patched`], once no execution
@@ -83,27 +43,7 @@ impl FlowCtx {
     /// A log recorded *without* the change (the old code) is not served by this: its replay
     /// diverges at the new code's first command, as it should, since the old branch is gone.
     pub fn deprecate_patch(&self, change_id: &str) -> Result<(), StepError> {
-        let mut state = self.state();
-        if state.patches.contains_key(change_id) {
-            return Ok(());
-        }
-        if state.divergence.is_some() {
-            return Err(StepError::Diverged);
-        }
-        let step_id = format!("patch:{change_id}");
-        if let Some((
-            _,
-            Recorded::Decision {
-                step_id: s, kind, ..
-            },
-        )) = state.history.commands.get(state.cursor)
-            && kind == PATCH_KIND
-            && *s == step_id
-        {
-            state.cursor += 1;
-        }
-        state.patches.insert(change_id.to_owned(), true);
-        Ok(())
+        self.state().deprecate_patch(change_id)
     }
 }
 

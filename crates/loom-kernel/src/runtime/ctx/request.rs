@@ -10,14 +10,9 @@
 
 use serde::Serialize;
 
-use super::{
-    Attempted, CtxState, Deadline, FlowCtx, PendingGate, StepError, StepName, TimedGate,
-    is_reserved_event_type, is_timed_out_payload,
-};
-use crate::event::{DecisionRecorded, Event};
+use super::{Deadline, FlowCtx, StepError, TimedGate};
 use crate::payload::Payload;
 use crate::runtime::Command;
-use crate::runtime::requests::{REQUEST_KIND, request_step_id};
 
 impl FlowCtx {
     /// Opens a gate like [`FlowCtx::suspend`] and records `request` with it: what the flow
@@ -68,71 +63,17 @@ impl FlowCtx {
     ) -> Command {
         let mut state = self.state();
         let slot = state.new_slot();
-        let outcome = (|| {
-            // Checked before an id is taken or anything queued.
-            if is_reserved_event_type(event_type) {
-                return Err(StepError::ReservedEventType(event_type.to_owned()));
-            }
-            let request = request?;
-            let gate_id = state.step_id(StepName::Counted(event_type.to_owned()))?;
-            state.refuse_duplicate_gate(event_type, correlation_key)?;
-            self.record_request(&mut state, &gate_id, request)?;
-            let deadline_ms = match deadline {
-                Some(deadline) => Some(self.deadline(&mut state, &gate_id, deadline)?),
-                None => None,
-            };
-            let classification = &self.shared.classification;
-            if let Some(payload) =
-                state.open_gate(&gate_id, event_type, correlation_key, classification)?
-            {
-                if deadline.is_some() && is_timed_out_payload(&payload) {
-                    state
-                        .timed_out
-                        .insert((event_type.to_owned(), correlation_key.to_owned()));
-                }
-                return Ok(Some(payload));
-            }
-            if let Some(deadline_ms) = deadline_ms {
-                state.armed.push((gate_id.clone(), deadline_ms));
-            }
-            state.gates.push(PendingGate {
-                gate_id,
-                event_type: event_type.to_owned(),
-                correlation_key: correlation_key.to_owned(),
-                slot,
-                deadline: deadline_ms,
-                group: None,
-            });
-            Ok(None)
-        })();
+        let live = deadline.map(|deadline| self.live_deadline(deadline));
+        let classification = &self.shared.classification;
+        let outcome = state.requested_gate(
+            slot,
+            event_type,
+            correlation_key,
+            request,
+            live,
+            classification,
+        );
         self.command(state, slot, outcome)
-    }
-
-    /// The request's decision: matched on replay (kind and id), queued live.
-    fn record_request(
-        &self,
-        state: &mut CtxState,
-        gate_id: &str,
-        request: Payload,
-    ) -> Result<(), StepError> {
-        let step_id = request_step_id(gate_id);
-        let attempted = Attempted::Decision {
-            step_id: &step_id,
-            kind: REQUEST_KIND,
-        };
-        if state.replay(attempted.clone(), &self.shared.classification) {
-            return Ok(());
-        }
-        if state.divergence.is_some() {
-            return Err(StepError::Diverged);
-        }
-        state.note_live(&attempted);
-        state.out.push(Event::DecisionRecorded(DecisionRecorded {
-            step_id,
-            kind: REQUEST_KIND.to_owned(),
-            value: request,
-        }));
-        Ok(())
     }
 }
 

@@ -1,0 +1,550 @@
+//! The admin API, directly and through `loom --admin`: the token guard, clear errors (unknown
+//! execution, a step not in doubt, the same verdict twice, malformed bodies), verdicts,
+//! resumes and cancels through the runtime, masking, and `tail` following a live execution.
+
+use std::time::Duration;
+
+use loom_console::AdminClient;
+use loom_console::ListFilter;
+use loom_console::{AdminConfig, AdminConfigError, ErrorKind};
+use loom_kernel::Verdict;
+use loom_kernel::{ErrorInfo, ExecutionStatus, Payload};
+use serde_json::{Value, json};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+use crate::support::*;
+
+/// Sends a raw HTTP/1.1 request and returns the status line, the head and the body.
+async fn raw(url: &str, request: &str) -> (u16, String, String) {
+    let address = url.trim_start_matches("http://");
+    let mut stream = tokio::net::TcpStream::connect(address).await.unwrap();
+    stream.write_all(request.as_bytes()).await.unwrap();
+    let mut answer = String::new();
+    stream.read_to_string(&mut answer).await.unwrap();
+    let (head, body) = answer.split_once("\r\n\r\n").unwrap();
+    let status = head.split(' ').nth(1).unwrap().parse().unwrap();
+    (status, head.to_owned(), body.to_owned())
+}
+
+fn client(server: &Server) -> AdminClient {
+    AdminClient::new(&server.url, TOKEN).unwrap()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_missing_or_wrong_token_is_refused_with_401_and_nothing_else_is_read() {
+    let server = server().await;
+    start_order(&server.runtime, "order-1").await;
+
+    let (status, head, body) = raw(
+        &server.url,
+        "GET /admin/v1/executions HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n",
+    )
+    .await;
+    assert_eq!(status, 401);
+    assert!(
+        head.to_ascii_lowercase()
+            .contains("www-authenticate: bearer"),
+        "{head}"
+    );
+    assert!(body.contains("Authorization: Bearer"), "{body}");
+    assert!(!body.contains("order-1"));
+
+    for token in [
+        "wrong-token-0123456789abcdef",
+        "test-token-0123456789abcde",
+        "",
+        "test-token-0123456789abcdef0",
+    ] {
+        let request = format!(
+            "GET /admin/v1/executions/order-1 HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer {token}\r\nConnection: close\r\n\r\n"
+        );
+        let (status, _, body) = raw(&server.url, &request).await;
+        assert_eq!(status, 401, "token {token:?}");
+        assert!(!body.contains(CARD));
+    }
+    let (status, _, _) = raw(
+        &server.url,
+        &format!("POST /admin/v1/executions/order-1/cancel HTTP/1.1\r\nHost: x\r\nAuthorization: Basic {TOKEN}\r\nContent-Length: 0\r\nConnection: close\r\n\r\n"),
+    )
+    .await;
+    assert_eq!(status, 401);
+    assert_eq!(
+        server.runtime.state(&id("order-1")).await.unwrap().status(),
+        ExecutionStatus::InDoubt,
+        "a refused request changes nothing"
+    );
+
+    let wrong = AdminClient::new(&server.url, "wrong-token-0123456789abcdef").unwrap();
+    let error = wrong.in_doubt().await.unwrap_err();
+    assert_eq!(error.kind, ErrorKind::Unauthorized);
+    let refused = loom_async(&["--admin", &server.url, "--token", "nope", "in-doubt"]).await;
+    assert_eq!(code(&refused), 5);
+    assert!(
+        stderr(&refused).contains("LOOM_ADMIN_TOKEN"),
+        "{}",
+        stderr(&refused)
+    );
+}
+
+#[test]
+fn a_short_or_unprintable_token_is_refused_when_configured() {
+    assert_eq!(
+        AdminConfig::new("short").unwrap_err(),
+        AdminConfigError::TokenTooShort
+    );
+    assert_eq!(
+        AdminConfig::new("a token with spaces in it").unwrap_err(),
+        AdminConfigError::TokenNotPrintable
+    );
+    let token = loom_console::random_token().unwrap();
+    assert_eq!(token.len(), 64);
+    assert!(AdminConfig::new(token).is_ok());
+    assert!(loom_console::constant_time_eq(b"abc", b"abc"));
+    assert!(!loom_console::constant_time_eq(b"abc", b"abd"));
+    assert!(!loom_console::constant_time_eq(b"abc", b"abcd"));
+    assert!(!loom_console::constant_time_eq(b"", b"a"));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_unknown_execution_is_404_with_a_message_saying_so() {
+    let server = server().await;
+    let client = client(&server);
+    let error = client.show("nope").await.unwrap_err();
+    assert_eq!(error.kind, ErrorKind::NotFound);
+    assert!(
+        error.message.contains("execution nope does not exist"),
+        "{error}"
+    );
+    for error in [
+        client
+            .resolve("nope", "charge#1", &Verdict::Retry, None)
+            .await
+            .unwrap_err(),
+        client
+            .resume("nope", "approval", "k", &json!(1))
+            .await
+            .unwrap_err(),
+        client.cancel("nope", None).await.unwrap_err(),
+        client.events("nope", 0, Duration::ZERO).await.unwrap_err(),
+    ] {
+        assert_eq!(error.kind, ErrorKind::NotFound, "{error}");
+    }
+    let (status, _, body) = raw(
+        &server.url,
+        &format!("GET /admin/v1/executions/nope HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer {TOKEN}\r\nConnection: close\r\n\r\n"),
+    )
+    .await;
+    assert_eq!(status, 404);
+    let body: Value = serde_json::from_str(&body).unwrap();
+    assert_eq!(body["error"]["kind"], "not_found");
+
+    let shown = loom_async(&["--admin", &server.url, "--token", TOKEN, "show", "nope"]).await;
+    assert_eq!(code(&shown), 3);
+    assert!(stderr(&shown).contains("does not exist"));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn verdicts_go_through_the_runtime_and_the_same_verdict_twice_is_refused_clearly() {
+    let server = server().await;
+    let execution = start_order(&server.runtime, "order-1").await;
+    let client = client(&server);
+
+    let listed = client.in_doubt().await.unwrap();
+    assert_eq!(listed.len(), 1);
+    assert_eq!(listed[0].idempotency_key, "order-1:charge#1");
+
+    let error = client
+        .resolve("order-1", "nope#1", &Verdict::Retry, None)
+        .await
+        .unwrap_err();
+    assert_eq!(error.kind, ErrorKind::Refused);
+    assert!(
+        error
+            .message
+            .contains("step 'nope#1' of execution order-1 is not in doubt (no such step)"),
+        "{error}"
+    );
+
+    // Retry through the runtime: the effect runs again (attempt 2) and is in doubt again.
+    client
+        .resolve("order-1", "charge#1", &Verdict::Retry, Some("ada"))
+        .await
+        .unwrap();
+    let state = server.runtime.wait(&execution).await.unwrap();
+    assert_eq!(state.status(), ExecutionStatus::InDoubt);
+    assert_eq!(client.in_doubt().await.unwrap()[0].attempt, 2);
+
+    let completed = Verdict::Completed {
+        output: Payload::from_value(&json!({"charged": 42})),
+    };
+    client
+        .resolve("order-1", "charge#1", &completed, Some("ada"))
+        .await
+        .unwrap();
+    let twice = client
+        .resolve("order-1", "charge#1", &completed, Some("ada"))
+        .await
+        .unwrap_err();
+    assert_eq!(twice.kind, ErrorKind::Refused);
+    assert!(
+        twice.message.contains("is not in doubt (completed at seq"),
+        "{twice}"
+    );
+    let state = server.runtime.wait(&execution).await.unwrap();
+    assert_eq!(state.status(), ExecutionStatus::Suspended, "on to the gate");
+
+    // Resume the gate; the flow completes with the verdict's output and the payload.
+    let wrong = client
+        .resume("order-1", "approval", "other", &json!(true))
+        .await
+        .unwrap_err();
+    assert_eq!(wrong.kind, ErrorKind::Refused);
+    assert!(
+        wrong.message.contains("pending: (approval, key 'order-1')"),
+        "{wrong}"
+    );
+    client
+        .resume("order-1", "approval", "order-1", &json!({"by": "ada"}))
+        .await
+        .unwrap();
+    let state = server.runtime.wait(&execution).await.unwrap();
+    assert_eq!(state.status(), ExecutionStatus::Completed);
+    let shown = client.show("order-1").await.unwrap();
+    let last = &shown.events.last().unwrap().event;
+    assert_eq!(last["output"]["charged"]["charged"], 42);
+
+    let ended = client.cancel("order-1", None).await.unwrap_err();
+    assert_eq!(ended.kind, ErrorKind::Refused);
+    assert!(
+        ended.message.contains("already ended (completed)"),
+        "{ended}"
+    );
+    let late = client
+        .resume("order-1", "approval", "order-1", &json!(1))
+        .await
+        .unwrap_err();
+    assert!(late.message.contains("already ended"), "{late}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn malformed_requests_are_400_and_say_what_to_send() {
+    let server = server().await;
+    start_order(&server.runtime, "order-1").await;
+    for body in [
+        r#"{"stepId": "charge#1"}"#,
+        "not json",
+        r#"{"stepId": "charge#1", "verdict": {"kind": "completed"}}"#,
+    ] {
+        let request = format!(
+            "POST /admin/v1/executions/order-1/resolve HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer {TOKEN}\r\nContent-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+            body.len()
+        );
+        let (status, _, answer) = raw(&server.url, &request).await;
+        assert_eq!(status, 400, "{body}: {answer}");
+        assert!(answer.contains("stepId"), "the shape is shown: {answer}");
+    }
+    let listed = client(&server)
+        .executions(&ListFilter::default())
+        .await
+        .unwrap();
+    assert_eq!(listed.len(), 1, "the API still answers");
+    let (status, _, answer) = raw(
+        &server.url,
+        &format!("GET /admin/v1/executions?status=stuck HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer {TOKEN}\r\nConnection: close\r\n\r\n"),
+    )
+    .await;
+    assert_eq!(status, 400);
+    assert!(answer.contains("unknown status 'stuck'"), "{answer}");
+    assert_eq!(
+        server.runtime.state(&id("order-1")).await.unwrap().status(),
+        ExecutionStatus::InDoubt
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_cli_goes_through_the_admin_api_while_the_server_holds_the_store() {
+    let server = server().await;
+    start_order(&server.runtime, "order-1").await;
+    start_order(&server.runtime, "order-2").await;
+    start_hello(&server.runtime, "hello-1").await;
+    let url = server.url.as_str();
+
+    // The file is held: --store says to use the admin API.
+    let held = loom_async(&["--store", server.path.to_str().unwrap(), "in-doubt"]).await;
+    assert_eq!(code(&held), 4);
+    assert!(stderr(&held).contains("--admin"));
+
+    let listed = json_out(
+        &loom_async(&[
+            "--admin",
+            url,
+            "--token",
+            TOKEN,
+            "--json",
+            "executions",
+            "--status",
+            "in-doubt",
+        ])
+        .await,
+    );
+    assert_eq!(listed.as_array().unwrap().len(), 2);
+
+    // Masked by the server's classification.
+    let shown = loom_async(&[
+        "--admin", url, "--token", TOKEN, "show", "order-1", "--full",
+    ])
+    .await;
+    assert_eq!(code(&shown), 0, "{}", stderr(&shown));
+    assert!(!stdout(&shown).contains(CARD), "{}", stdout(&shown));
+    assert!(stdout(&shown).contains("\"number\":\"***\""));
+    assert!(stdout(&shown).contains("Ada"));
+    // The CLI's own classification adds to the server's.
+    let more = loom_async(&[
+        "--admin",
+        url,
+        "--token",
+        TOKEN,
+        "--mask",
+        "card.holder",
+        "show",
+        "order-1",
+        "--full",
+    ])
+    .await;
+    assert!(
+        !stdout(&more).contains("Ada") && !stdout(&more).contains(CARD),
+        "{}",
+        stdout(&more)
+    );
+    assert!(
+        stdout(&more).contains("\"holder\":\"***\""),
+        "{}",
+        stdout(&more)
+    );
+
+    let in_doubt = loom_async(&["--admin", url, "--token", TOKEN, "in-doubt"]).await;
+    assert!(stdout(&in_doubt).contains("order-2:charge#1"));
+
+    let failed = loom_async(&[
+        "--admin",
+        url,
+        "--token",
+        TOKEN,
+        "resolve",
+        "order-2",
+        "charge#1",
+        "--failed",
+        "refunded",
+        "--code",
+        "ops.refunded",
+    ])
+    .await;
+    assert_eq!(code(&failed), 0, "{}", stderr(&failed));
+    let state = server.runtime.wait(&id("order-2")).await.unwrap();
+    assert_eq!(state.status(), ExecutionStatus::Failed);
+    let twice = loom_async(&[
+        "--admin", url, "--token", TOKEN, "resolve", "order-2", "charge#1", "--failed", "refunded",
+    ])
+    .await;
+    assert_eq!(code(&twice), 1);
+
+    let cancelled = loom_async(&[
+        "--admin", url, "--token", TOKEN, "cancel", "order-1", "--reason", "test",
+    ])
+    .await;
+    assert_eq!(code(&cancelled), 0, "{}", stderr(&cancelled));
+    assert_eq!(
+        server.runtime.state(&id("order-1")).await.unwrap().status(),
+        ExecutionStatus::Cancelled
+    );
+    let export = loom_async(&[
+        "--admin",
+        url,
+        "--token",
+        TOKEN,
+        "export-log",
+        "--out",
+        "/nonexistent",
+    ])
+    .await;
+    assert_eq!(code(&export), 1);
+    assert!(stderr(&export).contains("--store"));
+
+    // The environment works as the flags do.
+    let output = tokio::task::spawn_blocking({
+        let url = url.to_owned();
+        move || {
+            loom_command(&["executions", "--flow", "hello"])
+                .env("LOOM_ADMIN_URL", url)
+                .env("LOOM_ADMIN_TOKEN", TOKEN)
+                .output()
+                .unwrap()
+        }
+    })
+    .await
+    .unwrap();
+    assert_eq!(code(&output), 0, "{}", stderr(&output));
+    assert!(stdout(&output).contains("hello-1"));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn tail_follows_a_live_execution_until_it_ends() {
+    use std::io::BufRead;
+    let server = server().await;
+    let execution = start_order(&server.runtime, "order-1").await;
+    let mut child = loom_command(&[
+        "--admin",
+        &server.url,
+        "--token",
+        TOKEN,
+        "--json",
+        "tail",
+        "order-1",
+    ])
+    .stdout(std::process::Stdio::piped())
+    .stderr(std::process::Stdio::piped())
+    .spawn()
+    .unwrap();
+    let stdout = child.stdout.take().unwrap();
+    let (lines_in, mut lines) = tokio::sync::mpsc::unbounded_channel();
+    let reader = std::thread::spawn(move || {
+        for line in std::io::BufReader::new(stdout).lines() {
+            let _ = lines_in.send(line.unwrap());
+        }
+    });
+    // Everything recorded so far is printed first; the step in doubt is the last of it.
+    let mut types = Vec::new();
+    while types.last().map(String::as_str) != Some("EFFECT_INDOUBT") {
+        let line = lines.recv().await.expect("tail prints the log so far");
+        types.push(
+            serde_json::from_str::<Value>(&line).unwrap()["type"]
+                .as_str()
+                .unwrap()
+                .to_owned(),
+        );
+    }
+    // Then it follows: move the execution on to its end.
+    let verdict = Verdict::Failed {
+        error: ErrorInfo::new("ops.refunded", "refunded by hand"),
+    };
+    server
+        .runtime
+        .resolve(&execution, "charge#1", verdict, Some("ada".into()))
+        .await
+        .unwrap();
+    let mut printed = String::new();
+    while let Some(line) = lines.recv().await {
+        types.push(
+            serde_json::from_str::<Value>(&line).unwrap()["type"]
+                .as_str()
+                .unwrap()
+                .to_owned(),
+        );
+        printed.push_str(&line);
+    }
+    reader.join().unwrap();
+    let status = tokio::task::spawn_blocking(move || child.wait().unwrap())
+        .await
+        .unwrap();
+    assert!(
+        status.success(),
+        "tail stops by itself once the execution has ended"
+    );
+    assert_eq!(types.first().map(String::as_str), Some("EXECUTION_STARTED"));
+    assert!(types.contains(&"EFFECT_RESOLVED".to_owned()), "{types:?}");
+    assert_eq!(types.last().map(String::as_str), Some("EXECUTION_FAILED"));
+    assert!(!printed.contains(CARD));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn ids_with_slashes_spaces_and_hashes_reach_their_execution() {
+    let server = server().await;
+    start_hello(&server.runtime, "team a/hello#1?x=1").await;
+    let shown = client(&server).show("team a/hello#1?x=1").await.unwrap();
+    assert_eq!(shown.execution.id, "team a/hello#1?x=1");
+    assert_eq!(shown.execution.status, "completed");
+    let page = client(&server)
+        .events("team a/hello#1?x=1", 1, Duration::from_secs(5))
+        .await
+        .unwrap();
+    assert!(page.ended);
+    assert_eq!(page.events.first().map(|event| event.seq), Some(1));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_web_console_page_is_served_without_data_and_with_a_strict_policy() {
+    let server = server().await;
+    start_order(&server.runtime, "order-1").await;
+    let get = |path: &str| format!("GET {path} HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n");
+
+    let (status, head, body) = raw(&server.url, &get("/admin/")).await;
+    assert_eq!(status, 200);
+    let head = head.to_ascii_lowercase();
+    assert!(head.contains("content-type: text/html"), "{head}");
+    assert!(
+        head.contains("content-security-policy: default-src 'none'; script-src 'self'"),
+        "{head}"
+    );
+    assert!(head.contains("frame-ancestors 'none'"), "{head}");
+    assert!(body.contains("<script src=\"console.js\" defer></script>"));
+    assert!(!body.contains("order-1"), "the page holds no data");
+
+    let (status, head, script) = raw(&server.url, &get("/admin/console.js")).await;
+    assert_eq!(status, 200);
+    assert!(
+        head.to_ascii_lowercase()
+            .contains("content-type: text/javascript")
+    );
+    assert!(script.contains("Authorization: \"Bearer \" + token"));
+    assert!(
+        !script.contains("innerHTML"),
+        "server values go in as text only"
+    );
+    let (status, _, _) = raw(&server.url, &get("/admin/console.css")).await;
+    assert_eq!(status, 200);
+
+    let (status, head, _) = raw(&server.url, &get("/admin")).await;
+    assert_eq!(status, 308);
+    assert!(
+        head.to_ascii_lowercase().contains("location: admin/"),
+        "{head}"
+    );
+
+    let (status, _, _) = raw(&server.url, &get("/admin/v1/in-doubt")).await;
+    assert_eq!(status, 401, "the API still wants the token");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_verdicts_at_once_record_one_and_refuse_the_other() {
+    let server = server().await;
+    let execution = start_order(&server.runtime, "order-1").await;
+    let client = client(&server);
+    let completed = Verdict::Completed {
+        output: Payload::from_value(&json!({"charged": 42})),
+    };
+    let failed = Verdict::Failed {
+        error: ErrorInfo::new("ops.refunded", "refunded"),
+    };
+    let (first, second) = tokio::join!(
+        client.resolve("order-1", "charge#1", &completed, Some("ada")),
+        client.resolve("order-1", "charge#1", &failed, Some("bob")),
+    );
+    let refused: Vec<_> = [first, second]
+        .into_iter()
+        .filter_map(Result::err)
+        .collect();
+    assert_eq!(
+        refused.len(),
+        1,
+        "exactly one verdict is refused: {refused:?}"
+    );
+    assert_eq!(refused[0].kind, ErrorKind::Refused);
+    server.runtime.wait(&execution).await.unwrap();
+    let shown = client.show("order-1").await.unwrap();
+    let verdicts = shown
+        .events
+        .iter()
+        .filter(|event| event.event_type == "EFFECT_RESOLVED")
+        .count();
+    assert_eq!(verdicts, 1, "one verdict in the log");
+}

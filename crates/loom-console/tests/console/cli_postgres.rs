@@ -1,0 +1,137 @@
+//! `loom --store postgres://...`: reads and writes work while workers run.
+//! Skipped loudly without a PostgreSQL server (CI starts one).
+
+use crate::support::*;
+use loom_kernel::conformance::{completed, started, tagged};
+use loom_kernel::{EffectInDoubt, Event, StepStarted};
+use loom_kernel::{EventStore, ExecutionStatus};
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn reads_and_verdicts_work_on_postgresql_beside_a_running_worker() {
+    let Some(url) = loom_store_postgres::server_url("loom-console reads_work_on_postgresql") else {
+        return;
+    };
+    let schema = loom_store_postgres::fresh_schema("console");
+    let store = loom_store_postgres::PostgresStore::connect(
+        loom_store_postgres::PostgresStoreConfig::new(&url).schema(&schema),
+    )
+    .await
+    .unwrap();
+    let execution = id("pay-1");
+    store
+        .append(
+            &execution,
+            0,
+            &[
+                started("pay"),
+                Event::StepStarted(StepStarted {
+                    step_id: "charge#1".into(),
+                    effect: "charge".into(),
+                    input_digest: "d".into(),
+                    attempt: 1,
+                    max_cost: 0,
+                }),
+                Event::EffectInDoubt(EffectInDoubt {
+                    step_id: "charge#1".into(),
+                    effect: "charge".into(),
+                    attempt: 1,
+                    reason: None,
+                }),
+            ],
+        )
+        .await
+        .unwrap();
+
+    let args = |rest: &[&str]| {
+        let mut all = vec!["--store", url.as_str(), "--schema", schema.as_str()];
+        all.extend_from_slice(rest);
+        all.into_iter().map(str::to_owned).collect::<Vec<_>>()
+    };
+    let run = |rest: &[&str]| {
+        let args = args(rest);
+        async move {
+            let args: Vec<&str> = args.iter().map(String::as_str).collect();
+            loom_async(&args).await
+        }
+    };
+    // The store stays open here, as a worker's would.
+    let listed = json_out(&run(&["--json", "executions"]).await);
+    assert_eq!(listed[0]["id"], "pay-1");
+    assert_eq!(listed[0]["status"], "in-doubt");
+    let shown = json_out(&run(&["--json", "show", "pay-1"]).await);
+    assert_eq!(shown["state"]["stepsInDoubt"][0], "charge#1");
+    let doubts = json_out(&run(&["--json", "in-doubt"]).await);
+    assert_eq!(doubts[0]["idempotencyKey"], "pay-1:charge#1");
+
+    // A verdict is recorded on the database while the worker's store stays open.
+    let resolved = run(&["resolve", "pay-1", "charge#1", "--completed", "1"]).await;
+    assert_eq!(code(&resolved), 0, "{}", stderr(&resolved));
+    let state = loom_kernel::EventStoreExt::fold(&store, &execution)
+        .await
+        .unwrap();
+    assert_eq!(
+        state.status(),
+        ExecutionStatus::Running,
+        "the verdict is recorded"
+    );
+    // The command gave its lease back: a worker drives the execution on at once.
+    let head = store.head(&execution).await.unwrap();
+    store
+        .append(&execution, head, &[tagged(serde_json::json!("driven on"))])
+        .await
+        .expect("the lease is free");
+    // The same verdict again: the step is no longer in doubt, nothing is recorded.
+    let again = run(&["resolve", "pay-1", "charge#1", "--completed", "1"]).await;
+    assert_eq!(code(&again), 1, "{}", stderr(&again));
+    assert_eq!(store.head(&execution).await.unwrap(), head + 1);
+
+    // An execution a live worker drives (it holds the lease): a cancel is refused, nothing
+    // recorded, and the message points to the worker's admin API.
+    let running = id("run-1");
+    store.append(&running, 0, &[started("pay")]).await.unwrap();
+    let refused = run(&["cancel", "run-1"]).await;
+    assert_eq!(code(&refused), 1, "{}", stderr(&refused));
+    assert!(stderr(&refused).contains("--admin"), "{}", stderr(&refused));
+    assert_eq!(
+        store.head(&running).await.unwrap(),
+        1,
+        "nothing was recorded"
+    );
+
+    // Retention on the database beside the worker: an ended execution goes, the running one
+    // and the one a worker drove on stay.
+    let ended = id("done-1");
+    store
+        .append(&ended, 0, &[started("pay"), completed()])
+        .await
+        .unwrap();
+    let future_cutoff = (loom_console::now_ms().unwrap_or(0) + 60_000).to_string();
+    let dry = json_out(
+        &run(&[
+            "--json",
+            "purge",
+            "--ended-before-ms",
+            &future_cutoff,
+            "--dry-run",
+        ])
+        .await,
+    );
+    assert_eq!(dry["executions"], serde_json::json!(["done-1"]));
+    assert_eq!(
+        store.head(&ended).await.unwrap(),
+        2,
+        "a dry run deletes nothing"
+    );
+    let purged = json_out(&run(&["--json", "purge", "--ended-before-ms", &future_cutoff]).await);
+    assert_eq!(purged["executions"], serde_json::json!(["done-1"]));
+    assert_eq!(
+        store.head(&ended).await.unwrap(),
+        0,
+        "the ended execution is gone"
+    );
+    assert_eq!(
+        store.head(&running).await.unwrap(),
+        1,
+        "a running one stays"
+    );
+}

@@ -1,0 +1,217 @@
+//! `loom purge` (retention): on a store file and through the admin API, only executions that
+//! ended before the cutoff are deleted, in bounded batches, each printed; running, in-doubt
+//! and newer ended executions stay; `--dry-run` deletes nothing; the server keeps working while
+//! and after it runs.
+
+use std::time::Duration;
+
+use loom_kernel::{DiskStore, EventStoreExt, ExecutionStatus};
+
+use crate::support::*;
+
+/// Three executions that end, one in doubt; then the cutoff; then one that ends and one in
+/// doubt after it. Returns the cutoff.
+async fn seed(runtime: &loom_kernel::Runtime<DiskStore>) -> u64 {
+    for name in ["old-1", "old-2", "old-3"] {
+        start_hello(runtime, name).await;
+    }
+    start_order(runtime, "old-in-doubt").await;
+    tokio::time::sleep(Duration::from_millis(3)).await;
+    let cutoff = loom_console::now_ms().unwrap_or(0);
+    tokio::time::sleep(Duration::from_millis(3)).await;
+    start_hello(runtime, "new-1").await;
+    start_order(runtime, "new-in-doubt").await;
+    cutoff
+}
+
+async fn present(store: &DiskStore, name: &str) -> bool {
+    !store.read_all(&id(name)).await.unwrap().is_empty()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn purge_on_a_store_file_deletes_only_what_ended_before_the_cutoff() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("loom.redb");
+    let cutoff = {
+        let runtime = compose(DiskStore::open(&path).unwrap());
+        let cutoff = seed(&runtime).await;
+        runtime.shutdown().await;
+        cutoff
+    };
+    let file = path.to_str().unwrap();
+    let cut = cutoff.to_string();
+
+    let dry = loom_async(&[
+        "--store",
+        file,
+        "purge",
+        "--ended-before-ms",
+        &cut,
+        "--dry-run",
+    ])
+    .await;
+    assert_eq!(code(&dry), 0, "{}", stderr(&dry));
+    let text = stdout(&dry);
+    for name in ["old-1", "old-2", "old-3"] {
+        assert!(text.contains(&format!("would delete {name}\n")), "{text}");
+    }
+    assert!(
+        text.contains("would delete 3 executions that ended before"),
+        "{text}"
+    );
+    assert!(
+        !text.contains("new-1") && !text.contains("in-doubt"),
+        "{text}"
+    );
+
+    // An age: nothing ended 30 days ago.
+    let none = loom_async(&["--store", file, "purge", "--ended-before", "30d"]).await;
+    assert_eq!(code(&none), 0, "{}", stderr(&none));
+    assert!(
+        stdout(&none).contains("deleted 0 executions"),
+        "{}",
+        stdout(&none)
+    );
+
+    // Batches of two: two batches, each printed.
+    let purged = loom_async(&[
+        "--store",
+        file,
+        "--json",
+        "purge",
+        "--ended-before-ms",
+        &cut,
+        "--batch",
+        "2",
+    ])
+    .await;
+    assert_eq!(code(&purged), 0, "{}", stderr(&purged));
+    let answer = json_out(&purged);
+    assert_eq!(answer["count"], 3);
+    assert_eq!(answer["dryRun"], false);
+    let mut deleted: Vec<_> = answer["executions"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|id| id.as_str().unwrap().to_owned())
+        .collect();
+    deleted.sort();
+    assert_eq!(deleted, ["old-1", "old-2", "old-3"]);
+
+    let again = loom_async(&["--store", file, "purge", "--ended-before-ms", &cut]).await;
+    assert!(
+        stdout(&again).contains("deleted 0 executions"),
+        "{}",
+        stdout(&again)
+    );
+
+    let store = DiskStore::open(&path).unwrap();
+    for name in ["old-1", "old-2", "old-3"] {
+        assert!(!present(&store, name).await, "{name} is deleted");
+    }
+    for name in ["old-in-doubt", "new-1", "new-in-doubt"] {
+        assert!(present(&store, name).await, "{name} stays");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn purge_through_the_admin_api_loops_in_batches_while_the_server_works() {
+    let server = server().await;
+    let cutoff = seed(&server.runtime).await.to_string();
+    let (url, token) = (server.url.as_str(), TOKEN);
+
+    let dry = loom_async(&[
+        "--admin",
+        url,
+        "--token",
+        token,
+        "purge",
+        "--ended-before-ms",
+        &cutoff,
+        "--dry-run",
+    ])
+    .await;
+    assert_eq!(code(&dry), 0, "{}", stderr(&dry));
+    assert!(
+        stdout(&dry).contains("would delete 3 executions"),
+        "{}",
+        stdout(&dry)
+    );
+    assert!(present(server.runtime.store(), "old-1").await);
+
+    let purged = loom_async(&[
+        "--admin",
+        url,
+        "--token",
+        token,
+        "purge",
+        "--ended-before-ms",
+        &cutoff,
+        "--batch",
+        "1",
+    ])
+    .await;
+    assert_eq!(code(&purged), 0, "{}", stderr(&purged));
+    let text = stdout(&purged);
+    assert_eq!(text.matches("deleted old-").count(), 3, "{text}");
+    assert!(text.contains("deleted 3 executions"), "{text}");
+
+    let store = server.runtime.store();
+    for name in ["old-1", "old-2", "old-3"] {
+        assert!(!present(store, name).await, "{name} is deleted");
+    }
+    for name in ["old-in-doubt", "new-1", "new-in-doubt"] {
+        assert!(present(store, name).await, "{name} stays");
+    }
+    // The runtime goes on: a new execution runs, the one in doubt still waits for a verdict.
+    start_hello(&server.runtime, "after-purge").await;
+    let state = server.runtime.state(&id("old-in-doubt")).await.unwrap();
+    assert_eq!(state.status(), ExecutionStatus::InDoubt);
+
+    // Malformed input is refused clearly.
+    let bad = loom_async(&[
+        "--admin",
+        url,
+        "--token",
+        token,
+        "purge",
+        "--ended-before",
+        "soon",
+    ])
+    .await;
+    assert_eq!(code(&bad), 2, "{}", stderr(&bad));
+    assert!(stderr(&bad).contains("is not an age"), "{}", stderr(&bad));
+    let zero = loom_async(&[
+        "--admin",
+        url,
+        "--token",
+        token,
+        "purge",
+        "--ended-before",
+        "1d",
+        "--batch",
+        "0",
+    ])
+    .await;
+    assert_eq!(code(&zero), 2, "{}", stderr(&zero));
+}
+
+#[test]
+fn ages_parse_with_their_units() {
+    assert_eq!(
+        loom_console::parse_age("30d").unwrap(),
+        Duration::from_secs(30 * 86_400)
+    );
+    assert_eq!(
+        loom_console::parse_age("12h").unwrap(),
+        Duration::from_secs(12 * 3_600)
+    );
+    assert_eq!(loom_console::parse_age("0s").unwrap(), Duration::ZERO);
+    assert_eq!(
+        loom_console::parse_age("2w").unwrap(),
+        Duration::from_secs(14 * 86_400)
+    );
+    for bad in ["", "d", "30", "30y", "-1d", "99999999999999999999d"] {
+        assert!(loom_console::parse_age(bad).is_err(), "{bad}");
+    }
+}

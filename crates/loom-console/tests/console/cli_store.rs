@@ -1,0 +1,436 @@
+//! `loom --store FILE`: every command against a real disk store that no process holds, and the
+//! refusal, with a pointer to `--admin`, when one does.
+
+use crate::support::*;
+use loom_kernel::{DiskStore, EventStoreExt, ExecutionStatus};
+
+#[tokio::test]
+async fn executions_are_listed_by_status_and_flow() {
+    let seeded = Seeded::new().await;
+
+    let all = seeded.loom(&["executions"]);
+    assert_eq!(code(&all), 0, "{}", stderr(&all));
+    let text = stdout(&all);
+    assert!(
+        text.contains("order-1") && text.contains("hello-1"),
+        "{text}"
+    );
+    assert!(
+        text.contains("in-doubt") && text.contains("completed"),
+        "{text}"
+    );
+
+    let listed = json_out(&seeded.loom(&["--json", "executions", "--status", "in-doubt"]));
+    let ids: Vec<&str> = listed
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|view| view["id"].as_str().unwrap())
+        .collect();
+    assert_eq!(ids, ["order-1", "order-2"]);
+    assert_eq!(listed[0]["flow"], "order");
+    assert_eq!(listed[0]["status"], "in-doubt");
+
+    let hello = json_out(&seeded.loom(&["--json", "executions", "--flow", "hello"]));
+    assert_eq!(hello.as_array().unwrap().len(), 1);
+    assert_eq!(hello[0]["id"], "hello-1");
+
+    let limited = json_out(&seeded.loom(&["--json", "executions", "--limit", "1"]));
+    assert_eq!(limited.as_array().unwrap().len(), 1);
+
+    let bad = seeded.loom(&["executions", "--status", "stuck"]);
+    assert_eq!(code(&bad), 2);
+    assert!(
+        stderr(&bad).contains("use one of running"),
+        "{}",
+        stderr(&bad)
+    );
+}
+
+#[tokio::test]
+async fn show_prints_the_folded_state_then_the_log_with_classified_fields_masked() {
+    let seeded = Seeded::new().await;
+    let mask = seeded.dir.path().join("classified.txt");
+    std::fs::write(&mask, "# K10-R6\ncard.number\n").unwrap();
+    let mask = mask.to_str().unwrap();
+
+    let shown = seeded.loom(&["--mask-file", mask, "show", "order-1", "--full"]);
+    assert_eq!(code(&shown), 0, "{}", stderr(&shown));
+    let text = stdout(&shown);
+    assert!(text.contains("status        in-doubt"), "{text}");
+    assert!(text.contains("charge#1"), "{text}");
+    assert!(text.contains("loom resolve order-1 'charge#1'"), "{text}");
+    assert!(
+        text.contains("EXECUTION_STARTED") && text.contains("EFFECT_INDOUBT"),
+        "{text}"
+    );
+    assert!(text.find("steps").unwrap() < text.find("EXECUTION_STARTED").unwrap());
+    assert!(!text.contains(CARD), "the card number leaked: {text}");
+    assert!(text.contains("\"number\":\"***\""), "{text}");
+    assert!(
+        text.contains("Ada"),
+        "unclassified fields stay visible: {text}"
+    );
+
+    let shown = json_out(&seeded.loom(&["--mask", "card.number", "--json", "show", "order-1"]));
+    assert_eq!(shown["execution"]["status"], "in-doubt");
+    assert_eq!(shown["state"]["stepsInDoubt"][0], "charge#1");
+    let step = &shown["state"]["steps"][0];
+    assert_eq!(step["status"], "in-doubt");
+    assert!(step["startedAtMs"].is_u64(), "{step}");
+    assert!(step["endedAtMs"].is_null(), "{step}");
+    assert_eq!(shown["events"][0]["type"], "EXECUTION_STARTED");
+    assert_eq!(
+        shown["events"][0]["event"]["input"]["card"]["number"],
+        "***"
+    );
+    assert!(!shown.to_string().contains(CARD));
+
+    let unknown = seeded.loom(&["show", "nope"]);
+    assert_eq!(code(&unknown), 3);
+    assert!(stderr(&unknown).contains("execution nope does not exist"));
+}
+
+#[tokio::test]
+async fn a_classification_beside_the_store_file_masks_without_being_asked() {
+    let seeded = Seeded::new().await;
+    let store = seeded.store();
+    let bare = seeded.loom(&["--json", "show", "order-1"]);
+    assert!(
+        stdout(&bare).contains(CARD),
+        "without a classification the payload is shown as stored"
+    );
+    std::fs::write(format!("{store}.masks"), "# K10-R6\ncard.number\n").unwrap();
+    let shown = seeded.loom(&["show", "order-1", "--full"]);
+    assert_eq!(code(&shown), 0, "{}", stderr(&shown));
+    assert!(!stdout(&shown).contains(CARD), "{}", stdout(&shown));
+    assert!(stdout(&shown).contains("\"number\":\"***\""));
+}
+
+#[tokio::test]
+async fn a_reader_that_goes_away_ends_the_output_quietly() {
+    let seeded = Seeded::new().await;
+    // `loom show ... | head -0`: the reading end is closed before anything is written.
+    let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_loom"))
+        .args(["--store", seeded.store(), "show", "order-1", "--full"])
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    drop(child.stdout.take());
+    let output = child.wait_with_output().unwrap();
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(!stderr.contains("panicked"), "{stderr}");
+    assert!(output.status.success(), "{:?} {stderr}", output.status);
+}
+
+#[tokio::test]
+async fn in_doubt_lists_each_step_with_its_idempotency_key_and_its_wait() {
+    let seeded = Seeded::new().await;
+
+    let listed = seeded.loom(&["in-doubt"]);
+    assert_eq!(code(&listed), 0, "{}", stderr(&listed));
+    let text = stdout(&listed);
+    assert!(
+        text.contains("order-1:charge#1") && text.contains("order-2:charge#1"),
+        "{text}"
+    );
+    assert!(text.contains("test.no_answer"), "{text}");
+    assert!(text.contains("loom resolve <execution> <step>"), "{text}");
+
+    let listed = json_out(&seeded.loom(&["--json", "in-doubt"]));
+    let first = &listed[0];
+    assert_eq!(first["execution"], "order-1");
+    assert_eq!(first["stepId"], "charge#1");
+    assert_eq!(first["effect"], "charge");
+    assert_eq!(first["attempt"], 1);
+    assert_eq!(first["idempotencyKey"], "order-1:charge#1");
+    assert!(first["inDoubtSinceMs"].is_u64());
+    assert!(first["waitingMs"].is_u64());
+}
+
+#[tokio::test]
+async fn a_verdict_given_offline_is_recorded_once_and_the_runtime_drives_on_from_it() {
+    let seeded = Seeded::new().await;
+
+    let given = seeded.loom(&[
+        "resolve",
+        "order-1",
+        "charge#1",
+        "--completed",
+        r#"{"charged": 42}"#,
+        "--operator",
+        "ada",
+    ]);
+    assert_eq!(code(&given), 0, "{}", stderr(&given));
+    assert!(
+        stdout(&given).contains("Runtime::recover"),
+        "{}",
+        stdout(&given)
+    );
+
+    let again = seeded.loom(&["resolve", "order-1", "charge#1", "--completed", "1"]);
+    assert_eq!(code(&again), 1);
+    assert!(
+        stderr(&again).contains("is not in doubt (completed at seq"),
+        "{}",
+        stderr(&again)
+    );
+
+    let retry = seeded.loom(&["resolve", "order-2", "charge#1", "--retry"]);
+    assert_eq!(code(&retry), 1);
+    assert!(stderr(&retry).contains("--admin"), "{}", stderr(&retry));
+
+    let failed = seeded.loom(&["resolve", "order-2", "charge#1", "--failed", "refunded"]);
+    assert_eq!(code(&failed), 0, "{}", stderr(&failed));
+
+    let malformed = seeded.loom(&["resolve", "order-1", "charge#1", "--completed", "{"]);
+    assert_eq!(code(&malformed), 2);
+    let no_verdict = seeded.loom(&["resolve", "order-1", "charge#1"]);
+    assert_eq!(code(&no_verdict), 2);
+
+    // The verdict is in the log as the kernel writes it, and the runtime takes it from there.
+    let runtime = compose(DiskStore::open(&seeded.path).unwrap());
+    let log = runtime.store().read_all(&id("order-1")).await.unwrap();
+    let resolved = serde_json::to_value(&log.last().unwrap().event).unwrap();
+    assert_eq!(resolved["type"], "EFFECT_RESOLVED");
+    assert_eq!(resolved["verdict"]["kind"], "completed");
+    assert_eq!(resolved["operator"], "ada");
+    runtime.recover().await.unwrap();
+    assert_eq!(
+        runtime.wait(&id("order-1")).await.unwrap().status(),
+        ExecutionStatus::Suspended
+    );
+    assert_eq!(
+        runtime.wait(&id("order-2")).await.unwrap().status(),
+        ExecutionStatus::Failed
+    );
+    drop(runtime);
+
+    // Now the gate: a resume offline, and the runtime completes the flow with its payload.
+    let wrong = seeded.loom(&["resume", "order-1", "approval", "other", "true"]);
+    assert_eq!(code(&wrong), 1);
+    assert!(
+        stderr(&wrong).contains("pending: (approval, key 'order-1')"),
+        "{}",
+        stderr(&wrong)
+    );
+    let resumed = seeded.loom(&[
+        "resume",
+        "order-1",
+        "approval",
+        "order-1",
+        r#"{"by":"ada"}"#,
+    ]);
+    assert_eq!(code(&resumed), 0, "{}", stderr(&resumed));
+    let runtime = compose(DiskStore::open(&seeded.path).unwrap());
+    runtime.recover().await.unwrap();
+    let state = runtime.wait(&id("order-1")).await.unwrap();
+    assert_eq!(state.status(), ExecutionStatus::Completed);
+    let log = runtime.store().read_all(&id("order-1")).await.unwrap();
+    let output = serde_json::to_value(&log.last().unwrap().event).unwrap();
+    assert_eq!(output["output"]["charged"]["charged"], 42);
+    assert_eq!(output["output"]["approval"]["by"], "ada");
+}
+
+#[tokio::test]
+async fn cancel_offline_ends_an_execution_once() {
+    let seeded = Seeded::new().await;
+
+    let cancelled = seeded.loom(&["cancel", "order-2", "--reason", "duplicate order"]);
+    assert_eq!(code(&cancelled), 0, "{}", stderr(&cancelled));
+    let again = seeded.loom(&["cancel", "order-2"]);
+    assert_eq!(code(&again), 1);
+    assert!(
+        stderr(&again).contains("already ended (cancelled)"),
+        "{}",
+        stderr(&again)
+    );
+    let unknown = seeded.loom(&["cancel", "nope"]);
+    assert_eq!(code(&unknown), 3);
+    let listed = json_out(&seeded.loom(&["--json", "executions", "--status", "cancelled"]));
+    assert_eq!(listed[0]["id"], "order-2");
+}
+
+#[tokio::test]
+async fn tail_prints_the_log_and_stops_at_its_end() {
+    let seeded = Seeded::new().await;
+
+    // An ended execution: follows to its end and stops by itself.
+    let ended = seeded.loom(&["tail", "hello-1"]);
+    assert_eq!(code(&ended), 0, "{}", stderr(&ended));
+    assert!(
+        stdout(&ended).contains("EXECUTION_COMPLETED"),
+        "{}",
+        stdout(&ended)
+    );
+
+    let lines = seeded.loom(&["--json", "tail", "order-1", "--no-follow", "--from", "1"]);
+    assert_eq!(code(&lines), 0, "{}", stderr(&lines));
+    let seqs: Vec<u64> = stdout(&lines)
+        .lines()
+        .map(|line| {
+            serde_json::from_str::<serde_json::Value>(line).unwrap()["seq"]
+                .as_u64()
+                .unwrap()
+        })
+        .collect();
+    assert_eq!(seqs.first(), Some(&1));
+    assert!(seqs.windows(2).all(|pair| pair[1] == pair[0] + 1));
+
+    let unknown = seeded.loom(&["tail", "nope"]);
+    assert_eq!(code(&unknown), 3);
+}
+
+#[tokio::test]
+async fn export_log_writes_one_json_lines_file_per_execution() {
+    let seeded = Seeded::new().await;
+    let out = seeded.dir.path().join("logs");
+
+    let exported = seeded.loom(&["export-log", "--out", out.to_str().unwrap()]);
+    assert_eq!(code(&exported), 0, "{}", stderr(&exported));
+    assert!(
+        stdout(&exported).contains("wrote 3 executions"),
+        "{}",
+        stdout(&exported)
+    );
+    let log = loom_replay_check::read_log(&out.join("order-1.jsonl")).unwrap();
+    let runtime = compose(DiskStore::open(&seeded.path).unwrap());
+    assert_eq!(log, runtime.store().read_all(&id("order-1")).await.unwrap());
+}
+
+#[tokio::test]
+async fn a_store_held_by_another_process_is_refused_with_a_pointer_to_the_admin_api() {
+    let seeded = Seeded::new().await;
+    let store = seeded.store();
+    let held = DiskStore::open(&seeded.path).unwrap();
+
+    for args in [
+        vec!["--store", store, "executions"],
+        vec![
+            "--store",
+            store,
+            "resolve",
+            "order-1",
+            "charge#1",
+            "--completed",
+            "1",
+        ],
+    ] {
+        let refused = loom(&args);
+        assert_eq!(code(&refused), 4, "{args:?}");
+        let message = stderr(&refused);
+        assert!(message.contains("held by another process"), "{message}");
+        assert!(
+            message.contains("--admin http://127.0.0.1:PORT --token TOKEN"),
+            "{message}"
+        );
+    }
+    drop(held);
+
+    let missing = loom(&[
+        "--store",
+        seeded.dir.path().join("none.redb").to_str().unwrap(),
+        "executions",
+    ]);
+    assert_eq!(code(&missing), 4);
+    assert!(
+        stderr(&missing).contains("does not exist"),
+        "{}",
+        stderr(&missing)
+    );
+    let nowhere = loom(&["executions"]);
+    assert_eq!(code(&nowhere), 2);
+    assert!(
+        stderr(&nowhere).contains("--store FILE"),
+        "{}",
+        stderr(&nowhere)
+    );
+}
+
+#[test]
+fn help_lists_every_command_and_the_exit_codes() {
+    let help = loom(&["--help"]);
+    assert_eq!(code(&help), 0);
+    let text = stdout(&help);
+    for command in [
+        "executions",
+        "show",
+        "tail",
+        "in-doubt",
+        "resolve",
+        "resume",
+        "cancel",
+        "export-log",
+    ] {
+        assert!(text.contains(command), "{command} is missing: {text}");
+    }
+    assert!(text.contains("Exit codes:"), "{text}");
+    for command in ["resolve", "resume", "tail"] {
+        let help = loom(&[command, "--help"]);
+        assert_eq!(code(&help), 0, "{command}");
+    }
+    assert_eq!(code(&loom(&["no-such-command"])), 2);
+}
+
+#[tokio::test]
+async fn a_checkout_of_the_quickstart_is_found_and_approved_from_the_cli_alone() {
+    use loom_kernel::Runtime;
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("loom.redb");
+    let runtime = quickstart::compose(Runtime::builder(DiskStore::open(&path).unwrap()))
+        .build()
+        .unwrap();
+    let checkout = id("checkout-1");
+    let order = quickstart::Order {
+        sku: "A1".into(),
+        qty: 1,
+    };
+    runtime
+        .start("checkout", &order, quickstart::start_options(&checkout))
+        .await
+        .unwrap();
+    assert_eq!(
+        runtime.wait(&checkout).await.unwrap().status(),
+        ExecutionStatus::Suspended
+    );
+    drop(runtime);
+    let store = path.to_str().unwrap();
+
+    let stuck = json_out(&loom(&[
+        "--store",
+        store,
+        "--json",
+        "executions",
+        "--status",
+        "suspended",
+    ]));
+    assert_eq!(stuck[0]["id"], "checkout-1");
+    let shown = loom(&["--store", store, "show", "checkout-1"]);
+    let text = stdout(&shown);
+    let key = quickstart::approval_key(&checkout);
+    let hint = format!(
+        "loom resume checkout-1 {} {key} <json>",
+        quickstart::APPROVAL_EVENT
+    );
+    assert!(text.contains(&hint), "{text}");
+    let resumed = loom(&[
+        "--store",
+        store,
+        "resume",
+        "checkout-1",
+        quickstart::APPROVAL_EVENT,
+        &key,
+        r#"{"action": "approve", "by": "ops"}"#,
+    ]);
+    assert_eq!(code(&resumed), 0, "{}", stderr(&resumed));
+
+    let runtime = quickstart::compose(Runtime::builder(DiskStore::open(&path).unwrap()))
+        .build()
+        .unwrap();
+    runtime.recover().await.unwrap();
+    assert_eq!(
+        runtime.wait_ended(&checkout).await.unwrap().status(),
+        ExecutionStatus::Completed
+    );
+}

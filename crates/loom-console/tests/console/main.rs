@@ -1,0 +1,14 @@
+//! The console's tests, one test binary: the `loom` command line on a store, the admin API and its
+//! callers, and the web console in a browser.
+
+#[path = "../support/mod.rs"]
+mod support;
+
+mod admin_api;
+mod admin_caller;
+mod browser;
+mod cli_gate_requests;
+mod cli_postgres;
+mod cli_purge;
+mod cli_store;
+mod offline_reserved;

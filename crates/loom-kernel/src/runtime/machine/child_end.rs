@@ -1,0 +1,78 @@
+//! A child's end (ADR 0015): the gate that waits for it is resumed with its marker; and the
+//! children whose gates were opened, for the driver to start, or to cancel when the parent
+//! ends.
+
+use super::state::FlowState;
+use crate::event::*;
+use crate::id::ExecutionId;
+use crate::payload::Payload;
+use crate::runtime::children::CHILD_EVENT_TYPE;
+use crate::runtime::ctx::ChildStart;
+
+impl FlowState {
+    /// The children whose gates were opened (or replayed as pending) since the driver last
+    /// looked: the driver starts them once their gates are durable.
+    pub(crate) fn take_child_starts(&mut self) -> Vec<ChildStart> {
+        std::mem::take(&mut self.child_starts)
+    }
+
+    /// The child gates still pending, `(gate id, child id)`, in gate order: the children to
+    /// cancel when the execution ends.
+    pub(crate) fn pending_children(&self) -> Vec<(String, ExecutionId)> {
+        let mut children: Vec<_> = self
+            .gates
+            .iter()
+            .filter(|g| g.event_type == CHILD_EVENT_TYPE)
+            .filter_map(|g| {
+                ExecutionId::new(&g.correlation_key)
+                    .ok()
+                    .map(|child| (g.gate_id.clone(), child))
+            })
+            .collect();
+        children.sort();
+        children
+    }
+
+    /// The child `child` ended (`payload` is its marker): the gate that waits for it is
+    /// resumed. False when no gate waits for it (it was delivered already): nothing recorded.
+    pub(crate) fn child_ended(&mut self, child: &ExecutionId, payload: Payload) -> bool {
+        let Some(index) = self
+            .gates
+            .iter()
+            .position(|g| g.event_type == CHILD_EVENT_TYPE && g.correlation_key == child.as_str())
+        else {
+            return false;
+        };
+        let gate = self.gates.remove(index);
+        self.out.push(Event::ExecutionResumed(ExecutionResumed {
+            gate_id: gate.gate_id,
+            event_type: gate.event_type,
+            correlation_key: gate.correlation_key,
+            payload: payload.clone(),
+        }));
+        self.fill(gate.slot, Ok(payload));
+        true
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::fixtures::*;
+    use super::*;
+
+    #[test]
+    fn a_child_s_end_resumes_the_gate_that_waits_for_it_once() {
+        let mut s = flow_state();
+        let slot = waiting_gate(&mut s, "child:f#1", CHILD_EVENT_TYPE, "p/f#1", None, None);
+        let child = ExecutionId::new("p/f#1").expect("a child's id");
+        assert_eq!(
+            s.pending_children(),
+            vec![("child:f#1".to_owned(), child.clone())]
+        );
+        assert!(s.child_ended(&child, Payload::null()));
+        assert!(matches!(filled(&s, slot), Some(Ok(_))));
+        assert!(!s.child_ended(&child, Payload::null()), "delivered once");
+        assert!(s.pending_children().is_empty());
+        assert_eq!(s.out.len(), 1);
+    }
+}

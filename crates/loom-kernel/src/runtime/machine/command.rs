@@ -1,0 +1,603 @@
+//! Commands the flow issued: on the flow's side, each call of `FlowCtx` matched against the
+//! recorded history while it lasts (served from it), else queued live with its effect's
+//! dispatch; on the write side, the events queued for the next append and the effects held
+//! until the events before them are durable (K9).
+
+use std::sync::Arc;
+
+use super::state::{Dispatch, FlowState, RunningStep};
+use super::{Held, Machine, Ready};
+use crate::classify::DataClassification;
+use crate::event::*;
+use crate::payload::Payload;
+use crate::runtime::codes;
+use crate::runtime::contain::contain;
+use crate::runtime::ctx::{StepError, StepName};
+use crate::runtime::digest::input_digest;
+use crate::runtime::effect::{Effect, EffectCall};
+use crate::runtime::history::{Attempted, NonDeterminism, StepState};
+
+impl<R, D: Held, C> Machine<R, D, C> {
+    /// The commands the flow issued: their events are queued; an effect runs now if it is
+    /// idempotent and the execution's start is durable, otherwise it is held until everything
+    /// queued so far is durable (K9; a start whose id turns out to be taken runs nothing).
+    /// Children start once their gate is durable.
+    pub(crate) fn issued(
+        &mut self,
+        events: Vec<Event>,
+        dispatches: Vec<D>,
+        children: Vec<C>,
+    ) -> Ready<D, C> {
+        self.enqueue(events);
+        let durable_at = self.durable_head
+            + self.in_flight.as_ref().map_or(0, |(_, len)| *len)
+            + self.queued.len() as u64;
+        let mut ready = Ready::default();
+        for dispatch in dispatches {
+            if dispatch.durable_before() || self.durable_head == 0 {
+                self.held.push((durable_at, dispatch));
+            } else {
+                ready.run.push(dispatch);
+            }
+        }
+        for child in children {
+            if durable_at <= self.durable_head {
+                ready.children.push(child);
+            } else {
+                self.held_children.push((durable_at, child));
+            }
+        }
+        ready
+    }
+
+    /// Adds events to the queue. A step that finishes while its STEP_STARTED is still queued
+    /// is recorded by its outcome alone, in the STEP_STARTED's place: the log keeps the order
+    /// in which the flow issued its commands, with one event per quick step instead of two.
+    /// (Only idempotent effects can finish so early; a non-idempotent one starts only once its
+    /// STEP_STARTED is durable.)
+    fn enqueue(&mut self, events: Vec<Event>) {
+        for event in events {
+            let finished = match &event {
+                Event::StepStarted(e) => {
+                    self.started_at.insert(e.step_id.clone(), self.queued.len());
+                    None
+                }
+                Event::StepCompleted(e) => self.started_at.remove(&e.step_id),
+                Event::StepFailed(e) => self.started_at.remove(&e.step_id),
+                _ => None,
+            };
+            match finished.and_then(|index| self.queued.get_mut(index)) {
+                Some(slot) => *slot = event,
+                None => self.queued.push(event),
+            }
+        }
+    }
+}
+
+impl FlowState {
+    /// A step: served from the history while it lasts, else admitted (K2, K3, its input) and
+    /// started, or refused. `Some` is a result the flow gets at once.
+    pub(crate) fn step(
+        &mut self,
+        slot: u64,
+        step_id: String,
+        effect: &str,
+        input: Payload,
+        classification: &DataClassification,
+    ) -> Result<Option<Payload>, StepError> {
+        let digest = input_digest(&input);
+        let attempted = Attempted::Step {
+            step_id: &step_id,
+            effect,
+            input_digest: &digest,
+        };
+        if self.replay(attempted.clone(), classification) {
+            return Ok(self.replay_step(step_id, effect, digest, input, slot));
+        }
+        if self.divergence.is_some() {
+            return Err(StepError::Diverged);
+        }
+        self.note_live(&attempted);
+        let Some(handler) = self.env.effects.get(effect).cloned() else {
+            return Err(self.refuse_step(step_id, effect, digest, unknown_effect(effect)));
+        };
+        self.admit_step(handler, step_id, effect, digest, input, slot)
+    }
+
+    /// The id of the next command called `name`. Counted ids (`name#n`) are unique among
+    /// themselves by construction, so only explicit ids need remembering, and a counted id is
+    /// checked against them.
+    pub(crate) fn step_id(&mut self, name: StepName) -> Result<String, StepError> {
+        match name {
+            StepName::Counted(name) => {
+                let id = match self.counters.entry(name) {
+                    std::collections::hash_map::Entry::Occupied(mut seen) => {
+                        *seen.get_mut() += 1;
+                        counted_id(seen.key(), *seen.get())
+                    }
+                    std::collections::hash_map::Entry::Vacant(first) => {
+                        let id = counted_id(first.key(), 1);
+                        first.insert(1);
+                        id
+                    }
+                };
+                // Most flows name no step explicitly: skip hashing the id then.
+                if !self.explicit_ids.is_empty() && self.explicit_ids.contains(&id) {
+                    return Err(StepError::DuplicateStepId(id));
+                }
+                Ok(id)
+            }
+            StepName::Explicit(id) => {
+                let counted_before = id.rsplit_once('#').is_some_and(|(name, n)| {
+                    n.parse::<u32>()
+                        .is_ok_and(|n| n >= 1 && self.counters.get(name).is_some_and(|c| *c >= n))
+                });
+                if counted_before || !self.explicit_ids.insert(id.clone()) {
+                    return Err(StepError::DuplicateStepId(id));
+                }
+                Ok(id)
+            }
+        }
+    }
+
+    /// Refuses a gate on an `(event type, correlation key)` a pending gate already waits on:
+    /// a resume could not tell the two apart.
+    pub(super) fn refuse_duplicate_gate(
+        &self,
+        event_type: &str,
+        correlation_key: &str,
+    ) -> Result<(), StepError> {
+        if self
+            .gates
+            .iter()
+            .any(|g| g.event_type == event_type && g.correlation_key == correlation_key)
+        {
+            return Err(StepError::DuplicateGate {
+                event_type: event_type.to_owned(),
+                correlation_key: correlation_key.to_owned(),
+            });
+        }
+        Ok(())
+    }
+
+    /// Opens the gate `gate_id`: served from the history while it lasts (`Some` with the
+    /// recorded resume when the log holds one), else queued live as `EXECUTION_SUSPENDED`.
+    /// `None` means the gate waits.
+    pub(super) fn open_gate(
+        &mut self,
+        gate_id: &str,
+        event_type: &str,
+        correlation_key: &str,
+        classification: &DataClassification,
+    ) -> Result<Option<Payload>, StepError> {
+        let attempted = Attempted::Suspend {
+            gate_id,
+            event_type,
+            correlation_key,
+        };
+        if self.replay(attempted.clone(), classification) {
+            return Ok(self.history.resumed.remove(gate_id));
+        }
+        if self.divergence.is_some() {
+            return Err(StepError::Diverged);
+        }
+        self.note_live(&attempted);
+        self.out.push(Event::ExecutionSuspended(ExecutionSuspended {
+            gate_id: gate_id.to_owned(),
+            event_type: event_type.to_owned(),
+            correlation_key: correlation_key.to_owned(),
+        }));
+        Ok(None)
+    }
+
+    /// Matches a command against the history. True when it replays a recorded command; false
+    /// when the history is exhausted (the command is live) or the flow diverged (then
+    /// `divergence` is set).
+    pub(super) fn replay(
+        &mut self,
+        attempted: Attempted<'_>,
+        classification: &DataClassification,
+    ) -> bool {
+        if self.divergence.is_some() {
+            return false;
+        }
+        let Some((seq, recorded)) = self.history.commands.get(self.cursor) else {
+            return false;
+        };
+        if recorded.matches(&attempted) {
+            self.cursor += 1;
+            true
+        } else {
+            let (recorded, attempted) = recorded.describe_against(&attempted, classification);
+            self.divergence = Some(NonDeterminism {
+                seq: *seq,
+                recorded,
+                attempted,
+            });
+            false
+        }
+    }
+
+    /// A replayed step: its recorded result, or, if it was running when the last worker
+    /// stopped, run again (idempotent) or parked in doubt (not idempotent).
+    pub(super) fn replay_step(
+        &mut self,
+        step_id: String,
+        effect: &str,
+        digest: String,
+        input: Payload,
+        slot: u64,
+    ) -> Option<Payload> {
+        // The command just matched is the one before the cursor.
+        let recorded = self.history.take_step_state(self.cursor.saturating_sub(1));
+        match recorded {
+            Some(StepState::Done(Ok(output))) => Some(output),
+            Some(StepState::Done(Err(error))) => {
+                self.fill(slot, Err(StepError::Failed(error)));
+                None
+            }
+            Some(StepState::InDoubt { attempt }) => {
+                self.park_in_doubt(step_id, effect, digest, input, attempt, slot);
+                None
+            }
+            Some(StepState::InFlight { attempt: previous }) => {
+                match self.env.effects.get(effect).cloned() {
+                    Some(handler) if handler.idempotent() => {
+                        // Run again with the same key, as the next attempt: its STEP_STARTED is
+                        // recorded again, so a step re-run after each of several crashes gets
+                        // attempts 2, 3, 4... (a quick re-run is recorded by its outcome alone).
+                        let attempt = previous.saturating_add(1);
+                        let call = self.effect_call(step_id, effect, input, attempt);
+                        self.start_step(handler, call, digest, slot);
+                    }
+                    _ => {
+                        self.out.push(Event::EffectInDoubt(EffectInDoubt {
+                            step_id: step_id.clone(),
+                            effect: effect.to_owned(),
+                            attempt: previous,
+                            reason: Some(worker_stopped(previous)),
+                        }));
+                        self.park_in_doubt(step_id, effect, digest, input, previous, slot);
+                    }
+                }
+                None
+            }
+            // A recorded command always has a step state; treat a missing one as never run.
+            None => match self.env.effects.get(effect).cloned() {
+                Some(handler) => {
+                    if let Err(error) =
+                        self.admit_step(handler, step_id, effect, digest, input, slot)
+                    {
+                        self.fill(slot, Err(error));
+                    }
+                    None
+                }
+                None => {
+                    self.fill(slot, Err(StepError::Failed(unknown_effect(effect))));
+                    None
+                }
+            },
+        }
+    }
+
+    /// Keeps a replayed step in doubt until a verdict; it holds nothing against the budget.
+    pub(super) fn park_in_doubt(
+        &mut self,
+        step_id: String,
+        effect: &str,
+        input_digest: String,
+        input: Payload,
+        attempt: u32,
+        slot: u64,
+    ) {
+        let step = RunningStep {
+            effect: effect.to_owned(),
+            // In doubt, it runs again only on a `retry` verdict, which looks the effect up.
+            idempotent: false,
+            input_digest,
+            input,
+            attempt,
+            slot,
+            held: 0,
+            charge: self.charges.remove(&step_id).unwrap_or(0),
+        };
+        self.in_doubt.insert(step_id, step);
+    }
+
+    /// A new step: the effect's admission checks (K2, K3, input) first. A refusal is recorded
+    /// as the step's failure, without a `STEP_STARTED`, and the effect never runs.
+    #[allow(clippy::too_many_arguments)]
+    pub(super) fn admit_step(
+        &mut self,
+        handler: Arc<dyn Effect>,
+        step_id: String,
+        effect: &str,
+        digest: String,
+        input: Payload,
+        slot: u64,
+    ) -> Result<Option<Payload>, StepError> {
+        let call = self.effect_call(step_id, effect, input, 1);
+        let admitted = contain(|| {
+            authorize(handler.as_ref(), &call)?;
+            handler.admit(&call)
+        })
+        .unwrap_or_else(|panic| {
+            Err(ErrorInfo::new(
+                codes::ADMISSION_PANICKED,
+                format!("the admission check of effect '{effect}' panicked: {panic}"),
+            ))
+        });
+        if let Err(error) = admitted {
+            return Err(self.refuse_step(call.step_id, effect, digest, error));
+        }
+        self.start_step(handler, call, digest, slot);
+        Ok(None)
+    }
+
+    /// Records a step that fails before it starts (no such effect, or not admitted): its
+    /// failure alone, at no cost.
+    pub(super) fn refuse_step(
+        &mut self,
+        step_id: String,
+        effect: &str,
+        digest: String,
+        error: ErrorInfo,
+    ) -> StepError {
+        tracing::debug!(step = %step_id, code = %error.code, "step refused before it started");
+        self.out.push(Event::StepFailed(StepFailed {
+            step_id,
+            effect: effect.to_owned(),
+            input_digest: digest,
+            error: error.clone(),
+            cost: 0,
+        }));
+        StepError::Failed(error)
+    }
+
+    /// The dispatch of a step, with what the execution may still spend now.
+    pub(super) fn effect_call(
+        &self,
+        step_id: String,
+        effect: &str,
+        input: Payload,
+        attempt: u32,
+    ) -> EffectCall {
+        EffectCall {
+            execution_id: self.env.execution_id.clone(),
+            step_id,
+            effect: effect.to_owned(),
+            input,
+            attempt,
+            capabilities: Arc::clone(&self.env.capabilities),
+            budget_remaining: self.env.budget.map(|budget| {
+                budget
+                    .saturating_sub(self.budget_spent)
+                    .saturating_sub(self.budget_held)
+            }),
+        }
+    }
+
+    /// Records a step's start and queues its effect.
+    pub(super) fn start_step(
+        &mut self,
+        handler: Arc<dyn Effect>,
+        call: EffectCall,
+        digest: String,
+        slot: u64,
+    ) {
+        self.out.push(Event::StepStarted(StepStarted {
+            step_id: call.step_id.clone(),
+            effect: call.effect.clone(),
+            input_digest: digest.clone(),
+            attempt: call.attempt,
+            max_cost: handler.max_cost(),
+        }));
+        let step_id = call.step_id.clone();
+        let idempotent = handler.idempotent();
+        let running = RunningStep {
+            effect: call.effect.clone(),
+            idempotent,
+            input_digest: digest,
+            input: call.input.clone(),
+            attempt: call.attempt,
+            slot,
+            held: handler.max_cost(),
+            charge: handler.max_cost(),
+        };
+        let held = running.held;
+        self.budget_held = self.budget_held.saturating_add(held);
+        let durable_before = !idempotent;
+        self.dispatch.push(Dispatch {
+            effect: handler,
+            call,
+            durable_before,
+        });
+        self.running.insert(step_id, running);
+    }
+
+    /// Notes a command issued past the end of the history, for whole-log replay.
+    pub(super) fn note_live(&mut self, attempted: &Attempted<'_>) {
+        if self.watch_live && self.first_live.is_none() {
+            self.first_live = Some(attempted.to_string());
+        }
+    }
+}
+
+/// The recorded error of a step whose effect is not registered.
+pub(crate) fn unknown_effect(effect: &str) -> ErrorInfo {
+    ErrorInfo::new(
+        codes::UNKNOWN_EFFECT,
+        format!("no effect named '{effect}' is registered"),
+    )
+}
+
+/// Why a step found started, without an outcome, on recovery is in doubt.
+pub(crate) fn worker_stopped(attempt: u32) -> ErrorInfo {
+    ErrorInfo::new(
+        codes::WORKER_STOPPED,
+        format!(
+            "the worker stopped while attempt {attempt} was running; the effect may or may not have run"
+        ),
+    )
+}
+
+/// `name#n`, built without the formatting machinery (this runs for every command).
+pub(crate) fn counted_id(name: &str, n: u32) -> String {
+    let mut digits = [0u8; 10];
+    let mut at = digits.len();
+    let mut rest = n;
+    loop {
+        at -= 1;
+        digits[at] = b'0' + (rest % 10) as u8;
+        rest /= 10;
+        if rest == 0 {
+            break;
+        }
+    }
+    let mut id = String::with_capacity(name.len() + 1 + digits.len() - at);
+    id.push_str(name);
+    id.push('#');
+    for &digit in &digits[at..] {
+        id.push(char::from(digit));
+    }
+    id
+}
+
+/// K2 for every effect: its capability (by default the name it is registered as) must have
+/// been granted to the execution.
+fn authorize(handler: &dyn Effect, call: &EffectCall) -> Result<(), ErrorInfo> {
+    let capability = handler.capability().unwrap_or(&call.effect);
+    if call.capabilities.contains(capability) {
+        return Ok(());
+    }
+    Err(ErrorInfo::new(
+        codes::CAPABILITY_DENIED,
+        format!(
+            "effect '{}' needs capability '{capability}', which execution {} was not granted",
+            call.effect, call.execution_id
+        ),
+    ))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::fixtures::*;
+    use super::*;
+    use crate::runtime::history::History;
+
+    #[test]
+    fn a_new_execution_holds_every_effect_until_its_start_is_durable() {
+        let mut m = M::new_execution(cancelled(), "start");
+        let ready = m.issued(vec![started("a")], vec![Fx("a", false)], vec![]);
+        assert!(
+            ready.run.is_empty(),
+            "nothing runs before the start is durable"
+        );
+        assert!(!m.dispatched("a"));
+        let batch = m.take_append().unwrap();
+        assert_eq!(batch.expected, 0);
+        assert_eq!(batch.events.len(), 2);
+        assert!(m.take_append().is_none(), "one append in flight at a time");
+        let durable = m.appended(2);
+        assert_eq!(durable.replies, vec!["start"]);
+        assert_eq!(durable.ready.run, vec![Fx("a", false)]);
+        assert!(m.dispatched("a"));
+        assert!(m.settled());
+    }
+
+    #[test]
+    fn an_idempotent_effect_runs_at_once_and_a_non_idempotent_one_waits_for_its_start() {
+        let mut m = M::new(3);
+        let ready = m.issued(
+            vec![started("a"), started("b")],
+            vec![Fx("a", false), Fx("b", true)],
+            vec![],
+        );
+        assert_eq!(ready.run, vec![Fx("a", false)]);
+        assert!(m.holds_effects());
+        let batch = m.take_append().unwrap();
+        assert_eq!(batch.expected, 3);
+        // More events pile up while the append is in flight; b's position is already passed.
+        m.issued(vec![completed("a")], vec![], vec![]);
+        let durable = m.appended(5);
+        assert_eq!(durable.ready.run, vec![Fx("b", true)]);
+        assert_eq!(m.take_append().unwrap().events, vec![completed("a")]);
+    }
+
+    #[test]
+    fn a_quick_step_is_recorded_by_its_outcome_alone_in_its_start_s_place() {
+        let mut m = M::new(1);
+        m.issued(
+            vec![started("a"), started("b"), completed("a")],
+            vec![],
+            vec![],
+        );
+        let batch = m.take_append().unwrap();
+        assert_eq!(batch.events, vec![completed("a"), started("b")]);
+        m.appended(3);
+        // Once its start went out, the outcome is recorded after it.
+        m.issued(vec![completed("b")], vec![], vec![]);
+        assert_eq!(m.take_append().unwrap().events, vec![completed("b")]);
+    }
+
+    #[test]
+    fn a_child_starts_once_its_gate_is_durable() {
+        let mut m = M::new(1);
+        let ready = m.issued(vec![started("gate")], vec![], vec!["child"]);
+        assert!(ready.children.is_empty());
+        m.take_append().unwrap();
+        assert_eq!(m.appended(2).ready.children, vec!["child"]);
+        // Nothing queued: a replayed pending child starts at once.
+        assert_eq!(
+            m.issued(vec![], vec![], vec!["again"]).children,
+            vec!["again"]
+        );
+    }
+
+    #[test]
+    fn counted_ids_follow_call_order_and_an_explicit_id_is_used_once() {
+        let mut s = flow_state();
+        let counted = |s: &mut FlowState| s.step_id(StepName::Counted("a".into()));
+        assert_eq!(counted(&mut s), Ok("a#1".to_owned()));
+        assert_eq!(counted(&mut s), Ok("a#2".to_owned()));
+        let explicit = |s: &mut FlowState, id: &str| s.step_id(StepName::Explicit(id.into()));
+        assert_eq!(explicit(&mut s, "x"), Ok("x".to_owned()));
+        let twice = |id: &str| Err(StepError::DuplicateStepId(id.into()));
+        assert_eq!(explicit(&mut s, "x"), twice("x"));
+        assert_eq!(explicit(&mut s, "a#2"), twice("a#2"));
+    }
+
+    #[test]
+    fn a_step_of_an_unregistered_effect_is_recorded_as_failed_and_runs_nothing() {
+        let mut s = flow_state();
+        let slot = s.new_slot();
+        let none = DataClassification::default();
+        let refused = s.step(slot, "nope#1".into(), "nope", Payload::null(), &none);
+        assert!(matches!(refused, Err(StepError::Failed(_))));
+        let (events, dispatches) = s.take_queued();
+        assert!(matches!(events.as_slice(), [Event::StepFailed(e)] if e.cost == 0));
+        assert!(dispatches.is_empty());
+    }
+
+    #[test]
+    fn a_replayed_step_is_served_from_the_log_and_another_one_diverges() {
+        let digest = input_digest(&Payload::null());
+        let done = Event::StepCompleted(StepCompleted {
+            step_id: "a#1".into(),
+            effect: "e".into(),
+            input_digest: digest,
+            output: Payload::null(),
+            cost: 0,
+        });
+        let none = DataClassification::default();
+        let mut s = flow_state_with(History::from_events(vec![(1, done.clone())]));
+        let slot = s.new_slot();
+        let served = s.step(slot, "a#1".into(), "e", Payload::null(), &none);
+        assert_eq!(served, Ok(Some(Payload::null())));
+        assert!(s.take_queued().0.is_empty(), "nothing recorded again");
+        let mut s = flow_state_with(History::from_events(vec![(1, done)]));
+        let other = s.step(slot, "b#1".into(), "e", Payload::null(), &none);
+        assert_eq!(other, Err(StepError::Diverged));
+        assert_eq!(s.divergence().map(|d| d.seq), Some(1));
+    }
+}

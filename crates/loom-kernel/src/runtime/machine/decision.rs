@@ -1,0 +1,184 @@
+//! Commands that record a value: a decision read from the world once (ADR 0016: `now`,
+//! `random`, `uuid`, `decide`), a surface patch, and the `loom.patch` marker of
+//! `ctx.patched` (ADR 0017). Served from the history while it lasts,
+//! else recorded live.
+
+use serde::Serialize;
+use serde::de::DeserializeOwned;
+
+use super::state::FlowState;
+use crate::classify::DataClassification;
+use crate::event::*;
+use crate::payload::Payload;
+use crate::runtime::ctx::{PATCH_KIND, StepError, StepName};
+use crate::runtime::history::{Attempted, Recorded};
+
+impl FlowState {
+    /// The decision `kind#n`: the recorded value on replay, else `make()` recorded.
+    pub(crate) fn decide<T: Serialize + DeserializeOwned>(
+        &mut self,
+        kind: &str,
+        make: impl FnOnce() -> T,
+        classification: &DataClassification,
+    ) -> Result<T, StepError> {
+        let step_id = self.step_id(StepName::Counted(kind.to_owned()))?;
+        let attempted = Attempted::Decision {
+            step_id: &step_id,
+            kind,
+        };
+        if self.replay(attempted.clone(), classification) {
+            let index = self.cursor - 1;
+            if let Some((_, Recorded::Decision { value, .. })) = self.history.commands.get(index) {
+                return value.decode().map_err(|err| StepError::Decode {
+                    step_id,
+                    detail: err.to_string(),
+                });
+            }
+        }
+        if self.divergence.is_some() {
+            return Err(StepError::Diverged);
+        }
+        self.note_live(&attempted);
+        let value = make();
+        let payload = Payload::encode(&value).map_err(|err| StepError::Encode(err.to_string()))?;
+        self.out.push(Event::DecisionRecorded(DecisionRecorded {
+            step_id,
+            kind: kind.to_owned(),
+            value: payload,
+        }));
+        Ok(value)
+    }
+
+    /// A `SURFACE_PATCH` on `surface_id` as `surface:<surface_id>#n`; `ops` is opaque.
+    pub(crate) fn patch(
+        &mut self,
+        surface_id: &str,
+        ops: Payload,
+        classification: &DataClassification,
+    ) -> Result<(), StepError> {
+        let step_id = self.step_id(StepName::Counted(format!("surface:{surface_id}")))?;
+        let attempted = Attempted::Patch {
+            step_id: &step_id,
+            surface_id,
+            ops: &ops,
+        };
+        if self.replay(attempted.clone(), classification) {
+            return Ok(());
+        }
+        if self.divergence.is_some() {
+            return Err(StepError::Diverged);
+        }
+        self.note_live(&attempted);
+        self.out.push(Event::SurfacePatch(SurfacePatch {
+            step_id,
+            surface_id: surface_id.to_owned(),
+            ops,
+        }));
+        Ok(())
+    }
+
+    /// `ctx.patched(change_id)` (ADR 0017): `true` live (recorded) or where the log has the
+    /// marker, `false` where the log goes on (or ended) without it; one answer per run.
+    pub(crate) fn patched(&mut self, change_id: &str) -> Result<bool, StepError> {
+        if let Some(answer) = self.patches.get(change_id) {
+            return Ok(*answer);
+        }
+        if self.divergence.is_some() {
+            return Err(StepError::Diverged);
+        }
+        let step_id = format!("patch:{change_id}");
+        let answer = match self.history.commands.get(self.cursor) {
+            Some((
+                _,
+                Recorded::Decision {
+                    step_id: s, kind, ..
+                },
+            )) if kind == PATCH_KIND && *s == step_id => {
+                self.cursor += 1;
+                true
+            }
+            // Recorded history goes on here without the marker: the old code ran.
+            Some(_) => false,
+            // Past the last command of an execution that ended: the old code ended it.
+            None if self.recorded_end => false,
+            None => {
+                let attempted = Attempted::Decision {
+                    step_id: &step_id,
+                    kind: PATCH_KIND,
+                };
+                self.note_live(&attempted);
+                self.out.push(Event::DecisionRecorded(DecisionRecorded {
+                    step_id,
+                    kind: PATCH_KIND.to_owned(),
+                    value: Payload::from_value(&serde_json::json!({})),
+                }));
+                true
+            }
+        };
+        self.patches.insert(change_id.to_owned(), answer);
+        Ok(answer)
+    }
+
+    /// `ctx.deprecate_patch(change_id)`: a recorded marker here is consumed; nothing is
+    /// recorded live.
+    pub(crate) fn deprecate_patch(&mut self, change_id: &str) -> Result<(), StepError> {
+        if self.patches.contains_key(change_id) {
+            return Ok(());
+        }
+        if self.divergence.is_some() {
+            return Err(StepError::Diverged);
+        }
+        let step_id = format!("patch:{change_id}");
+        if let Some((
+            _,
+            Recorded::Decision {
+                step_id: s, kind, ..
+            },
+        )) = self.history.commands.get(self.cursor)
+            && kind == PATCH_KIND
+            && *s == step_id
+        {
+            self.cursor += 1;
+        }
+        self.patches.insert(change_id.to_owned(), true);
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::fixtures::*;
+    use super::*;
+    use crate::runtime::history::History;
+
+    #[test]
+    fn a_decision_is_made_once_live_and_served_from_the_log_on_replay() {
+        let none = DataClassification::default();
+        let mut s = flow_state();
+        assert_eq!(s.decide("now", || 5u64, &none), Ok(5));
+        let log: Vec<_> = std::mem::take(&mut s.out)
+            .into_iter()
+            .map(|e| (1, e))
+            .collect();
+        let mut s = flow_state_with(History::from_events(log));
+        let never = || -> u64 { unreachable!("made again on replay") };
+        assert_eq!(s.decide("now", never, &none), Ok(5));
+        assert!(s.out.is_empty());
+    }
+
+    #[test]
+    fn a_replayed_patch_with_other_ops_diverges() {
+        let none = DataClassification::default();
+        let mut s = flow_state();
+        let ops = Payload::from_value(&serde_json::json!([1]));
+        assert_eq!(s.patch("main", ops, &none), Ok(()));
+        let log: Vec<_> = std::mem::take(&mut s.out)
+            .into_iter()
+            .map(|e| (1, e))
+            .collect();
+        let mut s = flow_state_with(History::from_events(log));
+        let other = Payload::from_value(&serde_json::json!([2]));
+        assert_eq!(s.patch("main", other, &none), Err(StepError::Diverged));
+        assert_eq!(s.divergence().map(|d| d.seq), Some(1));
+    }
+}

@@ -1,0 +1,466 @@
+//! Commands that open gates: a gate (`suspend`), a gate with a deadline (a timer, a timeout),
+//! the gates of a `first_of`, a gate with a request, a child's gate, and the decision each
+//! records before its gate. Served from the
+//! history while it lasts (a recorded resume answers at once), else queued live; the flow then
+//! waits at the gate's slot.
+
+use super::state::{FlowState, PendingGate};
+use crate::classify::DataClassification;
+use crate::event::*;
+use crate::payload::Payload;
+use crate::runtime::children::{CHILD_EVENT_TYPE, CHILD_KIND, ChildSpec, GATE_PREFIX, child_id};
+use crate::runtime::ctx::{StepError, StepName};
+use crate::runtime::digest::input_digest;
+use crate::runtime::history::{Attempted, NonDeterminism, Recorded};
+use crate::runtime::requests::{REQUEST_KIND, request_step_id};
+use crate::runtime::timers::{
+    DEADLINE_KIND, deadline_value, is_closed_payload, is_reserved_event_type, is_timed_out_payload,
+    parse_deadline, timed_out_payload,
+};
+
+impl FlowState {
+    /// Opens the gate `gate_id`: `Some` with the recorded resume when the log holds one, `None`
+    /// when the flow waits at `slot`.
+    pub(crate) fn suspend(
+        &mut self,
+        slot: u64,
+        gate_id: String,
+        event_type: &str,
+        correlation_key: &str,
+        classification: &DataClassification,
+    ) -> Result<Option<Payload>, StepError> {
+        if is_reserved_event_type(event_type) {
+            return Err(StepError::ReservedEventType(event_type.to_owned()));
+        }
+        self.refuse_duplicate_gate(event_type, correlation_key)?;
+        if let Some(payload) =
+            self.open_gate(&gate_id, event_type, correlation_key, classification)?
+        {
+            return Ok(Some(payload));
+        }
+        self.gates.push(PendingGate {
+            gate_id,
+            event_type: event_type.to_owned(),
+            correlation_key: correlation_key.to_owned(),
+            slot,
+            deadline: None,
+            group: None,
+        });
+        Ok(None)
+    }
+
+    /// A gate's deadline: the recorded one on replay, else `live()` (the caller reads its clock
+    /// there, never on replay), recorded as a `loom.deadline` decision under the gate's id.
+    pub(super) fn deadline(
+        &mut self,
+        gate_id: &str,
+        live: impl FnOnce() -> u64,
+        classification: &DataClassification,
+    ) -> Result<u64, StepError> {
+        let attempted = Attempted::Decision {
+            step_id: gate_id,
+            kind: DEADLINE_KIND,
+        };
+        if self.replay(attempted.clone(), classification) {
+            let index = self.cursor - 1;
+            let recorded = match self.history.commands.get(index) {
+                Some((_, Recorded::Decision { value, .. })) => parse_deadline(value),
+                _ => None,
+            };
+            return recorded.ok_or_else(|| StepError::Decode {
+                step_id: gate_id.to_owned(),
+                detail: "the recorded deadline is not {\"deadlineMs\": <unix ms>}".into(),
+            });
+        }
+        if self.divergence.is_some() {
+            return Err(StepError::Diverged);
+        }
+        self.note_live(&attempted);
+        let deadline_ms = live();
+        self.out.push(Event::DecisionRecorded(DecisionRecorded {
+            step_id: gate_id.to_owned(),
+            kind: DEADLINE_KIND.to_owned(),
+            value: Payload::from_value(&deadline_value(deadline_ms)),
+        }));
+        Ok(deadline_ms)
+    }
+
+    /// A gate with a deadline: `DECISION_RECORDED` (kind `loom.deadline`, under the gate's id,
+    /// value `{"deadlineMs": ..}`) then `EXECUTION_SUSPENDED`, queued together, and the deadline
+    /// armed. `correlation_key` `None` is a timer: its key is its gate id, only the runtime
+    /// resumes it, and it yields `null`.
+    pub(crate) fn deadline_gate(
+        &mut self,
+        slot: u64,
+        gate_id: String,
+        event_type: &str,
+        correlation_key: Option<&str>,
+        live: impl FnOnce() -> u64,
+        classification: &DataClassification,
+    ) -> Result<Option<Payload>, StepError> {
+        let timer = correlation_key.is_none();
+        if !timer && is_reserved_event_type(event_type) {
+            return Err(StepError::ReservedEventType(event_type.to_owned()));
+        }
+        let correlation_key = correlation_key.unwrap_or(&gate_id).to_owned();
+        self.refuse_duplicate_gate(event_type, &correlation_key)?;
+        // The deadline: recorded once, served from the log on replay (the clock is not read).
+        let deadline_ms = self.deadline(&gate_id, live, classification)?;
+        if let Some(payload) =
+            self.open_gate(&gate_id, event_type, &correlation_key, classification)?
+        {
+            if timer {
+                return Ok(Some(Payload::null()));
+            }
+            if is_timed_out_payload(&payload) {
+                self.timed_out
+                    .insert((event_type.to_owned(), correlation_key));
+            }
+            return Ok(Some(payload));
+        }
+        self.armed.push((gate_id.clone(), deadline_ms));
+        self.gates.push(PendingGate {
+            gate_id,
+            event_type: event_type.to_owned(),
+            correlation_key,
+            slot,
+            deadline: Some(deadline_ms),
+            group: None,
+        });
+        Ok(None)
+    }
+
+    /// The gates of a `first_of` (`(event_type, correlation_key)` each, ids `event_type#n`),
+    /// with a deadline when `live` is given (recorded before the first gate). On replay of
+    /// gates closed together, the winner's resume (its index goes in the slot), or the timeout
+    /// marker.
+    pub(crate) fn first_of(
+        &mut self,
+        slot: u64,
+        gates: &[(&str, &str)],
+        live: Option<impl FnOnce() -> u64>,
+        classification: &DataClassification,
+    ) -> Result<Option<Payload>, StepError> {
+        if gates.is_empty() {
+            return Err(StepError::NoGates);
+        }
+        let mut ids = Vec::with_capacity(gates.len());
+        for (event_type, correlation_key) in gates {
+            ids.push(self.step_id(StepName::Counted((*event_type).to_owned()))?);
+            if is_reserved_event_type(event_type) {
+                return Err(StepError::ReservedEventType((*event_type).to_owned()));
+            }
+            let twice = gates
+                .iter()
+                .filter(|(t, k)| t == event_type && k == correlation_key)
+                .count()
+                > 1;
+            if twice {
+                return Err(StepError::DuplicateGate {
+                    event_type: (*event_type).to_owned(),
+                    correlation_key: (*correlation_key).to_owned(),
+                });
+            }
+            self.refuse_duplicate_gate(event_type, correlation_key)?;
+        }
+        let deadline_ms = match live {
+            Some(live) => Some(self.deadline(&ids[0], live, classification)?),
+            None => None,
+        };
+        let mut recorded = Vec::with_capacity(gates.len());
+        for ((event_type, correlation_key), gate_id) in gates.iter().zip(&ids) {
+            recorded.push(self.open_gate(gate_id, event_type, correlation_key, classification)?);
+        }
+        // The gates were closed together: one resume that is not a marker is the winner;
+        // the timeout marker on them says the deadline won.
+        if recorded.iter().any(Option::is_some) {
+            let winner = recorded.iter().position(|payload| {
+                payload
+                    .as_ref()
+                    .is_some_and(|p| !is_closed_payload(p) && !is_timed_out_payload(p))
+            });
+            return Ok(Some(match winner {
+                Some(index) => {
+                    if let Some(slot) = self.slots.get_mut(&slot) {
+                        slot.chosen = Some(index);
+                    }
+                    recorded.swap_remove(index).unwrap_or_else(Payload::null)
+                }
+                None => {
+                    for (event_type, correlation_key) in gates {
+                        self.timed_out
+                            .insert(((*event_type).to_owned(), (*correlation_key).to_owned()));
+                    }
+                    timed_out_payload(deadline_ms.unwrap_or_default())
+                }
+            }));
+        }
+        if let Some(deadline_ms) = deadline_ms {
+            self.armed.push((ids[0].clone(), deadline_ms));
+        }
+        for (index, ((event_type, correlation_key), gate_id)) in gates.iter().zip(ids).enumerate() {
+            self.gates.push(PendingGate {
+                gate_id,
+                event_type: (*event_type).to_owned(),
+                correlation_key: (*correlation_key).to_owned(),
+                slot,
+                deadline: if index == 0 { deadline_ms } else { None },
+                group: Some((slot, index)),
+            });
+        }
+        Ok(None)
+    }
+
+    /// A gate with a request (ADR 0018): the request's decision under `<gate id>:request`,
+    /// then the deadline if `live` is given, then the gate, in one batch.
+    pub(crate) fn requested_gate(
+        &mut self,
+        slot: u64,
+        event_type: &str,
+        correlation_key: &str,
+        request: Result<Payload, StepError>,
+        live: Option<impl FnOnce() -> u64>,
+        classification: &DataClassification,
+    ) -> Result<Option<Payload>, StepError> {
+        // Checked before an id is taken or anything queued.
+        if is_reserved_event_type(event_type) {
+            return Err(StepError::ReservedEventType(event_type.to_owned()));
+        }
+        let request = request?;
+        let gate_id = self.step_id(StepName::Counted(event_type.to_owned()))?;
+        self.refuse_duplicate_gate(event_type, correlation_key)?;
+        self.record_request(&gate_id, request, classification)?;
+        let timed = live.is_some();
+        let deadline_ms = match live {
+            Some(live) => Some(self.deadline(&gate_id, live, classification)?),
+            None => None,
+        };
+        if let Some(payload) =
+            self.open_gate(&gate_id, event_type, correlation_key, classification)?
+        {
+            if timed && is_timed_out_payload(&payload) {
+                self.timed_out
+                    .insert((event_type.to_owned(), correlation_key.to_owned()));
+            }
+            return Ok(Some(payload));
+        }
+        if let Some(deadline_ms) = deadline_ms {
+            self.armed.push((gate_id.clone(), deadline_ms));
+        }
+        self.gates.push(PendingGate {
+            gate_id,
+            event_type: event_type.to_owned(),
+            correlation_key: correlation_key.to_owned(),
+            slot,
+            deadline: deadline_ms,
+            group: None,
+        });
+        Ok(None)
+    }
+
+    /// The request's decision: matched on replay (kind and id), queued live.
+    fn record_request(
+        &mut self,
+        gate_id: &str,
+        request: Payload,
+        classification: &DataClassification,
+    ) -> Result<(), StepError> {
+        let step_id = request_step_id(gate_id);
+        let attempted = Attempted::Decision {
+            step_id: &step_id,
+            kind: REQUEST_KIND,
+        };
+        if self.replay(attempted.clone(), classification) {
+            return Ok(());
+        }
+        if self.divergence.is_some() {
+            return Err(StepError::Diverged);
+        }
+        self.note_live(&attempted);
+        self.out.push(Event::DecisionRecorded(DecisionRecorded {
+            step_id,
+            kind: REQUEST_KIND.to_owned(),
+            value: request,
+        }));
+        Ok(())
+    }
+
+    /// A child execution (ADR 0015): its id derived from the gate `child:<flow>#<n>`, its
+    /// `loom.child` decision (what to start, checked on replay) and its gate; live, the child
+    /// is queued for the driver to start once the gate is durable. `child` gets its id.
+    pub(crate) fn child(
+        &mut self,
+        slot: u64,
+        flow: &str,
+        input: Result<Payload, StepError>,
+        classification: &DataClassification,
+        child: &mut String,
+    ) -> Result<Option<Payload>, StepError> {
+        let gate_id = self.step_id(StepName::Counted(format!("{GATE_PREFIX}{flow}")))?;
+        let execution = child_id(&self.env.execution_id, &gate_id).ok_or_else(|| {
+            StepError::ChildId {
+                flow: flow.to_owned(),
+                detail: format!(
+                    "'{}/{}' is not a valid execution id (a flow started as a child has no '/', ':' or control character in its name, and the id is at most {} bytes)",
+                    self.env.execution_id,
+                    gate_id.strip_prefix(GATE_PREFIX).unwrap_or(&gate_id),
+                    crate::id::MAX_EXECUTION_ID_LEN
+                ),
+            }
+        })?;
+        *child = execution.to_string();
+        let input = input?;
+        let spec = ChildSpec {
+            execution: execution.clone(),
+            flow: flow.to_owned(),
+            input,
+            capabilities: (*self.env.capabilities).clone(),
+            budget: self.env.budget.map(|budget| {
+                budget
+                    .saturating_sub(self.budget_spent)
+                    .saturating_sub(self.budget_held)
+            }),
+        };
+        let spec = self.child_decision(&gate_id, spec, classification)?;
+        if let Some(payload) = self.open_gate(
+            &gate_id,
+            CHILD_EVENT_TYPE,
+            execution.as_str(),
+            classification,
+        )? {
+            return Ok(Some(payload));
+        }
+        self.gates.push(PendingGate {
+            gate_id: gate_id.clone(),
+            event_type: CHILD_EVENT_TYPE.to_owned(),
+            correlation_key: execution.to_string(),
+            slot,
+            deadline: None,
+            group: None,
+        });
+        self.child_starts.push((gate_id, spec));
+        Ok(None)
+    }
+
+    /// The child's decision: replayed (and checked against what the flow asks now: same
+    /// child, same input) or recorded. Returns the spec to start, as recorded.
+    fn child_decision(
+        &mut self,
+        gate_id: &str,
+        spec: ChildSpec,
+        classification: &DataClassification,
+    ) -> Result<ChildSpec, StepError> {
+        let attempted = Attempted::Decision {
+            step_id: gate_id,
+            kind: CHILD_KIND,
+        };
+        if self.replay(attempted.clone(), classification) {
+            let index = self.cursor - 1;
+            let Some((seq, Recorded::Decision { value, .. })) = self.history.commands.get(index)
+            else {
+                return Err(StepError::Diverged);
+            };
+            let seq = *seq;
+            let recorded = ChildSpec::from_value(&value.to_value());
+            let same = recorded.as_ref().is_some_and(|r| {
+                r.execution == spec.execution && r.flow == spec.flow && r.input == spec.input
+            });
+            if !same {
+                let recorded_digest = recorded
+                    .as_ref()
+                    .map_or_else(|| "unreadable".to_owned(), |r| input_digest(&r.input));
+                self.divergence = Some(NonDeterminism {
+                    seq,
+                    recorded: format!(
+                        "DECISION_RECORDED '{gate_id}' ({CHILD_KIND}) with input digest {recorded_digest}"
+                    ),
+                    attempted: format!(
+                        "starts child flow '{}' as '{gate_id}' with input digest {}",
+                        spec.flow,
+                        input_digest(&spec.input)
+                    ),
+                });
+                return Err(StepError::Diverged);
+            }
+            return recorded.ok_or(StepError::Diverged);
+        }
+        if self.divergence.is_some() {
+            return Err(StepError::Diverged);
+        }
+        self.note_live(&attempted);
+        self.out.push(Event::DecisionRecorded(DecisionRecorded {
+            step_id: gate_id.to_owned(),
+            kind: CHILD_KIND.to_owned(),
+            value: Payload::from_value(&spec.to_value()),
+        }));
+        Ok(spec)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::fixtures::*;
+    use super::*;
+
+    const NONE: Option<fn() -> u64> = None;
+
+    #[test]
+    fn a_gate_waits_live_and_a_second_gate_on_its_key_is_refused() {
+        let mut s = flow_state();
+        let none = DataClassification::default();
+        let slot = s.new_slot();
+        assert_eq!(s.suspend(slot, "Go#1".into(), "Go", "k", &none), Ok(None));
+        assert!(matches!(s.out.as_slice(), [Event::ExecutionSuspended(_)]));
+        let again = s.suspend(slot, "Go#2".into(), "Go", "k", &none);
+        assert!(matches!(again, Err(StepError::DuplicateGate { .. })));
+        let reserved = s.suspend(slot, "x#1".into(), "loom.timer", "k", &none);
+        assert!(matches!(reserved, Err(StepError::ReservedEventType(_))));
+        assert!(s.waits_for_messages());
+    }
+
+    #[test]
+    fn a_deadline_is_read_live_once_recorded_before_its_gate_and_armed() {
+        let mut s = flow_state();
+        let none = DataClassification::default();
+        let slot = s.new_slot();
+        let waits = s.deadline_gate(slot, "Go#1".into(), "Go", Some("k"), || 70, &none);
+        assert_eq!(waits, Ok(None));
+        assert!(matches!(
+            s.out.as_slice(),
+            [Event::DecisionRecorded(d), Event::ExecutionSuspended(_)] if d.kind == DEADLINE_KIND
+        ));
+        assert_eq!(s.take_deadlines().0, vec![("Go#1".to_owned(), 70)]);
+        // On replay the recorded deadline is served: the clock is not read.
+        let recorded = std::mem::take(&mut s.out);
+        let log = recorded
+            .into_iter()
+            .zip(1..)
+            .map(|(event, seq)| (seq, event));
+        let mut s = flow_state_with(crate::runtime::history::History::from_events(log));
+        let never = || -> u64 { unreachable!("the clock is read on replay") };
+        let waits = s.deadline_gate(slot, "Go#1".into(), "Go", Some("k"), never, &none);
+        assert_eq!(waits, Ok(None));
+        assert!(s.out.is_empty());
+        assert_eq!(s.pending_deadlines(), vec![("Go#1".to_owned(), 70)]);
+    }
+
+    #[test]
+    fn first_of_needs_gates_with_distinct_keys_and_opens_them_in_one_group() {
+        let mut s = flow_state();
+        let none = DataClassification::default();
+        let slot = s.new_slot();
+        assert_eq!(s.first_of(slot, &[], NONE, &none), Err(StepError::NoGates));
+        let same = s.first_of(slot, &[("A", "k"), ("A", "k")], NONE, &none);
+        assert!(matches!(same, Err(StepError::DuplicateGate { .. })));
+        let mut s = flow_state();
+        let opened = s.first_of(slot, &[("A", "k"), ("B", "k")], Some(|| 9), &none);
+        assert_eq!(opened, Ok(None));
+        assert_eq!(s.gates.len(), 2);
+        assert!(
+            s.gates
+                .iter()
+                .all(|g| g.group.is_some_and(|(of, _)| of == slot))
+        );
+        assert_eq!(s.pending_deadlines(), vec![("A#1".to_owned(), 9)]);
+    }
+}

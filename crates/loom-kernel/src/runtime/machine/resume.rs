@@ -1,0 +1,144 @@
+//! A caller's resume of a pending gate (the first gate of a `first_of` closes the others in
+//! the same batch).
+
+use super::state::FlowState;
+use crate::event::*;
+use crate::payload::Payload;
+use crate::runtime::timers::{closed_payload, is_reserved_event_type, is_reserved_payload};
+
+/// Why a resume could not be applied to the running flow.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum GateMiss {
+    NoPendingGate,
+    /// The gate's deadline passed first.
+    TimedOut,
+    /// A `loom.` gate: only the runtime resumes it.
+    Reserved,
+    /// The payload is the runtime's timeout marker.
+    ReservedPayload,
+}
+
+impl FlowState {
+    /// A resume arrived: record it against the first pending gate it matches.
+    pub(crate) fn resume_gate(
+        &mut self,
+        event_type: &str,
+        correlation_key: &str,
+        payload: Payload,
+    ) -> Result<String, GateMiss> {
+        if is_reserved_event_type(event_type) {
+            return Err(GateMiss::Reserved);
+        }
+        if is_reserved_payload(&payload) {
+            return Err(GateMiss::ReservedPayload);
+        }
+        let Some(index) = self
+            .gates
+            .iter()
+            .position(|g| g.event_type == event_type && g.correlation_key == correlation_key)
+        else {
+            let key = (event_type.to_owned(), correlation_key.to_owned());
+            return Err(if self.timed_out.contains(&key) {
+                GateMiss::TimedOut
+            } else {
+                GateMiss::NoPendingGate
+            });
+        };
+        let gate = self.gates.remove(index);
+        if let Some(deadline) = gate.deadline {
+            self.disarmed.push((gate.gate_id.clone(), deadline));
+        }
+        if let Some((group, chosen)) = gate.group {
+            // The first of a `first_of`: its resume, then the others closed, in one batch.
+            self.out.push(Event::ExecutionResumed(ExecutionResumed {
+                gate_id: gate.gate_id.clone(),
+                event_type: gate.event_type,
+                correlation_key: gate.correlation_key,
+                payload: payload.clone(),
+            }));
+            let closed = closed_payload(&gate.gate_id);
+            for other in self.take_group(group) {
+                if let Some(deadline) = other.deadline {
+                    self.disarmed.push((other.gate_id.clone(), deadline));
+                }
+                self.out.push(Event::ExecutionResumed(ExecutionResumed {
+                    gate_id: other.gate_id,
+                    event_type: other.event_type,
+                    correlation_key: other.correlation_key,
+                    payload: closed.clone(),
+                }));
+            }
+            if let Some(slot) = self.slots.get_mut(&group) {
+                slot.chosen = Some(chosen);
+            }
+            self.fill(group, Ok(payload));
+            return Ok(gate.gate_id);
+        }
+        self.out.push(Event::ExecutionResumed(ExecutionResumed {
+            gate_id: gate.gate_id.clone(),
+            event_type: gate.event_type,
+            correlation_key: gate.correlation_key,
+            payload: payload.clone(),
+        }));
+        self.fill(gate.slot, Ok(payload));
+        Ok(gate.gate_id)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::fixtures::*;
+    use super::*;
+    use crate::runtime::timers::timed_out_payload;
+
+    #[test]
+    fn a_resume_answers_its_gate_once_records_it_and_disarms_its_deadline() {
+        let mut s = flow_state();
+        let slot = waiting_gate(&mut s, "Go#1", "Go", "k", Some(50), None);
+        assert_eq!(
+            s.resume_gate("Go", "k", Payload::null()),
+            Ok("Go#1".to_owned())
+        );
+        assert!(matches!(filled(&s, slot), Some(Ok(_))));
+        assert!(matches!(s.out.as_slice(), [Event::ExecutionResumed(r)] if r.gate_id == "Go#1"));
+        assert_eq!(s.take_deadlines().1, vec![("Go#1".to_owned(), 50)]);
+        assert_eq!(
+            s.resume_gate("Go", "k", Payload::null()),
+            Err(GateMiss::NoPendingGate)
+        );
+        assert_eq!(s.out.len(), 1, "the second resume records nothing");
+    }
+
+    #[test]
+    fn a_caller_cannot_resume_a_runtime_gate_nor_forge_its_marker() {
+        let mut s = flow_state();
+        waiting_gate(&mut s, "timer#1", "loom.timer", "timer#1", Some(5), None);
+        assert_eq!(
+            s.resume_gate("loom.timer", "timer#1", Payload::null()),
+            Err(GateMiss::Reserved)
+        );
+        waiting_gate(&mut s, "Go#1", "Go", "k", None, None);
+        assert_eq!(
+            s.resume_gate("Go", "k", timed_out_payload(5)),
+            Err(GateMiss::ReservedPayload)
+        );
+        assert!(s.out.is_empty());
+        assert_eq!(s.gates.len(), 2);
+    }
+
+    #[test]
+    fn the_first_gate_of_a_first_of_closes_the_others_in_the_same_batch() {
+        let mut s = flow_state();
+        let group = s.new_slot();
+        waiting_gate(&mut s, "A#1", "A", "k", Some(9), Some((group, 0)));
+        waiting_gate(&mut s, "B#1", "B", "k", None, Some((group, 1)));
+        assert_eq!(
+            s.resume_gate("B", "k", Payload::null()),
+            Ok("B#1".to_owned())
+        );
+        assert_eq!(s.out.len(), 2, "its resume, then the other closed");
+        assert!(s.gates.is_empty());
+        assert_eq!(s.slots.get(&group).and_then(|slot| slot.chosen), Some(1));
+        assert_eq!(s.take_deadlines().1, vec![("A#1".to_owned(), 9)]);
+    }
+}

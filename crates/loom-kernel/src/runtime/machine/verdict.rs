@@ -1,0 +1,130 @@
+//! An operator's verdict on a step in doubt (ADR 0006): completed, failed, or run again.
+
+use super::command::unknown_effect;
+use super::state::FlowState;
+use crate::event::*;
+use crate::runtime::ctx::StepError;
+
+/// Why a verdict could not be applied.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum VerdictMiss {
+    NotInDoubt,
+}
+
+impl FlowState {
+    /// An operator's verdict on a step in doubt.
+    pub(crate) fn resolve(
+        &mut self,
+        step_id: &str,
+        verdict: Verdict,
+        operator: Option<String>,
+    ) -> Result<(), VerdictMiss> {
+        let step = self
+            .in_doubt
+            .remove(step_id)
+            .ok_or(VerdictMiss::NotInDoubt)?;
+        self.out.push(Event::EffectResolved(EffectResolved {
+            step_id: step_id.to_owned(),
+            verdict: verdict.clone(),
+            operator,
+        }));
+        match verdict {
+            Verdict::Completed { output } => {
+                self.budget_spent = self.budget_spent.saturating_add(step.charge);
+                self.fill(step.slot, Ok(output));
+            }
+            Verdict::Failed { error } => self.fill(step.slot, Err(StepError::Failed(error))),
+            Verdict::Retry => match self.env.effects.get(&step.effect).cloned() {
+                Some(handler) => {
+                    let call = self.effect_call(
+                        step_id.to_owned(),
+                        &step.effect,
+                        step.input,
+                        step.attempt.saturating_add(1),
+                    );
+                    self.start_step(handler, call, step.input_digest, step.slot);
+                }
+                None => self.fill(
+                    step.slot,
+                    Err(StepError::Failed(unknown_effect(&step.effect))),
+                ),
+            },
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::fixtures::*;
+    use super::*;
+    use crate::payload::Payload;
+    use crate::runtime::effect::EffectOutcome;
+
+    #[test]
+    fn a_verdict_answers_a_step_in_doubt_once() {
+        let mut s = flow_state();
+        let slot = s.new_slot();
+        s.park_in_doubt(
+            "charge#1".into(),
+            "charge",
+            "d".into(),
+            Payload::null(),
+            1,
+            slot,
+        );
+        assert!(s.waits_for_messages());
+        let output = Payload::from_value(&serde_json::json!("ok"));
+        let verdict = Verdict::Completed {
+            output: output.clone(),
+        };
+        assert_eq!(s.resolve("charge#1", verdict, None), Ok(()));
+        assert!(matches!(filled(&s, slot), Some(Ok(p)) if *p == output));
+        assert!(matches!(s.out.as_slice(), [Event::EffectResolved(_)]));
+        assert_eq!(
+            s.resolve("charge#1", Verdict::Retry, None),
+            Err(VerdictMiss::NotInDoubt)
+        );
+        assert!(!s.waits_for_messages());
+    }
+
+    #[test]
+    fn a_retry_of_an_effect_no_longer_registered_fails_the_step() {
+        let mut s = flow_state();
+        let slot = s.new_slot();
+        s.park_in_doubt(
+            "charge#1".into(),
+            "charge",
+            "d".into(),
+            Payload::null(),
+            1,
+            slot,
+        );
+        assert_eq!(s.resolve("charge#1", Verdict::Retry, None), Ok(()));
+        assert!(matches!(filled(&s, slot), Some(Err(StepError::Failed(_)))));
+        assert!(s.take_queued().1.is_empty(), "nothing runs");
+    }
+
+    #[test]
+    fn a_completed_verdict_charges_what_the_step_held_and_a_failed_one_nothing() {
+        let mut s = flow_state();
+        running(&mut s, "charge#1", false, 3);
+        let doubt = EffectOutcome::in_doubt(ErrorInfo::new("bank.timeout", "?"));
+        s.complete_step("charge#1", doubt);
+        let output = Payload::null();
+        assert_eq!(
+            s.resolve("charge#1", Verdict::Completed { output }, None),
+            Ok(())
+        );
+        assert_eq!(s.budget_spent, 3);
+        running(&mut s, "refund#1", false, 2);
+        let doubt = EffectOutcome::in_doubt(ErrorInfo::new("bank.timeout", "?"));
+        s.complete_step("refund#1", doubt);
+        let error = ErrorInfo::new("bank.refused", "no");
+        assert_eq!(
+            s.resolve("refund#1", Verdict::Failed { error }, None),
+            Ok(())
+        );
+        assert_eq!(s.budget_spent, 3);
+    }
+}

@@ -1,0 +1,221 @@
+//! Effects and K9/K2/K3 as the kernel enforces them for every effect, raw or defined.
+
+use std::sync::Arc;
+
+use loom_kernel::*;
+use loom_kernel::{Event, StepStarted};
+use loom_kernel::{EventStore, ExecutionStatus, MemoryStore};
+use serde_json::{Value, json};
+
+use crate::support;
+use crate::support::{Calls, event_names, events_of, id, options};
+
+async fn pay(ctx: FlowCtx, _: Value) -> Result<Value, FlowError> {
+    Ok(ctx.execute("pay", &json!({"amount": 5})).await?.to_value())
+}
+
+/// Starts `pay` (execution `c`) whose effect, idempotent or not, starts and never answers; returns
+/// once the effect runs.
+async fn paying_forever(idempotent: bool) -> (Runtime<MemoryStore>, ExecutionId) {
+    let started = Arc::new(tokio::sync::Notify::new());
+    let signal = started.clone();
+    let rt = Runtime::builder(MemoryStore::new())
+        .flow(flow_fn("pay", 1, pay))
+        .effect(
+            "pay",
+            FnEffect::new(idempotent, move |_| {
+                signal.notify_one();
+                std::future::pending::<EffectOutcome>()
+            }),
+        )
+        .build()
+        .unwrap();
+    let e = rt
+        .start("pay", &json!(null), options("c", &["pay"]))
+        .await
+        .unwrap();
+    started.notified().await;
+    (rt, e)
+}
+
+#[tokio::test]
+async fn cancel_while_a_non_idempotent_effect_runs_records_it_in_doubt() {
+    let (rt, e) = paying_forever(false).await;
+    rt.cancel(&e, Some("stop".into())).await.unwrap();
+    let names = event_names(rt.store(), &e).await;
+    assert_eq!(
+        names,
+        [
+            "EXECUTION_STARTED",
+            "STEP_STARTED",
+            "EFFECT_INDOUBT",
+            "EXECUTION_CANCELLED"
+        ]
+    );
+    let state = rt.state(&e).await.unwrap();
+    assert_eq!(state.status(), ExecutionStatus::Cancelled);
+    assert!(state.steps_in_doubt().contains("pay#1"));
+}
+
+#[tokio::test]
+async fn cancel_while_an_idempotent_effect_runs_records_no_doubt() {
+    let (rt, e) = paying_forever(true).await;
+    rt.cancel(&e, None).await.unwrap();
+    let names = event_names(rt.store(), &e).await;
+    assert!(!names.contains(&"EFFECT_INDOUBT"), "{names:?}");
+    assert_eq!(names.last(), Some(&"EXECUTION_CANCELLED"));
+}
+
+#[tokio::test]
+async fn a_raw_effect_runs_only_with_its_capability_granted() {
+    let calls = Calls::default();
+    let rt = Runtime::builder(MemoryStore::new())
+        .flow(flow_fn("pay", 1, pay))
+        .effect("pay", support::echo(calls.clone()))
+        .build()
+        .unwrap();
+    let e = rt
+        .start("pay", &json!(null), options("k2", &[]))
+        .await
+        .unwrap();
+    let state = rt.wait(&e).await.unwrap();
+    assert_eq!(state.status(), ExecutionStatus::Failed);
+    assert_eq!(calls.count(), 0, "an ungranted raw effect never runs");
+    let log = events_of(rt.store(), &e).await;
+    let Event::StepFailed(failed) = &log[1] else {
+        panic!("{log:?}")
+    };
+    assert_eq!(failed.error.code, "loom.capability_denied");
+    // Granted, it runs.
+    let e = rt
+        .start("pay", &json!(null), options("k2-granted", &["pay"]))
+        .await
+        .unwrap();
+    assert_eq!(
+        rt.wait(&e).await.unwrap().status(),
+        ExecutionStatus::Completed
+    );
+    assert_eq!(calls.count(), 1);
+}
+
+struct Wire;
+
+impl Effect for Wire {
+    fn idempotent(&self) -> bool {
+        true
+    }
+    fn capability(&self) -> Option<&str> {
+        Some("payments")
+    }
+    fn invoke(&self, _: EffectCall) -> futures::future::BoxFuture<'static, EffectOutcome> {
+        Box::pin(async { EffectOutcome::ok(json!("sent").into()) })
+    }
+}
+
+#[tokio::test]
+async fn a_raw_effect_may_name_its_capability() {
+    let rt = Runtime::builder(MemoryStore::new())
+        .flow(flow_fn("pay", 1, pay))
+        .effect("pay", Wire)
+        .build()
+        .unwrap();
+    let denied = rt
+        .start("pay", &json!(null), options("named", &["pay"]))
+        .await
+        .unwrap();
+    assert_eq!(
+        rt.wait(&denied).await.unwrap().status(),
+        ExecutionStatus::Failed
+    );
+    let granted = rt
+        .start("pay", &json!(null), options("named-granted", &["payments"]))
+        .await
+        .unwrap();
+    assert_eq!(
+        rt.wait(&granted).await.unwrap().status(),
+        ExecutionStatus::Completed
+    );
+}
+
+async fn typed_call(ctx: FlowCtx, _: Value) -> Result<Value, FlowError> {
+    let number: u64 = ctx.call("echo", &1).await?;
+    Ok(json!(number))
+}
+
+#[tokio::test]
+async fn a_call_whose_output_does_not_decode_names_its_step() {
+    let rt = support::with_echo(
+        MemoryStore::new(),
+        FlowSet::new().with(flow_fn("typed", 1, typed_call)),
+        Calls::default(),
+    );
+    let e = rt
+        .start("typed", &json!(null), options("t", &["echo"]))
+        .await
+        .unwrap();
+    rt.wait(&e).await.unwrap();
+    let log = events_of(rt.store(), &e).await;
+    let Some(Event::ExecutionFailed(failed)) = log.last() else {
+        panic!("{log:?}")
+    };
+    assert!(
+        failed.error.message.contains("'echo#1'"),
+        "{}",
+        failed.error.message
+    );
+}
+
+async fn slow_echo(ctx: FlowCtx, _: Value) -> Result<Value, FlowError> {
+    Ok(ctx.execute("echo", &1).await?.to_value())
+}
+
+#[tokio::test]
+async fn an_idempotent_step_re_run_after_each_crash_gets_the_next_attempt() {
+    let store = MemoryStore::new();
+    let e = id("attempts");
+    store
+        .append(
+            &e,
+            0,
+            &[
+                loom_kernel::conformance::started("slow"),
+                Event::StepStarted(StepStarted {
+                    step_id: "echo#1".into(),
+                    effect: "echo".into(),
+                    input_digest: input_digest(&json!(1).into()),
+                    attempt: 1,
+                    max_cost: 0,
+                }),
+            ],
+        )
+        .await
+        .unwrap();
+    let mut attempts = Vec::new();
+    for _ in 0..3 {
+        // A worker that starts the step again and dies before its outcome.
+        let seen = Arc::new(std::sync::Mutex::new(Vec::new()));
+        let record = seen.clone();
+        let rt = Runtime::builder(store.clone())
+            .flow(flow_fn("slow", 1, slow_echo))
+            .effect(
+                "echo",
+                FnEffect::new(true, move |call: EffectCall| {
+                    record.lock().unwrap().push(call.attempt);
+                    std::future::pending::<EffectOutcome>()
+                }),
+            )
+            .build()
+            .unwrap();
+        rt.recover().await.unwrap();
+        while seen.lock().unwrap().is_empty() {
+            tokio::task::yield_now().await;
+        }
+        // The re-run's STEP_STARTED is durable before the worker dies.
+        while store.head(&e).await.unwrap() < 3 + attempts.len() as u64 {
+            tokio::task::yield_now().await;
+        }
+        attempts.extend(seen.lock().unwrap().iter().copied());
+        drop(rt);
+    }
+    assert_eq!(attempts, [2, 3, 4], "one more on each re-run");
+}

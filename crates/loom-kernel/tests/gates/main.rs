@@ -1,0 +1,16 @@
+//! The runtime's waiting tests, one test binary: gates, gate requests, durable timers, child
+//! executions, callers' identity, executions parked in memory, and the SIGKILL tests of timers,
+//! gate requests and families.
+
+#[path = "../support/mod.rs"]
+mod support;
+
+mod caller_identity;
+mod children;
+mod gate_requests;
+mod gate_requests_crash;
+mod gates;
+mod parked_in_memory;
+mod sigkill_family;
+mod timers;
+mod timers_crash;

@@ -1,0 +1,241 @@
+//! Panics in user code (flow, effect, projection, authenticator, inbound handler) are
+//! contained: recorded as a typed failure where the event model allows, never unwinding into
+//! the runtime's caller or killing a driver silently.
+
+use std::sync::Arc;
+
+use loom_kernel::Event;
+use loom_kernel::*;
+use loom_kernel::{EventEnvelope, ExecutionStatus, MemoryStore};
+use serde_json::{Value, json};
+
+use crate::support;
+use crate::support::{Calls, event_names, events_of, options, with_echo};
+
+async fn panics_after_a_step(ctx: FlowCtx, _: Value) -> Result<Value, FlowError> {
+    ctx.execute("echo", &1).await?;
+    panic!("boom after a step");
+}
+
+async fn panics_after_a_gate(ctx: FlowCtx, _: Value) -> Result<Value, FlowError> {
+    ctx.suspend("Approval", "k").await?;
+    panic!("boom after a gate");
+}
+
+async fn one_step(ctx: FlowCtx, _: Value) -> Result<Value, FlowError> {
+    Ok(ctx.execute("echo", &1).await?.to_value())
+}
+
+async fn waits(ctx: FlowCtx, _: Value) -> Result<Value, FlowError> {
+    Ok(ctx.suspend("Approval", "k").await?.to_value())
+}
+
+fn flows() -> FlowSet {
+    FlowSet::new()
+        .with(flow_fn("after_step", 1, panics_after_a_step))
+        .with(flow_fn("after_gate", 1, panics_after_a_gate))
+        .with(flow_fn("one", 1, one_step))
+        .with(flow_fn("waits", 1, waits))
+}
+
+fn failure_code(log: &[Event]) -> String {
+    match log.last() {
+        Some(Event::ExecutionFailed(failed)) => failed.error.code.clone(),
+        other => panic!("the log ends with {other:?}"),
+    }
+}
+
+#[tokio::test]
+async fn a_flow_panic_never_unwinds_into_start_and_is_recorded() {
+    let calls = Calls::default();
+    let rt = with_echo(MemoryStore::new(), flows(), calls.clone());
+    let e = rt
+        .start("after_step", &json!(null), options("p", &["echo"]))
+        .await
+        .unwrap();
+    let state = rt.wait(&e).await.unwrap();
+    assert_eq!(state.status(), ExecutionStatus::Failed);
+    let log = events_of(rt.store(), &e).await;
+    assert_eq!(failure_code(&log), "loom.flow_panicked");
+    assert_eq!(calls.count(), 1);
+}
+
+#[tokio::test]
+async fn a_flow_panic_after_a_gate_ends_the_execution_instead_of_failing_every_resume() {
+    let rt = with_echo(MemoryStore::new(), flows(), Calls::default());
+    let e = rt
+        .start("after_gate", &json!(null), options("g", &[]))
+        .await
+        .unwrap();
+    assert_eq!(
+        rt.wait(&e).await.unwrap().status(),
+        ExecutionStatus::Suspended
+    );
+    rt.resume(&e, "Approval", "k", json!("yes").into())
+        .await
+        .unwrap();
+    let state = rt.wait(&e).await.unwrap();
+    assert_eq!(state.status(), ExecutionStatus::Failed);
+    let log = events_of(rt.store(), &e).await;
+    assert_eq!(failure_code(&log), "loom.flow_panicked");
+    let again = rt
+        .resume(&e, "Approval", "k", json!("yes").into())
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(again, ResumeError::NoPendingGate { .. }),
+        "{again}"
+    );
+}
+
+async fn run_with_effect(effect: impl Effect, idempotent_name: &str) -> Vec<&'static str> {
+    let rt = Runtime::builder(MemoryStore::new())
+        .flows(&flows())
+        .effect("echo", effect)
+        .build()
+        .unwrap();
+    let e = rt
+        .start("one", &json!(null), options(idempotent_name, &["echo"]))
+        .await
+        .unwrap();
+    rt.wait(&e).await.unwrap();
+    event_names(rt.store(), &e).await
+}
+
+#[tokio::test]
+async fn a_panicking_idempotent_effect_fails_its_step() {
+    let names = run_with_effect(
+        FnEffect::new(true, |_: EffectCall| -> std::future::Ready<EffectOutcome> {
+            panic!("effect boom")
+        }),
+        "i",
+    )
+    .await;
+    assert!(names.contains(&"STEP_FAILED"), "{names:?}");
+    assert_eq!(names.last(), Some(&"EXECUTION_FAILED"));
+}
+
+#[tokio::test]
+async fn a_panicking_non_idempotent_effect_is_in_doubt() {
+    let names = run_with_effect(
+        FnEffect::new(false, |_: EffectCall| async {
+            panic!("effect boom in its future")
+        }),
+        "n",
+    )
+    .await;
+    assert_eq!(
+        names,
+        ["EXECUTION_STARTED", "STEP_STARTED", "EFFECT_INDOUBT"],
+    );
+}
+
+struct PanickingAdmission;
+
+impl Effect for PanickingAdmission {
+    fn idempotent(&self) -> bool {
+        true
+    }
+    fn admit(&self, _: &EffectCall) -> Result<(), loom_kernel::ErrorInfo> {
+        panic!("admission boom")
+    }
+    fn invoke(&self, _: EffectCall) -> futures::future::BoxFuture<'static, EffectOutcome> {
+        Box::pin(async { EffectOutcome::ok(json!(1).into()) })
+    }
+}
+
+#[tokio::test]
+async fn a_panicking_admission_refuses_the_step() {
+    let names = run_with_effect(PanickingAdmission, "a").await;
+    assert_eq!(
+        names,
+        ["EXECUTION_STARTED", "STEP_FAILED", "EXECUTION_FAILED"]
+    );
+}
+
+struct PanickingProjection;
+
+impl Projection for PanickingProjection {
+    fn apply(&self, _: &EventEnvelope) {
+        panic!("projection boom")
+    }
+}
+
+#[tokio::test]
+async fn a_panicking_projection_does_not_stop_the_execution() {
+    let rt = Runtime::builder(MemoryStore::new())
+        .flows(&flows())
+        .effect("echo", support::echo(Calls::default()))
+        .projection(PanickingProjection)
+        .build()
+        .unwrap();
+    let e = rt
+        .start("one", &json!(null), options("pr", &["echo"]))
+        .await
+        .unwrap();
+    assert_eq!(
+        rt.wait(&e).await.unwrap().status(),
+        ExecutionStatus::Completed
+    );
+}
+
+struct PanickingAuthenticator;
+
+impl ResumeAuthenticator for PanickingAuthenticator {
+    fn authorize(&self, _: &ResumeRequest<'_>) -> Result<(), String> {
+        panic!("authenticator boom")
+    }
+}
+
+#[tokio::test]
+async fn a_panicking_authenticator_refuses_the_resume() {
+    let rt = Runtime::builder(MemoryStore::new())
+        .flows(&flows())
+        .resume_authenticator(PanickingAuthenticator)
+        .build()
+        .unwrap();
+    let e = rt
+        .start("waits", &json!(null), options("au", &[]))
+        .await
+        .unwrap();
+    rt.wait(&e).await.unwrap();
+    let err = rt
+        .resume(&e, "Approval", "k", json!(1).into())
+        .await
+        .unwrap_err();
+    assert!(matches!(err, ResumeError::Unauthorized { .. }), "{err}");
+    assert!(err.to_string().contains("panicked"), "{err}");
+}
+
+struct PanickingInbound;
+
+impl InboundHandler for PanickingInbound {
+    fn handle(&self, _: &Value) -> Result<Inbound, String> {
+        panic!("inbound boom")
+    }
+}
+
+struct InboundPlugin;
+
+impl Plugin for InboundPlugin {
+    fn name(&self) -> &str {
+        "inbound"
+    }
+    fn kernel_abi(&self) -> AbiRange {
+        AbiRange::caret(1, 0)
+    }
+    fn contribute(&self, contributions: &mut Contributions) {
+        contributions.inbound("ui", Arc::new(PanickingInbound));
+    }
+}
+
+#[tokio::test]
+async fn a_panicking_inbound_handler_refuses_the_message() {
+    let rt = Runtime::builder(MemoryStore::new())
+        .flows(&flows())
+        .plugin(&InboundPlugin)
+        .build()
+        .unwrap();
+    let err = rt.inbound("ui", &json!({})).await.unwrap_err();
+    assert!(err.to_string().contains("panicked"), "{err}");
+}

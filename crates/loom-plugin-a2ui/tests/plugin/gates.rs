@@ -1,0 +1,314 @@
+//! Grain A end to end on a real runtime: the request goes out only once its gate is durable,
+//! is sent again with the same call id after a restart, and the reply resumes the gate once.
+//! Replies that do not answer an open call are refused and record nothing.
+
+use crate::support;
+
+use crate::support::*;
+use loom_kernel::StartOptions;
+use loom_kernel::conformance::id;
+use loom_kernel::{Event, EventStoreExt, MemoryStore};
+use loom_plugin_a2ui::{AgentMessage, CallRendererFunction};
+use loom_plugin_a2ui::{HubError, IngestError, REQUEST_DECISION};
+use serde_json::{Value, json};
+
+fn reply(call_id: &str, value: Value) -> Vec<u8> {
+    json!({"version": "v1.0", "rendererFunctionResponse": {"functionCallId": call_id, "value": value}})
+        .to_string()
+        .into_bytes()
+}
+
+fn call_of(messages: &[AgentMessage]) -> Option<CallRendererFunction> {
+    messages.iter().find_map(|m| match m {
+        AgentMessage::CallRendererFunction(c) => Some(c.clone()),
+        _ => None,
+    })
+}
+
+#[tokio::test]
+async fn request_and_gate_are_durable_in_one_batch_before_the_request_is_sent() {
+    let (store, hub, _runtime, e) = checkout_started("gate-batch").await;
+    let log = store.read_all(&e).await.unwrap();
+    let decision = log
+        .iter()
+        .position(
+            |env| matches!(&env.event, Event::DecisionRecorded(d) if d.kind == REQUEST_DECISION),
+        )
+        .expect("the request is recorded");
+    let gate = log.iter().position(|env| matches!(&env.event, Event::ExecutionSuspended(s) if s.event_type == "A2UIFunctionResult")).expect("the gate is recorded");
+    assert_eq!(gate, decision + 1, "the request precedes its gate directly");
+
+    let sub = hub.subscribe(&store, &e, SURFACE).await.unwrap();
+    let call = call_of(&sub.initial).expect("the pending call is sent to a new subscriber");
+    assert_eq!(call.function_call_id, format!("{}:getLocale#1", e.as_str()));
+    assert_eq!(call.surface_id.as_deref(), Some(SURFACE));
+}
+
+#[tokio::test]
+async fn a_reply_resumes_the_gate_once_and_a_second_reply_is_refused() {
+    let (_store, hub, runtime, e) = checkout_started("gate-once").await;
+    let call_id = format!("{}:getLocale#1", e.as_str());
+    let result = hub
+        .deliver_function_response(&runtime, SURFACE, &reply(&call_id, json!("fr-CH")))
+        .await
+        .unwrap();
+    assert_eq!(result.name, "getLocale");
+    let _ = runtime.wait(&e).await;
+    let again = hub
+        .deliver_function_response(&runtime, SURFACE, &reply(&call_id, json!("de-CH")))
+        .await;
+    assert!(
+        matches!(
+            again,
+            Err(HubError::Ingest(IngestError::AlreadyAnswered { .. }))
+        ),
+        "{again:?}"
+    );
+    assert_eq!(
+        hub.model(&e, SURFACE).unwrap()["order"]["locale"],
+        json!("fr-CH")
+    );
+
+    // The Approve button resumes the action gate and the flow completes.
+    let action = json!({"version": "v1.0", "action": {"name": "approve", "surfaceId": SURFACE, "sourceComponentId": "approve", "timestamp": "2026-12-01T00:00:00Z", "context": {"total": 42}}});
+    hub.deliver_action(&runtime, &e, SURFACE, action.to_string().as_bytes())
+        .await
+        .unwrap();
+    let state = runtime.wait(&e).await.unwrap();
+    assert!(
+        format!("{:?}", state.status()).contains("Completed"),
+        "{:?}",
+        state.status()
+    );
+    assert_eq!(
+        hub.masked_model(&e, SURFACE).unwrap()["customer"]["card"],
+        json!("***")
+    );
+    assert_eq!(
+        hub.model(&e, SURFACE).unwrap()["order"]["status"],
+        json!("placed")
+    );
+}
+
+#[tokio::test]
+async fn replies_that_answer_no_open_call_are_refused_and_record_nothing() {
+    let (store, hub, _runtime, e) = checkout_started("gate-forged").await;
+    let before = store.read_all(&e).await.unwrap().len();
+    let call_id = format!("{}:getLocale#1", e.as_str());
+
+    let unknown = hub.ingest_function_response(SURFACE, &reply("someone:getLocale#9", json!("xx")));
+    assert!(
+        matches!(unknown, Err(IngestError::UnknownCallId { .. })),
+        "{unknown:?}"
+    );
+    let wrong_surface = hub.ingest_function_response("elsewhere", &reply(&call_id, json!("fr-CH")));
+    assert!(
+        matches!(wrong_surface, Err(IngestError::WrongSurface { .. })),
+        "{wrong_surface:?}"
+    );
+    let bad_value = hub.ingest_function_response(SURFACE, &reply(&call_id, json!(7)));
+    assert!(
+        matches!(bad_value, Err(IngestError::InvalidResult { .. })),
+        "{bad_value:?}"
+    );
+    let not_json = hub.ingest_function_response(SURFACE, b"{\"version\":");
+    assert!(
+        matches!(not_json, Err(IngestError::Wire(_))),
+        "{not_json:?}"
+    );
+    assert_eq!(
+        store.read_all(&e).await.unwrap().len(),
+        before,
+        "nothing was recorded"
+    );
+
+    // The top-level error shape answers the call too.
+    let error = json!({"version": "v1.0", "error": {"code": "DENIED", "message": "no", "functionCallId": call_id}});
+    let (execution, result) = hub
+        .ingest_function_response(SURFACE, error.to_string().as_bytes())
+        .unwrap();
+    assert_eq!(execution, e);
+    assert!(matches!(
+        result.outcome,
+        loom_plugin_a2ui::FunctionOutcome::Error(_)
+    ));
+}
+
+#[tokio::test]
+async fn after_a_restart_the_pending_request_is_sent_again_with_the_same_call_id() {
+    let store = MemoryStore::new();
+    let e = id("gate-restart");
+    let first_call = {
+        let hub = hub();
+        let runtime = runtime(store.clone(), &hub);
+        runtime
+            .start("checkout", &order(), StartOptions::new(e.clone()))
+            .await
+            .unwrap();
+        let _ = runtime.wait(&e).await;
+        let sub = hub.subscribe(&store, &e, SURFACE).await.unwrap();
+        call_of(&sub.initial).expect("sent before the restart")
+    };
+    // A new process: a fresh hub and runtime over the same log.
+    let hub = hub();
+    let runtime = runtime(store.clone(), &hub);
+    runtime.recover().await.unwrap();
+    let sub = hub.subscribe(&store, &e, SURFACE).await.unwrap();
+    let again = call_of(&sub.initial).expect("sent again after the restart");
+    assert_eq!(again, first_call);
+    assert_eq!(hub.pending_calls(&e).len(), 1);
+    hub.deliver_function_response(
+        &runtime,
+        SURFACE,
+        &reply(&again.function_call_id, json!("it-IT")),
+    )
+    .await
+    .unwrap();
+    let _ = runtime.wait(&e).await;
+    assert!(hub.pending_calls(&e).is_empty());
+    assert_eq!(
+        hub.model(&e, SURFACE).unwrap()["order"]["locale"],
+        json!("it-IT")
+    );
+}
+
+#[tokio::test]
+async fn a_late_subscriber_gets_the_current_model_then_every_update_once() {
+    let (store, hub, runtime, e) = checkout_started("late-subscriber").await;
+    let mut sub = hub.subscribe(&store, &e, SURFACE).await.unwrap();
+    let AgentMessage::CreateSurface(create) = &sub.initial[0] else {
+        panic!("createSurface first")
+    };
+    let mut model = Value::Object(create.data_model.clone().unwrap());
+    assert_eq!(model["customer"]["card"], json!("***"));
+    let call_id = format!("{}:getLocale#1", e.as_str());
+    hub.deliver_function_response(&runtime, SURFACE, &reply(&call_id, json!("fr-CH")))
+        .await
+        .unwrap();
+    let action = json!({"version": "v1.0", "action": {"name": "approve", "surfaceId": SURFACE, "sourceComponentId": "approve", "timestamp": "t", "context": {}}});
+    hub.deliver_action(&runtime, &e, SURFACE, action.to_string().as_bytes())
+        .await
+        .unwrap();
+    let _ = runtime.wait(&e).await;
+    let mut updates = 0;
+    while let Some(message) = sub.try_next() {
+        if let AgentMessage::UpdateDataModel(update) = message {
+            apply_update(&mut model, &update.path.unwrap(), update.value);
+            updates += 1;
+        }
+    }
+    assert!(updates >= 3, "{updates}");
+    assert_eq!(model, hub.masked_model(&e, SURFACE).unwrap());
+}
+
+#[tokio::test]
+async fn events_are_applied_once_each_in_seq_order_whatever_order_they_arrive_in() {
+    use loom_kernel::Projection;
+    let store = MemoryStore::new();
+    let e = id("hub-order");
+    {
+        let hub = hub();
+        let runtime = runtime(store.clone(), &hub);
+        runtime
+            .start("checkout", &order(), StartOptions::new(e.clone()))
+            .await
+            .unwrap();
+        let _ = runtime.wait(&e).await;
+    }
+    let log = store.read_all(&e).await.unwrap();
+    let reference = hub();
+    for envelope in &log {
+        reference.apply(envelope);
+    }
+    // A hub in a new process sees the last events live, twice, before catching up.
+    let hub = hub();
+    for envelope in log.iter().rev().take(2) {
+        hub.apply(envelope);
+        hub.apply(envelope);
+    }
+    assert_eq!(
+        hub.model(&e, SURFACE),
+        None,
+        "nothing applies ahead of a gap"
+    );
+    let sub = hub.subscribe(&store, &e, SURFACE).await.unwrap();
+    assert_eq!(hub.model(&e, SURFACE), reference.model(&e, SURFACE));
+    assert_eq!(hub.pending_calls(&e), reference.pending_calls(&e));
+    let AgentMessage::CreateSurface(create) = &sub.initial[0] else {
+        panic!()
+    };
+    assert_eq!(
+        Some(Value::Object(create.data_model.clone().unwrap())),
+        reference.masked_model(&e, SURFACE)
+    );
+    for envelope in &log {
+        hub.apply(envelope);
+    }
+    assert_eq!(
+        hub.model(&e, SURFACE),
+        reference.model(&e, SURFACE),
+        "duplicates change nothing"
+    );
+}
+
+/// Shows a value, waits for a `done` action, then deletes the surface.
+async fn show_then_delete(
+    ctx: loom_kernel::FlowCtx,
+    _: Value,
+) -> Result<Value, loom_kernel::FlowError> {
+    use loom_agent_surface::SurfaceExt;
+    let ui = ctx.surface(SURFACE);
+    ui.patch()
+        .set("order", order())
+        .set("customer", json!({"card": "4111"}))
+        .emit()?;
+    ctx.suspend("A2UIAction", "done").await?;
+    loom_plugin_a2ui::delete_surface(&ctx, SURFACE)?;
+    // Deleting twice sends nothing more.
+    loom_plugin_a2ui::delete_surface(&ctx, SURFACE)?;
+    Ok(json!("deleted"))
+}
+
+#[tokio::test]
+async fn a_deleted_surface_ends_its_subscriptions_and_later_subscribers_get_nothing() {
+    let store = MemoryStore::new();
+    let hub = hub();
+    let runtime = loom_kernel::Runtime::builder(store.clone())
+        .flow(loom_kernel::flow_fn("show", 1, show_then_delete))
+        .plugin(&hub)
+        .build()
+        .unwrap();
+    let e = id("deleted-surface");
+    runtime
+        .start("show", &json!({}), StartOptions::new(e.clone()))
+        .await
+        .unwrap();
+    let _ = runtime.wait(&e).await;
+    let mut sub = hub.subscribe(&store, &e, SURFACE).await.unwrap();
+    assert!(matches!(sub.initial[0], AgentMessage::CreateSurface(_)));
+    let action = json!({"version": "v1.0", "action": {"name": "done", "surfaceId": SURFACE, "sourceComponentId": "approve", "timestamp": "t", "context": {}}});
+    hub.deliver_action(&runtime, &e, SURFACE, action.to_string().as_bytes())
+        .await
+        .unwrap();
+    let _ = runtime.wait(&e).await;
+    let mut deletes = 0;
+    while let Some(message) = sub.next().await {
+        if matches!(message, AgentMessage::DeleteSurface(_)) {
+            deletes += 1;
+        }
+    }
+    assert_eq!(deletes, 1, "one deleteSurface, then the subscription ends");
+    let mut late = hub.subscribe(&store, &e, SURFACE).await.unwrap();
+    assert!(late.initial.is_empty(), "{:?}", late.initial);
+    assert!(late.next().await.is_none());
+    // The model is kept for the application.
+    assert_eq!(
+        hub.masked_model(&e, SURFACE).unwrap()["customer"]["card"],
+        json!("***")
+    );
+    // A new process catching up from the log agrees.
+    let fresh = support::hub();
+    let mut again = fresh.subscribe(&store, &e, SURFACE).await.unwrap();
+    assert!(again.initial.is_empty());
+    assert!(again.next().await.is_none());
+}

@@ -1,0 +1,12 @@
+//! The PostgreSQL store's tests, one test binary (each skips loudly without a server): conformance,
+//! many workers, worker processes killed and cut off, timers across workers, and replay-check on
+//! the store.
+
+#[path = "../support/mod.rs"]
+mod support;
+
+mod many_workers;
+mod multiprocess;
+mod replay_check;
+mod store_conformance;
+mod timers_across_workers;

@@ -1,0 +1,5 @@
+//! The quickstart's tests, one test binary: its flows, the golden logs, and the README's program.
+
+mod flows;
+mod golden;
+mod readme;
