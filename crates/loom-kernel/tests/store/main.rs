@@ -1,6 +1,6 @@
 //! The kernel's store tests, one test binary: the fold and its laws, the stores' conformance,
 //! corruption repair, crash consistency under SIGKILL, reading logs of older versions, group
-//! commit, and masking.
+//! commit, masking, and errors that keep their causes.
 
 #[path = "../support/mod.rs"]
 mod support;
@@ -9,6 +9,7 @@ mod backward_compatibility;
 mod batching;
 mod corruption_repair;
 mod crash_consistency;
+mod error_sources;
 mod fold;
 mod fold_laws;
 mod masking;
