@@ -13,11 +13,8 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 
 use loom_effect_runtime::*;
-use loom_kernel::conformance::id;
-use loom_kernel::{
-    AppendError, EventEnvelope, EventStore, ExecutionId, ExecutionPage, ExecutionStatus,
-    MemoryStore, ReadError,
-};
+use loom_kernel::conformance::{Hooked, StoreHooks, id};
+use loom_kernel::{AppendError, EventStore, ExecutionId, ExecutionStatus, MemoryStore};
 use loom_kernel::{Event, Verdict};
 use loom_kernel::{FlowCtx, FlowError, Runtime, StartOptions, flow_fn};
 use proptest::prelude::*;
@@ -31,24 +28,27 @@ enum Death {
     AfterCommit,
 }
 
+/// Hooks of a store that lets a number of appends through and dies on the next one.
 #[derive(Clone)]
-struct DyingStore {
-    inner: MemoryStore,
+struct Dying {
     appends_left: Arc<AtomicUsize>,
     death: Death,
     died: Arc<Notify>,
 }
 
-impl DyingStore {
-    /// A store over `memory` that dies on the append after `appends` (never when `None`).
-    fn new(memory: &MemoryStore, appends: Option<usize>, death: Death) -> Self {
-        Self {
-            inner: memory.clone(),
+/// A worker's store: the shared memory store, dying on the append after a number of them.
+type DyingStore = Hooked<MemoryStore, Dying>;
+
+/// A store over `memory` that dies on the append after `appends` (never when `None`).
+fn dying_store(memory: &MemoryStore, appends: Option<usize>, death: Death) -> DyingStore {
+    Hooked::new(
+        memory.clone(),
+        Dying {
             appends_left: Arc::new(AtomicUsize::new(appends.unwrap_or(usize::MAX))),
             death,
             died: Arc::new(Notify::new()),
-        }
-    }
+        },
+    )
 }
 
 /// A worker's own tokio runtime: dropping it drops every task the worker was running.
@@ -59,9 +59,10 @@ fn worker_tokio() -> tokio::runtime::Runtime {
         .unwrap()
 }
 
-impl EventStore for DyingStore {
+impl StoreHooks<MemoryStore> for Dying {
     async fn append(
         &self,
+        inner: &MemoryStore,
         execution: &ExecutionId,
         expected_seq: u64,
         events: &[Event],
@@ -69,38 +70,13 @@ impl EventStore for DyingStore {
         let left = self.appends_left.load(Ordering::SeqCst);
         if left > 0 {
             self.appends_left.store(left - 1, Ordering::SeqCst);
-            return self.inner.append(execution, expected_seq, events).await;
+            return inner.append(execution, expected_seq, events).await;
         }
         if let Death::AfterCommit = self.death {
-            let _ = self.inner.append(execution, expected_seq, events).await;
+            let _ = inner.append(execution, expected_seq, events).await;
         }
         self.died.notify_one();
         std::future::pending().await
-    }
-
-    async fn read(
-        &self,
-        execution: &ExecutionId,
-        from: u64,
-        limit: usize,
-    ) -> Result<Vec<EventEnvelope>, ReadError> {
-        self.inner.read(execution, from, limit).await
-    }
-
-    async fn head(&self, execution: &ExecutionId) -> Result<u64, ReadError> {
-        self.inner.head(execution).await
-    }
-
-    async fn list_executions(
-        &self,
-        after: Option<&ExecutionId>,
-        limit: usize,
-    ) -> Result<ExecutionPage, ReadError> {
-        self.inner.list_executions(after, limit).await
-    }
-
-    async fn wait_for(&self, execution: &ExecutionId, seq: u64) -> Result<(), ReadError> {
-        self.inner.wait_for(execution, seq).await
     }
 }
 
@@ -158,8 +134,8 @@ fn live(
     first: Option<&[bool]>,
 ) -> Option<ExecutionStatus> {
     let tokio = worker_tokio();
-    let store = DyingStore::new(memory, appends, death);
-    let died = Arc::clone(&store.died);
+    let store = dying_store(memory, appends, death);
+    let died = Arc::clone(&store.hooks.died);
     let rt = worker(store, ledger);
     let e = id("order");
     let status = tokio.block_on(async {
@@ -194,7 +170,7 @@ fn live(
 
 fn resolve_in_doubt(memory: &MemoryStore, ledger: &Ledger) -> ExecutionStatus {
     let tokio = worker_tokio();
-    let rt = worker(DyingStore::new(memory, None, Death::BeforeCommit), ledger);
+    let rt = worker(dying_store(memory, None, Death::BeforeCommit), ledger);
     let e = id("order");
     tokio.block_on(stalled_after_a_minute(async {
         rt.recover().await.unwrap();

@@ -2,79 +2,53 @@
 //! reported and skipped, never hiding the others.
 
 use loom_effect_runtime::{steps_in_doubt, steps_in_doubt_report};
-use loom_kernel::conformance::{id, started};
-use loom_kernel::{AppendError, ExecutionPage, ExecutionSummary, ReadError, StatusFilter};
+use std::future::Future;
+
+use loom_kernel::conformance::{Hooked, OneBadLog, StoreHooks, id, started};
 use loom_kernel::{EffectInDoubt, Event, StepStarted};
 use loom_kernel::{EventEnvelope, EventStore, ExecutionId, ExecutionStatus, MemoryStore};
+use loom_kernel::{ExecutionPage, ExecutionSummary, ReadError, StatusFilter};
 
-/// A memory store that serves one execution's log with a second `EXECUTION_STARTED`, as a
-/// store that acknowledged an invalid append would.
-struct OneBadLog {
-    inner: MemoryStore,
-    bad: ExecutionId,
-}
+/// A store with one bad log (a second `EXECUTION_STARTED`) whose index files that execution
+/// as in doubt, as a store whose log was damaged after its index was written would, so the
+/// listing reaches it.
+struct BadLogFiledInDoubt(OneBadLog);
 
-impl EventStore for OneBadLog {
-    async fn append(
+impl StoreHooks<MemoryStore> for BadLogFiledInDoubt {
+    fn read(
         &self,
-        execution: &ExecutionId,
-        expected_seq: u64,
-        events: &[Event],
-    ) -> Result<u64, AppendError> {
-        self.inner.append(execution, expected_seq, events).await
-    }
-
-    async fn read(
-        &self,
+        inner: &MemoryStore,
         execution: &ExecutionId,
         from: u64,
         limit: usize,
-    ) -> Result<Vec<EventEnvelope>, ReadError> {
-        if *execution != self.bad {
-            return self.inner.read(execution, from, limit).await;
-        }
-        Ok((0..2u64)
-            .map(|seq| EventEnvelope::new(self.bad.clone(), seq, started("f")))
-            .skip(from as usize)
-            .take(limit)
-            .collect())
+    ) -> impl Future<Output = Result<Vec<EventEnvelope>, ReadError>> + Send {
+        StoreHooks::<MemoryStore>::read(&self.0, inner, execution, from, limit)
     }
 
-    async fn head(&self, execution: &ExecutionId) -> Result<u64, ReadError> {
-        if *execution == self.bad {
-            return Ok(2);
-        }
-        self.inner.head(execution).await
-    }
-
-    async fn list_executions(
+    fn head(
         &self,
-        after: Option<&ExecutionId>,
-        limit: usize,
-    ) -> Result<ExecutionPage, ReadError> {
-        self.inner.list_executions(after, limit).await
+        inner: &MemoryStore,
+        execution: &ExecutionId,
+    ) -> impl Future<Output = Result<u64, ReadError>> + Send {
+        StoreHooks::<MemoryStore>::head(&self.0, inner, execution)
     }
 
-    async fn wait_for(&self, execution: &ExecutionId, seq: u64) -> Result<(), ReadError> {
-        self.inner.wait_for(execution, seq).await
-    }
-
-    /// Its index files the bad execution as in doubt (as a store whose log was damaged after
-    /// its index was written would), so the listing reaches it.
     async fn list_by_status(
         &self,
+        inner: &MemoryStore,
         filter: StatusFilter,
         after: Option<&ExecutionId>,
         limit: usize,
     ) -> Result<ExecutionPage, ReadError> {
-        let mut page = self.inner.list_by_status(filter, after, limit).await?;
+        let bad = &self.0.bad;
+        let mut page = inner.list_by_status(filter, after, limit).await?;
         if filter == StatusFilter::Status(ExecutionStatus::InDoubt)
-            && after.is_none_or(|after| *after < self.bad)
+            && after.is_none_or(|after| after < bad)
         {
             page.executions.insert(
                 0,
                 ExecutionSummary {
-                    id: self.bad.clone(),
+                    id: bad.clone(),
                     head: 2,
                 },
             );
@@ -112,10 +86,7 @@ async fn a_bad_log_is_reported_and_skipped_and_the_other_doubts_are_listed() {
         )
         .await
         .unwrap();
-    let store = OneBadLog {
-        inner,
-        bad: bad.clone(),
-    };
+    let store = Hooked::new(inner, BadLogFiledInDoubt(OneBadLog { bad: bad.clone() }));
     let report = steps_in_doubt_report(&store).await.unwrap();
     assert_eq!(report.steps.len(), 1);
     assert_eq!(report.steps[0].execution, doubtful);

@@ -2,78 +2,14 @@
 //! the others.
 
 use loom_kernel::Event;
+use loom_kernel::ReadError;
+use loom_kernel::conformance::{Hooked, OneBadLog, StoreHooks};
 use loom_kernel::*;
-use loom_kernel::{AppendError, ExecutionPage, ReadError};
 use loom_kernel::{EventEnvelope, EventStore, ExecutionId, ExecutionStatus, MemoryStore};
 use serde_json::{Value, json};
 
 use crate::support;
 use crate::support::{Calls, id};
-
-/// A memory store that serves one execution's log with a second `EXECUTION_STARTED`, as a
-/// store that acknowledged an invalid append would.
-#[derive(Clone)]
-struct OneBadLog {
-    inner: MemoryStore,
-    bad: ExecutionId,
-}
-
-impl OneBadLog {
-    fn bad_log(&self) -> Vec<EventEnvelope> {
-        (0..2)
-            .map(|seq| {
-                EventEnvelope::new(
-                    self.bad.clone(),
-                    seq,
-                    loom_kernel::conformance::started("one"),
-                )
-            })
-            .collect()
-    }
-}
-
-impl EventStore for OneBadLog {
-    async fn append(
-        &self,
-        execution: &ExecutionId,
-        expected_seq: u64,
-        events: &[Event],
-    ) -> Result<u64, AppendError> {
-        self.inner.append(execution, expected_seq, events).await
-    }
-
-    async fn read(
-        &self,
-        execution: &ExecutionId,
-        from: u64,
-        limit: usize,
-    ) -> Result<Vec<EventEnvelope>, ReadError> {
-        if *execution == self.bad {
-            let log = self.bad_log();
-            return Ok(log.into_iter().skip(from as usize).take(limit).collect());
-        }
-        self.inner.read(execution, from, limit).await
-    }
-
-    async fn head(&self, execution: &ExecutionId) -> Result<u64, ReadError> {
-        if *execution == self.bad {
-            return Ok(2);
-        }
-        self.inner.head(execution).await
-    }
-
-    async fn list_executions(
-        &self,
-        after: Option<&ExecutionId>,
-        limit: usize,
-    ) -> Result<ExecutionPage, ReadError> {
-        self.inner.list_executions(after, limit).await
-    }
-
-    async fn wait_for(&self, execution: &ExecutionId, seq: u64) -> Result<(), ReadError> {
-        self.inner.wait_for(execution, seq).await
-    }
-}
 
 async fn one_step(ctx: FlowCtx, _: Value) -> Result<Value, FlowError> {
     Ok(ctx.execute("echo", &1).await?.to_value())
@@ -94,10 +30,7 @@ async fn recover_reports_and_skips_a_bad_log_and_drives_the_others() {
         e.capabilities.insert("echo".into());
     }
     inner.append(&good, 0, &[started]).await.unwrap();
-    let store = OneBadLog {
-        inner,
-        bad: bad.clone(),
-    };
+    let store = Hooked::new(inner, OneBadLog { bad: bad.clone() });
     let rt = Runtime::builder(store)
         .flow(flow_fn("one", 1, one_step))
         .effect("echo", support::echo(Calls::default()))
@@ -116,10 +49,9 @@ async fn recover_reports_and_skips_a_bad_log_and_drives_the_others() {
     let _ = json!(null);
 }
 
-/// A memory store that counts the reads of each execution's log.
+/// Hooks that count the reads of each execution's log.
 #[derive(Clone, Default)]
 struct CountingReads {
-    inner: MemoryStore,
     reads: std::sync::Arc<std::sync::Mutex<std::collections::BTreeMap<ExecutionId, usize>>>,
 }
 
@@ -134,18 +66,10 @@ impl CountingReads {
     }
 }
 
-impl EventStore for CountingReads {
-    async fn append(
-        &self,
-        execution: &ExecutionId,
-        expected_seq: u64,
-        events: &[Event],
-    ) -> Result<u64, AppendError> {
-        self.inner.append(execution, expected_seq, events).await
-    }
-
+impl StoreHooks<MemoryStore> for CountingReads {
     async fn read(
         &self,
+        inner: &MemoryStore,
         execution: &ExecutionId,
         from: u64,
         limit: usize,
@@ -156,39 +80,14 @@ impl EventStore for CountingReads {
             .unwrap()
             .entry(execution.clone())
             .or_default() += 1;
-        self.inner.read(execution, from, limit).await
-    }
-
-    async fn head(&self, execution: &ExecutionId) -> Result<u64, ReadError> {
-        self.inner.head(execution).await
-    }
-
-    async fn list_executions(
-        &self,
-        after: Option<&ExecutionId>,
-        limit: usize,
-    ) -> Result<ExecutionPage, ReadError> {
-        self.inner.list_executions(after, limit).await
-    }
-
-    async fn wait_for(&self, execution: &ExecutionId, seq: u64) -> Result<(), ReadError> {
-        self.inner.wait_for(execution, seq).await
-    }
-
-    async fn list_by_status(
-        &self,
-        filter: loom_kernel::StatusFilter,
-        after: Option<&ExecutionId>,
-        limit: usize,
-    ) -> Result<ExecutionPage, ReadError> {
-        self.inner.list_by_status(filter, after, limit).await
+        inner.read(execution, from, limit).await
     }
 }
 
 #[tokio::test]
 async fn recover_reads_no_ended_execution() {
     use loom_kernel::conformance::{completed, started, suspended};
-    let store = CountingReads::default();
+    let store = Hooked::<MemoryStore, CountingReads>::default();
     let ended: Vec<ExecutionId> = (0..50).map(|n| id(&format!("ended-{n:03}"))).collect();
     for execution in &ended {
         store
@@ -224,18 +123,18 @@ async fn recover_reads_no_ended_execution() {
         ExecutionStatus::Completed
     );
     assert!(
-        store.reads_of(&parked) > 0,
+        store.hooks.reads_of(&parked) > 0,
         "a parked execution is read for its deadlines"
     );
     for execution in &ended {
         assert_eq!(
-            store.reads_of(execution),
+            store.hooks.reads_of(execution),
             0,
             "recovery read the ended execution {execution}"
         );
     }
     // A second recovery, with the running one now ended too, reads nothing more of it.
-    let before = store.reads_of(&running);
+    let before = store.hooks.reads_of(&running);
     assert_eq!(rt.recover().await.unwrap(), 0);
-    assert_eq!(store.reads_of(&running), before);
+    assert_eq!(store.hooks.reads_of(&running), before);
 }

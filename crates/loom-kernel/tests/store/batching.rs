@@ -4,59 +4,34 @@
 
 use std::sync::{Arc, Mutex};
 
-use loom_kernel::conformance::id;
-use loom_kernel::{AppendError, ExecutionPage, ReadError};
+use loom_kernel::AppendError;
+use loom_kernel::conformance::{Hooked, StoreHooks, id};
 use loom_kernel::{
     EffectCall, EffectOutcome, FlowCtx, FlowError, FnEffect, Runtime, StartOptions, flow_fn,
 };
-use loom_kernel::{Event, EventEnvelope, EventStore, ExecutionId, MemoryStore};
+use loom_kernel::{Event, EventStore, ExecutionId, MemoryStore};
 use serde_json::{Value, json};
 
-/// A memory store that remembers the event types of each append.
+/// Hooks that remember the event types of each append.
 #[derive(Clone, Default)]
 struct Recording {
-    inner: MemoryStore,
     batches: Arc<Mutex<Vec<Vec<&'static str>>>>,
 }
 
-impl EventStore for Recording {
+impl StoreHooks<MemoryStore> for Recording {
     async fn append(
         &self,
+        inner: &MemoryStore,
         execution: &ExecutionId,
         expected_seq: u64,
         events: &[Event],
     ) -> Result<u64, AppendError> {
-        let head = self.inner.append(execution, expected_seq, events).await?;
+        let head = inner.append(execution, expected_seq, events).await?;
         self.batches
             .lock()
             .unwrap()
             .push(events.iter().map(Event::type_name).collect());
         Ok(head)
-    }
-
-    async fn read(
-        &self,
-        execution: &ExecutionId,
-        from: u64,
-        limit: usize,
-    ) -> Result<Vec<EventEnvelope>, ReadError> {
-        self.inner.read(execution, from, limit).await
-    }
-
-    async fn head(&self, execution: &ExecutionId) -> Result<u64, ReadError> {
-        self.inner.head(execution).await
-    }
-
-    async fn list_executions(
-        &self,
-        after: Option<&ExecutionId>,
-        limit: usize,
-    ) -> Result<ExecutionPage, ReadError> {
-        self.inner.list_executions(after, limit).await
-    }
-
-    async fn wait_for(&self, execution: &ExecutionId, seq: u64) -> Result<(), ReadError> {
-        self.inner.wait_for(execution, seq).await
     }
 }
 
@@ -69,7 +44,7 @@ async fn ask_then_wait(ctx: FlowCtx, _input: Value) -> Result<Value, FlowError> 
 
 #[tokio::test]
 async fn a_decision_and_the_gate_opened_in_the_same_poll_are_appended_in_one_batch() {
-    let store = Recording::default();
+    let store = Hooked::<MemoryStore, Recording>::default();
     let runtime = Runtime::builder(store.clone())
         .flow(flow_fn("ask", 1, ask_then_wait))
         .effect(
@@ -90,7 +65,7 @@ async fn a_decision_and_the_gate_opened_in_the_same_poll_are_appended_in_one_bat
         .await
         .unwrap();
     let _ = runtime.wait(&e).await;
-    let batches = store.batches.lock().unwrap().clone();
+    let batches = store.hooks.batches.lock().unwrap().clone();
     let together = batches.iter().any(|batch| {
         batch
             .windows(2)

@@ -17,6 +17,8 @@
 //! # tokio::runtime::Runtime::new().unwrap().block_on(conformance::run_all(&mut Memory));
 //! ```
 
+mod hooked;
+
 use std::collections::BTreeSet;
 
 use serde_json::{Value, json};
@@ -31,6 +33,8 @@ use crate::id::ExecutionId;
 use crate::store::{
     AppendError, EventStore, EventStoreExt, ExecutionSummary, FeedEvent, STREAM_PAGE, StatusFilter,
 };
+
+pub use hooked::{Hooked, OneBadLog, StoreHooks};
 
 /// How the suite gets stores to check.
 pub trait StoreHarness {
