@@ -389,35 +389,13 @@ impl Catalogs {
                 catalog_id: default_catalog,
             });
         }
-        let common: Value =
-            serde_json::from_str(COMMON_TYPES).map_err(|err| CatalogError::InvalidSchema {
-                catalog_id: COMMON_TYPES_ID.into(),
-                name: "common_types".into(),
-                detail: err.to_string(),
-            })?;
-        let placeholder = placeholder_document(&defs);
-        let documents: Vec<(String, Value)> = defs
-            .iter()
-            .map(|d| (d.catalog_id.clone(), d.to_document()))
-            .collect();
         let schema_error =
             |catalog_id: &str, name: &str, detail: String| CatalogError::InvalidSchema {
                 catalog_id: catalog_id.to_owned(),
                 name: name.to_owned(),
                 detail,
             };
-        let mut builder = jsonschema::Registry::new()
-            .add(COMMON_TYPES_ID, &common)
-            .and_then(|b| b.add(CATALOG_PLACEHOLDER_ID, &placeholder))
-            .map_err(|err| schema_error(CATALOG_PLACEHOLDER_ID, "catalog", err.to_string()))?;
-        for (id, doc) in &documents {
-            builder = builder
-                .add(id, doc)
-                .map_err(|err| schema_error(id, "catalog", err.to_string()))?;
-        }
-        let registry = builder
-            .prepare()
-            .map_err(|err| schema_error(&default_catalog, "catalog", err.to_string()))?;
+        let registry = registry_of(&defs, &default_catalog)?;
         let options = || jsonschema::options().with_registry(&registry);
         let mut compiled = BTreeMap::new();
         for def in defs {
@@ -561,6 +539,34 @@ impl Catalogs {
         }
         Ok(())
     }
+}
+
+/// The schema registry of a catalog set: the common types, `catalog.json` resolved to every
+/// component and function of the set, and each catalog's own document (errors name
+/// `blamed_catalog` where no one catalog is at fault).
+pub(crate) fn registry_of(
+    defs: &[CatalogDef],
+    blamed_catalog: &str,
+) -> Result<jsonschema::Registry<'static>, CatalogError> {
+    let schema_error = |catalog_id: &str, name: &str, detail: String| CatalogError::InvalidSchema {
+        catalog_id: catalog_id.to_owned(),
+        name: name.to_owned(),
+        detail,
+    };
+    let common: Value = serde_json::from_str(COMMON_TYPES)
+        .map_err(|err| schema_error(COMMON_TYPES_ID, "common_types", err.to_string()))?;
+    let mut builder = jsonschema::Registry::new()
+        .add(COMMON_TYPES_ID, common)
+        .and_then(|b| b.add(CATALOG_PLACEHOLDER_ID, placeholder_document(defs)))
+        .map_err(|err| schema_error(CATALOG_PLACEHOLDER_ID, "catalog", err.to_string()))?;
+    for def in defs {
+        builder = builder
+            .add(&def.catalog_id, def.to_document())
+            .map_err(|err| schema_error(&def.catalog_id, "catalog", err.to_string()))?;
+    }
+    builder
+        .prepare()
+        .map_err(|err| schema_error(blamed_catalog, "catalog", err.to_string()))
 }
 
 fn placeholder_document(defs: &[CatalogDef]) -> Value {

@@ -32,6 +32,7 @@ mod catalog;
 mod effect;
 mod gate;
 mod hub;
+mod message_schema;
 mod wire;
 
 pub use bridge::{A2UISurfaceBridge, BridgeError, FunctionResult, InboundAction, IngestError};
@@ -49,6 +50,7 @@ pub use gate::{
     call_and_wait, delete_surface,
 };
 pub use hub::{HubError, SUBSCRIBER_BUFFER, SurfaceHub, SurfaceSpec, SurfaceSubscription};
+pub use message_schema::MessageSchema;
 pub use wire::{
     Action, AgentMessage, CallAgentFunction, CallRendererFunction, CreateSurface, DeleteSurface,
     FunctionCall, FunctionError, FunctionOutcome, FunctionResponse, PROTOCOL_VERSION,

@@ -7,53 +7,23 @@ use std::sync::OnceLock;
 use crate::support::*;
 use loom_agent_surface::SurfaceOp;
 use loom_kernel::DataClassification;
-use loom_plugin_a2ui::{
-    A2UISurfaceBridge, BridgeError, CATALOG_PLACEHOLDER_ID, COMMON_TYPES_ID, ComponentError,
-};
+use loom_plugin_a2ui::{A2UISurfaceBridge, BridgeError, ComponentError, MessageSchema};
 use loom_plugin_a2ui::{
     AgentMessage, FunctionError, FunctionOutcome, FunctionResponse, RendererMessage, WireError,
 };
 use proptest::prelude::*;
 use serde_json::{Map, Value, json};
 
-const AGENT_TO_RENDERER: &str = include_str!("../../schemas/agent_to_renderer.json");
-const COMMON_TYPES: &str = include_str!("../../schemas/common_types.json");
-
-/// The agent-to-renderer validator, with `catalog.json` resolved to the test catalogs.
-fn validator() -> &'static jsonschema::Validator {
-    static VALIDATOR: OnceLock<jsonschema::Validator> = OnceLock::new();
-    VALIDATOR.get_or_init(|| {
-        let schema: Value = serde_json::from_str(AGENT_TO_RENDERER).unwrap();
-        let common: Value = serde_json::from_str(COMMON_TYPES).unwrap();
-        let catalogs = catalogs();
-        let placeholder = catalogs.placeholder_document();
-        let documents: Vec<(String, Value)> = catalogs
-            .definitions()
-            .map(|d| (d.id().to_owned(), d.to_document()))
-            .collect();
-        let mut builder = jsonschema::Registry::new()
-            .add(COMMON_TYPES_ID, &common)
-            .unwrap()
-            .add(CATALOG_PLACEHOLDER_ID, &placeholder)
-            .unwrap();
-        for (id, doc) in &documents {
-            builder = builder.add(id, doc).unwrap();
-        }
-        let registry = builder.prepare().unwrap();
-        jsonschema::options()
-            .with_registry(&registry)
-            .build(&schema)
-            .unwrap()
-    })
+/// The agent-to-renderer schema with `catalog.json` resolved to the test catalogs.
+fn validator() -> &'static MessageSchema {
+    static VALIDATOR: OnceLock<MessageSchema> = OnceLock::new();
+    VALIDATOR.get_or_init(|| MessageSchema::new(&catalogs()).unwrap())
 }
 
 /// Checks one emitted message: schema-valid, and it parses back to itself.
 fn check(message: &AgentMessage) {
     let value = message.to_value();
-    let errors: Vec<String> = validator()
-        .iter_errors(&value)
-        .map(|e| format!("{} at {}", e, e.instance_path()))
-        .collect();
+    let errors = validator().errors(&value);
     assert!(errors.is_empty(), "{value} fails the schema: {errors:?}");
     assert_eq!(
         &AgentMessage::parse(value.to_string().as_bytes()).unwrap(),

@@ -9,45 +9,17 @@ use a2ui_callfunction::app::{self, CARD_NUMBER};
 use a2ui_callfunction::client::read_ledger;
 use a2ui_callfunction::story::EXECUTION;
 use loom_kernel::{DiskStore, EventStoreExt, ExecutionId};
-use loom_plugin_a2ui::{AgentMessage, RendererMessage};
-use loom_plugin_a2ui::{CATALOG_PLACEHOLDER_ID, COMMON_TYPES_ID};
+use loom_plugin_a2ui::{AgentMessage, MessageSchema, RendererMessage};
 use loom_replay_check::{Checker, Finding};
 use serde_json::Value;
 
 use crate::support::run_example;
 
-const AGENT_TO_RENDERER: &str =
-    include_str!("../../../../crates/loom-plugin-a2ui/schemas/agent_to_renderer.json");
-const COMMON_TYPES: &str =
-    include_str!("../../../../crates/loom-plugin-a2ui/schemas/common_types.json");
-
-/// The v1.0 agent-to-renderer validator (a2ui-core 0.4.0's schemas), with `catalog.json`
-/// resolved to the example's catalogs; compiled once.
-fn validator() -> &'static jsonschema::Validator {
-    static VALIDATOR: OnceLock<jsonschema::Validator> = OnceLock::new();
-    VALIDATOR.get_or_init(|| {
-        let schema: Value = serde_json::from_str(AGENT_TO_RENDERER).unwrap();
-        let common: Value = serde_json::from_str(COMMON_TYPES).unwrap();
-        let catalogs = app::catalogs();
-        let placeholder = catalogs.placeholder_document();
-        let documents: Vec<(String, Value)> = catalogs
-            .definitions()
-            .map(|d| (d.id().to_owned(), d.to_document()))
-            .collect();
-        let mut builder = jsonschema::Registry::new()
-            .add(COMMON_TYPES_ID, &common)
-            .unwrap()
-            .add(CATALOG_PLACEHOLDER_ID, &placeholder)
-            .unwrap();
-        for (id, doc) in &documents {
-            builder = builder.add(id, doc).unwrap();
-        }
-        let registry = builder.prepare().unwrap();
-        jsonschema::options()
-            .with_registry(&registry)
-            .build(&schema)
-            .unwrap()
-    })
+/// The v1.0 agent-to-renderer schema (a2ui-core 0.4.0's), with `catalog.json` resolved to the
+/// example's catalogs; compiled once.
+fn validator() -> &'static MessageSchema {
+    static VALIDATOR: OnceLock<MessageSchema> = OnceLock::new();
+    VALIDATOR.get_or_init(|| MessageSchema::new(&app::catalogs()).unwrap())
 }
 
 fn run_story(dir: &Path) {
@@ -130,10 +102,7 @@ fn the_story_places_the_order_once_replays_and_keeps_the_wire_valid_and_the_card
         let message = &entry["message"];
         match entry["direction"].as_str() {
             Some("agent_to_renderer") => {
-                let errors: Vec<String> = validator()
-                    .iter_errors(message)
-                    .map(|e| format!("{e} at {}", e.instance_path()))
-                    .collect();
+                let errors = validator().errors(message);
                 assert!(errors.is_empty(), "{message} fails the schema: {errors:?}");
                 AgentMessage::from_value(message).unwrap();
             }
