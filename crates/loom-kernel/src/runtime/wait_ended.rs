@@ -20,18 +20,25 @@ impl<S: EventStore> Runtime<S> {
     /// ```
     /// use std::time::Duration;
     /// use loom_kernel::{FlowCtx, FlowError, Runtime, StartOptions, flow_fn};
-    /// use loom_kernel::{ExecutionId, ExecutionStatus, MemoryStore};
+    /// use loom_kernel::{ExecutionId, ExecutionStatus, ManualClock, MemoryStore};
     ///
     /// async fn nap(ctx: FlowCtx, _: ()) -> Result<&'static str, FlowError> {
-    ///     ctx.sleep(Duration::from_millis(5)).await?; // parks at a timer
+    ///     ctx.sleep(Duration::from_secs(3600)).await?; // parks at a timer
     ///     Ok("rested")
     /// }
     ///
     /// # tokio::runtime::Runtime::new().unwrap().block_on(async {
-    /// let loom = Runtime::builder(MemoryStore::new()).flow(flow_fn("nap", 1, nap)).build()?;
+    /// // A clock the example moves, so that the timer fires when it says, not when a busy
+    /// // machine gets to it.
+    /// let clock = ManualClock::new(1_800_000_000_000);
+    /// let loom = Runtime::builder(MemoryStore::new())
+    ///     .flow(flow_fn("nap", 1, nap))
+    ///     .clock(clock.clone())
+    ///     .build()?;
     /// let id = ExecutionId::new("nap-1")?;
     /// loom.start("nap", &(), StartOptions::new(id.clone())).await?;
     /// assert_eq!(loom.wait(&id).await?.status(), ExecutionStatus::Suspended);
+    /// clock.advance(Duration::from_secs(3600));
     /// assert_eq!(loom.wait_ended(&id).await?.status(), ExecutionStatus::Completed);
     /// # Ok::<(), Box<dyn std::error::Error>>(())
     /// # }).unwrap();

@@ -1,0 +1,61 @@
+//! The work of a replay, counted rather than timed: records the replay bench's execution
+//! (10,000 sequential steps on the disk store), then replays its log from memory as many times
+//! as the first argument says. Run it under `valgrind --tool=callgrind` with 0 and with N: the
+//! difference of the two instruction counts is N replays, the 0 run is starting a runtime and
+//! 10,000 live steps. Counts move little between runs, so two builds compare where wall-clock
+//! figures on a shared machine cannot.
+//!
+//! `cargo bench -p loom-kernel --bench replay_work --no-run`, then
+//! `valgrind --tool=callgrind target/release/deps/replay_work-<hash> 3` (and `0`).
+
+mod support;
+
+use loom_kernel::{DiskStore, EventStoreExt, ExecutionId, ExecutionStatus};
+use loom_kernel::{
+    EffectCall, EffectOutcome, FlowCtx, FlowError, FnEffect, Runtime, StartOptions, flow_fn,
+};
+
+const STEPS: u64 = 10_000;
+
+async fn many_steps(ctx: FlowCtx, steps: u64) -> Result<u64, FlowError> {
+    let mut total = 0;
+    for i in 0..steps {
+        let out: u64 = ctx.call("noop", &i).await?;
+        total += out;
+    }
+    Ok(total)
+}
+
+fn main() {
+    // `cargo bench` passes `--bench`; only a number is a count of replays.
+    let replays: usize = std::env::args()
+        .skip(1)
+        .find_map(|arg| arg.parse().ok())
+        .unwrap_or(0);
+    let runtime = support::tokio_runtime();
+    let dir = support::scratch_dir();
+    let store = DiskStore::open(dir.path().join("replay.redb")).expect("store");
+    let loom = Runtime::builder(store)
+        .flow(flow_fn("many", 1, many_steps))
+        .effect(
+            "noop",
+            FnEffect::new(true, |call: EffectCall| async move {
+                EffectOutcome::ok(call.input)
+            }),
+        )
+        .build()
+        .expect("runtime");
+    let e = ExecutionId::new("recorded").expect("id");
+    let log = runtime.block_on(async {
+        loom.start("many", &STEPS, StartOptions::new(e.clone()).grant("noop"))
+            .await
+            .expect("start");
+        let state = loom.wait(&e).await.expect("wait");
+        assert_eq!(state.status(), ExecutionStatus::Completed);
+        loom.store().read_all(&e).await.expect("read")
+    });
+    for _ in 0..replays {
+        loom.replay_log(log.clone()).expect("deterministic");
+    }
+    println!("loom replay_work steps={STEPS} replays={replays}");
+}
