@@ -10,21 +10,7 @@
 
 mod support;
 
-use loom_kernel::{DiskStore, EventStoreExt, ExecutionId, ExecutionStatus};
-use loom_kernel::{
-    EffectCall, EffectOutcome, FlowCtx, FlowError, FnEffect, Runtime, StartOptions, flow_fn,
-};
-
 const STEPS: u64 = 10_000;
-
-async fn many_steps(ctx: FlowCtx, steps: u64) -> Result<u64, FlowError> {
-    let mut total = 0;
-    for i in 0..steps {
-        let out: u64 = ctx.call("noop", &i).await?;
-        total += out;
-    }
-    Ok(total)
-}
 
 fn main() {
     // `cargo bench` passes `--bench`; only a number is a count of replays.
@@ -34,26 +20,7 @@ fn main() {
         .unwrap_or(0);
     let runtime = support::tokio_runtime();
     let dir = support::scratch_dir();
-    let store = DiskStore::open(dir.path().join("replay.redb")).expect("store");
-    let loom = Runtime::builder(store)
-        .flow(flow_fn("many", 1, many_steps))
-        .effect(
-            "noop",
-            FnEffect::new(true, |call: EffectCall| async move {
-                EffectOutcome::ok(call.input)
-            }),
-        )
-        .build()
-        .expect("runtime");
-    let e = ExecutionId::new("recorded").expect("id");
-    let log = runtime.block_on(async {
-        loom.start("many", &STEPS, StartOptions::new(e.clone()).grant("noop"))
-            .await
-            .expect("start");
-        let state = loom.wait(&e).await.expect("wait");
-        assert_eq!(state.status(), ExecutionStatus::Completed);
-        loom.store().read_all(&e).await.expect("read")
-    });
+    let (loom, _, log) = support::recorded_steps(&runtime, dir.path(), STEPS);
     for _ in 0..replays {
         loom.replay_log(log.clone()).expect("deterministic");
     }

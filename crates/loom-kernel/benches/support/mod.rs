@@ -24,6 +24,46 @@ pub fn scratch_dir() -> tempfile::TempDir {
         .expect("scratch dir")
 }
 
+/// Sequential steps of the no-op effect `noop`, as the replay benchmarks record them.
+async fn noop_steps(ctx: FlowCtx, steps: u64) -> Result<u64, FlowError> {
+    let mut total = 0;
+    for i in 0..steps {
+        let out: u64 = ctx.call("noop", &i).await?;
+        total += out;
+    }
+    Ok(total)
+}
+
+/// A runtime on a disk store in `dir` whose execution `recorded` ran `steps` sequential no-op
+/// steps to completion, and that execution's log: what the replay benchmarks replay.
+pub fn recorded_steps(
+    tokio: &tokio::runtime::Runtime,
+    dir: &std::path::Path,
+    steps: u64,
+) -> (Runtime<DiskStore>, ExecutionId, Vec<EventEnvelope>) {
+    let store = DiskStore::open(dir.join("replay.redb")).expect("store");
+    let loom = Runtime::builder(store)
+        .flow(flow_fn("many", 1, noop_steps))
+        .effect(
+            "noop",
+            FnEffect::new(true, |call: EffectCall| async move {
+                EffectOutcome::ok(call.input)
+            }),
+        )
+        .build()
+        .expect("runtime");
+    let e = ExecutionId::new("recorded").expect("id");
+    let log = tokio.block_on(async {
+        loom.start("many", &steps, StartOptions::new(e.clone()).grant("noop"))
+            .await
+            .expect("start");
+        let state = loom.wait(&e).await.expect("wait");
+        assert_eq!(state.status(), ExecutionStatus::Completed);
+        loom.store().read_all(&e).await.expect("read")
+    });
+    (loom, e, log)
+}
+
 /// The `i`-th event of a typical agent flow: steps with outputs, decisions, surface patches,
 /// and gates opened and resumed (about 150 bytes of JSON each).
 pub fn typical_event(i: u64) -> Event {

@@ -61,8 +61,8 @@ mod tests {
     use crate::payload::Payload;
     use crate::runtime::effect::EffectOutcome;
 
-    #[test]
-    fn a_verdict_answers_a_step_in_doubt_once() {
+    /// A flow whose step `charge#1` is parked in doubt, and that step's slot.
+    fn charge_in_doubt() -> (FlowState, u64) {
         let mut s = flow_state();
         let slot = s.new_slot();
         s.park_in_doubt(
@@ -73,6 +73,12 @@ mod tests {
             1,
             slot,
         );
+        (s, slot)
+    }
+
+    #[test]
+    fn a_verdict_answers_a_step_in_doubt_once() {
+        let (mut s, slot) = charge_in_doubt();
         assert!(s.waits_for_messages());
         let output = Payload::from_value(&serde_json::json!("ok"));
         let verdict = Verdict::Completed {
@@ -90,16 +96,7 @@ mod tests {
 
     #[test]
     fn a_retry_of_an_effect_no_longer_registered_fails_the_step() {
-        let mut s = flow_state();
-        let slot = s.new_slot();
-        s.park_in_doubt(
-            "charge#1".into(),
-            "charge",
-            "d".into(),
-            Payload::null(),
-            1,
-            slot,
-        );
+        let (mut s, slot) = charge_in_doubt();
         assert_eq!(s.resolve("charge#1", Verdict::Retry, None), Ok(()));
         assert!(matches!(filled(&s, slot), Some(Err(StepError::Failed(_)))));
         assert!(s.take_queued().1.is_empty(), "nothing runs");
