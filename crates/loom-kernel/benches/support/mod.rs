@@ -34,14 +34,13 @@ async fn noop_steps(ctx: FlowCtx, steps: u64) -> Result<u64, FlowError> {
     Ok(total)
 }
 
-/// A runtime on a disk store in `dir` whose execution `recorded` ran `steps` sequential no-op
-/// steps to completion, and that execution's log: what the replay benchmarks replay.
-pub fn recorded_steps(
+/// A runtime on `store` whose execution `recorded` ran `steps` sequential no-op steps to
+/// completion, and that execution's log.
+pub fn run_steps<S: EventStore + 'static>(
     tokio: &tokio::runtime::Runtime,
-    dir: &std::path::Path,
+    store: S,
     steps: u64,
-) -> (Runtime<DiskStore>, ExecutionId, Vec<EventEnvelope>) {
-    let store = DiskStore::open(dir.join("replay.redb")).expect("store");
+) -> (Runtime<S>, ExecutionId, Vec<EventEnvelope>) {
     let loom = Runtime::builder(store)
         .flow(flow_fn("many", 1, noop_steps))
         .effect(
@@ -62,6 +61,17 @@ pub fn recorded_steps(
         loom.store().read_all(&e).await.expect("read")
     });
     (loom, e, log)
+}
+
+/// A runtime on a disk store in `dir` whose execution `recorded` ran `steps` sequential no-op
+/// steps to completion, and that execution's log: what the replay benchmarks replay.
+pub fn recorded_steps(
+    tokio: &tokio::runtime::Runtime,
+    dir: &std::path::Path,
+    steps: u64,
+) -> (Runtime<DiskStore>, ExecutionId, Vec<EventEnvelope>) {
+    let store = DiskStore::open(dir.join("replay.redb")).expect("store");
+    run_steps(tokio, store, steps)
 }
 
 /// The `i`-th event of a typical agent flow: steps with outputs, decisions, surface patches,

@@ -275,12 +275,14 @@ impl History {
     pub(crate) fn from_events(events: impl IntoIterator<Item = (u64, Event)>) -> Self {
         let events = events.into_iter();
         let mut history = History::default();
-        // Most events are commands or answer one: sized once rather than grown (up to a
-        // bound, for long logs of other events).
-        history.commands.reserve(events.size_hint().0.min(4096));
+        // At most one command per event: sized once rather than grown (growing a long log's
+        // commands doubles them past their count and holds both copies while it moves them),
+        // then the room other events left is given back.
+        history.commands.reserve(events.size_hint().0);
         for (seq, event) in events {
             history.record(seq, event);
         }
+        history.commands.shrink_to_fit();
         history
     }
 

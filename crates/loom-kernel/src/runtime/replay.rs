@@ -97,13 +97,12 @@ pub(crate) fn replay_log<S: EventStore>(
     let Some(first) = log.first() else {
         return Err(ReplayError::Empty);
     };
-    let refolded;
+    // A fold made here is dropped once the flow's state is built from it: the replay itself
+    // needs only the history, and a fold of a long log is large (its step table).
+    let mut refolded = None;
     let folded = match folded {
         Some(state) if state.next_seq() == log.len() as u64 => state,
-        _ => {
-            refolded = ExecutionState::fold(&log)?;
-            &refolded
-        }
+        _ => &*refolded.insert(ExecutionState::fold(&log)?),
     };
     let Event::ExecutionStarted(started) = &first.event else {
         return Err(ReplayError::Empty);
@@ -140,6 +139,7 @@ pub(crate) fn replay_log<S: EventStore>(
         history,
         folded,
     );
+    drop(refolded);
     ctx.state().watch_live = true;
     let returned = match run_to_rest(flow.as_ref(), &ctx, &started.input) {
         Ok(returned) => returned,
