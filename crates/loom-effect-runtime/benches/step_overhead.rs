@@ -11,11 +11,9 @@
 
 use criterion::{Criterion, Throughput, criterion_group, criterion_main};
 use loom_effect_runtime::{EffectContext, EffectDef, EffectError, EffectRegistry};
-use loom_kernel::conformance::id;
-use loom_kernel::{
-    EffectCall, EffectOutcome, FlowCtx, FlowError, FnEffect, Runtime, StartOptions, flow_fn,
-};
+use loom_kernel::conformance::{echo_effect, id};
 use loom_kernel::{ExecutionStatus, MemoryStore};
+use loom_kernel::{FlowCtx, FlowError, Runtime, StartOptions, flow_fn};
 
 const STEPS: u64 = 1_000;
 
@@ -68,12 +66,7 @@ fn overhead(c: &mut Criterion) {
     });
     let kernel = Runtime::builder(MemoryStore::new())
         .flow(flow_fn("steps", 1, steps))
-        .effect(
-            "noop",
-            FnEffect::new(true, |call: EffectCall| async move {
-                EffectOutcome::ok(call.input)
-            }),
-        )
+        .effect("noop", echo_effect())
         .build()
         .expect("runtime");
     let mut n = 0;

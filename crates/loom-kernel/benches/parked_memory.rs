@@ -32,11 +32,7 @@ async fn gated(ctx: FlowCtx, _: Value) -> Result<Value, FlowError> {
 }
 
 fn child(mode: &str) {
-    let tokio = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-        .expect("tokio");
+    let tokio = support::tokio_runtime();
     let rss_before = status_kib("VmRSS:");
     tokio.block_on(async {
         let noop = FnEffect::new(true, |_call: EffectCall| async {

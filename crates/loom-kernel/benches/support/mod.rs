@@ -4,7 +4,7 @@
 
 pub mod process;
 
-use loom_kernel::conformance::started;
+use loom_kernel::conformance::{echo_effect, started};
 use loom_kernel::*;
 use loom_kernel::{Event, EventEnvelope, ExecutionId};
 use serde_json::json;
@@ -43,12 +43,7 @@ pub fn run_steps<S: EventStore + 'static>(
 ) -> (Runtime<S>, ExecutionId, Vec<EventEnvelope>) {
     let loom = Runtime::builder(store)
         .flow(flow_fn("many", 1, noop_steps))
-        .effect(
-            "noop",
-            FnEffect::new(true, |call: EffectCall| async move {
-                EffectOutcome::ok(call.input)
-            }),
-        )
+        .effect("noop", echo_effect())
         .build()
         .expect("runtime");
     let e = ExecutionId::new("recorded").expect("id");

@@ -94,6 +94,13 @@ pub fn id(name: &str) -> ExecutionId {
     ExecutionId::new(name).expect("test execution id")
 }
 
+/// An idempotent effect that answers with its input: the no-op step of benchmarks and tests.
+pub fn echo_effect() -> impl crate::Effect {
+    crate::FnEffect::new(true, |call: crate::EffectCall| async move {
+        crate::EffectOutcome::ok(call.input)
+    })
+}
+
 /// `events` as the log of `execution`, from seq 0.
 pub fn log_of(
     execution: &ExecutionId,
