@@ -20,7 +20,7 @@ use std::time::Instant;
 use loom_kernel::*;
 use loom_kernel::{ExecutionStatus, MemoryStore, Payload};
 use serde_json::{Value, json};
-use support::process::{execution_ids, idle_second, run_scenarios, start_all, status_kib, threads};
+use support::process::{execution_ids, idle_second, in_runtime, run_scenarios, start_all, threads};
 
 const CHILD_ENV: &str = "LOOM_PARKED_MEMORY_CHILD";
 const EXECUTIONS: usize = 100_000;
@@ -32,9 +32,7 @@ async fn gated(ctx: FlowCtx, _: Value) -> Result<Value, FlowError> {
 }
 
 fn child(mode: &str) {
-    let tokio = support::tokio_runtime();
-    let rss_before = status_kib("VmRSS:");
-    tokio.block_on(async {
+    in_runtime(|rss_before| async move {
         let noop = FnEffect::new(true, |_call: EffectCall| async {
             EffectOutcome::ok(Payload::null())
         });

@@ -16,7 +16,7 @@ use std::time::{Duration, Instant};
 use loom_kernel::*;
 use loom_kernel::{ExecutionStatus, MemoryStore};
 use serde_json::{Value, json};
-use support::process::{execution_ids, idle_second, run_scenarios, start_all, status_kib, threads};
+use support::process::{execution_ids, idle_second, in_runtime, run_scenarios, start_all, threads};
 
 const CHILD_ENV: &str = "LOOM_TIMERS_IDLE_CHILD";
 const EXECUTIONS: usize = 100_000;
@@ -32,9 +32,7 @@ async fn gated(ctx: FlowCtx, _: Value) -> Result<Value, FlowError> {
 }
 
 fn child(mode: &str) {
-    let tokio = support::tokio_runtime();
-    let rss_before = status_kib("VmRSS:");
-    tokio.block_on(async {
+    in_runtime(|rss_before| async move {
         let clock = ManualClock::new(1_800_000_000_000);
         let builder = Runtime::builder(MemoryStore::new())
             .flow(flow_fn("sleeper", 1, sleeper))
@@ -47,8 +45,7 @@ fn child(mode: &str) {
         .expect("runtime");
         let flow = if mode == "gate" { "gated" } else { "sleeper" };
         let ids = execution_ids(EXECUTIONS);
-        let start_secs =
-            start_all(&runtime, flow, &ids, |id| StartOptions::new(id.clone())).await;
+        let start_secs = start_all(&runtime, flow, &ids, |id| StartOptions::new(id.clone())).await;
         let (rss, idle_cpu_us) = idle_second().await;
         println!(
             "{mode}: {EXECUTIONS} executions parked in {start_secs:.2} s; pending timers {}; RSS {:.1} MiB (process before the runtime: {:.1} MiB); threads {}; CPU over one idle second: {idle_cpu_us} µs",

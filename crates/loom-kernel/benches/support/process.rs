@@ -27,6 +27,14 @@ pub fn run_scenarios(child_env: &str, modes: &[&str], child: fn(&str)) {
     }
 }
 
+/// Runs a scenario on the benchmarks' tokio runtime, handing it the process's resident memory
+/// (KiB) before the scenario began.
+pub fn in_runtime<F: std::future::Future<Output = ()>>(scenario: impl FnOnce(u64) -> F) {
+    let tokio = super::tokio_runtime();
+    let rss_before = status_kib("VmRSS:");
+    tokio.block_on(scenario(rss_before));
+}
+
 /// A line of `/proc/self/status`, in KiB.
 pub fn status_kib(field: &str) -> u64 {
     std::fs::read_to_string("/proc/self/status")
