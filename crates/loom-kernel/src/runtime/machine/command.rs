@@ -25,21 +25,22 @@ impl<R, D: Held, C> Machine<R, D, C> {
     pub(crate) fn issued(
         &mut self,
         events: Vec<Event>,
-        dispatches: Vec<D>,
+        mut dispatches: Vec<D>,
         children: Vec<C>,
     ) -> Ready<D, C> {
         self.enqueue(events);
         let durable_at = self.durable_head
             + self.in_flight.as_ref().map_or(0, |(_, len)| *len)
             + self.queued.len() as u64;
-        let mut ready = Ready::default();
-        for dispatch in dispatches {
-            if dispatch.durable_before() || self.durable_head == 0 {
-                self.held.push((durable_at, dispatch));
-            } else {
-                ready.run.push(dispatch);
-            }
-        }
+        // The effects to run now stay in the flow's own list, in order: no list per command.
+        let hold_all = self.durable_head == 0;
+        let held = dispatches.extract_if(.., |dispatch| hold_all || dispatch.durable_before());
+        self.held
+            .extend(held.map(|dispatch| (durable_at, dispatch)));
+        let mut ready = Ready {
+            run: dispatches,
+            children: Vec::new(),
+        };
         for child in children {
             if durable_at <= self.durable_head {
                 ready.children.push(child);
