@@ -124,15 +124,25 @@ pub async fn checkout_started(
     execution: &str,
 ) -> (MemoryStore, SurfaceHub, Runtime<MemoryStore>, ExecutionId) {
     let store = MemoryStore::new();
+    let (hub, runtime, e) = checkout_started_on(store.clone(), execution).await;
+    (store, hub, runtime, e)
+}
+
+/// A `checkout` started as `execution` on `store` by a new hub and runtime, once it waits on
+/// the renderer: the hub, the runtime and the execution.
+pub async fn checkout_started_on(
+    store: MemoryStore,
+    execution: &str,
+) -> (SurfaceHub, Runtime<MemoryStore>, ExecutionId) {
     let hub = hub();
-    let runtime = runtime(store.clone(), &hub);
+    let runtime = runtime(store, &hub);
     let e = ExecutionId::new(execution).expect("an execution id");
     runtime
         .start("checkout", &order(), StartOptions::new(e.clone()))
         .await
         .expect("the checkout starts");
     let _ = runtime.wait(&e).await;
-    (store, hub, runtime, e)
+    (hub, runtime, e)
 }
 
 /// What a renderer does with `updateDataModel`: writes the value at the pointer (creating the
