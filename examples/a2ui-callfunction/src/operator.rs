@@ -31,11 +31,17 @@ pub const FAILED_BY_OPERATOR: &str = "operator.failed";
 #[serde(tag = "kind", rename_all = "camelCase")]
 pub enum VerdictArg {
     /// The effect ran: this is its output.
-    Completed { output: Value },
+    Completed {
+        /// The output the flow gets.
+        output: Value,
+    },
     /// Run it again with the same call id (the renderer's dedup answers a repeat).
     Retry,
     /// It did not run, or it failed: the step fails with this message.
-    Failed { message: String },
+    Failed {
+        /// Why, recorded with the failure.
+        message: String,
+    },
 }
 
 impl VerdictArg {
@@ -60,8 +66,11 @@ pub enum AdminRequest {
     List,
     /// Records a verdict on one step.
     Resolve {
+        /// The execution the step belongs to.
         execution: String,
+        /// The step in doubt.
         step: String,
+        /// The verdict.
         verdict: VerdictArg,
     },
 }
@@ -74,7 +83,12 @@ pub enum Target {
     /// The store file, when no server holds it, or a `postgres://` URL.
     Store(PathBuf),
     /// A PostgreSQL store: the URL and the schema.
-    Postgres { url: String, schema: String },
+    Postgres {
+        /// The server's URL.
+        url: String,
+        /// The schema the store's tables are in.
+        schema: String,
+    },
 }
 
 /// The note that tells a step in doubt.
