@@ -141,6 +141,9 @@ pub struct ExecutionState {
     /// K3: the `max_cost` of steps started with one and without an outcome yet, by step id:
     /// what a `completed` verdict charges (ADR 0024).
     held: BTreeMap<String, u64>,
+    /// K3: the part of `held` that steps started and not in doubt hold: what the budget cannot
+    /// give to another step while they run.
+    held_running: u64,
     /// Steps started and without an outcome, not in doubt: work a worker must drive on.
     in_flight: usize,
     decisions: LookupMap<u64>,
@@ -312,6 +315,7 @@ impl ExecutionState {
             pending_gates: BTreeMap::new(),
             in_doubt: BTreeSet::new(),
             held: BTreeMap::new(),
+            held_running: 0,
             in_flight: 0,
             decisions: LookupMap::default(),
             names: HashSet::default(),
@@ -371,10 +375,9 @@ impl ExecutionState {
         self.budget_spent
     }
 
-    /// K3: what each step started with a `max_cost` and without an outcome holds, by step id:
-    /// what a `completed` verdict charges (ADR 0024).
-    pub(crate) fn held_costs(&self) -> &BTreeMap<String, u64> {
-        &self.held
+    /// K3: what the steps started and neither ended nor in doubt hold (their `max_cost`).
+    pub(crate) fn held_running(&self) -> u64 {
+        self.held_running
     }
     /// Every step the log mentions, in step id order.
     pub fn steps(&self) -> BTreeMap<&str, &StepRecord> {
@@ -470,14 +473,14 @@ impl ExecutionState {
         }
     }
 
-    fn refuse(&self, envelope: &EventEnvelope, violation: Violation) -> FoldError {
+    fn refuse(&self, execution_id: &ExecutionId, seq: u64, violation: Violation) -> FoldError {
         FoldError {
             execution: self
                 .execution_id
                 .as_ref()
-                .unwrap_or(&envelope.execution_id)
+                .unwrap_or(execution_id)
                 .to_string(),
-            seq: envelope.seq,
+            seq,
             violation: Box::new(violation),
         }
     }
@@ -485,25 +488,67 @@ impl ExecutionState {
     /// Folds one event. On error the state is unchanged: every branch checks before it
     /// writes, and looks each map up once (the fold is the hot path of recovery and replay).
     pub fn apply(&mut self, envelope: &EventEnvelope) -> Result<(), FoldError> {
-        self.apply_checked(envelope)
-            .map_err(|violation| self.refuse(envelope, violation))?;
-        self.next_seq = envelope.seq + 1;
+        self.apply_issued(&envelope.execution_id, envelope.seq, &envelope.event)
+    }
+
+    /// Folds an event of `execution_id` that is to have `seq`, without its envelope: how a
+    /// live execution folds what it issues, before it is durable. The same checks as
+    /// [`ExecutionState::apply`].
+    pub(crate) fn apply_issued(
+        &mut self,
+        execution_id: &ExecutionId,
+        seq: u64,
+        event: &Event,
+    ) -> Result<(), FoldError> {
+        self.apply_checked(execution_id, seq, event, false)
+            .map_err(|violation| self.refuse(execution_id, seq, violation))?;
+        self.next_seq = seq + 1;
         Ok(())
     }
 
-    fn apply_checked(&mut self, envelope: &EventEnvelope) -> Result<(), Violation> {
-        let seq = envelope.seq;
-        let event = &envelope.event;
-        if seq != self.next_seq {
+    /// Folds the outcome of a step whose `STEP_STARTED` is not yet written, in that start's
+    /// place (`seq`, the start's): the log records a quick step by its outcome alone, and this
+    /// leaves the state that outcome alone gives, the log's length unchanged. Refused unless
+    /// the step was started at `seq`.
+    pub(crate) fn apply_in_place_of_start(
+        &mut self,
+        execution_id: &ExecutionId,
+        seq: u64,
+        event: &Event,
+    ) -> Result<(), FoldError> {
+        let step_id = match event {
+            Event::StepCompleted(e) => Some(e.step_id.as_str()),
+            Event::StepFailed(e) => Some(e.step_id.as_str()),
+            _ => None,
+        };
+        let started_there = step_id
+            .and_then(|id| self.steps.get(id))
+            .is_some_and(|r| matches!(r.status, StepStatus::Started { seq: at, .. } if at == seq));
+        if !started_there {
+            let expected = self.next_seq;
+            return Err(self.refuse(execution_id, seq, Violation::SeqGap { expected }));
+        }
+        self.apply_checked(execution_id, seq, event, true)
+            .map_err(|violation| self.refuse(execution_id, seq, violation))
+    }
+
+    fn apply_checked(
+        &mut self,
+        execution_id: &ExecutionId,
+        seq: u64,
+        event: &Event,
+        in_place: bool,
+    ) -> Result<(), Violation> {
+        if seq != self.next_seq && !in_place {
             return Err(Violation::SeqGap {
                 expected: self.next_seq,
             });
         }
         if let Some(id) = &self.execution_id
-            && *id != envelope.execution_id
+            && id != execution_id
         {
             return Err(Violation::ForeignExecution {
-                found: envelope.execution_id.to_string(),
+                found: execution_id.to_string(),
             });
         }
         if self.status == ExecutionStatus::New {
@@ -512,7 +557,7 @@ impl ExecutionState {
                     found: event.type_name(),
                 });
             };
-            self.execution_id = Some(envelope.execution_id.clone());
+            self.execution_id = Some(execution_id.clone());
             self.flow = Some((e.flow.clone(), e.flow_version));
             self.capabilities = e.capabilities.clone();
             self.budget = e.budget;
@@ -533,22 +578,25 @@ impl ExecutionState {
                     seq,
                 };
                 self.record_step(&e.step_id, &e.effect, status, "STEP_STARTED")?;
-                if e.max_cost == 0 {
-                    self.held.remove(&e.step_id);
+                // A step started again (a re-run, a retry) held its previous attempt's cost.
+                let before = if e.max_cost == 0 {
+                    self.held.remove(&e.step_id)
                 } else {
-                    self.held.insert(e.step_id.clone(), e.max_cost);
-                }
+                    self.held.insert(e.step_id.clone(), e.max_cost)
+                };
+                self.held_running = (self.held_running.saturating_sub(before.unwrap_or(0)))
+                    .saturating_add(e.max_cost);
             }
             Event::StepCompleted(e) => {
                 let status = StepStatus::Completed { seq };
                 self.record_step(&e.step_id, &e.effect, status, "STEP_COMPLETED")?;
-                self.held.remove(&e.step_id);
+                self.release(&e.step_id);
                 self.budget_spent = self.budget_spent.saturating_add(e.cost);
             }
             Event::StepFailed(e) => {
                 let status = StepStatus::Failed { seq };
                 self.record_step(&e.step_id, &e.effect, status, "STEP_FAILED")?;
-                self.held.remove(&e.step_id);
+                self.release(&e.step_id);
                 self.budget_spent = self.budget_spent.saturating_add(e.cost);
             }
             Event::EffectInDoubt(e) => {
@@ -559,6 +607,9 @@ impl ExecutionState {
                             seq,
                         };
                         self.in_flight -= 1;
+                        // In doubt, a step holds nothing against what others may spend.
+                        let held = self.held.get(&e.step_id).copied().unwrap_or(0);
+                        self.held_running = self.held_running.saturating_sub(held);
                     }
                     _ => {
                         return Err(Violation::InDoubtWithoutStart {
@@ -580,6 +631,8 @@ impl ExecutionState {
                     record.status = match (&e.verdict, record.status) {
                         (Verdict::Retry, StepStatus::InDoubt { attempt, .. }) => {
                             self.in_flight += 1;
+                            let held = self.held.get(&e.step_id).copied().unwrap_or(0);
+                            self.held_running = self.held_running.saturating_add(held);
                             StepStatus::Started { attempt, seq }
                         }
                         (Verdict::Retry, status) => status,
@@ -718,6 +771,14 @@ impl ExecutionState {
                 self.in_flight -= usize::from(!starts);
                 Ok(())
             }
+        }
+    }
+
+    /// A step's outcome is recorded: what it held is released (it was running: a step in
+    /// doubt gets a verdict, not an outcome).
+    fn release(&mut self, step_id: &str) {
+        if let Some(held) = self.held.remove(step_id) {
+            self.held_running = self.held_running.saturating_sub(held);
         }
     }
 

@@ -5,7 +5,7 @@
 
 use std::sync::Arc;
 
-use super::state::{Dispatch, FlowState, RunningStep};
+use super::state::{Dispatch, FlowState, StepSide};
 use super::{Held, Machine, Ready};
 use crate::classify::DataClassification;
 use crate::event::*;
@@ -147,11 +147,7 @@ impl FlowState {
         event_type: &str,
         correlation_key: &str,
     ) -> Result<(), StepError> {
-        if self
-            .gates
-            .iter()
-            .any(|g| g.event_type == event_type && g.correlation_key == correlation_key)
-        {
+        if self.waiting_gate(event_type, correlation_key).is_some() {
             return Err(StepError::DuplicateGate {
                 event_type: event_type.to_owned(),
                 correlation_key: correlation_key.to_owned(),
@@ -182,7 +178,7 @@ impl FlowState {
             return Err(StepError::Diverged);
         }
         self.note_live(&attempted);
-        self.out.push(Event::ExecutionSuspended(ExecutionSuspended {
+        self.issue(Event::ExecutionSuspended(ExecutionSuspended {
             gate_id: gate_id.to_owned(),
             event_type: event_type.to_owned(),
             correlation_key: correlation_key.to_owned(),
@@ -236,8 +232,8 @@ impl FlowState {
                 self.fill(slot, Err(StepError::Failed(error)));
                 None
             }
-            Some(StepState::InDoubt { attempt }) => {
-                self.park_in_doubt(step_id, effect, digest, input, attempt, slot);
+            Some(StepState::InDoubt { .. }) => {
+                self.park_in_doubt(step_id, digest, input, slot);
                 None
             }
             Some(StepState::InFlight { attempt: previous }) => {
@@ -251,13 +247,13 @@ impl FlowState {
                         self.start_step(handler, call, digest, slot);
                     }
                     _ => {
-                        self.out.push(Event::EffectInDoubt(EffectInDoubt {
+                        self.issue(Event::EffectInDoubt(EffectInDoubt {
                             step_id: step_id.clone(),
                             effect: effect.to_owned(),
                             attempt: previous,
                             reason: Some(worker_stopped(previous)),
                         }));
-                        self.park_in_doubt(step_id, effect, digest, input, previous, slot);
+                        self.park_in_doubt(step_id, digest, input, slot);
                     }
                 }
                 None
@@ -280,28 +276,23 @@ impl FlowState {
         }
     }
 
-    /// Keeps a replayed step in doubt until a verdict; it holds nothing against the budget.
+    /// Keeps a replayed step, which the fold has in doubt, until a verdict; it holds nothing
+    /// against the budget.
     pub(super) fn park_in_doubt(
         &mut self,
         step_id: String,
-        effect: &str,
         input_digest: String,
         input: Payload,
-        attempt: u32,
         slot: u64,
     ) {
-        let step = RunningStep {
-            effect: effect.to_owned(),
+        let step = StepSide {
             // In doubt, it runs again only on a `retry` verdict, which looks the effect up.
             idempotent: false,
             input_digest,
             input,
-            attempt,
             slot,
-            held: 0,
-            charge: self.charges.remove(&step_id).unwrap_or(0),
         };
-        self.in_doubt.insert(step_id, step);
+        self.steps.insert(step_id, step);
     }
 
     /// A new step: the effect's admission checks (K2, K3, input) first. A refusal is recorded
@@ -344,7 +335,7 @@ impl FlowState {
         error: ErrorInfo,
     ) -> StepError {
         tracing::debug!(step = %step_id, code = %error.code, "step refused before it started");
-        self.out.push(Event::StepFailed(StepFailed {
+        self.issue(Event::StepFailed(StepFailed {
             step_id,
             effect: effect.to_owned(),
             input_digest: digest,
@@ -369,11 +360,7 @@ impl FlowState {
             input,
             attempt,
             capabilities: Arc::clone(&self.env.capabilities),
-            budget_remaining: self.env.budget.map(|budget| {
-                budget
-                    .saturating_sub(self.budget_spent)
-                    .saturating_sub(self.budget_held)
-            }),
+            budget_remaining: self.budget_remaining(),
         }
     }
 
@@ -385,7 +372,7 @@ impl FlowState {
         digest: String,
         slot: u64,
     ) {
-        self.out.push(Event::StepStarted(StepStarted {
+        self.issue(Event::StepStarted(StepStarted {
             step_id: call.step_id.clone(),
             effect: call.effect.clone(),
             input_digest: digest.clone(),
@@ -394,25 +381,19 @@ impl FlowState {
         }));
         let step_id = call.step_id.clone();
         let idempotent = handler.idempotent();
-        let running = RunningStep {
-            effect: call.effect.clone(),
+        let running = StepSide {
             idempotent,
             input_digest: digest,
             input: call.input.clone(),
-            attempt: call.attempt,
             slot,
-            held: handler.max_cost(),
-            charge: handler.max_cost(),
         };
-        let held = running.held;
-        self.budget_held = self.budget_held.saturating_add(held);
         let durable_before = !idempotent;
         self.dispatch.push(Dispatch {
             effect: handler,
             call,
             durable_before,
         });
-        self.running.insert(step_id, running);
+        self.steps.insert(step_id, running);
     }
 
     /// Notes a command issued past the end of the history, for whole-log replay.

@@ -41,7 +41,7 @@ impl FlowState {
         self.note_live(&attempted);
         let value = make();
         let payload = Payload::encode(&value).map_err(|err| StepError::Encode(err.to_string()))?;
-        self.out.push(Event::DecisionRecorded(DecisionRecorded {
+        self.issue(Event::DecisionRecorded(DecisionRecorded {
             step_id,
             kind: kind.to_owned(),
             value: payload,
@@ -69,7 +69,7 @@ impl FlowState {
             return Err(StepError::Diverged);
         }
         self.note_live(&attempted);
-        self.out.push(Event::SurfacePatch(SurfacePatch {
+        self.issue(Event::SurfacePatch(SurfacePatch {
             step_id,
             surface_id: surface_id.to_owned(),
             ops,
@@ -107,7 +107,7 @@ impl FlowState {
                     kind: PATCH_KIND,
                 };
                 self.note_live(&attempted);
-                self.out.push(Event::DecisionRecorded(DecisionRecorded {
+                self.issue(Event::DecisionRecorded(DecisionRecorded {
                     step_id,
                     kind: PATCH_KIND.to_owned(),
                     value: Payload::from_value(&serde_json::json!({})),

@@ -41,6 +41,7 @@ use std::collections::HashMap;
 use crate::event::Event;
 
 pub(crate) use deadline::GateDeadline;
+pub(crate) use end::terminal;
 pub(crate) use resume::GateMiss;
 pub(crate) use state::{Dispatch, Env, FlowState};
 pub(crate) use verdict::VerdictMiss;
