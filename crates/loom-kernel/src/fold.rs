@@ -488,48 +488,80 @@ impl ExecutionState {
     /// Folds one event. On error the state is unchanged: every branch checks before it
     /// writes, and looks each map up once (the fold is the hot path of recovery and replay).
     pub fn apply(&mut self, envelope: &EventEnvelope) -> Result<(), FoldError> {
-        self.apply_issued(&envelope.execution_id, envelope.seq, &envelope.event)
+        self.apply_at(&envelope.execution_id, envelope.seq, &envelope.event)
     }
 
-    /// Folds an event of `execution_id` that is to have `seq`, without its envelope: how a
-    /// live execution folds what it issues, before it is durable. The same checks as
-    /// [`ExecutionState::apply`].
+    /// Folds an event a live execution issues, numbered as its log will number it: next,
+    /// except the outcome of a step whose `STEP_STARTED`, at or after `unsent` (the first seq
+    /// not yet handed to an append), is not written yet: the log records such a quick step by
+    /// its outcome alone, in its start's place, and the state is the one that outcome alone
+    /// gives. The same checks as [`ExecutionState::apply`], without an envelope.
     pub(crate) fn apply_issued(
         &mut self,
         execution_id: &ExecutionId,
-        seq: u64,
         event: &Event,
+        unsent: u64,
     ) -> Result<(), FoldError> {
-        self.apply_checked(execution_id, seq, event, false)
-            .map_err(|violation| self.refuse(execution_id, seq, violation))?;
-        self.next_seq = seq + 1;
-        Ok(())
+        let in_place = match event {
+            Event::StepCompleted(e) => {
+                self.outcome_in_place(&e.step_id, &e.effect, e.cost, unsent, |seq| {
+                    StepStatus::Completed { seq }
+                })
+            }
+            Event::StepFailed(e) => {
+                self.outcome_in_place(&e.step_id, &e.effect, e.cost, unsent, |seq| {
+                    StepStatus::Failed { seq }
+                })
+            }
+            _ => false,
+        };
+        if in_place {
+            return Ok(());
+        }
+        self.apply_at(execution_id, self.next_seq, event)
     }
 
-    /// Folds the outcome of a step whose `STEP_STARTED` is not yet written, in that start's
-    /// place (`seq`, the start's): the log records a quick step by its outcome alone, and this
-    /// leaves the state that outcome alone gives, the log's length unchanged. Refused unless
-    /// the step was started at `seq`.
-    pub(crate) fn apply_in_place_of_start(
+    /// The outcome of a step started at or after `unsent`, folded in its start's place (see
+    /// [`ExecutionState::apply_issued`]); false, with nothing changed, for any other step (the
+    /// outcome is then folded, or refused, as the next event).
+    fn outcome_in_place(
+        &mut self,
+        step_id: &str,
+        effect: &str,
+        cost: u64,
+        unsent: u64,
+        status: impl FnOnce(u64) -> StepStatus,
+    ) -> bool {
+        if self.status.is_terminal() {
+            return false;
+        }
+        let Some(record) = self.steps.get_mut(&IdKey::new(step_id)) else {
+            return false;
+        };
+        let StepStatus::Started { seq, .. } = record.status else {
+            return false;
+        };
+        if seq < unsent || *record.effect != *effect {
+            return false;
+        }
+        record.status = status(seq);
+        self.in_flight -= 1;
+        self.release(step_id);
+        self.budget_spent = self.budget_spent.saturating_add(cost);
+        self.status = self.active_status();
+        true
+    }
+
+    fn apply_at(
         &mut self,
         execution_id: &ExecutionId,
         seq: u64,
         event: &Event,
     ) -> Result<(), FoldError> {
-        let step_id = match event {
-            Event::StepCompleted(e) => Some(e.step_id.as_str()),
-            Event::StepFailed(e) => Some(e.step_id.as_str()),
-            _ => None,
-        };
-        let started_there = step_id
-            .and_then(|id| self.steps.get(id))
-            .is_some_and(|r| matches!(r.status, StepStatus::Started { seq: at, .. } if at == seq));
-        if !started_there {
-            let expected = self.next_seq;
-            return Err(self.refuse(execution_id, seq, Violation::SeqGap { expected }));
-        }
-        self.apply_checked(execution_id, seq, event, true)
-            .map_err(|violation| self.refuse(execution_id, seq, violation))
+        self.apply_checked(execution_id, seq, event)
+            .map_err(|violation| self.refuse(execution_id, seq, violation))?;
+        self.next_seq = seq + 1;
+        Ok(())
     }
 
     fn apply_checked(
@@ -537,9 +569,8 @@ impl ExecutionState {
         execution_id: &ExecutionId,
         seq: u64,
         event: &Event,
-        in_place: bool,
     ) -> Result<(), Violation> {
-        if seq != self.next_seq && !in_place {
+        if seq != self.next_seq {
             return Err(Violation::SeqGap {
                 expected: self.next_seq,
             });
@@ -740,10 +771,11 @@ impl ExecutionState {
         found: &'static str,
     ) -> Result<(), Violation> {
         let starts = matches!(status, StepStatus::Started { .. });
-        let Some(record) = self.steps.get_mut(step_id) else {
+        // Looked up by key, not by `str`: comparing keys compares bytes, with no UTF-8 check.
+        let key = IdKey::new(step_id);
+        let Some(record) = self.steps.get_mut(&key) else {
             let effect = intern(&mut self.names, effect);
-            self.steps
-                .insert(IdKey::new(step_id), StepRecord { effect, status });
+            self.steps.insert(key, StepRecord { effect, status });
             self.in_flight += usize::from(starts);
             return Ok(());
         };
@@ -803,4 +835,79 @@ fn intern(names: &mut HashSet<Arc<str>, BuildHasherDefault<IdHasher>>, name: &st
     let shared: Arc<str> = Arc::from(name);
     names.insert(Arc::clone(&shared));
     shared
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::event::{ExecutionStarted, StepCompleted, StepStarted};
+
+    fn id() -> ExecutionId {
+        ExecutionId::new("x").expect("a valid id")
+    }
+
+    fn start() -> Event {
+        Event::ExecutionStarted(ExecutionStarted {
+            flow: "f".into(),
+            flow_version: 1,
+            input: Payload::null(),
+            capabilities: BTreeSet::new(),
+            budget: Some(10),
+        })
+    }
+
+    fn started(step: &str, max_cost: u64) -> Event {
+        Event::StepStarted(StepStarted {
+            step_id: step.into(),
+            effect: "e".into(),
+            input_digest: "d".into(),
+            attempt: 1,
+            max_cost,
+        })
+    }
+
+    fn completed(step: &str, cost: u64) -> Event {
+        Event::StepCompleted(StepCompleted {
+            step_id: step.into(),
+            effect: "e".into(),
+            input_digest: "d".into(),
+            output: Payload::null(),
+            cost,
+        })
+    }
+
+    fn fold_log(events: Vec<Event>) -> ExecutionState {
+        let log: Vec<EventEnvelope> = (0..)
+            .zip(events)
+            .map(|(seq, event)| EventEnvelope::new(id(), seq, event))
+            .collect();
+        ExecutionState::fold(&log).expect("a valid log")
+    }
+
+    #[test]
+    fn a_quick_step_folded_as_issued_is_the_fold_of_its_outcome_alone_in_its_start_s_place() {
+        let mut issued = ExecutionState::new();
+        let events = [start(), started("a", 4), started("b", 2), completed("a", 3)];
+        for event in &events {
+            issued.apply_issued(&id(), event, 1).expect("accepted");
+        }
+        assert_eq!(issued.held_running(), 2, "b still holds its max_cost");
+        let log = fold_log(vec![start(), completed("a", 3), started("b", 2)]);
+        assert_eq!(issued, log);
+        // Once its start is handed to an append, the outcome is the next event.
+        let mut issued = ExecutionState::new();
+        issued.apply_issued(&id(), &start(), 0).expect("accepted");
+        issued
+            .apply_issued(&id(), &started("a", 4), 0)
+            .expect("accepted");
+        issued
+            .apply_issued(&id(), &completed("a", 3), 2)
+            .expect("accepted");
+        let log = fold_log(vec![start(), started("a", 4), completed("a", 3)]);
+        assert_eq!(issued, log);
+        // A second outcome is refused and changes nothing.
+        let before = issued.clone();
+        assert!(issued.apply_issued(&id(), &completed("a", 3), 0).is_err());
+        assert_eq!(issued, before);
+    }
 }

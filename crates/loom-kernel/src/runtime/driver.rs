@@ -471,7 +471,8 @@ pub(crate) async fn drive<S: EventStore>(
         // a quick effect and what the flow does next share one append.
         if !machine.ended() {
             while let Some(Some((step_id, outcome))) = running.next().now_or_never() {
-                ctx.state().complete_step(&step_id, outcome);
+                let unsent = machine.unsent();
+                ctx.state().effect_done(&step_id, outcome, unsent);
                 poll_flow = true;
             }
             if poll_flow {
@@ -480,7 +481,6 @@ pub(crate) async fn drive<S: EventStore>(
         }
 
         if let Some(machine::Batch { expected, events }) = machine.take_append() {
-            ctx.state().appending(expected + events.len() as u64);
             let store = Arc::clone(&inner.store);
             let id = execution.clone();
             let append: Append = Box::pin(async move {
@@ -613,7 +613,8 @@ pub(crate) async fn drive<S: EventStore>(
                 }
             }
             Some((step_id, outcome)) = effect_done => {
-                ctx.state().complete_step(&step_id, outcome);
+                let unsent = machine.unsent();
+                ctx.state().effect_done(&step_id, outcome, unsent);
                 poll_flow = true;
             }
             message = messages.recv() => {

@@ -120,6 +120,14 @@ impl KeptFlows {
         Some(kept)
     }
 
+    /// A copy of the state `execution`'s kept flow carries.
+    fn state(&self, execution: &ExecutionId) -> Option<ExecutionState> {
+        let table = self.table();
+        let (_, kept) = table.flows.get(execution)?;
+        let state = kept.ctx.state().fold().clone();
+        Some(state)
+    }
+
     /// Drops every kept flow (a shutdown).
     pub(crate) fn clear(&self) {
         let all = std::mem::take(&mut *self.table());
@@ -261,5 +269,12 @@ impl<S: EventStore> Runtime<S> {
     /// [`RuntimeBuilder::max_parked_in_memory`]). No task runs for them.
     pub fn parked_in_memory(&self) -> usize {
         self.inner.kept.len()
+    }
+
+    /// The state an execution parked in memory carries, if it is kept: the fold of its log,
+    /// which its next driver goes on from without reading the log (for checks and
+    /// diagnostics; `wait` returns the same once no driver runs).
+    pub fn parked_state(&self, execution: &ExecutionId) -> Option<ExecutionState> {
+        self.inner.kept.state(execution)
     }
 }

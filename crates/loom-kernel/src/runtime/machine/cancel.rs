@@ -23,19 +23,16 @@ impl FlowState {
     /// (`dispatched` says which were handed to their effect) is recorded in doubt, so an
     /// operator learns that it may have happened (K9).
     pub(crate) fn doubts_on_cancel(&mut self, dispatched: impl Fn(&str) -> bool) -> Vec<Event> {
-        let mut cut_off: Vec<(&String, &str, u32)> = self
+        let mut cut_off: Vec<(&str, &str, u32)> = self
             .steps
             .iter()
-            .filter(|(step_id, step)| !step.idempotent && dispatched(step_id))
-            .filter_map(|(step_id, _)| {
-                let record = self.fold.step(step_id)?;
-                match record.status {
-                    StepStatus::Started { attempt, .. } => {
-                        Some((step_id, &*record.effect, attempt))
-                    }
-                    _ => None,
-                }
+            .filter(|(step_id, step)| !step.idempotent && dispatched(step_id.as_str()))
+            .filter(|(step_id, _)| {
+                self.fold
+                    .step(step_id.as_str())
+                    .is_some_and(|record| matches!(record.status, StepStatus::Started { .. }))
             })
+            .map(|(step_id, step)| (step_id.as_str(), step.effect.as_str(), step.attempt))
             .collect();
         // In step-id order, not the map's: the log never depends on hash order.
         cut_off.sort_by(|a, b| a.0.cmp(b.0));
@@ -43,7 +40,7 @@ impl FlowState {
             .into_iter()
             .map(|(step_id, effect, attempt)| {
                 Event::EffectInDoubt(EffectInDoubt {
-                    step_id: step_id.clone(),
+                    step_id: step_id.to_owned(),
                     effect: effect.to_owned(),
                     attempt,
                     reason: Some(ErrorInfo::new(

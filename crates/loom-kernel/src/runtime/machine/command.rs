@@ -9,6 +9,7 @@ use super::state::{Dispatch, FlowState, StepSide};
 use super::{Held, Machine, Ready};
 use crate::classify::DataClassification;
 use crate::event::*;
+use crate::hash::IdKey;
 use crate::payload::Payload;
 use crate::runtime::codes;
 use crate::runtime::contain::contain;
@@ -29,9 +30,7 @@ impl<R, D: Held, C> Machine<R, D, C> {
         children: Vec<C>,
     ) -> Ready<D, C> {
         self.enqueue(events);
-        let durable_at = self.durable_head
-            + self.in_flight.as_ref().map_or(0, |(_, len)| *len)
-            + self.queued.len() as u64;
+        let durable_at = self.unsent() + self.queued.len() as u64;
         let mut ready = Ready::default();
         for dispatch in dispatches {
             if dispatch.durable_before() || self.durable_head == 0 {
@@ -59,11 +58,12 @@ impl<R, D: Held, C> Machine<R, D, C> {
         for event in events {
             let finished = match &event {
                 Event::StepStarted(e) => {
-                    self.started_at.insert(e.step_id.clone(), self.queued.len());
+                    self.started_at
+                        .insert(IdKey::new(&e.step_id), self.queued.len());
                     None
                 }
-                Event::StepCompleted(e) => self.started_at.remove(&e.step_id),
-                Event::StepFailed(e) => self.started_at.remove(&e.step_id),
+                Event::StepCompleted(e) => self.started_at.remove(&IdKey::new(&e.step_id)),
+                Event::StepFailed(e) => self.started_at.remove(&IdKey::new(&e.step_id)),
                 _ => None,
             };
             match finished.and_then(|index| self.queued.get_mut(index)) {
@@ -91,7 +91,7 @@ impl FlowState {
             effect,
             input_digest: &digest,
         };
-        if self.replay(attempted.clone(), classification) {
+        if self.replay(attempted, classification) {
             return Ok(self.replay_step(step_id, effect, digest, input, slot));
         }
         if self.divergence.is_some() {
@@ -171,7 +171,7 @@ impl FlowState {
             event_type,
             correlation_key,
         };
-        if self.replay(attempted.clone(), classification) {
+        if self.replay(attempted, classification) {
             return Ok(self.history.resumed.remove(gate_id));
         }
         if self.divergence.is_some() {
@@ -232,8 +232,8 @@ impl FlowState {
                 self.fill(slot, Err(StepError::Failed(error)));
                 None
             }
-            Some(StepState::InDoubt { .. }) => {
-                self.park_in_doubt(step_id, digest, input, slot);
+            Some(StepState::InDoubt { attempt }) => {
+                self.park_in_doubt(step_id, effect, digest, input, attempt, slot);
                 None
             }
             Some(StepState::InFlight { attempt: previous }) => {
@@ -253,7 +253,7 @@ impl FlowState {
                             attempt: previous,
                             reason: Some(worker_stopped(previous)),
                         }));
-                        self.park_in_doubt(step_id, digest, input, slot);
+                        self.park_in_doubt(step_id, effect, digest, input, previous, slot);
                     }
                 }
                 None
@@ -281,11 +281,15 @@ impl FlowState {
     pub(super) fn park_in_doubt(
         &mut self,
         step_id: String,
+        effect: &str,
         input_digest: String,
         input: Payload,
+        attempt: u32,
         slot: u64,
     ) {
         let step = StepSide {
+            effect: effect.to_owned(),
+            attempt,
             // In doubt, it runs again only on a `retry` verdict, which looks the effect up.
             idempotent: false,
             input_digest,
@@ -379,21 +383,22 @@ impl FlowState {
             attempt: call.attempt,
             max_cost: handler.max_cost(),
         }));
-        let step_id = call.step_id.clone();
         let idempotent = handler.idempotent();
         let running = StepSide {
+            effect: call.effect.clone(),
+            attempt: call.attempt,
             idempotent,
             input_digest: digest,
             input: call.input.clone(),
             slot,
         };
+        self.steps.insert(call.step_id.clone(), running);
         let durable_before = !idempotent;
         self.dispatch.push(Dispatch {
             effect: handler,
             call,
             durable_before,
         });
-        self.steps.insert(step_id, running);
     }
 
     /// Notes a command issued past the end of the history, for whole-log replay.

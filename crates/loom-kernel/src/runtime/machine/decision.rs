@@ -26,7 +26,7 @@ impl FlowState {
             step_id: &step_id,
             kind,
         };
-        if self.replay(attempted.clone(), classification) {
+        if self.replay(attempted, classification) {
             let index = self.cursor - 1;
             if let Some((_, Recorded::Decision { value, .. })) = self.history.commands.get(index) {
                 return value.decode().map_err(|err| StepError::Decode {
@@ -62,7 +62,7 @@ impl FlowState {
             surface_id,
             ops: &ops,
         };
-        if self.replay(attempted.clone(), classification) {
+        if self.replay(attempted, classification) {
             return Ok(());
         }
         if self.divergence.is_some() {

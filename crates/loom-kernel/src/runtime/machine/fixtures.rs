@@ -93,7 +93,7 @@ pub(super) fn flow_state_with(history: History) -> FlowState {
 /// Folds `event` as durable, as if the log held it when the flow's state was made.
 pub(super) fn durable(state: &mut FlowState, event: Event) {
     state.fold_issued(&event);
-    state.appending(state.fold.next_seq());
+    state.unsent = state.fold.next_seq();
 }
 
 /// A flow's state with nothing recorded.
@@ -140,6 +140,8 @@ pub(super) fn running(state: &mut FlowState, step_id: &str, idempotent: bool, he
     state.steps.insert(
         step_id.to_owned(),
         StepSide {
+            effect: "e".into(),
+            attempt: 1,
             idempotent,
             input_digest: "d".into(),
             input: Payload::null(),

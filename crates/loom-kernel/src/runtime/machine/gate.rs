@@ -61,7 +61,7 @@ impl FlowState {
             step_id: gate_id,
             kind: DEADLINE_KIND,
         };
-        if self.replay(attempted.clone(), classification) {
+        if self.replay(attempted, classification) {
             let index = self.cursor - 1;
             let recorded = match self.history.commands.get(index) {
                 Some((_, Recorded::Decision { value, .. })) => parse_deadline(value),
@@ -270,7 +270,7 @@ impl FlowState {
             step_id: &step_id,
             kind: REQUEST_KIND,
         };
-        if self.replay(attempted.clone(), classification) {
+        if self.replay(attempted, classification) {
             return Ok(());
         }
         if self.divergence.is_some() {
@@ -350,7 +350,7 @@ impl FlowState {
             step_id: gate_id,
             kind: CHILD_KIND,
         };
-        if self.replay(attempted.clone(), classification) {
+        if self.replay(attempted, classification) {
             let index = self.cursor - 1;
             let Some((seq, Recorded::Decision { value, .. })) = self.history.commands.get(index)
             else {

@@ -1,71 +1,104 @@
 //! An effect's outcome: recorded (completed, failed, or in doubt: K9), its budget released
 //! (K3), and handed to the flow.
 
-use super::state::FlowState;
+use super::state::{FlowState, StepSide};
 use crate::event::*;
-use crate::fold::StepStatus;
 use crate::runtime::ctx::StepError;
 use crate::runtime::effect::{EffectOutcome, EffectResult};
 
 impl FlowState {
+    /// An effect finished while the write side has handed the events before `unsent` to an
+    /// append (a quick step's outcome takes the place of its start only after them).
+    pub(crate) fn effect_done(&mut self, step_id: &str, outcome: EffectOutcome, unsent: u64) {
+        self.unsent = unsent;
+        self.complete_step(step_id, outcome);
+    }
+
     /// An effect finished: record its outcome and hand it to the flow.
     pub(crate) fn complete_step(&mut self, step_id: &str, outcome: EffectOutcome) {
-        // A step of this run that the fold has running; a second outcome is ignored.
-        let ours = self.steps.contains_key(step_id);
-        let running = self
-            .fold
-            .step(step_id)
-            .and_then(|record| match record.status {
-                StepStatus::Started { attempt, .. } if ours => {
-                    Some((record.effect.to_string(), attempt))
-                }
-                _ => None,
-            });
-        let Some((effect, attempt)) = running else {
-            return;
-        };
-        let cost = outcome.cost;
-        let result = match outcome.result {
-            EffectResult::InDoubt(reason) => {
-                // It stays beside the fold for a verdict; in doubt, it holds nothing (K3).
-                tracing::warn!(step = %step_id, code = %reason.code, "effect in doubt");
-                self.issue(Event::EffectInDoubt(EffectInDoubt {
-                    step_id: step_id.to_owned(),
-                    effect,
-                    attempt,
-                    reason: Some(reason),
-                }));
-                return;
-            }
-            result => result,
-        };
+        // A step of this run; the fold refuses an outcome for a step that does not run (a
+        // second outcome, or one for a step in doubt), which is then ignored.
         let Some(step) = self.steps.remove(step_id) else {
             return;
         };
-        let value = match result {
-            EffectResult::Completed(output) => {
-                self.issue(Event::StepCompleted(StepCompleted {
+        let StepSide {
+            effect,
+            attempt,
+            idempotent,
+            input_digest,
+            input,
+            slot,
+        } = step;
+        let (event, value) = match outcome.result {
+            EffectResult::InDoubt(reason) => {
+                let code = reason.code.clone();
+                let doubt = Event::EffectInDoubt(EffectInDoubt {
+                    step_id: step_id.to_owned(),
+                    effect: effect.clone(),
+                    attempt,
+                    reason: Some(reason),
+                });
+                if self.try_issue(doubt).is_none() {
+                    tracing::warn!(step = %step_id, %code, "effect in doubt");
+                }
+                // It stays beside the fold for a verdict; in doubt, it holds nothing (K3).
+                let step = StepSide {
+                    effect,
+                    attempt,
+                    idempotent,
+                    input_digest,
+                    input,
+                    slot,
+                };
+                self.steps.insert(step_id.to_owned(), step);
+                return;
+            }
+            EffectResult::Completed(output) => (
+                Event::StepCompleted(StepCompleted {
                     step_id: step_id.to_owned(),
                     effect,
-                    input_digest: step.input_digest,
+                    input_digest,
                     output: output.clone(),
-                    cost,
-                }));
-                Ok(output)
-            }
-            EffectResult::Failed(error) => {
-                self.issue(Event::StepFailed(StepFailed {
+                    cost: outcome.cost,
+                }),
+                Ok(output),
+            ),
+            EffectResult::Failed(error) => (
+                Event::StepFailed(StepFailed {
                     step_id: step_id.to_owned(),
                     effect,
-                    input_digest: step.input_digest,
+                    input_digest,
                     error: error.clone(),
-                    cost,
-                }));
-                Err(StepError::Failed(error))
-            }
-            EffectResult::InDoubt(_) => return,
+                    cost: outcome.cost,
+                }),
+                Err(StepError::Failed(error)),
+            ),
         };
-        self.fill(step.slot, value);
+        match self.try_issue(event) {
+            None => self.fill(slot, value),
+            // Not running (in doubt): it stays as it was.
+            Some(Event::StepCompleted(StepCompleted {
+                effect,
+                input_digest,
+                ..
+            }))
+            | Some(Event::StepFailed(StepFailed {
+                effect,
+                input_digest,
+                ..
+            })) => {
+                let step = StepSide {
+                    effect,
+                    attempt,
+                    idempotent,
+                    input_digest,
+                    input,
+                    slot,
+                };
+                self.steps.insert(step_id.to_owned(), step);
+            }
+            Some(_) => {}
+        }
     }
 }
 

@@ -12,7 +12,7 @@ use std::task::Waker;
 
 use super::GateDeadline;
 use crate::event::Event;
-use crate::fold::{ExecutionState, StepStatus};
+use crate::fold::ExecutionState;
 use crate::hash::IdMap;
 use crate::id::ExecutionId;
 use crate::payload::Payload;
@@ -46,10 +46,12 @@ pub(crate) struct Slot {
     pub(super) waker: Option<Waker>,
 }
 
-/// What a step of this run needs beside the fold's record (its effect, attempt, whether it
-/// runs or is in doubt, what it holds against the budget): what to run it again with, and
-/// where its result goes.
+/// What a step of this run needs beside the fold's record (whether it runs or is in doubt,
+/// what it holds against the budget): what to record its outcome or doubt with, what to run it
+/// again with, and where its result goes.
 pub(crate) struct StepSide {
+    pub(super) effect: String,
+    pub(super) attempt: u32,
     /// Whether the effect may run twice harmlessly: a non-idempotent one cut off by a cancel
     /// is recorded in doubt (K9).
     pub(super) idempotent: bool,
@@ -84,9 +86,10 @@ pub(crate) struct FlowState {
     /// number it: what steps run or are in doubt, which gates are pending, what the budget
     /// holds and has spent. Once every event is durable it is the fold of the log.
     pub(super) fold: ExecutionState,
-    /// The seq of the first event not yet handed to an append: the outcome of a step started
-    /// at or after it takes its start's place (the write side records a quick step by its
-    /// outcome alone), so the fold numbers it as the log will.
+    /// The seq of the first event not yet handed to an append, as the write side last said
+    /// (with an effect's outcome, the one event it may record in another's place): the outcome
+    /// of a step started at or after it takes its start's place, so the fold numbers it as the
+    /// log will.
     pub(super) unsent: u64,
     /// The steps of this run that run or are in doubt (which, the fold says), by step id.
     pub(super) steps: IdMap<String, StepSide>,
@@ -150,30 +153,37 @@ impl FlowState {
         self.out.push(event);
     }
 
-    /// Folds an event issued now (on the flow's side, or by the driver: a start, a cancel, the
-    /// flow's end), numbered as the write side will number it.
-    pub(crate) fn fold_issued(&mut self, event: &Event) {
-        let id = &self.env.execution_id;
-        let start = match event {
-            Event::StepCompleted(e) => self.fold.step(&e.step_id),
-            Event::StepFailed(e) => self.fold.step(&e.step_id),
-            _ => None,
-        };
-        let folded = match start.map(|record| record.status) {
-            Some(StepStatus::Started { seq, .. }) if seq >= self.unsent => {
-                self.fold.apply_in_place_of_start(id, seq, event)
+    /// Issues `event` if the fold accepts it; hands it back if not (nothing is recorded).
+    pub(super) fn try_issue(&mut self, event: Event) -> Option<Event> {
+        match self
+            .fold
+            .apply_issued(&self.env.execution_id, &event, self.unsent)
+        {
+            Ok(()) => {
+                self.out.push(event);
+                None
             }
-            _ => self.fold.apply_issued(id, self.fold.next_seq(), event),
-        };
-        if let Err(error) = folded {
-            // The log stays the judge: readers fold it and see the same refusal.
-            tracing::error!(%error, "the machine issued an event its fold refuses");
+            Err(error) => {
+                tracing::debug!(%error, "an event the fold refuses is not recorded");
+                Some(event)
+            }
         }
     }
 
-    /// The events before `seq` are handed to an append: an outcome no longer takes their place.
-    pub(crate) fn appending(&mut self, seq: u64) {
-        self.unsent = seq;
+    /// Folds an event issued now (on the flow's side, or by the driver: a start, a cancel, the
+    /// flow's end), numbered as the write side will number it. False if the fold refuses it.
+    pub(crate) fn fold_issued(&mut self, event: &Event) -> bool {
+        match self
+            .fold
+            .apply_issued(&self.env.execution_id, event, self.unsent)
+        {
+            Ok(()) => true,
+            Err(error) => {
+                // The log stays the judge: readers fold it and see the same refusal.
+                tracing::error!(%error, "the machine issued an event its fold refuses");
+                false
+            }
+        }
     }
 
     /// The execution's fold: of the durable log and of every event issued since.

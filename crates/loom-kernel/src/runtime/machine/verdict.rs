@@ -3,7 +3,6 @@
 use super::command::unknown_effect;
 use super::state::FlowState;
 use crate::event::*;
-use crate::fold::StepStatus;
 use crate::runtime::ctx::StepError;
 
 /// Why a verdict could not be applied.
@@ -20,13 +19,9 @@ impl FlowState {
         verdict: Verdict,
         operator: Option<String>,
     ) -> Result<(), VerdictMiss> {
-        let (effect, attempt) = match self.fold.step(step_id) {
-            Some(record) => match record.status {
-                StepStatus::InDoubt { attempt, .. } => (record.effect.to_string(), attempt),
-                _ => return Err(VerdictMiss::NotInDoubt),
-            },
-            None => return Err(VerdictMiss::NotInDoubt),
-        };
+        if !self.fold.steps_in_doubt().contains(step_id) {
+            return Err(VerdictMiss::NotInDoubt);
+        }
         let step = self.steps.remove(step_id).ok_or(VerdictMiss::NotInDoubt)?;
         // The fold charges a `completed` verdict what the step held (ADR 0024).
         self.issue(Event::EffectResolved(EffectResolved {
@@ -37,17 +32,20 @@ impl FlowState {
         match verdict {
             Verdict::Completed { output } => self.fill(step.slot, Ok(output)),
             Verdict::Failed { error } => self.fill(step.slot, Err(StepError::Failed(error))),
-            Verdict::Retry => match self.env.effects.get(&effect).cloned() {
+            Verdict::Retry => match self.env.effects.get(&step.effect).cloned() {
                 Some(handler) => {
                     let call = self.effect_call(
                         step_id.to_owned(),
-                        &effect,
+                        &step.effect,
                         step.input,
-                        attempt.saturating_add(1),
+                        step.attempt.saturating_add(1),
                     );
                     self.start_step(handler, call, step.input_digest, step.slot);
                 }
-                None => self.fill(step.slot, Err(StepError::Failed(unknown_effect(&effect)))),
+                None => self.fill(
+                    step.slot,
+                    Err(StepError::Failed(unknown_effect(&step.effect))),
+                ),
             },
         }
         Ok(())
@@ -67,7 +65,14 @@ mod tests {
         let slot = s.new_slot();
         durable(&mut s, started_as("charge#1", "charge", 0));
         durable(&mut s, in_doubt("charge#1", "charge"));
-        s.park_in_doubt("charge#1".into(), "d".into(), Payload::null(), slot);
+        s.park_in_doubt(
+            "charge#1".into(),
+            "charge",
+            "d".into(),
+            Payload::null(),
+            1,
+            slot,
+        );
         (s, slot)
     }
 
