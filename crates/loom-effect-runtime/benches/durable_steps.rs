@@ -11,12 +11,17 @@
 //!
 //! `cargo bench -p loom-effect-runtime --bench durable_steps`
 
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 use loom_effect_runtime::{EffectContext, EffectDef, EffectError, EffectRegistry};
 use loom_kernel::conformance::id;
 use loom_kernel::{DiskStore, ExecutionStatus};
 use loom_kernel::{FlowCtx, FlowError, Runtime, StartOptions, flow_fn};
+
+#[path = "../../loom-kernel/benches/support/mod.rs"]
+mod support;
+
+use support::percentile_us;
 
 const EXECUTIONS: u64 = 300;
 const SEQUENTIAL: u64 = 1_000;
@@ -32,22 +37,12 @@ async fn handler(_: EffectContext, n: u64) -> Result<u64, EffectError> {
     Ok(n)
 }
 
-fn percentile_us(sorted: &[Duration], p: f64) -> f64 {
-    let index = (sorted.len().saturating_sub(1) as f64 * p).round() as usize;
-    sorted.get(index).map_or(0.0, |d| d.as_secs_f64() * 1e6)
-}
-
 fn main() {
     if std::env::args().any(|arg| arg == "--list") {
         return;
     }
-    let tokio = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-        .expect("runtime");
-    let dir = tempfile::tempdir_in(option_env!("CARGO_TARGET_TMPDIR").unwrap_or("target"))
-        .expect("scratch dir");
+    let tokio = support::tokio_runtime();
+    let dir = support::scratch_dir();
     let registry = EffectRegistry::new()
         .with(EffectDef::new("idempotent", handler).idempotent())
         .and_then(|r| r.with(EffectDef::new("non_idempotent", handler)))

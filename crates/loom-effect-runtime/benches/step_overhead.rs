@@ -17,6 +17,9 @@ use loom_kernel::{
 };
 use loom_kernel::{ExecutionStatus, MemoryStore};
 
+#[path = "../../loom-kernel/benches/support/mod.rs"]
+mod support;
+
 const STEPS: u64 = 1_000;
 
 async fn steps(ctx: FlowCtx, n: u64) -> Result<(), FlowError> {
@@ -34,14 +37,6 @@ async fn bare(n: u64) -> Result<u64, EffectError> {
     Ok(std::hint::black_box(n))
 }
 
-fn tokio_runtime() -> tokio::runtime::Runtime {
-    tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-        .expect("runtime")
-}
-
 fn run(tokio: &tokio::runtime::Runtime, loom: &Runtime<MemoryStore>, n: &mut u64) {
     *n += 1;
     let e = id(&format!("e{n}"));
@@ -54,7 +49,7 @@ fn run(tokio: &tokio::runtime::Runtime, loom: &Runtime<MemoryStore>, n: &mut u64
 }
 
 fn overhead(c: &mut Criterion) {
-    let tokio = tokio_runtime();
+    let tokio = support::tokio_runtime();
     let mut group = c.benchmark_group("step_overhead");
     group.throughput(Throughput::Elements(STEPS));
     group.bench_function("bare_call", |b| {

@@ -93,10 +93,6 @@ pub use in_doubt::{
 pub use registry::{EffectInfo, EffectRegistry};
 pub use retry::RetryPolicy;
 
-/// The operator's verdict on a step in doubt, given with `Runtime::resolve` (the kernel's
-/// type, re-exported beside [`steps_in_doubt`]).
-pub use loom_kernel::Verdict;
-
 /// The README's examples, compiled as doctests so they stay true (here, the highest crate they
 /// use).
 #[cfg(doctest)]

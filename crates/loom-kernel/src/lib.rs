@@ -118,8 +118,8 @@ pub use runtime::{
 };
 pub use store::tail::{RefusedEvent, TailChange, filter_code, status_code, status_from_code};
 pub use store::{
-    AppendError, DiskStore, DiskStoreConfig, EventStore, EventStoreExt, ExecutionPage,
-    ExecutionSummary, ExecutionTail, FeedEvent, FoldStoredError, MemoryStore, OpenError, ReadError,
-    RetentionError, STREAM_PAGE, StatusFilter, StorageError, StoredLog, check_batch, decode_stored,
-    wall_clock_ms,
+    AppendError, DiskStore, DiskStoreConfig, EncodedAppend, EventStore, EventStoreExt,
+    ExecutionPage, ExecutionSummary, ExecutionTail, FeedEvent, FoldStoredError, MemoryStore,
+    OpenError, ReadError, RetentionError, STREAM_PAGE, StatusFilter, StorageError, StoredLog,
+    check_batch, decode_stored, wall_clock_ms,
 };

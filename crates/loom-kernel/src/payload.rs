@@ -53,6 +53,14 @@ impl Payload {
         Ok(Self::from_value(value))
     }
 
+    /// Whether `value` nests arrays and objects deeper than [`MAX_DEPTH`], walked without
+    /// recursion: what [`Payload::try_from_value`] refuses. For a reader that must not
+    /// descend into a value built in memory that may be nested far deeper than the stack
+    /// allows.
+    pub fn value_is_too_deep(value: &Value) -> bool {
+        value_depth_exceeds(value, MAX_DEPTH)
+    }
+
     /// The compact JSON text of `value`. A value nested deeper than [`MAX_DEPTH`] makes a
     /// payload every store refuses to append ([`Payload::is_too_deep`]); use
     /// [`Payload::try_from_value`] to learn it here.

@@ -57,6 +57,21 @@ pub enum TransportError {
 /// Carries a `callRendererFunction` to the renderer and brings back the reply's raw bytes
 /// (a `rendererFunctionResponse` or a top-level `error` naming the call). The plugin ships no
 /// transport; an application brings one (a WebSocket, an SSE stream with a POST back).
+///
+/// # As a seam
+/// - **Replay:** never called for a call whose outcome is recorded; `call` runs only when the
+///   `a2ui.callFunction` step runs (a new step, or after a `retry` verdict: the effect is not
+///   idempotent, so a crash mid-call parks it in doubt instead of calling again).
+/// - **Task:** the returned future is polled by the execution's driver task, as the effect's
+///   own work; it is dropped (after `cancel` fires) when the request times out, the execution
+///   is cancelled or the runtime shuts down.
+/// - **Panic:** contained as a panic of the effect: the step is recorded in doubt
+///   (`EFFECT_INDOUBT`), since the request may have left.
+/// - **Errors:** [`TransportError::NotDelivered`] is retried (nothing left);
+///   [`TransportError::Lost`] and a reply that is not an answer to this call id park the step
+///   in doubt.
+/// - **Other processes:** the request's `functionCallId` is the step's idempotency key, the
+///   same in every process that runs the step; a reply must carry it back.
 pub trait Transport: Send + Sync + 'static {
     /// Sends `request` and resolves with the reply to it. `cancel` fires when the effect gives
     /// up (timeout, cancellation): drop the waiter then.

@@ -2,7 +2,8 @@
 //!
 //! # What it owns
 //! - The A2UI v1.0 wire ([`AgentMessage`] out, [`RendererMessage`] in), as the reference SDK `a2ui-core` 0.4.0 accepts it: every
-//!   message in both directions, parsed strictly with typed errors.
+//!   message in both directions, parsed strictly with typed errors; what a renderer does with
+//!   an `updateDataModel` ([`UpdateDataModel::apply_to`]).
 //! - Catalogs ([`define_catalog`], [`define_function`], [`Catalogs::default_with`]): outgoing
 //!   components are checked against them, function results against the declared return schema.
 //! - [`A2UISurfaceBridge`]: `createSurface`, minimal `updateDataModel` per touched pointer,

@@ -24,16 +24,16 @@ use loom_kernel::{
 use loom_store_postgres::{fresh_store, server_url};
 use serde_json::{Value, json};
 
+#[path = "../../loom-kernel/benches/support/mod.rs"]
+mod support;
+
+use support::percentile_us;
+
 const SEQUENTIAL: u64 = 1_000;
 const STEPS_PER_EXECUTION: u64 = 10;
 
 /// Step latencies as the flows saw them, shared by every execution of one workload.
 type Latencies = Arc<Mutex<Vec<Duration>>>;
-
-fn percentile_us(sorted: &[Duration], p: f64) -> f64 {
-    let index = (sorted.len().saturating_sub(1) as f64 * p).round() as usize;
-    sorted.get(index).map_or(0.0, |d| d.as_secs_f64() * 1e6)
-}
 
 fn runtime<S: EventStore>(store: S, latencies: Latencies, idempotent: bool) -> Runtime<S> {
     Runtime::builder(store)
@@ -100,13 +100,8 @@ fn main() {
     let Some(url) = server_url("postgres_steps bench") else {
         return;
     };
-    let tokio = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-        .expect("runtime");
-    let dir = tempfile::tempdir_in(option_env!("CARGO_TARGET_TMPDIR").unwrap_or("target"))
-        .expect("scratch dir");
+    let tokio = support::tokio_runtime();
+    let dir = support::scratch_dir();
     tokio.block_on(async {
         let workloads = [
             ("sequential", 1, SEQUENTIAL, false),

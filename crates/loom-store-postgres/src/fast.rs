@@ -30,11 +30,9 @@
 
 use std::collections::{HashMap, HashSet};
 
-use loom_kernel::ExecutionId;
 use loom_kernel::ExecutionTail;
 use loom_kernel::status_code;
-
-use crate::writer::WriteRequest;
+use loom_kernel::{EncodedAppend, ExecutionId};
 
 /// What the writer remembers of an execution whose lease it holds, as of its last commit.
 #[derive(Debug, Clone)]
@@ -121,7 +119,7 @@ pub(crate) struct Plan<'a> {
 
 /// The plan for `batch`, or `None` when any request needs the full path.
 pub(crate) fn plan<'a>(
-    batch: &'a [WriteRequest],
+    batch: &'a [EncodedAppend],
     cache: &HashMap<ExecutionId, Cached>,
     held: impl Fn(&ExecutionId) -> Option<i64>,
 ) -> Option<Plan<'a>> {

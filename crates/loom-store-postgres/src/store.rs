@@ -4,16 +4,13 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use deadpool_postgres::{Manager, ManagerConfig, Pool, RecyclingMethod};
-use loom_kernel::encode_record_into;
 use loom_kernel::{
-    AppendError, Event, EventEnvelope, EventStore, ExecutionId, ExecutionPage, ExecutionStatus,
-    ExecutionSummary, ReadError,
+    AppendError, EncodedAppend, Event, EventEnvelope, EventStore, ExecutionId, ExecutionPage,
+    ExecutionStatus, ExecutionSummary, ReadError,
 };
 use loom_kernel::{
-    FeedEvent, RetentionError, StatusFilter, StorageError, check_batch, decode_stored,
-    wall_clock_ms,
+    FeedEvent, RetentionError, StatusFilter, StorageError, decode_stored, filter_code,
 };
-use loom_kernel::{TailChange, filter_code};
 use tokio::sync::{mpsc, oneshot};
 use tokio::task::JoinHandle;
 
@@ -21,7 +18,7 @@ use crate::config::PostgresStoreConfig;
 use crate::error::ConnectError;
 use crate::lease::Leases;
 use crate::notify::{self, HeadWatch};
-use crate::writer::{Faults, WriteRequest, Writer};
+use crate::writer::{Faults, Writer};
 
 /// Event logs in a PostgreSQL database. Cheap to clone; clones share the pool, the writer,
 /// the listener and the leases. Each store instance is one worker for the lease protocol
@@ -35,7 +32,7 @@ pub struct PostgresStore {
 struct Shared {
     pool: Pool,
     config: PostgresStoreConfig,
-    requests: mpsc::UnboundedSender<WriteRequest>,
+    requests: mpsc::UnboundedSender<EncodedAppend>,
     watch: Arc<HeadWatch>,
     leases: Arc<Leases>,
     faults: Arc<Faults>,
@@ -232,7 +229,7 @@ impl EventStore for PostgresStore {
         expected_seq: u64,
         events: &[Event],
     ) -> Result<u64, AppendError> {
-        check_batch(execution, expected_seq, events)?;
+        let (request, answer) = EncodedAppend::new(execution, expected_seq, events)?;
         if expected_seq > i64::MAX as u64 - events.len() as u64 {
             return Err(AppendError::Conflict {
                 execution: execution.clone(),
@@ -240,27 +237,9 @@ impl EventStore for PostgresStore {
                 actual_seq: self.head(execution).await.unwrap_or(0),
             });
         }
-        let changes = events.iter().map(TailChange::of).collect();
-        let recorded_at_ms = wall_clock_ms();
-        let records = events
-            .iter()
-            .map(|event| {
-                let mut bytes = Vec::with_capacity(128);
-                encode_record_into(&mut bytes, event, recorded_at_ms);
-                bytes
-            })
-            .collect();
-        let (reply, answer) = oneshot::channel();
         self.shared
             .requests
-            .send(WriteRequest {
-                execution: execution.clone(),
-                expected_seq,
-                records,
-                changes,
-                recorded_at_ms,
-                reply,
-            })
+            .send(request)
             .map_err(|_| AppendError::Closed)?;
         answer.await.map_err(|_| AppendError::Closed)?
     }

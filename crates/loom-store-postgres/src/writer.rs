@@ -35,27 +35,14 @@ use std::time::Duration;
 
 use deadpool_postgres::Pool;
 use loom_kernel::ExecutionTail;
-use loom_kernel::{AppendError, ExecutionId, StorageError};
-use loom_kernel::{TailChange, status_code};
-use tokio::sync::{mpsc, oneshot};
+use loom_kernel::status_code;
+use loom_kernel::{AppendError, EncodedAppend, ExecutionId, StorageError};
+use tokio::sync::mpsc;
 use tokio_postgres::error::Severity;
 
 use crate::fast::{self, Cached};
 use crate::lease::{LeaseDecision, Leases, RowLease};
 use crate::notify::{HeadWatch, payloads};
-
-/// One append waiting for the writer.
-#[derive(Debug)]
-pub(crate) struct WriteRequest {
-    pub(crate) execution: ExecutionId,
-    pub(crate) expected_seq: u64,
-    pub(crate) records: Vec<Vec<u8>>,
-    /// What each event changes in the execution's tail, taken on the caller's task.
-    pub(crate) changes: Vec<TailChange>,
-    /// The time stamped on the records.
-    pub(crate) recorded_at_ms: Option<u64>,
-    pub(crate) reply: oneshot::Sender<Result<u64, AppendError>>,
-}
 
 /// Failures injected by tests to reach paths a healthy server never takes.
 #[derive(Debug, Default)]
@@ -140,7 +127,7 @@ struct Committed {
 
 impl Writer {
     /// Runs until every sender is gone and the queue is answered.
-    pub(crate) async fn run(mut self, mut requests: mpsc::UnboundedReceiver<WriteRequest>) {
+    pub(crate) async fn run(mut self, mut requests: mpsc::UnboundedReceiver<EncodedAppend>) {
         while let Some(first) = requests.recv().await {
             let mut events = first.records.len();
             let mut batch = vec![first];
@@ -157,7 +144,7 @@ impl Writer {
         }
     }
 
-    async fn commit(&mut self, batch: Vec<WriteRequest>, events: usize) {
+    async fn commit(&mut self, batch: Vec<EncodedAppend>, events: usize) {
         let span = tracing::debug_span!("group_commit", requests = batch.len(), events);
         let _entered = span.enter();
         let batch = self.commit_fast(batch).await;
@@ -232,7 +219,7 @@ impl Writer {
 
     /// Commits `batch` in one statement if the fast path can take all of it (see
     /// [`crate::fast`]); returns the requests left for the full path, unanswered.
-    async fn commit_fast(&mut self, batch: Vec<WriteRequest>) -> Vec<WriteRequest> {
+    async fn commit_fast(&mut self, batch: Vec<EncodedAppend>) -> Vec<EncodedAppend> {
         let leases = Arc::clone(&self.leases);
         let Some(plan) = fast::plan(&batch, &self.cache, |id| leases.token(id)) else {
             return batch;
@@ -401,7 +388,7 @@ impl Writer {
         .await
     }
 
-    async fn try_commit(&self, batch: &[WriteRequest]) -> Result<Committed, BatchError> {
+    async fn try_commit(&self, batch: &[EncodedAppend]) -> Result<Committed, BatchError> {
         let not_committed = |err: &dyn std::fmt::Display| BatchError::NotCommitted(err.to_string());
         let mut client = self.writes.get().await.map_err(|e| not_committed(&e))?;
         let txn = client.transaction().await.map_err(|e| not_committed(&e))?;

@@ -133,17 +133,24 @@ pub fn hub() -> SurfaceHub {
 /// One line of an order.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Item {
+    /// The article's code.
     pub sku: String,
+    /// What the surface shows for it.
     pub label: String,
+    /// How many.
     pub qty: u32,
+    /// The price of one.
     pub price: f64,
 }
 
 /// The flow's input.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Order {
+    /// The order's id, which the execution's id is made from.
     pub id: String,
+    /// Its lines.
     pub items: Vec<Item>,
+    /// The card number: classified, masked in every text that leaves (K10-R6).
     pub card: String,
 }
 

@@ -96,45 +96,6 @@ fn timestamp() -> String {
     format!("{}Z", loom_console::utc(ms).replacen(' ', "T", 1))
 }
 
-/// Writes `value` at the JSON Pointer `path` as a renderer does (`null` removes).
-pub fn apply_update(model: &mut Value, path: &str, value: Value) {
-    if path == "/" || path.is_empty() {
-        *model = value;
-        return;
-    }
-    let Some((parent, last)) = path.rsplit_once('/') else {
-        return;
-    };
-    let last = last.replace("~1", "/").replace("~0", "~");
-    let Some(parent) = model.pointer_mut(parent) else {
-        return;
-    };
-    match parent {
-        Value::Object(map) => {
-            if value.is_null() {
-                map.remove(&last);
-            } else {
-                map.insert(last, value);
-            }
-        }
-        Value::Array(items) => {
-            let Ok(index) = last.parse::<usize>() else {
-                return;
-            };
-            if value.is_null() {
-                if index < items.len() {
-                    items.remove(index);
-                }
-            } else if index == items.len() {
-                items.push(value);
-            } else if index < items.len() {
-                items[index] = value;
-            }
-        }
-        _ => {}
-    }
-}
-
 enum End {
     /// The surface is gone: the story is over for this client.
     Deleted,
@@ -226,11 +187,8 @@ async fn session(options: &ClientOptions, mut socket: Socket) -> Result<End> {
                 ));
             }
             AgentMessage::UpdateDataModel(update) => {
-                apply_update(
-                    &mut model,
-                    update.path.as_deref().unwrap_or("/"),
-                    update.value,
-                );
+                // A pointer this model cannot hold is left out, as a renderer would.
+                let _ = update.apply_to(&mut model);
             }
             AgentMessage::DeleteSurface(_) => deleted = true,
             AgentMessage::CallRendererFunction(call) => {

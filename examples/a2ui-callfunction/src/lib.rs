@@ -18,6 +18,7 @@
 //! # What it must not depend on
 //! It is an application: it builds on the Loom crates and nothing builds on it. It never
 //! reaches below the plugin's and the kernel's public APIs.
+#![warn(missing_docs, unreachable_pub)]
 
 pub mod app;
 pub mod client;

@@ -16,7 +16,9 @@ pub const CHILD_ENV: &str = "A2UI_CALLFUNCTION_STORY";
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum Direction {
+    /// From the server (Loom) to the renderer.
     AgentToRenderer,
+    /// From the renderer to the server.
     RendererToAgent,
 }
 
@@ -25,31 +27,49 @@ pub enum Direction {
 #[serde(tag = "note", rename_all = "camelCase")]
 pub enum Note {
     /// The server listens at `url`.
-    Ready { url: String },
+    Ready {
+        /// The server's WebSocket URL.
+        url: String,
+    },
     /// An A2UI message, as it went over a socket (`session` numbers the server's sockets).
     Wire {
+        /// Which way it went.
         direction: Direction,
+        /// The server's number for the socket.
         session: u64,
+        /// The message as sent.
         message: Value,
     },
     /// A durable Loom event.
     Event {
+        /// The execution whose log it is in.
         execution: String,
+        /// Its place in that log.
         seq: u64,
+        /// The event's type (`STEP_COMPLETED`, ...).
         #[serde(rename = "type")]
         kind: String,
+        /// What it says, in words (masked).
         detail: String,
     },
     /// A step in doubt, as the operator sees it.
     InDoubt {
+        /// The execution it parks.
         execution: String,
+        /// The step's id.
         step: String,
+        /// The effect the step ran.
         effect: String,
+        /// The idempotency key to look for at the receiver.
         key: String,
+        /// Why it is in doubt, as recorded.
         reason: Option<String>,
     },
     /// Anything else worth telling.
-    Say { text: String },
+    Say {
+        /// The words.
+        text: String,
+    },
 }
 
 /// Tells `note`: a JSON line under the story, a readable line otherwise.
@@ -73,7 +93,9 @@ pub fn say(text: impl Into<String>) {
 /// Colour or not.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Style {
+    /// ANSI colours (a terminal).
     Colour,
+    /// Plain text.
     Plain,
 }
 

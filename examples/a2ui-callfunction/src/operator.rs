@@ -31,11 +31,17 @@ pub const FAILED_BY_OPERATOR: &str = "operator.failed";
 #[serde(tag = "kind", rename_all = "camelCase")]
 pub enum VerdictArg {
     /// The effect ran: this is its output.
-    Completed { output: Value },
+    Completed {
+        /// The output the flow gets.
+        output: Value,
+    },
     /// Run it again with the same call id (the renderer's dedup answers a repeat).
     Retry,
     /// It did not run, or it failed: the step fails with this message.
-    Failed { message: String },
+    Failed {
+        /// Why, recorded with the failure.
+        message: String,
+    },
 }
 
 impl VerdictArg {
@@ -60,8 +66,11 @@ pub enum AdminRequest {
     List,
     /// Records a verdict on one step.
     Resolve {
+        /// The execution the step belongs to.
         execution: String,
+        /// The step in doubt.
         step: String,
+        /// The verdict.
         verdict: VerdictArg,
     },
 }
@@ -74,7 +83,12 @@ pub enum Target {
     /// The store file, when no server holds it, or a `postgres://` URL.
     Store(PathBuf),
     /// A PostgreSQL store: the URL and the schema.
-    Postgres { url: String, schema: String },
+    Postgres {
+        /// The server's URL.
+        url: String,
+        /// The schema the store's tables are in.
+        schema: String,
+    },
 }
 
 /// The note that tells a step in doubt.
@@ -185,14 +199,10 @@ pub async fn list(target: &Target) -> Result<Vec<Note>> {
                 })
                 .collect()
         }
-        Target::Store(_) | Target::Postgres { .. } => {
-            let store = open_store(target).await?;
-            loom_effect_runtime::steps_in_doubt(&store)
-                .await?
-                .iter()
-                .map(note_of)
-                .collect()
-        }
+        Target::Store(_) | Target::Postgres { .. } => match open_store(target).await? {
+            AnyStore::Disk(store) => notes_in(&store).await?,
+            AnyStore::Postgres(store) => notes_in(&store).await?,
+        },
     };
     if notes.is_empty() {
         narrate::say("no step is in doubt");
@@ -201,6 +211,15 @@ pub async fn list(target: &Target) -> Result<Vec<Note>> {
         narrate::emit(note);
     }
     Ok(notes)
+}
+
+/// A note for every step in doubt in `store`.
+async fn notes_in<S: EventStore>(store: &S) -> Result<Vec<Note>> {
+    Ok(loom_effect_runtime::steps_in_doubt(store)
+        .await?
+        .iter()
+        .map(note_of)
+        .collect())
 }
 
 /// `resolve`: records a verdict. On the store file, the flow is then driven on as far as it
@@ -229,18 +248,14 @@ pub async fn resolve(
                     "a retry sends the call to the renderer again: give it through the running server (--server URL)"
                 );
             }
-            let store = open_store(target).await?;
-            let hub = app::hub();
-            let runtime = app::compose(store, &hub, Arc::new(NoRenderer))?.build()?;
-            resolve_on(&runtime, execution, step, &verdict).await?;
-            let state = runtime.wait(&ExecutionId::new(execution)?).await?;
-            narrate::say(format!("execution {execution} is now {}", state.status()));
-            let store = runtime.store().clone();
-            runtime.shutdown().await;
-            // On PostgreSQL, a lease this command still holds is given back, so that a
-            // server's `recover()` drives the execution on at once.
-            if let AnyStore::Postgres(store) = store {
-                store.release_leases().await?;
+            match open_store(target).await? {
+                AnyStore::Disk(store) => resolve_in(store, execution, step, &verdict).await?,
+                AnyStore::Postgres(store) => {
+                    resolve_in(store.clone(), execution, step, &verdict).await?;
+                    // A lease this command still holds is given back, so that a server's
+                    // `recover()` drives the execution on at once.
+                    store.release_leases().await?;
+                }
             }
         }
     }
@@ -248,5 +263,21 @@ pub async fn resolve(
         "verdict on {execution} step {step}: {}",
         serde_json::to_string(&verdict)?
     ));
+    Ok(())
+}
+
+/// Records a verdict in `store` and drives the flow on as far as it goes without a renderer.
+async fn resolve_in<S: EventStore>(
+    store: S,
+    execution: &str,
+    step: &str,
+    verdict: &VerdictArg,
+) -> Result<()> {
+    let hub = app::hub();
+    let runtime = app::compose(store, &hub, Arc::new(NoRenderer))?.build()?;
+    resolve_on(&runtime, execution, step, verdict).await?;
+    let state = runtime.wait(&ExecutionId::new(execution)?).await?;
+    narrate::say(format!("execution {execution} is now {}", state.status()));
+    runtime.shutdown().await;
     Ok(())
 }

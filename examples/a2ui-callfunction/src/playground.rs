@@ -41,7 +41,7 @@ const JS: &str = include_str!("../web/playground.js");
 const CSS: &str = include_str!("../web/playground.css");
 
 /// The playground's routes (the server adds its state).
-pub(crate) fn router() -> Router<Arc<AppState>> {
+pub(crate) fn router<S: EventStore>() -> Router<Arc<AppState<S>>> {
     Router::new()
         .route(
             "/playground",
@@ -59,10 +59,13 @@ pub(crate) fn router() -> Router<Arc<AppState>> {
             "/playground/playground.css",
             get(|| async { static_file(CSS, "text/css; charset=utf-8") }),
         )
-        .route("/playground/v1/{execution}/{surface}/stream", get(stream))
+        .route(
+            "/playground/v1/{execution}/{surface}/stream",
+            get(stream::<S>),
+        )
         .route(
             "/playground/v1/{execution}/{surface}/messages",
-            post(message),
+            post(message::<S>),
         )
 }
 
@@ -77,8 +80,8 @@ fn unauthorized() -> Response {
     )
 }
 
-async fn stream(
-    State(state): State<Arc<AppState>>,
+async fn stream<S: EventStore>(
+    State(state): State<Arc<AppState<S>>>,
     Path((execution, surface)): Path<(String, String)>,
     Query(query): Query<BTreeMap<String, String>>,
 ) -> Response {
@@ -109,8 +112,8 @@ fn sse(kind: &str, data: &Value) -> SseEvent {
 
 /// One playground renderer session: registered with the transport like a WebSocket one, it
 /// lasts until the page goes away.
-async fn session(
-    state: Arc<AppState>,
+async fn session<S: EventStore>(
+    state: Arc<AppState<S>>,
     execution: ExecutionId,
     surface: String,
     tx: mpsc::Sender<SseEvent>,
@@ -215,15 +218,19 @@ fn event_of(envelope: &EventEnvelope) -> SseEvent {
     )
 }
 
-fn model_of(state: &AppState, execution: &ExecutionId, surface: &str) -> Option<SseEvent> {
+fn model_of<S: EventStore>(
+    state: &AppState<S>,
+    execution: &ExecutionId,
+    surface: &str,
+) -> Option<SseEvent> {
     state
         .hub
         .masked_model(execution, surface)
         .map(|model| sse("model", &model))
 }
 
-async fn message(
-    State(state): State<Arc<AppState>>,
+async fn message<S: EventStore>(
+    State(state): State<Arc<AppState<S>>>,
     Path((execution, surface)): Path<(String, String)>,
     Query(query): Query<BTreeMap<String, String>>,
     headers: HeaderMap,

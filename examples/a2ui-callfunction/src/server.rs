@@ -70,8 +70,8 @@ pub struct ServerOptions {
     pub admin_token: Option<String>,
 }
 
-pub(crate) struct AppState {
-    pub(crate) runtime: Runtime<AnyStore>,
+pub(crate) struct AppState<S: EventStore> {
+    pub(crate) runtime: Runtime<S>,
     pub(crate) hub: SurfaceHub,
     pub(crate) sessions: Arc<Sessions>,
     /// Every durable event, as it is recorded (for the playground's streams).
@@ -176,22 +176,29 @@ pub async fn serve(options: ServerOptions) -> Result<()> {
     // On PostgreSQL the server is one worker, named after its execution: restarted after a
     // crash, it takes the execution's lease back at once (docs/STORAGE.md, leases).
     let worker_id = format!("a2ui-callfunction-{}", options.execution);
-    let store = AnyStore::open(&options.store, &options.schema, Some(&worker_id)).await?;
-    if let AnyStore::Disk(_) = store {
-        // The classification beside the store, so that `loom --store` on this file masks the
-        // same paths (docs/CONSOLE.md).
-        let masks = PathBuf::from(format!("{}.masks", options.store.display()));
-        let listing: String = app::operator_classification()
-            .paths()
-            .iter()
-            .map(|path| format!("{path}\n"))
-            .collect();
-        std::fs::write(
-            &masks,
-            format!("# classified paths (K10-R6) of this store's flows\n{listing}"),
-        )
-        .with_context(|| format!("writing {}", masks.display()))?;
+    match AnyStore::open(&options.store, &options.schema, Some(&worker_id)).await? {
+        AnyStore::Disk(store) => {
+            // The classification beside the store, so that `loom --store` on this file masks
+            // the same paths (docs/CONSOLE.md).
+            let masks = PathBuf::from(format!("{}.masks", options.store.display()));
+            let listing: String = app::operator_classification()
+                .paths()
+                .iter()
+                .map(|path| format!("{path}\n"))
+                .collect();
+            std::fs::write(
+                &masks,
+                format!("# classified paths (K10-R6) of this store's flows\n{listing}"),
+            )
+            .with_context(|| format!("writing {}", masks.display()))?;
+            serve_on(store, options).await
+        }
+        AnyStore::Postgres(store) => serve_on(store, options).await,
     }
+}
+
+/// [`serve`] on the store it opened.
+async fn serve_on<S: EventStore>(store: S, options: ServerOptions) -> Result<()> {
     let sessions = Sessions::new(options.crash_after_submit);
     let hub = app::hub();
     let ended = Arc::new(Notify::new());
@@ -225,9 +232,9 @@ pub async fn serve(options: ServerOptions) -> Result<()> {
         token: token.clone(),
     });
     let mut router = Router::new()
-        .route("/a2ui/{execution}/{surface}", get(renderer_socket))
-        .route("/operator", get(admin_socket))
-        .merge(playground::router())
+        .route("/a2ui/{execution}/{surface}", get(renderer_socket::<S>))
+        .route("/operator", get(admin_socket::<S>))
+        .merge(playground::router::<S>())
         .with_state(state);
     // The admin API and the playground hold verdicts and resumes: loopback only.
     let loopback = addr.ip().is_loopback();
@@ -306,11 +313,11 @@ pub async fn serve(options: ServerOptions) -> Result<()> {
     Ok(())
 }
 
-async fn renderer_socket(
+async fn renderer_socket<S: EventStore>(
     ws: WebSocketUpgrade,
     Path((execution, surface)): Path<(String, String)>,
     Query(query): Query<BTreeMap<String, String>>,
-    State(state): State<Arc<AppState>>,
+    State(state): State<Arc<AppState<S>>>,
 ) -> Response {
     let answers = query
         .get("answers")
@@ -318,7 +325,10 @@ async fn renderer_socket(
     ws.on_upgrade(move |socket| renderer_session(state, socket, execution, surface, answers))
 }
 
-async fn admin_socket(ws: WebSocketUpgrade, State(state): State<Arc<AppState>>) -> Response {
+async fn admin_socket<S: EventStore>(
+    ws: WebSocketUpgrade,
+    State(state): State<Arc<AppState<S>>>,
+) -> Response {
     ws.on_upgrade(move |socket| admin_session(state, socket))
 }
 
@@ -330,8 +340,8 @@ pub(crate) fn wire_note(direction: Direction, session: u64, message: Value) {
     });
 }
 
-async fn renderer_session(
-    state: Arc<AppState>,
+async fn renderer_session<S: EventStore>(
+    state: Arc<AppState<S>>,
     socket: WebSocket,
     execution: String,
     surface: String,
@@ -410,8 +420,8 @@ async fn renderer_session(
 /// An A2UI message from a renderer (a WebSocket frame or a playground POST): an action resumes
 /// the Approve gate; a function reply answers a grain-B request in flight, or else resumes a
 /// grain-A gate. Anything refused is told and records nothing.
-pub(crate) async fn inbound(
-    state: &AppState,
+pub(crate) async fn inbound<S: EventStore>(
+    state: &AppState<S>,
     session: u64,
     execution: &ExecutionId,
     surface: &str,
@@ -458,8 +468,8 @@ fn renderer_caller(session: u64) -> Caller {
         .unwrap_or_else(|_| Caller::anonymous())
 }
 
-async fn reply_to(
-    state: &AppState,
+async fn reply_to<S: EventStore>(
+    state: &AppState<S>,
     caller: &Caller,
     surface: &str,
     call_id: &str,
@@ -481,7 +491,7 @@ async fn reply_to(
         .map_err(|e| e.to_string())
 }
 
-async fn admin_session(state: Arc<AppState>, mut socket: WebSocket) {
+async fn admin_session<S: EventStore>(state: Arc<AppState<S>>, mut socket: WebSocket) {
     while let Some(Ok(frame)) = socket.next().await {
         let Message::Text(text) = frame else {
             continue;

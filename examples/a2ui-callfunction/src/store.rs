@@ -1,14 +1,12 @@
 //! The example's store: the embedded store file, or PostgreSQL when `--store` is a
 //! `postgres://` / `postgresql://` URL (then `--schema` names the schema holding Loom's
-//! tables). [`AnyStore`] is either, as one [`EventStore`].
+//! tables). [`AnyStore`] is the one opened; the server and the operator's commands match on it
+//! once and run on the store inside, generic over [`loom_kernel::EventStore`].
 
 use std::path::Path;
 
 use anyhow::{Context, Result};
-use loom_kernel::{
-    AppendError, DiskStore, Event, EventEnvelope, EventStore, ExecutionId, ExecutionPage, ReadError,
-};
-use loom_kernel::{FeedEvent, RetentionError, StatusFilter};
+use loom_kernel::DiskStore;
 use loom_store_postgres::{PostgresStore, PostgresStoreConfig};
 
 /// The schema the example uses on PostgreSQL unless told otherwise.
@@ -74,103 +72,5 @@ impl AnyStore {
             )
         })?;
         Ok(Self::Disk(disk))
-    }
-}
-
-impl EventStore for AnyStore {
-    async fn append(
-        &self,
-        execution: &ExecutionId,
-        expected_seq: u64,
-        events: &[Event],
-    ) -> Result<u64, AppendError> {
-        match self {
-            Self::Disk(s) => s.append(execution, expected_seq, events).await,
-            Self::Postgres(s) => s.append(execution, expected_seq, events).await,
-        }
-    }
-
-    async fn read(
-        &self,
-        execution: &ExecutionId,
-        from: u64,
-        limit: usize,
-    ) -> Result<Vec<EventEnvelope>, ReadError> {
-        match self {
-            Self::Disk(s) => s.read(execution, from, limit).await,
-            Self::Postgres(s) => s.read(execution, from, limit).await,
-        }
-    }
-
-    async fn head(&self, execution: &ExecutionId) -> Result<u64, ReadError> {
-        match self {
-            Self::Disk(s) => s.head(execution).await,
-            Self::Postgres(s) => s.head(execution).await,
-        }
-    }
-
-    async fn list_executions(
-        &self,
-        after: Option<&ExecutionId>,
-        limit: usize,
-    ) -> Result<ExecutionPage, ReadError> {
-        match self {
-            Self::Disk(s) => s.list_executions(after, limit).await,
-            Self::Postgres(s) => s.list_executions(after, limit).await,
-        }
-    }
-
-    async fn read_logs(
-        &self,
-        executions: &[ExecutionId],
-    ) -> Result<Vec<Vec<EventEnvelope>>, ReadError> {
-        match self {
-            Self::Disk(s) => s.read_logs(executions).await,
-            Self::Postgres(s) => s.read_logs(executions).await,
-        }
-    }
-
-    async fn wait_for(&self, execution: &ExecutionId, seq: u64) -> Result<(), ReadError> {
-        match self {
-            Self::Disk(s) => s.wait_for(execution, seq).await,
-            Self::Postgres(s) => s.wait_for(execution, seq).await,
-        }
-    }
-
-    async fn list_by_status(
-        &self,
-        filter: StatusFilter,
-        after: Option<&ExecutionId>,
-        limit: usize,
-    ) -> Result<ExecutionPage, ReadError> {
-        match self {
-            Self::Disk(s) => s.list_by_status(filter, after, limit).await,
-            Self::Postgres(s) => s.list_by_status(filter, after, limit).await,
-        }
-    }
-
-    async fn read_feed(&self, from: u64, limit: usize) -> Result<Vec<FeedEvent>, ReadError> {
-        match self {
-            Self::Disk(s) => s.read_feed(from, limit).await,
-            Self::Postgres(s) => s.read_feed(from, limit).await,
-        }
-    }
-
-    async fn wait_for_feed(&self, position: u64) -> Result<(), ReadError> {
-        match self {
-            Self::Disk(s) => s.wait_for_feed(position).await,
-            Self::Postgres(s) => s.wait_for_feed(position).await,
-        }
-    }
-
-    async fn delete_ended(
-        &self,
-        ended_before_ms: u64,
-        limit: usize,
-    ) -> Result<Vec<ExecutionId>, RetentionError> {
-        match self {
-            Self::Disk(s) => s.delete_ended(ended_before_ms, limit).await,
-            Self::Postgres(s) => s.delete_ended(ended_before_ms, limit).await,
-        }
     }
 }

@@ -279,9 +279,13 @@ pub fn export_catalogs(dir: &Path) -> Result<Vec<PathBuf>> {
 /// What the story found, for its caller.
 #[derive(Debug, Clone)]
 pub struct StoryReport {
+    /// The store file the story's server wrote.
     pub store: PathBuf,
+    /// The renderer's ledger: the orders its `submitOrder` placed, by call id (its dedup).
     pub ledger: PathBuf,
+    /// How many A2UI messages went over the wire.
     pub wire_messages: usize,
+    /// How many orders the ledger holds (one: the call ran once for all its attempts).
     pub orders: usize,
     /// The masked model Loom's fold gives for the surface (what a renderer holds).
     pub masked_model: Value,

@@ -22,7 +22,9 @@ use crate::narrate;
 /// A message a session is asked to send, with a signal once it is written to the socket.
 #[derive(Debug)]
 pub struct Outgoing {
+    /// What to send.
     pub message: AgentMessage,
+    /// Fired once it is written to the socket.
     pub sent: oneshot::Sender<()>,
 }
 

@@ -33,6 +33,7 @@
     not(test),
     warn(clippy::unwrap_used, clippy::print_stdout, clippy::print_stderr)
 )]
+#![warn(missing_docs, unreachable_pub)]
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -62,19 +63,26 @@ pub fn approval_key(execution: &ExecutionId) -> String {
 /// The input of `checkout`.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Order {
+    /// The article ordered.
     pub sku: String,
+    /// How many.
     pub qty: u32,
 }
 
 /// The output of `checkout`.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Receipt {
+    /// The article ordered.
     pub sku: String,
+    /// How many.
     pub qty: u32,
+    /// The stock reservation's id, from the idempotent `reserve` effect.
     pub reservation: String,
+    /// When the reservation was made (unix ms), a recorded decision: replay serves it.
     pub reserved_at_ms: u64,
     /// The payload the approval gate was resumed with.
     pub approval: Value,
+    /// The amount the non-idempotent `charge` effect charged.
     pub charged: u64,
     /// The idempotency key the charge was made with: the payment provider's dedup key.
     pub payment_key: String,

@@ -7,8 +7,10 @@ use loom_agent_surface::{EmitError, OpKind, PatchFailure, SurfaceExt, SurfacePro
 use loom_kernel::Event;
 use loom_kernel::conformance::id;
 use loom_kernel::*;
-use loom_kernel::{EventStore, EventStoreExt, ExecutionId, ExecutionStatus, MemoryStore, Payload};
+use loom_kernel::{EventStoreExt, ExecutionId, ExecutionStatus, MemoryStore, Payload};
 use serde_json::{Map, Value, json};
+
+use crate::divergence::assert_resume_diverges;
 
 fn runtime(store: MemoryStore, flow: impl Flow) -> Runtime<MemoryStore> {
     let ok = |_: EffectCall| async { EffectOutcome::ok(Payload::null()) };
@@ -19,23 +21,28 @@ fn runtime(store: MemoryStore, flow: impl Flow) -> Runtime<MemoryStore> {
         .unwrap()
 }
 
-/// Runs `flow`, registered as `name`, as `execution` (input `null`) on a fresh runtime until it
-/// ends or parks: the runtime, the execution and its status.
+/// Starts the flow `name` as `execution` (input `null`, granted `noop`) on `rt` and waits until
+/// it ends or parks: the execution and its status.
+async fn start(
+    rt: &Runtime<MemoryStore>,
+    name: &str,
+    execution: &str,
+) -> (ExecutionId, ExecutionStatus) {
+    let options = StartOptions::new(id(execution)).grant("noop");
+    let e = rt.start(name, &json!(null), options).await.unwrap();
+    let status = rt.wait(&e).await.unwrap().status();
+    (e, status)
+}
+
+/// Runs `flow`, registered as `name`, as `execution` on a fresh runtime as [`start`] does: the
+/// runtime, the execution and its status.
 async fn run(
     flow: impl Flow,
     name: &str,
     execution: &str,
 ) -> (Runtime<MemoryStore>, ExecutionId, ExecutionStatus) {
     let rt = runtime(MemoryStore::new(), flow);
-    let e = rt
-        .start(
-            name,
-            &json!(null),
-            StartOptions::new(id(execution)).grant("noop"),
-        )
-        .await
-        .unwrap();
-    let status = rt.wait(&e).await.unwrap().status();
+    let (e, status) = start(&rt, name, execution).await;
     (rt, e, status)
 }
 
@@ -108,18 +115,8 @@ fn order_runtime(store: MemoryStore) -> Runtime<MemoryStore> {
 #[tokio::test]
 async fn ops_are_recorded_one_patch_per_emit_and_fold_to_the_model() {
     let rt = order_runtime(MemoryStore::new());
-    let e = rt
-        .start(
-            "order",
-            &json!(null),
-            StartOptions::new(id("o-1")).grant("noop"),
-        )
-        .await
-        .unwrap();
-    assert_eq!(
-        rt.wait(&e).await.unwrap().status(),
-        ExecutionStatus::Suspended
-    );
+    let (e, status) = start(&rt, "order", "o-1").await;
+    assert_eq!(status, ExecutionStatus::Suspended);
     let events = log(&rt, &e).await;
     let names: Vec<_> = events.iter().map(Event::type_name).collect();
     assert_eq!(
@@ -286,18 +283,8 @@ async fn a_new_runtime_replays_the_emits_and_the_flow_completes() {
     let store = MemoryStore::new();
     let e = {
         let rt = order_runtime(store.clone());
-        let e = rt
-            .start(
-                "order",
-                &json!(null),
-                StartOptions::new(id("o-2")).grant("noop"),
-            )
-            .await
-            .unwrap();
-        assert_eq!(
-            rt.wait(&e).await.unwrap().status(),
-            ExecutionStatus::Suspended
-        );
+        let (e, status) = start(&rt, "order", "o-2").await;
+        assert_eq!(status, ExecutionStatus::Suspended);
         e
     };
     // A new driver starts from empty per-execution state: the emits before the gate replay
@@ -339,15 +326,7 @@ async fn a_new_runtime_replays_the_emits_and_the_flow_completes() {
 
     // The same log as an uninterrupted run.
     let rt = order_runtime(MemoryStore::new());
-    let uninterrupted = rt
-        .start(
-            "order",
-            &json!(null),
-            StartOptions::new(id("o-2")).grant("noop"),
-        )
-        .await
-        .unwrap();
-    rt.wait(&uninterrupted).await.unwrap();
+    let (uninterrupted, _) = start(&rt, "order", "o-2").await;
     rt.resume(&uninterrupted, "Approval", "k", json!("paid").into())
         .await
         .unwrap();
@@ -371,32 +350,13 @@ async fn paid_then_gate(ctx: FlowCtx, _: Value) -> Result<(), FlowError> {
 async fn a_flow_that_now_emits_another_value_is_non_deterministic() {
     let store = MemoryStore::new();
     let rt = runtime(store.clone(), flow_fn("f", 1, pending_then_gate));
-    let e = rt
-        .start("f", &json!(null), StartOptions::new(id("nd")).grant("noop"))
-        .await
-        .unwrap();
-    assert_eq!(
-        rt.wait(&e).await.unwrap().status(),
-        ExecutionStatus::Suspended
-    );
-    let head = store.head(&e).await.unwrap();
+    let (e, status) = start(&rt, "f", "nd").await;
+    assert_eq!(status, ExecutionStatus::Suspended);
     drop(rt);
 
     let rt = runtime(store.clone(), flow_fn("f", 1, paid_then_gate));
-    let err = rt
-        .resume(&e, "Approval", "k", Payload::null())
-        .await
-        .unwrap_err();
-    let message = err.to_string();
-    assert!(
-        message.contains("at seq 1: recorded SURFACE_PATCH 'surface:main#1'"),
-        "{message}"
-    );
-    assert_eq!(store.head(&e).await.unwrap(), head, "nothing was recorded");
-    assert!(matches!(
-        rt.wait(&e).await.unwrap_err(),
-        WaitError::Driver(DriveError::NonDeterminism { ref source, .. }) if source.seq == 1
-    ));
+    let words = "at seq 1: recorded SURFACE_PATCH 'surface:main#1'";
+    assert_resume_diverges(&rt, &e, 1, words).await;
 }
 
 #[tokio::test]

@@ -1,22 +1,13 @@
 //! The web console in a real browser (headless Chromium): the page logs in with the token from
 //! its link, lists the steps in doubt and the executions, and shows one execution's events with
 //! classified values masked. Skipped loudly when Chromium is not installed (`.ci/run` installs
-//! Debian's `chromium` when it is missing; elsewhere, `apt-get install chromium`).
+//! Debian's `chromium` when it is missing and sets `LOOM_REQUIRE_CHROMIUM`, which turns the skip
+//! into a failure; elsewhere, `apt-get install chromium`).
 
 use std::process::Command;
 
+use crate::support::chromium::chromium_or_skip;
 use crate::support::*;
-
-fn chromium() -> Option<&'static str> {
-    ["chromium", "chromium-browser", "google-chrome"]
-        .into_iter()
-        .find(|name| {
-            Command::new(name)
-                .arg("--version")
-                .output()
-                .is_ok_and(|output| output.status.success())
-        })
-}
 
 /// The page's DOM once its scripts have run and its requests have been answered. A browser
 /// that has not finished after two minutes is killed and the test fails, rather than hanging.
@@ -60,10 +51,8 @@ fn dump_dom(browser: &str, url: &str) -> String {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_web_console_lists_doubts_and_shows_an_execution_masked() {
-    let Some(browser) = chromium() else {
-        eprintln!(
-            "\n*** SKIPPED the_web_console_lists_doubts_and_shows_an_execution_masked: no Chromium (apt-get install chromium)\n"
-        );
+    let test = "the_web_console_lists_doubts_and_shows_an_execution_masked";
+    let Some(browser) = chromium_or_skip(test) else {
         return;
     };
     let server = server().await;

@@ -3,6 +3,7 @@
 //! and newer ended executions stay; `--dry-run` deletes nothing; the server keeps working while
 //! and after it runs.
 
+use std::process::Output;
 use std::time::Duration;
 
 use loom_kernel::{DiskStore, EventStoreExt, ExecutionStatus};
@@ -28,6 +29,29 @@ async fn present(store: &DiskStore, name: &str) -> bool {
     !store.read_all(&id(name)).await.unwrap().is_empty()
 }
 
+/// Asserts that the executions [`seed`] ended before the cutoff are deleted and the others
+/// stay.
+async fn assert_only_the_old_are_deleted(store: &DiskStore) {
+    for name in ["old-1", "old-2", "old-3"] {
+        assert!(!present(store, name).await, "{name} is deleted");
+    }
+    for name in ["old-in-doubt", "new-1", "new-in-doubt"] {
+        assert!(present(store, name).await, "{name} stays");
+    }
+}
+
+/// Runs `loom <target> purge <args>`: `target` names the store or the admin API.
+async fn purge(target: &[&str], args: &[&str]) -> Output {
+    loom_async(&[target, &["purge"], args].concat()).await
+}
+
+/// [`purge`], asserting it succeeds.
+async fn purge_ok(target: &[&str], args: &[&str]) -> Output {
+    let output = purge(target, args).await;
+    assert_eq!(code(&output), 0, "{}", stderr(&output));
+    output
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn purge_on_a_store_file_deletes_only_what_ended_before_the_cutoff() {
     let dir = tempfile::tempdir().unwrap();
@@ -41,16 +65,8 @@ async fn purge_on_a_store_file_deletes_only_what_ended_before_the_cutoff() {
     let file = path.to_str().unwrap();
     let cut = cutoff.to_string();
 
-    let dry = loom_async(&[
-        "--store",
-        file,
-        "purge",
-        "--ended-before-ms",
-        &cut,
-        "--dry-run",
-    ])
-    .await;
-    assert_eq!(code(&dry), 0, "{}", stderr(&dry));
+    let target = ["--store", file];
+    let dry = purge_ok(&target, &["--ended-before-ms", &cut, "--dry-run"]).await;
     let text = stdout(&dry);
     for name in ["old-1", "old-2", "old-3"] {
         assert!(text.contains(&format!("would delete {name}\n")), "{text}");
@@ -65,8 +81,7 @@ async fn purge_on_a_store_file_deletes_only_what_ended_before_the_cutoff() {
     );
 
     // An age: nothing ended 30 days ago.
-    let none = loom_async(&["--store", file, "purge", "--ended-before", "30d"]).await;
-    assert_eq!(code(&none), 0, "{}", stderr(&none));
+    let none = purge_ok(&target, &["--ended-before", "30d"]).await;
     assert!(
         stdout(&none).contains("deleted 0 executions"),
         "{}",
@@ -74,18 +89,11 @@ async fn purge_on_a_store_file_deletes_only_what_ended_before_the_cutoff() {
     );
 
     // Batches of two: two batches, each printed.
-    let purged = loom_async(&[
-        "--store",
-        file,
-        "--json",
-        "purge",
-        "--ended-before-ms",
-        &cut,
-        "--batch",
-        "2",
-    ])
+    let purged = purge_ok(
+        &["--store", file, "--json"],
+        &["--ended-before-ms", &cut, "--batch", "2"],
+    )
     .await;
-    assert_eq!(code(&purged), 0, "{}", stderr(&purged));
     let answer = json_out(&purged);
     assert_eq!(answer["count"], 3);
     assert_eq!(answer["dryRun"], false);
@@ -98,40 +106,23 @@ async fn purge_on_a_store_file_deletes_only_what_ended_before_the_cutoff() {
     deleted.sort();
     assert_eq!(deleted, ["old-1", "old-2", "old-3"]);
 
-    let again = loom_async(&["--store", file, "purge", "--ended-before-ms", &cut]).await;
+    let again = purge(&target, &["--ended-before-ms", &cut]).await;
     assert!(
         stdout(&again).contains("deleted 0 executions"),
         "{}",
         stdout(&again)
     );
 
-    let store = DiskStore::open(&path).unwrap();
-    for name in ["old-1", "old-2", "old-3"] {
-        assert!(!present(&store, name).await, "{name} is deleted");
-    }
-    for name in ["old-in-doubt", "new-1", "new-in-doubt"] {
-        assert!(present(&store, name).await, "{name} stays");
-    }
+    assert_only_the_old_are_deleted(&DiskStore::open(&path).unwrap()).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn purge_through_the_admin_api_loops_in_batches_while_the_server_works() {
     let server = server().await;
     let cutoff = seed(&server.runtime).await.to_string();
-    let (url, token) = (server.url.as_str(), TOKEN);
+    let admin = ["--admin", server.url.as_str(), "--token", TOKEN];
 
-    let dry = loom_async(&[
-        "--admin",
-        url,
-        "--token",
-        token,
-        "purge",
-        "--ended-before-ms",
-        &cutoff,
-        "--dry-run",
-    ])
-    .await;
-    assert_eq!(code(&dry), 0, "{}", stderr(&dry));
+    let dry = purge_ok(&admin, &["--ended-before-ms", &cutoff, "--dry-run"]).await;
     assert!(
         stdout(&dry).contains("would delete 3 executions"),
         "{}",
@@ -139,60 +130,22 @@ async fn purge_through_the_admin_api_loops_in_batches_while_the_server_works() {
     );
     assert!(present(server.runtime.store(), "old-1").await);
 
-    let purged = loom_async(&[
-        "--admin",
-        url,
-        "--token",
-        token,
-        "purge",
-        "--ended-before-ms",
-        &cutoff,
-        "--batch",
-        "1",
-    ])
-    .await;
-    assert_eq!(code(&purged), 0, "{}", stderr(&purged));
+    let purged = purge_ok(&admin, &["--ended-before-ms", &cutoff, "--batch", "1"]).await;
     let text = stdout(&purged);
     assert_eq!(text.matches("deleted old-").count(), 3, "{text}");
     assert!(text.contains("deleted 3 executions"), "{text}");
 
-    let store = server.runtime.store();
-    for name in ["old-1", "old-2", "old-3"] {
-        assert!(!present(store, name).await, "{name} is deleted");
-    }
-    for name in ["old-in-doubt", "new-1", "new-in-doubt"] {
-        assert!(present(store, name).await, "{name} stays");
-    }
+    assert_only_the_old_are_deleted(server.runtime.store()).await;
     // The runtime goes on: a new execution runs, the one in doubt still waits for a verdict.
     start_hello(&server.runtime, "after-purge").await;
     let state = server.runtime.state(&id("old-in-doubt")).await.unwrap();
     assert_eq!(state.status(), ExecutionStatus::InDoubt);
 
     // Malformed input is refused clearly.
-    let bad = loom_async(&[
-        "--admin",
-        url,
-        "--token",
-        token,
-        "purge",
-        "--ended-before",
-        "soon",
-    ])
-    .await;
+    let bad = purge(&admin, &["--ended-before", "soon"]).await;
     assert_eq!(code(&bad), 2, "{}", stderr(&bad));
     assert!(stderr(&bad).contains("is not an age"), "{}", stderr(&bad));
-    let zero = loom_async(&[
-        "--admin",
-        url,
-        "--token",
-        token,
-        "purge",
-        "--ended-before",
-        "1d",
-        "--batch",
-        "0",
-    ])
-    .await;
+    let zero = purge(&admin, &["--ended-before", "1d", "--batch", "0"]).await;
     assert_eq!(code(&zero), 2, "{}", stderr(&zero));
 }
 

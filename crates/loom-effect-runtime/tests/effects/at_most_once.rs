@@ -13,13 +13,15 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 
 use loom_effect_runtime::*;
-use loom_kernel::conformance::{Hooked, StoreHooks, id};
-use loom_kernel::{AppendError, EventStore, ExecutionId, ExecutionStatus, MemoryStore};
-use loom_kernel::{Event, Verdict};
+use loom_kernel::Verdict;
+use loom_kernel::conformance::id;
+use loom_kernel::{EventStore, ExecutionStatus, MemoryStore};
 use loom_kernel::{FlowCtx, FlowError, Runtime, StartOptions, flow_fn};
 use proptest::prelude::*;
 use serde_json::json;
 use tokio::sync::Notify;
+
+use crate::support::append_hook::{AppendHooked, on_append};
 
 /// How a worker dies on its last append.
 #[derive(Debug, Clone, Copy)]
@@ -28,27 +30,35 @@ enum Death {
     AfterCommit,
 }
 
-/// Hooks of a store that lets a number of appends through and dies on the next one.
-#[derive(Clone)]
-struct Dying {
-    appends_left: Arc<AtomicUsize>,
-    death: Death,
-    died: Arc<Notify>,
-}
-
 /// A worker's store: the shared memory store, dying on the append after a number of them.
-type DyingStore = Hooked<MemoryStore, Dying>;
+type DyingStore = AppendHooked;
 
-/// A store over `memory` that dies on the append after `appends` (never when `None`).
-fn dying_store(memory: &MemoryStore, appends: Option<usize>, death: Death) -> DyingStore {
-    Hooked::new(
-        memory.clone(),
-        Dying {
-            appends_left: Arc::new(AtomicUsize::new(appends.unwrap_or(usize::MAX))),
-            death,
-            died: Arc::new(Notify::new()),
-        },
-    )
+/// A store over `memory` that lets `appends` appends through (all when `None`) and dies on the
+/// next one, and what is notified when it dies.
+fn dying_store(
+    memory: &MemoryStore,
+    appends: Option<usize>,
+    death: Death,
+) -> (DyingStore, Arc<Notify>) {
+    let appends_left = Arc::new(AtomicUsize::new(appends.unwrap_or(usize::MAX)));
+    let died = Arc::new(Notify::new());
+    let notify = Arc::clone(&died);
+    let store = on_append(memory.clone(), move |append| {
+        let (appends_left, died) = (Arc::clone(&appends_left), Arc::clone(&died));
+        async move {
+            let left = appends_left.load(Ordering::SeqCst);
+            if left > 0 {
+                appends_left.store(left - 1, Ordering::SeqCst);
+                return append.forward().await;
+            }
+            if let Death::AfterCommit = death {
+                let _ = append.forward().await;
+            }
+            died.notify_one();
+            std::future::pending().await
+        }
+    });
+    (store, notify)
 }
 
 /// A worker's own tokio runtime: dropping it drops every task the worker was running.
@@ -57,27 +67,6 @@ fn worker_tokio() -> tokio::runtime::Runtime {
         .enable_time()
         .build()
         .unwrap()
-}
-
-impl StoreHooks<MemoryStore> for Dying {
-    async fn append(
-        &self,
-        inner: &MemoryStore,
-        execution: &ExecutionId,
-        expected_seq: u64,
-        events: &[Event],
-    ) -> Result<u64, AppendError> {
-        let left = self.appends_left.load(Ordering::SeqCst);
-        if left > 0 {
-            self.appends_left.store(left - 1, Ordering::SeqCst);
-            return inner.append(execution, expected_seq, events).await;
-        }
-        if let Death::AfterCommit = self.death {
-            let _ = inner.append(execution, expected_seq, events).await;
-        }
-        self.died.notify_one();
-        std::future::pending().await
-    }
 }
 
 /// Side effects by idempotency key.
@@ -134,8 +123,7 @@ fn live(
     first: Option<&[bool]>,
 ) -> Option<ExecutionStatus> {
     let tokio = worker_tokio();
-    let store = dying_store(memory, appends, death);
-    let died = Arc::clone(&store.hooks.died);
+    let (store, died) = dying_store(memory, appends, death);
     let rt = worker(store, ledger);
     let e = id("order");
     let status = tokio.block_on(async {
@@ -170,7 +158,8 @@ fn live(
 
 fn resolve_in_doubt(memory: &MemoryStore, ledger: &Ledger) -> ExecutionStatus {
     let tokio = worker_tokio();
-    let rt = worker(dying_store(memory, None, Death::BeforeCommit), ledger);
+    let (store, _) = dying_store(memory, None, Death::BeforeCommit);
+    let rt = worker(store, ledger);
     let e = id("order");
     tokio.block_on(stalled_after_a_minute(async {
         rt.recover().await.unwrap();

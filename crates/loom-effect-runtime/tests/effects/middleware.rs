@@ -74,6 +74,40 @@ fn kinds(log: &[Event]) -> Vec<&'static str> {
     log.iter().map(Event::type_name).collect()
 }
 
+/// The log's `STEP_FAILED`.
+fn step_failed(log: &[Event]) -> &loom_kernel::StepFailed {
+    log.iter()
+        .find_map(|e| match e {
+            Event::StepFailed(f) => Some(f),
+            _ => None,
+        })
+        .unwrap_or_else(|| panic!("no STEP_FAILED in {log:?}"))
+}
+
+/// Why the step the log ends with is in doubt.
+fn in_doubt_reason(log: &[Event]) -> &loom_kernel::ErrorInfo {
+    match log.last() {
+        Some(Event::EffectInDoubt(doubt)) => doubt.reason.as_ref().unwrap(),
+        _ => panic!("{log:?}"),
+    }
+}
+
+/// Effect `x`, whose attempts are counted: each runs `handler` with its number (from 1) and
+/// the step's input. Returns the count and the definition.
+fn counted<F, Fut, O>(handler: F) -> (Arc<AtomicU32>, EffectDef)
+where
+    F: Fn(u32, Value) -> Fut + Send + Sync + 'static,
+    Fut: Future<Output = Result<O, EffectError>> + Send + 'static,
+    O: serde::Serialize + 'static,
+{
+    let attempts = Arc::new(AtomicU32::new(0));
+    let counter = attempts.clone();
+    let def = EffectDef::new("x", move |_: EffectContext, input: Value| {
+        handler(counter.fetch_add(1, Ordering::SeqCst) + 1, input)
+    });
+    (attempts, def)
+}
+
 #[tokio::test(start_paused = true)]
 async fn retryable_errors_are_retried_with_backoff_under_one_key() {
     let keys = Arc::new(Mutex::new(Vec::new()));
@@ -125,26 +159,16 @@ async fn retryable_errors_are_retried_with_backoff_under_one_key() {
 
 #[tokio::test(start_paused = true)]
 async fn the_last_retryable_error_is_recorded_as_the_failure_and_nothing_is_charged() {
-    let attempts = Arc::new(AtomicU32::new(0));
-    let counter = attempts.clone();
-    let def = EffectDef::new("x", move |_: EffectContext, _: Value| {
-        counter.fetch_add(1, Ordering::SeqCst);
-        async { Err::<Value, _>(EffectError::retryable("net.refused", "connection refused")) }
-    })
-    .idempotent()
-    .cost(2)
-    .retry(RetryPolicy::attempts(4));
-    let run = Run::new(def);
+    let (attempts, def) = counted(|_, _| async {
+        Err::<Value, _>(EffectError::retryable("net.refused", "connection refused"))
+    });
+    let run = Run::new(def.idempotent().cost(2).retry(RetryPolicy::attempts(4)));
     let (status, output, log) = run.go("exhausted", json!({}), granted("exhausted")).await;
     assert_eq!(status, ExecutionStatus::Completed);
     assert_eq!(output, json!({"failed": "net.refused"}));
     assert_eq!(attempts.load(Ordering::SeqCst), 4);
-    let failed = log.iter().find_map(|e| match e {
-        Event::StepFailed(f) => Some(f),
-        _ => None,
-    });
     assert_eq!(
-        failed.unwrap().cost,
+        step_failed(&log).cost,
         0,
         "every attempt said it did not happen: K3 charges nothing"
     );
@@ -152,14 +176,10 @@ async fn the_last_retryable_error_is_recorded_as_the_failure_and_nothing_is_char
 
 #[tokio::test(start_paused = true)]
 async fn terminal_errors_are_not_retried() {
-    let attempts = Arc::new(AtomicU32::new(0));
-    let counter = attempts.clone();
-    let def = EffectDef::new("x", move |_: EffectContext, _: Value| {
-        counter.fetch_add(1, Ordering::SeqCst);
-        async { Err::<Value, _>(EffectError::terminal("card.declined", "declined")) }
-    })
-    .retry(RetryPolicy::attempts(5));
-    let run = Run::new(def);
+    let (attempts, def) = counted(|_, _| async {
+        Err::<Value, _>(EffectError::terminal("card.declined", "declined"))
+    });
+    let run = Run::new(def.retry(RetryPolicy::attempts(5)));
     let (_, output, _) = run.go("terminal", json!({}), granted("terminal")).await;
     assert_eq!(output, json!({"failed": "card.declined"}));
     assert_eq!(attempts.load(Ordering::SeqCst), 1);
@@ -209,25 +229,18 @@ async fn a_timed_out_idempotent_attempt_is_cancelled_and_retried() {
 
 #[tokio::test(start_paused = true)]
 async fn a_timed_out_non_idempotent_attempt_parks_in_doubt_and_is_not_retried() {
-    let attempts = Arc::new(AtomicU32::new(0));
-    let counter = attempts.clone();
-    let def = EffectDef::new("x", move |_: EffectContext, _: Value| {
-        counter.fetch_add(1, Ordering::SeqCst);
-        async {
-            tokio::time::sleep(Duration::from_secs(60)).await;
-            Ok(json!("late"))
-        }
-    })
-    .timeout(Duration::from_secs(1))
-    .retry(RetryPolicy::attempts(5));
-    let run = Run::new(def);
+    let (attempts, def) = counted(|_, _| async {
+        tokio::time::sleep(Duration::from_secs(60)).await;
+        Ok(json!("late"))
+    });
+    let run = Run::new(
+        def.timeout(Duration::from_secs(1))
+            .retry(RetryPolicy::attempts(5)),
+    );
     let (status, _, log) = run.go("doubt", json!({}), granted("doubt")).await;
     assert_eq!(status, ExecutionStatus::InDoubt);
     assert_eq!(attempts.load(Ordering::SeqCst), 1);
-    let Some(Event::EffectInDoubt(doubt)) = log.last() else {
-        panic!("{log:?}")
-    };
-    assert_eq!(doubt.reason.as_ref().unwrap().code, codes::TIMEOUT);
+    assert_eq!(in_doubt_reason(&log).code, codes::TIMEOUT);
     let listed = steps_in_doubt(&run.store).await.unwrap();
     assert_eq!(listed.len(), 1);
     assert_eq!(listed[0].step_id, "x#1");
@@ -237,28 +250,20 @@ async fn a_timed_out_non_idempotent_attempt_parks_in_doubt_and_is_not_retried() 
 
 #[tokio::test(start_paused = true)]
 async fn retryable_errors_of_a_non_idempotent_effect_are_retried_but_doubt_is_not() {
-    let attempts = Arc::new(AtomicU32::new(0));
-    let counter = attempts.clone();
-    let def = EffectDef::new("x", move |_: EffectContext, _: Value| {
-        let n = counter.fetch_add(1, Ordering::SeqCst) + 1;
-        async move {
-            match n {
-                1 => Err(EffectError::retryable(
-                    "net.refused",
-                    "never reached the bank",
-                )),
-                _ => Err::<Value, _>(EffectError::in_doubt("net.reset", "reset after sending")),
-            }
+    let (attempts, def) = counted(|n, _| async move {
+        match n {
+            1 => Err(EffectError::retryable(
+                "net.refused",
+                "never reached the bank",
+            )),
+            _ => Err::<Value, _>(EffectError::in_doubt("net.reset", "reset after sending")),
         }
-    })
-    .retry(RetryPolicy::attempts(5));
-    let run = Run::new(def);
+    });
+    let run = Run::new(def.retry(RetryPolicy::attempts(5)));
     let (status, _, log) = run.go("mixed", json!({}), granted("mixed")).await;
     assert_eq!(status, ExecutionStatus::InDoubt);
     assert_eq!(attempts.load(Ordering::SeqCst), 2);
-    assert!(
-        matches!(log.last(), Some(Event::EffectInDoubt(d)) if d.reason.as_ref().unwrap().code == "net.reset")
-    );
+    assert_eq!(in_doubt_reason(&log).code, "net.reset");
 }
 
 #[tokio::test(start_paused = true)]
@@ -279,10 +284,7 @@ async fn a_panicking_handler_fails_or_parks_and_the_runtime_survives() {
             assert_eq!(output, json!({"failed": codes::PANICKED}));
         } else {
             assert_eq!(status, ExecutionStatus::InDoubt);
-            let Some(Event::EffectInDoubt(doubt)) = log.last() else {
-                panic!("{log:?}")
-            };
-            let reason = doubt.reason.as_ref().unwrap();
+            let reason = in_doubt_reason(&log);
             assert_eq!(reason.code, codes::PANICKED);
             assert!(reason.message.contains("bug in the handler"));
         }
@@ -291,14 +293,8 @@ async fn a_panicking_handler_fails_or_parks_and_the_runtime_survives() {
 
 #[tokio::test]
 async fn an_ungranted_capability_fails_before_anything_runs() {
-    let attempts = Arc::new(AtomicU32::new(0));
-    let counter = attempts.clone();
-    let def = EffectDef::new("x", move |_: EffectContext, _: Value| {
-        counter.fetch_add(1, Ordering::SeqCst);
-        async { Ok(json!("ran")) }
-    })
-    .capability("payments.charge");
-    let run = Run::new(def);
+    let (attempts, def) = counted(|_, _| async { Ok(json!("ran")) });
+    let run = Run::new(def.capability("payments.charge"));
     // Granted `x`, but the effect needs `payments.charge`.
     let (status, output, log) = run.go("denied", json!({}), granted("denied")).await;
     assert_eq!(status, ExecutionStatus::Completed);
@@ -308,9 +304,7 @@ async fn an_ungranted_capability_fails_before_anything_runs() {
         kinds(&log),
         ["EXECUTION_STARTED", "STEP_FAILED", "EXECUTION_COMPLETED"]
     );
-    let Event::StepFailed(failed) = &log[1] else {
-        panic!()
-    };
+    let failed = step_failed(&log);
     assert!(
         failed.error.message.contains("payments.charge"),
         "{failed:?}"
@@ -335,15 +329,10 @@ async fn charge_three_times(ctx: FlowCtx, _: Value) -> Result<Value, FlowError> 
 
 #[tokio::test]
 async fn a_step_over_budget_fails_before_it_runs_and_the_fold_knows_the_spend() {
-    let attempts = Arc::new(AtomicU32::new(0));
-    let counter = attempts.clone();
-    let def = EffectDef::new("x", move |_: EffectContext, _: Value| {
-        counter.fetch_add(1, Ordering::SeqCst);
-        async { Ok(json!("ok")) }
-    })
-    .idempotent()
-    .cost(4);
-    let registry = EffectRegistry::new().with(def).unwrap();
+    let (attempts, def) = counted(|_, _| async { Ok(json!("ok")) });
+    let registry = EffectRegistry::new()
+        .with(def.idempotent().cost(4))
+        .unwrap();
     let store = MemoryStore::new();
     let runtime = Runtime::builder(store.clone())
         .flow(flow_fn("three", 1, charge_three_times))
@@ -377,22 +366,19 @@ async fn a_step_over_budget_fails_before_it_runs_and_the_fold_knows_the_spend() 
 
 #[tokio::test]
 async fn schemas_check_input_before_and_output_after() {
-    let attempts = Arc::new(AtomicU32::new(0));
-    let counter = attempts.clone();
-    let def = EffectDef::new("x", move |_: EffectContext, input: Value| {
-        counter.fetch_add(1, Ordering::SeqCst);
-        async move { Ok(json!({"total": input["amount"]})) }
-    })
-    .input_schema(json!({
-        "type": "object",
-        "properties": {"amount": {"type": "integer", "minimum": 1}},
-        "required": ["amount"]
-    }))
-    .output_schema(json!({
-        "type": "object",
-        "properties": {"total": {"type": "integer", "maximum": 100}},
-        "required": ["total"]
-    }));
+    let (attempts, def) =
+        counted(|_, input: Value| async move { Ok(json!({"total": input["amount"]})) });
+    let def = def
+        .input_schema(json!({
+            "type": "object",
+            "properties": {"amount": {"type": "integer", "minimum": 1}},
+            "required": ["amount"]
+        }))
+        .output_schema(json!({
+            "type": "object",
+            "properties": {"total": {"type": "integer", "maximum": 100}},
+            "required": ["total"]
+        }));
     let run = Run::new(def);
     let (_, output, log) = run.go("good", json!({"amount": 5}), granted("good")).await;
     assert_eq!(output, json!({"total": 5}));
@@ -406,14 +392,8 @@ async fn schemas_check_input_before_and_output_after() {
         !kinds(&log).contains(&"STEP_STARTED"),
         "refused before it started"
     );
-    let Event::StepFailed(failed) = &log[1] else {
-        panic!()
-    };
-    assert!(
-        failed.error.message.contains("/amount"),
-        "{}",
-        failed.error.message
-    );
+    let message = &step_failed(&log).error.message;
+    assert!(message.contains("/amount"), "{message}");
 
     let (_, output, _) = run
         .go("bad-out", json!({"amount": 500}), granted("bad-out"))
@@ -445,11 +425,7 @@ async fn an_input_of_the_wrong_type_is_a_failure_not_a_panic() {
         .go("mistyped", json!({"qty": 3}), granted("mistyped"))
         .await;
     assert_eq!(output, json!({"failed": codes::INVALID_INPUT}));
-    let failed = log.iter().find_map(|e| match e {
-        Event::StepFailed(f) => Some(f),
-        _ => None,
-    });
-    assert_eq!(failed.unwrap().cost, 0, "nothing ran, nothing is charged");
+    assert_eq!(step_failed(&log).cost, 0, "nothing ran, nothing is charged");
 }
 
 #[test]
@@ -527,12 +503,9 @@ fn costly_in_doubt_on(store: MemoryStore) -> Runtime<MemoryStore> {
         .unwrap()
 }
 
-/// Item 12: a `completed` verdict says the effect ran, so K3 charges the step its cost: in the
-/// fold of the log, and in the live runtime, whose admission of the next step counts it.
-#[tokio::test(start_paused = true)]
-async fn a_completed_verdict_charges_the_step_s_cost() {
-    let (store, runtime) = costly_in_doubt();
-    let e = id("verdict-completed");
+/// Starts `x_then_y` as `name` on `runtime` (budget 3) and waits until it parks in doubt on `x`.
+async fn parked_in_doubt(runtime: &Runtime<MemoryStore>, name: &str) -> loom_kernel::ExecutionId {
+    let e = id(name);
     let options = StartOptions::new(e.clone()).grant("x").grant("y").budget(3);
     runtime
         .start("x_then_y", &json!({}), options)
@@ -542,16 +515,33 @@ async fn a_completed_verdict_charges_the_step_s_cost() {
         runtime.wait(&e).await.unwrap().status(),
         ExecutionStatus::InDoubt
     );
+    e
+}
+
+/// Resolves `x#1` of `e` with a `completed` verdict (`"sent"`) and waits for what follows.
+async fn resolve_sent(
+    runtime: &Runtime<MemoryStore>,
+    e: &loom_kernel::ExecutionId,
+) -> loom_kernel::ExecutionState {
+    let verdict = Verdict::Completed {
+        output: json!("sent").into(),
+    };
+    runtime.resolve(e, "x#1", verdict, None).await.unwrap();
+    runtime.wait(e).await.unwrap()
+}
+
+/// Item 12: a `completed` verdict says the effect ran, so K3 charges the step its cost: in the
+/// fold of the log, and in the live runtime, whose admission of the next step counts it.
+#[tokio::test(start_paused = true)]
+async fn a_completed_verdict_charges_the_step_s_cost() {
+    let (store, runtime) = costly_in_doubt();
+    let e = parked_in_doubt(&runtime, "verdict-completed").await;
     assert_eq!(
         store.fold(&e).await.unwrap().budget_spent(),
         0,
         "in doubt, not yet charged"
     );
-    let verdict = Verdict::Completed {
-        output: json!("sent").into(),
-    };
-    runtime.resolve(&e, "x#1", verdict, None).await.unwrap();
-    let state = runtime.wait(&e).await.unwrap();
+    let state = resolve_sent(&runtime, &e).await;
     assert_eq!(state.status(), ExecutionStatus::Completed);
     // `y` (cost 1) no longer fits the budget of 3 once `x` is charged.
     assert_eq!(
@@ -567,16 +557,7 @@ async fn a_completed_verdict_charges_the_step_s_cost() {
 #[tokio::test(start_paused = true)]
 async fn a_failed_verdict_charges_nothing() {
     let (store, runtime) = costly_in_doubt();
-    let e = id("verdict-failed");
-    let options = StartOptions::new(e.clone()).grant("x").grant("y").budget(3);
-    runtime
-        .start("x_then_y", &json!({}), options)
-        .await
-        .unwrap();
-    assert_eq!(
-        runtime.wait(&e).await.unwrap().status(),
-        ExecutionStatus::InDoubt
-    );
+    let e = parked_in_doubt(&runtime, "verdict-failed").await;
     let error = loom_kernel::ErrorInfo::new("not.sent", "the provider has no record of it");
     runtime
         .resolve(&e, "x#1", Verdict::Failed { error }, None)
@@ -593,22 +574,12 @@ async fn a_failed_verdict_charges_nothing() {
 #[tokio::test(start_paused = true)]
 async fn a_completed_verdict_after_a_restart_charges_the_cost_recorded_at_start() {
     let (store, first) = costly_in_doubt();
-    let e = id("verdict-after-restart");
-    let options = StartOptions::new(e.clone()).grant("x").grant("y").budget(3);
-    first.start("x_then_y", &json!({}), options).await.unwrap();
-    assert_eq!(
-        first.wait(&e).await.unwrap().status(),
-        ExecutionStatus::InDoubt
-    );
+    let e = parked_in_doubt(&first, "verdict-after-restart").await;
     first.shutdown().await;
 
     let second = costly_in_doubt_on(store.clone());
     second.recover().await.unwrap();
-    let verdict = Verdict::Completed {
-        output: json!("sent").into(),
-    };
-    second.resolve(&e, "x#1", verdict, None).await.unwrap();
-    let state = second.wait(&e).await.unwrap();
+    let state = resolve_sent(&second, &e).await;
     assert_eq!(
         state.output().unwrap().to_value(),
         json!({"x": "sent", "y failed": "loom.budget_exceeded"})

@@ -19,9 +19,11 @@ use crate::event::{ErrorInfo, Event};
 use crate::fold::ExecutionState;
 use crate::id::ExecutionId;
 use crate::payload::Payload;
+use crate::runtime::codes;
 use crate::runtime::driver::DriverMsg;
+use crate::runtime::errors::StartError;
 use crate::runtime::slots::Inner;
-use crate::runtime::{Runtime, StartError, StartOptions, codes};
+use crate::runtime::start::StartOptions;
 use crate::store::{EventStore, EventStoreExt, ReadError};
 
 /// The gate event type a parent waits on for its child; reserved (it starts with `loom.`), so
@@ -267,14 +269,11 @@ pub(crate) async fn ensure<S: EventStore>(
         tracing::debug!(%parent, gate = %gate_id, %child, "nothing to start: the parent ended, or the child's end is on its way");
         return;
     }
-    let runtime = Runtime {
-        inner: Arc::clone(&inner),
-    };
     let mut options = StartOptions::new(child.clone());
     options.capabilities = spec.capabilities.clone();
     options.budget = spec.budget;
-    match runtime
-        .start(&spec.flow, &spec.input.to_value(), options)
+    match inner
+        .start(&spec.flow, Ok(spec.input.clone()), options)
         .await
     {
         Ok(_) => {}
@@ -300,7 +299,7 @@ pub(crate) async fn ensure<S: EventStore>(
     }
     if inner.children.is_parent_ended(&child) {
         // The parent ended while its child started: its cancel found nothing to cancel.
-        let _ = runtime
+        let _ = inner
             .cancel(&child, Some(format!("parent {parent} ended")))
             .await;
         return;
@@ -409,13 +408,11 @@ pub(crate) fn cancel_orphans<S: EventStore>(
     for (_, child) in &orphans {
         inner.children.parent_ended(child, parent);
     }
-    let runtime = Runtime {
-        inner: Arc::clone(inner),
-    };
+    let inner_for_task = Arc::clone(inner);
     let parent = parent.clone();
     inner.spawn(async move {
         for (_, child) in orphans {
-            match runtime
+            match inner_for_task
                 .cancel(&child, Some(format!("parent {parent} ended")))
                 .await
             {

@@ -5,7 +5,7 @@
 use std::collections::{BTreeMap, HashMap};
 use std::sync::{Arc, Mutex};
 
-use tokio::sync::{mpsc, watch};
+use tokio::sync::{mpsc, oneshot, watch};
 use tracing::Instrument;
 
 use crate::classify::DataClassification;
@@ -16,7 +16,7 @@ use crate::runtime::children;
 use crate::runtime::contain;
 use crate::runtime::driver::{self, DriveError, DriverMsg, Exit};
 use crate::runtime::effect::Effect;
-use crate::runtime::errors::{DRIVER_STOPPED, SHUT_DOWN};
+use crate::runtime::errors::{CancelError, DRIVER_STOPPED, DriverFailure, SHUT_DOWN};
 use crate::runtime::flow::Flow;
 use crate::runtime::keep;
 use crate::runtime::plugin::{InboundHandler, Projection};
@@ -140,6 +140,26 @@ impl<S: EventStore> Inner<S> {
             driver::forget_deadline(&self.timers, execution, &message);
             driver::refuse_failed(execution, message, DRIVER_STOPPED);
         }
+    }
+
+    /// [`Runtime::cancel`](super::Runtime::cancel): records `EXECUTION_CANCELLED` through the
+    /// execution's driver and answers once it is durable (or why it is not).
+    pub(crate) async fn cancel(
+        self: &Arc<Self>,
+        execution: &ExecutionId,
+        reason: Option<String>,
+    ) -> Result<(), CancelError> {
+        if self.stopping() {
+            return Err(CancelError::ShutDown);
+        }
+        let (reply, answer) = oneshot::channel();
+        self.send(execution, DriverMsg::Cancel { reason, reply });
+        answer.await.unwrap_or_else(|_| {
+            Err(DriverFailure::driver(
+                execution.clone(),
+                DRIVER_STOPPED.into(),
+            ))
+        })
     }
 
     /// The execution's driver, started if none runs.

@@ -37,13 +37,13 @@ use std::thread::JoinHandle;
 use redb::{Database, ReadableDatabase, ReadableTable, TableDefinition};
 use tokio::sync::oneshot;
 
-use super::tail::{ExecutionTail, TailChange, filter_code};
+use super::tail::{ExecutionTail, filter_code};
 use super::watch::{FeedWatch, HeadWatch};
 use super::{
-    AppendError, EventStore, ExecutionPage, ExecutionSummary, FeedEvent, ReadError, RetentionError,
-    StatusFilter, StorageError, decode_stored, wall_clock_ms,
+    AppendError, EncodedAppend, EventStore, ExecutionPage, ExecutionSummary, FeedEvent, ReadError,
+    RetentionError, StatusFilter, StorageError, decode_stored,
 };
-use crate::envelope::{EventEnvelope, decode_record, encode_record};
+use crate::envelope::{EventEnvelope, decode_record};
 use crate::event::Event;
 use crate::id::ExecutionId;
 
@@ -212,18 +212,8 @@ impl Drop for Shared {
 }
 
 enum WriteRequest {
-    Append(AppendRequest),
+    Append(EncodedAppend),
     Delete(DeleteRequest),
-}
-
-struct AppendRequest {
-    execution: ExecutionId,
-    expected_seq: u64,
-    records: Vec<Vec<u8>>,
-    /// What each event changes in the execution's tail, in order.
-    changes: Vec<TailChange>,
-    recorded_at_ms: Option<u64>,
-    reply: oneshot::Sender<Result<u64, AppendError>>,
 }
 
 struct DeleteRequest {
@@ -747,7 +737,7 @@ impl<'txn> WriteTables<'txn> {
 /// outcome and the next feed position.
 fn commit_batch(
     db: &Database,
-    batch: &[AppendRequest],
+    batch: &[EncodedAppend],
 ) -> Result<(Vec<Result<u64, AppendError>>, u64), StorageError> {
     let txn = db.begin_write().map_err(StorageError::new)?;
     let outcomes = {
@@ -958,23 +948,9 @@ impl EventStore for DiskStore {
         expected_seq: u64,
         events: &[Event],
     ) -> Result<u64, AppendError> {
-        super::check_batch(execution, expected_seq, events)?;
-        let recorded_at_ms = wall_clock_ms();
-        let records = events
-            .iter()
-            .map(|event| encode_record(event, recorded_at_ms))
-            .collect();
-        let changes = events.iter().map(TailChange::of).collect();
-        let (reply, answer) = oneshot::channel();
-        let request = WriteRequest::Append(AppendRequest {
-            execution: execution.clone(),
-            expected_seq,
-            records,
-            changes,
-            recorded_at_ms,
-            reply,
-        });
-        self.send(request).map_err(|_| AppendError::Closed)?;
+        let (request, answer) = EncodedAppend::new(execution, expected_seq, events)?;
+        self.send(WriteRequest::Append(request))
+            .map_err(|_| AppendError::Closed)?;
         answer.await.map_err(|_| AppendError::Closed)?
     }
 

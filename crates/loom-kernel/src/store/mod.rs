@@ -44,6 +44,7 @@ use futures::Stream;
 pub use disk::{DiskStore, DiskStoreConfig, OpenError, StoredLog};
 pub use memory::MemoryStore;
 pub use tail::ExecutionTail;
+use tail::TailChange;
 
 use crate::envelope::{DecodeError, EventEnvelope};
 use crate::event::Event;
@@ -757,6 +758,57 @@ pub fn check_batch(
         }
     }
     Ok(())
+}
+
+/// An append checked and encoded on the caller's task, for a store whose writer task commits
+/// it: the records (the record form of [`crate::record`]) stamped with the store's clock, what
+/// each event changes in the execution's tail, and where the writer answers.
+#[derive(Debug)]
+pub struct EncodedAppend {
+    /// The execution appended to.
+    pub execution: ExecutionId,
+    /// The seq the first record goes to.
+    pub expected_seq: u64,
+    /// The events, encoded, in seq order.
+    pub records: Vec<Vec<u8>>,
+    /// What each event changes in the execution's tail, in order.
+    pub changes: Vec<TailChange>,
+    /// The time stamped on the records ([`wall_clock_ms`]).
+    pub recorded_at_ms: Option<u64>,
+    /// Where the writer sends the log's new head, or why nothing was appended.
+    pub reply: tokio::sync::oneshot::Sender<Result<u64, AppendError>>,
+}
+
+impl EncodedAppend {
+    /// Refuses what [`check_batch`] refuses, then stamps and encodes `events`. The receiver
+    /// gets the writer's answer; a store reads a dropped sender as [`AppendError::Closed`].
+    pub fn new(
+        execution: &ExecutionId,
+        expected_seq: u64,
+        events: &[Event],
+    ) -> Result<
+        (
+            Self,
+            tokio::sync::oneshot::Receiver<Result<u64, AppendError>>,
+        ),
+        AppendError,
+    > {
+        check_batch(execution, expected_seq, events)?;
+        let recorded_at_ms = wall_clock_ms();
+        let (reply, answer) = tokio::sync::oneshot::channel();
+        let append = Self {
+            execution: execution.clone(),
+            expected_seq,
+            records: events
+                .iter()
+                .map(|event| crate::record::encode(event, recorded_at_ms))
+                .collect(),
+            changes: events.iter().map(TailChange::of).collect(),
+            recorded_at_ms,
+            reply,
+        };
+        Ok((append, answer))
+    }
 }
 
 /// Milliseconds since the Unix epoch, for the `recorded_at_ms` metadata a store stamps on the

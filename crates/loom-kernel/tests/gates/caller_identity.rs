@@ -175,40 +175,77 @@ fn caller(subject: &str) -> Caller {
     Caller::new(subject).unwrap()
 }
 
+/// `who` answers the approval `e` waits on with `answer`.
+async fn approve_as(
+    loom: &Runtime<MemoryStore>,
+    who: &Caller,
+    e: &ExecutionId,
+    answer: &str,
+) -> Result<(), ResumeError> {
+    loom.resume_as(who, e, "Approval", "order-1", json!(answer).into())
+        .await
+}
+
+/// [`approve_as`] on a task of its own.
+fn approve_on_a_task(
+    loom: &Runtime<MemoryStore>,
+    who: Caller,
+    e: &ExecutionId,
+    answer: &'static str,
+) -> tokio::task::JoinHandle<Result<(), ResumeError>> {
+    let (loom, e) = (loom.clone(), e.clone());
+    tokio::spawn(async move { approve_as(&loom, &who, &e, answer).await })
+}
+
+/// A runtime whose authenticator asks the test (the policy returned) for every decision, and
+/// an execution parked at its approval.
+async fn asking() -> (AskPolicy, Runtime<MemoryStore>, ExecutionId) {
+    let policy = AskPolicy::default();
+    let loom = builder()
+        .async_resume_authenticator(policy.clone())
+        .build()
+        .unwrap();
+    let e = parked(&loom).await;
+    (policy, loom, e)
+}
+
+/// The reason the authenticator gave for refusing; panics unless it refused.
+fn refusal_reason(outcome: Result<(), ResumeError>) -> String {
+    match outcome {
+        Err(ResumeError::Unauthorized { reason, .. }) => reason,
+        other => panic!("{other:?}"),
+    }
+}
+
+/// What `who` sending `message` to the `messages` handler is refused with; panics if accepted.
+async fn inbound_refused(
+    loom: &Runtime<MemoryStore>,
+    who: &Caller,
+    message: Value,
+) -> InboundError {
+    match loom.inbound_as(who, "messages", &message).await {
+        Err(error) => error,
+        Ok(action) => panic!("accepted: {action:?}"),
+    }
+}
+
 #[tokio::test]
 async fn a_refused_caller_records_nothing_and_the_allowed_one_resumes() {
     let loom = builder().resume_authenticator(OnlyAlice).build().unwrap();
     let e = parked(&loom).await;
     let before = event_names(loom.store(), &e).await;
     for refused in [
-        loom.resume_as(
-            &caller("bob"),
-            &e,
-            "Approval",
-            "order-1",
-            json!("yes").into(),
-        )
-        .await,
+        approve_as(&loom, &caller("bob"), &e, "yes").await,
         loom.resume(&e, "Approval", "order-1", json!("yes").into())
             .await,
     ] {
-        match refused {
-            Err(ResumeError::Unauthorized { reason, .. }) => {
-                assert!(reason.contains("may not resume Approval"), "{reason}")
-            }
-            other => panic!("{other:?}"),
-        }
+        let reason = refusal_reason(refused);
+        assert!(reason.contains("may not resume Approval"), "{reason}");
     }
     assert_eq!(event_names(loom.store(), &e).await, before);
-    loom.resume_as(
-        &caller("alice"),
-        &e,
-        "Approval",
-        "order-1",
-        json!("yes").into(),
-    )
-    .await
-    .unwrap();
+    approve_as(&loom, &caller("alice"), &e, "yes")
+        .await
+        .unwrap();
     assert_eq!(
         loom.wait(&e).await.unwrap().status(),
         ExecutionStatus::Completed
@@ -217,49 +254,22 @@ async fn a_refused_caller_records_nothing_and_the_allowed_one_resumes() {
 
 #[tokio::test]
 async fn an_async_authenticator_awaits_its_decision_and_nothing_is_recorded_meanwhile() {
-    let policy = AskPolicy::default();
-    let loom = builder()
-        .async_resume_authenticator(policy.clone())
-        .build()
-        .unwrap();
-    let e = parked(&loom).await;
+    let (policy, loom, e) = asking().await;
     let before = event_names(loom.store(), &e).await;
 
-    let resuming = {
-        let (loom, e) = (loom.clone(), e.clone());
-        let who = caller("carol").with_attribute("tenant", "acme").unwrap();
-        tokio::spawn(async move {
-            loom.resume_as(&who, &e, "Approval", "order-1", json!("yes").into())
-                .await
-        })
-    };
+    let carol = caller("carol").with_attribute("tenant", "acme").unwrap();
+    let resuming = approve_on_a_task(&loom, carol, &e, "yes");
     let (who, answer) = policy.next().await;
     assert_eq!(who, "carol");
     // The decision is pending: nothing is recorded yet.
     assert_eq!(event_names(loom.store(), &e).await, before);
     assert!(!resuming.is_finished());
     answer.send(Err("carol is on leave".into())).unwrap();
-    let refused = resuming.await.unwrap();
-    assert!(
-        matches!(&refused, Err(ResumeError::Unauthorized { reason, .. }) if reason == "carol is on leave"),
-        "{refused:?}"
-    );
+    assert_eq!(refusal_reason(resuming.await.unwrap()), "carol is on leave");
     assert_eq!(event_names(loom.store(), &e).await, before);
 
     // Asked again, allowed this time.
-    let resuming = {
-        let (loom, e) = (loom.clone(), e.clone());
-        tokio::spawn(async move {
-            loom.resume_as(
-                &caller("dave"),
-                &e,
-                "Approval",
-                "order-1",
-                json!("ok").into(),
-            )
-            .await
-        })
-    };
+    let resuming = approve_on_a_task(&loom, caller("dave"), &e, "ok");
     let (who, answer) = policy.next().await;
     assert_eq!(who, "dave");
     answer.send(Ok(())).unwrap();
@@ -270,22 +280,11 @@ async fn an_async_authenticator_awaits_its_decision_and_nothing_is_recorded_mean
 
 #[tokio::test]
 async fn a_decision_that_never_comes_is_bounded_by_the_caller_and_records_nothing() {
-    let policy = AskPolicy::default();
-    let loom = builder()
-        .async_resume_authenticator(policy.clone())
-        .build()
-        .unwrap();
-    let e = parked(&loom).await;
+    let (_policy, loom, e) = asking().await;
     let before = event_names(loom.store(), &e).await;
     let bounded = tokio::time::timeout(
         Duration::from_millis(20),
-        loom.resume_as(
-            &caller("erin"),
-            &e,
-            "Approval",
-            "order-1",
-            json!("yes").into(),
-        ),
+        approve_as(&loom, &caller("erin"), &e, "yes"),
     )
     .await;
     assert!(bounded.is_err(), "the authenticator never answers");
@@ -305,25 +304,12 @@ async fn a_panicking_authenticator_refuses_whether_it_panics_making_or_awaiting_
         ("early", "panicked before deciding"),
         ("late", "panicked while deciding"),
     ] {
-        let refused = loom
-            .resume_as(
-                &caller(subject),
-                &e,
-                "Approval",
-                "order-1",
-                json!("yes").into(),
-            )
-            .await;
-        match refused {
-            Err(ResumeError::Unauthorized { reason, .. }) => {
-                assert!(
-                    reason.contains("the resume authenticator panicked"),
-                    "{reason}"
-                );
-                assert!(reason.contains(words), "{reason}");
-            }
-            other => panic!("{other:?}"),
-        }
+        let reason = refusal_reason(approve_as(&loom, &caller(subject), &e, "yes").await);
+        assert!(
+            reason.contains("the resume authenticator panicked"),
+            "{reason}"
+        );
+        assert!(reason.contains(words), "{reason}");
     }
     assert_eq!(event_names(loom.store(), &e).await, before);
     // The runtime is unharmed: without the authenticator's say the gate is still pending.
@@ -336,17 +322,12 @@ async fn a_message_cannot_claim_its_caller_the_application_says_who_sent_it() {
     let e = parked(&loom).await;
     let before = event_names(loom.store(), &e).await;
     // The message claims to be alice; the transport identified mallory.
-    let forged = loom
-        .inbound_as(
-            &caller("mallory"),
-            "messages",
-            &json!({"resume": "order-1", "claims": "alice"}),
-        )
-        .await;
+    let message = json!({"resume": "order-1", "claims": "alice"});
+    let forged = inbound_refused(&loom, &caller("mallory"), message).await;
     assert!(
         matches!(
             forged,
-            Err(InboundError::Resume(ResumeError::Unauthorized { .. }))
+            InboundError::Resume(ResumeError::Unauthorized { .. })
         ),
         "{forged:?}"
     );
@@ -379,18 +360,14 @@ async fn an_inbound_message_starts_an_execution_once_and_a_second_start_behaves_
     let started = event_names(loom.store(), &e).await;
     assert_eq!(started, ["EXECUTION_STARTED", "EXECUTION_COMPLETED"]);
     // Another input for the same id: refused as `start` refuses it.
-    let conflict = loom
-        .inbound_as(
-            &starter,
-            "messages",
-            &json!({"start": "greet-ada", "name": "bob"}),
-        )
-        .await;
+    let conflict = inbound_refused(
+        &loom,
+        &starter,
+        json!({"start": "greet-ada", "name": "bob"}),
+    )
+    .await;
     assert!(
-        matches!(
-            conflict,
-            Err(InboundError::Start(StartError::Conflict { .. }))
-        ),
+        matches!(conflict, InboundError::Start(StartError::Conflict { .. })),
         "{conflict:?}"
     );
     assert_eq!(event_names(loom.store(), &e).await, started);
@@ -400,17 +377,12 @@ async fn an_inbound_message_starts_an_execution_once_and_a_second_start_behaves_
 async fn an_inbound_start_refused_by_the_authenticator_records_nothing() {
     // An authenticator that decides resumes only refuses starts by default.
     let loom = builder().resume_authenticator(OnlyAlice).build().unwrap();
-    let refused = loom
-        .inbound_as(
-            &caller("alice"),
-            "messages",
-            &json!({"start": "g1", "name": "x"}),
-        )
-        .await;
+    let refused =
+        inbound_refused(&loom, &caller("alice"), json!({"start": "g1", "name": "x"})).await;
     assert!(
         matches!(
             refused,
-            Err(InboundError::Start(StartError::Unauthorized { .. }))
+            InboundError::Start(StartError::Unauthorized { .. })
         ),
         "{refused:?}"
     );
@@ -425,11 +397,8 @@ async fn an_inbound_start_refused_by_the_authenticator_records_nothing() {
         Caller::anonymous(),
         caller("svc").with_attribute("role", "reader").unwrap(),
     ] {
-        let refused = loom
-            .inbound_as(&who, "messages", &json!({"start": "g2", "name": "x"}))
-            .await;
-        match refused {
-            Err(InboundError::Start(StartError::Unauthorized { reason, .. })) => {
+        match inbound_refused(&loom, &who, json!({"start": "g2", "name": "x"})).await {
+            InboundError::Start(StartError::Unauthorized { reason, .. }) => {
                 assert!(reason.contains("may not start greet"), "{reason}")
             }
             other => panic!("{other:?}"),

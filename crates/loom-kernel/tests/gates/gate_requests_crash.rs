@@ -69,25 +69,14 @@ fn requests_child_process_entry() {
     });
 }
 
-/// Runs one child process until it has printed `until`, then kills it with SIGKILL.
-fn run_and_kill(store_path: &std::path::Path, until: &str) {
-    kill::run_and_kill(
-        concat!(module_path!(), "::requests_child_process_entry"),
-        CHILD_ENV,
-        store_path,
-        until,
-    );
-}
-
 #[test]
 fn sigkill_with_pending_requests_loses_none_and_completes_each_once() {
-    let tokio = tokio::runtime::Runtime::new().unwrap();
-    for until in ["started 0", "started 4", "waiting"] {
-        let dir = tempfile::tempdir().unwrap();
-        let path = dir.path().join("requests.redb");
-        run_and_kill(&path, until);
-        tokio.block_on(async {
-            let store = DiskStore::open(&path).unwrap();
+    kill::after_each_kill(
+        concat!(module_path!(), "::requests_child_process_entry"),
+        CHILD_ENV,
+        "requests.redb",
+        &["started 0", "started 4", "waiting"],
+        async |until, store| {
             let runtime = runtime(store.clone());
             runtime.recover().await.unwrap();
             // What the killed process had not started, this one starts (idempotent on the id).
@@ -163,6 +152,6 @@ fn sigkill_with_pending_requests_loses_none_and_completes_each_once() {
             }
             assert!(runtime.pending_requests().await.unwrap().is_empty());
             runtime.shutdown().await;
-        });
-    }
+        },
+    );
 }

@@ -12,7 +12,6 @@
 //! processes use a manual clock, so nothing waits for real time beyond a few milliseconds per
 //! tick.
 
-use crate::support::child::child_runtime;
 use crate::support::kill;
 
 use std::time::Duration;
@@ -94,13 +93,8 @@ fn gates() -> Vec<(ExecutionId, String)> {
 
 #[test]
 fn family_child_process_entry() {
-    let Ok(path) = std::env::var(CHILD_ENV) else {
-        return;
-    };
-    let tokio = child_runtime();
-    tokio.block_on(async move {
-        let clock = ManualClock::new(T0);
-        let runtime = runtime(DiskStore::open(&path).unwrap(), clock.clone());
+    let ticks = (Duration::from_millis(250), Duration::from_millis(3));
+    kill::ticking_child(CHILD_ENV, T0, ticks, runtime, async |runtime| {
         let grant = |e: &ExecutionId| StartOptions::new(e.clone()).grant("square");
         for e in sleepers() {
             runtime
@@ -114,29 +108,17 @@ fn family_child_process_entry() {
         for (e, key) in gates() {
             runtime.start("approval", &key, grant(&e)).await.unwrap();
         }
-        kill::tick_until_killed(&clock, Duration::from_millis(250), Duration::from_millis(3)).await;
     });
-}
-
-/// Runs one child process until it has printed `until`, then kills it with SIGKILL.
-fn run_and_kill(store_path: &std::path::Path, until: &str) {
-    kill::run_and_kill(
-        concat!(module_path!(), "::family_child_process_entry"),
-        CHILD_ENV,
-        store_path,
-        until,
-    );
 }
 
 #[test]
 fn sigkill_with_timers_children_and_gate_requests_in_flight_loses_nothing() {
-    let tokio = tokio::runtime::Runtime::new().unwrap();
-    for until in ["started", "tick 2", "tick 5", "tick 9", "tick 12"] {
-        let dir = tempfile::tempdir().unwrap();
-        let path = dir.path().join("family.redb");
-        run_and_kill(&path, until);
-        tokio.block_on(async {
-            let store = DiskStore::open(&path).unwrap();
+    kill::after_each_kill(
+        concat!(module_path!(), "::family_child_process_entry"),
+        CHILD_ENV,
+        "family.redb",
+        &["started", "tick 2", "tick 5", "tick 9", "tick 12"],
+        async |until, store| {
             let clock = ManualClock::new(T0);
             let runtime = runtime(store.clone(), clock.clone());
             runtime.recover().await.unwrap();
@@ -170,21 +152,10 @@ fn sigkill_with_timers_children_and_gate_requests_in_flight_loses_nothing() {
             for (e, key) in gates() {
                 expected.push((e, json!({"by": key})));
             }
-            let mut all_done = false;
-            for _ in 0..4_000 {
-                let mut done = 0;
-                for (e, _) in &expected {
-                    if runtime.state(e).await.unwrap().status().is_terminal() {
-                        done += 1;
-                    }
-                }
-                if done == expected.len() {
-                    all_done = true;
-                    break;
-                }
-                clock.advance(Duration::from_millis(250));
-                tokio::time::sleep(Duration::from_millis(2)).await;
-            }
+            let executions: Vec<ExecutionId> = expected.iter().map(|(e, _)| e.clone()).collect();
+            let step = Duration::from_millis(250);
+            let all_done =
+                kill::advance_until_ended(&runtime, &clock, step, &executions, 4_000).await;
             assert!(all_done, "killed at '{until}': not every execution ended");
             for (e, output) in &expected {
                 let state = runtime.wait(e).await.unwrap();
@@ -240,6 +211,6 @@ fn sigkill_with_timers_children_and_gate_requests_in_flight_loses_nothing() {
                 }
             }
             runtime.shutdown().await;
-        });
-    }
+        },
+    );
 }

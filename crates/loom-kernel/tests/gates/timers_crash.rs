@@ -8,7 +8,6 @@
 //! `timers_child_process_entry`, which does nothing in an ordinary test run. Both processes
 //! use a manual clock, so nothing waits for real time beyond a few milliseconds per tick.
 
-use crate::support::child::child_runtime;
 use crate::support::kill;
 
 use std::time::Duration;
@@ -16,7 +15,7 @@ use std::time::Duration;
 use loom_kernel::Event;
 use loom_kernel::conformance::id;
 use loom_kernel::*;
-use loom_kernel::{DiskStore, EventStoreExt, ExecutionStatus};
+use loom_kernel::{DiskStore, EventStoreExt};
 use serde_json::{Value, json};
 
 const CHILD_ENV: &str = "LOOM_TIMERS_CHILD_STORE";
@@ -42,71 +41,33 @@ fn runtime(store: DiskStore, clock: ManualClock) -> Runtime<DiskStore> {
 
 #[test]
 fn timers_child_process_entry() {
-    let Ok(path) = std::env::var(CHILD_ENV) else {
-        return;
-    };
-    let tokio = child_runtime();
-    tokio.block_on(async move {
-        let clock = ManualClock::new(T0);
-        let runtime = runtime(DiskStore::open(&path).unwrap(), clock.clone());
+    let ticks = (Duration::from_millis(500), Duration::from_millis(2));
+    kill::ticking_child(CHILD_ENV, T0, ticks, runtime, async |runtime| {
         for n in 0..EXECUTIONS {
-            runtime
-                .start(
-                    "ticks",
-                    &json!(null),
-                    StartOptions::new(id(&format!("t{n}"))),
-                )
-                .await
-                .unwrap();
+            let options = StartOptions::new(id(&format!("t{n}")));
+            runtime.start("ticks", &json!(null), options).await.unwrap();
         }
-        kill::tick_until_killed(&clock, Duration::from_millis(500), Duration::from_millis(2)).await;
     });
-}
-
-/// Runs one child process until it has printed `until`, then kills it with SIGKILL.
-fn run_and_kill(store_path: &std::path::Path, until: &str) {
-    kill::run_and_kill(
-        concat!(module_path!(), "::timers_child_process_entry"),
-        CHILD_ENV,
-        store_path,
-        until,
-    );
 }
 
 #[test]
 fn sigkill_while_timers_wait_or_fire_loses_none_and_fires_none_twice() {
-    let tokio = tokio::runtime::Runtime::new().unwrap();
-    for until in ["started", "tick 2", "tick 3", "tick 5"] {
-        let dir = tempfile::tempdir().unwrap();
-        let path = dir.path().join("timers.redb");
-        run_and_kill(&path, until);
-        tokio.block_on(async {
-            let store = DiskStore::open(&path).unwrap();
+    kill::after_each_kill(
+        concat!(module_path!(), "::timers_child_process_entry"),
+        CHILD_ENV,
+        "timers.redb",
+        &["started", "tick 2", "tick 3", "tick 5"],
+        async |until, store| {
             // The next process's clock starts where the first one's did: what was due in the
             // child is due here once this clock passes it again.
             let clock = ManualClock::new(T0);
             let runtime = runtime(store.clone(), clock.clone());
             runtime.recover().await.unwrap();
             let executions: Vec<_> = (0..EXECUTIONS).map(|n| id(&format!("t{n}"))).collect();
-            let mut all_done = false;
-            for _ in 0..2_000 {
-                let mut done = 0;
-                for e in &executions {
-                    if runtime.state(e).await.unwrap().status() == ExecutionStatus::Completed {
-                        done += 1;
-                    }
-                }
-                if done == EXECUTIONS {
-                    all_done = true;
-                    break;
-                }
-                clock.advance(Duration::from_millis(500));
-                tokio::time::sleep(Duration::from_millis(2)).await;
-            }
-            assert!(
-                all_done,
-                "killed at '{until}': not every execution completed"
-            );
+            let step = Duration::from_millis(500);
+            let all_done =
+                kill::advance_until_ended(&runtime, &clock, step, &executions, 2_000).await;
+            assert!(all_done, "killed at '{until}': not every execution ended");
             for e in &executions {
                 let log = store.read_all(e).await.unwrap();
                 let mut deadlines = 0;
@@ -132,6 +93,6 @@ fn sigkill_while_timers_wait_or_fire_loses_none_and_fires_none_twice() {
                 }
                 runtime.replay_log(log).unwrap();
             }
-        });
-    }
+        },
+    );
 }

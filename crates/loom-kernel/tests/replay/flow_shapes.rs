@@ -5,7 +5,7 @@ use loom_kernel::*;
 use loom_kernel::{EventStore, ExecutionStatus, MemoryStore};
 use serde_json::{Value, json};
 
-use crate::support::{Calls, id, options, with_echo};
+use crate::support::{Calls, id, options, start_parked, with_echo};
 
 async fn sleeps_between_steps(ctx: FlowCtx, _: Value) -> Result<Value, FlowError> {
     let first = ctx.execute("echo", &1).await?;
@@ -121,14 +121,7 @@ async fn recover_drives_a_flow_that_awaits_a_timer_to_the_end() {
 async fn after_a_restart_a_gate_reached_after_a_yield_resumes() {
     let store = MemoryStore::new();
     let rt = with_echo(store.clone(), flows(), Calls::default());
-    let e = rt
-        .start("yield_gate", &json!(null), options("g", &[]))
-        .await
-        .unwrap();
-    assert_eq!(
-        rt.wait(&e).await.unwrap().status(),
-        ExecutionStatus::Suspended
-    );
+    let e = start_parked(&rt, "yield_gate", options("g", &[])).await;
     drop(rt);
     let rt = with_echo(store, flows(), Calls::default());
     rt.resume(&e, "Approval", "k", json!("yes").into())
@@ -143,14 +136,7 @@ async fn a_gate_joined_with_a_yielding_branch_parks_only_after_the_branch_ran() 
     let store = MemoryStore::new();
     let calls = Calls::default();
     let rt = with_echo(store.clone(), flows(), calls.clone());
-    let e = rt
-        .start("join_gate", &json!(null), options("jg", &["echo"]))
-        .await
-        .unwrap();
-    assert_eq!(
-        rt.wait(&e).await.unwrap().status(),
-        ExecutionStatus::Suspended
-    );
+    let e = start_parked(&rt, "join_gate", options("jg", &["echo"])).await;
     assert_eq!(
         calls.count(),
         1,

@@ -10,7 +10,7 @@ use loom_kernel::{EventEnvelope, ExecutionStatus, MemoryStore};
 use serde_json::{Value, json};
 
 use crate::support;
-use crate::support::{Calls, event_names, events_of, options, with_echo};
+use crate::support::{Calls, event_names, events_of, options, start_parked, with_echo};
 
 async fn panics_after_a_step(ctx: FlowCtx, _: Value) -> Result<Value, FlowError> {
     ctx.execute("echo", &1).await?;
@@ -38,9 +38,12 @@ fn flows() -> FlowSet {
         .with(flow_fn("waits", 1, waits))
 }
 
-fn failure_code(log: &[Event]) -> String {
-    match log.last() {
-        Some(Event::ExecutionFailed(failed)) => failed.error.code.clone(),
+/// Waits for `e` to end and asserts it failed, its log ending with the flow's panic.
+async fn assert_flow_panicked(rt: &Runtime<MemoryStore>, e: &ExecutionId) {
+    let state = rt.wait(e).await.unwrap();
+    assert_eq!(state.status(), ExecutionStatus::Failed);
+    match events_of(rt.store(), e).await.last() {
+        Some(Event::ExecutionFailed(failed)) => assert_eq!(failed.error.code, "loom.flow_panicked"),
         other => panic!("the log ends with {other:?}"),
     }
 }
@@ -53,31 +56,18 @@ async fn a_flow_panic_never_unwinds_into_start_and_is_recorded() {
         .start("after_step", &json!(null), options("p", &["echo"]))
         .await
         .unwrap();
-    let state = rt.wait(&e).await.unwrap();
-    assert_eq!(state.status(), ExecutionStatus::Failed);
-    let log = events_of(rt.store(), &e).await;
-    assert_eq!(failure_code(&log), "loom.flow_panicked");
+    assert_flow_panicked(&rt, &e).await;
     assert_eq!(calls.count(), 1);
 }
 
 #[tokio::test]
 async fn a_flow_panic_after_a_gate_ends_the_execution_instead_of_failing_every_resume() {
     let rt = with_echo(MemoryStore::new(), flows(), Calls::default());
-    let e = rt
-        .start("after_gate", &json!(null), options("g", &[]))
-        .await
-        .unwrap();
-    assert_eq!(
-        rt.wait(&e).await.unwrap().status(),
-        ExecutionStatus::Suspended
-    );
+    let e = start_parked(&rt, "after_gate", options("g", &[])).await;
     rt.resume(&e, "Approval", "k", json!("yes").into())
         .await
         .unwrap();
-    let state = rt.wait(&e).await.unwrap();
-    assert_eq!(state.status(), ExecutionStatus::Failed);
-    let log = events_of(rt.store(), &e).await;
-    assert_eq!(failure_code(&log), "loom.flow_panicked");
+    assert_flow_panicked(&rt, &e).await;
     let again = rt
         .resume(&e, "Approval", "k", json!("yes").into())
         .await

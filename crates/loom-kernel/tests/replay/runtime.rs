@@ -4,7 +4,8 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 
-use crate::support::charge_then_mail;
+use crate::support::divergence::assert_resume_diverges;
+use crate::support::{charge_then_mail, start_parked};
 use loom_kernel::conformance::id;
 use loom_kernel::*;
 use loom_kernel::{
@@ -204,15 +205,7 @@ async fn a_changed_flow_is_reported_at_the_right_seq() {
         .effect("payments.charge", FnEffect::new(true, ok))
         .build()
         .unwrap();
-    let e = rt
-        .start("f", &json!(null), granted(id("nd")))
-        .await
-        .unwrap();
-    assert_eq!(
-        rt.wait(&e).await.unwrap().status(),
-        ExecutionStatus::Suspended
-    );
-    let head = store.head(&e).await.unwrap();
+    let e = start_parked(&rt, "f", granted(id("nd"))).await;
     drop(rt);
 
     let rt = Runtime::builder(store.clone())
@@ -220,23 +213,13 @@ async fn a_changed_flow_is_reported_at_the_right_seq() {
         .effect("email.send", FnEffect::new(true, ok))
         .build()
         .unwrap();
-    let err = rt
-        .resume(&e, "Approval", "k", Payload::null())
-        .await
-        .unwrap_err();
-    let message = err.to_string();
-    assert!(
-        message.contains(
-            "at seq 1: recorded STEP_STARTED step 'charge#1' (effect payments.charge); the flow now calls effect 'email.send' as step 'email#1'"
-        ),
-        "{message}"
-    );
-    assert_eq!(store.head(&e).await.unwrap(), head, "nothing was recorded");
-    let err = rt.wait(&e).await.unwrap_err();
-    assert!(matches!(
-        err,
-        WaitError::Driver(DriveError::NonDeterminism { ref source, .. }) if source.seq == 1
-    ));
+    assert_resume_diverges(
+        &rt,
+        &e,
+        1,
+        "at seq 1: recorded STEP_STARTED step 'charge#1' (effect payments.charge); the flow now calls effect 'email.send' as step 'email#1'",
+    )
+    .await;
 }
 
 async fn duplicate_ids(ctx: FlowCtx, _: Value) -> Result<String, FlowError> {

@@ -4,35 +4,28 @@
 
 use std::sync::{Arc, Mutex};
 
-use loom_kernel::AppendError;
-use loom_kernel::conformance::{Hooked, StoreHooks, id};
+use crate::support::append_hook::{AppendHooked, on_append};
+use loom_kernel::conformance::id;
 use loom_kernel::{
     EffectCall, EffectOutcome, FlowCtx, FlowError, FnEffect, Runtime, StartOptions, flow_fn,
 };
-use loom_kernel::{Event, EventStore, ExecutionId, MemoryStore};
+use loom_kernel::{Event, MemoryStore};
 use serde_json::{Value, json};
 
-/// Hooks that remember the event types of each append.
-#[derive(Clone, Default)]
-struct Recording {
-    batches: Arc<Mutex<Vec<Vec<&'static str>>>>,
-}
-
-impl StoreHooks<MemoryStore> for Recording {
-    async fn append(
-        &self,
-        inner: &MemoryStore,
-        execution: &ExecutionId,
-        expected_seq: u64,
-        events: &[Event],
-    ) -> Result<u64, AppendError> {
-        let head = inner.append(execution, expected_seq, events).await?;
-        self.batches
-            .lock()
-            .unwrap()
-            .push(events.iter().map(Event::type_name).collect());
-        Ok(head)
-    }
+/// A memory store that remembers the event types of each append, and what it remembers.
+fn recording() -> (AppendHooked, Arc<Mutex<Vec<Vec<&'static str>>>>) {
+    let batches: Arc<Mutex<Vec<Vec<&'static str>>>> = Arc::default();
+    let seen = Arc::clone(&batches);
+    let store = on_append(MemoryStore::new(), move |append| {
+        let seen = Arc::clone(&seen);
+        async move {
+            let head = append.forward().await?;
+            let types = append.events.iter().map(Event::type_name).collect();
+            seen.lock().unwrap().push(types);
+            Ok(head)
+        }
+    });
+    (store, batches)
 }
 
 async fn ask_then_wait(ctx: FlowCtx, _input: Value) -> Result<Value, FlowError> {
@@ -44,8 +37,8 @@ async fn ask_then_wait(ctx: FlowCtx, _input: Value) -> Result<Value, FlowError> 
 
 #[tokio::test]
 async fn a_decision_and_the_gate_opened_in_the_same_poll_are_appended_in_one_batch() {
-    let store = Hooked::<MemoryStore, Recording>::default();
-    let runtime = Runtime::builder(store.clone())
+    let (store, batches) = recording();
+    let runtime = Runtime::builder(store)
         .flow(flow_fn("ask", 1, ask_then_wait))
         .effect(
             "warm_up",
@@ -65,7 +58,7 @@ async fn a_decision_and_the_gate_opened_in_the_same_poll_are_appended_in_one_bat
         .await
         .unwrap();
     let _ = runtime.wait(&e).await;
-    let batches = store.hooks.batches.lock().unwrap().clone();
+    let batches = batches.lock().unwrap().clone();
     let together = batches.iter().any(|batch| {
         batch
             .windows(2)

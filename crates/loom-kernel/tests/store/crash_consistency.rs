@@ -6,9 +6,6 @@
 //! `crash_child_process_entry`, which does nothing in an ordinary test run.
 
 use std::collections::BTreeMap;
-use std::io::{BufRead, BufReader};
-use std::process::Stdio;
-use std::sync::mpsc;
 use std::time::Duration;
 
 use loom_kernel::conformance::{id, started, tagged};
@@ -16,6 +13,7 @@ use loom_kernel::{DiskStore, Event, EventStore, EventStoreExt, ExecutionState};
 use serde_json::json;
 
 use crate::support::child::{child_runtime, child_test, say};
+use crate::support::kill;
 
 const CHILD_ENV: &str = "LOOM_CRASH_CHILD_STORE";
 const WRITERS: usize = 6;
@@ -62,31 +60,20 @@ fn crash_child_process_entry() {
 /// Runs one child until it has acknowledged appends, kills it after `delay`, and returns the
 /// highest head acknowledged per execution.
 fn run_and_kill(store_path: &std::path::Path, delay: Duration) -> BTreeMap<String, u64> {
-    let mut child = child_test(concat!(module_path!(), "::crash_child_process_entry"))
-        .env(CHILD_ENV, store_path)
-        .stdout(Stdio::piped())
-        .stderr(Stdio::null())
-        .spawn()
-        .unwrap();
-    let stdout = child.stdout.take().unwrap();
-    let (lines, received) = mpsc::channel();
-    let reader = std::thread::spawn(move || {
-        for line in BufReader::new(stdout).lines() {
-            let Ok(line) = line else { break };
-            if line.starts_with("ack ") && lines.send(line).is_err() {
-                break;
-            }
-        }
-    });
-    let first = received
+    let child = kill::Child::start(
+        concat!(module_path!(), "::crash_child_process_entry"),
+        CHILD_ENV,
+        store_path,
+        |line| line.starts_with("ack "),
+    );
+    let first = child
+        .lines
         .recv_timeout(Duration::from_secs(60))
         .expect("the child acknowledged no append within 60 s");
     std::thread::sleep(delay);
-    child.kill().unwrap();
-    child.wait().unwrap();
-    reader.join().unwrap();
+    let rest = child.kill();
     let mut acked = BTreeMap::new();
-    for line in std::iter::once(first).chain(received.try_iter()) {
+    for line in std::iter::once(first).chain(rest) {
         let mut parts = line.split_whitespace().skip(1);
         let (execution, head) = (parts.next().unwrap(), parts.next().unwrap());
         let head: u64 = head.parse().unwrap();

@@ -2,14 +2,14 @@
 //! I/O error, a record that does not decode, and a runtime error caused by a store's.
 
 use std::error::Error;
-use std::future::Future;
 
 use loom_kernel::conformance::id;
 use loom_kernel::{
-    AppendError, DecodeError, DiskStore, DriveError, Event, EventEnvelope, EventStore, ExecutionId,
-    ExecutionPage, FlowCtx, FlowError, MemoryStore, OpenError, ReadError, Runtime, StartOptions,
-    StorageError, WaitError, decode_record, flow_fn,
+    AppendError, DecodeError, DiskStore, DriveError, FlowCtx, FlowError, MemoryStore, OpenError,
+    ReadError, Runtime, StartOptions, StorageError, WaitError, decode_record, flow_fn,
 };
+
+use crate::support::append_hook::{AppendHooked, on_append};
 use serde_json::{Value, json};
 
 /// The errors `error` was caused by, nearest first.
@@ -83,60 +83,19 @@ fn a_storage_error_keeps_the_backend_s_error_and_its_words() {
     assert!(again.source().is_some());
 }
 
-/// A store whose appends fail after the first (the execution's start), as a full disk would.
-#[derive(Clone)]
-struct FullAfterStart(MemoryStore);
-
-impl EventStore for FullAfterStart {
-    fn append(
-        &self,
-        execution: &ExecutionId,
-        expected_seq: u64,
-        events: &[Event],
-    ) -> impl Future<Output = Result<u64, AppendError>> + Send {
-        let store = self.0.clone();
-        let execution = execution.clone();
-        let events = events.to_vec();
-        async move {
-            if expected_seq == 0 {
-                return store.append(&execution, 0, &events).await;
-            }
-            let full = std::io::Error::new(std::io::ErrorKind::StorageFull, "no space left");
-            Err(AppendError::Storage {
-                execution,
-                source: StorageError::new(full),
-            })
+/// A memory store whose appends fail after the first (the execution's start), as a full disk
+/// would.
+fn full_after_start() -> AppendHooked {
+    on_append(MemoryStore::new(), |append| async move {
+        if append.expected_seq == 0 {
+            return append.forward().await;
         }
-    }
-
-    fn read(
-        &self,
-        execution: &ExecutionId,
-        from: u64,
-        limit: usize,
-    ) -> impl Future<Output = Result<Vec<EventEnvelope>, ReadError>> + Send {
-        self.0.read(execution, from, limit)
-    }
-
-    fn head(&self, execution: &ExecutionId) -> impl Future<Output = Result<u64, ReadError>> + Send {
-        self.0.head(execution)
-    }
-
-    fn list_executions(
-        &self,
-        after: Option<&ExecutionId>,
-        limit: usize,
-    ) -> impl Future<Output = Result<ExecutionPage, ReadError>> + Send {
-        self.0.list_executions(after, limit)
-    }
-
-    fn wait_for(
-        &self,
-        execution: &ExecutionId,
-        seq: u64,
-    ) -> impl Future<Output = Result<(), ReadError>> + Send {
-        self.0.wait_for(execution, seq)
-    }
+        let full = std::io::Error::new(std::io::ErrorKind::StorageFull, "no space left");
+        Err(AppendError::Storage {
+            execution: append.execution,
+            source: StorageError::new(full),
+        })
+    })
 }
 
 async fn waits_for_go(ctx: FlowCtx, _: Value) -> Result<Value, FlowError> {
@@ -145,7 +104,7 @@ async fn waits_for_go(ctx: FlowCtx, _: Value) -> Result<Value, FlowError> {
 
 #[tokio::test]
 async fn a_runtime_error_caused_by_a_failed_append_keeps_the_store_s_error() {
-    let runtime = Runtime::builder(FullAfterStart(MemoryStore::new()))
+    let runtime = Runtime::builder(full_after_start())
         .flow(flow_fn("waits", 1, waits_for_go))
         .build()
         .unwrap();

@@ -22,12 +22,17 @@ fn started() -> Event {
 }
 
 fn step_started(step: &str, effect: &str) -> Event {
+    attempt_started(step, effect, 1, 0)
+}
+
+/// Attempt `attempt` of `step`, admitted at a cost of at most `max_cost`.
+fn attempt_started(step: &str, effect: &str, attempt: u32, max_cost: u64) -> Event {
     Event::StepStarted(StepStarted {
         step_id: step.into(),
         effect: effect.into(),
         input_digest: "d".into(),
-        attempt: 1,
-        max_cost: 0,
+        attempt,
+        max_cost,
     })
 }
 
@@ -362,19 +367,9 @@ fn an_ended_state_tells_its_output_failure_or_cancel_reason() {
 fn resolved_in_doubt(max_cost: u64, verdict: Verdict) -> ExecutionState {
     let events = vec![
         started(),
-        Event::StepStarted(StepStarted {
-            step_id: "pay#1".into(),
-            effect: "e".into(),
-            input_digest: "d".into(),
-            attempt: 1,
-            max_cost,
-        }),
+        attempt_started("pay#1", "e", 1, max_cost),
         in_doubt("pay#1"),
-        Event::EffectResolved(EffectResolved {
-            step_id: "pay#1".into(),
-            verdict,
-            operator: Some("ops".into()),
-        }),
+        resolved("pay#1", verdict),
     ];
     ExecutionState::fold(&log(events)).unwrap()
 }
@@ -409,26 +404,10 @@ fn the_fold_charges_a_completed_verdict_the_cost_recorded_at_start() {
 fn a_retried_step_is_charged_by_its_last_outcome_only() {
     let events = vec![
         started(),
-        Event::StepStarted(StepStarted {
-            step_id: "pay#1".into(),
-            effect: "e".into(),
-            input_digest: "d".into(),
-            attempt: 1,
-            max_cost: 3,
-        }),
+        attempt_started("pay#1", "e", 1, 3),
         in_doubt("pay#1"),
-        Event::EffectResolved(EffectResolved {
-            step_id: "pay#1".into(),
-            verdict: Verdict::Retry,
-            operator: None,
-        }),
-        Event::StepStarted(StepStarted {
-            step_id: "pay#1".into(),
-            effect: "e".into(),
-            input_digest: "d".into(),
-            attempt: 2,
-            max_cost: 3,
-        }),
+        resolved("pay#1", Verdict::Retry),
+        attempt_started("pay#1", "e", 2, 3),
         completed("pay#1", "e", 3),
     ];
     let state = ExecutionState::fold(&log(events)).unwrap();

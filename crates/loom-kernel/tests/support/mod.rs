@@ -2,7 +2,9 @@
 //! memory store, and readers of what a log holds.
 #![allow(dead_code)]
 
+pub mod append_hook;
 pub mod child;
+pub mod divergence;
 pub mod kill;
 
 use std::sync::Arc;
@@ -108,6 +110,18 @@ pub async fn charge_then_mail(ctx: FlowCtx, _: serde_json::Value) -> Result<(), 
         .await?;
     ctx.suspend("Approval", "k").await?;
     Ok(())
+}
+
+/// Starts `flow` (input `null`) with `options` and waits until it parks: the execution.
+pub async fn start_parked<S: EventStore>(
+    runtime: &Runtime<S>,
+    flow: &str,
+    options: StartOptions,
+) -> ExecutionId {
+    let e = runtime.start(flow, &json!(null), options).await.unwrap();
+    let status = runtime.wait(&e).await.unwrap().status();
+    assert_eq!(status, ExecutionStatus::Suspended, "{flow} parks");
+    e
 }
 
 /// Polls the log until the execution's status satisfies `done` (timer tasks and the drivers

@@ -23,6 +23,10 @@ use tokio_util::sync::CancellationToken;
 enum Script {
     Answer(fn(&str) -> Value),
     Never,
+    /// Panics in `call` itself.
+    PanicAtCall,
+    /// Panics in the future `call` returns.
+    PanicInFuture,
 }
 
 struct Scripted {
@@ -47,6 +51,8 @@ impl Transport for Scripted {
                 async move { Ok(reply) }.boxed()
             }
             Script::Never => futures::future::pending().boxed(),
+            Script::PanicAtCall => panic!("the transport broke at the call"),
+            Script::PanicInFuture => async { panic!("the transport broke while waiting") }.boxed(),
         }
     }
 }
@@ -180,6 +186,27 @@ async fn a_reply_to_another_call_parks_the_step_in_doubt() {
         "{log:?}"
     );
     assert!(!log.iter().any(|e| matches!(e, Event::StepCompleted(_))));
+}
+
+#[tokio::test]
+async fn a_transport_that_panics_parks_the_step_in_doubt_since_the_request_may_have_left() {
+    for (name, script) in [
+        ("b-panic-call", Script::PanicAtCall),
+        ("b-panic-future", Script::PanicInFuture),
+    ] {
+        let run = run(script);
+        let log = run.go(name, input("confirm"), true).await;
+        assert!(
+            log.iter().any(|e| matches!(e, Event::EffectInDoubt(_))),
+            "{name}: {log:?}"
+        );
+        assert!(!log.iter().any(|e| matches!(e, Event::StepCompleted(_))));
+        assert_eq!(
+            run.transport.seen.lock().unwrap().len(),
+            1,
+            "{name}: called once"
+        );
+    }
 }
 
 #[tokio::test]

@@ -6,9 +6,10 @@ use crate::support;
 
 use crate::support::*;
 use loom_kernel::StartOptions;
+use loom_kernel::WaitError;
 use loom_kernel::conformance::id;
-use loom_kernel::{Event, EventStoreExt, MemoryStore};
-use loom_plugin_a2ui::{AgentMessage, CallRendererFunction};
+use loom_kernel::{Event, EventStoreExt, ExecutionId, ExecutionState, MemoryStore, Runtime};
+use loom_plugin_a2ui::{AgentMessage, CallRendererFunction, SurfaceHub};
 use loom_plugin_a2ui::{HubError, IngestError, REQUEST_DECISION};
 use serde_json::{Value, json};
 
@@ -16,6 +17,32 @@ fn reply(call_id: &str, value: Value) -> Vec<u8> {
     json!({"version": "v1.0", "rendererFunctionResponse": {"functionCallId": call_id, "value": value}})
         .to_string()
         .into_bytes()
+}
+
+/// The checkout's model at `order.<field>`.
+fn order_field(hub: &SurfaceHub, e: &ExecutionId, field: &str) -> Value {
+    hub.model(e, SURFACE).unwrap()["order"][field].clone()
+}
+
+/// The id of the checkout's call to `getLocale`.
+fn locale_call(e: &ExecutionId) -> String {
+    format!("{}:getLocale#1", e.as_str())
+}
+
+/// A click on the surface's button `name` with `context`, delivered; then the execution's
+/// wait.
+async fn click(
+    hub: &SurfaceHub,
+    runtime: &Runtime<MemoryStore>,
+    e: &ExecutionId,
+    name: &str,
+    context: Value,
+) -> Result<ExecutionState, WaitError> {
+    let action = json!({"version": "v1.0", "action": {"name": name, "surfaceId": SURFACE, "sourceComponentId": "approve", "timestamp": "2026-12-01T00:00:00Z", "context": context}});
+    hub.deliver_action(runtime, e, SURFACE, action.to_string().as_bytes())
+        .await
+        .unwrap();
+    runtime.wait(e).await
 }
 
 fn call_of(messages: &[AgentMessage]) -> Option<CallRendererFunction> {
@@ -40,14 +67,14 @@ async fn request_and_gate_are_durable_in_one_batch_before_the_request_is_sent() 
 
     let sub = hub.subscribe(&store, &e, SURFACE).await.unwrap();
     let call = call_of(&sub.initial).expect("the pending call is sent to a new subscriber");
-    assert_eq!(call.function_call_id, format!("{}:getLocale#1", e.as_str()));
+    assert_eq!(call.function_call_id, locale_call(&e));
     assert_eq!(call.surface_id.as_deref(), Some(SURFACE));
 }
 
 #[tokio::test]
 async fn a_reply_resumes_the_gate_once_and_a_second_reply_is_refused() {
     let (_store, hub, runtime, e) = checkout_started("gate-once").await;
-    let call_id = format!("{}:getLocale#1", e.as_str());
+    let call_id = locale_call(&e);
     let result = hub
         .deliver_function_response(&runtime, SURFACE, &reply(&call_id, json!("fr-CH")))
         .await
@@ -64,17 +91,12 @@ async fn a_reply_resumes_the_gate_once_and_a_second_reply_is_refused() {
         ),
         "{again:?}"
     );
-    assert_eq!(
-        hub.model(&e, SURFACE).unwrap()["order"]["locale"],
-        json!("fr-CH")
-    );
+    assert_eq!(order_field(&hub, &e, "locale"), json!("fr-CH"));
 
     // The Approve button resumes the action gate and the flow completes.
-    let action = json!({"version": "v1.0", "action": {"name": "approve", "surfaceId": SURFACE, "sourceComponentId": "approve", "timestamp": "2026-12-01T00:00:00Z", "context": {"total": 42}}});
-    hub.deliver_action(&runtime, &e, SURFACE, action.to_string().as_bytes())
+    let state = click(&hub, &runtime, &e, "approve", json!({"total": 42}))
         .await
         .unwrap();
-    let state = runtime.wait(&e).await.unwrap();
     assert!(
         format!("{:?}", state.status()).contains("Completed"),
         "{:?}",
@@ -84,17 +106,14 @@ async fn a_reply_resumes_the_gate_once_and_a_second_reply_is_refused() {
         hub.masked_model(&e, SURFACE).unwrap()["customer"]["card"],
         json!("***")
     );
-    assert_eq!(
-        hub.model(&e, SURFACE).unwrap()["order"]["status"],
-        json!("placed")
-    );
+    assert_eq!(order_field(&hub, &e, "status"), json!("placed"));
 }
 
 #[tokio::test]
 async fn replies_that_answer_no_open_call_are_refused_and_record_nothing() {
     let (store, hub, _runtime, e) = checkout_started("gate-forged").await;
     let before = store.read_all(&e).await.unwrap().len();
-    let call_id = format!("{}:getLocale#1", e.as_str());
+    let call_id = locale_call(&e);
 
     let unknown = hub.ingest_function_response(SURFACE, &reply("someone:getLocale#9", json!("xx")));
     assert!(
@@ -139,13 +158,7 @@ async fn after_a_restart_the_pending_request_is_sent_again_with_the_same_call_id
     let store = MemoryStore::new();
     let e = id("gate-restart");
     let first_call = {
-        let hub = hub();
-        let runtime = runtime(store.clone(), &hub);
-        runtime
-            .start("checkout", &order(), StartOptions::new(e.clone()))
-            .await
-            .unwrap();
-        let _ = runtime.wait(&e).await;
+        let (hub, _runtime, _) = checkout_started_on(store.clone(), "gate-restart").await;
         let sub = hub.subscribe(&store, &e, SURFACE).await.unwrap();
         call_of(&sub.initial).expect("sent before the restart")
     };
@@ -166,10 +179,7 @@ async fn after_a_restart_the_pending_request_is_sent_again_with_the_same_call_id
     .unwrap();
     let _ = runtime.wait(&e).await;
     assert!(hub.pending_calls(&e).is_empty());
-    assert_eq!(
-        hub.model(&e, SURFACE).unwrap()["order"]["locale"],
-        json!("it-IT")
-    );
+    assert_eq!(order_field(&hub, &e, "locale"), json!("it-IT"));
 }
 
 #[tokio::test]
@@ -181,15 +191,10 @@ async fn a_late_subscriber_gets_the_current_model_then_every_update_once() {
     };
     let mut model = Value::Object(create.data_model.clone().unwrap());
     assert_eq!(model["customer"]["card"], json!("***"));
-    let call_id = format!("{}:getLocale#1", e.as_str());
-    hub.deliver_function_response(&runtime, SURFACE, &reply(&call_id, json!("fr-CH")))
+    hub.deliver_function_response(&runtime, SURFACE, &reply(&locale_call(&e), json!("fr-CH")))
         .await
         .unwrap();
-    let action = json!({"version": "v1.0", "action": {"name": "approve", "surfaceId": SURFACE, "sourceComponentId": "approve", "timestamp": "t", "context": {}}});
-    hub.deliver_action(&runtime, &e, SURFACE, action.to_string().as_bytes())
-        .await
-        .unwrap();
-    let _ = runtime.wait(&e).await;
+    let _ = click(&hub, &runtime, &e, "approve", json!({})).await;
     let mut updates = 0;
     while let Some(message) = sub.try_next() {
         if let AgentMessage::UpdateDataModel(update) = message {
@@ -206,15 +211,7 @@ async fn events_are_applied_once_each_in_seq_order_whatever_order_they_arrive_in
     use loom_kernel::Projection;
     let store = MemoryStore::new();
     let e = id("hub-order");
-    {
-        let hub = hub();
-        let runtime = runtime(store.clone(), &hub);
-        runtime
-            .start("checkout", &order(), StartOptions::new(e.clone()))
-            .await
-            .unwrap();
-        let _ = runtime.wait(&e).await;
-    }
+    checkout_started_on(store.clone(), "hub-order").await;
     let log = store.read_all(&e).await.unwrap();
     let reference = hub();
     for envelope in &log {
@@ -286,11 +283,7 @@ async fn a_deleted_surface_ends_its_subscriptions_and_later_subscribers_get_noth
     let _ = runtime.wait(&e).await;
     let mut sub = hub.subscribe(&store, &e, SURFACE).await.unwrap();
     assert!(matches!(sub.initial[0], AgentMessage::CreateSurface(_)));
-    let action = json!({"version": "v1.0", "action": {"name": "done", "surfaceId": SURFACE, "sourceComponentId": "approve", "timestamp": "t", "context": {}}});
-    hub.deliver_action(&runtime, &e, SURFACE, action.to_string().as_bytes())
-        .await
-        .unwrap();
-    let _ = runtime.wait(&e).await;
+    let _ = click(&hub, &runtime, &e, "done", json!({})).await;
     let mut deletes = 0;
     while let Some(message) = sub.next().await {
         if matches!(message, AgentMessage::DeleteSurface(_)) {

@@ -8,8 +8,8 @@ use loom_kernel::DataClassification;
 use loom_kernel::MemoryStore;
 use loom_kernel::{ExecutionId, FlowCtx, FlowError, Runtime, StartOptions, flow_fn};
 use loom_plugin_a2ui::{
-    AllowedCallers, CatalogDef, Catalogs, LOOM_CATALOG_ID, SurfaceHub, SurfaceSpec, call_and_wait,
-    define_catalog, define_function,
+    AllowedCallers, CatalogDef, Catalogs, LOOM_CATALOG_ID, SurfaceHub, SurfaceSpec,
+    UpdateDataModel, call_and_wait, define_catalog, define_function,
 };
 use serde_json::{Map, Value, json};
 
@@ -124,47 +124,34 @@ pub async fn checkout_started(
     execution: &str,
 ) -> (MemoryStore, SurfaceHub, Runtime<MemoryStore>, ExecutionId) {
     let store = MemoryStore::new();
+    let (hub, runtime, e) = checkout_started_on(store.clone(), execution).await;
+    (store, hub, runtime, e)
+}
+
+/// A `checkout` started as `execution` on `store` by a new hub and runtime, once it waits on
+/// the renderer: the hub, the runtime and the execution.
+pub async fn checkout_started_on(
+    store: MemoryStore,
+    execution: &str,
+) -> (SurfaceHub, Runtime<MemoryStore>, ExecutionId) {
     let hub = hub();
-    let runtime = runtime(store.clone(), &hub);
+    let runtime = runtime(store, &hub);
     let e = ExecutionId::new(execution).expect("an execution id");
     runtime
         .start("checkout", &order(), StartOptions::new(e.clone()))
         .await
         .expect("the checkout starts");
     let _ = runtime.wait(&e).await;
-    (store, hub, runtime, e)
+    (hub, runtime, e)
 }
 
-/// What a renderer does with `updateDataModel`: writes the value at the pointer (creating the
-/// last key, or appending at index == length), or removes it when the value is null.
+/// What a renderer does with `updateDataModel` ([`UpdateDataModel::apply_to`]); the pointer's
+/// parent must exist and hold the value.
 pub fn apply_update(model: &mut Value, path: &str, value: Value) {
-    if path == "/" || path.is_empty() {
-        *model = value;
-        return;
-    }
-    let (parent, last) = path.rsplit_once('/').expect("a pointer starts with /");
-    let last = last.replace("~1", "/").replace("~0", "~");
-    let parent = model.pointer_mut(parent).expect("the parent exists");
-    match parent {
-        Value::Object(map) => {
-            if value.is_null() {
-                map.remove(&last);
-            } else {
-                map.insert(last, value);
-            }
-        }
-        Value::Array(items) => {
-            let index: usize = last.parse().expect("an array index");
-            if value.is_null() {
-                if index < items.len() {
-                    items.remove(index);
-                }
-            } else if index == items.len() {
-                items.push(value);
-            } else {
-                items[index] = value;
-            }
-        }
-        other => panic!("cannot write below {other}"),
-    }
+    let update = UpdateDataModel {
+        surface_id: SURFACE.to_owned(),
+        path: Some(path.to_owned()),
+        value,
+    };
+    assert!(update.apply_to(model), "cannot write at {path}");
 }

@@ -142,17 +142,17 @@ impl Recorded {
     }
 }
 
+/// Asserts that `log`, read from `path`, replays deterministically.
+fn assert_replays(checker: &Checker, path: &Path, log: Vec<loom_kernel::EventEnvelope>) {
+    let finding = checker.check(log).finding;
+    assert_eq!(finding, Finding::Deterministic, "{}", path.display());
+}
+
 #[test]
 fn recorded_logs_replay_deterministically() {
     let checker = Checker::new(&flows()).unwrap();
     for path in &Recorded::new().logs {
-        let outcome = checker.check(loom_replay_check::read_log(path).unwrap());
-        assert_eq!(
-            outcome.finding,
-            Finding::Deterministic,
-            "{}",
-            path.display()
-        );
+        assert_replays(&checker, path, loom_replay_check::read_log(path).unwrap());
     }
 }
 
@@ -172,13 +172,7 @@ fn logs_an_earlier_build_recorded_replay_deterministically() {
             "{}: recorded by an earlier build",
             path.display()
         );
-        let outcome = checker.check(log);
-        assert_eq!(
-            outcome.finding,
-            Finding::Deterministic,
-            "{}",
-            path.display()
-        );
+        assert_replays(&checker, &path, log);
     }
 }
 

@@ -1,10 +1,11 @@
 //! The PostgreSQL store's tests, one test binary (each skips loudly without a server): conformance,
-//! many workers, worker processes killed and cut off, timers across workers, and replay-check on
-//! the store.
+//! many workers, worker processes killed and cut off, timers and children across workers, and
+//! replay-check on the store.
 
 #[path = "../support/mod.rs"]
 mod support;
 
+mod children_across_workers;
 mod many_workers;
 mod multiprocess;
 mod replay_check;

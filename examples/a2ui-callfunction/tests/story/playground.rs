@@ -19,6 +19,8 @@ use serde_json::{Value, json};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio_tungstenite::tungstenite::Message;
 
+use crate::support::chromium::chromium_or_skip;
+
 const TOKEN: &str = "playground-test-token-0123456789";
 
 fn free_addr() -> SocketAddr {
@@ -172,17 +174,6 @@ async fn the_playground_refuses_a_wrong_token_and_a_malformed_message_recording_
     server.abort();
 }
 
-fn chromium() -> Option<&'static str> {
-    ["chromium", "chromium-browser", "google-chrome"]
-        .into_iter()
-        .find(|name| {
-            Command::new(name)
-                .arg("--version")
-                .output()
-                .is_ok_and(|output| output.status.success())
-        })
-}
-
 type Socket =
     tokio_tungstenite::WebSocketStream<tokio_tungstenite::MaybeTlsStream<tokio::net::TcpStream>>;
 
@@ -242,14 +233,8 @@ impl Drop for Browser {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_playground_renders_the_surface_and_its_approve_button_completes_the_checkout() {
-    let Some(browser) = chromium() else {
-        assert!(
-            std::env::var_os("LOOM_REQUIRE_CHROMIUM").is_none(),
-            "LOOM_REQUIRE_CHROMIUM is set and no Chromium is installed"
-        );
-        eprintln!(
-            "\n*** SKIPPED the_playground_renders_the_surface_and_its_approve_button_completes_the_checkout: no Chromium (apt-get install chromium)\n"
-        );
+    let test = "the_playground_renders_the_surface_and_its_approve_button_completes_the_checkout";
+    let Some(browser) = chromium_or_skip(test) else {
         return;
     };
     let dir = tempfile::tempdir().unwrap();

@@ -3,6 +3,9 @@
 //! operator's verdicts on it, on whichever store.
 #![allow(dead_code)]
 
+#[path = "../../../../crates/loom-console/tests/support/chromium.rs"]
+pub mod chromium;
+
 use std::sync::Arc;
 
 use a2ui_callfunction::app::{self, FLOW, Order, SURFACE};

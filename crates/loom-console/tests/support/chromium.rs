@@ -1,0 +1,26 @@
+//! Tests that drive a real browser: the Chromium on this machine, or a loud skip. Std only, so
+//! that the example's tests include this file too (`#[path]`).
+
+use std::process::Command;
+
+/// The Chromium (or Chrome) installed here. Without one, says on stderr that `test` is skipped
+/// and returns `None`; with `LOOM_REQUIRE_CHROMIUM` set (`.ci/run` installs Chromium and sets
+/// it), fails instead.
+pub fn chromium_or_skip(test: &str) -> Option<&'static str> {
+    let found = ["chromium", "chromium-browser", "google-chrome"]
+        .into_iter()
+        .find(|name| {
+            Command::new(name)
+                .arg("--version")
+                .output()
+                .is_ok_and(|output| output.status.success())
+        });
+    if found.is_none() {
+        assert!(
+            std::env::var_os("LOOM_REQUIRE_CHROMIUM").is_none(),
+            "LOOM_REQUIRE_CHROMIUM is set and no Chromium is installed"
+        );
+        eprintln!("\n*** SKIPPED {test}: no Chromium (apt-get install chromium)\n");
+    }
+    found
+}
