@@ -771,13 +771,16 @@ impl ExecutionState {
         found: &'static str,
     ) -> Result<(), Violation> {
         let starts = matches!(status, StepStatus::Started { .. });
-        // Looked up by key, not by `str`: comparing keys compares bytes, with no UTF-8 check.
-        let key = IdKey::new(step_id);
-        let Some(record) = self.steps.get_mut(&key) else {
-            let effect = intern(&mut self.names, effect);
-            self.steps.insert(key, StepRecord { effect, status });
-            self.in_flight += usize::from(starts);
-            return Ok(());
+        // One lookup by key (comparing keys compares bytes, with no UTF-8 check), which a new
+        // step's record is inserted at.
+        let record = match self.steps.entry(IdKey::new(step_id)) {
+            hash_map::Entry::Occupied(record) => record.into_mut(),
+            hash_map::Entry::Vacant(slot) => {
+                let effect = intern(&mut self.names, effect);
+                slot.insert(StepRecord { effect, status });
+                self.in_flight += usize::from(starts);
+                return Ok(());
+            }
         };
         match record.status {
             StepStatus::Completed { seq } | StepStatus::Failed { seq } => {
