@@ -92,18 +92,14 @@ const MAX_POLLS: usize = 1 << 20;
 pub(crate) fn replay_log<S: EventStore>(
     inner: &Arc<Inner<S>>,
     log: Vec<EventEnvelope>,
-    folded: Option<&ExecutionState>,
+    folded: Option<ExecutionState>,
 ) -> Result<ReplayReport, ReplayError> {
     let Some(first) = log.first() else {
         return Err(ReplayError::Empty);
     };
-    let refolded;
     let folded = match folded {
         Some(state) if state.next_seq() == log.len() as u64 => state,
-        _ => {
-            refolded = ExecutionState::fold(&log)?;
-            &refolded
-        }
+        _ => ExecutionState::fold(&log)?,
     };
     let Event::ExecutionStarted(started) = &first.event else {
         return Err(ReplayError::Empty);
