@@ -141,6 +141,9 @@ pub struct ExecutionState {
     /// K3: the `max_cost` of steps started with one and without an outcome yet, by step id:
     /// what a `completed` verdict charges (ADR 0024).
     held: BTreeMap<String, u64>,
+    /// K3: the part of `held` that steps started and not in doubt hold: what the budget cannot
+    /// give to another step while they run.
+    held_running: u64,
     /// Steps started and without an outcome, not in doubt: work a worker must drive on.
     in_flight: usize,
     decisions: LookupMap<u64>,
@@ -312,6 +315,7 @@ impl ExecutionState {
             pending_gates: BTreeMap::new(),
             in_doubt: BTreeSet::new(),
             held: BTreeMap::new(),
+            held_running: 0,
             in_flight: 0,
             decisions: LookupMap::default(),
             names: HashSet::default(),
@@ -371,10 +375,9 @@ impl ExecutionState {
         self.budget_spent
     }
 
-    /// K3: what each step started with a `max_cost` and without an outcome holds, by step id:
-    /// what a `completed` verdict charges (ADR 0024).
-    pub(crate) fn held_costs(&self) -> &BTreeMap<String, u64> {
-        &self.held
+    /// K3: what the steps started and neither ended nor in doubt hold (their `max_cost`).
+    pub(crate) fn held_running(&self) -> u64 {
+        self.held_running
     }
     /// Every step the log mentions, in step id order.
     pub fn steps(&self) -> BTreeMap<&str, &StepRecord> {
@@ -470,14 +473,14 @@ impl ExecutionState {
         }
     }
 
-    fn refuse(&self, envelope: &EventEnvelope, violation: Violation) -> FoldError {
+    fn refuse(&self, execution_id: &ExecutionId, seq: u64, violation: Violation) -> FoldError {
         FoldError {
             execution: self
                 .execution_id
                 .as_ref()
-                .unwrap_or(&envelope.execution_id)
+                .unwrap_or(execution_id)
                 .to_string(),
-            seq: envelope.seq,
+            seq,
             violation: Box::new(violation),
         }
     }
@@ -485,25 +488,98 @@ impl ExecutionState {
     /// Folds one event. On error the state is unchanged: every branch checks before it
     /// writes, and looks each map up once (the fold is the hot path of recovery and replay).
     pub fn apply(&mut self, envelope: &EventEnvelope) -> Result<(), FoldError> {
-        self.apply_checked(envelope)
-            .map_err(|violation| self.refuse(envelope, violation))?;
-        self.next_seq = envelope.seq + 1;
+        self.apply_at(&envelope.execution_id, envelope.seq, &envelope.event)
+    }
+
+    /// Folds an event a live execution issues, numbered as its log will number it: next,
+    /// except the outcome of a step whose `STEP_STARTED`, at or after `unsent` (the first seq
+    /// not yet handed to an append), is not written yet: the log records such a quick step by
+    /// its outcome alone, in its start's place, and the state is the one that outcome alone
+    /// gives. The same checks as [`ExecutionState::apply`], without an envelope.
+    pub(crate) fn apply_issued(
+        &mut self,
+        execution_id: &ExecutionId,
+        event: &Event,
+        unsent: u64,
+    ) -> Result<(), FoldError> {
+        let in_place = match event {
+            Event::StepCompleted(e) => {
+                self.outcome_in_place(&e.step_id, &e.effect, e.cost, unsent, |seq| {
+                    StepStatus::Completed { seq }
+                })
+            }
+            Event::StepFailed(e) => {
+                self.outcome_in_place(&e.step_id, &e.effect, e.cost, unsent, |seq| {
+                    StepStatus::Failed { seq }
+                })
+            }
+            _ => false,
+        };
+        if in_place {
+            return Ok(());
+        }
+        self.apply_at(execution_id, self.next_seq, event)
+    }
+
+    /// The outcome of a step started at or after `unsent`, folded in its start's place (see
+    /// [`ExecutionState::apply_issued`]); false, with nothing changed, for any other step (the
+    /// outcome is then folded, or refused, as the next event).
+    fn outcome_in_place(
+        &mut self,
+        step_id: &str,
+        effect: &str,
+        cost: u64,
+        unsent: u64,
+        status: impl FnOnce(u64) -> StepStatus,
+    ) -> bool {
+        if self.status.is_terminal() {
+            return false;
+        }
+        let Some(record) = self.steps.get_mut(&IdKey::new(step_id)) else {
+            return false;
+        };
+        let StepStatus::Started { seq, .. } = record.status else {
+            return false;
+        };
+        if seq < unsent || *record.effect != *effect {
+            return false;
+        }
+        record.status = status(seq);
+        self.in_flight -= 1;
+        self.release(step_id);
+        self.budget_spent = self.budget_spent.saturating_add(cost);
+        self.status = self.active_status();
+        true
+    }
+
+    fn apply_at(
+        &mut self,
+        execution_id: &ExecutionId,
+        seq: u64,
+        event: &Event,
+    ) -> Result<(), FoldError> {
+        self.apply_checked(execution_id, seq, event)
+            .map_err(|violation| self.refuse(execution_id, seq, violation))?;
+        self.next_seq = seq + 1;
         Ok(())
     }
 
-    fn apply_checked(&mut self, envelope: &EventEnvelope) -> Result<(), Violation> {
-        let seq = envelope.seq;
-        let event = &envelope.event;
+    fn apply_checked(
+        &mut self,
+        execution_id: &ExecutionId,
+        seq: u64,
+        event: &Event,
+    ) -> Result<(), Violation> {
         if seq != self.next_seq {
             return Err(Violation::SeqGap {
                 expected: self.next_seq,
             });
         }
         if let Some(id) = &self.execution_id
-            && *id != envelope.execution_id
+            && id != execution_id
         {
             return Err(Violation::ForeignExecution {
-                found: envelope.execution_id.to_string(),
+                found: execution_id.to_string(),
             });
         }
         if self.status == ExecutionStatus::New {
@@ -512,7 +588,7 @@ impl ExecutionState {
                     found: event.type_name(),
                 });
             };
-            self.execution_id = Some(envelope.execution_id.clone());
+            self.execution_id = Some(execution_id.clone());
             self.flow = Some((e.flow.clone(), e.flow_version));
             self.capabilities = e.capabilities.clone();
             self.budget = e.budget;
@@ -533,22 +609,25 @@ impl ExecutionState {
                     seq,
                 };
                 self.record_step(&e.step_id, &e.effect, status, "STEP_STARTED")?;
-                if e.max_cost == 0 {
-                    self.held.remove(&e.step_id);
+                // A step started again (a re-run, a retry) held its previous attempt's cost.
+                let before = if e.max_cost == 0 {
+                    self.held.remove(&e.step_id)
                 } else {
-                    self.held.insert(e.step_id.clone(), e.max_cost);
-                }
+                    self.held.insert(e.step_id.clone(), e.max_cost)
+                };
+                self.held_running = (self.held_running.saturating_sub(before.unwrap_or(0)))
+                    .saturating_add(e.max_cost);
             }
             Event::StepCompleted(e) => {
                 let status = StepStatus::Completed { seq };
                 self.record_step(&e.step_id, &e.effect, status, "STEP_COMPLETED")?;
-                self.held.remove(&e.step_id);
+                self.release(&e.step_id);
                 self.budget_spent = self.budget_spent.saturating_add(e.cost);
             }
             Event::StepFailed(e) => {
                 let status = StepStatus::Failed { seq };
                 self.record_step(&e.step_id, &e.effect, status, "STEP_FAILED")?;
-                self.held.remove(&e.step_id);
+                self.release(&e.step_id);
                 self.budget_spent = self.budget_spent.saturating_add(e.cost);
             }
             Event::EffectInDoubt(e) => {
@@ -559,6 +638,9 @@ impl ExecutionState {
                             seq,
                         };
                         self.in_flight -= 1;
+                        // In doubt, a step holds nothing against what others may spend.
+                        let held = self.held.get(&e.step_id).copied().unwrap_or(0);
+                        self.held_running = self.held_running.saturating_sub(held);
                     }
                     _ => {
                         return Err(Violation::InDoubtWithoutStart {
@@ -580,6 +662,8 @@ impl ExecutionState {
                     record.status = match (&e.verdict, record.status) {
                         (Verdict::Retry, StepStatus::InDoubt { attempt, .. }) => {
                             self.in_flight += 1;
+                            let held = self.held.get(&e.step_id).copied().unwrap_or(0);
+                            self.held_running = self.held_running.saturating_add(held);
                             StepStatus::Started { attempt, seq }
                         }
                         (Verdict::Retry, status) => status,
@@ -687,12 +771,16 @@ impl ExecutionState {
         found: &'static str,
     ) -> Result<(), Violation> {
         let starts = matches!(status, StepStatus::Started { .. });
-        let Some(record) = self.steps.get_mut(step_id) else {
-            let effect = intern(&mut self.names, effect);
-            self.steps
-                .insert(IdKey::new(step_id), StepRecord { effect, status });
-            self.in_flight += usize::from(starts);
-            return Ok(());
+        // One lookup by key (comparing keys compares bytes, with no UTF-8 check), which a new
+        // step's record is inserted at.
+        let record = match self.steps.entry(IdKey::new(step_id)) {
+            hash_map::Entry::Occupied(record) => record.into_mut(),
+            hash_map::Entry::Vacant(slot) => {
+                let effect = intern(&mut self.names, effect);
+                slot.insert(StepRecord { effect, status });
+                self.in_flight += usize::from(starts);
+                return Ok(());
+            }
         };
         match record.status {
             StepStatus::Completed { seq } | StepStatus::Failed { seq } => {
@@ -721,6 +809,14 @@ impl ExecutionState {
         }
     }
 
+    /// A step's outcome is recorded: what it held is released (it was running: a step in
+    /// doubt gets a verdict, not an outcome).
+    fn release(&mut self, step_id: &str) {
+        if let Some(held) = self.held.remove(step_id) {
+            self.held_running = self.held_running.saturating_sub(held);
+        }
+    }
+
     /// The status of an execution that has not ended: in doubt while a step awaits a verdict,
     /// suspended while a gate is pending, running otherwise.
     fn active_status(&self) -> ExecutionStatus {
@@ -742,4 +838,79 @@ fn intern(names: &mut HashSet<Arc<str>, BuildHasherDefault<IdHasher>>, name: &st
     let shared: Arc<str> = Arc::from(name);
     names.insert(Arc::clone(&shared));
     shared
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::event::{ExecutionStarted, StepCompleted, StepStarted};
+
+    fn id() -> ExecutionId {
+        ExecutionId::new("x").expect("a valid id")
+    }
+
+    fn start() -> Event {
+        Event::ExecutionStarted(ExecutionStarted {
+            flow: "f".into(),
+            flow_version: 1,
+            input: Payload::null(),
+            capabilities: BTreeSet::new(),
+            budget: Some(10),
+        })
+    }
+
+    fn started(step: &str, max_cost: u64) -> Event {
+        Event::StepStarted(StepStarted {
+            step_id: step.into(),
+            effect: "e".into(),
+            input_digest: "d".into(),
+            attempt: 1,
+            max_cost,
+        })
+    }
+
+    fn completed(step: &str, cost: u64) -> Event {
+        Event::StepCompleted(StepCompleted {
+            step_id: step.into(),
+            effect: "e".into(),
+            input_digest: "d".into(),
+            output: Payload::null(),
+            cost,
+        })
+    }
+
+    fn fold_log(events: Vec<Event>) -> ExecutionState {
+        let log: Vec<EventEnvelope> = (0..)
+            .zip(events)
+            .map(|(seq, event)| EventEnvelope::new(id(), seq, event))
+            .collect();
+        ExecutionState::fold(&log).expect("a valid log")
+    }
+
+    #[test]
+    fn a_quick_step_folded_as_issued_is_the_fold_of_its_outcome_alone_in_its_start_s_place() {
+        let mut issued = ExecutionState::new();
+        let events = [start(), started("a", 4), started("b", 2), completed("a", 3)];
+        for event in &events {
+            issued.apply_issued(&id(), event, 1).expect("accepted");
+        }
+        assert_eq!(issued.held_running(), 2, "b still holds its max_cost");
+        let log = fold_log(vec![start(), completed("a", 3), started("b", 2)]);
+        assert_eq!(issued, log);
+        // Once its start is handed to an append, the outcome is the next event.
+        let mut issued = ExecutionState::new();
+        issued.apply_issued(&id(), &start(), 0).expect("accepted");
+        issued
+            .apply_issued(&id(), &started("a", 4), 0)
+            .expect("accepted");
+        issued
+            .apply_issued(&id(), &completed("a", 3), 2)
+            .expect("accepted");
+        let log = fold_log(vec![start(), started("a", 4), completed("a", 3)]);
+        assert_eq!(issued, log);
+        // A second outcome is refused and changes nothing.
+        let before = issued.clone();
+        assert!(issued.apply_issued(&id(), &completed("a", 3), 0).is_err());
+        assert_eq!(issued, before);
+    }
 }

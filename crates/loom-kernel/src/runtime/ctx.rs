@@ -153,7 +153,7 @@ impl FlowCtx {
         clock: Arc<dyn Clock>,
         started: &ExecutionStarted,
         history: History,
-        durable: &ExecutionState,
+        durable: ExecutionState,
     ) -> Self {
         let env = Env {
             execution_id: execution_id.clone(),

@@ -291,8 +291,9 @@ pub(crate) async fn drive<S: EventStore>(
         None => keep::take(&inner, &execution).await,
         Some(_) => None,
     };
-    // The state of what is durable: `wait` gets it without reading the log again.
-    let (started, history, mut folded) = match new {
+    // The fold of what is durable: the flow's side goes on from it (a kept flow's state holds
+    // its own).
+    let (started, history, folded) = match new {
         _ if let Some(kept) = kept.as_mut() => keep::resumed(kept),
         Some(NewExecution { started, reply }) => {
             first = Some((
@@ -315,21 +316,28 @@ pub(crate) async fn drive<S: EventStore>(
             flow: started.flow.clone(),
             version: started.flow_version,
         })?;
+    // The flow's side keeps the execution's one state: the fold of the durable log and of
+    // every event issued since, which `wait` gets once they are durable.
+    let ctx = match kept.as_ref() {
+        Some(kept) => kept.ctx.clone(),
+        None => FlowCtx::new(
+            execution.clone(),
+            Arc::clone(&inner.effects),
+            Arc::clone(&inner.classification),
+            Arc::clone(&inner.timers.clock),
+            &started,
+            history,
+            folded,
+        ),
+    };
+    if let Some((event, _)) = &first {
+        // A new execution's log is empty: its start, queued below, is its first event.
+        ctx.state().fold_issued(event);
+    }
     let mut machine = match first {
         Some((event, reply)) => Machine::new_execution(event, reply),
-        None => Machine::new(folded.next_seq()),
+        None => Machine::new(ctx.state().fold().next_seq()),
     };
-
-    let ctx = FlowCtx::new(
-        execution.clone(),
-        Arc::clone(&inner.effects),
-        Arc::clone(&inner.classification),
-        Arc::clone(&inner.timers.clock),
-        &started,
-        history,
-        &folded,
-    );
-    let ctx = kept.as_ref().map_or(ctx, |kept| kept.ctx.clone());
     let mut flow_result: Option<Result<Payload, FlowError>> = None;
     let mut flow_future = match contain(|| keep::run_or_resume(&mut kept, &flow, &ctx, &started)) {
         Ok(running) => Some(running),
@@ -367,7 +375,12 @@ pub(crate) async fn drive<S: EventStore>(
                 forget_deadline(&inner.timers, &execution, &message);
                 refuse_failed(&execution, message, SHUT_DOWN);
             }
-            return Ok(Exit::Stopped(Box::new(folded)));
+            let state = if machine.settled() {
+                ctx.state().take_fold()
+            } else {
+                durable_state(&inner, &execution, &ctx).await
+            };
+            return Ok(Exit::Stopped(Box::new(state)));
         }
         if poll_flow
             && flow_result.is_none()
@@ -446,8 +459,11 @@ pub(crate) async fn drive<S: EventStore>(
         }
 
         if let Some(result) = flow_result.take()
-            && machine.flow_returned(result)
+            && !machine.ended()
         {
+            let terminal = machine::terminal(result);
+            ctx.state().fold_issued(&terminal);
+            machine.ended_with(terminal);
             running = FuturesUnordered::new();
         }
 
@@ -455,7 +471,8 @@ pub(crate) async fn drive<S: EventStore>(
         // a quick effect and what the flow does next share one append.
         if !machine.ended() {
             while let Some(Some((step_id, outcome))) = running.next().now_or_never() {
-                ctx.state().complete_step(&step_id, outcome);
+                let unsent = machine.unsent();
+                ctx.state().effect_done(&step_id, outcome, unsent);
                 poll_flow = true;
             }
             if poll_flow {
@@ -486,7 +503,7 @@ pub(crate) async fn drive<S: EventStore>(
                     // Nor will its children's ends: they are cancelled (ADR 0015).
                     let orphans = ctx.state().pending_children();
                     children::cancel_orphans(&inner, &execution, orphans);
-                    return Ok(Exit::Ended(Box::new(folded)));
+                    return Ok(Exit::Ended(Box::new(ctx.state().take_fold())));
                 }
             } else if machine.may_park(!running.is_empty(), || ctx.state().waits_for_messages()) {
                 // Only a flow that waits at a gate or on a step in doubt may park; one that
@@ -512,23 +529,29 @@ pub(crate) async fn drive<S: EventStore>(
                     });
                 }
                 let mut moved = false;
-                let mut copy = keep::copy_for_waiter(&inner, &execution, &folded);
+                let mut copy = keep::copy_for_waiter(&inner, &execution, &ctx);
+                let mut waited_for = None;
                 let keep = |waited: bool| {
                     let flow = flow_future.take()?;
                     moved = !waited;
+                    // The kept flow's state holds the fold; a caller that waits gets a copy.
+                    if waited {
+                        waited_for =
+                            Some(copy.take().unwrap_or_else(|| ctx.state().fold().clone()));
+                    }
                     Some(keep::Kept {
                         started: started.clone(),
                         ctx: ctx.clone(),
                         flow: Some(flow),
                         waker: Arc::clone(&flow_waker),
-                        folded: keep::hand_over(&mut folded, waited, copy.take()),
                     })
                 };
                 if keep::release(&inner, &execution, messages, keep) {
                     return Ok(if moved {
                         Exit::Kept
                     } else {
-                        Exit::Parked(Box::new(folded))
+                        let state = waited_for.unwrap_or_else(|| ctx.state().take_fold());
+                        Exit::Parked(Box::new(state))
                     });
                 }
             }
@@ -553,7 +576,7 @@ pub(crate) async fn drive<S: EventStore>(
                 appending = None;
                 match result {
                     Ok((head, events)) => {
-                        publish(&inner, &execution, machine.durable_head(), events, &mut folded);
+                        publish(&inner, &execution, machine.durable_head(), events);
                         let durable = machine.appended(head);
                         for reply in durable.replies {
                             reply.ok();
@@ -590,13 +613,14 @@ pub(crate) async fn drive<S: EventStore>(
                 }
             }
             Some((step_id, outcome)) = effect_done => {
-                ctx.state().complete_step(&step_id, outcome);
+                let unsent = machine.unsent();
+                ctx.state().effect_done(&step_id, outcome, unsent);
                 poll_flow = true;
             }
             message = messages.recv() => {
                 let Some(message) = message else {
                     // The runtime is gone; nothing can be answered any more.
-                    return Ok(Exit::Parked(Box::new(folded)));
+                    return Ok(Exit::Parked(Box::new(ctx.state().take_fold())));
                 };
                 let cancel = matches!(message, DriverMsg::Cancel { .. });
                 // (The guard of the flow's state is dropped before the branches lock it.)
@@ -672,21 +696,29 @@ fn effect_panicked(effect: &str, idempotent: bool, panic: &str) -> EffectOutcome
     }
 }
 
-/// Folds durable events into the driver's state and shows them to the projections.
+/// The fold of what is durable, for a driver that stops with events not yet written: the log
+/// read again (what `recover` will find), or, if it cannot be read, the fold of what was issued.
+async fn durable_state<S: EventStore>(
+    inner: &Inner<S>,
+    execution: &ExecutionId,
+    ctx: &FlowCtx,
+) -> ExecutionState {
+    let log = inner.store.read_all(execution).await;
+    match log.ok().map(|log| ExecutionState::fold(&log)) {
+        Some(Ok(state)) => state,
+        _ => ctx.state().take_fold(),
+    }
+}
+
+/// Shows durable events to the projections (the flow's side folded them when it issued them).
 fn publish<S: EventStore>(
     inner: &Inner<S>,
     execution: &ExecutionId,
     first: u64,
     events: Vec<Event>,
-    folded: &mut ExecutionState,
 ) {
     for (seq, event) in (first..).zip(events) {
         let envelope = EventEnvelope::new(execution.clone(), seq, event);
-        if let Err(error) = folded.apply(&envelope) {
-            // The driver only writes what the fold accepts; this is a kernel bug, and the log
-            // itself stays the judge (readers fold it and see the same refusal).
-            tracing::error!(%error, "the driver appended an event its fold refuses");
-        }
         for projection in inner.projections.iter() {
             // A projection cannot refuse a durable event; its panic is its own failure.
             if contain(|| projection.apply(&envelope)).is_err() {
@@ -769,10 +801,11 @@ fn handle(
         },
         DriverMsg::Cancel { reason, reply } => {
             // The effects the cancel cuts off are recorded in doubt before the end (K9).
-            let doubts = ctx
-                .state()
-                .doubts_on_cancel(|step_id| machine.dispatched(step_id));
+            let mut state = ctx.state();
+            let doubts = state.doubts_on_cancel(|step_id| machine.dispatched(step_id));
             let cancelled = Event::ExecutionCancelled(ExecutionCancelled { reason });
+            state.fold_issued(&cancelled);
+            drop(state);
             machine.cancelled(doubts, cancelled, Reply::Cancel(reply));
         }
     }

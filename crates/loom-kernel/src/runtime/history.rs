@@ -43,7 +43,7 @@ pub(crate) enum Recorded {
 }
 
 /// A command as the flow issues it now, for matching and for error messages.
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, Copy)]
 pub(crate) enum Attempted<'a> {
     Step {
         step_id: &'a str,
@@ -127,6 +127,15 @@ impl fmt::Display for Attempted<'_> {
     }
 }
 
+/// What two commands of the same kind and identity (step id and effect, surface, decision
+/// kind, gate) carry beside it, to compare: a step's input digest, a patch's ops.
+enum Inputs<'r, 'a> {
+    Digest(&'r str, &'a str),
+    Ops(&'r Payload, &'a Payload),
+    /// A decision or a gate: nothing beside its identity is matched.
+    Identity,
+}
+
 impl Recorded {
     /// Both sides of a mismatch, in words; when only the input changed, with the digests, or
     /// with the ops, masked by `classification` (K10-R6: this text leaves the runtime).
@@ -135,7 +144,32 @@ impl Recorded {
         attempted: &Attempted<'_>,
         classification: &DataClassification,
     ) -> (String, String) {
-        match (self, attempted) {
+        match self.same_command(attempted) {
+            Some(Inputs::Digest(recorded, digest)) => (
+                format!("{self} with input digest {recorded}"),
+                format!("{attempted} with input digest {digest}"),
+            ),
+            Some(Inputs::Ops(recorded, ops)) => (
+                format!("{self} with ops {}", shown(recorded, classification)),
+                format!("{attempted} with ops {}", shown(ops, classification)),
+            ),
+            _ => (self.to_string(), attempted.to_string()),
+        }
+    }
+
+    /// Whether `attempted` is the same command. Differences in input show as a digest change.
+    pub(crate) fn matches(&self, attempted: &Attempted<'_>) -> bool {
+        match self.same_command(attempted) {
+            Some(Inputs::Digest(recorded, digest)) => recorded == digest,
+            Some(Inputs::Ops(recorded, ops)) => recorded == ops,
+            Some(Inputs::Identity) => true,
+            None => false,
+        }
+    }
+
+    /// What the two carry beside their identity, if `attempted` is this command apart from it.
+    fn same_command<'r, 'a>(&'r self, attempted: &Attempted<'a>) -> Option<Inputs<'r, 'a>> {
+        match (self, *attempted) {
             (
                 Recorded::Step {
                     step_id,
@@ -148,10 +182,7 @@ impl Recorded {
                     effect: e,
                     input_digest: d,
                 },
-            ) if step_id == s && effect == e => (
-                format!("{self} with input digest {input_digest}"),
-                format!("{attempted} with input digest {d}"),
-            ),
+            ) if step_id == s && effect == e => Some(Inputs::Digest(input_digest, d)),
             (
                 Recorded::Patch {
                     step_id,
@@ -163,37 +194,14 @@ impl Recorded {
                     surface_id: i,
                     ops: o,
                 },
-            ) if step_id == s && surface_id == i => (
-                format!("{self} with ops {}", shown(ops, classification)),
-                format!("{attempted} with ops {}", shown(o, classification)),
-            ),
-            _ => (self.to_string(), attempted.to_string()),
-        }
-    }
-
-    /// Whether `attempted` is the same command. Differences in input show as a digest change.
-    pub(crate) fn matches(&self, attempted: &Attempted<'_>) -> bool {
-        match (self, attempted) {
-            (
-                Recorded::Step {
-                    step_id,
-                    effect,
-                    input_digest,
-                    ..
-                },
-                Attempted::Step {
-                    step_id: s,
-                    effect: e,
-                    input_digest: d,
-                },
-            ) => step_id == s && effect == e && input_digest == d,
+            ) if step_id == s && surface_id == i => Some(Inputs::Ops(ops, o)),
             (
                 Recorded::Decision { step_id, kind, .. },
                 Attempted::Decision {
                     step_id: s,
                     kind: k,
                 },
-            ) => step_id == s && kind == k,
+            ) if step_id == s && kind == k => Some(Inputs::Identity),
             (
                 Recorded::Suspend {
                     gate_id,
@@ -205,20 +213,8 @@ impl Recorded {
                     event_type: t,
                     correlation_key: k,
                 },
-            ) => gate_id == g && event_type == t && correlation_key == k,
-            (
-                Recorded::Patch {
-                    step_id,
-                    surface_id,
-                    ops,
-                },
-                Attempted::Patch {
-                    step_id: s,
-                    surface_id: i,
-                    ops: o,
-                },
-            ) => step_id == s && surface_id == i && ops == *o,
-            _ => false,
+            ) if gate_id == g && event_type == t && correlation_key == k => Some(Inputs::Identity),
+            _ => None,
         }
     }
 }

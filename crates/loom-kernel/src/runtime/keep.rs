@@ -1,8 +1,8 @@
 //! Parked flows kept in memory, so that a resume does not replay history (ADR 0020).
 //!
 //! When a driver parks (its flow waits only for resumes or verdicts), it hands what it was
-//! driving to this table instead of dropping it: the flow's future, its context, the fold of
-//! the durable log and the head it reached. No task and no channel stays behind: a kept flow
+//! driving to this table instead of dropping it: the flow's future and its context, whose
+//! state holds the fold of the durable log (its `next_seq` is the head the flow reached). No task and no channel stays behind: a kept flow
 //! is data. The next driver of the execution (a resume, a verdict, a deadline, a cancel, or
 //! `recover`) takes it back, checks that the log's head is still the one it parked at, and
 //! goes on from there: its cost does not depend on how long the log is. A log that moved (a
@@ -44,8 +44,6 @@ pub(crate) struct Kept {
     pub(crate) ctx: FlowCtx,
     pub(crate) flow: Option<FlowFuture>,
     pub(crate) waker: Arc<FlowWaker>,
-    /// The fold of the durable log, whose `next_seq` is the head the flow parked at.
-    pub(crate) folded: ExecutionState,
 }
 
 /// The kept flows of a runtime, least recently parked first.
@@ -122,6 +120,14 @@ impl KeptFlows {
         Some(kept)
     }
 
+    /// A copy of the state `execution`'s kept flow carries.
+    fn state(&self, execution: &ExecutionId) -> Option<ExecutionState> {
+        let table = self.table();
+        let (_, kept) = table.flows.get(execution)?;
+        let state = kept.ctx.state().fold().clone();
+        Some(state)
+    }
+
     /// Drops every kept flow (a shutdown).
     pub(crate) fn clear(&self) {
         let all = std::mem::take(&mut *self.table());
@@ -143,13 +149,14 @@ fn drop_flows(flows: impl IntoIterator<Item = Kept>) {
 /// caller replays the log.
 pub(crate) async fn take<S: EventStore>(inner: &Inner<S>, execution: &ExecutionId) -> Option<Kept> {
     let kept = inner.kept.take(execution)?;
+    let parked_at = kept.ctx.state().fold().next_seq();
     match inner.store.head(execution).await {
-        Ok(head) if head == kept.folded.next_seq() => Some(kept),
+        Ok(head) if head == parked_at => Some(kept),
         Ok(head) => {
             tracing::debug!(
                 %execution,
                 head,
-                parked_at = kept.folded.next_seq(),
+                parked_at,
                 "the log moved under a kept flow; it replays"
             );
             drop_flows([kept]);
@@ -177,7 +184,7 @@ pub(crate) fn run_or_resume(
 }
 
 /// The driver's state when it goes on from a kept flow: its start, an empty history (the flow
-/// has replayed it already) and the fold of the durable log.
+/// has replayed it already) and no fold (the kept flow's state holds it).
 pub(crate) fn resumed(
     kept: &mut Kept,
 ) -> (
@@ -188,7 +195,7 @@ pub(crate) fn resumed(
     (
         kept.started.clone(),
         Default::default(),
-        std::mem::take(&mut kept.folded),
+        ExecutionState::new(),
     )
 }
 
@@ -198,29 +205,13 @@ pub(crate) fn resumed(
 pub(crate) fn copy_for_waiter<S: EventStore>(
     inner: &Inner<S>,
     execution: &ExecutionId,
-    folded: &ExecutionState,
+    ctx: &FlowCtx,
 ) -> Option<ExecutionState> {
     let waited = inner
         .slots()
         .get(execution)
         .is_some_and(|slot| slot.settled.receiver_count() > 0);
-    waited.then(|| folded.clone())
-}
-
-/// The fold a parked driver keeps with its flow: a copy if a caller waits for the state the
-/// driver exits with (`copy`, made before the lock, or made now if the caller came since),
-/// else the fold itself (the driver then exits with no state, and a later `wait` folds the
-/// log).
-pub(crate) fn hand_over(
-    folded: &mut ExecutionState,
-    waited: bool,
-    copy: Option<ExecutionState>,
-) -> ExecutionState {
-    if waited {
-        copy.unwrap_or_else(|| folded.clone())
-    } else {
-        std::mem::take(folded)
-    }
+    waited.then(|| ctx.state().fold().clone())
 }
 
 /// Called by a driver whose flow parks: like [`Inner::try_release`], and when it may exit,
@@ -228,8 +219,9 @@ pub(crate) fn hand_over(
 ///
 /// `keep` is told whether a caller of `Runtime::wait` is waiting for this driver: only such a
 /// caller reads the state the driver exits with (one that comes later finds no driver and
-/// folds the log), so the driver copies its fold for it only then, and otherwise moves the
-/// fold into the kept flow: parking costs no copy of a state that grows with the history.
+/// folds the log), so the driver copies its fold for it only then, and otherwise leaves the
+/// fold in the kept flow's state: parking costs no copy of a state that grows with the
+/// history.
 pub(crate) fn release<S: EventStore>(
     inner: &Inner<S>,
     execution: &ExecutionId,
@@ -277,5 +269,12 @@ impl<S: EventStore> Runtime<S> {
     /// [`RuntimeBuilder::max_parked_in_memory`]). No task runs for them.
     pub fn parked_in_memory(&self) -> usize {
         self.inner.kept.len()
+    }
+
+    /// The state an execution parked in memory carries, if it is kept: the fold of its log,
+    /// which its next driver goes on from without reading the log (for checks and
+    /// diagnostics; `wait` returns the same once no driver runs).
+    pub fn parked_state(&self, execution: &ExecutionId) -> Option<ExecutionState> {
+        self.inner.kept.state(execution)
     }
 }

@@ -540,13 +540,13 @@ impl<S: EventStore> Runtime<S> {
     }
 
     /// [`Runtime::replay_log`] for a log the caller has folded already (`folded` is that
-    /// fold), so it is not folded again.
+    /// fold), so it is not folded again (the replay goes on from a copy of it).
     pub fn replay_folded_log(
         &self,
         log: Vec<crate::envelope::EventEnvelope>,
         folded: &ExecutionState,
     ) -> Result<ReplayReport, ReplayError> {
-        replay::replay_log(&self.inner, log, Some(folded))
+        replay::replay_log(&self.inner, log, Some(folded.clone()))
     }
 
     /// The execution's state, folded from its log.

@@ -92,17 +92,14 @@ const MAX_POLLS: usize = 1 << 20;
 pub(crate) fn replay_log<S: EventStore>(
     inner: &Arc<Inner<S>>,
     log: Vec<EventEnvelope>,
-    folded: Option<&ExecutionState>,
+    folded: Option<ExecutionState>,
 ) -> Result<ReplayReport, ReplayError> {
     let Some(first) = log.first() else {
         return Err(ReplayError::Empty);
     };
-    // A fold made here is dropped once the flow's state is built from it: the replay itself
-    // needs only the history, and a fold of a long log is large (its step table).
-    let mut refolded = None;
     let folded = match folded {
         Some(state) if state.next_seq() == log.len() as u64 => state,
-        _ => &*refolded.insert(ExecutionState::fold(&log)?),
+        _ => ExecutionState::fold(&log)?,
     };
     let Event::ExecutionStarted(started) = &first.event else {
         return Err(ReplayError::Empty);
@@ -139,7 +136,6 @@ pub(crate) fn replay_log<S: EventStore>(
         history,
         folded,
     );
-    drop(refolded);
     ctx.state().watch_live = true;
     let returned = match run_to_rest(flow.as_ref(), &ctx, &started.input) {
         Ok(returned) => returned,

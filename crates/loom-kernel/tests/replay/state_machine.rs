@@ -2,8 +2,8 @@
 //! input), step outcomes (failure, doubt), resume, resolve, cancel, panics, crashes (a new
 //! runtime on the same store, then `recover`) and the clock moving past gates' deadlines
 //! against a small reference model. After every
-//! transition, for every execution, the live state (`wait`), the fold of the log and the
-//! model agree, and the log replays deterministically.
+//! transition, for every execution, the live state (`wait`, and the state of a flow parked in
+//! memory), the fold of the log and the model agree, and the log replays deterministically.
 
 use std::collections::BTreeMap;
 
@@ -373,6 +373,10 @@ impl StateMachineTest for RuntimeUnderTest {
                 let settled = live.runtime.wait(&e).await.unwrap();
                 let folded = live.store.fold(&e).await.unwrap();
                 assert_eq!(settled, folded, "live state and fold of e{execution}");
+                // A flow parked in memory carries the live state its next driver goes on from.
+                if let Some(parked) = live.runtime.parked_state(&e) {
+                    assert_eq!(parked, folded, "parked state and fold of e{execution}");
+                }
                 assert_eq!(
                     Status::of(folded.status()),
                     Some(*expected),

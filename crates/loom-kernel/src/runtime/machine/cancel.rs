@@ -1,9 +1,10 @@
 //! A cancel: the steps it cuts off recorded in doubt (K9), then `EXECUTION_CANCELLED`; what
 //! the write side holds is dropped.
 
-use super::state::{FlowState, RunningStep};
+use super::state::FlowState;
 use super::{Held, Machine};
 use crate::event::*;
+use crate::fold::StepStatus;
 use crate::runtime::codes;
 
 impl<R, D: Held, C> Machine<R, D, C> {
@@ -22,30 +23,39 @@ impl FlowState {
     /// (`dispatched` says which were handed to their effect) is recorded in doubt, so an
     /// operator learns that it may have happened (K9).
     pub(crate) fn doubts_on_cancel(&mut self, dispatched: impl Fn(&str) -> bool) -> Vec<Event> {
-        let mut cut_off: Vec<(&String, &RunningStep)> = self
-            .running
+        let mut cut_off: Vec<(&str, &str, u32)> = self
+            .steps
             .iter()
-            .filter(|(step_id, step)| !step.idempotent && dispatched(step_id))
+            .filter(|(step_id, step)| !step.idempotent && dispatched(step_id.as_str()))
+            .filter(|(step_id, _)| {
+                self.fold
+                    .step(step_id.as_str())
+                    .is_some_and(|record| matches!(record.status, StepStatus::Started { .. }))
+            })
+            .map(|(step_id, step)| (step_id.as_str(), step.effect.as_str(), step.attempt))
             .collect();
         // In step-id order, not the map's: the log never depends on hash order.
         cut_off.sort_by(|a, b| a.0.cmp(b.0));
-        cut_off
+        let doubts: Vec<Event> = cut_off
             .into_iter()
-            .map(|(step_id, step)| {
+            .map(|(step_id, effect, attempt)| {
                 Event::EffectInDoubt(EffectInDoubt {
-                    step_id: step_id.clone(),
-                    effect: step.effect.clone(),
-                    attempt: step.attempt,
+                    step_id: step_id.to_owned(),
+                    effect: effect.to_owned(),
+                    attempt,
                     reason: Some(ErrorInfo::new(
                         codes::CANCELLED_WHILE_RUNNING,
                         format!(
-                            "the execution was cancelled while attempt {} was running; the effect may or may not have run",
-                            step.attempt
+                            "the execution was cancelled while attempt {attempt} was running; the effect may or may not have run"
                         ),
                     )),
                 })
             })
-            .collect()
+            .collect();
+        for doubt in &doubts {
+            self.fold_issued(doubt);
+        }
+        doubts
     }
 }
 

@@ -3,7 +3,6 @@
 //! ends.
 
 use super::state::FlowState;
-use crate::event::*;
 use crate::id::ExecutionId;
 use crate::payload::Payload;
 use crate::runtime::children::CHILD_EVENT_TYPE;
@@ -19,14 +18,16 @@ impl FlowState {
     /// The child gates still pending, `(gate id, child id)`, in gate order: the children to
     /// cancel when the execution ends.
     pub(crate) fn pending_children(&self) -> Vec<(String, ExecutionId)> {
+        let pending = self.fold.pending_gates();
         let mut children: Vec<_> = self
             .gates
-            .iter()
-            .filter(|g| g.event_type == CHILD_EVENT_TYPE)
-            .filter_map(|g| {
+            .keys()
+            .filter_map(|gate_id| pending.get(gate_id).map(|g| (gate_id, g)))
+            .filter(|(_, g)| *g.event_type == *CHILD_EVENT_TYPE)
+            .filter_map(|(gate_id, g)| {
                 ExecutionId::new(&g.correlation_key)
                     .ok()
-                    .map(|child| (g.gate_id.clone(), child))
+                    .map(|child| (gate_id.clone(), child))
             })
             .collect();
         children.sort();
@@ -36,20 +37,16 @@ impl FlowState {
     /// The child `child` ended (`payload` is its marker): the gate that waits for it is
     /// resumed. False when no gate waits for it (it was delivered already): nothing recorded.
     pub(crate) fn child_ended(&mut self, child: &ExecutionId, payload: Payload) -> bool {
-        let Some(index) = self
-            .gates
-            .iter()
-            .position(|g| g.event_type == CHILD_EVENT_TYPE && g.correlation_key == child.as_str())
+        let Some(gate_id) = self
+            .waiting_gate(CHILD_EVENT_TYPE, child.as_str())
+            .map(str::to_owned)
         else {
             return false;
         };
-        let gate = self.gates.remove(index);
-        self.out.push(Event::ExecutionResumed(ExecutionResumed {
-            gate_id: gate.gate_id,
-            event_type: gate.event_type,
-            correlation_key: gate.correlation_key,
-            payload: payload.clone(),
-        }));
+        let Some(gate) = self.gates.remove(&gate_id) else {
+            return false;
+        };
+        self.close_gate(gate_id, payload.clone());
         self.fill(gate.slot, Ok(payload));
         true
     }

@@ -5,10 +5,11 @@
 
 use std::sync::Arc;
 
-use super::state::{Dispatch, FlowState, RunningStep};
+use super::state::{Dispatch, FlowState, StepSide};
 use super::{Held, Machine, Ready};
 use crate::classify::DataClassification;
 use crate::event::*;
+use crate::hash::IdKey;
 use crate::payload::Payload;
 use crate::runtime::codes;
 use crate::runtime::contain::contain;
@@ -29,9 +30,7 @@ impl<R, D: Held, C> Machine<R, D, C> {
         children: Vec<C>,
     ) -> Ready<D, C> {
         self.enqueue(events);
-        let durable_at = self.durable_head
-            + self.in_flight.as_ref().map_or(0, |(_, len)| *len)
-            + self.queued.len() as u64;
+        let durable_at = self.unsent() + self.queued.len() as u64;
         // The effects to run now stay in the flow's own list, in order: no list per command.
         let hold_all = self.durable_head == 0;
         let held = dispatches.extract_if(.., |dispatch| hold_all || dispatch.durable_before());
@@ -60,11 +59,12 @@ impl<R, D: Held, C> Machine<R, D, C> {
         for event in events {
             let finished = match &event {
                 Event::StepStarted(e) => {
-                    self.started_at.insert(e.step_id.clone(), self.queued.len());
+                    self.started_at
+                        .insert(IdKey::new(&e.step_id), self.queued.len());
                     None
                 }
-                Event::StepCompleted(e) => self.started_at.remove(&e.step_id),
-                Event::StepFailed(e) => self.started_at.remove(&e.step_id),
+                Event::StepCompleted(e) => self.started_at.remove(&IdKey::new(&e.step_id)),
+                Event::StepFailed(e) => self.started_at.remove(&IdKey::new(&e.step_id)),
                 _ => None,
             };
             match finished.and_then(|index| self.queued.get_mut(index)) {
@@ -92,7 +92,7 @@ impl FlowState {
             effect,
             input_digest: &digest,
         };
-        if self.replay(attempted.clone(), classification) {
+        if self.replay(attempted, classification) {
             return Ok(self.replay_step(step_id, effect, digest, input, slot));
         }
         if self.divergence.is_some() {
@@ -148,11 +148,7 @@ impl FlowState {
         event_type: &str,
         correlation_key: &str,
     ) -> Result<(), StepError> {
-        if self
-            .gates
-            .iter()
-            .any(|g| g.event_type == event_type && g.correlation_key == correlation_key)
-        {
+        if self.waiting_gate(event_type, correlation_key).is_some() {
             return Err(StepError::DuplicateGate {
                 event_type: event_type.to_owned(),
                 correlation_key: correlation_key.to_owned(),
@@ -176,14 +172,14 @@ impl FlowState {
             event_type,
             correlation_key,
         };
-        if self.replay(attempted.clone(), classification) {
+        if self.replay(attempted, classification) {
             return Ok(self.history.resumed.remove(gate_id));
         }
         if self.divergence.is_some() {
             return Err(StepError::Diverged);
         }
         self.note_live(&attempted);
-        self.out.push(Event::ExecutionSuspended(ExecutionSuspended {
+        self.issue(Event::ExecutionSuspended(ExecutionSuspended {
             gate_id: gate_id.to_owned(),
             event_type: event_type.to_owned(),
             correlation_key: correlation_key.to_owned(),
@@ -252,7 +248,7 @@ impl FlowState {
                         self.start_step(handler, call, digest, slot);
                     }
                     _ => {
-                        self.out.push(Event::EffectInDoubt(EffectInDoubt {
+                        self.issue(Event::EffectInDoubt(EffectInDoubt {
                             step_id: step_id.clone(),
                             effect: effect.to_owned(),
                             attempt: previous,
@@ -281,7 +277,8 @@ impl FlowState {
         }
     }
 
-    /// Keeps a replayed step in doubt until a verdict; it holds nothing against the budget.
+    /// Keeps a replayed step, which the fold has in doubt, until a verdict; it holds nothing
+    /// against the budget.
     pub(super) fn park_in_doubt(
         &mut self,
         step_id: String,
@@ -291,18 +288,16 @@ impl FlowState {
         attempt: u32,
         slot: u64,
     ) {
-        let step = RunningStep {
+        let step = StepSide {
             effect: effect.to_owned(),
+            attempt,
             // In doubt, it runs again only on a `retry` verdict, which looks the effect up.
             idempotent: false,
             input_digest,
             input,
-            attempt,
             slot,
-            held: 0,
-            charge: self.charges.remove(&step_id).unwrap_or(0),
         };
-        self.in_doubt.insert(step_id, step);
+        self.steps.insert(step_id, step);
     }
 
     /// A new step: the effect's admission checks (K2, K3, input) first. A refusal is recorded
@@ -345,7 +340,7 @@ impl FlowState {
         error: ErrorInfo,
     ) -> StepError {
         tracing::debug!(step = %step_id, code = %error.code, "step refused before it started");
-        self.out.push(Event::StepFailed(StepFailed {
+        self.issue(Event::StepFailed(StepFailed {
             step_id,
             effect: effect.to_owned(),
             input_digest: digest,
@@ -370,11 +365,7 @@ impl FlowState {
             input,
             attempt,
             capabilities: Arc::clone(&self.env.capabilities),
-            budget_remaining: self.env.budget.map(|budget| {
-                budget
-                    .saturating_sub(self.budget_spent)
-                    .saturating_sub(self.budget_held)
-            }),
+            budget_remaining: self.budget_remaining(),
         }
     }
 
@@ -386,34 +377,29 @@ impl FlowState {
         digest: String,
         slot: u64,
     ) {
-        self.out.push(Event::StepStarted(StepStarted {
+        self.issue(Event::StepStarted(StepStarted {
             step_id: call.step_id.clone(),
             effect: call.effect.clone(),
             input_digest: digest.clone(),
             attempt: call.attempt,
             max_cost: handler.max_cost(),
         }));
-        let step_id = call.step_id.clone();
         let idempotent = handler.idempotent();
-        let running = RunningStep {
+        let running = StepSide {
             effect: call.effect.clone(),
+            attempt: call.attempt,
             idempotent,
             input_digest: digest,
             input: call.input.clone(),
-            attempt: call.attempt,
             slot,
-            held: handler.max_cost(),
-            charge: handler.max_cost(),
         };
-        let held = running.held;
-        self.budget_held = self.budget_held.saturating_add(held);
+        self.steps.insert(call.step_id.clone(), running);
         let durable_before = !idempotent;
         self.dispatch.push(Dispatch {
             effect: handler,
             call,
             durable_before,
         });
-        self.running.insert(step_id, running);
     }
 
     /// Notes a command issued past the end of the history, for whole-log replay.

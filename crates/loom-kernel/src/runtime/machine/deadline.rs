@@ -4,7 +4,7 @@
 
 use std::collections::BTreeSet;
 
-use super::state::{FlowState, PendingGate};
+use super::state::{FlowState, GateSide};
 use crate::event::*;
 use crate::payload::Payload;
 use crate::runtime::timers::{TIMER_EVENT_TYPE, timed_out_payload};
@@ -17,56 +17,86 @@ impl FlowState {
     /// deadline, with the timeout marker. False when it does not (it was resumed first, or the
     /// execution moved on): the late deadline is ignored and nothing is recorded.
     pub(crate) fn expire_gate(&mut self, gate_id: &str, deadline_ms: u64) -> bool {
-        let Some(index) = self
+        let waits = self
             .gates
-            .iter()
-            .position(|g| g.gate_id == gate_id && g.deadline == Some(deadline_ms))
-        else {
+            .get(gate_id)
+            .is_some_and(|g| g.deadline == Some(deadline_ms));
+        if !waits {
+            return false;
+        }
+        let Some(gate) = self.gates.remove(gate_id) else {
             return false;
         };
-        let gate = self.gates.remove(index);
         let payload = timed_out_payload(deadline_ms);
         if let Some((group, _)) = gate.group {
             // Every gate of the `first_of` closes with the timeout marker, in order.
-            let mut all = vec![gate];
+            let mut all = vec![(gate_id.to_owned(), gate)];
             all.extend(self.take_group(group));
-            all.sort_by_key(|g| g.group.map(|(_, index)| index));
-            for gate in all {
-                self.out.push(Event::ExecutionResumed(ExecutionResumed {
-                    gate_id: gate.gate_id,
-                    event_type: gate.event_type.clone(),
-                    correlation_key: gate.correlation_key.clone(),
-                    payload: payload.clone(),
-                }));
-                self.timed_out
-                    .insert((gate.event_type, gate.correlation_key));
+            all.sort_by_key(|(_, g)| g.group.map(|(_, index)| index));
+            for (gate_id, _) in all {
+                if let Some(key) = self.close_gate(gate_id, payload.clone()) {
+                    self.timed_out.insert(key);
+                }
             }
             self.fill(group, Ok(payload));
             return true;
         }
-        let timer = gate.event_type == TIMER_EVENT_TYPE;
-        self.out.push(Event::ExecutionResumed(ExecutionResumed {
-            gate_id: gate.gate_id,
-            event_type: gate.event_type.clone(),
-            correlation_key: gate.correlation_key.clone(),
-            payload: payload.clone(),
-        }));
-        if timer {
+        let Some(key) = self.close_gate(gate_id.to_owned(), payload.clone()) else {
+            return true;
+        };
+        if key.0 == TIMER_EVENT_TYPE {
             self.fill(gate.slot, Ok(Payload::null()));
         } else {
-            self.timed_out
-                .insert((gate.event_type, gate.correlation_key));
+            self.timed_out.insert(key);
             self.fill(gate.slot, Ok(payload));
         }
         true
     }
 
-    /// Removes and returns the pending gates of a `first_of` group, in their order.
-    pub(super) fn take_group(&mut self, group: u64) -> Vec<PendingGate> {
-        let (taken, kept): (Vec<_>, Vec<_>) = std::mem::take(&mut self.gates)
-            .into_iter()
-            .partition(|g| g.group.is_some_and(|(of, _)| of == group));
-        self.gates = kept;
+    /// The id of the gate of this run that waits for `(event_type, correlation_key)` (the
+    /// fold says what each pending gate waits for).
+    pub(super) fn waiting_gate(&self, event_type: &str, correlation_key: &str) -> Option<&str> {
+        let pending = self.fold.pending_gates();
+        self.gates
+            .keys()
+            .find(|gate_id| {
+                pending.get(*gate_id).is_some_and(|g| {
+                    *g.event_type == *event_type && g.correlation_key == correlation_key
+                })
+            })
+            .map(String::as_str)
+    }
+
+    /// Closes the pending gate `gate_id` with `payload` (its `EXECUTION_RESUMED`); the event
+    /// type and correlation key it waited for.
+    pub(super) fn close_gate(
+        &mut self,
+        gate_id: String,
+        payload: Payload,
+    ) -> Option<(String, String)> {
+        let gate = self.fold.pending_gates().get(&gate_id)?;
+        let event_type = gate.event_type.to_string();
+        let correlation_key = gate.correlation_key.clone();
+        self.issue(Event::ExecutionResumed(ExecutionResumed {
+            gate_id,
+            event_type: event_type.clone(),
+            correlation_key: correlation_key.clone(),
+            payload,
+        }));
+        Some((event_type, correlation_key))
+    }
+
+    /// Removes and returns the gates of this run in a `first_of` group, in their order.
+    pub(super) fn take_group(&mut self, group: u64) -> Vec<(String, GateSide)> {
+        let mut taken = Vec::new();
+        self.gates.retain(|gate_id, gate| {
+            let ours = gate.group.is_some_and(|(of, _)| of == group);
+            if ours {
+                taken.push((gate_id.clone(), *gate));
+            }
+            !ours
+        });
+        taken.sort_by_key(|(_, g)| g.group.map(|(_, index)| index));
         taken
     }
 
@@ -87,7 +117,7 @@ impl FlowState {
     pub(crate) fn pending_deadlines(&self) -> Vec<GateDeadline> {
         self.gates
             .iter()
-            .filter_map(|g| g.deadline.map(|d| (g.gate_id.clone(), d)))
+            .filter_map(|(gate_id, g)| g.deadline.map(|d| (gate_id.clone(), d)))
             .collect()
     }
 }

@@ -26,7 +26,7 @@ impl FlowState {
             step_id: &step_id,
             kind,
         };
-        if self.replay(attempted.clone(), classification) {
+        if self.replay(attempted, classification) {
             let index = self.cursor - 1;
             if let Some((_, Recorded::Decision { value, .. })) = self.history.commands.get(index) {
                 return value.decode().map_err(|err| StepError::Decode {
@@ -41,7 +41,7 @@ impl FlowState {
         self.note_live(&attempted);
         let value = make();
         let payload = Payload::encode(&value).map_err(|err| StepError::Encode(err.to_string()))?;
-        self.out.push(Event::DecisionRecorded(DecisionRecorded {
+        self.issue(Event::DecisionRecorded(DecisionRecorded {
             step_id,
             kind: kind.to_owned(),
             value: payload,
@@ -62,14 +62,14 @@ impl FlowState {
             surface_id,
             ops: &ops,
         };
-        if self.replay(attempted.clone(), classification) {
+        if self.replay(attempted, classification) {
             return Ok(());
         }
         if self.divergence.is_some() {
             return Err(StepError::Diverged);
         }
         self.note_live(&attempted);
-        self.out.push(Event::SurfacePatch(SurfacePatch {
+        self.issue(Event::SurfacePatch(SurfacePatch {
             step_id,
             surface_id: surface_id.to_owned(),
             ops,
@@ -107,7 +107,7 @@ impl FlowState {
                     kind: PATCH_KIND,
                 };
                 self.note_live(&attempted);
-                self.out.push(Event::DecisionRecorded(DecisionRecorded {
+                self.issue(Event::DecisionRecorded(DecisionRecorded {
                     step_id,
                     kind: PATCH_KIND.to_owned(),
                     value: Payload::from_value(&serde_json::json!({})),

@@ -11,11 +11,18 @@ use crate::runtime::history::{Attempted, NonDeterminism};
 impl<R, D: Held, C> Machine<R, D, C> {
     /// The flow returned: its terminal event is queued, unless the execution has ended.
     /// Returns whether it was (the driver then drops the effects it runs).
+    #[cfg(test)]
     pub(crate) fn flow_returned(&mut self, result: Result<Payload, FlowError>) -> bool {
+        self.ended_with(terminal(result))
+    }
+
+    /// The flow's end, `terminal` (folded already on the flow's side), is queued unless the
+    /// execution has ended. Returns whether it was (the driver then drops the effects it runs).
+    pub(crate) fn ended_with(&mut self, terminal: Event) -> bool {
         if self.ended {
             return false;
         }
-        self.queued.push(terminal(result));
+        self.queued.push(terminal);
         self.end();
         true
     }

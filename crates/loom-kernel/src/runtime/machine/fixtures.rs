@@ -4,9 +4,12 @@
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
-use super::state::{PendingGate, RunningStep};
+use super::state::{GateSide, StepSide};
 use super::*;
-use crate::event::{ExecutionCancelled, StepCompleted, StepStarted};
+use crate::event::{
+    EffectInDoubt, ExecutionCancelled, ExecutionStarted, ExecutionSuspended, StepCompleted,
+    StepStarted,
+};
 use crate::fold::ExecutionState;
 use crate::id::ExecutionId;
 use crate::payload::Payload;
@@ -28,12 +31,27 @@ impl Held for Fx {
 pub(super) type M = Machine<&'static str, Fx, &'static str>;
 
 pub(super) fn started(step: &str) -> Event {
+    started_as(step, "e", 0)
+}
+
+/// The start of `step`, an attempt 1 of `effect` that holds `max_cost`.
+pub(super) fn started_as(step: &str, effect: &str, max_cost: u64) -> Event {
     Event::StepStarted(StepStarted {
         step_id: step.into(),
-        effect: "e".into(),
+        effect: effect.into(),
         input_digest: "d".into(),
         attempt: 1,
-        max_cost: 0,
+        max_cost,
+    })
+}
+
+/// `step` of `effect` in doubt.
+pub(super) fn in_doubt(step: &str, effect: &str) -> Event {
+    Event::EffectInDoubt(EffectInDoubt {
+        step_id: step.into(),
+        effect: effect.into(),
+        attempt: 1,
+        reason: None,
     })
 }
 
@@ -51,7 +69,8 @@ pub(super) fn cancelled() -> Event {
     Event::ExecutionCancelled(ExecutionCancelled { reason: None })
 }
 
-/// A flow's state in an execution with no effect registered, a budget of 10, and `history`.
+/// A flow's state in an execution with no effect registered, a budget of 10, and `history`
+/// (the fold knows only its start: what a test needs of the log is made durable by hand).
 pub(super) fn flow_state_with(history: History) -> FlowState {
     let env = Env {
         execution_id: ExecutionId::new("x").expect("a valid id"),
@@ -59,7 +78,22 @@ pub(super) fn flow_state_with(history: History) -> FlowState {
         capabilities: Arc::default(),
         budget: Some(10),
     };
-    FlowState::new(env, history, &ExecutionState::new())
+    let start = Event::ExecutionStarted(ExecutionStarted {
+        flow: "f".into(),
+        flow_version: 1,
+        input: Payload::null(),
+        capabilities: Default::default(),
+        budget: Some(10),
+    });
+    let mut state = FlowState::new(env, history, ExecutionState::new());
+    durable(&mut state, start);
+    state
+}
+
+/// Folds `event` as durable, as if the log held it when the flow's state was made.
+pub(super) fn durable(state: &mut FlowState, event: Event) {
+    state.fold_issued(&event);
+    state.unsent = state.fold.next_seq();
 }
 
 /// A flow's state with nothing recorded.
@@ -80,32 +114,38 @@ pub(super) fn waiting_gate(
         Some((slot, _)) => slot,
         None => state.new_slot(),
     };
-    state.gates.push(PendingGate {
-        gate_id: gate_id.to_owned(),
-        event_type: event_type.to_owned(),
-        correlation_key: correlation_key.to_owned(),
-        slot,
-        deadline,
-        group,
-    });
+    durable(
+        state,
+        Event::ExecutionSuspended(ExecutionSuspended {
+            gate_id: gate_id.to_owned(),
+            event_type: event_type.to_owned(),
+            correlation_key: correlation_key.to_owned(),
+        }),
+    );
+    state.gates.insert(
+        gate_id.to_owned(),
+        GateSide {
+            slot,
+            deadline,
+            group,
+        },
+    );
     slot
 }
 
 /// A step whose effect runs, holding `held` against the budget; its slot.
 pub(super) fn running(state: &mut FlowState, step_id: &str, idempotent: bool, held: u64) -> u64 {
     let slot = state.new_slot();
-    state.budget_held += held;
-    state.running.insert(
+    durable(state, started_as(step_id, "e", held));
+    state.steps.insert(
         step_id.to_owned(),
-        RunningStep {
+        StepSide {
             effect: "e".into(),
+            attempt: 1,
             idempotent,
             input_digest: "d".into(),
             input: Payload::null(),
-            attempt: 1,
             slot,
-            held,
-            charge: held,
         },
     );
     slot

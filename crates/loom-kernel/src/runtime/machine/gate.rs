@@ -4,7 +4,7 @@
 //! history while it lasts (a recorded resume answers at once), else queued live; the flow then
 //! waits at the gate's slot.
 
-use super::state::{FlowState, PendingGate};
+use super::state::{FlowState, GateSide};
 use crate::classify::DataClassification;
 use crate::event::*;
 use crate::payload::Payload;
@@ -38,14 +38,14 @@ impl FlowState {
         {
             return Ok(Some(payload));
         }
-        self.gates.push(PendingGate {
+        self.gates.insert(
             gate_id,
-            event_type: event_type.to_owned(),
-            correlation_key: correlation_key.to_owned(),
-            slot,
-            deadline: None,
-            group: None,
-        });
+            GateSide {
+                slot,
+                deadline: None,
+                group: None,
+            },
+        );
         Ok(None)
     }
 
@@ -61,7 +61,7 @@ impl FlowState {
             step_id: gate_id,
             kind: DEADLINE_KIND,
         };
-        if self.replay(attempted.clone(), classification) {
+        if self.replay(attempted, classification) {
             let index = self.cursor - 1;
             let recorded = match self.history.commands.get(index) {
                 Some((_, Recorded::Decision { value, .. })) => parse_deadline(value),
@@ -77,7 +77,7 @@ impl FlowState {
         }
         self.note_live(&attempted);
         let deadline_ms = live();
-        self.out.push(Event::DecisionRecorded(DecisionRecorded {
+        self.issue(Event::DecisionRecorded(DecisionRecorded {
             step_id: gate_id.to_owned(),
             kind: DEADLINE_KIND.to_owned(),
             value: Payload::from_value(&deadline_value(deadline_ms)),
@@ -119,14 +119,14 @@ impl FlowState {
             return Ok(Some(payload));
         }
         self.armed.push((gate_id.clone(), deadline_ms));
-        self.gates.push(PendingGate {
+        self.gates.insert(
             gate_id,
-            event_type: event_type.to_owned(),
-            correlation_key,
-            slot,
-            deadline: Some(deadline_ms),
-            group: None,
-        });
+            GateSide {
+                slot,
+                deadline: Some(deadline_ms),
+                group: None,
+            },
+        );
         Ok(None)
     }
 
@@ -198,15 +198,15 @@ impl FlowState {
         if let Some(deadline_ms) = deadline_ms {
             self.armed.push((ids[0].clone(), deadline_ms));
         }
-        for (index, ((event_type, correlation_key), gate_id)) in gates.iter().zip(ids).enumerate() {
-            self.gates.push(PendingGate {
+        for (index, gate_id) in ids.into_iter().enumerate() {
+            self.gates.insert(
                 gate_id,
-                event_type: (*event_type).to_owned(),
-                correlation_key: (*correlation_key).to_owned(),
-                slot,
-                deadline: if index == 0 { deadline_ms } else { None },
-                group: Some((slot, index)),
-            });
+                GateSide {
+                    slot,
+                    deadline: if index == 0 { deadline_ms } else { None },
+                    group: Some((slot, index)),
+                },
+            );
         }
         Ok(None)
     }
@@ -247,14 +247,14 @@ impl FlowState {
         if let Some(deadline_ms) = deadline_ms {
             self.armed.push((gate_id.clone(), deadline_ms));
         }
-        self.gates.push(PendingGate {
+        self.gates.insert(
             gate_id,
-            event_type: event_type.to_owned(),
-            correlation_key: correlation_key.to_owned(),
-            slot,
-            deadline: deadline_ms,
-            group: None,
-        });
+            GateSide {
+                slot,
+                deadline: deadline_ms,
+                group: None,
+            },
+        );
         Ok(None)
     }
 
@@ -270,14 +270,14 @@ impl FlowState {
             step_id: &step_id,
             kind: REQUEST_KIND,
         };
-        if self.replay(attempted.clone(), classification) {
+        if self.replay(attempted, classification) {
             return Ok(());
         }
         if self.divergence.is_some() {
             return Err(StepError::Diverged);
         }
         self.note_live(&attempted);
-        self.out.push(Event::DecisionRecorded(DecisionRecorded {
+        self.issue(Event::DecisionRecorded(DecisionRecorded {
             step_id,
             kind: REQUEST_KIND.to_owned(),
             value: request,
@@ -315,11 +315,7 @@ impl FlowState {
             flow: flow.to_owned(),
             input,
             capabilities: (*self.env.capabilities).clone(),
-            budget: self.env.budget.map(|budget| {
-                budget
-                    .saturating_sub(self.budget_spent)
-                    .saturating_sub(self.budget_held)
-            }),
+            budget: self.budget_remaining(),
         };
         let spec = self.child_decision(&gate_id, spec, classification)?;
         if let Some(payload) = self.open_gate(
@@ -330,14 +326,14 @@ impl FlowState {
         )? {
             return Ok(Some(payload));
         }
-        self.gates.push(PendingGate {
-            gate_id: gate_id.clone(),
-            event_type: CHILD_EVENT_TYPE.to_owned(),
-            correlation_key: execution.to_string(),
-            slot,
-            deadline: None,
-            group: None,
-        });
+        self.gates.insert(
+            gate_id.clone(),
+            GateSide {
+                slot,
+                deadline: None,
+                group: None,
+            },
+        );
         self.child_starts.push((gate_id, spec));
         Ok(None)
     }
@@ -354,7 +350,7 @@ impl FlowState {
             step_id: gate_id,
             kind: CHILD_KIND,
         };
-        if self.replay(attempted.clone(), classification) {
+        if self.replay(attempted, classification) {
             let index = self.cursor - 1;
             let Some((seq, Recorded::Decision { value, .. })) = self.history.commands.get(index)
             else {
@@ -388,7 +384,7 @@ impl FlowState {
             return Err(StepError::Diverged);
         }
         self.note_live(&attempted);
-        self.out.push(Event::DecisionRecorded(DecisionRecorded {
+        self.issue(Event::DecisionRecorded(DecisionRecorded {
             step_id: gate_id.to_owned(),
             kind: CHILD_KIND.to_owned(),
             value: Payload::from_value(&spec.to_value()),
@@ -458,7 +454,7 @@ mod tests {
         assert_eq!(s.gates.len(), 2);
         assert!(
             s.gates
-                .iter()
+                .values()
                 .all(|g| g.group.is_some_and(|(of, _)| of == slot))
         );
         assert_eq!(s.pending_deadlines(), vec![("A#1".to_owned(), 9)]);

@@ -1,15 +1,17 @@
 //! The driver's decisions, without I/O (ADR 0022).
 //!
 //! The machine has two halves, both free of I/O, with one file per kind of transition:
-//! - the flow's side, [`FlowState`] (`state.rs`): the recorded history still to replay, the
-//!   steps running or in doubt, the open gates, and each command's slot, which the flow's
+//! - the flow's side, [`FlowState`] (`state.rs`): the execution's one state, the fold of its
+//!   log extended by every event as it is issued (ADR 0025), and beside it, keyed by its ids,
+//!   the recorded history still to replay, what the steps running or in doubt and the open
+//!   gates need that the fold has no place for, and each command's slot, which the flow's
 //!   `FlowCtx` awaits. `FlowCtx` only turns a call into a command for it (a step:
 //!   `command.rs`; a gate, timer, `first_of`, request or child: `gate.rs`; a decision, surface
 //!   patch or `ctx.patched` marker: `decision.rs`); the world's answers are its other inputs: an effect's outcome (`outcome.rs`), a resume
 //!   (`resume.rs`), an operator's verdict (`verdict.rs`), a deadline (`deadline.rs`), a
 //!   child's end (`child_end.rs`), a cancel (`cancel.rs`), the flow's end (`end.rs`);
-//! - the write side, [`Machine`] (this file): what a live driver knows beyond the flow's state
-//!   and the fold of what is durable: the events queued for the next append, the append in
+//! - the write side, [`Machine`] (this file): what a live driver knows beyond the flow's
+//!   state: the durable head, the events queued for the next append, the append in
 //!   flight (`durable.rs`), the replies that wait for their events to be durable, and the
 //!   effects and children held until the events before them are durable (ADR 0003). The driver
 //!   feeds it the commands the flow issued (`command.rs`), an append that became durable or
@@ -36,11 +38,11 @@ mod resume;
 mod state;
 mod verdict;
 
-use std::collections::HashMap;
-
 use crate::event::Event;
+use crate::hash::{IdKey, IdMap};
 
 pub(crate) use deadline::GateDeadline;
+pub(crate) use end::terminal;
 pub(crate) use resume::GateMiss;
 pub(crate) use state::{Dispatch, Env, FlowState};
 pub(crate) use verdict::VerdictMiss;
@@ -110,7 +112,7 @@ pub(crate) struct Machine<R, D, C> {
     /// Replies to send once everything queued so far is durable.
     queued_replies: Vec<R>,
     /// Where each step's STEP_STARTED sits in `queued`, while it has not been sent.
-    started_at: HashMap<String, usize>,
+    started_at: IdMap<IdKey, usize>,
     /// The append in flight: its replies and how many events it carries.
     in_flight: Option<(Vec<R>, u64)>,
     /// Effects held until the log's head reaches the position beside them.
@@ -128,7 +130,7 @@ impl<R, D: Held, C> Machine<R, D, C> {
             durable_head,
             queued: Vec::new(),
             queued_replies: Vec::new(),
-            started_at: HashMap::new(),
+            started_at: IdMap::default(),
             in_flight: None,
             held: Vec::new(),
             held_children: Vec::new(),
@@ -157,6 +159,12 @@ impl<R, D: Held, C> Machine<R, D, C> {
     /// Whether no append is in flight.
     pub(crate) fn idle(&self) -> bool {
         self.in_flight.is_none()
+    }
+
+    /// The seq of the first event not yet handed to an append: a step's outcome replaces its
+    /// `STEP_STARTED` only at or after it (`command.rs`).
+    pub(crate) fn unsent(&self) -> u64 {
+        self.durable_head + self.in_flight.as_ref().map_or(0, |(_, len)| *len)
     }
 
     /// Whether nothing is in flight nor queued: every event issued so far is durable.

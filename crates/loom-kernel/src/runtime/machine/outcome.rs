@@ -1,58 +1,104 @@
 //! An effect's outcome: recorded (completed, failed, or in doubt: K9), its budget released
 //! (K3), and handed to the flow.
 
-use super::state::FlowState;
+use super::state::{FlowState, StepSide};
 use crate::event::*;
 use crate::runtime::ctx::StepError;
 use crate::runtime::effect::{EffectOutcome, EffectResult};
 
 impl FlowState {
+    /// An effect finished while the write side has handed the events before `unsent` to an
+    /// append (a quick step's outcome takes the place of its start only after them).
+    pub(crate) fn effect_done(&mut self, step_id: &str, outcome: EffectOutcome, unsent: u64) {
+        self.unsent = unsent;
+        self.complete_step(step_id, outcome);
+    }
+
     /// An effect finished: record its outcome and hand it to the flow.
     pub(crate) fn complete_step(&mut self, step_id: &str, outcome: EffectOutcome) {
-        let Some(mut step) = self.running.remove(step_id) else {
+        // A step of this run; the fold refuses an outcome for a step that does not run (a
+        // second outcome, or one for a step in doubt), which is then ignored.
+        let Some(step) = self.steps.remove(step_id) else {
             return;
         };
-        self.budget_held = self.budget_held.saturating_sub(step.held);
-        step.held = 0;
-        let cost = match outcome.result {
-            EffectResult::InDoubt(_) => 0,
-            _ => outcome.cost,
-        };
-        self.budget_spent = self.budget_spent.saturating_add(cost);
-        let value = match outcome.result {
+        let StepSide {
+            effect,
+            attempt,
+            idempotent,
+            input_digest,
+            input,
+            slot,
+        } = step;
+        let (event, value) = match outcome.result {
             EffectResult::InDoubt(reason) => {
-                tracing::warn!(step = %step_id, code = %reason.code, "effect in doubt");
-                self.out.push(Event::EffectInDoubt(EffectInDoubt {
+                let code = reason.code.clone();
+                let doubt = Event::EffectInDoubt(EffectInDoubt {
                     step_id: step_id.to_owned(),
-                    effect: step.effect.clone(),
-                    attempt: step.attempt,
+                    effect: effect.clone(),
+                    attempt,
                     reason: Some(reason),
-                }));
-                self.in_doubt.insert(step_id.to_owned(), step);
+                });
+                if self.try_issue(doubt).is_none() {
+                    tracing::warn!(step = %step_id, %code, "effect in doubt");
+                }
+                // It stays beside the fold for a verdict; in doubt, it holds nothing (K3).
+                let step = StepSide {
+                    effect,
+                    attempt,
+                    idempotent,
+                    input_digest,
+                    input,
+                    slot,
+                };
+                self.steps.insert(step_id.to_owned(), step);
                 return;
             }
-            EffectResult::Completed(output) => {
-                self.out.push(Event::StepCompleted(StepCompleted {
+            EffectResult::Completed(output) => (
+                Event::StepCompleted(StepCompleted {
                     step_id: step_id.to_owned(),
-                    effect: step.effect,
-                    input_digest: step.input_digest,
+                    effect,
+                    input_digest,
                     output: output.clone(),
-                    cost,
-                }));
-                Ok(output)
-            }
-            EffectResult::Failed(error) => {
-                self.out.push(Event::StepFailed(StepFailed {
+                    cost: outcome.cost,
+                }),
+                Ok(output),
+            ),
+            EffectResult::Failed(error) => (
+                Event::StepFailed(StepFailed {
                     step_id: step_id.to_owned(),
-                    effect: step.effect,
-                    input_digest: step.input_digest,
+                    effect,
+                    input_digest,
                     error: error.clone(),
-                    cost,
-                }));
-                Err(StepError::Failed(error))
-            }
+                    cost: outcome.cost,
+                }),
+                Err(StepError::Failed(error)),
+            ),
         };
-        self.fill(step.slot, value);
+        match self.try_issue(event) {
+            None => self.fill(slot, value),
+            // Not running (in doubt): it stays as it was.
+            Some(Event::StepCompleted(StepCompleted {
+                effect,
+                input_digest,
+                ..
+            }))
+            | Some(Event::StepFailed(StepFailed {
+                effect,
+                input_digest,
+                ..
+            })) => {
+                let step = StepSide {
+                    effect,
+                    attempt,
+                    idempotent,
+                    input_digest,
+                    input,
+                    slot,
+                };
+                self.steps.insert(step_id.to_owned(), step);
+            }
+            Some(_) => {}
+        }
     }
 }
 
@@ -67,7 +113,7 @@ mod tests {
         let mut s = flow_state();
         let slot = running(&mut s, "reserve#1", true, 4);
         s.complete_step("reserve#1", EffectOutcome::ok(Payload::null()).with_cost(3));
-        assert_eq!((s.budget_held, s.budget_spent), (0, 3));
+        assert_eq!((s.budget_held(), s.budget_spent()), (0, 3));
         assert!(matches!(filled(&s, slot), Some(Ok(_))));
         assert!(matches!(s.out.as_slice(), [Event::StepCompleted(e)] if e.cost == 3));
         s.complete_step("reserve#1", EffectOutcome::ok(Payload::null()));
@@ -84,7 +130,7 @@ mod tests {
         let slot = running(&mut s, "charge#1", false, 2);
         let doubt = EffectOutcome::in_doubt(ErrorInfo::new("bank.timeout", "?")).with_cost(5);
         s.complete_step("charge#1", doubt);
-        assert_eq!((s.budget_held, s.budget_spent), (0, 0));
+        assert_eq!((s.budget_held(), s.budget_spent()), (0, 0));
         assert!(filled(&s, slot).is_none());
         assert!(s.waits_for_messages());
         assert!(matches!(s.out.as_slice(), [Event::EffectInDoubt(_)]));

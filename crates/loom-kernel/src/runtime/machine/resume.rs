@@ -2,7 +2,6 @@
 //! the same batch).
 
 use super::state::FlowState;
-use crate::event::*;
 use crate::payload::Payload;
 use crate::runtime::timers::{closed_payload, is_reserved_event_type, is_reserved_payload};
 
@@ -32,10 +31,9 @@ impl FlowState {
         if is_reserved_payload(&payload) {
             return Err(GateMiss::ReservedPayload);
         }
-        let Some(index) = self
-            .gates
-            .iter()
-            .position(|g| g.event_type == event_type && g.correlation_key == correlation_key)
+        let Some(gate_id) = self
+            .waiting_gate(event_type, correlation_key)
+            .map(str::to_owned)
         else {
             let key = (event_type.to_owned(), correlation_key.to_owned());
             return Err(if self.timed_out.contains(&key) {
@@ -44,44 +42,31 @@ impl FlowState {
                 GateMiss::NoPendingGate
             });
         };
-        let gate = self.gates.remove(index);
+        let Some(gate) = self.gates.remove(&gate_id) else {
+            return Err(GateMiss::NoPendingGate);
+        };
         if let Some(deadline) = gate.deadline {
-            self.disarmed.push((gate.gate_id.clone(), deadline));
+            self.disarmed.push((gate_id.clone(), deadline));
         }
         if let Some((group, chosen)) = gate.group {
             // The first of a `first_of`: its resume, then the others closed, in one batch.
-            self.out.push(Event::ExecutionResumed(ExecutionResumed {
-                gate_id: gate.gate_id.clone(),
-                event_type: gate.event_type,
-                correlation_key: gate.correlation_key,
-                payload: payload.clone(),
-            }));
-            let closed = closed_payload(&gate.gate_id);
-            for other in self.take_group(group) {
+            self.close_gate(gate_id.clone(), payload.clone());
+            let closed = closed_payload(&gate_id);
+            for (other_id, other) in self.take_group(group) {
                 if let Some(deadline) = other.deadline {
-                    self.disarmed.push((other.gate_id.clone(), deadline));
+                    self.disarmed.push((other_id.clone(), deadline));
                 }
-                self.out.push(Event::ExecutionResumed(ExecutionResumed {
-                    gate_id: other.gate_id,
-                    event_type: other.event_type,
-                    correlation_key: other.correlation_key,
-                    payload: closed.clone(),
-                }));
+                self.close_gate(other_id, closed.clone());
             }
             if let Some(slot) = self.slots.get_mut(&group) {
                 slot.chosen = Some(chosen);
             }
             self.fill(group, Ok(payload));
-            return Ok(gate.gate_id);
+            return Ok(gate_id);
         }
-        self.out.push(Event::ExecutionResumed(ExecutionResumed {
-            gate_id: gate.gate_id.clone(),
-            event_type: gate.event_type,
-            correlation_key: gate.correlation_key,
-            payload: payload.clone(),
-        }));
+        self.close_gate(gate_id.clone(), payload.clone());
         self.fill(gate.slot, Ok(payload));
-        Ok(gate.gate_id)
+        Ok(gate_id)
     }
 }
 
@@ -89,6 +74,7 @@ impl FlowState {
 mod tests {
     use super::super::fixtures::*;
     use super::*;
+    use crate::event::Event;
     use crate::runtime::timers::timed_out_payload;
 
     #[test]

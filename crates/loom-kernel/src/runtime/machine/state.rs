@@ -1,8 +1,10 @@
-//! The flow's side of the machine: what a live execution knows beyond the fold of its log.
-//! The recorded history it still replays (a cursor over the log), the per-name counters of
-//! step ids, the steps running or in doubt with what they need to run again, the open gates,
-//! each command's slot (its result and the waker of the future that awaits it), and what was
-//! issued since the driver last looked (events, effects, deadlines, children).
+//! The flow's side of the machine: the execution's fold, of its durable log and of every event
+//! issued since (the one state of the execution), and what only a live driver knows beside
+//! it, keyed by the fold's ids: the recorded history it still replays (a cursor over the log),
+//! the per-name counters of step ids, for each step of this run running or in doubt what it
+//! needs to run again, for each gate this run waits at its slot, deadline and `first_of`
+//! group, each command's slot (its result and the waker of the future that awaits it), and
+//! what was issued since the driver last looked (events, effects, deadlines, children).
 
 use std::collections::{BTreeMap, BTreeSet, HashSet};
 use std::sync::Arc;
@@ -44,26 +46,23 @@ pub(crate) struct Slot {
     pub(super) waker: Option<Waker>,
 }
 
-pub(crate) struct RunningStep {
-    pub(crate) effect: String,
+/// What a step of this run needs beside the fold's record (whether it runs or is in doubt,
+/// what it holds against the budget): what to record its outcome or doubt with, what to run it
+/// again with, and where its result goes.
+pub(crate) struct StepSide {
+    pub(super) effect: String,
+    pub(super) attempt: u32,
     /// Whether the effect may run twice harmlessly: a non-idempotent one cut off by a cancel
     /// is recorded in doubt (K9).
     pub(super) idempotent: bool,
     pub(super) input_digest: String,
     pub(super) input: Payload,
-    pub(super) attempt: u32,
     pub(super) slot: u64,
-    /// K3: what the step holds against the budget while it runs.
-    pub(super) held: u64,
-    /// K3: the `max_cost` its `STEP_STARTED` recorded, what a `completed` verdict charges
-    /// (ADR 0024).
-    pub(super) charge: u64,
 }
 
-pub(crate) struct PendingGate {
-    pub(super) gate_id: String,
-    pub(super) event_type: String,
-    pub(super) correlation_key: String,
+/// What a gate this run waits at has beside the fold's pending gate (its event type and key).
+#[derive(Clone, Copy)]
+pub(crate) struct GateSide {
     pub(super) slot: u64,
     /// The recorded deadline (unix ms), for a timer or a gate with a timeout (in a `first_of`,
     /// on its first gate only).
@@ -83,17 +82,20 @@ pub(crate) struct FlowState {
     pub(super) dispatch: Vec<Dispatch>,
     pub(super) slots: IdMap<u64, Slot>,
     pub(super) next_slot: u64,
-    pub(super) running: IdMap<String, RunningStep>,
-    pub(super) in_doubt: BTreeMap<String, RunningStep>,
-    pub(super) gates: Vec<PendingGate>,
+    /// The fold of the durable log and of every event issued after it, as the write side will
+    /// number it: what steps run or are in doubt, which gates are pending, what the budget
+    /// holds and has spent. Once every event is durable it is the fold of the log.
+    pub(super) fold: ExecutionState,
+    /// The seq of the first event not yet handed to an append, as the write side last said
+    /// (with an effect's outcome, the one event it may record in another's place): the outcome
+    /// of a step started at or after it takes its start's place, so the fold numbers it as the
+    /// log will.
+    pub(super) unsent: u64,
+    /// The steps of this run that run or are in doubt (which, the fold says), by step id.
+    pub(super) steps: IdMap<String, StepSide>,
+    /// The gates this run waits at (the fold's pending gates the flow has reached), by id.
+    pub(super) gates: BTreeMap<String, GateSide>,
     pub(super) divergence: Option<NonDeterminism>,
-    pub(super) budget_spent: u64,
-    /// K3: the sum of what running steps hold (their effects' `max_cost`).
-    pub(super) budget_held: u64,
-    /// K3: what the steps the log left without an outcome hold, by step id, read from the fold
-    /// when the machine starts: a step replayed into doubt is charged it by a `completed`
-    /// verdict (ADR 0024).
-    pub(super) charges: BTreeMap<String, u64>,
     /// Whether the recorded log ends the execution (whole-log replay: `ctx.patched` past its
     /// last command answers as the old code did).
     pub(super) recorded_end: bool,
@@ -106,7 +108,7 @@ pub(crate) struct FlowState {
     /// Deadlines of gates resumed before them, to disarm.
     pub(super) disarmed: Vec<GateDeadline>,
     /// Gates (event type, correlation key) that their deadline closed: a resume that comes
-    /// later is told so.
+    /// later is told so. (The fold forgets a gate once it is resumed, and keeps no payload.)
     pub(super) timed_out: BTreeSet<(String, String)>,
     /// Children whose gates were opened or replayed as pending, for the driver to start.
     pub(super) child_starts: Vec<ChildStart>,
@@ -116,8 +118,9 @@ pub(crate) struct FlowState {
 
 impl FlowState {
     /// The state of an execution that runs in `env`, about to replay `history`, whose durable
-    /// log folds to `durable` (what it has spent, whether it has ended).
-    pub(crate) fn new(env: Env, history: History, durable: &ExecutionState) -> Self {
+    /// log folds to `durable` (a new execution's is empty: the driver folds its start, which
+    /// the write side queues, with [`FlowState::fold_issued`]).
+    pub(crate) fn new(env: Env, history: History, durable: ExecutionState) -> Self {
         Self {
             env,
             history,
@@ -128,14 +131,12 @@ impl FlowState {
             dispatch: Vec::new(),
             slots: IdMap::default(),
             next_slot: 0,
-            running: IdMap::default(),
-            in_doubt: BTreeMap::new(),
-            gates: Vec::new(),
-            divergence: None,
-            budget_spent: durable.budget_spent(),
-            budget_held: 0,
+            unsent: durable.next_seq(),
             recorded_end: durable.status().is_terminal(),
-            charges: durable.held_costs().clone(),
+            fold: durable,
+            steps: IdMap::default(),
+            gates: BTreeMap::new(),
+            divergence: None,
             watch_live: false,
             first_live: None,
             armed: Vec::new(),
@@ -144,6 +145,77 @@ impl FlowState {
             child_starts: Vec::new(),
             patches: BTreeMap::new(),
         }
+    }
+
+    /// Issues `event`: folded as the write side will number it, and queued for the driver.
+    pub(super) fn issue(&mut self, event: Event) {
+        self.fold_issued(&event);
+        self.out.push(event);
+    }
+
+    /// Issues `event` if the fold accepts it; hands it back if not (nothing is recorded).
+    pub(super) fn try_issue(&mut self, event: Event) -> Option<Event> {
+        match self
+            .fold
+            .apply_issued(&self.env.execution_id, &event, self.unsent)
+        {
+            Ok(()) => {
+                self.out.push(event);
+                None
+            }
+            Err(error) => {
+                tracing::debug!(%error, "an event the fold refuses is not recorded");
+                Some(event)
+            }
+        }
+    }
+
+    /// Folds an event issued now (on the flow's side, or by the driver: a start, a cancel, the
+    /// flow's end), numbered as the write side will number it. False if the fold refuses it.
+    pub(crate) fn fold_issued(&mut self, event: &Event) -> bool {
+        match self
+            .fold
+            .apply_issued(&self.env.execution_id, event, self.unsent)
+        {
+            Ok(()) => true,
+            Err(error) => {
+                // The log stays the judge: readers fold it and see the same refusal.
+                tracing::error!(%error, "the machine issued an event its fold refuses");
+                false
+            }
+        }
+    }
+
+    /// The execution's fold: of the durable log and of every event issued since.
+    pub(crate) fn fold(&self) -> &ExecutionState {
+        &self.fold
+    }
+
+    /// The fold, taken (the flow's side is not used again).
+    pub(crate) fn take_fold(&mut self) -> ExecutionState {
+        std::mem::take(&mut self.fold)
+    }
+
+    /// K3: what the execution may still spend now (its budget, less what is spent and what
+    /// running steps hold).
+    pub(super) fn budget_remaining(&self) -> Option<u64> {
+        self.env.budget.map(|budget| {
+            budget
+                .saturating_sub(self.fold.budget_spent())
+                .saturating_sub(self.fold.held_running())
+        })
+    }
+
+    /// K3: what the steps that run hold.
+    #[cfg(test)]
+    pub(super) fn budget_held(&self) -> u64 {
+        self.fold.held_running()
+    }
+
+    /// K3: what the execution has spent.
+    #[cfg(test)]
+    pub(super) fn budget_spent(&self) -> u64 {
+        self.fold.budget_spent()
     }
 }
 
@@ -222,6 +294,11 @@ impl FlowState {
     /// Whether the flow has something only a message can answer (a pending gate or a step in
     /// doubt): the only places a driver may park it.
     pub(crate) fn waits_for_messages(&self) -> bool {
-        !self.gates.is_empty() || !self.in_doubt.is_empty()
+        !self.gates.is_empty()
+            || self
+                .fold
+                .steps_in_doubt()
+                .iter()
+                .any(|step_id| self.steps.contains_key(step_id))
     }
 }

@@ -19,20 +19,18 @@ impl FlowState {
         verdict: Verdict,
         operator: Option<String>,
     ) -> Result<(), VerdictMiss> {
-        let step = self
-            .in_doubt
-            .remove(step_id)
-            .ok_or(VerdictMiss::NotInDoubt)?;
-        self.out.push(Event::EffectResolved(EffectResolved {
+        if !self.fold.steps_in_doubt().contains(step_id) {
+            return Err(VerdictMiss::NotInDoubt);
+        }
+        let step = self.steps.remove(step_id).ok_or(VerdictMiss::NotInDoubt)?;
+        // The fold charges a `completed` verdict what the step held (ADR 0024).
+        self.issue(Event::EffectResolved(EffectResolved {
             step_id: step_id.to_owned(),
             verdict: verdict.clone(),
             operator,
         }));
         match verdict {
-            Verdict::Completed { output } => {
-                self.budget_spent = self.budget_spent.saturating_add(step.charge);
-                self.fill(step.slot, Ok(output));
-            }
+            Verdict::Completed { output } => self.fill(step.slot, Ok(output)),
             Verdict::Failed { error } => self.fill(step.slot, Err(StepError::Failed(error))),
             Verdict::Retry => match self.env.effects.get(&step.effect).cloned() {
                 Some(handler) => {
@@ -65,6 +63,8 @@ mod tests {
     fn charge_in_doubt() -> (FlowState, u64) {
         let mut s = flow_state();
         let slot = s.new_slot();
+        durable(&mut s, started_as("charge#1", "charge", 0));
+        durable(&mut s, in_doubt("charge#1", "charge"));
         s.park_in_doubt(
             "charge#1".into(),
             "charge",
@@ -113,7 +113,7 @@ mod tests {
             s.resolve("charge#1", Verdict::Completed { output }, None),
             Ok(())
         );
-        assert_eq!(s.budget_spent, 3);
+        assert_eq!(s.budget_spent(), 3);
         running(&mut s, "refund#1", false, 2);
         let doubt = EffectOutcome::in_doubt(ErrorInfo::new("bank.timeout", "?"));
         s.complete_step("refund#1", doubt);
@@ -122,6 +122,6 @@ mod tests {
             s.resolve("refund#1", Verdict::Failed { error }, None),
             Ok(())
         );
-        assert_eq!(s.budget_spent, 3);
+        assert_eq!(s.budget_spent(), 3);
     }
 }
