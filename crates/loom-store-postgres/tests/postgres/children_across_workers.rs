@@ -3,13 +3,13 @@
 //! from the child's id and the parent's log (no link in that worker's memory). The same holds
 //! when the first worker died: `recover()` on another finds the parked parent and its child.
 
-use std::time::{Duration, Instant};
-
 use loom_kernel::{Event, EventStoreExt, ExecutionId, ExecutionStatus, Payload};
-use loom_kernel::{FlowCtx, FlowError, Runtime, StartOptions, flow_fn};
-use loom_store_postgres::{PostgresStore, PostgresStoreConfig};
+use loom_kernel::{FlowCtx, FlowError, Runtime, RuntimeBuilder, StartOptions, flow_fn};
+use loom_store_postgres::PostgresStore;
 use loom_store_postgres::{fresh_schema, server_url};
 use serde_json::{Value, json};
+
+use crate::support::{on_a_worker_that_dies, until_status, worker};
 
 /// The child: waits for an approval of its order, and answers with it.
 async fn approval(ctx: FlowCtx, order: String) -> Result<Value, FlowError> {
@@ -23,41 +23,10 @@ async fn order(ctx: FlowCtx, order: String) -> Result<Value, FlowError> {
     Ok(json!({ "done": approved.to_value() }))
 }
 
-async fn worker(url: &str, schema: &str, name: &str) -> Runtime<PostgresStore> {
-    let store = PostgresStore::connect(
-        PostgresStoreConfig::new(url)
-            .schema(schema)
-            .worker_id(name)
-            .lease(Duration::from_millis(500)),
-    )
-    .await
-    .expect("connect");
-    Runtime::builder(store)
+fn compose(builder: RuntimeBuilder<PostgresStore>) -> RuntimeBuilder<PostgresStore> {
+    builder
         .flow(flow_fn("approval", 1, approval))
         .flow(flow_fn("order", 1, order))
-        .build()
-        .expect("runtime")
-}
-
-/// Until `execution` has `status` in the store (bounded, so that a lost end fails the test).
-async fn until_status(
-    runtime: &Runtime<PostgresStore>,
-    execution: &ExecutionId,
-    status: ExecutionStatus,
-) {
-    let give_up = Instant::now() + Duration::from_secs(30);
-    loop {
-        let state = runtime.store().fold(execution).await.expect("fold");
-        if state.status() == status {
-            return;
-        }
-        assert!(
-            Instant::now() < give_up,
-            "{execution} never reached {status:?}: it is {:?}",
-            state.status()
-        );
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
 }
 
 /// Starts the parent on `a` and returns once parent and child are both parked.
@@ -108,8 +77,8 @@ fn a_child_resumed_on_another_live_worker_resumes_its_parent_there() {
     tokio::runtime::Runtime::new()
         .expect("tokio")
         .block_on(async {
-            let a = worker(&url, &schema, "worker-a").await;
-            let b = worker(&url, &schema, "worker-b").await;
+            let a = worker(&url, &schema, "worker-a", compose).await;
+            let b = worker(&url, &schema, "worker-b", compose).await;
             parked_parent_and_child(&a, &parent, &child).await;
             b.resume(&child, "Approve", "order-9", Payload::from(json!("yes")))
                 .await
@@ -128,23 +97,14 @@ fn a_parked_parent_of_a_worker_that_died_is_resumed_by_its_child_on_another() {
     let schema = fresh_schema("children_died");
     let parent = ExecutionId::new("order-9").expect("id");
     let child = ExecutionId::new("order-9/approval#1").expect("id");
-    {
-        let tokio_a = tokio::runtime::Builder::new_multi_thread()
-            .worker_threads(1)
-            .enable_all()
-            .build()
-            .expect("tokio A");
-        tokio_a.block_on(async {
-            let a = worker(&url, &schema, "worker-a").await;
-            parked_parent_and_child(&a, &parent, &child).await;
-        });
-        // Worker A goes away with every task it had.
-        tokio_a.shutdown_background();
-    }
+    on_a_worker_that_dies(|| async {
+        let a = worker(&url, &schema, "worker-a", compose).await;
+        parked_parent_and_child(&a, &parent, &child).await;
+    });
     tokio::runtime::Runtime::new()
         .expect("tokio B")
         .block_on(async {
-            let b = worker(&url, &schema, "worker-b").await;
+            let b = worker(&url, &schema, "worker-b", compose).await;
             let report = b.recover_report().await.expect("recover");
             assert!(report.skipped.is_empty(), "{report:?}");
             b.resume(&child, "Approve", "order-9", Payload::from(json!("yes")))

@@ -4,10 +4,12 @@
 use std::time::{Duration, Instant};
 
 use loom_kernel::{Event, EventStoreExt, ExecutionId, ExecutionStatus};
-use loom_kernel::{FlowCtx, FlowError, Runtime, StartOptions, flow_fn};
-use loom_store_postgres::{PostgresStore, PostgresStoreConfig};
+use loom_kernel::{FlowCtx, FlowError, RuntimeBuilder, StartOptions, flow_fn};
+use loom_store_postgres::PostgresStore;
 use loom_store_postgres::{fresh_schema, server_url};
 use serde_json::{Value, json};
+
+use crate::support::{on_a_worker_that_dies, until_status, worker};
 
 /// Long enough that worker A, connecting and starting the flow, is gone before the deadline
 /// even while the other PostgreSQL tests of this binary (worker processes among them) load the
@@ -19,19 +21,8 @@ async fn nap(ctx: FlowCtx, input: Value) -> Result<Value, FlowError> {
     Ok(json!({ "woke": input }))
 }
 
-async fn worker(url: &str, schema: &str, name: &str) -> Runtime<PostgresStore> {
-    let store = PostgresStore::connect(
-        PostgresStoreConfig::new(url)
-            .schema(schema)
-            .worker_id(name)
-            .lease(Duration::from_millis(500)),
-    )
-    .await
-    .expect("connect");
-    Runtime::builder(store)
-        .flow(flow_fn("nap", 1, nap))
-        .build()
-        .expect("runtime")
+fn compose(builder: RuntimeBuilder<PostgresStore>) -> RuntimeBuilder<PostgresStore> {
+    builder.flow(flow_fn("nap", 1, nap))
 }
 
 #[test]
@@ -45,22 +36,14 @@ fn a_timer_set_by_a_worker_that_died_fires_on_another() {
     // Worker A starts the flow, which parks on its timer; then A's whole process runtime goes
     // away with every task it had (its timer task included), long before the deadline.
     let set_at = Instant::now();
-    {
-        let tokio_a = tokio::runtime::Builder::new_multi_thread()
-            .worker_threads(1)
-            .enable_all()
-            .build()
-            .expect("tokio A");
-        tokio_a.block_on(async {
-            let a = worker(&url, &schema, "worker-a").await;
-            a.start("nap", &json!(1), StartOptions::new(execution.clone()))
-                .await
-                .expect("start");
-            let state = a.store().fold(&execution).await.expect("fold");
-            assert_eq!(state.status(), ExecutionStatus::Suspended);
-        });
-        tokio_a.shutdown_background();
-    }
+    on_a_worker_that_dies(|| async {
+        let a = worker(&url, &schema, "worker-a", compose).await;
+        a.start("nap", &json!(1), StartOptions::new(execution.clone()))
+            .await
+            .expect("start");
+        let state = a.store().fold(&execution).await.expect("fold");
+        assert_eq!(state.status(), ExecutionStatus::Suspended);
+    });
     assert!(
         set_at.elapsed() < NAP,
         "worker A must die before its deadline for this test to mean anything"
@@ -69,23 +52,11 @@ fn a_timer_set_by_a_worker_that_died_fires_on_another() {
     // Worker B knows nothing of it until it recovers: the deadline comes from the log.
     let tokio_b = tokio::runtime::Runtime::new().expect("tokio B");
     tokio_b.block_on(async {
-        let b = worker(&url, &schema, "worker-b").await;
+        let b = worker(&url, &schema, "worker-b", compose).await;
         let report = b.recover_report().await.expect("recover");
         assert_eq!(report.timers, 1, "{report:?}");
         // `wait` answers when the execution parks or ends; the timer ends it on B.
-        let deadline = Instant::now() + Duration::from_secs(20);
-        loop {
-            let state = b.store().fold(&execution).await.expect("fold");
-            if state.status() == ExecutionStatus::Completed {
-                break;
-            }
-            assert!(
-                Instant::now() < deadline,
-                "the timer never fired on worker B: {:?}",
-                state.status()
-            );
-            tokio::time::sleep(Duration::from_millis(50)).await;
-        }
+        until_status(&b, &execution, ExecutionStatus::Completed).await;
         assert!(set_at.elapsed() >= NAP, "fired before its deadline");
         let resumes = b
             .store()

@@ -4,3 +4,61 @@
 
 #[path = "../../../loom-kernel/tests/support/child.rs"]
 pub mod child;
+
+use std::future::Future;
+use std::time::{Duration, Instant};
+
+use loom_kernel::{EventStoreExt, ExecutionId, ExecutionStatus, Runtime, RuntimeBuilder};
+use loom_store_postgres::{PostgresStore, PostgresStoreConfig};
+
+/// A worker on `schema` named `name`, with a short lease (500 ms) so that another worker takes
+/// over soon after it dies: a runtime composed by `compose` on its store.
+pub async fn worker(
+    url: &str,
+    schema: &str,
+    name: &str,
+    compose: impl FnOnce(RuntimeBuilder<PostgresStore>) -> RuntimeBuilder<PostgresStore>,
+) -> Runtime<PostgresStore> {
+    let store = PostgresStore::connect(
+        PostgresStoreConfig::new(url)
+            .schema(schema)
+            .worker_id(name)
+            .lease(Duration::from_millis(500)),
+    )
+    .await
+    .expect("connect");
+    compose(Runtime::builder(store)).build().expect("runtime")
+}
+
+/// Runs `work` on a worker of its own (a one-thread tokio runtime), then makes that worker die:
+/// its runtime goes away with every task it had, its timer task included, with no shutdown.
+pub fn on_a_worker_that_dies<F: Future<Output = ()>>(work: impl FnOnce() -> F) {
+    let tokio = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(1)
+        .enable_all()
+        .build()
+        .expect("tokio");
+    tokio.block_on(work());
+    tokio.shutdown_background();
+}
+
+/// Until `execution` has `status` in the store (bounded, so that a lost end fails the test).
+pub async fn until_status(
+    runtime: &Runtime<PostgresStore>,
+    execution: &ExecutionId,
+    status: ExecutionStatus,
+) {
+    let give_up = Instant::now() + Duration::from_secs(30);
+    loop {
+        let state = runtime.store().fold(execution).await.expect("fold");
+        if state.status() == status {
+            return;
+        }
+        assert!(
+            Instant::now() < give_up,
+            "{execution} never reached {status:?}: it is {:?}",
+            state.status()
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
