@@ -301,38 +301,22 @@ impl History {
                     }
                 }
             }
-            Event::StepCompleted(e) => {
-                let state = StepState::Done(Ok(e.output));
-                match self.started.get(&e.step_id) {
-                    Some(&index) => self.set_state(index, state),
-                    None => {
-                        self.push_step(
-                            seq,
-                            e.step_id,
-                            e.effect,
-                            e.input_digest,
-                            "STEP_COMPLETED",
-                            state,
-                        );
-                    }
-                }
-            }
-            Event::StepFailed(e) => {
-                let state = StepState::Done(Err(e.error));
-                match self.started.get(&e.step_id) {
-                    Some(&index) => self.set_state(index, state),
-                    None => {
-                        self.push_step(
-                            seq,
-                            e.step_id,
-                            e.effect,
-                            e.input_digest,
-                            "STEP_FAILED",
-                            state,
-                        );
-                    }
-                }
-            }
+            Event::StepCompleted(e) => self.outcome(
+                seq,
+                e.step_id,
+                e.effect,
+                e.input_digest,
+                "STEP_COMPLETED",
+                StepState::Done(Ok(e.output)),
+            ),
+            Event::StepFailed(e) => self.outcome(
+                seq,
+                e.step_id,
+                e.effect,
+                e.input_digest,
+                "STEP_FAILED",
+                StepState::Done(Err(e.error)),
+            ),
             Event::EffectInDoubt(e) => {
                 if let Some(&index) = self.started.get(&e.step_id) {
                     self.set_state(index, StepState::InDoubt { attempt: e.attempt });
@@ -413,6 +397,25 @@ impl History {
             },
         ));
         self.commands.len() - 1
+    }
+
+    /// A step's outcome: its state, if the step's start is recorded; else its first event
+    /// (a quick step is recorded by its outcome alone).
+    fn outcome(
+        &mut self,
+        seq: u64,
+        step_id: String,
+        effect: String,
+        input_digest: String,
+        found: &'static str,
+        state: StepState,
+    ) {
+        match self.started.get(&step_id) {
+            Some(&index) => self.set_state(index, state),
+            None => {
+                self.push_step(seq, step_id, effect, input_digest, found, state);
+            }
+        }
     }
 
     fn set_state(&mut self, index: usize, new: StepState) {

@@ -21,43 +21,27 @@ impl FlowState {
         let Some(step) = self.steps.remove(step_id) else {
             return;
         };
-        let StepSide {
-            effect,
-            attempt,
-            idempotent,
-            input_digest,
-            input,
-            slot,
-        } = step;
         let (event, value) = match outcome.result {
             EffectResult::InDoubt(reason) => {
                 let code = reason.code.clone();
                 let doubt = Event::EffectInDoubt(EffectInDoubt {
                     step_id: step_id.to_owned(),
-                    effect: effect.clone(),
-                    attempt,
+                    effect: step.effect.clone(),
+                    attempt: step.attempt,
                     reason: Some(reason),
                 });
                 if self.try_issue(doubt).is_none() {
                     tracing::warn!(step = %step_id, %code, "effect in doubt");
                 }
                 // It stays beside the fold for a verdict; in doubt, it holds nothing (K3).
-                let step = StepSide {
-                    effect,
-                    attempt,
-                    idempotent,
-                    input_digest,
-                    input,
-                    slot,
-                };
                 self.steps.insert(step_id.to_owned(), step);
                 return;
             }
             EffectResult::Completed(output) => (
                 Event::StepCompleted(StepCompleted {
                     step_id: step_id.to_owned(),
-                    effect,
-                    input_digest,
+                    effect: step.effect,
+                    input_digest: step.input_digest,
                     output: output.clone(),
                     cost: outcome.cost,
                 }),
@@ -66,8 +50,8 @@ impl FlowState {
             EffectResult::Failed(error) => (
                 Event::StepFailed(StepFailed {
                     step_id: step_id.to_owned(),
-                    effect,
-                    input_digest,
+                    effect: step.effect,
+                    input_digest: step.input_digest,
                     error: error.clone(),
                     cost: outcome.cost,
                 }),
@@ -75,7 +59,7 @@ impl FlowState {
             ),
         };
         match self.try_issue(event) {
-            None => self.fill(slot, value),
+            None => self.fill(step.slot, value),
             // Not running (in doubt): it stays as it was.
             Some(Event::StepCompleted(StepCompleted {
                 effect,
@@ -89,11 +73,8 @@ impl FlowState {
             })) => {
                 let step = StepSide {
                     effect,
-                    attempt,
-                    idempotent,
                     input_digest,
-                    input,
-                    slot,
+                    ..step
                 };
                 self.steps.insert(step_id.to_owned(), step);
             }
