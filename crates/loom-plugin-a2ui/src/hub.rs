@@ -204,6 +204,21 @@ impl SurfaceHub {
         }
     }
 
+    /// A hub with one surface, `surface_id`, showing `components` (one with id `root`): the
+    /// common case of [`SurfaceHub::new`].
+    pub fn one_surface(
+        catalogs: Catalogs,
+        classification: DataClassification,
+        surface_id: impl Into<String>,
+        components: Vec<Value>,
+    ) -> Self {
+        Self::new(
+            catalogs,
+            classification,
+            [(surface_id.into(), SurfaceSpec { components })],
+        )
+    }
+
     /// Sets how many live messages each later subscription holds at most (at least 1; the
     /// default is [`SUBSCRIBER_BUFFER`]); a subscriber that falls further behind is dropped.
     pub fn with_subscriber_buffer(self, messages: usize) -> Self {
@@ -701,13 +716,11 @@ mod tests {
 
     fn hub() -> SurfaceHub {
         let catalogs = Catalogs::default_with([]).expect("the default catalogs compile");
-        let spec = SurfaceSpec {
-            components: vec![json!({"id": "root", "component": "Text", "text": "count"})],
-        };
-        SurfaceHub::new(
+        SurfaceHub::one_surface(
             catalogs,
             DataClassification::default(),
-            [(SURFACE.to_owned(), spec)],
+            SURFACE,
+            vec![json!({"id": "root", "component": "Text", "text": "count"})],
         )
     }
 

@@ -10,7 +10,7 @@ use loom_kernel::{EventStore, Payload};
 use loom_kernel::{FlowCtx, FlowError, FlowSet, GateOutcome, Runtime, RuntimeBuilder, flow_fn};
 use loom_plugin_a2ui::{
     AllowedCallers, CALL_FUNCTION_EFFECT, CallFunctionInput, CallFunctionOptions, CatalogDef,
-    Catalogs, LOOM_CATALOG_ID, SurfaceHub, SurfaceSpec, Transport, call_and_wait, define_catalog,
+    Catalogs, LOOM_CATALOG_ID, SurfaceHub, Transport, call_and_wait, define_catalog,
     define_function, delete_surface, register_a2ui_call_function,
 };
 use serde::{Deserialize, Serialize};
@@ -118,16 +118,7 @@ pub fn components() -> Vec<Value> {
 
 /// The hub that projects the flow's surface onto the A2UI wire.
 pub fn hub() -> SurfaceHub {
-    SurfaceHub::new(
-        catalogs(),
-        classification(),
-        [(
-            SURFACE.to_owned(),
-            SurfaceSpec {
-                components: components(),
-            },
-        )],
-    )
+    SurfaceHub::one_surface(catalogs(), classification(), SURFACE, components())
 }
 
 /// One line of an order.

@@ -8,8 +8,8 @@ use loom_kernel::DataClassification;
 use loom_kernel::MemoryStore;
 use loom_kernel::{ExecutionId, FlowCtx, FlowError, Runtime, StartOptions, flow_fn};
 use loom_plugin_a2ui::{
-    AllowedCallers, CatalogDef, Catalogs, LOOM_CATALOG_ID, SurfaceHub, SurfaceSpec,
-    UpdateDataModel, call_and_wait, define_catalog, define_function,
+    AllowedCallers, CatalogDef, Catalogs, LOOM_CATALOG_ID, SurfaceHub, UpdateDataModel,
+    call_and_wait, define_catalog, define_function,
 };
 use serde_json::{Map, Value, json};
 
@@ -65,16 +65,7 @@ pub fn components() -> Vec<Value> {
 }
 
 pub fn hub() -> SurfaceHub {
-    SurfaceHub::new(
-        catalogs(),
-        classification(),
-        [(
-            SURFACE.to_owned(),
-            SurfaceSpec {
-                components: components(),
-            },
-        )],
-    )
+    SurfaceHub::one_surface(catalogs(), classification(), SURFACE, components())
 }
 
 /// Shows an order, asks the renderer for its locale (grain A), waits for the Approve button,
