@@ -1,7 +1,7 @@
 //! The runtime: starts flows, drives them live, replays them after a crash, resumes their
 //! gates, and stops them.
 //!
-//! One driver task per active execution is its only writer in this process (`driver.rs`);
+//! One driver task per active execution is its only writer in this process (`driver/`);
 //! several processes on one store are fenced by the store's expected-seq check. A driver
 //! exits when its execution ends or parks (waits only for resumes or verdicts); a resume,
 //! verdict or cancel starts a new one, which goes on from the parked flow the last one kept in
