@@ -323,19 +323,10 @@ impl<S: EventStore> Run<S> {
         }
         for message in std::mem::take(&mut self.deferred) {
             if self.machine.ended() {
-                forget_deadline(&self.inner.timers, &self.execution, &message);
-                let timed_out = self.ctx.state().timed_out_gates();
-                refuse_ended(&self.execution, message, &timed_out);
-                continue;
+                self.refuse_as_ended(message);
+            } else {
+                self.apply(message);
             }
-            children::handling(&self.inner, &message);
-            handle(
-                &self.ctx,
-                &self.inner.timers,
-                &self.execution,
-                message,
-                &mut self.machine,
-            );
         }
         self.poll_flow = true;
     }
@@ -560,9 +551,7 @@ impl<S: EventStore> Run<S> {
         let replaying = self.ctx.state().replaying();
         match self.machine.admit(cancel, replaying) {
             Admit::Refuse => {
-                forget_deadline(&self.inner.timers, &self.execution, &message);
-                let timed_out = self.ctx.state().timed_out_gates();
-                refuse_ended(&self.execution, message, &timed_out);
+                self.refuse_as_ended(message);
                 return;
             }
             Admit::Defer => {
@@ -571,6 +560,23 @@ impl<S: EventStore> Run<S> {
             }
             Admit::Handle => {}
         }
+        self.apply(message);
+        if self.machine.ended() {
+            self.running = FuturesUnordered::new();
+        }
+        self.poll_flow = true;
+    }
+
+    /// A message for an execution that has ended: refused (a resume is told if its gate timed
+    /// out first).
+    fn refuse_as_ended(&self, message: DriverMsg) {
+        forget_deadline(&self.inner.timers, &self.execution, &message);
+        let timed_out = self.ctx.state().timed_out_gates();
+        refuse_ended(&self.execution, message, &timed_out);
+    }
+
+    /// A message handled now: the flow's side and the machine take it.
+    fn apply(&mut self, message: DriverMsg) {
         children::handling(&self.inner, &message);
         handle(
             &self.ctx,
@@ -579,9 +585,5 @@ impl<S: EventStore> Run<S> {
             message,
             &mut self.machine,
         );
-        if self.machine.ended() {
-            self.running = FuturesUnordered::new();
-        }
-        self.poll_flow = true;
     }
 }
