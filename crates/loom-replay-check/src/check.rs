@@ -150,15 +150,15 @@ impl Checker {
             return finding;
         }
         // Stable: folding the log a second time (which is also its round-tripped copy, equal
-        // event by event) gives the same state.
-        match ExecutionState::fold(&log) {
-            Ok(state) if state == first => {}
+        // event by event) gives the same state, which the replay then goes on from.
+        let second = match ExecutionState::fold(&log) {
+            Ok(state) if state == first => state,
             Ok(_) => return unstable("a second fold gives another state".into()),
             Err(error) => {
                 return unstable(format!("a second fold refuses the log: {error}"));
             }
-        }
-        match self.runtime.replay_folded_log(log, &first) {
+        };
+        match self.runtime.replay_folded_log(log, second) {
             Ok(_) => Finding::Deterministic,
             Err(ReplayError::NonDeterminism(divergence)) => Finding::Divergent {
                 seq: divergence.seq,

@@ -540,13 +540,14 @@ impl<S: EventStore> Runtime<S> {
     }
 
     /// [`Runtime::replay_log`] for a log the caller has folded already (`folded` is that
-    /// fold), so it is not folded again (the replay goes on from a copy of it).
+    /// fold), so it is not folded again: the replay goes on from it, extending it as the flow
+    /// issues its commands again, so it is taken, not borrowed.
     pub fn replay_folded_log(
         &self,
         log: Vec<crate::envelope::EventEnvelope>,
-        folded: &ExecutionState,
+        folded: ExecutionState,
     ) -> Result<ReplayReport, ReplayError> {
-        replay::replay_log(&self.inner, log, Some(folded.clone()))
+        replay::replay_log(&self.inner, log, Some(folded))
     }
 
     /// The execution's state, folded from its log.

@@ -385,7 +385,7 @@ impl StateMachineTest for RuntimeUnderTest {
                 );
                 let log = live.store.read_all(&e).await.unwrap();
                 live.runtime
-                    .replay_folded_log(log, &folded)
+                    .replay_folded_log(log, folded)
                     .unwrap_or_else(|error| panic!("e{execution} replays: {error}"));
             }
         });
