@@ -159,7 +159,6 @@ impl FlowCtx {
             execution_id: execution_id.clone(),
             effects,
             capabilities: Arc::new(started.capabilities.clone()),
-            budget: started.budget,
         };
         Self {
             shared: Arc::new(Shared {

@@ -76,7 +76,6 @@ pub(super) fn flow_state_with(history: History) -> FlowState {
         execution_id: ExecutionId::new("x").expect("a valid id"),
         effects: Arc::new(BTreeMap::new()),
         capabilities: Arc::default(),
-        budget: Some(10),
     };
     let start = Event::ExecutionStarted(ExecutionStarted {
         flow: "f".into(),

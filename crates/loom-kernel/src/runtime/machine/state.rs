@@ -20,13 +20,12 @@ use crate::runtime::ctx::{ChildStart, StepError};
 use crate::runtime::effect::{Effect, EffectCall};
 use crate::runtime::history::{History, NonDeterminism};
 
-/// What an execution runs with, fixed when it starts: its id, the effects registered, the
-/// capabilities granted (K2) and its budget (K3).
+/// What an execution runs with, fixed when it starts: its id, the effects registered and the
+/// capabilities granted (K2), shared with every effect call (its budget, K3, is the fold's).
 pub(crate) struct Env {
     pub(crate) execution_id: ExecutionId,
     pub(crate) effects: Arc<BTreeMap<String, Arc<dyn Effect>>>,
     pub(crate) capabilities: Arc<BTreeSet<String>>,
-    pub(crate) budget: Option<u64>,
 }
 
 /// An effect to start once the events before it are durable (at once, for idempotent ones).
@@ -199,7 +198,7 @@ impl FlowState {
     /// K3: what the execution may still spend now (its budget, less what is spent and what
     /// running steps hold).
     pub(super) fn budget_remaining(&self) -> Option<u64> {
-        self.env.budget.map(|budget| {
+        self.fold.budget().map(|budget| {
             budget
                 .saturating_sub(self.fold.budget_spent())
                 .saturating_sub(self.fold.held_running())
