@@ -297,6 +297,31 @@ async fn a_deadline_reaches_a_kept_flow_without_replay() {
 }
 
 #[tokio::test]
+async fn parked_state_is_the_fold_of_a_kept_flow_s_log_and_none_for_any_other_execution() {
+    let f = fixture(None);
+    let e = id("kept-state");
+    assert!(f.runtime.parked_state(&e).is_none(), "an unknown execution");
+    f.runtime.start("gates", &2, granted(&e)).await.unwrap();
+    f.runtime.wait(&e).await.unwrap();
+    let log = f.store.read_all(&e).await.unwrap();
+    let folded = ExecutionState::fold(&log).unwrap();
+    assert_eq!(f.runtime.parked_state(&e), Some(folded.clone()));
+    // Asked twice, it is the same, and asking takes nothing away from the kept flow.
+    assert_eq!(f.runtime.parked_state(&e), Some(folded));
+    assert_eq!(f.runtime.parked_in_memory(), 1);
+    for gate in 0..2 {
+        resume(&f.runtime, &e, &format!("k{gate}"), &format!("a{gate}")).await;
+        f.runtime.wait(&e).await.unwrap();
+    }
+    let ended = f.runtime.wait(&e).await.unwrap();
+    assert_eq!(ended.status(), ExecutionStatus::Completed);
+    assert!(
+        f.runtime.parked_state(&e).is_none(),
+        "an ended execution is not kept"
+    );
+}
+
+#[tokio::test]
 async fn a_cancel_ends_a_kept_flow_and_drops_it() {
     let f = fixture(None);
     let e = id("kept-cancel");
