@@ -368,7 +368,7 @@ struct ResumeBody {
     operator: Option<String>,
 }
 
-/// The caller of a resume through the admin API (ADR 0019): the bearer token is what was
+/// The caller of a resume through the admin API (LD-019): the bearer token is what was
 /// verified, so it is the subject; the operator's name, if given, is what they declared.
 fn admin_caller(operator: Option<&str>) -> Result<Caller, ConsoleError> {
     let caller = Caller::new(ADMIN_CALLER)

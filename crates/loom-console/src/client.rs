@@ -161,7 +161,7 @@ impl AdminClient {
     }
 
     /// [`AdminClient::resume`] naming the operator, whom the server's resume authenticator
-    /// sees as the caller's `operator` attribute (ADR 0019).
+    /// sees as the caller's `operator` attribute (LD-019).
     pub async fn resume_by(
         &self,
         id: &str,

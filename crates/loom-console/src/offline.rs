@@ -1,6 +1,6 @@
 //! Verdicts, resumes and cancels on a store that no process runs flows on (the `loom` CLI with
 //! `--store` when the file is free), or on PostgreSQL (where the append's lease and fence keep
-//! it safe beside running workers). See `docs/adr/0011-operator-admin-api.md`.
+//! it safe beside running workers). See `docs/decisions/LD-011-operator-admin-api.md`.
 //!
 //! Without the flow code, the console records exactly the one event the kernel's driver would
 //! record for the request, and only when the fold says the driver would accept it:

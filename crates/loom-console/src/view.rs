@@ -143,7 +143,7 @@ pub struct GateView {
     pub correlation_key: String,
     /// The seq of its `EXECUTION_SUSPENDED`.
     pub seq: u64,
-    /// What the flow asked for with this gate (`ctx.suspend_with_request`, ADR 0018), masked;
+    /// What the flow asked for with this gate (`ctx.suspend_with_request`, LD-018), masked;
     /// absent for a gate that asks nothing.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub request: Option<Value>,
@@ -308,7 +308,7 @@ pub fn state_view(state: &ExecutionState) -> StateView {
     }
 }
 
-/// Fills in the request of each pending gate that has one (ADR 0018), masked, from `log`.
+/// Fills in the request of each pending gate that has one (LD-018), masked, from `log`.
 pub fn gate_requests(
     classification: &DataClassification,
     state: &ExecutionState,

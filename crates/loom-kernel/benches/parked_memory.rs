@@ -5,7 +5,7 @@
 //! 100,000 executions at a gate (after one step), and reports resident memory, the count of
 //! flows kept, threads and CPU over one idle second; then it resumes every execution and
 //! reports how long until all have completed:
-//! - `replay`: `max_parked_in_memory(0)`, the runtime before ADR 0020;
+//! - `replay`: `max_parked_in_memory(0)`, the runtime before LD-020;
 //! - `kept`: `max_parked_in_memory(100_000)`: every parked flow kept.
 //!
 //! Compare the resident memory with `timers_idle`'s `gate` line (100,000 parked at a gate,

@@ -166,7 +166,7 @@ pub struct StepStarted {
     /// The attempt number, from 1.
     pub attempt: u32,
     /// K3: the most the attempt may cost (the effect's `max_cost`), what a `completed` verdict
-    /// charges if the step ends in doubt (ADR 0024). JSON omits it when 0; absent in events
+    /// charges if the step ends in doubt (LD-024). JSON omits it when 0; absent in events
     /// written before the field existed, where it reads as 0.
     #[serde(default, skip_serializing_if = "is_zero")]
     pub max_cost: u64,

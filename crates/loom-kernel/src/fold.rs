@@ -139,7 +139,7 @@ pub struct ExecutionState {
     pending_gates: BTreeMap<String, PendingGate>,
     in_doubt: BTreeSet<String>,
     /// K3: the `max_cost` of steps started with one and without an outcome yet, by step id:
-    /// what a `completed` verdict charges (ADR 0024).
+    /// what a `completed` verdict charges (LD-024).
     held: BTreeMap<String, u64>,
     /// K3: the part of `held` that steps started and not in doubt hold: what the budget cannot
     /// give to another step while they run.
@@ -671,7 +671,7 @@ impl ExecutionState {
                         (Verdict::Failed { .. }, _) => StepStatus::Failed { seq },
                     };
                 }
-                // K3 (ADR 0024): the effect ran, so the step is charged what its attempt held; a
+                // K3 (LD-024): the effect ran, so the step is charged what its attempt held; a
                 // `failed` verdict charges nothing, a `retry` waits for the next outcome.
                 match e.verdict {
                     Verdict::Retry => {}

@@ -3,7 +3,7 @@
 use std::collections::HashMap;
 use std::hash::{BuildHasherDefault, Hasher};
 
-/// A map that is only looked up: see `docs/adr/0002-fold-maps-and-hashing.md`.
+/// A map that is only looked up: see `docs/decisions/LD-002-fold-maps-and-hashing.md`.
 pub(crate) type IdMap<K, V> = HashMap<K, V, BuildHasherDefault<IdHasher>>;
 
 /// A fast, unseeded hash for the short ids the fold looks up (the multiply-rotate scheme of

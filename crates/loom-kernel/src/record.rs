@@ -8,12 +8,12 @@
 //!
 //! JSON is the envelope's public form (exports, tools); inside a store the envelope's structure
 //! is written in a compact binary layout and only the payloads stay JSON text, so reading a log
-//! does not parse field names, escapes and numbers for every event (ADR 0005).
+//! does not parse field names, escapes and numbers for every event (LD-005).
 //!
 //! # Forms, told apart by the first byte
 //! - [`CHECKED_RECORD`] (`0xB2`, written by this build): the marker, the CRC-32C of the body
 //!   (`u32`), then the body. A mismatch is refused as [`DecodeError::ChecksumMismatch`] before
-//!   anything else is read (ADR 0007).
+//!   anything else is read (LD-007).
 //! - [`BINARY_RECORD`] (`0xB1`, earlier builds): the marker, then the body, unchecked.
 //! - `{`: the JSON record of the earliest builds (read by `decode_record` only).
 //!
@@ -37,13 +37,13 @@ use crate::event::*;
 use crate::id::ExecutionId;
 use crate::payload::Payload;
 
-/// The first byte of a binary record without a checksum, as builds before ADR 0007 wrote it
+/// The first byte of a binary record without a checksum, as builds before LD-007 wrote it
 /// (a JSON record starts with `{`). Still read.
 pub const BINARY_RECORD: u8 = 0xB1;
 
 /// The first byte of a checksummed binary record, the form this build writes: the marker,
 /// then the CRC-32C of everything after the checksum (`u32`, little-endian), then the same
-/// layout as a [`BINARY_RECORD`] after its marker. See ADR 0007.
+/// layout as a [`BINARY_RECORD`] after its marker. See LD-007.
 pub const CHECKED_RECORD: u8 = 0xB2;
 
 /// Bytes before a checked record's body: the marker and the checksum.
@@ -66,7 +66,7 @@ pub fn encode_into(bytes: &mut Vec<u8>, event: &Event, recorded_at_ms: Option<u6
     bytes[start + 1..start + CHECKED_HEADER].copy_from_slice(&checksum.to_le_bytes());
 }
 
-/// Encodes `event` as a binary record without a checksum, the form builds before ADR 0007
+/// Encodes `event` as a binary record without a checksum, the form builds before LD-007
 /// wrote (kept for tests of backward compatibility).
 pub fn encode_unchecked(event: &Event, recorded_at_ms: Option<u64>) -> Vec<u8> {
     let mut bytes = vec![BINARY_RECORD];
@@ -92,7 +92,7 @@ fn encode_body(bytes: &mut Vec<u8>, event: &Event, recorded_at_ms: Option<u64>) 
             out.opt_u64(e.budget);
         }
         Event::StepStarted(e) => {
-            // Tag 1 is the layout without `max_cost`, still written when it is 0 (ADR 0024).
+            // Tag 1 is the layout without `max_cost`, still written when it is 0 (LD-024).
             out.u8(if e.max_cost == 0 { 1 } else { 14 });
             out.str(&e.step_id);
             out.str(&e.effect);

@@ -1,4 +1,4 @@
-//! Grain B: the `a2ui.callFunction` effect (ADR 0070, ADR 0008).
+//! Grain B: the `a2ui.callFunction` effect (ADR 0070, LD-008).
 //!
 //! A flow writes `ctx.call("a2ui.callFunction", &input)`; the effect sends a
 //! `callRendererFunction` over the injected [`Transport`] with the step's idempotency key

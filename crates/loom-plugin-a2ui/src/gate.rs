@@ -1,4 +1,4 @@
-//! Grain A: a function call answered through a gate (ADR 0070; durable request, ADR 0008).
+//! Grain A: a function call answered through a gate (ADR 0070; durable request, LD-008).
 //!
 //! `call_and_wait` records the request as a `DECISION_RECORDED` of kind
 //! [`REQUEST_DECISION`] and opens the gate (`A2UIFunctionResult`, keyed by the call id) in the

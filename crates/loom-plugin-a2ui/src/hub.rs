@@ -401,7 +401,7 @@ impl SurfaceHub {
     }
 
     /// [`SurfaceHub::deliver_function_response`] from `caller` (the renderer session the
-    /// application identified), whom the runtime's resume authenticator sees (K12.2, ADR 0019).
+    /// application identified), whom the runtime's resume authenticator sees (K12.2, LD-019).
     pub async fn deliver_function_response_as<S: EventStore>(
         &self,
         runtime: &Runtime<S>,
@@ -468,7 +468,7 @@ impl SurfaceHub {
     }
 
     /// [`SurfaceHub::deliver_action`] from `caller` (the renderer session the application
-    /// identified), whom the runtime's resume authenticator sees (K12.2, ADR 0019).
+    /// identified), whom the runtime's resume authenticator sees (K12.2, LD-019).
     pub async fn deliver_action_as<S: EventStore>(
         &self,
         runtime: &Runtime<S>,

@@ -13,7 +13,7 @@
 //!   late and reconnecting clients (`createSurface` with the current masked model, then live
 //!   updates, no gap, no duplicate) and catches up from the store after a restart.
 //! - Function calls answered by the client: grain A ([`call_and_wait`], a gate whose request is
-//!   durable before it is sent, ADR 0008) and grain B ([`register_a2ui_call_function`], the
+//!   durable before it is sent, LD-008) and grain B ([`register_a2ui_call_function`], the
 //!   `a2ui.callFunction` effect, not idempotent).
 //! - [`delete_surface`]: a flow deletes its surface; the hub sends `deleteSurface` once that is
 //!   durable and ends the surface's subscriptions.

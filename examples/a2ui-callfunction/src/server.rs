@@ -461,7 +461,7 @@ pub(crate) async fn inbound<S: EventStore>(
 }
 
 /// Who a renderer session's messages come from, for the runtime's resume authenticator: the
-/// session the server accepted, never what a message says (ADR 0019).
+/// session the server accepted, never what a message says (LD-019).
 fn renderer_caller(session: u64) -> Caller {
     Caller::new(format!("renderer-session-{session}"))
         .and_then(|caller| caller.with_attribute("via", "a2ui"))

@@ -1,4 +1,4 @@
-//! Resumes through the admin API carry a caller (ADR 0019): the holder of the bearer token is
+//! Resumes through the admin API carry a caller (LD-019): the holder of the bearer token is
 //! the subject (`admin-token`), the operator's declared name an attribute; the runtime's
 //! authenticator decides with both, and a refusal records nothing.
 

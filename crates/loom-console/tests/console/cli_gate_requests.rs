@@ -1,4 +1,4 @@
-//! `loom show` prints what a pending gate asks for (ADR 0018), masked like every payload.
+//! `loom show` prints what a pending gate asks for (LD-018), masked like every payload.
 
 use crate::support::*;
 use loom_kernel::DiskStore;

@@ -1,5 +1,5 @@
 //! `EffectDef::for_handle`: the effect a flow runs through a typed handle, defined with the
-//! handle's name and types (ADR 0023).
+//! handle's name and types (LD-023).
 
 use loom_effect_runtime::{EffectContext, EffectDef, EffectError, EffectRegistry};
 use loom_kernel::conformance::id;

@@ -570,7 +570,7 @@ async fn a_failed_verdict_charges_nothing() {
 }
 
 /// Item 12 across a restart: the step parked in doubt is replayed by a new runtime, which
-/// charges a `completed` verdict the cost its `STEP_STARTED` recorded (ADR 0024).
+/// charges a `completed` verdict the cost its `STEP_STARTED` recorded (LD-024).
 #[tokio::test(start_paused = true)]
 async fn a_completed_verdict_after_a_restart_charges_the_cost_recorded_at_start() {
     let (store, first) = costly_in_doubt();

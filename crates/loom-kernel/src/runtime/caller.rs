@@ -1,4 +1,4 @@
-//! Who is resuming (ADR 0019): the caller's identity, carried by a resume or an inbound message
+//! Who is resuming (LD-019): the caller's identity, carried by a resume or an inbound message
 //! to the resume authenticator (K12.2), which may decide asynchronously.
 //!
 //! The application establishes the identity (a verified token, a session, an operator's

@@ -1,4 +1,4 @@
-//! Child executions, on the runtime's side (ADR 0015): the child's id, the recorded start, the
+//! Child executions, on the runtime's side (LD-015): the child's id, the recorded start, the
 //! marker a parent's gate is resumed with when its child ends, and the in-process links from
 //! children to the parents that wait for them.
 //!

@@ -308,7 +308,7 @@ impl FlowCtx {
     /// A durable timer: waits `duration` from now (read from the runtime's clock once and
     /// recorded), then yields a `null` payload. The timer is the gate `timer#n`; it survives
     /// a crash (after `recover` it fires at its recorded deadline, or at once if that has
-    /// passed), and while it waits the execution holds no task (ADR 0009).
+    /// passed), and while it waits the execution holds no task (LD-009).
     pub fn sleep(&self, duration: std::time::Duration) -> Command {
         self.deadline_gate(
             StepName::Counted("timer".to_owned()),

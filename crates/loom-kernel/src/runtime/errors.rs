@@ -128,7 +128,7 @@ pub enum ResumeError {
     #[error(
         "execution {execution} has no pending gate for ({event_type}, key '{correlation_key}')"
     )]
-    /// No pending gate waits for this event type and key (a resume is never buffered: ADR 0004).
+    /// No pending gate waits for this event type and key (a resume is never buffered: LD-004).
     NoPendingGate {
         /// The execution concerned.
         execution: ExecutionId,

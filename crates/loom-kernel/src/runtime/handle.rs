@@ -1,5 +1,5 @@
 //! Typed effect handles: an effect declared once with its input and output types, used as
-//! `ctx.execute(&CHARGE, &order).await?` (ADR 0023).
+//! `ctx.execute(&CHARGE, &order).await?` (LD-023).
 //!
 //! A handle is a name and two types and nothing else: what is recorded is exactly what
 //! `ctx.execute("charge", &order)` records (the same step id `charge#n`, the same input, the

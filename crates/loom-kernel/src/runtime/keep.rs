@@ -1,4 +1,4 @@
-//! Parked flows kept in memory, so that a resume does not replay history (ADR 0020).
+//! Parked flows kept in memory, so that a resume does not replay history (LD-020).
 //!
 //! When a driver parks (its flow waits only for resumes or verdicts), it hands what it was
 //! driving to this table instead of dropping it: the flow's future and its context, whose
@@ -254,8 +254,8 @@ pub(crate) fn release<S: EventStore>(
 
 impl<S> RuntimeBuilder<S> {
     /// How many parked executions the runtime keeps in memory with their flow, so that their
-    /// next resume, verdict, deadline or cancel goes on without replaying their log (ADR
-    /// 0020). Past the bound, the least recently parked are dropped and replay when needed.
+    /// next resume, verdict, deadline or cancel goes on without replaying their log
+    /// (LD-020). Past the bound, the least recently parked are dropped and replay when needed.
     /// `0` keeps none (every resume replays). The default is
     /// [`DEFAULT_MAX_PARKED_IN_MEMORY`].
     pub fn max_parked_in_memory(mut self, max: usize) -> Self {

@@ -5,12 +5,12 @@
 //! several processes on one store are fenced by the store's expected-seq check. A driver
 //! exits when its execution ends or parks (waits only for resumes or verdicts); a resume,
 //! verdict or cancel starts a new one, which goes on from the parked flow the last one kept in
-//! memory (`keep.rs`, ADR 0020) or, if none is kept, replays the log first.
+//! memory (`keep.rs`, LD-020) or, if none is kept, replays the log first.
 //!
 //! # Time
 //! `ctx.sleep`, `ctx.sleep_until`, `ctx.suspend_with_timeout` and `ctx.first_of` (with a
 //! timeout) record a deadline before the gate that waits for it; one task per runtime serves every pending deadline from one ordered
-//! index, and `recover` arms them again from the logs (`timers.rs`, ADR 0009). A caller cannot
+//! index, and `recover` arms them again from the logs (`timers.rs`, LD-009). A caller cannot
 //! resume a timer, and a resume after a gate's deadline is refused with
 //! [`ResumeError::TimedOut`].
 //!
@@ -18,21 +18,21 @@
 //! `ctx.child` starts a flow as a child execution (`<parent>/<flow>#<n>`) once the parent's
 //! `loom.child` decision and gate are durable, and the child's end resumes that gate; a parent
 //! that ends cancels the children it waits for, and `recover` mends what a crash left between
-//! the two logs (`children.rs`, ADR 0015). `ctx.patched` lets new code run under recorded
-//! executions (`ctx/patched.rs`, ADR 0017).
+//! the two logs (`children.rs`, LD-015). `ctx.patched` lets new code run under recorded
+//! executions (`ctx/patched.rs`, LD-017).
 //!
 //! # Resumes that arrive early
 //! A resume is matched against the gates the flow has opened *so far*; one that matches no
 //! pending gate is refused with [`ResumeError::NoPendingGate`] and nothing is recorded. Loom
 //! does not buffer early resumes: a buffer that is not in the log would be lost in a crash, and
 //! one in the log would be an event the kernel does not have. A sender that can race its own
-//! gate should retry; see `docs/adr/0004-early-resumes-are-refused.md`.
+//! gate should retry; see `docs/decisions/LD-004-early-resumes-are-refused.md`.
 //!
 //! # Recovery and shutdown
 //! `recover` lists, through the store's status index, the executions that need a driver and the
 //! parked ones whose deadlines it arms again: ended executions cost nothing. `shutdown` refuses
 //! new work, lets each driver's append in flight finish, and joins every task the runtime
-//! spawned (ADR 0014).
+//! spawned (LD-014).
 
 mod builder;
 mod caller;
@@ -169,7 +169,7 @@ impl<S: EventStore> Runtime<S> {
     /// last clone of it) releases the store, so a `DiskStore` file can be opened again at
     /// once by the same process. Calling it again (on a clone) is harmless: it waits for the
     /// same tasks. Dropping the returned future before it completes aborts the tasks not
-    /// joined yet. See `docs/adr/0014-shutdown-waits-for-appends-not-effects.md`.
+    /// joined yet. See `docs/decisions/LD-014-shutdown-waits-for-appends-not-effects.md`.
     pub async fn shutdown(self) {
         let _one_at_a_time = self.inner.shutting.lock().await;
         if !self.inner.stop.send_replace(true) {
@@ -309,8 +309,8 @@ impl<S: EventStore> Runtime<S> {
         .await
     }
 
-    /// [`Runtime::resume`] on behalf of `caller`, whom the application has identified (ADR
-    /// 0019): the resume authenticator (K12.2) sees the caller with the request, and may take
+    /// [`Runtime::resume`] on behalf of `caller`, whom the application has identified
+    /// (LD-019): the resume authenticator (K12.2) sees the caller with the request, and may take
     /// its time to decide; a refusal ([`ResumeError::Unauthorized`]) records nothing.
     pub async fn resume_as(
         &self,
@@ -442,7 +442,7 @@ impl<S: EventStore> Runtime<S> {
                 if !seen.insert(summary.id.clone()) {
                     continue;
                 }
-                // A child whose parent ended while waiting for it is cancelled (ADR 0015).
+                // A child whose parent ended while waiting for it is cancelled (LD-015).
                 if children::recover_child(&self.inner, &summary.id).await {
                     report.started += 1;
                     continue;
@@ -456,7 +456,7 @@ impl<S: EventStore> Runtime<S> {
                         // Parked: its pending deadlines are armed from the log, with no driver
                         // (the one that fires them replays the flow).
                         // Its awaited children are started if missing, their ends
-                        // delivered if they have ended (ADR 0015).
+                        // delivered if they have ended (LD-015).
                         let armed = match children::recover_parent(&self.inner, &summary.id, &state)
                             .await
                         {
@@ -609,7 +609,7 @@ impl<S: EventStore> Runtime<S> {
     /// [`Runtime::inbound`] on behalf of `caller`, whom the application has identified (the
     /// message itself is not trusted to say): the handler sees the caller
     /// ([`InboundHandler::handle_from`]), and the resume or start it asks for is decided by
-    /// the resume authenticator for that caller (ADR 0019).
+    /// the resume authenticator for that caller (LD-019).
     pub async fn inbound_as(
         &self,
         caller: &Caller,

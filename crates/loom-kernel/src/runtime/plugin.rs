@@ -96,7 +96,7 @@ pub trait InboundHandler: Send + Sync + 'static {
     /// Reads a message; `Err(reason)` refuses it and nothing is done.
     fn handle(&self, message: &serde_json::Value) -> Result<Inbound, String>;
 
-    /// Reads a message sent by `caller` (established by the application, ADR 0019). By
+    /// Reads a message sent by `caller` (established by the application, LD-019). By
     /// default the caller does not matter: [`InboundHandler::handle`].
     fn handle_from(
         &self,

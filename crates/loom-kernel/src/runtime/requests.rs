@@ -1,4 +1,4 @@
-//! Durable gate requests (ADR 0018): finding the requests whose gates still wait.
+//! Durable gate requests (LD-018): finding the requests whose gates still wait.
 //!
 //! A flow records a request with its gate ([`crate::runtime::FlowCtx::suspend_with_request`]):
 //! a `DECISION_RECORDED` of kind [`REQUEST_KIND`] under the step id `<gate id>:request`, in the
@@ -119,7 +119,7 @@ pub async fn pending_requests<S: EventStore>(
 }
 
 impl<S: EventStore> Runtime<S> {
-    /// Every request whose gate still waits, in this runtime's store (ADR 0018): after a
+    /// Every request whose gate still waits, in this runtime's store (LD-018): after a
     /// restart, send each again with its correlation key; the gate is resumed once, whoever
     /// answers first. Costs in proportion to the suspended and in-doubt executions.
     pub async fn pending_requests(&self) -> Result<Vec<PendingRequest>, FoldStoredError> {

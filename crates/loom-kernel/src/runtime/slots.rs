@@ -33,7 +33,7 @@ pub(crate) struct Inner<S> {
     pub(crate) classification: Arc<DataClassification>,
     /// The pending deadlines of every execution, served by one task.
     pub(crate) timers: Arc<timers::Timers>,
-    /// Children awaited by parents in this process (ADR 0015).
+    /// Children awaited by parents in this process (LD-015).
     pub(crate) children: children::Children,
     pub(crate) slots: Mutex<HashMap<ExecutionId, Slot>>,
     /// Set by [`Runtime::shutdown`]: no new work is accepted, and drivers exit once their
@@ -43,7 +43,7 @@ pub(crate) struct Inner<S> {
     pub(crate) tasks: Mutex<tokio::task::JoinSet<()>>,
     /// Held while a shutdown joins the tasks, so a second one waits for the first.
     pub(crate) shutting: tokio::sync::Mutex<()>,
-    /// Parked flows kept in memory, resumed without replay (ADR 0020).
+    /// Parked flows kept in memory, resumed without replay (LD-020).
     pub(crate) kept: keep::KeptFlows,
 }
 
@@ -228,7 +228,7 @@ impl<S: EventStore> Inner<S> {
                         detail,
                     })
                 });
-                // A child's end goes to the parent that waits for it (ADR 0015).
+                // A child's end goes to the parent that waits for it (LD-015).
                 if let Ok(Exit::Ended(state)) = &outcome {
                     children::ended(&inner, &id, state).await;
                 }

@@ -1,5 +1,5 @@
 //! Durable timers: the clock seam, and the one ordered index of pending deadlines that one task
-//! serves (see `docs/adr/0009-durable-timers.md`).
+//! serves (see `docs/decisions/LD-009-durable-timers.md`).
 //!
 //! A deadline is recorded in the log (a `DECISION_RECORDED` of kind [`DEADLINE_KIND`] just
 //! before its gate's `EXECUTION_SUSPENDED`), so nothing here is durable state: after a restart

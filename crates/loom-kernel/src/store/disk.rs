@@ -11,7 +11,7 @@
 //!   `"feed_next"`, the next feed position.
 //!
 //! Every table but `events` and `meta` is written in the same transaction as the events it
-//! describes (layout 2, ADR 0007). A layout 1 file (`events`, `heads`, `meta`) is brought to
+//! describes (layout 2, LD-007). A layout 1 file (`events`, `heads`, `meta`) is brought to
 //! layout 2 when first opened for writing.
 //!
 //! # Group commit

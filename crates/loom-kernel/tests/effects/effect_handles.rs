@@ -1,4 +1,4 @@
-//! Typed effect handles (ADR 0023): declared once with their types, used as
+//! Typed effect handles (LD-023): declared once with their types, used as
 //! `ctx.execute(&HANDLE, &input)`, recording exactly what a name records; a declared effect that
 //! nothing registered refuses the composition.
 

@@ -1,4 +1,4 @@
-//! Who is resuming (ADR 0019): a resume and an inbound message carry the caller the
+//! Who is resuming (LD-019): a resume and an inbound message carry the caller the
 //! application identified to the resume authenticator (K12.2), which may await its decision;
 //! a refusal, a panic or a decision that never comes records nothing; a message cannot claim
 //! its own caller; an inbound handler can start an execution, under the same decision and with

@@ -1,4 +1,4 @@
-//! Child executions (ADR 0015): `ctx.child` starts a flow as a child with a deterministic id
+//! Child executions (LD-015): `ctx.child` starts a flow as a child with a deterministic id
 //! and awaits its end; a cancel of the parent reaches the child; a crash at any point, played
 //! by a log cut at that point and a new runtime that recovers, loses nothing and starts no
 //! child twice; replay is deterministic; careless or hostile callers get typed errors.

@@ -1,4 +1,4 @@
-//! Durable gate requests (ADR 0018): `ctx.suspend_with_request` records what the flow asks the
+//! Durable gate requests (LD-018): `ctx.suspend_with_request` records what the flow asks the
 //! outside for in the batch of its gate, before the gate; a new runtime on the same store
 //! lists the pending request with the same correlation key; replay serves the recorded request;
 //! a request the log could not hold is refused when it is made; hostile callers (a resume of a

@@ -1,4 +1,4 @@
-//! Durable gate requests across a real crash (ADR 0018): a child process starts executions
+//! Durable gate requests across a real crash (LD-018): a child process starts executions
 //! that each record a request with their gate on the disk store, and is killed with SIGKILL
 //! at varied moments (while they start, once all of them wait). The next process recovers,
 //! lists every pending request with the key the first process minted, sends each again (to a

@@ -1,4 +1,4 @@
-//! Parked flows kept in memory (ADR 0020): every message a parked execution can receive
+//! Parked flows kept in memory (LD-020): every message a parked execution can receive
 //! (resume, verdict, deadline, cancel) goes on from the kept flow without replaying its log;
 //! the bound evicts the least recently parked, which replay and end the same; a log that moved
 //! under a kept flow (another runtime on the store) is replayed, never appended to stale;

@@ -1,4 +1,4 @@
-//! Durable timers and gates with a deadline (ADR 0009): `ctx.sleep`, `ctx.sleep_until` and
+//! Durable timers and gates with a deadline (LD-009): `ctx.sleep`, `ctx.sleep_until` and
 //! `ctx.suspend_with_timeout`, on a manual clock so that no test waits for real time.
 //! The deadline is recorded once; replay serves it without the clock; a pending timer
 //! survives a new runtime on the same store; whichever of a resume and a deadline comes first

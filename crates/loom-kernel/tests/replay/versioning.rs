@@ -1,4 +1,4 @@
-//! Changing a flow's code under recorded executions with `ctx.patched` (ADR 0017): executions
+//! Changing a flow's code under recorded executions with `ctx.patched` (LD-017): executions
 //! recorded by the old code replay the old branch and complete under the new code; new ones
 //! take the new branch and record it; an unguarded change is a divergence.
 

@@ -175,7 +175,7 @@ async fn a_layout_1_file_is_indexed_when_opened() {
 /// `STEP_STARTED` as earlier builds wrote it (type tag 1, no `max_cost`) reads with
 /// `max_cost` 0, and this build still writes tag 1, byte for byte, when `max_cost` is 0; with a
 /// cost it writes tag 14, and a record cut before the cost is an error, not an old record. The
-/// JSON form leaves out a `maxCost` of 0 and reads its absence as 0 (ADR 0024).
+/// JSON form leaves out a `maxCost` of 0 and reads its absence as 0 (LD-024).
 #[test]
 fn step_started_records_without_a_max_cost_read_back_as_costing_nothing() {
     use loom_kernel::{Event, StepStarted};

@@ -1,5 +1,5 @@
 //! What a flow queues in one poll is appended in one batch, so it becomes durable together.
-//! The A2UI plugin relies on this for grain-A function calls (ADR 0008): the request, recorded
+//! The A2UI plugin relies on this for grain-A function calls (LD-008): the request, recorded
 //! as a decision, and the gate that waits for its answer are durable together or not at all.
 
 use std::sync::{Arc, Mutex};

@@ -374,7 +374,7 @@ fn resolved_in_doubt(max_cost: u64, verdict: Verdict) -> ExecutionState {
     ExecutionState::fold(&log(events)).unwrap()
 }
 
-/// Item 12 (ADR 0024): a `completed` verdict says the effect ran; the fold charges the
+/// Item 12 (LD-024): a `completed` verdict says the effect ran; the fold charges the
 /// `max_cost` its `STEP_STARTED` recorded. A `failed` verdict charges nothing; a `retry`
 /// charges nothing until the next attempt's outcome.
 #[test]

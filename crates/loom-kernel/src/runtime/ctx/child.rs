@@ -1,4 +1,4 @@
-//! `ctx.child`: a flow starts another flow and awaits its end (ADR 0015). The flow side: the
+//! `ctx.child`: a flow starts another flow and awaits its end (LD-015). The flow side: the
 //! command (a `loom.child` decision then a `loom.child` gate), its replay, and the resume the
 //! runtime records when the child ends. The runtime side is `runtime/children.rs`.
 

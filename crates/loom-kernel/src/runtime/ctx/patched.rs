@@ -1,5 +1,5 @@
 //! `ctx.patched`: changing a flow's code under executions that are running or parked
-//! (ADR 0017). New executions take the new branch and record that they did; recorded ones that
+//! (LD-017). New executions take the new branch and record that they did; recorded ones that
 //! passed that point without it replay the old branch.
 
 use super::{FlowCtx, StepError};

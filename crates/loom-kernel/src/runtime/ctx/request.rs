@@ -1,4 +1,4 @@
-//! Gates that carry a request (ADR 0018): what the flow asks the outside for, recorded in the
+//! Gates that carry a request (LD-018): what the flow asks the outside for, recorded in the
 //! log just before the gate that waits for the answer.
 //!
 //! A requested gate is two events (three with a timeout), queued in one poll and therefore

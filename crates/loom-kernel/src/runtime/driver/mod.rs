@@ -11,7 +11,7 @@
 //! Idempotent effects may run before the events that led to them are durable: after a crash
 //! they are simply run again with the same idempotency key. Anything a caller or an operator
 //! can observe (a resume accepted, a verdict, the end of the execution, parking) waits until
-//! the events behind it are durable. See `docs/adr/0003-durability-barriers.md`.
+//! the events behind it are durable. See `docs/decisions/LD-003-durability-barriers.md`.
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -66,7 +66,7 @@ pub(crate) enum DriverMsg {
     /// The timer task: the deadline of `gate_id` has passed. Unanswered: a deadline whose gate
     /// no longer waits for it is ignored.
     Deadline { gate_id: String, deadline_ms: u64 },
-    /// A child this execution waits for has ended; `payload` is its marker (ADR 0015).
+    /// A child this execution waits for has ended; `payload` is its marker (LD-015).
     /// Unanswered: an end whose gate no longer waits is ignored.
     ChildEnded {
         child: ExecutionId,
@@ -435,7 +435,7 @@ fn handle(
     }
 }
 
-/// Starts a child whose gate is durable, on its own task (ADR 0015).
+/// Starts a child whose gate is durable, on its own task (LD-015).
 fn start_child<S: EventStore>(inner: &Arc<Inner<S>>, execution: &ExecutionId, start: ChildStart) {
     let (gate_id, spec) = start;
     inner.spawn(children::ensure(

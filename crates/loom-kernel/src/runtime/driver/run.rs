@@ -382,7 +382,7 @@ impl<S: EventStore> Run<S> {
                         .timers
                         .disarm(&self.execution, &gate_id, deadline_ms);
                 }
-                // Nor will its children's ends: they are cancelled (ADR 0015).
+                // Nor will its children's ends: they are cancelled (LD-015).
                 let orphans = self.ctx.state().pending_children();
                 children::cancel_orphans(&self.inner, &self.execution, orphans);
                 return Ok(Settled::Exit(Exit::Ended(Box::new(

@@ -1,4 +1,4 @@
-//! A child's end (ADR 0015): the gate that waits for it is resumed with its marker; and the
+//! A child's end (LD-015): the gate that waits for it is resumed with its marker; and the
 //! children whose gates were opened, for the driver to start, or to cancel when the parent
 //! ends.
 

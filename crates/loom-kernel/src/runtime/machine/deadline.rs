@@ -1,4 +1,4 @@
-//! Deadlines (ADR 0009): those armed by gates opened (or replayed as pending) and disarmed by
+//! Deadlines (LD-009): those armed by gates opened (or replayed as pending) and disarmed by
 //! resumes, for the driver to hand to the runtime's timer index, and a deadline that passed,
 //! which closes its gate (or every gate of its `first_of`) with the timeout marker.
 

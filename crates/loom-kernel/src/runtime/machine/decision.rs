@@ -1,6 +1,6 @@
 //! Commands that record a value: a decision read from the world once (ADR 0016: `now`,
 //! `random`, `uuid`, `decide`), a surface patch, and the `loom.patch` marker of
-//! `ctx.patched` (ADR 0017). Served from the history while it lasts,
+//! `ctx.patched` (LD-017). Served from the history while it lasts,
 //! else recorded live.
 
 use serde::Serialize;
@@ -77,7 +77,7 @@ impl FlowState {
         Ok(())
     }
 
-    /// `ctx.patched(change_id)` (ADR 0017): `true` live (recorded) or where the log has the
+    /// `ctx.patched(change_id)` (LD-017): `true` live (recorded) or where the log has the
     /// marker, `false` where the log goes on (or ended) without it; one answer per run.
     pub(crate) fn patched(&mut self, change_id: &str) -> Result<bool, StepError> {
         if let Some(answer) = self.patches.get(change_id) {

@@ -1,5 +1,5 @@
 //! The write side's appends: one in flight at a time, the replies that wait for it, and what
-//! its durability releases (ADR 0003).
+//! its durability releases (LD-003).
 
 use super::{Batch, Durable, Held, Machine, Ready};
 

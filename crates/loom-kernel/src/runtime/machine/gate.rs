@@ -211,7 +211,7 @@ impl FlowState {
         Ok(None)
     }
 
-    /// A gate with a request (ADR 0018): the request's decision under `<gate id>:request`,
+    /// A gate with a request (LD-018): the request's decision under `<gate id>:request`,
     /// then the deadline if `live` is given, then the gate, in one batch.
     pub(crate) fn requested_gate(
         &mut self,
@@ -285,7 +285,7 @@ impl FlowState {
         Ok(())
     }
 
-    /// A child execution (ADR 0015): its id derived from the gate `child:<flow>#<n>`, its
+    /// A child execution (LD-015): its id derived from the gate `child:<flow>#<n>`, its
     /// `loom.child` decision (what to start, checked on replay) and its gate; live, the child
     /// is queued for the driver to start once the gate is durable. `child` gets its id.
     pub(crate) fn child(

@@ -1,8 +1,8 @@
-//! The driver's decisions, without I/O (ADR 0022).
+//! The driver's decisions, without I/O (LD-022).
 //!
 //! The machine has two halves, both free of I/O, with one file per kind of transition:
 //! - the flow's side, [`FlowState`] (`state.rs`): the execution's one state, the fold of its
-//!   log extended by every event as it is issued (ADR 0025), and beside it, keyed by its ids,
+//!   log extended by every event as it is issued (LD-025), and beside it, keyed by its ids,
 //!   the recorded history still to replay, what the steps running or in doubt and the open
 //!   gates need that the fold has no place for, and each command's slot, which the flow's
 //!   `FlowCtx` awaits. `FlowCtx` only turns a call into a command for it (a step:
@@ -13,7 +13,7 @@
 //! - the write side, [`Machine`] (this file): what a live driver knows beyond the flow's
 //!   state: the durable head, the events queued for the next append, the append in
 //!   flight (`durable.rs`), the replies that wait for their events to be durable, and the
-//!   effects and children held until the events before them are durable (ADR 0003). The driver
+//!   effects and children held until the events before them are durable (LD-003). The driver
 //!   feeds it the commands the flow issued (`command.rs`), an append that became durable or
 //!   failed, the flow's end, a cancel, and carries out what it returns (an append to write,
 //!   effects to start, children to start, replies to send).
@@ -117,7 +117,7 @@ pub(crate) struct Machine<R, D, C> {
     in_flight: Option<(Vec<R>, u64)>,
     /// Effects held until the log's head reaches the position beside them.
     held: Vec<(u64, D)>,
-    /// Children held the same way (ADR 0015).
+    /// Children held the same way (LD-015).
     held_children: Vec<(u64, C)>,
     /// The terminal event is queued (or durable): nothing more is recorded.
     ended: bool,

@@ -1,4 +1,4 @@
-//! An operator's verdict on a step in doubt (ADR 0006): completed, failed, or run again.
+//! An operator's verdict on a step in doubt (LD-006): completed, failed, or run again.
 
 use super::command::unknown_effect;
 use super::state::FlowState;
@@ -23,7 +23,7 @@ impl FlowState {
             return Err(VerdictMiss::NotInDoubt);
         }
         let step = self.steps.remove(step_id).ok_or(VerdictMiss::NotInDoubt)?;
-        // The fold charges a `completed` verdict what the step held (ADR 0024).
+        // The fold charges a `completed` verdict what the step held (LD-024).
         self.issue(Event::EffectResolved(EffectResolved {
             step_id: step_id.to_owned(),
             verdict: verdict.clone(),
