@@ -82,7 +82,8 @@ pub struct Receipt {
     pub reserved_at_ms: u64,
     /// The payload the approval gate was resumed with.
     pub approval: Value,
-    /// The amount the non-idempotent `charge` effect charged.
+    /// The amount the non-idempotent `charge` effect charged, in cents (money, not the
+    /// execution's budget units).
     pub charged: u64,
     /// The idempotency key the charge was made with: the payment provider's dedup key.
     pub payment_key: String,

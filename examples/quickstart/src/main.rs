@@ -184,7 +184,7 @@ async fn run<S: EventStore>(store: S, label: &str) -> Result<()> {
         let state = rt.wait_ended(id).await?;
         let receipt: Receipt = output(&state, id)?;
         println!(
-            "  {id}: {}, reservation {}, charged {} with key {}, \"{}\"",
+            "  {id}: {}, reservation {}, charged {} cents with key {}, \"{}\"",
             state.status(),
             receipt.reservation,
             receipt.charged,
@@ -194,6 +194,10 @@ async fn run<S: EventStore>(store: S, label: &str) -> Result<()> {
     }
 
     println!("\nEvery execution in the store, each folded from its log:");
+    println!(
+        "(spent/budget: cost units of the execution's budget (K3), reserve costs 1 and charge 2; \
+         not money, which `charge` counts in cents)"
+    );
     println!(
         "  {:<19} {:>6}  {:<10} {:<11} {:>12}  pending gates",
         "id", "events", "status", "flow", "spent/budget"
