@@ -273,11 +273,148 @@ fn run_program(root: &Path, program: &str, args: &[&str]) -> Result<()> {
     Ok(())
 }
 
-/// The test command. The PostgreSQL store's tests use the server `cargo xtask pg-up` started
-/// (they say loudly that they were skipped when none runs); the reference renderer's checks run
-/// as `cargo xtask interop`.
+/// The test command: every test of the workspace, the PostgreSQL and browser tests included
+/// whenever this machine can run them. The PostgreSQL tests use the server that
+/// `LOOM_TEST_POSTGRES_URL` names or `cargo xtask pg-up` started; with neither, a throwaway
+/// cluster is started for the run and stopped after it, when PostgreSQL's server programs are
+/// installed. A test that cannot run writes a line to a file this command names
+/// (`LOOM_SKIPPED_TESTS_FILE`), and the run ends with a summary of them, since cargo hides a
+/// passing test's stderr; under `CI` a skipped test fails the run. The reference renderer's
+/// checks run as `cargo xtask interop`.
 fn test(root: &Path) -> Result<()> {
-    cargo(root, &["test", "--workspace"])
+    let skipped_file = root.join("target/xtask-test-skipped");
+    std::fs::create_dir_all(root.join("target"))?;
+    match std::fs::remove_file(&skipped_file) {
+        Err(error) if error.kind() != std::io::ErrorKind::NotFound => {
+            return Err(error).with_context(|| format!("removing {}", skipped_file.display()));
+        }
+        _ => {}
+    }
+    let started_postgres = postgres_for_tests(root);
+    let mut command = cargo_command(root, &["test", "--workspace"]);
+    command.env(loom_store_postgres::SKIPPED_TESTS_VAR, &skipped_file);
+    let status = command.status().context("running cargo test");
+    if started_postgres && let Err(error) = pg::down(root) {
+        eprintln!("xtask: stopping the PostgreSQL cluster started for the tests: {error:#}");
+    }
+    let status = status?;
+    if !status.success() {
+        eprintln!("xtask: `cargo test --workspace` failed: {status}");
+        std::process::exit(status.code().unwrap_or(1));
+    }
+    let skipped = SkippedTests::read(&skipped_file)?;
+    if skipped.is_empty() {
+        if started_postgres {
+            eprintln!("xtask: every test ran (PostgreSQL on a cluster started for this run)");
+        } else {
+            eprintln!("xtask: every test ran");
+        }
+        return Ok(());
+    }
+    eprintln!("\nxtask: {}", skipped.summary());
+    if std::env::var_os("CI").is_some_and(|value| !value.is_empty()) {
+        anyhow::bail!("tests did not run under CI; install what they need");
+    }
+    Ok(())
+}
+
+/// Makes sure the PostgreSQL tests have a server; returns whether one was started for this run
+/// (to be stopped after it). Without a server and without PostgreSQL's programs it starts
+/// nothing: the tests then skip, and the run's summary says so.
+fn postgres_for_tests(root: &Path) -> bool {
+    let configured =
+        std::env::var(loom_store_postgres::URL_VAR).is_ok_and(|url| !url.trim().is_empty());
+    if configured || pg::running(root).is_some() {
+        return false;
+    }
+    if !pg::installed() {
+        return false;
+    }
+    eprintln!("xtask: no PostgreSQL server configured; starting one for this run");
+    match pg::up(root) {
+        Ok(()) => true,
+        Err(error) => {
+            eprintln!("xtask: could not start PostgreSQL for the tests: {error:#}");
+            false
+        }
+    }
+}
+
+/// The tests that did not run, from the lines they wrote (`<what it lacked>\t<test>`).
+#[derive(Debug, Default)]
+struct SkippedTests {
+    postgresql: std::collections::BTreeSet<String>,
+    chromium: std::collections::BTreeSet<String>,
+    other: std::collections::BTreeSet<String>,
+}
+
+impl SkippedTests {
+    fn read(path: &Path) -> Result<Self> {
+        let text = match std::fs::read_to_string(path) {
+            Ok(text) => text,
+            Err(error) if error.kind() == std::io::ErrorKind::NotFound => String::new(),
+            Err(error) => {
+                return Err(error).with_context(|| format!("reading {}", path.display()));
+            }
+        };
+        let mut skipped = Self::default();
+        for line in text.lines().filter(|line| !line.trim().is_empty()) {
+            let (lacking, test) = line.split_once('\t').unwrap_or(("", line));
+            let set = match lacking {
+                "postgresql" => &mut skipped.postgresql,
+                "chromium" => &mut skipped.chromium,
+                _ => &mut skipped.other,
+            };
+            set.insert(test.to_owned());
+        }
+        Ok(skipped)
+    }
+
+    fn is_empty(&self) -> bool {
+        self.postgresql.is_empty() && self.chromium.is_empty() && self.other.is_empty()
+    }
+
+    /// One paragraph: how many did not run, and what to install or set.
+    fn summary(&self) -> String {
+        let count =
+            |n: usize, what: &str| format!("{n} {what} test{}", if n == 1 { "" } else { "s" });
+        let mut parts = Vec::new();
+        let mut fixes = Vec::new();
+        if !self.postgresql.is_empty() {
+            parts.push(count(self.postgresql.len(), "PostgreSQL"));
+            fixes.push(format!(
+                "install PostgreSQL's server (`apt-get install postgresql`: this command then \
+                 starts a throwaway cluster itself) or set {} to a server's URL",
+                loom_store_postgres::URL_VAR
+            ));
+        }
+        if !self.chromium.is_empty() {
+            parts.push(count(self.chromium.len(), "browser"));
+            fixes.push("install Chromium (`apt-get install chromium`)".to_owned());
+        }
+        if !self.other.is_empty() {
+            parts.push(count(self.other.len(), "other"));
+        }
+        let mut names: Vec<&str> = self
+            .postgresql
+            .iter()
+            .chain(&self.chromium)
+            .chain(&self.other)
+            .map(String::as_str)
+            .collect();
+        let more = names.len().saturating_sub(5);
+        names.truncate(5);
+        let mut text = format!(
+            "{} did not run: {}.\n  not run: {}",
+            parts.join(" and "),
+            fixes.join("; "),
+            names.join(", ")
+        );
+        if more > 0 {
+            text.push_str(&format!(" and {more} more"));
+        }
+        text
+    }
 }
 
 /// `--postgres <URL>` (and `--schema <NAME>`, default `loom`) taken out of replay-check's
@@ -324,6 +461,19 @@ fn workspace_root() -> Result<PathBuf> {
 
 /// Runs `cargo <args>` in `root`; if it fails, exits with its exit code.
 fn cargo(root: &Path, args: &[&str]) -> Result<()> {
+    let status = cargo_command(root, args)
+        .status()
+        .context("running cargo")?;
+    if !status.success() {
+        // Exit with cargo's own code, so that a caller (CI) sees the same failure.
+        eprintln!("xtask: `cargo {}` failed: {status}", args.join(" "));
+        std::process::exit(status.code().unwrap_or(1));
+    }
+    Ok(())
+}
+
+/// `cargo <args>` in `root`, printed first, with the toolchain and colour choice of this run.
+fn cargo_command(root: &Path, args: &[&str]) -> Command {
     // Cargo sets CARGO to its own path for the programs it runs: use the same toolchain.
     let program = std::env::var_os("CARGO").unwrap_or_else(|| OsString::from("cargo"));
     eprintln!("$ cargo {}", args.join(" "));
@@ -339,13 +489,39 @@ fn cargo(root: &Path, args: &[&str]) -> Result<()> {
         };
         command.env("CARGO_TERM_COLOR", color);
     }
-    let status = command
-        .status()
-        .with_context(|| format!("running {}", Path::new(&program).display()))?;
-    if !status.success() {
-        // Exit with cargo's own code, so that a caller (CI) sees the same failure.
-        eprintln!("xtask: `cargo {}` failed: {status}", args.join(" "));
-        std::process::exit(status.code().unwrap_or(1));
+    command
+}
+
+#[cfg(test)]
+mod tests {
+    use super::SkippedTests;
+
+    #[test]
+    fn skipped_tests_are_counted_by_what_they_lacked_and_named() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("skipped");
+        std::fs::write(
+            &path,
+            "postgresql\ta\npostgresql\tb\nchromium\tc\npostgresql\ta\n\n",
+        )
+        .unwrap();
+        let skipped = SkippedTests::read(&path).unwrap();
+        let summary = skipped.summary();
+        assert!(
+            summary.starts_with("2 PostgreSQL tests and 1 browser test did not run"),
+            "{summary}"
+        );
+        assert!(summary.contains("apt-get install chromium"), "{summary}");
+        assert!(summary.contains("not run: a, b, c"), "{summary}");
     }
-    Ok(())
+
+    #[test]
+    fn no_file_means_nothing_was_skipped() {
+        let dir = tempfile::tempdir().unwrap();
+        assert!(
+            SkippedTests::read(&dir.path().join("none"))
+                .unwrap()
+                .is_empty()
+        );
+    }
 }

@@ -75,17 +75,44 @@ fn free_port() -> Result<u16> {
     Ok(listener.local_addr()?.port())
 }
 
+/// Whether PostgreSQL's server programs are installed here.
+pub fn installed() -> bool {
+    bin_dir().is_ok()
+}
+
+/// The URL of the cluster an earlier `pg-up` started, if it still runs.
+pub fn running(root: &Path) -> Option<String> {
+    let state = state_dir(root);
+    let url = std::fs::read_to_string(state.join("url")).ok()?;
+    let data = std::fs::read_to_string(state.join("datadir")).ok()?;
+    let bin = bin_dir().ok()?;
+    if !Path::new(data.trim()).exists() {
+        return None;
+    }
+    let mut status = if is_root() {
+        let mut command = Command::new("runuser");
+        command
+            .args(["-u", "postgres", "--"])
+            .arg(bin.join("pg_ctl"));
+        command
+    } else {
+        Command::new(bin.join("pg_ctl"))
+    };
+    let up = status
+        .args(["-D", data.trim(), "status"])
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .status()
+        .is_ok_and(|status| status.success());
+    up.then(|| url.trim().to_owned())
+}
+
 /// Starts a throwaway cluster unless one from an earlier `pg-up` still runs.
 pub fn up(root: &Path) -> Result<()> {
     let state = state_dir(root);
     let bin = bin_dir()?;
-    if let (Ok(url), Ok(data)) = (
-        std::fs::read_to_string(state.join("url")),
-        std::fs::read_to_string(state.join("datadir")),
-    ) && Path::new(data.trim()).exists()
-        && run_pg(&bin.join("pg_ctl"), &["-D", data.trim(), "status"]).is_ok()
-    {
-        eprintln!("PostgreSQL already up: {}", url.trim());
+    if let Some(url) = running(root) {
+        eprintln!("PostgreSQL already up: {url}");
         return Ok(());
     }
     std::fs::create_dir_all(&state)?;

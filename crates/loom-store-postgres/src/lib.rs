@@ -53,6 +53,8 @@ pub use config::PostgresStoreConfig;
 pub use error::ConnectError;
 pub use schema::SCHEMA_VERSION;
 pub use store::PostgresStore;
-pub use testing::{REQUIRE_VAR, URL_VAR, fresh_schema, fresh_store, server_url, url_file};
+pub use testing::{
+    REQUIRE_VAR, SKIPPED_TESTS_VAR, URL_VAR, fresh_schema, fresh_store, server_url, url_file,
+};
 #[doc(hidden)]
 pub use writer::Faults;

@@ -21,6 +21,23 @@ pub fn chromium_or_skip(test: &str) -> Option<&'static str> {
             "LOOM_REQUIRE_CHROMIUM is set and no Chromium is installed"
         );
         eprintln!("\n*** SKIPPED {test}: no Chromium (apt-get install chromium)\n");
+        record_skip(test);
     }
     found
+}
+
+/// Appends `chromium\t<test>` to the file `LOOM_SKIPPED_TESTS_FILE` names (`cargo xtask test`
+/// sets it and sums the skipped tests up at the end, since cargo hides a passing test's stderr).
+fn record_skip(test: &str) {
+    use std::io::Write;
+    let Some(path) = std::env::var_os("LOOM_SKIPPED_TESTS_FILE") else {
+        return;
+    };
+    let file = std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(path);
+    if let Ok(mut file) = file {
+        let _ = file.write_all(format!("chromium\t{test}\n").as_bytes());
+    }
 }
