@@ -93,7 +93,7 @@ pub fn summary(outcomes: &[Outcome]) -> String {
         text.push_str(&format!("{breakage}\n"));
     }
     text.push_str(
-        "Guard the change with ctx.patched(\"<change id>\"), or register it as a new flow version (docs/VERSIONING.md).\n",
+        "If this program's flows recorded these executions, guard the change with ctx.patched(\"<change id>\"), or register it as a new flow version (docs/VERSIONING.md).\nIf another program recorded them (its flows share these names), check them with that program's own replay-check (docs/REPLAY-CHECK.md, \"Checking your own flows\").\n",
     );
     text
 }

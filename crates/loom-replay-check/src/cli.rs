@@ -3,7 +3,8 @@
 //! Exit codes of `replay-check`: 0 when every execution checked replays as recorded, 1 when at
 //! least one diverges, 2 when the check could not run (a source that cannot be read, flows that
 //! do not compose) or could not check some execution (an invalid or unsupported log, a flow
-//! that is not registered) and found no divergence.
+//! that is not registered) and found no divergence, or refused a source holding executions of
+//! flows the program does not have (it checks nothing then: another program recorded them).
 
 use std::ffi::OsString;
 use std::io::IsTerminal;
@@ -231,7 +232,7 @@ where
         let ids = runtime.block_on(store_ids(&store, &only))?;
         let source: Source<S> = Source::Any(store, ids);
         Ok::<_, BoxError>(finish(
-            &runtime, source, checker, &args, jobs, label, started,
+            &runtime, source, checker, flows, &args, jobs, label, started,
         ))
     })();
     match outcome {
@@ -342,15 +343,19 @@ fn run(flows: &FlowSet, args: &CheckArgs) -> Result<u8, BoxError> {
         (None, None) => return Err("give --store <PATH> or --logs <DIR>".into()),
     };
     Ok(finish(
-        &runtime, source, checker, args, jobs, &label, started,
+        &runtime, source, checker, flows, args, jobs, &label, started,
     ))
 }
 
-/// Checks everything `source` holds, prints the report, and returns the exit status.
+/// Checks everything `source` holds, prints the report, and returns the exit status. A source
+/// holding executions of flows that `flows` does not have is refused as a whole (exit 2): it
+/// was written by another program, whose own flows must check it.
+#[allow(clippy::too_many_arguments)]
 fn finish<S: EventStore + Clone>(
     runtime: &tokio::runtime::Runtime,
     source: Source<S>,
     checker: Arc<Checker>,
+    flows: &FlowSet,
     args: &CheckArgs,
     jobs: usize,
     label: &str,
@@ -363,6 +368,15 @@ fn finish<S: EventStore + Clone>(
     let progress = Progress::new(total as u64, args.json);
     let outcomes = runtime.block_on(check_all(source, checker, args, jobs, &progress));
     progress.finish();
+    let unknown = UnknownFlows::find(flows, &outcomes);
+    if !unknown.is_empty() {
+        if args.json {
+            println!("{}", unknown.to_json(label));
+        } else {
+            eprintln!("replay-check: {}", unknown.sentence(label));
+        }
+        return 2;
+    }
     let report = Report::new(outcomes, started.elapsed().as_secs_f64());
     if args.json {
         println!("{}", report.to_json(label));
@@ -486,6 +500,82 @@ async fn check_all<S: EventStore + Clone>(
     let ((), mut outcomes) = futures::join!(spawner, collect);
     outcomes.sort_by(|a, b| a.execution.cmp(&b.execution));
     outcomes
+}
+
+/// The flows a source holds executions of that the checking program does not have, with how
+/// many executions each; and the flows it has, to name them.
+struct UnknownFlows {
+    unknown: std::collections::BTreeMap<(String, u32), usize>,
+    known: std::collections::BTreeSet<(String, u32)>,
+}
+
+impl UnknownFlows {
+    fn find(flows: &FlowSet, outcomes: &[Outcome]) -> Self {
+        let known: std::collections::BTreeSet<(String, u32)> = flows
+            .iter()
+            .map(|flow| (flow.name().to_owned(), flow.version()))
+            .collect();
+        let mut unknown = std::collections::BTreeMap::new();
+        for flow in outcomes.iter().filter_map(|outcome| outcome.flow.as_ref()) {
+            if !known.contains(flow) {
+                *unknown.entry(flow.clone()).or_insert(0) += 1;
+            }
+        }
+        Self { unknown, known }
+    }
+
+    fn is_empty(&self) -> bool {
+        self.unknown.is_empty()
+    }
+
+    fn named(set: impl Iterator<Item = String>) -> String {
+        let names: Vec<String> = set.collect();
+        if names.is_empty() {
+            "none".to_owned()
+        } else {
+            names.join(", ")
+        }
+    }
+
+    /// Why the source is refused, and what to do instead.
+    fn sentence(&self, label: &str) -> String {
+        let unknown = Self::named(self.unknown.iter().map(|((name, version), count)| {
+            format!(
+                "{name} v{version} ({count} execution{})",
+                if *count == 1 { "" } else { "s" }
+            )
+        }));
+        let known = Self::named(
+            self.known
+                .iter()
+                .map(|(name, version)| format!("{name} v{version}")),
+        );
+        format!(
+            "{label} holds executions of flows this program does not have: {unknown}. It checks \
+             only its own flows ({known}), so it cannot say whether those replay. Check them \
+             with a replay-check built with the flows that recorded them (docs/REPLAY-CHECK.md, \
+             \"Checking your own flows\"), or pass --flow with one of its own flows to check only that one."
+        )
+    }
+
+    fn to_json(&self, label: &str) -> serde_json::Value {
+        let unknown: Vec<serde_json::Value> = self
+            .unknown
+            .iter()
+            .map(|((name, version), count)| {
+                serde_json::json!({"flow": name, "version": version, "executions": count})
+            })
+            .collect();
+        let known: Vec<serde_json::Value> = self
+            .known
+            .iter()
+            .map(|(name, version)| serde_json::json!({"flow": name, "version": version}))
+            .collect();
+        serde_json::json!({
+            "source": label, "result": "refused", "reason": self.sentence(label),
+            "unknown_flows": unknown, "known_flows": known,
+        })
+    }
 }
 
 /// Checks `ids` a batch of [`READ_BATCH`] at a time, each batch on its own task once a permit

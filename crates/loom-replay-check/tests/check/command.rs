@@ -347,3 +347,29 @@ fn stored_records_check_as_their_logs_do() {
         assert_eq!(divergent, 2);
     });
 }
+
+#[test]
+fn a_source_with_flows_the_program_does_not_have_is_refused_naming_them() {
+    let recorded = Recorded::new();
+    let args = |extra: &[&str]| {
+        let mut args = vec![
+            "replay-check".to_owned(),
+            "--logs".to_owned(),
+            recorded.path().to_str().unwrap().to_owned(),
+        ];
+        args.extend(extra.iter().map(|arg| (*arg).to_owned()));
+        args
+    };
+    // A program with only `order` cannot say whether the `greet` executions replay: the whole
+    // source is refused, not checked in part and reported as a divergence to guard.
+    let only_order = FlowSet::new().with(flow_fn("order", 1, order));
+    assert_eq!(check_command(&only_order, args(&[])), 2);
+    assert_eq!(check_command(&only_order, args(&["--json"])), 2);
+    // The flows it has can still be checked on their own.
+    assert_eq!(check_command(&only_order, args(&["--flow", "order"])), 0);
+    // Another version of a flow is another flow.
+    let order_v2 = FlowSet::new()
+        .with(flow_fn("order", 2, order))
+        .with(flow_fn("greet", 1, greet));
+    assert_eq!(check_command(&order_v2, args(&["--flow", "order"])), 2);
+}
