@@ -11,6 +11,7 @@ use loom_kernel::EffectHandle;
 use loom_kernel::{ErrorInfo, Payload};
 use serde::Serialize;
 use serde::de::DeserializeOwned;
+#[cfg(feature = "schemas")]
 use serde_json::Value;
 
 use crate::context::EffectContext;
@@ -42,7 +43,9 @@ pub struct EffectDef {
     pub(crate) idempotent: bool,
     pub(crate) capability: String,
     pub(crate) cost: u64,
+    #[cfg(feature = "schemas")]
     input_schema: Option<Value>,
+    #[cfg(feature = "schemas")]
     output_schema: Option<Value>,
     pub(crate) retry: RetryPolicy,
     pub(crate) timeout: Option<Duration>,
@@ -100,7 +103,9 @@ impl EffectDef {
             name,
             idempotent: false,
             cost: 0,
+            #[cfg(feature = "schemas")]
             input_schema: None,
+            #[cfg(feature = "schemas")]
             output_schema: None,
             retry: RetryPolicy::default(),
             timeout: Some(DEFAULT_TIMEOUT),
@@ -156,12 +161,16 @@ impl EffectDef {
     }
 
     /// A JSON Schema the input must satisfy; checked before the step is recorded as started.
+    /// (Feature `schemas`, on by default.)
+    #[cfg(feature = "schemas")]
     pub fn input_schema(mut self, schema: Value) -> Self {
         self.input_schema = Some(schema);
         self
     }
 
     /// A JSON Schema the output must satisfy; an output that does not is a terminal failure.
+    /// (Feature `schemas`, on by default.)
+    #[cfg(feature = "schemas")]
     pub fn output_schema(mut self, schema: Value) -> Self {
         self.output_schema = Some(schema);
         self
@@ -209,16 +218,19 @@ impl EffectDef {
                 detail: "a timeout of zero lets no attempt run".into(),
             });
         }
-        let input = self
-            .input_schema
-            .as_ref()
-            .map(|schema| SchemaCheck::compile(&self.name, "input", schema))
-            .transpose()?;
-        let output = self
-            .output_schema
-            .as_ref()
-            .map(|schema| SchemaCheck::compile(&self.name, "output", schema))
-            .transpose()?;
+        #[cfg(feature = "schemas")]
+        let (input, output) = (
+            self.input_schema
+                .as_ref()
+                .map(|schema| SchemaCheck::compile(&self.name, "input", schema))
+                .transpose()?,
+            self.output_schema
+                .as_ref()
+                .map(|schema| SchemaCheck::compile(&self.name, "output", schema))
+                .transpose()?,
+        );
+        #[cfg(not(feature = "schemas"))]
+        let (input, output) = (None, None);
         Ok(CompiledDef {
             input,
             output,

@@ -2,7 +2,8 @@
 //!
 //! # What it owns
 //! - Effect definitions ([`EffectDef`]): name, `idempotent`, capability (K2), cost (K3), a typed
-//!   handler (serde input and output), optional JSON Schemas for both (compiled once), a
+//!   handler (serde input and output), optional JSON Schemas for both (compiled once; feature
+//!   `schemas`, on by default: the largest part of this crate's dependencies), a
 //!   [`RetryPolicy`] and a per-attempt timeout. Defaults are the cautious ones: not idempotent,
 //!   the capability is the effect's name.
 //! - The [`EffectRegistry`] the composition root fills. Each registered definition implements
