@@ -54,7 +54,8 @@ pub use error::ConnectError;
 pub use schema::SCHEMA_VERSION;
 pub use store::PostgresStore;
 pub use testing::{
-    REQUIRE_VAR, SKIPPED_TESTS_VAR, URL_VAR, fresh_schema, fresh_store, server_url, url_file,
+    REQUIRE_VAR, SKIPPED_TESTS_VAR, URL_VAR, fresh_schema, fresh_store, record_skipped_test,
+    server_url, url_file,
 };
 #[doc(hidden)]
 pub use writer::Faults;

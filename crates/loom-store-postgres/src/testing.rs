@@ -43,7 +43,7 @@ pub fn server_url(test: &str) -> Option<String> {
              (or set {URL_VAR}) to run the PostgreSQL store's tests.\n"
         );
     }
-    record_skip("postgresql", test);
+    record_skipped_test("postgresql", test);
     None
 }
 
@@ -52,9 +52,10 @@ pub fn server_url(test: &str) -> Option<String> {
 /// since cargo hides the stderr of a test that passes.
 pub const SKIPPED_TESTS_VAR: &str = "LOOM_SKIPPED_TESTS_FILE";
 
-/// Appends `test`'s line to the file [`SKIPPED_TESTS_VAR`] names, if any. Best effort: a test
-/// that cannot write its line still says on stderr that it was skipped.
-fn record_skip(lacking: &str, test: &str) {
+/// Appends `test`'s line (`<lacking>\t<test>`) to the file [`SKIPPED_TESTS_VAR`] names, if any,
+/// for any test that skips for want of something on the machine (`"chromium"`, ...). Best
+/// effort: a test that cannot write its line still says on stderr that it was skipped.
+pub fn record_skipped_test(lacking: &str, test: &str) {
     use std::io::Write;
     let Some(path) = std::env::var_os(SKIPPED_TESTS_VAR) else {
         return;

@@ -1,5 +1,5 @@
-//! Tests that drive a real browser: the Chromium on this machine, or a loud skip. Std only, so
-//! that the example's tests include this file too (`#[path]`).
+//! Tests that drive a real browser: the Chromium on this machine, or a loud skip (recorded for
+//! `cargo xtask test`'s summary). The example's tests include this file too (`#[path]`).
 
 use std::process::Command;
 
@@ -21,23 +21,7 @@ pub fn chromium_or_skip(test: &str) -> Option<&'static str> {
             "LOOM_REQUIRE_CHROMIUM is set and no Chromium is installed"
         );
         eprintln!("\n*** SKIPPED {test}: no Chromium (apt-get install chromium)\n");
-        record_skip(test);
+        loom_store_postgres::record_skipped_test("chromium", test);
     }
     found
-}
-
-/// Appends `chromium\t<test>` to the file `LOOM_SKIPPED_TESTS_FILE` names (`cargo xtask test`
-/// sets it and sums the skipped tests up at the end, since cargo hides a passing test's stderr).
-fn record_skip(test: &str) {
-    use std::io::Write;
-    let Some(path) = std::env::var_os("LOOM_SKIPPED_TESTS_FILE") else {
-        return;
-    };
-    let file = std::fs::OpenOptions::new()
-        .create(true)
-        .append(true)
-        .open(path);
-    if let Ok(mut file) = file {
-        let _ = file.write_all(format!("chromium\t{test}\n").as_bytes());
-    }
 }

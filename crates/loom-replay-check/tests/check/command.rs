@@ -195,18 +195,21 @@ fn a_changed_flow_is_caught_at_the_right_seq() {
     );
 }
 
+/// `replay-check --logs <recorded> <extra>...`.
+fn logs_args(recorded: &Recorded, extra: &[&str]) -> Vec<String> {
+    let mut args = vec![
+        "replay-check".to_owned(),
+        "--logs".to_owned(),
+        recorded.path().to_str().unwrap().to_owned(),
+    ];
+    args.extend(extra.iter().map(|arg| (*arg).to_owned()));
+    args
+}
+
 #[test]
 fn the_command_reports_with_exit_codes() {
     let recorded = Recorded::new();
-    let args = |extra: &[&'static str]| {
-        let mut args = vec![
-            "replay-check".to_owned(),
-            "--logs".to_owned(),
-            recorded.path().to_str().unwrap().to_owned(),
-        ];
-        args.extend(extra.iter().map(|arg| (*arg).to_owned()));
-        args
-    };
+    let args = |extra: &[&str]| logs_args(&recorded, extra);
     assert_eq!(check_command(&flows(), args(&[])), 0);
     assert_eq!(
         check_command(&flows(), args(&["--json", "--flow", "greet"])),
@@ -351,15 +354,7 @@ fn stored_records_check_as_their_logs_do() {
 #[test]
 fn a_source_with_flows_the_program_does_not_have_is_refused_naming_them() {
     let recorded = Recorded::new();
-    let args = |extra: &[&str]| {
-        let mut args = vec![
-            "replay-check".to_owned(),
-            "--logs".to_owned(),
-            recorded.path().to_str().unwrap().to_owned(),
-        ];
-        args.extend(extra.iter().map(|arg| (*arg).to_owned()));
-        args
-    };
+    let args = |extra: &[&str]| logs_args(&recorded, extra);
     // A program with only `order` cannot say whether the `greet` executions replay: the whole
     // source is refused, not checked in part and reported as a divergence to guard.
     let only_order = FlowSet::new().with(flow_fn("order", 1, order));
