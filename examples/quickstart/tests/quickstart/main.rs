@@ -2,4 +2,5 @@
 
 mod flows;
 mod golden;
+mod logs;
 mod readme;
