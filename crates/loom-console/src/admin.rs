@@ -238,6 +238,7 @@ struct ListQuery {
     status: Option<String>,
     flow: Option<String>,
     limit: Option<usize>,
+    before: Option<String>,
 }
 
 async fn list<S: EventStore>(
@@ -246,7 +247,7 @@ async fn list<S: EventStore>(
 ) -> Answer {
     let Ok(Query(query)) = query else {
         return Err(ConsoleError::bad_request(
-            "bad query: use ?status=<status>&flow=<name>&limit=<n>",
+            "bad query: use ?status=<status>&flow=<name>&limit=<1..=1000>&before=<execution id>",
         ));
     };
     let filter = query::ListFilter {
@@ -257,6 +258,7 @@ async fn list<S: EventStore>(
             .transpose()?,
         flow: query.flow,
         limit: query.limit,
+        before: query.before,
     };
     ok(query::list_executions(state.runtime.store(), &filter).await?)
 }

@@ -10,8 +10,8 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 
 use crate::error::{ConsoleError, ErrorKind};
-use crate::query::ListFilter;
-use crate::view::{EventsPage, ExecutionView, InDoubtView, ShowView, status_name};
+use crate::query::{ExecutionList, ListFilter};
+use crate::view::{EventsPage, InDoubtView, ShowView, status_name};
 
 /// The most an answer may weigh.
 const MAX_RESPONSE: usize = 256 << 20;
@@ -82,10 +82,7 @@ impl AdminClient {
     }
 
     /// Executions matching `filter`.
-    pub async fn executions(
-        &self,
-        filter: &ListFilter,
-    ) -> Result<Vec<ExecutionView>, ConsoleError> {
+    pub async fn executions(&self, filter: &ListFilter) -> Result<ExecutionList, ConsoleError> {
         let mut query = Vec::new();
         if let Some(status) = filter.status {
             query.push(format!("status={}", encode(status_name(status))));
@@ -95,6 +92,9 @@ impl AdminClient {
         }
         if let Some(limit) = filter.limit {
             query.push(format!("limit={limit}"));
+        }
+        if let Some(before) = &filter.before {
+            query.push(format!("before={}", encode(before)));
         }
         let path = match query.is_empty() {
             true => "/admin/v1/executions".to_owned(),

@@ -53,7 +53,10 @@ pub use offline::{
     GOES_ON_WHEN_RECOVERED, GOES_ON_WHEN_RECOVERED_POSTGRES, cancel, no_pending_gate, not_in_doubt,
     resolve, resume,
 };
-pub use query::{ListFilter, events_from, execution_id, in_doubt, list_executions, now_ms, show};
+pub use query::{
+    DEFAULT_LIST_LIMIT, ExecutionList, ListFilter, MAX_LIST_LIMIT, events_from, execution_id,
+    in_doubt, list_executions, list_limit, now_ms, show,
+};
 pub use retention::{
     DEFAULT_BATCH, MAX_BATCH, cutoff_ms, delete_batch, parse_age, purge, retention_error,
     would_purge,

@@ -13,10 +13,10 @@ use clap::{Args, Parser, Subcommand};
 use futures::TryStreamExt;
 use loom_console::AdminClient;
 use loom_console::ConsoleError;
-use loom_console::ListFilter;
 use loom_console::{
     EventView, EventsPage, ExecutionView, InDoubtView, ShowView, mask_events, parse_status, utc,
 };
+use loom_console::{ExecutionList, ListFilter};
 use loom_kernel::DataClassification;
 use loom_kernel::Verdict;
 use loom_kernel::{
@@ -75,7 +75,7 @@ struct Cli {
 
 #[derive(Debug, Subcommand)]
 enum Command {
-    /// List executions in id order, with status, flow, length and times.
+    /// List executions newest first, a page at a time, with status, flow, length and times.
     Executions {
         /// Only this status: running, suspended, in-doubt, completed, failed, cancelled.
         #[arg(long)]
@@ -83,9 +83,12 @@ enum Command {
         /// Only executions of this flow.
         #[arg(long)]
         flow: Option<String>,
-        /// At most this many.
+        /// At most this many, 1 to 1000 (default 50).
         #[arg(long)]
         limit: Option<usize>,
+        /// The next page: executions older than this one (the summary line names it).
+        #[arg(long, value_name = "ID")]
+        before: Option<String>,
     },
     /// Show one execution: its folded state (steps, gates, doubts), then its event log.
     Show {
@@ -355,11 +358,15 @@ async fn run(cli: Cli) -> Result<(), ConsoleError> {
             status,
             flow,
             limit,
+            before,
         } => {
+            // Refused here too, before any store is read: `--limit 0` is a mistake.
+            loom_console::list_limit(limit)?;
             let filter = ListFilter {
                 status: status.as_deref().map(parse_status).transpose()?,
                 flow,
                 limit,
+                before,
             };
             let listed = match &backend {
                 Backend::File(path) => {
@@ -787,12 +794,19 @@ fn print_table(indent: &str, headers: &[&str], rows: &[Vec<String>]) {
     }
 }
 
-fn print_executions(listed: &[ExecutionView], json: bool) {
+fn print_executions(page: &ExecutionList, json: bool) {
     if json {
-        return print_json(&listed);
+        return print_json(page);
     }
+    let listed = &page.executions;
     if listed.is_empty() {
-        out!("no executions");
+        match page.total {
+            0 => out!("no executions"),
+            total => out!(
+                "no executions on this page ({} match, all newer than the cursor)",
+                thousands(total)
+            ),
+        }
         return;
     }
     let now = loom_console::now_ms();
@@ -829,7 +843,29 @@ fn print_executions(listed: &[ExecutionView], json: bool) {
             (count > 0).then(|| format!("{count} {status}"))
         })
         .collect();
-    out!("\n{} executions: {}", listed.len(), counts.join(", "));
+    // Never "5 executions" when 5,000 match: what is shown, of how many, and how to go on.
+    out!(
+        "\n{} shown of {} (newest first): {}",
+        thousands(listed.len()),
+        thousands(page.total),
+        counts.join(", ")
+    );
+    if let Some(next) = &page.next_before {
+        out!("{} more: --before {next}", thousands(page.remaining));
+    }
+}
+
+/// `5000` as `5,000`.
+fn thousands(n: usize) -> String {
+    let digits = n.to_string();
+    let mut text = String::new();
+    for (i, digit) in digits.chars().enumerate() {
+        if i > 0 && (digits.len() - i).is_multiple_of(3) {
+            text.push(',');
+        }
+        text.push(digit);
+    }
+    text
 }
 
 fn flow_label(view: &ExecutionView) -> String {

@@ -247,7 +247,7 @@ async fn malformed_requests_are_400_and_say_what_to_send() {
         .executions(&ListFilter::default())
         .await
         .unwrap();
-    assert_eq!(listed.len(), 1, "the API still answers");
+    assert_eq!(listed.executions.len(), 1, "the API still answers");
     let (status, _, answer) = raw(
         &server.url,
         &format!("GET /admin/v1/executions?status=stuck HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer {TOKEN}\r\nConnection: close\r\n\r\n"),
@@ -255,6 +255,13 @@ async fn malformed_requests_are_400_and_say_what_to_send() {
     .await;
     assert_eq!(status, 400);
     assert!(answer.contains("unknown status 'stuck'"), "{answer}");
+    let (status, _, answer) = raw(
+        &server.url,
+        &format!("GET /admin/v1/executions?limit=0 HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer {TOKEN}\r\nConnection: close\r\n\r\n"),
+    )
+    .await;
+    assert_eq!(status, 400);
+    assert!(answer.contains("limit 0 is out of range"), "{answer}");
     assert_eq!(
         server.runtime.state(&id("order-1")).await.unwrap().status(),
         ExecutionStatus::InDoubt
@@ -287,7 +294,55 @@ async fn the_cli_goes_through_the_admin_api_while_the_server_holds_the_store() {
         ])
         .await,
     );
-    assert_eq!(listed.as_array().unwrap().len(), 2);
+    assert_eq!(listed["executions"].as_array().unwrap().len(), 2);
+
+    // Pages through the API as through the store: newest first, with a cursor.
+    let first = json_out(
+        &loom_async(&[
+            "--admin",
+            url,
+            "--token",
+            TOKEN,
+            "--json",
+            "executions",
+            "--limit",
+            "2",
+        ])
+        .await,
+    );
+    assert_eq!(first["total"], 3);
+    assert_eq!(first["remaining"], 1);
+    let cursor = first["nextBefore"].as_str().unwrap().to_owned();
+    assert_eq!(first["executions"][1]["id"], cursor.as_str());
+    let second = json_out(
+        &loom_async(&[
+            "--admin",
+            url,
+            "--token",
+            TOKEN,
+            "--json",
+            "executions",
+            "--limit",
+            "2",
+            "--before",
+            &cursor,
+        ])
+        .await,
+    );
+    assert_eq!(second["executions"].as_array().unwrap().len(), 1);
+    assert_eq!(second["remaining"], 0);
+    assert_eq!(second["nextBefore"], serde_json::Value::Null);
+    let zero = loom_async(&[
+        "--admin",
+        url,
+        "--token",
+        TOKEN,
+        "executions",
+        "--limit",
+        "0",
+    ])
+    .await;
+    assert_eq!(code(&zero), 2);
 
     // Masked by the server's classification.
     let shown = loom_async(&[
