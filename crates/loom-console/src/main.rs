@@ -391,6 +391,12 @@ async fn run(cli: Cli) -> Result<(), ConsoleError> {
                 Backend::Admin(client) => client.show(&id).await?,
             };
             mask_events(&classification, &mut shown.events);
+            for payload in [&mut shown.outcome.input, &mut shown.outcome.output]
+                .into_iter()
+                .flatten()
+            {
+                *payload = classification.mask_message_value(payload);
+            }
             for gate in &mut shown.state.pending_gates {
                 if let Some(request) = &mut gate.request {
                     *request = classification.mask_message_value(request);
@@ -883,9 +889,39 @@ fn print_show(shown: &ShowView, json: bool, full: bool) {
     let view = &shown.execution;
     let state = &shown.state;
     let now = loom_console::now_ms();
+    let outcome = &shown.outcome;
     out!("execution     {}", view.id);
     out!("flow          {}", flow_label(view));
     out!("status        {}", view.status);
+    // How it ended first: the question `show` is asked.
+    if let Some(failure) = &outcome.failure {
+        out!("failure       {}: {}", failure.code, failure.message);
+    }
+    if let Some(output) = &outcome.output {
+        out!("output        {}", cut(&output.to_string(), full));
+    }
+    if view.status == "cancelled" {
+        out!(
+            "cancelled     {}",
+            outcome
+                .cancel_reason
+                .as_deref()
+                .unwrap_or("(no reason given)")
+        );
+    }
+    if let Some(input) = &outcome.input {
+        out!("input         {}", cut(&input.to_string(), full));
+    }
+    if let Some(parent) = &outcome.parent {
+        out!("parent        {parent}  (loom show {})", shell_word(parent));
+    }
+    for child in &outcome.children {
+        out!(
+            "child         {}  ({})",
+            child.id,
+            if child.ended { "ended" } else { "not ended" }
+        );
+    }
     out!("events        {}", view.events);
     if let Some(started) = view.started_at_ms {
         out!("started       {} UTC", utc(started));
@@ -915,25 +951,41 @@ fn print_show(shown: &ShowView, json: bool, full: bool) {
             .steps
             .iter()
             .map(|step| {
+                let running = match (step.status.as_str(), step.running_ms) {
+                    // The attempt running now counts up from its start.
+                    ("started", _) => match (step.started_at_ms, now) {
+                        (Some(start), Some(now)) => {
+                            format!("{} so far", duration(now.saturating_sub(start)))
+                        }
+                        _ => "-".into(),
+                    },
+                    (_, Some(ms)) => duration_precise(ms),
+                    (_, None) => "-".into(),
+                };
+                let in_doubt = match (step.in_doubt_since_ms, step.in_doubt_ms, now) {
+                    (Some(since), closed, Some(now)) => format!(
+                        "{} so far",
+                        duration(closed.unwrap_or(0) + now.saturating_sub(since))
+                    ),
+                    (_, Some(ms), _) => duration_precise(ms),
+                    _ => "-".into(),
+                };
                 vec![
                     step.step_id.clone(),
                     step.effect.clone(),
                     step.status.clone(),
                     step.attempt.map_or("-".into(), |a| a.to_string()),
                     step.seq.to_string(),
-                    match (step.started_at_ms, step.ended_at_ms) {
-                        (Some(start), Some(end)) => duration_precise(end.saturating_sub(start)),
-                        (Some(start), None) => now.map_or("-".into(), |now| {
-                            format!("{} so far", duration(now.saturating_sub(start)))
-                        }),
-                        _ => "-".into(),
-                    },
+                    running,
+                    in_doubt,
                 ]
             })
             .collect();
         print_table(
             "  ",
-            &["STEP", "EFFECT", "STATUS", "ATTEMPT", "SEQ", "TOOK"],
+            &[
+                "STEP", "EFFECT", "STATUS", "ATTEMPTS", "SEQ", "RUNNING", "IN DOUBT",
+            ],
             &rows,
         );
     }
@@ -1003,6 +1055,14 @@ fn print_show(shown: &ShowView, json: bool, full: bool) {
     for event in &shown.events {
         print_event(event, false, full);
     }
+}
+
+/// A payload on one line, cut to 100 characters unless `full`.
+fn cut(text: &str, full: bool) -> String {
+    if full || text.chars().count() <= 100 {
+        return text.to_owned();
+    }
+    text.chars().take(99).collect::<String>() + "…"
 }
 
 fn print_event(event: &EventView, json: bool, full: bool) {

@@ -11,7 +11,8 @@ use serde::{Deserialize, Serialize};
 
 use crate::error::ConsoleError;
 use crate::view::{
-    EventsPage, ExecutionView, InDoubtView, STATUSES, ShowView, event_view, state_view, status_name,
+    ChildView, EventsPage, ExecutionView, InDoubtView, OutcomeView, STATUSES, ShowView, event_view,
+    state_view, status_name,
 };
 
 /// How many executions a listing shows when not told: a page, not the store.
@@ -207,8 +208,10 @@ pub async fn show<S: EventStore>(
     let mut state_view = state_view(&state);
     step_times(&mut state_view.steps, &log);
     crate::view::gate_requests(classification, &state, &log, &mut state_view.pending_gates);
+    let outcome = outcome_view(store, id, &log, classification).await?;
     Ok(ShowView {
         execution,
+        outcome,
         state: state_view,
         events: log
             .iter()
@@ -217,25 +220,169 @@ pub async fn show<S: EventStore>(
     })
 }
 
-/// Fills in when each step started and ended, from the log's `recordedAtMs` (for latency).
-fn step_times(steps: &mut [crate::view::StepView], log: &[loom_kernel::EventEnvelope]) {
-    let mut started = std::collections::BTreeMap::new();
+/// What the log says of one step's attempts and times.
+#[derive(Debug, Default)]
+struct StepTiming {
+    attempt: Option<u32>,
+    first_start: Option<u64>,
+    started: bool,
+    running: u64,
+    /// The attempt running now: when it started (if the log has times).
+    running_since: Option<Option<u64>>,
+    in_doubt: u64,
+    doubted: bool,
+    /// The doubt open now: when it was recorded (if the log has times).
+    doubt_since: Option<Option<u64>>,
+}
+
+impl StepTiming {
+    fn saw_attempt(&mut self, attempt: u32) {
+        self.attempt = Some(self.attempt.map_or(attempt, |seen| seen.max(attempt)));
+    }
+
+    fn end_run(&mut self, at: Option<u64>) {
+        if let Some(since) = self.running_since.take()
+            && let (Some(since), Some(at)) = (since, at)
+        {
+            self.running += at.saturating_sub(since);
+        }
+    }
+
+    fn end_doubt(&mut self, at: Option<u64>) {
+        if let Some(since) = self.doubt_since.take()
+            && let (Some(since), Some(at)) = (since, at)
+        {
+            self.in_doubt += at.saturating_sub(since);
+        }
+    }
+}
+
+/// Fills in each step's last attempt and its times from the log's `recordedAtMs`: when it
+/// started and ended, how long its attempts ran and how long it waited in doubt.
+fn step_times(steps: &mut [crate::view::StepView], log: &[EventEnvelope]) {
+    let mut timings: std::collections::BTreeMap<&str, StepTiming> =
+        std::collections::BTreeMap::new();
     for envelope in log {
-        if let Event::StepStarted(event) = &envelope.event {
-            started
-                .entry(event.step_id.as_str())
-                .or_insert(envelope.recorded_at_ms);
+        let at = envelope.recorded_at_ms;
+        match &envelope.event {
+            Event::StepStarted(event) => {
+                let timing = timings.entry(event.step_id.as_str()).or_default();
+                timing.saw_attempt(event.attempt);
+                if !timing.started {
+                    timing.first_start = at;
+                }
+                timing.started = true;
+                // A `retry` verdict's new attempt ends the doubt.
+                timing.end_doubt(at);
+                timing.running_since = Some(at);
+            }
+            Event::EffectInDoubt(event) => {
+                let timing = timings.entry(event.step_id.as_str()).or_default();
+                timing.saw_attempt(event.attempt);
+                timing.end_run(at);
+                timing.doubted = true;
+                timing.doubt_since = Some(at);
+            }
+            Event::EffectResolved(event) => {
+                timings
+                    .entry(event.step_id.as_str())
+                    .or_default()
+                    .end_doubt(at);
+            }
+            Event::StepCompleted(loom_kernel::StepCompleted { step_id, .. })
+            | Event::StepFailed(loom_kernel::StepFailed { step_id, .. }) => {
+                let timing = timings.entry(step_id.as_str()).or_default();
+                timing.end_run(at);
+                timing.end_doubt(at);
+            }
+            _ => {}
         }
     }
     for step in steps {
-        step.started_at_ms = started.get(step.step_id.as_str()).copied().flatten();
-        if matches!(step.status.as_str(), "completed" | "failed") {
+        let timing = timings.remove(step.step_id.as_str()).unwrap_or_default();
+        let ended = matches!(step.status.as_str(), "completed" | "failed");
+        // A step recorded by its outcome alone (no STEP_STARTED) ran once.
+        step.attempt = timing.attempt.or(step.attempt).or(ended.then_some(1));
+        step.started_at_ms = timing.first_start;
+        if ended {
             step.ended_at_ms = usize::try_from(step.seq)
                 .ok()
                 .and_then(|seq| log.get(seq))
                 .and_then(|envelope| envelope.recorded_at_ms);
         }
+        step.running_ms = timing.first_start.map(|_| timing.running);
+        step.in_doubt_ms = timing.doubted.then_some(timing.in_doubt);
+        step.in_doubt_since_ms = timing.doubt_since.flatten();
     }
+}
+
+/// What the execution was given and came to, its parent and its children, from its log (and
+/// its parent's), payloads masked.
+async fn outcome_view<S: EventStore>(
+    store: &S,
+    id: &ExecutionId,
+    log: &[EventEnvelope],
+    classification: &DataClassification,
+) -> Result<OutcomeView, ConsoleError> {
+    let mut outcome = OutcomeView::default();
+    let mut resumed = std::collections::BTreeSet::new();
+    for envelope in log {
+        match &envelope.event {
+            Event::ExecutionStarted(started) => {
+                outcome.input = Some(classification.mask_message_value(&started.input.to_value()));
+            }
+            Event::ExecutionCompleted(completed) => {
+                outcome.output =
+                    Some(classification.mask_message_value(&completed.output.to_value()));
+            }
+            Event::ExecutionFailed(failed) => outcome.failure = Some(failed.error.clone()),
+            Event::ExecutionCancelled(cancelled) => {
+                outcome.cancel_reason = cancelled.reason.clone();
+            }
+            Event::ExecutionSuspended(gate) if gate.event_type == loom_kernel::CHILD_EVENT_TYPE => {
+                outcome.children.push(ChildView {
+                    id: gate.correlation_key.clone(),
+                    gate_id: gate.gate_id.clone(),
+                    ended: false,
+                });
+            }
+            Event::ExecutionResumed(resume) => {
+                resumed.insert(resume.gate_id.as_str());
+            }
+            _ => {}
+        }
+    }
+    for child in &mut outcome.children {
+        child.ended = resumed.contains(child.gate_id.as_str());
+    }
+    outcome.parent = parent_of(store, id).await?;
+    Ok(outcome)
+}
+
+/// The parent of a child execution (`<parent>/<flow>#<n>`, ADR 0015), if the parent's log
+/// has the gate that waits for it: an id of that form a user chose has no parent.
+async fn parent_of<S: EventStore>(
+    store: &S,
+    id: &ExecutionId,
+) -> Result<Option<String>, ConsoleError> {
+    let Some((parent, rest)) = id.as_str().rsplit_once('/') else {
+        return Ok(None);
+    };
+    let is_child_form = rest.rsplit_once('#').is_some_and(|(flow, n)| {
+        !flow.is_empty() && !n.is_empty() && n.bytes().all(|b| b.is_ascii_digit())
+    });
+    let Ok(parent) = ExecutionId::new(parent) else {
+        return Ok(None);
+    };
+    if !is_child_form {
+        return Ok(None);
+    }
+    let waits = store.read_all(&parent).await?.iter().any(|envelope| {
+        matches!(&envelope.event, Event::ExecutionSuspended(gate)
+            if gate.event_type == loom_kernel::CHILD_EVENT_TYPE
+                && gate.correlation_key == id.as_str())
+    });
+    Ok(waits.then(|| parent.to_string()))
 }
 
 /// Up to `limit` events of `id` from seq `from` on, payloads masked. An unknown execution is

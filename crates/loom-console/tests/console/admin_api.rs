@@ -213,6 +213,38 @@ async fn verdicts_go_through_the_runtime_and_the_same_verdict_twice_is_refused_c
     let last = &shown.events.last().unwrap().event;
     assert_eq!(last["output"]["charged"]["charged"], 42);
 
+    // The detail says what happened: input (masked) and output at the top, the step's two
+    // attempts, its time running apart from its time in doubt.
+    let outcome = &shown.outcome;
+    assert_eq!(outcome.input.as_ref().unwrap()["card"]["number"], "***");
+    assert_eq!(outcome.output.as_ref().unwrap()["charged"]["charged"], 42);
+    assert_eq!(outcome.failure, None);
+    assert_eq!(outcome.parent, None);
+    let charge = shown
+        .state
+        .steps
+        .iter()
+        .find(|step| step.step_id == "charge#1")
+        .unwrap();
+    assert_eq!(charge.status, "completed");
+    assert_eq!(charge.attempt, Some(2), "{charge:?}");
+    assert!(charge.running_ms.is_some(), "{charge:?}");
+    assert!(charge.in_doubt_ms.is_some(), "{charge:?}");
+    assert_eq!(charge.in_doubt_since_ms, None, "{charge:?}");
+    let text = loom_async(&["--admin", &server.url, "--token", TOKEN, "show", "order-1"]).await;
+    let text = stdout(&text);
+    assert!(
+        text.lines()
+            .any(|line| line.starts_with("output ") && line.contains("\"charged\":42")),
+        "{text}"
+    );
+    assert!(!text.contains(CARD), "{text}");
+    assert!(
+        text.lines()
+            .any(|line| line.contains("charge#1") && line.contains("completed  2 ")),
+        "{text}"
+    );
+
     let ended = client.cancel("order-1", None).await.unwrap_err();
     assert_eq!(ended.kind, ErrorKind::Refused);
     assert!(

@@ -494,4 +494,50 @@ async fn a_checkout_of_the_quickstart_is_found_and_approved_from_the_cli_alone()
         runtime.wait_ended(&checkout).await.unwrap().status(),
         ExecutionStatus::Completed
     );
+
+    drop(runtime);
+
+    // A failed execution: `show` says how it failed first, with the code.
+    let failed_path = dir.path().join("failed.redb");
+    {
+        let store = DiskStore::open(&failed_path).unwrap();
+        let started = loom_kernel::Event::ExecutionStarted(loom_kernel::ExecutionStarted {
+            flow: "checkout".into(),
+            flow_version: 1,
+            input: loom_kernel::Payload::from_value(&serde_json::json!({"sku": "A1"})),
+            capabilities: Default::default(),
+            budget: None,
+        });
+        let failed = loom_kernel::Event::ExecutionFailed(loom_kernel::ExecutionFailed {
+            error: loom_kernel::ErrorInfo::new("shop.out_of_stock", "A1 is out of stock"),
+        });
+        loom_kernel::EventStore::append(&store, &id("checkout-9"), 0, &[started, failed])
+            .await
+            .unwrap();
+    }
+    let failed_store = failed_path.to_str().unwrap();
+    let shown = stdout(&loom(&["--store", failed_store, "show", "checkout-9"]));
+    let failure = shown.lines().nth(3).unwrap_or_default();
+    assert_eq!(
+        failure, "failure       shop.out_of_stock: A1 is out of stock",
+        "{shown}"
+    );
+    let json = json_out(&loom(&[
+        "--store",
+        failed_store,
+        "--json",
+        "show",
+        "checkout-9",
+    ]));
+    assert_eq!(json["outcome"]["failure"]["code"], "shop.out_of_stock");
+    assert_eq!(json["outcome"]["input"]["sku"], "A1");
+
+    // Parent and child name each other.
+    let parent = stdout(&loom(&["--store", store, "show", "checkout-1"]));
+    assert!(
+        parent.contains("child         checkout-1/notify#1  (ended)"),
+        "{parent}"
+    );
+    let child = stdout(&loom(&["--store", store, "show", "checkout-1/notify#1"]));
+    assert!(child.contains("parent        checkout-1"), "{child}");
 }
