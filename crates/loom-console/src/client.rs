@@ -11,7 +11,7 @@ use tokio::net::TcpStream;
 
 use crate::error::{ConsoleError, ErrorKind};
 use crate::query::{ExecutionList, ListFilter};
-use crate::view::{EventsPage, InDoubtView, ShowView, status_name};
+use crate::view::{EventsPage, ExportPage, InDoubtView, ShowView, status_name};
 
 /// The most an answer may weigh.
 const MAX_RESPONSE: usize = 256 << 20;
@@ -99,6 +99,24 @@ impl AdminClient {
         let path = match query.is_empty() {
             true => "/admin/v1/executions".to_owned(),
             false => format!("/admin/v1/executions?{}", query.join("&")),
+        };
+        self.get(&path, Duration::ZERO).await
+    }
+
+    /// A page of whole logs, unmasked (the server must allow it: `AdminConfig::log_export`):
+    /// `execution`'s alone, or up to `limit` in id order after `after`.
+    pub async fn export_page(
+        &self,
+        execution: Option<&str>,
+        after: Option<&str>,
+        limit: usize,
+    ) -> Result<ExportPage, ConsoleError> {
+        let path = match (execution, after) {
+            (Some(id), _) => format!("/admin/v1/export?execution={}", encode(id)),
+            (None, Some(after)) => {
+                format!("/admin/v1/export?after={}&limit={limit}", encode(after))
+            }
+            (None, None) => format!("/admin/v1/export?limit={limit}"),
         };
         self.get(&path, Duration::ZERO).await
     }

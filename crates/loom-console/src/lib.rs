@@ -62,7 +62,7 @@ pub use retention::{
     would_purge,
 };
 pub use view::{
-    ChildView, DecisionView, EventView, EventsPage, ExecutionView, GateView, InDoubtView,
-    OutcomeView, STATUSES, ShowView, StateView, StepView, event_view, gate_requests,
+    ChildView, DecisionView, EventView, EventsPage, ExecutionView, ExportPage, GateView,
+    InDoubtView, OutcomeView, STATUSES, ShowView, StateView, StepView, event_view, gate_requests,
     mask_event_value, mask_events, masked_event, parse_status, state_view, status_name, utc,
 };

@@ -16,7 +16,7 @@ use loom_console::ConsoleError;
 use loom_console::{
     EventView, EventsPage, ExecutionView, InDoubtView, ShowView, mask_events, parse_status, utc,
 };
-use loom_console::{ExecutionList, ListFilter};
+use loom_console::{ExecutionList, ExportPage, ListFilter};
 use loom_kernel::DataClassification;
 use loom_kernel::Verdict;
 use loom_kernel::{
@@ -538,11 +538,7 @@ async fn run(cli: Cli) -> Result<(), ConsoleError> {
                     export(&store, &out, &only).await?
                 }
                 Backend::Postgres(store) => export(store, &out, &only).await?,
-                Backend::Admin(_) => {
-                    return Err(ConsoleError::refused(
-                        "export-log reads the store itself (exports hold true values, for replay-check): run it with --store once the server has stopped, or against PostgreSQL",
-                    ));
-                }
+                Backend::Admin(client) => export_admin(client, &out, &executions).await?,
             };
             done(
                 json,
@@ -714,6 +710,55 @@ async fn export<S: EventStore>(
         }
     }
     Ok(written)
+}
+
+/// `export-log --admin`: the logs of a live server, a page at a time, written as `export`
+/// writes them.
+async fn export_admin(
+    client: &AdminClient,
+    out: &Path,
+    only: &[String],
+) -> Result<usize, ConsoleError> {
+    std::fs::create_dir_all(out).map_err(|error| {
+        ConsoleError::bad_request(format!("cannot create {}: {error}", out.display()))
+    })?;
+    let mut written = 0;
+    let mut write = |page: ExportPage| -> Result<(), ConsoleError> {
+        for text in page.logs {
+            let log = text
+                .lines()
+                .map(loom_kernel::EventEnvelope::from_json)
+                .collect::<Result<Vec<_>, _>>()
+                .map_err(|error| {
+                    ConsoleError::internal(format!(
+                        "the admin API sent a log this client cannot read ({error}): is it the same version?"
+                    ))
+                })?;
+            let path = loom_replay_check::write_log(out, &log).map_err(|error| {
+                ConsoleError::internal(format!("cannot write an exported log: {error}"))
+            })?;
+            if path.is_some() {
+                written += 1;
+            }
+        }
+        Ok(())
+    };
+    if !only.is_empty() {
+        for id in only {
+            write(client.export_page(Some(id), None, 1).await?)?;
+        }
+        return Ok(written);
+    }
+    let mut after: Option<String> = None;
+    loop {
+        let page = client.export_page(None, after.as_deref(), 100).await?;
+        let next = page.next.clone();
+        write(page)?;
+        match next {
+            Some(next) => after = Some(next),
+            None => return Ok(written),
+        }
+    }
 }
 
 /// How often `tail` looks at a store file or PostgreSQL again.

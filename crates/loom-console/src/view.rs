@@ -89,6 +89,17 @@ pub struct ShowView {
     pub events: Vec<EventView>,
 }
 
+/// A page of whole logs, unmasked, as `GET /admin/v1/export` answers.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ExportPage {
+    /// Each execution's log as JSON Lines (one envelope a line, the `replay-check --logs`
+    /// format).
+    pub logs: Vec<String>,
+    /// Pass as `after` for the next page; `None` on the last.
+    pub next: Option<String>,
+}
+
 /// What an execution was given and what it came to: what `show` says first.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]

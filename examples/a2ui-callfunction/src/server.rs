@@ -223,7 +223,10 @@ async fn serve_on<S: EventStore>(store: S, options: ServerOptions) -> Result<()>
     };
     let admin = AdminConfig::new(token.clone())
         .context("the admin token")?
-        .classification(app::operator_classification().clone());
+        .classification(app::operator_classification().clone())
+        // `loom export-log --admin` on the live store, for replay-check: the API is on
+        // loopback only, behind the token.
+        .log_export(true);
     let state = Arc::new(AppState {
         runtime: runtime.clone(),
         hub: hub.clone(),

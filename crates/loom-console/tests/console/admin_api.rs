@@ -8,7 +8,7 @@ use loom_console::AdminClient;
 use loom_console::ListFilter;
 use loom_console::{AdminConfig, AdminConfigError, ErrorKind};
 use loom_kernel::Verdict;
-use loom_kernel::{ErrorInfo, ExecutionStatus, Payload};
+use loom_kernel::{ErrorInfo, EventStoreExt, ExecutionStatus, Payload};
 use serde_json::{Value, json};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
@@ -454,7 +454,13 @@ async fn the_cli_goes_through_the_admin_api_while_the_server_holds_the_store() {
         "/nonexistent",
     ])
     .await;
+    // This server does not hand out unmasked logs: refused, saying how to allow it.
     assert_eq!(code(&export), 1);
+    assert!(
+        stderr(&export).contains("log_export(true)"),
+        "{}",
+        stderr(&export)
+    );
     assert!(stderr(&export).contains("--store"));
 
     // The environment works as the flags do.
@@ -634,4 +640,93 @@ async fn two_verdicts_at_once_record_one_and_refuse_the_other() {
         .filter(|event| event.event_type == "EFFECT_RESOLVED")
         .count();
     assert_eq!(verdicts, 1, "one verdict in the log");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn export_log_and_tail_go_through_the_admin_api_of_a_live_server() {
+    let server = exporting_server().await;
+    start_order(&server.runtime, "order-1").await;
+    start_order(&server.runtime, "order-2").await;
+    start_hello(&server.runtime, "hello-1").await;
+    let url = server.url.as_str();
+    let out = tempfile::tempdir().unwrap();
+    let dir = out.path().join("logs");
+    let dir_arg = dir.to_str().unwrap();
+
+    let all = loom_async(&[
+        "--admin",
+        url,
+        "--token",
+        TOKEN,
+        "export-log",
+        "--out",
+        dir_arg,
+    ])
+    .await;
+    assert_eq!(code(&all), 0, "{}", stderr(&all));
+    assert!(
+        stdout(&all).contains("wrote 3 executions"),
+        "{}",
+        stdout(&all)
+    );
+    // True values, as replay-check needs them, read back as the store holds them.
+    let path = loom_replay_check::path_for(&dir, &id("order-1"));
+    let exported = loom_replay_check::read_log(&path).unwrap();
+    let stored = server
+        .runtime
+        .store()
+        .read_all(&id("order-1"))
+        .await
+        .unwrap();
+    assert_eq!(exported, stored);
+    assert!(std::fs::read_to_string(&path).unwrap().contains(CARD));
+
+    let one_dir = out.path().join("one");
+    let one = loom_async(&[
+        "--admin",
+        url,
+        "--token",
+        TOKEN,
+        "export-log",
+        "--out",
+        one_dir.to_str().unwrap(),
+        "--execution",
+        "hello-1",
+    ])
+    .await;
+    assert_eq!(code(&one), 0, "{}", stderr(&one));
+    assert_eq!(std::fs::read_dir(&one_dir).unwrap().count(), 1);
+    let unknown = loom_async(&[
+        "--admin",
+        url,
+        "--token",
+        TOKEN,
+        "export-log",
+        "--out",
+        dir_arg,
+        "--execution",
+        "nope",
+    ])
+    .await;
+    assert_eq!(code(&unknown), 3, "{}", stderr(&unknown));
+
+    // tail --admin prints the log, masked, and stops at an ended execution's end.
+    let tailed = loom_async(&["--admin", url, "--token", TOKEN, "tail", "hello-1"]).await;
+    assert_eq!(code(&tailed), 0, "{}", stderr(&tailed));
+    assert!(
+        stdout(&tailed).contains("EXECUTION_COMPLETED"),
+        "{}",
+        stdout(&tailed)
+    );
+    let masked = loom_async(&[
+        "--admin",
+        url,
+        "--token",
+        TOKEN,
+        "tail",
+        "order-1",
+        "--no-follow",
+    ])
+    .await;
+    assert!(!stdout(&masked).contains(CARD), "{}", stdout(&masked));
 }

@@ -3,4 +3,5 @@
 mod flows;
 mod golden;
 mod logs;
+mod operator;
 mod readme;
