@@ -182,7 +182,10 @@ pub fn down(root: &Path) -> Result<()> {
             &bin.join("pg_ctl"),
             &["-D", data, "-m", "fast", "-w", "stop"],
         ) {
-            eprintln!("stopping PostgreSQL: {err:#}");
+            eprintln!(
+                "stopping PostgreSQL: {}",
+                loom_replay_check::error_sentence(&*err)
+            );
         }
         std::fs::remove_dir_all(data).with_context(|| format!("removing {data}"))?;
     }

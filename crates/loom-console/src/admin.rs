@@ -57,6 +57,7 @@ pub enum AdminConfigError {
 pub struct AdminConfig {
     token: String,
     classification: DataClassification,
+    log_export: bool,
 }
 
 impl std::fmt::Debug for AdminConfig {
@@ -64,6 +65,7 @@ impl std::fmt::Debug for AdminConfig {
         f.debug_struct("AdminConfig")
             .field("token", &"<hidden>")
             .field("classification", &self.classification.paths())
+            .field("log_export", &self.log_export)
             .finish()
     }
 }
@@ -82,7 +84,16 @@ impl AdminConfig {
         Ok(Self {
             token,
             classification: DataClassification::default(),
+            log_export: false,
         })
+    }
+
+    /// Whether `GET /admin/v1/export` hands out whole logs, unmasked (what `loom export-log
+    /// --admin` writes for `replay-check`). Off unless asked for: every other answer of the
+    /// API is masked (K10-R6), and an export holds the true values.
+    pub fn log_export(mut self, allowed: bool) -> Self {
+        self.log_export = allowed;
+        self
     }
 
     /// K10-R6: the classification to mask payloads with (give the runtime's own).
@@ -136,6 +147,7 @@ pub fn admin_router<S: EventStore>(runtime: Runtime<S>, config: AdminConfig) -> 
         .route("/admin/v1/executions/{id}/resume", post(resume::<S>))
         .route("/admin/v1/executions/{id}/cancel", post(cancel::<S>))
         .route("/admin/v1/in-doubt", get(in_doubt::<S>))
+        .route("/admin/v1/export", get(export::<S>))
         .route("/admin/v1/retention/delete", post(retention_delete::<S>))
         .route("/admin/v1/retention/preview", post(retention_preview::<S>))
         .route_layer(middleware::from_fn_with_state(
@@ -238,6 +250,7 @@ struct ListQuery {
     status: Option<String>,
     flow: Option<String>,
     limit: Option<usize>,
+    before: Option<String>,
 }
 
 async fn list<S: EventStore>(
@@ -246,7 +259,7 @@ async fn list<S: EventStore>(
 ) -> Answer {
     let Ok(Query(query)) = query else {
         return Err(ConsoleError::bad_request(
-            "bad query: use ?status=<status>&flow=<name>&limit=<n>",
+            "bad query: use ?status=<status>&flow=<name>&limit=<1..=1000>&before=<execution id>",
         ));
     };
     let filter = query::ListFilter {
@@ -257,6 +270,7 @@ async fn list<S: EventStore>(
             .transpose()?,
         flow: query.flow,
         limit: query.limit,
+        before: query.before,
     };
     ok(query::list_executions(state.runtime.store(), &filter).await?)
 }
@@ -297,6 +311,73 @@ async fn events<S: EventStore>(
         page = query::events_from(store, &id, from, limit, &state.config.classification).await?;
     }
     ok(page)
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct ExportQuery {
+    after: Option<String>,
+    limit: Option<usize>,
+    execution: Option<String>,
+}
+
+/// The most logs one export page holds.
+const MAX_EXPORT_PAGE: usize = 100;
+
+/// Whole logs, unmasked, as JSON Lines (one string per execution): one execution
+/// (`?execution=ID`), or a page of them in id order after `after`.
+async fn export<S: EventStore>(
+    State(state): Shared<S>,
+    query: Result<Query<ExportQuery>, QueryRejection>,
+) -> Answer {
+    if !state.config.log_export {
+        return Err(ConsoleError::refused(
+            "this server does not export logs through its admin API (exports hold true values, unmasked): \
+             allow it with AdminConfig::log_export(true), or run export-log with --store once the server has stopped",
+        ));
+    }
+    let Ok(Query(query)) = query else {
+        return Err(ConsoleError::bad_request(
+            "bad query: use ?after=<execution id>&limit=<1..=100> or ?execution=<execution id>",
+        ));
+    };
+    let store = state.runtime.store();
+    let jsonl = |log: &[loom_kernel::EventEnvelope]| -> String {
+        log.iter()
+            .map(|envelope| envelope.to_json() + "\n")
+            .collect()
+    };
+    if let Some(id) = query.execution {
+        let id = query::execution_id(&id)?;
+        let log = store.read_all(&id).await?;
+        if log.is_empty() {
+            return Err(ConsoleError::unknown_execution(id.as_str()));
+        }
+        return ok(crate::ExportPage {
+            logs: vec![jsonl(&log)],
+            next: None,
+        });
+    }
+    let limit = query.limit.unwrap_or(MAX_EXPORT_PAGE);
+    if !(1..=MAX_EXPORT_PAGE).contains(&limit) {
+        return Err(ConsoleError::bad_request(format!(
+            "limit {limit} is out of range: export 1 to {MAX_EXPORT_PAGE} logs a page"
+        )));
+    }
+    let after = query
+        .after
+        .as_deref()
+        .map(query::execution_id)
+        .transpose()?;
+    let page = store.list_executions(after.as_ref(), limit).await?;
+    let mut logs = Vec::with_capacity(page.executions.len());
+    for summary in &page.executions {
+        logs.push(jsonl(&store.read_all(&summary.id).await?));
+    }
+    ok(crate::ExportPage {
+        logs,
+        next: page.next.map(|id| id.to_string()),
+    })
 }
 
 async fn in_doubt<S: EventStore>(State(state): Shared<S>) -> Answer {

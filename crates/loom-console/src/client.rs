@@ -10,8 +10,8 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 
 use crate::error::{ConsoleError, ErrorKind};
-use crate::query::ListFilter;
-use crate::view::{EventsPage, ExecutionView, InDoubtView, ShowView, status_name};
+use crate::query::{ExecutionList, ListFilter};
+use crate::view::{EventsPage, ExportPage, InDoubtView, ShowView, status_name};
 
 /// The most an answer may weigh.
 const MAX_RESPONSE: usize = 256 << 20;
@@ -82,10 +82,7 @@ impl AdminClient {
     }
 
     /// Executions matching `filter`.
-    pub async fn executions(
-        &self,
-        filter: &ListFilter,
-    ) -> Result<Vec<ExecutionView>, ConsoleError> {
+    pub async fn executions(&self, filter: &ListFilter) -> Result<ExecutionList, ConsoleError> {
         let mut query = Vec::new();
         if let Some(status) = filter.status {
             query.push(format!("status={}", encode(status_name(status))));
@@ -96,9 +93,30 @@ impl AdminClient {
         if let Some(limit) = filter.limit {
             query.push(format!("limit={limit}"));
         }
+        if let Some(before) = &filter.before {
+            query.push(format!("before={}", encode(before)));
+        }
         let path = match query.is_empty() {
             true => "/admin/v1/executions".to_owned(),
             false => format!("/admin/v1/executions?{}", query.join("&")),
+        };
+        self.get(&path, Duration::ZERO).await
+    }
+
+    /// A page of whole logs, unmasked (the server must allow it: `AdminConfig::log_export`):
+    /// `execution`'s alone, or up to `limit` in id order after `after`.
+    pub async fn export_page(
+        &self,
+        execution: Option<&str>,
+        after: Option<&str>,
+        limit: usize,
+    ) -> Result<ExportPage, ConsoleError> {
+        let path = match (execution, after) {
+            (Some(id), _) => format!("/admin/v1/export?execution={}", encode(id)),
+            (None, Some(after)) => {
+                format!("/admin/v1/export?after={}&limit={limit}", encode(after))
+            }
+            (None, None) => format!("/admin/v1/export?limit={limit}"),
         };
         self.get(&path, Duration::ZERO).await
     }

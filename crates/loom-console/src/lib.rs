@@ -53,13 +53,16 @@ pub use offline::{
     GOES_ON_WHEN_RECOVERED, GOES_ON_WHEN_RECOVERED_POSTGRES, cancel, no_pending_gate, not_in_doubt,
     resolve, resume,
 };
-pub use query::{ListFilter, events_from, execution_id, in_doubt, list_executions, now_ms, show};
+pub use query::{
+    DEFAULT_LIST_LIMIT, ExecutionList, ListFilter, MAX_LIST_LIMIT, events_from, execution_id,
+    in_doubt, list_executions, list_limit, now_ms, show,
+};
 pub use retention::{
     DEFAULT_BATCH, MAX_BATCH, cutoff_ms, delete_batch, parse_age, purge, retention_error,
     would_purge,
 };
 pub use view::{
-    DecisionView, EventView, EventsPage, ExecutionView, GateView, InDoubtView, STATUSES, ShowView,
-    StateView, StepView, event_view, gate_requests, mask_event_value, mask_events, masked_event,
-    parse_status, state_view, status_name, utc,
+    ChildView, DecisionView, EventView, EventsPage, ExecutionView, ExportPage, GateView,
+    InDoubtView, OutcomeView, STATUSES, ShowView, StateView, StepView, event_view, gate_requests,
+    mask_event_value, mask_events, masked_event, parse_status, state_view, status_name, utc,
 };

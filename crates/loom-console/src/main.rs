@@ -13,10 +13,10 @@ use clap::{Args, Parser, Subcommand};
 use futures::TryStreamExt;
 use loom_console::AdminClient;
 use loom_console::ConsoleError;
-use loom_console::ListFilter;
 use loom_console::{
     EventView, EventsPage, ExecutionView, InDoubtView, ShowView, mask_events, parse_status, utc,
 };
+use loom_console::{ExecutionList, ExportPage, ListFilter};
 use loom_kernel::DataClassification;
 use loom_kernel::Verdict;
 use loom_kernel::{
@@ -75,7 +75,7 @@ struct Cli {
 
 #[derive(Debug, Subcommand)]
 enum Command {
-    /// List executions in id order, with status, flow, length and times.
+    /// List executions newest first, a page at a time, with status, flow, length and times.
     Executions {
         /// Only this status: running, suspended, in-doubt, completed, failed, cancelled.
         #[arg(long)]
@@ -83,9 +83,12 @@ enum Command {
         /// Only executions of this flow.
         #[arg(long)]
         flow: Option<String>,
-        /// At most this many.
+        /// At most this many, 1 to 1000 (default 50).
         #[arg(long)]
         limit: Option<usize>,
+        /// The next page: executions older than this one (the summary line names it).
+        #[arg(long, value_name = "ID")]
+        before: Option<String>,
     },
     /// Show one execution: its folded state (steps, gates, doubts), then its event log.
     Show {
@@ -207,6 +210,16 @@ macro_rules! out {
 }
 
 fn main() -> ExitCode {
+    // The stores' warnings on stderr (RUST_LOG chooses how much); colour codes only for a
+    // terminal.
+    tracing_subscriber::fmt()
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_default_env()
+                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn")),
+        )
+        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
+        .with_writer(std::io::stderr)
+        .init();
     let cli = Cli::parse();
     let runtime = match tokio::runtime::Builder::new_current_thread()
         .enable_all()
@@ -345,11 +358,15 @@ async fn run(cli: Cli) -> Result<(), ConsoleError> {
             status,
             flow,
             limit,
+            before,
         } => {
+            // Refused here too, before any store is read: `--limit 0` is a mistake.
+            loom_console::list_limit(limit)?;
             let filter = ListFilter {
                 status: status.as_deref().map(parse_status).transpose()?,
                 flow,
                 limit,
+                before,
             };
             let listed = match &backend {
                 Backend::File(path) => {
@@ -374,6 +391,12 @@ async fn run(cli: Cli) -> Result<(), ConsoleError> {
                 Backend::Admin(client) => client.show(&id).await?,
             };
             mask_events(&classification, &mut shown.events);
+            for payload in [&mut shown.outcome.input, &mut shown.outcome.output]
+                .into_iter()
+                .flatten()
+            {
+                *payload = classification.mask_message_value(payload);
+            }
             for gate in &mut shown.state.pending_gates {
                 if let Some(request) = &mut gate.request {
                     *request = classification.mask_message_value(request);
@@ -515,11 +538,7 @@ async fn run(cli: Cli) -> Result<(), ConsoleError> {
                     export(&store, &out, &only).await?
                 }
                 Backend::Postgres(store) => export(store, &out, &only).await?,
-                Backend::Admin(_) => {
-                    return Err(ConsoleError::refused(
-                        "export-log reads the store itself (exports hold true values, for replay-check): run it with --store once the server has stopped, or against PostgreSQL",
-                    ));
-                }
+                Backend::Admin(client) => export_admin(client, &out, &executions).await?,
             };
             done(
                 json,
@@ -693,6 +712,55 @@ async fn export<S: EventStore>(
     Ok(written)
 }
 
+/// `export-log --admin`: the logs of a live server, a page at a time, written as `export`
+/// writes them.
+async fn export_admin(
+    client: &AdminClient,
+    out: &Path,
+    only: &[String],
+) -> Result<usize, ConsoleError> {
+    std::fs::create_dir_all(out).map_err(|error| {
+        ConsoleError::bad_request(format!("cannot create {}: {error}", out.display()))
+    })?;
+    let mut written = 0;
+    let mut write = |page: ExportPage| -> Result<(), ConsoleError> {
+        for text in page.logs {
+            let log = text
+                .lines()
+                .map(loom_kernel::EventEnvelope::from_json)
+                .collect::<Result<Vec<_>, _>>()
+                .map_err(|error| {
+                    ConsoleError::internal(format!(
+                        "the admin API sent a log this client cannot read ({error}): is it the same version?"
+                    ))
+                })?;
+            let path = loom_replay_check::write_log(out, &log).map_err(|error| {
+                ConsoleError::internal(format!("cannot write an exported log: {error}"))
+            })?;
+            if path.is_some() {
+                written += 1;
+            }
+        }
+        Ok(())
+    };
+    if !only.is_empty() {
+        for id in only {
+            write(client.export_page(Some(id), None, 1).await?)?;
+        }
+        return Ok(written);
+    }
+    let mut after: Option<String> = None;
+    loop {
+        let page = client.export_page(None, after.as_deref(), 100).await?;
+        let next = page.next.clone();
+        write(page)?;
+        match next {
+            Some(next) => after = Some(next),
+            None => return Ok(written),
+        }
+    }
+}
+
 /// How often `tail` looks at a store file or PostgreSQL again.
 const POLL: Duration = Duration::from_millis(500);
 
@@ -777,12 +845,19 @@ fn print_table(indent: &str, headers: &[&str], rows: &[Vec<String>]) {
     }
 }
 
-fn print_executions(listed: &[ExecutionView], json: bool) {
+fn print_executions(page: &ExecutionList, json: bool) {
     if json {
-        return print_json(&listed);
+        return print_json(page);
     }
+    let listed = &page.executions;
     if listed.is_empty() {
-        out!("no executions");
+        match page.total {
+            0 => out!("no executions"),
+            total => out!(
+                "no executions on this page ({} match, all newer than the cursor)",
+                thousands(total)
+            ),
+        }
         return;
     }
     let now = loom_console::now_ms();
@@ -819,7 +894,29 @@ fn print_executions(listed: &[ExecutionView], json: bool) {
             (count > 0).then(|| format!("{count} {status}"))
         })
         .collect();
-    out!("\n{} executions: {}", listed.len(), counts.join(", "));
+    // Never "5 executions" when 5,000 match: what is shown, of how many, and how to go on.
+    out!(
+        "\n{} shown of {} (newest first): {}",
+        thousands(listed.len()),
+        thousands(page.total),
+        counts.join(", ")
+    );
+    if let Some(next) = &page.next_before {
+        out!("{} more: --before {next}", thousands(page.remaining));
+    }
+}
+
+/// `5000` as `5,000`.
+fn thousands(n: usize) -> String {
+    let digits = n.to_string();
+    let mut text = String::new();
+    for (i, digit) in digits.chars().enumerate() {
+        if i > 0 && (digits.len() - i).is_multiple_of(3) {
+            text.push(',');
+        }
+        text.push(digit);
+    }
+    text
 }
 
 fn flow_label(view: &ExecutionView) -> String {
@@ -837,9 +934,39 @@ fn print_show(shown: &ShowView, json: bool, full: bool) {
     let view = &shown.execution;
     let state = &shown.state;
     let now = loom_console::now_ms();
+    let outcome = &shown.outcome;
     out!("execution     {}", view.id);
     out!("flow          {}", flow_label(view));
     out!("status        {}", view.status);
+    // How it ended first: the question `show` is asked.
+    if let Some(failure) = &outcome.failure {
+        out!("failure       {}: {}", failure.code, failure.message);
+    }
+    if let Some(output) = &outcome.output {
+        out!("output        {}", cut(&output.to_string(), full));
+    }
+    if view.status == "cancelled" {
+        out!(
+            "cancelled     {}",
+            outcome
+                .cancel_reason
+                .as_deref()
+                .unwrap_or("(no reason given)")
+        );
+    }
+    if let Some(input) = &outcome.input {
+        out!("input         {}", cut(&input.to_string(), full));
+    }
+    if let Some(parent) = &outcome.parent {
+        out!("parent        {parent}  (loom show {})", shell_word(parent));
+    }
+    for child in &outcome.children {
+        out!(
+            "child         {}  ({})",
+            child.id,
+            if child.ended { "ended" } else { "not ended" }
+        );
+    }
     out!("events        {}", view.events);
     if let Some(started) = view.started_at_ms {
         out!("started       {} UTC", utc(started));
@@ -869,25 +996,41 @@ fn print_show(shown: &ShowView, json: bool, full: bool) {
             .steps
             .iter()
             .map(|step| {
+                let running = match (step.status.as_str(), step.running_ms) {
+                    // The attempt running now counts up from its start.
+                    ("started", _) => match (step.started_at_ms, now) {
+                        (Some(start), Some(now)) => {
+                            format!("{} so far", duration(now.saturating_sub(start)))
+                        }
+                        _ => "-".into(),
+                    },
+                    (_, Some(ms)) => duration_precise(ms),
+                    (_, None) => "-".into(),
+                };
+                let in_doubt = match (step.in_doubt_since_ms, step.in_doubt_ms, now) {
+                    (Some(since), closed, Some(now)) => format!(
+                        "{} so far",
+                        duration(closed.unwrap_or(0) + now.saturating_sub(since))
+                    ),
+                    (_, Some(ms), _) => duration_precise(ms),
+                    _ => "-".into(),
+                };
                 vec![
                     step.step_id.clone(),
                     step.effect.clone(),
                     step.status.clone(),
                     step.attempt.map_or("-".into(), |a| a.to_string()),
                     step.seq.to_string(),
-                    match (step.started_at_ms, step.ended_at_ms) {
-                        (Some(start), Some(end)) => duration_precise(end.saturating_sub(start)),
-                        (Some(start), None) => now.map_or("-".into(), |now| {
-                            format!("{} so far", duration(now.saturating_sub(start)))
-                        }),
-                        _ => "-".into(),
-                    },
+                    running,
+                    in_doubt,
                 ]
             })
             .collect();
         print_table(
             "  ",
-            &["STEP", "EFFECT", "STATUS", "ATTEMPT", "SEQ", "TOOK"],
+            &[
+                "STEP", "EFFECT", "STATUS", "ATTEMPTS", "SEQ", "RUNNING", "IN DOUBT",
+            ],
             &rows,
         );
     }
@@ -957,6 +1100,14 @@ fn print_show(shown: &ShowView, json: bool, full: bool) {
     for event in &shown.events {
         print_event(event, false, full);
     }
+}
+
+/// A payload on one line, cut to 100 characters unless `full`.
+fn cut(text: &str, full: bool) -> String {
+    if full || text.chars().count() <= 100 {
+        return text.to_owned();
+    }
+    text.chars().take(99).collect::<String>() + "…"
 }
 
 fn print_event(event: &EventView, json: bool, full: bool) {

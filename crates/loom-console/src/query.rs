@@ -4,12 +4,21 @@
 use futures::TryStreamExt;
 use loom_kernel::DataClassification;
 use loom_kernel::StepStatus;
-use loom_kernel::{Event, EventStore, EventStoreExt, ExecutionId, ExecutionStatus, StatusFilter};
+use loom_kernel::{
+    Event, EventEnvelope, EventStore, EventStoreExt, ExecutionId, ExecutionStatus, StatusFilter,
+};
+use serde::{Deserialize, Serialize};
 
 use crate::error::ConsoleError;
 use crate::view::{
-    EventsPage, ExecutionView, InDoubtView, STATUSES, ShowView, event_view, state_view, status_name,
+    ChildView, EventsPage, ExecutionView, InDoubtView, OutcomeView, STATUSES, ShowView, event_view,
+    state_view, status_name,
 };
+
+/// How many executions a listing shows when not told: a page, not the store.
+pub const DEFAULT_LIST_LIMIT: usize = 50;
+/// The most executions one page shows.
+pub const MAX_LIST_LIMIT: usize = 1000;
 
 /// Which executions [`list_executions`] lists.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -18,44 +27,123 @@ pub struct ListFilter {
     pub status: Option<ExecutionStatus>,
     /// Only executions of this flow.
     pub flow: Option<String>,
-    /// At most this many (after the other filters); no limit when `None`.
+    /// At most this many (after the other filters), 1 to [`MAX_LIST_LIMIT`];
+    /// [`DEFAULT_LIST_LIMIT`] when `None`. 0 is refused.
     pub limit: Option<usize>,
+    /// The cursor: only executions listed after this one (older, newest first), as a
+    /// previous page's [`ExecutionList::next_before`] names it.
+    pub before: Option<String>,
 }
 
-/// Executions matching `filter`, in id order. Statuses come from the store's status index, so
-/// no log is folded; each listed execution costs two one-event reads (its first and last).
+/// One page of executions, newest first.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ExecutionList {
+    /// The page: newest start first (ties, and executions without a start time, by id,
+    /// greatest first; those without a start time come last).
+    pub executions: Vec<ExecutionView>,
+    /// How many executions match the status and flow filters, on every page together.
+    pub total: usize,
+    /// How many of them come after this page.
+    pub remaining: usize,
+    /// Pass as `before` for the next page; `None` on the last page.
+    pub next_before: Option<String>,
+}
+
+/// Where an execution sorts in a newest-first listing: greater is newer.
+type Newness = (u64, String);
+
+/// Executions matching `filter`, newest start first, one page from the cursor on. Statuses
+/// come from the store's status index, so no log is folded; every execution of the chosen
+/// statuses costs one one-event read (its start, for its time and flow), and each shown one a
+/// second (its last event). A listing by start time or flow from an index of its own is not
+/// there yet: this reads every start of the chosen statuses.
 pub async fn list_executions<S: EventStore>(
     store: &S,
     filter: &ListFilter,
-) -> Result<Vec<ExecutionView>, ConsoleError> {
+) -> Result<ExecutionList, ConsoleError> {
+    let limit = list_limit(filter.limit)?;
+    let before = match filter.before.as_deref() {
+        None => None,
+        Some(id) => {
+            let id = execution_id(id)?;
+            let Some(started) = store.read(&id, 0, 1).await?.into_iter().next() else {
+                return Err(ConsoleError::bad_request(format!(
+                    "no execution {id} to list before: pass an id a listing showed"
+                )));
+            };
+            Some((started.recorded_at_ms.unwrap_or(0), id.to_string()))
+        }
+    };
     let statuses: Vec<ExecutionStatus> = match filter.status {
         Some(status) => vec![status],
         None => STATUSES.to_vec(),
     };
-    let mut found = Vec::new();
+    let mut found: Vec<(
+        Newness,
+        ExecutionId,
+        u64,
+        ExecutionStatus,
+        Option<EventEnvelope>,
+    )> = Vec::new();
     for status in statuses {
         let mut listed = std::pin::pin!(store.executions_by_status(StatusFilter::Status(status)));
         while let Some(summary) = listed.try_next().await? {
-            found.push((summary.id, summary.head, status));
+            let first = store.read(&summary.id, 0, 1).await?.into_iter().next();
+            if let Some(flow) = filter.flow.as_deref()
+                && flow_of(first.as_ref()).is_none_or(|(name, _)| name != flow)
+            {
+                continue;
+            }
+            let newness = (
+                first
+                    .as_ref()
+                    .and_then(|envelope| envelope.recorded_at_ms)
+                    .unwrap_or(0),
+                summary.id.to_string(),
+            );
+            found.push((newness, summary.id, summary.head, status, first));
         }
     }
-    found.sort_by(|a, b| a.0.cmp(&b.0));
-    let mut views = Vec::new();
-    for (id, head, status) in found {
-        if filter.limit.is_some_and(|limit| views.len() >= limit) {
-            break;
-        }
-        let view = execution_view(store, &id, head, status).await?;
-        if filter
-            .flow
-            .as_deref()
-            .is_some_and(|flow| view.flow.as_deref() != Some(flow))
-        {
-            continue;
-        }
-        views.push(view);
+    let total = found.len();
+    found.sort_by(|a, b| b.0.cmp(&a.0));
+    let after_cursor: Vec<_> = found
+        .into_iter()
+        .filter(|entry| before.as_ref().is_none_or(|cursor| entry.0 < *cursor))
+        .collect();
+    let remaining = after_cursor.len().saturating_sub(limit);
+    let mut executions = Vec::new();
+    for (_, id, head, status, first) in after_cursor.into_iter().take(limit) {
+        executions.push(execution_view(store, &id, head, status, first).await?);
     }
-    Ok(views)
+    let next_before = match remaining {
+        0 => None,
+        _ => executions.last().map(|view| view.id.clone()),
+    };
+    Ok(ExecutionList {
+        executions,
+        total,
+        remaining,
+        next_before,
+    })
+}
+
+/// A listing's page size: 1 to [`MAX_LIST_LIMIT`], [`DEFAULT_LIST_LIMIT`] when not given.
+pub fn list_limit(limit: Option<usize>) -> Result<usize, ConsoleError> {
+    match limit {
+        None => Ok(DEFAULT_LIST_LIMIT),
+        Some(limit) if (1..=MAX_LIST_LIMIT).contains(&limit) => Ok(limit),
+        Some(limit) => Err(ConsoleError::bad_request(format!(
+            "limit {limit} is out of range: list 1 to {MAX_LIST_LIMIT} executions a page"
+        ))),
+    }
+}
+
+fn flow_of(first: Option<&EventEnvelope>) -> Option<(&str, u32)> {
+    match first.map(|envelope| &envelope.event) {
+        Some(Event::ExecutionStarted(started)) => Some((&started.flow, started.flow_version)),
+        _ => None,
+    }
 }
 
 async fn execution_view<S: EventStore>(
@@ -63,17 +151,15 @@ async fn execution_view<S: EventStore>(
     id: &ExecutionId,
     head: u64,
     status: ExecutionStatus,
+    first: Option<EventEnvelope>,
 ) -> Result<ExecutionView, ConsoleError> {
-    let first = store.read(id, 0, 1).await?.into_iter().next();
     let last = match head {
         0 | 1 => None,
         _ => store.read(id, head - 1, 1).await?.into_iter().next(),
     };
-    let (flow, flow_version) = match first.as_ref().map(|envelope| &envelope.event) {
-        Some(Event::ExecutionStarted(started)) => {
-            (Some(started.flow.clone()), Some(started.flow_version))
-        }
-        _ => (None, None),
+    let (flow, flow_version) = match flow_of(first.as_ref()) {
+        Some((flow, version)) => (Some(flow.to_owned()), Some(version)),
+        None => (None, None),
     };
     let started_at_ms = first.as_ref().and_then(|envelope| envelope.recorded_at_ms);
     Ok(ExecutionView {
@@ -122,8 +208,10 @@ pub async fn show<S: EventStore>(
     let mut state_view = state_view(&state);
     step_times(&mut state_view.steps, &log);
     crate::view::gate_requests(classification, &state, &log, &mut state_view.pending_gates);
+    let outcome = outcome_view(store, id, &log, classification).await?;
     Ok(ShowView {
         execution,
+        outcome,
         state: state_view,
         events: log
             .iter()
@@ -132,25 +220,169 @@ pub async fn show<S: EventStore>(
     })
 }
 
-/// Fills in when each step started and ended, from the log's `recordedAtMs` (for latency).
-fn step_times(steps: &mut [crate::view::StepView], log: &[loom_kernel::EventEnvelope]) {
-    let mut started = std::collections::BTreeMap::new();
+/// What the log says of one step's attempts and times.
+#[derive(Debug, Default)]
+struct StepTiming {
+    attempt: Option<u32>,
+    first_start: Option<u64>,
+    started: bool,
+    running: u64,
+    /// The attempt running now: when it started (if the log has times).
+    running_since: Option<Option<u64>>,
+    in_doubt: u64,
+    doubted: bool,
+    /// The doubt open now: when it was recorded (if the log has times).
+    doubt_since: Option<Option<u64>>,
+}
+
+impl StepTiming {
+    fn saw_attempt(&mut self, attempt: u32) {
+        self.attempt = Some(self.attempt.map_or(attempt, |seen| seen.max(attempt)));
+    }
+
+    fn end_run(&mut self, at: Option<u64>) {
+        if let Some(since) = self.running_since.take()
+            && let (Some(since), Some(at)) = (since, at)
+        {
+            self.running += at.saturating_sub(since);
+        }
+    }
+
+    fn end_doubt(&mut self, at: Option<u64>) {
+        if let Some(since) = self.doubt_since.take()
+            && let (Some(since), Some(at)) = (since, at)
+        {
+            self.in_doubt += at.saturating_sub(since);
+        }
+    }
+}
+
+/// Fills in each step's last attempt and its times from the log's `recordedAtMs`: when it
+/// started and ended, how long its attempts ran and how long it waited in doubt.
+fn step_times(steps: &mut [crate::view::StepView], log: &[EventEnvelope]) {
+    let mut timings: std::collections::BTreeMap<&str, StepTiming> =
+        std::collections::BTreeMap::new();
     for envelope in log {
-        if let Event::StepStarted(event) = &envelope.event {
-            started
-                .entry(event.step_id.as_str())
-                .or_insert(envelope.recorded_at_ms);
+        let at = envelope.recorded_at_ms;
+        match &envelope.event {
+            Event::StepStarted(event) => {
+                let timing = timings.entry(event.step_id.as_str()).or_default();
+                timing.saw_attempt(event.attempt);
+                if !timing.started {
+                    timing.first_start = at;
+                }
+                timing.started = true;
+                // A `retry` verdict's new attempt ends the doubt.
+                timing.end_doubt(at);
+                timing.running_since = Some(at);
+            }
+            Event::EffectInDoubt(event) => {
+                let timing = timings.entry(event.step_id.as_str()).or_default();
+                timing.saw_attempt(event.attempt);
+                timing.end_run(at);
+                timing.doubted = true;
+                timing.doubt_since = Some(at);
+            }
+            Event::EffectResolved(event) => {
+                timings
+                    .entry(event.step_id.as_str())
+                    .or_default()
+                    .end_doubt(at);
+            }
+            Event::StepCompleted(loom_kernel::StepCompleted { step_id, .. })
+            | Event::StepFailed(loom_kernel::StepFailed { step_id, .. }) => {
+                let timing = timings.entry(step_id.as_str()).or_default();
+                timing.end_run(at);
+                timing.end_doubt(at);
+            }
+            _ => {}
         }
     }
     for step in steps {
-        step.started_at_ms = started.get(step.step_id.as_str()).copied().flatten();
-        if matches!(step.status.as_str(), "completed" | "failed") {
+        let timing = timings.remove(step.step_id.as_str()).unwrap_or_default();
+        let ended = matches!(step.status.as_str(), "completed" | "failed");
+        // A step recorded by its outcome alone (no STEP_STARTED) ran once.
+        step.attempt = timing.attempt.or(step.attempt).or(ended.then_some(1));
+        step.started_at_ms = timing.first_start;
+        if ended {
             step.ended_at_ms = usize::try_from(step.seq)
                 .ok()
                 .and_then(|seq| log.get(seq))
                 .and_then(|envelope| envelope.recorded_at_ms);
         }
+        step.running_ms = timing.first_start.map(|_| timing.running);
+        step.in_doubt_ms = timing.doubted.then_some(timing.in_doubt);
+        step.in_doubt_since_ms = timing.doubt_since.flatten();
     }
+}
+
+/// What the execution was given and came to, its parent and its children, from its log (and
+/// its parent's), payloads masked.
+async fn outcome_view<S: EventStore>(
+    store: &S,
+    id: &ExecutionId,
+    log: &[EventEnvelope],
+    classification: &DataClassification,
+) -> Result<OutcomeView, ConsoleError> {
+    let mut outcome = OutcomeView::default();
+    let mut resumed = std::collections::BTreeSet::new();
+    for envelope in log {
+        match &envelope.event {
+            Event::ExecutionStarted(started) => {
+                outcome.input = Some(classification.mask_message_value(&started.input.to_value()));
+            }
+            Event::ExecutionCompleted(completed) => {
+                outcome.output =
+                    Some(classification.mask_message_value(&completed.output.to_value()));
+            }
+            Event::ExecutionFailed(failed) => outcome.failure = Some(failed.error.clone()),
+            Event::ExecutionCancelled(cancelled) => {
+                outcome.cancel_reason = cancelled.reason.clone();
+            }
+            Event::ExecutionSuspended(gate) if gate.event_type == loom_kernel::CHILD_EVENT_TYPE => {
+                outcome.children.push(ChildView {
+                    id: gate.correlation_key.clone(),
+                    gate_id: gate.gate_id.clone(),
+                    ended: false,
+                });
+            }
+            Event::ExecutionResumed(resume) => {
+                resumed.insert(resume.gate_id.as_str());
+            }
+            _ => {}
+        }
+    }
+    for child in &mut outcome.children {
+        child.ended = resumed.contains(child.gate_id.as_str());
+    }
+    outcome.parent = parent_of(store, id).await?;
+    Ok(outcome)
+}
+
+/// The parent of a child execution (`<parent>/<flow>#<n>`, ADR 0015), if the parent's log
+/// has the gate that waits for it: an id of that form a user chose has no parent.
+async fn parent_of<S: EventStore>(
+    store: &S,
+    id: &ExecutionId,
+) -> Result<Option<String>, ConsoleError> {
+    let Some((parent, rest)) = id.as_str().rsplit_once('/') else {
+        return Ok(None);
+    };
+    let is_child_form = rest.rsplit_once('#').is_some_and(|(flow, n)| {
+        !flow.is_empty() && !n.is_empty() && n.bytes().all(|b| b.is_ascii_digit())
+    });
+    let Ok(parent) = ExecutionId::new(parent) else {
+        return Ok(None);
+    };
+    if !is_child_form {
+        return Ok(None);
+    }
+    let waits = store.read_all(&parent).await?.iter().any(|envelope| {
+        matches!(&envelope.event, Event::ExecutionSuspended(gate)
+            if gate.event_type == loom_kernel::CHILD_EVENT_TYPE
+                && gate.correlation_key == id.as_str())
+    });
+    Ok(waits.then(|| parent.to_string()))
 }
 
 /// Up to `limit` events of `id` from seq `from` on, payloads masked. An unknown execution is

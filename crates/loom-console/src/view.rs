@@ -80,10 +80,60 @@ pub struct ExecutionView {
 pub struct ShowView {
     /// The execution as listed.
     pub execution: ExecutionView,
+    /// How it started and how it ended, masked.
+    #[serde(default)]
+    pub outcome: OutcomeView,
     /// Its folded state.
     pub state: StateView,
     /// Its log, masked.
     pub events: Vec<EventView>,
+}
+
+/// A page of whole logs, unmasked, as `GET /admin/v1/export` answers.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ExportPage {
+    /// Each execution's log as JSON Lines (one envelope a line, the `replay-check --logs`
+    /// format).
+    pub logs: Vec<String>,
+    /// Pass as `after` for the next page; `None` on the last.
+    pub next: Option<String>,
+}
+
+/// What an execution was given and what it came to: what `show` says first.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct OutcomeView {
+    /// The flow's input, masked.
+    #[serde(default)]
+    pub input: Option<Value>,
+    /// The flow's output, masked, once it completed.
+    #[serde(default)]
+    pub output: Option<Value>,
+    /// Why it failed (code and message), once it failed.
+    #[serde(default)]
+    pub failure: Option<ErrorInfo>,
+    /// The reason given when it was cancelled, if any.
+    #[serde(default)]
+    pub cancel_reason: Option<String>,
+    /// The execution that started this one as its child (ADR 0015), if any.
+    #[serde(default)]
+    pub parent: Option<String>,
+    /// The children it started, in the order it started them.
+    #[serde(default)]
+    pub children: Vec<ChildView>,
+}
+
+/// A child execution, as its parent's log names it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ChildView {
+    /// The child's execution id.
+    pub id: String,
+    /// The parent's gate that waits for it.
+    pub gate_id: String,
+    /// Whether the child's end has reached the parent (its gate was resumed).
+    pub ended: bool,
 }
 
 /// What the fold says about an execution.
@@ -118,7 +168,8 @@ pub struct StepView {
     pub effect: String,
     /// `started`, `in-doubt`, `completed` or `failed`.
     pub status: String,
-    /// The attempt running or in doubt.
+    /// The step's last attempt (from 1: a `retry` verdict dispatches it again), whatever its
+    /// status; absent only in a log that records neither a start nor a doubt of the step.
     pub attempt: Option<u32>,
     /// The seq of the event that gave the step this status.
     pub seq: u64,
@@ -129,6 +180,16 @@ pub struct StepView {
     /// When its outcome was recorded, if it has one.
     #[serde(default)]
     pub ended_at_ms: Option<u64>,
+    /// How long its attempts ran, from each `STEP_STARTED` to the outcome or doubt that ended
+    /// it (ms), attempts still running left out; absent when no attempt's start was recorded.
+    #[serde(default)]
+    pub running_ms: Option<u64>,
+    /// How long it waited in doubt for verdicts (ms), a doubt still open left out.
+    #[serde(default)]
+    pub in_doubt_ms: Option<u64>,
+    /// When the doubt it is in now was recorded.
+    #[serde(default)]
+    pub in_doubt_since_ms: Option<u64>,
 }
 
 /// A gate the execution waits on: resume it with `loom resume <id> <eventType> <key> <json>`.
@@ -276,6 +337,9 @@ pub fn state_view(state: &ExecutionState) -> StateView {
                 seq,
                 started_at_ms: None,
                 ended_at_ms: None,
+                running_ms: None,
+                in_doubt_ms: None,
+                in_doubt_since_ms: None,
             }
         })
         .collect();

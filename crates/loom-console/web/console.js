@@ -136,12 +136,13 @@ async function refreshDoubts() {
 
 async function refreshExecutions() {
   const status = $("filter").value;
-  const listed = await api("GET", "executions" + (status ? "?status=" + encodeURIComponent(status) : ""));
+  const page = await api("GET", "executions" + (status ? "?status=" + encodeURIComponent(status) : ""));
   const body = $("executions").tBodies[0];
   body.replaceChildren();
-  $("execution-count").textContent = "(" + listed.length + ")";
+  // The newest page only: say how many there are in all.
+  $("execution-count").textContent = "(" + page.executions.length + " newest of " + page.total + ")";
   const now = Date.now();
-  for (const execution of listed) {
+  for (const execution of page.executions) {
     const row = body.insertRow();
     row.className = "selectable";
     row.addEventListener("click", () => select(execution.id));

@@ -51,6 +51,20 @@ enum Attempt {
     Panicked(String),
 }
 
+impl Attempt {
+    /// How the attempt ended, for its log line (no payload: it may hold classified values).
+    fn label(&self) -> &'static str {
+        match self {
+            Self::Output(_) => "output",
+            Self::Failed(EffectError::Terminal(_)) => "failed",
+            Self::Failed(EffectError::Retryable(_)) => "retryable",
+            Self::Failed(EffectError::InDoubt(_)) => "in_doubt",
+            Self::TimedOut => "timed_out",
+            Self::Panicked(_) => "panicked",
+        }
+    }
+}
+
 impl Effect for RegisteredEffect {
     fn idempotent(&self) -> bool {
         self.def.def.idempotent
@@ -136,6 +150,8 @@ async fn run(compiled: &CompiledDef, call: EffectCall) -> EffectOutcome {
             // The input does not decode: nothing ran, nothing is charged.
             Err(error) => return EffectOutcome::failed(error),
         };
+        // The attempt's one line (README, "Logs"): the span alone prints nothing.
+        span.in_scope(|| tracing::info!(outcome = ended.label(), "attempt ended"));
         let retry = match ended {
             Attempt::Output(payload) => return output(compiled, payload),
             Attempt::Failed(EffectError::Terminal(error)) => return ran(Err(error), def.cost),

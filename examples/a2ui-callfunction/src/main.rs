@@ -132,7 +132,12 @@ impl TargetArgs {
 
 fn main() -> ExitCode {
     tracing_subscriber::fmt()
-        .with_env_filter(tracing_subscriber::EnvFilter::from_default_env())
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_default_env()
+                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn")),
+        )
+        // Colour codes only for a terminal: redirected to a file, they are noise.
+        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
         .with_writer(std::io::stderr)
         .init();
     let cli = Cli::parse();
@@ -153,7 +158,11 @@ fn main() -> ExitCode {
     match result {
         Ok(()) => ExitCode::SUCCESS,
         Err(error) => {
-            eprintln!("a2ui-callfunction: {error:#}");
+            // One sentence with each cause once (`{:#}` repeats a cause its message already shows).
+            eprintln!(
+                "a2ui-callfunction: {}",
+                loom_replay_check::error_sentence(&*error)
+            );
             ExitCode::FAILURE
         }
     }

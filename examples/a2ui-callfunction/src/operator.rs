@@ -130,7 +130,9 @@ pub async fn answer<S: EventStore>(runtime: &Runtime<S>, request: AdminRequest) 
             verdict,
         } => match resolve_on(runtime, &execution, &step, &verdict).await {
             Ok(()) => json!({"ok": true}),
-            Err(error) => json!({"ok": false, "error": format!("{error:#}")}),
+            Err(error) => {
+                json!({"ok": false, "error": loom_replay_check::error_sentence(&*error)})
+            }
         },
     }
 }

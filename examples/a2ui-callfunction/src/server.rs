@@ -223,7 +223,10 @@ async fn serve_on<S: EventStore>(store: S, options: ServerOptions) -> Result<()>
     };
     let admin = AdminConfig::new(token.clone())
         .context("the admin token")?
-        .classification(app::operator_classification().clone());
+        .classification(app::operator_classification().clone())
+        // `loom export-log --admin` on the live store, for replay-check: the API is on
+        // loopback only, behind the token.
+        .log_export(true);
     let state = Arc::new(AppState {
         runtime: runtime.clone(),
         hub: hub.clone(),
@@ -264,6 +267,22 @@ async fn serve_on<S: EventStore>(store: S, options: ServerOptions) -> Result<()>
     // Renderers are served once the execution exists: a renderer that connects early waits in
     // the listener's backlog rather than see an empty surface.
     let server = tokio::spawn(async move { axum::serve(listener, router).await });
+    // What is served, for RUST_LOG=info (the token stays out of logs: it is a credential).
+    tracing::info!(
+        renderers = %format!("ws://{addr}/a2ui/{{execution}}/{{surface}}"),
+        operator = %format!("ws://{addr}/operator"),
+        "serving execution {execution}"
+    );
+    if loopback {
+        tracing::info!(
+            console = %format!("http://{addr}/admin/"),
+            admin_api = %format!("http://{addr}/admin/v1"),
+            playground = %format!("http://{addr}/playground/"),
+            "serving the admin API, the web console and the playground (loopback only)"
+        );
+    } else {
+        tracing::info!(%addr, "not on loopback: the admin API and the playground are not mounted");
+    }
     narrate::emit(&Note::Ready {
         url: format!("ws://{addr}"),
     });

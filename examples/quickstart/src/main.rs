@@ -49,6 +49,8 @@ async fn main() -> std::process::ExitCode {
             tracing_subscriber::EnvFilter::try_from_default_env()
                 .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn")),
         )
+        // Colour codes only for a terminal: redirected to a file, they are noise.
+        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
         .with_writer(std::io::stderr)
         .init();
     match quickstart(Args::parse()).await {
@@ -132,6 +134,9 @@ async fn run<S: EventStore>(store: S, label: &str) -> Result<()> {
         checkouts.len() + 1
     );
     let mut to_approve = Vec::new();
+    // Checkouts on their way that wait for no approval (an operator resumed the gate with
+    // `loom resume` while no process ran): this run drives them to their end.
+    let mut to_finish = Vec::new();
     for (n, id) in checkouts.iter().enumerate() {
         let state = rt.wait(id).await?;
         let origin = if existed(id) { "earlier run" } else { "new" };
@@ -144,12 +149,14 @@ async fn run<S: EventStore>(store: S, label: &str) -> Result<()> {
                 gates(&state)
             );
         }
-        if state.status() == ExecutionStatus::Suspended {
+        if awaits_approval(&state) {
             // This run approves two new checkouts and leaves the third waiting; a checkout an
             // earlier run left waiting is approved now: the next run resumes what this one left.
             if existed(id) || n < 2 {
                 to_approve.push(id);
             }
+        } else if !state.status().is_terminal() {
+            to_finish.push(id);
         }
     }
     let state = rt.wait(&greet_id).await?;
@@ -165,7 +172,7 @@ async fn run<S: EventStore>(store: S, label: &str) -> Result<()> {
     );
 
     if to_approve.is_empty() {
-        println!("\nNothing waits for an approval: every checkout has completed.");
+        println!("\nNothing waits for an approval.");
     } else {
         println!("\nApproving:");
     }
@@ -179,9 +186,16 @@ async fn run<S: EventStore>(store: S, label: &str) -> Result<()> {
         rt.resume(id, APPROVAL_EVENT, &approval_key(id), payload)
             .await?;
     }
-    for id in &to_approve {
+    for id in &to_finish {
+        println!("  {id}, resumed while no process ran: driven on now");
+    }
+    for id in to_approve.iter().chain(&to_finish) {
         // Through its parks: the checkout waits for its child `notify`, which sleeps.
         let state = rt.wait_ended(id).await?;
+        if state.status() != ExecutionStatus::Completed {
+            println!("  {id}: {}", state.status());
+            continue;
+        }
         let receipt: Receipt = output(&state, id)?;
         println!(
             "  {id}: {}, reservation {}, charged {} cents with key {}, \"{}\"",
@@ -245,14 +259,24 @@ async fn run<S: EventStore>(store: S, label: &str) -> Result<()> {
     }
 
     let mut still_waiting = Vec::new();
+    let mut ended_otherwise = Vec::new();
     for id in &checkouts {
-        if fold(&rt, id).await?.status() == ExecutionStatus::Suspended {
+        let state = fold(&rt, id).await?;
+        if awaits_approval(&state) {
             still_waiting.push(id);
+        } else if state.status() != ExecutionStatus::Completed {
+            ended_otherwise.push(format!("{id} is {}", state.status()));
         }
     }
     match still_waiting.as_slice() {
+        // Only what is true: a checkout an operator cancelled has not completed.
+        [] if ended_otherwise.is_empty() => println!(
+            "\nStore: {label}. Every checkout has completed; delete the store to start over."
+        ),
         [] => println!(
-            "\nStore: {label}. Every execution has completed; delete the store to start over."
+            "\nStore: {label}. No checkout waits for its approval ({}); delete the store to \
+             start over.",
+            ended_otherwise.join(", ")
         ),
         ids => {
             let ids: Vec<_> = ids.iter().map(|id| id.as_str()).collect();
@@ -264,6 +288,15 @@ async fn run<S: EventStore>(store: S, label: &str) -> Result<()> {
         }
     }
     Ok(())
+}
+
+/// Whether the checkout waits at its approval gate (not at its child's or a timer's).
+fn awaits_approval(state: &ExecutionState) -> bool {
+    state.status() == ExecutionStatus::Suspended
+        && state
+            .pending_gates()
+            .values()
+            .any(|gate| &*gate.event_type == APPROVAL_EVENT)
 }
 
 async fn fold<S: EventStore>(rt: &Runtime<S>, id: &ExecutionId) -> Result<ExecutionState> {

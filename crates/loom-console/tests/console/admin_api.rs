@@ -8,7 +8,7 @@ use loom_console::AdminClient;
 use loom_console::ListFilter;
 use loom_console::{AdminConfig, AdminConfigError, ErrorKind};
 use loom_kernel::Verdict;
-use loom_kernel::{ErrorInfo, ExecutionStatus, Payload};
+use loom_kernel::{ErrorInfo, EventStoreExt, ExecutionStatus, Payload};
 use serde_json::{Value, json};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
@@ -213,6 +213,38 @@ async fn verdicts_go_through_the_runtime_and_the_same_verdict_twice_is_refused_c
     let last = &shown.events.last().unwrap().event;
     assert_eq!(last["output"]["charged"]["charged"], 42);
 
+    // The detail says what happened: input (masked) and output at the top, the step's two
+    // attempts, its time running apart from its time in doubt.
+    let outcome = &shown.outcome;
+    assert_eq!(outcome.input.as_ref().unwrap()["card"]["number"], "***");
+    assert_eq!(outcome.output.as_ref().unwrap()["charged"]["charged"], 42);
+    assert_eq!(outcome.failure, None);
+    assert_eq!(outcome.parent, None);
+    let charge = shown
+        .state
+        .steps
+        .iter()
+        .find(|step| step.step_id == "charge#1")
+        .unwrap();
+    assert_eq!(charge.status, "completed");
+    assert_eq!(charge.attempt, Some(2), "{charge:?}");
+    assert!(charge.running_ms.is_some(), "{charge:?}");
+    assert!(charge.in_doubt_ms.is_some(), "{charge:?}");
+    assert_eq!(charge.in_doubt_since_ms, None, "{charge:?}");
+    let text = loom_async(&["--admin", &server.url, "--token", TOKEN, "show", "order-1"]).await;
+    let text = stdout(&text);
+    assert!(
+        text.lines()
+            .any(|line| line.starts_with("output ") && line.contains("\"charged\":42")),
+        "{text}"
+    );
+    assert!(!text.contains(CARD), "{text}");
+    assert!(
+        text.lines()
+            .any(|line| line.contains("charge#1") && line.contains("completed  2 ")),
+        "{text}"
+    );
+
     let ended = client.cancel("order-1", None).await.unwrap_err();
     assert_eq!(ended.kind, ErrorKind::Refused);
     assert!(
@@ -247,7 +279,7 @@ async fn malformed_requests_are_400_and_say_what_to_send() {
         .executions(&ListFilter::default())
         .await
         .unwrap();
-    assert_eq!(listed.len(), 1, "the API still answers");
+    assert_eq!(listed.executions.len(), 1, "the API still answers");
     let (status, _, answer) = raw(
         &server.url,
         &format!("GET /admin/v1/executions?status=stuck HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer {TOKEN}\r\nConnection: close\r\n\r\n"),
@@ -255,6 +287,13 @@ async fn malformed_requests_are_400_and_say_what_to_send() {
     .await;
     assert_eq!(status, 400);
     assert!(answer.contains("unknown status 'stuck'"), "{answer}");
+    let (status, _, answer) = raw(
+        &server.url,
+        &format!("GET /admin/v1/executions?limit=0 HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer {TOKEN}\r\nConnection: close\r\n\r\n"),
+    )
+    .await;
+    assert_eq!(status, 400);
+    assert!(answer.contains("limit 0 is out of range"), "{answer}");
     assert_eq!(
         server.runtime.state(&id("order-1")).await.unwrap().status(),
         ExecutionStatus::InDoubt
@@ -287,7 +326,55 @@ async fn the_cli_goes_through_the_admin_api_while_the_server_holds_the_store() {
         ])
         .await,
     );
-    assert_eq!(listed.as_array().unwrap().len(), 2);
+    assert_eq!(listed["executions"].as_array().unwrap().len(), 2);
+
+    // Pages through the API as through the store: newest first, with a cursor.
+    let first = json_out(
+        &loom_async(&[
+            "--admin",
+            url,
+            "--token",
+            TOKEN,
+            "--json",
+            "executions",
+            "--limit",
+            "2",
+        ])
+        .await,
+    );
+    assert_eq!(first["total"], 3);
+    assert_eq!(first["remaining"], 1);
+    let cursor = first["nextBefore"].as_str().unwrap().to_owned();
+    assert_eq!(first["executions"][1]["id"], cursor.as_str());
+    let second = json_out(
+        &loom_async(&[
+            "--admin",
+            url,
+            "--token",
+            TOKEN,
+            "--json",
+            "executions",
+            "--limit",
+            "2",
+            "--before",
+            &cursor,
+        ])
+        .await,
+    );
+    assert_eq!(second["executions"].as_array().unwrap().len(), 1);
+    assert_eq!(second["remaining"], 0);
+    assert_eq!(second["nextBefore"], serde_json::Value::Null);
+    let zero = loom_async(&[
+        "--admin",
+        url,
+        "--token",
+        TOKEN,
+        "executions",
+        "--limit",
+        "0",
+    ])
+    .await;
+    assert_eq!(code(&zero), 2);
 
     // Masked by the server's classification.
     let shown = loom_async(&[
@@ -367,7 +454,13 @@ async fn the_cli_goes_through_the_admin_api_while_the_server_holds_the_store() {
         "/nonexistent",
     ])
     .await;
+    // This server does not hand out unmasked logs: refused, saying how to allow it.
     assert_eq!(code(&export), 1);
+    assert!(
+        stderr(&export).contains("log_export(true)"),
+        "{}",
+        stderr(&export)
+    );
     assert!(stderr(&export).contains("--store"));
 
     // The environment works as the flags do.
@@ -547,4 +640,93 @@ async fn two_verdicts_at_once_record_one_and_refuse_the_other() {
         .filter(|event| event.event_type == "EFFECT_RESOLVED")
         .count();
     assert_eq!(verdicts, 1, "one verdict in the log");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn export_log_and_tail_go_through_the_admin_api_of_a_live_server() {
+    let server = exporting_server().await;
+    start_order(&server.runtime, "order-1").await;
+    start_order(&server.runtime, "order-2").await;
+    start_hello(&server.runtime, "hello-1").await;
+    let url = server.url.as_str();
+    let out = tempfile::tempdir().unwrap();
+    let dir = out.path().join("logs");
+    let dir_arg = dir.to_str().unwrap();
+
+    let all = loom_async(&[
+        "--admin",
+        url,
+        "--token",
+        TOKEN,
+        "export-log",
+        "--out",
+        dir_arg,
+    ])
+    .await;
+    assert_eq!(code(&all), 0, "{}", stderr(&all));
+    assert!(
+        stdout(&all).contains("wrote 3 executions"),
+        "{}",
+        stdout(&all)
+    );
+    // True values, as replay-check needs them, read back as the store holds them.
+    let path = loom_replay_check::path_for(&dir, &id("order-1"));
+    let exported = loom_replay_check::read_log(&path).unwrap();
+    let stored = server
+        .runtime
+        .store()
+        .read_all(&id("order-1"))
+        .await
+        .unwrap();
+    assert_eq!(exported, stored);
+    assert!(std::fs::read_to_string(&path).unwrap().contains(CARD));
+
+    let one_dir = out.path().join("one");
+    let one = loom_async(&[
+        "--admin",
+        url,
+        "--token",
+        TOKEN,
+        "export-log",
+        "--out",
+        one_dir.to_str().unwrap(),
+        "--execution",
+        "hello-1",
+    ])
+    .await;
+    assert_eq!(code(&one), 0, "{}", stderr(&one));
+    assert_eq!(std::fs::read_dir(&one_dir).unwrap().count(), 1);
+    let unknown = loom_async(&[
+        "--admin",
+        url,
+        "--token",
+        TOKEN,
+        "export-log",
+        "--out",
+        dir_arg,
+        "--execution",
+        "nope",
+    ])
+    .await;
+    assert_eq!(code(&unknown), 3, "{}", stderr(&unknown));
+
+    // tail --admin prints the log, masked, and stops at an ended execution's end.
+    let tailed = loom_async(&["--admin", url, "--token", TOKEN, "tail", "hello-1"]).await;
+    assert_eq!(code(&tailed), 0, "{}", stderr(&tailed));
+    assert!(
+        stdout(&tailed).contains("EXECUTION_COMPLETED"),
+        "{}",
+        stdout(&tailed)
+    );
+    let masked = loom_async(&[
+        "--admin",
+        url,
+        "--token",
+        TOKEN,
+        "tail",
+        "order-1",
+        "--no-follow",
+    ])
+    .await;
+    assert!(!stdout(&masked).contains(CARD), "{}", stdout(&masked));
 }

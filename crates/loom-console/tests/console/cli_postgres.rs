@@ -56,8 +56,8 @@ async fn reads_and_verdicts_work_on_postgresql_beside_a_running_worker() {
     };
     // The store stays open here, as a worker's would.
     let listed = json_out(&run(&["--json", "executions"]).await);
-    assert_eq!(listed[0]["id"], "pay-1");
-    assert_eq!(listed[0]["status"], "in-doubt");
+    assert_eq!(listed["executions"][0]["id"], "pay-1");
+    assert_eq!(listed["executions"][0]["status"], "in-doubt");
     let shown = json_out(&run(&["--json", "show", "pay-1"]).await);
     assert_eq!(shown["state"]["stepsInDoubt"][0], "charge#1");
     let doubts = json_out(&run(&["--json", "in-doubt"]).await);

@@ -21,22 +21,21 @@ async fn executions_are_listed_by_status_and_flow() {
     );
 
     let listed = json_out(&seeded.loom(&["--json", "executions", "--status", "in-doubt"]));
-    let ids: Vec<&str> = listed
+    let ids: Vec<&str> = listed["executions"]
         .as_array()
         .unwrap()
         .iter()
         .map(|view| view["id"].as_str().unwrap())
         .collect();
-    assert_eq!(ids, ["order-1", "order-2"]);
-    assert_eq!(listed[0]["flow"], "order");
-    assert_eq!(listed[0]["status"], "in-doubt");
+    // Newest first: order-2 started after order-1.
+    assert_eq!(ids, ["order-2", "order-1"]);
+    assert_eq!(listed["executions"][0]["flow"], "order");
+    assert_eq!(listed["executions"][0]["status"], "in-doubt");
+    assert_eq!(listed["total"], 2);
 
     let hello = json_out(&seeded.loom(&["--json", "executions", "--flow", "hello"]));
-    assert_eq!(hello.as_array().unwrap().len(), 1);
-    assert_eq!(hello[0]["id"], "hello-1");
-
-    let limited = json_out(&seeded.loom(&["--json", "executions", "--limit", "1"]));
-    assert_eq!(limited.as_array().unwrap().len(), 1);
+    assert_eq!(hello["executions"].as_array().unwrap().len(), 1);
+    assert_eq!(hello["executions"][0]["id"], "hello-1");
 
     let bad = seeded.loom(&["executions", "--status", "stuck"]);
     assert_eq!(code(&bad), 2);
@@ -249,7 +248,69 @@ async fn cancel_offline_ends_an_execution_once() {
     let unknown = seeded.loom(&["cancel", "nope"]);
     assert_eq!(code(&unknown), 3);
     let listed = json_out(&seeded.loom(&["--json", "executions", "--status", "cancelled"]));
-    assert_eq!(listed[0]["id"], "order-2");
+    assert_eq!(listed["executions"][0]["id"], "order-2");
+}
+
+#[tokio::test]
+async fn executions_page_newest_first_and_the_summary_says_what_is_left() {
+    let seeded = Seeded::new().await;
+    let all = json_out(&seeded.loom(&["--json", "executions"]));
+    let newest_first: Vec<String> = all["executions"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|view| view["id"].as_str().unwrap().to_owned())
+        .collect();
+    let total = newest_first.len();
+    assert!(total >= 3, "{all}");
+    assert_eq!(all["total"], total);
+    assert_eq!(all["nextBefore"], serde_json::Value::Null);
+
+    // Page by one through the cursor the summary line names: every execution once, in order.
+    let mut paged = Vec::new();
+    let mut before: Option<String> = None;
+    loop {
+        let mut args = vec!["executions", "--limit", "1"];
+        if let Some(cursor) = &before {
+            args.extend(["--before", cursor.as_str()]);
+        }
+        let page = seeded.loom(&args);
+        assert_eq!(code(&page), 0, "{}", stderr(&page));
+        let text = stdout(&page);
+        assert!(
+            text.contains(&format!("1 shown of {total} (newest first)")),
+            "{text}"
+        );
+        paged.push(newest_first[paged.len()].clone());
+        assert!(text.contains(&paged[paged.len() - 1]), "{text}");
+        let left = total - paged.len();
+        match text.split_once(" more: --before ") {
+            Some((count, cursor)) => {
+                assert!(count.ends_with(&left.to_string()), "{text}");
+                before = Some(cursor.trim().to_owned());
+            }
+            None => {
+                assert_eq!(left, 0, "{text}");
+                break;
+            }
+        }
+    }
+    assert_eq!(paged, newest_first);
+
+    let zero = seeded.loom(&["executions", "--limit", "0"]);
+    assert_eq!(code(&zero), 2);
+    assert!(
+        stderr(&zero).contains("limit 0 is out of range"),
+        "{}",
+        stderr(&zero)
+    );
+    let nowhere = seeded.loom(&["executions", "--before", "no-such-execution"]);
+    assert_eq!(code(&nowhere), 2);
+    assert!(
+        stderr(&nowhere).contains("no execution no-such-execution"),
+        "{}",
+        stderr(&nowhere)
+    );
 }
 
 #[tokio::test]
@@ -405,7 +466,7 @@ async fn a_checkout_of_the_quickstart_is_found_and_approved_from_the_cli_alone()
         "--status",
         "suspended",
     ]));
-    assert_eq!(stuck[0]["id"], "checkout-1");
+    assert_eq!(stuck["executions"][0]["id"], "checkout-1");
     let shown = loom(&["--store", store, "show", "checkout-1"]);
     let text = stdout(&shown);
     let key = quickstart::approval_key(&checkout);
@@ -433,4 +494,50 @@ async fn a_checkout_of_the_quickstart_is_found_and_approved_from_the_cli_alone()
         runtime.wait_ended(&checkout).await.unwrap().status(),
         ExecutionStatus::Completed
     );
+
+    drop(runtime);
+
+    // A failed execution: `show` says how it failed first, with the code.
+    let failed_path = dir.path().join("failed.redb");
+    {
+        let store = DiskStore::open(&failed_path).unwrap();
+        let started = loom_kernel::Event::ExecutionStarted(loom_kernel::ExecutionStarted {
+            flow: "checkout".into(),
+            flow_version: 1,
+            input: loom_kernel::Payload::from_value(&serde_json::json!({"sku": "A1"})),
+            capabilities: Default::default(),
+            budget: None,
+        });
+        let failed = loom_kernel::Event::ExecutionFailed(loom_kernel::ExecutionFailed {
+            error: loom_kernel::ErrorInfo::new("shop.out_of_stock", "A1 is out of stock"),
+        });
+        loom_kernel::EventStore::append(&store, &id("checkout-9"), 0, &[started, failed])
+            .await
+            .unwrap();
+    }
+    let failed_store = failed_path.to_str().unwrap();
+    let shown = stdout(&loom(&["--store", failed_store, "show", "checkout-9"]));
+    let failure = shown.lines().nth(3).unwrap_or_default();
+    assert_eq!(
+        failure, "failure       shop.out_of_stock: A1 is out of stock",
+        "{shown}"
+    );
+    let json = json_out(&loom(&[
+        "--store",
+        failed_store,
+        "--json",
+        "show",
+        "checkout-9",
+    ]));
+    assert_eq!(json["outcome"]["failure"]["code"], "shop.out_of_stock");
+    assert_eq!(json["outcome"]["input"]["sku"], "A1");
+
+    // Parent and child name each other.
+    let parent = stdout(&loom(&["--store", store, "show", "checkout-1"]));
+    assert!(
+        parent.contains("child         checkout-1/notify#1  (ended)"),
+        "{parent}"
+    );
+    let child = stdout(&loom(&["--store", store, "show", "checkout-1/notify#1"]));
+    assert!(child.contains("parent        checkout-1"), "{child}");
 }

@@ -143,12 +143,22 @@ impl Drop for Server {
 }
 
 pub async fn server() -> Server {
+    server_with(false).await
+}
+
+/// A server whose admin API exports whole logs (`AdminConfig::log_export`).
+pub async fn exporting_server() -> Server {
+    server_with(true).await
+}
+
+async fn server_with(log_export: bool) -> Server {
     let dir = tempfile::tempdir().expect("a temp dir");
     let path = dir.path().join("loom.redb");
     let runtime = compose(DiskStore::open(&path).expect("the store opens"));
     let config = AdminConfig::new(TOKEN)
         .expect("the token is long enough")
-        .classification(classification());
+        .classification(classification())
+        .log_export(log_export);
     let router = admin_router(runtime.clone(), config);
     let listener = bind_loopback(0).await.expect("a loopback port");
     let url = format!("http://{}", listener.local_addr().expect("an address"));

@@ -274,7 +274,7 @@ impl<S: EventStore> Runtime<S> {
             report.send_modify(|p| p.stopped = Some(stopped));
         };
         self.inner
-            .spawn(task.instrument(tracing::info_span!("feed_projection")));
+            .spawn(task.instrument(tracing::info_span!(parent: None, "feed_projection")));
         FeedFollower { progress, poke }
     }
 }

@@ -212,7 +212,9 @@ impl<S: EventStore> Inner<S> {
         slot.driver = Some(sender.clone());
         let inner = Arc::clone(self);
         let id = execution.clone();
-        let span = tracing::info_span!("execution", execution = %id);
+        // A root span: a driver started from another execution's task (a child, a timer's
+        // deadline) is not about that execution.
+        let span = tracing::info_span!(parent: None, "execution", execution = %id);
         let run = Box::pin(
             async move {
                 let outcome = contain::contain_future(driver::drive(

@@ -370,7 +370,8 @@ pub(crate) fn arm_deadline<S: EventStore>(
                     timers.stopped();
                 }
             }
-            .instrument(tracing::info_span!("timers")),
+            // Root span: the task serves every execution's deadlines, not the one that armed it.
+            .instrument(tracing::info_span!(parent: None, "timers")),
         );
     }
 }

@@ -647,6 +647,8 @@ fn write_loop(
             .unwrap_or_else(|panic| Err(StorageError::msg(panic_message(&panic))));
         match outcome {
             Ok((heads, feed_next)) => {
+                // The batch's one line at debug (README, "Logs"): the span alone prints nothing.
+                tracing::debug!("group committed");
                 feed_head.publish(feed_next);
                 for (request, head) in batch.into_iter().zip(heads) {
                     if let Ok(head) = head {

@@ -116,7 +116,10 @@ async fn the_admin_api_answers_on_the_example_server() {
     let show = shown.expect("the execution waits for its renderer");
     assert_eq!(show.execution.flow.as_deref(), Some("checkout"));
     let listed = client.executions(&Default::default()).await.unwrap();
-    assert!(listed.iter().any(|e| e.id == EXECUTION), "{listed:?}");
+    assert!(
+        listed.executions.iter().any(|e| e.id == EXECUTION),
+        "{listed:?}"
+    );
     // The card number is masked on the way out.
     let text = serde_json::to_string(&show.events).unwrap();
     assert!(!text.contains("4111 1111 1111 1111"), "{text}");

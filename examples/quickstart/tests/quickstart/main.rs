@@ -2,4 +2,6 @@
 
 mod flows;
 mod golden;
+mod logs;
+mod operator;
 mod readme;

@@ -29,7 +29,7 @@ use crate::runtime::children;
 use crate::runtime::codes;
 use crate::runtime::contain::{contain, contain_future};
 use crate::runtime::ctx::{ChildStart, FlowCtx};
-use crate::runtime::effect::EffectOutcome;
+use crate::runtime::effect::{EffectOutcome, EffectResult};
 use crate::runtime::flow::FlowError;
 use crate::runtime::history::{History, NonDeterminism};
 use crate::runtime::machine::{self, Dispatch, GateMiss, Held, VerdictMiss};
@@ -299,6 +299,18 @@ fn invoke(dispatch: Dispatch) -> BoxFuture<'static, (String, EffectOutcome)> {
             };
             let outcome =
                 outcome.unwrap_or_else(|panic| effect_panicked(&effect, idempotent, &panic));
+            // The step's one line at debug: the span alone prints nothing (README, "Logs").
+            match &outcome.result {
+                EffectResult::Completed(_) => {
+                    tracing::debug!(cost = outcome.cost, "step completed")
+                }
+                EffectResult::Failed(error) => {
+                    tracing::debug!(code = %error.code, cost = outcome.cost, "step failed");
+                }
+                EffectResult::InDoubt(reason) => {
+                    tracing::debug!(code = %reason.code, "step in doubt");
+                }
+            }
             (step_id, outcome)
         },
         span,
