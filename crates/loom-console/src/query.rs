@@ -359,7 +359,7 @@ async fn outcome_view<S: EventStore>(
     Ok(outcome)
 }
 
-/// The parent of a child execution (`<parent>/<flow>#<n>`, ADR 0015), if the parent's log
+/// The parent of a child execution (`<parent>/<flow>#<n>`, LD-015), if the parent's log
 /// has the gate that waits for it: an id of that form a user chose has no parent.
 async fn parent_of<S: EventStore>(
     store: &S,

@@ -116,7 +116,7 @@ pub struct OutcomeView {
     /// The reason given when it was cancelled, if any.
     #[serde(default)]
     pub cancel_reason: Option<String>,
-    /// The execution that started this one as its child (ADR 0015), if any.
+    /// The execution that started this one as its child (LD-015), if any.
     #[serde(default)]
     pub parent: Option<String>,
     /// The children it started, in the order it started them.
