@@ -300,6 +300,52 @@ async fn export_log_writes_one_json_lines_file_per_execution() {
 }
 
 #[tokio::test]
+async fn export_log_writes_every_valid_id_and_one_failure_stops_no_other_export() {
+    let seeded = Seeded::new().await;
+    // Ids of about 250 bytes, one of them longer still once its `/` are escaped.
+    let long = format!("{}-a", "x".repeat(248));
+    let slashed = format!("{}-b", "a/".repeat(124));
+    {
+        let runtime = compose(DiskStore::open(&seeded.path).unwrap());
+        start_hello(&runtime, &long).await;
+        start_hello(&runtime, &slashed).await;
+    }
+    let out = seeded.dir.path().join("logs");
+    let out_arg = out.to_str().unwrap();
+
+    let exported = seeded.loom(&["export-log", "--out", out_arg]);
+    assert_eq!(code(&exported), 0, "{}", stderr(&exported));
+    for name in [&long, &slashed] {
+        let path = loom_replay_check::path_for(&out, &id(name));
+        let log = loom_replay_check::read_log(&path).unwrap();
+        assert_eq!(log[0].execution_id.as_str(), name);
+    }
+
+    // An id that names no execution, between two that do: both are written, the command fails.
+    let again = seeded.dir.path().join("again");
+    let again_arg = again.to_str().unwrap();
+    let partial = seeded.loom(&[
+        "export-log",
+        "--out",
+        again_arg,
+        "--execution",
+        &long,
+        "--execution",
+        "no-such-execution",
+        "--execution",
+        "order-1",
+    ]);
+    assert_ne!(code(&partial), 0);
+    assert!(
+        stderr(&partial).contains("no-such-execution"),
+        "{}",
+        stderr(&partial)
+    );
+    assert!(loom_replay_check::path_for(&again, &id(&long)).exists());
+    assert!(again.join("order-1.jsonl").exists());
+}
+
+#[tokio::test]
 async fn a_store_held_by_another_process_is_refused_with_a_pointer_to_the_admin_api() {
     let seeded = Seeded::new().await;
     let store = seeded.store();
