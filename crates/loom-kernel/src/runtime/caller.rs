@@ -14,7 +14,7 @@ use std::future::Future;
 use std::pin::Pin;
 use std::sync::Arc;
 
-use crate::id::ExecutionId;
+use crate::id::{ExecutionId, hides_text, is_nfc};
 use crate::payload::Payload;
 use crate::runtime::contain::{contain, contain_future};
 use crate::runtime::{InboundError, Runtime, RuntimeBuilder, StartError, StartOptions};
@@ -81,9 +81,17 @@ pub enum CallerError {
     /// A text is longer than [`MAX_CALLER_TEXT`] bytes.
     #[error("a caller's subject or attribute is longer than {MAX_CALLER_TEXT} bytes")]
     TooLong,
-    /// A text holds a control character (a line break could forge a log line).
-    #[error("a caller's subject or attribute holds a control character")]
+    /// A text holds a control character (a line break could forge a log line), a format
+    /// character (a bidirectional override such as U+202E shows one text as another) or a line
+    /// or paragraph separator (U+2028, U+2029).
+    #[error(
+        "a caller's subject or attribute holds a control or format character, or a line or paragraph separator"
+    )]
     ControlCharacter,
+    /// A text is not in Unicode Normalization Form C: two spellings of one name would be two
+    /// callers to an authenticator comparing bytes.
+    #[error("a caller's subject or attribute is not in Unicode Normalization Form C")]
+    NotNormalized,
     /// More than [`MAX_CALLER_ATTRIBUTES`] attributes.
     #[error("a caller carries at most {MAX_CALLER_ATTRIBUTES} attributes")]
     TooManyAttributes,
@@ -96,8 +104,11 @@ fn check_text(text: &str, may_be_empty: bool) -> Result<(), CallerError> {
     if text.len() > MAX_CALLER_TEXT {
         return Err(CallerError::TooLong);
     }
-    if text.chars().any(char::is_control) {
+    if text.chars().any(hides_text) {
         return Err(CallerError::ControlCharacter);
+    }
+    if !is_nfc(text) {
+        return Err(CallerError::NotNormalized);
     }
     Ok(())
 }
@@ -108,8 +119,8 @@ impl Caller {
         Self::default()
     }
 
-    /// The caller `subject` (not empty, at most [`MAX_CALLER_TEXT`] bytes, no control
-    /// character).
+    /// The caller `subject` (not empty, at most [`MAX_CALLER_TEXT`] bytes, no control or
+    /// format character nor line or paragraph separator, in Unicode Normalization Form C).
     pub fn new(subject: impl Into<String>) -> Result<Self, CallerError> {
         let subject = subject.into();
         check_text(&subject, false)?;

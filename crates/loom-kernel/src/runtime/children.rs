@@ -49,7 +49,7 @@ pub(crate) fn child_id(parent: &ExecutionId, gate_id: &str) -> Option<ExecutionI
     if flow.is_empty() || flow.contains('/') {
         return None;
     }
-    ExecutionId::new(format!("{parent}/{rest}")).ok()
+    ExecutionId::from_stored(format!("{parent}/{rest}")).ok()
 }
 
 /// The parent and gate a child id was derived from, if it has the child form
@@ -61,7 +61,7 @@ pub(crate) fn parent_of(child: &ExecutionId) -> Option<(ExecutionId, String)> {
     if flow.is_empty() || n.is_empty() || !n.bytes().all(|b| b.is_ascii_digit()) {
         return None;
     }
-    let parent = ExecutionId::new(parent).ok()?;
+    let parent = ExecutionId::from_stored(parent).ok()?;
     Some((parent, format!("{GATE_PREFIX}{rest}")))
 }
 
@@ -91,7 +91,7 @@ impl ChildSpec {
 
     /// Reads a recorded value back.
     pub(crate) fn from_value(value: &Value) -> Option<Self> {
-        let execution = ExecutionId::new(value.get("executionId")?.as_str()?).ok()?;
+        let execution = ExecutionId::from_stored(value.get("executionId")?.as_str()?).ok()?;
         let capabilities = value
             .get("capabilities")?
             .as_array()?

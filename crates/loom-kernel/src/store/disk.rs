@@ -548,7 +548,7 @@ fn upgrade_from_1(txn: &redb::WriteTransaction) -> Result<u64, StorageError> {
     for entry in heads.iter().map_err(StorageError::new)? {
         let (id, _) = entry.map_err(StorageError::new)?;
         let id = id.value();
-        let execution = ExecutionId::new(id).map_err(StorageError::new)?;
+        let execution = ExecutionId::from_stored(id).map_err(StorageError::new)?;
         let mut tail = ExecutionTail::new();
         let mut readable = true;
         for record in events
@@ -818,7 +818,7 @@ fn delete_ended(
         {
             let (key, _) = entry.map_err(StorageError::new)?;
             let id = key.value().1;
-            doomed.push(ExecutionId::new(id).map_err(StorageError::new)?);
+            doomed.push(ExecutionId::from_stored(id).map_err(StorageError::new)?);
         }
         for execution in &doomed {
             let id = execution.as_str();
@@ -1010,7 +1010,7 @@ impl EventStore for DiskStore {
                 .take(limit + 1)
             {
                 let (id, head) = entry.map_err(ReadError::storage)?;
-                let id = ExecutionId::new(id.value()).map_err(ReadError::storage)?;
+                let id = ExecutionId::from_stored(id.value()).map_err(ReadError::storage)?;
                 executions.push(ExecutionSummary {
                     id,
                     head: head.value(),
@@ -1058,7 +1058,7 @@ impl EventStore for DiskStore {
                     .map_err(ReadError::storage)?
                     .map_or(0, |v| v.value());
                 executions.push(ExecutionSummary {
-                    id: ExecutionId::new(id).map_err(ReadError::storage)?,
+                    id: ExecutionId::from_stored(id).map_err(ReadError::storage)?,
                     head,
                 });
             }
@@ -1097,7 +1097,7 @@ impl EventStore for DiskStore {
             .await?;
         raw.into_iter()
             .map(|(position, id, seq, record)| {
-                let execution = ExecutionId::new(&id).map_err(ReadError::storage)?;
+                let execution = ExecutionId::from_stored(&id).map_err(ReadError::storage)?;
                 let envelope = decode_stored(&execution, seq, &record)?;
                 Ok(FeedEvent { position, envelope })
             })

@@ -446,3 +446,45 @@ fn a_caller_that_could_forge_a_log_line_is_refused_when_built() {
     assert_eq!(alice.to_string(), "alice");
     assert_eq!(alice.attribute("role"), Some("operator"));
 }
+
+#[tokio::test]
+async fn ids_and_callers_refuse_text_that_shows_as_other_text_and_unnormalized_spellings() {
+    for hidden in [
+        '\u{202E}', '\u{2028}', '\u{2029}', '\u{200B}', '\u{2066}', '\u{FEFF}',
+    ] {
+        let text = format!("order{hidden}42");
+        assert!(
+            matches!(
+                ExecutionId::new(&text),
+                Err(InvalidExecutionId::ForbiddenChar { found, .. }) if found == hidden
+            ),
+            "{hidden:?}"
+        );
+        assert_eq!(Caller::new(&text), Err(CallerError::ControlCharacter));
+        assert_eq!(
+            caller("a").with_attribute("role", &text),
+            Err(CallerError::ControlCharacter)
+        );
+    }
+    // `é` as `e` and a combining accent: canonically equal to the NFC spelling, refused.
+    let decomposed = "cafe\u{301}";
+    assert!(matches!(
+        ExecutionId::new(decomposed),
+        Err(InvalidExecutionId::NotNormalized { .. })
+    ));
+    assert_eq!(Caller::new(decomposed), Err(CallerError::NotNormalized));
+    assert_eq!(ExecutionId::new("caf\u{e9}").unwrap().as_str(), "café");
+    assert!(Caller::new("zoë").is_ok());
+
+    // What a store recorded under the earlier rules still reads back.
+    let store = MemoryStore::new();
+    let old = ExecutionId::from_stored("order\u{202E}42").unwrap();
+    store
+        .append(&old, 0, &[loom_kernel::conformance::started("greet")])
+        .await
+        .unwrap();
+    let log = store.read_all(&old).await.unwrap();
+    assert_eq!(log[0].execution_id, old);
+    let envelope = EventEnvelope::from_json(&log[0].to_json()).unwrap();
+    assert_eq!(envelope.execution_id, old);
+}
