@@ -234,12 +234,14 @@ impl<S: EventStore> Inner<S> {
                 }
                 let unknown = matches!(outcome, Ok(Exit::Unknown));
                 let stopped = matches!(outcome, Ok(Exit::Stopped(_)));
+                let moved = matches!(outcome, Ok(Exit::Moved));
                 let (error, state) = match outcome {
                     Ok(Exit::Ended(state) | Exit::Parked(state) | Exit::Stopped(state)) => {
                         (None, Some(*state))
                     }
                     Ok(Exit::Unknown) => (None, None),
-                    Ok(Exit::Kept) => (None, None),
+                    // A moved log: `wait` reads the state from the store.
+                    Ok(Exit::Kept | Exit::Moved) => (None, None),
                     Err(error) => {
                         tracing::error!(%error, "driver stopped");
                         (Some(error), None)
@@ -249,7 +251,12 @@ impl<S: EventStore> Inner<S> {
                 // start a new driver.
                 let mut slots = inner.slots();
                 messages.close();
+                let mut again = Vec::new();
                 while let Ok(message) = messages.try_recv() {
+                    if moved {
+                        again.push(message);
+                        continue;
+                    }
                     driver::forget_deadline(&inner.timers, &id, &message);
                     match &error {
                         Some(error) => driver::refuse_failed(&id, message, &error.to_string()),
@@ -276,6 +283,12 @@ impl<S: EventStore> Inner<S> {
                     if slot.driver.is_none() && slot.settled.receiver_count() == 0 && !failed {
                         slots.remove(&id);
                     }
+                }
+                drop(slots);
+                // Sent again (outside the lock `send` takes) to a new driver of the log as
+                // it now is.
+                for message in again {
+                    inner.send(&id, message);
                 }
             }
             .instrument(span),

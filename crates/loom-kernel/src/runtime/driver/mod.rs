@@ -138,6 +138,9 @@ pub(crate) enum Exit {
     /// The flow parked and was kept in memory with its state (`keep.rs`); no caller was
     /// waiting for the state.
     Kept,
+    /// Another writer (a second runtime on the store) appended to the log first: this run's
+    /// view is stale. What waits is handed to a new driver, which reads the log as it is.
+    Moved,
 }
 
 /// Wakes the driver when something the flow awaits (other than a command) is ready, and
@@ -190,6 +193,19 @@ impl Reply {
             Reply::Resume(reply) => drop(reply.send(Ok(()))),
             Reply::Resolve(reply) => drop(reply.send(Ok(()))),
             Reply::Cancel(reply) => drop(reply.send(Ok(()))),
+        }
+    }
+
+    /// Another writer appended first: nothing of the request was recorded.
+    fn log_moved(self, execution: &ExecutionId) {
+        fn send<E: DriverFailure>(reply: oneshot::Sender<Result<(), E>>, execution: &ExecutionId) {
+            drop(reply.send(Err(E::log_moved(execution.clone()))));
+        }
+        match self {
+            Reply::Start(reply) => send(reply, execution),
+            Reply::Resume(reply) => send(reply, execution),
+            Reply::Resolve(reply) => send(reply, execution),
+            Reply::Cancel(reply) => send(reply, execution),
         }
     }
 
