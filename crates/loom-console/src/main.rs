@@ -1016,7 +1016,10 @@ fn print_in_doubt(listed: &[InDoubtView], json: bool) {
         .iter()
         .map(|step| {
             vec![
-                step.execution.clone(),
+                match step.cancelled {
+                    true => format!("{} (cancelled)", step.execution),
+                    false => step.execution.clone(),
+                },
                 step.step_id.clone(),
                 step.effect.clone(),
                 step.attempt.to_string(),
@@ -1044,6 +1047,11 @@ fn print_in_doubt(listed: &[InDoubtView], json: bool) {
     out!();
     out!("Look the idempotency key up at the effect's receiver, then give a verdict:");
     out!("  loom resolve <execution> <step> --completed <json> | --failed <message> | --retry");
+    if listed.iter().any(|step| step.cancelled) {
+        out!(
+            "A step of a cancelled execution takes no verdict (its log is closed), but its effect may have happened: settle it with the receiver."
+        );
+    }
 }
 
 /// A word as a shell would need it: quoted when it holds anything but plain characters.

@@ -77,7 +77,20 @@ pub async fn resolve<S: EventStore>(
     verdict: Verdict,
     operator: Option<String>,
 ) -> Result<(), ConsoleError> {
-    let state = folded(store, id).await?;
+    let state = match folded(store, id).await {
+        Err(error) if error.kind == crate::error::ErrorKind::Refused => {
+            // As `Runtime::resolve`: a step a cancel left in doubt is named, not denied.
+            let state = store.fold(id).await?;
+            if state.steps_in_doubt().contains(step_id) {
+                return Err(ConsoleError::refused(format!(
+                    "step '{step_id}' of execution {id} was in doubt when the execution was cancelled: its log is closed and no verdict can be recorded; the effect may have happened, so settle it with the receiver under idempotency key '{}'",
+                    loom_kernel::idempotency_key(id, step_id)
+                )));
+            }
+            return Err(error);
+        }
+        other => other?,
+    };
     if !state.steps_in_doubt().contains(step_id) {
         return Err(not_in_doubt(id, step_id, &state));
     }

@@ -346,6 +346,32 @@ async fn export_log_writes_every_valid_id_and_one_failure_stops_no_other_export(
 }
 
 #[tokio::test]
+async fn a_step_left_in_doubt_by_a_cancel_is_listed_and_resolve_names_it() {
+    let seeded = Seeded::new().await;
+    let cancelled = seeded.loom(&["cancel", "order-1"]);
+    assert_eq!(code(&cancelled), 0, "{}", stderr(&cancelled));
+
+    let listed = json_out(&seeded.loom(&["--json", "in-doubt"]));
+    let order_1 = listed
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|step| step["execution"] == "order-1")
+        .unwrap_or_else(|| panic!("order-1 is not listed: {listed}"));
+    assert_eq!(order_1["cancelled"], true);
+    let text = stdout(&seeded.loom(&["in-doubt"]));
+    assert!(text.contains("order-1 (cancelled)"), "{text}");
+
+    let refused = seeded.loom(&["resolve", "order-1", "charge#1", "--completed", "1"]);
+    assert_ne!(code(&refused), 0);
+    assert!(
+        stderr(&refused).contains("was in doubt when the execution was cancelled"),
+        "{}",
+        stderr(&refused)
+    );
+}
+
+#[tokio::test]
 async fn a_store_held_by_another_process_is_refused_with_a_pointer_to_the_admin_api() {
     let seeded = Seeded::new().await;
     let store = seeded.store();

@@ -211,6 +211,18 @@ pub enum ResolveError {
         /// The step's id (ADR 0061).
         step_id: String,
     },
+    /// The step was left in doubt when the execution was cancelled: its log is closed, so no
+    /// verdict can be recorded. The effect may have happened: settle it with the receiver,
+    /// looking for its idempotency key (`executionId:stepId`).
+    #[error(
+        "step '{step_id}' of execution {execution} was in doubt when the execution was cancelled: its log is closed and no verdict can be recorded; the effect may have happened, so settle it with the receiver under idempotency key '{execution}:{step_id}'"
+    )]
+    InDoubtWhenEnded {
+        /// The execution concerned.
+        execution: ExecutionId,
+        /// The step's id (ADR 0061).
+        step_id: String,
+    },
     /// No execution has this id.
     #[error("execution {execution} does not exist")]
     UnknownExecution {

@@ -262,7 +262,14 @@ impl<S: EventStore> Inner<S> {
                         Some(error) => driver::refuse_failed(&id, message, &error.to_string()),
                         None if unknown => driver::refuse_unknown(&id, message),
                         None if stopped => driver::refuse_failed(&id, message, SHUT_DOWN),
-                        None => driver::refuse_ended(&id, message, &Default::default()),
+                        None => driver::refuse_ended(
+                            &id,
+                            message,
+                            &Default::default(),
+                            state
+                                .as_ref()
+                                .map_or(&Default::default(), |state| state.steps_in_doubt()),
+                        ),
                     }
                 }
                 if let Some(slot) = slots.get_mut(&id) {

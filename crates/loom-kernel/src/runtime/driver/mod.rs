@@ -13,6 +13,7 @@
 //! can observe (a resume accepted, a verdict, the end of the execution, parking) waits until
 //! the events behind it are durable. See `docs/adr/0003-durability-barriers.md`.
 
+use std::collections::BTreeSet;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::task::Wake;
@@ -277,7 +278,7 @@ async fn load<S: EventStore>(
             let timed_out = timed_out_gates(&log);
             while let Ok(message) = messages.try_recv() {
                 forget_deadline(&inner.timers, execution, &message);
-                refuse_ended(execution, message, &timed_out);
+                refuse_ended(execution, message, &timed_out, state.steps_in_doubt());
             }
         }
         return Ok(Err(Exit::Ended(Box::new(state))));
@@ -486,8 +487,14 @@ fn timed_out_gates(log: &[EventEnvelope]) -> TimedOutGates {
 }
 
 /// Answers a message for an execution that has ended. A resume of a gate in `timed_out` is
-/// told that its gate timed out.
-pub(crate) fn refuse_ended(execution: &ExecutionId, message: DriverMsg, timed_out: &TimedOutGates) {
+/// told that its gate timed out; a verdict on a step of `in_doubt` (left in doubt when the
+/// execution was cancelled) is told that no verdict can be recorded any more.
+pub(crate) fn refuse_ended(
+    execution: &ExecutionId,
+    message: DriverMsg,
+    timed_out: &TimedOutGates,
+    in_doubt: &BTreeSet<String>,
+) {
     let execution = execution.clone();
     match message {
         DriverMsg::Resume {
@@ -513,7 +520,12 @@ pub(crate) fn refuse_ended(execution: &ExecutionId, message: DriverMsg, timed_ou
             drop(reply.send(Err(error)))
         }
         DriverMsg::Resolve { step_id, reply, .. } => {
-            drop(reply.send(Err(ResolveError::NotInDoubt { execution, step_id })))
+            let error = if in_doubt.contains(&step_id) {
+                ResolveError::InDoubtWhenEnded { execution, step_id }
+            } else {
+                ResolveError::NotInDoubt { execution, step_id }
+            };
+            drop(reply.send(Err(error)))
         }
         DriverMsg::Cancel { reply, .. } => drop(reply.send(Err(CancelError::Ended { execution }))),
         DriverMsg::Deadline { .. } | DriverMsg::ChildEnded { .. } => {}

@@ -587,8 +587,14 @@ impl<S: EventStore> Run<S> {
     /// out first).
     fn refuse_as_ended(&self, message: DriverMsg) {
         forget_deadline(&self.inner.timers, &self.execution, &message);
-        let timed_out = self.ctx.state().timed_out_gates();
-        refuse_ended(&self.execution, message, &timed_out);
+        let state = self.ctx.state();
+        let timed_out = state.timed_out_gates();
+        refuse_ended(
+            &self.execution,
+            message,
+            &timed_out,
+            state.fold().steps_in_doubt(),
+        );
     }
 
     /// A message handled now: the flow's side and the machine take it.
