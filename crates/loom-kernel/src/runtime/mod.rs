@@ -221,6 +221,13 @@ impl<S: EventStore> Runtime<S> {
     /// concurrent ones, and starts on several runtimes over one store: no effect of a new
     /// execution runs before its `EXECUTION_STARTED` is durable.
     ///
+    /// It holds as long as the log exists. Once retention has deleted an ended execution
+    /// (`EventStore::delete_ended`, `loom purge`), nothing of it is kept: a `start` of its id
+    /// is a new execution, which runs the flow again, and its steps get the same idempotency
+    /// keys (`executionId:stepId`) as the deleted one's. Only a receiver that still remembers
+    /// those keys (K9.1) keeps an effect from happening twice; keep ended executions at least
+    /// as long as a caller may repeat a start, or choose ids that are never started again.
+    ///
     /// ```
     /// use loom_kernel::{FlowCtx, FlowError, Runtime, StartError, StartOptions, flow_fn};
     /// use loom_kernel::{ExecutionId, ExecutionStatus, MemoryStore};
