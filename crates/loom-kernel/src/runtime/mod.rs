@@ -215,9 +215,10 @@ impl<S: EventStore> Runtime<S> {
     /// execution is left for `recover` (or the next resume) to drive on.
     ///
     /// Starting is idempotent on the execution id: if the execution exists, started by the
-    /// same flow (and version, when `options` names one) with the same input, `start` returns
-    /// its id and runs nothing; if it exists with another flow or input, `start` is refused
-    /// with [`StartError::Conflict`] and runs nothing. This holds for starts one after another,
+    /// same flow (and version, when `options` names one) with the same input, capabilities and
+    /// budget, `start` returns its id and runs nothing; if it exists with another flow, input,
+    /// capabilities or budget, `start` is refused with [`StartError::Conflict`] and runs
+    /// nothing. This holds for starts one after another,
     /// concurrent ones, and starts on several runtimes over one store: no effect of a new
     /// execution runs before its `EXECUTION_STARTED` is durable.
     ///
