@@ -18,7 +18,7 @@ use crate::id::{ExecutionId, hides_text, is_nfc};
 use crate::payload::Payload;
 use crate::runtime::contain::{contain, contain_future};
 use crate::runtime::{InboundError, Runtime, RuntimeBuilder, StartError, StartOptions};
-use crate::store::EventStore;
+use crate::store::{EventStore, EventStoreExt};
 
 /// Decides who may resume which gate (K12.2). Consulted before anything is recorded.
 ///
@@ -259,6 +259,29 @@ impl<S: EventStore> RuntimeBuilder<S> {
 
 impl<S: EventStore> Runtime<S> {
     /// The authenticator's decision on a resume (`Ok` when the runtime has none).
+    /// The gate a resume is approved for when an authenticator decides (it may take its
+    /// time, and meanwhile that gate may close and another of the same key open): the first
+    /// durable pending gate of the key. `None` without an authenticator (nothing waits between
+    /// the request and the driver), or when no durable gate matches yet (the driver then
+    /// answers as for any resume).
+    pub(crate) async fn approved_gate(
+        &self,
+        execution: &ExecutionId,
+        event_type: &str,
+        correlation_key: &str,
+    ) -> Option<String> {
+        self.inner.authenticator.as_ref()?;
+        let state = self.inner.store.fold(execution).await.ok()?;
+        state
+            .pending_gates()
+            .iter()
+            .filter(|(_, gate)| {
+                &*gate.event_type == event_type && gate.correlation_key == correlation_key
+            })
+            .min_by_key(|(_, gate)| gate.seq)
+            .map(|(gate_id, _)| gate_id.clone())
+    }
+
     pub(crate) async fn authorize_resume(&self, request: ResumeRequest<'_>) -> Result<(), String> {
         let Some(authenticator) = &self.inner.authenticator else {
             return Ok(());

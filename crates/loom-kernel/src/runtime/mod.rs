@@ -342,6 +342,9 @@ impl<S: EventStore> Runtime<S> {
                 execution: execution.clone(),
             });
         }
+        let approved_gate = self
+            .approved_gate(execution, event_type, correlation_key)
+            .await;
         let request = ResumeRequest {
             caller,
             execution,
@@ -362,6 +365,7 @@ impl<S: EventStore> Runtime<S> {
                 event_type: event_type.to_owned(),
                 correlation_key: correlation_key.to_owned(),
                 payload,
+                gate_id: approved_gate,
                 reply,
             },
         );

@@ -52,6 +52,9 @@ pub(crate) enum DriverMsg {
         event_type: String,
         correlation_key: String,
         payload: Payload,
+        /// The gate the resume authenticator approved this resume for, when one was asked:
+        /// the resume lands on that gate or on none.
+        gate_id: Option<String>,
         reply: oneshot::Sender<Result<(), ResumeError>>,
     },
     Resolve {
@@ -384,11 +387,14 @@ fn handle(
             event_type,
             correlation_key,
             payload,
+            gate_id,
             reply,
-        } => match ctx
-            .state()
-            .resume_gate(&event_type, &correlation_key, payload)
-        {
+        } => match ctx.state().resume_gate(
+            &event_type,
+            &correlation_key,
+            payload,
+            gate_id.as_deref(),
+        ) {
             Ok(_) => machine.reply_when_durable(Reply::Resume(reply)),
             Err(miss) => {
                 let execution = execution.clone();
