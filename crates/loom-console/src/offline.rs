@@ -206,5 +206,32 @@ pub async fn cancel<S: EventStore>(
         )));
     }
     let event = Event::ExecutionCancelled(ExecutionCancelled { reason });
-    append(store, id, &state, &[event]).await
+    append(store, id, &state, &[event]).await?;
+    tell_parent(store, id).await
+}
+
+/// As the runtime does when a child ends: the parent waiting for `child` has its child gate
+/// resumed with the child's end. Otherwise the parent would still wait, and once retention
+/// deleted the child's log, `recover` would take the gate for a child never started and start
+/// it again.
+async fn tell_parent<S: EventStore>(store: &S, child: &ExecutionId) -> Result<(), ConsoleError> {
+    let Some(parent) = loom_kernel::child_parent(child) else {
+        return Ok(());
+    };
+    let child_state = store.fold(child).await?;
+    let parent_state = store.fold(&parent).await?;
+    let Some(event) = loom_kernel::child_end_resume(child, &child_state, &parent_state) else {
+        return Ok(());
+    };
+    append(store, &parent, &parent_state, &[event])
+        .await
+        .map_err(|error| {
+            ConsoleError::new(
+                error.kind,
+                format!(
+                    "execution {child} was cancelled, but its parent {parent} could not be told: {}; run the process that runs the flows (Runtime::recover tells it) before purging {child}",
+                    error.message
+                ),
+            )
+        })
 }

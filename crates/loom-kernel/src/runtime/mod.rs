@@ -69,7 +69,7 @@ pub use caller::{
     MAX_CALLER_TEXT, ResumeAuthenticator, ResumeRequest, StartRequest,
 };
 pub use catchup::{CatchUpError, FeedFollower, FeedProjection, FollowError, catch_up};
-pub use children::{CHILD_EVENT_TYPE, CHILD_KEY, CHILD_KIND};
+pub use children::{CHILD_EVENT_TYPE, CHILD_KEY, CHILD_KIND, child_end_resume, child_parent};
 pub use ctx::{ChildCall, PATCH_KIND};
 pub use ctx::{Command, FirstOf, FlowCtx, GateOutcome, Selected, StepError, StepName, TimedGate};
 pub use digest::{input_digest, stable_hash};
