@@ -506,3 +506,60 @@ async fn a_checkout_of_the_quickstart_is_found_and_approved_from_the_cli_alone()
         ExecutionStatus::Completed
     );
 }
+
+#[tokio::test]
+async fn an_offline_resume_of_a_gate_opened_with_others_is_refused_and_records_nothing() {
+    use loom_kernel::{FlowCtx, FlowError, Runtime, StartOptions, flow_fn};
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("loom.redb");
+    {
+        let runtime = Runtime::builder(DiskStore::open(&path).unwrap())
+            .flow(flow_fn(
+                "either",
+                1,
+                |ctx: FlowCtx, _: serde_json::Value| async move {
+                    let first = ctx.first_of(&[("Yes", "k"), ("No", "k")], None).await?;
+                    Ok::<_, FlowError>(serde_json::json!(format!("{first:?}")))
+                },
+            ))
+            .flow(flow_fn(
+                "single",
+                1,
+                |ctx: FlowCtx, _: serde_json::Value| async move {
+                    Ok::<_, FlowError>(ctx.suspend("Yes", "k").await?.to_value())
+                },
+            ))
+            .build()
+            .unwrap();
+        for (flow, name) in [("either", "e-1"), ("single", "s-1")] {
+            runtime
+                .start(flow, &serde_json::json!(null), StartOptions::new(id(name)))
+                .await
+                .unwrap();
+            let state = runtime.wait(&id(name)).await.unwrap();
+            assert_eq!(state.status(), ExecutionStatus::Suspended);
+        }
+    }
+    let store = path.to_str().unwrap();
+    let before = DiskStore::open(&path)
+        .unwrap()
+        .read_all(&id("e-1"))
+        .await
+        .unwrap();
+    let refused = loom(&["--store", store, "resume", "e-1", "Yes", "k", "true"]);
+    assert_ne!(code(&refused), 0);
+    assert!(
+        stderr(&refused).contains("opened together with 'No#1'"),
+        "{}",
+        stderr(&refused)
+    );
+    let after = DiskStore::open(&path)
+        .unwrap()
+        .read_all(&id("e-1"))
+        .await
+        .unwrap();
+    assert_eq!(after, before, "nothing recorded");
+    // A gate opened alone is resumed as before.
+    let resumed = loom(&["--store", store, "resume", "s-1", "Yes", "k", "true"]);
+    assert_eq!(code(&resumed), 0, "{}", stderr(&resumed));
+}
