@@ -129,6 +129,9 @@ pub(crate) fn hides_text(c: char) -> bool {
         (0xE0001, 0xE0001),
         (0xE0020, 0xE007F),
     ];
+    if c.is_ascii() {
+        return c.is_ascii_control();
+    }
     let code = u32::from(c);
     c.is_control()
         || FORMAT
