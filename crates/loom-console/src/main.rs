@@ -696,20 +696,41 @@ async fn export<S: EventStore>(
     } else {
         only.to_vec()
     };
+    // One execution that cannot be exported stops none of the others: each failure is said,
+    // and the command fails once all were tried.
     let mut written = 0;
+    let mut failed = Vec::new();
     for id in ids {
-        let log = store.read_all(&id).await?;
-        if log.is_empty() {
-            return Err(ConsoleError::unknown_execution(id.as_str()));
-        }
-        let path = loom_replay_check::write_log(out, &log).map_err(|error| {
-            ConsoleError::internal(format!("cannot write the log of {id}: {error}"))
-        })?;
-        if path.is_some() {
-            written += 1;
+        match export_one(store, out, &id).await {
+            Ok(true) => written += 1,
+            Ok(false) => {}
+            Err(error) => failed.push(error.message),
         }
     }
-    Ok(written)
+    if failed.is_empty() {
+        return Ok(written);
+    }
+    Err(ConsoleError::internal(format!(
+        "wrote {written} executions to {}; {} could not be exported: {}",
+        out.display(),
+        failed.len(),
+        failed.join("; ")
+    )))
+}
+
+async fn export_one<S: EventStore>(
+    store: &S,
+    out: &Path,
+    id: &ExecutionId,
+) -> Result<bool, ConsoleError> {
+    let log = store.read_all(id).await?;
+    if log.is_empty() {
+        return Err(ConsoleError::unknown_execution(id.as_str()));
+    }
+    let path = loom_replay_check::write_log(out, &log).map_err(|error| {
+        ConsoleError::internal(format!("cannot write the log of {id}: {error}"))
+    })?;
+    Ok(path.is_some())
 }
 
 /// `export-log --admin`: the logs of a live server, a page at a time, written as `export`
@@ -1146,7 +1167,10 @@ fn print_in_doubt(listed: &[InDoubtView], json: bool) {
         .iter()
         .map(|step| {
             vec![
-                step.execution.clone(),
+                match step.cancelled {
+                    true => format!("{} (cancelled)", step.execution),
+                    false => step.execution.clone(),
+                },
                 step.step_id.clone(),
                 step.effect.clone(),
                 step.attempt.to_string(),
@@ -1174,6 +1198,11 @@ fn print_in_doubt(listed: &[InDoubtView], json: bool) {
     out!();
     out!("Look the idempotency key up at the effect's receiver, then give a verdict:");
     out!("  loom resolve <execution> <step> --completed <json> | --failed <message> | --retry");
+    if listed.iter().any(|step| step.cancelled) {
+        out!(
+            "A step of a cancelled execution takes no verdict (its log is closed), but its effect may have happened: settle it with the receiver."
+        );
+    }
 }
 
 /// A word as a shell would need it: quoted when it holds anything but plain characters.

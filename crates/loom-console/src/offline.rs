@@ -11,8 +11,10 @@
 //! next starts (`Runtime::recover`), replaying the recorded verdict or resume.
 //!
 //! What needs the flow code is refused with a message saying to use the admin API: a `retry`
-//! verdict (it runs the effect again), and a cancel while steps are in flight (only the
-//! effect's definition says whether the cut-off attempt must be recorded in doubt).
+//! verdict (it runs the effect again), a cancel while steps are in flight (only the effect's
+//! definition says whether the cut-off attempt must be recorded in doubt), and a resume of a
+//! gate opened together with other pending gates (only the flow knows whether they are one
+//! `first_of`, whose siblings the resume must close).
 
 use loom_kernel::StepStatus;
 use loom_kernel::{
@@ -77,7 +79,20 @@ pub async fn resolve<S: EventStore>(
     verdict: Verdict,
     operator: Option<String>,
 ) -> Result<(), ConsoleError> {
-    let state = folded(store, id).await?;
+    let state = match folded(store, id).await {
+        Err(error) if error.kind == crate::error::ErrorKind::Refused => {
+            // As `Runtime::resolve`: a step a cancel left in doubt is named, not denied.
+            let state = store.fold(id).await?;
+            if state.steps_in_doubt().contains(step_id) {
+                return Err(ConsoleError::refused(format!(
+                    "step '{step_id}' of execution {id} was in doubt when the execution was cancelled: its log is closed and no verdict can be recorded; the effect may have happened, so settle it with the receiver under idempotency key '{}'",
+                    loom_kernel::idempotency_key(id, step_id)
+                )));
+            }
+            return Err(error);
+        }
+        other => other?,
+    };
     if !state.steps_in_doubt().contains(step_id) {
         return Err(not_in_doubt(id, step_id, &state));
     }
@@ -140,9 +155,15 @@ pub async fn resume<S: EventStore>(
             &*gate.event_type == event_type && gate.correlation_key == correlation_key
         })
         .min_by_key(|(_, gate)| gate.seq);
-    let Some((gate_id, _)) = gate else {
+    let Some((gate_id, gate)) = gate else {
         return Err(no_pending_gate(id, event_type, correlation_key, &state));
     };
+    if let Some(others) = opened_together(&state, gate.seq) {
+        return Err(ConsoleError::refused(format!(
+            "gate '{gate_id}' of execution {id} was opened together with {} (a first_of, whose first resume closes the others, or gates joined by the flow): only the process that runs the flow knows which, so resume through its admin API (--admin URL --token TOKEN); nothing was recorded",
+            others.join(", ")
+        )));
+    }
     let event = Event::ExecutionResumed(ExecutionResumed {
         gate_id: gate_id.clone(),
         event_type: event_type.to_owned(),
@@ -150,6 +171,35 @@ pub async fn resume<S: EventStore>(
         payload,
     });
     append(store, id, &state, &[event]).await
+}
+
+/// The other pending gates opened in the same batch as the gate at `seq`: gates recorded
+/// at consecutive seqs, all still pending. The log does not say whether they are the gates of
+/// one `first_of` (whose first resume must close the others in the same batch, as the driver
+/// does) or gates the flow joined (each resumed on its own); resuming one without the flow
+/// could leave a `first_of` with two winners or a sibling open forever, so such a gate is
+/// refused here. `None` when the gate was opened alone.
+fn opened_together(state: &ExecutionState, seq: u64) -> Option<Vec<String>> {
+    let by_seq: std::collections::BTreeMap<u64, &str> = state
+        .pending_gates()
+        .iter()
+        .map(|(id, gate)| (gate.seq, id.as_str()))
+        .collect();
+    let mut others = Vec::new();
+    let mut before = seq;
+    while let Some(previous) = before.checked_sub(1)
+        && let Some(other) = by_seq.get(&previous)
+    {
+        others.push(format!("'{other}'"));
+        before = previous;
+    }
+    let mut after = seq + 1;
+    while let Some(other) = by_seq.get(&after) {
+        others.push(format!("'{other}'"));
+        after += 1;
+    }
+    others.sort();
+    (!others.is_empty()).then_some(others)
 }
 
 /// Why a resume matched no gate, with the gates that are pending.
@@ -193,5 +243,32 @@ pub async fn cancel<S: EventStore>(
         )));
     }
     let event = Event::ExecutionCancelled(ExecutionCancelled { reason });
-    append(store, id, &state, &[event]).await
+    append(store, id, &state, &[event]).await?;
+    tell_parent(store, id).await
+}
+
+/// As the runtime does when a child ends: the parent waiting for `child` has its child gate
+/// resumed with the child's end. Otherwise the parent would still wait, and once retention
+/// deleted the child's log, `recover` would take the gate for a child never started and start
+/// it again.
+async fn tell_parent<S: EventStore>(store: &S, child: &ExecutionId) -> Result<(), ConsoleError> {
+    let Some(parent) = loom_kernel::child_parent(child) else {
+        return Ok(());
+    };
+    let child_state = store.fold(child).await?;
+    let parent_state = store.fold(&parent).await?;
+    let Some(event) = loom_kernel::child_end_resume(child, &child_state, &parent_state) else {
+        return Ok(());
+    };
+    append(store, &parent, &parent_state, &[event])
+        .await
+        .map_err(|error| {
+            ConsoleError::new(
+                error.kind,
+                format!(
+                    "execution {child} was cancelled, but its parent {parent} could not be told: {}; run the process that runs the flows (Runtime::recover tells it) before purging {child}",
+                    error.message
+                ),
+            )
+        })
 }

@@ -419,14 +419,27 @@ pub async fn events_from<S: EventStore>(
 
 /// Every step in doubt, by execution id then step id, with how long it has waited (measured
 /// against this machine's clock at `now_ms`). Executions come from the status index (only
-/// those in doubt are folded).
+/// those in doubt and those cancelled are folded): a cancel can leave a step in doubt, and
+/// the operator must still learn that its effect may have happened.
 pub async fn in_doubt<S: EventStore>(
     store: &S,
     now_ms: Option<u64>,
 ) -> Result<Vec<InDoubtView>, ConsoleError> {
-    let mut listed =
-        std::pin::pin!(store.executions_by_status(StatusFilter::Status(ExecutionStatus::InDoubt)));
     let mut views = Vec::new();
+    for status in [ExecutionStatus::InDoubt, ExecutionStatus::Cancelled] {
+        in_doubt_of(store, status, now_ms, &mut views).await?;
+    }
+    views.sort_by(|a, b| (&a.execution, &a.step_id).cmp(&(&b.execution, &b.step_id)));
+    Ok(views)
+}
+
+async fn in_doubt_of<S: EventStore>(
+    store: &S,
+    status: ExecutionStatus,
+    now_ms: Option<u64>,
+    views: &mut Vec<InDoubtView>,
+) -> Result<(), ConsoleError> {
+    let mut listed = std::pin::pin!(store.executions_by_status(StatusFilter::Status(status)));
     while let Some(summary) = listed.try_next().await? {
         let id = summary.id;
         let state = match store.fold(&id).await {
@@ -463,10 +476,11 @@ pub async fn in_doubt<S: EventStore>(
                     .zip(now_ms)
                     .map(|(since, now)| now.saturating_sub(since)),
                 reason,
+                cancelled: state.status() == ExecutionStatus::Cancelled,
             });
         }
     }
-    Ok(views)
+    Ok(())
 }
 
 /// Milliseconds since the Unix epoch on this machine, for "how long has it waited".

@@ -270,6 +270,10 @@ pub struct InDoubtView {
     pub waiting_ms: Option<u64>,
     /// Why it is in doubt, as recorded, if a reason was given.
     pub reason: Option<ErrorInfo>,
+    /// The execution was cancelled with this step in doubt: no verdict can be recorded, but
+    /// the effect may have happened; settle it with the receiver.
+    #[serde(default)]
+    pub cancelled: bool,
 }
 
 /// The fields of an event's JSON form that hold payloads (user data).

@@ -105,7 +105,7 @@ async function refreshDoubts() {
   const oldest = Math.max(1, ...doubts.map((d) => d.waitingMs || 0));
   for (const doubt of doubts) {
     const row = body.insertRow();
-    cell(row, doubt.execution);
+    cell(row, doubt.cancelled ? doubt.execution + " (cancelled)" : doubt.execution);
     cell(row, doubt.stepId);
     cell(row, doubt.effect);
     cell(row, doubt.attempt);
@@ -117,6 +117,11 @@ async function refreshDoubts() {
     waiting.appendChild(bar);
     cell(row, doubt.reason ? doubt.reason.code + ": " + doubt.reason.message : "-");
     const actions = row.insertCell();
+    if (doubt.cancelled) {
+      // Its log is closed: no verdict can be recorded, but the effect may have happened.
+      actions.textContent = "cancelled: settle it with the receiver";
+      continue;
+    }
     button(actions, "Completed…", async () => {
       const output = askJson("Output the step completed with (JSON):", "null");
       if (output === undefined) return false;

@@ -22,6 +22,10 @@ pub struct InDoubtStep {
     pub seq: u64,
     /// Why it is in doubt (absent in events written before reasons were recorded).
     pub reason: Option<ErrorInfo>,
+    /// The execution was cancelled with this step in doubt: its log is closed, so no verdict
+    /// can be recorded (`Runtime::resolve` says so), but the effect may have happened and is
+    /// settled with the receiver.
+    pub cancelled: bool,
 }
 
 impl InDoubtStep {
@@ -57,9 +61,11 @@ pub enum ListInDoubtError {
 /// Every step in doubt in the store, by execution id then step id.
 ///
 /// It lists the executions in doubt through the store's status index
-/// ([`EventStore::list_by_status`]) and folds only those: its cost is in proportion to what it
-/// returns, however many other executions the store holds. (An ended execution is not listed:
-/// a verdict on it would be refused.) An execution listed whose log cannot be read or folded
+/// ([`EventStore::list_by_status`]) and folds only those, then the cancelled ones, since a
+/// cancel can leave a step in doubt (K9) and the operator must still learn that the effect may
+/// have happened: those steps are listed with [`InDoubtStep::cancelled`] set. Its cost is in
+/// proportion to the executions in doubt and cancelled, however many others the store holds
+/// (completed and failed executions hold no step in doubt). An execution listed whose log cannot be read or folded
 /// is skipped (and logged), never hiding the others; [`steps_in_doubt_report`] says which.
 /// Fails only when the store cannot list its executions.
 pub async fn steps_in_doubt<S: EventStore>(
@@ -84,21 +90,27 @@ pub async fn steps_in_doubt_report<S: EventStore>(
 ) -> Result<InDoubtReport, ListInDoubtError> {
     use futures::TryStreamExt;
     let mut report = InDoubtReport::default();
-    let mut executions =
-        std::pin::pin!(store.executions_by_status(StatusFilter::Status(ExecutionStatus::InDoubt)));
-    while let Some(summary) = executions
-        .try_next()
-        .await
-        .map_err(ListInDoubtError::List)?
-    {
-        match in_execution(store, &summary.id).await {
-            Ok(steps) => report.steps.extend(steps),
-            Err(error) => {
-                tracing::error!(execution = %summary.id, %error, "steps in doubt: skipping an execution that cannot be folded");
-                report.skipped.push((summary.id, error));
+    for status in [ExecutionStatus::InDoubt, ExecutionStatus::Cancelled] {
+        let mut executions =
+            std::pin::pin!(store.executions_by_status(StatusFilter::Status(status)));
+        while let Some(summary) = executions
+            .try_next()
+            .await
+            .map_err(ListInDoubtError::List)?
+        {
+            match in_execution(store, &summary.id).await {
+                Ok(steps) => report.steps.extend(steps),
+                Err(error) => {
+                    tracing::error!(execution = %summary.id, %error, "steps in doubt: skipping an execution that cannot be folded");
+                    report.skipped.push((summary.id, error));
+                }
             }
         }
     }
+    report
+        .steps
+        .sort_by(|a, b| (&a.execution, &a.step_id).cmp(&(&b.execution, &b.step_id)));
+    report.skipped.sort_by(|a, b| a.0.cmp(&b.0));
     Ok(report)
 }
 
@@ -136,6 +148,7 @@ pub async fn in_execution<S: EventStore>(
             attempt,
             seq,
             reason,
+            cancelled: state.status() == ExecutionStatus::Cancelled,
         });
     }
     Ok(found)

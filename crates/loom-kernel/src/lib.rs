@@ -113,8 +113,8 @@ pub use runtime::{
     REQUEST_KIND, RecoveryReport, ReplayError, ReplayReport, ResolveError, ResumeAuthenticator,
     ResumeError, ResumeRequest, Runtime, RuntimeBuilder, Selected, SkippedExecution, StartError,
     StartOptions, StartRequest, StepError, StepName, SystemClock, TIMED_OUT_KEY, TIMER_EVENT_TYPE,
-    TimedGate, TypedCommand, UsesEffects, WaitError, catch_up, flow_fn, input_digest,
-    pending_requests, pending_requests_of, request_step_id, stable_hash,
+    TimedGate, TypedCommand, UsesEffects, WaitError, catch_up, child_end_resume, child_parent,
+    flow_fn, input_digest, pending_requests, pending_requests_of, request_step_id, stable_hash,
 };
 pub use store::tail::{RefusedEvent, TailChange, filter_code, status_code, status_from_code};
 pub use store::{

@@ -4,7 +4,7 @@ use loom_kernel::DataClassification;
 use loom_kernel::StoredLog;
 use loom_kernel::{Event, EventEnvelope, ExecutionState, MemoryStore};
 use loom_kernel::{FlowSet, ReplayError, Runtime};
-use loom_kernel::{decode_record, encode_record_into};
+use loom_kernel::{check_batch, decode_record, encode_record_into};
 
 /// Checks logs against a set of flows. Effects are never run: replay serves every recorded
 /// result from the log and drops whatever the flow would do past its end.
@@ -138,6 +138,17 @@ impl Checker {
     }
 
     fn find(&self, log: Vec<EventEnvelope>, stored: Option<&StoredLog>) -> Finding {
+        // A payload nested deeper than any reader parses (written before stores checked
+        // depth, or a log from elsewhere) fails the flow's decoding on replay: that is a log
+        // the check cannot read, not code that changed.
+        for envelope in &log {
+            let one = std::slice::from_ref(&envelope.event);
+            if let Err(error) = check_batch(&envelope.execution_id, envelope.seq, one) {
+                return Finding::Error {
+                    detail: format!("unreadable log: {error}"),
+                };
+            }
+        }
         let first = match ExecutionState::fold(&log) {
             Ok(state) => state,
             Err(error) => {

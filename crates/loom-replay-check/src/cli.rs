@@ -138,12 +138,17 @@ pub fn export_main(args: impl IntoIterator<Item = impl Into<OsString> + Clone>) 
         }
     };
     match export(&args) {
-        Ok(written) => {
+        Ok((written, failed)) => {
             eprintln!(
                 "export-log: wrote {written} executions to {}",
                 args.out.display()
             );
-            ExitCode::SUCCESS
+            if failed == 0 {
+                ExitCode::SUCCESS
+            } else {
+                eprintln!("export-log: {failed} executions could not be exported (see above)");
+                ExitCode::from(2)
+            }
         }
         Err(error) => {
             eprintln!("export-log: {}", error_sentence(&*error));
@@ -296,19 +301,29 @@ async fn store_ids<S: EventStore>(
     }
 }
 
-fn export(args: &ExportArgs) -> Result<usize, BoxError> {
+/// Exports every execution asked for: one that cannot be read or written is reported and
+/// the others are still exported. How many were written, and how many failed.
+fn export(args: &ExportArgs) -> Result<(usize, usize), BoxError> {
     let only = parse_ids(&args.executions)?;
     std::fs::create_dir_all(&args.out)?;
     tokio_runtime(2)?.block_on(async {
         let store = DiskStore::open_read_only(&args.store, DiskStoreConfig::default())?;
-        let mut written = 0;
+        let (mut written, mut failed) = (0, 0);
         for id in store_ids(&store, &only).await? {
-            let log = store.read_all(&id).await?;
-            if jsonl::write_log(&args.out, &log)?.is_some() {
-                written += 1;
+            let exported = match store.read_all(&id).await {
+                Ok(log) => jsonl::write_log(&args.out, &log).map_err(BoxError::from),
+                Err(error) => Err(error.into()),
+            };
+            match exported {
+                Ok(Some(_)) => written += 1,
+                Ok(None) => {}
+                Err(error) => {
+                    failed += 1;
+                    eprintln!("export-log: {id}: {}", error_sentence(&*error));
+                }
             }
         }
-        Ok(written)
+        Ok((written, failed))
     })
 }
 

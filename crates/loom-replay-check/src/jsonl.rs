@@ -69,6 +69,11 @@ pub enum JsonlError {
 /// The path of `execution`'s log in `dir`: `<execution id>.jsonl`, with `%`, `/` and `\\`
 /// written as `%25`, `%2F` and `%5C`, so that every id (a child's, `<parent>/<flow>#<n>`, has a
 /// `/`) names one file in `dir`. Reading takes the id from the file's content, not its name.
+///
+/// A name that would pass 200 bytes (file systems refuse names over 255 bytes,
+/// and an id may have 256, more once escaped) keeps its first bytes and ends with `%H` and 16
+/// hex digits of a hash of the whole id: no escaped name ends so, since an escaped name's `%`
+/// is always followed by `25`, `2F` or `5C`.
 pub fn path_for(dir: &Path, execution: &ExecutionId) -> PathBuf {
     let mut name = String::with_capacity(execution.as_str().len() + EXTENSION.len() + 1);
     for c in execution.as_str().chars() {
@@ -79,9 +84,31 @@ pub fn path_for(dir: &Path, execution: &ExecutionId) -> PathBuf {
             c => name.push(c),
         }
     }
+    if name.len() > MAX_NAME_STEM {
+        let mut end = MAX_NAME_STEM - HASHED_SUFFIX_LEN;
+        while !name.is_char_boundary(end) {
+            end -= 1;
+        }
+        name.truncate(end);
+        name.push_str(&format!("%H{:016x}", fnv1a(execution.as_str().as_bytes())));
+    }
     name.push('.');
     name.push_str(EXTENSION);
     dir.join(name)
+}
+
+/// The most bytes of a log's file name before its extension: room for `.jsonl` within the
+/// 255 bytes of a file name, with some to spare for file systems that count otherwise.
+const MAX_NAME_STEM: usize = 200;
+
+/// `%H` and 16 hex digits.
+const HASHED_SUFFIX_LEN: usize = 18;
+
+/// FNV-1a, 64 bits: stable across builds and platforms, so an id always names the same file.
+fn fnv1a(bytes: &[u8]) -> u64 {
+    bytes.iter().fold(0xcbf2_9ce4_8422_2325, |hash, &byte| {
+        (hash ^ u64::from(byte)).wrapping_mul(0x0000_0100_0000_01b3)
+    })
 }
 
 /// Writes one execution's log to `dir` and returns the file's path.

@@ -108,7 +108,7 @@ impl HeadWatch {
             let Some((head, id)) = line.split_once(':') else {
                 continue;
             };
-            if let (Ok(head), Ok(id)) = (head.parse(), ExecutionId::new(id)) {
+            if let (Ok(head), Ok(id)) = (head.parse(), ExecutionId::from_stored(id)) {
                 self.publish(&id, head);
             }
         }

@@ -212,7 +212,7 @@ fn page_of(rows: &[tokio_postgres::Row], limit: usize) -> ExecutionPage {
     let executions: Vec<ExecutionSummary> = rows
         .iter()
         .filter_map(|row| {
-            let id = ExecutionId::new(row.get::<_, &str>(0)).ok()?;
+            let id = ExecutionId::from_stored(row.get::<_, &str>(0)).ok()?;
             Some(ExecutionSummary {
                 id,
                 head: row.get::<_, i64>(1) as u64,
@@ -410,7 +410,7 @@ impl EventStore for PostgresStore {
             .map_err(storage)?;
         rows.iter()
             .map(|row| {
-                let execution = ExecutionId::new(row.get::<_, &str>(0)).map_err(storage)?;
+                let execution = ExecutionId::from_stored(row.get::<_, &str>(0)).map_err(storage)?;
                 let envelope = decode_stored(&execution, row.get::<_, i64>(1) as u64, row.get(2))?;
                 Ok(FeedEvent {
                     position: row.get::<_, i64>(3) as u64,
@@ -494,7 +494,7 @@ impl EventStore for PostgresStore {
         txn.commit().await.map_err(failed)?;
         Ok(ids
             .into_iter()
-            .filter_map(|id| ExecutionId::new(id).ok())
+            .filter_map(|id| ExecutionId::from_stored(id).ok())
             .collect())
     }
 }

@@ -561,7 +561,7 @@ impl Writer {
             });
         }
         let probe = Probe {
-            execution: ExecutionId::new(event_ids[0]).map_err(|e| not_committed(&e))?,
+            execution: ExecutionId::from_stored(event_ids[0]).map_err(|e| not_committed(&e))?,
             seq: event_seqs[0],
             commit_id,
         };
@@ -607,7 +607,11 @@ impl Writer {
         let event_count = event_ids.len() as i64;
         let announced: Vec<(ExecutionId, u64)> = updates
             .iter()
-            .filter_map(|(id, u)| ExecutionId::new(id).ok().map(|id| (id, u.head as u64)))
+            .filter_map(|(id, u)| {
+                ExecutionId::from_stored(id)
+                    .ok()
+                    .map(|id| (id, u.head as u64))
+            })
             .collect();
         let messages = payloads(announced.iter().map(|(id, head)| (id, *head)));
         // Issued together: the connection pipelines them.

@@ -73,7 +73,13 @@ async fn the_web_console_lists_doubts_and_shows_an_execution_masked() {
         page.contains("<td class=\"key\">order-1:charge#1</td>"),
         "{page}"
     );
-    assert!(page.contains("id=\"doubt-count\">(1)<"), "{page}");
+    // The cancelled order's charge is still in doubt: listed, marked, with no verdict to give.
+    assert!(page.contains("id=\"doubt-count\">(2)<"), "{page}");
+    assert!(page.contains("<td>order-2 (cancelled)</td>"), "{page}");
+    assert!(
+        page.contains("cancelled: settle it with the receiver"),
+        "{page}"
+    );
     assert!(page.contains("<td>order-2</td>"), "{page}");
     assert!(
         page.contains("EXECUTION_CANCELLED"),

@@ -168,3 +168,89 @@ fn ages_parse_with_their_units() {
         assert!(loom_console::parse_age(bad).is_err(), "{bad}");
     }
 }
+
+/// A parent that awaits one child, which waits for `go`.
+fn family(store: DiskStore) -> loom_kernel::Runtime<DiskStore> {
+    use loom_kernel::{FlowCtx, FlowError, flow_fn};
+    loom_kernel::Runtime::builder(store)
+        .flow(flow_fn(
+            "parent",
+            1,
+            |ctx: FlowCtx, _: serde_json::Value| async move {
+                let ended = ctx.child("waits", &serde_json::json!(null)).await;
+                Ok::<_, FlowError>(serde_json::json!(format!("{ended:?}")))
+            },
+        ))
+        .flow(flow_fn(
+            "waits",
+            1,
+            |ctx: FlowCtx, _: serde_json::Value| async move {
+                Ok::<_, FlowError>(ctx.suspend("go", "k").await?.to_value())
+            },
+        ))
+        .build()
+        .unwrap()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_child_cancelled_offline_then_purged_is_not_started_again() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("loom.redb");
+    let (parent, child) = (id("p"), id("p/waits#1"));
+    {
+        let runtime = family(DiskStore::open(&path).unwrap());
+        runtime
+            .start(
+                "parent",
+                &serde_json::json!(null),
+                loom_kernel::StartOptions::new(parent.clone()),
+            )
+            .await
+            .unwrap();
+        for _ in 0..2_000 {
+            let state = runtime.state(&child).await.unwrap();
+            if state.status() == ExecutionStatus::Suspended {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(2)).await;
+        }
+        assert_eq!(
+            runtime.state(&child).await.unwrap().status(),
+            ExecutionStatus::Suspended
+        );
+        runtime.shutdown().await;
+    }
+    let store = path.to_str().unwrap();
+    let cancelled = loom_async(&["--store", store, "cancel", "p/waits#1"]).await;
+    assert_eq!(code(&cancelled), 0, "{}", stderr(&cancelled));
+    let purged = loom_async(&[
+        "--store",
+        store,
+        "purge",
+        "--ended-before-ms",
+        "99999999999999",
+    ])
+    .await;
+    assert_eq!(code(&purged), 0, "{}", stderr(&purged));
+
+    let runtime = family(DiskStore::open(&path).unwrap());
+    runtime.recover().await.unwrap();
+    let mut ended = runtime.state(&parent).await.unwrap();
+    for _ in 0..2_000 {
+        if ended.status().is_terminal() {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(2)).await;
+        ended = runtime.state(&parent).await.unwrap();
+    }
+    assert!(ended.status().is_terminal(), "{:?}", ended.status());
+    let output = ended.output().map(loom_kernel::Payload::to_value);
+    assert!(
+        format!("{output:?}").contains("cancel"),
+        "the parent learnt its child was cancelled: {output:?}"
+    );
+    assert!(
+        runtime.store().read_all(&child).await.unwrap().is_empty(),
+        "the child was started again"
+    );
+}

@@ -361,6 +361,78 @@ async fn export_log_writes_one_json_lines_file_per_execution() {
 }
 
 #[tokio::test]
+async fn export_log_writes_every_valid_id_and_one_failure_stops_no_other_export() {
+    let seeded = Seeded::new().await;
+    // Ids of about 250 bytes, one of them longer still once its `/` are escaped.
+    let long = format!("{}-a", "x".repeat(248));
+    let slashed = format!("{}-b", "a/".repeat(124));
+    {
+        let runtime = compose(DiskStore::open(&seeded.path).unwrap());
+        start_hello(&runtime, &long).await;
+        start_hello(&runtime, &slashed).await;
+    }
+    let out = seeded.dir.path().join("logs");
+    let out_arg = out.to_str().unwrap();
+
+    let exported = seeded.loom(&["export-log", "--out", out_arg]);
+    assert_eq!(code(&exported), 0, "{}", stderr(&exported));
+    for name in [&long, &slashed] {
+        let path = loom_replay_check::path_for(&out, &id(name));
+        let log = loom_replay_check::read_log(&path).unwrap();
+        assert_eq!(log[0].execution_id.as_str(), name);
+    }
+
+    // An id that names no execution, between two that do: both are written, the command fails.
+    let again = seeded.dir.path().join("again");
+    let again_arg = again.to_str().unwrap();
+    let partial = seeded.loom(&[
+        "export-log",
+        "--out",
+        again_arg,
+        "--execution",
+        &long,
+        "--execution",
+        "no-such-execution",
+        "--execution",
+        "order-1",
+    ]);
+    assert_ne!(code(&partial), 0);
+    assert!(
+        stderr(&partial).contains("no-such-execution"),
+        "{}",
+        stderr(&partial)
+    );
+    assert!(loom_replay_check::path_for(&again, &id(&long)).exists());
+    assert!(again.join("order-1.jsonl").exists());
+}
+
+#[tokio::test]
+async fn a_step_left_in_doubt_by_a_cancel_is_listed_and_resolve_names_it() {
+    let seeded = Seeded::new().await;
+    let cancelled = seeded.loom(&["cancel", "order-1"]);
+    assert_eq!(code(&cancelled), 0, "{}", stderr(&cancelled));
+
+    let listed = json_out(&seeded.loom(&["--json", "in-doubt"]));
+    let order_1 = listed
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|step| step["execution"] == "order-1")
+        .unwrap_or_else(|| panic!("order-1 is not listed: {listed}"));
+    assert_eq!(order_1["cancelled"], true);
+    let text = stdout(&seeded.loom(&["in-doubt"]));
+    assert!(text.contains("order-1 (cancelled)"), "{text}");
+
+    let refused = seeded.loom(&["resolve", "order-1", "charge#1", "--completed", "1"]);
+    assert_ne!(code(&refused), 0);
+    assert!(
+        stderr(&refused).contains("was in doubt when the execution was cancelled"),
+        "{}",
+        stderr(&refused)
+    );
+}
+
+#[tokio::test]
 async fn a_store_held_by_another_process_is_refused_with_a_pointer_to_the_admin_api() {
     let seeded = Seeded::new().await;
     let store = seeded.store();
@@ -540,4 +612,61 @@ async fn a_checkout_of_the_quickstart_is_found_and_approved_from_the_cli_alone()
     );
     let child = stdout(&loom(&["--store", store, "show", "checkout-1/notify#1"]));
     assert!(child.contains("parent        checkout-1"), "{child}");
+}
+
+#[tokio::test]
+async fn an_offline_resume_of_a_gate_opened_with_others_is_refused_and_records_nothing() {
+    use loom_kernel::{FlowCtx, FlowError, Runtime, StartOptions, flow_fn};
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("loom.redb");
+    {
+        let runtime = Runtime::builder(DiskStore::open(&path).unwrap())
+            .flow(flow_fn(
+                "either",
+                1,
+                |ctx: FlowCtx, _: serde_json::Value| async move {
+                    let first = ctx.first_of(&[("Yes", "k"), ("No", "k")], None).await?;
+                    Ok::<_, FlowError>(serde_json::json!(format!("{first:?}")))
+                },
+            ))
+            .flow(flow_fn(
+                "single",
+                1,
+                |ctx: FlowCtx, _: serde_json::Value| async move {
+                    Ok::<_, FlowError>(ctx.suspend("Yes", "k").await?.to_value())
+                },
+            ))
+            .build()
+            .unwrap();
+        for (flow, name) in [("either", "e-1"), ("single", "s-1")] {
+            runtime
+                .start(flow, &serde_json::json!(null), StartOptions::new(id(name)))
+                .await
+                .unwrap();
+            let state = runtime.wait(&id(name)).await.unwrap();
+            assert_eq!(state.status(), ExecutionStatus::Suspended);
+        }
+    }
+    let store = path.to_str().unwrap();
+    let before = DiskStore::open(&path)
+        .unwrap()
+        .read_all(&id("e-1"))
+        .await
+        .unwrap();
+    let refused = loom(&["--store", store, "resume", "e-1", "Yes", "k", "true"]);
+    assert_ne!(code(&refused), 0);
+    assert!(
+        stderr(&refused).contains("opened together with 'No#1'"),
+        "{}",
+        stderr(&refused)
+    );
+    let after = DiskStore::open(&path)
+        .unwrap()
+        .read_all(&id("e-1"))
+        .await
+        .unwrap();
+    assert_eq!(after, before, "nothing recorded");
+    // A gate opened alone is resumed as before.
+    let resumed = loom(&["--store", store, "resume", "s-1", "Yes", "k", "true"]);
+    assert_eq!(code(&resumed), 0, "{}", stderr(&resumed));
 }

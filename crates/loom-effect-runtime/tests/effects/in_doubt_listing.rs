@@ -94,3 +94,31 @@ async fn a_bad_log_is_reported_and_skipped_and_the_other_doubts_are_listed() {
     assert_eq!(report.skipped[0].0, bad);
     assert_eq!(steps_in_doubt(&store).await.unwrap().len(), 1);
 }
+
+#[tokio::test]
+async fn a_step_left_in_doubt_by_a_cancel_is_still_listed_as_cancelled() {
+    use loom_kernel::ExecutionCancelled;
+    let store = MemoryStore::new();
+    let doubted = |execution: &str, cancel: bool| {
+        let mut events = vec![
+            started("pay"),
+            loom_kernel::conformance::step_started("charge#1"),
+            loom_kernel::conformance::in_doubt("charge#1"),
+        ];
+        if cancel {
+            events.push(Event::ExecutionCancelled(ExecutionCancelled {
+                reason: None,
+            }));
+        }
+        (id(execution), events)
+    };
+    for (execution, events) in [doubted("a-cancelled", true), doubted("b-waiting", false)] {
+        store.append(&execution, 0, &events).await.unwrap();
+    }
+    let listed = steps_in_doubt(&store).await.unwrap();
+    let seen: Vec<(&str, bool)> = listed
+        .iter()
+        .map(|step| (step.execution.as_str(), step.cancelled))
+        .collect();
+    assert_eq!(seen, [("a-cancelled", true), ("b-waiting", false)]);
+}

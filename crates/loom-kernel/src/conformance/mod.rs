@@ -61,6 +61,7 @@ pub async fn run_index_checks<H: StoreHarness>(harness: &mut H) {
     feed_gives_every_event_once_in_order(harness).await;
     follow_wakes_on_append(harness.fresh()).await;
     delete_ended_removes_only_old_ended_executions(harness.fresh()).await;
+    a_deleted_id_started_again_feeds_each_event_once_in_order(harness).await;
 }
 
 /// The checks of the log itself: appends, fencing, reads, listing, waiting.
@@ -1007,6 +1008,78 @@ pub async fn delete_ended_removes_only_old_ended_executions<S: EventStore>(store
         .await
         .expect("reuse");
     assert_eq!(store.head(&ended[0]).await.expect("head"), 1);
+}
+
+/// An execution deleted by retention and started again under its id: a reader of the feed
+/// from position 0 gets each event of the new log once, after the feed's other events, and
+/// positions and each log's seqs never go backwards; the same after a reopen.
+pub async fn a_deleted_id_started_again_feeds_each_event_once_in_order<H: StoreHarness>(
+    harness: &mut H,
+) {
+    let store = harness.fresh();
+    let reused = id("reused");
+    let other = id("other");
+    store
+        .append(
+            &reused,
+            0,
+            &[
+                started("f"),
+                tagged(json!(1)),
+                tagged(json!(2)),
+                completed(),
+            ],
+        )
+        .await
+        .expect("append");
+    store
+        .append(&other, 0, &[started("f")])
+        .await
+        .expect("append");
+    assert_eq!(
+        store.delete_ended(u64::MAX, 10).await.expect("delete"),
+        std::slice::from_ref(&reused)
+    );
+    store
+        .append(
+            &reused,
+            0,
+            &[
+                started("again"),
+                tagged(json!(3)),
+                tagged(json!(4)),
+                completed(),
+            ],
+        )
+        .await
+        .expect("start again");
+    let check = |feed: &[FeedEvent]| {
+        for pair in feed.windows(2) {
+            assert!(pair[0].position < pair[1].position, "positions go back");
+        }
+        let seqs: Vec<u64> = feed
+            .iter()
+            .filter(|event| event.envelope.execution_id == reused)
+            .map(|event| event.envelope.seq)
+            .collect();
+        assert_eq!(
+            seqs,
+            [0, 1, 2, 3],
+            "each event of the new log once, in order"
+        );
+    };
+    let feed = whole_feed(&store, 100).await;
+    check(&feed);
+    let log = store.read_all(&reused).await.expect("read");
+    let fed: Vec<EventEnvelope> = feed
+        .iter()
+        .filter(|event| event.envelope.execution_id == reused)
+        .map(|event| event.envelope.clone())
+        .collect();
+    assert_eq!(fed, log);
+    assert_eq!(whole_feed(&store, 1).await, feed, "pages of one");
+    let store = harness.reopen(store);
+    assert_eq!(whole_feed(&store, 100).await, feed, "after a reopen");
 }
 
 /// A payload nested deeper than `MAX_PAYLOAD_DEPTH` (serde_json's recursion limit) is refused

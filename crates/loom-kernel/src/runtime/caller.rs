@@ -14,11 +14,11 @@ use std::future::Future;
 use std::pin::Pin;
 use std::sync::Arc;
 
-use crate::id::ExecutionId;
+use crate::id::{ExecutionId, hides_text, is_nfc};
 use crate::payload::Payload;
 use crate::runtime::contain::{contain, contain_future};
 use crate::runtime::{InboundError, Runtime, RuntimeBuilder, StartError, StartOptions};
-use crate::store::EventStore;
+use crate::store::{EventStore, EventStoreExt};
 
 /// Decides who may resume which gate (K12.2). Consulted before anything is recorded.
 ///
@@ -81,9 +81,17 @@ pub enum CallerError {
     /// A text is longer than [`MAX_CALLER_TEXT`] bytes.
     #[error("a caller's subject or attribute is longer than {MAX_CALLER_TEXT} bytes")]
     TooLong,
-    /// A text holds a control character (a line break could forge a log line).
-    #[error("a caller's subject or attribute holds a control character")]
+    /// A text holds a control character (a line break could forge a log line), a format
+    /// character (a bidirectional override such as U+202E shows one text as another) or a line
+    /// or paragraph separator (U+2028, U+2029).
+    #[error(
+        "a caller's subject or attribute holds a control or format character, or a line or paragraph separator"
+    )]
     ControlCharacter,
+    /// A text is not in Unicode Normalization Form C: two spellings of one name would be two
+    /// callers to an authenticator comparing bytes.
+    #[error("a caller's subject or attribute is not in Unicode Normalization Form C")]
+    NotNormalized,
     /// More than [`MAX_CALLER_ATTRIBUTES`] attributes.
     #[error("a caller carries at most {MAX_CALLER_ATTRIBUTES} attributes")]
     TooManyAttributes,
@@ -96,8 +104,11 @@ fn check_text(text: &str, may_be_empty: bool) -> Result<(), CallerError> {
     if text.len() > MAX_CALLER_TEXT {
         return Err(CallerError::TooLong);
     }
-    if text.chars().any(char::is_control) {
+    if text.chars().any(hides_text) {
         return Err(CallerError::ControlCharacter);
+    }
+    if !is_nfc(text) {
+        return Err(CallerError::NotNormalized);
     }
     Ok(())
 }
@@ -108,8 +119,8 @@ impl Caller {
         Self::default()
     }
 
-    /// The caller `subject` (not empty, at most [`MAX_CALLER_TEXT`] bytes, no control
-    /// character).
+    /// The caller `subject` (not empty, at most [`MAX_CALLER_TEXT`] bytes, no control or
+    /// format character nor line or paragraph separator, in Unicode Normalization Form C).
     pub fn new(subject: impl Into<String>) -> Result<Self, CallerError> {
         let subject = subject.into();
         check_text(&subject, false)?;
@@ -248,6 +259,29 @@ impl<S: EventStore> RuntimeBuilder<S> {
 
 impl<S: EventStore> Runtime<S> {
     /// The authenticator's decision on a resume (`Ok` when the runtime has none).
+    /// The gate a resume is approved for when an authenticator decides (it may take its
+    /// time, and meanwhile that gate may close and another of the same key open): the first
+    /// durable pending gate of the key. `None` without an authenticator (nothing waits between
+    /// the request and the driver), or when no durable gate matches yet (the driver then
+    /// answers as for any resume).
+    pub(crate) async fn approved_gate(
+        &self,
+        execution: &ExecutionId,
+        event_type: &str,
+        correlation_key: &str,
+    ) -> Option<String> {
+        self.inner.authenticator.as_ref()?;
+        let state = self.inner.store.fold(execution).await.ok()?;
+        state
+            .pending_gates()
+            .iter()
+            .filter(|(_, gate)| {
+                &*gate.event_type == event_type && gate.correlation_key == correlation_key
+            })
+            .min_by_key(|(_, gate)| gate.seq)
+            .map(|(gate_id, _)| gate_id.clone())
+    }
+
     pub(crate) async fn authorize_resume(&self, request: ResumeRequest<'_>) -> Result<(), String> {
         let Some(authenticator) = &self.inner.authenticator else {
             return Ok(());

@@ -49,7 +49,7 @@ pub(crate) fn child_id(parent: &ExecutionId, gate_id: &str) -> Option<ExecutionI
     if flow.is_empty() || flow.contains('/') {
         return None;
     }
-    ExecutionId::new(format!("{parent}/{rest}")).ok()
+    ExecutionId::from_stored(format!("{parent}/{rest}")).ok()
 }
 
 /// The parent and gate a child id was derived from, if it has the child form
@@ -61,7 +61,7 @@ pub(crate) fn parent_of(child: &ExecutionId) -> Option<(ExecutionId, String)> {
     if flow.is_empty() || n.is_empty() || !n.bytes().all(|b| b.is_ascii_digit()) {
         return None;
     }
-    let parent = ExecutionId::new(parent).ok()?;
+    let parent = ExecutionId::from_stored(parent).ok()?;
     Some((parent, format!("{GATE_PREFIX}{rest}")))
 }
 
@@ -91,7 +91,7 @@ impl ChildSpec {
 
     /// Reads a recorded value back.
     pub(crate) fn from_value(value: &Value) -> Option<Self> {
-        let execution = ExecutionId::new(value.get("executionId")?.as_str()?).ok()?;
+        let execution = ExecutionId::from_stored(value.get("executionId")?.as_str()?).ok()?;
         let capabilities = value
             .get("capabilities")?
             .as_array()?
@@ -121,6 +121,37 @@ pub(crate) fn end_marker(state: &ExecutionState) -> Option<Payload> {
         return None;
     };
     Some(Payload::from_value(&json!({ CHILD_KEY: end })))
+}
+
+/// The parent a child id derives from (`<parent>/<flow>#<n>`), if it has the child form. A
+/// user's id of that form parses too: [`child_end_resume`] checks the parent's log.
+pub fn child_parent(child: &ExecutionId) -> Option<ExecutionId> {
+    parent_of(child).map(|(parent, _)| parent)
+}
+
+/// What the parent's log records when its child `child` (folded to `child_state`) has ended:
+/// the resume of the parent's child gate with the child's end marker, exactly as the runtime
+/// records it. `None` when the child has not ended, or `parent_state` (the fold of the log of
+/// [`child_parent`]`(child)`) has ended or does not wait for it. For writers without a
+/// runtime (the console's offline cancel): a child that ends must reach its parent before
+/// anything (retention) can delete it, or `recover` takes the parent's gate for a child never
+/// started and starts it again.
+pub fn child_end_resume(
+    child: &ExecutionId,
+    child_state: &ExecutionState,
+    parent_state: &ExecutionState,
+) -> Option<Event> {
+    let marker = end_marker(child_state)?;
+    let (_, gate_id) = parent_of(child)?;
+    if parent_state.status().is_terminal() || !waits_for(parent_state, &gate_id, child) {
+        return None;
+    }
+    Some(Event::ExecutionResumed(crate::event::ExecutionResumed {
+        gate_id,
+        event_type: CHILD_EVENT_TYPE.to_owned(),
+        correlation_key: child.as_str().to_owned(),
+        payload: marker,
+    }))
 }
 
 /// The marker for a child that could not be started (its id is taken by another execution,

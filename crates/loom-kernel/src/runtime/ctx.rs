@@ -76,6 +76,12 @@ pub enum StepError {
     /// A gate's request ([`FlowCtx::suspend_with_request`]) cannot be recorded; nothing was.
     #[error("the gate's request cannot be recorded: {0}")]
     InvalidRequest(String),
+    /// `ctx.patched(change_id)` after `ctx.deprecate_patch(change_id)` in the same run: the
+    /// change was declared always on, so nothing would record which branch ran.
+    #[error(
+        "change '{0}' was deprecated in this run (deprecate_patch): patched cannot answer for it"
+    )]
+    DeprecatedPatch(String),
     /// `ctx.child` cannot derive a valid execution id for the child.
     #[error("cannot start flow '{flow}' as a child: {detail}")]
     ChildId {

@@ -179,6 +179,16 @@ pub enum ResumeError {
     /// The runtime is shut down ([`Runtime::shutdown`]); nothing was recorded.
     #[error("the runtime is shut down; the resume was not recorded")]
     ShutDown,
+    /// Another writer (a second runtime on the same store) appended to the execution's log
+    /// first: nothing of this resume was recorded. Look at the execution again
+    /// ([`Runtime::state`](crate::Runtime::state)) and send it again if it still applies.
+    #[error(
+        "another writer appended to the log of execution {execution} first; the resume was not recorded: look at the execution again and retry if it still applies"
+    )]
+    LogMoved {
+        /// The execution concerned.
+        execution: ExecutionId,
+    },
     /// The execution's driver failed before it answered.
     #[error("execution {execution} could not record the resume: {detail}")]
     Driver {
@@ -201,6 +211,18 @@ pub enum ResolveError {
         /// The step's id (ADR 0061).
         step_id: String,
     },
+    /// The step was left in doubt when the execution was cancelled: its log is closed, so no
+    /// verdict can be recorded. The effect may have happened: settle it with the receiver,
+    /// looking for its idempotency key (`executionId:stepId`).
+    #[error(
+        "step '{step_id}' of execution {execution} was in doubt when the execution was cancelled: its log is closed and no verdict can be recorded; the effect may have happened, so settle it with the receiver under idempotency key '{execution}:{step_id}'"
+    )]
+    InDoubtWhenEnded {
+        /// The execution concerned.
+        execution: ExecutionId,
+        /// The step's id (ADR 0061).
+        step_id: String,
+    },
     /// No execution has this id.
     #[error("execution {execution} does not exist")]
     UnknownExecution {
@@ -210,6 +232,16 @@ pub enum ResolveError {
     /// The runtime is shut down ([`Runtime::shutdown`]); nothing was recorded.
     #[error("the runtime is shut down; the verdict was not recorded")]
     ShutDown,
+    /// Another writer (a second runtime on the same store) appended to the execution's log
+    /// first: nothing of this verdict was recorded. Look at the execution again
+    /// ([`Runtime::state`](crate::Runtime::state)) and send it again if it still applies.
+    #[error(
+        "another writer appended to the log of execution {execution} first; the verdict was not recorded: look at the execution again and retry if it still applies"
+    )]
+    LogMoved {
+        /// The execution concerned.
+        execution: ExecutionId,
+    },
     /// The execution's driver failed before it answered.
     #[error("execution {execution} could not record the verdict: {detail}")]
     Driver {
@@ -239,6 +271,16 @@ pub enum CancelError {
     /// The runtime is shut down ([`Runtime::shutdown`]); nothing was recorded.
     #[error("the runtime is shut down; the cancel was not recorded")]
     ShutDown,
+    /// Another writer (a second runtime on the same store) appended to the execution's log
+    /// first: nothing of this cancel was recorded. Look at the execution again
+    /// ([`Runtime::state`](crate::Runtime::state)) and send it again if it still applies.
+    #[error(
+        "another writer appended to the log of execution {execution} first; the cancel was not recorded: look at the execution again and retry if it still applies"
+    )]
+    LogMoved {
+        /// The execution concerned.
+        execution: ExecutionId,
+    },
     /// The execution's driver failed before it answered.
     #[error("execution {execution} could not record the cancel: {detail}")]
     Driver {
@@ -252,6 +294,8 @@ pub enum CancelError {
 /// The errors a runtime call returns when the execution's driver could not answer.
 pub(crate) trait DriverFailure {
     fn driver(execution: ExecutionId, detail: String) -> Self;
+    /// Another writer appended to the log first; nothing of the request was recorded.
+    fn log_moved(execution: ExecutionId) -> Self;
 }
 
 macro_rules! driver_failure {
@@ -260,11 +304,24 @@ macro_rules! driver_failure {
             fn driver(execution: ExecutionId, detail: String) -> Self {
                 $error::Driver { execution, detail }
             }
+            fn log_moved(execution: ExecutionId) -> Self {
+                $error::LogMoved { execution }
+            }
         }
     )*};
 }
 
-driver_failure!(StartError, ResumeError, ResolveError, CancelError);
+driver_failure!(ResumeError, ResolveError, CancelError);
+
+impl DriverFailure for StartError {
+    fn driver(execution: ExecutionId, detail: String) -> Self {
+        StartError::Driver { execution, detail }
+    }
+    // A start is answered by its first append, which a moved log refuses as a taken id.
+    fn log_moved(execution: ExecutionId) -> Self {
+        StartError::AlreadyExists(execution)
+    }
+}
 
 /// What a caller hears when a driver went away without answering.
 pub(crate) const DRIVER_STOPPED: &str = "the execution's driver stopped";

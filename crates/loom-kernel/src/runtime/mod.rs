@@ -69,7 +69,7 @@ pub use caller::{
     MAX_CALLER_TEXT, ResumeAuthenticator, ResumeRequest, StartRequest,
 };
 pub use catchup::{CatchUpError, FeedFollower, FeedProjection, FollowError, catch_up};
-pub use children::{CHILD_EVENT_TYPE, CHILD_KEY, CHILD_KIND};
+pub use children::{CHILD_EVENT_TYPE, CHILD_KEY, CHILD_KIND, child_end_resume, child_parent};
 pub use ctx::{ChildCall, PATCH_KIND};
 pub use ctx::{Command, FirstOf, FlowCtx, GateOutcome, Selected, StepError, StepName, TimedGate};
 pub use digest::{input_digest, stable_hash};
@@ -215,11 +215,19 @@ impl<S: EventStore> Runtime<S> {
     /// execution is left for `recover` (or the next resume) to drive on.
     ///
     /// Starting is idempotent on the execution id: if the execution exists, started by the
-    /// same flow (and version, when `options` names one) with the same input, `start` returns
-    /// its id and runs nothing; if it exists with another flow or input, `start` is refused
-    /// with [`StartError::Conflict`] and runs nothing. This holds for starts one after another,
+    /// same flow (and version, when `options` names one) with the same input, capabilities and
+    /// budget, `start` returns its id and runs nothing; if it exists with another flow, input,
+    /// capabilities or budget, `start` is refused with [`StartError::Conflict`] and runs
+    /// nothing. This holds for starts one after another,
     /// concurrent ones, and starts on several runtimes over one store: no effect of a new
     /// execution runs before its `EXECUTION_STARTED` is durable.
+    ///
+    /// It holds as long as the log exists. Once retention has deleted an ended execution
+    /// (`EventStore::delete_ended`, `loom purge`), nothing of it is kept: a `start` of its id
+    /// is a new execution, which runs the flow again, and its steps get the same idempotency
+    /// keys (`executionId:stepId`) as the deleted one's. Only a receiver that still remembers
+    /// those keys (K9.1) keeps an effect from happening twice; keep ended executions at least
+    /// as long as a caller may repeat a start, or choose ids that are never started again.
     ///
     /// ```
     /// use loom_kernel::{FlowCtx, FlowError, Runtime, StartError, StartOptions, flow_fn};
@@ -334,6 +342,9 @@ impl<S: EventStore> Runtime<S> {
                 execution: execution.clone(),
             });
         }
+        let approved_gate = self
+            .approved_gate(execution, event_type, correlation_key)
+            .await;
         let request = ResumeRequest {
             caller,
             execution,
@@ -354,6 +365,7 @@ impl<S: EventStore> Runtime<S> {
                 event_type: event_type.to_owned(),
                 correlation_key: correlation_key.to_owned(),
                 payload,
+                gate_id: approved_gate,
                 reply,
             },
         );

@@ -236,12 +236,14 @@ impl<S: EventStore> Inner<S> {
                 }
                 let unknown = matches!(outcome, Ok(Exit::Unknown));
                 let stopped = matches!(outcome, Ok(Exit::Stopped(_)));
+                let moved = matches!(outcome, Ok(Exit::Moved));
                 let (error, state) = match outcome {
                     Ok(Exit::Ended(state) | Exit::Parked(state) | Exit::Stopped(state)) => {
                         (None, Some(*state))
                     }
                     Ok(Exit::Unknown) => (None, None),
-                    Ok(Exit::Kept) => (None, None),
+                    // A moved log: `wait` reads the state from the store.
+                    Ok(Exit::Kept | Exit::Moved) => (None, None),
                     Err(error) => {
                         tracing::error!(%error, "driver stopped");
                         (Some(error), None)
@@ -251,13 +253,25 @@ impl<S: EventStore> Inner<S> {
                 // start a new driver.
                 let mut slots = inner.slots();
                 messages.close();
+                let mut again = Vec::new();
                 while let Ok(message) = messages.try_recv() {
+                    if moved {
+                        again.push(message);
+                        continue;
+                    }
                     driver::forget_deadline(&inner.timers, &id, &message);
                     match &error {
                         Some(error) => driver::refuse_failed(&id, message, &error.to_string()),
                         None if unknown => driver::refuse_unknown(&id, message),
                         None if stopped => driver::refuse_failed(&id, message, SHUT_DOWN),
-                        None => driver::refuse_ended(&id, message, &Default::default()),
+                        None => driver::refuse_ended(
+                            &id,
+                            message,
+                            &Default::default(),
+                            state
+                                .as_ref()
+                                .map_or(&Default::default(), |state| state.steps_in_doubt()),
+                        ),
                     }
                 }
                 if let Some(slot) = slots.get_mut(&id) {
@@ -278,6 +292,12 @@ impl<S: EventStore> Inner<S> {
                     if slot.driver.is_none() && slot.settled.receiver_count() == 0 && !failed {
                         slots.remove(&id);
                     }
+                }
+                drop(slots);
+                // Sent again (outside the lock `send` takes) to a new driver of the log as
+                // it now is.
+                for message in again {
+                    inner.send(&id, message);
                 }
             }
             .instrument(span),

@@ -228,7 +228,9 @@ impl<S> Drop for ClearStarting<'_, S> {
 }
 
 /// Whether `existing` is the start `asked` again: the same flow (and version, when the caller
-/// named one) and the same input.
+/// named one), the same input, and the same grants (K2) and budget (K3). An execution with other
+/// grants or budget is not the one asked for, whoever made it: telling the caller it succeeded
+/// would let an execution made under a predictable id (a child's) be taken for it.
 fn same_start(
     execution: &ExecutionId,
     existing: &ExecutionStarted,
@@ -252,5 +254,22 @@ fn same_start(
             existing.flow
         )));
     }
+    if existing.capabilities != asked.capabilities {
+        return Err(conflict(format!(
+            "with other capabilities granted ({:?}, not {:?})",
+            existing.capabilities, asked.capabilities
+        )));
+    }
+    if existing.budget != asked.budget {
+        return Err(conflict(format!(
+            "with another budget ({}, not {})",
+            budget_text(existing.budget),
+            budget_text(asked.budget)
+        )));
+    }
     Ok(())
+}
+
+fn budget_text(budget: Option<u64>) -> String {
+    budget.map_or_else(|| "none".to_owned(), |budget| budget.to_string())
 }

@@ -7,6 +7,8 @@
 //! - `by_status`: `(index code, execution id)`, one range per status listing.
 //! - `ended`: `(ended at ms, execution id)`, read by retention, oldest first.
 //! - `feed`: `position -> (execution id, seq)`, the store-wide commit order.
+//! - `purged`: `execution id -> feed position` when retention last deleted it: the feed rows
+//!   before it belong to the deleted log, not to a later one started under the same id.
 //! - `meta`: `"format" -> STORE_FORMAT`, so a file from an incompatible build is refused, and
 //!   `"feed_next"`, the next feed position.
 //!
@@ -34,7 +36,7 @@ use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, mpsc};
 use std::thread::JoinHandle;
 
-use redb::{Database, ReadableDatabase, ReadableTable, TableDefinition};
+use redb::{Database, ReadableDatabase, ReadableTable, ReadableTableMetadata, TableDefinition};
 use tokio::sync::oneshot;
 
 use super::tail::{ExecutionTail, filter_code};
@@ -58,6 +60,10 @@ const BY_STATUS: TableDefinition<(u8, &str), ()> = TableDefinition::new("by_stat
 const ENDED: TableDefinition<(u64, &str), ()> = TableDefinition::new("ended");
 /// Feed position -> `(execution id, seq)`.
 const FEED: TableDefinition<u64, (&str, u64)> = TableDefinition::new("feed");
+
+/// Execution id -> the next feed position when its log was last deleted. Written by
+/// retention only (nothing on the append path); a file without it has deleted nothing since.
+const PURGED: TableDefinition<&str, u64> = TableDefinition::new("purged");
 
 /// The meta key of the next feed position.
 const FEED_NEXT: &str = "feed_next";
@@ -503,6 +509,7 @@ fn init_tables(db: &Database) -> Result<Layout, StorageError> {
         txn.open_table(BY_STATUS).map_err(StorageError::new)?;
         txn.open_table(ENDED).map_err(StorageError::new)?;
         txn.open_table(FEED).map_err(StorageError::new)?;
+        txn.open_table(PURGED).map_err(StorageError::new)?;
         txn.commit().map_err(StorageError::new)?;
     } else {
         txn.abort().map_err(StorageError::new)?;
@@ -548,7 +555,7 @@ fn upgrade_from_1(txn: &redb::WriteTransaction) -> Result<u64, StorageError> {
     for entry in heads.iter().map_err(StorageError::new)? {
         let (id, _) = entry.map_err(StorageError::new)?;
         let id = id.value();
-        let execution = ExecutionId::new(id).map_err(StorageError::new)?;
+        let execution = ExecutionId::from_stored(id).map_err(StorageError::new)?;
         let mut tail = ExecutionTail::new();
         let mut readable = true;
         for record in events
@@ -802,7 +809,8 @@ fn commit_batch(
 }
 
 /// Deletes up to `limit` executions that ended before `ended_before_ms`, whole, in one
-/// transaction. Their feed rows are left: readers skip a row whose event is gone.
+/// transaction. Their feed rows are left: readers skip a row whose event is gone, and, through
+/// `purged`, a row older than the deletion whose (id, seq) a later log of the same id reuses.
 fn delete_ended(
     db: &Database,
     ended_before_ms: u64,
@@ -820,10 +828,18 @@ fn delete_ended(
         {
             let (key, _) = entry.map_err(StorageError::new)?;
             let id = key.value().1;
-            doomed.push(ExecutionId::new(id).map_err(StorageError::new)?);
+            doomed.push(ExecutionId::from_stored(id).map_err(StorageError::new)?);
         }
+        let feed_next = txn
+            .open_table(META)
+            .map_err(StorageError::new)?
+            .get(FEED_NEXT)
+            .map_err(StorageError::new)?
+            .map_or(0, |v| v.value());
+        let mut purged = txn.open_table(PURGED).map_err(StorageError::new)?;
         for execution in &doomed {
             let id = execution.as_str();
+            purged.insert(id, feed_next).map_err(StorageError::new)?;
             let tail = tables.tail(id)?;
             tables.refile(id, &tail, &ExecutionTail::new())?;
             tables.tails.remove(id).map_err(StorageError::new)?;
@@ -1012,7 +1028,7 @@ impl EventStore for DiskStore {
                 .take(limit + 1)
             {
                 let (id, head) = entry.map_err(ReadError::storage)?;
-                let id = ExecutionId::new(id.value()).map_err(ReadError::storage)?;
+                let id = ExecutionId::from_stored(id.value()).map_err(ReadError::storage)?;
                 executions.push(ExecutionSummary {
                     id,
                     head: head.value(),
@@ -1060,7 +1076,7 @@ impl EventStore for DiskStore {
                     .map_err(ReadError::storage)?
                     .map_or(0, |v| v.value());
                 executions.push(ExecutionSummary {
-                    id: ExecutionId::new(id).map_err(ReadError::storage)?,
+                    id: ExecutionId::from_stored(id).map_err(ReadError::storage)?,
                     head,
                 });
             }
@@ -1075,6 +1091,13 @@ impl EventStore for DiskStore {
                 let txn = db.begin_read().map_err(ReadError::storage)?;
                 let feed = txn.open_table(FEED).map_err(ReadError::storage)?;
                 let events = txn.open_table(EVENTS).map_err(ReadError::storage)?;
+                // A file opened read-only from before `purged` existed has deleted nothing
+                // since; an empty table costs no lookup per row.
+                let purged = match txn.open_table(PURGED) {
+                    Ok(table) if !table.is_empty().map_err(ReadError::storage)? => Some(table),
+                    Ok(_) | Err(redb::TableError::TableDoesNotExist(_)) => None,
+                    Err(error) => return Err(ReadError::storage(error)),
+                };
                 let limit = limit.max(1);
                 let mut found = Vec::new();
                 // Rows of deleted executions are skipped and do not count towards `limit`:
@@ -1082,6 +1105,13 @@ impl EventStore for DiskStore {
                 for entry in feed.range(from..).map_err(ReadError::storage)? {
                     let (position, row) = entry.map_err(ReadError::storage)?;
                     let (id, seq) = row.value();
+                    if let Some(purged) = &purged
+                        && let Some(deleted_at) = purged.get(id).map_err(ReadError::storage)?
+                        && position.value() < deleted_at.value()
+                    {
+                        // A row of a deleted log, whose (id, seq) a later log of that id reuses.
+                        continue;
+                    }
                     if let Some(record) = events.get((id, seq)).map_err(ReadError::storage)? {
                         found.push((
                             position.value(),
@@ -1099,7 +1129,7 @@ impl EventStore for DiskStore {
             .await?;
         raw.into_iter()
             .map(|(position, id, seq, record)| {
-                let execution = ExecutionId::new(&id).map_err(ReadError::storage)?;
+                let execution = ExecutionId::from_stored(&id).map_err(ReadError::storage)?;
                 let envelope = decode_stored(&execution, seq, &record)?;
                 Ok(FeedEvent { position, envelope })
             })

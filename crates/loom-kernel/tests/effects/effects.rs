@@ -58,6 +58,52 @@ async fn cancel_while_a_non_idempotent_effect_runs_records_it_in_doubt() {
 }
 
 #[tokio::test]
+async fn a_step_a_cancel_leaves_in_doubt_is_named_by_resolve_not_denied() {
+    let (rt, e) = paying_forever(false).await;
+    rt.cancel(&e, Some("stop".into())).await.unwrap();
+    let refused = rt
+        .resolve(
+            &e,
+            "pay#1",
+            Verdict::Completed {
+                output: json!(1).into(),
+            },
+            None,
+        )
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(&refused, ResolveError::InDoubtWhenEnded { step_id, .. } if step_id == "pay#1"),
+        "{refused:?}"
+    );
+    assert!(
+        refused.to_string().contains(&format!("{e}:pay#1")),
+        "{refused}"
+    );
+    let other = rt
+        .resolve(&e, "nope#1", Verdict::Retry, None)
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(other, ResolveError::NotInDoubt { .. }),
+        "{other:?}"
+    );
+    // A fresh runtime (the driver loads the ended log) says the same.
+    let fresh = Runtime::builder(rt.store().clone())
+        .flow(flow_fn("pay", 1, pay))
+        .build()
+        .unwrap();
+    let refused = fresh
+        .resolve(&e, "pay#1", Verdict::Retry, None)
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(refused, ResolveError::InDoubtWhenEnded { .. }),
+        "{refused:?}"
+    );
+}
+
+#[tokio::test]
 async fn cancel_while_an_idempotent_effect_runs_records_no_doubt() {
     let (rt, e) = paying_forever(true).await;
     rt.cancel(&e, None).await.unwrap();

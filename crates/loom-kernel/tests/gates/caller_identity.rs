@@ -446,3 +446,94 @@ fn a_caller_that_could_forge_a_log_line_is_refused_when_built() {
     assert_eq!(alice.to_string(), "alice");
     assert_eq!(alice.attribute("role"), Some("operator"));
 }
+
+#[tokio::test]
+async fn ids_and_callers_refuse_text_that_shows_as_other_text_and_unnormalized_spellings() {
+    for hidden in [
+        '\u{202E}', '\u{2028}', '\u{2029}', '\u{200B}', '\u{2066}', '\u{FEFF}',
+    ] {
+        let text = format!("order{hidden}42");
+        assert!(
+            matches!(
+                ExecutionId::new(&text),
+                Err(InvalidExecutionId::ForbiddenChar { found, .. }) if found == hidden
+            ),
+            "{hidden:?}"
+        );
+        assert_eq!(Caller::new(&text), Err(CallerError::ControlCharacter));
+        assert_eq!(
+            caller("a").with_attribute("role", &text),
+            Err(CallerError::ControlCharacter)
+        );
+    }
+    // `é` as `e` and a combining accent: canonically equal to the NFC spelling, refused.
+    let decomposed = "cafe\u{301}";
+    assert!(matches!(
+        ExecutionId::new(decomposed),
+        Err(InvalidExecutionId::NotNormalized { .. })
+    ));
+    assert_eq!(Caller::new(decomposed), Err(CallerError::NotNormalized));
+    assert_eq!(ExecutionId::new("caf\u{e9}").unwrap().as_str(), "café");
+    assert!(Caller::new("zoë").is_ok());
+
+    // What a store recorded under the earlier rules still reads back.
+    let store = MemoryStore::new();
+    let old = ExecutionId::from_stored("order\u{202E}42").unwrap();
+    store
+        .append(&old, 0, &[loom_kernel::conformance::started("greet")])
+        .await
+        .unwrap();
+    let log = store.read_all(&old).await.unwrap();
+    assert_eq!(log[0].execution_id, old);
+    let envelope = EventEnvelope::from_json(&log[0].to_json()).unwrap();
+    assert_eq!(envelope.execution_id, old);
+}
+
+/// Two approvals of one key, one after the other.
+async fn approve_twice(ctx: FlowCtx, _: Value) -> Result<Value, FlowError> {
+    let first = ctx.suspend("Approval", "order-1").await?;
+    let second = ctx.suspend("Approval", "order-1").await?;
+    Ok(json!([first.to_value(), second.to_value()]))
+}
+
+#[tokio::test]
+async fn an_approval_given_for_one_gate_never_lands_on_the_next_gate_of_its_key() {
+    let policy = AskPolicy::default();
+    let loom = Runtime::builder(MemoryStore::new())
+        .flow(flow_fn("twice", 1, approve_twice))
+        .async_resume_authenticator(policy.clone())
+        .build()
+        .unwrap();
+    let e = id("twice-1");
+    loom.start("twice", &json!(null), StartOptions::new(e.clone()))
+        .await
+        .unwrap();
+    loom.wait(&e).await.unwrap();
+
+    // A slow approval, asked while the first gate waits.
+    let slow = approve_on_a_task(&loom, caller("slow"), &e, "late");
+    let (who, slow_answer) = policy.next().await;
+    assert_eq!(who, "slow");
+    // Meanwhile a quick one answers the first gate; the flow opens the second.
+    let quick = approve_on_a_task(&loom, caller("quick"), &e, "first");
+    let (who, quick_answer) = policy.next().await;
+    assert_eq!(who, "quick");
+    quick_answer.send(Ok(())).unwrap();
+    quick.await.unwrap().unwrap();
+    let parked = loom.wait(&e).await.unwrap();
+    assert_eq!(parked.status(), ExecutionStatus::Suspended);
+    let before = event_names(loom.store(), &e).await;
+
+    slow_answer.send(Ok(())).unwrap();
+    let late = slow.await.unwrap();
+    assert!(
+        matches!(late, Err(ResumeError::NoPendingGate { .. })),
+        "{late:?}"
+    );
+    assert_eq!(
+        event_names(loom.store(), &e).await,
+        before,
+        "nothing recorded"
+    );
+    assert_eq!(loom.state(&e).await.unwrap().pending_gates().len(), 1);
+}

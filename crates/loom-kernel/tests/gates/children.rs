@@ -321,6 +321,50 @@ async fn hostile_callers_get_typed_errors_and_nothing_is_recorded() {
 }
 
 #[tokio::test]
+async fn an_execution_made_under_a_child_s_id_with_other_grants_or_budget_is_not_adopted() {
+    let rt = runtime(MemoryStore::new(), &Calls::default());
+    // Someone made the id the child will get, with the same flow and input, but wider grants
+    // and no budget.
+    let squatter = id("b/double#1");
+    rt.start(
+        "double",
+        &json!(1),
+        opts("b/double#1").grant("payments.charge"),
+    )
+    .await
+    .unwrap();
+    let squatted = rt.wait(&squatter).await.unwrap();
+    rt.start("catches", "double", opts("b").budget(10))
+        .await
+        .unwrap();
+    let caught = output(&ended(&rt, &id("b")).await);
+    assert_eq!(caught["failed"], json!(codes::CHILD_CONFLICT), "{caught}");
+    assert_eq!(
+        rt.state(&squatter).await.unwrap(),
+        squatted,
+        "left as it was"
+    );
+
+    // The same start again, with other grants or another budget, is refused too.
+    let wider = rt.start("double", &json!(1), opts("b/double#1")).await;
+    assert!(
+        matches!(wider, Err(StartError::Conflict { .. })),
+        "{wider:?}"
+    );
+    let budgeted = rt
+        .start(
+            "double",
+            &json!(1),
+            opts("b/double#1").grant("payments.charge").budget(5),
+        )
+        .await;
+    assert!(
+        matches!(budgeted, Err(StartError::Conflict { .. })),
+        "{budgeted:?}"
+    );
+}
+
+#[tokio::test]
 async fn a_child_id_taken_by_another_execution_or_an_unknown_flow_fails_the_call() {
     let rt = runtime(MemoryStore::new(), &Calls::default());
     // Someone started the id the child would get, with another flow.

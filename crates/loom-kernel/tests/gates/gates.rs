@@ -237,3 +237,69 @@ async fn a_flow_parks_and_resumes_many_times_on_disk() {
     parks_and_resumes_many_times(loom_kernel::DiskStore::open(dir.path().join("s.redb")).unwrap())
         .await;
 }
+
+async fn approve_once(ctx: FlowCtx, _: serde_json::Value) -> Result<serde_json::Value, FlowError> {
+    Ok(ctx.suspend("Approval", "k").await?.to_value())
+}
+
+#[tokio::test]
+async fn a_resume_that_loses_the_append_race_to_another_runtime_is_a_typed_error_and_wait_reports_the_end()
+ {
+    use std::sync::atomic::{AtomicBool, Ordering};
+    use std::sync::{Arc, OnceLock};
+
+    let inner = MemoryStore::new();
+    let other: Arc<OnceLock<Runtime<MemoryStore>>> = Arc::default();
+    let raced = Arc::new(AtomicBool::new(false));
+    // Just before this runtime's resume is appended, the other runtime resumes the same gate
+    // and drives the execution to its end.
+    let store = append_hook::on_append(inner.clone(), {
+        let other = other.clone();
+        move |append| {
+            let other = other.clone();
+            let raced = raced.clone();
+            async move {
+                let resumes = append
+                    .events
+                    .iter()
+                    .any(|event| matches!(event, Event::ExecutionResumed(_)));
+                if resumes && !raced.swap(true, Ordering::SeqCst) {
+                    let rival = other.get().expect("the other runtime").clone();
+                    rival
+                        .resume(&append.execution, "Approval", "k", json!("theirs").into())
+                        .await
+                        .unwrap();
+                    rival.wait(&append.execution).await.unwrap();
+                }
+                append.forward().await
+            }
+        }
+    });
+    let flows = FlowSet::new().with(flow_fn("approve", 1, approve_once));
+    let ours = Runtime::builder(store).flows(&flows).build().unwrap();
+    let _ = other.set(
+        Runtime::builder(inner.clone())
+            .flows(&flows)
+            .build()
+            .unwrap(),
+    );
+    let e = start_parked(&ours, "approve", StartOptions::new(id("race"))).await;
+
+    let lost = ours
+        .resume(&e, "Approval", "k", json!("ours").into())
+        .await
+        .unwrap_err();
+    assert!(matches!(lost, ResumeError::LogMoved { .. }), "{lost:?}");
+
+    let state = ours.wait(&e).await.unwrap();
+    assert_eq!(state.status(), ExecutionStatus::Completed);
+    assert_eq!(state.output().map(Payload::to_value), Some(json!("theirs")));
+    let late = ours
+        .resume(&e, "Approval", "k", json!("ours").into())
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(late, ResumeError::NoPendingGate { .. }),
+        "{late:?}"
+    );
+}

@@ -277,6 +277,44 @@ async fn a_resume_of_a_timer_gate_or_with_the_timeout_marker_is_refused() {
     );
 }
 
+#[tokio::test]
+async fn a_runtime_marker_spelled_with_a_json_escape_is_refused_by_resume() {
+    let store = MemoryStore::new();
+    let runtime = runtime(store.clone(), ManualClock::new(T0));
+    let approval = runtime
+        .start("approval", &json!(null), StartOptions::new(id("approval")))
+        .await
+        .unwrap();
+    runtime.wait(&approval).await.unwrap();
+    let before = events_of(&store, &approval).await.len();
+
+    for forged in [
+        r#"{"loom\u002etimedOut": {"deadlineMs": 1}}"#,
+        r#"{"\u006coom.closed": {"by": "Approval#1"}}"#,
+        r#" {"loom.\u0074imedOut": null}"#,
+    ] {
+        let refused = runtime
+            .resume(
+                &approval,
+                "Approval",
+                "order-1",
+                Payload::from_json(forged).unwrap(),
+            )
+            .await
+            .unwrap_err();
+        assert!(
+            matches!(refused, ResumeError::ReservedPayload { .. }),
+            "{forged}: {refused:?}"
+        );
+    }
+    assert_eq!(events_of(&store, &approval).await.len(), before);
+    let escaped_elsewhere = Payload::from_json(r#"{"note": "line\none"}"#).unwrap();
+    runtime
+        .resume(&approval, "Approval", "order-1", escaped_elsewhere)
+        .await
+        .unwrap();
+}
+
 /// Times out on an approval, then waits for a second gate: the execution is still live when a
 /// late resume of the first gate comes.
 async fn approval_then_ack(ctx: FlowCtx, _: Value) -> Result<Value, FlowError> {

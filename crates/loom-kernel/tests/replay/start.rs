@@ -51,6 +51,30 @@ async fn a_second_start_with_the_same_flow_and_input_returns_the_execution_and_r
     assert_eq!(events_of(&store, &e).await, log, "nothing was recorded");
 }
 
+/// What the docs say of retention (`Runtime::start`, `docs/CONSOLE.md`): no tombstone is kept,
+/// so a start after the deletion runs the flow again, under the same idempotency keys.
+#[tokio::test]
+async fn a_start_after_retention_deleted_the_execution_runs_again_under_the_same_keys() {
+    let (rt, store, calls, e) = one_ran().await;
+    let first = rt.wait(&e).await.unwrap().output().map(Payload::to_value);
+    assert_eq!(
+        store.delete_ended(u64::MAX, 10).await.unwrap(),
+        std::slice::from_ref(&e)
+    );
+    let again = rt
+        .start("one", &json!({"sku": 1}), options("s", &["echo"]))
+        .await
+        .unwrap();
+    let second = rt
+        .wait(&again)
+        .await
+        .unwrap()
+        .output()
+        .map(Payload::to_value);
+    assert_eq!(calls.count(), 2, "the flow ran again");
+    assert_eq!(first, second, "under the same idempotency key: {second:?}");
+}
+
 #[tokio::test]
 async fn a_second_start_of_a_waiting_execution_returns_it() {
     let calls = Calls::default();

@@ -272,3 +272,29 @@ async fn a_deprecated_patch_accepts_logs_with_the_marker_and_records_none() {
     let log = rt.store().read_all(&id("fresh")).await.unwrap();
     rt.replay_log(log).unwrap();
 }
+
+/// Deprecates the change, then asks about it again.
+async fn order_deprecated_then_patched(ctx: FlowCtx, _: Value) -> Result<Value, FlowError> {
+    ctx.deprecate_patch("fraud-check")?;
+    match ctx.patched("fraud-check") {
+        Err(StepError::DeprecatedPatch(change)) => Ok(json!({ "refused": change })),
+        other => Ok(json!({ "answered": format!("{other:?}") })),
+    }
+}
+
+#[tokio::test]
+async fn patched_after_deprecate_patch_of_the_same_change_is_refused_not_answered_unrecorded() {
+    let rt = runtime(
+        MemoryStore::new(),
+        flow_fn("order", 1, order_deprecated_then_patched),
+        &Calls::default(),
+    );
+    rt.start("order", &json!({}), opts("both")).await.unwrap();
+    let state = rt.wait(&id("both")).await.unwrap();
+    assert_eq!(
+        state.output().map(Payload::to_value),
+        Some(json!({ "refused": "fraud-check" }))
+    );
+    let log = rt.store().read_all(&id("both")).await.unwrap();
+    rt.replay_log(log).unwrap();
+}

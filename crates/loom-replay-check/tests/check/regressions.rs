@@ -133,3 +133,52 @@ fn flows_declaring_their_effects_are_checked_without_them() {
     let outcome = Checker::new(&declared).unwrap().check(log);
     assert_eq!(outcome.finding, Finding::Deterministic);
 }
+
+#[test]
+fn a_log_nested_too_deep_to_replay_is_reported_as_an_error_not_a_divergence() {
+    let dir = tempfile::tempdir().unwrap();
+    record(dir.path());
+    let path = loom_replay_check::path_for(dir.path(), &id("greet-ada"));
+    let text = std::fs::read_to_string(&path).unwrap();
+    let deep = format!("{}{}", "[".repeat(100_000), "]".repeat(100_000));
+    let text = text.replacen("\"ada\"", &deep, 1);
+    assert!(text.contains("[[[["), "the input was replaced");
+    std::fs::write(&path, text).unwrap();
+
+    let fine = FlowSet::new().with(flow_fn("greet", 1, greet));
+    let finding = match loom_replay_check::read_log(&path) {
+        Ok(log) => Checker::new(&fine).unwrap().check(log).finding,
+        Err(error) => Finding::Error {
+            detail: error.to_string(),
+        },
+    };
+    assert!(matches!(finding, Finding::Error { .. }), "{finding:?}");
+    let logs = dir.path().to_str().unwrap();
+    assert_eq!(check_command(&fine, ["replay-check", "--logs", logs]), 2);
+}
+
+#[test]
+fn every_valid_id_names_a_log_file_that_fits_and_is_its_own() {
+    let dir = Path::new("logs");
+    let ids = [
+        "x".repeat(256),
+        format!("{}y", "x".repeat(255)),
+        "/".repeat(256),
+        "é".repeat(128),
+        "short/child#1".to_owned(),
+    ];
+    let names: Vec<String> = ids
+        .iter()
+        .map(|text| {
+            let path = loom_replay_check::path_for(dir, &id(text));
+            path.file_name().unwrap().to_str().unwrap().to_owned()
+        })
+        .collect();
+    for name in &names {
+        assert!(name.len() <= 255, "{} bytes: {name}", name.len());
+        assert!(name.ends_with(".jsonl"), "{name}");
+    }
+    let distinct: std::collections::BTreeSet<&String> = names.iter().collect();
+    assert_eq!(distinct.len(), names.len(), "{names:?}");
+    assert_eq!(names[4], "short%2Fchild#1.jsonl");
+}

@@ -42,6 +42,9 @@ impl FlowCtx {
     ///
     /// A log recorded *without* the change (the old code) is not served by this: its replay
     /// diverges at the new code's first command, as it should, since the old branch is gone.
+    ///
+    /// A later `patched(change_id)` in the same run is refused with
+    /// [`StepError::DeprecatedPatch`]: it would answer `true` and record nothing.
     pub fn deprecate_patch(&self, change_id: &str) -> Result<(), StepError> {
         self.state().deprecate_patch(change_id)
     }

@@ -13,6 +13,7 @@
 //! can observe (a resume accepted, a verdict, the end of the execution, parking) waits until
 //! the events behind it are durable. See `docs/decisions/LD-003-durability-barriers.md`.
 
+use std::collections::BTreeSet;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::task::Wake;
@@ -51,6 +52,9 @@ pub(crate) enum DriverMsg {
         event_type: String,
         correlation_key: String,
         payload: Payload,
+        /// The gate the resume authenticator approved this resume for, when one was asked:
+        /// the resume lands on that gate or on none.
+        gate_id: Option<String>,
         reply: oneshot::Sender<Result<(), ResumeError>>,
     },
     Resolve {
@@ -138,6 +142,9 @@ pub(crate) enum Exit {
     /// The flow parked and was kept in memory with its state (`keep.rs`); no caller was
     /// waiting for the state.
     Kept,
+    /// Another writer (a second runtime on the store) appended to the log first: this run's
+    /// view is stale. What waits is handed to a new driver, which reads the log as it is.
+    Moved,
 }
 
 /// Wakes the driver when something the flow awaits (other than a command) is ready, and
@@ -190,6 +197,19 @@ impl Reply {
             Reply::Resume(reply) => drop(reply.send(Ok(()))),
             Reply::Resolve(reply) => drop(reply.send(Ok(()))),
             Reply::Cancel(reply) => drop(reply.send(Ok(()))),
+        }
+    }
+
+    /// Another writer appended first: nothing of the request was recorded.
+    fn log_moved(self, execution: &ExecutionId) {
+        fn send<E: DriverFailure>(reply: oneshot::Sender<Result<(), E>>, execution: &ExecutionId) {
+            drop(reply.send(Err(E::log_moved(execution.clone()))));
+        }
+        match self {
+            Reply::Start(reply) => send(reply, execution),
+            Reply::Resume(reply) => send(reply, execution),
+            Reply::Resolve(reply) => send(reply, execution),
+            Reply::Cancel(reply) => send(reply, execution),
         }
     }
 
@@ -261,7 +281,7 @@ async fn load<S: EventStore>(
             let timed_out = timed_out_gates(&log);
             while let Ok(message) = messages.try_recv() {
                 forget_deadline(&inner.timers, execution, &message);
-                refuse_ended(execution, message, &timed_out);
+                refuse_ended(execution, message, &timed_out, state.steps_in_doubt());
             }
         }
         return Ok(Err(Exit::Ended(Box::new(state))));
@@ -379,11 +399,14 @@ fn handle(
             event_type,
             correlation_key,
             payload,
+            gate_id,
             reply,
-        } => match ctx
-            .state()
-            .resume_gate(&event_type, &correlation_key, payload)
-        {
+        } => match ctx.state().resume_gate(
+            &event_type,
+            &correlation_key,
+            payload,
+            gate_id.as_deref(),
+        ) {
             Ok(_) => machine.reply_when_durable(Reply::Resume(reply)),
             Err(miss) => {
                 let execution = execution.clone();
@@ -482,8 +505,14 @@ fn timed_out_gates(log: &[EventEnvelope]) -> TimedOutGates {
 }
 
 /// Answers a message for an execution that has ended. A resume of a gate in `timed_out` is
-/// told that its gate timed out.
-pub(crate) fn refuse_ended(execution: &ExecutionId, message: DriverMsg, timed_out: &TimedOutGates) {
+/// told that its gate timed out; a verdict on a step of `in_doubt` (left in doubt when the
+/// execution was cancelled) is told that no verdict can be recorded any more.
+pub(crate) fn refuse_ended(
+    execution: &ExecutionId,
+    message: DriverMsg,
+    timed_out: &TimedOutGates,
+    in_doubt: &BTreeSet<String>,
+) {
     let execution = execution.clone();
     match message {
         DriverMsg::Resume {
@@ -509,7 +538,12 @@ pub(crate) fn refuse_ended(execution: &ExecutionId, message: DriverMsg, timed_ou
             drop(reply.send(Err(error)))
         }
         DriverMsg::Resolve { step_id, reply, .. } => {
-            drop(reply.send(Err(ResolveError::NotInDoubt { execution, step_id })))
+            let error = if in_doubt.contains(&step_id) {
+                ResolveError::InDoubtWhenEnded { execution, step_id }
+            } else {
+                ResolveError::NotInDoubt { execution, step_id }
+            };
+            drop(reply.send(Err(error)))
         }
         DriverMsg::Cancel { reply, .. } => drop(reply.send(Err(CancelError::Ended { execution }))),
         DriverMsg::Deadline { .. } | DriverMsg::ChildEnded { .. } => {}

@@ -531,6 +531,22 @@ impl<S: EventStore> Run<S> {
                 tracing::debug!(actual_seq, "start refused: the execution exists");
                 Ok(Some(Exit::Unknown))
             }
+            Err(AppendError::Conflict { actual_seq, .. }) => {
+                // Another writer appended first: nothing of this batch is in the log, and the
+                // log, not this run, says where the execution stands. The batch's callers are
+                // told so; what this run had not handled yet goes to the next driver.
+                for reply in self.machine.take_all_replies() {
+                    reply.log_moved(&self.execution);
+                }
+                for message in std::mem::take(&mut self.deferred) {
+                    self.inner.send(&self.execution, message);
+                }
+                tracing::info!(
+                    actual_seq,
+                    "the log moved under this run: another writer appended first"
+                );
+                Ok(Some(Exit::Moved))
+            }
             Err(err) => {
                 let error = DriveError::Append {
                     execution: self.execution.clone(),
@@ -571,8 +587,14 @@ impl<S: EventStore> Run<S> {
     /// out first).
     fn refuse_as_ended(&self, message: DriverMsg) {
         forget_deadline(&self.inner.timers, &self.execution, &message);
-        let timed_out = self.ctx.state().timed_out_gates();
-        refuse_ended(&self.execution, message, &timed_out);
+        let state = self.ctx.state();
+        let timed_out = state.timed_out_gates();
+        refuse_ended(
+            &self.execution,
+            message,
+            &timed_out,
+            state.fold().steps_in_doubt(),
+        );
     }
 
     /// A message handled now: the flow's side and the machine take it.

@@ -25,7 +25,7 @@ impl FlowState {
             .filter_map(|gate_id| pending.get(gate_id).map(|g| (gate_id, g)))
             .filter(|(_, g)| *g.event_type == *CHILD_EVENT_TYPE)
             .filter_map(|(gate_id, g)| {
-                ExecutionId::new(&g.correlation_key)
+                ExecutionId::from_stored(&g.correlation_key)
                     .ok()
                     .map(|child| (gate_id.clone(), child))
             })

@@ -141,7 +141,7 @@ mod tests {
         assert!(matches!(filled(&s, slot), Some(Ok(p)) if is_timed_out_payload(p)));
         assert!(!s.expire_gate("Go#1", 50), "a gate closes once");
         assert_eq!(
-            s.resume_gate("Go", "k", Payload::null()),
+            s.resume_gate("Go", "k", Payload::null(), None),
             Err(GateMiss::TimedOut)
         );
         assert_eq!(s.out.len(), 1);

@@ -80,6 +80,11 @@ impl FlowState {
     /// `ctx.patched(change_id)` (LD-017): `true` live (recorded) or where the log has the
     /// marker, `false` where the log goes on (or ended) without it; one answer per run.
     pub(crate) fn patched(&mut self, change_id: &str) -> Result<bool, StepError> {
+        // Answering `true` unrecorded would leave a log that took the new branch without the
+        // marker a later `patched` needs to take it again on replay.
+        if self.deprecated_patches.contains(change_id) {
+            return Err(StepError::DeprecatedPatch(change_id.to_owned()));
+        }
         if let Some(answer) = self.patches.get(change_id) {
             return Ok(*answer);
         }
@@ -141,6 +146,7 @@ impl FlowState {
             self.cursor += 1;
         }
         self.patches.insert(change_id.to_owned(), true);
+        self.deprecated_patches.insert(change_id.to_owned());
         Ok(())
     }
 }

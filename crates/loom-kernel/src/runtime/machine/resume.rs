@@ -18,12 +18,14 @@ pub(crate) enum GateMiss {
 }
 
 impl FlowState {
-    /// A resume arrived: record it against the first pending gate it matches.
+    /// A resume arrived: record it against the first pending gate it matches, which must be
+    /// `approved_gate` when the resume was approved for one gate.
     pub(crate) fn resume_gate(
         &mut self,
         event_type: &str,
         correlation_key: &str,
         payload: Payload,
+        approved_gate: Option<&str>,
     ) -> Result<String, GateMiss> {
         if is_reserved_event_type(event_type) {
             return Err(GateMiss::Reserved);
@@ -42,6 +44,10 @@ impl FlowState {
                 GateMiss::NoPendingGate
             });
         };
+        // An approval given while another gate of this key waited is not one for this gate.
+        if approved_gate.is_some_and(|approved| approved != gate_id) {
+            return Err(GateMiss::NoPendingGate);
+        }
         let Some(gate) = self.gates.remove(&gate_id) else {
             return Err(GateMiss::NoPendingGate);
         };
@@ -82,14 +88,14 @@ mod tests {
         let mut s = flow_state();
         let slot = waiting_gate(&mut s, "Go#1", "Go", "k", Some(50), None);
         assert_eq!(
-            s.resume_gate("Go", "k", Payload::null()),
+            s.resume_gate("Go", "k", Payload::null(), None),
             Ok("Go#1".to_owned())
         );
         assert!(matches!(filled(&s, slot), Some(Ok(_))));
         assert!(matches!(s.out.as_slice(), [Event::ExecutionResumed(r)] if r.gate_id == "Go#1"));
         assert_eq!(s.take_deadlines().1, vec![("Go#1".to_owned(), 50)]);
         assert_eq!(
-            s.resume_gate("Go", "k", Payload::null()),
+            s.resume_gate("Go", "k", Payload::null(), None),
             Err(GateMiss::NoPendingGate)
         );
         assert_eq!(s.out.len(), 1, "the second resume records nothing");
@@ -100,12 +106,12 @@ mod tests {
         let mut s = flow_state();
         waiting_gate(&mut s, "timer#1", "loom.timer", "timer#1", Some(5), None);
         assert_eq!(
-            s.resume_gate("loom.timer", "timer#1", Payload::null()),
+            s.resume_gate("loom.timer", "timer#1", Payload::null(), None),
             Err(GateMiss::Reserved)
         );
         waiting_gate(&mut s, "Go#1", "Go", "k", None, None);
         assert_eq!(
-            s.resume_gate("Go", "k", timed_out_payload(5)),
+            s.resume_gate("Go", "k", timed_out_payload(5), None),
             Err(GateMiss::ReservedPayload)
         );
         assert!(s.out.is_empty());
@@ -119,7 +125,7 @@ mod tests {
         waiting_gate(&mut s, "A#1", "A", "k", Some(9), Some((group, 0)));
         waiting_gate(&mut s, "B#1", "B", "k", None, Some((group, 1)));
         assert_eq!(
-            s.resume_gate("B", "k", Payload::null()),
+            s.resume_gate("B", "k", Payload::null(), None),
             Ok("B#1".to_owned())
         );
         assert_eq!(s.out.len(), 2, "its resume, then the other closed");

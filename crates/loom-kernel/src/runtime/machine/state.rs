@@ -113,6 +113,9 @@ pub(crate) struct FlowState {
     pub(super) child_starts: Vec<ChildStart>,
     /// `ctx.patched` answers of this run, by change id.
     pub(super) patches: BTreeMap<String, bool>,
+    /// Change ids `ctx.deprecate_patch` was called with in this run: `ctx.patched` cannot
+    /// answer for them, since the marker it would record (or find) is the one deprecated.
+    pub(super) deprecated_patches: BTreeSet<String>,
 }
 
 impl FlowState {
@@ -143,6 +146,7 @@ impl FlowState {
             timed_out: BTreeSet::new(),
             child_starts: Vec::new(),
             patches: BTreeMap::new(),
+            deprecated_patches: BTreeSet::new(),
         }
     }
 
