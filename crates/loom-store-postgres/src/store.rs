@@ -1,12 +1,13 @@
 //! [`PostgresStore`]: the `EventStore` over PostgreSQL.
 
 use std::sync::Arc;
+use std::sync::atomic::Ordering;
 use std::time::Duration;
 
 use deadpool_postgres::{Manager, ManagerConfig, Pool, RecyclingMethod};
 use loom_kernel::{
     AppendError, EncodedAppend, Event, EventEnvelope, EventStore, ExecutionId, ExecutionPage,
-    ExecutionStatus, ExecutionSummary, ReadError,
+    ExecutionStatus, ExecutionSummary, LeaseHold, ReadError,
 };
 use loom_kernel::{
     FeedEvent, RetentionError, StatusFilter, StorageError, decode_stored, filter_code,
@@ -201,6 +202,13 @@ impl PostgresStore {
             .map_err(|e| ReadError::Storage {
                 source: StorageError::new(e),
             })
+    }
+}
+
+/// A held lease as the kernel sees it: tokens start at 1 and only grow.
+fn held(token: i64) -> LeaseHold {
+    LeaseHold::Held {
+        token: u64::try_from(token).unwrap_or(0),
     }
 }
 
@@ -496,5 +504,23 @@ impl EventStore for PostgresStore {
             .into_iter()
             .filter_map(|id| ExecutionId::new(id).ok())
             .collect())
+    }
+
+    async fn hold_lease(&self, execution: &ExecutionId, head: u64) -> Result<LeaseHold, ReadError> {
+        let leases = &self.shared.leases;
+        let distrust = self.shared.faults.distrust_leases.load(Ordering::SeqCst);
+        if !distrust && let Some(token) = leases.fresh(execution) {
+            return Ok(held(token));
+        }
+        let Ok(head) = i64::try_from(head) else {
+            return Ok(LeaseHold::NotHeld);
+        };
+        match leases.hold(&self.shared.pool, execution, head).await {
+            Ok(Some(token)) => Ok(held(token)),
+            Ok(None) => Ok(LeaseHold::NotHeld),
+            Err(detail) => Err(ReadError::Storage {
+                source: StorageError::msg(detail),
+            }),
+        }
     }
 }

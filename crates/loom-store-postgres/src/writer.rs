@@ -55,6 +55,9 @@ pub struct Faults {
     pub lose_commit: AtomicU32,
     /// Stop renewing leases in the background, as a worker that hangs would.
     pub pause_lease_renewal: std::sync::atomic::AtomicBool,
+    /// Ask the server whether a lease is held before every non-idempotent effect, as if every
+    /// lease might have lapsed (a worker paused past half its lease does so by itself).
+    pub distrust_leases: std::sync::atomic::AtomicBool,
     /// Counted, not injected: the batches committed in one statement (see [`crate::fast`]).
     pub one_statement_commits: std::sync::atomic::AtomicU64,
 }
@@ -152,6 +155,8 @@ impl Writer {
             return;
         }
         self.prune_cache();
+        // Before anything of the batch is sent: a lease it sets runs at least a lease from here.
+        let since = std::time::Instant::now();
         let mut attempt = 0;
         let outcome = loop {
             let outcome = self.try_commit(&batch).await;
@@ -188,7 +193,7 @@ impl Writer {
                 leases,
                 cache,
             }) => {
-                self.leases.apply(leases);
+                self.leases.apply(leases, since);
                 for (execution, cached) in cache {
                     match cached {
                         Some(cached) => self.cache.insert(execution, cached),
@@ -233,6 +238,7 @@ impl Writer {
         let rows = fast::RowParams::of(&plan.rows, self.leases.worker_id());
         let commit_id = crate::config::random_u64() as i64;
         let lease_ms = self.leases.lease_ms();
+        let since = std::time::Instant::now();
         let params: [&(dyn tokio_postgres::types::ToSql + Sync); 16] = [
             &rows.ids,
             &rows.expected,
@@ -320,7 +326,7 @@ impl Writer {
                 lease_changes.push((row.id.clone(), token));
             }
         }
-        self.leases.apply(lease_changes);
+        self.leases.apply(lease_changes, since);
         let mut rest = Vec::new();
         let answers: Vec<(usize, u64)> = plan.requests.clone();
         let rows_after: Vec<(ExecutionId, bool, Option<Cached>)> = plan

@@ -6,6 +6,7 @@
 mod support;
 
 mod children_across_workers;
+mod fencing;
 mod many_workers;
 mod multiprocess;
 mod replay_check;
