@@ -560,6 +560,10 @@ impl EventStore for PostgresStore {
             .collect())
     }
 
+    fn has_leases(&self) -> bool {
+        true
+    }
+
     async fn hold_lease(&self, execution: &ExecutionId, head: u64) -> Result<LeaseHold, ReadError> {
         let leases = &self.shared.leases;
         let distrust = self.shared.faults.distrust_leases.load(Ordering::SeqCst);

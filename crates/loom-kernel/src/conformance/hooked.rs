@@ -165,6 +165,10 @@ impl<S: EventStore, H: StoreHooks<S>> EventStore for Hooked<S, H> {
     ) -> impl Future<Output = Result<LeaseHold, ReadError>> + Send {
         self.hooks.hold_lease(&self.inner, execution, head)
     }
+
+    fn has_leases(&self) -> bool {
+        self.inner.has_leases()
+    }
 }
 
 /// Hooks that serve one execution's log as two `EXECUTION_STARTED` events (head 2), as a store

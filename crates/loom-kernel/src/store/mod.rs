@@ -573,6 +573,16 @@ pub trait EventStore: Send + Sync + 'static {
         let _ = (execution, head);
         std::future::ready(Ok(LeaseHold::Exclusive))
     }
+
+    /// Whether this store hands executions to one worker at a time (then
+    /// [`EventStore::hold_lease`] may answer [`LeaseHold::NotHeld`]). The runtime then claims
+    /// an execution's lease before it drives one that `recover` found, or fires a deadline of
+    /// a parked one, so that of several workers that all armed a deadline or listed an
+    /// execution, one replays it and runs its effects. The default, `false`, is for stores one
+    /// process writes at a time: the runtime then does neither, and asks nothing.
+    fn has_leases(&self) -> bool {
+        false
+    }
 }
 
 /// Conveniences over any [`EventStore`].

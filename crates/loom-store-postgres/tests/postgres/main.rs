@@ -10,6 +10,7 @@ mod fencing;
 mod lease_bounds;
 mod many_workers;
 mod multiprocess;
+mod one_claimant;
 mod replay_check;
 mod store_conformance;
 mod timers_across_workers;
