@@ -26,7 +26,8 @@
 //! lease has passed since on the worker's monotonic clock, the lease is held without asking.
 //! Past that (a worker that was paused, a renewal that is late), one statement renews the
 //! lease if it is still this worker's under the same token, or takes it with the next token
-//! if it is free and the log is still at the head the caller saw; otherwise it is not held.
+//! if this worker remembers none, it is free, and the log is still at the head the caller saw;
+//! otherwise it is not held.
 //!
 //! The clock that decides is the database server's (`clock_timestamp()`), never a worker's:
 //! the worker's own clock only ever tells it that it need not ask.
@@ -73,19 +74,19 @@ pub(crate) struct Leases {
     held: Mutex<HashMap<ExecutionId, Held>>,
 }
 
-/// Renews the lease if it is still ours under the token remembered (`$3`), or takes it with
-/// the next token if it is not remembered and free, lapsed or ours from an earlier run; in
-/// both cases only while the log is at the head the caller saw (`$4`), so that nobody's work
-/// since is overlooked.
+/// Renews the lease if it is still ours under the token remembered (`$3`): nobody took it
+/// since, so nobody else wrote, even if it lapsed. Or takes it with the next token if it is
+/// not remembered and free, lapsed or ours from an earlier run, only while the log is at the
+/// head the caller saw (`$4`), so that nobody's work since is overlooked.
 const HOLD: &str = "\
 UPDATE loom_executions
 SET lease_owner = $2,
     lease_token = CASE WHEN lease_token = $3 THEN lease_token ELSE lease_token + 1 END,
     lease_expires_at = clock_timestamp() + $5 * interval '1 millisecond'
-WHERE execution_id = $1 AND head = $4
+WHERE execution_id = $1
   AND (lease_token = $3 AND lease_owner = $2
-       OR $3::int8 IS NULL AND (lease_owner IS NULL OR lease_owner = $2
-                                OR lease_expires_at <= clock_timestamp()))
+       OR $3::int8 IS NULL AND head = $4
+          AND (lease_owner IS NULL OR lease_owner = $2 OR lease_expires_at <= clock_timestamp()))
 RETURNING lease_token";
 
 impl Leases {
