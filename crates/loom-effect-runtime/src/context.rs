@@ -12,6 +12,7 @@ pub struct EffectContext {
     pub(crate) idempotency_key: String,
     pub(crate) attempt: u32,
     pub(crate) dispatch: u32,
+    pub(crate) lease_token: Option<u64>,
     pub(crate) budget_remaining: Option<u64>,
     pub(crate) cancel: CancellationToken,
     pub(crate) span: tracing::Span,
@@ -33,6 +34,17 @@ impl EffectContext {
     /// crash (idempotent effects) or on an operator's `retry` verdict.
     pub fn dispatch(&self) -> u32 {
         self.dispatch
+    }
+
+    /// The fencing token of the execution's lease this dispatch runs under, on a store with
+    /// leases (PostgreSQL); `None` on a store one process writes at a time. The runtime
+    /// confirmed the lease right before calling a non-idempotent handler; idempotent ones get
+    /// `None`. Pass it, with the idempotency key and [`EffectContext::dispatch`], to a receiver
+    /// that fences: one that remembers the highest token seen per execution and refuses a
+    /// lower one turns away a worker that was paused past its lease while another worker took
+    /// the execution over (`docs/EFFECTS.md`, "Paused workers").
+    pub fn lease_token(&self) -> Option<u64> {
+        self.lease_token
     }
 
     /// The execution the effect runs for.

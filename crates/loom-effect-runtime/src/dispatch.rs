@@ -138,6 +138,7 @@ async fn run(compiled: &CompiledDef, call: EffectCall) -> EffectOutcome {
             idempotency_key: key.clone(),
             attempt,
             dispatch: call.attempt,
+            lease_token: call.lease_token,
             budget_remaining: call.budget_remaining,
             cancel: token.clone(),
             span: span.clone(),

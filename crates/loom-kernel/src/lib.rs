@@ -119,7 +119,7 @@ pub use runtime::{
 pub use store::tail::{RefusedEvent, TailChange, filter_code, status_code, status_from_code};
 pub use store::{
     AppendError, DiskStore, DiskStoreConfig, EncodedAppend, EventStore, EventStoreExt,
-    ExecutionPage, ExecutionSummary, ExecutionTail, FeedEvent, FoldStoredError, MemoryStore,
-    OpenError, ReadError, RetentionError, STREAM_PAGE, StatusFilter, StorageError, StoredLog,
-    check_batch, decode_stored, wall_clock_ms,
+    ExecutionPage, ExecutionSummary, ExecutionTail, FeedEvent, FoldStoredError, LeaseHold,
+    MemoryStore, OpenError, ReadError, RetentionError, STREAM_PAGE, StatusFilter, StorageError,
+    StoredLog, check_batch, decode_stored, wall_clock_ms,
 };

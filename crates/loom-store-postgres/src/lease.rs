@@ -19,11 +19,22 @@
 //! renews every lease this worker holds every third of the lease's duration, in one
 //! statement; leases it could not renew in time are forgotten.
 //!
-//! The clock that decides is the database server's (`clock_timestamp()`), never a worker's.
+//! Before the runtime invokes a non-idempotent effect it asks whether this worker still holds
+//! the execution's lease ([`Leases::fresh`], then [`Leases::hold`]). The worker remembers, per
+//! lease, when it sent the statement that last set the lease's expiry: the server set it to
+//! its own clock at that statement plus the lease's duration, so while less than half a
+//! lease has passed since on the worker's monotonic clock, the lease is held without asking.
+//! Past that (a worker that was paused, a renewal that is late), one statement renews the
+//! lease if it is still this worker's under the same token, or takes it with the next token
+//! if this worker remembers none, it is free, and the log is still at the head the caller saw;
+//! otherwise it is not held.
+//!
+//! The clock that decides is the database server's (`clock_timestamp()`), never a worker's:
+//! the worker's own clock only ever tells it that it need not ask.
 
 use std::collections::HashMap;
 use std::sync::Mutex;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use deadpool_postgres::Pool;
 use loom_kernel::ExecutionId;
@@ -46,13 +57,37 @@ pub(crate) enum LeaseDecision {
     Refused { lost: bool },
 }
 
+/// One lease this worker holds.
+#[derive(Debug, Clone, Copy)]
+struct Held {
+    token: i64,
+    /// When the statement that last set the lease's expiry was sent: the lease runs at least
+    /// a lease's duration from then.
+    since: Instant,
+}
+
 /// The leases this worker holds, by execution: the fencing token of each.
 #[derive(Debug)]
 pub(crate) struct Leases {
     worker_id: String,
     lease: Duration,
-    held: Mutex<HashMap<ExecutionId, i64>>,
+    held: Mutex<HashMap<ExecutionId, Held>>,
 }
+
+/// Renews the lease if it is still ours under the token remembered (`$3`): nobody took it
+/// since, so nobody else wrote, even if it lapsed. Or takes it with the next token if it is
+/// not remembered and free, lapsed or ours from an earlier run, only while the log is at the
+/// head the caller saw (`$4`), so that nobody's work since is overlooked.
+const HOLD: &str = "\
+UPDATE loom_executions
+SET lease_owner = $2,
+    lease_token = CASE WHEN lease_token = $3 THEN lease_token ELSE lease_token + 1 END,
+    lease_expires_at = clock_timestamp() + $5 * interval '1 millisecond'
+WHERE execution_id = $1
+  AND (lease_token = $3 AND lease_owner = $2
+       OR $3::int8 IS NULL AND head = $4
+          AND (lease_owner IS NULL OR lease_owner = $2 OR lease_expires_at <= clock_timestamp()))
+RETURNING lease_token";
 
 impl Leases {
     pub(crate) fn new(worker_id: String, lease: Duration) -> Self {
@@ -63,7 +98,7 @@ impl Leases {
         }
     }
 
-    fn held(&self) -> std::sync::MutexGuard<'_, HashMap<ExecutionId, i64>> {
+    fn held(&self) -> std::sync::MutexGuard<'_, HashMap<ExecutionId, Held>> {
         self.held.lock().unwrap_or_else(|p| p.into_inner())
     }
 
@@ -84,22 +119,79 @@ impl Leases {
         let held = self.held();
         executions
             .into_iter()
-            .filter_map(|id| held.get(id).map(|token| (id.as_str().to_owned(), *token)))
+            .filter_map(|id| held.get(id).map(|h| (id.as_str().to_owned(), h.token)))
             .collect()
     }
 
     /// The token held for `execution`, if any.
     pub(crate) fn token(&self, execution: &ExecutionId) -> Option<i64> {
-        self.held().get(execution).copied()
+        self.held().get(execution).map(|h| h.token)
     }
 
-    /// Records leases taken (`Some(token)`) or given up (`None`) by a committed batch.
-    pub(crate) fn apply(&self, changes: Vec<(ExecutionId, Option<i64>)>) {
+    /// The token of `execution`'s lease if this worker holds it and less than half a lease has
+    /// passed since its expiry was last set: held for certain, without asking the server.
+    pub(crate) fn fresh(&self, execution: &ExecutionId) -> Option<i64> {
+        let held = self.held().get(execution).copied()?;
+        (held.since.elapsed() < self.lease / 2).then_some(held.token)
+    }
+
+    /// Holds `execution`'s lease, its log being at `head`: renewed if it is still this
+    /// worker's, taken if it is free (see [`HOLD`]). The token, or `None` if not held (then
+    /// forgotten).
+    pub(crate) async fn hold(
+        &self,
+        pool: &Pool,
+        execution: &ExecutionId,
+        head: i64,
+    ) -> Result<Option<i64>, String> {
+        let remembered = self.token(execution);
+        let client = pool.get().await.map_err(|e| e.to_string())?;
+        let statement = client
+            .prepare_cached(HOLD)
+            .await
+            .map_err(|e| e.to_string())?;
+        let since = Instant::now();
+        let row = client
+            .query_opt(
+                &statement,
+                &[
+                    &execution.as_str(),
+                    &self.worker_id,
+                    &remembered,
+                    &head,
+                    &self.lease_ms(),
+                ],
+            )
+            .await
+            .map_err(|e| e.to_string())?;
+        let mut held = self.held();
+        let Some(row) = row else {
+            if remembered.is_some() && held.get(execution).map(|h| h.token) == remembered {
+                tracing::warn!(%execution, "lease lost: another worker holds it or the log moved on");
+                held.remove(execution);
+            }
+            return Ok(None);
+        };
+        let token: i64 = row.get(0);
+        // An append committed meanwhile may have taken the lease on further: keep the newest.
+        match held.get_mut(execution) {
+            Some(h) if h.token > token => {}
+            Some(h) => *h = Held { token, since },
+            None => {
+                held.insert(execution.clone(), Held { token, since });
+            }
+        }
+        Ok(Some(token))
+    }
+
+    /// Records leases taken (`Some(token)`) or given up (`None`) by a batch committed by
+    /// statements sent at `since`.
+    pub(crate) fn apply(&self, changes: Vec<(ExecutionId, Option<i64>)>, since: Instant) {
         let mut held = self.held();
         for (execution, token) in changes {
             match token {
                 Some(token) => {
-                    held.insert(execution, token);
+                    held.insert(execution, Held { token, since });
                 }
                 None => {
                     held.remove(&execution);
@@ -134,12 +226,13 @@ impl Leases {
         let before: Vec<(ExecutionId, i64)> = self
             .held()
             .iter()
-            .map(|(id, token)| (id.clone(), *token))
+            .map(|(id, h)| (id.clone(), h.token))
             .collect();
         if before.is_empty() {
             return Ok(0);
         }
         let client = pool.get().await.map_err(|e| e.to_string())?;
+        let since = Instant::now();
         let rows = client
             .query(
                 "UPDATE loom_executions \
@@ -157,9 +250,13 @@ impl Leases {
         let mut held = self.held();
         for (id, token) in before {
             let lost = renewed.get(id.as_str()) != Some(&token);
-            if lost && held.get(&id) == Some(&token) {
-                tracing::warn!(execution = %id, token, "lease ran out before it was renewed");
-                held.remove(&id);
+            match held.get_mut(&id) {
+                Some(h) if h.token == token && lost => {
+                    tracing::warn!(execution = %id, token, "lease ran out before it was renewed");
+                    held.remove(&id);
+                }
+                Some(h) if h.token == token => h.since = h.since.max(since),
+                _ => {}
             }
         }
         Ok(held.len())
@@ -170,7 +267,7 @@ impl Leases {
         let held: Vec<(ExecutionId, i64)> = self
             .held()
             .iter()
-            .map(|(id, token)| (id.clone(), *token))
+            .map(|(id, h)| (id.clone(), h.token))
             .collect();
         if held.is_empty() {
             return Ok(0);
@@ -191,7 +288,7 @@ impl Leases {
             .map_err(|e| e.to_string())?;
         let mut now = self.held();
         for (id, token) in held {
-            if now.get(&id) == Some(&token) {
+            if now.get(&id).map(|h| h.token) == Some(token) {
                 now.remove(&id);
             }
         }

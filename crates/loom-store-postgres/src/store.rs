@@ -1,12 +1,13 @@
 //! [`PostgresStore`]: the `EventStore` over PostgreSQL.
 
 use std::sync::Arc;
+use std::sync::atomic::Ordering;
 use std::time::Duration;
 
 use deadpool_postgres::{Manager, ManagerConfig, Pool, RecyclingMethod};
 use loom_kernel::{
     AppendError, EncodedAppend, Event, EventEnvelope, EventStore, ExecutionId, ExecutionPage,
-    ExecutionStatus, ExecutionSummary, ReadError,
+    ExecutionStatus, ExecutionSummary, LeaseHold, ReadError,
 };
 use loom_kernel::{
     FeedEvent, RetentionError, StatusFilter, StorageError, decode_stored, filter_code,
@@ -68,10 +69,15 @@ impl PostgresStore {
         }
         let listener_config = pg.clone();
         let mut writes_config = pg.clone();
-        pg.options(format!("-c search_path={}", config.schema));
+        let limits = Limits::of(config.lease);
+        pg.options(format!(
+            "-c search_path={} -c statement_timeout={} -c idle_in_transaction_session_timeout={}",
+            config.schema, limits.read_statement_ms, limits.idle_ms
+        ));
         writes_config.options(format!(
-            "-c search_path={} -c plan_cache_mode=force_generic_plan",
-            config.schema
+            "-c search_path={} -c plan_cache_mode=force_generic_plan -c statement_timeout={} \
+             -c idle_in_transaction_session_timeout={}",
+            config.schema, limits.write_statement_ms, limits.idle_ms
         ));
         let pool_of = |pg: tokio_postgres::Config, size: usize| {
             let manager = Manager::from_config(
@@ -92,7 +98,28 @@ impl PostgresStore {
         {
             let mut client = pool.get().await.map_err(ConnectError::Connect)?;
             if config.migrate {
-                crate::schema::migrate(&mut client, &config.schema).await?;
+                // A migration waits for another worker's and may rewrite a table: it is not
+                // bound by the lease. The connection goes back to the pool with its limits.
+                let unbound =
+                    "SET statement_timeout = 0; SET idle_in_transaction_session_timeout = 0";
+                client
+                    .batch_execute(unbound)
+                    .await
+                    .map_err(|e| ConnectError::Migration {
+                        version: 0,
+                        source: e,
+                    })?;
+                let migrated = crate::schema::migrate(&mut client, &config.schema).await;
+                client
+                    .batch_execute(
+                        "RESET statement_timeout; RESET idle_in_transaction_session_timeout",
+                    )
+                    .await
+                    .map_err(|e| ConnectError::Migration {
+                        version: 0,
+                        source: e,
+                    })?;
+                migrated?;
             } else {
                 crate::schema::check(&client, &config.schema).await?;
             }
@@ -201,6 +228,41 @@ impl PostgresStore {
             .map_err(|e| ReadError::Storage {
                 source: StorageError::new(e),
             })
+    }
+}
+
+/// How long the server lets a store's connection run a statement or sit in a transaction,
+/// from the lease's duration, so that no transaction outlives a lease:
+/// - a write (on the writer's connections, which lock executions' rows) runs at most a third of
+///   a lease, and a transaction sits idle at most a third: from the statement that fences an
+///   append and sets its lease (a lease from then) to its commit there is at most one
+///   statement and one idle spell, two thirds of a lease. A worker paused in a transaction
+///   loses it (the server ends the session, the transaction rolls back) and with it its row
+///   locks, before its lease could run out;
+/// - a read locks no execution: it may run up to a whole lease.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Limits {
+    pub(crate) write_statement_ms: u64,
+    pub(crate) read_statement_ms: u64,
+    pub(crate) idle_ms: u64,
+}
+
+impl Limits {
+    pub(crate) fn of(lease: Duration) -> Self {
+        // 0 would mean "no limit" to the server.
+        let ms = |d: Duration| u64::try_from(d.as_millis()).unwrap_or(u64::MAX).max(1);
+        Self {
+            write_statement_ms: ms(lease / 3),
+            read_statement_ms: ms(lease),
+            idle_ms: ms(lease / 3),
+        }
+    }
+}
+
+/// A held lease as the kernel sees it: tokens start at 1 and only grow.
+fn held(token: i64) -> LeaseHold {
+    LeaseHold::Held {
+        token: u64::try_from(token).unwrap_or(0),
     }
 }
 
@@ -496,5 +558,47 @@ impl EventStore for PostgresStore {
             .into_iter()
             .filter_map(|id| ExecutionId::from_stored(id).ok())
             .collect())
+    }
+
+    fn has_leases(&self) -> bool {
+        true
+    }
+
+    async fn hold_lease(&self, execution: &ExecutionId, head: u64) -> Result<LeaseHold, ReadError> {
+        let leases = &self.shared.leases;
+        let distrust = self.shared.faults.distrust_leases.load(Ordering::SeqCst);
+        if !distrust && let Some(token) = leases.fresh(execution) {
+            return Ok(held(token));
+        }
+        let Ok(head) = i64::try_from(head) else {
+            return Ok(LeaseHold::NotHeld);
+        };
+        match leases.hold(&self.shared.pool, execution, head).await {
+            Ok(Some(token)) => Ok(held(token)),
+            Ok(None) => Ok(LeaseHold::NotHeld),
+            Err(detail) => Err(ReadError::Storage {
+                source: StorageError::msg(detail),
+            }),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_write_and_an_idle_spell_fit_in_a_lease_with_room_to_spare() {
+        let limits = Limits::of(Duration::from_secs(10));
+        assert_eq!(limits.write_statement_ms, 3333);
+        assert_eq!(limits.idle_ms, 3333);
+        assert_eq!(limits.read_statement_ms, 10_000);
+        assert!(limits.write_statement_ms + limits.idle_ms < 10_000);
+    }
+
+    #[test]
+    fn a_tiny_lease_still_sets_limits_rather_than_lifting_them() {
+        let limits = Limits::of(Duration::from_millis(1));
+        assert_eq!((limits.write_statement_ms, limits.idle_ms), (1, 1));
     }
 }

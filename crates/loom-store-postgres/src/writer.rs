@@ -13,7 +13,10 @@
 //!    [`ExecutionTail`] (else [`AppendError::Invalid`]). A refused request takes no part in
 //!    the batch;
 //! 4. one `INSERT` of every accepted event, which also takes the batch's feed positions from
-//!    the one-row `loom_feed` counter; one `UPDATE` of every head, tail, status and lease; and
+//!    the one-row `loom_feed` counter; one `UPDATE` of every head, tail, status and lease (a
+//!    lease granted because this worker held it live must still be live then: else the
+//!    transaction rolls back and the batch is decided again, so no append commits after its
+//!    lease ran out); and
 //!    `pg_notify` of the new heads (delivered only if the transaction commits);
 //! 5. `COMMIT`. Replies go out only after it returned.
 //!
@@ -56,6 +59,16 @@ pub struct Faults {
     pub lose_commit: AtomicU32,
     /// Stop renewing leases in the background, as a worker that hangs would.
     pub pause_lease_renewal: std::sync::atomic::AtomicBool,
+    /// Send this many batches the full path and stop each once its rows are locked, until
+    /// `resume_stalled` is notified: a worker paused in the middle of a transaction.
+    pub stall_after_lock: AtomicU32,
+    /// Notified when a batch stops for `stall_after_lock`.
+    pub stalled: tokio::sync::Notify,
+    /// What a batch stopped for `stall_after_lock` waits for.
+    pub resume_stalled: tokio::sync::Notify,
+    /// Ask the server whether a lease is held before every non-idempotent effect, as if every
+    /// lease might have lapsed (a worker paused past half its lease does so by itself).
+    pub distrust_leases: std::sync::atomic::AtomicBool,
     /// Counted, not injected: the batches committed in one statement (see [`crate::fast`]).
     pub one_statement_commits: std::sync::atomic::AtomicU64,
 }
@@ -116,6 +129,9 @@ struct Update<'a> {
     ended_at_ms: Option<i64>,
     owner: Option<&'a str>,
     token: i64,
+    /// Granted on this worker's live lease as the row was locked: the lease must still be live
+    /// when the row is written, or the append would commit after its lease ran out.
+    renewed: bool,
 }
 
 /// The answer for each request, and the leases the batch took or gave up.
@@ -160,6 +176,8 @@ impl Writer {
             return;
         }
         self.prune_cache();
+        // Before anything of the batch is sent: a lease it sets runs at least a lease from here.
+        let since = std::time::Instant::now();
         let mut attempt = 0;
         let outcome = loop {
             let outcome = self.try_commit(&batch).await;
@@ -197,7 +215,7 @@ impl Writer {
                 cache,
             }) => {
                 tracing::debug!(path = "full", "group committed");
-                self.leases.apply(leases);
+                self.leases.apply(leases, since);
                 for (execution, cached) in cache {
                     match cached {
                         Some(cached) => self.cache.insert(execution, cached),
@@ -229,6 +247,9 @@ impl Writer {
     /// Commits `batch` in one statement if the fast path can take all of it (see
     /// [`crate::fast`]); returns the requests left for the full path, unanswered.
     async fn commit_fast(&mut self, batch: Vec<EncodedAppend>) -> Vec<EncodedAppend> {
+        if self.faults.stall_after_lock.load(Ordering::SeqCst) > 0 {
+            return batch;
+        }
         let leases = Arc::clone(&self.leases);
         let Some(plan) = fast::plan(&batch, &self.cache, |id| leases.token(id)) else {
             return batch;
@@ -242,6 +263,7 @@ impl Writer {
         let rows = fast::RowParams::of(&plan.rows, self.leases.worker_id());
         let commit_id = crate::config::random_u64() as i64;
         let lease_ms = self.leases.lease_ms();
+        let since = std::time::Instant::now();
         let params: [&(dyn tokio_postgres::types::ToSql + Sync); 16] = [
             &rows.ids,
             &rows.expected,
@@ -329,7 +351,7 @@ impl Writer {
                 lease_changes.push((row.id.clone(), token));
             }
         }
-        self.leases.apply(lease_changes);
+        self.leases.apply(lease_changes, since);
         let mut rest = Vec::new();
         let answers: Vec<(usize, u64)> = plan.requests.clone();
         let rows_after: Vec<(ExecutionId, bool, Option<Cached>)> = plan
@@ -438,7 +460,13 @@ impl Writer {
             .query(&lock, &[&ids])
             .await
             .map_err(|e| not_committed(&e))?;
+        if Faults::take(&self.faults.stall_after_lock) {
+            self.faults.stalled.notify_one();
+            self.faults.resume_stalled.notified().await;
+        }
         let mut current: HashMap<String, (RowLease, ExecutionTail)> = HashMap::new();
+        // Per execution, whether this worker held a live lease on it as the row was locked.
+        let mut locked_live: HashMap<String, i64> = HashMap::new();
         for row in &rows {
             let id: String = row.get(0);
             let lease = RowLease {
@@ -455,6 +483,9 @@ impl Writer {
                     ))
                 })?,
             };
+            if lease.live && lease.owner.as_deref() == Some(self.leases.worker_id()) {
+                locked_live.insert(id.clone(), lease.token);
+            }
             current.insert(id, (lease, tail));
         }
 
@@ -547,6 +578,7 @@ impl Writer {
                     ended_at_ms: tail.ended_at_ms().map(|ms| ms.min(i64::MAX as u64) as i64),
                     owner: keep_lease.then(|| self.leases.worker_id()),
                     token,
+                    renewed: locked_live.get(id) == Some(&token),
                 },
             );
             outcomes.push(Ok(head));
@@ -585,9 +617,10 @@ impl Writer {
                      lease_expires_at = CASE WHEN u.owner IS NULL THEN NULL \
                          ELSE clock_timestamp() + $9 * interval '1 millisecond' END \
                  FROM unnest($1::text[], $2::int8[], $3::bytea[], $4::int2[], $5::bool[], \
-                             $6::int8[], $7::text[], $8::int8[]) \
-                     AS u(id, head, tail, status, driving, ended, owner, token) \
-                 WHERE x.execution_id = u.id",
+                             $6::int8[], $7::text[], $8::int8[], $10::bool[]) \
+                     AS u(id, head, tail, status, driving, ended, owner, token, renewed) \
+                 WHERE x.execution_id = u.id \
+                   AND (NOT u.renewed OR x.lease_expires_at > clock_timestamp())",
             )
             .await
             .map_err(|e| not_committed(&e))?;
@@ -603,6 +636,7 @@ impl Writer {
         let ended: Vec<Option<i64>> = updates.values().map(|u| u.ended_at_ms).collect();
         let owners: Vec<Option<&str>> = updates.values().map(|u| u.owner).collect();
         let tokens: Vec<i64> = updates.values().map(|u| u.token).collect();
+        let renewed: Vec<bool> = updates.values().map(|u| u.renewed).collect();
         let lease_ms = self.leases.lease_ms();
         let event_count = event_ids.len() as i64;
         let announced: Vec<(ExecutionId, u64)> = updates
@@ -622,7 +656,7 @@ impl Writer {
             &commit_id,
             &event_count,
         ];
-        let update_params: [&(dyn tokio_postgres::types::ToSql + Sync); 9] = [
+        let update_params: [&(dyn tokio_postgres::types::ToSql + Sync); 10] = [
             &update_ids,
             &heads,
             &tails,
@@ -632,13 +666,20 @@ impl Writer {
             &owners,
             &tokens,
             &lease_ms,
+            &renewed,
         ];
         let notify_params: [&(dyn tokio_postgres::types::ToSql + Sync); 2] =
             [&self.channel, &messages];
         let inserted = txn.execute(&insert, &insert_params);
         let updated = txn.execute(&update, &update_params);
         let notified = txn.execute(&notify, &notify_params);
-        futures::try_join!(inserted, updated, notified).map_err(|e| not_committed(&e))?;
+        let (_, updated, _) =
+            futures::try_join!(inserted, updated, notified).map_err(|e| not_committed(&e))?;
+        if updated != update_ids.len() as u64 {
+            // A lease ran out between the lock and the write (the worker was paused): the
+            // transaction rolls back as it is dropped, and the batch is decided again.
+            return Err(BatchError::NotCommitted(LEASE_RAN_OUT.into()));
+        }
 
         let decided = Committed {
             outcomes,
@@ -710,7 +751,11 @@ impl Writer {
     }
 }
 
-/// A deadlock or serialisation failure: the batch did nothing and may simply be tried again.
+/// Why a batch was rolled back when a lease it was granted on ran out before its write.
+const LEASE_RAN_OUT: &str = "a lease ran out while its append was being committed";
+
+/// A deadlock, a serialisation failure, or a lease that ran out mid-commit: the batch did
+/// nothing and may simply be decided again (a lease that ran out is then refused).
 fn is_transient(detail: &str) -> bool {
-    detail.contains("deadlock") || detail.contains("could not serialize")
+    detail.contains("deadlock") || detail.contains("could not serialize") || detail == LEASE_RAN_OUT
 }

@@ -11,7 +11,8 @@ use crate::envelope::EventEnvelope;
 use crate::event::Event;
 use crate::id::ExecutionId;
 use crate::store::{
-    AppendError, EventStore, ExecutionPage, FeedEvent, ReadError, RetentionError, StatusFilter,
+    AppendError, EventStore, ExecutionPage, FeedEvent, LeaseHold, ReadError, RetentionError,
+    StatusFilter,
 };
 
 use super::started;
@@ -59,6 +60,16 @@ pub trait StoreHooks<S: EventStore>: Send + Sync + 'static {
         limit: usize,
     ) -> impl Future<Output = Result<ExecutionPage, ReadError>> + Send {
         inner.list_by_status(filter, after, limit)
+    }
+
+    /// In place of [`EventStore::hold_lease`].
+    fn hold_lease(
+        &self,
+        inner: &S,
+        execution: &ExecutionId,
+        head: u64,
+    ) -> impl Future<Output = Result<LeaseHold, ReadError>> + Send {
+        inner.hold_lease(execution, head)
     }
 }
 
@@ -145,6 +156,18 @@ impl<S: EventStore, H: StoreHooks<S>> EventStore for Hooked<S, H> {
         limit: usize,
     ) -> impl Future<Output = Result<Vec<ExecutionId>, RetentionError>> + Send {
         self.inner.delete_ended(ended_before_ms, limit)
+    }
+
+    fn hold_lease(
+        &self,
+        execution: &ExecutionId,
+        head: u64,
+    ) -> impl Future<Output = Result<LeaseHold, ReadError>> + Send {
+        self.hooks.hold_lease(&self.inner, execution, head)
+    }
+
+    fn has_leases(&self) -> bool {
+        self.inner.has_leases()
     }
 }
 

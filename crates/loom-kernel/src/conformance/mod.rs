@@ -78,6 +78,28 @@ pub async fn run_log_checks<H: StoreHarness>(harness: &mut H) {
     stream_crosses_pages(harness.fresh()).await;
     wait_for_wakes_on_append(harness.fresh()).await;
     read_logs_reads_whole_logs(harness.fresh()).await;
+    a_store_holds_what_it_just_appended(harness.fresh()).await;
+}
+
+/// [`EventStore::hold_lease`]: a store holds the lease of an execution it just started (a
+/// store with no leases holds every execution, [`crate::LeaseHold::Exclusive`]; one with
+/// leases answers with a token).
+pub async fn a_store_holds_what_it_just_appended<S: EventStore>(store: S) {
+    let e = id("held");
+    let head = store.append(&e, 0, &[started("f")]).await.expect("append");
+    let hold = store.hold_lease(&e, head).await.expect("hold_lease");
+    assert!(
+        hold.is_held(),
+        "a store must hold what it just started: {hold:?}"
+    );
+    if store.has_leases() {
+        assert!(
+            matches!(hold, crate::LeaseHold::Held { token } if token > 0),
+            "a store with leases answers with a token: {hold:?}"
+        );
+    } else {
+        assert_eq!(hold, crate::LeaseHold::Exclusive);
+    }
 }
 
 /// A JSON value `depth` arrays deep around the number 1: what tests of the payload depth limit

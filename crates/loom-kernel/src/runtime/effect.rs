@@ -33,6 +33,13 @@ pub struct EffectCall {
     /// K3: what the execution may still spend (its budget less what it spent and what the
     /// steps running beside this one hold); `None` is unlimited.
     pub budget_remaining: Option<u64>,
+    /// The fencing token of the execution's lease under which this dispatch runs, on a store
+    /// with leases ([`crate::LeaseHold::Held`]); `None` on a store one process writes at a
+    /// time. Set for a non-idempotent step, whose lease the runtime confirms right before the
+    /// call. A receiver that remembers the highest token seen per execution can refuse a call
+    /// under a lower one: it comes from a worker that lost the execution (paused past its
+    /// lease) and another worker may have run the step since.
+    pub lease_token: Option<u64>,
 }
 
 impl EffectCall {
@@ -52,6 +59,7 @@ impl EffectCall {
             attempt: 1,
             capabilities: Arc::default(),
             budget_remaining: None,
+            lease_token: None,
         }
     }
 
@@ -70,6 +78,12 @@ impl EffectCall {
     /// K3: what the execution may still spend (`None`: no budget).
     pub fn with_budget_remaining(mut self, budget_remaining: Option<u64>) -> Self {
         self.budget_remaining = budget_remaining;
+        self
+    }
+
+    /// The fencing token of the execution's lease (see [`EffectCall::lease_token`]).
+    pub fn with_lease_token(mut self, lease_token: Option<u64>) -> Self {
+        self.lease_token = lease_token;
         self
     }
 

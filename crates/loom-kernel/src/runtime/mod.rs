@@ -461,6 +461,12 @@ impl<S: EventStore> Runtime<S> {
                 }
                 match store.fold(&summary.id).await {
                     Ok(state) if state.needs_driving() => {
+                        // On a store with leases, only the worker that holds the lease (or
+                        // takes it now, from a worker that stopped) replays and runs effects.
+                        if store.has_leases() && !self.claim(&summary.id, state.next_seq()).await {
+                            report.elsewhere += 1;
+                            continue;
+                        }
                         self.inner.ensure_driver(&summary.id);
                         report.started += 1;
                     }
@@ -504,9 +510,15 @@ impl<S: EventStore> Runtime<S> {
             recovered = report.started,
             timers = report.timers,
             skipped = report.skipped.len(),
+            elsewhere = report.elsewhere,
             "recovery started drivers"
         );
         Ok(report)
+    }
+
+    /// Whether this worker holds (or now took) `execution`'s lease, its log being at `head`.
+    async fn claim(&self, execution: &ExecutionId, head: u64) -> bool {
+        timers::claim(&*self.inner.store, execution, head).await
     }
 
     /// Arms the deadlines of the pending gates of a parked execution, read from their
@@ -674,6 +686,9 @@ pub struct RecoveryReport {
     pub timers: usize,
     /// Executions it could not read or fold, in id order: each is left as it is.
     pub skipped: Vec<SkippedExecution>,
+    /// Executions that need driving but whose lease another worker holds (a store with
+    /// leases, [`EventStore::has_leases`]): left to that worker, nothing replayed or run here.
+    pub elsewhere: usize,
 }
 
 /// An execution recovery skipped.

@@ -26,6 +26,10 @@
 //!   than a given time, a bounded batch at a time.
 //! - **Fail-stop.** A store error is returned, never hidden; a batch that failed to commit is
 //!   not visible, in whole or in part.
+//! - **Leases.** A store shared by several workers may hand each execution to one worker at a
+//!   time; [`EventStore::hold_lease`] says whether this worker still holds it, so that nothing
+//!   the runtime cannot undo (a non-idempotent effect) starts on a lease another worker took.
+//!   A store that one process writes at a time holds every execution (the default).
 //!
 //! Implementations: [`MemoryStore`] (the reference twin for tests) and [`DiskStore`] (the
 //! embedded default, on redb). `loom_kernel::conformance` (feature `testkit`) checks any
@@ -283,6 +287,42 @@ impl StatusFilter {
     }
 }
 
+/// This worker's hold on an execution, as [`EventStore::hold_lease`] found it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum LeaseHold {
+    /// The store has no leases: one process writes to it at a time (the embedded store's file
+    /// lock, a memory store's process), so that process holds every execution.
+    Exclusive,
+    /// This worker holds the execution's lease under this fencing token. The token grows each
+    /// time the execution changes hands, so a receiver that remembers the highest token it saw
+    /// for an execution can refuse work sent under a lower one (a worker that was paused past
+    /// its lease).
+    Held {
+        /// The fencing token.
+        token: u64,
+    },
+    /// This worker does not hold the lease and could not take it: another worker holds it, or
+    /// the log moved past the head the caller saw. Whatever the caller was about to start is
+    /// left to the lease's holder.
+    NotHeld,
+}
+
+impl LeaseHold {
+    /// Whether the caller may go ahead (`Exclusive` or `Held`).
+    pub fn is_held(self) -> bool {
+        !matches!(self, Self::NotHeld)
+    }
+
+    /// The fencing token, for a store with leases.
+    pub fn token(self) -> Option<u64> {
+        match self {
+            Self::Held { token } => Some(token),
+            Self::Exclusive | Self::NotHeld => None,
+        }
+    }
+}
+
 /// One event with its position in the store-wide commit order, as read by
 /// [`EventStore::read_feed`].
 #[derive(Debug, Clone, PartialEq)]
@@ -508,6 +548,40 @@ pub trait EventStore: Send + Sync + 'static {
     ) -> impl Future<Output = Result<Vec<ExecutionId>, RetentionError>> + Send {
         let _ = (ended_before_ms, limit);
         async { Err(RetentionError::Unsupported) }
+    }
+
+    /// Whether this worker holds `execution`'s lease, taking it if nobody holds it and the log
+    /// is still at `head` (the head the caller last saw). The runtime asks right before it
+    /// invokes a non-idempotent effect, after the step's `STEP_STARTED` is durable, and invokes
+    /// it only on [`LeaseHold::Exclusive`] or [`LeaseHold::Held`] (handing the token to the
+    /// effect); on [`LeaseHold::NotHeld`] or an error it invokes nothing and records nothing,
+    /// and its driver stops: the step is the lease holder's to recover.
+    ///
+    /// - **Cost.** On the path of every non-idempotent step. A store with leases answers from
+    ///   memory while its lease is known to be fresh, and asks its server only when the lease
+    ///   may have lapsed (renewing it, or taking it if it is free and the log is at `head`).
+    /// - **Meaning.** `Held` holds when the call returns; a worker paused after it may still
+    ///   lose the lease before its effect reaches a receiver, which is why the token goes with
+    ///   the effect.
+    /// - **Default.** [`LeaseHold::Exclusive`], at once: for stores one process writes at a
+    ///   time.
+    fn hold_lease(
+        &self,
+        execution: &ExecutionId,
+        head: u64,
+    ) -> impl Future<Output = Result<LeaseHold, ReadError>> + Send {
+        let _ = (execution, head);
+        std::future::ready(Ok(LeaseHold::Exclusive))
+    }
+
+    /// Whether this store hands executions to one worker at a time (then
+    /// [`EventStore::hold_lease`] may answer [`LeaseHold::NotHeld`]). The runtime then claims
+    /// an execution's lease before it drives one that `recover` found, or fires a deadline of
+    /// a parked one, so that of several workers that all armed a deadline or listed an
+    /// execution, one replays it and runs its effects. The default, `false`, is for stores one
+    /// process writes at a time: the runtime then does neither, and asks nothing.
+    fn has_leases(&self) -> bool {
+        false
     }
 }
 

@@ -6,4 +6,5 @@ mod support;
 
 mod effect_handles;
 mod effects;
+mod lease;
 mod recover;

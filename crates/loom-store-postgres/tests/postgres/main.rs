@@ -6,8 +6,11 @@
 mod support;
 
 mod children_across_workers;
+mod fencing;
+mod lease_bounds;
 mod many_workers;
 mod multiprocess;
+mod one_claimant;
 mod replay_check;
 mod store_conformance;
 mod timers_across_workers;

@@ -40,7 +40,7 @@ use crate::runtime::timers::{Timers, is_timed_out_payload};
 /// Gates (event type, correlation key) that their deadline closed.
 pub(crate) type TimedOutGates = std::collections::BTreeSet<(String, String)>;
 use crate::runtime::errors::{CancelError, DriverFailure, ResolveError, ResumeError, StartError};
-use crate::store::{AppendError, EventStore, EventStoreExt, FoldStoredError};
+use crate::store::{AppendError, EventStore, EventStoreExt, FoldStoredError, LeaseHold};
 
 mod run;
 
@@ -107,6 +107,18 @@ pub enum DriveError {
         /// The execution concerned.
         execution: ExecutionId,
         /// What went wrong, in words.
+        detail: String,
+    },
+    /// A non-idempotent step was about to run, but this worker does not hold the execution's
+    /// lease (another worker took it over, or the lease could not be confirmed). Its effect
+    /// was not invoked and nothing was recorded: the step is the lease holder's to recover.
+    #[error("execution {execution}: step '{step_id}' was not run: {detail}")]
+    LeaseNotHeld {
+        /// The execution concerned.
+        execution: ExecutionId,
+        /// The step that was not run.
+        step_id: String,
+        /// Why, in words.
         detail: String,
     },
     /// An append failed.
@@ -297,7 +309,25 @@ async fn load<S: EventStore>(
     Ok(Ok((started, history, state)))
 }
 
-fn invoke(dispatch: Dispatch) -> BoxFuture<'static, (String, EffectOutcome)> {
+/// What a dispatch came back with.
+pub(crate) enum Ran {
+    /// The handler ran (or was refused by its own checks) and ended so.
+    Outcome(EffectOutcome),
+    /// The handler was not called: this worker does not hold the execution's lease (or could
+    /// not find out), and the step is left for the lease's holder.
+    NotHeld(String),
+}
+
+/// Runs one dispatch. A non-idempotent one (its STEP_STARTED is durable here) first makes
+/// sure this worker still holds the execution's lease, `head` being the durable head: a worker
+/// paused past its lease must not call a handler another worker may already have run. The
+/// check is the store's I/O, never the fold's. An idempotent one runs at once (running it
+/// twice is harmless).
+fn invoke<S: EventStore>(
+    inner: &Arc<Inner<S>>,
+    dispatch: Dispatch,
+    head: u64,
+) -> BoxFuture<'static, (String, Ran)> {
     let step_id = dispatch.call.step_id.clone();
     let effect = dispatch.call.effect.clone();
     let span = tracing::debug_span!(
@@ -306,35 +336,67 @@ fn invoke(dispatch: Dispatch) -> BoxFuture<'static, (String, EffectOutcome)> {
         effect = %effect,
         attempt = dispatch.call.attempt
     );
-    // Known when the step started; a non-idempotent effect's STEP_STARTED is durable here.
-    let idempotent = !dispatch.durable_before;
     let handler = dispatch.effect;
-    let call = dispatch.call;
-    let running = contain(|| handler.invoke(call));
+    let mut call = dispatch.call;
+    if !dispatch.durable_before {
+        let running = contain(|| handler.invoke(call));
+        return Box::pin(tracing::Instrument::instrument(
+            async move {
+                let outcome = match running {
+                    Ok(running) => contain_future(running).await,
+                    Err(panic) => Err(panic),
+                };
+                let outcome =
+                    outcome.unwrap_or_else(|panic| effect_panicked(&effect, true, &panic));
+                log_step_outcome(&outcome);
+                (step_id, Ran::Outcome(outcome))
+            },
+            span,
+        ));
+    }
+    let store = Arc::clone(&inner.store);
     Box::pin(tracing::Instrument::instrument(
         async move {
-            let outcome = match running {
+            match store.hold_lease(&call.execution_id, head).await {
+                Ok(LeaseHold::NotHeld) => {
+                    tracing::warn!(
+                        "the execution's lease is not this worker's; the effect is not invoked"
+                    );
+                    return (
+                        step_id,
+                        Ran::NotHeld("another worker holds its lease".into()),
+                    );
+                }
+                Err(err) => {
+                    tracing::warn!(error = %err, "cannot confirm the execution's lease; the effect is not invoked");
+                    return (
+                        step_id,
+                        Ran::NotHeld(format!("its lease could not be confirmed: {err}")),
+                    );
+                }
+                Ok(hold) => call.lease_token = hold.token(),
+            }
+            let outcome = match contain(|| handler.invoke(call)) {
                 Ok(running) => contain_future(running).await,
                 Err(panic) => Err(panic),
             };
-            let outcome =
-                outcome.unwrap_or_else(|panic| effect_panicked(&effect, idempotent, &panic));
-            // The step's one line at debug: the span alone prints nothing (README, "Logs").
-            match &outcome.result {
-                EffectResult::Completed(_) => {
-                    tracing::debug!(cost = outcome.cost, "step completed")
-                }
-                EffectResult::Failed(error) => {
-                    tracing::debug!(code = %error.code, cost = outcome.cost, "step failed");
-                }
-                EffectResult::InDoubt(reason) => {
-                    tracing::debug!(code = %reason.code, "step in doubt");
-                }
-            }
-            (step_id, outcome)
+            let outcome = outcome.unwrap_or_else(|panic| effect_panicked(&effect, false, &panic));
+            log_step_outcome(&outcome);
+            (step_id, Ran::Outcome(outcome))
         },
         span,
     ))
+}
+
+/// The step's one line at debug, in its span: the span alone prints nothing (README, "Logs").
+fn log_step_outcome(outcome: &EffectOutcome) {
+    match &outcome.result {
+        EffectResult::Completed(_) => tracing::debug!(cost = outcome.cost, "step completed"),
+        EffectResult::Failed(error) => {
+            tracing::debug!(code = %error.code, cost = outcome.cost, "step failed");
+        }
+        EffectResult::InDoubt(reason) => tracing::debug!(code = %reason.code, "step in doubt"),
+    }
 }
 
 /// The outcome of an effect whose handler panicked: a failure if running it again is

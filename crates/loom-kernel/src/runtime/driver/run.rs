@@ -12,9 +12,9 @@ use futures::stream::{FuturesUnordered, StreamExt};
 use tokio::sync::{mpsc, watch};
 
 use super::{
-    Append, DriveError, DriverMsg, Exit, FlowWaker, Machine, NewExecution, Reply, durable_state,
-    flow_panicked, forget_deadline, handle, invoke, load, publish, refuse_ended, refuse_failed,
-    start_child,
+    Append, DriveError, DriverMsg, Exit, FlowWaker, Machine, NewExecution, Ran, Reply,
+    durable_state, flow_panicked, forget_deadline, handle, invoke, load, publish, refuse_ended,
+    refuse_failed, start_child,
 };
 use crate::event::{Event, ExecutionStarted};
 use crate::fold::ExecutionState;
@@ -57,7 +57,7 @@ pub(crate) async fn drive<S: EventStore>(
         run.carry_out_issued()?;
         run.handle_deferred();
         run.end_if_returned();
-        if run.take_done_effects() {
+        if run.take_done_effects()? {
             continue;
         }
         run.start_append();
@@ -74,7 +74,7 @@ pub(crate) async fn drive<S: EventStore>(
     }
 }
 
-type Effects = FuturesUnordered<BoxFuture<'static, (String, EffectOutcome)>>;
+type Effects = FuturesUnordered<BoxFuture<'static, (String, Ran)>>;
 
 /// One driver's run of an execution: the flow, its side of the machine (in `ctx`), the write
 /// side, and what is in flight (effects, the append, messages deferred during replay).
@@ -202,14 +202,14 @@ impl<S: EventStore> Run<S> {
     /// Effects that are already done go back to the flow before anything is appended, so a
     /// quick effect and what the flow does next share one append; true when the flow is to be
     /// polled again first.
-    fn take_done_effects(&mut self) -> bool {
+    fn take_done_effects(&mut self) -> Result<bool, DriveError> {
         if self.machine.ended() {
-            return false;
+            return Ok(false);
         }
-        while let Some(Some((step_id, outcome))) = self.running.next().now_or_never() {
-            self.effect_done(&step_id, outcome);
+        while let Some(Some((step_id, ran))) = self.running.next().now_or_never() {
+            self.effect_done(step_id, ran)?;
         }
-        self.poll_flow
+        Ok(self.poll_flow)
     }
 
     fn fail_all(&self, replies: Vec<Reply>, detail: &str) {
@@ -307,8 +307,9 @@ impl<S: EventStore> Run<S> {
     #[inline]
     /// Starts the effects and children the machine handed out.
     fn start(&mut self, ready: machine::Ready<Dispatch, ChildStart>) {
+        let head = self.machine.durable_head();
         for dispatch in ready.run {
-            self.running.push(invoke(dispatch));
+            self.running.push(invoke(&self.inner, dispatch, head));
         }
         for start in ready.children {
             start_child(&self.inner, &self.execution, start);
@@ -346,10 +347,27 @@ impl<S: EventStore> Run<S> {
     }
 
     #[inline]
-    fn effect_done(&mut self, step_id: &str, outcome: EffectOutcome) {
+    /// A dispatch came back: its outcome goes to the flow's side; a step this worker did not
+    /// run for want of the lease ends the run, recording nothing.
+    fn effect_done(&mut self, step_id: String, ran: Ran) -> Result<(), DriveError> {
+        let outcome: EffectOutcome = match ran {
+            Ran::Outcome(outcome) => outcome,
+            Ran::NotHeld(detail) => {
+                let error = DriveError::LeaseNotHeld {
+                    execution: self.execution.clone(),
+                    step_id,
+                    detail,
+                };
+                let replies = self.machine.take_all_replies();
+                self.fail_all(replies, &error.to_string());
+                self.refuse_deferred(&error.to_string());
+                return Err(error);
+            }
+        };
         let unsent = self.machine.unsent();
-        self.ctx.state().effect_done(step_id, outcome, unsent);
+        self.ctx.state().effect_done(&step_id, outcome, unsent);
         self.poll_flow = true;
+        Ok(())
     }
 
     #[inline]
@@ -483,7 +501,7 @@ impl<S: EventStore> Run<S> {
                 self.appending = None;
                 return self.appended(result);
             }
-            Some((step_id, outcome)) = effect_done => self.effect_done(&step_id, outcome),
+            Some((step_id, ran)) = effect_done => self.effect_done(step_id, ran)?,
             message = messages.recv() => {
                 let Some(message) = message else {
                     // The runtime is gone; nothing can be answered any more.

@@ -366,6 +366,7 @@ impl FlowState {
             attempt,
             capabilities: Arc::clone(&self.env.capabilities),
             budget_remaining: self.budget_remaining(),
+            lease_token: None,
         }
     }
 
