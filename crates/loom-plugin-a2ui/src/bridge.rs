@@ -13,6 +13,7 @@ use loom_kernel::Event;
 use serde_json::{Map, Value, json};
 use thiserror::Error;
 
+use crate::action_binding::check_action_binding;
 use crate::catalog::{Catalogs, ComponentError};
 use crate::wire::{
     AgentMessage, CallRendererFunction, CreateSurface, DeleteSurface, FunctionCall, FunctionError,
@@ -135,6 +136,34 @@ pub enum IngestError {
     AlreadyAnswered {
         /// The function call's id.
         call_id: String,
+    },
+    /// The action names a component the surface does not hold.
+    #[error("the surface holds no component `{component_id}`")]
+    UnknownComponent {
+        /// The component the action names.
+        component_id: String,
+    },
+    /// The component declares no event action of that name.
+    #[error("component `{component_id}` has no action `{name}`")]
+    NoSuchAction {
+        /// The component the action names.
+        component_id: String,
+        /// The action's name.
+        name: String,
+    },
+    /// No gate of this surface's execution waits for the action.
+    #[error("no gate waits for action `{name}`")]
+    NoGateWaiting {
+        /// The action's name.
+        name: String,
+    },
+    /// The action's context is not what the component binds over the current model.
+    #[error("the context of action `{name}` does not match its component's bindings at `{key}`")]
+    ContextMismatch {
+        /// The action's name.
+        name: String,
+        /// The first context key that differs, is missing, or is not declared.
+        key: String,
     },
     /// The result does not match the function's declared return schema.
     #[error("the result of call `{call_id}` ({name}) fails its return schema: {detail}")]
@@ -485,7 +514,9 @@ impl A2UISurfaceBridge {
         }
     }
 
-    /// Parses an `action` for this surface.
+    /// Parses an `action` for this surface: refused unless a component of the surface with
+    /// that id declares that action and the context is what its bindings give over the masked
+    /// model (`action_binding`).
     pub fn ingest_action(&self, message: &[u8]) -> Result<InboundAction, IngestError> {
         match RendererMessage::parse(message)? {
             RendererMessage::Action(action) => {
@@ -495,6 +526,7 @@ impl A2UISurfaceBridge {
                         got: action.surface_id,
                     });
                 }
+                check_action_binding(&self.components, &self.masked_model(), &action)?;
                 Ok(InboundAction {
                     name: action.name,
                     surface_id: action.surface_id,

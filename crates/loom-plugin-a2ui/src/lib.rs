@@ -17,7 +17,12 @@
 //!   `a2ui.callFunction` effect, not idempotent).
 //! - [`delete_surface`]: a flow deletes its surface; the hub sends `deleteSurface` once that is
 //!   durable and ends the surface's subscriptions.
-//! - The [`Transport`] trait; the plugin ships no transport.
+//! - [`RendererEdge`]: renderer sessions opened for a caller the application's
+//!   [`SessionAuthenticator`] grants, bound to (execution, surface) pairs; every inbound
+//!   message bounded ([`Limits`]), checked against the binding and sent through the kernel's
+//!   inbound seam as that caller; the edge is also the resume authenticator for renderer
+//!   sessions and the grain-B [`Transport`] over them.
+//! - The [`Transport`] trait; the plugin ships no network transport.
 //!
 //! # What it must not depend on
 //! Nothing depends on this crate among the Loom library crates; it builds on `loom-kernel`,
@@ -28,8 +33,10 @@
     warn(clippy::unwrap_used, clippy::print_stdout, clippy::print_stderr)
 )]
 
+mod action_binding;
 mod bridge;
 mod catalog;
+mod edge;
 mod effect;
 mod gate;
 mod hub;
@@ -41,6 +48,11 @@ pub use catalog::{
     AllowedCallers, BASIC_CATALOG_ID, CATALOG_PLACEHOLDER_ID, COMMON_TYPES_ID, CatalogDef,
     CatalogError, Catalogs, ComponentError, FunctionDef, LOOM_CATALOG_ID, basic_catalog,
     define_catalog, define_function, is_identifier, loom_catalog,
+};
+pub use edge::{
+    Binding, Connection, FrameError, Grant, INBOUND_NAME, Limits, OpenError, Outbound, Received,
+    Refused, RendererEdge, RendererSession, SESSION_ATTRIBUTE, SessionAuthenticator,
+    agent_function_codes, check_frame, close_codes,
 };
 pub use effect::{
     CALL_FUNCTION_EFFECT, CallFunctionInput, CallFunctionOptions, RegisterError, Transport,

@@ -194,7 +194,7 @@ async fn a_late_subscriber_gets_the_current_model_then_every_update_once() {
     hub.deliver_function_response(&runtime, SURFACE, &reply(&locale_call(&e), json!("fr-CH")))
         .await
         .unwrap();
-    let _ = click(&hub, &runtime, &e, "approve", json!({})).await;
+    let _ = click(&hub, &runtime, &e, "approve", json!({"total": 42})).await;
     let mut updates = 0;
     while let Some(message) = sub.try_next() {
         if let AgentMessage::UpdateDataModel(update) = message {
@@ -283,7 +283,17 @@ async fn a_deleted_surface_ends_its_subscriptions_and_later_subscribers_get_noth
     let _ = runtime.wait(&e).await;
     let mut sub = hub.subscribe(&store, &e, SURFACE).await.unwrap();
     assert!(matches!(sub.initial[0], AgentMessage::CreateSurface(_)));
-    let _ = click(&hub, &runtime, &e, "done", json!({})).await;
+    // No component declares `done`: the application resumes the gate itself.
+    runtime
+        .resume(
+            &e,
+            "A2UIAction",
+            "done",
+            loom_kernel::Payload::from(json!({})),
+        )
+        .await
+        .unwrap();
+    let _ = runtime.wait(&e).await;
     let mut deletes = 0;
     while let Some(message) = sub.next().await {
         if matches!(message, AgentMessage::DeleteSurface(_)) {
