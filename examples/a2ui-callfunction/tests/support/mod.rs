@@ -28,10 +28,10 @@ pub fn locale_reply(execution: &ExecutionId) -> Vec<u8> {
     .into_bytes()
 }
 
-/// A click on Approve.
+/// A click on Approve, with the context the button binds (`orderId`).
 pub fn approve() -> Vec<u8> {
     json!({"version": "v1.0", "action": {"name": "approve", "surfaceId": SURFACE,
-        "sourceComponentId": "approve", "timestamp": "2026-12-01T00:00:00Z", "context": {}}})
+        "sourceComponentId": "approve", "timestamp": "2026-12-01T00:00:00Z", "context": {"orderId": Order::demo().id}}})
     .to_string()
     .into_bytes()
 }
