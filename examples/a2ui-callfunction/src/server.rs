@@ -407,15 +407,15 @@ fn close(code: u16, reason: &str) -> Message {
     }))
 }
 
-/// The close code for a frame the socket could not read: too large (1009), not UTF-8 (1007),
-/// anything else a protocol error (1002).
-fn read_error_close(error: axum::Error) -> Message {
+/// The close frame for a frame the socket could not read: too large (1009) or not UTF-8
+/// (1007); `Err` with the error for a connection that failed (nothing to close).
+fn read_error_close(error: axum::Error) -> Result<Message, String> {
     use tokio_tungstenite::tungstenite::Error as WsError;
     let error = error.into_inner();
     match error.downcast_ref::<WsError>() {
-        Some(WsError::Capacity(detail)) => close(1009, &detail.to_string()),
-        Some(WsError::Utf8(_)) => close(1007, "a text frame that is not UTF-8"),
-        _ => close(1002, &error.to_string()),
+        Some(WsError::Capacity(detail)) => Ok(close(1009, &detail.to_string())),
+        Some(WsError::Utf8(_)) => Ok(close(1007, "a text frame that is not UTF-8")),
+        _ => Err(error.to_string()),
     }
 }
 
@@ -482,9 +482,13 @@ async fn renderer_session<S: EventStore>(
                     Some(Ok(Message::Close(_))) | None => break,
                     Some(Ok(_)) => continue,
                     Some(Err(error)) => {
-                        let close = read_error_close(error);
-                        ended = format!("an unreadable frame: {close:?}");
-                        let _ = sink.send(close).await;
+                        match read_error_close(error) {
+                            Ok(close) => {
+                                ended = format!("an unreadable frame: {close:?}");
+                                let _ = sink.send(close).await;
+                            }
+                            Err(error) => ended = format!("the connection failed: {error}"),
+                        }
                         break;
                     }
                 };

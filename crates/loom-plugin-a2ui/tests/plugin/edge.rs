@@ -543,3 +543,65 @@ async fn a_grain_b_reply_is_taken_only_from_a_session_of_the_calls_binding() {
     let state = w.runtime.wait(&e).await.unwrap();
     assert_eq!(state.status(), loom_kernel::ExecutionStatus::Completed);
 }
+
+/// Arbitrary bytes and A2UI-shaped JSON through a live session's whole inbound path (limits,
+/// parse, binding, the kernel's inbound seam): never a panic, never a record, and the session
+/// still answers after.
+#[test]
+fn arbitrary_frames_into_a_session_never_panic_nor_record() {
+    use proptest::prelude::*;
+    use proptest::test_runner::{Config, TestRunner};
+
+    let tokio = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    let limits = Limits {
+        messages_per_second: u32::MAX,
+        burst: u32::MAX,
+        ..Limits::default()
+    };
+    let w = world(limits);
+    let (e, session) = tokio.block_on(async {
+        let e = w.start("checkout", "order-a").await;
+        (e, w.open("alice", "order-a").await.unwrap())
+    });
+    let before = tokio.block_on(w.log_len(&e));
+    let session = std::cell::RefCell::new(session);
+    let wraps = [
+        None,
+        Some("rendererFunctionResponse"),
+        Some("action"),
+        Some("callAgentFunction"),
+        Some("error"),
+    ];
+    let frames = prop_oneof![
+        prop::collection::vec(any::<u8>(), 0..256),
+        (
+            crate::wire::arb_json(),
+            prop::sample::select(wraps.to_vec())
+        )
+            .prop_map(|(value, wrap)| {
+                let value = match wrap {
+                    Some(key) => json!({"version": "v1.0", key: value}),
+                    None => value,
+                };
+                value.to_string().into_bytes()
+            }),
+    ];
+    let mut runner = TestRunner::new(Config::with_cases(512));
+    runner
+        .run(&frames, |frame| {
+            let _ = tokio.block_on(session.borrow_mut().receive(&w.runtime, &frame));
+            Ok(())
+        })
+        .unwrap();
+    assert_eq!(tokio.block_on(w.log_len(&e)), before, "nothing recorded");
+    let call = json!({"version": "v1.0", "callAgentFunction": {"surfaceId": SURFACE, "functionCallId": "after", "callFunction": {"@call": "x", "args": {}}}});
+    let answer = tokio.block_on(
+        session
+            .borrow_mut()
+            .receive(&w.runtime, call.to_string().as_bytes()),
+    );
+    assert!(matches!(answer, Ok(Received::Answered(_))), "{answer:?}");
+}

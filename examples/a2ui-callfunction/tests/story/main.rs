@@ -5,6 +5,7 @@
 mod support;
 
 mod flow;
+mod hostile;
 mod playground;
 mod postgres;
 mod server;
