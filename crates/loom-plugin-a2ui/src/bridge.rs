@@ -86,6 +86,16 @@ pub enum BridgeError {
         /// The name concerned.
         name: String,
     },
+    /// The call's `args` fail the function's args schema; nothing was recorded or sent.
+    #[error("the args of `{name}` (catalog `{catalog_id}`) fail its args schema: {detail}")]
+    InvalidArgs {
+        /// The catalog's id.
+        catalog_id: String,
+        /// The function's name.
+        name: String,
+        /// What went wrong, in words.
+        detail: String,
+    },
     /// The call id was already issued by this bridge.
     #[error("call id `{call_id}` was already issued")]
     DuplicateCallId {
@@ -663,6 +673,22 @@ impl A2UISurfaceBridge {
             outcome,
         })
     }
+}
+
+/// Checks `args` against the args schema of `name` in `catalog`.
+pub(crate) fn check_args(
+    catalogs: &Catalogs,
+    catalog: &str,
+    name: &str,
+    args: &Map<String, Value>,
+) -> Result<(), BridgeError> {
+    catalogs
+        .check_args(catalog, name, args)
+        .map_err(|detail| BridgeError::InvalidArgs {
+            catalog_id: catalog.to_owned(),
+            name: name.to_owned(),
+            detail,
+        })
 }
 
 /// Checks that the agent may call `name` in `catalog`.

@@ -46,8 +46,8 @@ mod wire;
 pub use bridge::{A2UISurfaceBridge, BridgeError, FunctionResult, InboundAction, IngestError};
 pub use catalog::{
     AllowedCallers, BASIC_CATALOG_ID, CATALOG_PLACEHOLDER_ID, COMMON_TYPES_ID, CatalogDef,
-    CatalogError, Catalogs, ComponentError, FunctionDef, LOOM_CATALOG_ID, basic_catalog,
-    define_catalog, define_function, is_identifier, loom_catalog,
+    CatalogError, Catalogs, ComponentError, FunctionDef, LOOM_CATALOG_ID, RETURN_TYPES,
+    basic_catalog, define_catalog, define_function, is_identifier, loom_catalog,
 };
 pub use edge::{
     Binding, Connection, FrameError, Grant, INBOUND_NAME, Limits, OpenError, Outbound, Received,
@@ -59,8 +59,8 @@ pub use effect::{
     TransportError, codes, register_a2ui_call_function,
 };
 pub use gate::{
-    CallAndWaitError, DELETE_DECISION, FUNCTION_RESULT_EVENT, FunctionRequest, REQUEST_DECISION,
-    call_and_wait, delete_surface,
+    ARGS_CHECKED, CallAndWaitError, DELETE_DECISION, FUNCTION_RESULT_EVENT, FunctionRequest,
+    REQUEST_DECISION, call_and_wait, delete_surface,
 };
 pub use hub::{HubError, SUBSCRIBER_BUFFER, SurfaceHub, SurfaceSpec, SurfaceSubscription};
 pub use message_schema::MessageSchema;
