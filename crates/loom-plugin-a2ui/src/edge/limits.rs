@@ -18,6 +18,10 @@ pub struct Limits {
     /// Inbound messages a session may send at once above the sustained rate (default 40);
     /// a session past it closes with 1008.
     pub burst: u32,
+    /// How long a grain-B call whose session closed before its reply waits for another
+    /// session of the same execution and surface, which it is sent to again with the same
+    /// call id (default 10 s); past it, or when zero, the call is lost and its step in doubt.
+    pub resend_grace: Duration,
 }
 
 impl Default for Limits {
@@ -27,6 +31,7 @@ impl Default for Limits {
             max_depth: 32,
             messages_per_second: 20,
             burst: 40,
+            resend_grace: Duration::from_secs(10),
         }
     }
 }

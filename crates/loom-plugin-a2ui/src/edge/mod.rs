@@ -220,7 +220,7 @@ impl RendererEdge {
                 hub,
                 authenticator: Arc::new(authenticator),
                 limits,
-                registry: Arc::new(Registry::default()),
+                registry: Arc::new(Registry::new(limits.resend_grace)),
             }),
         }
     }

@@ -3,6 +3,7 @@
 
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::Duration;
 
 use futures::FutureExt;
 use futures::future::BoxFuture;
@@ -49,8 +50,11 @@ struct Entry {
 #[derive(Debug)]
 struct PendingCall {
     binding: Binding,
-    session: u64,
+    /// The session it was sent to; `None` while it waits for another of its binding.
+    session: Option<u64>,
     reply: oneshot::Sender<Vec<u8>>,
+    /// Told when its session closes within the grace period's reach.
+    orphaned: Arc<Notify>,
 }
 
 #[derive(Debug, Default)]
@@ -75,9 +79,19 @@ pub(crate) enum Handoff {
 pub(crate) struct Registry {
     state: Mutex<State>,
     changed: Notify,
+    /// How long a grain-B call whose session closed waits for another session of its binding
+    /// to send it to again; zero: it is lost at once.
+    resend_grace: Duration,
 }
 
 impl Registry {
+    pub(crate) fn new(resend_grace: Duration) -> Self {
+        Self {
+            resend_grace,
+            ..Self::default()
+        }
+    }
+
     fn state(&self) -> MutexGuard<'_, State> {
         self.state.lock().unwrap_or_else(|p| p.into_inner())
     }
@@ -107,11 +121,21 @@ impl Registry {
         (id, receiver)
     }
 
-    /// Forgets the session; the grain-B calls sent on it and unanswered are lost.
+    /// Forgets the session. The grain-B calls sent on it and unanswered wait for another
+    /// session of their binding for the grace period, or are lost at once without one.
     pub(crate) fn close(&self, id: u64) {
         let mut state = self.state();
         state.sessions.remove(&id);
-        state.pending.retain(|_, call| call.session != id);
+        if self.resend_grace.is_zero() {
+            state.pending.retain(|_, call| call.session != Some(id));
+            return;
+        }
+        for call in state.pending.values_mut() {
+            if call.session == Some(id) {
+                call.session = None;
+                call.orphaned.notify_one();
+            }
+        }
     }
 
     /// The binding of a live session.
@@ -205,13 +229,15 @@ impl Registry {
                 ))),
             }
         };
-        let (reply_tx, reply_rx) = oneshot::channel();
+        let (reply_tx, mut reply_rx) = oneshot::channel();
+        let orphaned = Arc::new(Notify::new());
         self.state().pending.insert(
             call_id.clone(),
             PendingCall {
                 binding,
-                session,
+                session: Some(session),
                 reply: reply_tx,
+                orphaned: Arc::clone(&orphaned),
             },
         );
         // Whatever ends this call (a reply, a timeout that drops this future, a cancellation),
@@ -220,25 +246,78 @@ impl Registry {
             registry: &self,
             call_id: &call_id,
         };
-        let (written_tx, written_rx) = oneshot::channel();
-        let queued = requests.send(Outbound {
-            message: request.clone(),
-            written: Some(written_tx),
-        });
-        if queued.is_err() || written_rx.await.is_err() {
+        let mut session = session;
+        if !send_request(&requests, &request).await {
             return Err(TransportError::NotDelivered(format!(
                 "session #{session} closed before `{call_id}` was written"
             )));
         }
-        tokio::select! {
-            reply = reply_rx => reply.map_err(|_| TransportError::Lost(format!(
-                "session #{session} closed after `{call_id}` was sent and before its reply"
-            ))),
-            () = cancel.cancelled() => Err(TransportError::Lost(format!(
-                "`{call_id}` was given up after it was sent"
-            ))),
+        loop {
+            tokio::select! {
+                reply = &mut reply_rx => return reply.map_err(|_| TransportError::Lost(format!(
+                    "session #{session} closed after `{call_id}` was sent and before its reply"
+                ))),
+                () = orphaned.notified() => {
+                    // Its session closed: the same request (same call id; the renderer
+                    // dedups) goes to the next session of its binding within the grace period.
+                    session = self
+                        .resend(&request, &call_id, &surface_id, &call.call.name, &cancel)
+                        .await?;
+                }
+                () = cancel.cancelled() => return Err(TransportError::Lost(format!(
+                    "`{call_id}` was given up after it was sent"
+                ))),
+            }
         }
     }
+
+    /// Sends `request` again, to the next session of its binding that opens within the grace
+    /// period; the session it went to.
+    async fn resend(
+        &self,
+        request: &AgentMessage,
+        call_id: &str,
+        surface_id: &str,
+        function: &str,
+        cancel: &CancellationToken,
+    ) -> Result<u64, TransportError> {
+        let grace = tokio::time::sleep(self.resend_grace);
+        tokio::pin!(grace);
+        loop {
+            let changed = self.changed.notified();
+            if let Some((session, _, requests)) = self.pick(call_id, surface_id, function) {
+                if let Some(call) = self.state().pending.get_mut(call_id) {
+                    call.session = Some(session);
+                }
+                if send_request(&requests, request).await {
+                    return Ok(session);
+                }
+                // That one closed before the request was written: wait for the next.
+                continue;
+            }
+            tokio::select! {
+                () = changed => {}
+                () = &mut grace => return Err(TransportError::Lost(format!(
+                    "the session `{call_id}` was sent to closed, and no other renderer of its surface came within {:?}",
+                    self.resend_grace
+                ))),
+                () = cancel.cancelled() => return Err(TransportError::Lost(format!(
+                    "`{call_id}` was given up after it was sent"
+                ))),
+            }
+        }
+    }
+}
+
+/// Queues `request` on a session and waits until it is written; `false` if the session
+/// closed first.
+async fn send_request(requests: &mpsc::UnboundedSender<Outbound>, request: &AgentMessage) -> bool {
+    let (written_tx, written_rx) = oneshot::channel();
+    let queued = requests.send(Outbound {
+        message: request.clone(),
+        written: Some(written_tx),
+    });
+    queued.is_ok() && written_rx.await.is_ok()
 }
 
 /// Removes a grain-B call's entry when the call ends, however it ends.

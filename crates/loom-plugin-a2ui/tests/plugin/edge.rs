@@ -430,6 +430,7 @@ async fn frames_over_a_limit_are_refused_before_parsing_with_their_close_codes()
         max_depth: 8,
         messages_per_second: 1,
         burst: 5,
+        ..Limits::default()
     };
     let w = world(limits);
     let a = w.start("checkout", "order-a").await;
@@ -604,4 +605,69 @@ fn arbitrary_frames_into_a_session_never_panic_nor_record() {
             .receive(&w.runtime, call.to_string().as_bytes()),
     );
     assert!(matches!(answer, Ok(Received::Answered(_))), "{answer:?}");
+}
+
+/// The first `callRendererFunction` a session is asked to send, marked written.
+async fn grain_b_request(session: &mut RendererSession) -> loom_plugin_a2ui::CallRendererFunction {
+    loop {
+        let out = session.next().await.unwrap();
+        if let AgentMessage::CallRendererFunction(call) = &out.message {
+            let call = call.clone();
+            out.written();
+            return call;
+        }
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_grain_b_call_whose_session_closes_is_sent_again_to_the_next_session_of_its_binding() {
+    let w = world(Limits::default());
+    let e = ExecutionId::new("ask").unwrap();
+    w.runtime
+        .start(
+            "confirm",
+            &json!({}),
+            StartOptions::new(e.clone()).grant(CALL_FUNCTION_EFFECT),
+        )
+        .await
+        .unwrap();
+    let mut first = w.open("alice", "ask").await.unwrap();
+    let sent = grain_b_request(&mut first).await;
+    drop(first);
+    let mut second = w.open("alice", "ask").await.unwrap();
+    let again = grain_b_request(&mut second).await;
+    assert_eq!(
+        again.function_call_id, sent.function_call_id,
+        "the same call id"
+    );
+    let taken = second
+        .receive(&w.runtime, &reply(&again.function_call_id, json!(true)))
+        .await
+        .unwrap();
+    assert!(matches!(taken, Received::StepReply { .. }));
+    let state = w.runtime.wait(&e).await.unwrap();
+    assert_eq!(state.status(), loom_kernel::ExecutionStatus::Completed);
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_grain_b_call_whose_renderer_does_not_come_back_within_the_grace_is_in_doubt() {
+    let w = world(Limits {
+        resend_grace: Duration::from_secs(1),
+        ..Limits::default()
+    });
+    let e = ExecutionId::new("ask").unwrap();
+    w.runtime
+        .start(
+            "confirm",
+            &json!({}),
+            StartOptions::new(e.clone()).grant(CALL_FUNCTION_EFFECT),
+        )
+        .await
+        .unwrap();
+    let mut first = w.open("alice", "ask").await.unwrap();
+    let _ = grain_b_request(&mut first).await;
+    drop(first);
+    let state = w.runtime.wait(&e).await.unwrap();
+    assert_eq!(state.status(), loom_kernel::ExecutionStatus::InDoubt);
+    assert_eq!(w.edge.calls_in_flight(), 0);
 }
