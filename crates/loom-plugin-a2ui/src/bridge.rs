@@ -279,6 +279,9 @@ struct IssuedCall {
 #[derive(Debug, Clone)]
 pub struct A2UISurfaceBridge {
     surface_id: String,
+    /// The id renderers know the surface by (the flow's `surface_id` unless set otherwise):
+    /// what goes out, and what an inbound action must name.
+    wire_id: String,
     catalogs: Catalogs,
     classification: DataClassification,
     components: Vec<Value>,
@@ -294,8 +297,10 @@ impl A2UISurfaceBridge {
         catalogs: Catalogs,
         classification: DataClassification,
     ) -> Self {
+        let surface_id = surface_id.into();
         Self {
-            surface_id: surface_id.into(),
+            wire_id: surface_id.clone(),
+            surface_id,
             catalogs,
             classification,
             components: Vec::new(),
@@ -305,9 +310,21 @@ impl A2UISurfaceBridge {
         }
     }
 
-    /// The surface id.
+    /// The surface id, as the flow names it (and the log records it).
     pub fn surface_id(&self) -> &str {
         &self.surface_id
+    }
+
+    /// This bridge with renderers knowing the surface as `wire_id` (unique per renderer, for
+    /// instance one per execution); what the log records keeps the flow's surface id.
+    pub fn with_wire_id(mut self, wire_id: impl Into<String>) -> Self {
+        self.wire_id = wire_id.into();
+        self
+    }
+
+    /// The id renderers know the surface by.
+    pub fn wire_id(&self) -> &str {
+        &self.wire_id
     }
 
     /// The catalogs the surface uses.
@@ -378,7 +395,7 @@ impl A2UISurfaceBridge {
             _ => None,
         };
         AgentMessage::CreateSurface(CreateSurface {
-            surface_id: self.surface_id.clone(),
+            surface_id: self.wire_id.clone(),
             catalog_id: Some(self.catalogs.default_catalog().to_owned()),
             send_data_model: None,
             components: (!self.components.is_empty()).then(|| self.components.clone()),
@@ -409,7 +426,7 @@ impl A2UISurfaceBridge {
         }
         self.components = merged;
         Ok(AgentMessage::UpdateComponents(UpdateComponents {
-            surface_id: self.surface_id.clone(),
+            surface_id: self.wire_id.clone(),
             components,
         }))
     }
@@ -483,7 +500,7 @@ impl A2UISurfaceBridge {
 
     fn update_message(&self, pointer: String, value: Value) -> AgentMessage {
         AgentMessage::UpdateDataModel(UpdateDataModel {
-            surface_id: self.surface_id.clone(),
+            surface_id: self.wire_id.clone(),
             path: Some(if pointer.is_empty() {
                 "/".to_owned()
             } else {
@@ -510,7 +527,7 @@ impl A2UISurfaceBridge {
         self.require_created()?;
         self.created = false;
         Ok(AgentMessage::DeleteSurface(DeleteSurface {
-            surface_id: self.surface_id.clone(),
+            surface_id: self.wire_id.clone(),
         }))
     }
 
@@ -530,16 +547,16 @@ impl A2UISurfaceBridge {
     pub fn ingest_action(&self, message: &[u8]) -> Result<InboundAction, IngestError> {
         match RendererMessage::parse(message)? {
             RendererMessage::Action(action) => {
-                if action.surface_id != self.surface_id {
+                if action.surface_id != self.wire_id {
                     return Err(IngestError::WrongSurface {
-                        expected: self.surface_id.clone(),
+                        expected: self.wire_id.clone(),
                         got: action.surface_id,
                     });
                 }
                 check_action_binding(&self.components, &self.masked_model(), &action)?;
                 Ok(InboundAction {
                     name: action.name,
-                    surface_id: action.surface_id,
+                    surface_id: self.surface_id.clone(),
                     source_component_id: action.source_component_id,
                     context: action.context,
                     user_message: action.user_message,
@@ -579,7 +596,7 @@ impl A2UISurfaceBridge {
         check_callable(&self.catalogs, catalog, name)?;
         Ok(AgentMessage::CallRendererFunction(CallRendererFunction {
             function_call_id: call_id.to_owned(),
-            surface_id: Some(self.surface_id.clone()),
+            surface_id: Some(self.wire_id.clone()),
             call: FunctionCall {
                 name: name.to_owned(),
                 catalog_id: Some(catalog.to_owned()),

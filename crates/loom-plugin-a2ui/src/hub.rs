@@ -193,13 +193,39 @@ struct HubState {
     next_subscriber: u64,
 }
 
+/// How the hub names an execution's surface on the wire: from the execution and the flow's
+/// surface id to the id renderers see.
+pub type WireIds = Arc<dyn Fn(&ExecutionId, &str) -> String + Send + Sync>;
+
+/// A wire id scheme unique per renderer when a renderer shows several executions: the
+/// surface id, `@`, the execution id (`checkout@order-7`).
+pub fn per_execution_wire_id(execution: &ExecutionId, surface_id: &str) -> String {
+    format!("{surface_id}@{execution}")
+}
+
 struct Shared {
     catalogs: Catalogs,
+    /// The wire id scheme; the flow's surface id when `None`.
+    wire_ids: Mutex<Option<WireIds>>,
     classification: DataClassification,
     specs: BTreeMap<String, SurfaceSpec>,
     state: Mutex<HubState>,
     /// The live messages a subscription holds at most.
     subscriber_buffer: AtomicUsize,
+}
+
+impl Shared {
+    fn wire_id(&self, execution: &ExecutionId, surface_id: &str) -> String {
+        let scheme = self
+            .wire_ids
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .clone();
+        match scheme {
+            Some(scheme) => scheme(execution, surface_id),
+            None => surface_id.to_owned(),
+        }
+    }
 }
 
 /// Feeds A2UI bridges from durable events. Cheap to clone; add it to a runtime as a plugin.
@@ -236,6 +262,7 @@ impl SurfaceHub {
                     next_subscriber: 0,
                 }),
                 subscriber_buffer: AtomicUsize::new(SUBSCRIBER_BUFFER),
+                wire_ids: Mutex::new(None),
             }),
         }
     }
@@ -262,6 +289,27 @@ impl SurfaceHub {
             .subscriber_buffer
             .store(messages.max(1), Ordering::Relaxed);
         self
+    }
+
+    /// Names surfaces on the wire with `scheme` (for instance [`per_execution_wire_id`]), for
+    /// the bridges made after this call: set it before the hub serves anything. Only the wire
+    /// changes: the log keeps the flow's surface ids. By default a surface's wire id is the
+    /// flow's surface id, the same for every execution.
+    pub fn with_wire_ids(
+        self,
+        scheme: impl Fn(&ExecutionId, &str) -> String + Send + Sync + 'static,
+    ) -> Self {
+        *self
+            .shared
+            .wire_ids
+            .lock()
+            .unwrap_or_else(|p| p.into_inner()) = Some(Arc::new(scheme));
+        self
+    }
+
+    /// The id renderers see for `execution`'s surface `surface_id`.
+    pub fn wire_id(&self, execution: &ExecutionId, surface_id: &str) -> String {
+        self.shared.wire_id(execution, surface_id)
     }
 
     fn state(&self) -> MutexGuard<'_, HubState> {
@@ -304,7 +352,7 @@ impl SurfaceHub {
         let mut guard = self.state();
         let state = &mut *guard;
         let exec = state.executions.entry(execution.clone()).or_default();
-        let surface = surface_entry(&self.shared, exec, surface_id);
+        let surface = surface_entry(&self.shared, execution, exec, surface_id);
         let (sender, receiver) =
             mpsc::channel(self.shared.subscriber_buffer.load(Ordering::Relaxed));
         let lagged = Arc::new(AtomicBool::new(false));
@@ -649,6 +697,7 @@ impl SurfaceHub {
 
 fn surface_entry<'e>(
     shared: &Shared,
+    execution: &ExecutionId,
     exec: &'e mut ExecState,
     surface_id: &str,
 ) -> &'e mut SurfaceState {
@@ -659,7 +708,8 @@ fn surface_entry<'e>(
                 surface_id,
                 shared.catalogs.clone(),
                 shared.classification.clone(),
-            );
+            )
+            .with_wire_id(shared.wire_id(execution, surface_id));
             if let Some(spec) = shared.specs.get(surface_id)
                 && let Err(error) = bridge.set_components(spec.components.clone())
             {
@@ -703,7 +753,7 @@ fn broadcast(surface: &mut SurfaceState, messages: &[AgentMessage]) {
 fn apply_one(shared: &Shared, exec: &mut ExecState, envelope: &EventEnvelope) -> Vec<String> {
     match &envelope.event {
         Event::SurfacePatch(patch) => {
-            let surface = surface_entry(shared, exec, &patch.surface_id);
+            let surface = surface_entry(shared, &envelope.execution_id, exec, &patch.surface_id);
             match surface.bridge.apply_event(&envelope.event) {
                 Ok(messages) => broadcast(surface, &messages),
                 Err(error) => tracing::error!(
@@ -723,7 +773,7 @@ fn apply_one(shared: &Shared, exec: &mut ExecState, envelope: &EventEnvelope) ->
                     return Vec::new();
                 }
             };
-            let surface = surface_entry(shared, exec, &request.surface_id);
+            let surface = surface_entry(shared, &envelope.execution_id, exec, &request.surface_id);
             if let Err(error) = surface.bridge.record_call(
                 Some(&request.catalog_id),
                 &request.name,
@@ -743,7 +793,7 @@ fn apply_one(shared: &Shared, exec: &mut ExecState, envelope: &EventEnvelope) ->
                     return Vec::new();
                 }
             };
-            let surface = surface_entry(shared, exec, &surface_id);
+            let surface = surface_entry(shared, &envelope.execution_id, exec, &surface_id);
             surface.deleted = true;
             if surface.bridge.is_created()
                 && let Ok(message) = surface.bridge.delete_surface()

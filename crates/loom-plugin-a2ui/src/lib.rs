@@ -62,7 +62,10 @@ pub use gate::{
     ARGS_CHECKED, CallAndWaitError, DELETE_DECISION, FUNCTION_RESULT_EVENT, FunctionRequest,
     REQUEST_DECISION, call_and_wait, delete_surface,
 };
-pub use hub::{HubError, SUBSCRIBER_BUFFER, SurfaceHub, SurfaceSpec, SurfaceSubscription};
+pub use hub::{
+    HubError, SUBSCRIBER_BUFFER, SurfaceHub, SurfaceSpec, SurfaceSubscription, WireIds,
+    per_execution_wire_id,
+};
 pub use message_schema::MessageSchema;
 pub use wire::{
     Action, AgentMessage, CallAgentFunction, CallRendererFunction, CreateSurface, DeleteSurface,

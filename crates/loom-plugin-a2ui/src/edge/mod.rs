@@ -299,10 +299,14 @@ impl RendererEdge {
             .hub
             .subscribe(runtime.store(), &binding.execution, &binding.surface_id)
             .await?;
-        let (id, requests) = self
+        let wire_id = self
             .inner
-            .registry
-            .open(binding.clone(), connection.answers.clone());
+            .hub
+            .wire_id(&binding.execution, &binding.surface_id);
+        let (id, requests) =
+            self.inner
+                .registry
+                .open(binding.clone(), wire_id, connection.answers.clone());
         let caller = match grant
             .caller
             .with_attribute(SESSION_ATTRIBUTE, id.to_string())

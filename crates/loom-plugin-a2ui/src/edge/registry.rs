@@ -43,6 +43,8 @@ impl Outbound {
 #[derive(Debug)]
 struct Entry {
     binding: Binding,
+    /// The id the session's renderer knows the surface by.
+    wire_id: String,
     answers: Option<Vec<String>>,
     requests: mpsc::UnboundedSender<Outbound>,
 }
@@ -100,6 +102,7 @@ impl Registry {
     pub(crate) fn open(
         &self,
         binding: Binding,
+        wire_id: String,
         answers: Option<Vec<String>>,
     ) -> (u64, mpsc::UnboundedReceiver<Outbound>) {
         let (requests, receiver) = mpsc::unbounded_channel();
@@ -111,6 +114,7 @@ impl Registry {
                 id,
                 Entry {
                     binding,
+                    wire_id,
                     answers,
                     requests,
                 },
@@ -187,7 +191,7 @@ impl Registry {
         call_id: &str,
         surface_id: &str,
         function: &str,
-    ) -> Option<(u64, Binding, mpsc::UnboundedSender<Outbound>)> {
+    ) -> Option<(u64, Binding, Sender)> {
         let state = self.state();
         state
             .sessions
@@ -202,7 +206,13 @@ impl Registry {
                         .is_none_or(|names| names.iter().any(|n| n == function))
                     && !s.requests.is_closed()
             })
-            .map(|(id, s)| (*id, s.binding.clone(), s.requests.clone()))
+            .map(|(id, s)| {
+                let sender = Sender {
+                    requests: s.requests.clone(),
+                    wire_id: s.wire_id.clone(),
+                };
+                (*id, s.binding.clone(), sender)
+            })
     }
 
     async fn call(
@@ -309,12 +319,22 @@ impl Registry {
     }
 }
 
-/// Queues `request` on a session and waits until it is written; `false` if the session
-/// closed first.
-async fn send_request(requests: &mpsc::UnboundedSender<Outbound>, request: &AgentMessage) -> bool {
+/// Where a session's requests go, and the surface id its renderer knows.
+struct Sender {
+    requests: mpsc::UnboundedSender<Outbound>,
+    wire_id: String,
+}
+
+/// Queues `request` on a session, naming the surface as its renderer knows it, and waits
+/// until it is written; `false` if the session closed first.
+async fn send_request(sender: &Sender, request: &AgentMessage) -> bool {
+    let mut message = request.clone();
+    if let AgentMessage::CallRendererFunction(call) = &mut message {
+        call.surface_id = Some(sender.wire_id.clone());
+    }
     let (written_tx, written_rx) = oneshot::channel();
-    let queued = requests.send(Outbound {
-        message: request.clone(),
+    let queued = sender.requests.send(Outbound {
+        message,
         written: Some(written_tx),
     });
     queued.is_ok() && written_rx.await.is_ok()

@@ -75,7 +75,11 @@ pub(crate) fn route(
             }),
         },
         RendererMessage::CallAgentFunction(call) => Ok(Route::Nothing {
-            received: Received::Answered(answer_agent_call(edge.hub.catalogs(), binding, &call)),
+            received: Received::Answered(answer_agent_call(
+                edge.hub.catalogs(),
+                &edge.hub.wire_id(&binding.execution, &binding.surface_id),
+                &call,
+            )),
         }),
         #[allow(unreachable_patterns)]
         _ => Err(Refused::Ingest(IngestError::UnexpectedKind {
@@ -131,15 +135,15 @@ fn refused_by_hub(error: HubError) -> Refused {
 /// for the renderer to call, so it is always an error; which one says why.
 pub(crate) fn answer_agent_call(
     catalogs: &Catalogs,
-    binding: &Binding,
+    wire_id: &str,
     call: &CallAgentFunction,
 ) -> AgentMessage {
     use agent_function_codes::{INVALID_FUNCTION_CALL, UNKNOWN_FUNCTION};
     let name = &call.call.name;
-    let (code, message) = if call.surface_id != binding.surface_id {
+    let (code, message) = if call.surface_id != wire_id {
         (
             INVALID_FUNCTION_CALL,
-            format!("this session shows surface `{}`", binding.surface_id),
+            format!("this session shows surface `{wire_id}`"),
         )
     } else {
         match catalogs

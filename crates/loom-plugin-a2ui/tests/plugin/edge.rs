@@ -74,8 +74,11 @@ struct World {
 }
 
 fn world(limits: Limits) -> World {
+    world_with(limits, hub())
+}
+
+fn world_with(limits: Limits, hub: loom_plugin_a2ui::SurfaceHub) -> World {
     let store = MemoryStore::new();
-    let hub = hub();
     let edge = RendererEdge::with_limits(
         hub.clone(),
         Users(vec![
@@ -670,4 +673,59 @@ async fn a_grain_b_call_whose_renderer_does_not_come_back_within_the_grace_is_in
     let state = w.runtime.wait(&e).await.unwrap();
     assert_eq!(state.status(), loom_kernel::ExecutionStatus::InDoubt);
     assert_eq!(w.edge.calls_in_flight(), 0);
+}
+
+#[tokio::test]
+async fn with_per_execution_wire_ids_renderers_see_one_surface_id_per_execution_and_the_log_keeps_the_flows()
+ {
+    let w = world_with(
+        Limits::default(),
+        hub().with_wire_ids(loom_plugin_a2ui::per_execution_wire_id),
+    );
+    let a = w.start("checkout", "order-a").await;
+    let mut alice = w.open("alice", "order-a").await.unwrap();
+    let initial = alice.take_initial();
+    let AgentMessage::CreateSurface(create) = &initial[0] else {
+        panic!("createSurface first")
+    };
+    assert_eq!(create.surface_id, "checkout@order-a");
+    let AgentMessage::CallRendererFunction(call) = &initial[1] else {
+        panic!("then the pending call")
+    };
+    assert_eq!(call.surface_id.as_deref(), Some("checkout@order-a"));
+    alice
+        .receive(&w.runtime, &reply(&call.function_call_id, json!("fr-CH")))
+        .await
+        .unwrap();
+    let _ = w.runtime.wait(&a).await;
+    // The flow's name is not the renderer's id for this surface any more.
+    let flow_name = alice
+        .receive(
+            &w.runtime,
+            &action("approve", "approve", json!({"total": 42})),
+        )
+        .await;
+    assert!(matches!(
+        flow_name,
+        Err(Refused::Ingest(IngestError::WrongSurface { .. }))
+    ));
+    let on_the_wire = json!({"version": "v1.0", "action": {"name": "approve", "surfaceId": "checkout@order-a", "sourceComponentId": "approve", "timestamp": "t", "context": {"total": 42}}});
+    alice
+        .receive(&w.runtime, on_the_wire.to_string().as_bytes())
+        .await
+        .unwrap();
+    let _ = w.runtime.wait(&a).await;
+    let log = w.store.read_all(&a).await.unwrap();
+    let resumed: Vec<Value> = log
+        .iter()
+        .filter_map(|env| match &env.event {
+            loom_kernel::Event::ExecutionResumed(r) => Some(r.payload.to_value()),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(resumed.len(), 2);
+    assert!(
+        resumed.iter().all(|p| p["surfaceId"] == json!(SURFACE)),
+        "the log records the flow's surface id: {resumed:?}"
+    );
 }
