@@ -185,7 +185,7 @@ async fn send(socket: &mut Socket, value: Value) {
 /// Returns once the server has taken every frame sent before on `socket` (it reads a
 /// socket's frames in order and answers `callAgentFunction` in band).
 async fn synced(socket: &mut Socket) {
-    send(socket, json!({"version": "v1.0", "callAgentFunction": {"surfaceId": "checkout", "functionCallId": "sync", "callFunction": {"@call": "sync", "args": {}}}})).await;
+    send(socket, json!({"version": "v1.0", "callAgentFunction": {"surfaceId": WIRE_SURFACE, "functionCallId": "sync", "callFunction": {"@call": "sync", "args": {}}}})).await;
     loop {
         if let AgentMessage::AgentFunctionResponse(answer) = next(socket).await
             && answer.function_call_id == "sync"
@@ -195,8 +195,11 @@ async fn synced(socket: &mut Socket) {
     }
 }
 
+/// The checkout's surface id on the wire.
+const WIRE_SURFACE: &str = "checkout@checkout-1";
+
 fn approve(context: Value) -> Value {
-    json!({"version": "v1.0", "action": {"name": "approve", "surfaceId": "checkout",
+    json!({"version": "v1.0", "action": {"name": "approve", "surfaceId": WIRE_SURFACE,
         "sourceComponentId": "approve", "timestamp": "2026-12-01T00:00:00Z", "context": context}})
 }
 
@@ -230,7 +233,7 @@ async fn forged_replies_and_actions_are_refused_and_the_session_stays_usable() {
         json!({"version": "v1.0", "rendererFunctionResponse": {"functionCallId": call.function_call_id, "value": 7}}),
         // Actions before their gate, of an unknown component, of another surface.
         approve(json!({"orderId": "order-7"})),
-        json!({"version": "v1.0", "action": {"name": "approve", "surfaceId": "checkout", "sourceComponentId": "ghost", "timestamp": "t", "context": {}}}),
+        json!({"version": "v1.0", "action": {"name": "approve", "surfaceId": WIRE_SURFACE, "sourceComponentId": "ghost", "timestamp": "t", "context": {}}}),
         json!({"version": "v1.0", "action": {"name": "approve", "surfaceId": "other", "sourceComponentId": "approve", "timestamp": "t", "context": {"orderId": "order-7"}}}),
     ] {
         send(&mut socket, forged).await;
@@ -262,7 +265,7 @@ async fn call_agent_function_is_answered_with_an_agent_function_response() {
     let mut socket = server.renderer().await;
     let _pending = next(&mut socket).await;
     let before = server.log_len().await;
-    send(&mut socket, json!({"version": "v1.0", "callAgentFunction": {"surfaceId": "checkout", "functionCallId": "r-1", "callFunction": {"@call": "dropTables", "args": {}}}})).await;
+    send(&mut socket, json!({"version": "v1.0", "callAgentFunction": {"surfaceId": WIRE_SURFACE, "functionCallId": "r-1", "callFunction": {"@call": "dropTables", "args": {}}}})).await;
     let AgentMessage::AgentFunctionResponse(answer) = next(&mut socket).await else {
         panic!("an agentFunctionResponse")
     };
