@@ -11,7 +11,9 @@
 //!   replies checked against the call issued. No clock, no randomness.
 //! - [`SurfaceHub`]: the kernel projection that feeds bridges from durable events only, serves
 //!   late and reconnecting clients (`createSurface` with the current masked model, then live
-//!   updates, no gap, no duplicate) and catches up from the store after a restart.
+//!   updates, no gap, no duplicate) and catches up from the store after a restart; it names
+//!   surfaces on the wire by an application's scheme ([`per_execution_wire_id`]) while the
+//!   log keeps the flow's names.
 //! - Function calls answered by the client: grain A ([`call_and_wait`], a gate whose request is
 //!   durable before it is sent, ADR 0008) and grain B ([`register_a2ui_call_function`], the
 //!   `a2ui.callFunction` effect, not idempotent).
