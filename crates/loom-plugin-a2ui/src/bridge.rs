@@ -13,6 +13,7 @@ use loom_kernel::Event;
 use serde_json::{Map, Value, json};
 use thiserror::Error;
 
+use crate::action_binding::check_action_binding;
 use crate::catalog::{Catalogs, ComponentError};
 use crate::wire::{
     AgentMessage, CallRendererFunction, CreateSurface, DeleteSurface, FunctionCall, FunctionError,
@@ -85,6 +86,16 @@ pub enum BridgeError {
         /// The name concerned.
         name: String,
     },
+    /// The call's `args` fail the function's args schema; nothing was recorded or sent.
+    #[error("the args of `{name}` (catalog `{catalog_id}`) fail its args schema: {detail}")]
+    InvalidArgs {
+        /// The catalog's id.
+        catalog_id: String,
+        /// The function's name.
+        name: String,
+        /// What went wrong, in words.
+        detail: String,
+    },
     /// The call id was already issued by this bridge.
     #[error("call id `{call_id}` was already issued")]
     DuplicateCallId {
@@ -135,6 +146,34 @@ pub enum IngestError {
     AlreadyAnswered {
         /// The function call's id.
         call_id: String,
+    },
+    /// The action names a component the surface does not hold.
+    #[error("the surface holds no component `{component_id}`")]
+    UnknownComponent {
+        /// The component the action names.
+        component_id: String,
+    },
+    /// The component declares no event action of that name.
+    #[error("component `{component_id}` has no action `{name}`")]
+    NoSuchAction {
+        /// The component the action names.
+        component_id: String,
+        /// The action's name.
+        name: String,
+    },
+    /// No gate of this surface's execution waits for the action.
+    #[error("no gate waits for action `{name}`")]
+    NoGateWaiting {
+        /// The action's name.
+        name: String,
+    },
+    /// The action's context is not what the component binds over the current model.
+    #[error("the context of action `{name}` does not match its component's bindings at `{key}`")]
+    ContextMismatch {
+        /// The action's name.
+        name: String,
+        /// The first context key that differs, is missing, or is not declared.
+        key: String,
     },
     /// The result does not match the function's declared return schema.
     #[error("the result of call `{call_id}` ({name}) fails its return schema: {detail}")]
@@ -240,6 +279,9 @@ struct IssuedCall {
 #[derive(Debug, Clone)]
 pub struct A2UISurfaceBridge {
     surface_id: String,
+    /// The id renderers know the surface by (the flow's `surface_id` unless set otherwise):
+    /// what goes out, and what an inbound action must name.
+    wire_id: String,
     catalogs: Catalogs,
     classification: DataClassification,
     components: Vec<Value>,
@@ -255,8 +297,10 @@ impl A2UISurfaceBridge {
         catalogs: Catalogs,
         classification: DataClassification,
     ) -> Self {
+        let surface_id = surface_id.into();
         Self {
-            surface_id: surface_id.into(),
+            wire_id: surface_id.clone(),
+            surface_id,
             catalogs,
             classification,
             components: Vec::new(),
@@ -266,9 +310,21 @@ impl A2UISurfaceBridge {
         }
     }
 
-    /// The surface id.
+    /// The surface id, as the flow names it (and the log records it).
     pub fn surface_id(&self) -> &str {
         &self.surface_id
+    }
+
+    /// This bridge with renderers knowing the surface as `wire_id` (unique per renderer, for
+    /// instance one per execution); what the log records keeps the flow's surface id.
+    pub fn with_wire_id(mut self, wire_id: impl Into<String>) -> Self {
+        self.wire_id = wire_id.into();
+        self
+    }
+
+    /// The id renderers know the surface by.
+    pub fn wire_id(&self) -> &str {
+        &self.wire_id
     }
 
     /// The catalogs the surface uses.
@@ -339,7 +395,7 @@ impl A2UISurfaceBridge {
             _ => None,
         };
         AgentMessage::CreateSurface(CreateSurface {
-            surface_id: self.surface_id.clone(),
+            surface_id: self.wire_id.clone(),
             catalog_id: Some(self.catalogs.default_catalog().to_owned()),
             send_data_model: None,
             components: (!self.components.is_empty()).then(|| self.components.clone()),
@@ -370,7 +426,7 @@ impl A2UISurfaceBridge {
         }
         self.components = merged;
         Ok(AgentMessage::UpdateComponents(UpdateComponents {
-            surface_id: self.surface_id.clone(),
+            surface_id: self.wire_id.clone(),
             components,
         }))
     }
@@ -444,7 +500,7 @@ impl A2UISurfaceBridge {
 
     fn update_message(&self, pointer: String, value: Value) -> AgentMessage {
         AgentMessage::UpdateDataModel(UpdateDataModel {
-            surface_id: self.surface_id.clone(),
+            surface_id: self.wire_id.clone(),
             path: Some(if pointer.is_empty() {
                 "/".to_owned()
             } else {
@@ -471,7 +527,7 @@ impl A2UISurfaceBridge {
         self.require_created()?;
         self.created = false;
         Ok(AgentMessage::DeleteSurface(DeleteSurface {
-            surface_id: self.surface_id.clone(),
+            surface_id: self.wire_id.clone(),
         }))
     }
 
@@ -485,19 +541,22 @@ impl A2UISurfaceBridge {
         }
     }
 
-    /// Parses an `action` for this surface.
+    /// Parses an `action` for this surface: refused unless a component of the surface with
+    /// that id declares that action and the context is what its bindings give over the masked
+    /// model (`action_binding`).
     pub fn ingest_action(&self, message: &[u8]) -> Result<InboundAction, IngestError> {
         match RendererMessage::parse(message)? {
             RendererMessage::Action(action) => {
-                if action.surface_id != self.surface_id {
+                if action.surface_id != self.wire_id {
                     return Err(IngestError::WrongSurface {
-                        expected: self.surface_id.clone(),
+                        expected: self.wire_id.clone(),
                         got: action.surface_id,
                     });
                 }
+                check_action_binding(&self.components, &self.masked_model(), &action)?;
                 Ok(InboundAction {
                     name: action.name,
-                    surface_id: action.surface_id,
+                    surface_id: self.surface_id.clone(),
                     source_component_id: action.source_component_id,
                     context: action.context,
                     user_message: action.user_message,
@@ -537,7 +596,7 @@ impl A2UISurfaceBridge {
         check_callable(&self.catalogs, catalog, name)?;
         Ok(AgentMessage::CallRendererFunction(CallRendererFunction {
             function_call_id: call_id.to_owned(),
-            surface_id: Some(self.surface_id.clone()),
+            surface_id: Some(self.wire_id.clone()),
             call: FunctionCall {
                 name: name.to_owned(),
                 catalog_id: Some(catalog.to_owned()),
@@ -631,6 +690,22 @@ impl A2UISurfaceBridge {
             outcome,
         })
     }
+}
+
+/// Checks `args` against the args schema of `name` in `catalog`.
+pub(crate) fn check_args(
+    catalogs: &Catalogs,
+    catalog: &str,
+    name: &str,
+    args: &Map<String, Value>,
+) -> Result<(), BridgeError> {
+    catalogs
+        .check_args(catalog, name, args)
+        .map_err(|detail| BridgeError::InvalidArgs {
+            catalog_id: catalog.to_owned(),
+            name: name.to_owned(),
+            detail,
+        })
 }
 
 /// Checks that the agent may call `name` in `catalog`.

@@ -239,6 +239,18 @@ pub enum CatalogError {
         /// The name refused.
         name: String,
     },
+    /// A function's `returnType` is not one of A2UI v1.0's.
+    #[error(
+        "function `{name}` in catalog `{catalog_id}` returns `{return_type}`, which is none of {RETURN_TYPES:?}"
+    )]
+    UnknownReturnType {
+        /// The catalog's id.
+        catalog_id: String,
+        /// The function's name.
+        name: String,
+        /// The `returnType` declared.
+        return_type: String,
+    },
     /// A schema does not compile.
     #[error("the schema of `{name}` in catalog `{catalog_id}` does not compile: {detail}")]
     InvalidSchema {
@@ -318,10 +330,36 @@ pub fn is_identifier(name: &str) -> bool {
     chars.all(|c| c == '_' || c.is_alphanumeric())
 }
 
+/// The `returnType`s A2UI v1.0 names.
+pub const RETURN_TYPES: [&str; 8] = [
+    "string",
+    "number",
+    "boolean",
+    "array",
+    "object",
+    "validationResult",
+    "any",
+    "void",
+];
+
+/// Whether `value` is of the A2UI `return_type` (one of [`RETURN_TYPES`]).
+fn fits_return_type(return_type: &str, value: &Value) -> bool {
+    match return_type {
+        "string" => value.is_string(),
+        "number" => value.is_number(),
+        "boolean" => value.is_boolean(),
+        "array" => value.is_array(),
+        "object" | "validationResult" => value.is_object(),
+        "void" => value.is_null(),
+        _ => true,
+    }
+}
+
 struct Compiled {
     def: CatalogDef,
     components: BTreeMap<String, jsonschema::Validator>,
     returns: BTreeMap<String, jsonschema::Validator>,
+    args: BTreeMap<String, jsonschema::Validator>,
 }
 
 /// A compiled set of catalogs with a default: what a surface may use. Cheap to clone.
@@ -416,11 +454,23 @@ impl Catalogs {
                 components.insert(name.clone(), validator);
             }
             let mut returns = BTreeMap::new();
+            let mut args = BTreeMap::new();
             for (name, function) in &def.functions {
+                if !RETURN_TYPES.contains(&function.return_type.as_str()) {
+                    return Err(CatalogError::UnknownReturnType {
+                        catalog_id: def.catalog_id.clone(),
+                        name: name.clone(),
+                        return_type: function.return_type.clone(),
+                    });
+                }
                 let validator = options()
                     .build(&function.return_schema)
                     .map_err(|err| schema_error(&def.catalog_id, name, err.to_string()))?;
                 returns.insert(name.clone(), validator);
+                let validator = options()
+                    .build(&function.args_schema)
+                    .map_err(|err| schema_error(&def.catalog_id, name, err.to_string()))?;
+                args.insert(name.clone(), validator);
             }
             compiled.insert(
                 def.catalog_id.clone(),
@@ -428,6 +478,7 @@ impl Catalogs {
                     def,
                     components,
                     returns,
+                    args,
                 },
             );
         }
@@ -471,16 +522,43 @@ impl Catalogs {
         self.inner.catalogs.get(catalog)?.def.functions.get(name)
     }
 
-    /// Checks a function result against the function's declared return schema; `Err` says how
-    /// it fails. An unknown function fails.
+    /// Checks a function result against the function's declared `returnType` and return
+    /// schema; `Err` says how it fails. An unknown function fails.
     pub fn check_result(&self, catalog_id: &str, name: &str, result: &Value) -> Result<(), String> {
+        let compiled = self.inner.catalogs.get(catalog_id);
+        let (Some(validator), Some(function)) = (
+            compiled.and_then(|c| c.returns.get(name)),
+            compiled.and_then(|c| c.def.functions.get(name)),
+        ) else {
+            return Err(format!("catalog `{catalog_id}` has no function `{name}`"));
+        };
+        if !fits_return_type(&function.return_type, result) {
+            return Err(format!(
+                "the value is not of the declared returnType `{}`",
+                function.return_type
+            ));
+        }
+        match first_errors(validator, result) {
+            None => Ok(()),
+            Some(detail) => Err(detail),
+        }
+    }
+
+    /// Checks a call's `args` against the function's declared args schema; `Err` says how they
+    /// fail. An unknown function fails.
+    pub fn check_args(
+        &self,
+        catalog_id: &str,
+        name: &str,
+        args: &serde_json::Map<String, Value>,
+    ) -> Result<(), String> {
         let validator = self
             .inner
             .catalogs
             .get(catalog_id)
-            .and_then(|c| c.returns.get(name))
+            .and_then(|c| c.args.get(name))
             .ok_or_else(|| format!("catalog `{catalog_id}` has no function `{name}`"))?;
-        match first_errors(validator, result) {
+        match first_errors(validator, &Value::Object(args.clone())) {
             None => Ok(()),
             Some(detail) => Err(detail),
         }

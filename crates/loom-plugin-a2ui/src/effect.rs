@@ -17,7 +17,7 @@ use serde_json::{Map, Value};
 use thiserror::Error;
 use tokio_util::sync::CancellationToken;
 
-use crate::bridge::{BridgeError, IngestError, check_callable, parse_reply};
+use crate::bridge::{BridgeError, IngestError, check_args, check_callable, parse_reply};
 use crate::catalog::Catalogs;
 use crate::wire::{AgentMessage, CallRendererFunction, FunctionCall, FunctionOutcome};
 
@@ -26,7 +26,8 @@ pub const CALL_FUNCTION_EFFECT: &str = "a2ui.callFunction";
 
 /// The error codes the effect records in `STEP_FAILED`.
 pub mod codes {
-    /// The function is unknown or `rendererOnly`: nothing was sent.
+    /// The function is unknown or `rendererOnly`, or its args fail the args schema: nothing
+    /// was sent.
     pub const REFUSED: &str = "a2ui.call_refused";
     /// No reply came within `request_timeout`. The renderer may have run the function.
     pub const REQUEST_TIMEOUT: &str = "a2ui.request_timeout";
@@ -179,6 +180,7 @@ async fn call_once(
         .clone()
         .unwrap_or_else(|| catalogs.default_catalog().to_owned());
     check_callable(&catalogs, &catalog, &input.name)
+        .and_then(|()| check_args(&catalogs, &catalog, &input.name, &input.args))
         .map_err(|err: BridgeError| EffectError::terminal(codes::REFUSED, err.to_string()))?;
     let request = AgentMessage::CallRendererFunction(CallRendererFunction {
         function_call_id: call_id.clone(),

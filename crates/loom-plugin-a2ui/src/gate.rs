@@ -15,7 +15,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
 use thiserror::Error;
 
-use crate::bridge::{BridgeError, check_callable};
+use crate::bridge::{BridgeError, check_args, check_callable};
 use crate::catalog::Catalogs;
 use crate::wire::FunctionError;
 
@@ -23,6 +23,9 @@ use crate::wire::FunctionError;
 pub const FUNCTION_RESULT_EVENT: &str = "A2UIFunctionResult";
 /// The decision kind that carries a grain-A request in the log.
 pub const REQUEST_DECISION: &str = "a2ui.functionRequest";
+/// The change id (`ctx.patched`) under which a grain-A call with args that fail the
+/// function's args schema is refused; it is recorded only when that happens.
+pub const ARGS_CHECKED: &str = "a2ui.call-args-checked";
 /// The decision kind that deletes a surface (its value is the surface id).
 pub const DELETE_DECISION: &str = "a2ui.deleteSurface";
 
@@ -102,6 +105,12 @@ pub fn call_and_wait(
     let prepared = check_callable(catalogs, &catalog, name)
         .map_err(CallAndWaitError::from)
         .and_then(|()| {
+            if let Err(invalid) = check_args(catalogs, &catalog, name, &args) {
+                // Executions recorded before args were checked replay their call as it was.
+                if ctx.patched(ARGS_CHECKED)? {
+                    return Err(invalid.into());
+                }
+            }
             let n = ctx.with_local::<CallCounters, _>(|counters| {
                 let n = counters.0.entry(name.to_owned()).or_insert(0);
                 *n += 1;

@@ -19,7 +19,7 @@
 
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::{Arc, Mutex, MutexGuard, Weak};
 
 use loom_kernel::DataClassification;
 use loom_kernel::{AbiRange, Caller, Contributions, Plugin, Projection, ResumeError, Runtime};
@@ -87,6 +87,36 @@ pub struct SurfaceSubscription {
     pub initial: Vec<AgentMessage>,
     receiver: mpsc::Receiver<AgentMessage>,
     lagged: Arc<AtomicBool>,
+    /// Where the hub keeps this subscription's sender, released when it is dropped so that a
+    /// closed session costs nothing until the surface's next update.
+    registration: Option<Registration>,
+}
+
+#[derive(Debug)]
+struct Registration {
+    hub: Weak<Shared>,
+    execution: ExecutionId,
+    surface_id: String,
+    id: u64,
+}
+
+impl Drop for SurfaceSubscription {
+    fn drop(&mut self) {
+        let Some(registration) = self.registration.take() else {
+            return;
+        };
+        let Some(shared) = registration.hub.upgrade() else {
+            return;
+        };
+        let mut state = shared.state.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some(surface) = state
+            .executions
+            .get_mut(&registration.execution)
+            .and_then(|exec| exec.surfaces.get_mut(&registration.surface_id))
+        {
+            surface.subscribers.retain(|s| s.id != registration.id);
+        }
+    }
 }
 
 impl SurfaceSubscription {
@@ -111,6 +141,7 @@ impl SurfaceSubscription {
 
 /// The hub's end of a subscription.
 struct Subscriber {
+    id: u64,
     sender: mpsc::Sender<AgentMessage>,
     lagged: Arc<AtomicBool>,
 }
@@ -150,21 +181,51 @@ struct ExecState {
     requests: BTreeMap<String, FunctionRequest>,
     /// Call ids whose gate is durable and not resumed: sent, awaiting a reply.
     open_calls: BTreeMap<String, ()>,
+    /// The `A2UIAction` gates open, by correlation key (the action's name), with how many.
+    waiting_actions: BTreeMap<String, usize>,
 }
 
 struct HubState {
     executions: BTreeMap<ExecutionId, ExecState>,
     /// Which execution issued each call id.
     call_owner: BTreeMap<String, ExecutionId>,
+    /// The id the next subscription is registered under.
+    next_subscriber: u64,
+}
+
+/// How the hub names an execution's surface on the wire: from the execution and the flow's
+/// surface id to the id renderers see.
+pub type WireIds = Arc<dyn Fn(&ExecutionId, &str) -> String + Send + Sync>;
+
+/// A wire id scheme unique per renderer when a renderer shows several executions: the
+/// surface id, `@`, the execution id (`checkout@order-7`).
+pub fn per_execution_wire_id(execution: &ExecutionId, surface_id: &str) -> String {
+    format!("{surface_id}@{execution}")
 }
 
 struct Shared {
     catalogs: Catalogs,
+    /// The wire id scheme; the flow's surface id when `None`.
+    wire_ids: Mutex<Option<WireIds>>,
     classification: DataClassification,
     specs: BTreeMap<String, SurfaceSpec>,
     state: Mutex<HubState>,
     /// The live messages a subscription holds at most.
     subscriber_buffer: AtomicUsize,
+}
+
+impl Shared {
+    fn wire_id(&self, execution: &ExecutionId, surface_id: &str) -> String {
+        let scheme = self
+            .wire_ids
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .clone();
+        match scheme {
+            Some(scheme) => scheme(execution, surface_id),
+            None => surface_id.to_owned(),
+        }
+    }
 }
 
 /// Feeds A2UI bridges from durable events. Cheap to clone; add it to a runtime as a plugin.
@@ -198,8 +259,10 @@ impl SurfaceHub {
                 state: Mutex::new(HubState {
                     executions: BTreeMap::new(),
                     call_owner: BTreeMap::new(),
+                    next_subscriber: 0,
                 }),
                 subscriber_buffer: AtomicUsize::new(SUBSCRIBER_BUFFER),
+                wire_ids: Mutex::new(None),
             }),
         }
     }
@@ -226,6 +289,27 @@ impl SurfaceHub {
             .subscriber_buffer
             .store(messages.max(1), Ordering::Relaxed);
         self
+    }
+
+    /// Names surfaces on the wire with `scheme` (for instance [`per_execution_wire_id`]), for
+    /// the bridges made after this call: set it before the hub serves anything. Only the wire
+    /// changes: the log keeps the flow's surface ids. By default a surface's wire id is the
+    /// flow's surface id, the same for every execution.
+    pub fn with_wire_ids(
+        self,
+        scheme: impl Fn(&ExecutionId, &str) -> String + Send + Sync + 'static,
+    ) -> Self {
+        *self
+            .shared
+            .wire_ids
+            .lock()
+            .unwrap_or_else(|p| p.into_inner()) = Some(Arc::new(scheme));
+        self
+    }
+
+    /// The id renderers see for `execution`'s surface `surface_id`.
+    pub fn wire_id(&self, execution: &ExecutionId, surface_id: &str) -> String {
+        self.shared.wire_id(execution, surface_id)
     }
 
     fn state(&self) -> MutexGuard<'_, HubState> {
@@ -268,7 +352,7 @@ impl SurfaceHub {
         let mut guard = self.state();
         let state = &mut *guard;
         let exec = state.executions.entry(execution.clone()).or_default();
-        let surface = surface_entry(&self.shared, exec, surface_id);
+        let surface = surface_entry(&self.shared, execution, exec, surface_id);
         let (sender, receiver) =
             mpsc::channel(self.shared.subscriber_buffer.load(Ordering::Relaxed));
         let lagged = Arc::new(AtomicBool::new(false));
@@ -278,6 +362,7 @@ impl SurfaceHub {
                 initial: Vec::new(),
                 receiver,
                 lagged,
+                registration: None,
             });
         }
         let mut initial = vec![surface.bridge.snapshot()];
@@ -289,16 +374,31 @@ impl SurfaceHub {
                 initial.push(message);
             }
         }
-        if let Some(surface) = exec.surfaces.get_mut(surface_id) {
+        let id = state.next_subscriber;
+        state.next_subscriber += 1;
+        let mut registration = None;
+        if let Some(surface) = state
+            .executions
+            .get_mut(execution)
+            .and_then(|exec| exec.surfaces.get_mut(surface_id))
+        {
             surface.subscribers.push(Subscriber {
+                id,
                 sender,
                 lagged: Arc::clone(&lagged),
+            });
+            registration = Some(Registration {
+                hub: Arc::downgrade(&self.shared),
+                execution: execution.clone(),
+                surface_id: surface_id.to_owned(),
+                id,
             });
         }
         Ok(SurfaceSubscription {
             initial,
             receiver,
             lagged,
+            registration,
         })
     }
 
@@ -338,16 +438,38 @@ impl SurfaceHub {
         surface_id: &str,
         message: &[u8],
     ) -> Result<(ExecutionId, FunctionResult), IngestError> {
+        self.ingest_reply(None, surface_id, message)
+    }
+
+    /// [`SurfaceHub::ingest_function_response`] for a reply that arrived on `execution`'s
+    /// surface `surface_id` (a renderer session bound to it): a call another execution issued
+    /// is unknown here.
+    pub fn ingest_function_response_on(
+        &self,
+        execution: &ExecutionId,
+        surface_id: &str,
+        message: &[u8],
+    ) -> Result<FunctionResult, IngestError> {
+        self.ingest_reply(Some(execution), surface_id, message)
+            .map(|(_, result)| result)
+    }
+
+    fn ingest_reply(
+        &self,
+        bound_to: Option<&ExecutionId>,
+        surface_id: &str,
+        message: &[u8],
+    ) -> Result<(ExecutionId, FunctionResult), IngestError> {
         let (call_id, outcome) = parse_reply(message)?;
         let state = self.state();
-        let execution =
-            state
-                .call_owner
-                .get(&call_id)
-                .cloned()
-                .ok_or_else(|| IngestError::UnknownCallId {
-                    call_id: call_id.clone(),
-                })?;
+        let execution = state
+            .call_owner
+            .get(&call_id)
+            .filter(|owner| bound_to.is_none_or(|bound| bound == *owner))
+            .cloned()
+            .ok_or_else(|| IngestError::UnknownCallId {
+                call_id: call_id.clone(),
+            })?;
         let exec = state
             .executions
             .get(&execution)
@@ -430,7 +552,9 @@ impl SurfaceHub {
         Ok(result)
     }
 
-    /// Parses an action sent on `execution`'s surface `surface_id`.
+    /// Parses an action sent on `execution`'s surface `surface_id`, and checks that the
+    /// surface could have sent it: a component of the surface declares it, its context is what
+    /// the component binds over the masked model, and a gate of the execution waits for it.
     pub fn ingest_action(
         &self,
         execution: &ExecutionId,
@@ -446,7 +570,44 @@ impl SurfaceHub {
                 execution: execution.clone(),
                 surface_id: surface_id.to_owned(),
             })?;
-        Ok(surface.bridge.ingest_action(message)?)
+        let action = surface.bridge.ingest_action(message)?;
+        let waiting = state
+            .executions
+            .get(execution)
+            .is_some_and(|e| e.waiting_actions.contains_key(&action.name));
+        if !waiting {
+            return Err(IngestError::NoGateWaiting { name: action.name }.into());
+        }
+        Ok(action)
+    }
+
+    /// The catalogs the hub's surfaces use.
+    pub fn catalogs(&self) -> &Catalogs {
+        &self.shared.catalogs
+    }
+
+    /// Whether the hub serves a surface `surface_id` (it has components for it).
+    pub fn serves_surface(&self, surface_id: &str) -> bool {
+        self.shared.specs.contains_key(surface_id)
+    }
+
+    /// Whether a grain-A call `call_id` of `execution` is sent and unanswered.
+    pub fn is_open_call(&self, execution: &ExecutionId, call_id: &str) -> bool {
+        self.state()
+            .executions
+            .get(execution)
+            .is_some_and(|e| e.open_calls.contains_key(call_id))
+    }
+
+    /// How many subscriptions the hub holds, over every surface (what a closed session must
+    /// give back).
+    pub fn subscriber_count(&self) -> usize {
+        self.state()
+            .executions
+            .values()
+            .flat_map(|e| e.surfaces.values())
+            .map(|s| s.subscribers.len())
+            .sum()
     }
 
     /// Parses an action and resumes the `A2UIAction` gate keyed by its name.
@@ -536,6 +697,7 @@ impl SurfaceHub {
 
 fn surface_entry<'e>(
     shared: &Shared,
+    execution: &ExecutionId,
     exec: &'e mut ExecState,
     surface_id: &str,
 ) -> &'e mut SurfaceState {
@@ -546,7 +708,8 @@ fn surface_entry<'e>(
                 surface_id,
                 shared.catalogs.clone(),
                 shared.classification.clone(),
-            );
+            )
+            .with_wire_id(shared.wire_id(execution, surface_id));
             if let Some(spec) = shared.specs.get(surface_id)
                 && let Err(error) = bridge.set_components(spec.components.clone())
             {
@@ -590,7 +753,7 @@ fn broadcast(surface: &mut SurfaceState, messages: &[AgentMessage]) {
 fn apply_one(shared: &Shared, exec: &mut ExecState, envelope: &EventEnvelope) -> Vec<String> {
     match &envelope.event {
         Event::SurfacePatch(patch) => {
-            let surface = surface_entry(shared, exec, &patch.surface_id);
+            let surface = surface_entry(shared, &envelope.execution_id, exec, &patch.surface_id);
             match surface.bridge.apply_event(&envelope.event) {
                 Ok(messages) => broadcast(surface, &messages),
                 Err(error) => tracing::error!(
@@ -610,7 +773,7 @@ fn apply_one(shared: &Shared, exec: &mut ExecState, envelope: &EventEnvelope) ->
                     return Vec::new();
                 }
             };
-            let surface = surface_entry(shared, exec, &request.surface_id);
+            let surface = surface_entry(shared, &envelope.execution_id, exec, &request.surface_id);
             if let Err(error) = surface.bridge.record_call(
                 Some(&request.catalog_id),
                 &request.name,
@@ -630,7 +793,7 @@ fn apply_one(shared: &Shared, exec: &mut ExecState, envelope: &EventEnvelope) ->
                     return Vec::new();
                 }
             };
-            let surface = surface_entry(shared, exec, &surface_id);
+            let surface = surface_entry(shared, &envelope.execution_id, exec, &surface_id);
             surface.deleted = true;
             if surface.bridge.is_created()
                 && let Ok(message) = surface.bridge.delete_surface()
@@ -651,6 +814,22 @@ fn apply_one(shared: &Shared, exec: &mut ExecState, envelope: &EventEnvelope) ->
                 let surface_id = request.surface_id.clone();
                 if let Some(surface) = exec.surfaces.get_mut(&surface_id) {
                     broadcast(surface, &[message]);
+                }
+            }
+            Vec::new()
+        }
+        Event::ExecutionSuspended(gate) if gate.event_type == InboundAction::EVENT_TYPE => {
+            *exec
+                .waiting_actions
+                .entry(gate.correlation_key.clone())
+                .or_default() += 1;
+            Vec::new()
+        }
+        Event::ExecutionResumed(resumed) if resumed.event_type == InboundAction::EVENT_TYPE => {
+            if let Some(count) = exec.waiting_actions.get_mut(&resumed.correlation_key) {
+                *count -= 1;
+                if *count == 0 {
+                    exec.waiting_actions.remove(&resumed.correlation_key);
                 }
             }
             Vec::new()

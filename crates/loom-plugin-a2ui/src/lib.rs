@@ -11,13 +11,20 @@
 //!   replies checked against the call issued. No clock, no randomness.
 //! - [`SurfaceHub`]: the kernel projection that feeds bridges from durable events only, serves
 //!   late and reconnecting clients (`createSurface` with the current masked model, then live
-//!   updates, no gap, no duplicate) and catches up from the store after a restart.
+//!   updates, no gap, no duplicate) and catches up from the store after a restart; it names
+//!   surfaces on the wire by an application's scheme ([`per_execution_wire_id`]) while the
+//!   log keeps the flow's names.
 //! - Function calls answered by the client: grain A ([`call_and_wait`], a gate whose request is
 //!   durable before it is sent, LD-008) and grain B ([`register_a2ui_call_function`], the
 //!   `a2ui.callFunction` effect, not idempotent).
 //! - [`delete_surface`]: a flow deletes its surface; the hub sends `deleteSurface` once that is
 //!   durable and ends the surface's subscriptions.
-//! - The [`Transport`] trait; the plugin ships no transport.
+//! - [`RendererEdge`]: renderer sessions opened for a caller the application's
+//!   [`SessionAuthenticator`] grants, bound to (execution, surface) pairs; every inbound
+//!   message bounded ([`Limits`]), checked against the binding and sent through the kernel's
+//!   inbound seam as that caller; the edge is also the resume authenticator for renderer
+//!   sessions and the grain-B [`Transport`] over them.
+//! - The [`Transport`] trait; the plugin ships no network transport.
 //!
 //! # What it must not depend on
 //! Nothing depends on this crate among the Loom library crates; it builds on `loom-kernel`,
@@ -28,8 +35,10 @@
     warn(clippy::unwrap_used, clippy::print_stdout, clippy::print_stderr)
 )]
 
+mod action_binding;
 mod bridge;
 mod catalog;
+mod edge;
 mod effect;
 mod gate;
 mod hub;
@@ -39,18 +48,26 @@ mod wire;
 pub use bridge::{A2UISurfaceBridge, BridgeError, FunctionResult, InboundAction, IngestError};
 pub use catalog::{
     AllowedCallers, BASIC_CATALOG_ID, CATALOG_PLACEHOLDER_ID, COMMON_TYPES_ID, CatalogDef,
-    CatalogError, Catalogs, ComponentError, FunctionDef, LOOM_CATALOG_ID, basic_catalog,
-    define_catalog, define_function, is_identifier, loom_catalog,
+    CatalogError, Catalogs, ComponentError, FunctionDef, LOOM_CATALOG_ID, RETURN_TYPES,
+    basic_catalog, define_catalog, define_function, is_identifier, loom_catalog,
+};
+pub use edge::{
+    Binding, Connection, FrameError, Grant, INBOUND_NAME, Limits, OpenError, Outbound, Received,
+    Refused, RendererEdge, RendererSession, SESSION_ATTRIBUTE, SessionAuthenticator,
+    agent_function_codes, check_frame, close_codes,
 };
 pub use effect::{
     CALL_FUNCTION_EFFECT, CallFunctionInput, CallFunctionOptions, RegisterError, Transport,
     TransportError, codes, register_a2ui_call_function,
 };
 pub use gate::{
-    CallAndWaitError, DELETE_DECISION, FUNCTION_RESULT_EVENT, FunctionRequest, REQUEST_DECISION,
-    call_and_wait, delete_surface,
+    ARGS_CHECKED, CallAndWaitError, DELETE_DECISION, FUNCTION_RESULT_EVENT, FunctionRequest,
+    REQUEST_DECISION, call_and_wait, delete_surface,
 };
-pub use hub::{HubError, SUBSCRIBER_BUFFER, SurfaceHub, SurfaceSpec, SurfaceSubscription};
+pub use hub::{
+    HubError, SUBSCRIBER_BUFFER, SurfaceHub, SurfaceSpec, SurfaceSubscription, WireIds,
+    per_execution_wire_id,
+};
 pub use message_schema::MessageSchema;
 pub use wire::{
     Action, AgentMessage, CallAgentFunction, CallRendererFunction, CreateSurface, DeleteSurface,

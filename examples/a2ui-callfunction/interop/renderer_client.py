@@ -79,7 +79,7 @@ async def session(url, catalogs):
             async for text in socket:
                 message = json.loads(text)
                 if "deleteSurface" in message:
-                    surface = processor.model.surfaces.get(SURFACE)
+                    surface = processor.model.surfaces.get(message["deleteSurface"]["surfaceId"])
                     model = surface.data_model.get("/") if surface is not None else None
                     sys.stdout.write("RENDERER_MODEL " + json.dumps(model) + "\n")
                     sys.stdout.flush()

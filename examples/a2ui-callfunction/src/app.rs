@@ -11,7 +11,7 @@ use loom_kernel::{FlowCtx, FlowError, FlowSet, GateOutcome, Runtime, RuntimeBuil
 use loom_plugin_a2ui::{
     AllowedCallers, CALL_FUNCTION_EFFECT, CallFunctionInput, CallFunctionOptions, CatalogDef,
     Catalogs, LOOM_CATALOG_ID, SurfaceHub, Transport, call_and_wait, define_catalog,
-    define_function, delete_surface, register_a2ui_call_function,
+    define_function, delete_surface, per_execution_wire_id, register_a2ui_call_function,
 };
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value, json};
@@ -116,9 +116,11 @@ pub fn components() -> Vec<Value> {
     ]
 }
 
-/// The hub that projects the flow's surface onto the A2UI wire.
+/// The hub that projects the flow's surface onto the A2UI wire, one surface id per execution
+/// there (`checkout@checkout-1`): a renderer may show several executions' checkouts.
 pub fn hub() -> SurfaceHub {
     SurfaceHub::one_surface(catalogs(), classification(), SURFACE, components())
+        .with_wire_ids(per_execution_wire_id)
 }
 
 /// One line of an order.

@@ -148,6 +148,8 @@ type Socket =
 async fn session(options: &ClientOptions, mut socket: Socket) -> Result<End> {
     let mut model = Value::Null;
     let mut created = false;
+    // The id the server names the surface by on the wire, from its createSurface.
+    let mut surface_id = SURFACE.to_owned();
     let mut deleted = false;
     let mut clicked = false;
     loop {
@@ -180,6 +182,7 @@ async fn session(options: &ClientOptions, mut socket: Socket) -> Result<End> {
         match message {
             AgentMessage::CreateSurface(create) => {
                 created = true;
+                surface_id = create.surface_id.clone();
                 model = Value::Object(create.data_model.unwrap_or_default());
                 narrate::say(format!(
                     "client: surface `{}` shown, card on screen: {}",
@@ -231,7 +234,7 @@ async fn session(options: &ClientOptions, mut socket: Socket) -> Result<End> {
             narrate::say("client: clicking Approve");
             replies.push(json!({"version": "v1.0", "action": {
                 "name": APPROVE,
-                "surfaceId": SURFACE,
+                "surfaceId": surface_id,
                 "sourceComponentId": "approve",
                 "timestamp": timestamp(),
                 "context": {"orderId": model["order"]["id"]},

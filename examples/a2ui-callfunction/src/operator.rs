@@ -22,6 +22,9 @@ use crate::transport::NoRenderer;
 
 /// Who records the verdicts, for the audit trail.
 pub const OPERATOR: &str = "operator";
+/// The environment variable holding the admin token, for the server and the operator's
+/// commands that go through it.
+pub const ADMIN_TOKEN_ENV: &str = "LOOM_ADMIN_TOKEN";
 
 /// The error code of a `--failed` verdict.
 pub const FAILED_BY_OPERATOR: &str = "operator.failed";
@@ -156,8 +159,16 @@ async fn resolve_on<S: EventStore>(
 }
 
 async fn ask(url: &str, request: &AdminRequest) -> Result<Value> {
+    use tokio_tungstenite::tungstenite::client::IntoClientRequest;
     let admin = format!("{}/operator", url.trim_end_matches('/'));
-    let (mut socket, _) = tokio_tungstenite::connect_async(admin.as_str())
+    // The server answers only the holder of its admin token.
+    let token = std::env::var(ADMIN_TOKEN_ENV)
+        .with_context(|| format!("{ADMIN_TOKEN_ENV} must hold the server's admin token"))?;
+    let mut upgrade = admin.as_str().into_client_request()?;
+    upgrade
+        .headers_mut()
+        .insert("authorization", format!("Bearer {token}").parse()?);
+    let (mut socket, _) = tokio_tungstenite::connect_async(upgrade)
         .await
         .with_context(|| format!("connecting to {admin}"))?;
     socket

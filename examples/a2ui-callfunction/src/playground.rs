@@ -10,8 +10,9 @@
 //!   surface model, masked, after each `SURFACE_PATCH`).
 //! - `POST /playground/v1/{execution}/{surface}/messages?session=N` with
 //!   `Authorization: Bearer <token>`: one A2UI renderer message (an `action`, a
-//!   `rendererFunctionResponse`), routed exactly as a WebSocket frame is ([`server::inbound`]:
-//!   an action goes through the hub's `ingest_action` and resumes its gate).
+//!   `rendererFunctionResponse`), taken by the stream's session exactly as a WebSocket frame
+//!   is (`RendererSession::receive`: checked against the session's execution and surface,
+//!   then sent through the runtime's inbound seam).
 //!
 //! `EventSource` cannot send headers, so the stream takes the token in its query; both compare
 //! it in constant time.
@@ -29,12 +30,30 @@ use axum::response::{IntoResponse, Redirect, Response};
 use axum::routing::{get, post};
 use loom_console::{bearer_matches, constant_time_eq, static_file};
 use loom_kernel::{Event, EventEnvelope, EventStore, EventStoreExt, ExecutionId};
+use loom_plugin_a2ui::{Connection, Received};
 use serde_json::{Value, json};
-use tokio::sync::{broadcast, mpsc};
+use tokio::sync::{broadcast, mpsc, oneshot};
 
 use crate::app;
 use crate::narrate::Direction;
 use crate::server::{self, AppState};
+use crate::transport::OPERATOR_VERIFIED;
+
+/// A message POSTed for a playground session, with where its outcome goes.
+pub(crate) struct Posted {
+    bytes: Vec<u8>,
+    outcome: oneshot::Sender<Result<String, String>>,
+}
+
+/// The playground's open sessions, by id: each takes the messages POSTed for it.
+#[derive(Default)]
+pub(crate) struct Inboxes(std::sync::Mutex<BTreeMap<u64, mpsc::Sender<Posted>>>);
+
+impl Inboxes {
+    fn lock(&self) -> std::sync::MutexGuard<'_, BTreeMap<u64, mpsc::Sender<Posted>>> {
+        self.0.lock().unwrap_or_else(|p| p.into_inner())
+    }
+}
 
 const HTML: &str = include_str!("../web/playground.html");
 const JS: &str = include_str!("../web/playground.js");
@@ -110,8 +129,8 @@ fn sse(kind: &str, data: &Value) -> SseEvent {
     SseEvent::default().event(kind).data(data.to_string())
 }
 
-/// One playground renderer session: registered with the transport like a WebSocket one, it
-/// lasts until the page goes away.
+/// One playground renderer session: opened by the edge like a WebSocket one (for the operator
+/// the server checked the admin token of), it lasts until the page goes away.
 async fn session<S: EventStore>(
     state: Arc<AppState<S>>,
     execution: ExecutionId,
@@ -120,25 +139,28 @@ async fn session<S: EventStore>(
 ) {
     // Subscribed before the log is read, so no event falls between the two.
     let mut events = state.events.subscribe();
-    let (id, mut outbox) = state.sessions.open(execution.as_str(), &surface, None);
-    let subscription = state
-        .hub
-        .subscribe(state.runtime.store(), &execution, &surface)
-        .await;
+    let connection = Connection {
+        execution: execution.to_string(),
+        surface_id: surface.clone(),
+        credentials: BTreeMap::from([(OPERATOR_VERIFIED.to_owned(), "yes".to_owned())]),
+        answers: None,
+    };
+    let session = state.edge.open(&state.runtime, &connection).await;
     let log = state.runtime.store().read_all(&execution).await;
-    let (mut subscription, log) = match (subscription, log) {
-        (Ok(subscription), Ok(log)) => (subscription, log),
+    let (mut session, log) = match (session, log) {
+        (Ok(session), Ok(log)) => (session, log),
         (Err(error), _) => {
             let _ = tx.send(sse("failure", &json!(error.to_string()))).await;
-            state.sessions.close(id);
             return;
         }
         (_, Err(error)) => {
             let _ = tx.send(sse("failure", &json!(error.to_string()))).await;
-            state.sessions.close(id);
             return;
         }
     };
+    let id = session.id();
+    let (inbox, mut posted) = mpsc::channel::<Posted>(16);
+    state.playground.lock().insert(id, inbox);
     let wire = |message: &loom_plugin_a2ui::AgentMessage| {
         let value = message.to_value();
         server::wire_note(Direction::AgentToRenderer, id, value.clone());
@@ -151,7 +173,7 @@ async fn session<S: EventStore>(
         out.push(event_of(envelope));
     }
     out.extend(model_of(&state, &execution, &surface));
-    for message in std::mem::take(&mut subscription.initial) {
+    for message in session.take_initial() {
         out.push(wire(&message));
     }
     let mut open = true;
@@ -162,20 +184,30 @@ async fn session<S: EventStore>(
     while open {
         tokio::select! {
             () = tx.closed() => break,
-            update = subscription.next(), if !deleted => match update {
-                Some(message) => open = tx.send(wire(&message)).await.is_ok(),
-                // Fell behind: the page's event source reconnects and resynchronises.
-                None if subscription.lagged() => break,
-                None => deleted = true,
-            },
-            outgoing = outbox.recv() => match outgoing {
-                Some(outgoing) => {
-                    open = tx.send(wire(&outgoing.message)).await.is_ok();
+            outbound = session.next(), if !deleted => match outbound {
+                Some(outbound) => {
+                    open = tx.send(wire(&outbound.message)).await.is_ok();
                     if open {
-                        let _ = outgoing.sent.send(());
+                        outbound.written();
                     }
                 }
-                None => break,
+                // Fell behind: the page's event source reconnects and resynchronises.
+                None if session.lagged() => break,
+                None => deleted = true,
+            },
+            post = posted.recv() => {
+                let Some(post) = post else { break };
+                let outcome = session.receive(&state.runtime, &post.bytes).await;
+                server::tell(id, &post.bytes, &outcome);
+                let answer = match outcome {
+                    Ok(Received::Answered(message)) => {
+                        open = tx.send(wire(&message)).await.is_ok();
+                        Ok("callAgentFunction answered in band".to_owned())
+                    }
+                    Ok(received) => Ok(format!("{received:?}")),
+                    Err(refused) => Err(refused.to_string()),
+                };
+                let _ = post.outcome.send(answer);
             },
             received = events.recv() => match received {
                 Ok(envelope) if envelope.execution_id == execution && envelope.seq > seen => {
@@ -204,7 +236,7 @@ async fn session<S: EventStore>(
             },
         }
     }
-    state.sessions.close(id);
+    state.playground.lock().remove(&id);
 }
 
 fn event_of(envelope: &EventEnvelope) -> SseEvent {
@@ -239,15 +271,35 @@ async fn message<S: EventStore>(
     if !bearer_matches(&headers, &state.token) {
         return unauthorized();
     }
-    let Ok(execution) = ExecutionId::new(execution) else {
-        return refused(StatusCode::BAD_REQUEST, "not an execution id");
-    };
+    // The session knows its execution and surface; the path only names them for the page.
+    let _ = (execution, surface);
     let session = query
         .get("session")
         .and_then(|s| s.parse::<u64>().ok())
         .unwrap_or(0);
-    match server::inbound(&state, session, &execution, &surface, &body).await {
-        Ok(text) => axum::Json(json!({"ok": text})).into_response(),
-        Err(text) => refused(StatusCode::UNPROCESSABLE_ENTITY, text),
+    let Some(inbox) = state.playground.lock().get(&session).cloned() else {
+        return refused(
+            StatusCode::NOT_FOUND,
+            format!("no playground session #{session}"),
+        );
+    };
+    let (outcome, answer) = oneshot::channel();
+    let posted = Posted {
+        bytes: body.to_vec(),
+        outcome,
+    };
+    if inbox.send(posted).await.is_err() {
+        return refused(
+            StatusCode::GONE,
+            format!("playground session #{session} ended"),
+        );
+    }
+    match answer.await {
+        Ok(Ok(text)) => axum::Json(json!({"ok": text})).into_response(),
+        Ok(Err(text)) => refused(StatusCode::UNPROCESSABLE_ENTITY, text),
+        Err(_) => refused(
+            StatusCode::GONE,
+            format!("playground session #{session} ended"),
+        ),
     }
 }

@@ -1,14 +1,17 @@
 //! The server: Loom on the embedded store (or PostgreSQL), the A2UI wire over WebSocket (JSON text frames, one
 //! socket per client session), and the operator's admin socket.
 //!
-//! - `GET /a2ui/{execution}/{surface}[?answers=f,g]`: a renderer's session (naming the
-//!   functions it answers, all by default). It gets `createSurface` with the
-//!   current masked model and any pending function call, then every update as it becomes
-//!   durable; it sends actions and function replies. A renderer that reconnects gets the
-//!   surface again, then live updates.
-//! - `GET /operator`: one JSON request per text frame, one answer each: `{"op": "list"}` lists
-//!   the steps in doubt, `{"op": "resolve", "execution", "step", "verdict"}` records a verdict
-//!   (see [`crate::operator`]).
+//! - `GET /a2ui/{execution}/{surface}[?answers=f,g][&token=t]`: a renderer's session (naming
+//!   the functions it answers, all by default), opened by the plugin's [`RendererEdge`] for
+//!   the caller [`RendererAccess`] grants; refused with close code 1008 and a reason
+//!   otherwise. It gets `createSurface` with the current masked model and any pending function
+//!   call, then every update as it becomes durable; it sends actions and function replies,
+//!   which the edge checks against the session's execution and surface. A renderer that
+//!   reconnects gets the surface again, then live updates.
+//! - `GET /operator` with `Authorization: Bearer <admin token>` (refused with 401 without it,
+//!   on every address): one JSON request per text frame, one answer each: `{"op": "list"}`
+//!   lists the steps in doubt, `{"op": "resolve", "execution", "step", "verdict"}` records a
+//!   verdict (see [`crate::operator`]).
 //! - `/admin/...`: the console's admin API and web console ([`loom_console::admin_router`]),
 //!   mounted when the listener is on loopback, guarded by a token made at start (or given) and
 //!   told in the narration as a link, `http://127.0.0.1:<port>/admin/#token=...`.
@@ -23,15 +26,16 @@ use std::time::Duration;
 
 use anyhow::{Context, Result};
 use axum::Router;
-use axum::extract::ws::{Message, WebSocket, WebSocketUpgrade};
-use axum::extract::{Path, Query, State};
-use axum::response::Response;
+use axum::extract::ws::{CloseFrame, Message, WebSocket, WebSocketUpgrade};
+use axum::extract::{ConnectInfo, Path, Query, State};
+use axum::http::{HeaderMap, StatusCode, header};
+use axum::response::{IntoResponse, Response};
 use axum::routing::get;
 use futures::{SinkExt, StreamExt};
 use loom_console::AdminConfig;
-use loom_kernel::{Caller, Projection, Runtime, StartOptions};
 use loom_kernel::{Event, EventEnvelope, EventStore, ExecutionId};
-use loom_plugin_a2ui::{AgentMessage, RendererMessage};
+use loom_kernel::{Projection, Runtime, StartOptions};
+use loom_plugin_a2ui::{AgentMessage, Connection, Received, Refused, RendererEdge};
 use loom_plugin_a2ui::{CALL_FUNCTION_EFFECT, SurfaceHub};
 use serde_json::Value;
 use tokio::sync::{Notify, broadcast};
@@ -41,7 +45,7 @@ use crate::narrate::{self, Direction, Note};
 use crate::operator::{self, AdminRequest};
 use crate::playground;
 use crate::store::AnyStore;
-use crate::transport::{Sessions, WsTransport};
+use crate::transport::{self, CrashAfterSubmit, RendererAccess};
 
 /// How the server runs; also the `server` command's arguments.
 #[derive(Debug, Clone, clap::Args)]
@@ -68,12 +72,19 @@ pub struct ServerOptions {
     /// the `LOOM_ADMIN_TOKEN` environment variable.
     #[arg(skip = std::env::var("LOOM_ADMIN_TOKEN").ok())]
     pub admin_token: Option<String>,
+    /// The token a renderer presents (`?token=` or `Authorization: Bearer`); without one, only
+    /// renderers on this machine (loopback peers) may open a session. On the command line: the
+    /// `LOOM_RENDERER_TOKEN` environment variable.
+    #[arg(skip = std::env::var("LOOM_RENDERER_TOKEN").ok())]
+    pub renderer_token: Option<String>,
 }
 
 pub(crate) struct AppState<S: EventStore> {
     pub(crate) runtime: Runtime<S>,
     pub(crate) hub: SurfaceHub,
-    pub(crate) sessions: Arc<Sessions>,
+    pub(crate) edge: RendererEdge,
+    /// The playground's open sessions, by id: where its POSTed messages go.
+    pub(crate) playground: playground::Inboxes,
     /// Every durable event, as it is recorded (for the playground's streams).
     pub(crate) events: broadcast::Sender<EventEnvelope>,
     /// The token the admin API and the playground require.
@@ -199,19 +210,31 @@ pub async fn serve(options: ServerOptions) -> Result<()> {
 
 /// [`serve`] on the store it opened.
 async fn serve_on<S: EventStore>(store: S, options: ServerOptions) -> Result<()> {
-    let sessions = Sessions::new(options.crash_after_submit);
     let hub = app::hub();
+    let execution = ExecutionId::new(options.execution.clone())?;
+    let edge = RendererEdge::new(
+        hub.clone(),
+        RendererAccess::new(execution.clone(), options.renderer_token.clone()),
+    );
+    let transport = if options.crash_after_submit {
+        Arc::new(CrashAfterSubmit::new(edge.transport()))
+    } else {
+        edge.transport()
+    };
     let ended = Arc::new(Notify::new());
     let (events, _) = broadcast::channel(1024);
     let narrator = Narrator {
         ended: ended.clone(),
         events: events.clone(),
     };
-    let runtime = app::compose(store, &hub, Arc::new(WsTransport(sessions.clone())))?
+    // Every renderer message goes through the edge's inbound handler as its session's caller,
+    // and the edge decides which gates a session's caller may resume.
+    let runtime = app::compose(store, &hub, transport)?
+        .plugin(&edge)
+        .resume_authenticator(edge.clone())
         .plugin(&narrator)
         .build()
         .context("composing the runtime")?;
-    let execution = ExecutionId::new(options.execution.clone())?;
 
     let listener = tokio::net::TcpListener::bind(options.addr)
         .await
@@ -230,7 +253,8 @@ async fn serve_on<S: EventStore>(store: S, options: ServerOptions) -> Result<()>
     let state = Arc::new(AppState {
         runtime: runtime.clone(),
         hub: hub.clone(),
-        sessions: sessions.clone(),
+        edge: edge.clone(),
+        playground: playground::Inboxes::default(),
         events,
         token: token.clone(),
     });
@@ -266,7 +290,13 @@ async fn serve_on<S: EventStore>(store: S, options: ServerOptions) -> Result<()>
     }
     // Renderers are served once the execution exists: a renderer that connects early waits in
     // the listener's backlog rather than see an empty surface.
-    let server = tokio::spawn(async move { axum::serve(listener, router).await });
+    let server = tokio::spawn(async move {
+        axum::serve(
+            listener,
+            router.into_make_service_with_connect_info::<SocketAddr>(),
+        )
+        .await
+    });
     // What is served, for RUST_LOG=info (the token stays out of logs: it is a credential).
     tracing::info!(
         renderers = %format!("ws://{addr}/a2ui/{{execution}}/{{surface}}"),
@@ -315,7 +345,7 @@ async fn serve_on<S: EventStore>(store: S, options: ServerOptions) -> Result<()>
     }
     // Let the renderers take the last messages and go (they close after `deleteSurface`).
     for _ in 0..50 {
-        if sessions.is_empty() {
+        if edge.session_count() == 0 {
             break;
         }
         tokio::time::sleep(Duration::from_millis(100)).await;
@@ -334,20 +364,45 @@ async fn serve_on<S: EventStore>(store: S, options: ServerOptions) -> Result<()>
 
 async fn renderer_socket<S: EventStore>(
     ws: WebSocketUpgrade,
+    ConnectInfo(peer): ConnectInfo<SocketAddr>,
     Path((execution, surface)): Path<(String, String)>,
     Query(query): Query<BTreeMap<String, String>>,
+    headers: HeaderMap,
     State(state): State<Arc<AppState<S>>>,
 ) -> Response {
-    let answers = query
-        .get("answers")
-        .map(|names| names.split(',').map(str::to_owned).collect());
-    ws.on_upgrade(move |socket| renderer_session(state, socket, execution, surface, answers))
+    let mut credentials = BTreeMap::from([(transport::PEER.to_owned(), peer.to_string())]);
+    if let Some(token) = query.get("token").cloned().or_else(|| bearer(&headers)) {
+        credentials.insert(transport::TOKEN.to_owned(), token);
+    }
+    let connection = Connection {
+        execution,
+        surface_id: surface,
+        credentials,
+        answers: query
+            .get("answers")
+            .map(|names| names.split(',').map(str::to_owned).collect()),
+    };
+    // The socket refuses a larger frame before reading it (1009).
+    let limit = state.edge.limits().max_frame_bytes;
+    ws.max_message_size(limit)
+        .max_frame_size(limit)
+        .on_upgrade(move |socket| renderer_session(state, socket, connection))
+}
+
+fn bearer(headers: &HeaderMap) -> Option<String> {
+    let value = headers.get(header::AUTHORIZATION)?.to_str().ok()?;
+    value.strip_prefix("Bearer ").map(str::to_owned)
 }
 
 async fn admin_socket<S: EventStore>(
     ws: WebSocketUpgrade,
+    headers: HeaderMap,
     State(state): State<Arc<AppState<S>>>,
 ) -> Response {
+    // Verdicts need the admin token whatever the listen address.
+    if !loom_console::bearer_matches(&headers, &state.token) {
+        return (StatusCode::UNAUTHORIZED, "the admin token is required").into_response();
+    }
     ws.on_upgrade(move |socket| admin_session(state, socket))
 }
 
@@ -359,155 +414,142 @@ pub(crate) fn wire_note(direction: Direction, session: u64, message: Value) {
     });
 }
 
+/// A close frame with `code` and `reason` (cut to what a close frame carries).
+fn close(code: u16, reason: &str) -> Message {
+    let mut cut = reason.len().min(120);
+    while !reason.is_char_boundary(cut) {
+        cut -= 1;
+    }
+    Message::Close(Some(CloseFrame {
+        code,
+        reason: reason[..cut].to_owned().into(),
+    }))
+}
+
+/// The close frame for a frame the socket could not read: too large (1009) or not UTF-8
+/// (1007); `Err` with the error for a connection that failed (nothing to close).
+fn read_error_close(error: axum::Error) -> Result<Message, String> {
+    use tokio_tungstenite::tungstenite::Error as WsError;
+    let error = error.into_inner();
+    match error.downcast_ref::<WsError>() {
+        Some(WsError::Capacity(detail)) => Ok(close(1009, &detail.to_string())),
+        Some(WsError::Utf8(_)) => Ok(close(1007, "a text frame that is not UTF-8")),
+        _ => Err(error.to_string()),
+    }
+}
+
 async fn renderer_session<S: EventStore>(
     state: Arc<AppState<S>>,
     socket: WebSocket,
-    execution: String,
-    surface: String,
-    answers: Option<Vec<String>>,
+    connection: Connection,
 ) {
-    let Ok(execution_id) = ExecutionId::new(execution.clone()) else {
-        return;
-    };
-    let (session, mut outbox) = state.sessions.open(&execution, &surface, answers);
-    narrate::say(format!(
-        "renderer session #{session} opened on {execution}/{surface}"
-    ));
     let (mut sink, mut stream) = socket.split();
-    let subscription = state
-        .hub
-        .subscribe(state.runtime.store(), &execution_id, &surface)
-        .await;
-    let mut subscription = match subscription {
-        Ok(subscription) => subscription,
+    let where_ = format!("{}/{}", connection.execution, connection.surface_id);
+    let mut session = match state.edge.open(&state.runtime, &connection).await {
+        Ok(session) => session,
         Err(error) => {
-            narrate::say(format!("session #{session}: cannot subscribe: {error}"));
-            state.sessions.close(session);
+            narrate::say(format!(
+                "renderer session on {where_} refused, nothing kept: {error}"
+            ));
+            let _ = sink
+                .send(close(error.close_code(), &error.to_string()))
+                .await;
             return;
         }
     };
+    let id = session.id();
+    narrate::say(format!(
+        "renderer session #{id} opened on {where_} for {}",
+        session.caller()
+    ));
     let send = |message: &AgentMessage| {
         let value = message.to_value();
         let text = value.to_string();
-        wire_note(Direction::AgentToRenderer, session, value);
+        wire_note(Direction::AgentToRenderer, id, value);
         Message::Text(text.into())
     };
     let mut open = true;
-    for message in std::mem::take(&mut subscription.initial) {
+    for message in session.take_initial() {
         if sink.send(send(&message)).await.is_err() {
             open = false;
             break;
         }
     }
-    let mut ended = "the renderer went away";
+    let mut ended = "the renderer went away".to_owned();
     while open {
         tokio::select! {
-            update = subscription.next() => match update {
-                Some(message) => open = sink.send(send(&message)).await.is_ok(),
+            outbound = session.next() => match outbound {
+                Some(outbound) => {
+                    open = sink.send(send(&outbound.message)).await.is_ok();
+                    if open {
+                        outbound.written();
+                    }
+                }
                 None => {
-                    ended = if subscription.lagged() {
-                        "the renderer fell behind (it reconnects to resynchronise)"
+                    ended = if session.lagged() {
+                        "the renderer fell behind (it reconnects to resynchronise)".into()
                     } else {
-                        "the surface is deleted"
+                        "the surface is deleted".into()
                     };
                     break;
                 }
             },
-            outgoing = outbox.recv() => match outgoing {
-                Some(outgoing) => {
-                    open = sink.send(send(&outgoing.message)).await.is_ok();
-                    if open {
-                        let _ = outgoing.sent.send(());
+            frame = stream.next() => {
+                let bytes = match frame {
+                    Some(Ok(Message::Text(text))) => text.as_bytes().to_vec(),
+                    Some(Ok(Message::Binary(bytes))) => bytes.to_vec(),
+                    Some(Ok(Message::Close(_))) | None => break,
+                    Some(Ok(_)) => continue,
+                    Some(Err(error)) => {
+                        match read_error_close(error) {
+                            Ok(close) => {
+                                ended = format!("an unreadable frame: {close:?}");
+                                let _ = sink.send(close).await;
+                            }
+                            Err(error) => ended = format!("the connection failed: {error}"),
+                        }
+                        break;
                     }
+                };
+                let outcome = session.receive(&state.runtime, &bytes).await;
+                tell(id, &bytes, &outcome);
+                match outcome {
+                    Ok(Received::Answered(answer)) => open = sink.send(send(&answer)).await.is_ok(),
+                    Ok(_) => {}
+                    Err(refused) => if let Some(code) = refused.close_code() {
+                        ended = format!("closed with {code}: {refused}");
+                        let _ = sink.send(close(code, &refused.to_string())).await;
+                        break;
+                    },
                 }
-                None => break,
-            },
-            frame = stream.next() => match frame {
-                Some(Ok(Message::Text(text))) => {
-                    let _ = inbound(&state, session, &execution_id, &surface, text.as_bytes()).await;
-                }
-                Some(Ok(Message::Close(_))) | None | Some(Err(_)) => break,
-                Some(Ok(_)) => {}
             },
         }
     }
-    state.sessions.close(session);
+    drop(session);
     let _ = sink.send(Message::Close(None)).await;
-    narrate::say(format!("renderer session #{session} closed: {ended}"));
+    narrate::say(format!("renderer session #{id} closed: {ended}"));
 }
 
-/// An A2UI message from a renderer (a WebSocket frame or a playground POST): an action resumes
-/// the Approve gate; a function reply answers a grain-B request in flight, or else resumes a
-/// grain-A gate. Anything refused is told and records nothing.
-pub(crate) async fn inbound<S: EventStore>(
-    state: &AppState<S>,
-    session: u64,
-    execution: &ExecutionId,
-    surface: &str,
-    bytes: &[u8],
-) -> Result<String, String> {
+/// Tells what a renderer sent on session `session` and what became of it. Anything refused
+/// records nothing.
+pub(crate) fn tell(session: u64, bytes: &[u8], outcome: &Result<Received, Refused>) {
     let value = serde_json::from_slice::<Value>(bytes)
         .unwrap_or_else(|_| Value::String(String::from_utf8_lossy(bytes).into_owned()));
     wire_note(Direction::RendererToAgent, session, value);
-    let caller = renderer_caller(session);
-    let outcome = match RendererMessage::parse(bytes) {
-        Ok(RendererMessage::Action(_)) => state
-            .hub
-            .deliver_action_as(&state.runtime, &caller, execution, surface, bytes)
-            .await
-            .map(|action| format!("action `{}` resumes its gate", action.name))
-            .map_err(|e| e.to_string()),
-        Ok(RendererMessage::RendererFunctionResponse(reply)) => {
-            reply_to(state, &caller, surface, &reply.function_call_id, bytes).await
+    let text = match outcome {
+        Ok(Received::Action { name }) => format!("action `{name}` resumes its gate"),
+        Ok(Received::FunctionReply { call_id, name }) => {
+            format!("reply to {call_id} ({name}) resumes its gate")
         }
-        Ok(RendererMessage::Error(error)) => match &error.function_call_id {
-            Some(call_id) => reply_to(state, &caller, surface, call_id, bytes).await,
-            None => Ok(format!(
-                "the renderer reports {}: {}",
-                error.code, error.message
-            )),
-        },
-        Ok(_) => Err("this agent implements no function for the renderer to call".into()),
-        Err(error) => Err(error.to_string()),
+        Ok(Received::StepReply { call_id }) => format!("reply to {call_id} handed to its step"),
+        Ok(Received::Answered(_)) => "callAgentFunction answered in band".to_owned(),
+        Ok(Received::RendererError { code, message }) => {
+            format!("the renderer reports {code}: {message}")
+        }
+        Ok(other) => format!("{other:?}"),
+        Err(refused) => format!("refused, nothing recorded: {refused}"),
     };
-    match &outcome {
-        Ok(text) => narrate::say(format!("session #{session}: {text}")),
-        Err(text) => narrate::say(format!(
-            "session #{session}: refused, nothing recorded: {text}"
-        )),
-    }
-    outcome
-}
-
-/// Who a renderer session's messages come from, for the runtime's resume authenticator: the
-/// session the server accepted, never what a message says (LD-019).
-fn renderer_caller(session: u64) -> Caller {
-    Caller::new(format!("renderer-session-{session}"))
-        .and_then(|caller| caller.with_attribute("via", "a2ui"))
-        .unwrap_or_else(|_| Caller::anonymous())
-}
-
-async fn reply_to<S: EventStore>(
-    state: &AppState<S>,
-    caller: &Caller,
-    surface: &str,
-    call_id: &str,
-    bytes: &[u8],
-) -> Result<String, String> {
-    if state.sessions.deliver(call_id, bytes.to_vec()) {
-        return Ok(format!("reply to {call_id} handed to its step"));
-    }
-    state
-        .hub
-        .deliver_function_response_as(&state.runtime, caller, surface, bytes)
-        .await
-        .map(|result| {
-            format!(
-                "reply to {} ({}) resumes its gate",
-                result.call_id, result.name
-            )
-        })
-        .map_err(|e| e.to_string())
+    narrate::say(format!("session #{session}: {text}"));
 }
 
 async fn admin_session<S: EventStore>(state: Arc<AppState<S>>, mut socket: WebSocket) {

@@ -69,6 +69,9 @@ struct Cast {
     exits: std::collections::BTreeMap<String, ExitStatus>,
     /// How many times each process told it connected.
     connects: std::collections::BTreeMap<String, usize>,
+    /// The admin token every process of the story is given: the server requires it of the
+    /// operator's commands that go through it.
+    admin_token: String,
 }
 
 impl Drop for Cast {
@@ -87,6 +90,7 @@ impl Cast {
         let mut child = Command::new(program)
             .args(args)
             .env(CHILD_ENV, "1")
+            .env(crate::operator::ADMIN_TOKEN_ENV, &self.admin_token)
             .stdin(Stdio::null())
             .stdout(Stdio::piped())
             .stderr(Stdio::inherit())
@@ -338,6 +342,10 @@ pub fn run(options: &StoryOptions) -> Result<StoryReport> {
         renderer_models: Vec::new(),
         exits: Default::default(),
         connects: Default::default(),
+        admin_token: match std::env::var(crate::operator::ADMIN_TOKEN_ENV) {
+            Ok(token) => token,
+            Err(_) => loom_console::random_token().context("making the admin token")?,
+        },
     };
     let (store_arg, schema_args) = match &options.postgres {
         Some((url, schema)) => {

@@ -1,236 +1,140 @@
-//! The plugin's [`Transport`] over the server's WebSocket sessions.
+//! Grain B's transport: the plugin's [`RendererEdge::transport`] over the server's renderer
+//! sessions, with the story's crash on the way back; and who may open a renderer session.
 //!
-//! A grain-B request goes to the oldest live session showing the request's surface and answering
+//! A grain-B request goes to the oldest open session of its execution and surface that answers
 //! the function (a renderer may name the functions it answers in its URL, `?answers=getLocale`;
-//! it answers all of them otherwise), waiting for one to connect within the effect's request
-//! timeout; the reply comes back on that socket and
-//! is matched by its call id. A session that closes with a request sent and unanswered makes the
-//! request [`TransportError::Lost`]: the renderer may have run it, and the step is in doubt.
+//! it answers all of them otherwise); only a session of that binding may answer it, and only
+//! while the call is in flight. A session that closes with a request sent and unanswered makes
+//! the request lost: the renderer may have run it, and the step is in doubt.
 
-use std::collections::BTreeMap;
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::net::SocketAddr;
+use std::sync::Arc;
 
 use futures::FutureExt;
 use futures::future::BoxFuture;
-use loom_plugin_a2ui::AgentMessage;
+use loom_console::constant_time_eq;
+use loom_kernel::{Caller, ExecutionId};
+use loom_plugin_a2ui::{AgentMessage, Binding, Connection, Grant, SessionAuthenticator};
 use loom_plugin_a2ui::{Transport, TransportError};
-use tokio::sync::{Notify, mpsc, oneshot};
 use tokio_util::sync::CancellationToken;
 
+use crate::app::SURFACE;
 use crate::narrate;
 
-/// A message a session is asked to send, with a signal once it is written to the socket.
-#[derive(Debug)]
-pub struct Outgoing {
-    /// What to send.
-    pub message: AgentMessage,
-    /// Fired once it is written to the socket.
-    pub sent: oneshot::Sender<()>,
-}
+/// The connection credential holding the peer's address, set by the server.
+pub const PEER: &str = "peer";
+/// The connection credential holding the token the renderer presented (`?token=` or
+/// `Authorization: Bearer`), set by the server.
+pub const TOKEN: &str = "token";
+/// The connection credential the server sets once it has checked the admin token itself (the
+/// playground's stream).
+pub const OPERATOR_VERIFIED: &str = "operator-verified";
 
-#[derive(Debug)]
-struct Session {
-    execution: String,
-    surface: String,
-    /// The functions this renderer answers (`?answers=a,b`); all when `None`.
-    answers: Option<Vec<String>>,
-    outbox: mpsc::UnboundedSender<Outgoing>,
-}
-
-#[derive(Debug)]
-struct Pending {
-    session: u64,
-    reply: oneshot::Sender<Vec<u8>>,
-}
-
-#[derive(Debug, Default)]
-struct State {
-    next_session: u64,
-    sessions: BTreeMap<u64, Session>,
-    pending: BTreeMap<String, Pending>,
-}
-
-/// The server's live sessions, and the grain-B requests in flight on them.
-#[derive(Debug, Default)]
-pub struct Sessions {
-    state: Mutex<State>,
-    changed: Notify,
-    /// Abort the process when the reply to `submitOrder` arrives, before it is recorded.
-    crash_after_submit: bool,
-}
-
-impl Sessions {
-    /// No sessions yet. With `crash_after_submit`, the process aborts on the first reply to
-    /// `submitOrder`, after the renderer ran it and before Loom records it.
-    pub fn new(crash_after_submit: bool) -> Arc<Self> {
-        Arc::new(Self {
-            crash_after_submit,
-            ..Self::default()
-        })
-    }
-
-    fn state(&self) -> MutexGuard<'_, State> {
-        self.state.lock().unwrap_or_else(|p| p.into_inner())
-    }
-
-    /// A new session showing `surface` of `execution`, answering `answers` (all functions when
-    /// `None`): its id and the messages to send on it.
-    pub fn open(
-        &self,
-        execution: &str,
-        surface: &str,
-        answers: Option<Vec<String>>,
-    ) -> (u64, mpsc::UnboundedReceiver<Outgoing>) {
-        let (outbox, receiver) = mpsc::unbounded_channel();
-        let id = {
-            let mut state = self.state();
-            state.next_session += 1;
-            let id = state.next_session;
-            state.sessions.insert(
-                id,
-                Session {
-                    execution: execution.to_owned(),
-                    surface: surface.to_owned(),
-                    answers,
-                    outbox,
-                },
-            );
-            id
-        };
-        self.changed.notify_waiters();
-        (id, receiver)
-    }
-
-    /// The session has closed: its unanswered requests are lost.
-    pub fn close(&self, id: u64) {
-        let mut state = self.state();
-        state.sessions.remove(&id);
-        state.pending.retain(|_, pending| pending.session != id);
-    }
-
-    /// Hands a reply to the request waiting for it; `false` if none waits (a grain-A reply).
-    pub fn deliver(&self, call_id: &str, reply: Vec<u8>) -> bool {
-        let pending = self.state().pending.remove(call_id);
-        match pending {
-            Some(pending) => {
-                let _ = pending.reply.send(reply);
-                true
-            }
-            None => false,
-        }
-    }
-
-    /// How many sessions are open.
-    pub fn len(&self) -> usize {
-        self.state().sessions.len()
-    }
-
-    /// Whether no session is open.
-    pub fn is_empty(&self) -> bool {
-        self.len() == 0
-    }
-
-    fn pick(
-        &self,
-        execution: &str,
-        surface: &str,
-        function: &str,
-    ) -> Option<(u64, mpsc::UnboundedSender<Outgoing>)> {
-        let state = self.state();
-        state
-            .sessions
-            .iter()
-            .find(|(_, s)| {
-                s.execution == execution
-                    && s.surface == surface
-                    && s.answers
-                        .as_ref()
-                        .is_none_or(|names| names.iter().any(|n| n == function))
-                    && !s.outbox.is_closed()
-            })
-            .map(|(id, s)| (*id, s.outbox.clone()))
-    }
-
-    async fn call_inner(
-        self: Arc<Self>,
-        request: AgentMessage,
-        cancel: CancellationToken,
-    ) -> Result<Vec<u8>, TransportError> {
-        let AgentMessage::CallRendererFunction(call) = &request else {
-            return Err(TransportError::NotDelivered(
-                "only callRendererFunction is sent as a request".into(),
-            ));
-        };
-        let call_id = call.function_call_id.clone();
-        let name = call.call.name.clone();
-        let surface = call.surface_id.clone().unwrap_or_default();
-        // The call id is the step's idempotency key, `executionId:stepId`.
-        let execution = call_id
-            .rsplit_once(':')
-            .map_or(call_id.as_str(), |(e, _)| e)
-            .to_owned();
-        let (session, outbox) = loop {
-            let changed = self.changed.notified();
-            if let Some(found) = self.pick(&execution, &surface, &name) {
-                break found;
-            }
-            tokio::select! {
-                () = changed => {}
-                () = cancel.cancelled() => return Err(TransportError::NotDelivered(format!("no renderer showed surface `{surface}` before the call was given up"))),
-            }
-        };
-        let (reply_tx, reply_rx) = oneshot::channel();
-        self.state().pending.insert(
-            call_id.clone(),
-            Pending {
-                session,
-                reply: reply_tx,
-            },
-        );
-        let (sent_tx, sent_rx) = oneshot::channel();
-        let queued = outbox.send(Outgoing {
-            message: request.clone(),
-            sent: sent_tx,
-        });
-        if queued.is_err() || sent_rx.await.is_err() {
-            self.state().pending.remove(&call_id);
-            return Err(TransportError::NotDelivered(format!(
-                "session #{session} closed before `{call_id}` was written"
-            )));
-        }
-        let reply = tokio::select! {
-            reply = reply_rx => reply,
-            () = cancel.cancelled() => {
-                self.state().pending.remove(&call_id);
-                return Err(TransportError::Lost(format!("`{call_id}` was given up after it was sent")));
-            }
-        };
-        let Ok(reply) = reply else {
-            return Err(TransportError::Lost(format!(
-                "session #{session} closed after `{call_id}` was sent and before its reply"
-            )));
-        };
-        if self.crash_after_submit && name == "submitOrder" {
-            narrate::say(format!(
-                "CRASH: the reply to {call_id} arrived; aborting before Loom records it (std::process::abort, no cleanup)"
-            ));
-            std::process::abort();
-        }
-        Ok(reply)
-    }
-}
-
-/// The [`Transport`] the plugin's `a2ui.callFunction` effect sends through.
+/// Who may open a renderer session on this server: the execution it serves, its surface. A
+/// renderer presents the renderer token when the server has one; without one, only a renderer
+/// on the server's own machine (a loopback peer) is let in. The playground's stream is let in
+/// once the server has checked the admin token.
 #[derive(Debug, Clone)]
-pub struct WsTransport(pub Arc<Sessions>);
+pub struct RendererAccess {
+    execution: ExecutionId,
+    renderer_token: Option<String>,
+}
 
-impl Transport for WsTransport {
+impl RendererAccess {
+    /// Sessions on `execution`'s surface, for holders of `renderer_token` (loopback peers when
+    /// `None`).
+    pub fn new(execution: ExecutionId, renderer_token: Option<String>) -> Self {
+        Self {
+            execution,
+            renderer_token,
+        }
+    }
+
+    fn caller(&self, connection: &Connection) -> Result<Caller, String> {
+        let credential = |name: &str| connection.credentials.get(name).map(String::as_str);
+        let peer = credential(PEER).unwrap_or("an unknown peer");
+        let subject = if credential(OPERATOR_VERIFIED) == Some("yes") {
+            "playground".to_owned()
+        } else if let Some(expected) = &self.renderer_token {
+            let given = credential(TOKEN).ok_or("no renderer token")?;
+            if !constant_time_eq(given.as_bytes(), expected.as_bytes()) {
+                return Err("the renderer token does not match".into());
+            }
+            format!("renderer@{peer}")
+        } else {
+            let loopback = peer
+                .parse::<SocketAddr>()
+                .is_ok_and(|addr| addr.ip().is_loopback());
+            if !loopback {
+                return Err(format!(
+                    "{peer} is not on this machine and the server has no renderer token"
+                ));
+            }
+            format!("local-renderer@{peer}")
+        };
+        Caller::new(subject)
+            .and_then(|caller| caller.with_attribute("via", "a2ui"))
+            .map_err(|e| e.to_string())
+    }
+}
+
+impl SessionAuthenticator for RendererAccess {
+    fn authenticate<'a>(
+        &'a self,
+        connection: &'a Connection,
+    ) -> BoxFuture<'a, Result<Grant, String>> {
+        let grant = self.caller(connection).map(|caller| Grant {
+            caller,
+            bindings: vec![Binding::new(self.execution.clone(), SURFACE)],
+        });
+        async move { grant }.boxed()
+    }
+}
+
+/// The edge's transport, aborting the process when the reply to `submitOrder` arrives (before
+/// Loom records it) when the story asks for a crash.
+#[derive(Clone)]
+pub struct CrashAfterSubmit {
+    inner: Arc<dyn Transport>,
+}
+
+impl std::fmt::Debug for CrashAfterSubmit {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("CrashAfterSubmit")
+    }
+}
+
+impl CrashAfterSubmit {
+    /// `inner`, with the crash.
+    pub fn new(inner: Arc<dyn Transport>) -> Self {
+        Self { inner }
+    }
+}
+
+impl Transport for CrashAfterSubmit {
     fn call(
         &self,
         request: AgentMessage,
         cancel: CancellationToken,
     ) -> BoxFuture<'static, Result<Vec<u8>, TransportError>> {
-        self.0.clone().call_inner(request, cancel).boxed()
+        let (call_id, name) = match &request {
+            AgentMessage::CallRendererFunction(call) => {
+                (call.function_call_id.clone(), call.call.name.clone())
+            }
+            _ => (String::new(), String::new()),
+        };
+        let reply = self.inner.call(request, cancel);
+        async move {
+            let reply = reply.await?;
+            if name == "submitOrder" {
+                narrate::say(format!(
+                    "CRASH: the reply to {call_id} arrived; aborting before Loom records it (std::process::abort, no cleanup)"
+                ));
+                std::process::abort();
+            }
+            Ok(reply)
+        }
+        .boxed()
     }
 }
 

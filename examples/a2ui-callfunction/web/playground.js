@@ -9,6 +9,8 @@ const token = sessionStorage.getItem("loom-token") || "";
 const execution = params.get("execution") || "";
 const surfaceId = params.get("surface") || "checkout";
 const api = "v1/" + encodeURIComponent(execution) + "/" + encodeURIComponent(surfaceId);
+// The id the server names this execution's surface by on the wire, from its createSurface.
+let wireSurfaceId = surfaceId;
 const $ = (id) => document.getElementById(id);
 
 let session = 0;
@@ -157,7 +159,7 @@ function act(id, def, scope) {
   const context = {};
   for (const [key, value] of Object.entries(event.context || {})) context[key] = resolve(value, scope);
   post({ version: "v1.0", action: {
-    name: event.name, surfaceId, sourceComponentId: id, timestamp: new Date().toISOString(), context,
+    name: event.name, surfaceId: wireSurfaceId, sourceComponentId: id, timestamp: new Date().toISOString(), context,
   } });
 }
 
@@ -181,6 +183,7 @@ function onWire(message) {
   item("wire", "\u2193 " + JSON.stringify(message));
   if (message.createSurface) {
     const m = message.createSurface;
+    wireSurfaceId = m.surfaceId;
     components = {};
     for (const c of m.components || []) components[c.id] = c;
     model = m.dataModel || {};

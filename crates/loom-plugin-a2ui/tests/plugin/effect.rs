@@ -236,3 +236,23 @@ async fn no_reply_within_the_request_timeout_fails_the_step_and_cancels_the_cont
         "the transport is told to stop waiting"
     );
 }
+
+#[tokio::test]
+async fn args_that_fail_the_args_schema_fail_the_step_and_nothing_is_sent() {
+    let run = run(Script::Answer(reply_value));
+    let mut wrong = input("confirm");
+    wrong.args = Map::from_iter([("question".to_owned(), json!(42))]);
+    let log = run.go("b-args", wrong, true).await;
+    assert_eq!(failure_code(&log).as_deref(), Some(codes::REFUSED));
+    assert!(run.transport.seen.lock().unwrap().is_empty());
+}
+
+#[tokio::test]
+async fn a_value_of_another_return_type_fails_the_step() {
+    // `getLocale` returns a string; a schema that allowed anything would not save a number.
+    let run = run(Script::Answer(
+        |id| json!({"version": "v1.0", "rendererFunctionResponse": {"functionCallId": id, "value": 7}}),
+    ));
+    let log = run.go("b-type", input("getLocale"), true).await;
+    assert_eq!(failure_code(&log).as_deref(), Some(codes::INVALID_RESULT));
+}

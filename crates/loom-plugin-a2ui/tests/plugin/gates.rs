@@ -194,7 +194,7 @@ async fn a_late_subscriber_gets_the_current_model_then_every_update_once() {
     hub.deliver_function_response(&runtime, SURFACE, &reply(&locale_call(&e), json!("fr-CH")))
         .await
         .unwrap();
-    let _ = click(&hub, &runtime, &e, "approve", json!({})).await;
+    let _ = click(&hub, &runtime, &e, "approve", json!({"total": 42})).await;
     let mut updates = 0;
     while let Some(message) = sub.try_next() {
         if let AgentMessage::UpdateDataModel(update) = message {
@@ -283,7 +283,17 @@ async fn a_deleted_surface_ends_its_subscriptions_and_later_subscribers_get_noth
     let _ = runtime.wait(&e).await;
     let mut sub = hub.subscribe(&store, &e, SURFACE).await.unwrap();
     assert!(matches!(sub.initial[0], AgentMessage::CreateSurface(_)));
-    let _ = click(&hub, &runtime, &e, "done", json!({})).await;
+    // No component declares `done`: the application resumes the gate itself.
+    runtime
+        .resume(
+            &e,
+            "A2UIAction",
+            "done",
+            loom_kernel::Payload::from(json!({})),
+        )
+        .await
+        .unwrap();
+    let _ = runtime.wait(&e).await;
     let mut deletes = 0;
     while let Some(message) = sub.next().await {
         if matches!(message, AgentMessage::DeleteSurface(_)) {
@@ -304,4 +314,57 @@ async fn a_deleted_surface_ends_its_subscriptions_and_later_subscribers_get_noth
     let mut again = fresh.subscribe(&store, &e, SURFACE).await.unwrap();
     assert!(again.initial.is_empty());
     assert!(again.next().await.is_none());
+}
+
+/// A flow that asks for `confirm` without its required `question`.
+async fn ask_without_question(
+    ctx: loom_kernel::FlowCtx,
+    _input: Value,
+) -> Result<Value, loom_kernel::FlowError> {
+    let answer = loom_plugin_a2ui::call_and_wait(
+        &ctx,
+        &catalogs(),
+        SURFACE,
+        Some(TEST_CATALOG),
+        "confirm",
+        serde_json::Map::new(),
+    )
+    .await?;
+    Ok(answer)
+}
+
+#[tokio::test]
+async fn a_grain_a_call_whose_args_fail_the_schema_is_refused_before_anything_is_sent() {
+    let store = MemoryStore::new();
+    let hub = hub();
+    let runtime = loom_kernel::Runtime::builder(store.clone())
+        .flow(loom_kernel::flow_fn("ask", 1, ask_without_question))
+        .plugin(&hub)
+        .build()
+        .unwrap();
+    let e = id("bad-args");
+    runtime
+        .start("ask", &json!({}), StartOptions::new(e.clone()))
+        .await
+        .unwrap();
+    let state = runtime.wait(&e).await.unwrap();
+    assert_eq!(state.status(), loom_kernel::ExecutionStatus::Failed);
+    let log = store.read_all(&e).await.unwrap();
+    assert!(
+        !log.iter().any(
+            |env| matches!(&env.event, Event::DecisionRecorded(d) if d.kind == REQUEST_DECISION)
+        ),
+        "no request recorded: {log:?}"
+    );
+    assert!(hub.pending_calls(&e).is_empty());
+}
+
+#[test]
+fn a_catalog_with_an_unknown_return_type_does_not_compile() {
+    let catalog = loom_plugin_a2ui::define_catalog("urn:test:bad:v1")
+        .function(loom_plugin_a2ui::define_function("f").returns("text", json!({})));
+    assert!(matches!(
+        loom_plugin_a2ui::Catalogs::default_with([catalog]),
+        Err(loom_plugin_a2ui::CatalogError::UnknownReturnType { .. })
+    ));
 }

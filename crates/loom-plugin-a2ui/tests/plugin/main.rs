@@ -4,6 +4,7 @@
 #[path = "../support/mod.rs"]
 mod support;
 
+mod edge;
 mod effect;
 mod feed;
 mod gates;

@@ -346,7 +346,7 @@ fn strict_parsing_names_the_field() {
     );
 }
 
-fn arb_json() -> impl Strategy<Value = Value> {
+pub(crate) fn arb_json() -> impl Strategy<Value = Value> {
     let leaf = prop_oneof![
         Just(Value::Null),
         any::<bool>().prop_map(Value::from),

@@ -64,7 +64,9 @@ async fn without_approval_the_order_expires_on_the_durable_timer_and_a_late_clic
         deleted |= matches!(message, AgentMessage::DeleteSurface(_));
     }
     assert!(deleted, "the surface is deleted when the order expires");
-    let late = hub.deliver_action(&runtime, &e, SURFACE, &approve()).await;
+    let late = hub
+        .deliver_action(&runtime, &e, SURFACE, &approve(&e))
+        .await;
     assert!(late.is_err(), "a click after the deadline is refused");
 }
 
@@ -79,13 +81,13 @@ async fn a_second_click_is_refused_and_records_nothing() {
     let e = ExecutionId::new("twice").unwrap();
     start_and_answer_the_locale(&runtime, &hub, &e).await;
     let _ = runtime.wait(&e).await;
-    hub.deliver_action(&runtime, &e, SURFACE, &approve())
+    hub.deliver_action(&runtime, &e, SURFACE, &approve(&e))
         .await
         .unwrap();
     let _ = runtime.wait(&e).await;
     let before = store.read_all(&e).await.unwrap().len();
     assert!(
-        hub.deliver_action(&runtime, &e, SURFACE, &approve())
+        hub.deliver_action(&runtime, &e, SURFACE, &approve(&e))
             .await
             .is_err()
     );

@@ -5,6 +5,7 @@
 mod support;
 
 mod flow;
+mod hostile;
 mod logs;
 mod playground;
 mod postgres;

@@ -39,6 +39,7 @@ async fn start(dir: &Path) -> (SocketAddr, tokio::task::JoinHandle<anyhow::Resul
         crash_after_submit: false,
         exit_when_done: false,
         admin_token: Some(TOKEN.into()),
+        renderer_token: None,
     }));
     for _ in 0..400 {
         if tokio::net::TcpStream::connect(addr).await.is_ok() {
@@ -141,7 +142,7 @@ async fn the_admin_api_answers_on_the_example_server() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn the_playground_refuses_a_wrong_token_and_a_malformed_message_recording_nothing() {
+async fn the_playground_refuses_a_wrong_token_and_a_message_of_no_session_recording_nothing() {
     let dir = tempfile::tempdir().unwrap();
     let (addr, server) = start(dir.path()).await;
     let client = AdminClient::new(&format!("http://{addr}"), TOKEN).unwrap();
@@ -157,8 +158,9 @@ async fn the_playground_refuses_a_wrong_token_and_a_malformed_message_recording_
     )
     .await;
     assert_eq!(status, 401);
+    // A message belongs to an open session of the playground: with none, it goes nowhere.
     let (status, body) = http(addr, &post(addr, &path, TOKEN, "{not json")).await;
-    assert_eq!(status, 422, "{body}");
+    assert_eq!(status, 404, "{body}");
     let (status, body) = http(
         addr,
         &format!("GET /playground/v1/{EXECUTION}/checkout/stream?token=wrong HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n\r\n"),

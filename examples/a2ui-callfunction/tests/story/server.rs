@@ -63,6 +63,7 @@ async fn a_reconnecting_renderer_gets_the_surface_and_the_pending_call_again_the
         crash_after_submit: false,
         exit_when_done: false,
         admin_token: None,
+        renderer_token: None,
     };
     let server = tokio::spawn(server::serve(options));
 

@@ -16,7 +16,9 @@ use futures::future::BoxFuture;
 use loom_kernel::StartOptions;
 use loom_kernel::{EventStore, ExecutionId, ExecutionStatus, Runtime};
 use loom_plugin_a2ui::AgentMessage;
-use loom_plugin_a2ui::{CALL_FUNCTION_EFFECT, SurfaceHub, Transport, TransportError};
+use loom_plugin_a2ui::{
+    CALL_FUNCTION_EFFECT, SurfaceHub, Transport, TransportError, per_execution_wire_id,
+};
 use serde_json::json;
 use tokio_util::sync::CancellationToken;
 
@@ -28,10 +30,10 @@ pub fn locale_reply(execution: &ExecutionId) -> Vec<u8> {
     .into_bytes()
 }
 
-/// A click on Approve.
-pub fn approve() -> Vec<u8> {
-    json!({"version": "v1.0", "action": {"name": "approve", "surfaceId": SURFACE,
-        "sourceComponentId": "approve", "timestamp": "2026-12-01T00:00:00Z", "context": {}}})
+/// A click on Approve on `execution`'s surface, with the context the button binds (`orderId`).
+pub fn approve(execution: &ExecutionId) -> Vec<u8> {
+    json!({"version": "v1.0", "action": {"name": "approve", "surfaceId": per_execution_wire_id(execution, SURFACE),
+        "sourceComponentId": "approve", "timestamp": "2026-12-01T00:00:00Z", "context": {"orderId": Order::demo().id}}})
     .to_string()
     .into_bytes()
 }
@@ -108,7 +110,7 @@ pub async fn checkout_in_doubt<S: EventStore + Clone>(store: S, e: &ExecutionId)
         .unwrap();
     start_and_answer_the_locale(&runtime, &hub, e).await;
     let _ = runtime.wait(e).await;
-    hub.deliver_action(&runtime, e, SURFACE, &approve())
+    hub.deliver_action(&runtime, e, SURFACE, &approve(e))
         .await
         .unwrap();
     let state = runtime.wait(e).await.unwrap();
