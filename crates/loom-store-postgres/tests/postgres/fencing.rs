@@ -11,9 +11,11 @@ use loom_kernel::{
     ExecutionId, ExecutionPage, ExecutionStatus, FeedEvent, FlowCtx, FlowError, FnEffect,
     LeaseHold, ReadError, RetentionError, Runtime, StartOptions, StatusFilter, Verdict, flow_fn,
 };
-use loom_store_postgres::{PostgresStore, PostgresStoreConfig, fresh_schema, server_url};
+use loom_store_postgres::{PostgresStore, fresh_schema, server_url};
 use serde_json::{Value, json};
 use tokio::sync::{mpsc, oneshot};
+
+use crate::many_workers::worker;
 
 async fn pay(ctx: FlowCtx, input: Value) -> Result<Value, FlowError> {
     let receipt = ctx.execute("charge", &input).await?;
@@ -26,17 +28,6 @@ fn counted(calls: Arc<AtomicU32>) -> impl loom_kernel::Effect {
         calls.fetch_add(1, Ordering::SeqCst);
         async move { EffectOutcome::ok(json!({ "token": call.lease_token }).into()) }
     })
-}
-
-async fn store(url: &str, schema: &str, name: &str, lease: Duration) -> PostgresStore {
-    PostgresStore::connect(
-        PostgresStoreConfig::new(url)
-            .schema(schema)
-            .worker_id(name)
-            .lease(lease),
-    )
-    .await
-    .expect("connect")
 }
 
 /// Told when the paused append has committed, and what it waits for to go on.
@@ -151,7 +142,7 @@ async fn a_worker_paused_past_its_lease_does_not_call_a_non_idempotent_handler()
     };
     let schema = fresh_schema("fencing_paused");
     let lease = Duration::from_millis(300);
-    let a_store = store(&url, &schema, "worker-a", lease).await;
+    let a_store = worker(&url, &schema, "worker-a", lease).await;
     // A's process is paused as a whole: its leases are not renewed either.
     a_store
         .faults()
@@ -171,7 +162,7 @@ async fn a_worker_paused_past_its_lease_does_not_call_a_non_idempotent_handler()
     .build()
     .expect("runtime a");
     let b_calls = Arc::new(AtomicU32::new(0));
-    let b = Runtime::builder(store(&url, &schema, "worker-b", lease).await)
+    let b = Runtime::builder(worker(&url, &schema, "worker-b", lease).await)
         .flow(flow_fn("pay", 1, pay))
         .effect("charge", counted(Arc::clone(&b_calls)))
         .build()
@@ -243,7 +234,7 @@ async fn a_non_idempotent_handler_gets_the_lease_s_token_from_memory_or_the_serv
         return;
     };
     let schema = fresh_schema("fencing_token");
-    let store = store(&url, &schema, "worker-a", Duration::from_secs(30)).await;
+    let store = worker(&url, &schema, "worker-a", Duration::from_secs(30)).await;
     let calls = Arc::new(AtomicU32::new(0));
     let runtime = Runtime::builder(store.clone())
         .flow(flow_fn("pay", 1, pay))

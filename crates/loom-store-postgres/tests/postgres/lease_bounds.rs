@@ -7,21 +7,12 @@ use std::time::{Duration, Instant};
 
 use loom_kernel::conformance::{id, started, tagged};
 use loom_kernel::{AppendError, EventStore, EventStoreExt, ExecutionId};
-use loom_store_postgres::{PostgresStore, PostgresStoreConfig, fresh_schema, server_url};
+use loom_store_postgres::{PostgresStore, fresh_schema, server_url};
 use serde_json::json;
 
-const BOUND: Duration = Duration::from_secs(30);
+use crate::many_workers::worker;
 
-async fn worker(url: &str, schema: &str, name: &str, lease: Duration) -> PostgresStore {
-    PostgresStore::connect(
-        PostgresStoreConfig::new(url)
-            .schema(schema)
-            .worker_id(name)
-            .lease(lease),
-    )
-    .await
-    .expect("connect")
-}
+const BOUND: Duration = Duration::from_secs(30);
 
 /// Appends `tag` at `seq` until the store may (bounded, each try too: a row lock that is never
 /// released fails the test instead of hanging it).

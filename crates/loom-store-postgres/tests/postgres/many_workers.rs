@@ -13,7 +13,8 @@ use loom_store_postgres::{PostgresStore, PostgresStoreConfig};
 use loom_store_postgres::{fresh_schema, server_url};
 use serde_json::json;
 
-async fn worker(url: &str, schema: &str, name: &str, lease: Duration) -> PostgresStore {
+/// A store on `schema` for the worker `name`, holding leases of `lease`.
+pub(crate) async fn worker(url: &str, schema: &str, name: &str, lease: Duration) -> PostgresStore {
     PostgresStore::connect(
         PostgresStoreConfig::new(url)
             .schema(schema)
