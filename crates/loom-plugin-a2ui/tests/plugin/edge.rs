@@ -127,6 +127,21 @@ impl World {
         e
     }
 
+    /// Starts the grain-B `confirm` flow as `execution`, without waiting for it (its call
+    /// waits for a renderer).
+    async fn start_confirm(&self, execution: &str) -> ExecutionId {
+        let e = ExecutionId::new(execution).unwrap();
+        self.runtime
+            .start(
+                "confirm",
+                &json!({}),
+                StartOptions::new(e.clone()).grant(CALL_FUNCTION_EFFECT),
+            )
+            .await
+            .unwrap();
+        e
+    }
+
     async fn open(&self, user: &str, execution: &str) -> Result<RendererSession, OpenError> {
         let connection = Connection {
             execution: execution.into(),
@@ -471,15 +486,7 @@ async fn frames_over_a_limit_are_refused_before_parsing_with_their_close_codes()
 #[tokio::test(start_paused = true)]
 async fn a_grain_b_reply_after_its_timeout_finds_nothing_and_is_recorded_nowhere() {
     let w = world(Limits::default());
-    let e = ExecutionId::new("ask").unwrap();
-    w.runtime
-        .start(
-            "confirm",
-            &json!({}),
-            StartOptions::new(e.clone()).grant(CALL_FUNCTION_EFFECT),
-        )
-        .await
-        .unwrap();
+    let e = w.start_confirm("ask").await;
     let mut alice = w.open("alice", "ask").await.unwrap();
     let _ = alice.take_initial();
     let request = loop {
@@ -512,16 +519,8 @@ async fn a_grain_b_reply_after_its_timeout_finds_nothing_and_is_recorded_nowhere
 #[tokio::test]
 async fn a_grain_b_reply_is_taken_only_from_a_session_of_the_calls_binding() {
     let w = world(Limits::default());
-    let e = ExecutionId::new("ask").unwrap();
     w.start("checkout", "order-b").await;
-    w.runtime
-        .start(
-            "confirm",
-            &json!({}),
-            StartOptions::new(e.clone()).grant(CALL_FUNCTION_EFFECT),
-        )
-        .await
-        .unwrap();
+    let e = w.start_confirm("ask").await;
     let mut alice = w.open("alice", "ask").await.unwrap();
     let mut bob = w.open("bob", "order-b").await.unwrap();
     let request = loop {
@@ -625,15 +624,7 @@ async fn grain_b_request(session: &mut RendererSession) -> loom_plugin_a2ui::Cal
 #[tokio::test(start_paused = true)]
 async fn a_grain_b_call_whose_session_closes_is_sent_again_to_the_next_session_of_its_binding() {
     let w = world(Limits::default());
-    let e = ExecutionId::new("ask").unwrap();
-    w.runtime
-        .start(
-            "confirm",
-            &json!({}),
-            StartOptions::new(e.clone()).grant(CALL_FUNCTION_EFFECT),
-        )
-        .await
-        .unwrap();
+    let e = w.start_confirm("ask").await;
     let mut first = w.open("alice", "ask").await.unwrap();
     let sent = grain_b_request(&mut first).await;
     drop(first);
@@ -658,15 +649,7 @@ async fn a_grain_b_call_whose_renderer_does_not_come_back_within_the_grace_is_in
         resend_grace: Duration::from_secs(1),
         ..Limits::default()
     });
-    let e = ExecutionId::new("ask").unwrap();
-    w.runtime
-        .start(
-            "confirm",
-            &json!({}),
-            StartOptions::new(e.clone()).grant(CALL_FUNCTION_EFFECT),
-        )
-        .await
-        .unwrap();
+    let e = w.start_confirm("ask").await;
     let mut first = w.open("alice", "ask").await.unwrap();
     let _ = grain_b_request(&mut first).await;
     drop(first);
