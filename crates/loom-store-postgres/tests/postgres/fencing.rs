@@ -6,10 +6,11 @@ use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
+use loom_kernel::conformance::{Hooked, StoreHooks};
 use loom_kernel::{
-    AppendError, EffectCall, EffectOutcome, Event, EventEnvelope, EventStore, EventStoreExt,
-    ExecutionId, ExecutionPage, ExecutionStatus, FeedEvent, FlowCtx, FlowError, FnEffect,
-    LeaseHold, ReadError, RetentionError, Runtime, StartOptions, StatusFilter, Verdict, flow_fn,
+    AppendError, EffectCall, EffectOutcome, Event, EventStore, EventStoreExt, ExecutionId,
+    ExecutionStatus, FlowCtx, FlowError, FnEffect, LeaseHold, ReadError, Runtime, StartOptions,
+    Verdict, flow_fn,
 };
 use loom_store_postgres::{PostgresStore, fresh_schema, server_url};
 use serde_json::{Value, json};
@@ -33,24 +34,23 @@ fn counted(calls: Arc<AtomicU32>) -> impl loom_kernel::Effect {
 /// Told when the paused append has committed, and what it waits for to go on.
 type Pause = (oneshot::Sender<()>, oneshot::Receiver<()>);
 
-/// A worker's store that stops, once, between committing the append that holds a
-/// `STEP_STARTED` and telling its driver (a process paused at the worst moment), and reports
-/// every answer of [`EventStore::hold_lease`].
-#[derive(Clone)]
+/// What makes a worker's store stop, once, between committing the append that holds a
+/// `STEP_STARTED` and telling its driver (a process paused at the worst moment), and report
+/// every answer of [`EventStore::hold_lease`]; every other call goes to the store as it is.
 struct Pausing {
-    inner: PostgresStore,
-    paused: Arc<Mutex<Option<Pause>>>,
+    paused: Mutex<Option<Pause>>,
     holds: mpsc::UnboundedSender<LeaseHold>,
 }
 
-impl EventStore for Pausing {
+impl StoreHooks<PostgresStore> for Pausing {
     async fn append(
         &self,
+        inner: &PostgresStore,
         execution: &ExecutionId,
         expected_seq: u64,
         events: &[Event],
     ) -> Result<u64, AppendError> {
-        let head = self.inner.append(execution, expected_seq, events).await?;
+        let head = inner.append(execution, expected_seq, events).await?;
         let pause = events
             .iter()
             .any(|e| matches!(e, Event::StepStarted(_)))
@@ -63,58 +63,13 @@ impl EventStore for Pausing {
         Ok(head)
     }
 
-    async fn read(
+    async fn hold_lease(
         &self,
+        inner: &PostgresStore,
         execution: &ExecutionId,
-        from: u64,
-        limit: usize,
-    ) -> Result<Vec<EventEnvelope>, ReadError> {
-        self.inner.read(execution, from, limit).await
-    }
-
-    async fn head(&self, execution: &ExecutionId) -> Result<u64, ReadError> {
-        self.inner.head(execution).await
-    }
-
-    async fn list_executions(
-        &self,
-        after: Option<&ExecutionId>,
-        limit: usize,
-    ) -> Result<ExecutionPage, ReadError> {
-        self.inner.list_executions(after, limit).await
-    }
-
-    async fn wait_for(&self, execution: &ExecutionId, seq: u64) -> Result<(), ReadError> {
-        self.inner.wait_for(execution, seq).await
-    }
-
-    async fn list_by_status(
-        &self,
-        filter: StatusFilter,
-        after: Option<&ExecutionId>,
-        limit: usize,
-    ) -> Result<ExecutionPage, ReadError> {
-        self.inner.list_by_status(filter, after, limit).await
-    }
-
-    async fn read_feed(&self, from: u64, limit: usize) -> Result<Vec<FeedEvent>, ReadError> {
-        self.inner.read_feed(from, limit).await
-    }
-
-    async fn wait_for_feed(&self, position: u64) -> Result<(), ReadError> {
-        self.inner.wait_for_feed(position).await
-    }
-
-    async fn delete_ended(
-        &self,
-        ended_before_ms: u64,
-        limit: usize,
-    ) -> Result<Vec<ExecutionId>, RetentionError> {
-        self.inner.delete_ended(ended_before_ms, limit).await
-    }
-
-    async fn hold_lease(&self, execution: &ExecutionId, head: u64) -> Result<LeaseHold, ReadError> {
-        let hold = self.inner.hold_lease(execution, head).await;
+        head: u64,
+    ) -> Result<LeaseHold, ReadError> {
+        let hold = inner.hold_lease(execution, head).await;
         if let Ok(hold) = &hold {
             let _ = self.holds.send(*hold);
         }
@@ -152,11 +107,13 @@ async fn a_worker_paused_past_its_lease_does_not_call_a_non_idempotent_handler()
     let (resume, resume_rx) = oneshot::channel();
     let (holds_tx, mut holds) = mpsc::unbounded_channel();
     let a_calls = Arc::new(AtomicU32::new(0));
-    let a = Runtime::builder(Pausing {
-        inner: a_store,
-        paused: Arc::new(Mutex::new(Some((paused_tx, resume_rx)))),
-        holds: holds_tx,
-    })
+    let a = Runtime::builder(Hooked::new(
+        a_store,
+        Pausing {
+            paused: Mutex::new(Some((paused_tx, resume_rx))),
+            holds: holds_tx,
+        },
+    ))
     .flow(flow_fn("pay", 1, pay))
     .effect("charge", counted(Arc::clone(&a_calls)))
     .build()
