@@ -70,6 +70,7 @@ mod classify;
 pub mod conformance;
 mod dot_path;
 mod envelope;
+mod error_sentence;
 mod event;
 mod event_decode;
 mod fold;
@@ -89,6 +90,7 @@ pub use envelope::{
     DecodeError, EventEnvelope, decode_record, encode_json_record, encode_record,
     encode_record_into,
 };
+pub use error_sentence::error_sentence;
 pub use event::{
     AbiVersion, DecisionRecorded, EVENT_SCHEMA, EffectInDoubt, EffectResolved, ErrorInfo, Event,
     ExecutionCancelled, ExecutionCompleted, ExecutionFailed, ExecutionResumed, ExecutionStarted,

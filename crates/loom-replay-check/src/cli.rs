@@ -23,6 +23,7 @@ use tokio::sync::mpsc;
 
 use crate::check::{Checker, Finding, Outcome};
 use crate::jsonl;
+use loom_kernel::error_sentence;
 
 /// Checks that recorded executions replay deterministically against today's flow code.
 #[derive(Debug, Parser)]
@@ -180,26 +181,6 @@ fn usage(error: &clap::Error) {
 
 /// Any error, boxed.
 pub type BoxError = Box<dyn std::error::Error + Send + Sync>;
-
-/// An error and its causes as one sentence (`opening x: cannot read y: permission denied`),
-/// like `{:#}` of an `anyhow::Error`, leaving out a cause whose text the message before it
-/// already includes (Loom's errors name their cause in their own message). For the command
-/// lines of binaries built on Loom: `error_sentence(&*anyhow_error)`.
-pub fn error_sentence(error: &(dyn std::error::Error + 'static)) -> String {
-    let mut text = error.to_string();
-    let mut last = text.clone();
-    let mut cause = error.source();
-    while let Some(error) = cause {
-        let message = error.to_string();
-        if !last.contains(&message) {
-            text.push_str(": ");
-            text.push_str(&message);
-        }
-        last = message;
-        cause = error.source();
-    }
-    text
-}
 
 /// `replay-check` over any [`EventStore`] (PostgreSQL, or a store of your own) that the
 /// caller opens: `open` runs on the check's Tokio runtime, `label` names the store in the
@@ -867,7 +848,7 @@ fn days_from_civil(year: i64, month: i64, day: i64) -> i64 {
 
 #[cfg(test)]
 mod tests {
-    use super::{error_sentence, parse_since};
+    use super::parse_since;
 
     #[test]
     fn since_accepts_millis_dates_and_utc_times() {
@@ -878,21 +859,5 @@ mod tests {
         assert!(parse_since("30/11/2026").is_err());
         assert!(parse_since("2026-13-01").is_err());
         assert!(parse_since("2026-11-30T10:00").is_err());
-    }
-
-    #[test]
-    fn an_error_prints_as_one_sentence_with_each_cause_once() {
-        #[derive(Debug, thiserror::Error)]
-        #[error("cannot open {0}: {1}")]
-        struct Repeats(&'static str, #[source] std::io::Error);
-        #[derive(Debug, thiserror::Error)]
-        #[error("opening the store")]
-        struct Context(#[source] Repeats);
-        let io = std::io::Error::new(std::io::ErrorKind::NotFound, "no such file");
-        let error = Context(Repeats("x.redb", io));
-        assert_eq!(
-            error_sentence(&error),
-            "opening the store: cannot open x.redb: no such file"
-        );
     }
 }

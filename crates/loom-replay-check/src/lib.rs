@@ -40,7 +40,8 @@ mod jsonl;
 pub use breaks::{Breakage, FirstDifference, breakages, summary};
 pub use check::{Checker, Finding, Outcome};
 pub use cli::{
-    BoxError, CheckArgs, ExportArgs, check_command, check_store_command, error_sentence,
-    export_main, main,
+    BoxError, CheckArgs, ExportArgs, check_command, check_store_command, export_main, main,
 };
 pub use jsonl::{EXTENSION, JsonlError, list_logs, path_for, read_log, write_log};
+/// The same as [`loom_kernel::error_sentence`], kept here for the binaries that call it.
+pub use loom_kernel::error_sentence;

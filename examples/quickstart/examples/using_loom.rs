@@ -68,15 +68,9 @@ async fn main() -> ExitCode {
     match run("loom.redb").await {
         Ok(()) => ExitCode::SUCCESS,
         Err(error) => {
-            // The error and its causes in one sentence, each cause once: Loom's errors show
-            // their source in their message already, which `{error:#}` would repeat.
-            let mut text = error.to_string();
-            for cause in error.chain().skip(1).map(|cause| cause.to_string()) {
-                if !text.ends_with(&cause) {
-                    text = format!("{text}: {cause}");
-                }
-            }
-            eprintln!("error: {text}");
+            // The error and its causes in one sentence, each cause once (`{error:#}` would
+            // repeat a cause that a Loom error's message already shows).
+            eprintln!("error: {}", loom_kernel::error_sentence(&*error));
             ExitCode::FAILURE
         }
     }
