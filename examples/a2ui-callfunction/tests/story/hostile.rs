@@ -2,10 +2,9 @@
 //! test per class of hostile input. Each asserts the refusal, that the execution's log is
 //! unchanged, that the server still serves another session, and the story still completes.
 
-use std::net::{SocketAddr, TcpListener};
+use std::net::SocketAddr;
 use std::time::Duration;
 
-use a2ui_callfunction::server::{self, ServerOptions};
 use a2ui_callfunction::story::EXECUTION;
 use futures::{SinkExt, StreamExt};
 use loom_console::AdminClient;
@@ -36,33 +35,14 @@ impl Drop for Server {
 
 async fn start() -> Server {
     let dir = tempfile::tempdir().unwrap();
-    let addr = {
-        let listener = TcpListener::bind("127.0.0.1:0").unwrap();
-        listener.local_addr().unwrap()
-    };
-    let task = tokio::spawn(server::serve(ServerOptions {
-        store: dir.path().join("loom.redb"),
-        schema: a2ui_callfunction::store::DEFAULT_SCHEMA.into(),
+    let (addr, task) = crate::playground::start_with_token(dir.path(), TOKEN).await;
+    let admin = AdminClient::new(&format!("http://{addr}"), TOKEN).unwrap();
+    Server {
         addr,
-        execution: EXECUTION.into(),
-        crash_after_submit: false,
-        exit_when_done: false,
-        admin_token: Some(TOKEN.into()),
-        renderer_token: None,
-    }));
-    for _ in 0..400 {
-        if tokio::net::TcpStream::connect(addr).await.is_ok() {
-            let admin = AdminClient::new(&format!("http://{addr}"), TOKEN).unwrap();
-            return Server {
-                addr,
-                task,
-                admin,
-                _dir: dir,
-            };
-        }
-        tokio::time::sleep(Duration::from_millis(25)).await;
+        task,
+        admin,
+        _dir: dir,
     }
-    panic!("the server did not come up at {addr}");
 }
 
 impl Server {

@@ -28,8 +28,17 @@ fn free_addr() -> SocketAddr {
     listener.local_addr().unwrap()
 }
 
-/// Starts the example server on a fresh store; answers once its listener is up.
+/// Starts the example server on a fresh store in `dir`, with `TOKEN` as its admin token;
+/// answers once its listener is up.
 async fn start(dir: &Path) -> (SocketAddr, tokio::task::JoinHandle<anyhow::Result<()>>) {
+    start_with_token(dir, TOKEN).await
+}
+
+/// [`start`] with `token` as the admin token (the hostile-client tests start it too).
+pub(crate) async fn start_with_token(
+    dir: &Path,
+    token: &str,
+) -> (SocketAddr, tokio::task::JoinHandle<anyhow::Result<()>>) {
     let addr = free_addr();
     let server = tokio::spawn(server::serve(ServerOptions {
         store: dir.join("loom.redb"),
@@ -38,7 +47,7 @@ async fn start(dir: &Path) -> (SocketAddr, tokio::task::JoinHandle<anyhow::Resul
         execution: EXECUTION.into(),
         crash_after_submit: false,
         exit_when_done: false,
-        admin_token: Some(TOKEN.into()),
+        admin_token: Some(token.into()),
         renderer_token: None,
     }));
     for _ in 0..400 {
