@@ -2,6 +2,7 @@
 //! execution, a step not in doubt, the same verdict twice, malformed bodies), verdicts,
 //! resumes and cancels through the runtime, masking, and `tail` following a live execution.
 
+use std::process::Output;
 use std::time::Duration;
 
 use loom_console::AdminClient;
@@ -28,6 +29,13 @@ async fn raw(url: &str, request: &str) -> (u16, String, String) {
 
 fn client(server: &Server) -> AdminClient {
     AdminClient::new(&server.url, TOKEN).unwrap()
+}
+
+/// `loom --admin <url> --token TOKEN <args>...`.
+async fn as_admin(url: &str, args: &[&str]) -> Output {
+    let mut all = vec!["--admin", url, "--token", TOKEN];
+    all.extend_from_slice(args);
+    loom_async(&all).await
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -138,7 +146,7 @@ async fn an_unknown_execution_is_404_with_a_message_saying_so() {
     let body: Value = serde_json::from_str(&body).unwrap();
     assert_eq!(body["error"]["kind"], "not_found");
 
-    let shown = loom_async(&["--admin", &server.url, "--token", TOKEN, "show", "nope"]).await;
+    let shown = as_admin(&server.url, &["show", "nope"]).await;
     assert_eq!(code(&shown), 3);
     assert!(stderr(&shown).contains("does not exist"));
 }
@@ -231,7 +239,7 @@ async fn verdicts_go_through_the_runtime_and_the_same_verdict_twice_is_refused_c
     assert!(charge.running_ms.is_some(), "{charge:?}");
     assert!(charge.in_doubt_ms.is_some(), "{charge:?}");
     assert_eq!(charge.in_doubt_since_ms, None, "{charge:?}");
-    let text = loom_async(&["--admin", &server.url, "--token", TOKEN, "show", "order-1"]).await;
+    let text = as_admin(&server.url, &["show", "order-1"]).await;
     let text = stdout(&text);
     assert!(
         text.lines()
@@ -313,91 +321,36 @@ async fn the_cli_goes_through_the_admin_api_while_the_server_holds_the_store() {
     assert_eq!(code(&held), 4);
     assert!(stderr(&held).contains("--admin"));
 
-    let listed = json_out(
-        &loom_async(&[
-            "--admin",
-            url,
-            "--token",
-            TOKEN,
-            "--json",
-            "executions",
-            "--status",
-            "in-doubt",
-        ])
-        .await,
-    );
+    let listed = json_out(&as_admin(url, &["--json", "executions", "--status", "in-doubt"]).await);
     assert_eq!(listed["executions"].as_array().unwrap().len(), 2);
 
     // Pages through the API as through the store: newest first, with a cursor.
-    let first = json_out(
-        &loom_async(&[
-            "--admin",
-            url,
-            "--token",
-            TOKEN,
-            "--json",
-            "executions",
-            "--limit",
-            "2",
-        ])
-        .await,
-    );
+    let first = json_out(&as_admin(url, &["--json", "executions", "--limit", "2"]).await);
     assert_eq!(first["total"], 3);
     assert_eq!(first["remaining"], 1);
     let cursor = first["nextBefore"].as_str().unwrap().to_owned();
     assert_eq!(first["executions"][1]["id"], cursor.as_str());
     let second = json_out(
-        &loom_async(&[
-            "--admin",
+        &as_admin(
             url,
-            "--token",
-            TOKEN,
-            "--json",
-            "executions",
-            "--limit",
-            "2",
-            "--before",
-            &cursor,
-        ])
+            &["--json", "executions", "--limit", "2", "--before", &cursor],
+        )
         .await,
     );
     assert_eq!(second["executions"].as_array().unwrap().len(), 1);
     assert_eq!(second["remaining"], 0);
     assert_eq!(second["nextBefore"], serde_json::Value::Null);
-    let zero = loom_async(&[
-        "--admin",
-        url,
-        "--token",
-        TOKEN,
-        "executions",
-        "--limit",
-        "0",
-    ])
-    .await;
+    let zero = as_admin(url, &["executions", "--limit", "0"]).await;
     assert_eq!(code(&zero), 2);
 
     // Masked by the server's classification.
-    let shown = loom_async(&[
-        "--admin", url, "--token", TOKEN, "show", "order-1", "--full",
-    ])
-    .await;
+    let shown = as_admin(url, &["show", "order-1", "--full"]).await;
     assert_eq!(code(&shown), 0, "{}", stderr(&shown));
     assert!(!stdout(&shown).contains(CARD), "{}", stdout(&shown));
     assert!(stdout(&shown).contains("\"number\":\"***\""));
     assert!(stdout(&shown).contains("Ada"));
     // The CLI's own classification adds to the server's.
-    let more = loom_async(&[
-        "--admin",
-        url,
-        "--token",
-        TOKEN,
-        "--mask",
-        "card.holder",
-        "show",
-        "order-1",
-        "--full",
-    ])
-    .await;
+    let more = as_admin(url, &["--mask", "card.holder", "show", "order-1", "--full"]).await;
     assert!(
         !stdout(&more).contains("Ada") && !stdout(&more).contains(CARD),
         "{}",
@@ -409,51 +362,39 @@ async fn the_cli_goes_through_the_admin_api_while_the_server_holds_the_store() {
         stdout(&more)
     );
 
-    let in_doubt = loom_async(&["--admin", url, "--token", TOKEN, "in-doubt"]).await;
+    let in_doubt = as_admin(url, &["in-doubt"]).await;
     assert!(stdout(&in_doubt).contains("order-2:charge#1"));
 
-    let failed = loom_async(&[
-        "--admin",
+    let failed = as_admin(
         url,
-        "--token",
-        TOKEN,
-        "resolve",
-        "order-2",
-        "charge#1",
-        "--failed",
-        "refunded",
-        "--code",
-        "ops.refunded",
-    ])
+        &[
+            "resolve",
+            "order-2",
+            "charge#1",
+            "--failed",
+            "refunded",
+            "--code",
+            "ops.refunded",
+        ],
+    )
     .await;
     assert_eq!(code(&failed), 0, "{}", stderr(&failed));
     let state = server.runtime.wait(&id("order-2")).await.unwrap();
     assert_eq!(state.status(), ExecutionStatus::Failed);
-    let twice = loom_async(&[
-        "--admin", url, "--token", TOKEN, "resolve", "order-2", "charge#1", "--failed", "refunded",
-    ])
+    let twice = as_admin(
+        url,
+        &["resolve", "order-2", "charge#1", "--failed", "refunded"],
+    )
     .await;
     assert_eq!(code(&twice), 1);
 
-    let cancelled = loom_async(&[
-        "--admin", url, "--token", TOKEN, "cancel", "order-1", "--reason", "test",
-    ])
-    .await;
+    let cancelled = as_admin(url, &["cancel", "order-1", "--reason", "test"]).await;
     assert_eq!(code(&cancelled), 0, "{}", stderr(&cancelled));
     assert_eq!(
         server.runtime.state(&id("order-1")).await.unwrap().status(),
         ExecutionStatus::Cancelled
     );
-    let export = loom_async(&[
-        "--admin",
-        url,
-        "--token",
-        TOKEN,
-        "export-log",
-        "--out",
-        "/nonexistent",
-    ])
-    .await;
+    let export = as_admin(url, &["export-log", "--out", "/nonexistent"]).await;
     // This server does not hand out unmasked logs: refused, saying how to allow it.
     assert_eq!(code(&export), 1);
     assert!(
@@ -653,16 +594,7 @@ async fn export_log_and_tail_go_through_the_admin_api_of_a_live_server() {
     let dir = out.path().join("logs");
     let dir_arg = dir.to_str().unwrap();
 
-    let all = loom_async(&[
-        "--admin",
-        url,
-        "--token",
-        TOKEN,
-        "export-log",
-        "--out",
-        dir_arg,
-    ])
-    .await;
+    let all = as_admin(url, &["export-log", "--out", dir_arg]).await;
     assert_eq!(code(&all), 0, "{}", stderr(&all));
     assert!(
         stdout(&all).contains("wrote 3 executions"),
@@ -682,51 +614,34 @@ async fn export_log_and_tail_go_through_the_admin_api_of_a_live_server() {
     assert!(std::fs::read_to_string(&path).unwrap().contains(CARD));
 
     let one_dir = out.path().join("one");
-    let one = loom_async(&[
-        "--admin",
+    let one = as_admin(
         url,
-        "--token",
-        TOKEN,
-        "export-log",
-        "--out",
-        one_dir.to_str().unwrap(),
-        "--execution",
-        "hello-1",
-    ])
+        &[
+            "export-log",
+            "--out",
+            one_dir.to_str().unwrap(),
+            "--execution",
+            "hello-1",
+        ],
+    )
     .await;
     assert_eq!(code(&one), 0, "{}", stderr(&one));
     assert_eq!(std::fs::read_dir(&one_dir).unwrap().count(), 1);
-    let unknown = loom_async(&[
-        "--admin",
+    let unknown = as_admin(
         url,
-        "--token",
-        TOKEN,
-        "export-log",
-        "--out",
-        dir_arg,
-        "--execution",
-        "nope",
-    ])
+        &["export-log", "--out", dir_arg, "--execution", "nope"],
+    )
     .await;
     assert_eq!(code(&unknown), 3, "{}", stderr(&unknown));
 
     // tail --admin prints the log, masked, and stops at an ended execution's end.
-    let tailed = loom_async(&["--admin", url, "--token", TOKEN, "tail", "hello-1"]).await;
+    let tailed = as_admin(url, &["tail", "hello-1"]).await;
     assert_eq!(code(&tailed), 0, "{}", stderr(&tailed));
     assert!(
         stdout(&tailed).contains("EXECUTION_COMPLETED"),
         "{}",
         stdout(&tailed)
     );
-    let masked = loom_async(&[
-        "--admin",
-        url,
-        "--token",
-        TOKEN,
-        "tail",
-        "order-1",
-        "--no-follow",
-    ])
-    .await;
+    let masked = as_admin(url, &["tail", "order-1", "--no-follow"]).await;
     assert!(!stdout(&masked).contains(CARD), "{}", stdout(&masked));
 }
