@@ -50,15 +50,21 @@ fn is_root() -> bool {
         .is_ok_and(|out| String::from_utf8_lossy(&out.stdout).trim() == "0")
 }
 
-/// Runs a PostgreSQL program, as the `postgres` user when we are root.
-fn run_pg(program: &Path, args: &[&str]) -> Result<()> {
-    let mut command = if is_root() {
+/// A PostgreSQL program's command, as the `postgres` user when we are root (`initdb` and
+/// `pg_ctl` refuse root).
+fn pg_command(program: &Path) -> Command {
+    if is_root() {
         let mut command = Command::new("runuser");
         command.args(["-u", "postgres", "--"]).arg(program);
         command
     } else {
         Command::new(program)
-    };
+    }
+}
+
+/// Runs a PostgreSQL program, as the `postgres` user when we are root.
+fn run_pg(program: &Path, args: &[&str]) -> Result<()> {
+    let mut command = pg_command(program);
     command.args(args);
     eprintln!("$ {} {}", program.display(), args.join(" "));
     let status = command
@@ -89,16 +95,7 @@ pub fn running(root: &Path) -> Option<String> {
     if !Path::new(data.trim()).exists() {
         return None;
     }
-    let mut status = if is_root() {
-        let mut command = Command::new("runuser");
-        command
-            .args(["-u", "postgres", "--"])
-            .arg(bin.join("pg_ctl"));
-        command
-    } else {
-        Command::new(bin.join("pg_ctl"))
-    };
-    let up = status
+    let up = pg_command(&bin.join("pg_ctl"))
         .args(["-D", data.trim(), "status"])
         .stdout(std::process::Stdio::null())
         .stderr(std::process::Stdio::null())
