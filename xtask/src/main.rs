@@ -518,6 +518,20 @@ mod tests {
     }
 
     #[test]
+    fn a_line_without_its_reason_is_counted_not_dropped() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("skipped");
+        std::fs::write(&path, "some_test\n").unwrap();
+        let skipped = SkippedTests::read(&path).unwrap();
+        assert!(!skipped.is_empty());
+        assert!(
+            skipped.summary().starts_with("1 other test did not run"),
+            "{}",
+            skipped.summary()
+        );
+    }
+
+    #[test]
     fn no_file_means_nothing_was_skipped() {
         let dir = tempfile::tempdir().unwrap();
         assert!(
