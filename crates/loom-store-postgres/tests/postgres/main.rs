@@ -7,6 +7,7 @@ mod support;
 
 mod children_across_workers;
 mod fencing;
+mod kill_rounds;
 mod lease_bounds;
 mod many_workers;
 mod multiprocess;

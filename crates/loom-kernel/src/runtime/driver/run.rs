@@ -167,7 +167,16 @@ impl<S: EventStore> Run<S> {
         }
         let machine = match first {
             Some((event, reply)) => Machine::new_execution(event, reply),
-            None => Machine::new(ctx.state().fold().next_seq()),
+            None => {
+                let mut machine = Machine::new(ctx.state().fold().next_seq());
+                // Several workers may open the same parked execution at once (each resuming
+                // its gate, firing its deadline): the one whose append lands holds the lease
+                // and runs the effects; the others run nothing.
+                if inner.store.has_leases() {
+                    machine.hold_effects_until_appended();
+                }
+                machine
+            }
         };
         let mut flow_result = None;
         let flow_future = match contain(|| keep::run_or_resume(&mut kept, &flow, &ctx, &started)) {

@@ -21,7 +21,8 @@ use crate::runtime::history::{Attempted, NonDeterminism, StepState};
 impl<R, D: Held, C> Machine<R, D, C> {
     /// The commands the flow issued: their events are queued; an effect runs now if it is
     /// idempotent and the execution's start is durable, otherwise it is held until everything
-    /// queued so far is durable (K9; a start whose id turns out to be taken runs nothing).
+    /// queued so far is durable (K9; a start whose id turns out to be taken runs nothing; on a
+    /// store with leases, a run whose first append is not yet durable runs nothing either).
     /// Children start once their gate is durable.
     pub(crate) fn issued(
         &mut self,
@@ -32,7 +33,7 @@ impl<R, D: Held, C> Machine<R, D, C> {
         self.enqueue(events);
         let durable_at = self.unsent() + self.queued.len() as u64;
         // The effects to run now stay in the flow's own list, in order: no list per command.
-        let hold_all = self.durable_head == 0;
+        let hold_all = self.durable_head == 0 || self.hold_until_appended;
         let held = dispatches.extract_if(.., |dispatch| hold_all || dispatch.durable_before());
         self.held
             .extend(held.map(|dispatch| (durable_at, dispatch)));

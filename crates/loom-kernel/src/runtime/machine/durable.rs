@@ -29,6 +29,7 @@ impl<R, D: Held, C> Machine<R, D, C> {
     pub(crate) fn appended(&mut self, head: u64) -> Durable<R, D, C> {
         let replies = self.in_flight.take().map(|(r, _)| r).unwrap_or_default();
         self.durable_head = head;
+        self.hold_until_appended = false;
         let (ready, waiting): (Vec<_>, Vec<_>) =
             self.held.drain(..).partition(|(at, _)| *at <= head);
         self.held = waiting;

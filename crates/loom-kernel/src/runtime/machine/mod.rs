@@ -121,6 +121,11 @@ pub(crate) struct Machine<R, D, C> {
     held_children: Vec<(u64, C)>,
     /// The terminal event is queued (or durable): nothing more is recorded.
     ended: bool,
+    /// Every effect, idempotent or not, waits for this run's first durable append: on a store
+    /// with leases that append is what says this worker holds the execution (another worker
+    /// resuming or recovering it at the same head has its append refused, and must not have
+    /// run anything meanwhile).
+    hold_until_appended: bool,
 }
 
 impl<R, D: Held, C> Machine<R, D, C> {
@@ -135,7 +140,14 @@ impl<R, D: Held, C> Machine<R, D, C> {
             held: Vec::new(),
             held_children: Vec::new(),
             ended: false,
+            hold_until_appended: false,
         }
+    }
+
+    /// Holds every effect until this run's first append is durable (a store with leases,
+    /// where the log may belong to another worker until then).
+    pub(crate) fn hold_effects_until_appended(&mut self) {
+        self.hold_until_appended = true;
     }
 
     /// A new execution: its first event, and the `start` reply that waits for it.
@@ -227,6 +239,26 @@ mod tests {
         m.cancelled(vec![], cancelled(), "cancel");
         assert_eq!(m.admit(true, false), Admit::Refuse);
         assert_eq!(m.admit(false, true), Admit::Refuse);
+    }
+
+    #[test]
+    fn a_run_told_to_hold_runs_no_effect_until_its_first_append_is_durable() {
+        let mut m = M::new(4);
+        m.hold_effects_until_appended();
+        let ready = m.issued(vec![started("a")], vec![Fx("a", false)], vec![]);
+        assert!(ready.run.is_empty(), "an idempotent effect waits too");
+        assert!(m.holds_effects());
+        m.take_append().unwrap();
+        // Refused (another worker's append came first): nothing ran, nothing is handed out.
+        assert_eq!(m.take_all_replies(), Vec::<&str>::new());
+        let mut m = M::new(4);
+        m.hold_effects_until_appended();
+        m.issued(vec![started("a")], vec![Fx("a", false)], vec![]);
+        m.take_append().unwrap();
+        assert_eq!(m.appended(5).ready.run, vec![Fx("a", false)]);
+        // Once an append of the run is durable, idempotent effects run at once again.
+        let ready = m.issued(vec![started("b")], vec![Fx("b", false)], vec![]);
+        assert_eq!(ready.run, vec![Fx("b", false)]);
     }
 
     #[test]
