@@ -56,6 +56,7 @@ WITH req AS (
     SET head = r.head, tail = r.tail, status = r.status, needs_driving = r.driving,
         ended_at_ms = r.ended,
         lease_owner = CASE WHEN r.keep THEN x.lease_owner END,
+        last_lease_owner = r.owner,
         lease_expires_at = CASE WHEN r.keep
             THEN clock_timestamp() + $10 * interval '1 millisecond' END
     FROM req AS r

@@ -81,6 +81,7 @@ pub(crate) struct Leases {
 const HOLD: &str = "\
 UPDATE loom_executions
 SET lease_owner = $2,
+    last_lease_owner = $2,
     lease_token = CASE WHEN lease_token = $3 THEN lease_token ELSE lease_token + 1 END,
     lease_expires_at = clock_timestamp() + $5 * interval '1 millisecond'
 WHERE execution_id = $1
@@ -278,7 +279,8 @@ impl Leases {
         let released = client
             .execute(
                 "UPDATE loom_executions AS x \
-                 SET lease_owner = NULL, lease_expires_at = NULL \
+                 SET lease_owner = NULL, lease_expires_at = NULL, \
+                     last_lease_owner = x.lease_owner \
                  FROM unnest($2::text[], $3::int8[]) AS h(id, token) \
                  WHERE x.execution_id = h.id AND x.lease_token = h.token \
                    AND x.lease_owner = $1",

@@ -49,6 +49,10 @@ const MIGRATIONS: &[&str] = &[
     );
     INSERT INTO loom_feed (next_position) VALUES (0);
     "#,
+    // 2: who held a lease last, once it is given back or taken over (`loom show`).
+    r#"
+    ALTER TABLE loom_executions ADD COLUMN last_lease_owner text;
+    "#,
 ];
 
 /// The schema version this build writes.

@@ -7,7 +7,7 @@ use std::time::Duration;
 use deadpool_postgres::{Manager, ManagerConfig, Pool, RecyclingMethod};
 use loom_kernel::{
     AppendError, EncodedAppend, Event, EventEnvelope, EventStore, ExecutionId, ExecutionPage,
-    ExecutionStatus, ExecutionSummary, LeaseHold, ReadError,
+    ExecutionStatus, ExecutionSummary, LeaseHold, LeaseInfo, ReadError,
 };
 use loom_kernel::{
     FeedEvent, RetentionError, StatusFilter, StorageError, decode_stored, filter_code,
@@ -562,6 +562,31 @@ impl EventStore for PostgresStore {
 
     fn has_leases(&self) -> bool {
         true
+    }
+
+    async fn lease_info(&self, execution: &ExecutionId) -> Result<Option<LeaseInfo>, ReadError> {
+        let client = self.client().await?;
+        let row = client
+            .query_opt(
+                "SELECT last_lease_owner, lease_token, \
+                     lease_owner = last_lease_owner AND lease_expires_at > clock_timestamp(), \
+                     (extract(epoch FROM lease_expires_at - clock_timestamp()) * 1000)::int8 \
+                 FROM loom_executions WHERE execution_id = $1",
+                &[&execution.as_str()],
+            )
+            .await
+            .map_err(storage)?;
+        Ok(row.and_then(|row| {
+            let holder: Option<String> = row.get(0);
+            let live = row.get::<_, Option<bool>>(2).unwrap_or(false);
+            let expires_in: Option<i64> = row.get(3);
+            Some(LeaseInfo {
+                holder: holder?,
+                token: row.get::<_, i64>(1).max(0) as u64,
+                live,
+                expires_in_ms: expires_in.filter(|_| live).map(|ms| ms.max(0) as u64),
+            })
+        }))
     }
 
     async fn hold_lease(&self, execution: &ExecutionId, head: u64) -> Result<LeaseHold, ReadError> {

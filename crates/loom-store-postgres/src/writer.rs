@@ -614,6 +614,7 @@ impl Writer {
                 "UPDATE loom_executions AS x SET head = u.head, tail = u.tail, \
                      status = u.status, needs_driving = u.driving, ended_at_ms = u.ended, \
                      lease_owner = u.owner, lease_token = u.token, \
+                     last_lease_owner = $11, \
                      lease_expires_at = CASE WHEN u.owner IS NULL THEN NULL \
                          ELSE clock_timestamp() + $9 * interval '1 millisecond' END \
                  FROM unnest($1::text[], $2::int8[], $3::bytea[], $4::int2[], $5::bool[], \
@@ -656,7 +657,10 @@ impl Writer {
             &commit_id,
             &event_count,
         ];
-        let update_params: [&(dyn tokio_postgres::types::ToSql + Sync); 10] = [
+        // Every row updated here was written under this worker's lease, taken or held: it is
+        // the lease's last holder, even when the batch gave the lease back at once.
+        let worker_id = self.leases.worker_id();
+        let update_params: [&(dyn tokio_postgres::types::ToSql + Sync); 11] = [
             &update_ids,
             &heads,
             &tails,
@@ -667,6 +671,7 @@ impl Writer {
             &tokens,
             &lease_ms,
             &renewed,
+            &worker_id,
         ];
         let notify_params: [&(dyn tokio_postgres::types::ToSql + Sync); 2] =
             [&self.channel, &messages];

@@ -169,6 +169,13 @@ impl<S: EventStore, H: StoreHooks<S>> EventStore for Hooked<S, H> {
     fn has_leases(&self) -> bool {
         self.inner.has_leases()
     }
+
+    fn lease_info(
+        &self,
+        execution: &ExecutionId,
+    ) -> impl Future<Output = Result<Option<crate::store::LeaseInfo>, ReadError>> + Send {
+        self.inner.lease_info(execution)
+    }
 }
 
 /// Hooks that serve one execution's log as two `EXECUTION_STARTED` events (head 2), as a store

@@ -323,6 +323,23 @@ impl LeaseHold {
     }
 }
 
+/// An execution's lease as a store with leases records it ([`EventStore::lease_info`]): who
+/// holds it or held it last, under which fencing token, and whether it is live now (by the
+/// store's clock). What an operator looks at before a `retry` verdict: a worker whose lease is
+/// still live may still be sending (`docs/EFFECTS.md`, "Paused workers").
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LeaseInfo {
+    /// The worker that holds the lease, or held it last (it gave the lease back when the
+    /// execution parked, or the lease ran out).
+    pub holder: String,
+    /// The fencing token of that holder's lease.
+    pub token: u64,
+    /// Whether the holder's lease is live now.
+    pub live: bool,
+    /// While live, how long until it runs out unless renewed, in milliseconds.
+    pub expires_in_ms: Option<u64>,
+}
+
 /// One event with its position in the store-wide commit order, as read by
 /// [`EventStore::read_feed`].
 #[derive(Debug, Clone, PartialEq)]
@@ -572,6 +589,17 @@ pub trait EventStore: Send + Sync + 'static {
     ) -> impl Future<Output = Result<LeaseHold, ReadError>> + Send {
         let _ = (execution, head);
         std::future::ready(Ok(LeaseHold::Exclusive))
+    }
+
+    /// Who holds `execution`'s lease, or held it last, for operators (`loom show`, the
+    /// in-doubt listing). `None` for a store without leases, or an execution never leased.
+    /// Not for deciding anything in the runtime: by the time it is read it may have changed.
+    fn lease_info(
+        &self,
+        execution: &ExecutionId,
+    ) -> impl Future<Output = Result<Option<LeaseInfo>, ReadError>> + Send {
+        let _ = execution;
+        std::future::ready(Ok(None))
     }
 
     /// Whether this store hands executions to one worker at a time (then
