@@ -63,6 +63,7 @@ pub use retention::{
 };
 pub use view::{
     ChildView, DecisionView, EventView, EventsPage, ExecutionView, ExportPage, GateView,
-    InDoubtView, OutcomeView, STATUSES, ShowView, StateView, StepView, event_view, gate_requests,
-    mask_event_value, mask_events, masked_event, parse_status, state_view, status_name, utc,
+    InDoubtView, LeaseView, OutcomeView, STATUSES, ShowView, StateView, StepView, event_view,
+    gate_requests, mask_event_value, mask_events, masked_event, parse_status, state_view,
+    status_name, utc,
 };

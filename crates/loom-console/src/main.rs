@@ -1008,6 +1008,9 @@ fn print_show(shown: &ShowView, json: bool, full: bool) {
             state.steps_in_flight
         );
     }
+    if let Some(lease) = &shown.lease {
+        out!("lease         {}", lease.summary());
+    }
     out!();
     if state.steps.is_empty() {
         out!("steps: none");
@@ -1163,6 +1166,8 @@ fn print_in_doubt(listed: &[InDoubtView], json: bool) {
         out!("no step is in doubt");
         return;
     }
+    // The lease column only on a store with leases.
+    let leased = listed.iter().any(|step| step.lease.is_some());
     let rows: Vec<Vec<String>> = listed
         .iter()
         .map(|step| {
@@ -1180,22 +1185,38 @@ fn print_in_doubt(listed: &[InDoubtView], json: bool) {
                     format!("{}: {}", reason.code, reason.message)
                 }),
             ]
+            .into_iter()
+            .chain(leased.then(|| {
+                step.lease.as_ref().map_or("-".into(), |lease| {
+                    let liveness = if lease.live { "live" } else { "not live" };
+                    format!("{} #{} {liveness}", lease.holder, lease.token)
+                })
+            }))
+            .collect()
         })
         .collect();
-    print_table(
-        "",
-        &[
-            "EXECUTION",
-            "STEP",
-            "EFFECT",
-            "ATTEMPT",
-            "IDEMPOTENCY KEY",
-            "WAITING",
-            "REASON",
-        ],
-        &rows,
-    );
+    let mut headers = vec![
+        "EXECUTION",
+        "STEP",
+        "EFFECT",
+        "ATTEMPT",
+        "IDEMPOTENCY KEY",
+        "WAITING",
+        "REASON",
+    ];
+    if leased {
+        headers.push("LAST LEASE HOLDER");
+    }
+    print_table("", &headers, &rows);
     out!();
+    if listed
+        .iter()
+        .any(|step| step.lease.as_ref().is_some_and(|l| l.live))
+    {
+        out!(
+            "A live lease: its worker may be paused, not dead, and may still send the step's call. Before --retry, read docs/EFFECTS.md, \"Paused workers\"."
+        );
+    }
     out!("Look the idempotency key up at the effect's receiver, then give a verdict:");
     out!("  loom resolve <execution> <step> --completed <json> | --failed <message> | --retry");
     if listed.iter().any(|step| step.cancelled) {

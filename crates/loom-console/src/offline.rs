@@ -120,7 +120,7 @@ pub fn not_in_doubt(id: &ExecutionId, step_id: &str, state: &ExecutionState) -> 
         Some(_) => "not in doubt".to_owned(),
     };
     ConsoleError::refused(format!(
-        "step '{step_id}' of execution {id} is not in doubt ({status}); nothing was recorded. List the steps in doubt with `loom in-doubt`"
+        "step '{step_id}' of execution {id} is not in doubt ({status}); nothing was recorded. If it was listed in doubt, that list is stale: the step was settled since (by another operator, or a worker that took the execution over). List the steps in doubt again with `loom in-doubt` and look at this one with `loom show {id}`"
     ))
 }
 

@@ -11,8 +11,8 @@ use serde::{Deserialize, Serialize};
 
 use crate::error::ConsoleError;
 use crate::view::{
-    ChildView, EventsPage, ExecutionView, InDoubtView, OutcomeView, STATUSES, ShowView, event_view,
-    state_view, status_name,
+    ChildView, EventsPage, ExecutionView, InDoubtView, LeaseView, OutcomeView, STATUSES, ShowView,
+    event_view, state_view, status_name,
 };
 
 /// How many executions a listing shows when not told: a page, not the store.
@@ -209,6 +209,7 @@ pub async fn show<S: EventStore>(
     step_times(&mut state_view.steps, &log);
     crate::view::gate_requests(classification, &state, &log, &mut state_view.pending_gates);
     let outcome = outcome_view(store, id, &log, classification).await?;
+    let lease = store.lease_info(id).await?.map(LeaseView::from);
     Ok(ShowView {
         execution,
         outcome,
@@ -217,6 +218,7 @@ pub async fn show<S: EventStore>(
             .iter()
             .map(|envelope| event_view(classification, envelope))
             .collect(),
+        lease,
     })
 }
 
@@ -449,6 +451,10 @@ async fn in_doubt_of<S: EventStore>(
                 continue;
             }
         };
+        let lease = match state.steps_in_doubt().is_empty() {
+            true => None,
+            false => store.lease_info(&id).await?.map(LeaseView::from),
+        };
         for step_id in state.steps_in_doubt() {
             let Some(record) = state.step(step_id) else {
                 continue;
@@ -477,6 +483,7 @@ async fn in_doubt_of<S: EventStore>(
                     .map(|(since, now)| now.saturating_sub(since)),
                 reason,
                 cancelled: state.status() == ExecutionStatus::Cancelled,
+                lease: lease.clone(),
             });
         }
     }

@@ -87,6 +87,49 @@ pub struct ShowView {
     pub state: StateView,
     /// Its log, masked.
     pub events: Vec<EventView>,
+    /// Its lease, on a store with leases (PostgreSQL): who holds it or held it last.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub lease: Option<LeaseView>,
+}
+
+/// An execution's lease on a store with leases: the worker that holds it or held it last,
+/// its fencing token, and whether it is live. A step in doubt whose worker's lease is still
+/// live was started by a worker that may be paused, not dead, and may still send its call
+/// (`docs/EFFECTS.md`, "Paused workers").
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct LeaseView {
+    /// The worker that holds the lease, or held it last.
+    pub holder: String,
+    /// The fencing token of that holder's lease.
+    pub token: u64,
+    /// Whether the lease is live now (by the store's clock).
+    pub live: bool,
+    /// While live, how long until it runs out unless renewed.
+    pub expires_in_ms: Option<u64>,
+}
+
+impl From<loom_kernel::LeaseInfo> for LeaseView {
+    fn from(info: loom_kernel::LeaseInfo) -> Self {
+        Self {
+            holder: info.holder,
+            token: info.token,
+            live: info.live,
+            expires_in_ms: info.expires_in_ms,
+        }
+    }
+}
+
+impl LeaseView {
+    /// In a few words: `w1 (token 5), live` or `w1 (token 5), not live`.
+    pub fn summary(&self) -> String {
+        let liveness = match (self.live, self.expires_in_ms) {
+            (true, Some(ms)) => format!("live, runs out in {ms} ms unless renewed"),
+            (true, None) => "live".to_owned(),
+            (false, _) => "not live (given back or ran out)".to_owned(),
+        };
+        format!("{} (token {}), {liveness}", self.holder, self.token)
+    }
 }
 
 /// A page of whole logs, unmasked, as `GET /admin/v1/export` answers.
@@ -274,6 +317,9 @@ pub struct InDoubtView {
     /// the effect may have happened; settle it with the receiver.
     #[serde(default)]
     pub cancelled: bool,
+    /// The execution's lease when listed, on a store with leases.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub lease: Option<LeaseView>,
 }
 
 /// The fields of an event's JSON form that hold payloads (user data).

@@ -193,6 +193,10 @@ async function refreshDetail() {
   fact("flow", (shown.execution.flow || "-") + " v" + shown.execution.flowVersion);
   fact("budget", shown.state.budgetSpent + " spent" + (shown.state.budget === null ? ", no limit" : " of " + shown.state.budget));
   fact("capabilities", shown.state.capabilities.join(", ") || "-");
+  // On PostgreSQL: who holds the lease or held it last; a live one may be a paused worker's.
+  if (shown.lease) {
+    fact("lease", shown.lease.holder + " (token " + shown.lease.token + "), " + (shown.lease.live ? "live" : "not live"));
+  }
   const steps = $("steps").tBodies[0];
   steps.replaceChildren();
   // Step latency, in the order the steps were recorded, with bars against the slowest.

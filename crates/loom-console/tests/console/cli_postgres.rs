@@ -62,6 +62,33 @@ async fn reads_and_verdicts_work_on_postgresql_beside_a_running_worker() {
     assert_eq!(shown["state"]["stepsInDoubt"][0], "charge#1");
     let doubts = json_out(&run(&["--json", "in-doubt"]).await);
     assert_eq!(doubts[0]["idempotencyKey"], "pay-1:charge#1");
+    // The lease's last holder, and that it is not live (the worker gave it back when the
+    // execution parked in doubt): what an operator checks before a retry.
+    for lease in [&shown["lease"], &doubts[0]["lease"]] {
+        assert_eq!(lease["holder"], store.worker_id(), "{lease}");
+        assert_eq!(lease["token"], 1, "{lease}");
+        assert_eq!(lease["live"], false, "{lease}");
+    }
+    let table = run(&["in-doubt"]).await;
+    assert!(
+        stdout(&table).contains("LAST LEASE HOLDER"),
+        "{}",
+        stdout(&table)
+    );
+    assert!(
+        stdout(&table).contains(&format!("{} #1 not live", store.worker_id())),
+        "{}",
+        stdout(&table)
+    );
+    let text = run(&["show", "pay-1"]).await;
+    assert!(
+        stdout(&text).contains(&format!(
+            "lease         {} (token 1), not live",
+            store.worker_id()
+        )),
+        "{}",
+        stdout(&text)
+    );
 
     // A verdict is recorded on the database while the worker's store stays open.
     let resolved = run(&["resolve", "pay-1", "charge#1", "--completed", "1"]).await;
@@ -83,6 +110,13 @@ async fn reads_and_verdicts_work_on_postgresql_beside_a_running_worker() {
     // The same verdict again: the step is no longer in doubt, nothing is recorded.
     let again = run(&["resolve", "pay-1", "charge#1", "--completed", "1"]).await;
     assert_eq!(code(&again), 1, "{}", stderr(&again));
+    // An operator working from a list made before: told that list is stale, and how to
+    // refresh it.
+    assert!(
+        stderr(&again).contains("that list is stale") && stderr(&again).contains("loom in-doubt"),
+        "{}",
+        stderr(&again)
+    );
     assert_eq!(store.head(&execution).await.unwrap(), head + 1);
 
     // An execution a live worker drives (it holds the lease): a cancel is refused, nothing
