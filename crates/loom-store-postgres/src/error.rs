@@ -48,6 +48,9 @@ pub enum ConnectError {
         /// This build's version.
         expected: i32,
     },
+    /// A sharded store was configured with no shard.
+    #[error("a sharded store needs at least one shard: the shard map is empty")]
+    NoShards,
     /// The background task that listens for notifications could not start.
     #[error("cannot start listening for new events: {0}")]
     Listen(String),

@@ -16,6 +16,8 @@
 //! - LISTEN/NOTIFY: waiting readers wake when any worker commits, without polling.
 //! - Execution ownership by leases with fencing tokens, enforced in the append's transaction;
 //!   ambiguous commits resolved by reading back (see `docs/STORAGE.md`).
+//! - [`ShardedStore`]: several databases as one store, executions placed by a hash of their id
+//!   over a fixed shard map; listings merged by id, the feed merged with a position per shard.
 //!
 //! # What it must not depend on
 //! Only `loom-kernel` among Loom crates: the runtime, effects and plugins know this store only
@@ -45,6 +47,7 @@ mod fast;
 mod lease;
 mod notify;
 mod schema;
+mod shards;
 mod store;
 mod testing;
 mod writer;
@@ -52,6 +55,7 @@ mod writer;
 pub use config::PostgresStoreConfig;
 pub use error::ConnectError;
 pub use schema::SCHEMA_VERSION;
+pub use shards::{ShardCursor, ShardFeedEvent, ShardedStore, shard_of};
 pub use store::PostgresStore;
 pub use testing::{
     REQUIRE_VAR, SKIPPED_TESTS_VAR, URL_VAR, fresh_schema, fresh_store, record_skipped_test,
