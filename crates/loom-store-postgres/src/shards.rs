@@ -73,7 +73,10 @@ impl ShardedStore {
     /// The store over shards already connected, in the shard map's order. Panics on none: use
     /// [`ShardedStore::connect`] for configuration that may be empty.
     pub fn from_shards(shards: Vec<PostgresStore>) -> Self {
-        assert!(!shards.is_empty(), "a sharded store needs at least one shard");
+        assert!(
+            !shards.is_empty(),
+            "a sharded store needs at least one shard"
+        );
         Self {
             shards: shards.into(),
         }
@@ -184,7 +187,8 @@ impl EventStore for ShardedStore {
         expected_seq: u64,
         events: &[Event],
     ) -> impl Future<Output = Result<u64, AppendError>> + Send {
-        self.shard(execution).append(execution, expected_seq, events)
+        self.shard(execution)
+            .append(execution, expected_seq, events)
     }
 
     fn read(
@@ -306,7 +310,10 @@ mod tests {
             .map(|n| shard_of(&id(&format!("order-{n}")), 2))
             .collect();
         let on_first = spread.iter().filter(|shard| **shard == 0).count();
-        assert!((400..600).contains(&on_first), "{on_first} of 1000 on shard 0");
+        assert!(
+            (400..600).contains(&on_first),
+            "{on_first} of 1000 on shard 0"
+        );
         // A child is placed by its own id, not its parent's.
         let children: Vec<usize> = (0..64)
             .map(|n| shard_of(&id(&format!("order-42/notify#{n}")), 2))

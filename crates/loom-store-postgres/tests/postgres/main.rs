@@ -14,5 +14,6 @@ mod many_workers;
 mod multiprocess;
 mod one_claimant;
 mod replay_check;
+mod shards;
 mod store_conformance;
 mod timers_across_workers;
