@@ -4,8 +4,8 @@
 
 use loom_kernel::conformance::{self, StoreHarness};
 use loom_kernel::{
-    EventStore, EventStoreExt, ExecutionId, ExecutionStatus, FlowCtx, FlowError, Runtime,
-    StartOptions, StatusFilter, flow_fn,
+    EventStore, ExecutionId, ExecutionStatus, FlowCtx, FlowError, Runtime, StartOptions,
+    StatusFilter, flow_fn,
 };
 use loom_store_postgres::{
     PostgresStoreConfig, ShardCursor, ShardedStore, fresh_schema, server_url, shard_of,
