@@ -18,6 +18,10 @@
 //! - an idempotent step ran at most twice;
 //! - every log replays: the library's checker, and `replay-check` on the schema.
 //!
+//! The same test runs on one database (each worker a `PostgresStore`) and on two shards (each
+//! worker a `ShardedStore` over two databases of the server; every ledger table lives on the
+//! shard of its execution, so the lease it reads is that shard's). The two never overlap.
+//!
 //! The workers are this test binary run again with `LOOM_KILL_WORKER` set (see
 //! `worker_process_entry`); in an ordinary run that entry does nothing.
 
@@ -32,8 +36,12 @@ use loom_kernel::{
     ExecutionStatus, FlowCtx, FlowError, FlowSet, FnEffect, Payload, Runtime, StartOptions,
     StatusFilter, Verdict, flow_fn,
 };
-use loom_store_postgres::{PostgresStore, PostgresStoreConfig, fresh_schema, server_url};
+use loom_store_postgres::{
+    ConnectError, PostgresStore, PostgresStoreConfig, ShardedStore, fresh_schema, server_url,
+    shard_of,
+};
 use serde_json::{Value, json};
+use tokio_postgres::Client;
 
 use crate::support::child::{child_runtime, child_test};
 
@@ -128,17 +136,15 @@ const PLAIN_CALL: &str = "
 /// An effect whose every call goes to the ledger. The work (a short sleep) comes before the
 /// call reaches the receiver, so that kills and pauses land between the runtime's lease check
 /// and the receiver.
-fn ledger_effect(
+fn ledger_effect<S: WorkerStore>(
     idempotent: bool,
     worker: String,
-    store: Option<PostgresStore>,
-    ledger: Arc<tokio_postgres::Client>,
+    store: S,
+    ledgers: Ledgers,
 ) -> FnEffect<impl Fn(EffectCall) -> BoxFuture<'static, EffectOutcome> + Send + Sync> {
     FnEffect::new(idempotent, move |call: EffectCall| {
-        let (ledger, worker) = (Arc::clone(&ledger), worker.clone());
-        let remembered = store
-            .as_ref()
-            .and_then(|store| store.lease_token(&call.execution_id));
+        let (ledger, worker) = (ledgers.of(&call.execution_id), worker.clone());
+        let remembered = store.remembered_token(&call.execution_id);
         Box::pin(async move {
             tokio::time::sleep(Duration::from_millis(20)).await;
             let key = call.idempotency_key();
@@ -170,6 +176,96 @@ fn ledger_effect(
     })
 }
 
+/// The ledger's connections, one per database of the shard map, in its order.
+#[derive(Clone)]
+struct Ledgers(Arc<Vec<Arc<Client>>>);
+
+impl Ledgers {
+    async fn connect(urls: &[String], schema: &str, name: &str) -> Self {
+        let mut clients = Vec::new();
+        for url in urls {
+            clients.push(ledger_connection(url, schema, name).await);
+        }
+        Self(Arc::new(clients))
+    }
+
+    /// The connection to the database that holds `execution`.
+    fn of(&self, execution: &ExecutionId) -> Arc<Client> {
+        Arc::clone(&self.0[shard_of(execution, self.0.len())])
+    }
+
+    fn all(&self) -> &[Arc<Client>] {
+        &self.0
+    }
+}
+
+/// What the test needs of a worker's store beyond `EventStore`: the one-database store and the
+/// sharded one.
+trait WorkerStore: EventStore + Clone {
+    /// The lease token this worker's store remembers for `execution`.
+    fn remembered_token(&self, execution: &ExecutionId) -> Option<i64>;
+    /// A store on `urls` (one, or the shard map) as worker `worker`; `check_only` for
+    /// replay-check.
+    fn open(
+        urls: &[String],
+        schema: &str,
+        worker: &str,
+        check_only: bool,
+    ) -> impl std::future::Future<Output = Result<Self, ConnectError>> + Send;
+}
+
+fn configs(
+    urls: &[String],
+    schema: &str,
+    worker: &str,
+    check_only: bool,
+) -> Vec<PostgresStoreConfig> {
+    urls.iter()
+        .map(|url| {
+            let config = PostgresStoreConfig::new(url)
+                .schema(schema)
+                .worker_id(worker)
+                .lease(LEASE);
+            if check_only {
+                config.check_only()
+            } else {
+                config
+            }
+        })
+        .collect()
+}
+
+impl WorkerStore for PostgresStore {
+    fn remembered_token(&self, execution: &ExecutionId) -> Option<i64> {
+        self.lease_token(execution)
+    }
+
+    async fn open(
+        urls: &[String],
+        schema: &str,
+        worker: &str,
+        check_only: bool,
+    ) -> Result<Self, ConnectError> {
+        let config = configs(urls, schema, worker, check_only).remove(0);
+        PostgresStore::connect(config).await
+    }
+}
+
+impl WorkerStore for ShardedStore {
+    fn remembered_token(&self, execution: &ExecutionId) -> Option<i64> {
+        self.lease_token(execution)
+    }
+
+    async fn open(
+        urls: &[String],
+        schema: &str,
+        worker: &str,
+        check_only: bool,
+    ) -> Result<Self, ConnectError> {
+        ShardedStore::connect(configs(urls, schema, worker, check_only)).await
+    }
+}
+
 async fn ledger_connection(url: &str, schema: &str, name: &str) -> Arc<tokio_postgres::Client> {
     let url = format!("{url}?application_name={name}&options=-c%20search_path%3D{schema}");
     let (client, connection) = tokio_postgres::connect(&url, tokio_postgres::NoTls)
@@ -179,17 +275,13 @@ async fn ledger_connection(url: &str, schema: &str, name: &str) -> Arc<tokio_pos
     Arc::new(client)
 }
 
-fn runtime_on(
-    store: PostgresStore,
-    worker: &str,
-    ledger: &Arc<tokio_postgres::Client>,
-) -> Runtime<PostgresStore> {
+fn runtime_on<S: WorkerStore>(store: S, worker: &str, ledgers: &Ledgers) -> Runtime<S> {
     let effect = |idempotent: bool| {
         ledger_effect(
             idempotent,
             worker.to_owned(),
-            Some(store.clone()),
-            Arc::clone(ledger),
+            store.clone(),
+            ledgers.clone(),
         )
     };
     Runtime::builder(store.clone())
@@ -222,7 +314,7 @@ async fn listed(store: &impl EventStore, status: ExecutionStatus) -> Vec<Executi
 
 /// Resumes every `Approval` gate pending; a gate another worker resumed first is refused, which
 /// is fine.
-async fn approve_pending(rt: &Runtime<PostgresStore>) {
+async fn approve_pending<S: WorkerStore>(rt: &Runtime<S>) {
     for id in listed(rt.store(), ExecutionStatus::Suspended).await {
         let Ok(state) = rt.store().fold(&id).await else {
             continue;
@@ -247,21 +339,32 @@ fn worker_process_entry() {
         return;
     };
     let parts: Vec<&str> = spec.splitn(5, '|').collect();
-    let [worker, generation, schema, starts_until, url] = parts[..] else {
+    let [worker, generation, schema, starts_until, urls] = parts[..] else {
         panic!("bad worker spec {spec}");
     };
     let starts_until: u128 = starts_until.parse().expect("deadline");
+    let urls: Vec<String> = urls.split(',').map(str::to_owned).collect();
     child_runtime().block_on(async move {
-        let store = PostgresStore::connect(
-            PostgresStoreConfig::new(url)
-                .schema(schema)
-                .worker_id(worker)
-                .lease(LEASE),
-        )
-        .await
-        .expect("connect");
-        let ledger = ledger_connection(url, schema, &format!("ledger-{worker}")).await;
-        let rt = Arc::new(runtime_on(store, worker, &ledger));
+        match urls.len() {
+            1 => work::<PostgresStore>(&urls, worker, generation, schema, starts_until).await,
+            _ => work::<ShardedStore>(&urls, worker, generation, schema, starts_until).await,
+        }
+    });
+}
+
+/// A worker's life: recover and resume gates now and then, start executions until
+/// `starts_until`, then go on until killed.
+async fn work<S: WorkerStore>(
+    urls: &[String],
+    worker: &str,
+    generation: &str,
+    schema: &str,
+    starts_until: u128,
+) {
+    {
+        let store = S::open(urls, schema, worker, false).await.expect("connect");
+        let ledgers = Ledgers::connect(urls, schema, &format!("ledger-{worker}")).await;
+        let rt = Arc::new(runtime_on(store, worker, &ledgers));
         let background = {
             let rt = Arc::clone(&rt);
             tokio::spawn(async move {
@@ -287,7 +390,8 @@ fn worker_process_entry() {
                 .grant("ship");
             if rt.start("order", &json!({ "n": n }), options).await.is_ok() {
                 // Acknowledged: the caller was told the execution exists.
-                ledger
+                ledgers
+                    .of(&id)
                     .execute(
                         "INSERT INTO acks (execution, worker) VALUES ($1, $2)",
                         &[&id.as_str(), &worker],
@@ -299,7 +403,7 @@ fn worker_process_entry() {
         }
         // Runs until the test kills it.
         let _ = background.await;
-    });
+    }
 }
 
 /// The worker processes, killed however the test ends.
@@ -307,7 +411,7 @@ struct Workers {
     children: Vec<Child>,
     generations: Vec<usize>,
     schema: String,
-    url: String,
+    urls: Vec<String>,
     starts_until: u128,
 }
 
@@ -320,7 +424,9 @@ impl Workers {
                 WORKER_ENV,
                 format!(
                     "w{index}|{generation}|{}|{}|{}",
-                    self.schema, self.starts_until, self.url
+                    self.schema,
+                    self.starts_until,
+                    self.urls.join(",")
                 ),
             )
             .stdout(Stdio::null())
@@ -366,15 +472,16 @@ impl Drop for Workers {
 /// current lease token (any call still on its way from a worker that lost the execution is
 /// refused from then on), then looks the idempotency key up: a receipt gets `completed` with
 /// it, none gets `retry` (no earlier call can land any more).
-async fn operator_pass(
-    operator: &Runtime<PostgresStore>,
-    admin: &tokio_postgres::Client,
+async fn operator_pass<S: WorkerStore>(
+    operator: &Runtime<S>,
+    admins: &Ledgers,
     verdicts: &mut BTreeMap<String, &'static str>,
 ) {
     for id in listed(operator.store(), ExecutionStatus::InDoubt).await {
         let Ok(state) = operator.store().fold(&id).await else {
             continue;
         };
+        let admin = admins.of(&id);
         for step in state.steps_in_doubt().clone() {
             let key = loom_kernel::idempotency_key(&id, &step);
             let token: i64 = admin
@@ -424,24 +531,54 @@ async fn operator_pass(
     }
 }
 
-async fn count_by_status(admin: &tokio_postgres::Client) -> BTreeMap<i16, i64> {
-    admin
-        .query(
-            "SELECT status, count(*) FROM loom_executions WHERE head > 0 GROUP BY status",
-            &[],
-        )
-        .await
-        .expect("statuses")
-        .iter()
-        .map(|row| (row.get(0), row.get(1)))
-        .collect()
+async fn count_by_status(admins: &Ledgers) -> BTreeMap<i16, i64> {
+    let mut counts = BTreeMap::new();
+    for admin in admins.all() {
+        for row in admin
+            .query(
+                "SELECT status, count(*) FROM loom_executions WHERE head > 0 GROUP BY status",
+                &[],
+            )
+            .await
+            .expect("statuses")
+        {
+            *counts.entry(row.get::<_, i16>(0)).or_insert(0) += row.get::<_, i64>(1);
+        }
+    }
+    counts
 }
+
+/// Every row `sql` returns, from every database.
+async fn rows_of_all(admins: &Ledgers, sql: &str) -> Vec<tokio_postgres::Row> {
+    let mut rows = Vec::new();
+    for admin in admins.all() {
+        rows.extend(admin.query(sql, &[]).await.expect(sql));
+    }
+    rows
+}
+
+/// The kill tests take turns: two at once on two cores would starve each other's workers.
+static ONE_AT_A_TIME: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn workers_killed_and_paused_past_their_lease_lose_no_start_and_run_no_stale_effect() {
     let Some(url) = server_url("kill_rounds") else {
         return;
     };
+    kill_test::<PostgresStore>(vec![url]).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_kill_test_on_two_shards() {
+    let Some(url) = server_url("kill_rounds_sharded") else {
+        return;
+    };
+    let second = crate::shards::second_database(&url).await;
+    kill_test::<ShardedStore>(vec![url, second]).await;
+}
+
+async fn kill_test<S: WorkerStore>(urls: Vec<String>) {
+    let _turn = ONE_AT_A_TIME.lock().await;
     // `RUST_LOG=...` shows what the operator's runtime does (the workers' output is dropped).
     if std::env::var_os("RUST_LOG").is_some() {
         let _ = tracing_subscriber::fmt()
@@ -452,17 +589,14 @@ async fn workers_killed_and_paused_past_their_lease_lose_no_start_and_run_no_sta
     let rounds = knob("LOOM_KILL_ROUNDS", 30);
     let pauses = knob("LOOM_KILL_PAUSES", 5).min(rounds);
     let schema = fresh_schema("kill_rounds");
-    let store = PostgresStore::connect(
-        PostgresStoreConfig::new(&url)
-            .schema(&schema)
-            .worker_id("operator")
-            .lease(LEASE),
-    )
-    .await
-    .expect("connect");
-    let admin = ledger_connection(&url, &schema, "kill-test-admin").await;
-    admin.batch_execute(LEDGER).await.expect("ledger tables");
-    let operator_ledger = ledger_connection(&url, &schema, "ledger-operator").await;
+    let store = S::open(&urls, &schema, "operator", false)
+        .await
+        .expect("connect");
+    let admin = Ledgers::connect(&urls, &schema, "kill-test-admin").await;
+    for database in admin.all() {
+        database.batch_execute(LEDGER).await.expect("ledger tables");
+    }
+    let operator_ledger = Ledgers::connect(&urls, &schema, "ledger-operator").await;
     let operator = Arc::new(runtime_on(store.clone(), "operator", &operator_ledger));
 
     // Starts stop when the rounds are expected to be over; the drain follows.
@@ -475,7 +609,7 @@ async fn workers_killed_and_paused_past_their_lease_lose_no_start_and_run_no_sta
         children: Vec::new(),
         generations: vec![0; WORKERS],
         schema: schema.clone(),
-        url: url.clone(),
+        urls: urls.clone(),
         starts_until,
     };
     for index in 0..WORKERS {
@@ -483,11 +617,8 @@ async fn workers_killed_and_paused_past_their_lease_lose_no_start_and_run_no_sta
     }
     let verdicts = Arc::new(tokio::sync::Mutex::new(BTreeMap::new()));
     let operating = {
-        let (operator, admin, verdicts) = (
-            Arc::clone(&operator),
-            Arc::clone(&admin),
-            Arc::clone(&verdicts),
-        );
+        let (operator, admin, verdicts) =
+            (Arc::clone(&operator), admin.clone(), Arc::clone(&verdicts));
         tokio::spawn(async move {
             loop {
                 operator_pass(&operator, &admin, &mut *verdicts.lock().await).await;
@@ -542,10 +673,8 @@ async fn workers_killed_and_paused_past_their_lease_lose_no_start_and_run_no_sta
     let verdicts = verdicts.lock().await.clone();
 
     // No acknowledged start lost; everything stored completed.
-    let acked: BTreeSet<String> = admin
-        .query("SELECT execution FROM acks", &[])
+    let acked: BTreeSet<String> = rows_of_all(&admin, "SELECT execution FROM acks")
         .await
-        .expect("acks")
         .iter()
         .map(|row| row.get(0))
         .collect();
@@ -597,26 +726,24 @@ async fn workers_killed_and_paused_past_their_lease_lose_no_start_and_run_no_sta
         live: bool,
         accepted: bool,
     }
-    let calls: Vec<Call> = admin
-        .query(
-            "SELECT effect, execution, key, worker, token, holder_token, live, accepted \
-             FROM calls ORDER BY id",
-            &[],
-        )
-        .await
-        .expect("calls")
-        .iter()
-        .map(|row| Call {
-            effect: row.get(0),
-            execution: row.get(1),
-            key: row.get(2),
-            worker: row.get(3),
-            token: row.get(4),
-            holder_token: row.get(5),
-            live: row.get(6),
-            accepted: row.get(7),
-        })
-        .collect();
+    let calls: Vec<Call> = rows_of_all(
+        &admin,
+        "SELECT effect, execution, key, worker, token, holder_token, live, accepted \
+         FROM calls ORDER BY id",
+    )
+    .await
+    .iter()
+    .map(|row| Call {
+        effect: row.get(0),
+        execution: row.get(1),
+        key: row.get(2),
+        worker: row.get(3),
+        token: row.get(4),
+        holder_token: row.get(5),
+        live: row.get(6),
+        accepted: row.get(7),
+    })
+    .collect();
 
     // Each token of an execution belongs to one worker.
     let mut holders: BTreeMap<(&str, i64), &str> = BTreeMap::new();
@@ -693,10 +820,12 @@ async fn workers_killed_and_paused_past_their_lease_lose_no_start_and_run_no_sta
             outcome.finding
         );
     }
-    let config = PostgresStoreConfig::new(&url).schema(&schema).check_only();
+    let store_count = urls.len();
     let exit = tokio::task::spawn_blocking(move || {
         loom_replay_check::check_store_command(&flows(), ["replay-check"], "kill test", || async {
-            PostgresStore::connect(config).await.map_err(Into::into)
+            S::open(&urls, &schema, "replay-check", true)
+                .await
+                .map_err(Into::into)
         })
     })
     .await
@@ -705,7 +834,7 @@ async fn workers_killed_and_paused_past_their_lease_lose_no_start_and_run_no_sta
 
     let retried = verdicts.values().filter(|said| **said == "retry").count();
     eprintln!(
-        "kill test: {rounds} kills and {paused} pauses of {PAUSE:?} (lease {LEASE:?}) in \
+        "kill test on {store_count} database(s): {rounds} kills and {paused} pauses of {PAUSE:?} (lease {LEASE:?}) in \
          {rounds_took:?}; {} executions ({} acknowledged), {} steps in doubt, verdicts: {} \
          completed, {retried} retry; non-idempotent calls: {stale_calls} after a take-over, \
          {refused} refused by the receiver's fence, {not_live} outside a live lease, {doubles} \
