@@ -23,7 +23,7 @@ use loom_kernel::{
     DiskStore, DiskStoreConfig, ErrorInfo, EventStore, EventStoreExt, ExecutionId, OpenError,
     Payload,
 };
-use loom_store_postgres::{PostgresStore, PostgresStoreConfig};
+use loom_store_postgres::{PostgresStoreConfig, ShardedStore};
 use serde_json::Value;
 
 const EXIT_CODES: &str = "\
@@ -45,7 +45,8 @@ that runs the flows holds it, use its admin API: --admin http://127.0.0.1:PORT -
 #[command(name = "loom", version, after_help = EXIT_CODES)]
 struct Cli {
     /// The store: an embedded store file (opened only when no process holds it) or a
-    /// postgres:// URL. Default: $LOOM_STORE.
+    /// postgres:// URL (several, comma-separated: the shard map of a sharded store, in its
+    /// order). Default: $LOOM_STORE.
     #[arg(long, global = true, value_name = "FILE|URL")]
     store: Option<String>,
     /// The PostgreSQL schema holding Loom's tables (with a postgres:// store).
@@ -245,7 +246,8 @@ enum Backend {
     /// An embedded store file, opened per command.
     File(PathBuf),
     /// A PostgreSQL store (reads).
-    Postgres(PostgresStore),
+    // One database is a shard map of one.
+    Postgres(ShardedStore),
     /// The admin API of the process that runs the flows.
     Admin(AdminClient),
 }
@@ -278,10 +280,15 @@ async fn backend(cli: &Cli) -> Result<Backend, ConsoleError> {
         ));
     };
     if store.starts_with("postgres://") || store.starts_with("postgresql://") {
-        let config = PostgresStoreConfig::new(store)
-            .schema(&cli.schema)
-            .check_only();
-        let connected = PostgresStore::connect(config).await.map_err(|error| {
+        let shards = store
+            .split(',')
+            .map(|url| {
+                PostgresStoreConfig::new(url)
+                    .schema(&cli.schema)
+                    .check_only()
+            })
+            .collect();
+        let connected = ShardedStore::connect(shards).await.map_err(|error| {
             ConsoleError::unavailable(format!(
                 "cannot open the PostgreSQL store: {error} (the schema is chosen with --schema, default loom)"
             ))
@@ -651,7 +658,7 @@ async fn purge(
 
 /// Gives back the lease a write on PostgreSQL took, so that any worker's `recover()` drives
 /// the execution at once; a lease left behind would only run out later.
-async fn give_back(store: &PostgresStore) {
+async fn give_back(store: &ShardedStore) {
     if let Err(error) = store.release_leases().await {
         tracing::warn!(%error, "the lease taken for this write runs out by itself");
     }

@@ -9,7 +9,8 @@
 //! (`list_executions`, `list_by_status`) ask every shard and merge by id, so pages stay in id
 //! order across shards. The feed has no order across shards: [`ShardedStore::read_feed_merged`]
 //! reads each shard from its own position ([`ShardCursor`]) and keeps each shard's commit order;
-//! the single-number feed of [`EventStore::read_feed`] is refused as unsupported.
+//! the single-number feed of [`EventStore::read_feed`] is refused as unsupported (but on a shard
+//! map of one, which is that shard's store).
 //!
 //! Resharding (a shard map that changes) is not supported: `docs/decisions/LD-030-*.md` says
 //! how it would be done.
@@ -289,6 +290,26 @@ impl EventStore for ShardedStore {
 
     fn has_leases(&self) -> bool {
         true
+    }
+
+    /// One shard: its feed. Several: refused, there is no one order across shards (see
+    /// [`ShardedStore::read_feed_merged`]).
+    async fn read_feed(&self, from: u64, limit: usize) -> Result<Vec<FeedEvent>, ReadError> {
+        match &self.shards[..] {
+            [only] => only.read_feed(from, limit).await,
+            _ => Err(ReadError::Unsupported {
+                operation: "read_feed across shards (use read_feed_merged)",
+            }),
+        }
+    }
+
+    async fn wait_for_feed(&self, position: u64) -> Result<(), ReadError> {
+        match &self.shards[..] {
+            [only] => only.wait_for_feed(position).await,
+            _ => Err(ReadError::Unsupported {
+                operation: "wait_for_feed across shards (use wait_for_feed_merged)",
+            }),
+        }
     }
 }
 

@@ -169,3 +169,128 @@ async fn reads_and_verdicts_work_on_postgresql_beside_a_running_worker() {
         "a running one stays"
     );
 }
+
+/// The URL of the server's second database `loom_shard_1` (created if missing; the store's
+/// tests use the same one).
+async fn second_database(url: &str) -> String {
+    let (client, connection) = tokio_postgres::connect(url, tokio_postgres::NoTls)
+        .await
+        .unwrap();
+    let connection = tokio::spawn(connection);
+    let exists: bool = client
+        .query_one(
+            "SELECT EXISTS (SELECT 1 FROM pg_database WHERE datname = 'loom_shard_1')",
+            &[],
+        )
+        .await
+        .unwrap()
+        .get(0);
+    if !exists && let Err(error) = client.batch_execute("CREATE DATABASE loom_shard_1").await {
+        assert_eq!(
+            error.code(),
+            Some(&tokio_postgres::error::SqlState::DUPLICATE_DATABASE),
+            "{error}"
+        );
+    }
+    drop(client);
+    let _ = connection.await;
+    format!("{}/loom_shard_1", url.rsplit_once('/').unwrap().0)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_cli_reads_and_resolves_across_two_shards() {
+    let Some(url) = loom_store_postgres::server_url("loom-console across_two_shards") else {
+        return;
+    };
+    let schema = loom_store_postgres::fresh_schema("console_shards");
+    let second = second_database(&url).await;
+    let store = loom_store_postgres::ShardedStore::connect(
+        [&url, &second]
+            .into_iter()
+            .map(|u| loom_store_postgres::PostgresStoreConfig::new(u).schema(&schema))
+            .collect(),
+    )
+    .await
+    .unwrap();
+    // In doubt, on both shards.
+    let ids: Vec<_> = (0..6).map(|n| id(&format!("pay-{n}"))).collect();
+    for execution in &ids {
+        store
+            .append(
+                execution,
+                0,
+                &[
+                    started("pay"),
+                    Event::StepStarted(StepStarted {
+                        step_id: "charge#1".into(),
+                        effect: "charge".into(),
+                        input_digest: "d".into(),
+                        attempt: 1,
+                        max_cost: 0,
+                    }),
+                    Event::EffectInDoubt(EffectInDoubt {
+                        step_id: "charge#1".into(),
+                        effect: "charge".into(),
+                        attempt: 1,
+                        reason: None,
+                    }),
+                ],
+            )
+            .await
+            .unwrap();
+    }
+    let shards: Vec<usize> = ids
+        .iter()
+        .map(|e| loom_store_postgres::shard_of(e, 2))
+        .collect();
+    assert!(shards.contains(&0) && shards.contains(&1), "{shards:?}");
+    let both = format!("{url},{second}");
+    let run = |rest: &[&str]| {
+        let mut args = vec!["--store", both.as_str(), "--schema", schema.as_str()];
+        args.extend_from_slice(rest);
+        let args: Vec<String> = args.into_iter().map(str::to_owned).collect();
+        async move {
+            let args: Vec<&str> = args.iter().map(String::as_str).collect();
+            loom_async(&args).await
+        }
+    };
+    let listed = json_out(&run(&["--json", "executions"]).await);
+    let mut listed: Vec<&str> = listed["executions"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|e| e["id"].as_str().unwrap())
+        .collect();
+    listed.sort();
+    assert_eq!(
+        listed,
+        ["pay-0", "pay-1", "pay-2", "pay-3", "pay-4", "pay-5"]
+    );
+    let doubts = json_out(&run(&["--json", "in-doubt"]).await);
+    assert_eq!(doubts.as_array().unwrap().len(), 6);
+    assert_eq!(doubts[0]["lease"]["live"], false);
+    // A verdict on an execution of the second shard lands there.
+    let on_second = ids
+        .iter()
+        .find(|e| loom_store_postgres::shard_of(e, 2) == 1)
+        .unwrap();
+    let resolved = run(&[
+        "resolve",
+        on_second.as_str(),
+        "charge#1",
+        "--completed",
+        "1",
+    ])
+    .await;
+    assert_eq!(code(&resolved), 0, "{}", stderr(&resolved));
+    let state = loom_kernel::EventStoreExt::fold(&store.shards()[1], on_second)
+        .await
+        .unwrap();
+    assert_eq!(
+        state.status(),
+        ExecutionStatus::Running,
+        "recorded on its shard"
+    );
+    let shown = json_out(&run(&["--json", "show", on_second.as_str()]).await);
+    assert_eq!(shown["execution"]["status"], "running");
+}
