@@ -10,6 +10,9 @@
 //! - `concurrent`: `N` executions started at once, each of 10 non-idempotent steps: steps/s over
 //!   all of them and the p50 / p99 latency of one step as the flow sees it (the await of
 //!   `ctx.execute`). Group commit shares one transaction among the executions that wait together.
+//! - `concurrent-sharded`: the same 1,000 executions on a `ShardedStore` over two databases of
+//!   the server (`loom_shard_1` created if missing): two shards, two write paths. Prints the
+//!   sharded line only (the embedded store has no shards).
 //!
 //! Needs a server: `cargo xtask pg-up` (or `LOOM_TEST_POSTGRES_URL`), then
 //! `cargo bench -p loom-store-postgres --bench postgres_steps`. Without one it says so and exits.
@@ -21,7 +24,9 @@ use loom_kernel::{DiskStore, EventStore, ExecutionId, ExecutionStatus};
 use loom_kernel::{
     EffectCall, EffectOutcome, FlowCtx, FlowError, FnEffect, Runtime, StartOptions, flow_fn,
 };
-use loom_store_postgres::{fresh_store, server_url};
+use loom_store_postgres::{
+    PostgresStoreConfig, ShardedStore, fresh_schema, fresh_store, server_url,
+};
 use serde_json::{Value, json};
 
 #[path = "../../loom-kernel/benches/support/mod.rs"]
@@ -93,6 +98,38 @@ async fn run_workload<S: EventStore>(
     )
 }
 
+/// A sharded store over the server's database and a second one, `loom_shard_1`.
+async fn two_shards(url: &str) -> ShardedStore {
+    let (client, connection) = tokio_postgres::connect(url, tokio_postgres::NoTls)
+        .await
+        .expect("connect");
+    let connection = tokio::spawn(connection);
+    let exists: bool = client
+        .query_one(
+            "SELECT EXISTS (SELECT 1 FROM pg_database WHERE datname = 'loom_shard_1')",
+            &[],
+        )
+        .await
+        .expect("look for the second database")
+        .get(0);
+    if !exists {
+        client
+            .batch_execute("CREATE DATABASE loom_shard_1")
+            .await
+            .expect("create the second database");
+    }
+    drop(client);
+    let _ = connection.await;
+    let (base, _) = url.rsplit_once('/').expect("a URL with a database");
+    let schema = fresh_schema("bench");
+    ShardedStore::connect(vec![
+        PostgresStoreConfig::new(url).schema(&schema),
+        PostgresStoreConfig::new(format!("{base}/loom_shard_1")).schema(&schema),
+    ])
+    .await
+    .expect("sharded store")
+}
+
 fn main() {
     if std::env::args().any(|arg| arg == "--list") {
         return;
@@ -108,12 +145,23 @@ fn main() {
             ("sequential-idempotent", 1, SEQUENTIAL, true),
             ("concurrent", 1, STEPS_PER_EXECUTION, false),
             ("concurrent", 1_000, STEPS_PER_EXECUTION, false),
+            ("concurrent-sharded", 1_000, STEPS_PER_EXECUTION, false),
         ];
         // `LOOM_BENCH_ONLY=sequential` runs the workloads of that name only.
         let only = std::env::var("LOOM_BENCH_ONLY").ok();
         for (index, (workload, executions, steps, idempotent)) in workloads.into_iter().enumerate()
         {
             if only.as_deref().is_some_and(|only| only != workload) {
+                continue;
+            }
+            if workload == "concurrent-sharded" {
+                let sharded = two_shards(&url).await;
+                let (per_s, p50, p99) =
+                    run_workload("sharded", sharded, executions, steps, idempotent).await;
+                println!(
+                    "{workload} executions={executions} steps={steps} store=postgres-2-shards \
+                     steps_per_s={per_s:.0} step_p50_us={p50:.0} step_p99_us={p99:.0}"
+                );
                 continue;
             }
             let postgres = fresh_store(&url, "bench").await.expect("postgres store");
