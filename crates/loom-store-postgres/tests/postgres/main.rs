@@ -7,7 +7,6 @@ mod support;
 
 mod children_across_workers;
 mod fencing;
-mod kill_rounds;
 mod lease_bounds;
 mod lease_info;
 mod many_workers;

@@ -11,41 +11,8 @@ use loom_store_postgres::{
     PostgresStoreConfig, ShardCursor, ShardedStore, fresh_schema, server_url, shard_of,
 };
 use serde_json::{Value, json};
-use tokio::sync::OnceCell;
 
-/// The URL of the server's second database, `loom_shard_1`, created once.
-pub(crate) async fn second_database(url: &str) -> String {
-    static CREATED: OnceCell<String> = OnceCell::const_new();
-    CREATED
-        .get_or_init(|| async {
-            let (client, connection) = tokio_postgres::connect(url, tokio_postgres::NoTls)
-                .await
-                .expect("connect");
-            let connection = tokio::spawn(connection);
-            let exists: bool = client
-                .query_one(
-                    "SELECT EXISTS (SELECT 1 FROM pg_database WHERE datname = 'loom_shard_1')",
-                    &[],
-                )
-                .await
-                .expect("look for the database")
-                .get(0);
-            if !exists {
-                // Another test binary may create it at the same moment: either one wins.
-                if let Err(error) = client.batch_execute("CREATE DATABASE loom_shard_1").await {
-                    let raced =
-                        error.code() == Some(&tokio_postgres::error::SqlState::DUPLICATE_DATABASE);
-                    assert!(raced, "cannot create the second database: {error}");
-                }
-            }
-            drop(client);
-            let _ = connection.await;
-            let (base, _) = url.rsplit_once('/').expect("a URL with a database");
-            format!("{base}/loom_shard_1")
-        })
-        .await
-        .clone()
-}
+use crate::support::second_database;
 
 /// Configurations of the two shards, one schema name on both.
 pub(crate) async fn two_shards(url: &str, schema: &str) -> Vec<PostgresStoreConfig> {

@@ -557,7 +557,7 @@ async fn rows_of_all(admins: &Ledgers, sql: &str) -> Vec<tokio_postgres::Row> {
     rows
 }
 
-/// The kill tests take turns: two at once on two cores would starve each other's workers.
+/// The two kill tests take turns: two at once on two cores would starve each other's workers.
 static ONE_AT_A_TIME: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -573,7 +573,7 @@ async fn the_kill_test_on_two_shards() {
     let Some(url) = server_url("kill_rounds_sharded") else {
         return;
     };
-    let second = crate::shards::second_database(&url).await;
+    let second = crate::support::second_database(&url).await;
     kill_test::<ShardedStore>(vec![url, second]).await;
 }
 

@@ -1,0 +1,9 @@
+//! The kill test, a test binary of its own: its worker processes load the machine for about
+//! two minutes, which must not overlap the timing of the PostgreSQL store's other tests
+//! (`tests/postgres`), run in parallel threads of their binary. Cargo runs test binaries one
+//! after another.
+
+#[path = "../support/mod.rs"]
+mod support;
+
+mod kill_rounds;
