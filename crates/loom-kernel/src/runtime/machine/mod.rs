@@ -33,6 +33,8 @@ mod end;
 #[cfg(test)]
 mod fixtures;
 mod gate;
+#[cfg(test)]
+mod model;
 mod outcome;
 mod resume;
 mod state;
