@@ -29,7 +29,7 @@ use crate::payload::Payload;
 use crate::runtime::effect::Effect;
 use crate::runtime::handle::ExecuteTarget;
 use crate::runtime::history::History;
-use crate::runtime::machine::{Env, FlowState};
+use crate::runtime::machine::{DecisionStart, Env, FlowState, StepStart, decode_decision};
 use crate::runtime::timers::{Clock, TIMER_EVENT_TYPE, is_timed_out_payload};
 
 mod request;
@@ -82,6 +82,13 @@ pub enum StepError {
         "change '{0}' was deprecated in this run (deprecate_patch): patched cannot answer for it"
     )]
     DeprecatedPatch(String),
+    /// The flow called the context from inside a decision's closure (`decide`, `now`, ...):
+    /// replay serves the decision without running the closure, so what it issued would be
+    /// missing there. Make the value from the world alone, and call the context outside.
+    #[error(
+        "the context was called inside the closure of decision '{0}': a decision's value must come from the world alone"
+    )]
+    InsideDecision(String),
     /// `ctx.child` cannot derive a valid execution id for the child.
     #[error("cannot start flow '{flow}' as a child: {detail}")]
     ChildId {
@@ -239,7 +246,7 @@ impl FlowCtx {
         let mut state = self.state();
         let slot = state.new_slot();
         let mut issued_id = None;
-        let outcome = (|| {
+        let start = (|| {
             let step_id = state.step_id(name)?;
             if want_id {
                 issued_id = Some(step_id.clone());
@@ -247,6 +254,17 @@ impl FlowCtx {
             let input = canonical(input)?;
             state.step(slot, step_id, effect, input, &self.shared.classification)
         })();
+        let outcome = match start {
+            Ok(StepStart::Now(value)) => Ok(value),
+            Err(err) => Err(err),
+            Ok(StepStart::Admit(admission)) => {
+                // The effect's admission checks are its own code: not under the lock.
+                drop(state);
+                let checked = admission.check();
+                state = self.state();
+                state.admitted(admission, checked)
+            }
+        };
         (self.command(state, slot, outcome), issued_id)
     }
 
@@ -453,7 +471,26 @@ impl FlowCtx {
         kind: &str,
         make: impl FnOnce() -> T,
     ) -> Result<T, StepError> {
-        self.state().decide(kind, make, &self.shared.classification)
+        let begun = self
+            .state()
+            .begin_decision(kind, &self.shared.classification)?;
+        match begun {
+            DecisionStart::Recorded(value, step_id) => decode_decision(&value, step_id),
+            DecisionStart::Live(step_id) => {
+                // Flow code never runs under the state's lock: `make` may read the world in any
+                // way it likes (a nested context call is refused, not deadlocked).
+                let recorder = DecisionRecorder {
+                    ctx: self,
+                    step_id: Some(step_id),
+                    kind,
+                };
+                let value = make();
+                let payload =
+                    Payload::encode(&value).map_err(|err| StepError::Encode(err.to_string()))?;
+                recorder.record(payload);
+                Ok(value)
+            }
+        }
     }
 
     /// Wall-clock milliseconds since the Unix epoch, recorded.
@@ -529,6 +566,32 @@ impl Future for Command {
         match state.poll_slot(self.slot, cx.waker()) {
             Some((value, _)) => Poll::Ready(value),
             None => Poll::Pending,
+        }
+    }
+}
+
+/// A live decision between its start and its record: whatever way the flow's code leaves
+/// (the value recorded, an encoding error, a panic), the state no longer refuses commands.
+struct DecisionRecorder<'a> {
+    ctx: &'a FlowCtx,
+    step_id: Option<String>,
+    kind: &'a str,
+}
+
+impl DecisionRecorder<'_> {
+    fn record(mut self, value: Payload) {
+        if let Some(step_id) = self.step_id.take() {
+            self.ctx
+                .state()
+                .record_decision(step_id, self.kind, Some(value));
+        }
+    }
+}
+
+impl Drop for DecisionRecorder<'_> {
+    fn drop(&mut self) {
+        if let Some(step_id) = self.step_id.take() {
+            self.ctx.state().record_decision(step_id, self.kind, None);
         }
     }
 }

@@ -43,7 +43,9 @@ mod verdict;
 use crate::event::Event;
 use crate::hash::{IdKey, IdMap};
 
+pub(crate) use command::StepStart;
 pub(crate) use deadline::GateDeadline;
+pub(crate) use decision::{DecisionStart, decode_decision};
 pub(crate) use end::terminal;
 pub(crate) use resume::GateMiss;
 pub(crate) use state::{Dispatch, Env, FlowState};
