@@ -8,6 +8,7 @@
 mod child;
 mod patched;
 
+pub use crate::runtime::machine::vocabulary::{StepError, StepName};
 pub use child::ChildCall;
 pub(crate) use child::ChildStart;
 pub use patched::PATCH_KIND;
@@ -34,71 +35,6 @@ use crate::runtime::timers::{Clock, TIMER_EVENT_TYPE, is_timed_out_payload};
 
 mod request;
 
-/// Why a command did not give the flow a result.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[non_exhaustive]
-pub enum StepError {
-    /// The effect failed (or an operator's verdict said so); this is recorded.
-    #[error("step failed: {0:?}")]
-    Failed(ErrorInfo),
-    /// Two steps of the execution have this explicit id (ADR 0061).
-    #[error("step id '{0}' is used twice in this execution")]
-    DuplicateStepId(String),
-    /// A gate with this event type and key is already pending.
-    #[error("a gate for ({event_type}, key '{correlation_key}') is already pending")]
-    DuplicateGate {
-        /// The gate's event type.
-        event_type: String,
-        /// The gate's correlation key.
-        correlation_key: String,
-    },
-    /// The input or value does not serialize to JSON.
-    #[error("the input or value does not serialize to JSON: {0}")]
-    Encode(String),
-    /// The recorded value does not decode to the type asked for.
-    #[error("the recorded value of '{step_id}' does not decode: {detail}")]
-    Decode {
-        /// The step's id (ADR 0061).
-        step_id: String,
-        /// What went wrong, in words.
-        detail: String,
-    },
-    /// The replayed flow diverged from its log; the runtime stops the execution.
-    #[error("the flow diverged from its recorded history")]
-    Diverged,
-    /// Gate event types starting with `loom.` belong to the runtime (`loom.timer` is a
-    /// timer's); a flow cannot open such a gate.
-    #[error("gate event type '{0}' is reserved for the runtime (it starts with 'loom.')")]
-    ReservedEventType(String),
-    /// `first_of` was given no gate.
-    #[error("first_of needs at least one gate")]
-    NoGates,
-    /// A gate's request ([`FlowCtx::suspend_with_request`]) cannot be recorded; nothing was.
-    #[error("the gate's request cannot be recorded: {0}")]
-    InvalidRequest(String),
-    /// `ctx.patched(change_id)` after `ctx.deprecate_patch(change_id)` in the same run: the
-    /// change was declared always on, so nothing would record which branch ran.
-    #[error(
-        "change '{0}' was deprecated in this run (deprecate_patch): patched cannot answer for it"
-    )]
-    DeprecatedPatch(String),
-    /// The flow called the context from inside a decision's closure (`decide`, `now`, ...):
-    /// replay serves the decision without running the closure, so what it issued would be
-    /// missing there. Make the value from the world alone, and call the context outside.
-    #[error(
-        "the context was called inside the closure of decision '{0}': a decision's value must come from the world alone"
-    )]
-    InsideDecision(String),
-    /// `ctx.child` cannot derive a valid execution id for the child.
-    #[error("cannot start flow '{flow}' as a child: {detail}")]
-    ChildId {
-        /// The flow asked for.
-        flow: String,
-        /// Why, in words.
-        detail: String,
-    },
-}
-
 /// Which of the gates of a [`FlowCtx::first_of`] came first, as the log records it.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Selected {
@@ -121,15 +57,6 @@ pub enum GateOutcome {
     Resumed(Payload),
     /// The deadline passed first; the runtime closed the gate.
     TimedOut,
-}
-
-/// How a step is named.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum StepName {
-    /// `name#n`: the n-th call with this name in the execution.
-    Counted(String),
-    /// Exactly this id; using it twice is an error.
-    Explicit(String),
 }
 
 /// A flow's handle on the world. Cheap to clone; clones share the execution.

@@ -331,13 +331,13 @@ impl<S: EventStore> Runtime<S> {
         if self.inner.stopping() {
             return Err(ResumeError::ShutDown);
         }
-        if timers::is_reserved_event_type(event_type) {
+        if machine::markers::is_reserved_event_type(event_type) {
             return Err(ResumeError::ReservedGate {
                 execution: execution.clone(),
                 event_type: event_type.to_owned(),
             });
         }
-        if timers::is_reserved_payload(&payload) {
+        if machine::markers::is_reserved_payload(&payload) {
             return Err(ResumeError::ReservedPayload {
                 execution: execution.clone(),
             });

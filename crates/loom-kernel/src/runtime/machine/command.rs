@@ -6,6 +6,7 @@
 use std::sync::Arc;
 
 use super::state::{Dispatch, FlowState, StepSide};
+use super::vocabulary::{StepError, StepName};
 use super::{Held, Machine, Ready};
 use crate::classify::DataClassification;
 use crate::event::*;
@@ -13,7 +14,6 @@ use crate::hash::IdKey;
 use crate::payload::Payload;
 use crate::runtime::codes;
 use crate::runtime::contain::contain;
-use crate::runtime::ctx::{StepError, StepName};
 use crate::runtime::digest::input_digest;
 use crate::runtime::effect::{Effect, EffectCall};
 use crate::runtime::history::{Attempted, NonDeterminism, StepState};

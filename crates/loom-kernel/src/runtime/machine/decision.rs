@@ -5,11 +5,12 @@
 
 use serde::de::DeserializeOwned;
 
+use super::markers::PATCH_KIND;
 use super::state::FlowState;
+use super::vocabulary::{StepError, StepName};
 use crate::classify::DataClassification;
 use crate::event::*;
 use crate::payload::Payload;
-use crate::runtime::ctx::{PATCH_KIND, StepError, StepName};
 use crate::runtime::history::{Attempted, Recorded};
 
 /// Where a decision stands once its id is taken ([`FlowState::begin_decision`]).

@@ -4,19 +4,20 @@
 //! history while it lasts (a recorded resume answers at once), else queued live; the flow then
 //! waits at the gate's slot.
 
-use super::state::{FlowState, GateSide};
-use crate::classify::DataClassification;
-use crate::event::*;
-use crate::payload::Payload;
-use crate::runtime::children::{CHILD_EVENT_TYPE, CHILD_KIND, ChildSpec, GATE_PREFIX, child_id};
-use crate::runtime::ctx::{StepError, StepName};
-use crate::runtime::digest::input_digest;
-use crate::runtime::history::{Attempted, NonDeterminism, Recorded};
-use crate::runtime::requests::{REQUEST_KIND, request_step_id};
-use crate::runtime::timers::{
+use super::markers::{CHILD_EVENT_TYPE, CHILD_KIND, GATE_PREFIX, child_id};
+use super::markers::{
     DEADLINE_KIND, deadline_value, is_closed_payload, is_reserved_event_type, is_timed_out_payload,
     parse_deadline, timed_out_payload,
 };
+use super::markers::{REQUEST_KIND, request_step_id};
+use super::state::{FlowState, GateSide};
+use super::vocabulary::ChildSpec;
+use super::vocabulary::{StepError, StepName};
+use crate::classify::DataClassification;
+use crate::event::*;
+use crate::payload::Payload;
+use crate::runtime::digest::input_digest;
+use crate::runtime::history::{Attempted, NonDeterminism, Recorded};
 
 impl FlowState {
     /// Opens the gate `gate_id`: `Some` with the recorded resume when the log holds one, `None`

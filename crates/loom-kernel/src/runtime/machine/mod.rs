@@ -33,12 +33,14 @@ mod end;
 #[cfg(test)]
 mod fixtures;
 mod gate;
+pub(crate) mod markers;
 #[cfg(test)]
 mod model;
 mod outcome;
 mod resume;
 mod state;
 mod verdict;
+pub(crate) mod vocabulary;
 
 use crate::event::Event;
 use crate::hash::{IdKey, IdMap};

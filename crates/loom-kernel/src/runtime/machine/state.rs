@@ -11,12 +11,12 @@ use std::sync::Arc;
 use std::task::Waker;
 
 use super::GateDeadline;
+use super::vocabulary::{ChildStart, StepError};
 use crate::event::Event;
 use crate::fold::ExecutionState;
 use crate::hash::IdMap;
 use crate::id::ExecutionId;
 use crate::payload::Payload;
-use crate::runtime::ctx::{ChildStart, StepError};
 use crate::runtime::effect::{Effect, EffectCall};
 use crate::runtime::history::{History, NonDeterminism};
 
