@@ -84,7 +84,7 @@ pub use handle::{DeclaredEffect, EffectHandle, ExecuteTarget, TypedCommand, Uses
 pub use history::NonDeterminism;
 pub use keep::DEFAULT_MAX_PARKED_IN_MEMORY;
 pub use plugin::{AbiRange, Contributions, Inbound, InboundHandler, Plugin, Projection};
-pub use replay::{ReplayError, ReplayReport};
+pub use replay::{ReplayError, ReplayReport, Replayer};
 pub use requests::{
     PendingRequest, REQUEST_KIND, pending_requests, pending_requests_of, request_step_id,
 };
@@ -560,7 +560,7 @@ impl<S: EventStore> Runtime<S> {
         &self,
         log: Vec<crate::envelope::EventEnvelope>,
     ) -> Result<ReplayReport, ReplayError> {
-        replay::replay_log(&self.inner, log, None)
+        replay::replay_log((&*self.inner).into(), log, None)
     }
 
     /// [`Runtime::replay_log`] for a log the caller has folded already (`folded` is that
@@ -571,7 +571,7 @@ impl<S: EventStore> Runtime<S> {
         log: Vec<crate::envelope::EventEnvelope>,
         folded: ExecutionState,
     ) -> Result<ReplayReport, ReplayError> {
-        replay::replay_log(&self.inner, log, Some(folded))
+        replay::replay_log((&*self.inner).into(), log, Some(folded))
     }
 
     /// The execution's state, folded from its log.
