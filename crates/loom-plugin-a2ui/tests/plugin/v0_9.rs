@@ -302,15 +302,17 @@ async fn a_flood_of_malformed_v0_9_frames_meets_the_same_rate_limit() {
     let mut lit = open(&w, "alice", "order-a", ProtocolVersion::V0_9).await;
     let mut closed = None;
     for _ in 0..10 {
-        if let Err(refused) = lit.receive(&w.runtime, b"{\"version\":\"v0.9\"}").await {
-            if let Some(code) = refused.close_code() {
-                assert!(matches!(
-                    refused,
-                    Refused::Frame(FrameError::RateExceeded { .. })
-                ));
-                closed = Some(code);
-                break;
-            }
+        let refused = lit.receive(&w.runtime, b"{\"version\":\"v0.9\"}").await;
+        let Err(refused) = refused else {
+            panic!("a message without a kind is refused");
+        };
+        if let Some(code) = refused.close_code() {
+            assert!(matches!(
+                refused,
+                Refused::Frame(FrameError::RateExceeded { .. })
+            ));
+            closed = Some(code);
+            break;
         }
     }
     assert_eq!(closed, Some(loom_plugin_a2ui::close_codes::POLICY));
