@@ -334,10 +334,10 @@ async fn session<S: EventStore>(
                     {
                         open = open && tx.send(model).await.is_ok();
                     }
-                    if is_end(&envelope.event) {
-                        if let Some(event) = final_of(&state, &execution, &surface, protocol).await {
-                            open = open && tx.send(event).await.is_ok();
-                        }
+                    if is_end(&envelope.event)
+                        && let Some(event) = final_of(&state, &execution, &surface, protocol).await
+                    {
+                        open = open && tx.send(event).await.is_ok();
                     }
                 }
                 Ok(_) => {}
@@ -353,10 +353,10 @@ async fn session<S: EventStore>(
                         if let Some(model) = model_of(&state, &execution, &surface) {
                             open = open && tx.send(model).await.is_ok();
                         }
-                        if ends {
-                            if let Some(event) = final_of(&state, &execution, &surface, protocol).await {
-                                open = open && tx.send(event).await.is_ok();
-                            }
+                        if ends
+                            && let Some(event) = final_of(&state, &execution, &surface, protocol).await
+                        {
+                            open = open && tx.send(event).await.is_ok();
                         }
                     }
                 }

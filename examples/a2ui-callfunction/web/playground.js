@@ -272,6 +272,7 @@ function onFinal(data) {
   note.className = "a2-final";
   note.textContent = "the final surface, as last drawn" + (deleted ? " (the flow has deleted it)" : "");
   $("surface").prepend(note);
+  listExecutions();
   settle();
 }
 
