@@ -382,17 +382,20 @@ struct ServerProcess(std::process::Child);
 
 impl ServerProcess {
     async fn start(dir: &Path, addr: SocketAddr) -> Self {
-        let child = Command::new(env!("CARGO_BIN_EXE_a2ui-callfunction"))
-            .args(["server", "--addr", &addr.to_string(), "--store"])
-            .arg(dir.join("loom.redb"))
-            .env("LOOM_ADMIN_TOKEN", TOKEN)
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .expect("the server runs");
+        // Killed and waited for on drop, however the test ends.
+        let server = Self(
+            Command::new(env!("CARGO_BIN_EXE_a2ui-callfunction"))
+                .args(["server", "--addr", &addr.to_string(), "--store"])
+                .arg(dir.join("loom.redb"))
+                .env("LOOM_ADMIN_TOKEN", TOKEN)
+                .stdout(Stdio::null())
+                .stderr(Stdio::null())
+                .spawn()
+                .expect("the server runs"),
+        );
         for _ in 0..400 {
             if tokio::net::TcpStream::connect(addr).await.is_ok() {
-                return Self(child);
+                return server;
             }
             tokio::time::sleep(Duration::from_millis(25)).await;
         }
