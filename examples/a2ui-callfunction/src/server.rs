@@ -322,7 +322,12 @@ async fn serve_on<S: EventStore>(store: S, options: ServerOptions) -> Result<()>
     narrate::emit(&Note::Ready {
         url: format!("ws://{addr}"),
     });
-    if loopback {
+    if loopback && options.exit_when_done {
+        // The story's servers exit with their execution: links to them would be dead.
+        narrate::say(
+            "the web console and the A2UI playground are served until this server exits (`cargo run -p a2ui-callfunction -- serve` keeps one up)",
+        );
+    } else if loopback {
         narrate::say(format!(
             "web console: http://{addr}/admin/#token={token} (loom --admin http://{addr} --token {token})"
         ));
