@@ -349,6 +349,8 @@ function start() {
     problem("open the link the server printed: /playground/#token=...");
     return;
   }
+  // The console opens on this execution, with the token in the fragment (never sent).
+  $("console-link").href = "../admin/#" + new URLSearchParams({ token, execution }).toString();
   listExecutions();
   if (!execution) {
     problem("pick an execution above, or start a new checkout");
