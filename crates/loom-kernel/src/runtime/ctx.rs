@@ -6,6 +6,7 @@
 //! their events in call order; the driver appends them after each poll of the flow.
 
 mod child;
+mod expecting;
 mod patched;
 
 pub use child::ChildCall;
@@ -76,6 +77,10 @@ pub enum StepError {
     /// A gate's request ([`FlowCtx::suspend_with_request`]) cannot be recorded; nothing was.
     #[error("the gate's request cannot be recorded: {0}")]
     InvalidRequest(String),
+    /// A gate's payload schema ([`FlowCtx::suspend_expecting`]) cannot be recorded; nothing
+    /// was.
+    #[error("the gate's payload schema cannot be recorded: {0}")]
+    InvalidSchema(String),
     /// `ctx.patched(change_id)` after `ctx.deprecate_patch(change_id)` in the same run: the
     /// change was declared always on, so nothing would record which branch ran.
     #[error(

@@ -45,6 +45,7 @@ mod digest;
 mod driver;
 mod effect;
 mod errors;
+mod expected;
 mod flow;
 mod handle;
 mod history;
@@ -79,6 +80,7 @@ pub use errors::{
     CancelError, CompositionError, InboundError, ResolveError, ResumeError, StartError, WaitError,
 };
 pub(crate) use errors::{DRIVER_STOPPED, DriverFailure};
+pub use expected::{PAYLOAD_SCHEMA_KIND, expected_payload, payload_schema_step_id};
 pub use flow::{Flow, FlowError, FlowSet, FnFlow, flow_fn};
 pub use handle::{DeclaredEffect, EffectHandle, ExecuteTarget, TypedCommand, UsesEffects};
 pub use history::NonDeterminism;

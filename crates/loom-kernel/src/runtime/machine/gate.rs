@@ -11,6 +11,7 @@ use crate::payload::Payload;
 use crate::runtime::children::{CHILD_EVENT_TYPE, CHILD_KIND, ChildSpec, GATE_PREFIX, child_id};
 use crate::runtime::ctx::{StepError, StepName};
 use crate::runtime::digest::input_digest;
+use crate::runtime::expected::{PAYLOAD_SCHEMA_KIND, payload_schema_step_id};
 use crate::runtime::history::{Attempted, NonDeterminism, Recorded};
 use crate::runtime::requests::{REQUEST_KIND, request_step_id};
 use crate::runtime::timers::{
@@ -252,6 +253,49 @@ impl FlowState {
             GateSide {
                 slot,
                 deadline: deadline_ms,
+                group: None,
+            },
+        );
+        Ok(None)
+    }
+
+    /// A gate that declares the payload it expects (LD-031): the schema's decision under
+    /// `<gate id>:payloadSchema`, recorded only when the gate opens live, then the gate.
+    pub(crate) fn expecting_gate(
+        &mut self,
+        slot: u64,
+        event_type: &str,
+        correlation_key: &str,
+        schema: Result<Payload, StepError>,
+        classification: &DataClassification,
+    ) -> Result<Option<Payload>, StepError> {
+        // Checked before an id is taken or anything queued.
+        if is_reserved_event_type(event_type) {
+            return Err(StepError::ReservedEventType(event_type.to_owned()));
+        }
+        let schema = schema?;
+        let gate_id = self.step_id(StepName::Counted(event_type.to_owned()))?;
+        self.refuse_duplicate_gate(event_type, correlation_key)?;
+        // The schema is no command (history skips it): it is written where the gate is, live,
+        // and a replayed gate (recorded with or without one) records nothing.
+        let live = self.divergence.is_none() && self.history.commands.get(self.cursor).is_none();
+        if live {
+            self.issue(Event::DecisionRecorded(DecisionRecorded {
+                step_id: payload_schema_step_id(&gate_id),
+                kind: PAYLOAD_SCHEMA_KIND.to_owned(),
+                value: schema,
+            }));
+        }
+        if let Some(payload) =
+            self.open_gate(&gate_id, event_type, correlation_key, classification)?
+        {
+            return Ok(Some(payload));
+        }
+        self.gates.insert(
+            gate_id,
+            GateSide {
+                slot,
+                deadline: None,
                 group: None,
             },
         );
