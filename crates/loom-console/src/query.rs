@@ -208,6 +208,7 @@ pub async fn show<S: EventStore>(
     let mut state_view = state_view(&state);
     step_times(&mut state_view.steps, &log);
     crate::view::gate_requests(classification, &state, &log, &mut state_view.pending_gates);
+    crate::expected::gate_expectations(&state, &log, &mut state_view.pending_gates);
     let outcome = outcome_view(store, id, &log, classification).await?;
     Ok(ShowView {
         execution,

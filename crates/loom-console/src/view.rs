@@ -208,6 +208,10 @@ pub struct GateView {
     /// absent for a gate that asks nothing.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub request: Option<Value>,
+    /// What its resume payload must fit, when the flow declared it (`ctx.suspend_expecting`,
+    /// LD-031): the JSON Schema and an example; absent for a gate that declared nothing.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub expects: Option<crate::expected::ExpectedPayload>,
 }
 
 /// A recorded decision.
@@ -361,6 +365,7 @@ pub fn state_view(state: &ExecutionState) -> StateView {
                 correlation_key: gate.correlation_key.clone(),
                 seq: gate.seq,
                 request: None,
+                expects: None,
             })
             .collect(),
         steps_in_doubt: state.steps_in_doubt().iter().cloned().collect(),
@@ -403,6 +408,20 @@ pub fn gate_requests(
 pub fn mask_events(classification: &DataClassification, events: &mut [EventView]) {
     for event in events {
         mask_event_value(classification, &mut event.event);
+    }
+}
+
+/// `word` as one shell word: as is when it holds only characters no shell treats specially,
+/// else in single quotes (a `'` inside written `'\''`). For the commands the console prints.
+pub fn shell_word(word: &str) -> String {
+    let plain = !word.is_empty()
+        && word
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || "-_.:/@%+=,".contains(c));
+    if plain {
+        word.to_owned()
+    } else {
+        format!("'{}'", word.replace('\'', r"'\''"))
     }
 }
 

@@ -11,4 +11,5 @@ mod cli_gate_requests;
 mod cli_postgres;
 mod cli_purge;
 mod cli_store;
+mod gate_schemas;
 mod offline_reserved;
