@@ -1045,13 +1045,14 @@ fn print_show(shown: &ShowView, json: bool, full: bool) {
                     step.seq.to_string(),
                     running,
                     in_doubt,
+                    step.waiting_ms.map_or("-".into(), duration_precise),
                 ]
             })
             .collect();
         print_table(
             "  ",
             &[
-                "STEP", "EFFECT", "STATUS", "ATTEMPTS", "SEQ", "RUNNING", "IN DOUBT",
+                "STEP", "EFFECT", "STATUS", "ATTEMPTS", "SEQ", "RUNNING", "IN DOUBT", "WAITING",
             ],
             &rows,
         );
@@ -1062,15 +1063,24 @@ fn print_show(shown: &ShowView, json: bool, full: bool) {
             .pending_gates
             .iter()
             .map(|gate| {
+                let waiting = match (gate.opened_at_ms, now) {
+                    (Some(opened), Some(now)) => duration(now.saturating_sub(opened)),
+                    _ => "-".into(),
+                };
                 vec![
                     gate.gate_id.clone(),
                     gate.event_type.clone(),
                     gate.correlation_key.clone(),
                     gate.seq.to_string(),
+                    waiting,
                 ]
             })
             .collect();
-        print_table("  ", &["GATE", "EVENT TYPE", "KEY", "SEQ"], &rows);
+        print_table(
+            "  ",
+            &["GATE", "EVENT TYPE", "KEY", "SEQ", "WAITING"],
+            &rows,
+        );
         for gate in &state.pending_gates {
             if let Some(request) = &gate.request {
                 let mut text = request.to_string();

@@ -190,6 +190,11 @@ pub struct StepView {
     /// When the doubt it is in now was recorded.
     #[serde(default)]
     pub in_doubt_since_ms: Option<u64>,
+    /// How long it waited neither running nor in doubt (ms), from its first start to its
+    /// outcome: a retry's backoff, the time until a worker took it up again after a crash.
+    /// Only for an ended step whose first start is recorded.
+    #[serde(default)]
+    pub waiting_ms: Option<u64>,
 }
 
 /// A gate the execution waits on: resume it with `loom resume <id> <eventType> <key> <json>`.
@@ -204,6 +209,9 @@ pub struct GateView {
     pub correlation_key: String,
     /// The seq of its `EXECUTION_SUSPENDED`.
     pub seq: u64,
+    /// When it opened (its `EXECUTION_SUSPENDED` was recorded), if known.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub opened_at_ms: Option<u64>,
     /// What the flow asked for with this gate (`ctx.suspend_with_request`, LD-018), masked;
     /// absent for a gate that asks nothing.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -348,6 +356,7 @@ pub fn state_view(state: &ExecutionState) -> StateView {
                 running_ms: None,
                 in_doubt_ms: None,
                 in_doubt_since_ms: None,
+                waiting_ms: None,
             }
         })
         .collect();
@@ -364,6 +373,7 @@ pub fn state_view(state: &ExecutionState) -> StateView {
                 event_type: gate.event_type.to_string(),
                 correlation_key: gate.correlation_key.clone(),
                 seq: gate.seq,
+                opened_at_ms: None,
                 request: None,
                 expects: None,
             })
