@@ -7,6 +7,7 @@ mod support;
 mod admin_api;
 mod admin_caller;
 mod browser;
+mod browser_operator;
 mod cli_gate_requests;
 mod cli_postgres;
 mod cli_purge;

@@ -3,6 +3,7 @@
 
 #![allow(dead_code)]
 
+pub mod cdp;
 pub mod chromium;
 
 use std::path::{Path, PathBuf};
