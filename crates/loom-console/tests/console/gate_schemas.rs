@@ -17,6 +17,7 @@ async fn locale_store(dir: &std::path::Path) -> std::path::PathBuf {
     let runtime = compose(DiskStore::open(&path).unwrap());
     start_locale(&runtime, "locale", "locale-1").await;
     start_locale(&runtime, "locale_unchecked", "old-1").await;
+    start_locale(&runtime, "locale_broken_schema", "broken-1").await;
     runtime.shutdown().await;
     path
 }
@@ -130,6 +131,30 @@ async fn a_gate_recorded_without_a_schema_is_resumed_as_before() {
     ])
     .await;
     assert_eq!(code(&resumed), 0, "{}", stderr(&resumed));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_recorded_schema_that_does_not_compile_does_not_lock_its_gate() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = locale_store(dir.path()).await;
+    let file = path.to_str().unwrap();
+    let key = locale_key("broken-1");
+    let resumed = loom_async(&[
+        "--store",
+        file,
+        "resume",
+        "broken-1",
+        LOCALE_GATE,
+        &key,
+        r#"{"value": "fr"}"#,
+    ])
+    .await;
+    assert_eq!(code(&resumed), 0, "{}", stderr(&resumed));
+    assert!(
+        stderr(&resumed).contains("does not compile"),
+        "the operator is told the check was skipped: {}",
+        stderr(&resumed)
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -33,6 +33,7 @@ pub fn compose(store: DiskStore) -> Runtime<DiskStore> {
         }))
         .flow(flow_fn("locale", 1, locale))
         .flow(flow_fn("locale_unchecked", 1, locale_unchecked))
+        .flow(flow_fn("locale_broken_schema", 1, locale_broken_schema))
         .effect(
             "charge",
             FnEffect::new(false, |_call| async {
@@ -93,6 +94,17 @@ async fn locale(ctx: FlowCtx, _: Value) -> Result<Value, FlowError> {
 async fn locale_unchecked(ctx: FlowCtx, _: Value) -> Result<Value, FlowError> {
     let key = locale_key(ctx.execution_id().as_str());
     answered(ctx.suspend(LOCALE_GATE, &key).await?.to_value())
+}
+
+/// `locale_broken_schema` v1: the gate declares a schema no validator compiles (`type` 12).
+async fn locale_broken_schema(ctx: FlowCtx, _: Value) -> Result<Value, FlowError> {
+    let key = locale_key(ctx.execution_id().as_str());
+    let schema = json!({"type": 12});
+    answered(
+        ctx.suspend_expecting(LOCALE_GATE, &key, &schema)
+            .await?
+            .to_value(),
+    )
 }
 
 fn answered(answer: Value) -> Result<Value, FlowError> {
