@@ -485,6 +485,45 @@ mod tests {
     }
 
     #[test]
+    fn a_declared_schema_is_written_only_live_and_never_matched_on_replay() {
+        let none = DataClassification::default();
+        let schema = || Ok(Payload::from_value(&serde_json::json!({"type": "object"})));
+        // Live: the schema's note, then the gate.
+        let mut s = flow_state();
+        let slot = s.new_slot();
+        assert_eq!(s.expecting_gate(slot, "Go", "k", schema(), &none), Ok(None));
+        assert!(matches!(
+            s.out.as_slice(),
+            [Event::DecisionRecorded(d), Event::ExecutionSuspended(g)]
+                if d.kind == PAYLOAD_SCHEMA_KIND && d.step_id == "Go#1:payloadSchema" && g.gate_id == "Go#1"
+        ));
+        let with_schema = std::mem::take(&mut s.out);
+        // Replaying that log, or one recorded without the note, against either kind of gate
+        // records nothing and diverges nowhere.
+        let without_schema: Vec<Event> = with_schema
+            .iter()
+            .filter(|e| matches!(e, Event::ExecutionSuspended(_)))
+            .cloned()
+            .collect();
+        for log in [with_schema, without_schema] {
+            let numbered = || log.clone().into_iter().zip(1..).map(|(e, seq)| (seq, e));
+            let history = || crate::runtime::history::History::from_events(numbered());
+            let mut declaring = flow_state_with(history());
+            let slot = declaring.new_slot();
+            let opened = declaring.expecting_gate(slot, "Go", "k", schema(), &none);
+            assert_eq!(opened, Ok(None));
+            assert!(declaring.out.is_empty() && declaring.divergence().is_none());
+            let mut plain = flow_state_with(history());
+            let slot = plain.new_slot();
+            assert_eq!(
+                plain.suspend(slot, "Go#1".into(), "Go", "k", &none),
+                Ok(None)
+            );
+            assert!(plain.out.is_empty() && plain.divergence().is_none());
+        }
+    }
+
+    #[test]
     fn first_of_needs_gates_with_distinct_keys_and_opens_them_in_one_group() {
         let mut s = flow_state();
         let none = DataClassification::default();
