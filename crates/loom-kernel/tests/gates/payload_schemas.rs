@@ -201,3 +201,82 @@ async fn a_schema_the_log_could_not_hold_is_refused_and_nothing_is_recorded() {
         .collect();
     assert_eq!(kinds, ["EXECUTION_STARTED", "EXECUTION_COMPLETED"]);
 }
+
+/// Opens one gate per entry of `input[field]`, one after another, declaring a schema where the
+/// entry is `true`; returns how many it passed.
+async fn gates_by(ctx: FlowCtx, input: Value, field: &str) -> Result<Value, FlowError> {
+    let declares: Vec<bool> = serde_json::from_value(input[field].clone()).unwrap_or_default();
+    for (n, declared) in declares.iter().enumerate() {
+        let key = n.to_string();
+        if *declared {
+            ctx.suspend_expecting("Step", &key, &locale_schema())
+                .await?;
+        } else {
+            ctx.suspend("Step", &key).await?;
+        }
+    }
+    Ok(json!(declares.len()))
+}
+
+async fn recording(ctx: FlowCtx, input: Value) -> Result<Value, FlowError> {
+    gates_by(ctx, input, "recorded").await
+}
+
+async fn replaying(ctx: FlowCtx, input: Value) -> Result<Value, FlowError> {
+    gates_by(ctx, input, "replayed").await
+}
+
+fn schema_notes(log: &[loom_kernel::EventEnvelope]) -> usize {
+    log.iter()
+        .filter(|e| matches!(&e.event, Event::DecisionRecorded(d) if d.kind == PAYLOAD_SCHEMA_KIND))
+        .count()
+}
+
+proptest::proptest! {
+    #![proptest_config(proptest::test_runner::Config { cases: 32, ..Default::default() })]
+
+    /// The law: whether, and where, gates declare schemas never changes a replay. A log recorded
+    /// by code declaring some gates, resumed part way, is driven on by code declaring others: no
+    /// divergence, it completes, and a schema note exists exactly for each gate opened live by
+    /// code that declared it.
+    #[test]
+    fn declaring_schemas_never_changes_a_replay(
+        flags in proptest::collection::vec((proptest::bool::ANY, proptest::bool::ANY), 1..6),
+        resumed_first in 0usize..6,
+    ) {
+        let recorded: Vec<bool> = flags.iter().map(|f| f.0).collect();
+        let replayed: Vec<bool> = flags.iter().map(|f| f.1).collect();
+        let first = resumed_first.min(flags.len());
+        let tokio = tokio::runtime::Runtime::new().unwrap();
+        tokio.block_on(async {
+            let store = MemoryStore::new();
+            let e = id("law");
+            let input = json!({"recorded": recorded, "replayed": replayed});
+            let before = runtime(store.clone(), FlowSet::new().with(flow_fn("gates", 1, recording)));
+            before.start("gates", &input, StartOptions::new(e.clone())).await.unwrap();
+            before.wait(&e).await.unwrap();
+            for n in 0..first {
+                before.resume(&e, "Step", &n.to_string(), json!({"value": "ok"}).into()).await.unwrap();
+                before.wait(&e).await.unwrap();
+            }
+            before.shutdown().await;
+
+            let after = runtime(store.clone(), FlowSet::new().with(flow_fn("gates", 1, replaying)));
+            after.recover().await.unwrap();
+            for n in first..flags.len() {
+                after.resume(&e, "Step", &n.to_string(), json!({"value": "ok"}).into()).await.unwrap();
+                after.wait(&e).await.unwrap();
+            }
+            let done = after.wait(&e).await.unwrap();
+            assert_eq!(done.status(), ExecutionStatus::Completed, "{flags:?} resumed first {first}");
+            let log = store.read_all(&e).await.unwrap();
+            // Gates 0..=first opened under the recording code (gate `first` parked there when
+            // there is one), the rest under the replaying code.
+            let expected = (0..flags.len())
+                .filter(|&n| if n <= first { recorded[n] } else { replayed[n] })
+                .count();
+            assert_eq!(schema_notes(&log), expected, "{flags:?} resumed first {first}");
+            after.replay_log(log).unwrap();
+        });
+    }
+}
