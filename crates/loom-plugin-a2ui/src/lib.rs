@@ -67,7 +67,7 @@ pub use effect::{
 };
 pub use gate::{
     ARGS_CHECKED, CallAndWaitError, DELETE_DECISION, FUNCTION_RESULT_EVENT, FunctionRequest,
-    REQUEST_DECISION, call_and_wait, delete_surface,
+    REQUEST_DECISION, call_and_wait, delete_surface, function_result_schema,
 };
 pub use hub::{
     HubError, SUBSCRIBER_BUFFER, SurfaceHub, SurfaceSpec, SurfaceSubscription, WireIds,

@@ -26,9 +26,9 @@ use crate::runtime::slots::Inner;
 use crate::runtime::start::StartOptions;
 use crate::store::{EventStore, EventStoreExt, ReadError};
 
-pub(crate) use crate::runtime::machine::markers::parent_of;
-pub use crate::runtime::machine::markers::{CHILD_EVENT_TYPE, CHILD_KEY, CHILD_KIND};
 pub(crate) use crate::runtime::machine::vocabulary::ChildSpec;
+pub(crate) use crate::runtime::markers::parent_of;
+pub use crate::runtime::markers::{CHILD_EVENT_TYPE, CHILD_KEY, CHILD_KIND};
 
 /// The marker a parent's gate is resumed with for how its child ended, from the child's state
 /// (`None` while it has not ended).

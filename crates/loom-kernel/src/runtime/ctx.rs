@@ -6,6 +6,7 @@
 //! their events in call order; the driver appends them after each poll of the flow.
 
 mod child;
+mod expecting;
 mod patched;
 
 pub use crate::runtime::machine::vocabulary::{StepError, StepName};

@@ -45,11 +45,13 @@ mod digest;
 mod driver;
 mod effect;
 mod errors;
+mod expected;
 mod flow;
 mod handle;
 mod history;
 mod keep;
 mod machine;
+mod markers;
 mod plugin;
 mod replay;
 mod requests;
@@ -79,6 +81,7 @@ pub use errors::{
     CancelError, CompositionError, InboundError, ResolveError, ResumeError, StartError, WaitError,
 };
 pub(crate) use errors::{DRIVER_STOPPED, DriverFailure};
+pub use expected::{PAYLOAD_SCHEMA_KIND, expected_payload, payload_schema_step_id};
 pub use flow::{Flow, FlowError, FlowSet, FnFlow, flow_fn};
 pub use handle::{DeclaredEffect, EffectHandle, ExecuteTarget, TypedCommand, UsesEffects};
 pub use history::NonDeterminism;
@@ -331,13 +334,13 @@ impl<S: EventStore> Runtime<S> {
         if self.inner.stopping() {
             return Err(ResumeError::ShutDown);
         }
-        if machine::markers::is_reserved_event_type(event_type) {
+        if markers::is_reserved_event_type(event_type) {
             return Err(ResumeError::ReservedGate {
                 execution: execution.clone(),
                 event_type: event_type.to_owned(),
             });
         }
-        if machine::markers::is_reserved_payload(&payload) {
+        if markers::is_reserved_payload(&payload) {
             return Err(ResumeError::ReservedPayload {
                 execution: execution.clone(),
             });

@@ -4,7 +4,7 @@
 
 use super::{FlowCtx, StepError};
 
-pub use crate::runtime::machine::markers::PATCH_KIND;
+pub use crate::runtime::markers::PATCH_KIND;
 
 impl FlowCtx {
     /// Whether this execution runs the code of change `change_id`: guard a change to a flow

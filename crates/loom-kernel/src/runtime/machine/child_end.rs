@@ -2,11 +2,11 @@
 //! children whose gates were opened, for the driver to start, or to cancel when the parent
 //! ends.
 
-use super::markers::CHILD_EVENT_TYPE;
 use super::state::FlowState;
 use super::vocabulary::ChildStart;
 use crate::id::ExecutionId;
 use crate::payload::Payload;
+use crate::runtime::markers::CHILD_EVENT_TYPE;
 
 impl FlowState {
     /// The children whose gates were opened (or replayed as pending) since the driver last

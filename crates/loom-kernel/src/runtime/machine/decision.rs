@@ -5,13 +5,13 @@
 
 use serde::de::DeserializeOwned;
 
-use super::markers::PATCH_KIND;
 use super::state::FlowState;
 use super::vocabulary::{StepError, StepName};
 use crate::classify::DataClassification;
 use crate::event::*;
 use crate::payload::Payload;
 use crate::runtime::history::{Attempted, Recorded};
+use crate::runtime::markers::PATCH_KIND;
 
 /// Where a decision stands once its id is taken ([`FlowState::begin_decision`]).
 #[derive(Debug)]

@@ -33,7 +33,6 @@ mod end;
 #[cfg(test)]
 mod fixtures;
 mod gate;
-pub(crate) mod markers;
 #[cfg(test)]
 mod model;
 mod outcome;

@@ -1,9 +1,9 @@
 //! A caller's resume of a pending gate (the first gate of a `first_of` closes the others in
 //! the same batch).
 
-use super::markers::{closed_payload, is_reserved_event_type, is_reserved_payload};
 use super::state::FlowState;
 use crate::payload::Payload;
+use crate::runtime::markers::{closed_payload, is_reserved_event_type, is_reserved_payload};
 
 /// Why a resume could not be applied to the running flow.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -79,9 +79,9 @@ impl FlowState {
 #[cfg(test)]
 mod tests {
     use super::super::fixtures::*;
-    use super::super::markers::timed_out_payload;
     use super::*;
     use crate::event::Event;
+    use crate::runtime::markers::timed_out_payload;
 
     #[test]
     fn a_resume_answers_its_gate_once_records_it_and_disarms_its_deadline() {

@@ -53,6 +53,10 @@ pub enum StepError {
     /// A gate's request ([`crate::FlowCtx::suspend_with_request`]) cannot be recorded; nothing was.
     #[error("the gate's request cannot be recorded: {0}")]
     InvalidRequest(String),
+    /// A gate's payload schema ([`crate::FlowCtx::suspend_expecting`]) cannot be recorded;
+    /// nothing was.
+    #[error("the gate's payload schema cannot be recorded: {0}")]
+    InvalidSchema(String),
     /// `ctx.patched(change_id)` after `ctx.deprecate_patch(change_id)` in the same run: the
     /// change was declared always on, so nothing would record which branch ran.
     #[error(

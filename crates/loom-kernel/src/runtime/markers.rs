@@ -1,7 +1,8 @@
 //! The kernel's reserved words in the log: the gate event types, decision kinds and payload
 //! markers that only the runtime writes (they start with `loom.`), with what builds and reads
-//! them. They are the machine's vocabulary; the I/O modules (timers, children, requests, the
-//! flow's context) take them from here and re-export the public ones.
+//! them: a leaf module (it imports only ids and payloads), the vocabulary of the machine and of
+//! the log's view (`history.rs`); the I/O modules (timers, children, requests, payload
+//! schemas, the flow's context) take them from here and re-export the public ones.
 
 use crate::id::ExecutionId;
 use crate::payload::Payload;
@@ -139,3 +140,25 @@ pub fn request_step_id(gate_id: &str) -> String {
 /// The kind of the `DECISION_RECORDED` marker `ctx.patched` records; its step id is
 /// `patch:<change id>` and its value `{}`.
 pub const PATCH_KIND: &str = "loom.patch";
+
+/// The kind of the `DECISION_RECORDED` that holds the JSON Schema a gate's resume payload is
+/// expected to match; its step id is `<gate id>:payloadSchema` (see
+/// [`payload_schema_step_id`]).
+pub const PAYLOAD_SCHEMA_KIND: &str = "loom.payloadSchema";
+
+/// The suffix of a schema decision's step id.
+const SUFFIX: &str = ":payloadSchema";
+
+/// The step id of the schema decision of the gate `gate_id`: `<gate id>:payloadSchema`. No
+/// counted id (`name#n`) ends this way, so no other decision can take it.
+pub fn payload_schema_step_id(gate_id: &str) -> String {
+    let mut id = String::with_capacity(gate_id.len() + SUFFIX.len());
+    id.push_str(gate_id);
+    id.push_str(SUFFIX);
+    id
+}
+
+/// The gate a schema decision's step id belongs to (`None` for another id).
+pub(crate) fn schema_gate_id(step_id: &str) -> Option<&str> {
+    step_id.strip_suffix(SUFFIX)
+}
