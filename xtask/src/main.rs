@@ -53,6 +53,15 @@ enum Task {
     /// (duplicate versions, licenses, sources). Installs cargo-deny 0.20 with `cargo install
     /// cargo-deny --locked` first if it is missing (2 to 3 minutes, once).
     Deny,
+    /// Builds the playground's bundle of the official web renderer `@a2ui/lit` from
+    /// examples/a2ui-callfunction/web/lit/package-lock.json (`npm ci`, then esbuild, in
+    /// target/web-bundle) and writes it beside the lock file; with `--check`, fails unless the
+    /// committed bundle is byte for byte that build. Needs Node.js and npm.
+    WebBundle {
+        /// Compares instead of writing.
+        #[arg(long)]
+        check: bool,
+    },
     /// Writes recorded executions as JSON Lines files (`cargo xtask export-log --help`).
     ExportLog {
         #[arg(trailing_var_arg = true, allow_hyphen_values = true)]
@@ -130,6 +139,7 @@ fn run(task: Task, root: &Path) -> Result<()> {
         Task::PgDown => pg::down(&root),
         Task::Interop => interop(&root),
         Task::Deny => deny(&root),
+        Task::WebBundle { check } => web_bundle(&root, check),
         Task::Ci => {
             cargo(&root, &["fmt", "--all", "--", "--check"])?;
             cargo(
@@ -201,6 +211,53 @@ fn deny(root: &Path) -> Result<()> {
         )?;
     }
     cargo(root, &["deny", "check", "bans", "licenses", "sources"])
+}
+
+/// Where the playground's web renderer is declared, locked and bundled.
+const WEB_LIT: &str = "examples/a2ui-callfunction/web/lit";
+/// The bundle the example's server embeds.
+const WEB_LIT_BUNDLE: &str = "a2ui-lit.bundle.js";
+
+fn web_bundle(root: &Path, check: bool) -> Result<()> {
+    let source = root.join(WEB_LIT);
+    let build = root.join("target/web-bundle");
+    // A fresh copy of the three inputs: what the lock file pins, nothing a developer's
+    // node_modules holds.
+    if build.exists() {
+        std::fs::remove_dir_all(&build).with_context(|| format!("emptying {}", build.display()))?;
+    }
+    std::fs::create_dir_all(&build)?;
+    for name in ["package.json", "package-lock.json", "entry.js"] {
+        std::fs::copy(source.join(name), build.join(name))
+            .with_context(|| format!("copying {WEB_LIT}/{name}"))?;
+    }
+    // No install scripts: esbuild's binary comes as an optional dependency, pinned by the lock.
+    run_program(
+        &build,
+        "npm",
+        &["ci", "--ignore-scripts", "--no-audit", "--no-fund"],
+    )?;
+    run_program(&build, "npm", &["run", "--silent", "build"])?;
+    let built = std::fs::read(build.join(WEB_LIT_BUNDLE))?;
+    let committed_path = source.join(WEB_LIT_BUNDLE);
+    if !check {
+        std::fs::write(&committed_path, &built)?;
+        eprintln!("wrote {WEB_LIT}/{WEB_LIT_BUNDLE} ({} bytes)", built.len());
+        return Ok(());
+    }
+    let committed = std::fs::read(&committed_path)
+        .with_context(|| format!("reading {}", committed_path.display()))?;
+    anyhow::ensure!(
+        committed == built,
+        "{WEB_LIT}/{WEB_LIT_BUNDLE} ({} bytes) is not what its lock file builds ({} bytes, in target/web-bundle): run `cargo xtask web-bundle` and commit the result",
+        committed.len(),
+        built.len()
+    );
+    eprintln!(
+        "{WEB_LIT}/{WEB_LIT_BUNDLE} is the build of its lock file ({} bytes)",
+        built.len()
+    );
+    Ok(())
 }
 
 /// The reference renderer's package, pinned: the wire is A2UI v1.0 as this version accepts it.

@@ -3,8 +3,9 @@
 //! run `loom --admin URL --token TOKEN in-doubt`.
 //!
 //! It runs the quickstart's flows (two checkouts wait for approval) and a `transfer` flow whose
-//! bank never answers, so its step is in doubt until an operator gives a verdict. Card numbers
-//! (`card.number`) are classified: the console shows them masked.
+//! bank never answers, so its step is in doubt until an operator gives a verdict, and a `review`
+//! flow whose gate declares the payload it expects (LD-031), which the console's Resume... form
+//! is made from. Card numbers (`card.number`) are classified: the console shows them masked.
 
 use std::path::PathBuf;
 
@@ -31,6 +32,23 @@ async fn transfer(ctx: FlowCtx, input: Value) -> Result<Value, FlowError> {
     Ok(json!({"receipt": receipt}))
 }
 
+/// Waits for a reviewer: `{"approve": true}`, or `{"approve": false, "why": ...}`.
+async fn review(ctx: FlowCtx, document: Value) -> Result<Value, FlowError> {
+    let expects = json!({
+        "title": "A review",
+        "type": "object",
+        "properties": {
+            "approve": {"type": "boolean"},
+            "why": {"type": "string", "description": "why not, when not approved"},
+            "reviewer": {"type": "string", "minLength": 2},
+        },
+        "required": ["approve", "reviewer"],
+    });
+    let key = format!("review:{}", document["id"].as_str().unwrap_or("?"));
+    let answer = ctx.suspend_expecting("Review", &key, &expects).await?;
+    Ok(json!({"document": document, "review": answer.to_value()}))
+}
+
 #[tokio::main]
 async fn main() -> Result<()> {
     let args = Args::parse();
@@ -41,6 +59,7 @@ async fn main() -> Result<()> {
     let classification = DataClassification::mask_paths(["card.number"])?;
     let runtime = quickstart::compose(Runtime::builder(store))
         .flow(flow_fn("transfer", 1, transfer))
+        .flow(flow_fn("review", 1, review))
         .effect(
             "bank.transfer",
             FnEffect::new(false, |_call| async {
@@ -73,6 +92,14 @@ async fn main() -> Result<()> {
             )
             .await?;
     }
+    let review = ExecutionId::new("review-1")?;
+    runtime
+        .start(
+            "review",
+            &json!({"id": "doc-1", "title": "Refund policy"}),
+            StartOptions::new(review),
+        )
+        .await?;
     let greet = ExecutionId::new("greet-1")?;
     runtime
         .start("greet", "ada", quickstart::start_options(&greet))

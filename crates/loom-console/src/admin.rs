@@ -480,6 +480,21 @@ async fn resume<S: EventStore>(
     let payload = Payload::try_from_value(&request.payload).map_err(|error| {
         ConsoleError::bad_request(format!("the payload cannot be recorded: {error}"))
     })?;
+    // What the gate declared it expects (LD-031), checked before the runtime records anything.
+    // The schema was recorded with the gate and never changes while it waits, so a check on
+    // this fold holds for the resume that follows, unless another resume of the same pair
+    // lands first and the flow opens a new gate on it at once: then this resume may answer
+    // that gate unchecked.
+    let folded = state.runtime.store().fold(&id).await?;
+    crate::expected::check_resume(
+        state.runtime.store(),
+        &id,
+        &folded,
+        &request.event_type,
+        &request.correlation_key,
+        &request.payload,
+    )
+    .await?;
     let result = state
         .runtime
         .resume_as(

@@ -3,6 +3,8 @@
 
 use serde::{Deserialize, Serialize};
 
+use crate::expected::ExpectedPayload;
+
 /// What kind of failure a [`ConsoleError`] is.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
@@ -69,6 +71,10 @@ pub struct ConsoleError {
     pub kind: ErrorKind,
     /// What failed and what to do about it, for a person.
     pub message: String,
+    /// For a resume payload that does not fit its gate (LD-031): what the gate expects, for a
+    /// client to show (the web console's form).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub expected: Option<ExpectedPayload>,
 }
 
 impl ConsoleError {
@@ -77,7 +83,14 @@ impl ConsoleError {
         Self {
             kind,
             message: message.into(),
+            expected: None,
         }
+    }
+
+    /// This error with what the gate expects attached.
+    pub fn with_expected(mut self, expected: ExpectedPayload) -> Self {
+        self.expected = Some(expected);
+        self
     }
 
     /// The request is malformed ([`ErrorKind::BadRequest`]).

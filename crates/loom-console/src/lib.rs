@@ -38,6 +38,7 @@
 mod admin;
 mod client;
 mod error;
+mod expected;
 mod offline;
 mod query;
 mod retention;
@@ -49,6 +50,10 @@ pub use admin::{
 };
 pub use client::AdminClient;
 pub use error::{ConsoleError, ErrorKind};
+pub use expected::{
+    ExpectedPayload, check_resume, example_payload, expected_of, gate_expectations, gate_for,
+    violations,
+};
 pub use offline::{
     GOES_ON_WHEN_RECOVERED, GOES_ON_WHEN_RECOVERED_POSTGRES, cancel, no_pending_gate, not_in_doubt,
     resolve, resume,
@@ -64,6 +69,6 @@ pub use retention::{
 pub use view::{
     ChildView, DecisionView, EventView, EventsPage, ExecutionView, ExportPage, GateView,
     InDoubtView, LeaseView, OutcomeView, STATUSES, ShowView, StateView, StepView, event_view,
-    gate_requests, mask_event_value, mask_events, masked_event, parse_status, state_view,
-    status_name, utc,
+    gate_requests, mask_event_value, mask_events, masked_event, parse_status, shell_word,
+    state_view, status_name, utc,
 };

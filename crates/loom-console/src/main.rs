@@ -14,7 +14,8 @@ use futures::TryStreamExt;
 use loom_console::AdminClient;
 use loom_console::ConsoleError;
 use loom_console::{
-    EventView, EventsPage, ExecutionView, InDoubtView, ShowView, mask_events, parse_status, utc,
+    EventView, EventsPage, ExecutionView, InDoubtView, ShowView, mask_events, parse_status,
+    shell_word, utc,
 };
 use loom_console::{ExecutionList, ExportPage, ListFilter};
 use loom_kernel::DataClassification;
@@ -1054,13 +1055,14 @@ fn print_show(shown: &ShowView, json: bool, full: bool) {
                     step.seq.to_string(),
                     running,
                     in_doubt,
+                    step.waiting_ms.map_or("-".into(), duration_precise),
                 ]
             })
             .collect();
         print_table(
             "  ",
             &[
-                "STEP", "EFFECT", "STATUS", "ATTEMPTS", "SEQ", "RUNNING", "IN DOUBT",
+                "STEP", "EFFECT", "STATUS", "ATTEMPTS", "SEQ", "RUNNING", "IN DOUBT", "WAITING",
             ],
             &rows,
         );
@@ -1071,15 +1073,24 @@ fn print_show(shown: &ShowView, json: bool, full: bool) {
             .pending_gates
             .iter()
             .map(|gate| {
+                let waiting = match (gate.opened_at_ms, now) {
+                    (Some(opened), Some(now)) => duration(now.saturating_sub(opened)),
+                    _ => "-".into(),
+                };
                 vec![
                     gate.gate_id.clone(),
                     gate.event_type.clone(),
                     gate.correlation_key.clone(),
                     gate.seq.to_string(),
+                    waiting,
                 ]
             })
             .collect();
-        print_table("  ", &["GATE", "EVENT TYPE", "KEY", "SEQ"], &rows);
+        print_table(
+            "  ",
+            &["GATE", "EVENT TYPE", "KEY", "SEQ", "WAITING"],
+            &rows,
+        );
         for gate in &state.pending_gates {
             if let Some(request) = &gate.request {
                 let mut text = request.to_string();
@@ -1118,6 +1129,23 @@ fn print_show(shown: &ShowView, json: bool, full: bool) {
             shell_word(&gate.event_type),
             shell_word(&gate.correlation_key)
         ));
+        // What <json> must be, when the gate declared it (LD-031).
+        if let Some(expects) = &gate.expects {
+            let title = expects
+                .schema
+                .get("title")
+                .and_then(Value::as_str)
+                .map(|title| format!("{title}, "))
+                .unwrap_or_default();
+            next.push(format!(
+                "  <json> must fit {title}the JSON Schema {}",
+                cut(&expects.schema.to_string(), full)
+            ));
+            next.push(format!(
+                "  for example: {}",
+                shell_word(&expects.example.to_string())
+            ));
+        }
     }
     if !next.is_empty() {
         out!();
@@ -1234,18 +1262,6 @@ fn print_in_doubt(listed: &[InDoubtView], json: bool) {
 }
 
 /// A word as a shell would need it: quoted when it holds anything but plain characters.
-fn shell_word(word: &str) -> String {
-    let plain = !word.is_empty()
-        && word
-            .chars()
-            .all(|c| c.is_ascii_alphanumeric() || "-_.:/@%+=,".contains(c));
-    if plain {
-        word.to_owned()
-    } else {
-        format!("'{}'", word.replace('\'', r"'\''"))
-    }
-}
-
 fn ago(now: Option<u64>, ms: u64) -> String {
     match now {
         Some(now) => format!("{} ago", duration(now.saturating_sub(ms))),

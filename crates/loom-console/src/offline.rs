@@ -164,6 +164,16 @@ pub async fn resume<S: EventStore>(
             others.join(", ")
         )));
     }
+    // What the gate declared it expects (LD-031), checked before anything is recorded.
+    crate::expected::check_resume(
+        store,
+        id,
+        &state,
+        event_type,
+        correlation_key,
+        &payload.to_value(),
+    )
+    .await?;
     let event = Event::ExecutionResumed(ExecutionResumed {
         gate_id: gate_id.clone(),
         event_type: event_type.to_owned(),

@@ -207,7 +207,9 @@ pub async fn show<S: EventStore>(
     };
     let mut state_view = state_view(&state);
     step_times(&mut state_view.steps, &log);
+    gate_times(&mut state_view.pending_gates, &log);
     crate::view::gate_requests(classification, &state, &log, &mut state_view.pending_gates);
+    crate::expected::gate_expectations(&state, &log, &mut state_view.pending_gates);
     let outcome = outcome_view(store, id, &log, classification).await?;
     let lease = store.lease_info(id).await?.map(LeaseView::from);
     Ok(ShowView {
@@ -315,6 +317,20 @@ fn step_times(steps: &mut [crate::view::StepView], log: &[EventEnvelope]) {
         step.running_ms = timing.first_start.map(|_| timing.running);
         step.in_doubt_ms = timing.doubted.then_some(timing.in_doubt);
         step.in_doubt_since_ms = timing.doubt_since.flatten();
+        if let (Some(start), Some(end)) = (step.started_at_ms, step.ended_at_ms) {
+            let busy = timing.running.saturating_add(timing.in_doubt);
+            step.waiting_ms = Some(end.saturating_sub(start).saturating_sub(busy));
+        }
+    }
+}
+
+/// When each pending gate opened, from its `EXECUTION_SUSPENDED`'s recorded time.
+fn gate_times(gates: &mut [crate::view::GateView], log: &[EventEnvelope]) {
+    for gate in gates {
+        gate.opened_at_ms = usize::try_from(gate.seq)
+            .ok()
+            .and_then(|seq| log.get(seq))
+            .and_then(|envelope| envelope.recorded_at_ms);
     }
 }
 

@@ -233,6 +233,11 @@ pub struct StepView {
     /// When the doubt it is in now was recorded.
     #[serde(default)]
     pub in_doubt_since_ms: Option<u64>,
+    /// How long it waited neither running nor in doubt (ms), from its first start to its
+    /// outcome: a retry's backoff, the time until a worker took it up again after a crash.
+    /// Only for an ended step whose first start is recorded.
+    #[serde(default)]
+    pub waiting_ms: Option<u64>,
 }
 
 /// A gate the execution waits on: resume it with `loom resume <id> <eventType> <key> <json>`.
@@ -247,10 +252,17 @@ pub struct GateView {
     pub correlation_key: String,
     /// The seq of its `EXECUTION_SUSPENDED`.
     pub seq: u64,
+    /// When it opened (its `EXECUTION_SUSPENDED` was recorded), if known.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub opened_at_ms: Option<u64>,
     /// What the flow asked for with this gate (`ctx.suspend_with_request`, LD-018), masked;
     /// absent for a gate that asks nothing.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub request: Option<Value>,
+    /// What its resume payload must fit, when the flow declared it (`ctx.suspend_expecting`,
+    /// LD-031): the JSON Schema and an example; absent for a gate that declared nothing.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub expects: Option<crate::expected::ExpectedPayload>,
 }
 
 /// A recorded decision.
@@ -390,6 +402,7 @@ pub fn state_view(state: &ExecutionState) -> StateView {
                 running_ms: None,
                 in_doubt_ms: None,
                 in_doubt_since_ms: None,
+                waiting_ms: None,
             }
         })
         .collect();
@@ -406,7 +419,9 @@ pub fn state_view(state: &ExecutionState) -> StateView {
                 event_type: gate.event_type.to_string(),
                 correlation_key: gate.correlation_key.clone(),
                 seq: gate.seq,
+                opened_at_ms: None,
                 request: None,
+                expects: None,
             })
             .collect(),
         steps_in_doubt: state.steps_in_doubt().iter().cloned().collect(),
@@ -449,6 +464,20 @@ pub fn gate_requests(
 pub fn mask_events(classification: &DataClassification, events: &mut [EventView]) {
     for event in events {
         mask_event_value(classification, &mut event.event);
+    }
+}
+
+/// `word` as one shell word: as is when it holds only characters no shell treats specially,
+/// else in single quotes (a `'` inside written `'\''`). For the commands the console prints.
+pub fn shell_word(word: &str) -> String {
+    let plain = !word.is_empty()
+        && word
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || "-_.:/@%+=,".contains(c));
+    if plain {
+        word.to_owned()
+    } else {
+        format!("'{}'", word.replace('\'', r"'\''"))
     }
 }
 

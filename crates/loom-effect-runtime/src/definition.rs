@@ -30,6 +30,10 @@ pub(crate) type Handler = Arc<
         + Sync,
 >;
 
+/// An admission check of the effect's own, on the step's input, before the step is recorded
+/// as started ([`EffectDef::admit`]).
+pub(crate) type AdmitCheck = Arc<dyn Fn(&Payload) -> Result<(), ErrorInfo> + Send + Sync>;
+
 /// How long one attempt may run when a definition does not say.
 pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(30);
 
@@ -50,6 +54,7 @@ pub struct EffectDef {
     pub(crate) retry: RetryPolicy,
     pub(crate) timeout: Option<Duration>,
     pub(crate) handler: Handler,
+    pub(crate) admit: Option<AdmitCheck>,
 }
 
 impl std::fmt::Debug for EffectDef {
@@ -110,6 +115,7 @@ impl EffectDef {
             retry: RetryPolicy::default(),
             timeout: Some(DEFAULT_TIMEOUT),
             handler,
+            admit: None,
         }
     }
 
@@ -173,6 +179,20 @@ impl EffectDef {
     #[cfg(feature = "schemas")]
     pub fn output_schema(mut self, schema: Value) -> Self {
         self.output_schema = Some(schema);
+        self
+    }
+
+    /// A check of the step's input of the effect's own (what a JSON Schema cannot say: a
+    /// catalog lookup, a cross-field rule), run before the step is recorded as started, after
+    /// K2, K3 and the input schema: a refusal is recorded as the step's failure with the
+    /// [`ErrorInfo`] returned, the effect never runs and nothing is charged. It runs on the
+    /// flow's task whenever the flow issues a new step of this effect, so keep it quick, with
+    /// no I/O; it must not panic (a panic refuses the step).
+    pub fn admit(
+        mut self,
+        check: impl Fn(&Payload) -> Result<(), ErrorInfo> + Send + Sync + 'static,
+    ) -> Self {
+        self.admit = Some(Arc::new(check));
         self
     }
 

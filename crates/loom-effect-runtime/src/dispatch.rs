@@ -2,7 +2,8 @@
 //!
 //! Before the step is recorded as started: K2 (the capability is granted; the kernel checks it
 //! from [`Effect::capability`] for every effect), then `admit`: K3 (the cost fits what the
-//! execution may still spend), the input schema. Then each dispatch
+//! execution may still spend), the input schema, the definition's own check
+//! ([`crate::EffectDef::admit`]). Then each dispatch
 //! (`invoke`) runs attempts with a timeout and a cancellation signal, retries what may be
 //! retried with backoff, and turns the last attempt into the recorded outcome:
 //!
@@ -95,6 +96,9 @@ impl Effect for RegisteredEffect {
                     format!("the input of effect '{}' is invalid: {detail}", def.name),
                 )
             })?;
+        }
+        if let Some(check) = &def.admit {
+            check(&call.input)?;
         }
         Ok(())
     }

@@ -111,12 +111,13 @@ pub use runtime::{
     DriveError, Effect, EffectCall, EffectHandle, EffectOutcome, EffectResult, ExecuteTarget,
     FeedFollower, FeedProjection, FirstOf, Flow, FlowCtx, FlowError, FlowSet, FnEffect, FnFlow,
     FollowError, GateOutcome, Inbound, InboundError, InboundHandler, MAX_CALLER_ATTRIBUTES,
-    MAX_CALLER_TEXT, ManualClock, NonDeterminism, PATCH_KIND, PendingRequest, Plugin, Projection,
-    REQUEST_KIND, RecoveryReport, ReplayError, ReplayReport, ResolveError, ResumeAuthenticator,
-    ResumeError, ResumeRequest, Runtime, RuntimeBuilder, Selected, SkippedExecution, StartError,
-    StartOptions, StartRequest, StepError, StepName, SystemClock, TIMED_OUT_KEY, TIMER_EVENT_TYPE,
-    TimedGate, TypedCommand, UsesEffects, WaitError, catch_up, child_end_resume, child_parent,
-    flow_fn, input_digest, pending_requests, pending_requests_of, request_step_id, stable_hash,
+    MAX_CALLER_TEXT, ManualClock, NonDeterminism, PATCH_KIND, PAYLOAD_SCHEMA_KIND, PendingRequest,
+    Plugin, Projection, REQUEST_KIND, RecoveryReport, ReplayError, ReplayReport, Replayer,
+    ResolveError, ResumeAuthenticator, ResumeError, ResumeRequest, Runtime, RuntimeBuilder,
+    Selected, SkippedExecution, StartError, StartOptions, StartRequest, StepError, StepName,
+    SystemClock, TIMED_OUT_KEY, TIMER_EVENT_TYPE, TimedGate, TypedCommand, UsesEffects, WaitError,
+    catch_up, child_end_resume, child_parent, expected_payload, flow_fn, input_digest,
+    payload_schema_step_id, pending_requests, pending_requests_of, request_step_id, stable_hash,
 };
 pub use store::tail::{RefusedEvent, TailChange, filter_code, status_code, status_from_code};
 pub use store::{

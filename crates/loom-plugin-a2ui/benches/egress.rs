@@ -6,12 +6,15 @@
 //! - `one_op_on_1mb_model`: one small op on a ~1 MB model (the same work must not grow with
 //!   the model: the fold is O(path depth) and the message carries only the touched value).
 //!
+//! - `small_ops_v0_9`: `small_ops` as a v0.9 session sends them: each message projected onto
+//!   A2UI v0.9, checked against the v0.9 schemas, serialized.
+//!
 //! `cargo bench -p loom-plugin-a2ui --bench egress`
 
 use criterion::{BatchSize, Criterion, Throughput, criterion_group, criterion_main};
 use loom_agent_surface::SurfaceOp;
 use loom_kernel::DataClassification;
-use loom_plugin_a2ui::{A2UISurfaceBridge, Catalogs};
+use loom_plugin_a2ui::{A2UISurfaceBridge, Catalogs, V0_9Schema, project_v0_9};
 use serde_json::{Map, Value, json};
 
 const BATCH: usize = 100;
@@ -70,6 +73,29 @@ fn egress(c: &mut Criterion) {
             |batch| {
                 let messages = small.apply_ops(&batch).expect("the batch applies");
                 let bytes: usize = messages.iter().map(|m| m.to_json().len()).sum();
+                std::hint::black_box(bytes)
+            },
+            BatchSize::SmallInput,
+        )
+    });
+    let schema = V0_9Schema::shared().expect("the v0.9 schemas compile");
+    let mut small_v0_9 = bridge(rows_model(rows, 0));
+    let mut round_v0_9 = 0;
+    group.bench_function("small_ops_v0_9", |b| {
+        b.iter_batched(
+            || {
+                round_v0_9 += 1;
+                ops(rows, round_v0_9)
+            },
+            |batch| {
+                let messages = small_v0_9.apply_ops(&batch).expect("the batch applies");
+                let mut bytes = 0;
+                for message in &messages {
+                    for frame in project_v0_9(message).expect("v0.9 carries it") {
+                        assert!(schema.server_to_client_errors(&frame).is_empty());
+                        bytes += frame.to_string().len();
+                    }
+                }
                 std::hint::black_box(bytes)
             },
             BatchSize::SmallInput,

@@ -24,11 +24,11 @@ use loom_kernel::DataClassification;
 use loom_kernel::MemoryStore;
 use loom_kernel::conformance::id;
 use loom_kernel::{FlowCtx, FlowError, Runtime, StartOptions, flow_fn};
-use loom_plugin_a2ui::AgentMessage;
 use loom_plugin_a2ui::{
     A2UISurfaceBridge, CallFunctionInput, CallFunctionOptions, SurfaceSubscription, Transport,
     TransportError, register_a2ui_call_function,
 };
+use loom_plugin_a2ui::{AgentMessage, project_v0_9};
 use proptest::prelude::*;
 use proptest::strategy::ValueTree;
 use proptest::test_runner::{Config, RngAlgorithm, TestRng, TestRunner};
@@ -320,7 +320,61 @@ fn random_op() -> impl Strategy<Value = Value> {
 
 /// 1,000 random ops through a bridge, written as a stream with the masked model expected
 /// after each batch.
-fn random_stream(path: &Path) -> Result<usize> {
+/// The v0.9 lines for one v1.0 message (`expect` on its last frame when given).
+fn v0_9_lines(message: &AgentMessage, expect: &Value, surface: &str) -> Result<Vec<Value>> {
+    let frames = project_v0_9(message).map_err(|e| e.to_string())?;
+    let count = frames.len();
+    Ok(frames
+        .into_iter()
+        .enumerate()
+        .map(|(i, frame)| {
+            let expect = if i + 1 == count {
+                expect.clone()
+            } else {
+                Value::Null
+            };
+            json!({"message": frame, "expect": expect, "surfaceId": surface})
+        })
+        .collect())
+}
+
+/// Writes the random-ops stream (v1.0) to `path` and its v0.9 projection, preceded by the test
+/// checkout's surface created and deleted (every component kind, Loom's Badge as a caption), to
+/// `path_v0_9`. Gives both line counts.
+fn random_stream(path: &Path, path_v0_9: &Path) -> Result<(usize, usize)> {
+    let mut v09 = Vec::new();
+    let mut checkout = A2UISurfaceBridge::new("checkout-v09", catalogs(), classification());
+    let create = checkout
+        .create_surface(
+            components(),
+            json!({"order": order(), "customer": {"name": "Ada", "card": "4111"}}),
+        )
+        .map_err(|e| e.to_string())?;
+    v09.extend(v0_9_lines(
+        &create,
+        &checkout.masked_model(),
+        "checkout-v09",
+    )?);
+    let ops = [
+        json!({"op": "remove", "path": "order.title"}),
+        json!({"op": "set", "path": "order.status", "value": "placed"}),
+    ]
+    .iter()
+    .map(SurfaceOp::from_value)
+    .collect::<std::result::Result<Vec<_>, _>>()
+    .map_err(|e| e.to_string())?;
+    let messages = checkout.apply_ops(&ops).map_err(|e| e.to_string())?;
+    let count = messages.len();
+    for (i, message) in messages.iter().enumerate() {
+        let expect = if i + 1 == count {
+            checkout.masked_model()
+        } else {
+            Value::Null
+        };
+        v09.extend(v0_9_lines(message, &expect, "checkout-v09")?);
+    }
+    let delete = checkout.delete_surface().map_err(|e| e.to_string())?;
+    v09.extend(v0_9_lines(&delete, &Value::Null, "checkout-v09")?);
     let classification = DataClassification::mask_paths(["secret", "a.secret", "b.*.secret"])
         .map_err(|e| e.to_string())?;
     let mut bridge = A2UISurfaceBridge::new("random", catalogs(), classification);
@@ -332,6 +386,7 @@ fn random_stream(path: &Path) -> Result<usize> {
         )
         .map_err(|e| e.to_string())?;
     lines.push(json!({"message": create.to_value(), "expect": bridge.masked_model(), "surfaceId": "random"}));
+    v09.extend(v0_9_lines(&create, &bridge.masked_model(), "random")?);
     let mut runner = TestRunner::new_with_rng(
         Config::default(),
         TestRng::deterministic_rng(RngAlgorithm::ChaCha),
@@ -363,6 +418,7 @@ fn random_stream(path: &Path) -> Result<usize> {
             } else {
                 Value::Null
             };
+            v09.extend(v0_9_lines(&message, &expect, "random")?);
             lines.push(
                 json!({"message": message.to_value(), "expect": expect, "surfaceId": "random"}),
             );
@@ -374,7 +430,9 @@ fn random_stream(path: &Path) -> Result<usize> {
     let _ = SurfacePath::root();
     let text: String = lines.iter().map(|l| format!("{l}\n")).collect();
     std::fs::write(path, text).map_err(|e| e.to_string())?;
-    Ok(lines.len())
+    let text: String = v09.iter().map(|l| format!("{l}\n")).collect();
+    std::fs::write(path_v0_9, text).map_err(|e| e.to_string())?;
+    Ok((lines.len(), v09.len()))
 }
 
 #[tokio::main(flavor = "multi_thread", worker_threads = 2)]
@@ -401,7 +459,8 @@ async fn run(python: &Path, script: &Path, out: &Path) -> Result<()> {
         .map_err(|e| e.to_string())?;
 
     let stream = out.join("random-ops.jsonl");
-    let lines = random_stream(&stream)?;
+    let stream_v0_9 = out.join("random-ops-v0_9.jsonl");
+    let (lines, lines_v0_9) = random_stream(&stream, &stream_v0_9)?;
     println!(
         "interop: wrote {lines} messages from 1,000 random ops to {}",
         stream.display()
@@ -415,6 +474,20 @@ async fn run(python: &Path, script: &Path, out: &Path) -> Result<()> {
         .map_err(|e| e.to_string())?;
     if !status.success() {
         return Err("the reference renderer refused the random-ops stream".into());
+    }
+    // The same ops projected onto A2UI v0.9, to the SDK's v0.9 basic catalog (STRICT).
+    println!(
+        "interop: wrote {lines_v0_9} A2UI v0.9 messages (a checkout surface, then the random ops) to {}",
+        stream_v0_9.display()
+    );
+    let status = Command::new(python)
+        .arg(script)
+        .arg("check-v0_9")
+        .arg(&stream_v0_9)
+        .status()
+        .map_err(|e| e.to_string())?;
+    if !status.success() {
+        return Err("the reference renderer refused the v0.9 stream".into());
     }
 
     let renderer = Arc::new(Renderer::start(python, script, &catalogs_path)?);

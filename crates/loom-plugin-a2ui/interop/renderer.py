@@ -3,6 +3,7 @@
 Usage:
   renderer.py serve CATALOGS_JSON     one JSON request per stdin line, one JSON answer per line
   renderer.py check CATALOGS_JSON STREAM_JSONL
+  renderer.py check-v0_9 STREAM_JSONL       the same check of A2UI v0.9 messages, v0.9 basic catalog
 
 CATALOGS_JSON is a JSON array of v1.0 catalog documents written by the plugin (the basic catalog
 comes from the SDK itself). Functions named in the documents get Python implementations here.
@@ -116,7 +117,11 @@ async def serve(catalogs_path):
 
 
 async def check(catalogs_path, stream_path):
-    renderer = Renderer(load_catalogs(catalogs_path))
+    if catalogs_path is None:
+        from a2ui.core.basic_catalog.v0_9 import BasicCatalog as BasicCatalogV09
+        renderer = Renderer([BasicCatalogV09()])
+    else:
+        renderer = Renderer(load_catalogs(catalogs_path))
     count = 0
     compared = 0
     with open(stream_path) as f:
@@ -145,6 +150,8 @@ def main():
         return 0
     if len(sys.argv) >= 4 and sys.argv[1] == "check":
         return asyncio.run(check(sys.argv[2], sys.argv[3]))
+    if len(sys.argv) >= 3 and sys.argv[1] == "check-v0_9":
+        return asyncio.run(check(None, sys.argv[2]))
     print(__doc__)
     return 2
 

@@ -114,6 +114,11 @@ impl FunctionDef {
         self.allowed_callers
     }
 
+    /// The A2UI `returnType` it declares (`string`, `number`, ..., `any`).
+    pub fn return_type(&self) -> &str {
+        &self.return_type
+    }
+
     /// The JSON Schema results are checked against.
     pub fn return_schema(&self) -> &Value {
         &self.return_schema

@@ -146,6 +146,7 @@ pub fn register_a2ui_call_function(
     options: CallFunctionOptions,
 ) -> Result<(), RegisterError> {
     let catalogs = options.catalogs.clone();
+    let admission = options.catalogs.clone();
     let timeout = options.request_timeout;
     let def = EffectDef::new(
         CALL_FUNCTION_EFFECT,
@@ -159,12 +160,36 @@ pub fn register_a2ui_call_function(
             .clone()
             .unwrap_or_else(|| CALL_FUNCTION_EFFECT.to_owned()),
     )
+    // The function and its args are checked before the step is recorded as started: a call
+    // that cannot be made is the step's failure, never a step that may have run.
+    .admit(move |input| admit_call(&admission, input))
     .cost(options.cost)
     // `request_timeout` bounds the wait and fails the step; the per-attempt timeout of the
     // effect runtime (which would park the step in doubt) is not used on top of it.
     .without_timeout();
     effects.register(def)?;
     Ok(())
+}
+
+/// A call the catalogs refuse (unknown or renderer-only function, args failing the args
+/// schema), as the step's refusal.
+fn admit_call(
+    catalogs: &Catalogs,
+    input: &loom_kernel::Payload,
+) -> Result<(), loom_kernel::ErrorInfo> {
+    let refused = |detail: String| loom_kernel::ErrorInfo::new(codes::REFUSED, detail);
+    let input: CallFunctionInput = input.decode().map_err(|err| {
+        refused(format!(
+            "the input of {CALL_FUNCTION_EFFECT} does not decode: {err}"
+        ))
+    })?;
+    let catalog = input
+        .catalog_id
+        .clone()
+        .unwrap_or_else(|| catalogs.default_catalog().to_owned());
+    check_callable(catalogs, &catalog, &input.name)
+        .and_then(|()| check_args(catalogs, &catalog, &input.name, &input.args))
+        .map_err(|err: BridgeError| refused(err.to_string()))
 }
 
 async fn call_once(

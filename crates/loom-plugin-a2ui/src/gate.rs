@@ -12,11 +12,11 @@ use std::future::Future;
 
 use loom_kernel::{FlowCtx, StepError};
 use serde::{Deserialize, Serialize};
-use serde_json::{Map, Value};
+use serde_json::{Map, Value, json};
 use thiserror::Error;
 
 use crate::bridge::{BridgeError, check_args, check_callable};
-use crate::catalog::Catalogs;
+use crate::catalog::{Catalogs, FunctionDef};
 use crate::wire::FunctionError;
 
 /// The gate event type a function result resumes.
@@ -124,9 +124,13 @@ pub fn call_and_wait(
                 name: name.to_owned(),
                 args,
             };
+            let expected =
+                function_result_schema(catalogs.function(Some(&request.catalog_id), name));
             // Recorded and opened in one poll: one append batch, durable together.
             ctx.decide(REQUEST_DECISION, || request)?;
-            let gate = ctx.suspend(FUNCTION_RESULT_EVENT, &call_id);
+            // The gate says what its resume carries (LD-031), for an operator who answers in
+            // the renderer's place; replay neither matches nor serves it.
+            let gate = ctx.suspend_expecting(FUNCTION_RESULT_EVENT, &call_id, &expected);
             Ok((call_id, gate))
         });
     async move {
@@ -163,6 +167,61 @@ pub fn call_and_wait(
             }),
         }
     }
+}
+
+/// The JSON Schema of a function-result gate's resume payload (LD-031): `{"value": ...}` with
+/// what the function returns (its `returnType` and return schema), or
+/// `{"error": {"code", "message"}}`; the hub's own replies add the call's `functionCallId`,
+/// `surfaceId` and `name`. An unknown function's value may be anything.
+pub fn function_result_schema(function: Option<&FunctionDef>) -> Value {
+    let value = match function {
+        Some(function) => {
+            let typed = match function.return_type() {
+                "string" | "number" | "boolean" | "array" | "object" => {
+                    Some(json!({"type": function.return_type()}))
+                }
+                "validationResult" => Some(json!({"type": "object"})),
+                "void" => Some(json!({"type": "null"})),
+                _ => None,
+            };
+            let declared = function.return_schema();
+            let declared = (declared != &json!({}) && declared != &json!(true)).then_some(declared);
+            match (typed, declared) {
+                (Some(typed), Some(declared)) => json!({"allOf": [typed, declared]}),
+                (Some(only), None) => only,
+                (None, Some(declared)) => declared.clone(),
+                (None, None) => json!({}),
+            }
+        }
+        None => json!({}),
+    };
+    let title = function.map_or_else(
+        || "The result of an A2UI function call".to_owned(),
+        |f| format!("The result of A2UI function `{}`", f.name()),
+    );
+    let call = json!({
+        "functionCallId": {"type": "string"},
+        "surfaceId": {"type": "string"},
+        "name": {"type": "string"},
+    });
+    let with = |field: &str, schema: Value| {
+        let mut properties = call.clone();
+        if let Value::Object(map) = &mut properties {
+            map.insert(field.to_owned(), schema);
+        }
+        json!({"type": "object", "properties": properties, "required": [field]})
+    };
+    json!({
+        "title": title,
+        "oneOf": [
+            with("value", value),
+            with("error", json!({
+                "type": "object",
+                "properties": {"code": {"type": "string"}, "message": {"type": "string"}},
+                "required": ["code", "message"],
+            })),
+        ],
+    })
 }
 
 impl From<CallAndWaitError> for loom_kernel::FlowError {

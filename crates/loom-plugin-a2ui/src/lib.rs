@@ -24,6 +24,10 @@
 //!   message bounded ([`Limits`]), checked against the binding and sent through the kernel's
 //!   inbound seam as that caller; the edge is also the resume authenticator for renderer
 //!   sessions and the grain-B [`Transport`] over them.
+//! - A2UI v0.9 for the renderers that speak it ([`ProtocolVersion`], chosen per session from
+//!   what the renderer announces; [`VersionedSession`]): surfaces, components, data-model
+//!   updates, deletion and actions projected and checked against the v0.9 schemas; what
+//!   v0.9 cannot carry (function calls) refused for that session, never sent.
 //! - The [`Transport`] trait; the plugin ships no network transport.
 //!
 //! # What it must not depend on
@@ -43,6 +47,7 @@ mod effect;
 mod gate;
 mod hub;
 mod message_schema;
+mod v0_9;
 mod wire;
 
 pub use bridge::{A2UISurfaceBridge, BridgeError, FunctionResult, InboundAction, IngestError};
@@ -62,13 +67,18 @@ pub use effect::{
 };
 pub use gate::{
     ARGS_CHECKED, CallAndWaitError, DELETE_DECISION, FUNCTION_RESULT_EVENT, FunctionRequest,
-    REQUEST_DECISION, call_and_wait, delete_surface,
+    REQUEST_DECISION, call_and_wait, delete_surface, function_result_schema,
 };
 pub use hub::{
     HubError, SUBSCRIBER_BUFFER, SurfaceHub, SurfaceSpec, SurfaceSubscription, WireIds,
     per_execution_wire_id,
 };
 pub use message_schema::MessageSchema;
+pub use v0_9::{
+    BASIC_CATALOG_V0_9_ID, NegotiationError, PROTOCOL_VERSION_V0_9, ProjectionError,
+    ProtocolVersion, SUBPROTOCOL_V0_9, SUBPROTOCOL_V1_0, V0_9Schema, VersionedOutbound,
+    VersionedSession, project_v0_9, renderer_message_from_v0_9,
+};
 pub use wire::{
     Action, AgentMessage, CallAgentFunction, CallRendererFunction, CreateSurface, DeleteSurface,
     FunctionCall, FunctionError, FunctionOutcome, FunctionResponse, PROTOCOL_VERSION,

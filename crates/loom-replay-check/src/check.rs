@@ -2,15 +2,15 @@
 
 use loom_kernel::DataClassification;
 use loom_kernel::StoredLog;
-use loom_kernel::{Event, EventEnvelope, ExecutionState, MemoryStore};
-use loom_kernel::{FlowSet, ReplayError, Runtime};
+use loom_kernel::{Event, EventEnvelope, ExecutionState};
+use loom_kernel::{FlowSet, ReplayError, Replayer};
 use loom_kernel::{check_batch, decode_record, encode_record_into};
 
 /// Checks logs against a set of flows. Effects are never run: replay serves every recorded
 /// result from the log and drops whatever the flow would do past its end.
 #[derive(Debug, Clone)]
 pub struct Checker {
-    runtime: Runtime<MemoryStore>,
+    replayer: Replayer,
     /// Whether values are classified: a finding then never prints a whole event.
     masks: bool,
 }
@@ -82,20 +82,8 @@ impl Checker {
         classification: DataClassification,
     ) -> Result<Self, loom_kernel::CompositionError> {
         let masks = !classification.is_empty();
-        let declared: std::collections::BTreeSet<&'static str> = flows
-            .iter()
-            .flat_map(|flow| flow.declared_effects().iter().copied())
-            .collect();
-        let runtime = declared
-            .into_iter()
-            .fold(
-                Runtime::builder(MemoryStore::new())
-                    .flows(flows)
-                    .classification(classification),
-                |builder, effect| builder.effect(effect, never_run()),
-            )
-            .build()?;
-        Ok(Self { runtime, masks })
+        let replayer = Replayer::new(flows, classification)?;
+        Ok(Self { replayer, masks })
     }
 
     /// Checks one execution's log.
@@ -169,7 +157,7 @@ impl Checker {
                 return unstable(format!("a second fold refuses the log: {error}"));
             }
         };
-        match self.runtime.replay_folded_log(log, second) {
+        match self.replayer.replay_folded_log(log, second) {
             Ok(_) => Finding::Deterministic,
             Err(ReplayError::NonDeterminism(divergence)) => Finding::Divergent {
                 seq: divergence.seq,
@@ -240,15 +228,4 @@ fn round_trip(log: &[EventEnvelope], stored: Option<&StoredLog>, masks: bool) ->
         }
     }
     changed
-}
-
-/// The stand-in of a declared effect: replay never runs an effect, so this never answers but
-/// with a failure saying so.
-fn never_run() -> impl loom_kernel::Effect {
-    loom_kernel::FnEffect::new(true, |_| async {
-        loom_kernel::EffectOutcome::failed(loom_kernel::ErrorInfo::new(
-            "loom.replay_check",
-            "replay-check runs no effect",
-        ))
-    })
 }

@@ -7,8 +7,10 @@
 //!   `checkout` flow and the composition of a runtime on the embedded store.
 //! - A concrete [`Transport`](loom_plugin_a2ui::Transport) over WebSocket sessions
 //!   ([`transport`]) and the server that carries the A2UI wire ([`server`]), with the
-//!   console's admin API and the A2UI playground (`playground.rs`, SSE down and POST up, a
-//!   small renderer of the default catalog in `web/`) on its loopback listener.
+//!   console's admin API and the A2UI playground (`playground.rs`, SSE down and POST up; the
+//!   page in `web/` draws with the official web renderer `@a2ui/lit` on A2UI v0.9, bundled in
+//!   `web/lit/`, or its own small renderer of the default catalog on v1.0) on its loopback
+//!   listener.
 //! - A headless renderer that answers functions and clicks Approve ([`client`]), the operator's
 //!   commands ([`operator`]), and the story that runs them all as processes ([`story`]), each
 //!   telling what it does in notes ([`narrate`]).

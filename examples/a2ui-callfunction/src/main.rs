@@ -28,7 +28,12 @@ struct Cli {
     #[arg(long, value_name = "DIR")]
     export_catalogs: Option<PathBuf>,
     /// Where the story keeps its store and the renderer's ledger (emptied first).
-    #[arg(long, value_name = "DIR", default_value = "target/a2ui-callfunction")]
+    #[arg(
+        long,
+        value_name = "DIR",
+        default_value = "target/a2ui-callfunction",
+        global = true
+    )]
     dir: PathBuf,
     /// Runs the story on PostgreSQL instead of the embedded store: a `postgres://` URL. The
     /// story's schema (--schema) is emptied first, as its folder is.
@@ -48,6 +53,18 @@ struct Cli {
 
 #[derive(Debug, Subcommand)]
 enum Cmd {
+    /// Tells the story, then keeps a server up on its store (until Ctrl-C) and prints the links
+    /// of the A2UI playground and the web console: the story's checkout, ended, with its log;
+    /// new checkouts start from the playground.
+    Serve {
+        /// Where the server listens (loopback: the playground and the console are served on
+        /// loopback only).
+        #[arg(long, default_value = "127.0.0.1:7272")]
+        addr: std::net::SocketAddr,
+        /// Skips the story: serves the store a previous run left in --dir.
+        #[arg(long)]
+        no_story: bool,
+    },
     /// Runs Loom with the checkout flow and serves its surface over WebSocket.
     Server(ServerOptions),
     /// A headless renderer: answers getLocale and submitOrder (dedup on the call id), clicks
@@ -142,6 +159,34 @@ fn main() -> ExitCode {
         .init();
     let cli = Cli::parse();
     let result = match cli.command {
+        Some(Cmd::Serve { addr, no_story }) => {
+            let told = if no_story {
+                Ok(())
+            } else {
+                story::run(&StoryOptions {
+                    dir: cli.dir.clone(),
+                    wire_log: cli.wire_log,
+                    export_catalogs: cli.export_catalogs,
+                    reference_renderer: None,
+                    timeout: Duration::from_secs(cli.timeout),
+                    postgres: None,
+                })
+                .map(|_| ())
+            };
+            told.and_then(|()| {
+                println!("\nServing the story's store at http://{addr} (Ctrl-C stops it):");
+                tokio_main(Cmd::Server(ServerOptions {
+                    store: cli.dir.join("loom.redb"),
+                    schema: cli.schema,
+                    addr,
+                    execution: story::EXECUTION.into(),
+                    crash_after_submit: false,
+                    exit_when_done: false,
+                    admin_token: std::env::var("LOOM_ADMIN_TOKEN").ok(),
+                    renderer_token: std::env::var("LOOM_RENDERER_TOKEN").ok(),
+                }))
+            })
+        }
         None => story::run(&StoryOptions {
             dir: cli.dir,
             wire_log: cli.wire_log,
@@ -197,6 +242,7 @@ async fn tokio_main(command: Cmd) -> Result<()> {
             };
             operator::resolve(&target.target(schema), &execution, &step, verdict).await
         }
+        Cmd::Serve { .. } => anyhow::bail!("`serve` is run from main"),
         Cmd::ExportCatalogs { dir } => {
             for path in story::export_catalogs(&dir)? {
                 println!("{}", path.display());

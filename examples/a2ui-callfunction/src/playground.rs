@@ -1,18 +1,27 @@
-//! The A2UI playground: a page that shows one execution's surface three ways, side by side, and
-//! renders it. Served under `/playground/` on the example's loopback listener.
+//! The A2UI playground: a page that shows an execution's surface drawn by a renderer, the A2UI
+//! wire beside the native model and the log, lists the server's checkouts and starts new ones.
+//! Served under `/playground/` on the example's loopback listener.
 //!
-//! - `GET /playground/`: the page (`web/playground.{html,js,css}`, built into the binary). It
-//!   reads `#token=..&execution=..` from its link.
-//! - `GET /playground/v1/{execution}/{surface}/stream?token=..`: server-sent events. The
-//!   stream is a renderer session like a WebSocket one (it answers the functions the agent
-//!   calls): `session` (its number), `wire` (each A2UI message the bridge emits, as sent),
-//!   `event` (each durable event of the execution, masked, its log first), `model` (the native
-//!   surface model, masked, after each `SURFACE_PATCH`).
+//! - `GET /playground/`: the page (`web/playground.{html,js,css}`, and `web/lit/a2ui-lit.bundle.js`,
+//!   the official web renderer `@a2ui/lit` built from `web/lit/package-lock.json`, all built
+//!   into the binary). It reads `#token=..&execution=..&renderer=lit|loom` from its link.
+//! - `GET /playground/v1/{execution}/{surface}/stream?token=..&capabilities=JSON` (or
+//!   `&protocol=v0.9`): server-sent events. The stream is a renderer session like a WebSocket
+//!   one, in the A2UI version the page's renderer announces: `@a2ui/lit` announces v0.9, the
+//!   page's own renderer v1.0. A v0.9 stream also opens a v1.0 session on the same binding
+//!   that carries only the function calls (v0.9 has none), which the page answers itself.
+//!   Events: `session` (its sessions and version), `wire` (each A2UI message as sent, with its
+//!   session), `event` (each durable event of the execution, masked, its log first), `model`
+//!   (the native surface model, masked, after each `SURFACE_PATCH`), `final` (once the
+//!   execution has ended: its status, masked output and the surface as last drawn, in the
+//!   session's version), `failure` (the session could not open: an unknown execution, ...).
 //! - `POST /playground/v1/{execution}/{surface}/messages?session=N` with
 //!   `Authorization: Bearer <token>`: one A2UI renderer message (an `action`, a
-//!   `rendererFunctionResponse`), taken by the stream's session exactly as a WebSocket frame
-//!   is (`RendererSession::receive`: checked against the session's execution and surface,
-//!   then sent through the runtime's inbound seam).
+//!   `rendererFunctionResponse`), taken by session N of a stream exactly as a WebSocket frame
+//!   is (checked against the session's execution and surface, then sent through the runtime's
+//!   inbound seam).
+//! - `POST /playground/v1/executions` with the bearer token: starts a new checkout
+//!   (`checkout-N`, the next free number) and serves it; answers `{"execution": id}`.
 //!
 //! `EventSource` cannot send headers, so the stream takes the token in its query; both compare
 //! it in constant time.
@@ -30,7 +39,11 @@ use axum::response::{IntoResponse, Redirect, Response};
 use axum::routing::{get, post};
 use loom_console::{bearer_matches, constant_time_eq, static_file};
 use loom_kernel::{Event, EventEnvelope, EventStore, EventStoreExt, ExecutionId};
-use loom_plugin_a2ui::{Connection, Received};
+use loom_kernel::{ExecutionStatus, StartOptions};
+use loom_plugin_a2ui::{
+    AgentMessage, CALL_FUNCTION_EFFECT, Connection, CreateSurface, ProtocolVersion, Received,
+    VersionedSession, project_v0_9,
+};
 use serde_json::{Value, json};
 use tokio::sync::{broadcast, mpsc, oneshot};
 
@@ -41,6 +54,8 @@ use crate::transport::OPERATOR_VERIFIED;
 
 /// A message POSTed for a playground session, with where its outcome goes.
 pub(crate) struct Posted {
+    /// The session it is for (a stream may hold two).
+    session: u64,
     bytes: Vec<u8>,
     outcome: oneshot::Sender<Result<String, String>>,
 }
@@ -58,6 +73,9 @@ impl Inboxes {
 const HTML: &str = include_str!("../web/playground.html");
 const JS: &str = include_str!("../web/playground.js");
 const CSS: &str = include_str!("../web/playground.css");
+/// `@a2ui/lit` 0.11 and `@a2ui/web_core` 0.11, bundled from `web/lit/package-lock.json`
+/// (`cargo xtask web-bundle` rebuilds it; `--check` proves the committed one is that build).
+const LIT: &str = include_str!("../web/lit/a2ui-lit.bundle.js");
 
 /// The playground's routes (the server adds its state).
 pub(crate) fn router<S: EventStore>() -> Router<Arc<AppState<S>>> {
@@ -78,6 +96,11 @@ pub(crate) fn router<S: EventStore>() -> Router<Arc<AppState<S>>> {
             "/playground/playground.css",
             get(|| async { static_file(CSS, "text/css; charset=utf-8") }),
         )
+        .route(
+            "/playground/a2ui-lit.bundle.js",
+            get(|| async { static_file(LIT, "text/javascript; charset=utf-8") }),
+        )
+        .route("/playground/v1/executions", post(start_checkout::<S>))
         .route(
             "/playground/v1/{execution}/{surface}/stream",
             get(stream::<S>),
@@ -113,8 +136,14 @@ async fn stream<S: EventStore>(
     let Ok(execution) = ExecutionId::new(execution) else {
         return refused(StatusCode::BAD_REQUEST, "not an execution id");
     };
+    let offered: Vec<String> = query.get("protocol").into_iter().cloned().collect();
+    let protocol = match server::negotiate(query.get("capabilities").map(String::as_str), &offered)
+    {
+        Ok(protocol) => protocol,
+        Err(reason) => return refused(StatusCode::BAD_REQUEST, reason),
+    };
     let (tx, rx) = mpsc::channel::<SseEvent>(256);
-    tokio::spawn(session(state, execution, surface, tx));
+    tokio::spawn(session(state, execution, surface, protocol, tx));
     let events = futures::stream::unfold(rx, |mut rx| async move {
         rx.recv()
             .await
@@ -129,12 +158,14 @@ fn sse(kind: &str, data: &Value) -> SseEvent {
     SseEvent::default().event(kind).data(data.to_string())
 }
 
-/// One playground renderer session: opened by the edge like a WebSocket one (for the operator
-/// the server checked the admin token of), it lasts until the page goes away.
+/// One playground stream: a renderer session in the page's version (opened by the edge like a
+/// WebSocket one, for the operator the server checked the admin token of), plus, on v0.9, a
+/// v1.0 session for the function calls; it lasts until the page goes away.
 async fn session<S: EventStore>(
     state: Arc<AppState<S>>,
     execution: ExecutionId,
     surface: String,
+    protocol: ProtocolVersion,
     tx: mpsc::Sender<SseEvent>,
 ) {
     // Subscribed before the log is read, so no event falls between the two.
@@ -145,63 +176,148 @@ async fn session<S: EventStore>(
         credentials: BTreeMap::from([(OPERATOR_VERIFIED.to_owned(), "yes".to_owned())]),
         answers: None,
     };
-    let session = state.edge.open(&state.runtime, &connection).await;
-    let log = state.runtime.store().read_all(&execution).await;
-    let (mut session, log) = match (session, log) {
-        (Ok(session), Ok(log)) => (session, log),
-        (Err(error), _) => {
-            let _ = tx.send(sse("failure", &json!(error.to_string()))).await;
-            return;
-        }
-        (_, Err(error)) => {
-            let _ = tx.send(sse("failure", &json!(error.to_string()))).await;
+    let failure = |error: String| sse("failure", &json!({"message": error}));
+    let mut render = match state
+        .edge
+        .open_versioned(&state.runtime, &connection, protocol)
+        .await
+    {
+        Ok(session) => session,
+        Err(error) => {
+            let kind = match error {
+                loom_plugin_a2ui::OpenError::UnknownExecution { .. }
+                | loom_plugin_a2ui::OpenError::BadExecutionId { .. } => "unknown-execution",
+                _ => "refused",
+            };
+            let _ = tx
+                .send(sse(
+                    "failure",
+                    &json!({"kind": kind, "message": error.to_string()}),
+                ))
+                .await;
             return;
         }
     };
-    let id = session.id();
+    // v0.9 carries no function call: a v1.0 session of the same binding takes them.
+    let mut functions = if protocol == ProtocolVersion::V0_9 {
+        match state
+            .edge
+            .open_versioned(&state.runtime, &connection, ProtocolVersion::V1_0)
+            .await
+        {
+            Ok(session) => Some(session),
+            Err(error) => {
+                let _ = tx.send(failure(error.to_string())).await;
+                return;
+            }
+        }
+    } else {
+        None
+    };
+    let log = match state.runtime.store().read_all(&execution).await {
+        Ok(log) => log,
+        Err(error) => {
+            let _ = tx.send(failure(error.to_string())).await;
+            return;
+        }
+    };
+    let id = render.session().id();
+    let functions_id = functions.as_ref().map(|f| f.session().id());
     let (inbox, mut posted) = mpsc::channel::<Posted>(16);
-    state.playground.lock().insert(id, inbox);
-    let wire = |message: &loom_plugin_a2ui::AgentMessage| {
-        let value = message.to_value();
-        server::wire_note(Direction::AgentToRenderer, id, value.clone());
-        sse("wire", &value)
+    {
+        let mut inboxes = state.playground.lock();
+        inboxes.insert(id, inbox.clone());
+        if let Some(fid) = functions_id {
+            inboxes.insert(fid, inbox);
+        }
+    }
+    let wire = |session: u64, value: Value| {
+        server::wire_note(Direction::AgentToRenderer, session, value.clone());
+        sse("wire", &json!({"session": session, "message": value}))
     };
-    let mut out = vec![sse("session", &json!({"session": id}))];
+    let mut out = vec![sse(
+        "session",
+        &json!({"session": id, "functions": functions_id, "protocol": protocol.as_str()}),
+    )];
     let mut seen = 0;
+    let mut ended = false;
     for envelope in &log {
         seen = envelope.seq;
+        ended |= is_end(&envelope.event);
         out.push(event_of(envelope));
     }
     out.extend(model_of(&state, &execution, &surface));
-    for message in session.take_initial() {
-        out.push(wire(&message));
+    let (frames, not_sent) = render.take_initial();
+    out.extend(
+        not_sent
+            .iter()
+            .map(|error| sse("not-sent", &json!(error.to_string()))),
+    );
+    out.extend(frames.into_iter().map(|frame| wire(id, frame)));
+    if let Some(functions) = &mut functions {
+        let (frames, _) = functions.take_initial();
+        out.extend(
+            frames
+                .into_iter()
+                .filter(is_call)
+                .map(|f| wire(functions_id.unwrap_or(0), f)),
+        );
+    }
+    if ended {
+        out.extend(final_of(&state, &execution, &surface, protocol).await);
     }
     let mut open = true;
     for event in out {
         open = open && tx.send(event).await.is_ok();
     }
     let mut deleted = false;
+    let mut functions_done = functions.is_none();
     while open {
         tokio::select! {
             () = tx.closed() => break,
-            outbound = session.next(), if !deleted => match outbound {
-                Some(outbound) => {
-                    open = tx.send(wire(&outbound.message)).await.is_ok();
+            outbound = render.next(), if !deleted => match outbound {
+                Some(mut outbound) => {
+                    if let Some(error) = &outbound.refused {
+                        open = tx.send(sse("not-sent", &json!(error.to_string()))).await.is_ok();
+                    }
+                    for frame in std::mem::take(&mut outbound.frames) {
+                        open = open && tx.send(wire(id, frame)).await.is_ok();
+                    }
                     if open {
                         outbound.written();
                     }
                 }
                 // Fell behind: the page's event source reconnects and resynchronises.
-                None if session.lagged() => break,
+                None if render.lagged() => break,
                 None => deleted = true,
+            },
+            outbound = next_of(&mut functions), if !functions_done => match outbound {
+                Some(mut outbound) => {
+                    let calls: Vec<Value> = std::mem::take(&mut outbound.frames)
+                        .into_iter()
+                        .filter(is_call)
+                        .collect();
+                    for frame in calls {
+                        open = open && tx.send(wire(functions_id.unwrap_or(0), frame)).await.is_ok();
+                    }
+                    if open {
+                        outbound.written();
+                    }
+                }
+                None => functions_done = true,
             },
             post = posted.recv() => {
                 let Some(post) = post else { break };
+                let session = match (&mut functions, functions_id) {
+                    (Some(functions), Some(fid)) if fid == post.session => functions,
+                    _ => &mut render,
+                };
+                let sid = session.session().id();
                 let outcome = session.receive(&state.runtime, &post.bytes).await;
-                server::tell(id, &post.bytes, &outcome);
+                server::tell(sid, &post.bytes, &outcome);
                 let answer = match outcome {
                     Ok(Received::Answered(message)) => {
-                        open = tx.send(wire(&message)).await.is_ok();
+                        open = tx.send(wire(sid, message.to_value())).await.is_ok();
                         Ok("callAgentFunction answered in band".to_owned())
                     }
                     Ok(received) => Ok(format!("{received:?}")),
@@ -218,17 +334,29 @@ async fn session<S: EventStore>(
                     {
                         open = open && tx.send(model).await.is_ok();
                     }
+                    if is_end(&envelope.event)
+                        && let Some(event) = final_of(&state, &execution, &surface, protocol).await
+                    {
+                        open = open && tx.send(event).await.is_ok();
+                    }
                 }
                 Ok(_) => {}
                 // Fell behind the broadcast: what was missed is read back from the log.
                 Err(broadcast::error::RecvError::Lagged(_)) => {
                     if let Ok(missed) = state.runtime.store().read(&execution, seen + 1, usize::MAX).await {
+                        let mut ends = false;
                         for envelope in missed {
                             seen = envelope.seq;
+                            ends |= is_end(&envelope.event);
                             open = open && tx.send(event_of(&envelope)).await.is_ok();
                         }
                         if let Some(model) = model_of(&state, &execution, &surface) {
                             open = open && tx.send(model).await.is_ok();
+                        }
+                        if ends
+                            && let Some(event) = final_of(&state, &execution, &surface, protocol).await
+                        {
+                            open = open && tx.send(event).await.is_ok();
                         }
                     }
                 }
@@ -236,7 +364,115 @@ async fn session<S: EventStore>(
             },
         }
     }
-    state.playground.lock().remove(&id);
+    let mut inboxes = state.playground.lock();
+    inboxes.remove(&id);
+    if let Some(fid) = functions_id {
+        inboxes.remove(&fid);
+    }
+}
+
+async fn next_of(
+    session: &mut Option<VersionedSession>,
+) -> Option<loom_plugin_a2ui::VersionedOutbound> {
+    match session {
+        Some(session) => session.next().await,
+        None => std::future::pending().await,
+    }
+}
+
+fn is_call(frame: &Value) -> bool {
+    frame.get("callRendererFunction").is_some() || frame.get("agentFunctionResponse").is_some()
+}
+
+fn is_end(event: &Event) -> bool {
+    matches!(
+        event,
+        Event::ExecutionCompleted(_) | Event::ExecutionFailed(_) | Event::ExecutionCancelled(_)
+    )
+}
+
+/// The end of an execution, for a page: its status, its output (masked), and its surface as
+/// last drawn (the components and the masked model), as the frames that draw it in the
+/// session's version.
+async fn final_of<S: EventStore>(
+    state: &AppState<S>,
+    execution: &ExecutionId,
+    surface: &str,
+    protocol: ProtocolVersion,
+) -> Option<SseEvent> {
+    let folded = state.runtime.state(execution).await.ok()?;
+    let status: ExecutionStatus = folded.status();
+    let output = folded
+        .output()
+        .map(|payload| app::operator_classification().mask_message_value(&payload.to_value()));
+    let error = folded
+        .failure()
+        .map(|e| format!("{} {}", e.code, e.message));
+    let model = state.hub.masked_model(execution, surface);
+    let frames: Vec<Value> = match &model {
+        Some(Value::Object(model)) => {
+            let create = AgentMessage::CreateSurface(CreateSurface {
+                surface_id: state.hub.wire_id(execution, surface),
+                catalog_id: Some(loom_plugin_a2ui::BASIC_CATALOG_ID.to_owned()),
+                components: Some(app::components()),
+                data_model: Some(model.clone()),
+                ..CreateSurface::default()
+            });
+            match protocol {
+                ProtocolVersion::V1_0 => vec![create.to_value()],
+                _ => project_v0_9(&create).unwrap_or_default(),
+            }
+        }
+        _ => Vec::new(),
+    };
+    Some(sse(
+        "final",
+        &json!({
+            "status": status.to_string(),
+            "output": output,
+            "error": error,
+            "model": model,
+            "frames": frames,
+        }),
+    ))
+}
+
+/// Starts a new checkout as `checkout-N`, the first free N, and serves it to renderers.
+async fn start_checkout<S: EventStore>(
+    State(state): State<Arc<AppState<S>>>,
+    headers: HeaderMap,
+) -> Response {
+    if !bearer_matches(&headers, &state.token) {
+        return unauthorized();
+    }
+    let _one_at_a_time = state.starting.lock().await;
+    let mut number = 1u64;
+    let execution = loop {
+        let Ok(candidate) = ExecutionId::new(format!("{}-{number}", app::FLOW)) else {
+            return refused(StatusCode::INTERNAL_SERVER_ERROR, "no execution id");
+        };
+        match state.runtime.store().head(&candidate).await {
+            Ok(0) => break candidate,
+            Ok(_) => number += 1,
+            Err(error) => return refused(StatusCode::INTERNAL_SERVER_ERROR, error.to_string()),
+        }
+    };
+    state.access.serve(execution.clone());
+    let started = state
+        .runtime
+        .start(
+            app::FLOW,
+            &app::Order::demo(),
+            StartOptions::new(execution.clone()).grant(CALL_FUNCTION_EFFECT),
+        )
+        .await;
+    match started {
+        Ok(_) => {
+            crate::narrate::say(format!("the playground started execution {execution}"));
+            axum::Json(json!({"execution": execution.as_str()})).into_response()
+        }
+        Err(error) => refused(StatusCode::INTERNAL_SERVER_ERROR, error.to_string()),
+    }
 }
 
 fn event_of(envelope: &EventEnvelope) -> SseEvent {
@@ -285,6 +521,7 @@ async fn message<S: EventStore>(
     };
     let (outcome, answer) = oneshot::channel();
     let posted = Posted {
+        session,
         bytes: body.to_vec(),
         outcome,
     };

@@ -1,8 +1,10 @@
 //! The server: Loom on the embedded store (or PostgreSQL), the A2UI wire over WebSocket (JSON text frames, one
 //! socket per client session), and the operator's admin socket.
 //!
-//! - `GET /a2ui/{execution}/{surface}[?answers=f,g][&token=t]`: a renderer's session (naming
-//!   the functions it answers, all by default), opened by the plugin's [`RendererEdge`] for
+//! - `GET /a2ui/{execution}/{surface}[?answers=f,g][&token=t][&capabilities=JSON]`: a
+//!   renderer's session (naming the functions it answers, all by default), in the A2UI version
+//!   it announces: its capabilities document (`{"v0.9": {...}}`) or the WebSocket subprotocol
+//!   it offers (`a2ui.v0.9`, `a2ui.v1.0`), v1.0 when it names none; opened by the plugin's [`RendererEdge`] for
 //!   the caller [`RendererAccess`] grants; refused with close code 1008 and a reason
 //!   otherwise. It gets `createSurface` with the current masked model and any pending function
 //!   call, then every update as it becomes durable; it sends actions and function replies,
@@ -35,8 +37,8 @@ use futures::{SinkExt, StreamExt};
 use loom_console::AdminConfig;
 use loom_kernel::{Event, EventEnvelope, EventStore, ExecutionId};
 use loom_kernel::{Projection, Runtime, StartOptions};
-use loom_plugin_a2ui::{AgentMessage, Connection, Received, Refused, RendererEdge};
 use loom_plugin_a2ui::{CALL_FUNCTION_EFFECT, SurfaceHub};
+use loom_plugin_a2ui::{Connection, ProtocolVersion, Received, Refused, RendererEdge};
 use serde_json::Value;
 use tokio::sync::{Notify, broadcast};
 
@@ -83,6 +85,10 @@ pub(crate) struct AppState<S: EventStore> {
     pub(crate) runtime: Runtime<S>,
     pub(crate) hub: SurfaceHub,
     pub(crate) edge: RendererEdge,
+    /// Who may open renderer sessions; the playground adds the executions it starts.
+    pub(crate) access: RendererAccess,
+    /// Held while the playground picks a new execution's id and starts it.
+    pub(crate) starting: tokio::sync::Mutex<()>,
     /// The playground's open sessions, by id: where its POSTed messages go.
     pub(crate) playground: playground::Inboxes,
     /// Every durable event, as it is recorded (for the playground's streams).
@@ -212,10 +218,8 @@ pub async fn serve(options: ServerOptions) -> Result<()> {
 async fn serve_on<S: EventStore>(store: S, options: ServerOptions) -> Result<()> {
     let hub = app::hub();
     let execution = ExecutionId::new(options.execution.clone())?;
-    let edge = RendererEdge::new(
-        hub.clone(),
-        RendererAccess::new(execution.clone(), options.renderer_token.clone()),
-    );
+    let access = RendererAccess::new(execution.clone(), options.renderer_token.clone());
+    let edge = RendererEdge::new(hub.clone(), access.clone());
     let transport = if options.crash_after_submit {
         Arc::new(CrashAfterSubmit::new(edge.transport()))
     } else {
@@ -254,6 +258,8 @@ async fn serve_on<S: EventStore>(store: S, options: ServerOptions) -> Result<()>
         runtime: runtime.clone(),
         hub: hub.clone(),
         edge: edge.clone(),
+        access,
+        starting: tokio::sync::Mutex::new(()),
         playground: playground::Inboxes::default(),
         events,
         token: token.clone(),
@@ -316,7 +322,12 @@ async fn serve_on<S: EventStore>(store: S, options: ServerOptions) -> Result<()>
     narrate::emit(&Note::Ready {
         url: format!("ws://{addr}"),
     });
-    if loopback {
+    if loopback && options.exit_when_done {
+        // The story's servers exit with their execution: links to them would be dead.
+        narrate::say(
+            "the web console and the A2UI playground are served until this server exits (`cargo run -p a2ui-callfunction -- serve` keeps one up)",
+        );
+    } else if loopback {
         narrate::say(format!(
             "web console: http://{addr}/admin/#token={token} (loom --admin http://{addr} --token {token})"
         ));
@@ -382,11 +393,46 @@ async fn renderer_socket<S: EventStore>(
             .get("answers")
             .map(|names| names.split(',').map(str::to_owned).collect()),
     };
+    let offered: Vec<String> = headers
+        .get_all(header::SEC_WEBSOCKET_PROTOCOL)
+        .iter()
+        .filter_map(|value| value.to_str().ok())
+        .flat_map(|value| value.split(','))
+        .map(|name| name.trim().to_owned())
+        .filter(|name| !name.is_empty())
+        .collect();
+    let protocol = match negotiate(query.get("capabilities").map(String::as_str), &offered) {
+        Ok(protocol) => protocol,
+        Err(reason) => return (StatusCode::BAD_REQUEST, reason).into_response(),
+    };
     // The socket refuses a larger frame before reading it (1009).
     let limit = state.edge.limits().max_frame_bytes;
+    let ws = if offered.is_empty() {
+        ws
+    } else {
+        ws.protocols([protocol.subprotocol()])
+    };
     ws.max_message_size(limit)
         .max_frame_size(limit)
-        .on_upgrade(move |socket| renderer_session(state, socket, connection))
+        .on_upgrade(move |socket| renderer_session(state, socket, connection, protocol))
+}
+
+/// The A2UI version a renderer announced: its capabilities document first, then the
+/// subprotocols it offered; v1.0 when it announced nothing.
+pub(crate) fn negotiate(
+    capabilities: Option<&str>,
+    offered: &[String],
+) -> Result<ProtocolVersion, String> {
+    if let Some(text) = capabilities {
+        let value: Value = serde_json::from_str(text)
+            .map_err(|error| format!("the capabilities are not JSON: {error}"))?;
+        return ProtocolVersion::from_capabilities(&value).map_err(|error| error.to_string());
+    }
+    if offered.is_empty() {
+        return Ok(ProtocolVersion::default());
+    }
+    ProtocolVersion::from_offered(offered.iter().map(String::as_str))
+        .map_err(|error| error.to_string())
 }
 
 fn bearer(headers: &HeaderMap) -> Option<String> {
@@ -442,10 +488,15 @@ async fn renderer_session<S: EventStore>(
     state: Arc<AppState<S>>,
     socket: WebSocket,
     connection: Connection,
+    protocol: ProtocolVersion,
 ) {
     let (mut sink, mut stream) = socket.split();
     let where_ = format!("{}/{}", connection.execution, connection.surface_id);
-    let mut session = match state.edge.open(&state.runtime, &connection).await {
+    let opened = state
+        .edge
+        .open_versioned(&state.runtime, &connection, protocol)
+        .await;
+    let mut session = match opened {
         Ok(session) => session,
         Err(error) => {
             narrate::say(format!(
@@ -457,20 +508,23 @@ async fn renderer_session<S: EventStore>(
             return;
         }
     };
-    let id = session.id();
+    let id = session.session().id();
     narrate::say(format!(
-        "renderer session #{id} opened on {where_} for {}",
-        session.caller()
+        "renderer session #{id} ({protocol}) opened on {where_} for {}",
+        session.session().caller()
     ));
-    let send = |message: &AgentMessage| {
-        let value = message.to_value();
+    let send = |value: Value| {
         let text = value.to_string();
         wire_note(Direction::AgentToRenderer, id, value);
         Message::Text(text.into())
     };
     let mut open = true;
-    for message in session.take_initial() {
-        if sink.send(send(&message)).await.is_err() {
+    let (frames, refused) = session.take_initial();
+    for error in refused {
+        narrate::say(format!("session #{id}: not sent: {error}"));
+    }
+    for frame in frames {
+        if sink.send(send(frame)).await.is_err() {
             open = false;
             break;
         }
@@ -479,8 +533,13 @@ async fn renderer_session<S: EventStore>(
     while open {
         tokio::select! {
             outbound = session.next() => match outbound {
-                Some(outbound) => {
-                    open = sink.send(send(&outbound.message)).await.is_ok();
+                Some(mut outbound) => {
+                    if let Some(error) = &outbound.refused {
+                        narrate::say(format!("session #{id}: not sent: {error}"));
+                    }
+                    for frame in std::mem::take(&mut outbound.frames) {
+                        open = open && sink.send(send(frame)).await.is_ok();
+                    }
                     if open {
                         outbound.written();
                     }
@@ -514,7 +573,9 @@ async fn renderer_session<S: EventStore>(
                 let outcome = session.receive(&state.runtime, &bytes).await;
                 tell(id, &bytes, &outcome);
                 match outcome {
-                    Ok(Received::Answered(answer)) => open = sink.send(send(&answer)).await.is_ok(),
+                    Ok(Received::Answered(answer)) => {
+                        open = sink.send(send(answer.to_value())).await.is_ok();
+                    }
                     Ok(_) => {}
                     Err(refused) => if let Some(code) = refused.close_code() {
                         ended = format!("closed with {code}: {refused}");

@@ -559,6 +559,9 @@ pub fn run(options: &StoryOptions) -> Result<StoryReport> {
             )
         )
     );
+    println!(
+        "See it in a browser: `cargo run -p a2ui-callfunction -- serve` tells this story, then keeps a server up on its store and prints the links of the A2UI playground (the surface drawn by the official renderer @a2ui/lit, the wire, the log; start new checkouts there) and of the web console."
+    );
     Ok(StoryReport {
         store,
         ledger,

@@ -30,13 +30,14 @@ pub const TOKEN: &str = "token";
 /// playground's stream).
 pub const OPERATOR_VERIFIED: &str = "operator-verified";
 
-/// Who may open a renderer session on this server: the execution it serves, its surface. A
+/// Who may open a renderer session on this server: the executions it serves (the one it was
+/// started for, and those the playground started), their surface. A
 /// renderer presents the renderer token when the server has one; without one, only a renderer
 /// on the server's own machine (a loopback peer) is let in. The playground's stream is let in
 /// once the server has checked the admin token.
 #[derive(Debug, Clone)]
 pub struct RendererAccess {
-    execution: ExecutionId,
+    served: Arc<std::sync::Mutex<std::collections::BTreeSet<ExecutionId>>>,
     renderer_token: Option<String>,
 }
 
@@ -45,9 +46,17 @@ impl RendererAccess {
     /// `None`).
     pub fn new(execution: ExecutionId, renderer_token: Option<String>) -> Self {
         Self {
-            execution,
+            served: Arc::new(std::sync::Mutex::new([execution].into())),
             renderer_token,
         }
+    }
+
+    /// Serves `execution` too (one the playground started).
+    pub fn serve(&self, execution: ExecutionId) {
+        self.served
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .insert(execution);
     }
 
     fn caller(&self, connection: &Connection) -> Result<Caller, String> {
@@ -83,10 +92,29 @@ impl SessionAuthenticator for RendererAccess {
         &'a self,
         connection: &'a Connection,
     ) -> BoxFuture<'a, Result<Grant, String>> {
-        let grant = self.caller(connection).map(|caller| Grant {
-            caller,
-            bindings: vec![Binding::new(self.execution.clone(), SURFACE)],
-        });
+        // The playground (the operator, who holds the admin token) may open any execution of
+        // this server's store; a renderer, the executions served.
+        let operator = connection
+            .credentials
+            .get(OPERATOR_VERIFIED)
+            .map(String::as_str)
+            == Some("yes");
+        let bindings = match ExecutionId::new(connection.execution.clone()) {
+            Ok(asked)
+                if operator
+                    || self
+                        .served
+                        .lock()
+                        .unwrap_or_else(|p| p.into_inner())
+                        .contains(&asked) =>
+            {
+                vec![Binding::new(asked, SURFACE)]
+            }
+            _ => Vec::new(),
+        };
+        let grant = self
+            .caller(connection)
+            .map(|caller| Grant { caller, bindings });
         async move { grant }.boxed()
     }
 }

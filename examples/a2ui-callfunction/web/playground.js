@@ -1,6 +1,8 @@
-// The A2UI playground: one execution's surface as the A2UI wire carries it (SSE down, POST
-// up), its native model and SURFACE_PATCH stream beside it, and a small renderer of the
-// default catalog (Text, Column, Row, List, Button, Badge) drawing the surface from the wire.
+// The A2UI playground: an execution's surface drawn by a renderer from the A2UI wire (SSE down,
+// POST up): the official web renderer @a2ui/lit 0.11 (A2UI v0.9) or the page's own small
+// renderer of the default catalog (A2UI v1.0, Text, Column, Row, List, Button, Badge); the
+// wire beside the native model, the SURFACE_PATCH stream and the log. The page answers the
+// flow's function calls itself (getLocale, submitOrder) on a v1.0 session.
 "use strict";
 
 const params = new URLSearchParams(location.hash.slice(1));
@@ -8,23 +10,27 @@ if (params.get("token")) sessionStorage.setItem("loom-token", params.get("token"
 const token = sessionStorage.getItem("loom-token") || "";
 const execution = params.get("execution") || "";
 const surfaceId = params.get("surface") || "checkout";
+const rendererKind = params.get("renderer") === "loom" || !window.A2uiLit ? "loom" : "lit";
 const api = "v1/" + encodeURIComponent(execution) + "/" + encodeURIComponent(surfaceId);
 // The id the server names this execution's surface by on the wire, from its createSurface.
 let wireSurfaceId = surfaceId;
 const $ = (id) => document.getElementById(id);
 
 let session = 0;
+let functionsSession = 0;
 let components = {};
 let model = {};
 let shown = false;
 let deleted = false;
 let ended = false;
+let offline = false;
 let source = null;
+let processor = null;
 const answered = new Map();
 
 function problem(text) {
-  $("problem").hidden = false;
-  $("problem").textContent = text;
+  $("problem").hidden = !text;
+  $("problem").textContent = text || "";
 }
 
 function item(list, text, cls) {
@@ -32,6 +38,11 @@ function item(list, text, cls) {
   li.textContent = text;
   if (cls) li.className = cls;
   $(list).append(li);
+}
+
+// Actions are possible only while the server is reachable and the execution runs.
+function interactive() {
+  $("surface").inert = offline || ended;
 }
 
 function pointer(root, path) {
@@ -131,40 +142,59 @@ function draw(id, scope) {
   return el;
 }
 
-function render() {
+function renderOwn() {
   const root = $("surface");
-  if (deleted) {
-    const note = document.createElement("p");
-    note.className = "a2-deleted";
-    note.textContent = "the agent deleted the surface";
-    root.replaceChildren(note);
-  } else if (shown && components.root) {
-    root.replaceChildren(draw("root", model));
-  }
+  if (shown && components.root) root.replaceChildren(draw("root", model));
 }
 
-async function post(message) {
-  item("wire", "\u2191 " + JSON.stringify(message), "up");
-  const response = await fetch(api + "/messages?session=" + session, {
-    method: "POST",
-    headers: { Authorization: "Bearer " + token, "Content-Type": "application/json" },
-    body: JSON.stringify(message),
+// @a2ui/lit: its message processor with the basic catalog; its actions go up on the session.
+function litProcessor() {
+  const p = new A2uiLit.MessageProcessor([A2uiLit.basicCatalog], (action) =>
+    post(session, { version: "v0.9", action }));
+  p.onSurfaceCreated((surface) => {
+    const element = document.createElement("a2ui-surface");
+    element.surface = surface;
+    $("surface").replaceChildren(element);
   });
-  const answer = await response.json().catch(() => ({}));
-  if (!response.ok) problem("refused: " + (answer.error || response.status));
+  return p;
+}
+
+function capabilities() {
+  if (rendererKind === "lit") return litProcessor().getClientCapabilities();
+  return { "v1.0": { supportedCatalogIds: [
+    "https://a2ui.org/specification/v1_0/catalogs/basic/catalog.json", "urn:loom:a2ui:catalog:loom:v1"] } };
+}
+
+async function post(to, message) {
+  item("wire", "\u2191 " + JSON.stringify(message), "up");
+  if (offline) {
+    problem("not sent: the connection to the server is lost");
+    return;
+  }
+  try {
+    const response = await fetch(api + "/messages?session=" + to, {
+      method: "POST",
+      headers: { Authorization: "Bearer " + token, "Content-Type": "application/json" },
+      body: JSON.stringify(message),
+    });
+    const answer = await response.json().catch(() => ({}));
+    if (!response.ok) problem("refused: " + (answer.error || response.status));
+  } catch (error) {
+    lost();
+  }
 }
 
 function act(id, def, scope) {
   const event = (def.action && def.action.event) || {};
   const context = {};
   for (const [key, value] of Object.entries(event.context || {})) context[key] = resolve(value, scope);
-  post({ version: "v1.0", action: {
+  post(session, { version: "v1.0", action: {
     name: event.name, surfaceId: wireSurfaceId, sourceComponentId: id, timestamp: new Date().toISOString(), context,
   } });
 }
 
-// The functions this demo renderer implements (the shop's catalog).
-function answer(call) {
+// The functions this page implements (the shop's catalog), deduplicated by call id.
+function answer(call, to) {
   const id = call.functionCallId;
   if (!answered.has(id)) {
     const fn = call.callFunction || {};
@@ -176,52 +206,178 @@ function answer(call) {
     } else reply = { functionCallId: id, error: { code: "FUNCTION_NOT_FOUND", message: "no function " + name + " here" } };
     answered.set(id, reply);
   }
-  post({ version: "v1.0", rendererFunctionResponse: answered.get(id) });
+  post(to, { version: "v1.0", rendererFunctionResponse: answered.get(id) });
 }
 
-function onWire(message) {
-  item("wire", "\u2193 " + JSON.stringify(message));
+// Draws one agent-to-renderer message with the chosen renderer. `deleteSurface` is shown in the
+// wire but not drawn: the pane keeps the surface as last drawn, beside the result.
+function drawMessage(message) {
+  if (message.createSurface) wireSurfaceId = message.createSurface.surfaceId;
+  if (message.deleteSurface) {
+    deleted = true;
+    return;
+  }
+  if (rendererKind === "lit") {
+    if (message.createSurface) processor = litProcessor();
+    if (processor) processor.processMessages([message]);
+    shown = shown || !!message.createSurface;
+    return;
+  }
   if (message.createSurface) {
     const m = message.createSurface;
-    wireSurfaceId = m.surfaceId;
     components = {};
     for (const c of m.components || []) components[c.id] = c;
     model = m.dataModel || {};
     shown = true;
-    deleted = false;
   } else if (message.updateComponents) {
     for (const c of message.updateComponents.components || []) components[c.id] = c;
   } else if (message.updateDataModel) {
-    setPointer(message.updateDataModel.path, message.updateDataModel.value);
-  } else if (message.deleteSurface) {
-    deleted = true;
-  } else if (message.callRendererFunction) {
-    answer(message.callRendererFunction);
+    const u = message.updateDataModel;
+    setPointer(u.path, "value" in u && u.value !== null ? u.value : undefined);
   }
-  render();
+  renderOwn();
+}
+
+function onWire(data) {
+  const message = data.message;
+  window.loomPlayground.received.push(data);
+  item("wire", "\u2193 #" + data.session + " " + JSON.stringify(message));
+  if (message.callRendererFunction) {
+    answer(message.callRendererFunction, data.session);
+    return;
+  }
+  drawMessage(message);
+}
+
+// The execution ended: its result, and the surface as last drawn (drawn from the server's
+// frames when this page saw none, after a reload).
+function onFinal(data) {
+  ended = true;
+  interactive();
+  const result = $("result");
+  result.hidden = false;
+  result.className = data.status === "completed" ? "" : "failed";
+  const output = data.output || {};
+  const confirmation = output.receipt && output.receipt.confirmation;
+  const lines = ["Execution " + execution + " " + data.status + "."];
+  if (output.status === "placed") lines.push("Order placed, confirmation " + (confirmation || "-") + ".");
+  else if (output.status === "expired") lines.push("Nobody approved in time: the order expired.");
+  if (data.error) lines.push("Error: " + data.error);
+  result.replaceChildren(...lines.map((line) => Object.assign(document.createElement("div"), { textContent: line })));
+  const pre = document.createElement("pre");
+  pre.textContent = "output " + JSON.stringify(data.output, null, 2);
+  result.append(pre);
+  if (!shown) for (const frame of data.frames || []) drawMessage(frame);
+  const note = document.createElement("p");
+  note.className = "a2-final";
+  note.textContent = "the final surface, as last drawn" + (deleted ? " (the flow has deleted it)" : "");
+  $("surface").prepend(note);
+  listExecutions();
   settle();
 }
 
-// The stream is closed once the execution has ended and the surface is gone (or never was):
-// the two arrive on different paths, in either order.
+// The stream is closed once the execution has ended and its result is shown.
 function settle() {
-  if (source && ended && (deleted || !shown)) source.close();
+  if (source && ended) source.close();
+}
+
+function lost() {
+  if (ended) return;
+  offline = true;
+  $("offline").hidden = false;
+  interactive();
+}
+
+async function listExecutions() {
+  const select = $("executions");
+  try {
+    const response = await fetch("../admin/v1/executions?flow=checkout", { headers: { Authorization: "Bearer " + token } });
+    if (!response.ok) return;
+    const listed = (await response.json()).executions || [];
+    const options = listed.map((e) => {
+      const option = document.createElement("option");
+      option.value = e.id;
+      option.textContent = e.id + " (" + e.status + ")";
+      return option;
+    });
+    if (execution && !listed.some((e) => e.id === execution)) {
+      const option = document.createElement("option");
+      option.value = execution;
+      option.textContent = execution + " (unknown)";
+      options.unshift(option);
+    }
+    select.replaceChildren(...options);
+    select.value = execution;
+  } catch (error) {
+    lost();
+  }
+}
+
+function go(next) {
+  const hash = new URLSearchParams({ execution: next.execution ?? execution, renderer: next.renderer ?? rendererKind });
+  if (surfaceId !== "checkout") hash.set("surface", surfaceId);
+  location.hash = hash.toString();
+  location.reload();
+}
+
+async function newCheckout() {
+  const button = $("new-checkout");
+  button.disabled = true;
+  try {
+    const response = await fetch("v1/executions", { method: "POST", headers: { Authorization: "Bearer " + token } });
+    const answer = await response.json().catch(() => ({}));
+    if (!response.ok) {
+      problem("could not start a checkout: " + (answer.error || response.status));
+      button.disabled = false;
+      return;
+    }
+    go({ execution: answer.execution });
+  } catch (error) {
+    lost();
+    button.disabled = false;
+  }
 }
 
 function start() {
-  $("execution").textContent = execution || "-";
   $("surface-id").textContent = surfaceId;
-  if (!token || !execution) {
-    problem("open the link the server printed: /playground/#token=...&execution=...");
+  $("renderer").value = rendererKind;
+  $("drawn-by").textContent = rendererKind === "lit" ? "by @a2ui/lit " + A2uiLit.version + " (A2UI v0.9)" : "by the page's own renderer (A2UI v1.0)";
+  $("renderer").addEventListener("change", (e) => go({ renderer: e.target.value }));
+  $("executions").addEventListener("change", (e) => go({ execution: e.target.value }));
+  $("new-checkout").addEventListener("click", newCheckout);
+  if (!token) {
+    problem("open the link the server printed: /playground/#token=...");
     return;
   }
-  source = new EventSource(api + "/stream?token=" + encodeURIComponent(token));
+  // The console opens on this execution, with the token in the fragment (never sent).
+  $("console-link").href = "../admin/#" + new URLSearchParams({ token, execution }).toString();
+  listExecutions();
+  if (!execution) {
+    problem("pick an execution above, or start a new checkout");
+    return;
+  }
+  const query = "?token=" + encodeURIComponent(token) + "&capabilities=" + encodeURIComponent(JSON.stringify(capabilities()));
+  source = new EventSource(api + "/stream" + query);
   source.addEventListener("session", (e) => {
-    session = JSON.parse(e.data).session;
-    $("session").textContent = "#" + session;
-    for (const list of ["wire", "patches", "events"]) $(list).replaceChildren();
+    const data = JSON.parse(e.data);
+    session = data.session;
+    functionsSession = data.functions || data.session;
+    $("session").textContent = "#" + session + (data.functions ? " + #" + data.functions + " (functions, v1.0)" : "") + " " + data.protocol;
+    // A new session after a lost connection: start over from what it sends.
+    for (const list of ["wire", "patches", "events", "not-sent"]) $(list).replaceChildren();
+    components = {};
+    model = {};
+    shown = false;
+    deleted = false;
+    processor = null;
+    $("surface").replaceChildren();
+    offline = false;
+    $("offline").hidden = true;
+    problem("");
+    interactive();
   });
   source.addEventListener("wire", (e) => onWire(JSON.parse(e.data)));
+  source.addEventListener("not-sent", (e) => item("not-sent", JSON.parse(e.data)));
   source.addEventListener("model", (e) => {
     $("model").textContent = JSON.stringify(JSON.parse(e.data), null, 2);
   });
@@ -230,15 +386,53 @@ function start() {
     item("events", data.seq + " " + data.type);
     $("last-event").textContent = data.type;
     if (data.type === "SURFACE_PATCH") item("patches", data.seq + " " + JSON.stringify(data.event));
-    if (/^EXECUTION_(COMPLETED|FAILED|CANCELLED)$/.test(data.type)) {
-      ended = true;
-      settle();
-    }
   });
-  source.addEventListener("failure", (e) => problem(JSON.parse(e.data)));
+  source.addEventListener("final", (e) => onFinal(JSON.parse(e.data)));
+  source.addEventListener("failure", (e) => {
+    const data = JSON.parse(e.data);
+    source.close();
+    const note = document.createElement("p");
+    note.className = "a2-final";
+    note.textContent = data.kind === "unknown-execution"
+      ? "No execution " + execution + " on this server. Pick one above, or start a new checkout."
+      : "The session was refused: " + data.message;
+    $("surface").replaceChildren(note);
+    problem(data.message);
+  });
   source.onerror = () => {
+    if (ended) return;
     if (source.readyState === EventSource.CLOSED) problem("the stream closed (wrong token?)");
+    lost();
   };
 }
+
+// For tests and people: the element drawing a component, through the renderers' shadow roots.
+function deepQueryAll(root, selector, found = []) {
+  for (const el of root.querySelectorAll("*")) {
+    if (el.matches(selector)) found.push(el);
+    if (el.shadowRoot) deepQueryAll(el.shadowRoot, selector, found);
+  }
+  return found;
+}
+
+function deepText(root) {
+  let text = "";
+  for (const node of root.childNodes) {
+    if (node.nodeType === Node.TEXT_NODE) text += node.textContent;
+    else if (node.nodeType === Node.ELEMENT_NODE) {
+      if (node.tagName === "STYLE" || node.tagName === "SCRIPT") continue;
+      text += " " + deepText(node.shadowRoot || node) + " ";
+    }
+  }
+  return text.replace(/\s+/g, " ");
+}
+
+window.loomPlayground = {
+  renderer: rendererKind,
+  received: [],
+  textOf: (el) => deepText(el.shadowRoot || el),
+  buttons: () => deepQueryAll($("surface"), "button"),
+  surfaceText: () => deepText($("surface")),
+};
 
 start();

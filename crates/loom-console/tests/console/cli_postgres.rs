@@ -170,6 +170,81 @@ async fn reads_and_verdicts_work_on_postgresql_beside_a_running_worker() {
     );
 }
 
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_resume_on_postgresql_is_checked_against_the_gates_schema_before_anything_is_recorded() {
+    let Some(url) = loom_store_postgres::server_url("loom-console resume_checked_on_postgresql")
+    else {
+        return;
+    };
+    let schema = loom_store_postgres::fresh_schema("console_expects");
+    let store = loom_store_postgres::PostgresStore::connect(
+        loom_store_postgres::PostgresStoreConfig::new(&url).schema(&schema),
+    )
+    .await
+    .unwrap();
+    let execution = id("locale-pg");
+    let key = locale_key("locale-pg");
+    store
+        .append(
+            &execution,
+            0,
+            &[
+                started("locale"),
+                Event::DecisionRecorded(loom_kernel::DecisionRecorded {
+                    step_id: loom_kernel::payload_schema_step_id("A2UIFunctionResult#1"),
+                    kind: loom_kernel::PAYLOAD_SCHEMA_KIND.into(),
+                    value: locale_schema().into(),
+                }),
+                Event::ExecutionSuspended(loom_kernel::ExecutionSuspended {
+                    gate_id: "A2UIFunctionResult#1".into(),
+                    event_type: LOCALE_GATE.into(),
+                    correlation_key: key.clone(),
+                }),
+            ],
+        )
+        .await
+        .unwrap();
+    let resume = |payload: &'static str| {
+        let args: Vec<String> = [
+            "--store",
+            &url,
+            "--schema",
+            &schema,
+            "resume",
+            "locale-pg",
+            LOCALE_GATE,
+            &key,
+            payload,
+        ]
+        .into_iter()
+        .map(str::to_owned)
+        .collect();
+        async move {
+            let args: Vec<&str> = args.iter().map(String::as_str).collect();
+            loom_async(&args).await
+        }
+    };
+    let refused = resume("\"de-CH\"").await;
+    assert_eq!(code(&refused), 2, "{}", stderr(&refused));
+    assert!(
+        stderr(&refused).contains("It expects (JSON Schema)"),
+        "{}",
+        stderr(&refused)
+    );
+    let head = loom_kernel::EventStoreExt::fold(&store, &execution)
+        .await
+        .unwrap()
+        .next_seq();
+    assert_eq!(head, 3, "nothing was recorded");
+    let accepted = resume(r#"{"value": "de-CH"}"#).await;
+    assert_eq!(code(&accepted), 0, "{}", stderr(&accepted));
+    let state = loom_kernel::EventStoreExt::fold(&store, &execution)
+        .await
+        .unwrap();
+    assert_eq!(state.next_seq(), 4);
+    assert!(state.pending_gates().is_empty());
+}
+
 /// The URL of the server's second database `loom_shard_1` (created if missing; the store's
 /// tests use the same one).
 async fn second_database(url: &str) -> String {

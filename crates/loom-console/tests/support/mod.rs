@@ -3,6 +3,7 @@
 
 #![allow(dead_code)]
 
+pub mod cdp;
 pub mod chromium;
 
 use std::path::{Path, PathBuf};
@@ -30,6 +31,9 @@ pub fn compose(store: DiskStore) -> Runtime<DiskStore> {
         .flow(flow_fn("hello", 1, |_ctx: FlowCtx, name: String| async move {
             Ok::<_, FlowError>(format!("hello, {name}"))
         }))
+        .flow(flow_fn("locale", 1, locale))
+        .flow(flow_fn("locale_unchecked", 1, locale_unchecked))
+        .flow(flow_fn("locale_broken_schema", 1, locale_broken_schema))
         .effect(
             "charge",
             FnEffect::new(false, |_call| async {
@@ -49,6 +53,81 @@ async fn order(ctx: FlowCtx, input: Value) -> Result<Value, FlowError> {
     let key = ctx.execution_id().to_string();
     let approval = ctx.suspend("approval", &key).await?;
     Ok(json!({"charged": charged, "approval": approval.to_value()}))
+}
+
+/// The gate type and key of the `locale` flows: what an A2UI function call's gate uses.
+pub const LOCALE_GATE: &str = "A2UIFunctionResult";
+
+/// The key of `execution`'s locale gate.
+pub fn locale_key(execution: &str) -> String {
+    format!("{execution}:getLocale#1")
+}
+
+/// What the `locale` flow's gate expects, as an A2UI function-result gate declares it:
+/// `{"value": <a string of 2 or more>}` or `{"error": {"code", "message"}}`.
+pub fn locale_schema() -> Value {
+    json!({
+        "title": "The result of A2UI function `getLocale`",
+        "oneOf": [
+            {"type": "object", "required": ["value"],
+             "properties": {"value": {"type": "string", "minLength": 2}}},
+            {"type": "object", "required": ["error"],
+             "properties": {"error": {"type": "object", "required": ["code", "message"],
+               "properties": {"code": {"type": "string"}, "message": {"type": "string"}}}}}
+        ]
+    })
+}
+
+/// `locale` v1: waits for a function result that declares its shape, and fails for good
+/// on a payload with neither `value` nor `error` (what an unchecked resume could do).
+async fn locale(ctx: FlowCtx, _: Value) -> Result<Value, FlowError> {
+    let key = locale_key(ctx.execution_id().as_str());
+    let answer = ctx
+        .suspend_expecting(LOCALE_GATE, &key, &locale_schema())
+        .await?
+        .to_value();
+    answered(answer)
+}
+
+/// `locale_unchecked` v1: the same gate opened by code that declares nothing (a log recorded
+/// before gates could).
+async fn locale_unchecked(ctx: FlowCtx, _: Value) -> Result<Value, FlowError> {
+    let key = locale_key(ctx.execution_id().as_str());
+    answered(ctx.suspend(LOCALE_GATE, &key).await?.to_value())
+}
+
+/// `locale_broken_schema` v1: the gate declares a schema no validator compiles (`type` 12).
+async fn locale_broken_schema(ctx: FlowCtx, _: Value) -> Result<Value, FlowError> {
+    let key = locale_key(ctx.execution_id().as_str());
+    let schema = json!({"type": 12});
+    answered(
+        ctx.suspend_expecting(LOCALE_GATE, &key, &schema)
+            .await?
+            .to_value(),
+    )
+}
+
+fn answered(answer: Value) -> Result<Value, FlowError> {
+    match (answer.get("value"), answer.get("error")) {
+        (Some(value), _) => Ok(json!({"locale": value})),
+        (None, Some(error)) => Err(FlowError::new("a2ui.function_error", error.to_string())),
+        (None, None) => Err(FlowError::new(
+            "a2ui.call",
+            "the resume is not a function result: neither `value` nor `error`",
+        )),
+    }
+}
+
+/// Starts `flow` (`locale` or `locale_unchecked`) as `name` and waits until it parks.
+pub async fn start_locale(runtime: &Runtime<DiskStore>, flow: &str, name: &str) -> ExecutionId {
+    let execution = id(name);
+    runtime
+        .start(flow, &json!({}), StartOptions::new(execution.clone()))
+        .await
+        .expect("locale starts");
+    let state = runtime.wait(&execution).await.expect("locale parks");
+    assert_eq!(state.status(), ExecutionStatus::Suspended);
+    execution
 }
 
 pub fn classification() -> DataClassification {

@@ -407,6 +407,54 @@ async fn schemas_check_input_before_and_output_after() {
     );
 }
 
+/// `EffectDef::admit`: the definition's own check refuses a step before it is recorded as
+/// started (nothing runs, nothing is charged); a panic in it refuses the step too.
+#[tokio::test]
+async fn the_definition_s_own_admission_check_refuses_before_the_step_starts() {
+    let (attempts, def) = counted(|_, input: Value| async move { Ok(input) });
+    let def = def.cost(3).admit(|input| {
+        let value = input.to_value();
+        if value["panic"] == json!(true) {
+            panic!("the check panics");
+        }
+        if value["sku"] == json!("gone") {
+            return Err(loom_kernel::ErrorInfo::new(
+                "shop.unknown_sku",
+                "sku 'gone' is not sold",
+            ));
+        }
+        Ok(())
+    });
+    let run = Run::new(def);
+    let (_, output, log) = run.go("ok", json!({"sku": "kept"}), granted("ok")).await;
+    assert_eq!(output, json!({"sku": "kept"}));
+    assert!(kinds(&log).contains(&"STEP_STARTED"));
+
+    let (_, output, log) = run
+        .go("gone", json!({"sku": "gone"}), granted("gone"))
+        .await;
+    assert_eq!(output, json!({"failed": "shop.unknown_sku"}));
+    assert!(
+        !kinds(&log).contains(&"STEP_STARTED"),
+        "refused before it started"
+    );
+    assert_eq!(step_failed(&log).cost, 0, "nothing ran, nothing is charged");
+
+    let (_, output, log) = run
+        .go("panics", json!({"panic": true}), granted("panics"))
+        .await;
+    assert_eq!(
+        output,
+        json!({"failed": loom_kernel::codes::ADMISSION_PANICKED})
+    );
+    assert!(!kinds(&log).contains(&"STEP_STARTED"));
+    assert_eq!(
+        attempts.load(Ordering::SeqCst),
+        1,
+        "only the admitted step ran"
+    );
+}
+
 #[tokio::test]
 async fn an_input_of_the_wrong_type_is_a_failure_not_a_panic() {
     #[derive(serde::Deserialize)]

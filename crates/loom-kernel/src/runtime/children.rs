@@ -10,7 +10,7 @@
 //! (`{"loom.child": {"completed": ..}}`, `{"failed": ..}` or `{"cancelled": ..}`). Nothing here
 //! is durable: `recover` rebuilds it from the logs, as it does the timer index.
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
 
 use serde_json::{Value, json};
@@ -26,87 +26,9 @@ use crate::runtime::slots::Inner;
 use crate::runtime::start::StartOptions;
 use crate::store::{EventStore, EventStoreExt, ReadError};
 
-/// The gate event type a parent waits on for its child; reserved (it starts with `loom.`), so
-/// only the runtime resumes it.
-pub const CHILD_EVENT_TYPE: &str = "loom.child";
-
-/// The kind of the `DECISION_RECORDED` that holds what a parent asked to start; its step id is
-/// the gate's id.
-pub const CHILD_KIND: &str = "loom.child";
-
-/// The key of the marker a child's gate is resumed with.
-pub const CHILD_KEY: &str = "loom.child";
-
-/// The prefix of a child's gate id in its parent: `child:<flow>#<n>`.
-pub(crate) const GATE_PREFIX: &str = "child:";
-
-/// The id of the child that the parent `parent` starts as gate `child:<flow>#<n>`:
-/// `<parent>/<flow>#<n>`. `None` when the flow's name has a `/` (the separator) or the id is
-/// not a valid [`ExecutionId`] (too long, or the name has a `:` or a control character).
-pub(crate) fn child_id(parent: &ExecutionId, gate_id: &str) -> Option<ExecutionId> {
-    let rest = gate_id.strip_prefix(GATE_PREFIX)?;
-    let (flow, _) = rest.rsplit_once('#')?;
-    if flow.is_empty() || flow.contains('/') {
-        return None;
-    }
-    ExecutionId::from_stored(format!("{parent}/{rest}")).ok()
-}
-
-/// The parent and gate a child id was derived from, if it has the child form
-/// (`<parent>/<flow>#<n>`). A user's id of that form parses too: callers check the parent's
-/// log before they act on it.
-pub(crate) fn parent_of(child: &ExecutionId) -> Option<(ExecutionId, String)> {
-    let (parent, rest) = child.as_str().rsplit_once('/')?;
-    let (flow, n) = rest.rsplit_once('#')?;
-    if flow.is_empty() || n.is_empty() || !n.bytes().all(|b| b.is_ascii_digit()) {
-        return None;
-    }
-    let parent = ExecutionId::from_stored(parent).ok()?;
-    Some((parent, format!("{GATE_PREFIX}{rest}")))
-}
-
-/// What a parent asked to start, as its `loom.child` decision records it.
-#[derive(Debug, Clone, PartialEq)]
-pub(crate) struct ChildSpec {
-    pub(crate) execution: ExecutionId,
-    pub(crate) flow: String,
-    pub(crate) input: Payload,
-    /// The parent's grants (K2), inherited.
-    pub(crate) capabilities: BTreeSet<String>,
-    /// What the parent had left to spend (K3) when it asked, if it has a budget.
-    pub(crate) budget: Option<u64>,
-}
-
-impl ChildSpec {
-    /// The recorded value: `{"executionId", "flow", "input", "capabilities", "budget"}`.
-    pub(crate) fn to_value(&self) -> Value {
-        json!({
-            "executionId": self.execution.as_str(),
-            "flow": self.flow,
-            "input": self.input.to_value(),
-            "capabilities": self.capabilities,
-            "budget": self.budget,
-        })
-    }
-
-    /// Reads a recorded value back.
-    pub(crate) fn from_value(value: &Value) -> Option<Self> {
-        let execution = ExecutionId::from_stored(value.get("executionId")?.as_str()?).ok()?;
-        let capabilities = value
-            .get("capabilities")?
-            .as_array()?
-            .iter()
-            .map(|c| c.as_str().map(str::to_owned))
-            .collect::<Option<BTreeSet<_>>>()?;
-        Some(Self {
-            execution,
-            flow: value.get("flow")?.as_str()?.to_owned(),
-            input: Payload::from_value(value.get("input")?),
-            capabilities,
-            budget: value.get("budget").and_then(Value::as_u64),
-        })
-    }
-}
+pub(crate) use crate::runtime::machine::vocabulary::ChildSpec;
+pub(crate) use crate::runtime::markers::parent_of;
+pub use crate::runtime::markers::{CHILD_EVENT_TYPE, CHILD_KEY, CHILD_KIND};
 
 /// The marker a parent's gate is resumed with for how its child ended, from the child's state
 /// (`None` while it has not ended).

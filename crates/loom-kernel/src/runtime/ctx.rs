@@ -6,8 +6,10 @@
 //! their events in call order; the driver appends them after each poll of the flow.
 
 mod child;
+mod expecting;
 mod patched;
 
+pub use crate::runtime::machine::vocabulary::{StepError, StepName};
 pub use child::ChildCall;
 pub(crate) use child::ChildStart;
 pub use patched::PATCH_KIND;
@@ -29,68 +31,10 @@ use crate::payload::Payload;
 use crate::runtime::effect::Effect;
 use crate::runtime::handle::ExecuteTarget;
 use crate::runtime::history::History;
-use crate::runtime::machine::{Env, FlowState};
+use crate::runtime::machine::{DecisionStart, Env, FlowState, StepStart, decode_decision};
 use crate::runtime::timers::{Clock, TIMER_EVENT_TYPE, is_timed_out_payload};
 
 mod request;
-
-/// Why a command did not give the flow a result.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[non_exhaustive]
-pub enum StepError {
-    /// The effect failed (or an operator's verdict said so); this is recorded.
-    #[error("step failed: {0:?}")]
-    Failed(ErrorInfo),
-    /// Two steps of the execution have this explicit id (ADR 0061).
-    #[error("step id '{0}' is used twice in this execution")]
-    DuplicateStepId(String),
-    /// A gate with this event type and key is already pending.
-    #[error("a gate for ({event_type}, key '{correlation_key}') is already pending")]
-    DuplicateGate {
-        /// The gate's event type.
-        event_type: String,
-        /// The gate's correlation key.
-        correlation_key: String,
-    },
-    /// The input or value does not serialize to JSON.
-    #[error("the input or value does not serialize to JSON: {0}")]
-    Encode(String),
-    /// The recorded value does not decode to the type asked for.
-    #[error("the recorded value of '{step_id}' does not decode: {detail}")]
-    Decode {
-        /// The step's id (ADR 0061).
-        step_id: String,
-        /// What went wrong, in words.
-        detail: String,
-    },
-    /// The replayed flow diverged from its log; the runtime stops the execution.
-    #[error("the flow diverged from its recorded history")]
-    Diverged,
-    /// Gate event types starting with `loom.` belong to the runtime (`loom.timer` is a
-    /// timer's); a flow cannot open such a gate.
-    #[error("gate event type '{0}' is reserved for the runtime (it starts with 'loom.')")]
-    ReservedEventType(String),
-    /// `first_of` was given no gate.
-    #[error("first_of needs at least one gate")]
-    NoGates,
-    /// A gate's request ([`FlowCtx::suspend_with_request`]) cannot be recorded; nothing was.
-    #[error("the gate's request cannot be recorded: {0}")]
-    InvalidRequest(String),
-    /// `ctx.patched(change_id)` after `ctx.deprecate_patch(change_id)` in the same run: the
-    /// change was declared always on, so nothing would record which branch ran.
-    #[error(
-        "change '{0}' was deprecated in this run (deprecate_patch): patched cannot answer for it"
-    )]
-    DeprecatedPatch(String),
-    /// `ctx.child` cannot derive a valid execution id for the child.
-    #[error("cannot start flow '{flow}' as a child: {detail}")]
-    ChildId {
-        /// The flow asked for.
-        flow: String,
-        /// Why, in words.
-        detail: String,
-    },
-}
 
 /// Which of the gates of a [`FlowCtx::first_of`] came first, as the log records it.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -114,15 +58,6 @@ pub enum GateOutcome {
     Resumed(Payload),
     /// The deadline passed first; the runtime closed the gate.
     TimedOut,
-}
-
-/// How a step is named.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum StepName {
-    /// `name#n`: the n-th call with this name in the execution.
-    Counted(String),
-    /// Exactly this id; using it twice is an error.
-    Explicit(String),
 }
 
 /// A flow's handle on the world. Cheap to clone; clones share the execution.
@@ -239,7 +174,7 @@ impl FlowCtx {
         let mut state = self.state();
         let slot = state.new_slot();
         let mut issued_id = None;
-        let outcome = (|| {
+        let start = (|| {
             let step_id = state.step_id(name)?;
             if want_id {
                 issued_id = Some(step_id.clone());
@@ -247,6 +182,17 @@ impl FlowCtx {
             let input = canonical(input)?;
             state.step(slot, step_id, effect, input, &self.shared.classification)
         })();
+        let outcome = match start {
+            Ok(StepStart::Now(value)) => Ok(value),
+            Err(err) => Err(err),
+            Ok(StepStart::Admit(admission)) => {
+                // The effect's admission checks are its own code: not under the lock.
+                drop(state);
+                let checked = admission.check();
+                state = self.state();
+                state.admitted(admission, checked)
+            }
+        };
         (self.command(state, slot, outcome), issued_id)
     }
 
@@ -453,7 +399,26 @@ impl FlowCtx {
         kind: &str,
         make: impl FnOnce() -> T,
     ) -> Result<T, StepError> {
-        self.state().decide(kind, make, &self.shared.classification)
+        let begun = self
+            .state()
+            .begin_decision(kind, &self.shared.classification)?;
+        match begun {
+            DecisionStart::Recorded(value, step_id) => decode_decision(&value, step_id),
+            DecisionStart::Live(step_id) => {
+                // Flow code never runs under the state's lock: `make` may read the world in any
+                // way it likes (a nested context call is refused, not deadlocked).
+                let recorder = DecisionRecorder {
+                    ctx: self,
+                    step_id: Some(step_id),
+                    kind,
+                };
+                let value = make();
+                let payload =
+                    Payload::encode(&value).map_err(|err| StepError::Encode(err.to_string()))?;
+                recorder.record(payload);
+                Ok(value)
+            }
+        }
     }
 
     /// Wall-clock milliseconds since the Unix epoch, recorded.
@@ -529,6 +494,32 @@ impl Future for Command {
         match state.poll_slot(self.slot, cx.waker()) {
             Some((value, _)) => Poll::Ready(value),
             None => Poll::Pending,
+        }
+    }
+}
+
+/// A live decision between its start and its record: whatever way the flow's code leaves
+/// (the value recorded, an encoding error, a panic), the state no longer refuses commands.
+struct DecisionRecorder<'a> {
+    ctx: &'a FlowCtx,
+    step_id: Option<String>,
+    kind: &'a str,
+}
+
+impl DecisionRecorder<'_> {
+    fn record(mut self, value: Payload) {
+        if let Some(step_id) = self.step_id.take() {
+            self.ctx
+                .state()
+                .record_decision(step_id, self.kind, Some(value));
+        }
+    }
+}
+
+impl Drop for DecisionRecorder<'_> {
+    fn drop(&mut self) {
+        if let Some(step_id) = self.step_id.take() {
+            self.ctx.state().record_decision(step_id, self.kind, None);
         }
     }
 }

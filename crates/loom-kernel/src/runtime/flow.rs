@@ -7,50 +7,9 @@ use futures::future::BoxFuture;
 use serde::Serialize;
 use serde::de::DeserializeOwned;
 
-use crate::event::ErrorInfo;
 use crate::payload::Payload;
-use crate::runtime::ctx::{FlowCtx, StepError};
-
-/// Why a flow failed. Recorded as `EXECUTION_FAILED` with its code and message.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error("{code}: {message}")]
-pub struct FlowError {
-    /// A stable, machine-readable code.
-    pub code: String,
-    /// What happened, for people.
-    pub message: String,
-}
-
-impl FlowError {
-    /// An error with `code` and `message`.
-    pub fn new(code: impl Into<String>, message: impl Into<String>) -> Self {
-        Self {
-            code: code.into(),
-            message: message.into(),
-        }
-    }
-}
-
-impl From<FlowError> for ErrorInfo {
-    fn from(error: FlowError) -> Self {
-        ErrorInfo::new(error.code, error.message)
-    }
-}
-
-impl From<StepError> for FlowError {
-    fn from(error: StepError) -> Self {
-        match error {
-            StepError::Failed(info) => FlowError::new(info.code, info.message),
-            other => FlowError::new("loom.step", other.to_string()),
-        }
-    }
-}
-
-impl From<serde_json::Error> for FlowError {
-    fn from(error: serde_json::Error) -> Self {
-        FlowError::new("loom.serde", error.to_string())
-    }
-}
+use crate::runtime::ctx::FlowCtx;
+pub use crate::runtime::machine::vocabulary::FlowError;
 
 /// A registered flow, with its input and output erased to JSON.
 ///

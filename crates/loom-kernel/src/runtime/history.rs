@@ -13,6 +13,7 @@ use std::fmt;
 
 use crate::event::{ErrorInfo, Event, Verdict};
 use crate::payload::Payload;
+use crate::runtime::markers::{PAYLOAD_SCHEMA_KIND, schema_gate_id};
 
 /// A command as recorded.
 #[derive(Debug, Clone)]
@@ -342,6 +343,10 @@ impl History {
                     self.set_state(index, state);
                 }
             }
+            // A gate's declared payload schema is a note on the gate, not a command (LD-031):
+            // replay neither matches nor serves it.
+            Event::DecisionRecorded(e)
+                if e.kind == PAYLOAD_SCHEMA_KIND && schema_gate_id(&e.step_id).is_some() => {}
             Event::DecisionRecorded(e) => self.commands.push((
                 seq,
                 Recorded::Decision {

@@ -45,11 +45,13 @@ mod digest;
 mod driver;
 mod effect;
 mod errors;
+mod expected;
 mod flow;
 mod handle;
 mod history;
 mod keep;
 mod machine;
+mod markers;
 mod plugin;
 mod replay;
 mod requests;
@@ -79,12 +81,13 @@ pub use errors::{
     CancelError, CompositionError, InboundError, ResolveError, ResumeError, StartError, WaitError,
 };
 pub(crate) use errors::{DRIVER_STOPPED, DriverFailure};
+pub use expected::{PAYLOAD_SCHEMA_KIND, expected_payload, payload_schema_step_id};
 pub use flow::{Flow, FlowError, FlowSet, FnFlow, flow_fn};
 pub use handle::{DeclaredEffect, EffectHandle, ExecuteTarget, TypedCommand, UsesEffects};
 pub use history::NonDeterminism;
 pub use keep::DEFAULT_MAX_PARKED_IN_MEMORY;
 pub use plugin::{AbiRange, Contributions, Inbound, InboundHandler, Plugin, Projection};
-pub use replay::{ReplayError, ReplayReport};
+pub use replay::{ReplayError, ReplayReport, Replayer};
 pub use requests::{
     PendingRequest, REQUEST_KIND, pending_requests, pending_requests_of, request_step_id,
 };
@@ -331,13 +334,13 @@ impl<S: EventStore> Runtime<S> {
         if self.inner.stopping() {
             return Err(ResumeError::ShutDown);
         }
-        if timers::is_reserved_event_type(event_type) {
+        if markers::is_reserved_event_type(event_type) {
             return Err(ResumeError::ReservedGate {
                 execution: execution.clone(),
                 event_type: event_type.to_owned(),
             });
         }
-        if timers::is_reserved_payload(&payload) {
+        if markers::is_reserved_payload(&payload) {
             return Err(ResumeError::ReservedPayload {
                 execution: execution.clone(),
             });
@@ -560,7 +563,7 @@ impl<S: EventStore> Runtime<S> {
         &self,
         log: Vec<crate::envelope::EventEnvelope>,
     ) -> Result<ReplayReport, ReplayError> {
-        replay::replay_log(&self.inner, log, None)
+        replay::replay_log((&*self.inner).into(), log, None)
     }
 
     /// [`Runtime::replay_log`] for a log the caller has folded already (`folded` is that
@@ -571,7 +574,7 @@ impl<S: EventStore> Runtime<S> {
         log: Vec<crate::envelope::EventEnvelope>,
         folded: ExecutionState,
     ) -> Result<ReplayReport, ReplayError> {
-        replay::replay_log(&self.inner, log, Some(folded))
+        replay::replay_log((&*self.inner).into(), log, Some(folded))
     }
 
     /// The execution's state, folded from its log.

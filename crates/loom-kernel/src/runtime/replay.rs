@@ -1,11 +1,14 @@
 //! Replay without effects or writes: runs a flow against its whole recorded log and reports
 //! whether it issues exactly the recorded commands. The runtime's drivers replay the same way
 //! before going live; this entry point is for checks (`cargo xtask replay-check`) and
-//! benchmarks.
+//! benchmarks, through a [`Runtime`](crate::Runtime) or a [`Replayer`], which needs no
+//! runtime, store or effect.
 
+use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::task::{Context, Poll, Waker};
 
+use crate::classify::DataClassification;
 use crate::envelope::EventEnvelope;
 use crate::event::{ErrorInfo, Event};
 use crate::fold::ExecutionState;
@@ -14,10 +17,118 @@ use crate::runtime::codes;
 use crate::runtime::contain::contain;
 use crate::runtime::ctx::FlowCtx;
 use crate::runtime::driver::FlowWaker;
+use crate::runtime::effect::{Effect, EffectCall, EffectOutcome};
+use crate::runtime::errors::CompositionError;
 use crate::runtime::flow::FlowError;
+use crate::runtime::flow::{Flow, FlowSet};
 use crate::runtime::history::{Attempted, History, NonDeterminism, shown};
 use crate::runtime::slots::Inner;
-use crate::store::EventStore;
+
+/// What a replay needs of a composition: the flows, the effects (looked up, never run) and the
+/// data classification its texts are masked with.
+pub(crate) struct ReplayParts<'a> {
+    pub(crate) flows: &'a BTreeMap<(String, u32), Arc<dyn Flow>>,
+    pub(crate) effects: &'a Arc<BTreeMap<String, Arc<dyn Effect>>>,
+    pub(crate) classification: &'a Arc<DataClassification>,
+}
+
+impl<'a, S> From<&'a Inner<S>> for ReplayParts<'a> {
+    fn from(inner: &'a Inner<S>) -> Self {
+        Self {
+            flows: &inner.flows,
+            effects: &inner.effects,
+            classification: &inner.classification,
+        }
+    }
+}
+
+/// Replays recorded logs against a set of flows with no runtime, store, clock or effect: what
+/// a check of logs needs (`replay-check`). The effects the flows declare they use
+/// (`flow_fn(..).uses(..)`) are stand-ins that are never run, since replay serves every
+/// result from the log and drops whatever the flow would do past its end.
+#[derive(Clone)]
+pub struct Replayer {
+    flows: Arc<BTreeMap<(String, u32), Arc<dyn Flow>>>,
+    effects: Arc<BTreeMap<String, Arc<dyn Effect>>>,
+    classification: Arc<DataClassification>,
+}
+
+impl std::fmt::Debug for Replayer {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Replayer")
+            .field("flows", &self.flows.keys().collect::<Vec<_>>())
+            .finish_non_exhaustive()
+    }
+}
+
+impl Replayer {
+    /// A replayer for `flows`, whose findings mask the values at `classification`'s paths
+    /// (K10-R6). Fails if two flows share a name and version.
+    pub fn new(
+        flows: &FlowSet,
+        classification: DataClassification,
+    ) -> Result<Self, CompositionError> {
+        let mut registered = BTreeMap::new();
+        let mut effects: BTreeMap<String, Arc<dyn Effect>> = BTreeMap::new();
+        for flow in flows.iter() {
+            let key = (flow.name().to_owned(), flow.version());
+            if registered.insert(key.clone(), Arc::clone(flow)).is_some() {
+                let (name, version) = key;
+                return Err(CompositionError::DuplicateFlow { name, version });
+            }
+            for effect in flow.declared_effects() {
+                effects
+                    .entry((*effect).to_owned())
+                    .or_insert_with(|| Arc::new(NeverRun));
+            }
+        }
+        Ok(Self {
+            flows: Arc::new(registered),
+            effects: Arc::new(effects),
+            classification: Arc::new(classification),
+        })
+    }
+
+    /// Replays `log` against its flow; see [`crate::Runtime::replay_log`].
+    pub fn replay_log(&self, log: Vec<EventEnvelope>) -> Result<ReplayReport, ReplayError> {
+        replay_log(self.parts(), log, None)
+    }
+
+    /// [`Replayer::replay_log`] for a log the caller has folded already (`folded`); see
+    /// [`crate::Runtime::replay_folded_log`].
+    pub fn replay_folded_log(
+        &self,
+        log: Vec<EventEnvelope>,
+        folded: ExecutionState,
+    ) -> Result<ReplayReport, ReplayError> {
+        replay_log(self.parts(), log, Some(folded))
+    }
+
+    fn parts(&self) -> ReplayParts<'_> {
+        ReplayParts {
+            flows: &self.flows,
+            effects: &self.effects,
+            classification: &self.classification,
+        }
+    }
+}
+
+/// The stand-in for a declared effect in a [`Replayer`]: replay never runs an effect, so it
+/// is never called; if it were, it would fail rather than touch the world.
+struct NeverRun;
+
+impl Effect for NeverRun {
+    fn idempotent(&self) -> bool {
+        true
+    }
+
+    fn invoke(&self, _call: EffectCall) -> futures::future::BoxFuture<'static, EffectOutcome> {
+        Box::pin(std::future::ready(EffectOutcome::failed(ErrorInfo::new(
+            codes::REPLAY_RUNS_NO_EFFECT,
+            "replay runs no effect",
+        ))))
+    }
+}
 
 /// What a replay found.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -89,8 +200,8 @@ const MAX_POLLS: usize = 1 << 20;
 /// completed or failed, are a divergence). `folded` is the log's fold when the caller has made
 /// it already; otherwise the log is folded here first, since replay assumes a valid log. A
 /// panic of the flow is returned as [`ReplayError::FlowPanicked`], never unwound.
-pub(crate) fn replay_log<S: EventStore>(
-    inner: &Arc<Inner<S>>,
+pub(crate) fn replay_log(
+    inner: ReplayParts<'_>,
     log: Vec<EventEnvelope>,
     folded: Option<ExecutionState>,
 ) -> Result<ReplayReport, ReplayError> {
@@ -126,10 +237,10 @@ pub(crate) fn replay_log<S: EventStore>(
         })?;
     let history = History::from_events(log.into_iter().map(|e| (e.seq, e.event)));
     let commands = history.commands.len();
-    let classification = Arc::clone(&inner.classification);
+    let classification = Arc::clone(inner.classification);
     let ctx = FlowCtx::new(
         execution_id,
-        Arc::clone(&inner.effects),
+        Arc::clone(inner.effects),
         Arc::clone(&classification),
         Arc::new(crate::runtime::timers::ReplayClock),
         &started,

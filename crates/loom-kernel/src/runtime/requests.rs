@@ -21,18 +21,7 @@ use crate::payload::Payload;
 use crate::runtime::Runtime;
 use crate::store::{EventStore, EventStoreExt, FoldStoredError, ReadError, StatusFilter};
 
-/// The kind of the `DECISION_RECORDED` that holds a gate's request; its step id is
-/// `<gate id>:request` (see [`request_step_id`]) and its value the request.
-pub const REQUEST_KIND: &str = "loom.request";
-
-/// The step id of the request decision of the gate `gate_id`: `<gate id>:request`. No counted
-/// id (`name#n`) ends this way, so it cannot be taken by another decision.
-pub fn request_step_id(gate_id: &str) -> String {
-    let mut id = String::with_capacity(gate_id.len() + 8);
-    id.push_str(gate_id);
-    id.push_str(":request");
-    id
-}
+pub use crate::runtime::markers::{REQUEST_KIND, request_step_id};
 
 /// A request whose gate still waits: send `request` to whoever answers, who resumes the gate
 /// with `event_type` and `correlation_key`.

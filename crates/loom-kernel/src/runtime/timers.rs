@@ -20,89 +20,13 @@ use tokio::sync::{Notify, watch};
 use tracing::Instrument;
 
 use crate::id::ExecutionId;
-use crate::payload::Payload;
 use crate::runtime::contain::contain_future;
 use crate::runtime::driver::DriverMsg;
 use crate::runtime::slots::Inner;
 use crate::store::EventStore;
 
-/// The gate event type of a timer (`ctx.sleep`): a gate only the runtime resumes, at its
-/// deadline. Event types starting with `loom.` are reserved for the kernel: a flow cannot open
-/// such a gate and a caller cannot resume one.
-pub const TIMER_EVENT_TYPE: &str = "loom.timer";
-
-/// The kind of the `DECISION_RECORDED` that holds a gate's deadline; its step id is the gate's
-/// id and its value `{"deadlineMs": <unix ms>}`.
-pub const DEADLINE_KIND: &str = "loom.deadline";
-
-/// The key of the payload the runtime resumes a gate with when its deadline passes first:
-/// `{"loom.timedOut": {"deadlineMs": <unix ms>}}`. A caller's resume may not carry it.
-pub const TIMED_OUT_KEY: &str = "loom.timedOut";
-
-/// Whether gate event types of this name belong to the kernel.
-pub(crate) fn is_reserved_event_type(event_type: &str) -> bool {
-    event_type.starts_with("loom.")
-}
-
-/// The recorded value of a deadline decision.
-pub(crate) fn deadline_value(deadline_ms: u64) -> serde_json::Value {
-    serde_json::json!({ "deadlineMs": deadline_ms })
-}
-
-/// The deadline a deadline decision's value holds.
-pub(crate) fn parse_deadline(value: &Payload) -> Option<u64> {
-    value.to_value().get("deadlineMs")?.as_u64()
-}
-
-/// The payload a gate is resumed with when its deadline passes first.
-pub(crate) fn timed_out_payload(deadline_ms: u64) -> Payload {
-    Payload::from_value(&serde_json::json!({ TIMED_OUT_KEY: { "deadlineMs": deadline_ms } }))
-}
-
-/// The key of the payload the runtime closes the other gates of a `first_of` with when one of
-/// them is resumed: `{"loom.closed": {"by": <the winning gate's id>}}`.
-pub const CLOSED_KEY: &str = "loom.closed";
-
-/// The payload a losing gate of a `first_of` is closed with.
-pub(crate) fn closed_payload(by_gate: &str) -> Payload {
-    Payload::from_value(&serde_json::json!({ CLOSED_KEY: { "by": by_gate } }))
-}
-
-/// Whether `payload` is one of the runtime's markers (an object whose only key starts with
-/// `loom.`): a caller's resume may not carry one.
-///
-/// The keys are compared after parsing: `{"loom\u002etimedOut": ...}` is the same object as
-/// the runtime's marker to every reader of the log, so it is refused too. The raw-text test
-/// only skips payloads that cannot be an object or hold neither the prefix nor an escape.
-pub(crate) fn is_reserved_payload(payload: &Payload) -> bool {
-    let json = payload.as_json();
-    if !json.trim_start().starts_with('{') || !(json.contains("loom.") || json.contains('\\')) {
-        return false;
-    }
-    matches!(payload.to_value(), serde_json::Value::Object(map)
-        if map.len() == 1 && map.keys().all(|key| key.starts_with("loom.")))
-}
-
-/// Whether `payload` is the marker of a gate closed because another gate of its `first_of`
-/// was resumed.
-pub(crate) fn is_closed_payload(payload: &Payload) -> bool {
-    if !payload.as_json().contains(CLOSED_KEY) {
-        return false;
-    }
-    matches!(payload.to_value(), serde_json::Value::Object(map)
-        if map.len() == 1 && map.contains_key(CLOSED_KEY))
-}
-
-/// Whether `payload` is the runtime's timeout marker (an object whose only key is
-/// [`TIMED_OUT_KEY`]).
-pub(crate) fn is_timed_out_payload(payload: &Payload) -> bool {
-    // Cheap test first: almost every payload does not mention the key at all.
-    if !payload.as_json().contains(TIMED_OUT_KEY) {
-        return false;
-    }
-    matches!(payload.to_value(), serde_json::Value::Object(map)
-        if map.len() == 1 && map.contains_key(TIMED_OUT_KEY))
-}
+pub use crate::runtime::markers::{CLOSED_KEY, DEADLINE_KIND, TIMED_OUT_KEY, TIMER_EVENT_TYPE};
+pub(crate) use crate::runtime::markers::{is_timed_out_payload, parse_deadline};
 
 /// Where the runtime reads the time: when a flow asks for `now` or sets a timer (both recorded,
 /// so replay never asks the clock), and when the timer task waits for the next deadline.

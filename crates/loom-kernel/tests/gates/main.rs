@@ -11,6 +11,7 @@ mod gate_requests;
 mod gate_requests_crash;
 mod gates;
 mod parked_in_memory;
+mod payload_schemas;
 mod sigkill_family;
 mod timers;
 mod timers_crash;

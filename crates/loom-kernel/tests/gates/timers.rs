@@ -1041,3 +1041,100 @@ async fn recovery_skips_a_recorded_deadline_it_cannot_read_and_arms_the_others()
         ExecutionStatus::Suspended
     );
 }
+
+/// ADR 0009's promise, whichever runtime answers: a resume of a gate its deadline closed is
+/// refused as timed out (hole 13 of issue 24 looked for a path answering `NoPendingGate`).
+#[tokio::test]
+async fn a_resume_after_a_deadline_is_timed_out_in_a_new_runtime_with_or_without_recover() {
+    let store = MemoryStore::new();
+    let clock = ManualClock::new(T0);
+    let build = || {
+        Runtime::builder(store.clone())
+            .flow(flow_fn("approval_then_ack", 1, approval_then_ack))
+            .clock(clock.clone())
+            .build()
+            .unwrap()
+    };
+    let e = id("a");
+    {
+        let runtime = build();
+        runtime
+            .start(
+                "approval_then_ack",
+                &json!(null),
+                StartOptions::new(e.clone()),
+            )
+            .await
+            .unwrap();
+        runtime.wait(&e).await.unwrap();
+        clock.advance(Duration::from_secs(60));
+        until_gate(&runtime, &e, "Ack").await;
+    }
+    let runtime = build();
+    runtime.recover().await.unwrap();
+    let late = runtime
+        .resume(&e, "Approval", "order-1", json!("yes").into())
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(late, ResumeError::TimedOut { .. }),
+        "restart: {late:?}"
+    );
+    let runtime = build();
+    let late = runtime
+        .resume(&e, "Approval", "order-1", json!("yes").into())
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(late, ResumeError::TimedOut { .. }),
+        "no recover: {late:?}"
+    );
+}
+
+/// A deadline that passed while no runtime ran fires on recovery; a resume racing with it
+/// either wins (the flow takes the resume branch) or is refused as timed out.
+#[tokio::test]
+async fn a_resume_racing_a_deadline_fired_on_recovery_wins_or_is_timed_out() {
+    for round in 0..50 {
+        let store = MemoryStore::new();
+        let clock = ManualClock::new(T0);
+        let build = || {
+            Runtime::builder(store.clone())
+                .flow(flow_fn("approval_then_ack", 1, approval_then_ack))
+                .clock(clock.clone())
+                .build()
+                .unwrap()
+        };
+        let e = id("a");
+        {
+            let runtime = build();
+            runtime
+                .start(
+                    "approval_then_ack",
+                    &json!(null),
+                    StartOptions::new(e.clone()),
+                )
+                .await
+                .unwrap();
+            runtime.wait(&e).await.unwrap();
+        }
+        clock.advance(Duration::from_secs(61));
+        let runtime = build();
+        let (rec, late) = tokio::join!(runtime.recover(), async {
+            for _ in 0..round {
+                tokio::task::yield_now().await;
+            }
+            runtime
+                .resume(&e, "Approval", "order-1", json!("yes").into())
+                .await
+        });
+        rec.unwrap();
+        match late {
+            Err(ResumeError::TimedOut { .. }) => {}
+            Ok(()) => {
+                // The resume won: the flow must have taken the resume branch.
+            }
+            other => panic!("round {round}: {other:?}"),
+        }
+    }
+}

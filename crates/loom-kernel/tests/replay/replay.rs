@@ -121,3 +121,47 @@ async fn replay_polls_a_flow_that_yields_until_it_stops() {
     assert!(report.returned);
     assert_eq!(report.events, log.len() as u64);
 }
+
+/// A `Replayer` checks logs with no runtime, store or effect: the same findings as a runtime's
+/// replay, and two flows of one name and version refused.
+#[tokio::test]
+async fn a_replayer_needs_no_runtime_and_finds_what_a_runtime_s_replay_finds() {
+    let log = recorded("f", flow_fn("f", 1, one_step)).await;
+    let same = Replayer::new(
+        &FlowSet::new().with(flow_fn("f", 1, one_step)),
+        DataClassification::default(),
+    )
+    .unwrap();
+    let report = same.replay_log(log.clone()).unwrap();
+    assert!(report.returned);
+    assert_eq!(report.events, log.len() as u64);
+    let changed = Replayer::new(
+        &FlowSet::new().with(flow_fn("f", 1, one_step_then_another)),
+        DataClassification::default(),
+    )
+    .unwrap();
+    let by_replayer = changed.replay_log(log.clone()).unwrap_err();
+    let by_runtime = replaying(flow_fn("f", 1, one_step_then_another))
+        .replay_log(log.clone())
+        .unwrap_err();
+    assert_eq!(by_replayer.to_string(), by_runtime.to_string());
+    let unknown = Replayer::new(
+        &FlowSet::new().with(flow_fn("g", 1, one_step)),
+        DataClassification::default(),
+    )
+    .unwrap();
+    assert!(matches!(
+        unknown.replay_log(log).unwrap_err(),
+        ReplayError::UnknownFlow { .. }
+    ));
+    let twice = Replayer::new(
+        &FlowSet::new()
+            .with(flow_fn("f", 1, one_step))
+            .with(flow_fn("f", 1, one_step_then_fails)),
+        DataClassification::default(),
+    );
+    assert!(matches!(
+        twice.unwrap_err(),
+        CompositionError::DuplicateFlow { .. }
+    ));
+}

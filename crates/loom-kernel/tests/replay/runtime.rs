@@ -436,6 +436,80 @@ async fn decisions_are_recorded_once_and_replayed() {
     assert_eq!(decisions, 4, "replay records nothing again");
 }
 
+/// A decision whose closure calls the context: the nested calls are refused (they would be
+/// missing on replay, where the closure does not run), and nothing waits on a lock.
+async fn nested_decisions(ctx: FlowCtx, _: Value) -> Result<Value, FlowError> {
+    let inner = ctx.decide("outer", || {
+        let now = ctx.now().map_err(|e| e.to_string());
+        let patched = ctx.patched("change").map_err(|e| e.to_string());
+        // A plain read of the execution is not a command: allowed.
+        let id = ctx.execution_id().to_string();
+        (now.err(), patched.err(), id)
+    })?;
+    // After the decision the context works as before.
+    let after = ctx.now()?;
+    ctx.suspend("Go", "go").await?;
+    Ok(json!([inner, after > 0]))
+}
+
+#[tokio::test]
+async fn a_decision_s_closure_that_calls_the_context_is_refused_not_deadlocked() {
+    let store = MemoryStore::new();
+    let build = || {
+        Runtime::builder(store.clone())
+            .flow(flow_fn("nested", 1, nested_decisions))
+            .build()
+            .unwrap()
+    };
+    let rt = build();
+    let e = rt
+        .start("nested", &json!(null), granted(id("nested")))
+        .await
+        .unwrap();
+    let parked = tokio::time::timeout(std::time::Duration::from_secs(10), rt.wait(&e))
+        .await
+        .expect("the flow reaches its gate: nothing deadlocks");
+    assert_eq!(parked.unwrap().status(), ExecutionStatus::Suspended);
+    let kinds: Vec<String> = store
+        .read_all(&e)
+        .await
+        .unwrap()
+        .iter()
+        .filter_map(|x| match &x.event {
+            Event::DecisionRecorded(d) => Some(d.step_id.clone()),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(
+        kinds,
+        ["outer#1", "now#1"],
+        "the nested calls recorded nothing"
+    );
+    drop(rt);
+    // Replayed by another runtime: the closure does not run, the log matches.
+    let rt = build();
+    rt.resume(&e, "Go", "go", Payload::null()).await.unwrap();
+    let done = rt.wait(&e).await.unwrap();
+    assert_eq!(done.status(), ExecutionStatus::Completed);
+    let log = store.read_all(&e).await.unwrap();
+    let Some(Event::ExecutionCompleted(done)) = log.last().map(|x| &x.event) else {
+        panic!("not completed")
+    };
+    let inner = &done.output.to_value()[0];
+    let refusal = inner[0].as_str().expect("now was refused");
+    assert!(
+        refusal.contains("inside the closure of decision 'outer#1'"),
+        "{refusal}"
+    );
+    assert!(
+        inner[1]
+            .as_str()
+            .expect("patched was refused")
+            .contains("outer#1")
+    );
+    assert_eq!(inner[2], json!("nested"));
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_non_idempotent_effect_starts_only_once_its_step_started_is_durable() {
     let store = MemoryStore::new();

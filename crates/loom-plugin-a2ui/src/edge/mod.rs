@@ -125,6 +125,9 @@ pub enum Refused {
     /// Not an A2UI v1.0 renderer message.
     #[error("not an A2UI v1.0 renderer message: {0}")]
     Wire(#[from] WireError),
+    /// Not an A2UI v0.9 renderer message (on a session that speaks v0.9).
+    #[error("not an A2UI v0.9 renderer message: {0}")]
+    WireV0_9(WireError),
     /// Refused by the binding rules.
     #[error(transparent)]
     Ingest(#[from] IngestError),
@@ -409,18 +412,35 @@ impl RendererSession {
         runtime: &Runtime<S>,
         frame: &[u8],
     ) -> Result<Received, Refused> {
-        self.rate.take()?;
-        check_frame(frame, &self.edge.limits)?;
+        self.admit(frame)?;
         let value: Value = serde_json::from_slice(frame).map_err(|error| WireError::Json {
             detail: error.to_string(),
         })?;
-        let message = RendererMessage::from_value(&value)?;
+        self.receive_admitted(runtime, &value, frame).await
+    }
+
+    /// The limits every frame passes before it is parsed, whatever its protocol version.
+    pub(crate) fn admit(&mut self, frame: &[u8]) -> Result<(), Refused> {
+        self.rate.take()?;
+        check_frame(frame, &self.edge.limits)?;
+        Ok(())
+    }
+
+    /// An admitted frame read as the v1.0 value `value`: checked against the binding and sent
+    /// through the inbound seam.
+    pub(crate) async fn receive_admitted<S: EventStore>(
+        &mut self,
+        runtime: &Runtime<S>,
+        value: &Value,
+        frame: &[u8],
+    ) -> Result<Received, Refused> {
+        let message = RendererMessage::from_value(value)?;
         let received = match routing::route(&self.edge, &self.binding, message, frame)? {
             Route::Resume { received, .. } | Route::Nothing { received } => received,
             Route::StepReply { call_id } => Received::StepReply { call_id },
         };
         runtime
-            .inbound_as(&self.caller, INBOUND_NAME, &value)
+            .inbound_as(&self.caller, INBOUND_NAME, value)
             .await?;
         Ok(received)
     }

@@ -20,7 +20,7 @@ use serde_json::{Map, Value, json};
 
 /// Grants the subject named by the `user` credential the surface it asks for, of the
 /// executions listed for it.
-struct Users(Vec<(&'static str, &'static str)>);
+pub(crate) struct Users(pub(crate) Vec<(&'static str, &'static str)>);
 
 impl SessionAuthenticator for Users {
     fn authenticate<'a>(
@@ -66,14 +66,14 @@ async fn confirm_flow(ctx: FlowCtx, _input: Value) -> Result<Value, FlowError> {
     Ok(answer)
 }
 
-struct World {
-    store: MemoryStore,
-    hub: loom_plugin_a2ui::SurfaceHub,
-    edge: RendererEdge,
-    runtime: Runtime<MemoryStore>,
+pub(crate) struct World {
+    pub(crate) store: MemoryStore,
+    pub(crate) hub: loom_plugin_a2ui::SurfaceHub,
+    pub(crate) edge: RendererEdge,
+    pub(crate) runtime: Runtime<MemoryStore>,
 }
 
-fn world(limits: Limits) -> World {
+pub(crate) fn world(limits: Limits) -> World {
     world_with(limits, hub())
 }
 
@@ -113,7 +113,7 @@ fn world_with(limits: Limits, hub: loom_plugin_a2ui::SurfaceHub) -> World {
 }
 
 impl World {
-    async fn start(&self, flow: &str, execution: &str) -> ExecutionId {
+    pub(crate) async fn start(&self, flow: &str, execution: &str) -> ExecutionId {
         let e = ExecutionId::new(execution).unwrap();
         self.runtime
             .start(
@@ -129,7 +129,7 @@ impl World {
 
     /// Starts the grain-B `confirm` flow as `execution`, without waiting for it (its call
     /// waits for a renderer).
-    async fn start_confirm(&self, execution: &str) -> ExecutionId {
+    pub(crate) async fn start_confirm(&self, execution: &str) -> ExecutionId {
         let e = ExecutionId::new(execution).unwrap();
         self.runtime
             .start(
@@ -152,7 +152,7 @@ impl World {
         self.edge.open(&self.runtime, &connection).await
     }
 
-    async fn log_len(&self, e: &ExecutionId) -> usize {
+    pub(crate) async fn log_len(&self, e: &ExecutionId) -> usize {
         self.store.read_all(e).await.unwrap().len()
     }
 }

@@ -215,6 +215,7 @@ async fn a_renderer_only_function_is_refused_before_anything_is_sent() {
     let log = run.go("b-renderer-only", input("formatThing"), true).await;
     assert_eq!(failure_code(&log).as_deref(), Some(codes::REFUSED));
     assert!(run.transport.seen.lock().unwrap().is_empty());
+    assert!(!log.iter().any(|e| matches!(e, Event::StepStarted(_))));
 }
 
 #[tokio::test]
@@ -245,6 +246,10 @@ async fn args_that_fail_the_args_schema_fail_the_step_and_nothing_is_sent() {
     let log = run.go("b-args", wrong, true).await;
     assert_eq!(failure_code(&log).as_deref(), Some(codes::REFUSED));
     assert!(run.transport.seen.lock().unwrap().is_empty());
+    assert!(
+        !log.iter().any(|e| matches!(e, Event::StepStarted(_))),
+        "refused before the step is recorded as started: it never may have run: {log:?}"
+    );
 }
 
 #[tokio::test]

@@ -63,7 +63,20 @@ async fn request_and_gate_are_durable_in_one_batch_before_the_request_is_sent() 
         )
         .expect("the request is recorded");
     let gate = log.iter().position(|env| matches!(&env.event, Event::ExecutionSuspended(s) if s.event_type == "A2UIFunctionResult")).expect("the gate is recorded");
-    assert_eq!(gate, decision + 1, "the request precedes its gate directly");
+    // The request, then what the gate expects (LD-031), then the gate: one batch.
+    assert_eq!(
+        gate,
+        decision + 2,
+        "the request and the schema precede the gate"
+    );
+    let Event::DecisionRecorded(schema) = &log[decision + 1].event else {
+        panic!(
+            "the gate's payload schema follows the request: {:?}",
+            log[decision + 1]
+        );
+    };
+    assert_eq!(schema.kind, loom_kernel::PAYLOAD_SCHEMA_KIND);
+    assert_eq!(schema.step_id, "A2UIFunctionResult#1:payloadSchema");
 
     let sub = hub.subscribe(&store, &e, SURFACE).await.unwrap();
     let call = call_of(&sub.initial).expect("the pending call is sent to a new subscriber");
@@ -367,4 +380,47 @@ fn a_catalog_with_an_unknown_return_type_does_not_compile() {
         loom_plugin_a2ui::Catalogs::default_with([catalog]),
         Err(loom_plugin_a2ui::CatalogError::UnknownReturnType { .. })
     ));
+}
+
+#[tokio::test]
+async fn the_function_result_gate_declares_a_schema_that_its_replies_fit_and_a_bare_value_does_not()
+{
+    let (store, hub, runtime, e) = checkout_started("gate-schema").await;
+    let state = runtime.state(&e).await.unwrap();
+    let schema = loom_kernel::expected_payload(&store, &e, &state, "A2UIFunctionResult#1")
+        .await
+        .unwrap()
+        .expect("the function-result gate declares its payload")
+        .to_value();
+    let validator = jsonschema::validator_for(&schema).unwrap();
+    assert!(validator.is_valid(&json!({"value": "de-CH"})));
+    assert!(validator.is_valid(&json!({"error": {"code": "DENIED", "message": "no"}})));
+    assert!(!validator.is_valid(&json!("de-CH")), "the trap of issue 26");
+    assert!(
+        !validator.is_valid(&json!({"value": 7})),
+        "getLocale returns a string"
+    );
+    assert!(
+        !validator.is_valid(&json!({"value": "x"})),
+        "of at least 2 characters"
+    );
+    assert!(!validator.is_valid(&json!({})));
+
+    // What the hub records for a renderer's reply fits it.
+    let call_id = locale_call(&e);
+    hub.deliver_function_response(&runtime, SURFACE, &reply(&call_id, json!("fr-CH")))
+        .await
+        .unwrap();
+    let _ = runtime.wait(&e).await;
+    let log = store.read_all(&e).await.unwrap();
+    let resumed = log
+        .iter()
+        .find_map(|env| match &env.event {
+            Event::ExecutionResumed(r) if r.event_type == "A2UIFunctionResult" => {
+                Some(r.payload.to_value())
+            }
+            _ => None,
+        })
+        .unwrap();
+    assert!(validator.is_valid(&resumed), "{resumed}");
 }

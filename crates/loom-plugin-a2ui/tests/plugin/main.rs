@@ -8,4 +8,5 @@ mod edge;
 mod effect;
 mod feed;
 mod gates;
+mod v0_9;
 mod wire;

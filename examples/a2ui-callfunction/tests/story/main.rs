@@ -11,3 +11,4 @@ mod playground;
 mod postgres;
 mod server;
 mod story;
+mod v0_9;

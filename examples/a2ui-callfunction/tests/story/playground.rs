@@ -198,11 +198,11 @@ struct Page {
 }
 
 impl Page {
-    async fn eval(&mut self, expression: &str) -> Value {
+    /// One DevTools command; its result.
+    async fn call(&mut self, method: &str, params: Value) -> Value {
         self.next_id += 1;
         let id = self.next_id;
-        let request = json!({"id": id, "method": "Runtime.evaluate",
-            "params": {"expression": expression, "returnByValue": true}});
+        let request = json!({"id": id, "method": method, "params": params});
         self.socket
             .send(Message::Text(request.to_string().into()))
             .await
@@ -216,10 +216,28 @@ impl Page {
             if let Message::Text(text) = frame {
                 let answer: Value = serde_json::from_str(text.as_str()).unwrap();
                 if answer["id"] == json!(id) {
-                    return answer["result"]["result"]["value"].clone();
+                    return answer["result"].clone();
                 }
             }
         }
+    }
+
+    async fn eval(&mut self, expression: &str) -> Value {
+        let result = self
+            .call(
+                "Runtime.evaluate",
+                json!({"expression": expression, "returnByValue": true}),
+            )
+            .await;
+        result["result"]["value"].clone()
+    }
+
+    async fn text(&mut self, expression: &str) -> String {
+        self.eval(expression)
+            .await
+            .as_str()
+            .unwrap_or_default()
+            .to_owned()
     }
 
     /// Evaluates `expression` until it is `true`; the page's text if it never is.
@@ -230,9 +248,56 @@ impl Page {
             }
             tokio::time::sleep(Duration::from_millis(50)).await;
         }
-        let text = self.eval("document.body.innerText").await;
+        let text = self
+            .eval("document.body.innerText + '\\n' + (window.loomPlayground ? loomPlayground.surfaceText() : '')")
+            .await;
         panic!("{what} never happened; the page shows:\n{text}");
     }
+
+    /// A real click: the mouse moves to the middle of the box `expression` gives
+    /// (`[x, y, width, height]` in the viewport), presses and releases its left button.
+    async fn mouse_click(&mut self, expression: &str) {
+        let rect = self.eval(expression).await;
+        let at = |i: usize| rect[i].as_f64().unwrap_or_else(|| panic!("no box: {rect}"));
+        let (x, y) = (at(0) + at(2) / 2.0, at(1) + at(3) / 2.0);
+        assert!(at(2) > 0.0 && at(3) > 0.0, "an empty box: {rect}");
+        for (kind, buttons) in [("mouseMoved", 0), ("mousePressed", 1), ("mouseReleased", 0)] {
+            let mut params = json!({"type": kind, "x": x, "y": y, "buttons": buttons});
+            if kind != "mouseMoved" {
+                params["button"] = json!("left");
+                params["clickCount"] = json!(1);
+            }
+            self.call("Input.dispatchMouseEvent", params).await;
+        }
+    }
+
+    /// With `LOOM_SCREENSHOT_DIR` set, a PNG of the page as `name` there.
+    async fn screenshot(&mut self, name: &str) {
+        let Some(dir) = std::env::var_os("LOOM_SCREENSHOT_DIR") else {
+            return;
+        };
+        let shot = self
+            .call("Page.captureScreenshot", json!({"format": "png"}))
+            .await;
+        let data = shot["data"].as_str().expect("a screenshot");
+        std::fs::write(Path::new(&dir).join(name), base64_decode(data)).unwrap();
+    }
+}
+
+fn base64_decode(text: &str) -> Vec<u8> {
+    const ALPHABET: &[u8] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+    let mut out = Vec::with_capacity(text.len() * 3 / 4);
+    let (mut bits, mut count) = (0u32, 0);
+    for byte in text.bytes().filter(|b| *b != b'=') {
+        let value = ALPHABET.iter().position(|a| *a == byte).expect("base64") as u32;
+        bits = (bits << 6) | value;
+        count += 6;
+        if count >= 8 {
+            count -= 8;
+            out.push((bits >> count) as u8);
+        }
+    }
+    out
 }
 
 /// The browser, killed when the test ends.
@@ -245,27 +310,25 @@ impl Drop for Browser {
     }
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn the_playground_renders_the_surface_and_its_approve_button_completes_the_checkout() {
-    let test = "the_playground_renders_the_surface_and_its_approve_button_completes_the_checkout";
-    let Some(browser) = chromium_or_skip(test) else {
-        return;
-    };
-    let dir = tempfile::tempdir().unwrap();
-    let (addr, server) = start(dir.path()).await;
-    let profile = dir.path().join("chromium");
-    let url = format!("http://{addr}/playground/#token={TOKEN}&execution={EXECUTION}");
-    let _browser = Browser(
+/// Chromium on `url` (Debian's, headless, a fresh profile in `dir`) and its page.
+async fn open_browser(browser: &str, dir: &Path, url: &str) -> (Browser, Page) {
+    let profile = dir.join("chromium");
+    let child = Browser(
         Command::new(browser)
             .args([
                 "--headless",
                 "--no-sandbox",
                 "--disable-gpu",
+                "--disable-quic",
                 "--no-first-run",
+                "--disable-background-networking",
+                "--disable-component-update",
+                "--disable-sync",
+                "--window-size=1600,1000",
                 "--remote-debugging-port=0",
             ])
             .arg(format!("--user-data-dir={}", profile.display()))
-            .arg(&url)
+            .arg(url)
             .stdout(Stdio::null())
             .stderr(Stdio::null())
             .spawn()
@@ -311,52 +374,144 @@ async fn the_playground_renders_the_surface_and_its_approve_button_completes_the
     let (socket, _) = tokio_tungstenite::connect_async(target.as_str())
         .await
         .unwrap();
-    let mut page = Page { socket, next_id: 0 };
+    (child, Page { socket, next_id: 0 })
+}
 
-    // The page answered getLocale (grain A) through its POST route; the surface shows the order
-    // waiting for approval, drawn from the wire messages.
+/// The example's server as a process of its own (so that it can die), on `addr`.
+struct ServerProcess(std::process::Child);
+
+impl ServerProcess {
+    async fn start(dir: &Path, addr: SocketAddr) -> Self {
+        // Killed and waited for on drop, however the test ends.
+        let server = Self(
+            Command::new(env!("CARGO_BIN_EXE_a2ui-callfunction"))
+                .args(["server", "--addr", &addr.to_string(), "--store"])
+                .arg(dir.join("loom.redb"))
+                .env("LOOM_ADMIN_TOKEN", TOKEN)
+                .stdout(Stdio::null())
+                .stderr(Stdio::null())
+                .spawn()
+                .expect("the server runs"),
+        );
+        for _ in 0..400 {
+            if tokio::net::TcpStream::connect(addr).await.is_ok() {
+                return server;
+            }
+            tokio::time::sleep(Duration::from_millis(25)).await;
+        }
+        panic!("the server did not come up at {addr}");
+    }
+
+    fn kill(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+impl Drop for ServerProcess {
+    fn drop(&mut self) {
+        self.kill();
+    }
+}
+
+const SURFACE_TEXT: &str = "loomPlayground.surfaceText()";
+const RESULT_SHOWN: &str = "!document.getElementById('result').hidden && document.getElementById('result').innerText.includes('confirmation PG-order-7') && document.getElementById('last-event').textContent === 'EXECUTION_COMPLETED'";
+
+/// Every v0.9 message the page received validates against the v0.9 schemas; how many.
+async fn v0_9_messages_validate(page: &mut Page) -> usize {
+    let received = page.eval("JSON.stringify(loomPlayground.received)").await;
+    let received: Value = serde_json::from_str(received.as_str().unwrap_or("[]")).unwrap();
+    let schema = loom_plugin_a2ui::V0_9Schema::shared().unwrap();
+    let mut count = 0;
+    for data in received.as_array().unwrap() {
+        let message = &data["message"];
+        if message["version"] == json!("v0.9") {
+            let errors = schema.server_to_client_errors(message);
+            assert!(
+                errors.is_empty(),
+                "{message} fails the v0.9 schema: {errors:?}"
+            );
+            count += 1;
+        }
+    }
+    count
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_official_lit_renderer_draws_the_surface_and_a_mouse_click_on_approve_completes_the_checkout()
+ {
+    let test = "the_official_lit_renderer_draws_the_surface_and_a_mouse_click_on_approve_completes_the_checkout";
+    let Some(browser) = chromium_or_skip(test) else {
+        return;
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let addr = free_addr();
+    let mut server = ServerProcess::start(dir.path(), addr).await;
+    let url = format!("http://{addr}/playground/#token={TOKEN}&execution={EXECUTION}&renderer=lit");
+    let (_browser, mut page) = open_browser(browser, dir.path(), &url).await;
+
+    // @a2ui/lit draws the surface from v0.9 messages; the page answered getLocale (grain A) on
+    // its v1.0 functions session.
     page.until(
-        "!!document.querySelector('button[data-component-id=approve]') && document.getElementById('surface').innerText.includes('awaiting approval')",
-        "the rendered surface waiting for approval",
+        &format!("loomPlayground.renderer === 'lit' && !!document.querySelector('a2ui-surface') && loomPlayground.buttons().length === 1 && {SURFACE_TEXT}.includes('awaiting approval')"),
+        "the surface drawn by @a2ui/lit, waiting for approval",
     )
     .await;
-    let surface = page
-        .eval("document.getElementById('surface').innerText")
-        .await;
-    let surface = surface.as_str().unwrap_or_default().to_owned();
+    let surface = page.text(SURFACE_TEXT).await;
     assert!(surface.contains("Checkout order-7"), "{surface}");
     assert!(surface.contains("2 x Loom mug"), "{surface}");
     assert!(surface.contains("Total 29.00"), "{surface}");
-
-    // A click on the rendered button: the action goes up, the gate resumes, the page answers
-    // submitOrder (grain B) on its session, and the execution completes.
-    page.eval("document.querySelector('button[data-component-id=approve]').click(); true")
+    let label = page
+        .text("loomPlayground.textOf(loomPlayground.buttons()[0])")
         .await;
+    assert!(label.contains("Approve"), "{label}");
+    assert!(v0_9_messages_validate(&mut page).await >= 3);
+    page.screenshot("playground-lit.png").await;
+
+    // The server dies: a banner, and the surface takes no clicks until it is back.
+    server.kill();
     page.until(
-        "document.getElementById('last-event').textContent === 'EXECUTION_COMPLETED' && document.getElementById('surface').innerText.includes('deleted the surface')",
-        "the execution's completion",
+        "!document.getElementById('offline').hidden && document.getElementById('surface').inert",
+        "the lost-connection banner",
     )
     .await;
-    let wire = page.eval("document.getElementById('wire').innerText").await;
-    let wire = wire.as_str().unwrap_or_default().to_owned();
+    let mut server = ServerProcess::start(dir.path(), addr).await;
+    page.until(
+        &format!("document.getElementById('offline').hidden && !document.getElementById('surface').inert && loomPlayground.buttons().length === 1 && {SURFACE_TEXT}.includes('awaiting approval')"),
+        "the page back on the restarted server",
+    )
+    .await;
+
+    // A real mouse click at the button's box: the v0.9 action goes up, the gate resumes, the
+    // page answers submitOrder (grain B) on its v1.0 session, and the execution completes.
+    page.mouse_click("(() => { const r = loomPlayground.buttons()[0].getBoundingClientRect(); return [r.x, r.y, r.width, r.height]; })()").await;
+    page.until(RESULT_SHOWN, "the confirmation").await;
+    let surface = page.text(SURFACE_TEXT).await;
+    assert!(
+        surface.contains("placed"),
+        "the final surface as last drawn: {surface}"
+    );
+    assert!(page.eval("document.getElementById('surface').inert").await == json!(true));
+    let wire = page.text("document.getElementById('wire').innerText").await;
     let at = |needle: &str| {
         wire.find(needle)
             .unwrap_or_else(|| panic!("`{needle}` is not in the wire pane:\n{wire}"))
     };
-    assert!(at("createSurface") < at("\"action\""), "{wire}");
+    assert!(
+        at("createSurface") < at("\"version\":\"v0.9\",\"action\""),
+        "{wire}"
+    );
+    assert!(wire.contains("\"version\":\"v0.9\"}"), "{wire}");
     assert!(at("\"action\"") < at("submitOrder"), "{wire}");
     assert!(at("submitOrder") < at("deleteSurface"), "{wire}");
-    let patches = page
-        .eval("document.getElementById('patches').children.length")
-        .await;
-    assert!(patches.as_u64().unwrap_or(0) >= 3, "{patches}");
-    let text = page.eval("document.body.innerText").await;
-    let text = text.as_str().unwrap_or_default();
+    assert!(v0_9_messages_validate(&mut page).await >= 5);
+    let text = page.text("document.body.innerText").await;
     assert!(
         !text.contains("4111 1111 1111 1111"),
         "the card number reached the page: {text}"
     );
     assert!(!text.contains(TOKEN), "the token is shown: {text}");
+    page.screenshot("playground-lit-completed.png").await;
 
     let client = AdminClient::new(&format!("http://{addr}"), TOKEN).unwrap();
     let show = client.show(EXECUTION).await.unwrap();
@@ -367,5 +522,68 @@ async fn the_playground_renders_the_surface_and_its_approve_button_completes_the
         .filter(|e| e.event_type == "EXECUTION_RESUMED")
         .count();
     assert_eq!(resumed, 2, "getLocale's gate and Approve's gate");
+
+    // A reload of the ended execution shows its result, its final surface and its log.
+    page.eval("location.reload(); true").await;
+    page.until(
+        &format!("{RESULT_SHOWN} && {SURFACE_TEXT}.includes('placed') && document.getElementById('events').children.length > 10"),
+        "the ended execution after a reload",
+    )
+    .await;
+
+    // An unknown execution says so, and draws nothing.
+    page.eval("location.hash = 'execution=nope&renderer=lit'; location.reload(); true")
+        .await;
+    page.until(
+        &format!("{SURFACE_TEXT}.includes('No execution nope on this server') && loomPlayground.buttons().length === 0"),
+        "the unknown execution's notice",
+    )
+    .await;
+
+    // A new checkout from the page: listed beside the first, drawn, waiting for approval.
+    page.mouse_click("(() => { const r = document.getElementById('new-checkout').getBoundingClientRect(); return [r.x, r.y, r.width, r.height]; })()").await;
+    page.until(
+        &format!("location.hash.includes('execution=checkout-2') && loomPlayground.buttons().length === 1 && {SURFACE_TEXT}.includes('awaiting approval') && document.getElementById('executions').options.length === 2"),
+        "a second checkout started from the page",
+    )
+    .await;
+    server.kill();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_pages_own_renderer_on_a_v1_0_session_completes_the_checkout_on_a_mouse_click() {
+    let test = "the_pages_own_renderer_on_a_v1_0_session_completes_the_checkout_on_a_mouse_click";
+    let Some(browser) = chromium_or_skip(test) else {
+        return;
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let (addr, server) = start(dir.path()).await;
+    let url =
+        format!("http://{addr}/playground/#token={TOKEN}&execution={EXECUTION}&renderer=loom");
+    let (_browser, mut page) = open_browser(browser, dir.path(), &url).await;
+    page.until(
+        &format!("loomPlayground.renderer === 'loom' && !!document.querySelector('button[data-component-id=approve]') && {SURFACE_TEXT}.includes('awaiting approval')"),
+        "the surface drawn by the page's renderer, waiting for approval",
+    )
+    .await;
+    let surface = page.text(SURFACE_TEXT).await;
+    assert!(surface.contains("Checkout order-7"), "{surface}");
+    assert!(surface.contains("2 x Loom mug"), "{surface}");
+    page.screenshot("playground-v1.png").await;
+    page.mouse_click("(() => { const r = document.querySelector('button[data-component-id=approve]').getBoundingClientRect(); return [r.x, r.y, r.width, r.height]; })()").await;
+    page.until(RESULT_SHOWN, "the confirmation").await;
+    let wire = page.text("document.getElementById('wire').innerText").await;
+    assert!(wire.contains("createSurface"), "{wire}");
+    assert!(wire.contains("\"version\":\"v1.0\"}"), "{wire}");
+    assert!(!wire.contains("\"v0.9\""), "{wire}");
+    let patches = page
+        .eval("document.getElementById('patches').children.length")
+        .await;
+    assert!(patches.as_u64().unwrap_or(0) >= 3, "{patches}");
+    let client = AdminClient::new(&format!("http://{addr}"), TOKEN).unwrap();
+    assert_eq!(
+        client.show(EXECUTION).await.unwrap().execution.status,
+        "completed"
+    );
     server.abort();
 }

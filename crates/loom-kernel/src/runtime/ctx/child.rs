@@ -11,10 +11,9 @@ use serde::de::DeserializeOwned;
 
 use super::{FlowCtx, StepError, canonical};
 use crate::payload::Payload;
-use crate::runtime::children::{ChildSpec, read_marker};
+use crate::runtime::children::read_marker;
 
-/// A child to start once its gate is durable: its gate id and what to start.
-pub(crate) type ChildStart = (String, ChildSpec);
+pub(crate) use crate::runtime::machine::vocabulary::ChildStart;
 
 impl FlowCtx {
     /// Starts flow `flow` with `input` as a child execution and waits for it to end: its

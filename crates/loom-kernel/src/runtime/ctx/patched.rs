@@ -4,9 +4,7 @@
 
 use super::{FlowCtx, StepError};
 
-/// The kind of the `DECISION_RECORDED` marker `ctx.patched` records; its step id is
-/// `patch:<change id>` and its value `{}`.
-pub const PATCH_KIND: &str = "loom.patch";
+pub use crate::runtime::markers::PATCH_KIND;
 
 impl FlowCtx {
     /// Whether this execution runs the code of change `change_id`: guard a change to a flow

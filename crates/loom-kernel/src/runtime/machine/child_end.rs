@@ -3,10 +3,10 @@
 //! ends.
 
 use super::state::FlowState;
+use super::vocabulary::ChildStart;
 use crate::id::ExecutionId;
 use crate::payload::Payload;
-use crate::runtime::children::CHILD_EVENT_TYPE;
-use crate::runtime::ctx::ChildStart;
+use crate::runtime::markers::CHILD_EVENT_TYPE;
 
 impl FlowState {
     /// The children whose gates were opened (or replayed as pending) since the driver last

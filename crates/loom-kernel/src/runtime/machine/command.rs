@@ -6,6 +6,7 @@
 use std::sync::Arc;
 
 use super::state::{Dispatch, FlowState, StepSide};
+use super::vocabulary::{StepError, StepName};
 use super::{Held, Machine, Ready};
 use crate::classify::DataClassification;
 use crate::event::*;
@@ -13,10 +14,55 @@ use crate::hash::IdKey;
 use crate::payload::Payload;
 use crate::runtime::codes;
 use crate::runtime::contain::contain;
-use crate::runtime::ctx::{StepError, StepName};
 use crate::runtime::digest::input_digest;
 use crate::runtime::effect::{Effect, EffectCall};
 use crate::runtime::history::{Attempted, NonDeterminism, StepState};
+
+/// Where a step stands once the flow's state has seen it ([`FlowState::step`]).
+#[derive(Debug)]
+pub(crate) enum StepStart {
+    /// Decided under the lock: a result the flow gets at once (`Some`), or none yet.
+    Now(Option<Payload>),
+    /// A new step whose effect's admission checks are to run outside the state's lock.
+    Admit(Admission),
+}
+
+/// A new step waiting for its effect's admission checks. They are the effect's own code (a
+/// JSON Schema check, a user's `admit`), so they run outside the flow's state's lock, as all
+/// code that is not the kernel's does.
+pub(crate) struct Admission {
+    handler: Arc<dyn Effect>,
+    call: EffectCall,
+    digest: String,
+    slot: u64,
+}
+
+impl std::fmt::Debug for Admission {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Admission")
+            .field("step_id", &self.call.step_id)
+            .field("effect", &self.call.effect)
+            .finish()
+    }
+}
+
+impl Admission {
+    /// K2 (the capability granted), then the effect's own checks; a panic in them is a
+    /// refusal.
+    pub(crate) fn check(&self) -> Result<(), ErrorInfo> {
+        let effect = &self.call.effect;
+        contain(|| {
+            authorize(self.handler.as_ref(), &self.call)?;
+            self.handler.admit(&self.call)
+        })
+        .unwrap_or_else(|panic| {
+            Err(ErrorInfo::new(
+                codes::ADMISSION_PANICKED,
+                format!("the admission check of effect '{effect}' panicked: {panic}"),
+            ))
+        })
+    }
+}
 
 impl<R, D: Held, C> Machine<R, D, C> {
     /// The commands the flow issued: their events are queued; an effect runs now if it is
@@ -86,7 +132,7 @@ impl FlowState {
         effect: &str,
         input: Payload,
         classification: &DataClassification,
-    ) -> Result<Option<Payload>, StepError> {
+    ) -> Result<StepStart, StepError> {
         let digest = input_digest(&input);
         let attempted = Attempted::Step {
             step_id: &step_id,
@@ -103,13 +149,16 @@ impl FlowState {
         let Some(handler) = self.env.effects.get(effect).cloned() else {
             return Err(self.refuse_step(step_id, effect, digest, unknown_effect(effect)));
         };
-        self.admit_step(handler, step_id, effect, digest, input, slot)
+        Ok(StepStart::Admit(
+            self.admission(handler, step_id, effect, digest, input, slot),
+        ))
     }
 
     /// The id of the next command called `name`. Counted ids (`name#n`) are unique among
     /// themselves by construction, so only explicit ids need remembering, and a counted id is
     /// checked against them.
     pub(crate) fn step_id(&mut self, name: StepName) -> Result<String, StepError> {
+        self.refuse_inside_decision()?;
         match name {
             StepName::Counted(name) => {
                 let id = match self.counters.entry(name) {
@@ -139,6 +188,15 @@ impl FlowState {
                 }
                 Ok(id)
             }
+        }
+    }
+
+    /// Refuses a command issued while a decision's value is being made: replay serves the
+    /// decision without making it, so the command would be missing there.
+    pub(super) fn refuse_inside_decision(&self) -> Result<(), StepError> {
+        match &self.deciding {
+            Some(decision) => Err(StepError::InsideDecision(decision.clone())),
+            None => Ok(()),
         }
     }
 
@@ -225,18 +283,18 @@ impl FlowState {
         digest: String,
         input: Payload,
         slot: u64,
-    ) -> Option<Payload> {
+    ) -> StepStart {
         // The command just matched is the one before the cursor.
         let recorded = self.history.take_step_state(self.cursor.saturating_sub(1));
         match recorded {
-            Some(StepState::Done(Ok(output))) => Some(output),
+            Some(StepState::Done(Ok(output))) => StepStart::Now(Some(output)),
             Some(StepState::Done(Err(error))) => {
                 self.fill(slot, Err(StepError::Failed(error)));
-                None
+                StepStart::Now(None)
             }
             Some(StepState::InDoubt { attempt }) => {
                 self.park_in_doubt(step_id, effect, digest, input, attempt, slot);
-                None
+                StepStart::Now(None)
             }
             Some(StepState::InFlight { attempt: previous }) => {
                 match self.env.effects.get(effect).cloned() {
@@ -258,21 +316,16 @@ impl FlowState {
                         self.park_in_doubt(step_id, effect, digest, input, previous, slot);
                     }
                 }
-                None
+                StepStart::Now(None)
             }
             // A recorded command always has a step state; treat a missing one as never run.
             None => match self.env.effects.get(effect).cloned() {
                 Some(handler) => {
-                    if let Err(error) =
-                        self.admit_step(handler, step_id, effect, digest, input, slot)
-                    {
-                        self.fill(slot, Err(error));
-                    }
-                    None
+                    StepStart::Admit(self.admission(handler, step_id, effect, digest, input, slot))
                 }
                 None => {
                     self.fill(slot, Err(StepError::Failed(unknown_effect(effect))));
-                    None
+                    StepStart::Now(None)
                 }
             },
         }
@@ -301,10 +354,10 @@ impl FlowState {
         self.steps.insert(step_id, step);
     }
 
-    /// A new step: the effect's admission checks (K2, K3, input) first. A refusal is recorded
-    /// as the step's failure, without a `STEP_STARTED`, and the effect never runs.
-    #[allow(clippy::too_many_arguments)]
-    pub(super) fn admit_step(
+    /// A new step, up to its effect's admission checks (K2, K3, input), which the caller runs
+    /// outside the state's lock ([`Admission::check`]), then hands to
+    /// [`FlowState::admitted`].
+    pub(super) fn admission(
         &mut self,
         handler: Arc<dyn Effect>,
         step_id: String,
@@ -312,23 +365,54 @@ impl FlowState {
         digest: String,
         input: Payload,
         slot: u64,
-    ) -> Result<Option<Payload>, StepError> {
+    ) -> Admission {
         let call = self.effect_call(step_id, effect, input, 1);
-        let admitted = contain(|| {
-            authorize(handler.as_ref(), &call)?;
-            handler.admit(&call)
-        })
-        .unwrap_or_else(|panic| {
-            Err(ErrorInfo::new(
-                codes::ADMISSION_PANICKED,
-                format!("the admission check of effect '{effect}' panicked: {panic}"),
-            ))
-        });
-        if let Err(error) = admitted {
-            return Err(self.refuse_step(call.step_id, effect, digest, error));
+        Admission {
+            handler,
+            call,
+            digest,
+            slot,
+        }
+    }
+
+    /// A new step after its admission checks: started, or, refused, recorded as the step's
+    /// failure, without a `STEP_STARTED`, and the effect never runs.
+    pub(crate) fn admitted(
+        &mut self,
+        admission: Admission,
+        checked: Result<(), ErrorInfo>,
+    ) -> Result<Option<Payload>, StepError> {
+        let Admission {
+            handler,
+            call,
+            digest,
+            slot,
+        } = admission;
+        if let Err(error) = checked {
+            let effect = call.effect.clone();
+            return Err(self.refuse_step(call.step_id, &effect, digest, error));
         }
         self.start_step(handler, call, digest, slot);
         Ok(None)
+    }
+
+    /// A step in one go, its admission checked under the caller's borrow (tests).
+    #[cfg(test)]
+    pub(crate) fn step_now(
+        &mut self,
+        slot: u64,
+        step_id: String,
+        effect: &str,
+        input: Payload,
+        classification: &DataClassification,
+    ) -> Result<Option<Payload>, StepError> {
+        match self.step(slot, step_id, effect, input, classification)? {
+            StepStart::Now(value) => Ok(value),
+            StepStart::Admit(admission) => {
+                let checked = admission.check();
+                self.admitted(admission, checked)
+            }
+        }
     }
 
     /// Records a step that fails before it starts (no such effect, or not admitted): its
@@ -561,7 +645,7 @@ mod tests {
         let mut s = flow_state();
         let slot = s.new_slot();
         let none = DataClassification::default();
-        let refused = s.step(slot, "nope#1".into(), "nope", Payload::null(), &none);
+        let refused = s.step_now(slot, "nope#1".into(), "nope", Payload::null(), &none);
         assert!(matches!(refused, Err(StepError::Failed(_))));
         let (events, dispatches) = s.take_queued();
         assert!(matches!(events.as_slice(), [Event::StepFailed(e)] if e.cost == 0));
@@ -581,11 +665,11 @@ mod tests {
         let none = DataClassification::default();
         let mut s = flow_state_with(History::from_events(vec![(1, done.clone())]));
         let slot = s.new_slot();
-        let served = s.step(slot, "a#1".into(), "e", Payload::null(), &none);
+        let served = s.step_now(slot, "a#1".into(), "e", Payload::null(), &none);
         assert_eq!(served, Ok(Some(Payload::null())));
         assert!(s.take_queued().0.is_empty(), "nothing recorded again");
         let mut s = flow_state_with(History::from_events(vec![(1, done)]));
-        let other = s.step(slot, "b#1".into(), "e", Payload::null(), &none);
+        let other = s.step_now(slot, "b#1".into(), "e", Payload::null(), &none);
         assert_eq!(other, Err(StepError::Diverged));
         assert_eq!(s.divergence().map(|d| d.seq), Some(1));
     }

@@ -7,7 +7,7 @@ use std::collections::BTreeSet;
 use super::state::{FlowState, GateSide};
 use crate::event::*;
 use crate::payload::Payload;
-use crate::runtime::timers::{TIMER_EVENT_TYPE, timed_out_payload};
+use crate::runtime::markers::{TIMER_EVENT_TYPE, timed_out_payload};
 
 /// A gate's id and its deadline (unix ms).
 pub(crate) type GateDeadline = (String, u64);
@@ -127,7 +127,7 @@ mod tests {
     use super::super::GateMiss;
     use super::super::fixtures::*;
     use super::*;
-    use crate::runtime::timers::is_timed_out_payload;
+    use crate::runtime::markers::is_timed_out_payload;
 
     #[test]
     fn a_deadline_closes_its_gate_once_and_a_later_resume_is_told_it_timed_out() {

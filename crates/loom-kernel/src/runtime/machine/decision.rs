@@ -3,24 +3,37 @@
 //! `ctx.patched` (LD-017). Served from the history while it lasts,
 //! else recorded live.
 
-use serde::Serialize;
 use serde::de::DeserializeOwned;
 
 use super::state::FlowState;
+use super::vocabulary::{StepError, StepName};
 use crate::classify::DataClassification;
 use crate::event::*;
 use crate::payload::Payload;
-use crate::runtime::ctx::{PATCH_KIND, StepError, StepName};
 use crate::runtime::history::{Attempted, Recorded};
+use crate::runtime::markers::PATCH_KIND;
+
+/// Where a decision stands once its id is taken ([`FlowState::begin_decision`]).
+#[derive(Debug)]
+pub(crate) enum DecisionStart {
+    /// Replayed: the value the log holds.
+    Recorded(Payload, String),
+    /// Live: the caller makes the value with the flow's state unlocked, then records it
+    /// ([`FlowState::record_decision`]); until then, no other command may be issued.
+    Live(String),
+}
 
 impl FlowState {
-    /// The decision `kind#n`: the recorded value on replay, else `make()` recorded.
-    pub(crate) fn decide<T: Serialize + DeserializeOwned>(
+    /// The decision `kind#n`, begun: the recorded value on replay, else the step id to record
+    /// the value under once the flow's code has made it. The value is made outside the
+    /// state's lock (flow code never runs under it), and a command issued from inside it is
+    /// refused (`StepError::InsideDecision`): replay serves the decision without making it,
+    /// so whatever it issued would be missing there.
+    pub(crate) fn begin_decision(
         &mut self,
         kind: &str,
-        make: impl FnOnce() -> T,
         classification: &DataClassification,
-    ) -> Result<T, StepError> {
+    ) -> Result<DecisionStart, StepError> {
         let step_id = self.step_id(StepName::Counted(kind.to_owned()))?;
         let attempted = Attempted::Decision {
             step_id: &step_id,
@@ -29,24 +42,48 @@ impl FlowState {
         if self.replay(attempted, classification) {
             let index = self.cursor - 1;
             if let Some((_, Recorded::Decision { value, .. })) = self.history.commands.get(index) {
-                return value.decode().map_err(|err| StepError::Decode {
-                    step_id,
-                    detail: err.to_string(),
-                });
+                return Ok(DecisionStart::Recorded(value.clone(), step_id));
             }
         }
         if self.divergence.is_some() {
             return Err(StepError::Diverged);
         }
         self.note_live(&attempted);
-        let value = make();
-        let payload = Payload::encode(&value).map_err(|err| StepError::Encode(err.to_string()))?;
-        self.issue(Event::DecisionRecorded(DecisionRecorded {
-            step_id,
-            kind: kind.to_owned(),
-            value: payload,
-        }));
-        Ok(value)
+        self.deciding = Some(step_id.clone());
+        Ok(DecisionStart::Live(step_id))
+    }
+
+    /// Records the value of the live decision `step_id` (or, with `None`, gives it up: its
+    /// value could not be made or encoded, and nothing is recorded).
+    pub(crate) fn record_decision(&mut self, step_id: String, kind: &str, value: Option<Payload>) {
+        self.deciding = None;
+        if let Some(value) = value {
+            self.issue(Event::DecisionRecorded(DecisionRecorded {
+                step_id,
+                kind: kind.to_owned(),
+                value,
+            }));
+        }
+    }
+
+    /// The decision `kind#n` in one go, with `make` run under the caller's borrow (tests).
+    #[cfg(test)]
+    pub(crate) fn decide<T: serde::Serialize + DeserializeOwned>(
+        &mut self,
+        kind: &str,
+        make: impl FnOnce() -> T,
+        classification: &DataClassification,
+    ) -> Result<T, StepError> {
+        match self.begin_decision(kind, classification)? {
+            DecisionStart::Recorded(value, step_id) => decode_decision(&value, step_id),
+            DecisionStart::Live(step_id) => {
+                let value = make();
+                let payload =
+                    Payload::encode(&value).map_err(|err| StepError::Encode(err.to_string()));
+                self.record_decision(step_id, kind, payload.as_ref().ok().cloned());
+                payload.map(|_| value)
+            }
+        }
     }
 
     /// A `SURFACE_PATCH` on `surface_id` as `surface:<surface_id>#n`; `ops` is opaque.
@@ -80,6 +117,7 @@ impl FlowState {
     /// `ctx.patched(change_id)` (LD-017): `true` live (recorded) or where the log has the
     /// marker, `false` where the log goes on (or ended) without it; one answer per run.
     pub(crate) fn patched(&mut self, change_id: &str) -> Result<bool, StepError> {
+        self.refuse_inside_decision()?;
         // Answering `true` unrecorded would leave a log that took the new branch without the
         // marker a later `patched` needs to take it again on replay.
         if self.deprecated_patches.contains(change_id) {
@@ -127,6 +165,7 @@ impl FlowState {
     /// `ctx.deprecate_patch(change_id)`: a recorded marker here is consumed; nothing is
     /// recorded live.
     pub(crate) fn deprecate_patch(&mut self, change_id: &str) -> Result<(), StepError> {
+        self.refuse_inside_decision()?;
         if self.patches.contains_key(change_id) {
             return Ok(());
         }
@@ -149,6 +188,17 @@ impl FlowState {
         self.deprecated_patches.insert(change_id.to_owned());
         Ok(())
     }
+}
+
+/// A recorded decision's value as the type the flow asks for.
+pub(crate) fn decode_decision<T: DeserializeOwned>(
+    value: &Payload,
+    step_id: String,
+) -> Result<T, StepError> {
+    value.decode().map_err(|err| StepError::Decode {
+        step_id,
+        detail: err.to_string(),
+    })
 }
 
 #[cfg(test)]

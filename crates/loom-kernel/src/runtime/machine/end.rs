@@ -2,10 +2,10 @@
 //! the execution's terminal event, unless the execution has ended already.
 
 use super::state::FlowState;
+use super::vocabulary::FlowError;
 use super::{Held, Machine};
 use crate::event::{Event, ExecutionCompleted, ExecutionFailed};
 use crate::payload::Payload;
-use crate::runtime::flow::FlowError;
 use crate::runtime::history::{Attempted, NonDeterminism};
 
 impl<R, D: Held, C> Machine<R, D, C> {
@@ -65,7 +65,6 @@ impl FlowState {
 mod tests {
     use super::super::fixtures::*;
     use super::*;
-    use crate::runtime::flow::FlowError;
     use crate::runtime::history::History;
 
     #[test]

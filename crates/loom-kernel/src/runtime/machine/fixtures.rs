@@ -5,6 +5,7 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use super::state::{GateSide, StepSide};
+use super::vocabulary::StepError;
 use super::*;
 use crate::event::{
     EffectInDoubt, ExecutionCancelled, ExecutionStarted, ExecutionSuspended, StepCompleted,
@@ -13,7 +14,6 @@ use crate::event::{
 use crate::fold::ExecutionState;
 use crate::id::ExecutionId;
 use crate::payload::Payload;
-use crate::runtime::ctx::StepError;
 use crate::runtime::history::History;
 
 #[derive(Debug, PartialEq)]

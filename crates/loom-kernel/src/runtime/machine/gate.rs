@@ -5,17 +5,20 @@
 //! waits at the gate's slot.
 
 use super::state::{FlowState, GateSide};
+use super::vocabulary::ChildSpec;
+use super::vocabulary::{StepError, StepName};
 use crate::classify::DataClassification;
 use crate::event::*;
 use crate::payload::Payload;
-use crate::runtime::children::{CHILD_EVENT_TYPE, CHILD_KIND, ChildSpec, GATE_PREFIX, child_id};
-use crate::runtime::ctx::{StepError, StepName};
 use crate::runtime::digest::input_digest;
 use crate::runtime::history::{Attempted, NonDeterminism, Recorded};
-use crate::runtime::requests::{REQUEST_KIND, request_step_id};
-use crate::runtime::timers::{
+use crate::runtime::markers::{CHILD_EVENT_TYPE, CHILD_KIND, GATE_PREFIX, child_id};
+use crate::runtime::markers::{
     DEADLINE_KIND, deadline_value, is_closed_payload, is_reserved_event_type, is_timed_out_payload,
     parse_deadline, timed_out_payload,
+};
+use crate::runtime::markers::{
+    PAYLOAD_SCHEMA_KIND, REQUEST_KIND, payload_schema_step_id, request_step_id,
 };
 
 impl FlowState {
@@ -258,6 +261,49 @@ impl FlowState {
         Ok(None)
     }
 
+    /// A gate that declares the payload it expects (LD-031): the schema's decision under
+    /// `<gate id>:payloadSchema`, recorded only when the gate opens live, then the gate.
+    pub(crate) fn expecting_gate(
+        &mut self,
+        slot: u64,
+        event_type: &str,
+        correlation_key: &str,
+        schema: Result<Payload, StepError>,
+        classification: &DataClassification,
+    ) -> Result<Option<Payload>, StepError> {
+        // Checked before an id is taken or anything queued.
+        if is_reserved_event_type(event_type) {
+            return Err(StepError::ReservedEventType(event_type.to_owned()));
+        }
+        let schema = schema?;
+        let gate_id = self.step_id(StepName::Counted(event_type.to_owned()))?;
+        self.refuse_duplicate_gate(event_type, correlation_key)?;
+        // The schema is no command (history skips it): it is written where the gate is, live,
+        // and a replayed gate (recorded with or without one) records nothing.
+        let live = self.divergence.is_none() && self.history.commands.get(self.cursor).is_none();
+        if live {
+            self.issue(Event::DecisionRecorded(DecisionRecorded {
+                step_id: payload_schema_step_id(&gate_id),
+                kind: PAYLOAD_SCHEMA_KIND.to_owned(),
+                value: schema,
+            }));
+        }
+        if let Some(payload) =
+            self.open_gate(&gate_id, event_type, correlation_key, classification)?
+        {
+            return Ok(Some(payload));
+        }
+        self.gates.insert(
+            gate_id,
+            GateSide {
+                slot,
+                deadline: None,
+                group: None,
+            },
+        );
+        Ok(None)
+    }
+
     /// The request's decision: matched on replay (kind and id), queued live.
     fn record_request(
         &mut self,
@@ -438,6 +484,45 @@ mod tests {
         assert_eq!(waits, Ok(None));
         assert!(s.out.is_empty());
         assert_eq!(s.pending_deadlines(), vec![("Go#1".to_owned(), 70)]);
+    }
+
+    #[test]
+    fn a_declared_schema_is_written_only_live_and_never_matched_on_replay() {
+        let none = DataClassification::default();
+        let schema = || Ok(Payload::from_value(&serde_json::json!({"type": "object"})));
+        // Live: the schema's note, then the gate.
+        let mut s = flow_state();
+        let slot = s.new_slot();
+        assert_eq!(s.expecting_gate(slot, "Go", "k", schema(), &none), Ok(None));
+        assert!(matches!(
+            s.out.as_slice(),
+            [Event::DecisionRecorded(d), Event::ExecutionSuspended(g)]
+                if d.kind == PAYLOAD_SCHEMA_KIND && d.step_id == "Go#1:payloadSchema" && g.gate_id == "Go#1"
+        ));
+        let with_schema = std::mem::take(&mut s.out);
+        // Replaying that log, or one recorded without the note, against either kind of gate
+        // records nothing and diverges nowhere.
+        let without_schema: Vec<Event> = with_schema
+            .iter()
+            .filter(|e| matches!(e, Event::ExecutionSuspended(_)))
+            .cloned()
+            .collect();
+        for log in [with_schema, without_schema] {
+            let numbered = || log.clone().into_iter().zip(1..).map(|(e, seq)| (seq, e));
+            let history = || crate::runtime::history::History::from_events(numbered());
+            let mut declaring = flow_state_with(history());
+            let slot = declaring.new_slot();
+            let opened = declaring.expecting_gate(slot, "Go", "k", schema(), &none);
+            assert_eq!(opened, Ok(None));
+            assert!(declaring.out.is_empty() && declaring.divergence().is_none());
+            let mut plain = flow_state_with(history());
+            let slot = plain.new_slot();
+            assert_eq!(
+                plain.suspend(slot, "Go#1".into(), "Go", "k", &none),
+                Ok(None)
+            );
+            assert!(plain.out.is_empty() && plain.divergence().is_none());
+        }
     }
 
     #[test]

@@ -33,15 +33,20 @@ mod end;
 #[cfg(test)]
 mod fixtures;
 mod gate;
+#[cfg(test)]
+mod model;
 mod outcome;
 mod resume;
 mod state;
 mod verdict;
+pub(crate) mod vocabulary;
 
 use crate::event::Event;
 use crate::hash::{IdKey, IdMap};
 
+pub(crate) use command::StepStart;
 pub(crate) use deadline::GateDeadline;
+pub(crate) use decision::{DecisionStart, decode_decision};
 pub(crate) use end::terminal;
 pub(crate) use resume::GateMiss;
 pub(crate) use state::{Dispatch, Env, FlowState};

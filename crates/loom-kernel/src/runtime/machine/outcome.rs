@@ -2,8 +2,8 @@
 //! (K3), and handed to the flow.
 
 use super::state::{FlowState, StepSide};
+use super::vocabulary::StepError;
 use crate::event::*;
-use crate::runtime::ctx::StepError;
 use crate::runtime::effect::{EffectOutcome, EffectResult};
 
 impl FlowState {

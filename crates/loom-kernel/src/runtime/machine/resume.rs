@@ -3,7 +3,7 @@
 
 use super::state::FlowState;
 use crate::payload::Payload;
-use crate::runtime::timers::{closed_payload, is_reserved_event_type, is_reserved_payload};
+use crate::runtime::markers::{closed_payload, is_reserved_event_type, is_reserved_payload};
 
 /// Why a resume could not be applied to the running flow.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -81,7 +81,7 @@ mod tests {
     use super::super::fixtures::*;
     use super::*;
     use crate::event::Event;
-    use crate::runtime::timers::timed_out_payload;
+    use crate::runtime::markers::timed_out_payload;
 
     #[test]
     fn a_resume_answers_its_gate_once_records_it_and_disarms_its_deadline() {

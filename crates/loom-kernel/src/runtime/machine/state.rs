@@ -11,12 +11,12 @@ use std::sync::Arc;
 use std::task::Waker;
 
 use super::GateDeadline;
+use super::vocabulary::{ChildStart, StepError};
 use crate::event::Event;
 use crate::fold::ExecutionState;
 use crate::hash::IdMap;
 use crate::id::ExecutionId;
 use crate::payload::Payload;
-use crate::runtime::ctx::{ChildStart, StepError};
 use crate::runtime::effect::{Effect, EffectCall};
 use crate::runtime::history::{History, NonDeterminism};
 
@@ -116,6 +116,9 @@ pub(crate) struct FlowState {
     /// Change ids `ctx.deprecate_patch` was called with in this run: `ctx.patched` cannot
     /// answer for them, since the marker it would record (or find) is the one deprecated.
     pub(super) deprecated_patches: BTreeSet<String>,
+    /// The live decision whose value the flow's code is making (unlocked), if any: no other
+    /// command may be issued meanwhile.
+    pub(super) deciding: Option<String>,
 }
 
 impl FlowState {
@@ -147,6 +150,7 @@ impl FlowState {
             child_starts: Vec::new(),
             patches: BTreeMap::new(),
             deprecated_patches: BTreeSet::new(),
+            deciding: None,
         }
     }
 

@@ -2,8 +2,8 @@
 
 use super::command::unknown_effect;
 use super::state::FlowState;
+use super::vocabulary::StepError;
 use crate::event::*;
-use crate::runtime::ctx::StepError;
 
 /// Why a verdict could not be applied.
 #[derive(Debug, Clone, PartialEq, Eq)]
