@@ -39,6 +39,7 @@ use std::thread::JoinHandle;
 use redb::{Database, ReadableDatabase, ReadableTable, ReadableTableMetadata, TableDefinition};
 use tokio::sync::oneshot;
 
+use super::claim::{ClaimTable, FirstAppend, NewClaim};
 use super::tail::{ExecutionTail, filter_code};
 use super::watch::{FeedWatch, HeadWatch};
 use super::{
@@ -177,6 +178,9 @@ struct Shared {
     watch: Arc<HeadWatch>,
     /// The next feed position, published after each commit.
     feed_head: Arc<FeedWatch>,
+    /// New ids claimed for their first append ([`EventStore::claim_new`]); the writer admits
+    /// first appends against it.
+    claims: Arc<ClaimTable>,
 }
 
 /// The database, opened for writing or read-only.
@@ -218,8 +222,16 @@ impl Drop for Shared {
 }
 
 enum WriteRequest {
-    Append(EncodedAppend),
+    Append(Append),
     Delete(DeleteRequest),
+    /// A claim was given back: first appends waiting for it may go ahead.
+    ClaimReleased,
+}
+
+/// An append, with the token of the claim it was made under (a claimed first append).
+struct Append {
+    encoded: EncodedAppend,
+    claim: Option<u64>,
 }
 
 struct DeleteRequest {
@@ -271,17 +283,27 @@ impl DiskStore {
         let db = Arc::new(db);
         let watch = Arc::new(HeadWatch::default());
         let feed_head = Arc::new(FeedWatch::new(feed_next));
+        let claims = Arc::new(ClaimTable::default());
         let (requests, writer) = if matches!(*db, Db::Write(_)) {
             let (sender, receiver) = mpsc::channel();
             let db = Arc::clone(&db);
             let watch = Arc::clone(&watch);
             let feed_head = Arc::clone(&feed_head);
+            let claims = Arc::clone(&claims);
             let max_batch_events = config.max_batch_events.max(1);
             let writer = std::thread::Builder::new()
                 .name("loom-store-writer".into())
                 .spawn(move || {
                     if let Db::Write(db) = &*db {
-                        write_loop(db, &receiver, &watch, &feed_head, max_batch_events);
+                        let writer = Writer {
+                            db,
+                            requests: &receiver,
+                            watch: &watch,
+                            feed_head: &feed_head,
+                            claims: &claims,
+                            max_batch_events,
+                        };
+                        writer.run();
                     }
                 })
                 .map_err(OpenError::Writer)?;
@@ -298,6 +320,7 @@ impl DiskStore {
                 writer: Mutex::new(writer),
                 watch,
                 feed_head,
+                claims,
             }),
         })
     }
@@ -306,6 +329,20 @@ impl DiskStore {
         let requests = self.shared.requests.lock().map_err(|_| ())?;
         let sender = requests.as_ref().ok_or(())?;
         sender.send(request).map_err(|_| ())
+    }
+
+    /// An append, claimed (`claim`: its token) or not, through the writer.
+    async fn append_as(
+        &self,
+        execution: &ExecutionId,
+        expected_seq: u64,
+        events: &[Event],
+        claim: Option<u64>,
+    ) -> Result<u64, AppendError> {
+        let (encoded, answer) = EncodedAppend::new(execution, expected_seq, events)?;
+        self.send(WriteRequest::Append(Append { encoded, claim }))
+            .map_err(|_| AppendError::Closed)?;
+        answer.await.map_err(|_| AppendError::Closed)?
     }
 
     /// The file this store writes.
@@ -602,71 +639,126 @@ fn panic_message(panic: &Box<dyn std::any::Any + Send>) -> String {
     format!("the storage engine failed on this file: {message}")
 }
 
-fn write_loop(
-    db: &Database,
-    requests: &mpsc::Receiver<WriteRequest>,
-    watch: &HeadWatch,
-    feed_head: &FeedWatch,
+/// The writer thread: every write transaction of the store.
+struct Writer<'a> {
+    db: &'a Database,
+    requests: &'a mpsc::Receiver<WriteRequest>,
+    watch: &'a HeadWatch,
+    feed_head: &'a FeedWatch,
+    claims: &'a ClaimTable,
     max_batch_events: usize,
-) {
-    // A deletion met while gathering a batch waits until that batch is committed: deletions
-    // commit on their own, so a batch of appends never waits for one.
-    let mut held_back = None;
-    loop {
-        let first = match held_back.take() {
-            Some(request) => request,
-            None => match requests.recv() {
-                Ok(request) => request,
-                Err(_) => return,
-            },
-        };
-        let first = match first {
-            WriteRequest::Append(append) => append,
-            WriteRequest::Delete(delete) => {
-                let outcome = catch_unwind(AssertUnwindSafe(|| {
-                    delete_ended(db, delete.ended_before_ms, delete.limit)
-                }))
-                .unwrap_or_else(|panic| Err(StorageError::msg(panic_message(&panic))));
-                let _ = delete.reply.send(outcome.map_err(|detail| {
-                    tracing::error!(%detail, "deleting ended executions failed");
-                    RetentionError::Storage { source: detail }
-                }));
-                continue;
+}
+
+impl Writer<'_> {
+    fn run(&self) {
+        // A deletion met while gathering a batch waits until that batch is committed: deletions
+        // commit on their own, so a batch of appends never waits for one.
+        let mut held_back = None;
+        // First appends of ids another caller claimed, until that claim is over.
+        let mut waiting: Vec<Append> = Vec::new();
+        loop {
+            let mut batch = Vec::new();
+            let mut events = 0;
+            for append in std::mem::take(&mut waiting) {
+                self.admit(append, &mut batch, &mut waiting, &mut events);
             }
-        };
-        let mut events = first.records.len();
-        let mut batch = vec![first];
-        while events < max_batch_events {
-            match requests.try_recv() {
-                Ok(WriteRequest::Append(request)) => {
-                    events += request.records.len();
-                    batch.push(request);
+            if batch.is_empty() {
+                let request = match held_back.take() {
+                    Some(request) => request,
+                    None => match self.requests.recv() {
+                        Ok(request) => request,
+                        Err(_) => return,
+                    },
+                };
+                match request {
+                    WriteRequest::Append(append) => {
+                        self.admit(append, &mut batch, &mut waiting, &mut events);
+                    }
+                    WriteRequest::Delete(delete) => {
+                        self.delete(delete);
+                        continue;
+                    }
+                    WriteRequest::ClaimReleased => continue,
                 }
-                Ok(delete @ WriteRequest::Delete(_)) => {
-                    held_back = Some(delete);
-                    break;
+                if batch.is_empty() {
+                    continue;
                 }
-                Err(_) => break,
+            }
+            while events < self.max_batch_events {
+                match self.requests.try_recv() {
+                    Ok(WriteRequest::Append(append)) => {
+                        self.admit(append, &mut batch, &mut waiting, &mut events);
+                    }
+                    Ok(delete @ WriteRequest::Delete(_)) => {
+                        held_back = Some(delete);
+                        break;
+                    }
+                    Ok(WriteRequest::ClaimReleased) => {}
+                    Err(_) => break,
+                }
+            }
+            self.commit(batch, events);
+        }
+    }
+
+    /// Puts `append` in the batch, unless it is the first append of an id another caller
+    /// holds (a claim, or an unclaimed first append earlier in this batch): it then waits.
+    fn admit(
+        &self,
+        append: Append,
+        batch: &mut Vec<Append>,
+        waiting: &mut Vec<Append>,
+        events: &mut usize,
+    ) {
+        let first = append.encoded.expected_seq == 0;
+        if first && self.claims.admit(&append.encoded.execution, append.claim) == FirstAppend::Wait
+        {
+            waiting.push(append);
+            return;
+        }
+        *events += append.encoded.records.len();
+        batch.push(append);
+    }
+
+    fn delete(&self, delete: DeleteRequest) {
+        let outcome = catch_unwind(AssertUnwindSafe(|| {
+            delete_ended(self.db, delete.ended_before_ms, delete.limit)
+        }))
+        .unwrap_or_else(|panic| Err(StorageError::msg(panic_message(&panic))));
+        let _ = delete.reply.send(outcome.map_err(|detail| {
+            tracing::error!(%detail, "deleting ended executions failed");
+            RetentionError::Storage { source: detail }
+        }));
+    }
+
+    fn commit(&self, batch: Vec<Append>, events: usize) {
+        let _span = tracing::debug_span!("group_commit", requests = batch.len(), events).entered();
+        let outcome = catch_unwind(AssertUnwindSafe(|| commit_batch(self.db, &batch)))
+            .unwrap_or_else(|panic| Err(StorageError::msg(panic_message(&panic))));
+        // The first appends of the batch are over, committed or not: their ids are free again
+        // (a committed log fences later first appends by its head).
+        for append in &batch {
+            if append.encoded.expected_seq == 0 {
+                self.claims.settle(&append.encoded.execution);
             }
         }
-        let _span = tracing::debug_span!("group_commit", requests = batch.len(), events).entered();
-        let outcome = catch_unwind(AssertUnwindSafe(|| commit_batch(db, &batch)))
-            .unwrap_or_else(|panic| Err(StorageError::msg(panic_message(&panic))));
         match outcome {
             Ok((heads, feed_next)) => {
                 // The batch's one line at debug (README, "Logs"): the span alone prints nothing.
                 tracing::debug!("group committed");
-                feed_head.publish(feed_next);
-                for (request, head) in batch.into_iter().zip(heads) {
+                self.feed_head.publish(feed_next);
+                for (append, head) in batch.into_iter().zip(heads) {
+                    let request = append.encoded;
                     if let Ok(head) = head {
-                        watch.publish(&request.execution, head);
+                        self.watch.publish(&request.execution, head);
                     }
                     let _ = request.reply.send(head);
                 }
             }
             Err(detail) => {
                 tracing::error!(%detail, "group commit failed");
-                for request in batch {
+                for append in batch {
+                    let request = append.encoded;
                     let _ = request.reply.send(Err(AppendError::Storage {
                         execution: request.execution,
                         source: detail.clone(),
@@ -746,7 +838,7 @@ impl<'txn> WriteTables<'txn> {
 /// outcome and the next feed position.
 fn commit_batch(
     db: &Database,
-    batch: &[EncodedAppend],
+    batch: &[Append],
 ) -> Result<(Vec<Result<u64, AppendError>>, u64), StorageError> {
     let txn = db.begin_write().map_err(StorageError::new)?;
     let outcomes = {
@@ -757,7 +849,7 @@ fn commit_batch(
             .map_err(StorageError::new)?
             .map_or(0, |v| v.value());
         let mut outcomes = Vec::with_capacity(batch.len());
-        for request in batch {
+        for request in batch.iter().map(|append| &append.encoded) {
             let id = request.execution.as_str();
             let actual_seq = tables
                 .heads
@@ -966,10 +1058,37 @@ impl EventStore for DiskStore {
         expected_seq: u64,
         events: &[Event],
     ) -> Result<u64, AppendError> {
-        let (request, answer) = EncodedAppend::new(execution, expected_seq, events)?;
-        self.send(WriteRequest::Append(request))
-            .map_err(|_| AppendError::Closed)?;
-        answer.await.map_err(|_| AppendError::Closed)?
+        self.append_as(execution, expected_seq, events, None).await
+    }
+
+    async fn claim_new(&self, execution: &ExecutionId) -> Result<Option<NewClaim>, ReadError> {
+        if !matches!(*self.shared.db, Db::Write(_)) {
+            return Ok(None);
+        }
+        let Some(token) = self.shared.claims.try_claim(execution) else {
+            return Ok(None);
+        };
+        let claim = NewClaim::new(execution.clone(), token, {
+            let store = self.clone();
+            let id = execution.clone();
+            move || {
+                if store.shared.claims.release(&id, token) {
+                    // A first append of the id by someone else may be waiting for this claim.
+                    let _ = store.send(WriteRequest::ClaimReleased);
+                }
+            }
+        });
+        // Read once the id is held: a first append the writer admitted before is committed
+        // (or failed) by the time the claim is granted, and none is admitted after.
+        if self.head(execution).await? > 0 {
+            return Ok(None);
+        }
+        Ok(Some(claim))
+    }
+
+    async fn append_claimed(&self, claim: &NewClaim, events: &[Event]) -> Result<u64, AppendError> {
+        self.append_as(claim.execution(), 0, events, Some(claim.token()))
+            .await
     }
 
     async fn read(
