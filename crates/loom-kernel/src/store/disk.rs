@@ -40,6 +40,7 @@ use redb::{Database, ReadableDatabase, ReadableTable, ReadableTableMetadata, Tab
 use tokio::sync::oneshot;
 
 use super::claim::{ClaimTable, FirstAppend, NewClaim};
+use super::journal::{self, Journal};
 use super::tail::{ExecutionTail, filter_code};
 use super::watch::{FeedWatch, HeadWatch};
 use super::{
@@ -69,10 +70,16 @@ const PURGED: TableDefinition<&str, u64> = TableDefinition::new("purged");
 /// The meta key of the next feed position.
 const FEED_NEXT: &str = "feed_next";
 
-/// The layout version of the file. A file with another one is refused on open, except a
-/// file of version 1, which is brought to this one (its index and feed built) when opened
-/// for writing.
-pub(super) const STORE_FORMAT: u64 = 2;
+/// The meta keys of where the tables stand in the journal: its generation, and the offset
+/// just past the last record they hold.
+const JOURNAL_GENERATION: &str = "journal_generation";
+const JOURNAL_END: &str = "journal_end";
+
+/// The layout version of the file: 3, the tables of layout 2 with a journal in front
+/// (LD-027). A file with another one is refused on open, except files of versions 1 and 2,
+/// which are brought to this one when opened for writing (version 2 is also read as it is,
+/// read-only).
+pub(super) const STORE_FORMAT: u64 = 3;
 
 /// Settings of a [`DiskStore`].
 #[derive(Debug, Clone)]
@@ -151,6 +158,17 @@ pub enum OpenError {
     EmptyFile {
         /// The file concerned.
         path: PathBuf,
+    },
+    /// The store's journal holds commits its tables lack (the store was not closed cleanly),
+    /// and a read-only open cannot apply them.
+    #[error(
+        "store file {path} was not closed cleanly: its journal holds {commits} commits not yet in its tables; open it for writing once (any program that opens the store, e.g. `loom --store {path} executions`) to apply them"
+    )]
+    JournalPending {
+        /// The file concerned.
+        path: PathBuf,
+        /// How many journaled commits wait.
+        commits: usize,
     },
     /// A file of an older layout cannot be brought up to date when opened read-only.
     #[error(
@@ -250,7 +268,7 @@ impl DiskStore {
     /// [`DiskStore::open`] with settings.
     pub fn open_with(path: impl AsRef<Path>, config: DiskStoreConfig) -> Result<Self, OpenError> {
         let path = path.as_ref().to_path_buf();
-        check_not_empty(&path, false)?;
+        check_not_empty(&path, false, true)?;
         Self::start(path, &config, Mode::CreateOrOpen)
     }
 
@@ -261,7 +279,7 @@ impl DiskStore {
         config: DiskStoreConfig,
     ) -> Result<Self, OpenError> {
         let path = path.as_ref().to_path_buf();
-        check_not_empty(&path, true)?;
+        check_not_empty(&path, true, true)?;
         Self::start(path, &config, Mode::OpenExisting)
     }
 
@@ -274,12 +292,12 @@ impl DiskStore {
         config: DiskStoreConfig,
     ) -> Result<Self, OpenError> {
         let path = path.as_ref().to_path_buf();
-        check_not_empty(&path, true)?;
+        check_not_empty(&path, true, false)?;
         Self::start(path, &config, Mode::ReadOnly)
     }
 
     fn start(path: PathBuf, config: &DiskStoreConfig, mode: Mode) -> Result<Self, OpenError> {
-        let (db, feed_next) = open_database(&path, config, mode)?;
+        let (db, feed_next, journal) = open_database(&path, config, mode)?;
         let db = Arc::new(db);
         let watch = Arc::new(HeadWatch::default());
         let feed_head = Arc::new(FeedWatch::new(feed_next));
@@ -290,18 +308,25 @@ impl DiskStore {
             let watch = Arc::clone(&watch);
             let feed_head = Arc::clone(&feed_head);
             let claims = Arc::clone(&claims);
+            let journal = journal.ok_or_else(|| OpenError::Corrupt {
+                path: path.clone(),
+                detail: "no journal was opened for writing".into(),
+            })?;
             let max_batch_events = config.max_batch_events.max(1);
             let writer = std::thread::Builder::new()
                 .name("loom-store-writer".into())
                 .spawn(move || {
                     if let Db::Write(db) = &*db {
-                        let writer = Writer {
+                        let mut writer = Writer {
                             db,
                             requests: &receiver,
                             watch: &watch,
                             feed_head: &feed_head,
                             claims: &claims,
                             max_batch_events,
+                            journal,
+                            since_checkpoint: 0,
+                            poisoned: None,
                         };
                         writer.run();
                     }
@@ -401,12 +426,26 @@ enum Mode {
 }
 
 /// Refuses a 0-byte file (redb would take it for a new database), and a missing one when
-/// `must_exist`.
-fn check_not_empty(path: &Path, must_exist: bool) -> Result<(), OpenError> {
+/// `must_exist`. A 0-byte file beside a journal of no commit is what a crash during the
+/// store's very first creation leaves (the journal is written first): opened for writing, it
+/// is a new store.
+fn check_not_empty(path: &Path, must_exist: bool, writing: bool) -> Result<(), OpenError> {
     match std::fs::metadata(path) {
-        Ok(meta) if meta.is_file() && meta.len() == 0 => Err(OpenError::EmptyFile {
-            path: path.to_path_buf(),
-        }),
+        Ok(meta) if meta.is_file() && meta.len() == 0 => {
+            let interrupted_creation = writing
+                && journal::scan(&journal::journal_path(path), journal::HEADER_LEN)
+                    .ok()
+                    .flatten()
+                    .is_some_and(|journal| journal.records.is_empty() && journal.generation == 1);
+            if interrupted_creation {
+                tracing::info!(path = %path.display(), "an empty store file left by an interrupted creation opens as new");
+                Ok(())
+            } else {
+                Err(OpenError::EmptyFile {
+                    path: path.to_path_buf(),
+                })
+            }
+        }
         Ok(_) => Ok(()),
         Err(err) if err.kind() == std::io::ErrorKind::NotFound => {
             if must_exist {
@@ -424,16 +463,24 @@ fn check_not_empty(path: &Path, must_exist: bool) -> Result<(), OpenError> {
     }
 }
 
-/// Opens the database and returns it with the next feed position.
+/// Opens the database and returns it with the next feed position and, opened for writing,
+/// its journal (every journaled commit the tables lacked applied, and a new generation
+/// begun).
 fn open_database(
     path: &Path,
     config: &DiskStoreConfig,
     mode: Mode,
-) -> Result<(Db, u64), OpenError> {
+) -> Result<(Db, u64, Option<Journal>), OpenError> {
     let corrupt = |detail: String| OpenError::Corrupt {
         path: path.to_path_buf(),
         detail,
     };
+    let journal_path = journal::journal_path(path);
+    if mode == Mode::CreateOrOpen && !path.exists() {
+        // The journal first: a store file that a crash leaves empty during its creation is
+        // then known for what it is (beside an empty journal) and opened as new.
+        Journal::create(&journal_path, 1).map_err(|error| journal_open_error(path, error))?;
+    }
     let mut builder = Database::builder();
     builder
         .set_cache_size(config.cache_size_bytes)
@@ -473,13 +520,31 @@ fn open_database(
         Mode::ReadOnly => guarded(&mut || builder.open_read_only(path).map(Db::Read))?,
     };
     let found = catch_unwind(AssertUnwindSafe(|| match &db {
-        Db::Write(db) => init_tables(db),
+        Db::Write(db) => init_tables(db, &journal_path),
         Db::Read(db) => read_layout(db),
     }))
     .map_err(|panic| corrupt(panic_message(&panic)))?
     .map_err(|error| corrupt(error.to_string()))?;
     match found {
-        Layout::Current { feed_next } => Ok((db, feed_next)),
+        Layout::Current {
+            feed_next,
+            journal: position,
+        } => match &db {
+            Db::Write(database) => {
+                let recovered = catch_unwind(AssertUnwindSafe(|| {
+                    recover_journal(database, path, &journal_path, position, feed_next)
+                }))
+                .map_err(|panic| corrupt(panic_message(&panic)))??;
+                let (journal, feed_next) = recovered;
+                Ok((db, feed_next, Some(journal)))
+            }
+            Db::Read(_) => {
+                if let Some(position) = position {
+                    check_nothing_pending(path, &journal_path, position)?;
+                }
+                Ok((db, feed_next, None))
+            }
+        },
         Layout::Other(found) if found == 1 && mode == Mode::ReadOnly => {
             Err(OpenError::NeedsUpgrade {
                 path: path.to_path_buf(),
@@ -493,68 +558,273 @@ fn open_database(
     }
 }
 
+fn journal_open_error(path: &Path, error: journal::JournalError) -> OpenError {
+    match error {
+        journal::JournalError::Io { path: _, source } => OpenError::Io {
+            path: journal::journal_path(path),
+            source,
+        },
+        corrupt @ journal::JournalError::Corrupt { .. } => OpenError::Corrupt {
+            path: path.to_path_buf(),
+            detail: corrupt.to_string(),
+        },
+    }
+}
+
+/// Where the tables stand in the journal: its generation and the offset just past the last
+/// record they hold.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct JournalPosition {
+    generation: u64,
+    end: u64,
+}
+
+/// The records the tables lack: those of the tables' generation past their offset, or every
+/// record of the next generation (a checkpoint began it after making the tables durable).
+fn pending_records(
+    store: &Path,
+    journal_path: &Path,
+    position: JournalPosition,
+) -> Result<journal::Scanned, OpenError> {
+    let corrupt = |detail: String| OpenError::Corrupt {
+        path: store.to_path_buf(),
+        detail,
+    };
+    let from = |start: u64| {
+        journal::scan(journal_path, start)
+            .map_err(|error| journal_open_error(store, error))?
+            .ok_or_else(|| {
+                corrupt(format!(
+                    "its journal {} is missing; the commits it held cannot be recovered without it",
+                    journal_path.display()
+                ))
+            })
+    };
+    let scanned = from(journal::HEADER_LEN)?;
+    if scanned.generation == position.generation {
+        from(position.end)
+    } else if scanned.generation == position.generation + 1 {
+        Ok(scanned)
+    } else {
+        Err(corrupt(format!(
+            "its journal {} is of generation {}, but the store's tables follow generation {}: not this store's journal",
+            journal_path.display(),
+            scanned.generation,
+            position.generation
+        )))
+    }
+}
+
+/// Refuses a read-only open of a store whose journal holds commits its tables lack (it was
+/// not closed cleanly): applying them takes an open for writing.
+fn check_nothing_pending(
+    store: &Path,
+    journal_path: &Path,
+    position: JournalPosition,
+) -> Result<(), OpenError> {
+    let pending = pending_records(store, journal_path, position)?;
+    if pending.records.is_empty() {
+        Ok(())
+    } else {
+        Err(OpenError::JournalPending {
+            path: store.to_path_buf(),
+            commits: pending.records.len(),
+        })
+    }
+}
+
+/// Applies the journaled commits the tables lack, makes the tables durable, and begins a new
+/// journal generation. Returns the journal and the next feed position.
+fn recover_journal(
+    db: &Database,
+    store: &Path,
+    journal_path: &Path,
+    position: Option<JournalPosition>,
+    feed_next: u64,
+) -> Result<(Journal, u64), OpenError> {
+    let corrupt = |detail: String| OpenError::Corrupt {
+        path: store.to_path_buf(),
+        detail,
+    };
+    let position =
+        position.ok_or_else(|| corrupt("the store records no journal position".into()))?;
+    let pending = pending_records(store, journal_path, position)?;
+    if pending.torn > 0 {
+        tracing::warn!(
+            journal = %journal_path.display(),
+            bytes = pending.torn,
+            at = pending.end,
+            "the journal ends with an incomplete commit record (a crash during its write); it is cut"
+        );
+    }
+    let storage = |error: StorageError| corrupt(error.to_string());
+    let txn = db.begin_write().map_err(|e| corrupt(e.to_string()))?;
+    let mut feed = feed_next;
+    {
+        let mut tables = WriteTables::open(&txn).map_err(storage)?;
+        for (index, (payload, _)) in pending.records.iter().enumerate() {
+            let appends = journal::read_payload(payload).ok_or_else(|| {
+                corrupt(format!(
+                    "journal record {index} past the tables' position does not decode"
+                ))
+            })?;
+            for append in appends {
+                let execution = ExecutionId::from_stored(append.execution)
+                    .map_err(|e| corrupt(e.to_string()))?;
+                let mut changes = Vec::with_capacity(append.records.len());
+                for (seq, record) in (append.expected_seq..).zip(&append.records) {
+                    let envelope = decode_record(&execution, seq, record).map_err(|e| {
+                        corrupt(format!("journaled event {seq} of {execution}: {e}"))
+                    })?;
+                    changes.push(super::TailChange::of(&envelope.event));
+                }
+                let outcome = tables
+                    .apply(
+                        &execution,
+                        append.expected_seq,
+                        &append.records,
+                        &changes,
+                        append.recorded_at_ms,
+                        &mut feed,
+                    )
+                    .map_err(storage)?;
+                if let Err(refused) = outcome {
+                    return Err(corrupt(format!(
+                        "a journaled commit does not follow the tables: {refused}"
+                    )));
+                }
+            }
+        }
+        tables
+            .set_position(feed, pending.generation, pending.end)
+            .map_err(storage)?;
+    }
+    txn.commit().map_err(|e| corrupt(e.to_string()))?;
+    if !pending.records.is_empty() {
+        tracing::info!(
+            commits = pending.records.len(),
+            "journaled commits applied to the store's tables"
+        );
+    }
+    let journal = Journal::create(journal_path, pending.generation + 1)
+        .map_err(|error| journal_open_error(store, error))?;
+    Ok((journal, feed))
+}
+
 /// What [`init_tables`] or [`read_layout`] found.
 enum Layout {
-    /// The current layout, with the next feed position.
-    Current { feed_next: u64 },
+    /// A layout this build reads, with the next feed position and, in the journaled layout,
+    /// where its tables stand in the journal.
+    Current {
+        feed_next: u64,
+        journal: Option<JournalPosition>,
+    },
     /// Another layout version, left as it is.
     Other(u64),
 }
 
-/// Creates the tables of a new file, brings a version 1 file to the current layout, and says
-/// what the file now is.
-fn init_tables(db: &Database) -> Result<Layout, StorageError> {
+fn journal_position(
+    meta: &impl ReadableTable<&'static str, u64>,
+) -> Result<Option<JournalPosition>, StorageError> {
+    let get = |key: &str| -> Result<Option<u64>, StorageError> {
+        Ok(meta.get(key).map_err(StorageError::new)?.map(|v| v.value()))
+    };
+    Ok(match (get(JOURNAL_GENERATION)?, get(JOURNAL_END)?) {
+        (Some(generation), Some(end)) => Some(JournalPosition { generation, end }),
+        _ => None,
+    })
+}
+
+/// Creates the tables of a new file, brings a file of an older layout to the current one
+/// (its journal begun before the new version is committed), and says what the file now is.
+fn init_tables(db: &Database, journal_path: &Path) -> Result<Layout, StorageError> {
     let txn = db.begin_write().map_err(StorageError::new)?;
     let layout = {
         txn.open_table(EVENTS).map_err(StorageError::new)?;
         txn.open_table(HEADS).map_err(StorageError::new)?;
-        let mut meta = txn.open_table(META).map_err(StorageError::new)?;
-        let existing = meta
-            .get("format")
-            .map_err(StorageError::new)?
-            .map(|v| v.value());
-        match existing {
+        let (existing, stored_feed_next, journal) = {
+            let meta = txn.open_table(META).map_err(StorageError::new)?;
+            let existing = meta
+                .get("format")
+                .map_err(StorageError::new)?
+                .map(|v| v.value());
+            let feed_next = meta
+                .get(FEED_NEXT)
+                .map_err(StorageError::new)?
+                .map_or(0, |v| v.value());
+            (existing, feed_next, journal_position(&meta)?)
+        };
+        let feed_next = match existing {
             Some(STORE_FORMAT) => {
-                let feed_next = meta
-                    .get(FEED_NEXT)
-                    .map_err(StorageError::new)?
-                    .map_or(0, |v| v.value());
-                Layout::Current { feed_next }
+                txn.abort().map_err(StorageError::new)?;
+                return Ok(Layout::Current {
+                    feed_next: stored_feed_next,
+                    journal,
+                });
             }
             Some(1) => {
-                drop(meta);
                 let feed_next = upgrade_from_1(&txn)?;
-                let mut meta = txn.open_table(META).map_err(StorageError::new)?;
-                meta.insert("format", STORE_FORMAT)
-                    .map_err(StorageError::new)?;
-                meta.insert(FEED_NEXT, feed_next)
-                    .map_err(StorageError::new)?;
                 tracing::info!(feed_next, "store file brought from layout 1 to 2");
-                Layout::Current { feed_next }
+                Some(feed_next)
             }
-            Some(other) => Layout::Other(other),
-            None => {
-                meta.insert("format", STORE_FORMAT)
-                    .map_err(StorageError::new)?;
-                meta.insert(FEED_NEXT, 0).map_err(StorageError::new)?;
-                Layout::Current { feed_next: 0 }
+            Some(2) => Some(stored_feed_next),
+            Some(other) => {
+                txn.abort().map_err(StorageError::new)?;
+                return Ok(Layout::Other(other));
             }
+            None => Some(0),
+        };
+        let feed_next = feed_next.unwrap_or_default();
+        begin_journal(journal_path)?;
+        let mut meta = txn.open_table(META).map_err(StorageError::new)?;
+        meta.insert("format", STORE_FORMAT)
+            .map_err(StorageError::new)?;
+        meta.insert(FEED_NEXT, feed_next)
+            .map_err(StorageError::new)?;
+        meta.insert(JOURNAL_GENERATION, 1)
+            .map_err(StorageError::new)?;
+        meta.insert(JOURNAL_END, journal::HEADER_LEN)
+            .map_err(StorageError::new)?;
+        if existing.is_some() {
+            tracing::info!(from = ?existing, "store file brought to layout {STORE_FORMAT} (journaled commits)");
+        }
+        Layout::Current {
+            feed_next,
+            journal: Some(JournalPosition {
+                generation: 1,
+                end: journal::HEADER_LEN,
+            }),
         }
     };
-    if let Layout::Current { .. } = layout {
-        txn.open_table(TAILS).map_err(StorageError::new)?;
-        txn.open_table(BY_STATUS).map_err(StorageError::new)?;
-        txn.open_table(ENDED).map_err(StorageError::new)?;
-        txn.open_table(FEED).map_err(StorageError::new)?;
-        txn.open_table(PURGED).map_err(StorageError::new)?;
-        txn.commit().map_err(StorageError::new)?;
-    } else {
-        txn.abort().map_err(StorageError::new)?;
-    }
+    txn.open_table(TAILS).map_err(StorageError::new)?;
+    txn.open_table(BY_STATUS).map_err(StorageError::new)?;
+    txn.open_table(ENDED).map_err(StorageError::new)?;
+    txn.open_table(FEED).map_err(StorageError::new)?;
+    txn.open_table(PURGED).map_err(StorageError::new)?;
+    txn.commit().map_err(StorageError::new)?;
     Ok(layout)
 }
 
-/// The layout of a file opened read-only, changing nothing.
+/// Writes the first journal (generation 1) of a store that has none yet: a new store, or one
+/// of an older layout. A journal already there must hold no commit (one left by a creation
+/// that a crash interrupted): commits in it would belong to no tables.
+fn begin_journal(journal_path: &Path) -> Result<(), StorageError> {
+    if let Some(existing) =
+        journal::scan(journal_path, journal::HEADER_LEN).map_err(StorageError::new)?
+        && !existing.records.is_empty()
+    {
+        return Err(StorageError::msg(format!(
+            "the journal {} holds {} commits, but the store's tables never used a journal: not this store's journal",
+            journal_path.display(),
+            existing.records.len()
+        )));
+    }
+    Journal::create(journal_path, 1).map_err(StorageError::new)?;
+    Ok(())
+}
+
+/// The layout of a file opened read-only, changing nothing. Layout 2 (before the journal)
+/// reads as it is.
 fn read_layout(db: &redb::ReadOnlyDatabase) -> Result<Layout, StorageError> {
     let txn = db.begin_read().map_err(StorageError::new)?;
     let meta = txn.open_table(META).map_err(StorageError::new)?;
@@ -562,12 +832,23 @@ fn read_layout(db: &redb::ReadOnlyDatabase) -> Result<Layout, StorageError> {
         .get("format")
         .map_err(StorageError::new)?
         .map(|v| v.value());
+    let feed_next = || -> Result<u64, StorageError> {
+        Ok(meta
+            .get(FEED_NEXT)
+            .map_err(StorageError::new)?
+            .map_or(0, |v| v.value()))
+    };
     match format {
         Some(STORE_FORMAT) => Ok(Layout::Current {
-            feed_next: meta
-                .get(FEED_NEXT)
-                .map_err(StorageError::new)?
-                .map_or(0, |v| v.value()),
+            feed_next: feed_next()?,
+            journal: Some(
+                journal_position(&meta)?
+                    .ok_or_else(|| StorageError::msg("the store records no journal position"))?,
+            ),
+        }),
+        Some(2) => Ok(Layout::Current {
+            feed_next: feed_next()?,
+            journal: None,
         }),
         Some(other) => Ok(Layout::Other(other)),
         None => Err(StorageError::msg(
@@ -647,10 +928,22 @@ struct Writer<'a> {
     feed_head: &'a FeedWatch,
     claims: &'a ClaimTable,
     max_batch_events: usize,
+    journal: Journal,
+    /// Journaled commits since the last checkpoint.
+    since_checkpoint: u64,
+    /// Set when the journal and the tables may disagree (a failed journal write, or a commit
+    /// that failed after its journal record was durable): every later write fails with it,
+    /// and the next open brings the tables up to the journal.
+    poisoned: Option<StorageError>,
 }
 
+/// A checkpoint is taken once the journal holds this many bytes...
+const CHECKPOINT_BYTES: u64 = 16 << 20;
+/// ...or this many commits: it bounds what an open replays and what redb keeps in memory.
+const CHECKPOINT_COMMITS: u64 = 8192;
+
 impl Writer<'_> {
-    fn run(&self) {
+    fn run(&mut self) {
         // A deletion met while gathering a batch waits until that batch is committed: deletions
         // commit on their own, so a batch of appends never waits for one.
         let mut held_back = None;
@@ -667,7 +960,10 @@ impl Writer<'_> {
                     Some(request) => request,
                     None => match self.requests.recv() {
                         Ok(request) => request,
-                        Err(_) => return,
+                        Err(_) => {
+                            self.close();
+                            return;
+                        }
                     },
                 };
                 match request {
@@ -720,21 +1016,79 @@ impl Writer<'_> {
         batch.push(append);
     }
 
-    fn delete(&self, delete: DeleteRequest) {
-        let outcome = catch_unwind(AssertUnwindSafe(|| {
-            delete_ended(self.db, delete.ended_before_ms, delete.limit)
-        }))
-        .unwrap_or_else(|panic| Err(StorageError::msg(panic_message(&panic))));
+    /// The store is closed: a last checkpoint, so that the journal holds nothing the tables
+    /// lack (a read-only open then needs no replay).
+    fn close(&mut self) {
+        if self.poisoned.is_none()
+            && self.since_checkpoint > 0
+            && let Err(detail) = checkpoint(self.db, &mut self.journal)
+        {
+            tracing::warn!(%detail, "the closing checkpoint failed; the next open replays the journal");
+        }
+    }
+
+    fn take_checkpoint(&mut self) {
+        let _span =
+            tracing::debug_span!("checkpoint", journal_bytes = self.journal.end()).entered();
+        match checkpoint(self.db, &mut self.journal) {
+            Ok(()) => self.since_checkpoint = 0,
+            Err(detail) => {
+                tracing::error!(%detail, "checkpoint failed; the store stops writing");
+                self.poisoned = Some(StorageError::msg(format!(
+                    "the store stopped writing after a failed checkpoint ({detail}); open it again to recover"
+                )));
+            }
+        }
+    }
+
+    fn delete(&mut self, delete: DeleteRequest) {
+        let outcome = match &self.poisoned {
+            Some(poisoned) => Err(poisoned.clone()),
+            None => catch_unwind(AssertUnwindSafe(|| {
+                delete_ended(self.db, &self.journal, delete.ended_before_ms, delete.limit)
+            }))
+            .unwrap_or_else(|panic| Err(StorageError::msg(panic_message(&panic)))),
+        };
+        if outcome.is_ok() {
+            // That commit was durable: the journal up to here is covered.
+            self.since_checkpoint = 0;
+        }
         let _ = delete.reply.send(outcome.map_err(|detail| {
             tracing::error!(%detail, "deleting ended executions failed");
             RetentionError::Storage { source: detail }
         }));
     }
 
-    fn commit(&self, batch: Vec<Append>, events: usize) {
+    fn commit(&mut self, batch: Vec<Append>, events: usize) {
         let _span = tracing::debug_span!("group_commit", requests = batch.len(), events).entered();
-        let outcome = catch_unwind(AssertUnwindSafe(|| commit_batch(self.db, &batch)))
-            .unwrap_or_else(|panic| Err(StorageError::msg(panic_message(&panic))));
+        let outcome = match &self.poisoned {
+            Some(poisoned) => Err(poisoned.clone()),
+            None => {
+                let (db, journal) = (self.db, &mut self.journal);
+                catch_unwind(AssertUnwindSafe(|| commit_batch(db, journal, &batch)))
+                    .unwrap_or_else(|panic| {
+                        // Where it panicked is unknown: past the journal write, perhaps.
+                        Err(CommitError::After(StorageError::msg(panic_message(&panic))))
+                    })
+                    .map_err(|error| match error {
+                        CommitError::Before(detail) => detail,
+                        CommitError::Journal(detail) | CommitError::After(detail) => {
+                            let poisoned = StorageError::msg(format!(
+                                "the store stopped writing after a failed commit ({detail}); open it again to recover"
+                            ));
+                            self.poisoned = Some(poisoned);
+                            detail
+                        }
+                    })
+            }
+        };
+        if outcome.is_ok() {
+            self.since_checkpoint += 1;
+            if self.journal.end() >= CHECKPOINT_BYTES || self.since_checkpoint >= CHECKPOINT_COMMITS
+            {
+                self.take_checkpoint();
+            }
+        }
         // The first appends of the batch are over, committed or not: their ids are free again
         // (a committed log fences later first appends by its head).
         for append in &batch {
@@ -777,11 +1131,13 @@ struct WriteTables<'txn> {
     by_status: redb::Table<'txn, (u8, &'static str), ()>,
     ended: redb::Table<'txn, (u64, &'static str), ()>,
     feed: redb::Table<'txn, u64, (&'static str, u64)>,
+    meta: redb::Table<'txn, &'static str, u64>,
 }
 
 impl<'txn> WriteTables<'txn> {
     fn open(txn: &'txn redb::WriteTransaction) -> Result<Self, StorageError> {
         Ok(Self {
+            meta: txn.open_table(META).map_err(StorageError::new)?,
             events: txn.open_table(EVENTS).map_err(StorageError::new)?,
             heads: txn.open_table(HEADS).map_err(StorageError::new)?,
             tails: txn.open_table(TAILS).map_err(StorageError::new)?,
@@ -789,6 +1145,81 @@ impl<'txn> WriteTables<'txn> {
             ended: txn.open_table(ENDED).map_err(StorageError::new)?,
             feed: txn.open_table(FEED).map_err(StorageError::new)?,
         })
+    }
+
+    fn feed_next(&self) -> Result<u64, StorageError> {
+        Ok(self
+            .meta
+            .get(FEED_NEXT)
+            .map_err(StorageError::new)?
+            .map_or(0, |v| v.value()))
+    }
+
+    /// Records the next feed position and the journal offset the tables now cover.
+    fn set_position(
+        &mut self,
+        feed_next: u64,
+        generation: u64,
+        journal_end: u64,
+    ) -> Result<(), StorageError> {
+        self.meta
+            .insert(FEED_NEXT, feed_next)
+            .map_err(StorageError::new)?;
+        self.meta
+            .insert(JOURNAL_GENERATION, generation)
+            .map_err(StorageError::new)?;
+        self.meta
+            .insert(JOURNAL_END, journal_end)
+            .map_err(StorageError::new)?;
+        Ok(())
+    }
+
+    /// Appends `records` to `execution`'s log at `expected_seq`, with its tail, index entries
+    /// and feed positions (from `position` on), unless the log is elsewhere (a conflict) or
+    /// the tail refuses the batch: then nothing is written.
+    fn apply(
+        &mut self,
+        execution: &ExecutionId,
+        expected_seq: u64,
+        records: &[impl AsRef<[u8]>],
+        changes: &[super::TailChange],
+        recorded_at_ms: Option<u64>,
+        position: &mut u64,
+    ) -> Result<Result<u64, AppendError>, StorageError> {
+        let id = execution.as_str();
+        let actual_seq = self
+            .heads
+            .get(id)
+            .map_err(StorageError::new)?
+            .map_or(0, |v| v.value());
+        if actual_seq != expected_seq {
+            return Ok(Err(AppendError::Conflict {
+                execution: execution.clone(),
+                expected_seq,
+                actual_seq,
+            }));
+        }
+        let old_tail = self.tail(id)?;
+        let mut tail = old_tail.clone();
+        if let Err(refused) = tail.apply_changes(changes, recorded_at_ms) {
+            return Ok(Err(refused.into_append_error(execution, expected_seq)));
+        }
+        for (seq, record) in (expected_seq..).zip(records) {
+            self.events
+                .insert((id, seq), record.as_ref())
+                .map_err(StorageError::new)?;
+            self.feed
+                .insert(*position, (id, seq))
+                .map_err(StorageError::new)?;
+            *position += 1;
+        }
+        let head = expected_seq + records.len() as u64;
+        self.heads.insert(id, head).map_err(StorageError::new)?;
+        self.tails
+            .insert(id, tail.encode().as_slice())
+            .map_err(StorageError::new)?;
+        self.refile(id, &old_tail, &tail)?;
+        Ok(Ok(head))
     }
 
     fn tail(&self, id: &str) -> Result<ExecutionTail, StorageError> {
@@ -833,71 +1264,100 @@ impl<'txn> WriteTables<'txn> {
     }
 }
 
-/// Writes every request of the batch that neither conflicts nor breaks its log, with its
-/// tail, index entries and feed positions, in one durable transaction. Returns each request's
-/// outcome and the next feed position.
+/// Decides every request of the batch (a conflict or a refused batch takes no part), writes
+/// the accepted ones to the journal as one record made durable there, then applies them to the
+/// tables (tails, index entries, feed positions, the journal offset covered) in a commit that
+/// redb does not fsync. Returns each request's outcome and the next feed position. An error
+/// after the journal write leaves the journal ahead of the tables: the writer stops
+/// ([`Poisoned`]), and the next open applies the record.
 fn commit_batch(
     db: &Database,
+    journal: &mut Journal,
     batch: &[Append],
-) -> Result<(Vec<Result<u64, AppendError>>, u64), StorageError> {
-    let txn = db.begin_write().map_err(StorageError::new)?;
+) -> Result<(Vec<Result<u64, AppendError>>, u64), CommitError> {
+    let mut txn = db.begin_write().map_err(CommitError::before)?;
+    txn.set_durability(redb::Durability::None)
+        .map_err(CommitError::before)?;
+    let mut payload = Vec::new();
     let outcomes = {
-        let mut tables = WriteTables::open(&txn)?;
-        let mut meta = txn.open_table(META).map_err(StorageError::new)?;
-        let mut position = meta
-            .get(FEED_NEXT)
-            .map_err(StorageError::new)?
-            .map_or(0, |v| v.value());
+        let mut tables = WriteTables::open(&txn).map_err(CommitError::Before)?;
+        let mut position = tables.feed_next().map_err(CommitError::Before)?;
         let mut outcomes = Vec::with_capacity(batch.len());
         for request in batch.iter().map(|append| &append.encoded) {
-            let id = request.execution.as_str();
-            let actual_seq = tables
-                .heads
-                .get(id)
-                .map_err(StorageError::new)?
-                .map_or(0, |v| v.value());
-            if actual_seq != request.expected_seq {
-                outcomes.push(Err(AppendError::Conflict {
-                    execution: request.execution.clone(),
-                    expected_seq: request.expected_seq,
-                    actual_seq,
-                }));
-                continue;
+            let outcome = tables
+                .apply(
+                    &request.execution,
+                    request.expected_seq,
+                    &request.records,
+                    &request.changes,
+                    request.recorded_at_ms,
+                    &mut position,
+                )
+                .map_err(CommitError::Before)?;
+            if outcome.is_ok() {
+                journal::push_append(
+                    &mut payload,
+                    request.execution.as_str(),
+                    request.expected_seq,
+                    request.recorded_at_ms,
+                    &request.records,
+                );
             }
-            let old_tail = tables.tail(id)?;
-            let mut tail = old_tail.clone();
-            if let Err(refused) = tail.apply_changes(&request.changes, request.recorded_at_ms) {
-                outcomes.push(Err(
-                    refused.into_append_error(&request.execution, request.expected_seq)
-                ));
-                continue;
-            }
-            for (seq, record) in (request.expected_seq..).zip(&request.records) {
-                tables
-                    .events
-                    .insert((id, seq), record.as_slice())
-                    .map_err(StorageError::new)?;
-                tables
-                    .feed
-                    .insert(position, (id, seq))
-                    .map_err(StorageError::new)?;
-                position += 1;
-            }
-            let head = request.expected_seq + request.records.len() as u64;
-            tables.heads.insert(id, head).map_err(StorageError::new)?;
-            tables
-                .tails
-                .insert(id, tail.encode().as_slice())
-                .map_err(StorageError::new)?;
-            tables.refile(id, &old_tail, &tail)?;
-            outcomes.push(Ok(head));
+            outcomes.push(outcome);
         }
-        meta.insert(FEED_NEXT, position)
-            .map_err(StorageError::new)?;
+        if !payload.is_empty() {
+            let end = journal.end_after(payload.len());
+            tables
+                .set_position(position, journal.generation(), end)
+                .map_err(CommitError::Before)?;
+        }
         (outcomes, position)
     };
-    txn.commit().map_err(StorageError::new)?;
+    if payload.is_empty() {
+        // Nothing accepted: nothing to write.
+        txn.abort().map_err(CommitError::before)?;
+        return Ok(outcomes);
+    }
+    journal
+        .append(&payload)
+        .map_err(|error| CommitError::Journal(StorageError::new(error)))?;
+    txn.commit()
+        .map_err(|error| CommitError::After(StorageError::new(error)))?;
     Ok(outcomes)
+}
+
+/// Why a group commit failed, and whether its batch may be in the journal.
+#[derive(Debug)]
+enum CommitError {
+    /// Before the journal was written: nothing of the batch is stored.
+    Before(StorageError),
+    /// Writing the journal failed: its state on disk is unknown.
+    Journal(StorageError),
+    /// The batch is durable in the journal but the tables could not take it.
+    After(StorageError),
+}
+
+impl CommitError {
+    fn before(error: impl std::error::Error + Send + Sync + 'static) -> Self {
+        Self::Before(StorageError::new(error))
+    }
+}
+
+/// Makes every commit so far durable in the tables, recording the journal offset they cover,
+/// then starts the next journal generation: the old journal is no longer needed.
+fn checkpoint(db: &Database, journal: &mut Journal) -> Result<(), StorageError> {
+    let txn = db.begin_write().map_err(StorageError::new)?;
+    {
+        let mut meta = txn.open_table(META).map_err(StorageError::new)?;
+        meta.insert(JOURNAL_GENERATION, journal.generation())
+            .map_err(StorageError::new)?;
+        meta.insert(JOURNAL_END, journal.end())
+            .map_err(StorageError::new)?;
+    }
+    txn.commit().map_err(StorageError::new)?;
+    let path = journal.path().to_path_buf();
+    *journal = Journal::create(&path, journal.generation() + 1).map_err(StorageError::new)?;
+    Ok(())
 }
 
 /// Deletes up to `limit` executions that ended before `ended_before_ms`, whole, in one
@@ -905,9 +1365,12 @@ fn commit_batch(
 /// `purged`, a row older than the deletion whose (id, seq) a later log of the same id reuses.
 fn delete_ended(
     db: &Database,
+    journal: &Journal,
     ended_before_ms: u64,
     limit: usize,
 ) -> Result<Vec<ExecutionId>, StorageError> {
+    // A durable commit: it also makes every journaled commit before it durable in the tables,
+    // so it records the journal offset it covers.
     let txn = db.begin_write().map_err(StorageError::new)?;
     let deleted = {
         let mut tables = WriteTables::open(&txn)?;
@@ -922,12 +1385,8 @@ fn delete_ended(
             let id = key.value().1;
             doomed.push(ExecutionId::from_stored(id).map_err(StorageError::new)?);
         }
-        let feed_next = txn
-            .open_table(META)
-            .map_err(StorageError::new)?
-            .get(FEED_NEXT)
-            .map_err(StorageError::new)?
-            .map_or(0, |v| v.value());
+        let feed_next = tables.feed_next()?;
+        tables.set_position(feed_next, journal.generation(), journal.end())?;
         let mut purged = txn.open_table(PURGED).map_err(StorageError::new)?;
         for execution in &doomed {
             let id = execution.as_str();

@@ -37,6 +37,7 @@
 
 mod claim;
 mod disk;
+mod journal;
 mod memory;
 pub(crate) mod tail;
 mod watch;
