@@ -159,16 +159,16 @@ pub enum OpenError {
         /// The file concerned.
         path: PathBuf,
     },
-    /// The store's journal holds commits its tables lack (the store was not closed cleanly),
-    /// and a read-only open cannot apply them.
+    /// The store was not closed cleanly (its journal holds commits its tables lack, or its
+    /// tables need redb's repair), and a read-only open cannot recover it.
     #[error(
-        "store file {path} was not closed cleanly: its journal holds {commits} commits not yet in its tables; open it for writing once (any program that opens the store, e.g. `loom --store {path} executions`) to apply them"
+        "store file {path} was not closed cleanly ({detail}); open it for writing once (any program that opens the store for writing, e.g. `loom --store {path} executions`) to recover it"
     )]
-    JournalPending {
+    NotClosedCleanly {
         /// The file concerned.
         path: PathBuf,
-        /// How many journaled commits wait.
-        commits: usize,
+        /// What waits, in words.
+        detail: String,
     },
     /// A file of an older layout cannot be brought up to date when opened read-only.
     #[error(
@@ -489,6 +489,12 @@ fn open_database(
         redb::DatabaseError::DatabaseAlreadyOpen => OpenError::AlreadyOpen {
             path: path.to_path_buf(),
         },
+        redb::DatabaseError::RepairAborted if mode == Mode::ReadOnly => {
+            OpenError::NotClosedCleanly {
+                path: path.to_path_buf(),
+                detail: "its tables need repair".into(),
+            }
+        }
         redb::DatabaseError::Storage(redb::StorageError::Io(source))
             if source.kind() == std::io::ErrorKind::NotFound =>
         {
@@ -626,9 +632,12 @@ fn check_nothing_pending(
     if pending.records.is_empty() {
         Ok(())
     } else {
-        Err(OpenError::JournalPending {
+        Err(OpenError::NotClosedCleanly {
             path: store.to_path_buf(),
-            commits: pending.records.len(),
+            detail: format!(
+                "its journal holds {} commits not yet in its tables",
+                pending.records.len()
+            ),
         })
     }
 }
