@@ -389,14 +389,13 @@ impl DiskStore {
             let heads = txn.open_table(HEADS).map_err(ReadError::storage)?;
             ids.into_iter()
                 .map(|execution| {
-                    // The head is the length of the log: the index is sized once. Every record
-                    // is read all the same, whatever the head says.
-                    let len = heads
+                    // The head is the length of the log: the index is sized once, and every
+                    // seq below it must be read back where it belongs.
+                    let head = heads
                         .get(execution.as_str())
                         .map_err(ReadError::storage)?
                         .map_or(0, |head| head.value());
-                    let expected = usize::try_from(len).ok();
-                    let page = RawPage::fetch_from(&events, &execution, 0, usize::MAX, expected)?;
+                    let page = RawPage::fetch_from(&events, &execution, 0, usize::MAX, head)?;
                     Ok(StoredLog { execution, page })
                 })
                 .collect()
@@ -1464,7 +1463,12 @@ impl RawPage {
     fn fetch(db: &Db, execution: &ExecutionId, from: u64, limit: usize) -> Result<Self, ReadError> {
         let txn = db.begin_read().map_err(ReadError::storage)?;
         let events = txn.open_table(EVENTS).map_err(ReadError::storage)?;
-        Self::fetch_from(&events, execution, from, limit, None)
+        let heads = txn.open_table(HEADS).map_err(ReadError::storage)?;
+        let head = heads
+            .get(execution.as_str())
+            .map_err(ReadError::storage)?
+            .map_or(0, |head| head.value());
+        Self::fetch_from(&events, execution, from, limit, head)
     }
 
     fn fetch_from(
@@ -1472,8 +1476,15 @@ impl RawPage {
         execution: &ExecutionId,
         from: u64,
         limit: usize,
-        expected: Option<usize>,
+        head: u64,
     ) -> Result<Self, ReadError> {
+        // Every seq from `from` up to the head (or `limit` of them) is read, each where it
+        // belongs: a key damaged at rest shows as a missing or misplaced seq, and is reported
+        // instead of shortening the log.
+        let wanted = usize::try_from(head.saturating_sub(from))
+            .unwrap_or(usize::MAX)
+            .min(limit);
+        let expected = Some(wanted);
         let id = execution.as_str();
         let range = events
             .range((id, from)..=(id, u64::MAX))
@@ -1491,9 +1502,21 @@ impl RawPage {
                 let estimate = value.value().len().saturating_mul(expected);
                 page.bytes.reserve(estimate.min(1 << 20));
             }
+            let seq = key.value().1;
+            let due = from + page.records.len() as u64;
+            if seq != due || seq >= head {
+                return Err(damaged_log(execution, due, head));
+            }
             let start = page.bytes.len();
             page.bytes.extend_from_slice(value.value());
-            page.records.push((key.value().1, start..page.bytes.len()));
+            page.records.push((seq, start..page.bytes.len()));
+        }
+        if page.records.len() != wanted {
+            return Err(damaged_log(
+                execution,
+                from + page.records.len() as u64,
+                head,
+            ));
         }
         Ok(page)
     }
@@ -1507,6 +1530,15 @@ impl RawPage {
             events.push(decode_stored(execution, *seq, bytes)?);
         }
         Ok(events)
+    }
+}
+
+/// A log whose stored events do not run gapless up to its head: the file is damaged.
+fn damaged_log(execution: &ExecutionId, seq: u64, head: u64) -> ReadError {
+    ReadError::Storage {
+        source: StorageError::msg(format!(
+            "the store file is damaged: execution {execution} has no event at seq {seq} where its head is {head}"
+        )),
     }
 }
 
