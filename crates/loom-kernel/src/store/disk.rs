@@ -1484,22 +1484,27 @@ impl RawPage {
         let wanted = usize::try_from(head.saturating_sub(from))
             .unwrap_or(usize::MAX)
             .min(limit);
-        let expected = Some(wanted);
         let id = execution.as_str();
         let range = events
             .range((id, from)..=(id, u64::MAX))
             .map_err(ReadError::storage)?;
         let mut page = RawPage {
             bytes: Vec::new(),
-            records: Vec::with_capacity(expected.unwrap_or(limit).min(super::STREAM_PAGE)),
+            records: Vec::with_capacity(wanted.min(super::STREAM_PAGE)),
         };
-        for entry in range.take(limit) {
+        // One past the wanted ones: a stray seq past the head is reported too.
+        let to_the_head = head.saturating_sub(from) == wanted as u64;
+        for entry in range.take(wanted.saturating_add(1)) {
             let (key, value) = entry.map_err(ReadError::storage)?;
-            if let Some(expected) = expected
-                && page.bytes.is_empty()
-            {
+            if page.records.len() == wanted {
+                if to_the_head {
+                    return Err(damaged_log(execution, key.value().1, head));
+                }
+                break;
+            }
+            if page.bytes.is_empty() {
                 // Sized from the first record, rather than doubled through many reallocations.
-                let estimate = value.value().len().saturating_mul(expected);
+                let estimate = value.value().len().saturating_mul(wanted);
                 page.bytes.reserve(estimate.min(1 << 20));
             }
             let seq = key.value().1;
@@ -1537,7 +1542,7 @@ impl RawPage {
 fn damaged_log(execution: &ExecutionId, seq: u64, head: u64) -> ReadError {
     ReadError::Storage {
         source: StorageError::msg(format!(
-            "the store file is damaged: execution {execution} has no event at seq {seq} where its head is {head}"
+            "the store file is damaged: the events of execution {execution} do not run gapless up to its head {head} (at seq {seq})"
         )),
     }
 }
