@@ -9,11 +9,16 @@
 //! checkpoint starts a new file under the next generation (written aside, then renamed over
 //! the old one), and the store's tables name the generation and the offset they cover.
 //!
+//! The file is grown ahead of its records a mebibyte at a time, written with zeros in the same
+//! flush as a record: the commits after it overwrite blocks the file already has, and their
+//! `fdatasync` flushes the data alone (no new size, no block allocation for the file system to
+//! journal).
+//!
 //! # What a reader accepts
 //! Records are written one `pwrite` at a time, each made durable before the next is written,
-//! so a crash can leave at most the last record incomplete: a record that is cut short or
-//! whose checksum fails at the very end of the file is a torn tail, cut and reported. Damage
-//! anywhere else (a bad record followed by whole ones, a bad header) is refused.
+//! so a crash can leave at most the last record incomplete. Past the last whole record the
+//! file holds zeros (the room grown ahead), or a torn record: cut and reported. Damage anywhere
+//! else (a bad record with whole ones after it, a bad header) is refused.
 
 use std::fs::{File, OpenOptions};
 use std::io::{self, Read};
@@ -30,6 +35,8 @@ const RECORD_MAGIC: u32 = 0x4C4A_5243;
 const FRAME_HEAD: usize = 20;
 /// The payload's checksum.
 const FRAME_TAIL: usize = 4;
+/// How far the file is grown (with zeros) ahead of its records at a time.
+const GROWTH: u64 = 1 << 20;
 
 /// Why a journal could not be read or written.
 #[derive(Debug, thiserror::Error)]
@@ -58,6 +65,8 @@ pub(super) struct Journal {
     path: PathBuf,
     generation: u64,
     end: u64,
+    /// The file's length: zeros from `end` to here.
+    grown: u64,
     frame: Vec<u8>,
 }
 
@@ -121,6 +130,7 @@ impl Journal {
             path: path.to_path_buf(),
             generation,
             end,
+            grown: end,
             frame: Vec::new(),
         })
     }
@@ -162,6 +172,15 @@ impl Journal {
         self.frame.extend_from_slice(&head_crc.to_le_bytes());
         self.frame.extend_from_slice(payload);
         self.frame.extend_from_slice(&crc32c(payload).to_le_bytes());
+        let end = self.end + self.frame.len() as u64;
+        if end > self.grown {
+            // Room ahead, zeroed, in the same flush as this record: the next commits overwrite
+            // blocks the file has.
+            let grown = end.div_ceil(GROWTH).saturating_add(1) * GROWTH;
+            let zeros = vec![0u8; usize::try_from(grown - self.grown).unwrap_or(0)];
+            self.file.write_all_at(&zeros, self.grown).map_err(io)?;
+            self.grown = grown;
+        }
         self.file.write_all_at(&self.frame, self.end).map_err(io)?;
         self.file.sync_data().map_err(io)?;
         self.end += self.frame.len() as u64;
@@ -233,82 +252,61 @@ pub(super) fn scan(path: &Path, from: u64) -> Result<Option<Scanned>, JournalErr
     let mut records = Vec::new();
     let mut at = from;
     while at < bytes.len() {
-        match frame_at(&bytes, at, generation) {
-            Frame::Whole { payload, next } => {
-                records.push((payload.to_vec(), next as u64));
-                at = next;
-            }
-            Frame::Short
-            | Frame::BadPayload {
-                ends_the_file: true,
-            } => break,
-            Frame::BadPayload {
-                ends_the_file: false,
-            } => {
-                return Err(corrupt(format!(
-                    "the commit record at offset {at} fails its checksum and whole records follow it"
-                )));
-            }
-            Frame::BadHead => {
-                if (at + 1..bytes.len())
-                    .any(|later| matches!(frame_at(&bytes, later, generation), Frame::Whole { .. }))
-                {
-                    return Err(corrupt(format!(
-                        "the commit record at offset {at} has a damaged header and whole records follow it"
-                    )));
-                }
-                break;
-            }
+        if let Some((payload, next)) = frame_at(&bytes, at, generation) {
+            records.push((payload.to_vec(), next as u64));
+            at = next;
+            continue;
         }
+        // No whole record here: the zeroed room grown ahead, a torn last record, or damage.
+        if bytes[at..].iter().all(|byte| *byte == 0) {
+            break;
+        }
+        let magic = RECORD_MAGIC.to_le_bytes();
+        let later_whole = bytes[at + 1..]
+            .windows(magic.len())
+            .enumerate()
+            .filter(|(_, window)| *window == magic)
+            .any(|(offset, _)| frame_at(&bytes, at + 1 + offset, generation).is_some());
+        if later_whole {
+            return Err(corrupt(format!(
+                "the commit record at offset {at} is damaged and whole records follow it"
+            )));
+        }
+        let written = bytes
+            .iter()
+            .rposition(|byte| *byte != 0)
+            .map_or(at, |last| last + 1);
+        return Ok(Some(Scanned {
+            generation,
+            records,
+            end: at as u64,
+            torn: (written - at) as u64,
+        }));
     }
     Ok(Some(Scanned {
         generation,
         records,
         end: at as u64,
-        torn: (bytes.len() - at) as u64,
+        torn: 0,
     }))
 }
 
-enum Frame<'a> {
-    Whole {
-        payload: &'a [u8],
-        next: usize,
-    },
-    /// The file ends inside the record.
-    Short,
-    /// The record's header does not check out.
-    BadHead,
-    /// The header checks out but the payload does not.
-    BadPayload {
-        ends_the_file: bool,
-    },
-}
-
-fn frame_at(bytes: &[u8], at: usize, generation: u64) -> Frame<'_> {
-    let Some(head) = bytes.get(at..at + FRAME_HEAD) else {
-        return Frame::Short;
-    };
+/// The record at `at`, whole and checked: its payload and the offset just past it. `None`
+/// when the file ends inside it or it does not check out.
+fn frame_at(bytes: &[u8], at: usize, generation: u64) -> Option<(&[u8], usize)> {
+    let head = bytes.get(at..at + FRAME_HEAD)?;
     if read_u32(head, 0) != Some(RECORD_MAGIC)
         || read_u64(head, 8) != Some(generation)
         || read_u32(head, 16) != Some(crc32c(&head[..16]))
     {
-        return Frame::BadHead;
+        return None;
     }
-    let length = read_u32(head, 4).unwrap_or_default() as usize;
+    let length = read_u32(head, 4)? as usize;
     let start = at + FRAME_HEAD;
     let next = start + length + FRAME_TAIL;
-    let (Some(payload), Some(crc)) = (
-        bytes.get(start..start + length),
-        bytes.get(start + length..next),
-    ) else {
-        return Frame::Short;
-    };
-    if read_u32(crc, 0) != Some(crc32c(payload)) {
-        return Frame::BadPayload {
-            ends_the_file: next == bytes.len(),
-        };
-    }
-    Frame::Whole { payload, next }
+    let payload = bytes.get(start..start + length)?;
+    let crc = bytes.get(start + length..next)?;
+    (read_u32(crc, 0) == Some(crc32c(payload))).then_some((payload, next))
 }
 
 fn read_u32(bytes: &[u8], at: usize) -> Option<u32> {
@@ -427,20 +425,44 @@ mod tests {
         assert_eq!(rest.records.len(), 2);
     }
 
+    /// The journal's bytes, and where its last record starts and ends.
+    fn written(path: &Path) -> (Vec<u8>, usize, usize) {
+        let scanned = scan(path, HEADER_LEN).unwrap().unwrap();
+        let ends: Vec<usize> = scanned
+            .records
+            .iter()
+            .map(|(_, end)| *end as usize)
+            .collect();
+        let last_end = *ends.last().unwrap();
+        let last_start = ends
+            .len()
+            .checked_sub(2)
+            .map_or(HEADER_LEN as usize, |i| ends[i]);
+        (std::fs::read(path).unwrap(), last_start, last_end)
+    }
+
     #[test]
     fn a_torn_last_record_is_cut_and_reported() {
         let (_dir, path) = journal_with(&[b"one", b"two"]);
-        let whole = std::fs::read(&path).unwrap();
-        for cut in 1..(FRAME_HEAD + 3 + FRAME_TAIL) {
-            std::fs::write(&path, &whole[..whole.len() - cut]).unwrap();
+        let (whole, last_start, last_end) = written(&path);
+        assert!(whole.len() > last_end, "room is grown ahead");
+        assert!(whole[last_end..].iter().all(|b| *b == 0));
+        for cut in 1..(last_end - last_start) {
+            // The file ends inside the record...
+            std::fs::write(&path, &whole[..last_end - cut]).unwrap();
             let scanned = scan(&path, HEADER_LEN).unwrap().unwrap();
             assert_eq!(scanned.records.len(), 1, "cut {cut}");
             assert!(scanned.torn > 0);
+            // ...or its last bytes never reached the disk (zeros in the room grown ahead).
+            let mut zeroed = whole.clone();
+            zeroed[last_end - cut..last_end].fill(0);
+            std::fs::write(&path, &zeroed).unwrap();
+            let scanned = scan(&path, HEADER_LEN).unwrap().unwrap();
+            assert_eq!(scanned.records.len(), 1, "zeroed {cut}");
         }
         // The last record's payload damaged in place: torn (it is the last write).
         let mut damaged = whole.clone();
-        let last = damaged.len() - FRAME_TAIL - 1;
-        damaged[last] ^= 1;
+        damaged[last_end - FRAME_TAIL - 1] ^= 1;
         std::fs::write(&path, &damaged).unwrap();
         assert_eq!(scan(&path, HEADER_LEN).unwrap().unwrap().records.len(), 1);
     }
@@ -448,8 +470,7 @@ mod tests {
     #[test]
     fn a_flipped_byte_before_the_last_record_is_refused() {
         let (_dir, path) = journal_with(&[b"one", b"two", b"three"]);
-        let whole = std::fs::read(&path).unwrap();
-        let last_start = whole.len() - (FRAME_HEAD + 5 + FRAME_TAIL);
+        let (whole, last_start, _) = written(&path);
         for at in 0..last_start {
             let mut damaged = whole.clone();
             damaged[at] ^= 0x10;
@@ -459,6 +480,14 @@ mod tests {
                 "byte {at}"
             );
         }
+        // A stray byte in the room past the last record is damage too, never a torn tail.
+        let mut damaged = whole.clone();
+        let len = damaged.len();
+        damaged[len - 10] = 1;
+        std::fs::write(&path, &damaged).unwrap();
+        let scanned = scan(&path, HEADER_LEN).unwrap().unwrap();
+        assert_eq!(scanned.records.len(), 3);
+        assert!(scanned.torn > 0, "reported");
     }
 
     #[test]
