@@ -109,7 +109,6 @@ fn main() {
             let open_and_recover = opened_unverified + began.elapsed();
             assert_eq!(recovered, RUNNING);
             rt.shutdown().await;
-            drop(rt);
             let opening = Instant::now();
             let store = DiskStore::open_with(&path, config()).expect("the store opens again");
             let opened = opening.elapsed();
