@@ -9,10 +9,10 @@
 //! checkpoint starts a new file under the next generation (written aside, then renamed over
 //! the old one), and the store's tables name the generation and the offset they cover.
 //!
-//! The file is grown ahead of its records a mebibyte at a time, written with zeros in the same
-//! flush as a record: the commits after it overwrite blocks the file already has, and their
-//! `fdatasync` flushes the data alone (no new size, no block allocation for the file system to
-//! journal).
+//! The file is grown ahead of its records (by as much as it holds, 64 KiB to 1 MiB at a time),
+//! written with zeros in the same flush as a record: the commits after it overwrite blocks the
+//! file already has, and their `fdatasync` flushes the data alone (no new size, no block
+//! allocation for the file system to journal).
 //!
 //! # What a reader accepts
 //! Records are written one `pwrite` at a time, each made durable before the next is written,
@@ -35,8 +35,11 @@ const RECORD_MAGIC: u32 = 0x4C4A_5243;
 const FRAME_HEAD: usize = 20;
 /// The payload's checksum.
 const FRAME_TAIL: usize = 4;
-/// How far the file is grown (with zeros) ahead of its records at a time.
-const GROWTH: u64 = 1 << 20;
+/// The file is grown (with zeros) ahead of its records by as much as it holds, at least
+/// `MIN_GROWTH` and at most `MAX_GROWTH` at a time: a small store writes little, a busy one a
+/// mebibyte per mebibyte of records.
+const MIN_GROWTH: u64 = 64 << 10;
+const MAX_GROWTH: u64 = 1 << 20;
 
 /// Why a journal could not be read or written.
 #[derive(Debug, thiserror::Error)]
@@ -176,7 +179,8 @@ impl Journal {
         if end > self.grown {
             // Room ahead, zeroed, in the same flush as this record: the next commits overwrite
             // blocks the file has.
-            let grown = end.div_ceil(GROWTH).saturating_add(1) * GROWTH;
+            let room = end.clamp(MIN_GROWTH, MAX_GROWTH);
+            let grown = (end + room).div_ceil(MIN_GROWTH) * MIN_GROWTH;
             let zeros = vec![0u8; usize::try_from(grown - self.grown).unwrap_or(0)];
             self.file.write_all_at(&zeros, self.grown).map_err(io)?;
             self.grown = grown;
