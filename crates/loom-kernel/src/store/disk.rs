@@ -1095,8 +1095,11 @@ impl EventStore for DiskStore {
             }
         });
         // Read once the id is held: a first append the writer admitted before is committed
-        // (or failed) by the time the claim is granted, and none is admitted after.
-        if self.head(execution).await? > 0 {
+        // (or failed) by the time the claim is granted, and none is admitted after. Read here,
+        // not on the blocking pool: one lookup in `heads`, whose pages every commit touches
+        // and redb's cache keeps; a trip to the pool per new execution cost more (threads
+        // woken and started, `docs/PERFORMANCE.md`).
+        if read_head(&self.shared.db, execution)? > 0 {
             return Ok(None);
         }
         Ok(Some(claim))
