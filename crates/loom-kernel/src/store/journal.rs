@@ -10,9 +10,10 @@
 //! the old one), and the store's tables name the generation and the offset they cover.
 //!
 //! The file is grown ahead of its records (by as much as it holds, 64 KiB to 1 MiB at a time),
-//! written with zeros in the same flush as a record: the commits after it overwrite blocks the
-//! file already has, and their `fdatasync` flushes the data alone (no new size, no block
-//! allocation for the file system to journal).
+//! written with zeros in the same flush as a small record: the commits after it overwrite
+//! blocks the file already has, and their `fdatasync` flushes the data alone (no new size, no
+//! block allocation for the file system to journal). A record of 64 KiB or more extends the
+//! file itself.
 //!
 //! # What a reader accepts
 //! Records are written one `pwrite` at a time, each made durable before the next is written,
@@ -176,7 +177,11 @@ impl Journal {
         self.frame.extend_from_slice(payload);
         self.frame.extend_from_slice(&crc32c(payload).to_le_bytes());
         let end = self.end + self.frame.len() as u64;
-        if end > self.grown {
+        if end > self.grown && self.frame.len() as u64 >= MIN_GROWTH {
+            // A large record extends the file itself: zeros ahead would double what its flush
+            // writes, for a saving (the file system's metadata) that is small beside it.
+            self.grown = end;
+        } else if end > self.grown {
             // Room ahead, zeroed, in the same flush as this record: the next commits overwrite
             // blocks the file has.
             let room = end.clamp(MIN_GROWTH, MAX_GROWTH);
