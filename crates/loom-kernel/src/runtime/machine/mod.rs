@@ -126,6 +126,9 @@ pub(crate) struct Machine<R, D, C> {
     held_children: Vec<(u64, C)>,
     /// The terminal event is queued (or durable): nothing more is recorded.
     ended: bool,
+    /// A new execution whose id the store claimed for it (`EventStore::claim_new`): no other
+    /// start can take the id, so its idempotent effects need not wait for its start.
+    start_claimed: bool,
 }
 
 impl<R, D: Held, C> Machine<R, D, C> {
@@ -140,12 +143,15 @@ impl<R, D: Held, C> Machine<R, D, C> {
             held: Vec::new(),
             held_children: Vec::new(),
             ended: false,
+            start_claimed: false,
         }
     }
 
-    /// A new execution: its first event, and the `start` reply that waits for it.
-    pub(crate) fn new_execution(first: Event, reply: R) -> Self {
+    /// A new execution: its first event, and the `start` reply that waits for it;
+    /// `claimed` when the store claimed its id for it.
+    pub(crate) fn new_execution(first: Event, reply: R, claimed: bool) -> Self {
         let mut machine = Self::new(0);
+        machine.start_claimed = claimed;
         machine.queued.push(first);
         machine.queued_replies.push(reply);
         machine
