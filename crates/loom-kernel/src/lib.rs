@@ -123,6 +123,6 @@ pub use store::tail::{RefusedEvent, TailChange, filter_code, status_code, status
 pub use store::{
     AppendError, DiskStore, DiskStoreConfig, EncodedAppend, EventStore, EventStoreExt,
     ExecutionPage, ExecutionSummary, ExecutionTail, FeedEvent, FoldStoredError, LeaseHold,
-    LeaseInfo, MemoryStore, OpenError, ReadError, RetentionError, STREAM_PAGE, StatusFilter,
-    StorageError, StoredLog, check_batch, decode_stored, wall_clock_ms,
+    LeaseInfo, MemoryStore, NewClaim, OpenError, ReadError, RetentionError, STREAM_PAGE,
+    StatusFilter, StorageError, StoredLog, check_batch, decode_stored, wall_clock_ms,
 };

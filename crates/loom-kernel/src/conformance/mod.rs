@@ -79,6 +79,105 @@ pub async fn run_log_checks<H: StoreHarness>(harness: &mut H) {
     wait_for_wakes_on_append(harness.fresh()).await;
     read_logs_reads_whole_logs(harness.fresh()).await;
     a_store_holds_what_it_just_appended(harness.fresh()).await;
+    a_claimed_id_takes_the_claimants_first_append_only(harness.fresh()).await;
+}
+
+/// [`EventStore::claim_new`]: a claimed id is the claimant's; another first append of it waits
+/// until the claimant's has committed (then conflicts) or the claim is given back; an id with
+/// events, or claimed already, is not granted. A store that claims nothing (`None` for a new
+/// id) passes: its runtime holds every effect until the start is durable.
+pub async fn a_claimed_id_takes_the_claimants_first_append_only<S: EventStore + Clone>(store: S) {
+    use std::time::Duration;
+    let e = id("claimed");
+    let Some(claim) = store.claim_new(&e).await.expect("claim") else {
+        return;
+    };
+    assert_eq!(claim.execution(), &e);
+    assert!(
+        store.claim_new(&e).await.expect("claim").is_none(),
+        "one claim of an id at a time"
+    );
+    let other = {
+        let store = store.clone();
+        let e = e.clone();
+        tokio::spawn(async move { store.append(&e, 0, &[started("other")]).await })
+    };
+    tokio::time::sleep(Duration::from_millis(30)).await;
+    assert!(
+        !other.is_finished(),
+        "another first append waits for the claim"
+    );
+    assert_eq!(
+        store
+            .append_claimed(&claim, &[started("mine")])
+            .await
+            .expect("the claimant's first append"),
+        1
+    );
+    drop(claim);
+    let refused = tokio::time::timeout(Duration::from_secs(10), other)
+        .await
+        .expect("the waiting append is answered")
+        .expect("task");
+    assert!(
+        matches!(refused, Err(AppendError::Conflict { actual_seq: 1, .. })),
+        "{refused:?}"
+    );
+    let stored: Vec<Event> = store
+        .read_all(&e)
+        .await
+        .expect("read")
+        .into_iter()
+        .map(|envelope| envelope.event)
+        .collect();
+    assert_eq!(
+        stored,
+        vec![started("mine")],
+        "the claimant's start, not the other's"
+    );
+    assert!(
+        store.claim_new(&e).await.expect("claim").is_none(),
+        "an execution with events is not granted"
+    );
+
+    // A claim given back without an append lets the waiting first append go ahead.
+    let given_back = id("given-back");
+    let claim = store
+        .claim_new(&given_back)
+        .await
+        .expect("claim")
+        .expect("a store that claims ids grants a new one");
+    let other = {
+        let store = store.clone();
+        let e = given_back.clone();
+        tokio::spawn(async move { store.append(&e, 0, &[started("other")]).await })
+    };
+    tokio::time::sleep(Duration::from_millis(30)).await;
+    assert!(
+        !other.is_finished(),
+        "another first append waits for the claim"
+    );
+    drop(claim);
+    let head = tokio::time::timeout(Duration::from_secs(10), other)
+        .await
+        .expect("the waiting append is answered")
+        .expect("task")
+        .expect("the append goes ahead once the claim is given back");
+    assert_eq!(head, 1);
+
+    // Appends past the first are not held by anything, and a claim is granted again only
+    // for an id with no events.
+    store
+        .append(&e, 1, &[completed()])
+        .await
+        .expect("a later append");
+    assert!(
+        store
+            .claim_new(&id("fresh"))
+            .await
+            .expect("claim")
+            .is_some()
+    );
 }
 
 /// [`EventStore::hold_lease`]: a store holds the lease of an execution it just started (a

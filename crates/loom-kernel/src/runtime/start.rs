@@ -1,6 +1,7 @@
 //! Starting an execution: idempotent on its id (a second start of the same flow and input
-//! returns it, another is refused), with no effect of a new execution run before its
-//! `EXECUTION_STARTED` is durable. Used by [`Runtime::start`](super::Runtime::start) and by a
+//! returns it, another is refused), with no effect of a new execution run before its id is
+//! known to be its own: claimed in the store's memory (`EventStore::claim_new`), or else its
+//! `EXECUTION_STARTED` durable. Used by [`Runtime::start`](super::Runtime::start) and by a
 //! parent starting its child (`children.rs`), so that neither goes through the other.
 
 use std::sync::Arc;

@@ -1,35 +1,38 @@
-//! The embedded disk store, on redb, with group commit.
+//! The embedded disk store, on redb, with a journal and group commit (layout 3, LD-027).
 //!
 //! # Layout
 //! - `events`: `(execution id, seq) -> record` (the record form of [`crate::envelope`]).
-//! - `tails`: `execution id -> head, tail`: the next seq (read to fence appends and to list
-//!   executions) and the [`ExecutionTail`] (read to validate appends).
+//! - `heads`: `execution id -> next seq` (read to fence appends and to list executions).
+//! - `tails`: `execution id -> ` its [`ExecutionTail`] (read to validate appends).
 //! - `by_status`: `(index code, execution id)`, one range per status listing.
 //! - `ended`: `(ended at ms, execution id)`, read by retention, oldest first.
 //! - `feed`: `position -> (execution id, seq)`, the store-wide commit order.
 //! - `purged`: `execution id -> feed position` when retention last deleted it: the feed rows
 //!   before it belong to the deleted log, not to a later one started under the same id.
-//! - `meta`: `"format" -> STORE_FORMAT`, so a file from an incompatible build is refused, and
-//!   `"feed_next"`, the next feed position.
+//! - `meta`: `"format" -> STORE_FORMAT`, so a file from an incompatible build is refused;
+//!   `"feed_next"`, the next feed position; `"journal_generation"` and `"journal_end"`, where
+//!   the tables stand in the journal.
 //!
-//! Every table but `events` and `meta` is written in the same transaction as the events it
-//! describes (layout 2, LD-007). A layout 1 file (`events`, `heads`, `meta`) is brought to
-//! layout 2 when first opened for writing.
+//! Beside the file, its journal (`journal.rs`): every commit is one record there, durable
+//! before the commit is applied to the tables. Files of layouts 1 and 2 are brought to layout 3
+//! when opened for writing (`open.rs`).
 //!
 //! # Group commit
 //! One writer thread owns every write transaction. Callers encode their events on their own
 //! task, send the bytes to the writer and wait. The writer takes every request queued at that
 //! moment (up to [`DiskStoreConfig::max_batch_events`]), checks each one's expected seq against
-//! the heads (including heads moved earlier in the same batch), inserts the ones that pass, and
-//! commits once: one fsync for the whole batch. Replies go out only after the commit returned,
-//! so `append` returning `Ok` means the events are on disk. A conflicting request is answered
-//! with [`AppendError::Conflict`] and takes no part in the batch; a failed commit fails every
-//! request of the batch and none of its events is visible.
+//! the heads (including heads moved earlier in the same batch) and its batch against the tail,
+//! writes the ones that pass as one journal record (one `pwrite`, one `fdatasync`), and applies
+//! them to the tables in a redb commit without an fsync. Replies go out only after that, so
+//! `append` returning `Ok` means the events are on disk and visible. A conflicting request is
+//! answered with [`AppendError::Conflict`] and takes no part in the batch; a commit that failed
+//! before its journal record was written fails every request of the batch and none of its events
+//! is visible; one that failed after stops the writer until the store is opened again.
 //!
 //! # Crash safety
-//! redb commits are atomic and durable (`Durability::Immediate`: the commit fsyncs before it
-//! returns). After a `kill -9`, opening the file again recovers the last committed
-//! transaction, so every batch is there in whole or not at all. See `docs/STORAGE.md`.
+//! After a `kill -9`, the tables are at their last durable redb commit (a checkpoint), which
+//! names the journal offset it covers; opening the file again applies the journal records past
+//! it, so every acknowledged batch is there in whole and none in part. See `docs/STORAGE.md`.
 
 use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::path::{Path, PathBuf};
@@ -39,13 +42,18 @@ use std::thread::JoinHandle;
 use redb::{Database, ReadableDatabase, ReadableTable, ReadableTableMetadata, TableDefinition};
 use tokio::sync::oneshot;
 
+mod open;
+use open::{check_not_empty, open_database};
+
+use super::claim::{ClaimTable, FirstAppend, NewClaim};
+use super::journal::{self, Journal};
 use super::tail::{ExecutionTail, filter_code};
 use super::watch::{FeedWatch, HeadWatch};
 use super::{
     AppendError, EncodedAppend, EventStore, ExecutionPage, ExecutionSummary, FeedEvent, ReadError,
     RetentionError, StatusFilter, StorageError, decode_stored,
 };
-use crate::envelope::{EventEnvelope, decode_record};
+use crate::envelope::EventEnvelope;
 use crate::event::Event;
 use crate::id::ExecutionId;
 
@@ -68,10 +76,16 @@ const PURGED: TableDefinition<&str, u64> = TableDefinition::new("purged");
 /// The meta key of the next feed position.
 const FEED_NEXT: &str = "feed_next";
 
-/// The layout version of the file. A file with another one is refused on open, except a
-/// file of version 1, which is brought to this one (its index and feed built) when opened
-/// for writing.
-pub(super) const STORE_FORMAT: u64 = 2;
+/// The meta keys of where the tables stand in the journal: its generation, and the offset
+/// just past the last record they hold.
+const JOURNAL_GENERATION: &str = "journal_generation";
+const JOURNAL_END: &str = "journal_end";
+
+/// The layout version of the file: 3, the tables of layout 2 with a journal in front
+/// (LD-027). A file with another one is refused on open, except files of versions 1 and 2,
+/// which are brought to this one when opened for writing (version 2 is also read as it is,
+/// read-only).
+pub(super) const STORE_FORMAT: u64 = 3;
 
 /// Settings of a [`DiskStore`].
 #[derive(Debug, Clone)]
@@ -151,6 +165,17 @@ pub enum OpenError {
         /// The file concerned.
         path: PathBuf,
     },
+    /// The store was not closed cleanly (its journal holds commits its tables lack, or its
+    /// tables need redb's repair), and a read-only open cannot recover it.
+    #[error(
+        "store file {path} was not closed cleanly ({detail}); open it for writing once (any program that opens the store for writing, e.g. `loom --store {path} executions`) to recover it"
+    )]
+    NotClosedCleanly {
+        /// The file concerned.
+        path: PathBuf,
+        /// What waits, in words.
+        detail: String,
+    },
     /// A file of an older layout cannot be brought up to date when opened read-only.
     #[error(
         "store file {path} has layout version {found}; open it for writing once to bring it to version {STORE_FORMAT}"
@@ -177,6 +202,9 @@ struct Shared {
     watch: Arc<HeadWatch>,
     /// The next feed position, published after each commit.
     feed_head: Arc<FeedWatch>,
+    /// New ids claimed for their first append ([`EventStore::claim_new`]); the writer admits
+    /// first appends against it.
+    claims: Arc<ClaimTable>,
 }
 
 /// The database, opened for writing or read-only.
@@ -218,8 +246,16 @@ impl Drop for Shared {
 }
 
 enum WriteRequest {
-    Append(EncodedAppend),
+    Append(Append),
     Delete(DeleteRequest),
+    /// A claim was given back: first appends waiting for it may go ahead.
+    ClaimReleased,
+}
+
+/// An append, with the token of the claim it was made under (a claimed first append).
+struct Append {
+    encoded: EncodedAppend,
+    claim: Option<u64>,
 }
 
 struct DeleteRequest {
@@ -238,7 +274,7 @@ impl DiskStore {
     /// [`DiskStore::open`] with settings.
     pub fn open_with(path: impl AsRef<Path>, config: DiskStoreConfig) -> Result<Self, OpenError> {
         let path = path.as_ref().to_path_buf();
-        check_not_empty(&path, false)?;
+        check_not_empty(&path, false, true)?;
         Self::start(path, &config, Mode::CreateOrOpen)
     }
 
@@ -249,7 +285,7 @@ impl DiskStore {
         config: DiskStoreConfig,
     ) -> Result<Self, OpenError> {
         let path = path.as_ref().to_path_buf();
-        check_not_empty(&path, true)?;
+        check_not_empty(&path, true, true)?;
         Self::start(path, &config, Mode::OpenExisting)
     }
 
@@ -262,26 +298,43 @@ impl DiskStore {
         config: DiskStoreConfig,
     ) -> Result<Self, OpenError> {
         let path = path.as_ref().to_path_buf();
-        check_not_empty(&path, true)?;
+        check_not_empty(&path, true, false)?;
         Self::start(path, &config, Mode::ReadOnly)
     }
 
     fn start(path: PathBuf, config: &DiskStoreConfig, mode: Mode) -> Result<Self, OpenError> {
-        let (db, feed_next) = open_database(&path, config, mode)?;
+        let (db, feed_next, journal) = open_database(&path, config, mode)?;
         let db = Arc::new(db);
         let watch = Arc::new(HeadWatch::default());
         let feed_head = Arc::new(FeedWatch::new(feed_next));
+        let claims = Arc::new(ClaimTable::default());
         let (requests, writer) = if matches!(*db, Db::Write(_)) {
             let (sender, receiver) = mpsc::channel();
             let db = Arc::clone(&db);
             let watch = Arc::clone(&watch);
             let feed_head = Arc::clone(&feed_head);
+            let claims = Arc::clone(&claims);
+            let journal = journal.ok_or_else(|| OpenError::Corrupt {
+                path: path.clone(),
+                detail: "no journal was opened for writing".into(),
+            })?;
             let max_batch_events = config.max_batch_events.max(1);
             let writer = std::thread::Builder::new()
                 .name("loom-store-writer".into())
                 .spawn(move || {
                     if let Db::Write(db) = &*db {
-                        write_loop(db, &receiver, &watch, &feed_head, max_batch_events);
+                        let mut writer = Writer {
+                            db,
+                            requests: &receiver,
+                            watch: &watch,
+                            feed_head: &feed_head,
+                            claims: &claims,
+                            max_batch_events,
+                            journal,
+                            since_checkpoint: 0,
+                            poisoned: None,
+                        };
+                        writer.run();
                     }
                 })
                 .map_err(OpenError::Writer)?;
@@ -298,6 +351,7 @@ impl DiskStore {
                 writer: Mutex::new(writer),
                 watch,
                 feed_head,
+                claims,
             }),
         })
     }
@@ -306,6 +360,20 @@ impl DiskStore {
         let requests = self.shared.requests.lock().map_err(|_| ())?;
         let sender = requests.as_ref().ok_or(())?;
         sender.send(request).map_err(|_| ())
+    }
+
+    /// An append, claimed (`claim`: its token) or not, through the writer.
+    async fn append_as(
+        &self,
+        execution: &ExecutionId,
+        expected_seq: u64,
+        events: &[Event],
+        claim: Option<u64>,
+    ) -> Result<u64, AppendError> {
+        let (encoded, answer) = EncodedAppend::new(execution, expected_seq, events)?;
+        self.send(WriteRequest::Append(Append { encoded, claim }))
+            .map_err(|_| AppendError::Closed)?;
+        answer.await.map_err(|_| AppendError::Closed)?
     }
 
     /// The file this store writes.
@@ -327,14 +395,13 @@ impl DiskStore {
             let heads = txn.open_table(HEADS).map_err(ReadError::storage)?;
             ids.into_iter()
                 .map(|execution| {
-                    // The head is the length of the log: the index is sized once. Every record
-                    // is read all the same, whatever the head says.
-                    let len = heads
+                    // The head is the length of the log: the index is sized once, and every
+                    // seq below it must be read back where it belongs.
+                    let head = heads
                         .get(execution.as_str())
                         .map_err(ReadError::storage)?
                         .map_or(0, |head| head.value());
-                    let expected = usize::try_from(len).ok();
-                    let page = RawPage::fetch_from(&events, &execution, 0, usize::MAX, expected)?;
+                    let page = RawPage::fetch_from(&events, &execution, 0, usize::MAX, head)?;
                     Ok(StoredLog { execution, page })
                 })
                 .collect()
@@ -363,236 +430,6 @@ enum Mode {
     ReadOnly,
 }
 
-/// Refuses a 0-byte file (redb would take it for a new database), and a missing one when
-/// `must_exist`.
-fn check_not_empty(path: &Path, must_exist: bool) -> Result<(), OpenError> {
-    match std::fs::metadata(path) {
-        Ok(meta) if meta.is_file() && meta.len() == 0 => Err(OpenError::EmptyFile {
-            path: path.to_path_buf(),
-        }),
-        Ok(_) => Ok(()),
-        Err(err) if err.kind() == std::io::ErrorKind::NotFound => {
-            if must_exist {
-                Err(OpenError::Missing {
-                    path: path.to_path_buf(),
-                })
-            } else {
-                Ok(())
-            }
-        }
-        Err(source) => Err(OpenError::Io {
-            path: path.to_path_buf(),
-            source,
-        }),
-    }
-}
-
-/// Opens the database and returns it with the next feed position.
-fn open_database(
-    path: &Path,
-    config: &DiskStoreConfig,
-    mode: Mode,
-) -> Result<(Db, u64), OpenError> {
-    let corrupt = |detail: String| OpenError::Corrupt {
-        path: path.to_path_buf(),
-        detail,
-    };
-    let mut builder = Database::builder();
-    builder
-        .set_cache_size(config.cache_size_bytes)
-        .set_check_integrity_on_open(config.verify_on_open);
-    let map_err = |err: redb::DatabaseError| match err {
-        redb::DatabaseError::DatabaseAlreadyOpen => OpenError::AlreadyOpen {
-            path: path.to_path_buf(),
-        },
-        redb::DatabaseError::Storage(redb::StorageError::Io(source))
-            if source.kind() == std::io::ErrorKind::NotFound =>
-        {
-            OpenError::Missing {
-                path: path.to_path_buf(),
-            }
-        }
-        redb::DatabaseError::Storage(redb::StorageError::Io(source))
-            if source.kind() == std::io::ErrorKind::InvalidData =>
-        {
-            corrupt(source.to_string())
-        }
-        redb::DatabaseError::Storage(redb::StorageError::Io(source)) => OpenError::Io {
-            path: path.to_path_buf(),
-            source,
-        },
-        other => corrupt(other.to_string()),
-    };
-    // redb documents that a plain open of an altered file may panic; a damaged file must be an
-    // error, never a crash of the embedding process.
-    let guarded = |open: &mut dyn FnMut() -> Result<Db, redb::DatabaseError>| {
-        catch_unwind(AssertUnwindSafe(open))
-            .map_err(|panic| corrupt(panic_message(&panic)))?
-            .map_err(map_err)
-    };
-    let db = match mode {
-        Mode::CreateOrOpen => guarded(&mut || builder.create(path).map(Db::Write))?,
-        Mode::OpenExisting => guarded(&mut || builder.open(path).map(Db::Write))?,
-        Mode::ReadOnly => guarded(&mut || builder.open_read_only(path).map(Db::Read))?,
-    };
-    let found = catch_unwind(AssertUnwindSafe(|| match &db {
-        Db::Write(db) => init_tables(db),
-        Db::Read(db) => read_layout(db),
-    }))
-    .map_err(|panic| corrupt(panic_message(&panic)))?
-    .map_err(|error| corrupt(error.to_string()))?;
-    match found {
-        Layout::Current { feed_next } => Ok((db, feed_next)),
-        Layout::Other(found) if found == 1 && mode == Mode::ReadOnly => {
-            Err(OpenError::NeedsUpgrade {
-                path: path.to_path_buf(),
-                found,
-            })
-        }
-        Layout::Other(found) => Err(OpenError::UnsupportedFormat {
-            path: path.to_path_buf(),
-            found,
-        }),
-    }
-}
-
-/// What [`init_tables`] or [`read_layout`] found.
-enum Layout {
-    /// The current layout, with the next feed position.
-    Current { feed_next: u64 },
-    /// Another layout version, left as it is.
-    Other(u64),
-}
-
-/// Creates the tables of a new file, brings a version 1 file to the current layout, and says
-/// what the file now is.
-fn init_tables(db: &Database) -> Result<Layout, StorageError> {
-    let txn = db.begin_write().map_err(StorageError::new)?;
-    let layout = {
-        txn.open_table(EVENTS).map_err(StorageError::new)?;
-        txn.open_table(HEADS).map_err(StorageError::new)?;
-        let mut meta = txn.open_table(META).map_err(StorageError::new)?;
-        let existing = meta
-            .get("format")
-            .map_err(StorageError::new)?
-            .map(|v| v.value());
-        match existing {
-            Some(STORE_FORMAT) => {
-                let feed_next = meta
-                    .get(FEED_NEXT)
-                    .map_err(StorageError::new)?
-                    .map_or(0, |v| v.value());
-                Layout::Current { feed_next }
-            }
-            Some(1) => {
-                drop(meta);
-                let feed_next = upgrade_from_1(&txn)?;
-                let mut meta = txn.open_table(META).map_err(StorageError::new)?;
-                meta.insert("format", STORE_FORMAT)
-                    .map_err(StorageError::new)?;
-                meta.insert(FEED_NEXT, feed_next)
-                    .map_err(StorageError::new)?;
-                tracing::info!(feed_next, "store file brought from layout 1 to 2");
-                Layout::Current { feed_next }
-            }
-            Some(other) => Layout::Other(other),
-            None => {
-                meta.insert("format", STORE_FORMAT)
-                    .map_err(StorageError::new)?;
-                meta.insert(FEED_NEXT, 0).map_err(StorageError::new)?;
-                Layout::Current { feed_next: 0 }
-            }
-        }
-    };
-    if let Layout::Current { .. } = layout {
-        txn.open_table(TAILS).map_err(StorageError::new)?;
-        txn.open_table(BY_STATUS).map_err(StorageError::new)?;
-        txn.open_table(ENDED).map_err(StorageError::new)?;
-        txn.open_table(FEED).map_err(StorageError::new)?;
-        txn.open_table(PURGED).map_err(StorageError::new)?;
-        txn.commit().map_err(StorageError::new)?;
-    } else {
-        txn.abort().map_err(StorageError::new)?;
-    }
-    Ok(layout)
-}
-
-/// The layout of a file opened read-only, changing nothing.
-fn read_layout(db: &redb::ReadOnlyDatabase) -> Result<Layout, StorageError> {
-    let txn = db.begin_read().map_err(StorageError::new)?;
-    let meta = txn.open_table(META).map_err(StorageError::new)?;
-    let format = meta
-        .get("format")
-        .map_err(StorageError::new)?
-        .map(|v| v.value());
-    match format {
-        Some(STORE_FORMAT) => Ok(Layout::Current {
-            feed_next: meta
-                .get(FEED_NEXT)
-                .map_err(StorageError::new)?
-                .map_or(0, |v| v.value()),
-        }),
-        Some(other) => Ok(Layout::Other(other)),
-        None => Err(StorageError::msg(
-            "the file has no layout version: not a Loom store",
-        )),
-    }
-}
-
-/// Builds the tails, the status index and the feed of a version 1 file, in the write
-/// transaction that also records the new version: a crash leaves the file at version 1,
-/// and the next open builds them again. Returns the next feed position. A log that does
-/// not decode or that the tail refuses (written before appends were validated) is indexed as
-/// [`ExecutionTail::unreadable`], so recovery reports it instead of skipping it silently.
-fn upgrade_from_1(txn: &redb::WriteTransaction) -> Result<u64, StorageError> {
-    let events = txn.open_table(EVENTS).map_err(StorageError::new)?;
-    let heads = txn.open_table(HEADS).map_err(StorageError::new)?;
-    let mut tails = txn.open_table(TAILS).map_err(StorageError::new)?;
-    let mut by_status = txn.open_table(BY_STATUS).map_err(StorageError::new)?;
-    let mut ended = txn.open_table(ENDED).map_err(StorageError::new)?;
-    let mut feed = txn.open_table(FEED).map_err(StorageError::new)?;
-    let mut position = 0u64;
-    for entry in heads.iter().map_err(StorageError::new)? {
-        let (id, _) = entry.map_err(StorageError::new)?;
-        let id = id.value();
-        let execution = ExecutionId::from_stored(id).map_err(StorageError::new)?;
-        let mut tail = ExecutionTail::new();
-        let mut readable = true;
-        for record in events
-            .range((id, 0)..=(id, u64::MAX))
-            .map_err(StorageError::new)?
-        {
-            let (key, value) = record.map_err(StorageError::new)?;
-            let seq = key.value().1;
-            feed.insert(position, (id, seq))
-                .map_err(StorageError::new)?;
-            position += 1;
-            if readable {
-                readable = decode_record(&execution, seq, value.value())
-                    .ok()
-                    .is_some_and(|envelope| {
-                        tail.apply(&envelope.event, envelope.recorded_at_ms).is_ok()
-                    });
-            }
-        }
-        if !readable {
-            tail = ExecutionTail::unreadable();
-        }
-        for code in tail.index_codes() {
-            by_status
-                .insert((code, id), ())
-                .map_err(StorageError::new)?;
-        }
-        if let Some(at) = tail.ended_at_ms() {
-            ended.insert((at, id), ()).map_err(StorageError::new)?;
-        }
-        tails
-            .insert(id, tail.encode().as_slice())
-            .map_err(StorageError::new)?;
-    }
-    Ok(position)
-}
-
 fn panic_message(panic: &Box<dyn std::any::Any + Send>) -> String {
     let message = panic
         .downcast_ref::<&str>()
@@ -602,71 +439,199 @@ fn panic_message(panic: &Box<dyn std::any::Any + Send>) -> String {
     format!("the storage engine failed on this file: {message}")
 }
 
-fn write_loop(
-    db: &Database,
-    requests: &mpsc::Receiver<WriteRequest>,
-    watch: &HeadWatch,
-    feed_head: &FeedWatch,
+/// The writer thread: every write transaction of the store.
+struct Writer<'a> {
+    db: &'a Database,
+    requests: &'a mpsc::Receiver<WriteRequest>,
+    watch: &'a HeadWatch,
+    feed_head: &'a FeedWatch,
+    claims: &'a ClaimTable,
     max_batch_events: usize,
-) {
-    // A deletion met while gathering a batch waits until that batch is committed: deletions
-    // commit on their own, so a batch of appends never waits for one.
-    let mut held_back = None;
-    loop {
-        let first = match held_back.take() {
-            Some(request) => request,
-            None => match requests.recv() {
-                Ok(request) => request,
-                Err(_) => return,
-            },
-        };
-        let first = match first {
-            WriteRequest::Append(append) => append,
-            WriteRequest::Delete(delete) => {
-                let outcome = catch_unwind(AssertUnwindSafe(|| {
-                    delete_ended(db, delete.ended_before_ms, delete.limit)
-                }))
-                .unwrap_or_else(|panic| Err(StorageError::msg(panic_message(&panic))));
-                let _ = delete.reply.send(outcome.map_err(|detail| {
-                    tracing::error!(%detail, "deleting ended executions failed");
-                    RetentionError::Storage { source: detail }
-                }));
-                continue;
+    journal: Journal,
+    /// Journaled commits since the last checkpoint.
+    since_checkpoint: u64,
+    /// Set when the journal and the tables may disagree (a failed journal write, or a commit
+    /// that failed after its journal record was durable): every later write fails with it,
+    /// and the next open brings the tables up to the journal.
+    poisoned: Option<StorageError>,
+}
+
+/// A checkpoint is taken once the journal holds this many bytes...
+const CHECKPOINT_BYTES: u64 = 16 << 20;
+/// ...or this many commits: it bounds what an open replays and what redb keeps in memory.
+const CHECKPOINT_COMMITS: u64 = 8192;
+
+impl Writer<'_> {
+    fn run(&mut self) {
+        // A deletion met while gathering a batch waits until that batch is committed: deletions
+        // commit on their own, so a batch of appends never waits for one.
+        let mut held_back = None;
+        // First appends of ids another caller claimed, until that claim is over.
+        let mut waiting: Vec<Append> = Vec::new();
+        loop {
+            let mut batch = Vec::new();
+            let mut events = 0;
+            for append in std::mem::take(&mut waiting) {
+                self.admit(append, &mut batch, &mut waiting, &mut events);
             }
-        };
-        let mut events = first.records.len();
-        let mut batch = vec![first];
-        while events < max_batch_events {
-            match requests.try_recv() {
-                Ok(WriteRequest::Append(request)) => {
-                    events += request.records.len();
-                    batch.push(request);
+            if batch.is_empty() {
+                let request = match held_back.take() {
+                    Some(request) => request,
+                    None => match self.requests.recv() {
+                        Ok(request) => request,
+                        Err(_) => {
+                            self.close();
+                            return;
+                        }
+                    },
+                };
+                match request {
+                    WriteRequest::Append(append) => {
+                        self.admit(append, &mut batch, &mut waiting, &mut events);
+                    }
+                    WriteRequest::Delete(delete) => {
+                        self.delete(delete);
+                        continue;
+                    }
+                    WriteRequest::ClaimReleased => continue,
                 }
-                Ok(delete @ WriteRequest::Delete(_)) => {
-                    held_back = Some(delete);
-                    break;
+                if batch.is_empty() {
+                    continue;
                 }
-                Err(_) => break,
+            }
+            while events < self.max_batch_events {
+                match self.requests.try_recv() {
+                    Ok(WriteRequest::Append(append)) => {
+                        self.admit(append, &mut batch, &mut waiting, &mut events);
+                    }
+                    Ok(delete @ WriteRequest::Delete(_)) => {
+                        held_back = Some(delete);
+                        break;
+                    }
+                    Ok(WriteRequest::ClaimReleased) => {}
+                    Err(_) => break,
+                }
+            }
+            self.commit(batch, events);
+        }
+    }
+
+    /// Puts `append` in the batch, unless it is the first append of an id another caller
+    /// holds (a claim, or an unclaimed first append earlier in this batch): it then waits.
+    fn admit(
+        &self,
+        append: Append,
+        batch: &mut Vec<Append>,
+        waiting: &mut Vec<Append>,
+        events: &mut usize,
+    ) {
+        let first = append.encoded.expected_seq == 0;
+        if first && self.claims.admit(&append.encoded.execution, append.claim) == FirstAppend::Wait
+        {
+            waiting.push(append);
+            return;
+        }
+        *events += append.encoded.records.len();
+        batch.push(append);
+    }
+
+    /// The store is closed: a last checkpoint, so that the journal holds nothing the tables
+    /// lack (a read-only open then needs no replay).
+    fn close(&mut self) {
+        if self.poisoned.is_none()
+            && self.since_checkpoint > 0
+            && let Err(detail) = checkpoint(self.db, &mut self.journal)
+        {
+            tracing::warn!(%detail, "the closing checkpoint failed; the next open replays the journal");
+        }
+    }
+
+    fn take_checkpoint(&mut self) {
+        let _span =
+            tracing::debug_span!("checkpoint", journal_bytes = self.journal.end()).entered();
+        match checkpoint(self.db, &mut self.journal) {
+            Ok(()) => self.since_checkpoint = 0,
+            Err(detail) => {
+                tracing::error!(%detail, "checkpoint failed; the store stops writing");
+                self.poisoned = Some(StorageError::msg(format!(
+                    "the store stopped writing after a failed checkpoint ({detail}); open it again to recover"
+                )));
             }
         }
+    }
+
+    fn delete(&mut self, delete: DeleteRequest) {
+        let outcome = match &self.poisoned {
+            Some(poisoned) => Err(poisoned.clone()),
+            None => catch_unwind(AssertUnwindSafe(|| {
+                delete_ended(self.db, &self.journal, delete.ended_before_ms, delete.limit)
+            }))
+            .unwrap_or_else(|panic| Err(StorageError::msg(panic_message(&panic)))),
+        };
+        if outcome.is_ok() {
+            // That commit was durable: the journal up to here is covered.
+            self.since_checkpoint = 0;
+        }
+        let _ = delete.reply.send(outcome.map_err(|detail| {
+            tracing::error!(%detail, "deleting ended executions failed");
+            RetentionError::Storage { source: detail }
+        }));
+    }
+
+    fn commit(&mut self, batch: Vec<Append>, events: usize) {
         let _span = tracing::debug_span!("group_commit", requests = batch.len(), events).entered();
-        let outcome = catch_unwind(AssertUnwindSafe(|| commit_batch(db, &batch)))
-            .unwrap_or_else(|panic| Err(StorageError::msg(panic_message(&panic))));
+        let outcome = match &self.poisoned {
+            Some(poisoned) => Err(poisoned.clone()),
+            None => {
+                let (db, journal) = (self.db, &mut self.journal);
+                catch_unwind(AssertUnwindSafe(|| commit_batch(db, journal, &batch)))
+                    .unwrap_or_else(|panic| {
+                        // Where it panicked is unknown: past the journal write, perhaps.
+                        Err(CommitError::After(StorageError::msg(panic_message(&panic))))
+                    })
+                    .map_err(|error| match error {
+                        CommitError::Before(detail) => detail,
+                        CommitError::Journal(detail) | CommitError::After(detail) => {
+                            let poisoned = StorageError::msg(format!(
+                                "the store stopped writing after a failed commit ({detail}); open it again to recover"
+                            ));
+                            self.poisoned = Some(poisoned);
+                            detail
+                        }
+                    })
+            }
+        };
+        if outcome.is_ok() {
+            self.since_checkpoint += 1;
+            if self.journal.end() >= CHECKPOINT_BYTES || self.since_checkpoint >= CHECKPOINT_COMMITS
+            {
+                self.take_checkpoint();
+            }
+        }
+        // The first appends of the batch are over, committed or not: their ids are free again
+        // (a committed log fences later first appends by its head).
+        for append in &batch {
+            if append.encoded.expected_seq == 0 {
+                self.claims.settle(&append.encoded.execution);
+            }
+        }
         match outcome {
             Ok((heads, feed_next)) => {
                 // The batch's one line at debug (README, "Logs"): the span alone prints nothing.
                 tracing::debug!("group committed");
-                feed_head.publish(feed_next);
-                for (request, head) in batch.into_iter().zip(heads) {
+                self.feed_head.publish(feed_next);
+                for (append, head) in batch.into_iter().zip(heads) {
+                    let request = append.encoded;
                     if let Ok(head) = head {
-                        watch.publish(&request.execution, head);
+                        self.watch.publish(&request.execution, head);
                     }
                     let _ = request.reply.send(head);
                 }
             }
             Err(detail) => {
                 tracing::error!(%detail, "group commit failed");
-                for request in batch {
+                for append in batch {
+                    let request = append.encoded;
                     let _ = request.reply.send(Err(AppendError::Storage {
                         execution: request.execution,
                         source: detail.clone(),
@@ -685,11 +650,13 @@ struct WriteTables<'txn> {
     by_status: redb::Table<'txn, (u8, &'static str), ()>,
     ended: redb::Table<'txn, (u64, &'static str), ()>,
     feed: redb::Table<'txn, u64, (&'static str, u64)>,
+    meta: redb::Table<'txn, &'static str, u64>,
 }
 
 impl<'txn> WriteTables<'txn> {
     fn open(txn: &'txn redb::WriteTransaction) -> Result<Self, StorageError> {
         Ok(Self {
+            meta: txn.open_table(META).map_err(StorageError::new)?,
             events: txn.open_table(EVENTS).map_err(StorageError::new)?,
             heads: txn.open_table(HEADS).map_err(StorageError::new)?,
             tails: txn.open_table(TAILS).map_err(StorageError::new)?,
@@ -697,6 +664,81 @@ impl<'txn> WriteTables<'txn> {
             ended: txn.open_table(ENDED).map_err(StorageError::new)?,
             feed: txn.open_table(FEED).map_err(StorageError::new)?,
         })
+    }
+
+    fn feed_next(&self) -> Result<u64, StorageError> {
+        Ok(self
+            .meta
+            .get(FEED_NEXT)
+            .map_err(StorageError::new)?
+            .map_or(0, |v| v.value()))
+    }
+
+    /// Records the next feed position and the journal offset the tables now cover.
+    fn set_position(
+        &mut self,
+        feed_next: u64,
+        generation: u64,
+        journal_end: u64,
+    ) -> Result<(), StorageError> {
+        self.meta
+            .insert(FEED_NEXT, feed_next)
+            .map_err(StorageError::new)?;
+        self.meta
+            .insert(JOURNAL_GENERATION, generation)
+            .map_err(StorageError::new)?;
+        self.meta
+            .insert(JOURNAL_END, journal_end)
+            .map_err(StorageError::new)?;
+        Ok(())
+    }
+
+    /// Appends `records` to `execution`'s log at `expected_seq`, with its tail, index entries
+    /// and feed positions (from `position` on), unless the log is elsewhere (a conflict) or
+    /// the tail refuses the batch: then nothing is written.
+    fn apply(
+        &mut self,
+        execution: &ExecutionId,
+        expected_seq: u64,
+        records: &[impl AsRef<[u8]>],
+        changes: &[super::TailChange],
+        recorded_at_ms: Option<u64>,
+        position: &mut u64,
+    ) -> Result<Result<u64, AppendError>, StorageError> {
+        let id = execution.as_str();
+        let actual_seq = self
+            .heads
+            .get(id)
+            .map_err(StorageError::new)?
+            .map_or(0, |v| v.value());
+        if actual_seq != expected_seq {
+            return Ok(Err(AppendError::Conflict {
+                execution: execution.clone(),
+                expected_seq,
+                actual_seq,
+            }));
+        }
+        let old_tail = self.tail(id)?;
+        let mut tail = old_tail.clone();
+        if let Err(refused) = tail.apply_changes(changes, recorded_at_ms) {
+            return Ok(Err(refused.into_append_error(execution, expected_seq)));
+        }
+        for (seq, record) in (expected_seq..).zip(records) {
+            self.events
+                .insert((id, seq), record.as_ref())
+                .map_err(StorageError::new)?;
+            self.feed
+                .insert(*position, (id, seq))
+                .map_err(StorageError::new)?;
+            *position += 1;
+        }
+        let head = expected_seq + records.len() as u64;
+        self.heads.insert(id, head).map_err(StorageError::new)?;
+        self.tails
+            .insert(id, tail.encode().as_slice())
+            .map_err(StorageError::new)?;
+        self.refile(id, &old_tail, &tail)?;
+        Ok(Ok(head))
     }
 
     fn tail(&self, id: &str) -> Result<ExecutionTail, StorageError> {
@@ -741,71 +783,100 @@ impl<'txn> WriteTables<'txn> {
     }
 }
 
-/// Writes every request of the batch that neither conflicts nor breaks its log, with its
-/// tail, index entries and feed positions, in one durable transaction. Returns each request's
-/// outcome and the next feed position.
+/// Decides every request of the batch (a conflict or a refused batch takes no part), writes
+/// the accepted ones to the journal as one record made durable there, then applies them to the
+/// tables (tails, index entries, feed positions, the journal offset covered) in a commit that
+/// redb does not fsync. Returns each request's outcome and the next feed position. An error
+/// after the journal write leaves the journal ahead of the tables: the writer stops
+/// ([`Poisoned`]), and the next open applies the record.
 fn commit_batch(
     db: &Database,
-    batch: &[EncodedAppend],
-) -> Result<(Vec<Result<u64, AppendError>>, u64), StorageError> {
-    let txn = db.begin_write().map_err(StorageError::new)?;
+    journal: &mut Journal,
+    batch: &[Append],
+) -> Result<(Vec<Result<u64, AppendError>>, u64), CommitError> {
+    let mut txn = db.begin_write().map_err(CommitError::before)?;
+    txn.set_durability(redb::Durability::None)
+        .map_err(CommitError::before)?;
+    let mut payload = Vec::new();
     let outcomes = {
-        let mut tables = WriteTables::open(&txn)?;
-        let mut meta = txn.open_table(META).map_err(StorageError::new)?;
-        let mut position = meta
-            .get(FEED_NEXT)
-            .map_err(StorageError::new)?
-            .map_or(0, |v| v.value());
+        let mut tables = WriteTables::open(&txn).map_err(CommitError::Before)?;
+        let mut position = tables.feed_next().map_err(CommitError::Before)?;
         let mut outcomes = Vec::with_capacity(batch.len());
-        for request in batch {
-            let id = request.execution.as_str();
-            let actual_seq = tables
-                .heads
-                .get(id)
-                .map_err(StorageError::new)?
-                .map_or(0, |v| v.value());
-            if actual_seq != request.expected_seq {
-                outcomes.push(Err(AppendError::Conflict {
-                    execution: request.execution.clone(),
-                    expected_seq: request.expected_seq,
-                    actual_seq,
-                }));
-                continue;
+        for request in batch.iter().map(|append| &append.encoded) {
+            let outcome = tables
+                .apply(
+                    &request.execution,
+                    request.expected_seq,
+                    &request.records,
+                    &request.changes,
+                    request.recorded_at_ms,
+                    &mut position,
+                )
+                .map_err(CommitError::Before)?;
+            if outcome.is_ok() {
+                journal::push_append(
+                    &mut payload,
+                    request.execution.as_str(),
+                    request.expected_seq,
+                    request.recorded_at_ms,
+                    &request.records,
+                );
             }
-            let old_tail = tables.tail(id)?;
-            let mut tail = old_tail.clone();
-            if let Err(refused) = tail.apply_changes(&request.changes, request.recorded_at_ms) {
-                outcomes.push(Err(
-                    refused.into_append_error(&request.execution, request.expected_seq)
-                ));
-                continue;
-            }
-            for (seq, record) in (request.expected_seq..).zip(&request.records) {
-                tables
-                    .events
-                    .insert((id, seq), record.as_slice())
-                    .map_err(StorageError::new)?;
-                tables
-                    .feed
-                    .insert(position, (id, seq))
-                    .map_err(StorageError::new)?;
-                position += 1;
-            }
-            let head = request.expected_seq + request.records.len() as u64;
-            tables.heads.insert(id, head).map_err(StorageError::new)?;
-            tables
-                .tails
-                .insert(id, tail.encode().as_slice())
-                .map_err(StorageError::new)?;
-            tables.refile(id, &old_tail, &tail)?;
-            outcomes.push(Ok(head));
+            outcomes.push(outcome);
         }
-        meta.insert(FEED_NEXT, position)
-            .map_err(StorageError::new)?;
+        if !payload.is_empty() {
+            let end = journal.end_after(payload.len());
+            tables
+                .set_position(position, journal.generation(), end)
+                .map_err(CommitError::Before)?;
+        }
         (outcomes, position)
     };
-    txn.commit().map_err(StorageError::new)?;
+    if payload.is_empty() {
+        // Nothing accepted: nothing to write.
+        txn.abort().map_err(CommitError::before)?;
+        return Ok(outcomes);
+    }
+    journal
+        .append(&payload)
+        .map_err(|error| CommitError::Journal(StorageError::new(error)))?;
+    txn.commit()
+        .map_err(|error| CommitError::After(StorageError::new(error)))?;
     Ok(outcomes)
+}
+
+/// Why a group commit failed, and whether its batch may be in the journal.
+#[derive(Debug)]
+enum CommitError {
+    /// Before the journal was written: nothing of the batch is stored.
+    Before(StorageError),
+    /// Writing the journal failed: its state on disk is unknown.
+    Journal(StorageError),
+    /// The batch is durable in the journal but the tables could not take it.
+    After(StorageError),
+}
+
+impl CommitError {
+    fn before(error: impl std::error::Error + Send + Sync + 'static) -> Self {
+        Self::Before(StorageError::new(error))
+    }
+}
+
+/// Makes every commit so far durable in the tables, recording the journal offset they cover,
+/// then starts the next journal generation: the old journal is no longer needed.
+fn checkpoint(db: &Database, journal: &mut Journal) -> Result<(), StorageError> {
+    let txn = db.begin_write().map_err(StorageError::new)?;
+    {
+        let mut meta = txn.open_table(META).map_err(StorageError::new)?;
+        meta.insert(JOURNAL_GENERATION, journal.generation())
+            .map_err(StorageError::new)?;
+        meta.insert(JOURNAL_END, journal.end())
+            .map_err(StorageError::new)?;
+    }
+    txn.commit().map_err(StorageError::new)?;
+    let path = journal.path().to_path_buf();
+    *journal = Journal::create(&path, journal.generation() + 1).map_err(StorageError::new)?;
+    Ok(())
 }
 
 /// Deletes up to `limit` executions that ended before `ended_before_ms`, whole, in one
@@ -813,9 +884,12 @@ fn commit_batch(
 /// `purged`, a row older than the deletion whose (id, seq) a later log of the same id reuses.
 fn delete_ended(
     db: &Database,
+    journal: &Journal,
     ended_before_ms: u64,
     limit: usize,
 ) -> Result<Vec<ExecutionId>, StorageError> {
+    // A durable commit: it also makes every journaled commit before it durable in the tables,
+    // so it records the journal offset it covers.
     let txn = db.begin_write().map_err(StorageError::new)?;
     let deleted = {
         let mut tables = WriteTables::open(&txn)?;
@@ -830,12 +904,8 @@ fn delete_ended(
             let id = key.value().1;
             doomed.push(ExecutionId::from_stored(id).map_err(StorageError::new)?);
         }
-        let feed_next = txn
-            .open_table(META)
-            .map_err(StorageError::new)?
-            .get(FEED_NEXT)
-            .map_err(StorageError::new)?
-            .map_or(0, |v| v.value());
+        let feed_next = tables.feed_next()?;
+        tables.set_position(feed_next, journal.generation(), journal.end())?;
         let mut purged = txn.open_table(PURGED).map_err(StorageError::new)?;
         for execution in &doomed {
             let id = execution.as_str();
@@ -904,7 +974,12 @@ impl RawPage {
     fn fetch(db: &Db, execution: &ExecutionId, from: u64, limit: usize) -> Result<Self, ReadError> {
         let txn = db.begin_read().map_err(ReadError::storage)?;
         let events = txn.open_table(EVENTS).map_err(ReadError::storage)?;
-        Self::fetch_from(&events, execution, from, limit, None)
+        let heads = txn.open_table(HEADS).map_err(ReadError::storage)?;
+        let head = heads
+            .get(execution.as_str())
+            .map_err(ReadError::storage)?
+            .map_or(0, |head| head.value());
+        Self::fetch_from(&events, execution, from, limit, head)
     }
 
     fn fetch_from(
@@ -912,28 +987,52 @@ impl RawPage {
         execution: &ExecutionId,
         from: u64,
         limit: usize,
-        expected: Option<usize>,
+        head: u64,
     ) -> Result<Self, ReadError> {
+        // Every seq from `from` up to the head (or `limit` of them) is read, each where it
+        // belongs: a key damaged at rest shows as a missing or misplaced seq, and is reported
+        // instead of shortening the log.
+        let wanted = usize::try_from(head.saturating_sub(from))
+            .unwrap_or(usize::MAX)
+            .min(limit);
         let id = execution.as_str();
         let range = events
             .range((id, from)..=(id, u64::MAX))
             .map_err(ReadError::storage)?;
         let mut page = RawPage {
             bytes: Vec::new(),
-            records: Vec::with_capacity(expected.unwrap_or(limit).min(super::STREAM_PAGE)),
+            records: Vec::with_capacity(wanted.min(super::STREAM_PAGE)),
         };
-        for entry in range.take(limit) {
+        // One past the wanted ones: a stray seq past the head is reported too.
+        let to_the_head = head.saturating_sub(from) == wanted as u64;
+        for entry in range.take(wanted.saturating_add(1)) {
             let (key, value) = entry.map_err(ReadError::storage)?;
-            if let Some(expected) = expected
-                && page.bytes.is_empty()
-            {
+            if page.records.len() == wanted {
+                if to_the_head {
+                    return Err(damaged_log(execution, key.value().1, head));
+                }
+                break;
+            }
+            if page.bytes.is_empty() {
                 // Sized from the first record, rather than doubled through many reallocations.
-                let estimate = value.value().len().saturating_mul(expected);
+                let estimate = value.value().len().saturating_mul(wanted);
                 page.bytes.reserve(estimate.min(1 << 20));
+            }
+            let seq = key.value().1;
+            let due = from + page.records.len() as u64;
+            if seq != due || seq >= head {
+                return Err(damaged_log(execution, due, head));
             }
             let start = page.bytes.len();
             page.bytes.extend_from_slice(value.value());
-            page.records.push((key.value().1, start..page.bytes.len()));
+            page.records.push((seq, start..page.bytes.len()));
+        }
+        if page.records.len() != wanted {
+            return Err(damaged_log(
+                execution,
+                from + page.records.len() as u64,
+                head,
+            ));
         }
         Ok(page)
     }
@@ -947,6 +1046,15 @@ impl RawPage {
             events.push(decode_stored(execution, *seq, bytes)?);
         }
         Ok(events)
+    }
+}
+
+/// A log whose stored events do not run gapless up to its head: the file is damaged.
+fn damaged_log(execution: &ExecutionId, seq: u64, head: u64) -> ReadError {
+    ReadError::Storage {
+        source: StorageError::msg(format!(
+            "the store file is damaged: the events of execution {execution} do not run gapless up to its head {head} (at seq {seq})"
+        )),
     }
 }
 
@@ -966,10 +1074,40 @@ impl EventStore for DiskStore {
         expected_seq: u64,
         events: &[Event],
     ) -> Result<u64, AppendError> {
-        let (request, answer) = EncodedAppend::new(execution, expected_seq, events)?;
-        self.send(WriteRequest::Append(request))
-            .map_err(|_| AppendError::Closed)?;
-        answer.await.map_err(|_| AppendError::Closed)?
+        self.append_as(execution, expected_seq, events, None).await
+    }
+
+    async fn claim_new(&self, execution: &ExecutionId) -> Result<Option<NewClaim>, ReadError> {
+        if !matches!(*self.shared.db, Db::Write(_)) {
+            return Ok(None);
+        }
+        let Some(token) = self.shared.claims.try_claim(execution) else {
+            return Ok(None);
+        };
+        let claim = NewClaim::new(execution.clone(), token, {
+            let store = self.clone();
+            let id = execution.clone();
+            move || {
+                if store.shared.claims.release(&id, token) {
+                    // A first append of the id by someone else may be waiting for this claim.
+                    let _ = store.send(WriteRequest::ClaimReleased);
+                }
+            }
+        });
+        // Read once the id is held: a first append the writer admitted before is committed
+        // (or failed) by the time the claim is granted, and none is admitted after. Read here,
+        // not on the blocking pool: one lookup in `heads`, whose pages every commit touches
+        // and redb's cache keeps; a trip to the pool per new execution cost more (threads
+        // woken and started, `docs/PERFORMANCE.md`).
+        if read_head(&self.shared.db, execution)? > 0 {
+            return Ok(None);
+        }
+        Ok(Some(claim))
+    }
+
+    async fn append_claimed(&self, claim: &NewClaim, events: &[Event]) -> Result<u64, AppendError> {
+        self.append_as(claim.execution(), 0, events, Some(claim.token()))
+            .await
     }
 
     async fn read(

@@ -4,6 +4,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::ops::Bound;
 use std::sync::{Arc, Mutex};
 
+use super::claim::{ClaimTable, FirstAppend, NewClaim};
 use super::tail::{ExecutionTail, filter_code};
 use super::watch::{FeedWatch, HeadWatch};
 use super::{
@@ -26,6 +27,10 @@ struct Inner {
     watch: HeadWatch,
     /// The next feed position, published after each append.
     feed_head: FeedWatch,
+    /// New ids claimed for their first append ([`EventStore::claim_new`]).
+    claims: ClaimTable,
+    /// Woken when a claim is given back or a first append is over.
+    claims_changed: tokio::sync::Notify,
 }
 
 /// Everything behind the one lock, so an append changes logs, index and feed together.
@@ -95,14 +100,38 @@ impl State {
     }
 }
 
-impl EventStore for MemoryStore {
-    async fn append(
+impl MemoryStore {
+    /// An append, claimed (`claim`: its token) or not. A first append of an id another caller
+    /// claimed waits until that claim is given back or its first append is over.
+    async fn append_as(
+        &self,
+        execution: &ExecutionId,
+        expected_seq: u64,
+        events: &[Event],
+        claim: Option<u64>,
+    ) -> Result<u64, AppendError> {
+        super::check_batch(execution, expected_seq, events)?;
+        loop {
+            let changed = self.inner.claims_changed.notified();
+            if expected_seq == 0 && self.inner.claims.admit(execution, claim) == FirstAppend::Wait {
+                changed.await;
+                continue;
+            }
+            let outcome = self.append_now(execution, expected_seq, events);
+            if expected_seq == 0 {
+                self.inner.claims.settle(execution);
+                self.inner.claims_changed.notify_waiters();
+            }
+            return outcome;
+        }
+    }
+
+    fn append_now(
         &self,
         execution: &ExecutionId,
         expected_seq: u64,
         events: &[Event],
     ) -> Result<u64, AppendError> {
-        super::check_batch(execution, expected_seq, events)?;
         let recorded_at_ms = wall_clock_ms();
         let (head, feed_head) = {
             let mut state = self.state();
@@ -140,6 +169,47 @@ impl EventStore for MemoryStore {
         self.inner.watch.publish(execution, head);
         self.inner.feed_head.publish(feed_head);
         Ok(head)
+    }
+}
+
+impl EventStore for MemoryStore {
+    async fn append(
+        &self,
+        execution: &ExecutionId,
+        expected_seq: u64,
+        events: &[Event],
+    ) -> Result<u64, AppendError> {
+        self.append_as(execution, expected_seq, events, None).await
+    }
+
+    async fn claim_new(&self, execution: &ExecutionId) -> Result<Option<NewClaim>, ReadError> {
+        let token = {
+            // Under the logs' lock: no first append commits between the check and the claim.
+            let state = self.state();
+            if state
+                .logs
+                .get(execution)
+                .is_some_and(|log| !log.events.is_empty())
+            {
+                return Ok(None);
+            }
+            match self.inner.claims.try_claim(execution) {
+                Some(token) => token,
+                None => return Ok(None),
+            }
+        };
+        let inner = Arc::clone(&self.inner);
+        let id = execution.clone();
+        Ok(Some(NewClaim::new(execution.clone(), token, move || {
+            if inner.claims.release(&id, token) {
+                inner.claims_changed.notify_waiters();
+            }
+        })))
+    }
+
+    async fn append_claimed(&self, claim: &NewClaim, events: &[Event]) -> Result<u64, AppendError> {
+        self.append_as(claim.execution(), 0, events, Some(claim.token()))
+            .await
     }
 
     async fn read(

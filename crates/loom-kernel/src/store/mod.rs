@@ -35,7 +35,9 @@
 //! embedded default, on redb). `loom_kernel::conformance` (feature `testkit`) checks any
 //! implementation against this contract.
 
+mod claim;
 mod disk;
+mod journal;
 mod memory;
 pub(crate) mod tail;
 mod watch;
@@ -45,6 +47,7 @@ use std::sync::Arc;
 
 use futures::Stream;
 
+pub use claim::NewClaim;
 pub use disk::{DiskStore, DiskStoreConfig, OpenError, StoredLog};
 pub use memory::MemoryStore;
 pub use tail::ExecutionTail;
@@ -600,6 +603,35 @@ pub trait EventStore: Send + Sync + 'static {
     ) -> impl Future<Output = Result<Option<LeaseInfo>, ReadError>> + Send {
         let _ = execution;
         std::future::ready(Ok(None))
+    }
+
+    /// Claims `execution`, which has no events, for the caller's first append, in the
+    /// store's memory: `Some` when the id is the caller's. While the claim lives, a first
+    /// append of the id by anyone else waits until the claimant's first append
+    /// ([`EventStore::append_claimed`]) has committed (it then conflicts) or the claim is
+    /// dropped. So a new execution whose claim is granted runs its idempotent effects before
+    /// its `EXECUTION_STARTED` is durable: no other start of that id can take it meanwhile.
+    ///
+    /// - **`None`** when the execution has events, another caller holds the claim, or the
+    ///   store cannot claim ids in memory (several processes write to it: the default). The
+    ///   runtime then holds every effect until the start is durable.
+    /// - **Cost.** Answered from memory, with at most one read of the log's head.
+    fn claim_new(
+        &self,
+        execution: &ExecutionId,
+    ) -> impl Future<Output = Result<Option<NewClaim>, ReadError>> + Send {
+        let _ = execution;
+        std::future::ready(Ok(None))
+    }
+
+    /// The first append of a claimed execution ([`EventStore::claim_new`]): `events` at seq 0.
+    /// The default is a plain [`EventStore::append`] at seq 0.
+    fn append_claimed(
+        &self,
+        claim: &NewClaim,
+        events: &[Event],
+    ) -> impl Future<Output = Result<u64, AppendError>> + Send {
+        self.append(claim.execution(), 0, events)
     }
 
     /// Whether this store hands executions to one worker at a time (then

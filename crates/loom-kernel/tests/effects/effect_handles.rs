@@ -82,6 +82,10 @@ async fn a_handle_records_exactly_what_a_name_records() {
             loom_kernel::Event::StepStarted(started) => {
                 Some((started.step_id.clone(), started.effect.clone()))
             }
+            // A quick step is recorded by its outcome alone.
+            loom_kernel::Event::StepCompleted(completed) => {
+                Some((completed.step_id.clone(), completed.effect.clone()))
+            }
             _ => None,
         })
     };

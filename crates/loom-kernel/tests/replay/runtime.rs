@@ -107,9 +107,8 @@ async fn a_flow_runs_live_to_completion() {
         names,
         [
             "EXECUTION_STARTED",
-            // No effect of a new execution runs before its EXECUTION_STARTED is durable, so
-            // the first step's STEP_STARTED goes out with it.
-            "STEP_STARTED",
+            // The store claimed the new execution's id, so its idempotent first step ran
+            // before the start was written and is recorded by its outcome alone.
             "STEP_COMPLETED",
             "DECISION_RECORDED",
             "SURFACE_PATCH",
@@ -121,7 +120,7 @@ async fn a_flow_runs_live_to_completion() {
             "EXECUTION_COMPLETED"
         ]
     );
-    let Event::ExecutionCompleted(done) = &log[8].event else {
+    let Event::ExecutionCompleted(done) = &log[7].event else {
         panic!()
     };
     assert_eq!(
@@ -217,7 +216,7 @@ async fn a_changed_flow_is_reported_at_the_right_seq() {
         &rt,
         &e,
         1,
-        "at seq 1: recorded STEP_STARTED step 'charge#1' (effect payments.charge); the flow now calls effect 'email.send' as step 'email#1'",
+        "at seq 1: recorded STEP_COMPLETED step 'charge#1' (effect payments.charge); the flow now calls effect 'email.send' as step 'email#1'",
     )
     .await;
 }

@@ -163,11 +163,66 @@ async fn a_start_on_a_second_runtime_of_one_store_runs_nothing() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn racing_starts_on_two_runtimes_of_one_store_run_one_effect_with_the_winners_input() {
+    racing_starts_run_one_effect(MemoryStore::new).await;
+}
+
+/// The disk store claims a new id in memory, so the winner's idempotent effect runs before its
+/// start is durable: the loser must still run nothing.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn racing_starts_on_two_runtimes_of_one_disk_store_run_one_effect_with_the_winners_input() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = DiskStore::open(dir.path().join("race.redb")).unwrap();
+    racing_starts_run_one_effect(move || store.clone()).await;
+}
+
+/// A store that claims new ids: an execution of one idempotent step is one commit (its start,
+/// step and end together), one of a non-idempotent step two (its STEP_STARTED durable first).
+#[tokio::test]
+async fn a_one_step_execution_commits_once_if_idempotent_and_twice_if_not() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = DiskStore::open(dir.path().join("commits.redb")).unwrap();
+    for idempotent in [true, false] {
+        let rt = Runtime::builder(store.clone())
+            .flows(&flows())
+            .effect(
+                "echo",
+                FnEffect::new(idempotent, |call: EffectCall| async move {
+                    EffectOutcome::ok(call.input)
+                }),
+            )
+            .build()
+            .unwrap();
+        let execution = format!("one-{idempotent}");
+        let e = rt
+            .start("one", &json!(1), options(&execution, &["echo"]))
+            .await
+            .unwrap();
+        // `start` returns once the first commit is durable.
+        let first_commit = store.head(&e).await.unwrap();
+        rt.wait(&e).await.unwrap();
+        let names = crate::support::event_names(&store, &e).await;
+        if idempotent {
+            assert_eq!(first_commit, 3, "one commit: {names:?}");
+        } else {
+            assert_eq!(
+                first_commit, 2,
+                "the start and STEP_STARTED first: {names:?}"
+            );
+            assert_eq!(
+                store.head(&e).await.unwrap(),
+                4,
+                "then the outcome and the end"
+            );
+        }
+    }
+}
+
+async fn racing_starts_run_one_effect<S: EventStore + Clone>(fresh: impl Fn() -> S) {
     for round in 0..20 {
-        let store = MemoryStore::new();
+        let store = fresh();
         let calls = Calls::default();
         let inputs = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
-        let runtime = |store: MemoryStore| {
+        let runtime = |store: S| {
             let inputs = inputs.clone();
             let calls = calls.clone();
             Runtime::builder(store)
@@ -186,7 +241,7 @@ async fn racing_starts_on_two_runtimes_of_one_store_run_one_effect_with_the_winn
         let rt1 = runtime(store.clone());
         let rt2 = runtime(store.clone());
         let execution = format!("race-{round}");
-        let start = |rt: &Runtime<MemoryStore>, input: u64| {
+        let start = |rt: &Runtime<S>, input: u64| {
             let rt = rt.clone();
             let execution = execution.clone();
             tokio::spawn(async move {

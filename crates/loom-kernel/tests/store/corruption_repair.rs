@@ -265,3 +265,63 @@ async fn a_flipped_payload_byte_is_detected_without_verify_on_open() {
         "{err:?}"
     );
 }
+
+/// What a flipped byte in an `events` key does (the record moves to another seq or id): with
+/// `verify_on_open` off redb does not see it, and the read reports the hole instead of
+/// returning a shorter log.
+#[tokio::test]
+async fn an_event_under_a_damaged_key_is_reported_not_skipped() {
+    use loom_kernel::{DiskStoreConfig, EventStoreExt};
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("key.redb");
+    let e = id("keyed");
+    {
+        let store = DiskStore::open(&path).unwrap();
+        store
+            .append(&e, 0, &[started("f"), tagged(json!(1)), tagged(json!(2))])
+            .await
+            .unwrap();
+    }
+    {
+        let db = redb::Database::create(&path).unwrap();
+        let txn = db.begin_write().unwrap();
+        {
+            let mut events = txn
+                .open_table(redb::TableDefinition::<(&str, u64), &[u8]>::new("events"))
+                .unwrap();
+            let moved = events
+                .remove(("keyed", 1))
+                .unwrap()
+                .unwrap()
+                .value()
+                .to_vec();
+            events.insert(("keyed", 9), moved.as_slice()).unwrap();
+        }
+        txn.commit().unwrap();
+    }
+    let config = DiskStoreConfig {
+        verify_on_open: false,
+        ..DiskStoreConfig::default()
+    };
+    let store = DiskStore::open_with(&path, config).unwrap();
+    for read in [
+        store.read_all(&e).await.map(|log| log.len()),
+        store.read(&e, 1, 10).await.map(|log| log.len()),
+        store
+            .read_logs(std::slice::from_ref(&e))
+            .await
+            .map(|logs| logs[0].len()),
+    ] {
+        let err = read.unwrap_err();
+        assert!(err.to_string().contains("(at seq 1)"), "{err}");
+    }
+    assert_eq!(
+        store.read(&e, 0, 1).await.unwrap().len(),
+        1,
+        "before the hole"
+    );
+    assert!(
+        store.read(&e, 2, 10).await.is_err(),
+        "the stray seq 9 past the head"
+    );
+}

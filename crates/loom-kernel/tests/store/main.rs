@@ -12,5 +12,6 @@ mod crash_consistency;
 mod error_sources;
 mod fold;
 mod fold_laws;
+mod journal;
 mod masking;
 mod store_conformance;

@@ -188,7 +188,8 @@ fn a_changed_flow_is_caught_at_the_right_seq() {
     assert_eq!(
         outcome.finding,
         Finding::Divergent {
-            seq: 4,
+            // The first step is one event (its outcome): the store claimed the new id.
+            seq: 3,
             recorded: "SURFACE_PATCH 'surface:order#1' on surface 'order'".into(),
             attempted: "calls effect 'notify' as step 'notify#1'".into(),
         }

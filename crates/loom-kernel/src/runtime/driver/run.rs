@@ -31,7 +31,7 @@ use crate::runtime::keep;
 use crate::runtime::machine::{self, Admit, Dispatch};
 use crate::runtime::slots::Inner;
 use crate::runtime::timers;
-use crate::store::{AppendError, EventStore};
+use crate::store::{AppendError, EventStore, NewClaim};
 
 /// Drives one execution until it ends, parks, or fails. Every message received is answered.
 /// The loop around the machine: each turn polls the flow, carries out what it and the machine
@@ -91,6 +91,8 @@ struct Run<S> {
     running: Effects,
     /// The append in flight; the machine keeps the replies that wait for it.
     appending: Option<Append>,
+    /// The store's claim of a new execution's id, until its first append takes it.
+    claim: Option<NewClaim>,
     poll_flow: bool,
     /// Resumes and verdicts that arrived while the flow was still replaying its history: the
     /// gate or step they name may not be open yet. Handled once the replay has caught up.
@@ -165,8 +167,22 @@ impl<S: EventStore> Run<S> {
             // A new execution's log is empty: its start, queued below, is its first event.
             ctx.state().fold_issued(event);
         }
+        // A new execution's id, claimed in the store's memory, is this run's: its idempotent
+        // effects need not wait for its start to be durable (a store that cannot claim, or an
+        // id another start holds, leaves every effect held until then).
+        let claim = match &first {
+            Some(_) => inner
+                .store
+                .claim_new(&execution)
+                .await
+                .unwrap_or_else(|error| {
+                    tracing::debug!(%error, "the store could not claim the new execution's id");
+                    None
+                }),
+            None => None,
+        };
         let machine = match first {
-            Some((event, reply)) => Machine::new_execution(event, reply),
+            Some((event, reply)) => Machine::new_execution(event, reply, claim.is_some()),
             None => {
                 let mut machine = Machine::new(ctx.state().fold().next_seq());
                 // Several workers may open the same parked execution at once (each resuming
@@ -202,6 +218,7 @@ impl<S: EventStore> Run<S> {
             waker,
             running: FuturesUnordered::new(),
             appending: None,
+            claim,
             poll_flow: true,
             deferred: Vec::new(),
         }))
@@ -306,8 +323,9 @@ impl<S: EventStore> Run<S> {
                 .disarm(&self.execution, &gate_id, deadline_ms);
         }
         // A held effect may start once everything queued so far is durable. Until the
-        // execution's EXECUTION_STARTED is durable, every effect is held: a start whose id
-        // turns out to be taken (by another runtime on the store) must run nothing.
+        // execution's EXECUTION_STARTED is durable, or its id claimed in the store's memory,
+        // every effect is held: a start whose id turns out to be taken (by another runtime on
+        // the store) must run nothing.
         let ready = self.machine.issued(events, dispatches, child_starts);
         self.start(ready);
         Ok(())
@@ -385,8 +403,14 @@ impl<S: EventStore> Run<S> {
         if let Some(machine::Batch { expected, events }) = self.machine.take_append() {
             let store = Arc::clone(&self.inner.store);
             let id = self.execution.clone();
+            let claim = self.claim.take().filter(|_| expected == 0);
             self.appending = Some(Box::pin(async move {
-                let head = store.append(&id, expected, &events).await?;
+                let head = match &claim {
+                    Some(claim) => store.append_claimed(claim, &events).await?,
+                    None => store.append(&id, expected, &events).await?,
+                };
+                // The claim is given back (if the store still holds it) once the append is over.
+                drop(claim);
                 Ok((head, events))
             }));
         }

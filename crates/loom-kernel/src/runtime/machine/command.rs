@@ -66,9 +66,10 @@ impl Admission {
 
 impl<R, D: Held, C> Machine<R, D, C> {
     /// The commands the flow issued: their events are queued; an effect runs now if it is
-    /// idempotent and the execution's start is durable, otherwise it is held until everything
-    /// queued so far is durable (K9; a start whose id turns out to be taken runs nothing; on a
-    /// store with leases, a run whose first append is not yet durable runs nothing either).
+    /// idempotent and the execution's start is durable or its id claimed, otherwise it is held
+    /// until everything queued so far is durable (K9; a start whose id turns out to be taken
+    /// runs nothing; on a store with leases, a run whose first append is not yet durable runs
+    /// nothing either).
     /// Children start once their gate is durable.
     pub(crate) fn issued(
         &mut self,
@@ -79,7 +80,7 @@ impl<R, D: Held, C> Machine<R, D, C> {
         self.enqueue(events);
         let durable_at = self.unsent() + self.queued.len() as u64;
         // The effects to run now stay in the flow's own list, in order: no list per command.
-        let hold_all = self.durable_head == 0 || self.hold_until_appended;
+        let hold_all = (self.durable_head == 0 && !self.start_claimed) || self.hold_until_appended;
         let held = dispatches.extract_if(.., |dispatch| hold_all || dispatch.durable_before());
         self.held
             .extend(held.map(|dispatch| (durable_at, dispatch)));
@@ -560,7 +561,7 @@ mod tests {
 
     #[test]
     fn a_new_execution_holds_every_effect_until_its_start_is_durable() {
-        let mut m = M::new_execution(cancelled(), "start");
+        let mut m = M::new_execution(cancelled(), "start", false);
         let ready = m.issued(vec![started("a")], vec![Fx("a", false)], vec![]);
         assert!(
             ready.run.is_empty(),
@@ -576,6 +577,30 @@ mod tests {
         assert_eq!(durable.ready.run, vec![Fx("a", false)]);
         assert!(m.dispatched("a"));
         assert!(m.settled());
+    }
+
+    #[test]
+    fn a_claimed_new_execution_runs_idempotent_effects_at_once_and_holds_the_others() {
+        let mut m = M::new_execution(cancelled(), "start", true);
+        let ready = m.issued(
+            vec![started("a"), started("b")],
+            vec![Fx("a", false), Fx("b", true)],
+            vec![],
+        );
+        assert_eq!(
+            ready.run,
+            vec![Fx("a", false)],
+            "its id is claimed: no start can take it"
+        );
+        assert!(
+            !m.dispatched("b"),
+            "a non-idempotent effect waits for its STEP_STARTED"
+        );
+        let batch = m.take_append().unwrap();
+        assert_eq!((batch.expected, batch.events.len()), (0, 3));
+        let durable = m.appended(3);
+        assert_eq!(durable.replies, vec!["start"]);
+        assert_eq!(durable.ready.run, vec![Fx("b", true)]);
     }
 
     #[test]

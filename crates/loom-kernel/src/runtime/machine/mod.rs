@@ -131,6 +131,9 @@ pub(crate) struct Machine<R, D, C> {
     /// resuming or recovering it at the same head has its append refused, and must not have
     /// run anything meanwhile).
     hold_until_appended: bool,
+    /// A new execution whose id the store claimed for it (`EventStore::claim_new`): no other
+    /// start can take the id, so its idempotent effects need not wait for its start.
+    start_claimed: bool,
 }
 
 impl<R, D: Held, C> Machine<R, D, C> {
@@ -146,6 +149,7 @@ impl<R, D: Held, C> Machine<R, D, C> {
             held_children: Vec::new(),
             ended: false,
             hold_until_appended: false,
+            start_claimed: false,
         }
     }
 
@@ -155,9 +159,11 @@ impl<R, D: Held, C> Machine<R, D, C> {
         self.hold_until_appended = true;
     }
 
-    /// A new execution: its first event, and the `start` reply that waits for it.
-    pub(crate) fn new_execution(first: Event, reply: R) -> Self {
+    /// A new execution: its first event, and the `start` reply that waits for it;
+    /// `claimed` when the store claimed its id for it.
+    pub(crate) fn new_execution(first: Event, reply: R, claimed: bool) -> Self {
         let mut machine = Self::new(0);
+        machine.start_claimed = claimed;
         machine.queued.push(first);
         machine.queued_replies.push(reply);
         machine

@@ -4,7 +4,8 @@
 //! reference model of what the machine promises (LD-003, K9, LD-015):
 //! - appends are taken one at a time, at the durable head, and carry the events in the order
 //!   they were issued; a quick step's outcome replaces its unsent `STEP_STARTED` in place;
-//! - an effect starts at once only if it is idempotent and the execution's start is durable;
+//! - an effect starts at once only if it is idempotent and the execution's start is durable
+//!   (or its id claimed by the store);
 //!   otherwise, and a child always, only once every event issued before it is durable; after
 //!   the end nothing held starts;
 //! - a reply is answered `Ok` only once the events issued before it are durable, and every
@@ -122,6 +123,8 @@ struct Model {
     started_children: BTreeSet<Child>,
     answered: BTreeSet<Reply>,
     ended: bool,
+    /// The store claimed the new execution's id before its first append.
+    claimed: bool,
     /// An append failed: the driver stops.
     stopped: bool,
     next_step: u32,
@@ -168,11 +171,14 @@ impl Run {
         let mut model = Model::default();
         let mut draw = Draw(seed);
         let subject = if draw.chance(50) {
-            // A new execution: its start and the `start` reply wait for the first append.
+            // A new execution: its start and the `start` reply wait for the first append;
+            // when the store claimed its id, no other start can take it, so its idempotent
+            // effects need not wait for the start to be durable.
             model.queued.push(Entry::Start);
             model.owed.insert(0, 1);
             model.next_reply = 1;
-            Subject::new_execution(start_event(), 0)
+            model.claimed = draw.chance(50);
+            Subject::new_execution(start_event(), 0, model.claimed)
         } else {
             // A driver that took over a log whose start is durable.
             model.log.push(Entry::Start);
@@ -252,7 +258,7 @@ impl Run {
             durable_before,
         };
         let ready = self.subject.issued(events, vec![dispatch], children);
-        let runs_now = !durable_before && head_before > 0;
+        let runs_now = !durable_before && (head_before > 0 || self.model.claimed);
         if runs_now {
             self.model.running.insert(step.clone(), true);
         } else {

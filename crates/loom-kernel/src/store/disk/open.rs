@@ -1,0 +1,517 @@
+//! Opening the store file: its layout read or brought up to date, its journal checked and the
+//! commits the tables lack applied (`docs/STORAGE.md`, "The journal", "Older layouts").
+
+use std::panic::{AssertUnwindSafe, catch_unwind};
+use std::path::Path;
+
+use redb::{Database, ReadableDatabase, ReadableTable};
+
+use super::super::journal::{self, Journal};
+use super::super::tail::ExecutionTail;
+use super::{
+    BY_STATUS, Db, DiskStoreConfig, ENDED, EVENTS, FEED, FEED_NEXT, HEADS, JOURNAL_END,
+    JOURNAL_GENERATION, META, Mode, OpenError, PURGED, STORE_FORMAT, TAILS, WriteTables,
+    panic_message,
+};
+use crate::envelope::decode_record;
+use crate::id::ExecutionId;
+use crate::store::StorageError;
+
+/// Refuses a 0-byte file (redb would take it for a new database), and a missing one when
+/// `must_exist`. A 0-byte file beside a journal of no commit is what a crash during the
+/// store's very first creation leaves (the journal is written first): opened for writing, it
+/// is a new store.
+pub(super) fn check_not_empty(
+    path: &Path,
+    must_exist: bool,
+    writing: bool,
+) -> Result<(), OpenError> {
+    match std::fs::metadata(path) {
+        Ok(meta) if meta.is_file() && meta.len() == 0 => {
+            let interrupted_creation = writing
+                && journal::scan(&journal::journal_path(path), journal::HEADER_LEN)
+                    .ok()
+                    .flatten()
+                    .is_some_and(|journal| journal.records.is_empty() && journal.generation == 1);
+            if interrupted_creation {
+                tracing::info!(path = %path.display(), "an empty store file left by an interrupted creation opens as new");
+                Ok(())
+            } else {
+                Err(OpenError::EmptyFile {
+                    path: path.to_path_buf(),
+                })
+            }
+        }
+        Ok(_) => Ok(()),
+        Err(err) if err.kind() == std::io::ErrorKind::NotFound => {
+            if must_exist {
+                Err(OpenError::Missing {
+                    path: path.to_path_buf(),
+                })
+            } else {
+                Ok(())
+            }
+        }
+        Err(source) => Err(OpenError::Io {
+            path: path.to_path_buf(),
+            source,
+        }),
+    }
+}
+
+/// Opens the database and returns it with the next feed position and, opened for writing,
+/// its journal (every journaled commit the tables lacked applied, and a new generation
+/// begun).
+pub(super) fn open_database(
+    path: &Path,
+    config: &DiskStoreConfig,
+    mode: Mode,
+) -> Result<(Db, u64, Option<Journal>), OpenError> {
+    let corrupt = |detail: String| OpenError::Corrupt {
+        path: path.to_path_buf(),
+        detail,
+    };
+    let journal_path = journal::journal_path(path);
+    if mode == Mode::CreateOrOpen && !path.exists() {
+        // The journal first: a store file that a crash leaves empty during its creation is
+        // then known for what it is (beside an empty journal) and opened as new.
+        Journal::create(&journal_path, 1).map_err(|error| journal_open_error(path, error))?;
+    }
+    let mut builder = Database::builder();
+    builder
+        .set_cache_size(config.cache_size_bytes)
+        .set_check_integrity_on_open(config.verify_on_open);
+    let map_err = |err: redb::DatabaseError| match err {
+        redb::DatabaseError::DatabaseAlreadyOpen => OpenError::AlreadyOpen {
+            path: path.to_path_buf(),
+        },
+        redb::DatabaseError::RepairAborted if mode == Mode::ReadOnly => {
+            OpenError::NotClosedCleanly {
+                path: path.to_path_buf(),
+                detail: "its tables need repair".into(),
+            }
+        }
+        redb::DatabaseError::Storage(redb::StorageError::Io(source))
+            if source.kind() == std::io::ErrorKind::NotFound =>
+        {
+            OpenError::Missing {
+                path: path.to_path_buf(),
+            }
+        }
+        redb::DatabaseError::Storage(redb::StorageError::Io(source))
+            if source.kind() == std::io::ErrorKind::InvalidData =>
+        {
+            corrupt(source.to_string())
+        }
+        redb::DatabaseError::Storage(redb::StorageError::Io(source)) => OpenError::Io {
+            path: path.to_path_buf(),
+            source,
+        },
+        other => corrupt(other.to_string()),
+    };
+    // redb documents that a plain open of an altered file may panic; a damaged file must be an
+    // error, never a crash of the embedding process.
+    let guarded = |open: &mut dyn FnMut() -> Result<Db, redb::DatabaseError>| {
+        catch_unwind(AssertUnwindSafe(open))
+            .map_err(|panic| corrupt(panic_message(&panic)))?
+            .map_err(map_err)
+    };
+    let db = match mode {
+        Mode::CreateOrOpen => guarded(&mut || builder.create(path).map(Db::Write))?,
+        Mode::OpenExisting => guarded(&mut || builder.open(path).map(Db::Write))?,
+        Mode::ReadOnly => guarded(&mut || builder.open_read_only(path).map(Db::Read))?,
+    };
+    let found = catch_unwind(AssertUnwindSafe(|| match &db {
+        Db::Write(db) => init_tables(db, &journal_path),
+        Db::Read(db) => read_layout(db),
+    }))
+    .map_err(|panic| corrupt(panic_message(&panic)))?
+    .map_err(|error| corrupt(error.to_string()))?;
+    match found {
+        Layout::Current {
+            feed_next,
+            journal: position,
+        } => match &db {
+            Db::Write(database) => {
+                let recovered = catch_unwind(AssertUnwindSafe(|| {
+                    recover_journal(database, path, &journal_path, position, feed_next)
+                }))
+                .map_err(|panic| corrupt(panic_message(&panic)))??;
+                let (journal, feed_next) = recovered;
+                Ok((db, feed_next, Some(journal)))
+            }
+            Db::Read(_) => {
+                if let Some(position) = position {
+                    check_nothing_pending(path, &journal_path, position)?;
+                }
+                Ok((db, feed_next, None))
+            }
+        },
+        Layout::Other(found) if found == 1 && mode == Mode::ReadOnly => {
+            Err(OpenError::NeedsUpgrade {
+                path: path.to_path_buf(),
+                found,
+            })
+        }
+        Layout::Other(found) => Err(OpenError::UnsupportedFormat {
+            path: path.to_path_buf(),
+            found,
+        }),
+    }
+}
+
+fn journal_open_error(path: &Path, error: journal::JournalError) -> OpenError {
+    match error {
+        journal::JournalError::Io { path: _, source } => OpenError::Io {
+            path: journal::journal_path(path),
+            source,
+        },
+        corrupt @ journal::JournalError::Corrupt { .. } => OpenError::Corrupt {
+            path: path.to_path_buf(),
+            detail: corrupt.to_string(),
+        },
+    }
+}
+
+/// Where the tables stand in the journal: its generation and the offset just past the last
+/// record they hold.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct JournalPosition {
+    generation: u64,
+    end: u64,
+}
+
+/// The records the tables lack: those of the tables' generation past their offset, or every
+/// record of the next generation (a checkpoint began it after making the tables durable).
+fn pending_records(
+    store: &Path,
+    journal_path: &Path,
+    position: JournalPosition,
+) -> Result<journal::Scanned, OpenError> {
+    let corrupt = |detail: String| OpenError::Corrupt {
+        path: store.to_path_buf(),
+        detail,
+    };
+    let from = |start: u64| {
+        journal::scan(journal_path, start)
+            .map_err(|error| journal_open_error(store, error))?
+            .ok_or_else(|| {
+                corrupt(format!(
+                    "its journal {} is missing; the commits it held cannot be recovered without it",
+                    journal_path.display()
+                ))
+            })
+    };
+    let scanned = from(journal::HEADER_LEN)?;
+    if scanned.generation == position.generation {
+        from(position.end)
+    } else if scanned.generation == position.generation + 1 {
+        Ok(scanned)
+    } else {
+        Err(corrupt(format!(
+            "its journal {} is of generation {}, but the store's tables follow generation {}: not this store's journal",
+            journal_path.display(),
+            scanned.generation,
+            position.generation
+        )))
+    }
+}
+
+/// Refuses a read-only open of a store whose journal holds commits its tables lack (it was
+/// not closed cleanly): applying them takes an open for writing.
+fn check_nothing_pending(
+    store: &Path,
+    journal_path: &Path,
+    position: JournalPosition,
+) -> Result<(), OpenError> {
+    let pending = pending_records(store, journal_path, position)?;
+    if pending.records.is_empty() {
+        Ok(())
+    } else {
+        Err(OpenError::NotClosedCleanly {
+            path: store.to_path_buf(),
+            detail: format!(
+                "its journal holds {} commits not yet in its tables",
+                pending.records.len()
+            ),
+        })
+    }
+}
+
+/// Applies the journaled commits the tables lack, makes the tables durable, and begins a new
+/// journal generation. Returns the journal and the next feed position.
+fn recover_journal(
+    db: &Database,
+    store: &Path,
+    journal_path: &Path,
+    position: Option<JournalPosition>,
+    feed_next: u64,
+) -> Result<(Journal, u64), OpenError> {
+    let corrupt = |detail: String| OpenError::Corrupt {
+        path: store.to_path_buf(),
+        detail,
+    };
+    let position =
+        position.ok_or_else(|| corrupt("the store records no journal position".into()))?;
+    let pending = pending_records(store, journal_path, position)?;
+    if pending.torn > 0 {
+        tracing::warn!(
+            journal = %journal_path.display(),
+            bytes = pending.torn,
+            at = pending.end,
+            "the journal ends with an incomplete commit record (a crash during its write); it is cut"
+        );
+    }
+    let storage = |error: StorageError| corrupt(error.to_string());
+    let txn = db.begin_write().map_err(|e| corrupt(e.to_string()))?;
+    let mut feed = feed_next;
+    {
+        let mut tables = WriteTables::open(&txn).map_err(storage)?;
+        for (index, (payload, _)) in pending.records.iter().enumerate() {
+            let appends = journal::read_payload(payload).ok_or_else(|| {
+                corrupt(format!(
+                    "journal record {index} past the tables' position does not decode"
+                ))
+            })?;
+            for append in appends {
+                let execution = ExecutionId::from_stored(append.execution)
+                    .map_err(|e| corrupt(e.to_string()))?;
+                let mut changes = Vec::with_capacity(append.records.len());
+                for (seq, record) in (append.expected_seq..).zip(&append.records) {
+                    let envelope = decode_record(&execution, seq, record).map_err(|e| {
+                        corrupt(format!("journaled event {seq} of {execution}: {e}"))
+                    })?;
+                    changes.push(crate::store::TailChange::of(&envelope.event));
+                }
+                let outcome = tables
+                    .apply(
+                        &execution,
+                        append.expected_seq,
+                        &append.records,
+                        &changes,
+                        append.recorded_at_ms,
+                        &mut feed,
+                    )
+                    .map_err(storage)?;
+                if let Err(refused) = outcome {
+                    return Err(corrupt(format!(
+                        "a journaled commit does not follow the tables: {refused}"
+                    )));
+                }
+            }
+        }
+        tables
+            .set_position(feed, pending.generation, pending.end)
+            .map_err(storage)?;
+    }
+    txn.commit().map_err(|e| corrupt(e.to_string()))?;
+    if !pending.records.is_empty() {
+        tracing::info!(
+            commits = pending.records.len(),
+            "journaled commits applied to the store's tables"
+        );
+    }
+    let journal = Journal::create(journal_path, pending.generation + 1)
+        .map_err(|error| journal_open_error(store, error))?;
+    Ok((journal, feed))
+}
+
+/// What [`init_tables`] or [`read_layout`] found.
+enum Layout {
+    /// A layout this build reads, with the next feed position and, in the journaled layout,
+    /// where its tables stand in the journal.
+    Current {
+        feed_next: u64,
+        journal: Option<JournalPosition>,
+    },
+    /// Another layout version, left as it is.
+    Other(u64),
+}
+
+fn journal_position(
+    meta: &impl ReadableTable<&'static str, u64>,
+) -> Result<Option<JournalPosition>, StorageError> {
+    let get = |key: &str| -> Result<Option<u64>, StorageError> {
+        Ok(meta.get(key).map_err(StorageError::new)?.map(|v| v.value()))
+    };
+    Ok(match (get(JOURNAL_GENERATION)?, get(JOURNAL_END)?) {
+        (Some(generation), Some(end)) => Some(JournalPosition { generation, end }),
+        _ => None,
+    })
+}
+
+/// Creates the tables of a new file, brings a file of an older layout to the current one
+/// (its journal begun before the new version is committed), and says what the file now is.
+fn init_tables(db: &Database, journal_path: &Path) -> Result<Layout, StorageError> {
+    let txn = db.begin_write().map_err(StorageError::new)?;
+    let layout = {
+        txn.open_table(EVENTS).map_err(StorageError::new)?;
+        txn.open_table(HEADS).map_err(StorageError::new)?;
+        let (existing, stored_feed_next, journal) = {
+            let meta = txn.open_table(META).map_err(StorageError::new)?;
+            let existing = meta
+                .get("format")
+                .map_err(StorageError::new)?
+                .map(|v| v.value());
+            let feed_next = meta
+                .get(FEED_NEXT)
+                .map_err(StorageError::new)?
+                .map_or(0, |v| v.value());
+            (existing, feed_next, journal_position(&meta)?)
+        };
+        let feed_next = match existing {
+            Some(STORE_FORMAT) => {
+                txn.abort().map_err(StorageError::new)?;
+                return Ok(Layout::Current {
+                    feed_next: stored_feed_next,
+                    journal,
+                });
+            }
+            Some(1) => {
+                let feed_next = upgrade_from_1(&txn)?;
+                tracing::info!(feed_next, "store file brought from layout 1 to 2");
+                Some(feed_next)
+            }
+            Some(2) => Some(stored_feed_next),
+            Some(other) => {
+                txn.abort().map_err(StorageError::new)?;
+                return Ok(Layout::Other(other));
+            }
+            None => Some(0),
+        };
+        let feed_next = feed_next.unwrap_or_default();
+        begin_journal(journal_path)?;
+        let mut meta = txn.open_table(META).map_err(StorageError::new)?;
+        meta.insert("format", STORE_FORMAT)
+            .map_err(StorageError::new)?;
+        meta.insert(FEED_NEXT, feed_next)
+            .map_err(StorageError::new)?;
+        meta.insert(JOURNAL_GENERATION, 1)
+            .map_err(StorageError::new)?;
+        meta.insert(JOURNAL_END, journal::HEADER_LEN)
+            .map_err(StorageError::new)?;
+        if existing.is_some() {
+            tracing::info!(from = ?existing, "store file brought to layout {STORE_FORMAT} (journaled commits)");
+        }
+        Layout::Current {
+            feed_next,
+            journal: Some(JournalPosition {
+                generation: 1,
+                end: journal::HEADER_LEN,
+            }),
+        }
+    };
+    txn.open_table(TAILS).map_err(StorageError::new)?;
+    txn.open_table(BY_STATUS).map_err(StorageError::new)?;
+    txn.open_table(ENDED).map_err(StorageError::new)?;
+    txn.open_table(FEED).map_err(StorageError::new)?;
+    txn.open_table(PURGED).map_err(StorageError::new)?;
+    txn.commit().map_err(StorageError::new)?;
+    Ok(layout)
+}
+
+/// Writes the first journal (generation 1) of a store that has none yet: a new store, or one
+/// of an older layout. A journal already there must hold no commit (one left by a creation
+/// that a crash interrupted): commits in it would belong to no tables.
+fn begin_journal(journal_path: &Path) -> Result<(), StorageError> {
+    if let Some(existing) =
+        journal::scan(journal_path, journal::HEADER_LEN).map_err(StorageError::new)?
+        && !existing.records.is_empty()
+    {
+        return Err(StorageError::msg(format!(
+            "the journal {} holds {} commits, but the store's tables never used a journal: not this store's journal",
+            journal_path.display(),
+            existing.records.len()
+        )));
+    }
+    Journal::create(journal_path, 1).map_err(StorageError::new)?;
+    Ok(())
+}
+
+/// The layout of a file opened read-only, changing nothing. Layout 2 (before the journal)
+/// reads as it is.
+fn read_layout(db: &redb::ReadOnlyDatabase) -> Result<Layout, StorageError> {
+    let txn = db.begin_read().map_err(StorageError::new)?;
+    let meta = txn.open_table(META).map_err(StorageError::new)?;
+    let format = meta
+        .get("format")
+        .map_err(StorageError::new)?
+        .map(|v| v.value());
+    let feed_next = || -> Result<u64, StorageError> {
+        Ok(meta
+            .get(FEED_NEXT)
+            .map_err(StorageError::new)?
+            .map_or(0, |v| v.value()))
+    };
+    match format {
+        Some(STORE_FORMAT) => Ok(Layout::Current {
+            feed_next: feed_next()?,
+            journal: Some(
+                journal_position(&meta)?
+                    .ok_or_else(|| StorageError::msg("the store records no journal position"))?,
+            ),
+        }),
+        Some(2) => Ok(Layout::Current {
+            feed_next: feed_next()?,
+            journal: None,
+        }),
+        Some(other) => Ok(Layout::Other(other)),
+        None => Err(StorageError::msg(
+            "the file has no layout version: not a Loom store",
+        )),
+    }
+}
+
+/// Builds the tails, the status index and the feed of a version 1 file, in the write
+/// transaction that also records the new version: a crash leaves the file at version 1,
+/// and the next open builds them again. Returns the next feed position. A log that does
+/// not decode or that the tail refuses (written before appends were validated) is indexed as
+/// [`ExecutionTail::unreadable`], so recovery reports it instead of skipping it silently.
+fn upgrade_from_1(txn: &redb::WriteTransaction) -> Result<u64, StorageError> {
+    let events = txn.open_table(EVENTS).map_err(StorageError::new)?;
+    let heads = txn.open_table(HEADS).map_err(StorageError::new)?;
+    let mut tails = txn.open_table(TAILS).map_err(StorageError::new)?;
+    let mut by_status = txn.open_table(BY_STATUS).map_err(StorageError::new)?;
+    let mut ended = txn.open_table(ENDED).map_err(StorageError::new)?;
+    let mut feed = txn.open_table(FEED).map_err(StorageError::new)?;
+    let mut position = 0u64;
+    for entry in heads.iter().map_err(StorageError::new)? {
+        let (id, _) = entry.map_err(StorageError::new)?;
+        let id = id.value();
+        let execution = ExecutionId::from_stored(id).map_err(StorageError::new)?;
+        let mut tail = ExecutionTail::new();
+        let mut readable = true;
+        for record in events
+            .range((id, 0)..=(id, u64::MAX))
+            .map_err(StorageError::new)?
+        {
+            let (key, value) = record.map_err(StorageError::new)?;
+            let seq = key.value().1;
+            feed.insert(position, (id, seq))
+                .map_err(StorageError::new)?;
+            position += 1;
+            if readable {
+                readable = decode_record(&execution, seq, value.value())
+                    .ok()
+                    .is_some_and(|envelope| {
+                        tail.apply(&envelope.event, envelope.recorded_at_ms).is_ok()
+                    });
+            }
+        }
+        if !readable {
+            tail = ExecutionTail::unreadable();
+        }
+        for code in tail.index_codes() {
+            by_status
+                .insert((code, id), ())
+                .map_err(StorageError::new)?;
+        }
+        if let Some(at) = tail.ended_at_ms() {
+            ended.insert((at, id), ()).map_err(StorageError::new)?;
+        }
+        tails
+            .insert(id, tail.encode().as_slice())
+            .map_err(StorageError::new)?;
+    }
+    Ok(position)
+}

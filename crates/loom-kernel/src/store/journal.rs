@@ -1,0 +1,522 @@
+//! The embedded store's journal: one checksummed record per group commit, appended to a file
+//! beside the store and made durable with one `fdatasync` before the commit is applied to the
+//! redb tables without an fsync of their own (`docs/STORAGE.md`, "The journal"; LD-027).
+//!
+//! # File
+//! A 32-byte header (`LOOMJNL1`, the generation, a CRC-32C of both), then records:
+//! `[magic u32][payload length u32][generation u64][CRC-32C of those 16 bytes u32]`, the
+//! payload, and the payload's CRC-32C (u32). The generation ties a record to its file: a
+//! checkpoint starts a new file under the next generation (written aside, then renamed over
+//! the old one), and the store's tables name the generation and the offset they cover.
+//!
+//! The file is grown ahead of its records (by as much as it holds, 64 KiB to 1 MiB at a time),
+//! written with zeros in the same flush as a small record: the commits after it overwrite
+//! blocks the file already has, and their `fdatasync` flushes the data alone (no new size, no
+//! block allocation for the file system to journal). A record of 64 KiB or more extends the
+//! file itself.
+//!
+//! # What a reader accepts
+//! Records are written one `pwrite` at a time, each made durable before the next is written,
+//! so a crash can leave at most the last record incomplete. Past the last whole record the
+//! file holds zeros (the room grown ahead), or a torn record: cut and reported. Damage anywhere
+//! else (a bad record with whole ones after it, a bad header) is refused.
+
+use std::fs::{File, OpenOptions};
+use std::io::{self, Read};
+use std::os::unix::fs::FileExt;
+use std::path::{Path, PathBuf};
+
+use crate::checksum::crc32c;
+
+/// The length of the header; a journal of no records is this long.
+pub(super) const HEADER_LEN: u64 = 32;
+const MAGIC: &[u8; 8] = b"LOOMJNL1";
+const RECORD_MAGIC: u32 = 0x4C4A_5243;
+/// Magic, length, generation, header checksum.
+const FRAME_HEAD: usize = 20;
+/// The payload's checksum.
+const FRAME_TAIL: usize = 4;
+/// The file is grown (with zeros) ahead of its records by as much as it holds, at least
+/// `MIN_GROWTH` and at most `MAX_GROWTH` at a time: a small store writes little, a busy one a
+/// mebibyte per mebibyte of records.
+const MIN_GROWTH: u64 = 64 << 10;
+const MAX_GROWTH: u64 = 1 << 20;
+
+/// Why a journal could not be read or written.
+#[derive(Debug, thiserror::Error)]
+pub(super) enum JournalError {
+    #[error("journal {path}: {source}")]
+    Io {
+        path: PathBuf,
+        #[source]
+        source: io::Error,
+    },
+    #[error("journal {path} is damaged: {detail}")]
+    Corrupt { path: PathBuf, detail: String },
+}
+
+/// The journal path of the store file `store`: its name with `.journal` added.
+pub(super) fn journal_path(store: &Path) -> PathBuf {
+    let mut name = store.as_os_str().to_owned();
+    name.push(".journal");
+    PathBuf::from(name)
+}
+
+/// A journal open for appending.
+#[derive(Debug)]
+pub(super) struct Journal {
+    file: File,
+    path: PathBuf,
+    generation: u64,
+    end: u64,
+    /// The file's length: zeros from `end` to here.
+    grown: u64,
+    frame: Vec<u8>,
+}
+
+/// A journal read whole: its generation, and its records from some offset on.
+#[derive(Debug)]
+pub(super) struct Scanned {
+    pub(super) generation: u64,
+    /// Each whole record's payload and the offset just past it.
+    pub(super) records: Vec<(Vec<u8>, u64)>,
+    /// The offset just past the last whole record.
+    pub(super) end: u64,
+    /// How many bytes past `end` a torn last record left (0 if none).
+    pub(super) torn: u64,
+}
+
+impl Journal {
+    /// Writes an empty journal of `generation` at `path`, replacing any file there at once
+    /// (written aside, fsynced, renamed, directory fsynced): a crash leaves the old file or
+    /// the new one, never a mix.
+    pub(super) fn create(path: &Path, generation: u64) -> Result<Self, JournalError> {
+        let io = |source| JournalError::Io {
+            path: path.to_path_buf(),
+            source,
+        };
+        let mut aside = path.as_os_str().to_owned();
+        aside.push(".new");
+        let aside = PathBuf::from(aside);
+        {
+            let file = OpenOptions::new()
+                .write(true)
+                .create(true)
+                .truncate(true)
+                .open(&aside)
+                .map_err(io)?;
+            file.write_all_at(&header(generation), 0).map_err(io)?;
+            file.sync_all().map_err(io)?;
+        }
+        std::fs::rename(&aside, path).map_err(io)?;
+        sync_dir(path).map_err(io)?;
+        Self::open_at(path, generation, HEADER_LEN)
+    }
+
+    /// Opens the journal at `path` for appending after `end` (the end of its last whole
+    /// record), cutting anything past it.
+    pub(super) fn open_at(path: &Path, generation: u64, end: u64) -> Result<Self, JournalError> {
+        let io = |source| JournalError::Io {
+            path: path.to_path_buf(),
+            source,
+        };
+        let file = OpenOptions::new()
+            .read(true)
+            .write(true)
+            .open(path)
+            .map_err(io)?;
+        if file.metadata().map_err(io)?.len() != end {
+            file.set_len(end).map_err(io)?;
+            file.sync_all().map_err(io)?;
+        }
+        Ok(Self {
+            file,
+            path: path.to_path_buf(),
+            generation,
+            end,
+            grown: end,
+            frame: Vec::new(),
+        })
+    }
+
+    pub(super) fn path(&self) -> &Path {
+        &self.path
+    }
+
+    pub(super) fn generation(&self) -> u64 {
+        self.generation
+    }
+
+    /// The offset just past the last record.
+    pub(super) fn end(&self) -> u64 {
+        self.end
+    }
+
+    /// The offset just past a record of `payload_len` bytes appended now.
+    pub(super) fn end_after(&self, payload_len: usize) -> u64 {
+        self.end + (FRAME_HEAD + payload_len + FRAME_TAIL) as u64
+    }
+
+    /// Appends one record and makes it durable (one `pwrite`, one `fdatasync`). On error the
+    /// journal's state on disk is unknown: the store stops writing (fail-stop).
+    pub(super) fn append(&mut self, payload: &[u8]) -> Result<u64, JournalError> {
+        let io = |source| JournalError::Io {
+            path: self.path.clone(),
+            source,
+        };
+        let length = u32::try_from(payload.len()).map_err(|_| JournalError::Corrupt {
+            path: self.path.clone(),
+            detail: format!("a commit of {} bytes is too large", payload.len()),
+        })?;
+        self.frame.clear();
+        self.frame.extend_from_slice(&RECORD_MAGIC.to_le_bytes());
+        self.frame.extend_from_slice(&length.to_le_bytes());
+        self.frame.extend_from_slice(&self.generation.to_le_bytes());
+        let head_crc = crc32c(&self.frame);
+        self.frame.extend_from_slice(&head_crc.to_le_bytes());
+        self.frame.extend_from_slice(payload);
+        self.frame.extend_from_slice(&crc32c(payload).to_le_bytes());
+        let end = self.end + self.frame.len() as u64;
+        if end > self.grown && self.frame.len() as u64 >= MIN_GROWTH {
+            // A large record extends the file itself: zeros ahead would double what its flush
+            // writes, for a saving (the file system's metadata) that is small beside it.
+            self.grown = end;
+        } else if end > self.grown {
+            // Room ahead, zeroed, in the same flush as this record: the next commits overwrite
+            // blocks the file has.
+            let room = end.clamp(MIN_GROWTH, MAX_GROWTH);
+            let grown = (end + room).div_ceil(MIN_GROWTH) * MIN_GROWTH;
+            let zeros = vec![0u8; usize::try_from(grown - self.grown).unwrap_or(0)];
+            self.file.write_all_at(&zeros, self.grown).map_err(io)?;
+            self.grown = grown;
+        }
+        self.file.write_all_at(&self.frame, self.end).map_err(io)?;
+        self.file.sync_data().map_err(io)?;
+        self.end += self.frame.len() as u64;
+        Ok(self.end)
+    }
+}
+
+fn header(generation: u64) -> [u8; HEADER_LEN as usize] {
+    let mut bytes = [0u8; HEADER_LEN as usize];
+    bytes[..8].copy_from_slice(MAGIC);
+    bytes[8..16].copy_from_slice(&generation.to_le_bytes());
+    let crc = crc32c(&bytes[..24]);
+    bytes[24..28].copy_from_slice(&crc.to_le_bytes());
+    bytes
+}
+
+fn sync_dir(path: &Path) -> io::Result<()> {
+    let dir = match path.parent() {
+        Some(dir) if !dir.as_os_str().is_empty() => dir,
+        _ => Path::new("."),
+    };
+    File::open(dir)?.sync_all()
+}
+
+/// Reads the journal at `path` and its whole records from offset `from` on (`HEADER_LEN` for
+/// all of them). `None` when there is no file.
+pub(super) fn scan(path: &Path, from: u64) -> Result<Option<Scanned>, JournalError> {
+    let corrupt = |detail: String| JournalError::Corrupt {
+        path: path.to_path_buf(),
+        detail,
+    };
+    let mut bytes = Vec::new();
+    match File::open(path) {
+        Ok(mut file) => file
+            .read_to_end(&mut bytes)
+            .map_err(|source| JournalError::Io {
+                path: path.to_path_buf(),
+                source,
+            })?,
+        Err(err) if err.kind() == io::ErrorKind::NotFound => return Ok(None),
+        Err(source) => {
+            return Err(JournalError::Io {
+                path: path.to_path_buf(),
+                source,
+            });
+        }
+    };
+    let header_len = HEADER_LEN as usize;
+    let Some(head) = bytes.get(..header_len) else {
+        return Err(corrupt(format!(
+            "{} bytes long, shorter than its header: not a Loom journal",
+            bytes.len()
+        )));
+    };
+    if &head[..8] != MAGIC
+        || read_u32(head, 24) != Some(crc32c(&head[..24]))
+        || head[28..] != [0; 4]
+    {
+        return Err(corrupt("its header is not a Loom journal's".into()));
+    }
+    let generation = read_u64(head, 8).unwrap_or_default();
+    let from = usize::try_from(from).unwrap_or(usize::MAX);
+    if from < header_len || from > bytes.len() {
+        return Err(corrupt(format!(
+            "the store's tables cover it up to offset {from}, but it is {} bytes long",
+            bytes.len()
+        )));
+    }
+    let mut records = Vec::new();
+    let mut at = from;
+    while at < bytes.len() {
+        if let Some((payload, next)) = frame_at(&bytes, at, generation) {
+            records.push((payload.to_vec(), next as u64));
+            at = next;
+            continue;
+        }
+        // No whole record here: the zeroed room grown ahead, a torn last record, or damage.
+        if bytes[at..].iter().all(|byte| *byte == 0) {
+            break;
+        }
+        let magic = RECORD_MAGIC.to_le_bytes();
+        let later_whole = bytes[at + 1..]
+            .windows(magic.len())
+            .enumerate()
+            .filter(|(_, window)| *window == magic)
+            .any(|(offset, _)| frame_at(&bytes, at + 1 + offset, generation).is_some());
+        if later_whole {
+            return Err(corrupt(format!(
+                "the commit record at offset {at} is damaged and whole records follow it"
+            )));
+        }
+        let written = bytes
+            .iter()
+            .rposition(|byte| *byte != 0)
+            .map_or(at, |last| last + 1);
+        return Ok(Some(Scanned {
+            generation,
+            records,
+            end: at as u64,
+            torn: (written - at) as u64,
+        }));
+    }
+    Ok(Some(Scanned {
+        generation,
+        records,
+        end: at as u64,
+        torn: 0,
+    }))
+}
+
+/// The record at `at`, whole and checked: its payload and the offset just past it. `None`
+/// when the file ends inside it or it does not check out.
+fn frame_at(bytes: &[u8], at: usize, generation: u64) -> Option<(&[u8], usize)> {
+    let head = bytes.get(at..at + FRAME_HEAD)?;
+    if read_u32(head, 0) != Some(RECORD_MAGIC)
+        || read_u64(head, 8) != Some(generation)
+        || read_u32(head, 16) != Some(crc32c(&head[..16]))
+    {
+        return None;
+    }
+    let length = read_u32(head, 4)? as usize;
+    let start = at + FRAME_HEAD;
+    let next = start + length + FRAME_TAIL;
+    let payload = bytes.get(start..start + length)?;
+    let crc = bytes.get(start + length..next)?;
+    (read_u32(crc, 0) == Some(crc32c(payload))).then_some((payload, next))
+}
+
+fn read_u32(bytes: &[u8], at: usize) -> Option<u32> {
+    Some(u32::from_le_bytes(bytes.get(at..at + 4)?.try_into().ok()?))
+}
+
+fn read_u64(bytes: &[u8], at: usize) -> Option<u64> {
+    Some(u64::from_le_bytes(bytes.get(at..at + 8)?.try_into().ok()?))
+}
+
+/// One request of a group commit, as the journal keeps it: enough to apply it again.
+#[derive(Debug, PartialEq, Eq)]
+pub(super) struct JournaledAppend<'a> {
+    pub(super) execution: &'a str,
+    pub(super) expected_seq: u64,
+    pub(super) recorded_at_ms: Option<u64>,
+    pub(super) records: Vec<&'a [u8]>,
+}
+
+/// Adds one accepted request to a commit's payload (`payload` starts empty; the count of
+/// requests is kept by [`finish_payload`]).
+pub(super) fn push_append(
+    payload: &mut Vec<u8>,
+    execution: &str,
+    expected_seq: u64,
+    recorded_at_ms: Option<u64>,
+    records: &[Vec<u8>],
+) {
+    if payload.is_empty() {
+        payload.extend_from_slice(&0u32.to_le_bytes());
+    }
+    let count = read_u32(payload, 0).unwrap_or_default() + 1;
+    payload[..4].copy_from_slice(&count.to_le_bytes());
+    push_bytes(payload, execution.as_bytes());
+    payload.extend_from_slice(&expected_seq.to_le_bytes());
+    match recorded_at_ms {
+        Some(ms) => {
+            payload.push(1);
+            payload.extend_from_slice(&ms.to_le_bytes());
+        }
+        None => payload.push(0),
+    }
+    payload.extend_from_slice(&(records.len() as u32).to_le_bytes());
+    for record in records {
+        push_bytes(payload, record);
+    }
+}
+
+fn push_bytes(payload: &mut Vec<u8>, bytes: &[u8]) {
+    payload.extend_from_slice(&(bytes.len() as u32).to_le_bytes());
+    payload.extend_from_slice(bytes);
+}
+
+/// The requests of a commit's payload; `None` for bytes [`push_append`] did not write.
+pub(super) fn read_payload(payload: &[u8]) -> Option<Vec<JournaledAppend<'_>>> {
+    let mut input = payload;
+    let mut take = |n: usize| -> Option<&[u8]> {
+        let (head, rest) = input.split_at_checked(n)?;
+        input = rest;
+        Some(head)
+    };
+    let count = u32::from_le_bytes(take(4)?.try_into().ok()?);
+    let mut appends = Vec::new();
+    for _ in 0..count {
+        let id_len = u32::from_le_bytes(take(4)?.try_into().ok()?) as usize;
+        let execution = std::str::from_utf8(take(id_len)?).ok()?;
+        let expected_seq = u64::from_le_bytes(take(8)?.try_into().ok()?);
+        let recorded_at_ms = match take(1)?[0] {
+            0 => None,
+            1 => Some(u64::from_le_bytes(take(8)?.try_into().ok()?)),
+            _ => return None,
+        };
+        let n = u32::from_le_bytes(take(4)?.try_into().ok()?) as usize;
+        let mut records = Vec::with_capacity(n.min(1 << 16));
+        for _ in 0..n {
+            let len = u32::from_le_bytes(take(4)?.try_into().ok()?) as usize;
+            records.push(take(len)?);
+        }
+        appends.push(JournaledAppend {
+            execution,
+            expected_seq,
+            recorded_at_ms,
+            records,
+        });
+    }
+    if !input.is_empty() {
+        return None;
+    }
+    Some(appends)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn journal_with(records: &[&[u8]]) -> (tempfile::TempDir, PathBuf) {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("s.journal");
+        let mut journal = Journal::create(&path, 7).unwrap();
+        for record in records {
+            journal.append(record).unwrap();
+        }
+        (dir, path)
+    }
+
+    #[test]
+    fn records_read_back_in_order_from_any_record_boundary() {
+        let (_dir, path) = journal_with(&[b"one", b"two", b"three"]);
+        let all = scan(&path, HEADER_LEN).unwrap().unwrap();
+        assert_eq!(all.generation, 7);
+        let payloads: Vec<&[u8]> = all.records.iter().map(|(p, _)| p.as_slice()).collect();
+        assert_eq!(payloads, [&b"one"[..], b"two", b"three"]);
+        assert_eq!(all.torn, 0);
+        let after_first = all.records[0].1;
+        let rest = scan(&path, after_first).unwrap().unwrap();
+        assert_eq!(rest.records.len(), 2);
+    }
+
+    /// The journal's bytes, and where its last record starts and ends.
+    fn written(path: &Path) -> (Vec<u8>, usize, usize) {
+        let scanned = scan(path, HEADER_LEN).unwrap().unwrap();
+        let ends: Vec<usize> = scanned
+            .records
+            .iter()
+            .map(|(_, end)| *end as usize)
+            .collect();
+        let last_end = *ends.last().unwrap();
+        let last_start = ends
+            .len()
+            .checked_sub(2)
+            .map_or(HEADER_LEN as usize, |i| ends[i]);
+        (std::fs::read(path).unwrap(), last_start, last_end)
+    }
+
+    #[test]
+    fn a_torn_last_record_is_cut_and_reported() {
+        let (_dir, path) = journal_with(&[b"one", b"two"]);
+        let (whole, last_start, last_end) = written(&path);
+        assert!(whole.len() > last_end, "room is grown ahead");
+        assert!(whole[last_end..].iter().all(|b| *b == 0));
+        for cut in 1..(last_end - last_start) {
+            // The file ends inside the record...
+            std::fs::write(&path, &whole[..last_end - cut]).unwrap();
+            let scanned = scan(&path, HEADER_LEN).unwrap().unwrap();
+            assert_eq!(scanned.records.len(), 1, "cut {cut}");
+            assert!(scanned.torn > 0);
+            // ...or its last bytes never reached the disk (zeros in the room grown ahead).
+            let mut zeroed = whole.clone();
+            zeroed[last_end - cut..last_end].fill(0);
+            std::fs::write(&path, &zeroed).unwrap();
+            let scanned = scan(&path, HEADER_LEN).unwrap().unwrap();
+            assert_eq!(scanned.records.len(), 1, "zeroed {cut}");
+        }
+        // The last record's payload damaged in place: torn (it is the last write).
+        let mut damaged = whole.clone();
+        damaged[last_end - FRAME_TAIL - 1] ^= 1;
+        std::fs::write(&path, &damaged).unwrap();
+        assert_eq!(scan(&path, HEADER_LEN).unwrap().unwrap().records.len(), 1);
+    }
+
+    #[test]
+    fn a_flipped_byte_before_the_last_record_is_refused() {
+        let (_dir, path) = journal_with(&[b"one", b"two", b"three"]);
+        let (whole, last_start, _) = written(&path);
+        for at in 0..last_start {
+            let mut damaged = whole.clone();
+            damaged[at] ^= 0x10;
+            std::fs::write(&path, &damaged).unwrap();
+            assert!(
+                matches!(scan(&path, HEADER_LEN), Err(JournalError::Corrupt { .. })),
+                "byte {at}"
+            );
+        }
+        // A stray byte in the room past the last record is damage too, never a torn tail.
+        let mut damaged = whole.clone();
+        let len = damaged.len();
+        damaged[len - 10] = 1;
+        std::fs::write(&path, &damaged).unwrap();
+        let scanned = scan(&path, HEADER_LEN).unwrap().unwrap();
+        assert_eq!(scanned.records.len(), 3);
+        assert!(scanned.torn > 0, "reported");
+    }
+
+    #[test]
+    fn a_payload_round_trips_and_garbage_does_not_read() {
+        let mut payload = Vec::new();
+        push_append(
+            &mut payload,
+            "a",
+            0,
+            Some(5),
+            &[b"x".to_vec(), b"yz".to_vec()],
+        );
+        push_append(&mut payload, "b", 3, None, &[b"w".to_vec()]);
+        let read = read_payload(&payload).unwrap();
+        assert_eq!(read.len(), 2);
+        assert_eq!(read[0].execution, "a");
+        assert_eq!(read[0].records, [&b"x"[..], b"yz"]);
+        assert_eq!((read[1].expected_seq, read[1].recorded_at_ms), (3, None));
+        for cut in 0..payload.len() {
+            assert!(read_payload(&payload[..cut]).is_none(), "cut {cut}");
+        }
+    }
+}

@@ -1,0 +1,252 @@
+//! The embedded store's journal (layout 3, LD-027): what a crash leaves behind opens with every
+//! acknowledged commit; a torn last record is cut; damage anywhere else, a missing or foreign
+//! journal, is refused; a read-only open never hides commits it cannot apply; older layouts
+//! are brought up to date.
+//!
+//! A crash image is made by copying the store file and its journal while the store is open:
+//! the tables on disk then hold the last checkpoint only, and the journal every commit since,
+//! as after a SIGKILL (`crash_consistency.rs` kills a real process).
+
+use std::path::{Path, PathBuf};
+
+use loom_kernel::conformance::{id, started, tagged};
+use loom_kernel::{DiskStore, DiskStoreConfig, EventStore, EventStoreExt, OpenError};
+use serde_json::json;
+
+/// The end of what was written to a journal: it is grown ahead with zeros.
+fn written_len(journal: &Path) -> u64 {
+    let bytes = std::fs::read(journal).unwrap();
+    bytes
+        .iter()
+        .rposition(|byte| *byte != 0)
+        .map_or(0, |last| last + 1) as u64
+}
+
+fn journal_of(store: &Path) -> PathBuf {
+    let mut name = store.as_os_str().to_owned();
+    name.push(".journal");
+    PathBuf::from(name)
+}
+
+/// A store with `commits` acknowledged appends to `victim` (each its own commit), copied to
+/// `image` (the file and its journal) while still open, as a crash would leave it.
+async fn crash_image(dir: &Path, commits: u64) -> PathBuf {
+    let path = dir.join("live.redb");
+    let store = DiskStore::open(&path).unwrap();
+    let e = id("victim");
+    let mut head = store.append(&e, 0, &[started("f")]).await.unwrap();
+    for i in 1..commits {
+        head = store
+            .append(&e, head, &[tagged(json!({"i": i}))])
+            .await
+            .unwrap();
+    }
+    let image = dir.join("image.redb");
+    std::fs::copy(&path, &image).unwrap();
+    std::fs::copy(journal_of(&path), journal_of(&image)).unwrap();
+    drop(store);
+    image
+}
+
+#[tokio::test]
+async fn a_crash_image_opens_with_every_acknowledged_commit() {
+    let dir = tempfile::tempdir().unwrap();
+    let image = crash_image(dir.path(), 50).await;
+    let store = DiskStore::open(&image).unwrap();
+    assert_eq!(store.head(&id("victim")).await.unwrap(), 50);
+    assert_eq!(store.read_all(&id("victim")).await.unwrap().len(), 50);
+    // Applied once: opening again finds the same log and appends after it.
+    drop(store);
+    let store = DiskStore::open(&image).unwrap();
+    assert_eq!(
+        store
+            .append(&id("victim"), 50, &[tagged(json!("after"))])
+            .await
+            .unwrap(),
+        51
+    );
+}
+
+#[tokio::test]
+async fn a_torn_last_journal_record_is_cut_at_the_last_whole_commit() {
+    let dir = tempfile::tempdir().unwrap();
+    let image = crash_image(dir.path(), 20).await;
+    let journal = journal_of(&image);
+    let len = written_len(&journal);
+    std::fs::OpenOptions::new()
+        .write(true)
+        .open(&journal)
+        .unwrap()
+        .set_len(len - 3)
+        .unwrap();
+    let store = DiskStore::open(&image).unwrap();
+    assert_eq!(store.head(&id("victim")).await.unwrap(), 19);
+    let log = store.read_all(&id("victim")).await.unwrap();
+    assert_eq!(log.len(), 19, "a whole prefix, gapless");
+}
+
+#[tokio::test]
+async fn a_flipped_byte_before_the_journals_last_record_is_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    let image = crash_image(dir.path(), 20).await;
+    let journal = journal_of(&image);
+    let whole = std::fs::read(&journal).unwrap();
+    // The header, the first records' headers, payloads and checksums.
+    let written = written_len(&journal) as usize;
+    for at in [3usize, 40, 60, written / 2] {
+        let mut damaged = whole.clone();
+        damaged[at] ^= 0x04;
+        std::fs::write(&journal, &damaged).unwrap();
+        let err = DiskStore::open(&image).unwrap_err();
+        assert!(
+            matches!(err, OpenError::Corrupt { .. }),
+            "byte {at}: {err:?}"
+        );
+        assert!(err.to_string().contains("journal"), "{err}");
+    }
+}
+
+#[tokio::test]
+async fn a_missing_or_foreign_journal_is_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    let image = crash_image(dir.path(), 5).await;
+    let journal = journal_of(&image);
+    let kept = std::fs::read(&journal).unwrap();
+    std::fs::remove_file(&journal).unwrap();
+    let err = DiskStore::open(&image).unwrap_err();
+    assert!(matches!(err, OpenError::Corrupt { .. }), "{err:?}");
+    assert!(err.to_string().contains("missing"), "{err}");
+
+    // Another store's journal (of a later generation) is not this one's.
+    let other = dir.path().join("other.redb");
+    for _ in 0..3 {
+        drop(DiskStore::open(&other).unwrap());
+    }
+    std::fs::copy(journal_of(&other), &journal).unwrap();
+    let err = DiskStore::open(&image).unwrap_err();
+    assert!(matches!(err, OpenError::Corrupt { .. }), "{err:?}");
+
+    std::fs::write(&journal, b"not a journal at all").unwrap();
+    let err = DiskStore::open(&image).unwrap_err();
+    assert!(matches!(err, OpenError::Corrupt { .. }), "{err:?}");
+    std::fs::write(&journal, kept).unwrap();
+    assert_eq!(
+        DiskStore::open(&image)
+            .unwrap()
+            .head(&id("victim"))
+            .await
+            .unwrap(),
+        5
+    );
+}
+
+#[tokio::test]
+async fn a_read_only_open_refuses_commits_it_cannot_apply_and_says_how() {
+    let dir = tempfile::tempdir().unwrap();
+    let image = crash_image(dir.path(), 10).await;
+    let err = DiskStore::open_read_only(&image, DiskStoreConfig::default()).unwrap_err();
+    assert!(matches!(err, OpenError::NotClosedCleanly { .. }), "{err:?}");
+    assert!(
+        err.to_string().contains("open it for writing once"),
+        "{err}"
+    );
+    drop(DiskStore::open(&image).unwrap());
+    let store = DiskStore::open_read_only(&image, DiskStoreConfig::default()).unwrap();
+    assert_eq!(store.head(&id("victim")).await.unwrap(), 10);
+}
+
+/// The header of an empty journal of generation 1: what a store's creation writes first.
+fn first_journal() -> Vec<u8> {
+    fn crc32c(bytes: &[u8]) -> u32 {
+        let mut crc = !0u32;
+        for byte in bytes {
+            crc ^= u32::from(*byte);
+            for _ in 0..8 {
+                crc = if crc & 1 == 1 {
+                    (crc >> 1) ^ 0x82F6_3B78
+                } else {
+                    crc >> 1
+                };
+            }
+        }
+        !crc
+    }
+    let mut header = b"LOOMJNL1".to_vec();
+    header.extend_from_slice(&1u64.to_le_bytes());
+    header.extend_from_slice(&0u64.to_le_bytes());
+    let crc = crc32c(&header);
+    header.extend_from_slice(&crc.to_le_bytes());
+    header.extend_from_slice(&[0; 4]);
+    header
+}
+
+#[tokio::test]
+async fn an_empty_store_file_left_by_an_interrupted_creation_opens_as_new() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("new.redb");
+    std::fs::write(&path, b"").unwrap();
+    // A 0-byte file alone is refused: nothing says it was ever being created.
+    let err = DiskStore::open(&path).unwrap_err();
+    assert!(matches!(err, OpenError::EmptyFile { .. }), "{err:?}");
+    // Beside the empty first journal a creation writes first, it is that creation,
+    // interrupted: a new store.
+    std::fs::write(journal_of(&path), first_journal()).unwrap();
+    let err = DiskStore::open_read_only(&path, DiskStoreConfig::default()).unwrap_err();
+    assert!(matches!(err, OpenError::EmptyFile { .. }), "{err:?}");
+    let store = DiskStore::open(&path).unwrap();
+    store.append(&id("e"), 0, &[started("f")]).await.unwrap();
+    drop(store);
+    assert_eq!(
+        DiskStore::open(&path)
+            .unwrap()
+            .head(&id("e"))
+            .await
+            .unwrap(),
+        1
+    );
+    // A journal of a store that was used is not a creation's: its empty file is refused.
+    std::fs::write(&path, b"").unwrap();
+    let err = DiskStore::open(&path).unwrap_err();
+    assert!(matches!(err, OpenError::EmptyFile { .. }), "{err:?}");
+}
+
+#[tokio::test]
+async fn a_layout_2_file_reads_as_it_is_and_is_brought_to_layout_3_for_writing() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("old.redb");
+    {
+        let store = DiskStore::open(&path).unwrap();
+        store.append(&id("old"), 0, &[started("f")]).await.unwrap();
+    }
+    // Layout 2: the same tables, no journal, no journal position.
+    {
+        let db = redb::Database::create(&path).unwrap();
+        let txn = db.begin_write().unwrap();
+        {
+            let mut meta = txn
+                .open_table(redb::TableDefinition::<&str, u64>::new("meta"))
+                .unwrap();
+            meta.insert("format", 2).unwrap();
+            meta.remove("journal_generation").unwrap();
+            meta.remove("journal_end").unwrap();
+        }
+        txn.commit().unwrap();
+    }
+    std::fs::remove_file(journal_of(&path)).unwrap();
+    let read_only = DiskStore::open_read_only(&path, DiskStoreConfig::default()).unwrap();
+    assert_eq!(read_only.head(&id("old")).await.unwrap(), 1);
+    drop(read_only);
+    assert!(
+        !journal_of(&path).exists(),
+        "a read-only open writes nothing"
+    );
+    let store = DiskStore::open(&path).unwrap();
+    assert!(journal_of(&path).exists());
+    store
+        .append(&id("old"), 1, &[tagged(json!(1))])
+        .await
+        .unwrap();
+    drop(store);
+    let store = DiskStore::open(&path).unwrap();
+    assert_eq!(store.head(&id("old")).await.unwrap(), 2);
+}
