@@ -325,15 +325,20 @@ async fn approval_then_ack(ctx: FlowCtx, _: Value) -> Result<Value, FlowError> {
     Ok(json!({"timedOut": first == GateOutcome::TimedOut, "ack": ack.to_value()}))
 }
 
+/// A runtime of `approval_then_ack` on `store`, reading `clock`.
+fn approval_then_ack_runtime(store: &MemoryStore, clock: &ManualClock) -> Runtime<MemoryStore> {
+    Runtime::builder(store.clone())
+        .flow(flow_fn("approval_then_ack", 1, approval_then_ack))
+        .clock(clock.clone())
+        .build()
+        .unwrap()
+}
+
 #[tokio::test]
 async fn a_resume_after_the_deadline_of_a_live_execution_is_refused_as_timed_out() {
     let store = MemoryStore::new();
     let clock = ManualClock::new(T0);
-    let runtime = Runtime::builder(store.clone())
-        .flow(flow_fn("approval_then_ack", 1, approval_then_ack))
-        .clock(clock.clone())
-        .build()
-        .unwrap();
+    let runtime = approval_then_ack_runtime(&store, &clock);
     let e = runtime
         .start(
             "approval_then_ack",
@@ -1048,13 +1053,7 @@ async fn recovery_skips_a_recorded_deadline_it_cannot_read_and_arms_the_others()
 async fn a_resume_after_a_deadline_is_timed_out_in_a_new_runtime_with_or_without_recover() {
     let store = MemoryStore::new();
     let clock = ManualClock::new(T0);
-    let build = || {
-        Runtime::builder(store.clone())
-            .flow(flow_fn("approval_then_ack", 1, approval_then_ack))
-            .clock(clock.clone())
-            .build()
-            .unwrap()
-    };
+    let build = || approval_then_ack_runtime(&store, &clock);
     let e = id("a");
     {
         let runtime = build();
@@ -1098,13 +1097,7 @@ async fn a_resume_racing_a_deadline_fired_on_recovery_wins_or_is_timed_out() {
     for round in 0..50 {
         let store = MemoryStore::new();
         let clock = ManualClock::new(T0);
-        let build = || {
-            Runtime::builder(store.clone())
-                .flow(flow_fn("approval_then_ack", 1, approval_then_ack))
-                .clock(clock.clone())
-                .build()
-                .unwrap()
-        };
+        let build = || approval_then_ack_runtime(&store, &clock);
         let e = id("a");
         {
             let runtime = build();

@@ -36,6 +36,19 @@ impl FlowState {
             return Err(StepError::ReservedEventType(event_type.to_owned()));
         }
         self.refuse_duplicate_gate(event_type, correlation_key)?;
+        self.wait_at_gate(slot, gate_id, event_type, correlation_key, classification)
+    }
+
+    /// Opens the gate `gate_id` with no deadline nor group (served from the history while it
+    /// lasts); the flow waits at `slot` unless the log holds its resume.
+    fn wait_at_gate(
+        &mut self,
+        slot: u64,
+        gate_id: String,
+        event_type: &str,
+        correlation_key: &str,
+        classification: &DataClassification,
+    ) -> Result<Option<Payload>, StepError> {
         if let Some(payload) =
             self.open_gate(&gate_id, event_type, correlation_key, classification)?
         {
@@ -288,20 +301,7 @@ impl FlowState {
                 value: schema,
             }));
         }
-        if let Some(payload) =
-            self.open_gate(&gate_id, event_type, correlation_key, classification)?
-        {
-            return Ok(Some(payload));
-        }
-        self.gates.insert(
-            gate_id,
-            GateSide {
-                slot,
-                deadline: None,
-                group: None,
-            },
-        );
-        Ok(None)
+        self.wait_at_gate(slot, gate_id, event_type, correlation_key, classification)
     }
 
     /// The request's decision: matched on replay (kind and id), queued live.
