@@ -325,6 +325,26 @@ async fn approval_then_ack(ctx: FlowCtx, _: Value) -> Result<Value, FlowError> {
     Ok(json!({"timedOut": first == GateOutcome::TimedOut, "ack": ack.to_value()}))
 }
 
+/// A runtime of `approval_then_ack` in which execution `e` has started and waits at its
+/// first gate.
+async fn started_approval(
+    store: &MemoryStore,
+    clock: &ManualClock,
+    e: &ExecutionId,
+) -> Runtime<MemoryStore> {
+    let runtime = approval_then_ack_runtime(store, clock);
+    runtime
+        .start(
+            "approval_then_ack",
+            &json!(null),
+            StartOptions::new(e.clone()),
+        )
+        .await
+        .unwrap();
+    runtime.wait(e).await.unwrap();
+    runtime
+}
+
 /// A runtime of `approval_then_ack` on `store`, reading `clock`.
 fn approval_then_ack_runtime(store: &MemoryStore, clock: &ManualClock) -> Runtime<MemoryStore> {
     Runtime::builder(store.clone())
@@ -1056,16 +1076,7 @@ async fn a_resume_after_a_deadline_is_timed_out_in_a_new_runtime_with_or_without
     let build = || approval_then_ack_runtime(&store, &clock);
     let e = id("a");
     {
-        let runtime = build();
-        runtime
-            .start(
-                "approval_then_ack",
-                &json!(null),
-                StartOptions::new(e.clone()),
-            )
-            .await
-            .unwrap();
-        runtime.wait(&e).await.unwrap();
+        let runtime = started_approval(&store, &clock, &e).await;
         clock.advance(Duration::from_secs(60));
         until_gate(&runtime, &e, "Ack").await;
     }
@@ -1099,18 +1110,7 @@ async fn a_resume_racing_a_deadline_fired_on_recovery_wins_or_is_timed_out() {
         let clock = ManualClock::new(T0);
         let build = || approval_then_ack_runtime(&store, &clock);
         let e = id("a");
-        {
-            let runtime = build();
-            runtime
-                .start(
-                    "approval_then_ack",
-                    &json!(null),
-                    StartOptions::new(e.clone()),
-                )
-                .await
-                .unwrap();
-            runtime.wait(&e).await.unwrap();
-        }
+        drop(started_approval(&store, &clock, &e).await);
         clock.advance(Duration::from_secs(61));
         let runtime = build();
         let (rec, late) = tokio::join!(runtime.recover(), async {
