@@ -183,13 +183,21 @@ fn admit_call(
             "the input of {CALL_FUNCTION_EFFECT} does not decode: {err}"
         ))
     })?;
+    checked_catalog(catalogs, &input)
+        .map(drop)
+        .map_err(|err| refused(err.to_string()))
+}
+
+/// The catalog `input` calls its function in (the catalogs' default when it names none), once
+/// the function is found callable by the agent and its args fit the args schema.
+fn checked_catalog(catalogs: &Catalogs, input: &CallFunctionInput) -> Result<String, BridgeError> {
     let catalog = input
         .catalog_id
         .clone()
         .unwrap_or_else(|| catalogs.default_catalog().to_owned());
     check_callable(catalogs, &catalog, &input.name)
-        .and_then(|()| check_args(catalogs, &catalog, &input.name, &input.args))
-        .map_err(|err: BridgeError| refused(err.to_string()))
+        .and_then(|()| check_args(catalogs, &catalog, &input.name, &input.args))?;
+    Ok(catalog)
 }
 
 async fn call_once(
@@ -200,13 +208,10 @@ async fn call_once(
     timeout: Duration,
 ) -> Result<Value, EffectError> {
     let call_id = ctx.idempotency_key().to_owned();
-    let catalog = input
-        .catalog_id
-        .clone()
-        .unwrap_or_else(|| catalogs.default_catalog().to_owned());
-    check_callable(&catalogs, &catalog, &input.name)
-        .and_then(|()| check_args(&catalogs, &catalog, &input.name, &input.args))
-        .map_err(|err: BridgeError| EffectError::terminal(codes::REFUSED, err.to_string()))?;
+    // Checked at admission already; again here for a dispatch admission does not see (a
+    // `retry` verdict, a re-run after a crash), since the catalogs may have changed since.
+    let catalog = checked_catalog(&catalogs, &input)
+        .map_err(|err| EffectError::terminal(codes::REFUSED, err.to_string()))?;
     let request = AgentMessage::CallRendererFunction(CallRendererFunction {
         function_call_id: call_id.clone(),
         surface_id: Some(input.surface_id.clone()),

@@ -13,18 +13,8 @@ use crate::support::*;
 /// that has not finished after two minutes is killed and the test fails, rather than hanging.
 fn dump_dom(browser: &str, profile: &std::path::Path, url: &str) -> String {
     let mut child = Command::new(browser)
-        .args([
-            "--headless",
-            "--no-sandbox",
-            "--disable-gpu",
-            "--disable-quic",
-            "--no-first-run",
-            "--disable-background-networking",
-            "--disable-component-update",
-            "--disable-sync",
-            "--virtual-time-budget=3000",
-            "--dump-dom",
-        ])
+        .args(crate::support::chromium::HEADLESS_FLAGS)
+        .args(["--virtual-time-budget=3000", "--dump-dom"])
         .arg(format!("--user-data-dir={}", profile.display()))
         .arg(url)
         .stdout(std::process::Stdio::piped())

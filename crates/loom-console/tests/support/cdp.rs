@@ -75,15 +75,8 @@ impl Page {
     /// the page.
     pub async fn open(browser: &str, profile: &Path, url: &str) -> Page {
         let child = Command::new(browser)
+            .args(super::chromium::HEADLESS_FLAGS)
             .args([
-                "--headless",
-                "--no-sandbox",
-                "--disable-gpu",
-                "--disable-quic",
-                "--no-first-run",
-                "--disable-background-networking",
-                "--disable-component-update",
-                "--disable-sync",
                 "--hide-scrollbars",
                 "--remote-debugging-port=0",
                 "--window-size=1280,800",

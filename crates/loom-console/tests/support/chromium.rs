@@ -3,6 +3,19 @@
 
 use std::process::Command;
 
+/// How every browser test starts Chromium: headless, as root, and with nothing that reaches
+/// the network on its own (this machine's closed network refuses it, many times at a start).
+pub const HEADLESS_FLAGS: [&str; 8] = [
+    "--headless",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-quic",
+    "--no-first-run",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+];
+
 /// The Chromium (or Chrome) installed here. Without one, says on stderr that `test` is skipped
 /// and returns `None`; with `LOOM_REQUIRE_CHROMIUM` set (`.ci/run` installs Chromium and sets
 /// it), fails instead.

@@ -315,18 +315,8 @@ async fn open_browser(browser: &str, dir: &Path, url: &str) -> (Browser, Page) {
     let profile = dir.join("chromium");
     let child = Browser(
         Command::new(browser)
-            .args([
-                "--headless",
-                "--no-sandbox",
-                "--disable-gpu",
-                "--disable-quic",
-                "--no-first-run",
-                "--disable-background-networking",
-                "--disable-component-update",
-                "--disable-sync",
-                "--window-size=1600,1000",
-                "--remote-debugging-port=0",
-            ])
+            .args(crate::support::chromium::HEADLESS_FLAGS)
+            .args(["--window-size=1600,1000", "--remote-debugging-port=0"])
             .arg(format!("--user-data-dir={}", profile.display()))
             .arg(url)
             .stdout(Stdio::null())

@@ -227,6 +227,23 @@ impl FlowState {
         Ok(None)
     }
 
+    /// The id of a gate recorded with a note before it (a request, a payload schema), once the
+    /// event type, then the note, are checked: before an id is taken or anything is queued.
+    fn gate_with_note(
+        &mut self,
+        event_type: &str,
+        correlation_key: &str,
+        note: Result<Payload, StepError>,
+    ) -> Result<(String, Payload), StepError> {
+        if is_reserved_event_type(event_type) {
+            return Err(StepError::ReservedEventType(event_type.to_owned()));
+        }
+        let note = note?;
+        let gate_id = self.step_id(StepName::Counted(event_type.to_owned()))?;
+        self.refuse_duplicate_gate(event_type, correlation_key)?;
+        Ok((gate_id, note))
+    }
+
     /// A gate with a request (LD-018): the request's decision under `<gate id>:request`,
     /// then the deadline if `live` is given, then the gate, in one batch.
     pub(crate) fn requested_gate(
@@ -238,13 +255,7 @@ impl FlowState {
         live: Option<impl FnOnce() -> u64>,
         classification: &DataClassification,
     ) -> Result<Option<Payload>, StepError> {
-        // Checked before an id is taken or anything queued.
-        if is_reserved_event_type(event_type) {
-            return Err(StepError::ReservedEventType(event_type.to_owned()));
-        }
-        let request = request?;
-        let gate_id = self.step_id(StepName::Counted(event_type.to_owned()))?;
-        self.refuse_duplicate_gate(event_type, correlation_key)?;
+        let (gate_id, request) = self.gate_with_note(event_type, correlation_key, request)?;
         self.record_request(&gate_id, request, classification)?;
         let timed = live.is_some();
         let deadline_ms = match live {
@@ -284,13 +295,7 @@ impl FlowState {
         schema: Result<Payload, StepError>,
         classification: &DataClassification,
     ) -> Result<Option<Payload>, StepError> {
-        // Checked before an id is taken or anything queued.
-        if is_reserved_event_type(event_type) {
-            return Err(StepError::ReservedEventType(event_type.to_owned()));
-        }
-        let schema = schema?;
-        let gate_id = self.step_id(StepName::Counted(event_type.to_owned()))?;
-        self.refuse_duplicate_gate(event_type, correlation_key)?;
+        let (gate_id, schema) = self.gate_with_note(event_type, correlation_key, schema)?;
         // The schema is no command (history skips it): it is written where the gate is, live,
         // and a replayed gate (recorded with or without one) records nothing.
         let live = self.divergence.is_none() && self.history.commands.get(self.cursor).is_none();

@@ -523,7 +523,6 @@ impl Run {
             reply,
         );
         self.end();
-        let _ = seed;
     }
 
     fn end(&mut self) {
