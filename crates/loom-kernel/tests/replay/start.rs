@@ -4,6 +4,7 @@
 use loom_kernel::*;
 use loom_kernel::{EventStore, ExecutionStatus, MemoryStore};
 use serde_json::{Value, json};
+use std::sync::Arc;
 
 use crate::support::{Calls, events_of, id, options, with_echo};
 
@@ -182,12 +183,20 @@ async fn a_one_step_execution_commits_once_if_idempotent_and_twice_if_not() {
     let dir = tempfile::tempdir().unwrap();
     let store = DiskStore::open(dir.path().join("commits.redb")).unwrap();
     for idempotent in [true, false] {
+        // A non-idempotent effect runs only once its STEP_STARTED is durable, so it could
+        // finish and commit before the head is read below: it waits for that read.
+        let head_read = Arc::new(tokio::sync::Semaphore::new(usize::from(idempotent)));
+        let gate = Arc::clone(&head_read);
         let rt = Runtime::builder(store.clone())
             .flows(&flows())
             .effect(
                 "echo",
-                FnEffect::new(idempotent, |call: EffectCall| async move {
-                    EffectOutcome::ok(call.input)
+                FnEffect::new(idempotent, move |call: EffectCall| {
+                    let gate = Arc::clone(&gate);
+                    async move {
+                        let _read = gate.acquire().await;
+                        EffectOutcome::ok(call.input)
+                    }
                 }),
             )
             .build()
@@ -199,6 +208,7 @@ async fn a_one_step_execution_commits_once_if_idempotent_and_twice_if_not() {
             .unwrap();
         // `start` returns once the first commit is durable.
         let first_commit = store.head(&e).await.unwrap();
+        head_read.add_permits(1);
         rt.wait(&e).await.unwrap();
         let names = crate::support::event_names(&store, &e).await;
         if idempotent {
