@@ -165,3 +165,17 @@ async fn a_replayer_needs_no_runtime_and_finds_what_a_runtime_s_replay_finds() {
         CompositionError::DuplicateFlow { .. }
     ));
 }
+
+/// An empty log is refused by a `Replayer` as by a runtime.
+#[test]
+fn a_replayer_refuses_an_empty_log() {
+    let replayer = Replayer::new(
+        &FlowSet::new().with(flow_fn("f", 1, one_step)),
+        DataClassification::default(),
+    )
+    .unwrap();
+    assert!(matches!(
+        replayer.replay_log(Vec::new()),
+        Err(ReplayError::Empty)
+    ));
+}

@@ -722,3 +722,37 @@ async fn running_steps_hold_their_max_cost_against_the_budget() {
     // The second step was admitted while the first held its max cost of 6.
     assert_eq!(*seen.lock().unwrap(), vec![Some(10), Some(4)]);
 }
+
+async fn panics_in_a_decision(ctx: FlowCtx, _: Value) -> Result<Value, FlowError> {
+    let _: u64 = ctx.decide("boom", || panic!("the decision's closure panics"))?;
+    Ok(json!("unreachable"))
+}
+
+/// A panic in a decision's closure (which runs outside the state's lock) fails the execution
+/// as a panicking flow does, records no decision, and leaves nothing waiting on a lock.
+#[tokio::test]
+async fn a_panic_in_a_decision_s_closure_fails_the_execution_and_records_no_decision() {
+    let store = MemoryStore::new();
+    let rt = Runtime::builder(store.clone())
+        .flow(flow_fn("boom", 1, panics_in_a_decision))
+        .build()
+        .unwrap();
+    let e = rt
+        .start("boom", &json!(null), granted(id("boom")))
+        .await
+        .unwrap();
+    let ended = tokio::time::timeout(std::time::Duration::from_secs(10), rt.wait(&e))
+        .await
+        .expect("nothing waits on a lock");
+    assert_eq!(ended.unwrap().status(), ExecutionStatus::Failed);
+    let log = store.read_all(&e).await.unwrap();
+    assert!(
+        !log.iter()
+            .any(|x| matches!(x.event, Event::DecisionRecorded(_))),
+        "{log:?}"
+    );
+    let Some(Event::ExecutionFailed(failed)) = log.last().map(|x| &x.event) else {
+        panic!("not failed: {log:?}")
+    };
+    assert_eq!(failed.error.code, codes::FLOW_PANICKED);
+}
