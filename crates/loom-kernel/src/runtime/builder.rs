@@ -8,6 +8,7 @@ use tokio::sync::watch;
 use crate::classify::DataClassification;
 use crate::runtime::caller::{self, AsyncResumeAuthenticator, ResumeAuthenticator};
 use crate::runtime::children;
+use crate::runtime::driver;
 use crate::runtime::effect::Effect;
 use crate::runtime::errors::CompositionError;
 use crate::runtime::flow::{Flow, FlowSet};
@@ -161,6 +162,7 @@ impl<S: EventStore> RuntimeBuilder<S> {
             tasks: Mutex::new(tokio::task::JoinSet::new()),
             shutting: tokio::sync::Mutex::new(()),
             kept: keep::KeptFlows::new(self.max_parked_in_memory),
+            launcher: driver::launcher(),
         })
     }
 }

@@ -12,13 +12,12 @@ use std::collections::BTreeMap;
 use std::fmt;
 use std::future::Future;
 use std::pin::Pin;
-use std::sync::Arc;
 
 use crate::id::{ExecutionId, hides_text, is_nfc};
 use crate::payload::Payload;
 use crate::runtime::contain::{contain, contain_future};
-use crate::runtime::{InboundError, Runtime, RuntimeBuilder, StartError, StartOptions};
-use crate::store::{EventStore, EventStoreExt};
+#[cfg(doc)]
+use crate::{Runtime, RuntimeBuilder, StartOptions};
 
 /// Decides who may resume which gate (K12.2). Consulted before anything is recorded.
 ///
@@ -234,7 +233,10 @@ impl<A: ResumeAuthenticator> AsyncResumeAuthenticator for Blocking<A> {
 }
 
 /// Runs an authenticator's decision with its panics, while it is made or awaited, contained.
-async fn decide<'a>(what: &str, make: impl FnOnce() -> Authorization<'a>) -> Result<(), String> {
+pub(crate) async fn decide<'a>(
+    what: &str,
+    make: impl FnOnce() -> Authorization<'a>,
+) -> Result<(), String> {
     let decision = contain(make)
         .map_err(|panic| format!("the resume authenticator panicked deciding a {what}: {panic}"))?;
     contain_future(decision).await.unwrap_or_else(|panic| {
@@ -242,88 +244,4 @@ async fn decide<'a>(what: &str, make: impl FnOnce() -> Authorization<'a>) -> Res
             "the resume authenticator panicked deciding a {what}: {panic}"
         ))
     })
-}
-
-impl<S: EventStore> RuntimeBuilder<S> {
-    /// Sets a resume authenticator (K12.2) that may decide asynchronously, consulted before any
-    /// resume is recorded and before an inbound message starts an execution. Replaces one set
-    /// by [`RuntimeBuilder::resume_authenticator`].
-    pub fn async_resume_authenticator(
-        mut self,
-        authenticator: impl AsyncResumeAuthenticator,
-    ) -> Self {
-        self.authenticator = Some(Arc::new(authenticator));
-        self
-    }
-}
-
-impl<S: EventStore> Runtime<S> {
-    /// The authenticator's decision on a resume (`Ok` when the runtime has none).
-    /// The gate a resume is approved for when an authenticator decides (it may take its
-    /// time, and meanwhile that gate may close and another of the same key open): the first
-    /// durable pending gate of the key. `None` without an authenticator (nothing waits between
-    /// the request and the driver), or when no durable gate matches yet (the driver then
-    /// answers as for any resume).
-    pub(crate) async fn approved_gate(
-        &self,
-        execution: &ExecutionId,
-        event_type: &str,
-        correlation_key: &str,
-    ) -> Option<String> {
-        self.inner.authenticator.as_ref()?;
-        let state = self.inner.store.fold(execution).await.ok()?;
-        state
-            .pending_gates()
-            .iter()
-            .filter(|(_, gate)| {
-                &*gate.event_type == event_type && gate.correlation_key == correlation_key
-            })
-            .min_by_key(|(_, gate)| gate.seq)
-            .map(|(gate_id, _)| gate_id.clone())
-    }
-
-    pub(crate) async fn authorize_resume(&self, request: ResumeRequest<'_>) -> Result<(), String> {
-        let Some(authenticator) = &self.inner.authenticator else {
-            return Ok(());
-        };
-        decide("resume", || authenticator.authorize(request)).await?;
-        tracing::debug!(
-            execution = %request.execution,
-            event_type = request.event_type,
-            caller = %request.caller,
-            "resume authorized"
-        );
-        Ok(())
-    }
-
-    /// Starts what an inbound message asked for, as `caller`, once the authenticator agrees;
-    /// then as [`Runtime::start`] (a start of an existing execution returns it, or is refused
-    /// as a conflict).
-    pub(crate) async fn inbound_start(
-        &self,
-        caller: &Caller,
-        flow: &str,
-        input: &Payload,
-        options: &StartOptions,
-    ) -> Result<ExecutionId, InboundError> {
-        if self.is_shut_down() {
-            return Err(StartError::ShutDown.into());
-        }
-        if let Some(authenticator) = &self.inner.authenticator {
-            let request = StartRequest {
-                caller,
-                execution: &options.execution_id,
-                flow,
-                input,
-            };
-            decide("start", || authenticator.authorize_start(request))
-                .await
-                .map_err(|reason| StartError::Unauthorized {
-                    execution: options.execution_id.clone(),
-                    reason,
-                })?;
-        }
-        tracing::debug!(execution = %options.execution_id, flow, caller = %caller, "inbound start");
-        Ok(self.start(flow, input, options.clone()).await?)
-    }
 }

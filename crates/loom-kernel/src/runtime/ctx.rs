@@ -8,11 +8,14 @@
 mod child;
 mod expecting;
 mod patched;
+mod target;
 
 pub use crate::runtime::machine::vocabulary::{StepError, StepName};
 pub use child::ChildCall;
 pub(crate) use child::ChildStart;
 pub use patched::PATCH_KIND;
+pub use target::ExecuteTarget;
+pub(crate) use target::sealed::Sealed;
 
 use std::collections::{BTreeMap, HashMap};
 use std::future::Future;
@@ -29,7 +32,6 @@ use crate::fold::ExecutionState;
 use crate::id::ExecutionId;
 use crate::payload::Payload;
 use crate::runtime::effect::Effect;
-use crate::runtime::handle::ExecuteTarget;
 use crate::runtime::history::History;
 use crate::runtime::machine::{DecisionStart, Env, FlowState, StepStart, decode_decision};
 use crate::runtime::timers::{Clock, TIMER_EVENT_TYPE, is_timed_out_payload};

@@ -1,10 +1,11 @@
 //! The errors of the runtime's calls, and what a caller hears when a driver cannot answer.
 
 use crate::id::ExecutionId;
-use crate::runtime::driver::DriveError;
-#[cfg(doc)]
-use crate::runtime::{FnFlow, Runtime};
+use crate::runtime::history::NonDeterminism;
+use crate::store::AppendError;
 use crate::store::{FoldStoredError, ReadError};
+#[cfg(doc)]
+use crate::{FnFlow, Runtime};
 
 /// Why a runtime could not be composed.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -366,4 +367,67 @@ impl From<ReadError> for WaitError {
     fn from(error: ReadError) -> Self {
         WaitError::Fold(FoldStoredError::Read(error))
     }
+}
+
+/// Why a driver stopped without finishing its work.
+#[derive(Debug, Clone, thiserror::Error)]
+#[non_exhaustive]
+pub enum DriveError {
+    /// The replayed flow asked for something else than its log recorded.
+    #[error("non-determinism in execution {execution}: {source}")]
+    NonDeterminism {
+        /// The execution concerned.
+        execution: ExecutionId,
+        /// The first difference, recorded against attempted.
+        #[source]
+        source: NonDeterminism,
+    },
+    /// The log names a flow version this runtime does not have.
+    #[error("execution {execution} runs flow '{flow}' version {version}, which is not registered")]
+    UnknownFlow {
+        /// The execution concerned.
+        execution: ExecutionId,
+        /// The flow's name.
+        flow: String,
+        /// The flow's version.
+        version: u32,
+    },
+    /// The log could not be read or folded.
+    #[error("cannot read or fold execution {execution}: {detail}")]
+    Log {
+        /// The execution concerned.
+        execution: ExecutionId,
+        /// What went wrong, in words.
+        detail: String,
+    },
+    /// A non-idempotent step was about to run, but this worker does not hold the execution's
+    /// lease (another worker took it over, or the lease could not be confirmed). Its effect
+    /// was not invoked and nothing was recorded: the step is the lease holder's to recover.
+    #[error("execution {execution}: step '{step_id}' was not run: {detail}")]
+    LeaseNotHeld {
+        /// The execution concerned.
+        execution: ExecutionId,
+        /// The step that was not run.
+        step_id: String,
+        /// Why, in words.
+        detail: String,
+    },
+    /// An append failed.
+    #[error("cannot append to execution {execution}: {source}")]
+    Append {
+        /// The execution concerned.
+        execution: ExecutionId,
+        /// The store's error.
+        #[source]
+        source: AppendError,
+    },
+    /// The driver itself panicked (a kernel bug: user code's panics are contained where they
+    /// happen). What it had not recorded is left for `recover`.
+    #[error("the driver of execution {execution} panicked: {detail}")]
+    Panicked {
+        /// The execution concerned.
+        execution: ExecutionId,
+        /// What went wrong, in words.
+        detail: String,
+    },
 }

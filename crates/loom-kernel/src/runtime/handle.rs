@@ -26,9 +26,9 @@ use serde::Serialize;
 use serde::de::DeserializeOwned;
 
 use crate::payload::Payload;
-use crate::runtime::CompositionError;
-use crate::runtime::ctx::{Command, FlowCtx, StepError, StepName};
+use crate::runtime::ctx::{Command, ExecuteTarget, FlowCtx, Sealed, StepError, StepName};
 use crate::runtime::effect::Effect;
+use crate::runtime::errors::CompositionError;
 use crate::runtime::flow::{Flow, FlowError, FnFlow};
 
 /// An effect's name with the types of its input `I` and output `O`, declared once:
@@ -84,39 +84,7 @@ impl<I: ?Sized, O> std::fmt::Debug for EffectHandle<I, O> {
     }
 }
 
-/// What [`FlowCtx::execute`] runs: an effect's name (`&str`, `String`), whose output is the raw
-/// [`Payload`], or an [`EffectHandle`], whose output is decoded to its type. Sealed: only these
-/// implement it.
-pub trait ExecuteTarget<I: ?Sized>: sealed::Sealed {
-    /// The future `execute` returns.
-    type Command: Future + Send + 'static;
-
-    #[doc(hidden)]
-    fn issue(&self, ctx: &FlowCtx, input: &I) -> Self::Command;
-}
-
-mod sealed {
-    pub trait Sealed {}
-    impl Sealed for str {}
-    impl Sealed for String {}
-    impl<I: ?Sized, O> Sealed for super::EffectHandle<I, O> {}
-}
-
-impl<I: Serialize + ?Sized> ExecuteTarget<I> for str {
-    type Command = Command;
-
-    fn issue(&self, ctx: &FlowCtx, input: &I) -> Command {
-        ctx.execute_as(StepName::Counted(self.to_owned()), self, input)
-    }
-}
-
-impl<I: Serialize + ?Sized> ExecuteTarget<I> for String {
-    type Command = Command;
-
-    fn issue(&self, ctx: &FlowCtx, input: &I) -> Command {
-        self.as_str().issue(ctx, input)
-    }
-}
+impl<I: ?Sized, O> Sealed for EffectHandle<I, O> {}
 
 impl<I, O> ExecuteTarget<I> for EffectHandle<I, O>
 where

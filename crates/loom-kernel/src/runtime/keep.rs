@@ -17,7 +17,6 @@ use std::collections::{BTreeMap, HashMap};
 use std::sync::{Arc, Mutex};
 
 use futures::future::BoxFuture;
-use tokio::sync::mpsc;
 
 use crate::event::ExecutionStarted;
 use crate::fold::ExecutionState;
@@ -25,11 +24,8 @@ use crate::id::ExecutionId;
 use crate::payload::Payload;
 use crate::runtime::contain::contain;
 use crate::runtime::ctx::FlowCtx;
-use crate::runtime::driver::{DriverMsg, FlowWaker};
 use crate::runtime::flow::{Flow, FlowError};
-use crate::runtime::slots::Inner;
-use crate::runtime::{Runtime, RuntimeBuilder};
-use crate::store::EventStore;
+use crate::runtime::mailbox::FlowWaker;
 
 /// How many parked flows a runtime keeps in memory unless told otherwise.
 pub const DEFAULT_MAX_PARKED_IN_MEMORY: usize = 10_000;
@@ -80,7 +76,7 @@ impl KeptFlows {
     /// lock, which the shutdown's `clear` takes after setting its signal: nothing is kept
     /// after it); returns what is not kept or the bound evicts (the caller drops it outside
     /// every lock).
-    fn insert(
+    pub(crate) fn insert(
         &self,
         execution: ExecutionId,
         kept: Kept,
@@ -113,7 +109,7 @@ impl KeptFlows {
         evicted
     }
 
-    fn take(&self, execution: &ExecutionId) -> Option<Kept> {
+    pub(crate) fn take(&self, execution: &ExecutionId) -> Option<Kept> {
         let mut table = self.table();
         let (tick, kept) = table.flows.remove(execution)?;
         table.order.remove(&tick);
@@ -121,7 +117,7 @@ impl KeptFlows {
     }
 
     /// A copy of the state `execution`'s kept flow carries.
-    fn state(&self, execution: &ExecutionId) -> Option<ExecutionState> {
+    pub(crate) fn state(&self, execution: &ExecutionId) -> Option<ExecutionState> {
         let table = self.table();
         let (_, kept) = table.flows.get(execution)?;
         let state = kept.ctx.state().fold().clone();
@@ -136,36 +132,10 @@ impl KeptFlows {
 }
 
 /// Drops flows outside every lock; a panic in a flow's `Drop` is contained.
-fn drop_flows(flows: impl IntoIterator<Item = Kept>) {
+pub(crate) fn drop_flows(flows: impl IntoIterator<Item = Kept>) {
     for kept in flows {
         if contain(move || drop(kept)).is_err() {
             tracing::error!("a kept flow panicked while it was dropped");
-        }
-    }
-}
-
-/// The kept flow of `execution`, if it is still current: the log's head is the one it parked
-/// at. A stale one (the log moved under it, or its head cannot be read) is dropped, and the
-/// caller replays the log.
-pub(crate) async fn take<S: EventStore>(inner: &Inner<S>, execution: &ExecutionId) -> Option<Kept> {
-    let kept = inner.kept.take(execution)?;
-    let parked_at = kept.ctx.state().fold().next_seq();
-    match inner.store.head(execution).await {
-        Ok(head) if head == parked_at => Some(kept),
-        Ok(head) => {
-            tracing::debug!(
-                %execution,
-                head,
-                parked_at,
-                "the log moved under a kept flow; it replays"
-            );
-            drop_flows([kept]);
-            None
-        }
-        Err(error) => {
-            tracing::debug!(%execution, %error, "cannot read the head for a kept flow; it replays");
-            drop_flows([kept]);
-            None
         }
     }
 }
@@ -197,84 +167,4 @@ pub(crate) fn resumed(
         Default::default(),
         ExecutionState::new(),
     )
-}
-
-/// A copy of the fold, made before the lock `release` takes, if a caller of `Runtime::wait`
-/// waits for this driver now (so the copy is not made under the lock that every message is
-/// sent under). A hint: `release` decides under the lock.
-pub(crate) fn copy_for_waiter<S: EventStore>(
-    inner: &Inner<S>,
-    execution: &ExecutionId,
-    ctx: &FlowCtx,
-) -> Option<ExecutionState> {
-    let waited = inner
-        .slots()
-        .get(execution)
-        .is_some_and(|slot| slot.settled.receiver_count() > 0);
-    waited.then(|| ctx.state().fold().clone())
-}
-
-/// Called by a driver whose flow parks: like [`Inner::try_release`], and when it may exit,
-/// keeps what `keep` makes (under the lock `send` takes, so the next driver finds it).
-///
-/// `keep` is told whether a caller of `Runtime::wait` is waiting for this driver: only such a
-/// caller reads the state the driver exits with (one that comes later finds no driver and
-/// folds the log), so the driver copies its fold for it only then, and otherwise leaves the
-/// fold in the kept flow's state: parking costs no copy of a state that grows with the
-/// history.
-pub(crate) fn release<S: EventStore>(
-    inner: &Inner<S>,
-    execution: &ExecutionId,
-    messages: &mut mpsc::UnboundedReceiver<DriverMsg>,
-    keep: impl FnOnce(bool) -> Option<Kept>,
-) -> bool {
-    let evicted = {
-        let mut slots = inner.slots();
-        if !messages.is_empty() {
-            return false;
-        }
-        let waited = slots
-            .get(execution)
-            .is_some_and(|slot| slot.settled.receiver_count() > 0);
-        // After a shutdown nothing is kept: the shutdown has dropped (or is dropping) them all.
-        let evicted = match keep(waited) {
-            Some(kept) => inner
-                .kept
-                .insert(execution.clone(), kept, || inner.stopping()),
-            None => Vec::new(),
-        };
-        if let Some(slot) = slots.get_mut(execution) {
-            slot.driver = None;
-        }
-        evicted
-    };
-    drop_flows(evicted);
-    true
-}
-
-impl<S> RuntimeBuilder<S> {
-    /// How many parked executions the runtime keeps in memory with their flow, so that their
-    /// next resume, verdict, deadline or cancel goes on without replaying their log
-    /// (LD-020). Past the bound, the least recently parked are dropped and replay when needed.
-    /// `0` keeps none (every resume replays). The default is
-    /// [`DEFAULT_MAX_PARKED_IN_MEMORY`].
-    pub fn max_parked_in_memory(mut self, max: usize) -> Self {
-        self.max_parked_in_memory = max;
-        self
-    }
-}
-
-impl<S: EventStore> Runtime<S> {
-    /// How many parked executions this runtime keeps in memory (at most the bound set by
-    /// [`RuntimeBuilder::max_parked_in_memory`]). No task runs for them.
-    pub fn parked_in_memory(&self) -> usize {
-        self.inner.kept.len()
-    }
-
-    /// The state an execution parked in memory carries, if it is kept: the fold of its log,
-    /// which its next driver goes on from without reading the log (for checks and
-    /// diagnostics; `wait` returns the same once no driver runs).
-    pub fn parked_state(&self, execution: &ExecutionId) -> Option<ExecutionState> {
-        self.inner.kept.state(execution)
-    }
 }

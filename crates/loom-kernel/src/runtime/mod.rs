@@ -34,13 +34,16 @@
 //! new work, lets each driver's append in flight finish, and joins every task the runtime
 //! spawned (LD-014).
 
+mod authorize;
 mod builder;
 mod caller;
 mod catchup;
+mod child_runs;
 mod children;
 pub mod codes;
 mod contain;
 mod ctx;
+mod deadlines;
 mod digest;
 mod driver;
 mod effect;
@@ -50,8 +53,13 @@ mod flow;
 mod handle;
 mod history;
 mod keep;
+#[cfg(test)]
+mod layering;
 mod machine;
+mod mailbox;
 mod markers;
+mod options;
+mod parked;
 mod plugin;
 mod replay;
 mod requests;
@@ -72,26 +80,27 @@ pub use caller::{
 };
 pub use catchup::{CatchUpError, FeedFollower, FeedProjection, FollowError, catch_up};
 pub use children::{CHILD_EVENT_TYPE, CHILD_KEY, CHILD_KIND, child_end_resume, child_parent};
+pub use ctx::ExecuteTarget;
 pub use ctx::{ChildCall, PATCH_KIND};
 pub use ctx::{Command, FirstOf, FlowCtx, GateOutcome, Selected, StepError, StepName, TimedGate};
 pub use digest::{input_digest, stable_hash};
-pub use driver::DriveError;
 pub use effect::{Effect, EffectCall, EffectOutcome, EffectResult, FnEffect};
+pub use errors::DriveError;
 pub use errors::{
     CancelError, CompositionError, InboundError, ResolveError, ResumeError, StartError, WaitError,
 };
 pub(crate) use errors::{DRIVER_STOPPED, DriverFailure};
 pub use expected::{PAYLOAD_SCHEMA_KIND, expected_payload, payload_schema_step_id};
 pub use flow::{Flow, FlowError, FlowSet, FnFlow, flow_fn};
-pub use handle::{DeclaredEffect, EffectHandle, ExecuteTarget, TypedCommand, UsesEffects};
+pub use handle::{DeclaredEffect, EffectHandle, TypedCommand, UsesEffects};
 pub use history::NonDeterminism;
 pub use keep::DEFAULT_MAX_PARKED_IN_MEMORY;
+pub use options::StartOptions;
 pub use plugin::{AbiRange, Contributions, Inbound, InboundHandler, Plugin, Projection};
 pub use replay::{ReplayError, ReplayReport, Replayer};
 pub use requests::{
     PendingRequest, REQUEST_KIND, pending_requests, pending_requests_of, request_step_id,
 };
-pub use start::StartOptions;
 pub use timers::{
     CLOSED_KEY, Clock, DEADLINE_KIND, ManualClock, SystemClock, TIMED_OUT_KEY, TIMER_EVENT_TYPE,
 };
@@ -103,7 +112,7 @@ use crate::fold::{ExecutionState, ExecutionStatus};
 use crate::id::ExecutionId;
 use crate::payload::Payload;
 use crate::store::{EventStore, EventStoreExt, FoldStoredError, ReadError, StatusFilter};
-use driver::DriverMsg;
+use mailbox::DriverMsg;
 use slots::Inner;
 
 /// Runs flows on a store. Cheap to clone.
@@ -458,7 +467,7 @@ impl<S: EventStore> Runtime<S> {
                     continue;
                 }
                 // A child whose parent ended while waiting for it is cancelled (LD-015).
-                if children::recover_child(&self.inner, &summary.id).await {
+                if child_runs::recover_child(&self.inner, &summary.id).await {
                     report.started += 1;
                     continue;
                 }
@@ -478,8 +487,12 @@ impl<S: EventStore> Runtime<S> {
                         // (the one that fires them replays the flow).
                         // Its awaited children are started if missing, their ends
                         // delivered if they have ended (LD-015).
-                        let armed = match children::recover_parent(&self.inner, &summary.id, &state)
-                            .await
+                        let armed = match child_runs::recover_parent(
+                            &self.inner,
+                            &summary.id,
+                            &state,
+                        )
+                        .await
                         {
                             Ok(_) => self.arm_recorded_deadlines(&summary.id, &state).await,
                             Err(error) => Err(error),
@@ -521,7 +534,7 @@ impl<S: EventStore> Runtime<S> {
 
     /// Whether this worker holds (or now took) `execution`'s lease, its log being at `head`.
     async fn claim(&self, execution: &ExecutionId, head: u64) -> bool {
-        timers::claim(&*self.inner.store, execution, head).await
+        deadlines::claim(&*self.inner.store, execution, head).await
     }
 
     /// Arms the deadlines of the pending gates of a parked execution, read from their
@@ -542,7 +555,7 @@ impl<S: EventStore> Runtime<S> {
             {
                 match timers::parse_deadline(&decision.value) {
                     Some(deadline_ms) => {
-                        timers::arm_deadline(&self.inner, execution, gate_id, deadline_ms);
+                        deadlines::arm_deadline(&self.inner, execution, gate_id, deadline_ms);
                         armed += 1;
                     }
                     None => tracing::warn!(

@@ -81,7 +81,7 @@ pub enum Inbound {
         /// Its input.
         input: Payload,
         /// The execution's id, flow version, capabilities and budget.
-        options: crate::runtime::StartOptions,
+        options: crate::runtime::options::StartOptions,
     },
 }
 
@@ -100,7 +100,7 @@ pub trait InboundHandler: Send + Sync + 'static {
     /// default the caller does not matter: [`InboundHandler::handle`].
     fn handle_from(
         &self,
-        caller: &crate::runtime::Caller,
+        caller: &crate::runtime::caller::Caller,
         message: &serde_json::Value,
     ) -> Result<Inbound, String> {
         let _ = caller;
@@ -174,12 +174,14 @@ impl Contributions {
 }
 
 /// Checks a plugin's ABI range against this kernel.
-pub(crate) fn check_abi(plugin: &dyn Plugin) -> Result<(), crate::runtime::CompositionError> {
+pub(crate) fn check_abi(
+    plugin: &dyn Plugin,
+) -> Result<(), crate::runtime::errors::CompositionError> {
     let range = plugin.kernel_abi();
     if range.contains(KERNEL_ABI) {
         Ok(())
     } else {
-        Err(crate::runtime::CompositionError::AbiMismatch {
+        Err(crate::runtime::errors::CompositionError::AbiMismatch {
             plugin: plugin.name().to_owned(),
             requires: range.to_string(),
             kernel: KERNEL_ABI.to_string(),

@@ -16,12 +16,12 @@ use crate::payload::Payload;
 use crate::runtime::codes;
 use crate::runtime::contain::contain;
 use crate::runtime::ctx::FlowCtx;
-use crate::runtime::driver::FlowWaker;
 use crate::runtime::effect::{Effect, EffectCall, EffectOutcome};
 use crate::runtime::errors::CompositionError;
 use crate::runtime::flow::FlowError;
 use crate::runtime::flow::{Flow, FlowSet};
 use crate::runtime::history::{Attempted, History, NonDeterminism, shown};
+use crate::runtime::mailbox::FlowWaker;
 use crate::runtime::slots::Inner;
 
 /// What a replay needs of a composition: the flows, the effects (looked up, never run) and the
@@ -357,7 +357,7 @@ fn error_text(error: &FlowError) -> String {
 /// it stops only where it waits for something the log does not hold (or has returned). A
 /// flow that yields wakes itself and is polled again. `Err` is a panic's message.
 fn run_to_rest(
-    flow: &dyn crate::runtime::Flow,
+    flow: &dyn crate::runtime::flow::Flow,
     ctx: &FlowCtx,
     input: &Payload,
 ) -> Result<Option<Result<Payload, FlowError>>, String> {

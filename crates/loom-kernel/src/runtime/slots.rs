@@ -5,6 +5,7 @@
 use std::collections::{BTreeMap, HashMap};
 use std::sync::{Arc, Mutex};
 
+use futures::future::BoxFuture;
 use tokio::sync::{mpsc, oneshot, watch};
 use tracing::Instrument;
 
@@ -12,15 +13,15 @@ use crate::classify::DataClassification;
 use crate::fold::ExecutionState;
 use crate::id::ExecutionId;
 use crate::runtime::caller::AsyncResumeAuthenticator;
-use crate::runtime::children;
+use crate::runtime::children::Children;
 use crate::runtime::contain;
-use crate::runtime::driver::{self, DriveError, DriverMsg, Exit};
 use crate::runtime::effect::Effect;
-use crate::runtime::errors::{CancelError, DRIVER_STOPPED, DriverFailure, SHUT_DOWN};
+use crate::runtime::errors::{CancelError, DRIVER_STOPPED, DriveError, DriverFailure, SHUT_DOWN};
 use crate::runtime::flow::Flow;
-use crate::runtime::keep;
+use crate::runtime::keep::KeptFlows;
+use crate::runtime::mailbox::{self, DriverMsg, Exit, NewExecution};
 use crate::runtime::plugin::{InboundHandler, Projection};
-use crate::runtime::timers;
+use crate::runtime::timers::Timers;
 use crate::store::EventStore;
 
 pub(crate) struct Inner<S> {
@@ -32,9 +33,9 @@ pub(crate) struct Inner<S> {
     pub(crate) authenticator: Option<Arc<dyn AsyncResumeAuthenticator>>,
     pub(crate) classification: Arc<DataClassification>,
     /// The pending deadlines of every execution, served by one task.
-    pub(crate) timers: Arc<timers::Timers>,
+    pub(crate) timers: Arc<Timers>,
     /// Children awaited by parents in this process (LD-015).
-    pub(crate) children: children::Children,
+    pub(crate) children: Children,
     pub(crate) slots: Mutex<HashMap<ExecutionId, Slot>>,
     /// Set by [`Runtime::shutdown`]: no new work is accepted, and drivers exit once their
     /// append in flight is durable.
@@ -44,7 +45,10 @@ pub(crate) struct Inner<S> {
     /// Held while a shutdown joins the tasks, so a second one waits for the first.
     pub(crate) shutting: tokio::sync::Mutex<()>,
     /// Parked flows kept in memory, resumed without replay (LD-020).
-    pub(crate) kept: keep::KeptFlows,
+    pub(crate) kept: KeptFlows,
+    /// What runs an execution's driver, and what follows its end (the driver's module,
+    /// given at composition: this module only schedules drivers).
+    pub(crate) launcher: Launcher<S>,
 }
 
 impl<S> Drop for Inner<S> {
@@ -71,6 +75,24 @@ pub(crate) struct Settled {
     pub(crate) error: Option<DriveError>,
     /// The state it left the execution in.
     pub(crate) state: Option<ExecutionState>,
+}
+
+/// Drives one execution until it ends, parks or fails, answering every message it receives.
+pub(crate) type DriveFn<S> = for<'a> fn(
+    Arc<Inner<S>>,
+    ExecutionId,
+    &'a mut mpsc::UnboundedReceiver<DriverMsg>,
+    Option<NewExecution>,
+) -> BoxFuture<'a, Result<Exit, DriveError>>;
+
+/// How a driver runs and what follows its end, given by the driver's module when the runtime
+/// is composed (`builder.rs`): the slots schedule drivers without depending on what one does.
+pub(crate) struct Launcher<S> {
+    /// The driver.
+    pub(crate) drive: DriveFn<S>,
+    /// Called once an execution's driver saw it end: a child's end goes to its parent.
+    pub(crate) ended:
+        for<'a> fn(&'a Arc<Inner<S>>, &'a ExecutionId, &'a ExecutionState) -> BoxFuture<'a, ()>,
 }
 
 impl<S: EventStore> Inner<S> {
@@ -128,8 +150,8 @@ impl<S: EventStore> Inner<S> {
     pub(crate) fn send(self: &Arc<Self>, execution: &ExecutionId, message: DriverMsg) {
         if self.stopping() {
             // No driver starts after a shutdown (the timer task may still fire once).
-            driver::forget_deadline(&self.timers, execution, &message);
-            driver::refuse_failed(execution, message, SHUT_DOWN);
+            self.timers.forget(execution, &message);
+            mailbox::refuse_failed(execution, message, SHUT_DOWN);
             return;
         }
         let mut slots = self.slots();
@@ -137,8 +159,8 @@ impl<S: EventStore> Inner<S> {
         let sender = self.live_driver(slot, execution);
         if let Err(mpsc::error::SendError(message)) = sender.send(message) {
             drop(slots);
-            driver::forget_deadline(&self.timers, execution, &message);
-            driver::refuse_failed(execution, message, DRIVER_STOPPED);
+            self.timers.forget(execution, &message);
+            mailbox::refuse_failed(execution, message, DRIVER_STOPPED);
         }
     }
 
@@ -190,7 +212,7 @@ impl<S: EventStore> Inner<S> {
         self: &Arc<Self>,
         slot: &mut Slot,
         execution: &ExecutionId,
-        new: Option<driver::NewExecution>,
+        new: Option<NewExecution>,
     ) -> mpsc::UnboundedSender<DriverMsg> {
         let (sender, run) = self.driver_task(slot, execution, new);
         self.spawn(run);
@@ -203,7 +225,7 @@ impl<S: EventStore> Inner<S> {
         self: &Arc<Self>,
         slot: &mut Slot,
         execution: &ExecutionId,
-        new: Option<driver::NewExecution>,
+        new: Option<NewExecution>,
     ) -> (
         mpsc::UnboundedSender<DriverMsg>,
         std::pin::Pin<Box<dyn std::future::Future<Output = ()> + Send>>,
@@ -217,7 +239,7 @@ impl<S: EventStore> Inner<S> {
         let span = tracing::info_span!(parent: None, "execution", execution = %id);
         let run = Box::pin(
             async move {
-                let outcome = contain::contain_future(driver::drive(
+                let outcome = contain::contain_future((inner.launcher.drive)(
                     Arc::clone(&inner),
                     id.clone(),
                     &mut messages,
@@ -232,7 +254,7 @@ impl<S: EventStore> Inner<S> {
                 });
                 // A child's end goes to the parent that waits for it (LD-015).
                 if let Ok(Exit::Ended(state)) = &outcome {
-                    children::ended(&inner, &id, state).await;
+                    (inner.launcher.ended)(&inner, &id, state).await;
                 }
                 let unknown = matches!(outcome, Ok(Exit::Unknown));
                 let stopped = matches!(outcome, Ok(Exit::Stopped(_)));
@@ -259,12 +281,12 @@ impl<S: EventStore> Inner<S> {
                         again.push(message);
                         continue;
                     }
-                    driver::forget_deadline(&inner.timers, &id, &message);
+                    inner.timers.forget(&id, &message);
                     match &error {
-                        Some(error) => driver::refuse_failed(&id, message, &error.to_string()),
-                        None if unknown => driver::refuse_unknown(&id, message),
-                        None if stopped => driver::refuse_failed(&id, message, SHUT_DOWN),
-                        None => driver::refuse_ended(
+                        Some(error) => mailbox::refuse_failed(&id, message, &error.to_string()),
+                        None if unknown => mailbox::refuse_unknown(&id, message),
+                        None if stopped => mailbox::refuse_failed(&id, message, SHUT_DOWN),
+                        None => mailbox::refuse_ended(
                             &id,
                             message,
                             &Default::default(),

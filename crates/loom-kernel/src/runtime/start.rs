@@ -11,47 +11,11 @@ use tokio::sync::{oneshot, watch};
 use crate::event::{Event, ExecutionStarted};
 use crate::id::ExecutionId;
 use crate::payload::Payload;
-use crate::runtime::driver;
 use crate::runtime::errors::{DRIVER_STOPPED, DriverFailure, StartError};
+use crate::runtime::mailbox::NewExecution;
+use crate::runtime::options::StartOptions;
 use crate::runtime::slots::{Inner, new_slot};
 use crate::store::EventStore;
-
-/// How to start an execution.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct StartOptions {
-    /// The execution's id, chosen by the caller: a start of an existing id returns it.
-    pub execution_id: ExecutionId,
-    /// The flow version; the newest registered when `None`.
-    pub flow_version: Option<u32>,
-    /// K2: capabilities granted to the execution's effects.
-    pub capabilities: std::collections::BTreeSet<String>,
-    /// K3: the most the execution may spend.
-    pub budget: Option<u64>,
-}
-
-impl StartOptions {
-    /// Options for `execution_id`: the newest flow version, no capability, no budget.
-    pub fn new(execution_id: ExecutionId) -> Self {
-        Self {
-            execution_id,
-            flow_version: None,
-            capabilities: Default::default(),
-            budget: None,
-        }
-    }
-
-    /// K2: grants a capability to the execution's effects.
-    pub fn grant(mut self, capability: impl Into<String>) -> Self {
-        self.capabilities.insert(capability.into());
-        self
-    }
-
-    /// K3: the most the execution may spend.
-    pub fn budget(mut self, budget: u64) -> Self {
-        self.budget = Some(budget);
-        self
-    }
-}
 
 impl<S: EventStore> Inner<S> {
     /// [`Runtime::start`](super::Runtime::start), with its input already encoded (or the
@@ -160,7 +124,7 @@ impl<S: EventStore> Inner<S> {
                 }
             } else {
                 slot.starting = Some(done);
-                let new = driver::NewExecution {
+                let new = NewExecution {
                     started: started.clone(),
                     reply,
                 };

@@ -4,9 +4,9 @@
 
 use serde_json::Value;
 
+use super::Command;
 use super::{FlowCtx, StepError};
 use crate::payload::Payload;
-use crate::runtime::Command;
 
 impl FlowCtx {
     /// Opens a gate like [`FlowCtx::suspend`] and records `schema`, the JSON Schema its resume

@@ -10,9 +10,9 @@
 
 use serde::Serialize;
 
+use super::Command;
 use super::{Deadline, FlowCtx, StepError, TimedGate};
 use crate::payload::Payload;
-use crate::runtime::Command;
 
 impl FlowCtx {
     /// Opens a gate like [`FlowCtx::suspend`] and records `request` with it: what the flow

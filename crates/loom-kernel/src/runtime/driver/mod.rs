@@ -13,233 +13,51 @@
 //! can observe (a resume accepted, a verdict, the end of the execution, parking) waits until
 //! the events behind it are durable. See `docs/decisions/LD-003-durability-barriers.md`.
 
-use std::collections::BTreeSet;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::task::Wake;
 
+use futures::FutureExt;
 use futures::future::BoxFuture;
-use tokio::sync::{Notify, mpsc, oneshot};
+use tokio::sync::mpsc;
 
 use crate::envelope::EventEnvelope;
 use crate::event::*;
 use crate::fold::ExecutionState;
 use crate::id::ExecutionId;
-use crate::payload::Payload;
-use crate::runtime::children;
+use crate::runtime::child_runs;
 use crate::runtime::codes;
 use crate::runtime::contain::{contain, contain_future};
 use crate::runtime::ctx::{ChildStart, FlowCtx};
 use crate::runtime::effect::{EffectOutcome, EffectResult};
+use crate::runtime::errors::{DriveError, ResolveError, ResumeError};
 use crate::runtime::flow::FlowError;
-use crate::runtime::history::{History, NonDeterminism};
+use crate::runtime::history::History;
 use crate::runtime::machine::{self, Dispatch, GateMiss, Held, VerdictMiss};
+use crate::runtime::mailbox::{
+    DriverMsg, Exit, FlowWaker, NewExecution, Reply, TimedOutGates, refuse_ended, refuse_failed,
+};
+use crate::runtime::markers::is_timed_out_payload;
 use crate::runtime::slots::Inner;
-use crate::runtime::timers::{Timers, is_timed_out_payload};
-
-/// Gates (event type, correlation key) that their deadline closed.
-pub(crate) type TimedOutGates = std::collections::BTreeSet<(String, String)>;
-use crate::runtime::errors::{CancelError, DriverFailure, ResolveError, ResumeError, StartError};
+use crate::runtime::slots::Launcher;
+use crate::runtime::timers::Timers;
 use crate::store::{AppendError, EventStore, EventStoreExt, FoldStoredError, LeaseHold};
 
+mod kept;
 mod run;
 
-pub(crate) use run::drive;
-
-/// What the runtime asks of an execution's driver.
-pub(crate) enum DriverMsg {
-    Resume {
-        event_type: String,
-        correlation_key: String,
-        payload: Payload,
-        /// The gate the resume authenticator approved this resume for, when one was asked:
-        /// the resume lands on that gate or on none.
-        gate_id: Option<String>,
-        reply: oneshot::Sender<Result<(), ResumeError>>,
-    },
-    Resolve {
-        step_id: String,
-        verdict: Verdict,
-        operator: Option<String>,
-        reply: oneshot::Sender<Result<(), ResolveError>>,
-    },
-    Cancel {
-        reason: Option<String>,
-        reply: oneshot::Sender<Result<(), CancelError>>,
-    },
-    /// The timer task: the deadline of `gate_id` has passed. Unanswered: a deadline whose gate
-    /// no longer waits for it is ignored.
-    Deadline { gate_id: String, deadline_ms: u64 },
-    /// A child this execution waits for has ended; `payload` is its marker (LD-015).
-    /// Unanswered: an end whose gate no longer waits is ignored.
-    ChildEnded {
-        child: ExecutionId,
-        payload: Payload,
-    },
-}
-
-/// Why a driver stopped without finishing its work.
-#[derive(Debug, Clone, thiserror::Error)]
-#[non_exhaustive]
-pub enum DriveError {
-    /// The replayed flow asked for something else than its log recorded.
-    #[error("non-determinism in execution {execution}: {source}")]
-    NonDeterminism {
-        /// The execution concerned.
-        execution: ExecutionId,
-        /// The first difference, recorded against attempted.
-        #[source]
-        source: NonDeterminism,
-    },
-    /// The log names a flow version this runtime does not have.
-    #[error("execution {execution} runs flow '{flow}' version {version}, which is not registered")]
-    UnknownFlow {
-        /// The execution concerned.
-        execution: ExecutionId,
-        /// The flow's name.
-        flow: String,
-        /// The flow's version.
-        version: u32,
-    },
-    /// The log could not be read or folded.
-    #[error("cannot read or fold execution {execution}: {detail}")]
-    Log {
-        /// The execution concerned.
-        execution: ExecutionId,
-        /// What went wrong, in words.
-        detail: String,
-    },
-    /// A non-idempotent step was about to run, but this worker does not hold the execution's
-    /// lease (another worker took it over, or the lease could not be confirmed). Its effect
-    /// was not invoked and nothing was recorded: the step is the lease holder's to recover.
-    #[error("execution {execution}: step '{step_id}' was not run: {detail}")]
-    LeaseNotHeld {
-        /// The execution concerned.
-        execution: ExecutionId,
-        /// The step that was not run.
-        step_id: String,
-        /// Why, in words.
-        detail: String,
-    },
-    /// An append failed.
-    #[error("cannot append to execution {execution}: {source}")]
-    Append {
-        /// The execution concerned.
-        execution: ExecutionId,
-        /// The store's error.
-        #[source]
-        source: AppendError,
-    },
-    /// The driver itself panicked (a kernel bug: user code's panics are contained where they
-    /// happen). What it had not recorded is left for `recover`.
-    #[error("the driver of execution {execution} panicked: {detail}")]
-    Panicked {
-        /// The execution concerned.
-        execution: ExecutionId,
-        /// What went wrong, in words.
-        detail: String,
-    },
-}
-
-/// How a driver ended, with the execution's state as it left it.
-pub(crate) enum Exit {
-    /// The execution has ended (now or before).
-    Ended(Box<ExecutionState>),
-    /// The flow waits for resumes or verdicts only.
-    Parked(Box<ExecutionState>),
-    /// The log does not exist.
-    Unknown,
-    /// The runtime is shutting down: the driver stopped once nothing was being appended.
-    Stopped(Box<ExecutionState>),
-    /// The flow parked and was kept in memory with its state (`keep.rs`); no caller was
-    /// waiting for the state.
-    Kept,
-    /// Another writer (a second runtime on the store) appended to the log first: this run's
-    /// view is stale. What waits is handed to a new driver, which reads the log as it is.
-    Moved,
-}
-
-/// Wakes the driver when something the flow awaits (other than a command) is ready, and
-/// remembers that it did, so the driver never parks a flow that asked to be polled again.
-pub(crate) struct FlowWaker {
-    notify: Notify,
-    woken: AtomicBool,
-}
-
-impl FlowWaker {
-    pub(crate) fn new() -> Self {
-        Self {
-            notify: Notify::new(),
-            woken: AtomicBool::new(false),
-        }
-    }
-
-    /// Whether the flow was woken since the last call, which clears it (call before a poll).
-    pub(crate) fn take_woken(&self) -> bool {
-        self.woken.swap(false, Ordering::AcqRel)
-    }
-}
-
-impl Wake for FlowWaker {
-    fn wake(self: Arc<Self>) {
-        self.wake_by_ref();
-    }
-    fn wake_by_ref(self: &Arc<Self>) {
-        self.woken.store(true, Ordering::Release);
-        self.notify.notify_one();
+/// What the runtime's slots run for an execution (`slots.rs`): this module's driver, and the
+/// delivery of a child's end to its parent once its driver saw it end.
+pub(crate) fn launcher<S: EventStore>() -> Launcher<S> {
+    Launcher {
+        drive: |inner, execution, messages, new| {
+            run::drive(inner, execution, messages, new).boxed()
+        },
+        ended: |inner, execution, state| child_runs::ended(inner, execution, state).boxed(),
     }
 }
 
 /// The flow's failure when it panicked.
 pub(crate) fn flow_panicked(detail: &str) -> FlowError {
     FlowError::new(codes::FLOW_PANICKED, format!("the flow panicked: {detail}"))
-}
-
-enum Reply {
-    Start(oneshot::Sender<Result<(), StartError>>),
-    Resume(oneshot::Sender<Result<(), ResumeError>>),
-    Resolve(oneshot::Sender<Result<(), ResolveError>>),
-    Cancel(oneshot::Sender<Result<(), CancelError>>),
-}
-
-impl Reply {
-    fn ok(self) {
-        match self {
-            Reply::Start(reply) => drop(reply.send(Ok(()))),
-            Reply::Resume(reply) => drop(reply.send(Ok(()))),
-            Reply::Resolve(reply) => drop(reply.send(Ok(()))),
-            Reply::Cancel(reply) => drop(reply.send(Ok(()))),
-        }
-    }
-
-    /// Another writer appended first: nothing of the request was recorded.
-    fn log_moved(self, execution: &ExecutionId) {
-        fn send<E: DriverFailure>(reply: oneshot::Sender<Result<(), E>>, execution: &ExecutionId) {
-            drop(reply.send(Err(E::log_moved(execution.clone()))));
-        }
-        match self {
-            Reply::Start(reply) => send(reply, execution),
-            Reply::Resume(reply) => send(reply, execution),
-            Reply::Resolve(reply) => send(reply, execution),
-            Reply::Cancel(reply) => send(reply, execution),
-        }
-    }
-
-    fn fail(self, execution: &ExecutionId, detail: &str) {
-        fn send<E: DriverFailure>(
-            reply: oneshot::Sender<Result<(), E>>,
-            execution: &ExecutionId,
-            detail: &str,
-        ) {
-            drop(reply.send(Err(E::driver(execution.clone(), detail.to_owned()))));
-        }
-        match self {
-            Reply::Start(reply) => send(reply, execution, detail),
-            Reply::Resume(reply) => send(reply, execution, detail),
-            Reply::Resolve(reply) => send(reply, execution, detail),
-            Reply::Cancel(reply) => send(reply, execution, detail),
-        }
-    }
 }
 
 type Append = BoxFuture<'static, Result<(u64, Vec<Event>), AppendError>>;
@@ -254,14 +72,6 @@ impl Held for Dispatch {
     fn durable_before(&self) -> bool {
         self.durable_before
     }
-}
-
-/// Drives one execution until it ends, parks, or fails. Every message received is answered.
-/// A new execution handed to its first driver: `EXECUTION_STARTED` goes out in the same
-/// append as the flow's first commands, and `start` returns once that append is durable.
-pub(crate) struct NewExecution {
-    pub(crate) started: ExecutionStarted,
-    pub(crate) reply: oneshot::Sender<Result<(), StartError>>,
 }
 
 type Loaded = (ExecutionStarted, History, ExecutionState);
@@ -292,7 +102,7 @@ async fn load<S: EventStore>(
         if !messages.is_empty() {
             let timed_out = timed_out_gates(&log);
             while let Ok(message) = messages.try_recv() {
-                forget_deadline(&inner.timers, execution, &message);
+                inner.timers.forget(execution, &message);
                 refuse_ended(execution, message, &timed_out, state.steps_in_doubt());
             }
         }
@@ -535,23 +345,12 @@ fn handle(
 /// Starts a child whose gate is durable, on its own task (LD-015).
 fn start_child<S: EventStore>(inner: &Arc<Inner<S>>, execution: &ExecutionId, start: ChildStart) {
     let (gate_id, spec) = start;
-    inner.spawn(children::ensure(
+    inner.spawn(child_runs::ensure(
         Arc::clone(inner),
         execution.clone(),
         gate_id,
         spec,
     ));
-}
-
-/// A deadline message that no driver will act on: the index forgets it.
-pub(crate) fn forget_deadline(timers: &Timers, execution: &ExecutionId, message: &DriverMsg) {
-    if let DriverMsg::Deadline {
-        gate_id,
-        deadline_ms,
-    } = message
-    {
-        timers.disarm(execution, gate_id, *deadline_ms);
-    }
 }
 
 /// The gates (event type, correlation key) of a log that their deadline closed.
@@ -564,85 +363,4 @@ fn timed_out_gates(log: &[EventEnvelope]) -> TimedOutGates {
             _ => None,
         })
         .collect()
-}
-
-/// Answers a message for an execution that has ended. A resume of a gate in `timed_out` is
-/// told that its gate timed out; a verdict on a step of `in_doubt` (left in doubt when the
-/// execution was cancelled) is told that no verdict can be recorded any more.
-pub(crate) fn refuse_ended(
-    execution: &ExecutionId,
-    message: DriverMsg,
-    timed_out: &TimedOutGates,
-    in_doubt: &BTreeSet<String>,
-) {
-    let execution = execution.clone();
-    match message {
-        DriverMsg::Resume {
-            event_type,
-            correlation_key,
-            reply,
-            ..
-        } => {
-            let key = (event_type, correlation_key);
-            let error = if timed_out.contains(&key) {
-                ResumeError::TimedOut {
-                    execution,
-                    event_type: key.0,
-                    correlation_key: key.1,
-                }
-            } else {
-                ResumeError::NoPendingGate {
-                    execution,
-                    event_type: key.0,
-                    correlation_key: key.1,
-                }
-            };
-            drop(reply.send(Err(error)))
-        }
-        DriverMsg::Resolve { step_id, reply, .. } => {
-            let error = if in_doubt.contains(&step_id) {
-                ResolveError::InDoubtWhenEnded { execution, step_id }
-            } else {
-                ResolveError::NotInDoubt { execution, step_id }
-            };
-            drop(reply.send(Err(error)))
-        }
-        DriverMsg::Cancel { reply, .. } => drop(reply.send(Err(CancelError::Ended { execution }))),
-        DriverMsg::Deadline { .. } | DriverMsg::ChildEnded { .. } => {}
-    }
-}
-
-/// Answers a message for an execution whose log does not exist.
-pub(crate) fn refuse_unknown(execution: &ExecutionId, message: DriverMsg) {
-    let execution = execution.clone();
-    match message {
-        DriverMsg::Resume { reply, .. } => {
-            drop(reply.send(Err(ResumeError::UnknownExecution { execution })))
-        }
-        DriverMsg::Resolve { reply, .. } => {
-            drop(reply.send(Err(ResolveError::UnknownExecution { execution })))
-        }
-        DriverMsg::Cancel { reply, .. } => {
-            drop(reply.send(Err(CancelError::UnknownExecution { execution })))
-        }
-        DriverMsg::Deadline { .. } | DriverMsg::ChildEnded { .. } => {}
-    }
-}
-
-/// Answers a message after the driver failed.
-pub(crate) fn refuse_failed(execution: &ExecutionId, message: DriverMsg, detail: &str) {
-    let reply = match message {
-        DriverMsg::Resume { reply, .. } => Reply::Resume(reply),
-        DriverMsg::Resolve { reply, .. } => Reply::Resolve(reply),
-        DriverMsg::Cancel { reply, .. } => Reply::Cancel(reply),
-        DriverMsg::Deadline { gate_id, .. } => {
-            tracing::warn!(%execution, gate = %gate_id, "a deadline passed for an execution whose driver failed");
-            return;
-        }
-        DriverMsg::ChildEnded { child, .. } => {
-            tracing::warn!(%execution, %child, "a child ended for an execution whose driver failed; recover delivers it");
-            return;
-        }
-    };
-    reply.fail(execution, detail);
 }

@@ -13,16 +13,17 @@ use tokio::sync::{mpsc, watch};
 
 use super::{
     Append, DriveError, DriverMsg, Exit, FlowWaker, Machine, NewExecution, Ran, Reply,
-    durable_state, flow_panicked, forget_deadline, handle, invoke, load, publish, refuse_ended,
-    refuse_failed, start_child,
+    durable_state, flow_panicked, handle, invoke, kept, load, publish, refuse_ended, refuse_failed,
+    start_child,
 };
 use crate::event::{Event, ExecutionStarted};
 use crate::fold::ExecutionState;
 use crate::id::ExecutionId;
 use crate::payload::Payload;
-use crate::runtime::children;
+use crate::runtime::child_runs;
 use crate::runtime::contain::contain;
 use crate::runtime::ctx::{ChildStart, FlowCtx};
+use crate::runtime::deadlines;
 use crate::runtime::effect::EffectOutcome;
 use crate::runtime::errors::{SHUT_DOWN, StartError};
 use crate::runtime::flow::FlowError;
@@ -30,7 +31,6 @@ use crate::runtime::history::{Attempted, History};
 use crate::runtime::keep;
 use crate::runtime::machine::{self, Admit, Dispatch};
 use crate::runtime::slots::Inner;
-use crate::runtime::timers;
 use crate::store::{AppendError, EventStore, NewClaim};
 
 /// Drives one execution until it ends, parks, or fails. Every message received is answered.
@@ -121,7 +121,7 @@ impl<S: EventStore> Run<S> {
         let mut first: Option<(Event, Reply)> = None;
         // A flow its last driver kept parked in memory goes on from there, with no replay.
         let mut kept = match &new {
-            None => keep::take(&inner, &execution).await,
+            None => kept::take(&inner, &execution).await,
             Some(_) => None,
         };
         // The fold of what is durable: the flow's side goes on from it (a kept flow's state
@@ -247,7 +247,7 @@ impl<S: EventStore> Run<S> {
     /// Refuses what waits for this run with `detail`: messages deferred during replay.
     fn refuse_deferred(&mut self, detail: &str) {
         for message in self.deferred.drain(..) {
-            forget_deadline(&self.inner.timers, &self.execution, &message);
+            self.inner.timers.forget(&self.execution, &message);
             refuse_failed(&self.execution, message, detail);
         }
     }
@@ -315,7 +315,7 @@ impl<S: EventStore> Run<S> {
         let child_starts = state.take_child_starts();
         drop(state);
         for (gate_id, deadline_ms) in arm {
-            timers::arm_deadline(&self.inner, &self.execution, &gate_id, deadline_ms);
+            deadlines::arm_deadline(&self.inner, &self.execution, &gate_id, deadline_ms);
         }
         for (gate_id, deadline_ms) in disarm {
             self.inner
@@ -435,7 +435,7 @@ impl<S: EventStore> Run<S> {
                 }
                 // Nor will its children's ends: they are cancelled (LD-015).
                 let orphans = self.ctx.state().pending_children();
-                children::cancel_orphans(&self.inner, &self.execution, orphans);
+                child_runs::cancel_orphans(&self.inner, &self.execution, orphans);
                 return Ok(Settled::Exit(Exit::Ended(Box::new(
                     self.ctx.state().take_fold(),
                 ))));
@@ -477,7 +477,7 @@ impl<S: EventStore> Run<S> {
     /// `None` when a message came in the meantime.
     fn park(&mut self, messages: &mut mpsc::UnboundedReceiver<DriverMsg>) -> Option<Exit> {
         let mut moved = false;
-        let mut copy = keep::copy_for_waiter(&self.inner, &self.execution, &self.ctx);
+        let mut copy = kept::copy_for_waiter(&self.inner, &self.execution, &self.ctx);
         let mut waited_for = None;
         let ctx = &self.ctx;
         let flow_future = &mut self.flow_future;
@@ -495,7 +495,7 @@ impl<S: EventStore> Run<S> {
                 waker: Arc::clone(&self.flow_waker),
             })
         };
-        if !keep::release(&self.inner, &self.execution, messages, keep) {
+        if !kept::release(&self.inner, &self.execution, messages, keep) {
             return None;
         }
         Some(if moved {
@@ -637,7 +637,7 @@ impl<S: EventStore> Run<S> {
     /// A message for an execution that has ended: refused (a resume is told if its gate timed
     /// out first).
     fn refuse_as_ended(&self, message: DriverMsg) {
-        forget_deadline(&self.inner.timers, &self.execution, &message);
+        self.inner.timers.forget(&self.execution, &message);
         let state = self.ctx.state();
         let timed_out = state.timed_out_gates();
         refuse_ended(
@@ -650,7 +650,7 @@ impl<S: EventStore> Run<S> {
 
     /// A message handled now: the flow's side and the machine take it.
     fn apply(&mut self, message: DriverMsg) {
-        children::handling(&self.inner, &message);
+        child_runs::handling(&self.inner, &message);
         handle(
             &self.ctx,
             &self.inner.timers,

@@ -1,0 +1,238 @@
+//! What the runtime asks of an execution's driver, and how a driver answers: the messages
+//! (`DriverMsg`), the replies it owes, how a driver's run ends (`Exit`), and the refusals a
+//! message gets when no driver will act on it.
+//!
+//! Below every module that sends or serves these (slots, the driver, timers, children), so
+//! that none of them needs another to name what it passes on.
+
+use std::collections::BTreeSet;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::task::Wake;
+
+use tokio::sync::{Notify, oneshot};
+
+use crate::event::{ExecutionStarted, Verdict};
+use crate::fold::ExecutionState;
+use crate::id::ExecutionId;
+use crate::payload::Payload;
+use crate::runtime::errors::{CancelError, DriverFailure, ResolveError, ResumeError, StartError};
+
+/// The gates (event type, correlation key) that their deadline closed.
+pub(crate) type TimedOutGates = BTreeSet<(String, String)>;
+
+/// What the runtime asks of an execution's driver.
+pub(crate) enum DriverMsg {
+    Resume {
+        event_type: String,
+        correlation_key: String,
+        payload: Payload,
+        /// The gate the resume authenticator approved this resume for, when one was asked:
+        /// the resume lands on that gate or on none.
+        gate_id: Option<String>,
+        reply: oneshot::Sender<Result<(), ResumeError>>,
+    },
+    Resolve {
+        step_id: String,
+        verdict: Verdict,
+        operator: Option<String>,
+        reply: oneshot::Sender<Result<(), ResolveError>>,
+    },
+    Cancel {
+        reason: Option<String>,
+        reply: oneshot::Sender<Result<(), CancelError>>,
+    },
+    /// The timer task: the deadline of `gate_id` has passed. Unanswered: a deadline whose gate
+    /// no longer waits for it is ignored.
+    Deadline { gate_id: String, deadline_ms: u64 },
+    /// A child this execution waits for has ended; `payload` is its marker (LD-015).
+    /// Unanswered: an end whose gate no longer waits is ignored.
+    ChildEnded {
+        child: ExecutionId,
+        payload: Payload,
+    },
+}
+
+/// How a driver ended, with the execution's state as it left it.
+pub(crate) enum Exit {
+    /// The execution has ended (now or before).
+    Ended(Box<ExecutionState>),
+    /// The flow waits for resumes or verdicts only.
+    Parked(Box<ExecutionState>),
+    /// The log does not exist.
+    Unknown,
+    /// The runtime is shutting down: the driver stopped once nothing was being appended.
+    Stopped(Box<ExecutionState>),
+    /// The flow parked and was kept in memory with its state (`keep.rs`); no caller was
+    /// waiting for the state.
+    Kept,
+    /// Another writer (a second runtime on the store) appended to the log first: this run's
+    /// view is stale. What waits is handed to a new driver, which reads the log as it is.
+    Moved,
+}
+
+/// Wakes the driver when something the flow awaits (other than a command) is ready, and
+/// remembers that it did, so the driver never parks a flow that asked to be polled again.
+pub(crate) struct FlowWaker {
+    pub(crate) notify: Notify,
+    woken: AtomicBool,
+}
+
+impl FlowWaker {
+    pub(crate) fn new() -> Self {
+        Self {
+            notify: Notify::new(),
+            woken: AtomicBool::new(false),
+        }
+    }
+
+    /// Whether the flow was woken since the last call, which clears it (call before a poll).
+    pub(crate) fn take_woken(&self) -> bool {
+        self.woken.swap(false, Ordering::AcqRel)
+    }
+}
+
+impl Wake for FlowWaker {
+    fn wake(self: Arc<Self>) {
+        self.wake_by_ref();
+    }
+    fn wake_by_ref(self: &Arc<Self>) {
+        self.woken.store(true, Ordering::Release);
+        self.notify.notify_one();
+    }
+}
+
+/// A new execution handed to its first driver: `EXECUTION_STARTED` goes out in the same
+/// append as the flow's first commands, and `start` returns once that append is durable.
+pub(crate) struct NewExecution {
+    pub(crate) started: ExecutionStarted,
+    pub(crate) reply: oneshot::Sender<Result<(), StartError>>,
+}
+
+pub(crate) enum Reply {
+    Start(oneshot::Sender<Result<(), StartError>>),
+    Resume(oneshot::Sender<Result<(), ResumeError>>),
+    Resolve(oneshot::Sender<Result<(), ResolveError>>),
+    Cancel(oneshot::Sender<Result<(), CancelError>>),
+}
+
+impl Reply {
+    pub(crate) fn ok(self) {
+        match self {
+            Reply::Start(reply) => drop(reply.send(Ok(()))),
+            Reply::Resume(reply) => drop(reply.send(Ok(()))),
+            Reply::Resolve(reply) => drop(reply.send(Ok(()))),
+            Reply::Cancel(reply) => drop(reply.send(Ok(()))),
+        }
+    }
+
+    /// Another writer appended first: nothing of the request was recorded.
+    pub(crate) fn log_moved(self, execution: &ExecutionId) {
+        fn send<E: DriverFailure>(reply: oneshot::Sender<Result<(), E>>, execution: &ExecutionId) {
+            drop(reply.send(Err(E::log_moved(execution.clone()))));
+        }
+        match self {
+            Reply::Start(reply) => send(reply, execution),
+            Reply::Resume(reply) => send(reply, execution),
+            Reply::Resolve(reply) => send(reply, execution),
+            Reply::Cancel(reply) => send(reply, execution),
+        }
+    }
+
+    pub(crate) fn fail(self, execution: &ExecutionId, detail: &str) {
+        fn send<E: DriverFailure>(
+            reply: oneshot::Sender<Result<(), E>>,
+            execution: &ExecutionId,
+            detail: &str,
+        ) {
+            drop(reply.send(Err(E::driver(execution.clone(), detail.to_owned()))));
+        }
+        match self {
+            Reply::Start(reply) => send(reply, execution, detail),
+            Reply::Resume(reply) => send(reply, execution, detail),
+            Reply::Resolve(reply) => send(reply, execution, detail),
+            Reply::Cancel(reply) => send(reply, execution, detail),
+        }
+    }
+}
+
+/// Answers a message for an execution that has ended. A resume of a gate in `timed_out` is
+/// told that its gate timed out; a verdict on a step of `in_doubt` (left in doubt when the
+/// execution was cancelled) is told that no verdict can be recorded any more.
+pub(crate) fn refuse_ended(
+    execution: &ExecutionId,
+    message: DriverMsg,
+    timed_out: &TimedOutGates,
+    in_doubt: &BTreeSet<String>,
+) {
+    let execution = execution.clone();
+    match message {
+        DriverMsg::Resume {
+            event_type,
+            correlation_key,
+            reply,
+            ..
+        } => {
+            let key = (event_type, correlation_key);
+            let error = if timed_out.contains(&key) {
+                ResumeError::TimedOut {
+                    execution,
+                    event_type: key.0,
+                    correlation_key: key.1,
+                }
+            } else {
+                ResumeError::NoPendingGate {
+                    execution,
+                    event_type: key.0,
+                    correlation_key: key.1,
+                }
+            };
+            drop(reply.send(Err(error)))
+        }
+        DriverMsg::Resolve { step_id, reply, .. } => {
+            let error = if in_doubt.contains(&step_id) {
+                ResolveError::InDoubtWhenEnded { execution, step_id }
+            } else {
+                ResolveError::NotInDoubt { execution, step_id }
+            };
+            drop(reply.send(Err(error)))
+        }
+        DriverMsg::Cancel { reply, .. } => drop(reply.send(Err(CancelError::Ended { execution }))),
+        DriverMsg::Deadline { .. } | DriverMsg::ChildEnded { .. } => {}
+    }
+}
+
+/// Answers a message for an execution whose log does not exist.
+pub(crate) fn refuse_unknown(execution: &ExecutionId, message: DriverMsg) {
+    let execution = execution.clone();
+    match message {
+        DriverMsg::Resume { reply, .. } => {
+            drop(reply.send(Err(ResumeError::UnknownExecution { execution })))
+        }
+        DriverMsg::Resolve { reply, .. } => {
+            drop(reply.send(Err(ResolveError::UnknownExecution { execution })))
+        }
+        DriverMsg::Cancel { reply, .. } => {
+            drop(reply.send(Err(CancelError::UnknownExecution { execution })))
+        }
+        DriverMsg::Deadline { .. } | DriverMsg::ChildEnded { .. } => {}
+    }
+}
+
+/// Answers a message after the driver failed.
+pub(crate) fn refuse_failed(execution: &ExecutionId, message: DriverMsg, detail: &str) {
+    let reply = match message {
+        DriverMsg::Resume { reply, .. } => Reply::Resume(reply),
+        DriverMsg::Resolve { reply, .. } => Reply::Resolve(reply),
+        DriverMsg::Cancel { reply, .. } => Reply::Cancel(reply),
+        DriverMsg::Deadline { gate_id, .. } => {
+            tracing::warn!(%execution, gate = %gate_id, "a deadline passed for an execution whose driver failed");
+            return;
+        }
+        DriverMsg::ChildEnded { child, .. } => {
+            tracing::warn!(%execution, %child, "a child ended for an execution whose driver failed; recover delivers it");
+            return;
+        }
+    };
+    reply.fail(execution, detail);
+}
