@@ -251,6 +251,12 @@ struct ListQuery {
     flow: Option<String>,
     limit: Option<usize>,
     before: Option<String>,
+    id_prefix: Option<String>,
+    parent: Option<String>,
+    started_from_ms: Option<u64>,
+    started_before_ms: Option<u64>,
+    ended_from_ms: Option<u64>,
+    ended_before_ms: Option<u64>,
 }
 
 async fn list<S: EventStore>(
@@ -259,7 +265,9 @@ async fn list<S: EventStore>(
 ) -> Answer {
     let Ok(Query(query)) = query else {
         return Err(ConsoleError::bad_request(
-            "bad query: use ?status=<status>&flow=<name>&limit=<1..=1000>&before=<execution id>",
+            "bad query: use ?status=<status>&flow=<name>&idPrefix=<text>&parent=<execution id>\
+             &startedFromMs=<unix ms>&startedBeforeMs=<unix ms>&endedFromMs=<unix ms>\
+             &endedBeforeMs=<unix ms>&limit=<1..=1000>&before=<nextBefore of the last page>",
         ));
     };
     let filter = query::ListFilter {
@@ -271,6 +279,12 @@ async fn list<S: EventStore>(
         flow: query.flow,
         limit: query.limit,
         before: query.before,
+        id_prefix: query.id_prefix,
+        parent: query.parent,
+        started_from_ms: query.started_from_ms,
+        started_before_ms: query.started_before_ms,
+        ended_from_ms: query.ended_from_ms,
+        ended_before_ms: query.ended_before_ms,
     };
     ok(query::list_executions(state.runtime.store(), &filter).await?)
 }

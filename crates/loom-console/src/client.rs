@@ -96,6 +96,21 @@ impl AdminClient {
         if let Some(before) = &filter.before {
             query.push(format!("before={}", encode(before)));
         }
+        for (name, text) in [("idPrefix", &filter.id_prefix), ("parent", &filter.parent)] {
+            if let Some(text) = text {
+                query.push(format!("{name}={}", encode(text)));
+            }
+        }
+        for (name, ms) in [
+            ("startedFromMs", filter.started_from_ms),
+            ("startedBeforeMs", filter.started_before_ms),
+            ("endedFromMs", filter.ended_from_ms),
+            ("endedBeforeMs", filter.ended_before_ms),
+        ] {
+            if let Some(ms) = ms {
+                query.push(format!("{name}={ms}"));
+            }
+        }
         let path = match query.is_empty() {
             true => "/admin/v1/executions".to_owned(),
             false => format!("/admin/v1/executions?{}", query.join("&")),

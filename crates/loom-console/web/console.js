@@ -591,6 +591,8 @@ async function refreshExecutions() {
   const query = new URLSearchParams();
   if ($("filter").value) query.set("status", $("filter").value);
   if ($("flow").value.trim()) query.set("flow", $("flow").value.trim());
+  if ($("search").value.trim()) query.set("idPrefix", $("search").value.trim());
+  if ($("since").value) query.set("startedFromMs", String(Date.now() - Number($("since").value)));
   if (cursors.length) query.set("before", cursors[cursors.length - 1]);
   const page = await api("GET", "executions" + (query.toString() ? "?" + query : ""));
   nextBefore = page.nextBefore;
@@ -599,7 +601,13 @@ async function refreshExecutions() {
   const body = $("executions").tBodies[0];
   const focused = document.activeElement && document.activeElement.dataset ? document.activeElement.dataset.id : null;
   body.replaceChildren();
-  $("execution-count").textContent = "(" + page.executions.length + " shown of " + page.total.toLocaleString("en") + ")";
+  // The total is given when the store knows it at once (no filter, or a status alone).
+  $("execution-count").textContent =
+    "(" + page.executions.length + " shown" + (page.total == null ? "" : " of " + page.total.toLocaleString("en")) + ")";
+  for (const option of $("filter").options) {
+    const count = option.value ? (page.counts || {})[option.value] : undefined;
+    option.textContent = (option.value || "all") + (count === undefined ? "" : " (" + count.toLocaleString("en") + ")");
+  }
   $("executions-empty").hidden = page.executions.length > 0;
   for (const execution of page.executions) {
     const row = body.insertRow();
@@ -613,7 +621,7 @@ async function refreshExecutions() {
     const id = cell(row, execution.id, "mono");
     id.appendChild(el("span", "sub", utc(execution.startedAtMs)));
     cell(row, badge(execution.status));
-    cell(row, execution.flow ? execution.flow + " v" + execution.flowVersion : "-");
+    cell(row, execution.flow ? execution.flow + (execution.flowVersion ? " v" + execution.flowVersion : "") : "-");
     cell(row, execution.events, "num");
     cell(row, ago(execution.lastEventAtMs));
     if (execution.id === focused) row.focus();
@@ -979,12 +987,18 @@ document.addEventListener("DOMContentLoaded", () => {
     cursors = [];
     refresh();
   });
-  $("flow").addEventListener("input", () => {
-    clearTimeout(flowTimer);
-    flowTimer = setTimeout(() => {
-      cursors = [];
-      refresh();
-    }, 300);
+  for (const input of ["flow", "search"]) {
+    $(input).addEventListener("input", () => {
+      clearTimeout(flowTimer);
+      flowTimer = setTimeout(() => {
+        cursors = [];
+        refresh();
+      }, 300);
+    });
+  }
+  $("since").addEventListener("change", () => {
+    cursors = [];
+    refresh();
   });
   $("older").addEventListener("click", () => {
     if (nextBefore) cursors.push(nextBefore);

@@ -329,7 +329,7 @@ async fn the_cli_goes_through_the_admin_api_while_the_server_holds_the_store() {
     assert_eq!(first["total"], 3);
     assert_eq!(first["remaining"], 1);
     let cursor = first["nextBefore"].as_str().unwrap().to_owned();
-    assert_eq!(first["executions"][1]["id"], cursor.as_str());
+    let last_shown = first["executions"][1]["id"].as_str().unwrap().to_owned();
     let second = json_out(
         &as_admin(
             url,
@@ -340,6 +340,26 @@ async fn the_cli_goes_through_the_admin_api_while_the_server_holds_the_store() {
     assert_eq!(second["executions"].as_array().unwrap().len(), 1);
     assert_eq!(second["remaining"], 0);
     assert_eq!(second["nextBefore"], serde_json::Value::Null);
+    // The cursor is opaque; the id of the last execution shown works too.
+    let by_id = json_out(
+        &as_admin(
+            url,
+            &[
+                "--json",
+                "executions",
+                "--limit",
+                "2",
+                "--before",
+                &last_shown,
+            ],
+        )
+        .await,
+    );
+    assert_eq!(by_id["executions"], second["executions"]);
+    assert_eq!(first["counts"]["in-doubt"], 2);
+    let children = json_out(&as_admin(url, &["--json", "executions", "--parent", "order-1"]).await);
+    assert_eq!(children["executions"].as_array().unwrap().len(), 0);
+    assert_eq!(children["total"], serde_json::Value::Null);
     let zero = as_admin(url, &["executions", "--limit", "0"]).await;
     assert_eq!(code(&zero), 2);
 
