@@ -108,7 +108,7 @@ async fn an_operator_pages_filters_and_searches_many_executions() {
     .await;
 
     // Failed only: the server filters; the status menu holds the counts.
-    page.eval("const f = document.getElementById('filter'); f.value = 'failed'; f.dispatchEvent(new Event('change')); true")
+    page.eval("(() => { const f = document.getElementById('filter'); f.value = 'failed'; f.dispatchEvent(new Event('change')); return true; })()")
         .await;
     let newest_failed = fill_id((count - 1) / 100 * 100).to_string();
     page.until(
@@ -126,12 +126,12 @@ async fn an_operator_pages_filters_and_searches_many_executions() {
     assert_eq!(option, json!(format!("failed ({})", thousands(failed))));
 
     // Search by id: the server lists the ids starting with what is typed.
-    page.eval("const f = document.getElementById('filter'); f.value = ''; f.dispatchEvent(new Event('change')); true")
+    page.eval("(() => { const f = document.getElementById('filter'); f.value = ''; f.dispatchEvent(new Event('change')); return true; })()")
         .await;
     let wanted = fill_id(count / 2).to_string();
     let prefix = &wanted[..wanted.len() - 1];
     page.eval(&format!(
-        "const s = document.getElementById('search'); s.value = {prefix:?}; s.dispatchEvent(new Event('input')); true"
+        "(() => {{ const s = document.getElementById('search'); s.value = {prefix:?}; s.dispatchEvent(new Event('input')); return true; }})()"
     ))
     .await;
     page.until(
