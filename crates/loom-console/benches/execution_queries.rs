@@ -10,6 +10,12 @@
 //! - `LOOM_QUERY_EXECUTIONS`: how many executions (default 1,000,000).
 //! - `LOOM_QUERY_STORE`: `disk` (default) or `postgres` (then `LOOM_TEST_POSTGRES_URL` names
 //!   the server, e.g. after `cargo xtask pg-up`: `$(cat target/loom-pg/url)`).
+//! - `LOOM_QUERY_SCHEMA`: on PostgreSQL, a schema an earlier run filled (its name is printed):
+//!   no fill then.
+//!
+//! Each listing is timed as the console asks for it (the page alone, `counts=false`) and as
+//! `loom executions` does (with the counts per status, and so the total); the counts alone
+//! too.
 //!
 //! `LOOM_QUERY_STORE=postgres LOOM_TEST_POSTGRES_URL=$(cat target/loom-pg/url) cargo bench -p loom-console --bench execution_queries`
 
@@ -67,19 +73,38 @@ async fn time_query(client: &AdminClient, name: &str, filter: &ListFilter, runs:
     );
 }
 
-async fn bench<S: EventStore + Clone>(store: S, label: &str, count: usize, runs: usize) {
-    let filled = fill::fill(&store, count).await;
-    println!(
-        "{label}: filled {count} executions in {filled:.2?} ({:.0} executions/s)",
-        count as f64 / filled.as_secs_f64()
-    );
+async fn bench<S: EventStore + Clone>(
+    store: S,
+    label: &str,
+    count: usize,
+    runs: usize,
+    fill: bool,
+) {
+    if fill {
+        let filled = fill::fill(&store, count).await;
+        println!(
+            "{label}: filled {count} executions in {filled:.2?} ({:.0} executions/s)",
+            count as f64 / filled.as_secs_f64()
+        );
+    }
     let client = serve(store).await;
     let now = loom_console::now_ms().expect("a clock");
-    time_query(&client, "newest 50", &ListFilter::default(), runs).await;
+    let page_alone = ListFilter {
+        without_counts: true,
+        ..ListFilter::default()
+    };
+    time_query(&client, "newest 50, page alone", &page_alone, runs).await;
+    time_query(
+        &client,
+        "newest 50, with counts",
+        &ListFilter::default(),
+        runs,
+    )
+    .await;
     let failed = ListFilter {
         status: Some(ExecutionStatus::Failed),
         started_from_ms: Some(now.saturating_sub(HOUR_MS)),
-        ..ListFilter::default()
+        ..page_alone.clone()
     };
     time_query(&client, "failed, started in the last hour", &failed, runs).await;
     let failed_page_2 = {
@@ -89,12 +114,36 @@ async fn bench<S: EventStore + Clone>(store: S, label: &str, count: usize, runs:
             ..failed.clone()
         }
     };
-    time_query(&client, "failed, last hour, second page", &failed_page_2, runs).await;
+    time_query(
+        &client,
+        "failed, last hour, second page",
+        &failed_page_2,
+        runs,
+    )
+    .await;
     let flow = ListFilter {
         flow: Some("refund".into()),
-        ..ListFilter::default()
+        ..page_alone.clone()
     };
     time_query(&client, "newest 50 of one flow", &flow, runs).await;
+    for _ in 0..5 {
+        client.counts().await.expect("the counts");
+    }
+    let mut took = Vec::new();
+    for _ in 0..runs.min(100) {
+        let began = Instant::now();
+        client.counts().await.expect("the counts");
+        took.push(began.elapsed());
+    }
+    took.sort();
+    println!(
+        "{:<34} p50 {:>8.2?}  p99 {:>8.2?}  max {:>8.2?}  ({} runs)",
+        "counts per status alone",
+        percentile(&took, 0.50),
+        percentile(&took, 0.99),
+        took[took.len() - 1],
+        took.len()
+    );
 }
 
 #[tokio::main(flavor = "multi_thread", worker_threads = 2)]
@@ -105,12 +154,16 @@ async fn main() {
         Ok("postgres") => {
             let url = std::env::var("LOOM_TEST_POSTGRES_URL")
                 .expect("LOOM_TEST_POSTGRES_URL names the server");
-            let config = loom_store_postgres::PostgresStoreConfig::new(&url)
-                .schema(loom_store_postgres::fresh_schema("query_bench"));
+            let reused = std::env::var("LOOM_QUERY_SCHEMA").ok();
+            let schema = reused
+                .clone()
+                .unwrap_or_else(|| loom_store_postgres::fresh_schema("query_bench"));
+            println!("postgres schema {schema}");
+            let config = loom_store_postgres::PostgresStoreConfig::new(&url).schema(schema);
             let store = loom_store_postgres::PostgresStore::connect(config)
                 .await
                 .expect("the store connects");
-            bench(store, "postgres", count, runs).await;
+            bench(store, "postgres", count, runs, reused.is_none()).await;
         }
         _ => {
             let dir = tempfile::tempdir().expect("a temp dir");
@@ -120,7 +173,7 @@ async fn main() {
             };
             let store =
                 DiskStore::open_with(dir.path().join("loom.redb"), config).expect("the store");
-            bench(store, "disk", count, runs).await;
+            bench(store, "disk", count, runs, true).await;
         }
     }
 }

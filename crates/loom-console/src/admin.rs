@@ -141,6 +141,7 @@ pub fn admin_router<S: EventStore>(runtime: Runtime<S>, config: AdminConfig) -> 
     let state = Arc::new(AdminState { runtime, config });
     let api = Router::new()
         .route("/admin/v1/executions", get(list::<S>))
+        .route("/admin/v1/counts", get(counts::<S>))
         .route("/admin/v1/executions/{id}", get(show::<S>))
         .route("/admin/v1/executions/{id}/events", get(events::<S>))
         .route("/admin/v1/executions/{id}/resolve", post(resolve::<S>))
@@ -257,6 +258,7 @@ struct ListQuery {
     started_before_ms: Option<u64>,
     ended_from_ms: Option<u64>,
     ended_before_ms: Option<u64>,
+    counts: Option<bool>,
 }
 
 async fn list<S: EventStore>(
@@ -267,7 +269,8 @@ async fn list<S: EventStore>(
         return Err(ConsoleError::bad_request(
             "bad query: use ?status=<status>&flow=<name>&idPrefix=<text>&parent=<execution id>\
              &startedFromMs=<unix ms>&startedBeforeMs=<unix ms>&endedFromMs=<unix ms>\
-             &endedBeforeMs=<unix ms>&limit=<1..=1000>&before=<nextBefore of the last page>",
+             &endedBeforeMs=<unix ms>&limit=<1..=1000>&before=<nextBefore of the last page>\
+             &counts=<true|false>",
         ));
     };
     let filter = query::ListFilter {
@@ -285,8 +288,13 @@ async fn list<S: EventStore>(
         started_before_ms: query.started_before_ms,
         ended_from_ms: query.ended_from_ms,
         ended_before_ms: query.ended_before_ms,
+        without_counts: query.counts == Some(false),
     };
     ok(query::list_executions(state.runtime.store(), &filter).await?)
+}
+
+async fn counts<S: EventStore>(State(state): Shared<S>) -> Answer {
+    ok(query::execution_counts(state.runtime.store()).await?)
 }
 
 async fn show<S: EventStore>(State(state): Shared<S>, Path(id): Path<String>) -> Answer {

@@ -96,6 +96,9 @@ impl AdminClient {
         if let Some(before) = &filter.before {
             query.push(format!("before={}", encode(before)));
         }
+        if filter.without_counts {
+            query.push("counts=false".to_owned());
+        }
         for (name, text) in [("idPrefix", &filter.id_prefix), ("parent", &filter.parent)] {
             if let Some(text) = text {
                 query.push(format!("{name}={}", encode(text)));
@@ -116,6 +119,11 @@ impl AdminClient {
             false => format!("/admin/v1/executions?{}", query.join("&")),
         };
         self.get(&path, Duration::ZERO).await
+    }
+
+    /// How many executions each status holds (`GET /admin/v1/counts`).
+    pub async fn counts(&self) -> Result<crate::query::CountsView, ConsoleError> {
+        self.get("/admin/v1/counts", Duration::ZERO).await
     }
 
     /// A page of whole logs, unmasked (the server must allow it: `AdminConfig::log_export`):

@@ -6,7 +6,7 @@ use loom_kernel::DataClassification;
 use loom_kernel::StepStatus;
 use loom_kernel::{
     Event, EventEnvelope, EventStore, EventStoreExt, ExecutionCursor, ExecutionId, ExecutionQuery,
-    ExecutionStatus, ListedExecution, StatusFilter,
+    ExecutionStatus, ListedExecution, StatusCounts, StatusFilter,
 };
 use serde::{Deserialize, Serialize};
 
@@ -47,6 +47,9 @@ pub struct ListFilter {
     pub ended_from_ms: Option<u64>,
     /// Only executions that ended before this time (Unix ms).
     pub ended_before_ms: Option<u64>,
+    /// Leave out the counts per status (and so the total): on PostgreSQL they cost a scan of
+    /// the status index, far more than the page (`docs/PERFORMANCE.md`).
+    pub without_counts: bool,
 }
 
 impl ListFilter {
@@ -78,8 +81,9 @@ pub struct ExecutionList {
     pub remaining: Option<u64>,
     /// Pass as `before` for the next page (an opaque cursor); `None` on the last page.
     pub next_before: Option<String>,
-    /// How many executions each status holds in the store (status name -> count).
-    pub counts: std::collections::BTreeMap<String, u64>,
+    /// How many executions each status holds in the store (status name -> count); `None`
+    /// when left out ([`ListFilter::without_counts`]).
+    pub counts: Option<std::collections::BTreeMap<String, u64>>,
 }
 
 /// Executions matching `filter`, newest start first, one page from the cursor on, from the
@@ -118,12 +122,19 @@ pub async fn list_executions<S: EventStore>(
         before,
         limit,
     };
-    let (page, counts) =
-        futures::try_join!(store.query_executions(&query), store.count_by_status())?;
-    let total = (!filter.narrows_beyond_status()).then(|| match filter.status {
-        Some(status) => counts.get(status),
-        None => counts.total(),
-    });
+    let (page, counts) = if filter.without_counts {
+        (store.query_executions(&query).await?, None)
+    } else {
+        let (page, counts) =
+            futures::try_join!(store.query_executions(&query), store.count_by_status())?;
+        (page, Some(counts))
+    };
+    let total = counts
+        .filter(|_| !filter.narrows_beyond_status())
+        .map(|counts| match filter.status {
+            Some(status) => counts.get(status),
+            None => counts.total(),
+        });
     let shown = page.executions.len() as u64;
     let remaining = match (&page.next, &query.before, total) {
         (None, _, _) => Some(0),
@@ -139,10 +150,34 @@ pub async fn list_executions<S: EventStore>(
         total,
         remaining,
         next_before: page.next.as_ref().map(ExecutionCursor::encode),
-        counts: STATUSES
-            .into_iter()
-            .map(|status| (status_name(status).to_owned(), counts.get(status)))
-            .collect(),
+        counts: counts.map(|counts| counts_by_name(&counts)),
+    })
+}
+
+/// The counts per status, by status name.
+pub fn counts_by_name(counts: &StatusCounts) -> std::collections::BTreeMap<String, u64> {
+    STATUSES
+        .into_iter()
+        .map(|status| (status_name(status).to_owned(), counts.get(status)))
+        .collect()
+}
+
+/// How many executions each status holds, by name, and in all.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct CountsView {
+    /// Status name -> count.
+    pub counts: std::collections::BTreeMap<String, u64>,
+    /// Every execution.
+    pub total: u64,
+}
+
+/// The counts per status of `store`.
+pub async fn execution_counts<S: EventStore>(store: &S) -> Result<CountsView, ConsoleError> {
+    let counts = store.count_by_status().await?;
+    Ok(CountsView {
+        counts: counts_by_name(&counts),
+        total: counts.total(),
     })
 }
 

@@ -17,6 +17,8 @@ let openStep = null;
 let cursors = [];
 let nextBefore = null;
 let flowTimer = 0;
+// Which listing is the latest: counts that arrive for an older one are dropped.
+let listing = 0;
 
 const $ = (id) => document.getElementById(id);
 
@@ -594,20 +596,32 @@ async function refreshExecutions() {
   if ($("search").value.trim()) query.set("idPrefix", $("search").value.trim());
   if ($("since").value) query.set("startedFromMs", String(Date.now() - Number($("since").value)));
   if (cursors.length) query.set("before", cursors[cursors.length - 1]);
-  const page = await api("GET", "executions" + (query.toString() ? "?" + query : ""));
+  // The page alone first, the counts beside it: on a large PostgreSQL store they take longer.
+  query.set("counts", "false");
+  const serial = ++listing;
+  const counted = api("GET", "counts").catch(() => null);
+  const page = await api("GET", "executions?" + query);
   nextBefore = page.nextBefore;
   $("older").disabled = !nextBefore;
   $("newest").disabled = cursors.length === 0;
   const body = $("executions").tBodies[0];
   const focused = document.activeElement && document.activeElement.dataset ? document.activeElement.dataset.id : null;
   body.replaceChildren();
-  // The total is given when the store knows it at once (no filter, or a status alone).
-  $("execution-count").textContent =
-    "(" + page.executions.length + " shown" + (page.total == null ? "" : " of " + page.total.toLocaleString("en")) + ")";
-  for (const option of $("filter").options) {
-    const count = option.value ? (page.counts || {})[option.value] : undefined;
-    option.textContent = (option.value || "all") + (count === undefined ? "" : " (" + count.toLocaleString("en") + ")");
-  }
+  $("execution-count").textContent = "(" + page.executions.length + " shown)";
+  const narrowed = query.has("flow") || query.has("idPrefix") || query.has("startedFromMs");
+  counted.then((counts) => {
+    if (!counts || serial !== listing) return;
+    // The total is said when the counts give it: no filter, or a status alone.
+    const status = $("filter").value;
+    if (!narrowed) {
+      const total = status ? counts.counts[status] : counts.total;
+      $("execution-count").textContent = "(" + page.executions.length + " shown of " + total.toLocaleString("en") + ")";
+    }
+    for (const option of $("filter").options) {
+      const count = option.value ? counts.counts[option.value] : counts.total;
+      option.textContent = (option.value || "all") + " (" + count.toLocaleString("en") + ")";
+    }
+  });
   $("executions-empty").hidden = page.executions.length > 0;
   for (const execution of page.executions) {
     const row = body.insertRow();

@@ -16,7 +16,8 @@ use crate::support::fill::{fill, fill_id};
 use crate::support::*;
 
 /// The ids of the rows the executions table shows.
-const ROWS: &str = "Array.from(document.querySelectorAll('#executions tbody tr')).map(r => r.dataset.id)";
+const ROWS: &str =
+    "Array.from(document.querySelectorAll('#executions tbody tr')).map(r => r.dataset.id)";
 
 fn ids(value: &Value) -> Vec<String> {
     value
@@ -78,14 +79,16 @@ async fn an_operator_pages_filters_and_searches_many_executions() {
     assert_eq!(first[0], fill_id(count - 1).to_string());
     assert_eq!(first[49], fill_id(count - 50).to_string());
     assert_eq!(
-        page.eval("document.getElementById('execution-count').textContent").await,
+        page.eval("document.getElementById('execution-count').textContent")
+            .await,
         json!(format!("(50 shown of {})", thousands(total)))
     );
 
     // Older, twice: the next pages, each execution once, then back to the newest.
     let mut seen = first.clone();
     for n in 1..=2 {
-        page.eval("document.getElementById('older').click(); true").await;
+        page.eval("document.getElementById('older').click(); true")
+            .await;
         let expected = fill_id(count - 1 - 50 * n).to_string();
         page.until(
             &format!("document.querySelector('#executions tbody tr').dataset.id === {expected:?}"),
@@ -97,7 +100,8 @@ async fn an_operator_pages_filters_and_searches_many_executions() {
         assert!(shown.iter().all(|id| !seen.contains(id)), "a page repeats");
         seen.extend(shown);
     }
-    page.eval("document.getElementById('newest').click(); true").await;
+    page.eval("document.getElementById('newest').click(); true")
+        .await;
     page.until(
         &format!(
             "document.querySelector('#executions tbody tr').dataset.id === {:?}",
@@ -117,8 +121,13 @@ async fn an_operator_pages_filters_and_searches_many_executions() {
     )
     .await;
     assert_eq!(
-        page.eval("document.getElementById('execution-count').textContent").await,
-        json!(format!("({} shown of {})", failed.min(50), thousands(failed)))
+        page.eval("document.getElementById('execution-count').textContent")
+            .await,
+        json!(format!(
+            "({} shown of {})",
+            failed.min(50),
+            thousands(failed)
+        ))
     );
     let option = page
         .eval("Array.from(document.getElementById('filter').options).find(o => o.value === 'failed').textContent")
@@ -140,7 +149,8 @@ async fn an_operator_pages_filters_and_searches_many_executions() {
     )
     .await;
     assert_eq!(
-        page.eval("document.getElementById('execution-count').textContent").await,
+        page.eval("document.getElementById('execution-count').textContent")
+            .await,
         json!("(10 shown)"),
         "with a search the total is not known at once, and not claimed"
     );
