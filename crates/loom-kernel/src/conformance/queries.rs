@@ -150,12 +150,63 @@ fn some_query(rows: &[ListedExecution], dice: &mut Dice) -> ExecutionQuery {
     query
 }
 
+/// A reader pages newest first, 7 at a time, while another task keeps starting executions:
+/// no execution is listed twice, the pages keep the order, and every execution there before
+/// the first page is listed (new ones sort above the cursor and push nothing down).
+async fn paging_while_executions_start<S: EventStore + Clone>(store: S) {
+    let before: Vec<ExecutionId> = (0..60).map(|n| id(&format!("old-{n:03}"))).collect();
+    for execution in &before {
+        store
+            .append(execution, 0, &[started("checkout")])
+            .await
+            .expect("start");
+    }
+    let starter = {
+        let store = store.clone();
+        tokio::spawn(async move {
+            for n in 0..200 {
+                store
+                    .append(&id(&format!("new-{n:03}")), 0, &[started("refund")])
+                    .await
+                    .expect("start");
+                tokio::task::yield_now().await;
+            }
+        })
+    };
+    let mut query = ExecutionQuery {
+        limit: 7,
+        ..ExecutionQuery::default()
+    };
+    let mut seen: Vec<ExecutionCursor> = Vec::new();
+    loop {
+        let page = store.query_executions(&query).await.expect("query");
+        seen.extend(page.executions.iter().map(ListedExecution::cursor));
+        match page.next {
+            Some(next) => query.before = Some(next),
+            None => break,
+        }
+    }
+    starter.await.expect("the starter");
+    let mut sorted = seen.clone();
+    sorted.sort_by(|a, b| b.cmp(a));
+    sorted.dedup();
+    assert_eq!(sorted, seen, "pages in order, none twice, while starts commit");
+    for execution in &before {
+        assert!(
+            seen.iter().any(|cursor| &cursor.id == execution),
+            "{execution} was there before paging began and was not listed"
+        );
+    }
+}
+
 /// For several seeds: executions started and moved on at random; then readers page through
 /// random queries while executions keep starting, moving and ending between their pages.
 /// Each page equals the reference's page for the same query and cursor over the logs as they
 /// are; a listing read with nothing changing meanwhile holds every match once, in order; the
-/// counts equal the reference's; the same after the store is reopened.
+/// counts equal the reference's; the same after the store is reopened. And a reader pages
+/// while another task starts executions (`paging_while_executions_start`).
 pub async fn queries_agree_with_the_reference<H: StoreHarness>(harness: &mut H) {
+    paging_while_executions_start(harness.fresh()).await;
     for seed in [0x9e37_79b9_7f4a_7c15_u64, 0x2545_f491_4f6c_dd1d, 7] {
         let mut dice = Dice(seed);
         let mut store = harness.fresh();
