@@ -606,7 +606,6 @@ async function refreshExecutions() {
   $("newest").disabled = cursors.length === 0;
   const body = $("executions").tBodies[0];
   const focused = document.activeElement && document.activeElement.dataset ? document.activeElement.dataset.id : null;
-  body.replaceChildren();
   $("execution-count").textContent = "(" + page.executions.length + " shown)";
   const narrowed = query.has("flow") || query.has("idPrefix") || query.has("startedFromMs");
   counted.then((counts) => {
@@ -623,11 +622,25 @@ async function refreshExecutions() {
     }
   });
   $("executions-empty").hidden = page.executions.length > 0;
-  for (const execution of page.executions) {
-    const row = body.insertRow();
+  // Only what changed is drawn again: a row whose execution shows the same is kept as it is.
+  const kept = new Map(Array.from(body.rows, (row) => [row.dataset.id, row]));
+  const rows = page.executions.map((execution) => {
+    const flow = execution.flow ? execution.flow + (execution.flowVersion ? " v" + execution.flowVersion : "") : "-";
+    const shows = JSON.stringify([execution.status, flow, execution.events, execution.startedAtMs]);
+    const old = kept.get(execution.id);
+    if (old && old.dataset.shows === shows) {
+      old.classList.toggle("selected", execution.id === selected);
+      // Its age moves on with the clock alone: that one cell, only if its text changes.
+      const age = ago(execution.lastEventAtMs);
+      const last = old.cells[old.cells.length - 1];
+      if (last.textContent !== age) last.textContent = age;
+      return old;
+    }
+    const row = document.createElement("tr");
     row.className = "selectable" + (execution.id === selected ? " selected" : "");
     row.tabIndex = 0;
     row.dataset.id = execution.id;
+    row.dataset.shows = shows;
     row.addEventListener("click", () => select(execution.id));
     row.addEventListener("keydown", (event) => {
       if (event.key === "Enter") select(execution.id);
@@ -635,11 +648,15 @@ async function refreshExecutions() {
     const id = cell(row, execution.id, "mono");
     id.appendChild(el("span", "sub", utc(execution.startedAtMs)));
     cell(row, badge(execution.status));
-    cell(row, execution.flow ? execution.flow + (execution.flowVersion ? " v" + execution.flowVersion : "") : "-");
+    cell(row, flow);
     cell(row, execution.events, "num");
     cell(row, ago(execution.lastEventAtMs));
-    if (execution.id === focused) row.focus();
-  }
+    return row;
+  });
+  const same = rows.length === body.rows.length && rows.every((row, at) => row === body.rows[at]);
+  if (!same) body.replaceChildren(...rows);
+  const refocus = focused && rows.find((row) => row.dataset.id === focused);
+  if (refocus && document.activeElement !== refocus) refocus.focus();
 }
 
 // ---------------------------------------------------------------- one execution

@@ -12,8 +12,9 @@ use serde_json::{Value, json};
 
 use crate::support::cdp::Page;
 use crate::support::chromium::chromium_or_skip;
-use crate::support::fill::{fill, fill_id};
+use crate::support::fill::{fill, fill_events, fill_id};
 use crate::support::*;
+use loom_kernel::EventStore;
 
 /// The ids of the rows the executions table shows.
 const ROWS: &str =
@@ -41,7 +42,6 @@ async fn an_operator_pages_filters_and_searches_many_executions() {
     assert!(count >= 200, "LOOM_BROWSER_EXECUTIONS: at least 200");
     let server = server().await;
     let filled = fill(server.runtime.store(), count).await;
-    let (total, failed) = (count, count.div_ceil(100));
     let thousands = |n: usize| {
         let digits = n.to_string();
         let mut text = String::new();
@@ -78,14 +78,45 @@ async fn an_operator_pages_filters_and_searches_many_executions() {
     let first = ids(&page.eval(ROWS).await);
     assert_eq!(first[0], fill_id(count - 1).to_string());
     assert_eq!(first[49], fill_id(count - 50).to_string());
+    page.until(
+        &format!(
+            "document.getElementById('execution-count').textContent === {:?}",
+            format!("(50 shown of {})", thousands(count))
+        ),
+        "the count of every execution",
+    )
+    .await;
+
+    // A new execution: the refresh draws its row and keeps the others' rows as they were.
+    page.eval("document.querySelector('#executions tbody tr')._kept = true; true")
+        .await;
+    server
+        .runtime
+        .store()
+        .append(&fill_id(count), 0, &fill_events(count))
+        .await
+        .unwrap();
+    page.eval("document.dispatchEvent(new KeyboardEvent('keydown', {key: 'r'})); true")
+        .await;
+    page.until(
+        &format!(
+            "document.querySelector('#executions tbody tr').dataset.id === {:?}",
+            fill_id(count).to_string()
+        ),
+        "the new execution on top",
+    )
+    .await;
     assert_eq!(
-        page.eval("document.getElementById('execution-count').textContent")
+        page.eval("document.querySelectorAll('#executions tbody tr')[1]._kept === true")
             .await,
-        json!(format!("(50 shown of {})", thousands(total)))
+        json!(true),
+        "the row of an execution that did not change is not drawn again"
     );
+    let count = count + 1;
+    let failed = count.div_ceil(100);
 
     // Older, twice: the next pages, each execution once, then back to the newest.
-    let mut seen = first.clone();
+    let mut seen = ids(&page.eval(ROWS).await);
     for n in 1..=2 {
         page.eval("document.getElementById('older').click(); true")
             .await;
@@ -120,15 +151,14 @@ async fn an_operator_pages_filters_and_searches_many_executions() {
         "the failed ones",
     )
     .await;
-    assert_eq!(
-        page.eval("document.getElementById('execution-count').textContent")
-            .await,
-        json!(format!(
-            "({} shown of {})",
-            failed.min(50),
-            thousands(failed)
-        ))
-    );
+    page.until(
+        &format!(
+            "document.getElementById('execution-count').textContent === {:?}",
+            format!("({} shown of {})", failed.min(50), thousands(failed))
+        ),
+        "the count of the failed ones",
+    )
+    .await;
     let option = page
         .eval("Array.from(document.getElementById('filter').options).find(o => o.value === 'failed').textContent")
         .await;

@@ -190,7 +190,10 @@ async fn paging_while_executions_start<S: EventStore + Clone>(store: S) {
     let mut sorted = seen.clone();
     sorted.sort_by(|a, b| b.cmp(a));
     sorted.dedup();
-    assert_eq!(sorted, seen, "pages in order, none twice, while starts commit");
+    assert_eq!(
+        sorted, seen,
+        "pages in order, none twice, while starts commit"
+    );
     for execution in &before {
         assert!(
             seen.iter().any(|cursor| &cursor.id == execution),
