@@ -46,7 +46,7 @@ async fn an_operator_pages_filters_and_searches_many_executions() {
         let digits = n.to_string();
         let mut text = String::new();
         for (i, digit) in digits.chars().enumerate() {
-            if i > 0 && (digits.len() - i) % 3 == 0 {
+            if i > 0 && (digits.len() - i).is_multiple_of(3) {
                 text.push(',');
             }
             text.push(digit);
