@@ -126,5 +126,5 @@ pub use store::{
     ExecutionTail, FeedEvent, FoldStoredError, LeaseHold, LeaseInfo, ListedExecution,
     MAX_QUERY_LIMIT, MemoryStore, NewClaim, OpenError, ReadError, RetentionError, STREAM_PAGE,
     StatusCounts, StatusFilter, StorageError, StoredLog, check_batch, decode_stored,
-    every_listed_execution, wall_clock_ms,
+    every_listed_execution, prefix_upper_bound, wall_clock_ms,
 };

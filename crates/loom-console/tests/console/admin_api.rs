@@ -302,6 +302,19 @@ async fn malformed_requests_are_400_and_say_what_to_send() {
     .await;
     assert_eq!(status, 400);
     assert!(answer.contains("limit 0 is out of range"), "{answer}");
+    for (query, said) in [
+        ("idPrefix=order&parent=order-1", "not both"),
+        ("before=no-such-cursor", "no execution no-such-cursor"),
+        ("startedFromMs=soon", "bad query"),
+    ] {
+        let (status, _, answer) = raw(
+            &server.url,
+            &format!("GET /admin/v1/executions?{query} HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer {TOKEN}\r\nConnection: close\r\n\r\n"),
+        )
+        .await;
+        assert_eq!(status, 400, "{query}: {answer}");
+        assert!(answer.contains(said), "{query}: {answer}");
+    }
     assert_eq!(
         server.runtime.state(&id("order-1")).await.unwrap().status(),
         ExecutionStatus::InDoubt

@@ -56,7 +56,7 @@ pub use disk::{DiskStore, DiskStoreConfig, OpenError, StoredLog};
 pub use memory::MemoryStore;
 pub use query::{
     ExecutionCursor, ExecutionQuery, ExecutionQueryPage, ListedExecution, MAX_QUERY_LIMIT,
-    StatusCounts,
+    StatusCounts, prefix_upper_bound,
 };
 pub use tail::ExecutionTail;
 use tail::TailChange;

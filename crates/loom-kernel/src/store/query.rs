@@ -117,6 +117,24 @@ impl ExecutionCursor {
     }
 }
 
+/// The least string above every string that starts with `prefix` (byte order, which is code
+/// point order in UTF-8): the exclusive upper end of a range of ids holding exactly those with
+/// the prefix. `None` when there is none (an empty prefix, or one of `char::MAX` alone).
+pub fn prefix_upper_bound(prefix: &str) -> Option<String> {
+    let mut chars: Vec<char> = prefix.chars().collect();
+    while let Some(last) = chars.pop() {
+        let next = match last as u32 + 1 {
+            0xD800 => Some('\u{E000}'),
+            code => char::from_u32(code),
+        };
+        if let Some(next) = next {
+            chars.push(next);
+            return Some(chars.into_iter().collect());
+        }
+    }
+    None
+}
+
 /// A page of [`super::EventStore::query_executions`].
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
 pub struct ExecutionQueryPage {
@@ -221,6 +239,28 @@ impl StatusCounts {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_upper_bound_of_a_prefix_is_above_every_id_with_it_and_below_every_other() {
+        assert_eq!(prefix_upper_bound("run-05"), Some("run-06".to_owned()));
+        assert_eq!(
+            prefix_upper_bound("a\u{D7FF}"),
+            Some("a\u{E000}".to_owned())
+        );
+        assert_eq!(prefix_upper_bound("a\u{10FFFF}"), Some("b".to_owned()));
+        assert_eq!(prefix_upper_bound(""), None);
+        let upper = prefix_upper_bound("order-7/").unwrap();
+        for inside in ["order-7/", "order-7/child#1", "order-7/\u{10FFFF}"] {
+            assert!(inside < upper.as_str(), "{inside}");
+        }
+        for outside in ["order-70", "order-8", "order-7:"] {
+            assert!(
+                !outside.starts_with("order-7/") && outside >= upper.as_str()
+                    || outside < "order-7/",
+                "{outside}"
+            );
+        }
+    }
 
     #[test]
     fn a_cursor_round_trips_and_refuses_what_it_did_not_write() {

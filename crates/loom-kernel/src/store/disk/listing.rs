@@ -244,6 +244,42 @@ pub(super) fn query(
             .map_or(0, |v| v.value()))
     };
     let started = |start: u64| (start != 0).then_some(start);
+    if let Some(prefix) = query.id_prefix.as_deref() {
+        // The ids with the prefix, from the id-ordered table: in proportion to how many there
+        // are (a parent's children: a few), not to every execution started since.
+        let starts = txn.open_table(STARTS).map_err(ReadError::storage)?;
+        let by_start = txn.open_table(BY_START).map_err(ReadError::storage)?;
+        let mut found = Vec::new();
+        for entry in starts.range::<&str>(prefix..).map_err(ReadError::storage)? {
+            let (id, value) = entry.map_err(ReadError::storage)?;
+            let id = id.value();
+            if !id.starts_with(prefix) {
+                break;
+            }
+            let (start, _) = value.value();
+            let Some(listed) = by_start.get((start, id)).map_err(ReadError::storage)? else {
+                continue;
+            };
+            let (code, ended, flow) = listed.value();
+            let Some(status) = status_from_code(code) else {
+                continue;
+            };
+            let row = ListedExecution {
+                id: ExecutionId::from_stored(id).map_err(ReadError::storage)?,
+                status,
+                flow: flow.to_owned(),
+                started_at_ms: started(start),
+                ended_at_ms: ended,
+                head: head_of(id)?,
+            };
+            if query.matches(&row) && query.after_cursor(&row) {
+                found.push(row);
+            }
+        }
+        found.sort_by_key(|row| std::cmp::Reverse(row.cursor()));
+        found.truncate(limit + 1);
+        return Ok(query.page_of(found));
+    }
     match query.status {
         Some(status) => {
             let code = status_code(status);
