@@ -141,6 +141,7 @@ pub fn admin_router<S: EventStore>(runtime: Runtime<S>, config: AdminConfig) -> 
     let state = Arc::new(AdminState { runtime, config });
     let api = Router::new()
         .route("/admin/v1/executions", get(list::<S>))
+        .route("/admin/v1/counts", get(counts::<S>))
         .route("/admin/v1/executions/{id}", get(show::<S>))
         .route("/admin/v1/executions/{id}/events", get(events::<S>))
         .route("/admin/v1/executions/{id}/resolve", post(resolve::<S>))
@@ -251,6 +252,13 @@ struct ListQuery {
     flow: Option<String>,
     limit: Option<usize>,
     before: Option<String>,
+    id_prefix: Option<String>,
+    parent: Option<String>,
+    started_from_ms: Option<u64>,
+    started_before_ms: Option<u64>,
+    ended_from_ms: Option<u64>,
+    ended_before_ms: Option<u64>,
+    counts: Option<bool>,
 }
 
 async fn list<S: EventStore>(
@@ -259,7 +267,10 @@ async fn list<S: EventStore>(
 ) -> Answer {
     let Ok(Query(query)) = query else {
         return Err(ConsoleError::bad_request(
-            "bad query: use ?status=<status>&flow=<name>&limit=<1..=1000>&before=<execution id>",
+            "bad query: use ?status=<status>&flow=<name>&idPrefix=<text>&parent=<execution id>\
+             &startedFromMs=<unix ms>&startedBeforeMs=<unix ms>&endedFromMs=<unix ms>\
+             &endedBeforeMs=<unix ms>&limit=<1..=1000>&before=<nextBefore of the last page>\
+             &counts=<true|false>",
         ));
     };
     let filter = query::ListFilter {
@@ -271,8 +282,19 @@ async fn list<S: EventStore>(
         flow: query.flow,
         limit: query.limit,
         before: query.before,
+        id_prefix: query.id_prefix,
+        parent: query.parent,
+        started_from_ms: query.started_from_ms,
+        started_before_ms: query.started_before_ms,
+        ended_from_ms: query.ended_from_ms,
+        ended_before_ms: query.ended_before_ms,
+        without_counts: query.counts == Some(false),
     };
     ok(query::list_executions(state.runtime.store(), &filter).await?)
+}
+
+async fn counts<S: EventStore>(State(state): Shared<S>) -> Answer {
+    ok(query::execution_counts(state.runtime.store()).await?)
 }
 
 async fn show<S: EventStore>(State(state): Shared<S>, Path(id): Path<String>) -> Answer {

@@ -96,11 +96,34 @@ impl AdminClient {
         if let Some(before) = &filter.before {
             query.push(format!("before={}", encode(before)));
         }
+        if filter.without_counts {
+            query.push("counts=false".to_owned());
+        }
+        for (name, text) in [("idPrefix", &filter.id_prefix), ("parent", &filter.parent)] {
+            if let Some(text) = text {
+                query.push(format!("{name}={}", encode(text)));
+            }
+        }
+        for (name, ms) in [
+            ("startedFromMs", filter.started_from_ms),
+            ("startedBeforeMs", filter.started_before_ms),
+            ("endedFromMs", filter.ended_from_ms),
+            ("endedBeforeMs", filter.ended_before_ms),
+        ] {
+            if let Some(ms) = ms {
+                query.push(format!("{name}={ms}"));
+            }
+        }
         let path = match query.is_empty() {
             true => "/admin/v1/executions".to_owned(),
             false => format!("/admin/v1/executions?{}", query.join("&")),
         };
         self.get(&path, Duration::ZERO).await
+    }
+
+    /// How many executions each status holds (`GET /admin/v1/counts`).
+    pub async fn counts(&self) -> Result<crate::query::CountsView, ConsoleError> {
+        self.get("/admin/v1/counts", Duration::ZERO).await
     }
 
     /// A page of whole logs, unmasked (the server must allow it: `AdminConfig::log_export`):

@@ -59,8 +59,9 @@ pub use offline::{
     resolve, resume,
 };
 pub use query::{
-    DEFAULT_LIST_LIMIT, ExecutionList, ListFilter, MAX_LIST_LIMIT, events_from, execution_id,
-    in_doubt, list_executions, list_limit, now_ms, show,
+    CountsView, DEFAULT_LIST_LIMIT, ExecutionList, ListFilter, MAX_LIST_LIMIT, counts_by_name,
+    events_from, execution_counts, execution_id, in_doubt, list_executions, list_limit, now_ms,
+    show,
 };
 pub use retention::{
     DEFAULT_BATCH, MAX_BATCH, cutoff_ms, delete_batch, parse_age, purge, retention_error,

@@ -88,9 +88,22 @@ enum Command {
         /// At most this many, 1 to 1000 (default 50).
         #[arg(long)]
         limit: Option<usize>,
-        /// The next page: executions older than this one (the summary line names it).
-        #[arg(long, value_name = "ID")]
+        /// The next page: the cursor the summary line names (an execution id also works:
+        /// the executions listed after it).
+        #[arg(long, value_name = "CURSOR")]
         before: Option<String>,
+        /// Only executions started within this age: 1h, 30m, 7d.
+        #[arg(long, value_name = "AGE")]
+        since: Option<String>,
+        /// Only executions that ended within this age: 1h, 30m, 7d.
+        #[arg(long, value_name = "AGE")]
+        ended_since: Option<String>,
+        /// Only executions whose id starts with this.
+        #[arg(long, value_name = "TEXT", conflicts_with = "parent")]
+        id_prefix: Option<String>,
+        /// Only the children of this execution.
+        #[arg(long, value_name = "ID")]
+        parent: Option<String>,
     },
     /// Show one execution: its folded state (steps, gates, doubts), then its event log.
     Show {
@@ -367,14 +380,27 @@ async fn run(cli: Cli) -> Result<(), ConsoleError> {
             flow,
             limit,
             before,
+            since,
+            ended_since,
+            id_prefix,
+            parent,
         } => {
             // Refused here too, before any store is read: `--limit 0` is a mistake.
             loom_console::list_limit(limit)?;
+            let within = |age: Option<String>| -> Result<Option<u64>, ConsoleError> {
+                age.map(|age| loom_console::parse_age(&age).map(loom_console::cutoff_ms))
+                    .transpose()
+            };
             let filter = ListFilter {
                 status: status.as_deref().map(parse_status).transpose()?,
                 flow,
                 limit,
                 before,
+                id_prefix,
+                parent,
+                started_from_ms: within(since)?,
+                ended_from_ms: within(ended_since)?,
+                ..ListFilter::default()
             };
             let listed = match &backend {
                 Backend::File(path) => {
@@ -881,9 +907,9 @@ fn print_executions(page: &ExecutionList, json: bool) {
     let listed = &page.executions;
     if listed.is_empty() {
         match page.total {
-            0 => out!("no executions"),
-            total => out!(
-                "no executions on this page ({} match, all newer than the cursor)",
+            Some(0) | None => out!("no executions"),
+            Some(total) => out!(
+                "no executions on this page ({} match, none after the cursor)",
                 thousands(total)
             ),
         }
@@ -924,19 +950,25 @@ fn print_executions(page: &ExecutionList, json: bool) {
         })
         .collect();
     // Never "5 executions" when 5,000 match: what is shown, of how many, and how to go on.
+    let of = match page.total {
+        Some(total) => format!(" of {}", thousands(total)),
+        None => String::new(),
+    };
     out!(
-        "\n{} shown of {} (newest first): {}",
-        thousands(listed.len()),
-        thousands(page.total),
+        "\n{} shown{of} (newest first): {}",
+        thousands(listed.len() as u64),
         counts.join(", ")
     );
     if let Some(next) = &page.next_before {
-        out!("{} more: --before {next}", thousands(page.remaining));
+        match page.remaining {
+            Some(remaining) => out!("{} more: --before {next}", thousands(remaining)),
+            None => out!("more: --before {next}"),
+        }
     }
 }
 
 /// `5000` as `5,000`.
-fn thousands(n: usize) -> String {
+fn thousands(n: u64) -> String {
     let digits = n.to_string();
     let mut text = String::new();
     for (i, digit) in digits.chars().enumerate() {

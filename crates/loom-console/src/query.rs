@@ -5,7 +5,8 @@ use futures::TryStreamExt;
 use loom_kernel::DataClassification;
 use loom_kernel::StepStatus;
 use loom_kernel::{
-    Event, EventEnvelope, EventStore, EventStoreExt, ExecutionId, ExecutionStatus, StatusFilter,
+    Event, EventEnvelope, EventStore, EventStoreExt, ExecutionCursor, ExecutionId, ExecutionQuery,
+    ExecutionStatus, ListedExecution, StatusCounts, StatusFilter,
 };
 use serde::{Deserialize, Serialize};
 
@@ -30,34 +31,64 @@ pub struct ListFilter {
     /// At most this many (after the other filters), 1 to [`MAX_LIST_LIMIT`];
     /// [`DEFAULT_LIST_LIMIT`] when `None`. 0 is refused.
     pub limit: Option<usize>,
-    /// The cursor: only executions listed after this one (older, newest first), as a
-    /// previous page's [`ExecutionList::next_before`] names it.
+    /// The cursor: only executions listed after it (older, newest first), as a previous
+    /// page's [`ExecutionList::next_before`] gives it. An execution id is taken too: the
+    /// executions listed after that one.
     pub before: Option<String>,
+    /// Only executions whose id starts with this.
+    pub id_prefix: Option<String>,
+    /// Only the children of this execution (ids `<parent>/...`).
+    pub parent: Option<String>,
+    /// Only executions started at or after this time (Unix ms).
+    pub started_from_ms: Option<u64>,
+    /// Only executions started before this time (Unix ms).
+    pub started_before_ms: Option<u64>,
+    /// Only executions that ended at or after this time (Unix ms).
+    pub ended_from_ms: Option<u64>,
+    /// Only executions that ended before this time (Unix ms).
+    pub ended_before_ms: Option<u64>,
+    /// Leave out the counts per status (and so the total): on PostgreSQL they cost a scan of
+    /// the status index, far more than the page (`docs/PERFORMANCE.md`).
+    pub without_counts: bool,
+}
+
+impl ListFilter {
+    /// Whether a filter other than the status is set: then how many match in all is not
+    /// known without reading every match.
+    fn narrows_beyond_status(&self) -> bool {
+        self.flow.is_some()
+            || self.id_prefix.is_some()
+            || self.parent.is_some()
+            || self.started_from_ms.is_some()
+            || self.started_before_ms.is_some()
+            || self.ended_from_ms.is_some()
+            || self.ended_before_ms.is_some()
+    }
 }
 
 /// One page of executions, newest first.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct ExecutionList {
-    /// The page: newest start first (ties, and executions without a start time, by id,
-    /// greatest first; those without a start time come last).
+    /// The page: newest start first (ties by id, greatest first; executions started without
+    /// a clock reading come last).
     pub executions: Vec<ExecutionView>,
-    /// How many executions match the status and flow filters, on every page together.
-    pub total: usize,
-    /// How many of them come after this page.
-    pub remaining: usize,
-    /// Pass as `before` for the next page; `None` on the last page.
+    /// How many executions match, on every page together, when the store can tell at once:
+    /// with no filter or a status filter alone. `None` with other filters.
+    pub total: Option<u64>,
+    /// How many matches come after this page, when known: on the first page when `total`
+    /// is, and 0 on the last page.
+    pub remaining: Option<u64>,
+    /// Pass as `before` for the next page (an opaque cursor); `None` on the last page.
     pub next_before: Option<String>,
+    /// How many executions each status holds in the store (status name -> count); `None`
+    /// when left out ([`ListFilter::without_counts`]).
+    pub counts: Option<std::collections::BTreeMap<String, u64>>,
 }
 
-/// Where an execution sorts in a newest-first listing: greater is newer.
-type Newness = (u64, String);
-
-/// Executions matching `filter`, newest start first, one page from the cursor on. Statuses
-/// come from the store's status index, so no log is folded; every execution of the chosen
-/// statuses costs one one-event read (its start, for its time and flow), and each shown one a
-/// second (its last event). A listing by start time or flow from an index of its own is not
-/// there yet: this reads every start of the chosen statuses.
+/// Executions matching `filter`, newest start first, one page from the cursor on, from the
+/// store's listing index ([`EventStore::query_executions`]) and its counts per status; each
+/// execution shown that has not ended costs one more read (its last event, for its time).
 pub async fn list_executions<S: EventStore>(
     store: &S,
     filter: &ListFilter,
@@ -65,66 +96,102 @@ pub async fn list_executions<S: EventStore>(
     let limit = list_limit(filter.limit)?;
     let before = match filter.before.as_deref() {
         None => None,
-        Some(id) => {
-            let id = execution_id(id)?;
-            let Some(started) = store.read(&id, 0, 1).await?.into_iter().next() else {
-                return Err(ConsoleError::bad_request(format!(
-                    "no execution {id} to list before: pass an id a listing showed"
-                )));
-            };
-            Some((started.recorded_at_ms.unwrap_or(0), id.to_string()))
+        Some(text) => Some(match ExecutionCursor::decode(text) {
+            Some(cursor) => cursor,
+            None => cursor_of_id(store, text).await?,
+        }),
+    };
+    let id_prefix = match (&filter.id_prefix, &filter.parent) {
+        (Some(_), Some(_)) => {
+            return Err(ConsoleError::bad_request(
+                "give an id prefix or a parent, not both",
+            ));
         }
+        (Some(prefix), None) => Some(prefix.clone()),
+        (None, Some(parent)) => Some(format!("{}/", execution_id(parent)?)),
+        (None, None) => None,
     };
-    let statuses: Vec<ExecutionStatus> = match filter.status {
-        Some(status) => vec![status],
-        None => STATUSES.to_vec(),
+    let query = ExecutionQuery {
+        status: filter.status,
+        flow: filter.flow.clone(),
+        id_prefix,
+        started_from_ms: filter.started_from_ms,
+        started_before_ms: filter.started_before_ms,
+        ended_from_ms: filter.ended_from_ms,
+        ended_before_ms: filter.ended_before_ms,
+        before,
+        limit,
     };
-    let mut found: Vec<(
-        Newness,
-        ExecutionId,
-        u64,
-        ExecutionStatus,
-        Option<EventEnvelope>,
-    )> = Vec::new();
-    for status in statuses {
-        let mut listed = std::pin::pin!(store.executions_by_status(StatusFilter::Status(status)));
-        while let Some(summary) = listed.try_next().await? {
-            let first = store.read(&summary.id, 0, 1).await?.into_iter().next();
-            if let Some(flow) = filter.flow.as_deref()
-                && flow_of(first.as_ref()).is_none_or(|(name, _)| name != flow)
-            {
-                continue;
-            }
-            let newness = (
-                first
-                    .as_ref()
-                    .and_then(|envelope| envelope.recorded_at_ms)
-                    .unwrap_or(0),
-                summary.id.to_string(),
-            );
-            found.push((newness, summary.id, summary.head, status, first));
-        }
+    let (page, counts) = if filter.without_counts {
+        (store.query_executions(&query).await?, None)
+    } else {
+        let (page, counts) =
+            futures::try_join!(store.query_executions(&query), store.count_by_status())?;
+        (page, Some(counts))
+    };
+    let total = counts
+        .filter(|_| !filter.narrows_beyond_status())
+        .map(|counts| match filter.status {
+            Some(status) => counts.get(status),
+            None => counts.total(),
+        });
+    let shown = page.executions.len() as u64;
+    let remaining = match (&page.next, &query.before, total) {
+        (None, _, _) => Some(0),
+        (Some(_), None, Some(total)) => Some(total.saturating_sub(shown)),
+        _ => None,
+    };
+    let mut executions = Vec::with_capacity(page.executions.len());
+    for listed in &page.executions {
+        executions.push(execution_view(store, listed).await?);
     }
-    let total = found.len();
-    found.sort_by(|a, b| b.0.cmp(&a.0));
-    let after_cursor: Vec<_> = found
-        .into_iter()
-        .filter(|entry| before.as_ref().is_none_or(|cursor| entry.0 < *cursor))
-        .collect();
-    let remaining = after_cursor.len().saturating_sub(limit);
-    let mut executions = Vec::new();
-    for (_, id, head, status, first) in after_cursor.into_iter().take(limit) {
-        executions.push(execution_view(store, &id, head, status, first).await?);
-    }
-    let next_before = match remaining {
-        0 => None,
-        _ => executions.last().map(|view| view.id.clone()),
-    };
     Ok(ExecutionList {
         executions,
         total,
         remaining,
-        next_before,
+        next_before: page.next.as_ref().map(ExecutionCursor::encode),
+        counts: counts.map(|counts| counts_by_name(&counts)),
+    })
+}
+
+/// The counts per status, by status name.
+pub fn counts_by_name(counts: &StatusCounts) -> std::collections::BTreeMap<String, u64> {
+    STATUSES
+        .into_iter()
+        .map(|status| (status_name(status).to_owned(), counts.get(status)))
+        .collect()
+}
+
+/// How many executions each status holds, by name, and in all.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct CountsView {
+    /// Status name -> count.
+    pub counts: std::collections::BTreeMap<String, u64>,
+    /// Every execution.
+    pub total: u64,
+}
+
+/// The counts per status of `store`.
+pub async fn execution_counts<S: EventStore>(store: &S) -> Result<CountsView, ConsoleError> {
+    let counts = store.count_by_status().await?;
+    Ok(CountsView {
+        counts: counts_by_name(&counts),
+        total: counts.total(),
+    })
+}
+
+/// The cursor just past execution `id` (a `before` given as an id).
+async fn cursor_of_id<S: EventStore>(store: &S, id: &str) -> Result<ExecutionCursor, ConsoleError> {
+    let id = execution_id(id)?;
+    let Some(started) = store.read(&id, 0, 1).await?.into_iter().next() else {
+        return Err(ConsoleError::bad_request(format!(
+            "no execution {id} to list before: pass the cursor a listing gave (nextBefore) or an id it showed"
+        )));
+    };
+    Ok(ExecutionCursor {
+        started_at_ms: started.recorded_at_ms.unwrap_or(0),
+        id,
     })
 }
 
@@ -139,39 +206,29 @@ pub fn list_limit(limit: Option<usize>) -> Result<usize, ConsoleError> {
     }
 }
 
-fn flow_of(first: Option<&EventEnvelope>) -> Option<(&str, u32)> {
-    match first.map(|envelope| &envelope.event) {
-        Some(Event::ExecutionStarted(started)) => Some((&started.flow, started.flow_version)),
-        _ => None,
-    }
-}
-
 async fn execution_view<S: EventStore>(
     store: &S,
-    id: &ExecutionId,
-    head: u64,
-    status: ExecutionStatus,
-    first: Option<EventEnvelope>,
+    listed: &ListedExecution,
 ) -> Result<ExecutionView, ConsoleError> {
-    let last = match head {
-        0 | 1 => None,
-        _ => store.read(id, head - 1, 1).await?.into_iter().next(),
+    let last_event_at_ms = match (listed.ended_at_ms, listed.head) {
+        (Some(ended), _) => Some(ended),
+        (None, 0 | 1) => listed.started_at_ms,
+        (None, head) => store
+            .read(&listed.id, head - 1, 1)
+            .await?
+            .into_iter()
+            .next()
+            .and_then(|envelope| envelope.recorded_at_ms),
     };
-    let (flow, flow_version) = match flow_of(first.as_ref()) {
-        Some((flow, version)) => (Some(flow.to_owned()), Some(version)),
-        None => (None, None),
-    };
-    let started_at_ms = first.as_ref().and_then(|envelope| envelope.recorded_at_ms);
     Ok(ExecutionView {
-        id: id.to_string(),
-        status: status_name(status).to_owned(),
-        flow,
-        flow_version,
-        events: head,
-        started_at_ms,
-        last_event_at_ms: last
-            .as_ref()
-            .map_or(started_at_ms, |envelope| envelope.recorded_at_ms),
+        id: listed.id.to_string(),
+        status: status_name(listed.status).to_owned(),
+        flow: (!listed.flow.is_empty()).then(|| listed.flow.clone()),
+        // Not in the listing index: `show` gives it.
+        flow_version: None,
+        events: listed.head,
+        started_at_ms: listed.started_at_ms,
+        last_event_at_ms,
     })
 }
 

@@ -17,6 +17,8 @@ let openStep = null;
 let cursors = [];
 let nextBefore = null;
 let flowTimer = 0;
+// Which listing is the latest: counts that arrive for an older one are dropped.
+let listing = 0;
 
 const $ = (id) => document.getElementById(id);
 
@@ -591,21 +593,54 @@ async function refreshExecutions() {
   const query = new URLSearchParams();
   if ($("filter").value) query.set("status", $("filter").value);
   if ($("flow").value.trim()) query.set("flow", $("flow").value.trim());
+  if ($("search").value.trim()) query.set("idPrefix", $("search").value.trim());
+  if ($("since").value) query.set("startedFromMs", String(Date.now() - Number($("since").value)));
   if (cursors.length) query.set("before", cursors[cursors.length - 1]);
-  const page = await api("GET", "executions" + (query.toString() ? "?" + query : ""));
+  // The page alone first, the counts beside it: on a large PostgreSQL store they take longer.
+  query.set("counts", "false");
+  const serial = ++listing;
+  const counted = api("GET", "counts").catch(() => null);
+  const page = await api("GET", "executions?" + query);
   nextBefore = page.nextBefore;
   $("older").disabled = !nextBefore;
   $("newest").disabled = cursors.length === 0;
   const body = $("executions").tBodies[0];
   const focused = document.activeElement && document.activeElement.dataset ? document.activeElement.dataset.id : null;
-  body.replaceChildren();
-  $("execution-count").textContent = "(" + page.executions.length + " shown of " + page.total.toLocaleString("en") + ")";
+  $("execution-count").textContent = "(" + page.executions.length + " shown)";
+  const narrowed = query.has("flow") || query.has("idPrefix") || query.has("startedFromMs");
+  counted.then((counts) => {
+    if (!counts || serial !== listing) return;
+    // The total is said when the counts give it: no filter, or a status alone.
+    const status = $("filter").value;
+    if (!narrowed) {
+      const total = status ? counts.counts[status] : counts.total;
+      $("execution-count").textContent = "(" + page.executions.length + " shown of " + total.toLocaleString("en") + ")";
+    }
+    for (const option of $("filter").options) {
+      const count = option.value ? counts.counts[option.value] : counts.total;
+      option.textContent = (option.value || "all") + " (" + count.toLocaleString("en") + ")";
+    }
+  });
   $("executions-empty").hidden = page.executions.length > 0;
-  for (const execution of page.executions) {
-    const row = body.insertRow();
+  // Only what changed is drawn again: a row whose execution shows the same is kept as it is.
+  const kept = new Map(Array.from(body.rows, (row) => [row.dataset.id, row]));
+  const rows = page.executions.map((execution) => {
+    const flow = execution.flow ? execution.flow + (execution.flowVersion ? " v" + execution.flowVersion : "") : "-";
+    const shows = JSON.stringify([execution.status, flow, execution.events, execution.startedAtMs]);
+    const old = kept.get(execution.id);
+    if (old && old.dataset.shows === shows) {
+      old.classList.toggle("selected", execution.id === selected);
+      // Its age moves on with the clock alone: that one cell, only if its text changes.
+      const age = ago(execution.lastEventAtMs);
+      const last = old.cells[old.cells.length - 1];
+      if (last.textContent !== age) last.textContent = age;
+      return old;
+    }
+    const row = document.createElement("tr");
     row.className = "selectable" + (execution.id === selected ? " selected" : "");
     row.tabIndex = 0;
     row.dataset.id = execution.id;
+    row.dataset.shows = shows;
     row.addEventListener("click", () => select(execution.id));
     row.addEventListener("keydown", (event) => {
       if (event.key === "Enter") select(execution.id);
@@ -613,11 +648,15 @@ async function refreshExecutions() {
     const id = cell(row, execution.id, "mono");
     id.appendChild(el("span", "sub", utc(execution.startedAtMs)));
     cell(row, badge(execution.status));
-    cell(row, execution.flow ? execution.flow + " v" + execution.flowVersion : "-");
+    cell(row, flow);
     cell(row, execution.events, "num");
     cell(row, ago(execution.lastEventAtMs));
-    if (execution.id === focused) row.focus();
-  }
+    return row;
+  });
+  const same = rows.length === body.rows.length && rows.every((row, at) => row === body.rows[at]);
+  if (!same) body.replaceChildren(...rows);
+  const refocus = focused && rows.find((row) => row.dataset.id === focused);
+  if (refocus && document.activeElement !== refocus) refocus.focus();
 }
 
 // ---------------------------------------------------------------- one execution
@@ -979,12 +1018,18 @@ document.addEventListener("DOMContentLoaded", () => {
     cursors = [];
     refresh();
   });
-  $("flow").addEventListener("input", () => {
-    clearTimeout(flowTimer);
-    flowTimer = setTimeout(() => {
-      cursors = [];
-      refresh();
-    }, 300);
+  for (const input of ["flow", "search"]) {
+    $(input).addEventListener("input", () => {
+      clearTimeout(flowTimer);
+      flowTimer = setTimeout(() => {
+        cursors = [];
+        refresh();
+      }, 300);
+    });
+  }
+  $("since").addEventListener("change", () => {
+    cursors = [];
+    refresh();
   });
   $("older").addEventListener("click", () => {
     if (nextBefore) cursors.push(nextBefore);

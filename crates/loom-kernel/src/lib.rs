@@ -122,7 +122,9 @@ pub use runtime::{
 pub use store::tail::{RefusedEvent, TailChange, filter_code, status_code, status_from_code};
 pub use store::{
     AppendError, DiskStore, DiskStoreConfig, EncodedAppend, EventStore, EventStoreExt,
-    ExecutionPage, ExecutionSummary, ExecutionTail, FeedEvent, FoldStoredError, LeaseHold,
-    LeaseInfo, MemoryStore, NewClaim, OpenError, ReadError, RetentionError, STREAM_PAGE,
-    StatusFilter, StorageError, StoredLog, check_batch, decode_stored, wall_clock_ms,
+    ExecutionCursor, ExecutionPage, ExecutionQuery, ExecutionQueryPage, ExecutionSummary,
+    ExecutionTail, FeedEvent, FoldStoredError, LeaseHold, LeaseInfo, ListedExecution,
+    MAX_QUERY_LIMIT, MemoryStore, NewClaim, OpenError, ReadError, RetentionError, STREAM_PAGE,
+    StatusCounts, StatusFilter, StorageError, StoredLog, check_batch, decode_stored,
+    every_listed_execution, prefix_upper_bound, wall_clock_ms,
 };

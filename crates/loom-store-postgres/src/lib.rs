@@ -45,6 +45,7 @@ mod config;
 mod error;
 mod fast;
 mod lease;
+mod listing;
 mod notify;
 mod schema;
 mod shards;

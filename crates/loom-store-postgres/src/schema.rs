@@ -53,6 +53,15 @@ const MIGRATIONS: &[&str] = &[
     r#"
     ALTER TABLE loom_executions ADD COLUMN last_lease_owner text;
     "#,
+    // Executions newest start first, of every status and per status (`query_executions`):
+    // each row's start time and flow, filled for rows already there by `listing::backfill`.
+    r#"
+    ALTER TABLE loom_executions ADD COLUMN started_at_ms bigint, ADD COLUMN flow text;
+    CREATE INDEX loom_executions_by_start ON loom_executions (started_at_ms, execution_id)
+        WHERE head > 0;
+    CREATE INDEX loom_executions_by_status_start
+        ON loom_executions (status, started_at_ms, execution_id) WHERE head > 0;
+    "#,
 ];
 
 /// The schema version this build writes.
@@ -102,6 +111,14 @@ pub(crate) async fn migrate(client: &mut Client, schema: &str) -> Result<(), Con
         .await
         .map_err(migration(version))?;
         tracing::info!(schema, version, "migration applied");
+    }
+    if applied < SCHEMA_VERSION {
+        let filled = crate::listing::backfill(&txn)
+            .await
+            .map_err(migration(SCHEMA_VERSION))?;
+        if filled > 0 {
+            tracing::info!(schema, executions = filled, "start times and flows filled");
+        }
     }
     txn.commit().await.map_err(migration(SCHEMA_VERSION))?;
     Ok(())

@@ -20,8 +20,9 @@ use std::sync::Arc;
 
 use futures::future::{join_all, select_all};
 use loom_kernel::{
-    AppendError, Event, EventEnvelope, EventStore, ExecutionId, ExecutionPage, ExecutionSummary,
-    FeedEvent, LeaseHold, LeaseInfo, ReadError, RetentionError, StatusFilter,
+    AppendError, Event, EventEnvelope, EventStore, ExecutionId, ExecutionPage, ExecutionQuery,
+    ExecutionQueryPage, ExecutionStatus, ExecutionSummary, FeedEvent, LeaseHold, LeaseInfo,
+    ListedExecution, ReadError, RetentionError, StatusCounts, StatusFilter,
 };
 
 use crate::{ConnectError, PostgresStore, PostgresStoreConfig};
@@ -255,6 +256,49 @@ impl EventStore for ShardedStore {
             shard.list_by_status(filter, after, limit.max(1))
         })
         .await
+    }
+
+    /// Every shard's page of `query`, merged newest first into one page.
+    async fn query_executions(
+        &self,
+        query: &ExecutionQuery,
+    ) -> Result<ExecutionQueryPage, ReadError> {
+        let pages = join_all(
+            self.shards
+                .iter()
+                .map(|shard| shard.query_executions(query)),
+        )
+        .await;
+        let mut rows = Vec::new();
+        let mut more = false;
+        for page in pages {
+            let page = page?;
+            more |= page.next.is_some();
+            rows.extend(page.executions);
+        }
+        let mut merged = query.select(rows);
+        if more && merged.next.is_none() {
+            merged.next = merged.executions.last().map(ListedExecution::cursor);
+        }
+        Ok(merged)
+    }
+
+    async fn count_by_status(&self) -> Result<StatusCounts, ReadError> {
+        let mut total = StatusCounts::default();
+        for counts in join_all(self.shards.iter().map(|shard| shard.count_by_status())).await {
+            let counts = counts?;
+            for status in [
+                ExecutionStatus::Running,
+                ExecutionStatus::Suspended,
+                ExecutionStatus::InDoubt,
+                ExecutionStatus::Completed,
+                ExecutionStatus::Failed,
+                ExecutionStatus::Cancelled,
+            ] {
+                total.set(status, total.get(status) + counts.get(status));
+            }
+        }
+        Ok(total)
     }
 
     async fn delete_ended(

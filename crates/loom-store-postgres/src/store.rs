@@ -10,7 +10,8 @@ use loom_kernel::{
     ExecutionStatus, ExecutionSummary, LeaseHold, LeaseInfo, ReadError,
 };
 use loom_kernel::{
-    FeedEvent, RetentionError, StatusFilter, StorageError, decode_stored, filter_code,
+    ExecutionQuery, ExecutionQueryPage, FeedEvent, RetentionError, StatusCounts, StatusFilter,
+    StorageError, decode_stored, filter_code,
 };
 use tokio::sync::{mpsc, oneshot};
 use tokio::task::JoinHandle;
@@ -451,6 +452,19 @@ impl EventStore for PostgresStore {
                 .map_err(storage)?,
         };
         Ok(page_of(&rows, limit))
+    }
+
+    async fn query_executions(
+        &self,
+        query: &ExecutionQuery,
+    ) -> Result<ExecutionQueryPage, ReadError> {
+        let client = self.client().await?;
+        crate::listing::query(&client, query).await
+    }
+
+    async fn count_by_status(&self) -> Result<StatusCounts, ReadError> {
+        let client = self.client().await?;
+        crate::listing::counts(&client).await
     }
 
     async fn read_feed(&self, from: u64, limit: usize) -> Result<Vec<FeedEvent>, ReadError> {

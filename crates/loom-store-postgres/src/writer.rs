@@ -427,23 +427,38 @@ impl Writer {
         let mut ids: Vec<&str> = batch.iter().map(|r| r.execution.as_str()).collect();
         ids.sort_unstable();
         ids.dedup();
-        let mut fresh: Vec<&str> = batch
+        // With the start time and flow the listing indexes order by; a row not started yet
+        // (left by a refused first append) takes this start's.
+        let mut fresh: Vec<(&str, Option<i64>, Option<&str>)> = batch
             .iter()
             .filter(|r| r.expected_seq == 0)
-            .map(|r| r.execution.as_str())
+            .map(|r| {
+                let started = r
+                    .recorded_at_ms
+                    .map(|at| i64::try_from(at).unwrap_or(i64::MAX));
+                let flow = r.changes.first().and_then(|c| c.started_flow());
+                (r.execution.as_str(), started.or(Some(0)), flow)
+            })
             .collect();
         if !fresh.is_empty() {
-            fresh.sort_unstable();
-            fresh.dedup();
+            fresh.sort_by_key(|(id, _, _)| *id);
+            fresh.dedup_by_key(|(id, _, _)| *id);
             let insert = txn
                 .prepare_cached(
-                    "INSERT INTO loom_executions (execution_id) \
-                     SELECT id FROM unnest($1::text[]) AS u(id) ORDER BY id \
-                     ON CONFLICT DO NOTHING",
+                    "INSERT INTO loom_executions (execution_id, started_at_ms, flow) \
+                     SELECT id, started, flow \
+                     FROM unnest($1::text[], $2::int8[], $3::text[]) AS u(id, started, flow) \
+                     ORDER BY id \
+                     ON CONFLICT (execution_id) DO UPDATE \
+                     SET started_at_ms = EXCLUDED.started_at_ms, flow = EXCLUDED.flow \
+                     WHERE loom_executions.head = 0",
                 )
                 .await
                 .map_err(|e| not_committed(&e))?;
-            txn.execute(&insert, &[&fresh])
+            let ids: Vec<&str> = fresh.iter().map(|(id, _, _)| *id).collect();
+            let starts: Vec<Option<i64>> = fresh.iter().map(|(_, at, _)| *at).collect();
+            let flows: Vec<Option<&str>> = fresh.iter().map(|(_, _, flow)| *flow).collect();
+            txn.execute(&insert, &[&ids, &starts, &flows])
                 .await
                 .map_err(|e| not_committed(&e))?;
         }

@@ -302,6 +302,19 @@ async fn malformed_requests_are_400_and_say_what_to_send() {
     .await;
     assert_eq!(status, 400);
     assert!(answer.contains("limit 0 is out of range"), "{answer}");
+    for (query, said) in [
+        ("idPrefix=order&parent=order-1", "not both"),
+        ("before=no-such-cursor", "no execution no-such-cursor"),
+        ("startedFromMs=soon", "bad query"),
+    ] {
+        let (status, _, answer) = raw(
+            &server.url,
+            &format!("GET /admin/v1/executions?{query} HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer {TOKEN}\r\nConnection: close\r\n\r\n"),
+        )
+        .await;
+        assert_eq!(status, 400, "{query}: {answer}");
+        assert!(answer.contains(said), "{query}: {answer}");
+    }
     assert_eq!(
         server.runtime.state(&id("order-1")).await.unwrap().status(),
         ExecutionStatus::InDoubt
@@ -329,7 +342,7 @@ async fn the_cli_goes_through_the_admin_api_while_the_server_holds_the_store() {
     assert_eq!(first["total"], 3);
     assert_eq!(first["remaining"], 1);
     let cursor = first["nextBefore"].as_str().unwrap().to_owned();
-    assert_eq!(first["executions"][1]["id"], cursor.as_str());
+    let last_shown = first["executions"][1]["id"].as_str().unwrap().to_owned();
     let second = json_out(
         &as_admin(
             url,
@@ -340,6 +353,26 @@ async fn the_cli_goes_through_the_admin_api_while_the_server_holds_the_store() {
     assert_eq!(second["executions"].as_array().unwrap().len(), 1);
     assert_eq!(second["remaining"], 0);
     assert_eq!(second["nextBefore"], serde_json::Value::Null);
+    // The cursor is opaque; the id of the last execution shown works too.
+    let by_id = json_out(
+        &as_admin(
+            url,
+            &[
+                "--json",
+                "executions",
+                "--limit",
+                "2",
+                "--before",
+                &last_shown,
+            ],
+        )
+        .await,
+    );
+    assert_eq!(by_id["executions"], second["executions"]);
+    assert_eq!(first["counts"]["in-doubt"], 2);
+    let children = json_out(&as_admin(url, &["--json", "executions", "--parent", "order-1"]).await);
+    assert_eq!(children["executions"].as_array().unwrap().len(), 0);
+    assert_eq!(children["total"], serde_json::Value::Null);
     let zero = as_admin(url, &["executions", "--limit", "0"]).await;
     assert_eq!(code(&zero), 2);
 

@@ -8,6 +8,7 @@ mod admin_api;
 mod admin_caller;
 mod browser;
 mod browser_operator;
+mod browser_paging;
 mod cli_gate_requests;
 mod cli_postgres;
 mod cli_purge;

@@ -5,6 +5,7 @@
 
 pub mod cdp;
 pub mod chromium;
+pub mod fill;
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};

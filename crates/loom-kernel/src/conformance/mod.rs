@@ -18,6 +18,7 @@
 //! ```
 
 mod hooked;
+mod queries;
 
 use std::collections::BTreeSet;
 
@@ -35,6 +36,7 @@ use crate::store::{
 };
 
 pub use hooked::{Hooked, OneBadLog, StoreHooks};
+pub use queries::queries_agree_with_the_reference;
 
 /// How the suite gets stores to check.
 pub trait StoreHarness {
@@ -62,6 +64,7 @@ pub async fn run_index_checks<H: StoreHarness>(harness: &mut H) {
     follow_wakes_on_append(harness.fresh()).await;
     delete_ended_removes_only_old_ended_executions(harness.fresh()).await;
     a_deleted_id_started_again_feeds_each_event_once_in_order(harness).await;
+    queries_agree_with_the_reference(harness).await;
 }
 
 /// The checks of the log itself: appends, fencing, reads, listing, waiting.

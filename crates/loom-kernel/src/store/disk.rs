@@ -42,6 +42,7 @@ use std::thread::JoinHandle;
 use redb::{Database, ReadableDatabase, ReadableTable, ReadableTableMetadata, TableDefinition};
 use tokio::sync::oneshot;
 
+mod listing;
 mod open;
 use open::{check_not_empty, open_database};
 
@@ -50,8 +51,9 @@ use super::journal::{self, Journal};
 use super::tail::{ExecutionTail, filter_code};
 use super::watch::{FeedWatch, HeadWatch};
 use super::{
-    AppendError, EncodedAppend, EventStore, ExecutionPage, ExecutionSummary, FeedEvent, ReadError,
-    RetentionError, StatusFilter, StorageError, decode_stored,
+    AppendError, EncodedAppend, EventStore, ExecutionPage, ExecutionQuery, ExecutionQueryPage,
+    ExecutionSummary, FeedEvent, ReadError, RetentionError, StatusCounts, StatusFilter,
+    StorageError, decode_stored,
 };
 use crate::envelope::EventEnvelope;
 use crate::event::Event;
@@ -651,6 +653,7 @@ struct WriteTables<'txn> {
     ended: redb::Table<'txn, (u64, &'static str), ()>,
     feed: redb::Table<'txn, u64, (&'static str, u64)>,
     meta: redb::Table<'txn, &'static str, u64>,
+    listing: listing::ListingTables<'txn>,
 }
 
 impl<'txn> WriteTables<'txn> {
@@ -663,6 +666,7 @@ impl<'txn> WriteTables<'txn> {
             by_status: txn.open_table(BY_STATUS).map_err(StorageError::new)?,
             ended: txn.open_table(ENDED).map_err(StorageError::new)?,
             feed: txn.open_table(FEED).map_err(StorageError::new)?,
+            listing: listing::ListingTables::open(txn)?,
         })
     }
 
@@ -738,6 +742,8 @@ impl<'txn> WriteTables<'txn> {
             .insert(id, tail.encode().as_slice())
             .map_err(StorageError::new)?;
         self.refile(id, &old_tail, &tail)?;
+        self.listing
+            .refile(id, &old_tail, &tail, changes, recorded_at_ms)?;
         Ok(Ok(head))
     }
 
@@ -911,6 +917,7 @@ fn delete_ended(
             let id = execution.as_str();
             purged.insert(id, feed_next).map_err(StorageError::new)?;
             let tail = tables.tail(id)?;
+            tables.listing.forget(id, &tail)?;
             tables.refile(id, &tail, &ExecutionTail::new())?;
             tables.tails.remove(id).map_err(StorageError::new)?;
             tables.heads.remove(id).map_err(StorageError::new)?;
@@ -1221,6 +1228,45 @@ impl EventStore for DiskStore {
             Ok(ExecutionPage::from_one_extra(executions, limit))
         })
         .await
+    }
+
+    async fn query_executions(
+        &self,
+        query: &ExecutionQuery,
+    ) -> Result<ExecutionQueryPage, ReadError> {
+        let asked = query.clone();
+        let page = self
+            .blocking_read(move |db| {
+                let txn = db.begin_read().map_err(ReadError::storage)?;
+                if !listing::is_built(&txn)? {
+                    return Ok(None);
+                }
+                listing::query(&txn, &asked).map(Some)
+            })
+            .await?;
+        match page {
+            Some(page) => Ok(page),
+            // A file of an older build, opened read-only: no index to answer from.
+            None => Ok(query.select(super::every_listed_execution(self).await?)),
+        }
+    }
+
+    async fn count_by_status(&self) -> Result<StatusCounts, ReadError> {
+        let counts = self
+            .blocking_read(move |db| {
+                let txn = db.begin_read().map_err(ReadError::storage)?;
+                if !listing::is_built(&txn)? {
+                    return Ok(None);
+                }
+                listing::counts(&txn).map(Some)
+            })
+            .await?;
+        match counts {
+            Some(counts) => Ok(counts),
+            None => Ok(StatusCounts::of(
+                &super::every_listed_execution(self).await?,
+            )),
+        }
     }
 
     async fn read_feed(&self, from: u64, limit: usize) -> Result<Vec<FeedEvent>, ReadError> {

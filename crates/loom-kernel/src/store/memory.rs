@@ -8,11 +8,13 @@ use super::claim::{ClaimTable, FirstAppend, NewClaim};
 use super::tail::{ExecutionTail, filter_code};
 use super::watch::{FeedWatch, HeadWatch};
 use super::{
-    AppendError, EventStore, ExecutionPage, ExecutionSummary, FeedEvent, ReadError, RetentionError,
-    StatusFilter, wall_clock_ms,
+    AppendError, EventStore, ExecutionPage, ExecutionQuery, ExecutionQueryPage, ExecutionSummary,
+    FeedEvent, ListedExecution, ReadError, RetentionError, StatusCounts, StatusFilter,
+    wall_clock_ms,
 };
 use crate::envelope::EventEnvelope;
 use crate::event::Event;
+use crate::fold::ExecutionStatus;
 use crate::id::ExecutionId;
 
 /// Logs in a map behind a mutex. Cheap to clone; clones share the logs.
@@ -41,6 +43,8 @@ struct State {
     by_status: BTreeMap<u8, BTreeSet<ExecutionId>>,
     /// Ended at -> the executions that ended then (those with an end time).
     ended: BTreeMap<u64, BTreeSet<ExecutionId>>,
+    /// `(start time, execution)` of every started execution, for newest-first queries.
+    by_start: BTreeSet<(u64, ExecutionId)>,
     /// Feed position -> (execution, seq).
     feed: BTreeMap<u64, (ExecutionId, u64)>,
     next_position: u64,
@@ -98,6 +102,23 @@ impl State {
                 .insert(execution.clone());
         }
     }
+}
+
+/// `log` as a query lists it.
+fn listed(id: &ExecutionId, log: &Log) -> Option<ListedExecution> {
+    let first = log.events.first()?;
+    let flow = match &first.event {
+        Event::ExecutionStarted(started) => started.flow.clone(),
+        _ => String::new(),
+    };
+    Some(ListedExecution {
+        id: id.clone(),
+        status: log.tail.status(),
+        flow,
+        started_at_ms: first.recorded_at_ms,
+        ended_at_ms: log.tail.ended_at_ms(),
+        head: log.events.len() as u64,
+    })
 }
 
 impl MemoryStore {
@@ -164,6 +185,11 @@ impl MemoryStore {
                 state.feed.insert(position, (execution.clone(), seq));
             }
             log.tail = tail;
+            if expected_seq == 0 {
+                state
+                    .by_start
+                    .insert((recorded_at_ms.unwrap_or(0), execution.clone()));
+            }
             (log.events.len() as u64, state.next_position)
         };
         self.inner.watch.publish(execution, head);
@@ -288,6 +314,38 @@ impl EventStore for MemoryStore {
         Ok(ExecutionPage::from_one_extra(executions, limit))
     }
 
+    async fn query_executions(
+        &self,
+        query: &ExecutionQuery,
+    ) -> Result<ExecutionQueryPage, ReadError> {
+        let state = self.state();
+        let upper = query.before.as_ref().map_or(Bound::Unbounded, |cursor| {
+            Bound::Excluded((cursor.started_at_ms, cursor.id.clone()))
+        });
+        let rows = state
+            .by_start
+            .range((Bound::Unbounded, upper))
+            .rev()
+            .filter_map(|(_, id)| listed(id, state.logs.get(id)?))
+            .filter(|row| query.matches(row))
+            .take(query.page_size() + 1)
+            .collect();
+        Ok(query.page_of(rows))
+    }
+
+    async fn count_by_status(&self) -> Result<StatusCounts, ReadError> {
+        let state = self.state();
+        let mut counts = StatusCounts::default();
+        for (code, filed) in &state.by_status {
+            if let Some(status) = super::tail::status_from_code(*code)
+                && status != ExecutionStatus::New
+            {
+                counts.set(status, filed.len() as u64);
+            }
+        }
+        Ok(counts)
+    }
+
     async fn read_feed(&self, from: u64, limit: usize) -> Result<Vec<FeedEvent>, ReadError> {
         let state = self.state();
         Ok(state
@@ -325,6 +383,10 @@ impl EventStore for MemoryStore {
         for execution in doomed {
             if let Some(log) = state.logs.remove(&execution) {
                 state.unindex(&execution, &log.tail);
+                let started = log.events.first().and_then(|first| first.recorded_at_ms);
+                state
+                    .by_start
+                    .remove(&(started.unwrap_or(0), execution.clone()));
                 for position in &log.positions {
                     state.feed.remove(position);
                 }

@@ -19,6 +19,9 @@
 //! - **Status index.** [`EventStore::list_by_status`] lists the executions of one status (or
 //!   those a worker must drive on) at a cost in proportion to what it returns. The index is
 //!   written in the same atomic commit as the events, so it always agrees with the logs.
+//! - **Queries.** [`EventStore::query_executions`] lists executions newest start first,
+//!   filtered, a page at a time behind a cursor, and [`EventStore::count_by_status`] counts
+//!   them per status; a store with the indexes answers both in proportion to the page.
 //! - **Feed.** Every stored event also has a *position* in the store-wide commit order;
 //!   [`EventStore::read_feed`] reads events from a position, so a reader (a projection) can
 //!   follow the whole store and resume after a restart from the last position it handled.
@@ -39,6 +42,7 @@ mod claim;
 mod disk;
 mod journal;
 mod memory;
+mod query;
 pub(crate) mod tail;
 mod watch;
 
@@ -50,6 +54,10 @@ use futures::Stream;
 pub use claim::NewClaim;
 pub use disk::{DiskStore, DiskStoreConfig, OpenError, StoredLog};
 pub use memory::MemoryStore;
+pub use query::{
+    ExecutionCursor, ExecutionQuery, ExecutionQueryPage, ListedExecution, MAX_QUERY_LIMIT,
+    StatusCounts, prefix_upper_bound,
+};
 pub use tail::ExecutionTail;
 use tail::TailChange;
 
@@ -506,6 +514,48 @@ pub trait EventStore: Send + Sync + 'static {
         }
     }
 
+    /// A page of executions, newest start first, matching `query` (see
+    /// [`ExecutionQuery::select`], the reference every store agrees with).
+    ///
+    /// - **Cost.** A store with a start-time index answers the newest page, of every status
+    ///   or of one, in proportion to the page; the other filters (flow, id prefix, end time)
+    ///   skip index entries without reading a log. The default body folds every execution
+    ///   stored: correct, but proportional to every event.
+    /// - **Consistency.** As [`EventStore::list_by_status`]: an execution started while pages
+    ///   are read sorts before the cursor and is not listed on later pages; one whose status
+    ///   changes between pages may be missed by a status filter, or listed twice.
+    fn query_executions(
+        &self,
+        query: &ExecutionQuery,
+    ) -> impl Future<Output = Result<ExecutionQueryPage, ReadError>> + Send {
+        async move { Ok(query.select(every_listed_execution(self).await?)) }
+    }
+
+    /// How many executions each status holds. A store with counts kept beside its status
+    /// index answers at once; the default counts through [`EventStore::list_by_status`].
+    fn count_by_status(&self) -> impl Future<Output = Result<StatusCounts, ReadError>> + Send {
+        async move {
+            use futures::TryStreamExt;
+            let mut counts = StatusCounts::default();
+            for status in [
+                ExecutionStatus::Running,
+                ExecutionStatus::Suspended,
+                ExecutionStatus::InDoubt,
+                ExecutionStatus::Completed,
+                ExecutionStatus::Failed,
+                ExecutionStatus::Cancelled,
+            ] {
+                let mut listed = self.executions_by_status(StatusFilter::Status(status));
+                let mut count = 0;
+                while listed.try_next().await?.is_some() {
+                    count += 1;
+                }
+                counts.set(status, count);
+            }
+            Ok(counts)
+        }
+    }
+
     /// Up to `limit` stored events with a feed position `>= from`, in position order.
     ///
     /// - **Positions** are assigned when a batch commits, in commit order, increasing within
@@ -849,6 +899,44 @@ fn every_execution<S: EventStore + ?Sized>(
     listed(after, move |after| async move {
         store.list_executions(after.as_ref(), LIST_PAGE).await
     })
+}
+
+/// Every stored execution as a query lists it, each log folded: what a store without the
+/// indexes of [`EventStore::query_executions`] answers from, and the reference of its tests.
+pub async fn every_listed_execution<S: EventStore + ?Sized>(
+    store: &S,
+) -> Result<Vec<ListedExecution>, ReadError> {
+    use futures::TryStreamExt;
+    let mut rows = Vec::new();
+    let mut listing = every_execution(store, None);
+    while let Some(summary) = listing.try_next().await? {
+        let log = store.read_all(&summary.id).await?;
+        let Some(first) = log.first() else { continue };
+        let mut state = ExecutionState::new();
+        // A log the fold refuses is listed as running, as the status index files it.
+        let status = match state.apply_all(&log) {
+            Ok(()) => state.status(),
+            Err(_) => ExecutionStatus::Running,
+        };
+        let flow = match &first.event {
+            Event::ExecutionStarted(started) => started.flow.clone(),
+            _ => String::new(),
+        };
+        let ended_at_ms = if status.is_terminal() {
+            log.last().and_then(|last| last.recorded_at_ms)
+        } else {
+            None
+        };
+        rows.push(ListedExecution {
+            id: summary.id,
+            status,
+            flow,
+            started_at_ms: first.recorded_at_ms,
+            ended_at_ms,
+            head: log.len() as u64,
+        });
+    }
+    Ok(rows)
 }
 
 /// Refuses an empty batch ([`AppendError::EmptyBatch`]) and a batch holding a payload no

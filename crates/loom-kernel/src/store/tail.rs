@@ -48,11 +48,15 @@ pub struct TailChange {
 
 #[derive(Debug, Clone, PartialEq, Eq)]
 enum ChangeKind {
-    Start,
+    /// With the flow's name, for the stores' listing indexes.
+    Start(String),
     StepStarted(String),
     StepEnded(String),
     InDoubt(String),
-    Resolved { step: String, retry: bool },
+    Resolved {
+        step: String,
+        retry: bool,
+    },
     Suspended(String),
     Resumed(String),
     End(ExecutionStatus),
@@ -63,7 +67,7 @@ impl TailChange {
     /// What `event` changes.
     pub fn of(event: &Event) -> Self {
         let kind = match event {
-            Event::ExecutionStarted(_) => ChangeKind::Start,
+            Event::ExecutionStarted(e) => ChangeKind::Start(e.flow.clone()),
             Event::StepStarted(e) => ChangeKind::StepStarted(e.step_id.clone()),
             Event::StepCompleted(e) => ChangeKind::StepEnded(e.step_id.clone()),
             Event::StepFailed(e) => ChangeKind::StepEnded(e.step_id.clone()),
@@ -82,6 +86,16 @@ impl TailChange {
         Self {
             type_name: event.type_name(),
             kind,
+        }
+    }
+}
+
+impl TailChange {
+    /// The flow's name, when the event starts the execution.
+    pub fn started_flow(&self) -> Option<&str> {
+        match &self.kind {
+            ChangeKind::Start(flow) => Some(flow),
+            _ => None,
         }
     }
 }
@@ -194,7 +208,7 @@ impl ExecutionTail {
     ) -> Result<(), Violation> {
         let found = change.type_name;
         if self.status == ExecutionStatus::New {
-            if !matches!(change.kind, ChangeKind::Start) {
+            if !matches!(change.kind, ChangeKind::Start(_)) {
                 return Err(Violation::NotStarted { found });
             }
             self.status = ExecutionStatus::Running;
@@ -207,7 +221,7 @@ impl ExecutionTail {
             });
         }
         match &change.kind {
-            ChangeKind::Start => return Err(Violation::StartedTwice),
+            ChangeKind::Start(_) => return Err(Violation::StartedTwice),
             ChangeKind::StepStarted(step) => {
                 if !self.in_doubt.contains(step) {
                     self.in_flight.insert(step.clone());

@@ -9,6 +9,7 @@ mod children_across_workers;
 mod fencing;
 mod lease_bounds;
 mod lease_info;
+mod listing;
 mod many_workers;
 mod multiprocess;
 mod one_claimant;

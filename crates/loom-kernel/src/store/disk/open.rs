@@ -138,6 +138,9 @@ pub(super) fn open_database(
                 }))
                 .map_err(|panic| corrupt(panic_message(&panic)))??;
                 let (journal, feed_next) = recovered;
+                catch_unwind(AssertUnwindSafe(|| super::listing::ensure_built(database)))
+                    .map_err(|panic| corrupt(panic_message(&panic)))?
+                    .map_err(|error| corrupt(error.to_string()))?;
                 Ok((db, feed_next, Some(journal)))
             }
             Db::Read(_) => {
