@@ -124,5 +124,6 @@ pub use store::{
     AppendError, DiskStore, DiskStoreConfig, EncodedAppend, EventStore, EventStoreExt,
     ExecutionPage, ExecutionSummary, ExecutionTail, FeedEvent, FoldStoredError, LeaseHold,
     LeaseInfo, MemoryStore, NewClaim, OpenError, ReadError, RetentionError, STREAM_PAGE,
-    StatusFilter, StorageError, StoredLog, check_batch, decode_stored, wall_clock_ms,
+    StatusFilter, StorageError, StoredLog, WakeReason, Wakeup, check_batch, decode_stored, wake,
+    wall_clock_ms,
 };

@@ -25,8 +25,8 @@ use crate::runtime::driver::DriverMsg;
 use crate::runtime::slots::Inner;
 use crate::store::EventStore;
 
+pub(crate) use crate::runtime::markers::is_timed_out_payload;
 pub use crate::runtime::markers::{CLOSED_KEY, DEADLINE_KIND, TIMED_OUT_KEY, TIMER_EVENT_TYPE};
-pub(crate) use crate::runtime::markers::{is_timed_out_payload, parse_deadline};
 
 /// Where the runtime reads the time: when a flow asks for `now` or sets a timer (both recorded,
 /// so replay never asks the clock), and when the timer task waits for the next deadline.

@@ -704,7 +704,8 @@ async fn a_recorded_deadline_outlives_a_code_change_and_dropping_it_is_a_diverge
             .clock(clock.clone())
             .build()
             .unwrap();
-        assert_eq!(second.recover_report().await.unwrap().timers, 1);
+        // An hour away: armed once its window comes (LD-033), not at recovery.
+        assert_eq!(second.recover_report().await.unwrap().timers, 0);
         clock.advance(Duration::from_secs(120));
         tokio::time::sleep(Duration::from_millis(20)).await;
         assert_eq!(
@@ -927,7 +928,8 @@ async fn first_of_whose_deadline_passes_closes_every_gate_and_survives_a_new_run
         first.wait(&e).await.unwrap();
     }
     let second = first_of_runtime(store.clone(), clock.clone());
-    assert_eq!(second.recover_report().await.unwrap().timers, 1);
+    // An hour away: armed once its window comes (LD-033), not at recovery.
+    assert_eq!(second.recover_report().await.unwrap().timers, 0);
     clock.advance(Duration::from_secs(3600));
     until(&second, &e, |s| s == ExecutionStatus::Completed).await;
     assert_eq!(output(&store, &e).await, json!("escalated"));
