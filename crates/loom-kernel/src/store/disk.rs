@@ -43,6 +43,7 @@ use redb::{Database, ReadableDatabase, ReadableTable, ReadableTableMetadata, Tab
 use tokio::sync::oneshot;
 
 mod open;
+mod wake;
 use open::{check_not_empty, open_database};
 
 use super::claim::{ClaimTable, FirstAppend, NewClaim};
@@ -651,6 +652,7 @@ struct WriteTables<'txn> {
     ended: redb::Table<'txn, (u64, &'static str), ()>,
     feed: redb::Table<'txn, u64, (&'static str, u64)>,
     meta: redb::Table<'txn, &'static str, u64>,
+    wake: wake::WakeTables<'txn>,
 }
 
 impl<'txn> WriteTables<'txn> {
@@ -663,6 +665,7 @@ impl<'txn> WriteTables<'txn> {
             by_status: txn.open_table(BY_STATUS).map_err(StorageError::new)?,
             ended: txn.open_table(ENDED).map_err(StorageError::new)?,
             feed: txn.open_table(FEED).map_err(StorageError::new)?,
+            wake: wake::WakeTables::open(txn)?,
         })
     }
 
@@ -738,6 +741,7 @@ impl<'txn> WriteTables<'txn> {
             .insert(id, tail.encode().as_slice())
             .map_err(StorageError::new)?;
         self.refile(id, &old_tail, &tail)?;
+        self.wake.apply(execution, changes)?;
         Ok(Ok(head))
     }
 
@@ -1221,6 +1225,29 @@ impl EventStore for DiskStore {
             Ok(ExecutionPage::from_one_extra(executions, limit))
         })
         .await
+    }
+
+    async fn list_wakeups(
+        &self,
+        before_ms: u64,
+        after: Option<&super::Wakeup>,
+        limit: usize,
+    ) -> Result<Vec<super::Wakeup>, ReadError> {
+        let after_row = after.cloned();
+        let indexed = self
+            .blocking_read(move |db| {
+                let txn = db.begin_read().map_err(ReadError::storage)?;
+                wake::list(&txn, before_ms, after_row.as_ref(), limit)
+            })
+            .await?;
+        match indexed {
+            Some(rows) => Ok(rows),
+            None => super::scan_wakeups(self, before_ms, after, limit).await,
+        }
+    }
+
+    fn indexes_wakeups(&self) -> bool {
+        true
     }
 
     async fn read_feed(&self, from: u64, limit: usize) -> Result<Vec<FeedEvent>, ReadError> {

@@ -588,26 +588,7 @@ pub trait EventStore: Send + Sync + 'static {
         after: Option<&Wakeup>,
         limit: usize,
     ) -> impl Future<Output = Result<Vec<Wakeup>, ReadError>> + Send {
-        async move {
-            use futures::TryStreamExt;
-            let mut rows = std::collections::BTreeSet::new();
-            let filters = [
-                StatusFilter::NeedsDriving,
-                StatusFilter::Status(ExecutionStatus::Suspended),
-                StatusFilter::Status(ExecutionStatus::InDoubt),
-            ];
-            for filter in filters {
-                let mut listed = std::pin::pin!(self.executions_by_status(filter));
-                while let Some(summary) = listed.try_next().await? {
-                    let log = self.read_all(&summary.id).await?;
-                    let found = wake::rows_of_log(&summary.id, log.iter().map(|e| &e.event));
-                    rows.extend(found.into_iter().filter_map(|(tag, at_ms)| {
-                        Wakeup::from_stored(at_ms, summary.id.clone(), &tag)
-                    }));
-                }
-            }
-            Ok(wake::page_of(rows, before_ms, after, limit))
-        }
+        scan_wakeups(self, before_ms, after, limit)
     }
 
     /// Whether [`EventStore::list_wakeups`] reads an index (in proportion to the page asked
@@ -821,6 +802,37 @@ pub trait EventStoreExt: EventStore {
             Ok(state)
         }
     }
+}
+
+/// [`EventStore::list_wakeups`] without an index: the parked executions listed, and each log
+/// read. The default body, and the disk store's for a file opened read-only from before its
+/// index.
+pub(crate) async fn scan_wakeups<S: EventStore + ?Sized>(
+    store: &S,
+    before_ms: u64,
+    after: Option<&Wakeup>,
+    limit: usize,
+) -> Result<Vec<Wakeup>, ReadError> {
+    use futures::TryStreamExt;
+    let mut rows = std::collections::BTreeSet::new();
+    let filters = [
+        StatusFilter::NeedsDriving,
+        StatusFilter::Status(ExecutionStatus::Suspended),
+        StatusFilter::Status(ExecutionStatus::InDoubt),
+    ];
+    for filter in filters {
+        let mut listed = std::pin::pin!(store.executions_by_status(filter));
+        while let Some(summary) = listed.try_next().await? {
+            let log = store.read_all(&summary.id).await?;
+            let found = wake::rows_of_log(&summary.id, log.iter().map(|e| &e.event));
+            rows.extend(
+                found.into_iter().filter_map(|(tag, at_ms)| {
+                    Wakeup::from_stored(at_ms, summary.id.clone(), &tag)
+                }),
+            );
+        }
+    }
+    Ok(wake::page_of(rows, before_ms, after, limit))
 }
 
 /// Hands the log to `consume` a page at a time, reading the next page while `consume` works
