@@ -218,6 +218,66 @@ pub fn wake_diff(
     diff
 }
 
+/// What an append does to its execution's rows, without knowing them: for a store that
+/// writes them with statements rather than reading them first (PostgreSQL). Each tag is in at
+/// most one of `upserts` and `deletes`; after `clear` (the execution ended) both are empty.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct WakeOps {
+    /// Delete every row of the execution.
+    pub clear: bool,
+    /// `tag -> at ms`: rows to insert or move.
+    pub upserts: BTreeMap<String, u64>,
+    /// Tags to delete (that may or may not be there).
+    pub deletes: std::collections::BTreeSet<String>,
+}
+
+impl WakeOps {
+    /// Adds what `changes`, appended to `execution` after what is already here, do.
+    pub fn extend(&mut self, execution: &ExecutionId, changes: &[crate::store::TailChange]) {
+        for change in changes.iter().filter_map(crate::store::TailChange::wake) {
+            match change {
+                WakeChange::Started => {
+                    if parent_of(execution).is_some() {
+                        self.upsert(IS_CHILD_TAG.to_owned(), 0);
+                    }
+                }
+                WakeChange::Deadline { gate_id, at_ms } => {
+                    self.upsert(format!("{DEADLINE_TAG}{gate_id}"), *at_ms);
+                }
+                WakeChange::AwaitsChild { gate_id } => {
+                    self.upsert(format!("{CHILD_GATE_TAG}{gate_id}"), 0);
+                }
+                WakeChange::Resumed { gate_id } => {
+                    self.delete(format!("{DEADLINE_TAG}{gate_id}"));
+                    self.delete(format!("{CHILD_GATE_TAG}{gate_id}"));
+                }
+                WakeChange::Ended => {
+                    self.clear = true;
+                    self.upserts.clear();
+                    self.deletes.clear();
+                }
+            }
+        }
+    }
+
+    fn upsert(&mut self, tag: String, at_ms: u64) {
+        self.deletes.remove(&tag);
+        self.upserts.insert(tag, at_ms);
+    }
+
+    fn delete(&mut self, tag: String) {
+        if !self.clear {
+            self.upserts.remove(&tag);
+            self.deletes.insert(tag);
+        }
+    }
+
+    /// Whether it changes nothing.
+    pub fn is_empty(&self) -> bool {
+        !self.clear && self.upserts.is_empty() && self.deletes.is_empty()
+    }
+}
+
 /// The rows of a whole log: what a store builds for an execution it indexes afresh.
 pub fn rows_of_log<'a>(
     execution: &ExecutionId,
