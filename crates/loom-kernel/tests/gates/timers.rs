@@ -872,6 +872,48 @@ fn resumes(events: &[Event]) -> Vec<(String, Value)> {
         .collect()
 }
 
+/// Hole 1 of issue 24, replay side: a log written outside the runtime (an offline resume of
+/// each gate of a `first_of`) holds two real resumes; the one first in the log wins on replay,
+/// not the first gate of the group.
+#[tokio::test]
+async fn first_of_replayed_over_two_resumes_picks_the_first_in_the_log() {
+    use loom_kernel::ExecutionResumed;
+    let store = MemoryStore::new();
+    let clock = ManualClock::new(T0);
+    let e = id("both");
+    let head = {
+        let runtime = first_of_runtime(store.clone(), clock.clone());
+        runtime
+            .start("decide", &json!(null), StartOptions::new(e.clone()))
+            .await
+            .unwrap();
+        runtime.wait(&e).await.unwrap().next_seq()
+    };
+    let resume = |gate: &str, event_type: &str, by: &str| {
+        Event::ExecutionResumed(ExecutionResumed {
+            gate_id: gate.into(),
+            event_type: event_type.into(),
+            correlation_key: "order-1".into(),
+            payload: json!(by).into(),
+        })
+    };
+    store
+        .append(
+            &e,
+            head,
+            &[
+                resume("Rejection#1", "Rejection", "bo"),
+                resume("Approval#1", "Approval", "ana"),
+            ],
+        )
+        .await
+        .unwrap();
+    let runtime = first_of_runtime(store.clone(), clock.clone());
+    runtime.recover().await.unwrap();
+    until(&runtime, &e, |s| s == ExecutionStatus::Completed).await;
+    assert_eq!(output(&store, &e).await, json!({"gate": 1, "by": "bo"}));
+}
+
 #[tokio::test]
 async fn first_of_records_the_first_resume_and_closes_the_other_gates_in_the_same_batch() {
     let store = MemoryStore::new();
