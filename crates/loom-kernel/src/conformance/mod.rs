@@ -1260,7 +1260,7 @@ pub async fn wake_index_follows_deadlines_and_child_links<H: StoreHarness>(harne
             &[started("f"), deadline("g", 20), suspended("g")],
         )
         .await
-        .unwrap();
+        .expect("the append is stored");
     store
         .append(
             &id("a"),
@@ -1274,7 +1274,7 @@ pub async fn wake_index_follows_deadlines_and_child_links<H: StoreHarness>(harne
             ],
         )
         .await
-        .unwrap();
+        .expect("the append is stored");
     let waits = Event::ExecutionSuspended(ExecutionSuspended {
         gate_id: "child:kid#0".into(),
         event_type: crate::runtime::CHILD_EVENT_TYPE.into(),
@@ -1283,11 +1283,11 @@ pub async fn wake_index_follows_deadlines_and_child_links<H: StoreHarness>(harne
     store
         .append(&id("p"), 0, &[started("f"), waits])
         .await
-        .unwrap();
+        .expect("the append is stored");
     store
         .append(&id("p/kid#0"), 0, &[started("kid")])
         .await
-        .unwrap();
+        .expect("the append is stored");
     let all = vec![
         row(
             0,
@@ -1301,15 +1301,27 @@ pub async fn wake_index_follows_deadlines_and_child_links<H: StoreHarness>(harne
         row(20, "a", deadline_of("g1")),
         row(20, "b", deadline_of("g")),
     ];
-    assert_eq!(store.list_wakeups(u64::MAX, None, 100).await.unwrap(), all);
-    assert_eq!(store.list_wakeups(20, None, 100).await.unwrap(), all[..3]);
+    assert_eq!(
+        store
+            .list_wakeups(u64::MAX, None, 100)
+            .await
+            .expect("the index lists"),
+        all
+    );
+    assert_eq!(
+        store
+            .list_wakeups(20, None, 100)
+            .await
+            .expect("the index lists"),
+        all[..3]
+    );
     let mut paged = Vec::new();
     let mut after = None;
     loop {
         let page = store
             .list_wakeups(u64::MAX, after.as_ref(), 2)
             .await
-            .unwrap();
+            .expect("the index lists");
         assert!(page.len() <= 2);
         let Some(last) = page.last().cloned() else {
             break;
@@ -1319,15 +1331,24 @@ pub async fn wake_index_follows_deadlines_and_child_links<H: StoreHarness>(harne
     }
     assert_eq!(paged, all, "paging gives every row once, in order");
     // A resume removes its gate's row, an end every row of the execution.
-    store.append(&id("a"), 5, &[resumed("g2")]).await.unwrap();
-    store.append(&id("b"), 3, &[completed()]).await.unwrap();
+    store
+        .append(&id("a"), 5, &[resumed("g2")])
+        .await
+        .expect("the append is stored");
+    store
+        .append(&id("b"), 3, &[completed()])
+        .await
+        .expect("the append is stored");
     store
         .append(&id("p/kid#0"), 1, &[completed()])
         .await
-        .unwrap();
+        .expect("the append is stored");
     let store = harness.reopen(store);
     assert_eq!(
-        store.list_wakeups(u64::MAX, None, 100).await.unwrap(),
+        store
+            .list_wakeups(u64::MAX, None, 100)
+            .await
+            .expect("the index lists"),
         vec![all[0].clone(), row(20, "a", deadline_of("g1")),]
     );
 }

@@ -62,16 +62,12 @@ pub(crate) async fn recover_links<S: EventStore>(
                 continue;
             }
             match row.reason {
-                WakeReason::IsChild => {
-                    // A child whose parent ended while waiting for it is cancelled (LD-015).
-                    if children::recover_child(inner, &row.execution).await {
-                        report.started += 1;
-                    }
+                // A child whose parent ended while waiting for it is cancelled (LD-015).
+                WakeReason::IsChild if children::recover_child(inner, &row.execution).await => {
+                    report.started += 1;
                 }
-                WakeReason::AwaitsChild { .. } => {
-                    if parents_done.insert(row.execution.clone()) {
-                        recover_parent(inner, &row.execution, report).await;
-                    }
+                WakeReason::AwaitsChild { .. } if parents_done.insert(row.execution.clone()) => {
+                    recover_parent(inner, &row.execution, report).await;
                 }
                 // A deadline at time 0 is due at once: armed with the others.
                 _ => {}
