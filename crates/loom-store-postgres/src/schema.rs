@@ -234,3 +234,71 @@ pub(crate) async fn check(client: &Client, schema: &str) -> Result<(), ConnectEr
 pub(crate) fn quote_ident(name: &str) -> String {
     format!("\"{}\"", name.replace('"', "\"\""))
 }
+
+#[cfg(test)]
+mod tests {
+    use loom_kernel::conformance::{completed, deadline, id, started, suspended};
+    use loom_kernel::{EventStore, WakeReason, Wakeup};
+
+    use super::*;
+    use crate::{PostgresStore, PostgresStoreConfig, fresh_schema, server_url};
+
+    /// A schema migrated before the wake-up index gets the rows of its open executions when
+    /// its migration runs: the backfill, run again on emptied rows, finds them from the logs.
+    #[tokio::test]
+    async fn the_wake_up_index_is_filled_from_the_open_logs() {
+        let Some(url) = server_url("the_wake_up_index_is_filled_from_the_open_logs") else {
+            return;
+        };
+        let schema = fresh_schema("wake_backfill");
+        let store = PostgresStore::connect(PostgresStoreConfig::new(&url).schema(&schema))
+            .await
+            .expect("connect");
+        store
+            .append(
+                &id("parked"),
+                0,
+                &[started("f"), deadline("g", 42), suspended("g")],
+            )
+            .await
+            .expect("append");
+        store
+            .append(
+                &id("ended"),
+                0,
+                &[started("f"), deadline("g", 7), suspended("g"), completed()],
+            )
+            .await
+            .expect("append");
+        let (mut client, connection) = tokio_postgres::connect(&url, tokio_postgres::NoTls)
+            .await
+            .expect("a second connection");
+        tokio::spawn(connection);
+        let txn = client.transaction().await.expect("begin");
+        txn.batch_execute(&format!(
+            "SET LOCAL search_path TO {}; DELETE FROM loom_wakeups;",
+            quote_ident(&schema)
+        ))
+        .await
+        .expect("rows emptied");
+        backfill_wakeups(&txn).await.expect("backfill");
+        txn.commit().await.expect("commit");
+        assert_eq!(
+            store
+                .list_wakeups(u64::MAX, None, 10)
+                .await
+                .expect("the index lists"),
+            vec![Wakeup {
+                at_ms: 42,
+                execution: id("parked"),
+                reason: WakeReason::Deadline {
+                    gate_id: "g".into()
+                },
+            }]
+        );
+        assert!(
+            MIGRATIONS.contains(&WAKEUPS_MIGRATION),
+            "the index's migration is applied with the others"
+        );
+    }
+}
