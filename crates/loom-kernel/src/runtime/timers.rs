@@ -150,6 +150,9 @@ pub(crate) struct Timers {
     wake: Notify,
     started: AtomicBool,
     closed: AtomicBool,
+    /// Whether a task arms the next windows of the store's deadlines (`wakeups.rs`): one per
+    /// runtime, however many times `recover` is called.
+    pub(crate) loading: AtomicBool,
 }
 
 impl Timers {
@@ -160,6 +163,7 @@ impl Timers {
             wake: Notify::new(),
             started: AtomicBool::new(false),
             closed: AtomicBool::new(false),
+            loading: AtomicBool::new(false),
         }
     }
 

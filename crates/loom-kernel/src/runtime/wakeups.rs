@@ -14,6 +14,7 @@
 //! holds or takes the parked execution's lease (`timers.rs`, `claim_and_fire`).
 
 use std::collections::BTreeSet;
+use std::sync::atomic::Ordering;
 use std::sync::{Arc, Weak};
 use std::time::Duration;
 
@@ -146,20 +147,26 @@ pub(crate) async fn arm_deadlines<S: EventStore>(
     }
     let now = inner.timers.clock.now_ms();
     let mut armed = 0;
-    loop {
+    let full = loop {
         let (found, full) =
             arm_page(inner, &mut cursor, now.saturating_add(LOOKAHEAD_MS), PAGE).await?;
         armed += found;
-        if !full {
-            break;
-        }
         // More rows in the window: read on while they are due, leave the rest to the loader.
-        if cursor.last.as_ref().is_some_and(|row| row.at_ms > now) {
-            break;
+        if !full || cursor.last.as_ref().is_some_and(|row| row.at_ms > now) {
+            break full;
         }
-    }
-    spawn_loader(inner, cursor, now);
+    };
+    spawn_loader(inner, cursor, full, now);
     Ok(armed)
+}
+
+/// Says, when dropped (the loader ended, or was never started), that no loader runs.
+struct LoaderRuns(Arc<timers::Timers>);
+
+impl Drop for LoaderRuns {
+    fn drop(&mut self) {
+        self.0.loading.store(false, Ordering::Release);
+    }
 }
 
 /// When the loader reads next, having read up to `cursor` at `now`.
@@ -173,12 +180,18 @@ fn next_read(cursor: &Cursor, full: bool, now: u64) -> u64 {
 
 /// The task that arms each next window of deadlines as the clock reaches it. It holds the
 /// runtime weakly: once the runtime is dropped or shut down, it ends.
-fn spawn_loader<S: EventStore>(inner: &Arc<Inner<S>>, mut cursor: Cursor, now: u64) {
+fn spawn_loader<S: EventStore>(inner: &Arc<Inner<S>>, mut cursor: Cursor, full: bool, now: u64) {
+    if inner.timers.loading.swap(true, Ordering::AcqRel) {
+        // A loader runs already (an earlier `recover`): it reads on from its own cursor.
+        return;
+    }
+    let loading = LoaderRuns(Arc::clone(&inner.timers));
     let runtime: Weak<Inner<S>> = Arc::downgrade(inner);
     let clock = Arc::clone(&inner.timers.clock);
     let mut stop = inner.stop.subscribe();
-    let mut read_at = next_read(&cursor, true, now);
+    let mut read_at = next_read(&cursor, full, now);
     let task = async move {
+        let _loading = loading;
         loop {
             tokio::select! {
                 () = clock.sleep_until(read_at) => {}

@@ -9,6 +9,8 @@
 //! - `feed`: `position -> (execution id, seq)`, the store-wide commit order.
 //! - `purged`: `execution id -> feed position` when retention last deleted it: the feed rows
 //!   before it belong to the deleted log, not to a later one started under the same id.
+//! - `wakeups` and `wake_rows`: the wake-up index (`disk/wake.rs`, LD-033), built on open for a
+//!   file from before it (meta key `"wake_index"`).
 //! - `meta`: `"format" -> STORE_FORMAT`, so a file from an incompatible build is refused;
 //!   `"feed_next"`, the next feed position; `"journal_generation"` and `"journal_end"`, where
 //!   the tables stand in the journal.
