@@ -9,6 +9,13 @@
 //! executions running again).
 //!
 //! `LOOM_RECOVER_ENDED=0,100000,1000000 cargo bench -p loom-kernel --bench recover`
+//!
+//! With `LOOM_RECOVER_PARKED` (comma-separated counts) it does the same with that many
+//! *parked* executions instead of ended ones, each asleep on a timer a day away (three
+//! events: started, its `loom.deadline` decision, its timer gate): recovery reads them through
+//! the wake-up index and arms none (LD-033).
+//!
+//! `LOOM_RECOVER_ENDED= LOOM_RECOVER_PARKED=1000000 cargo bench -p loom-kernel --bench recover`
 
 use std::time::{Duration, Instant};
 
@@ -50,13 +57,43 @@ fn config() -> DiskStoreConfig {
     }
 }
 
-async fn build(path: &std::path::Path, ended: usize) -> Duration {
+/// What the store holds besides the running executions.
+#[derive(Debug, Clone, Copy)]
+enum Filler {
+    Ended(usize),
+    Parked(usize),
+}
+
+/// A parked execution's log: asleep on a timer due at `deadline_ms`.
+fn asleep(deadline_ms: u64) -> Vec<Event> {
+    vec![
+        started("nap"),
+        Event::DecisionRecorded(DecisionRecorded {
+            step_id: "timer#1".into(),
+            kind: DEADLINE_KIND.into(),
+            value: json!({ "deadlineMs": deadline_ms }).into(),
+        }),
+        Event::ExecutionSuspended(ExecutionSuspended {
+            gate_id: "timer#1".into(),
+            event_type: TIMER_EVENT_TYPE.into(),
+            correlation_key: "timer#1".into(),
+        }),
+    ]
+}
+
+async fn build(path: &std::path::Path, filler: Filler) -> Duration {
     let began = Instant::now();
     let store = DiskStore::open_with(path, config()).expect("the store opens");
-    let ids: Vec<ExecutionId> = (0..ended)
-        .map(|n| ExecutionId::new(format!("ended-{n:08}")).expect("a valid id"))
+    let (count, prefix, events) = match filler {
+        Filler::Ended(n) => (n, "ended", vec![started("done"), completed()]),
+        Filler::Parked(n) => {
+            let a_day_away = SystemClock.now_ms() + 86_400_000;
+            (n, "parked", asleep(a_day_away))
+        }
+    };
+    let ids: Vec<ExecutionId> = (0..count)
+        .map(|n| ExecutionId::new(format!("{prefix}-{n:08}")).expect("a valid id"))
         .collect();
-    let events = [started("done"), completed()];
     for chunk in ids.chunks(BUILD_CHUNK) {
         let appends = chunk.iter().map(|id| store.append(id, 0, &events));
         for appended in futures::future::join_all(appends).await {
@@ -78,11 +115,23 @@ async fn build(path: &std::path::Path, ended: usize) -> Duration {
     began.elapsed()
 }
 
-fn main() {
-    let counts: Vec<usize> = std::env::var("LOOM_RECOVER_ENDED")
-        .unwrap_or_else(|_| "0,100000".into())
+fn counts(variable: &str, default: &str) -> Vec<usize> {
+    std::env::var(variable)
+        .unwrap_or_else(|_| default.into())
         .split(',')
         .filter_map(|count| count.trim().parse().ok())
+        .collect()
+}
+
+fn main() {
+    let fillers: Vec<Filler> = counts("LOOM_RECOVER_ENDED", "0,100000")
+        .into_iter()
+        .map(Filler::Ended)
+        .chain(
+            counts("LOOM_RECOVER_PARKED", "")
+                .into_iter()
+                .map(Filler::Parked),
+        )
         .collect();
     let tokio = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
@@ -90,10 +139,14 @@ fn main() {
         .build()
         .expect("a tokio runtime");
     tokio.block_on(async {
-        for ended in counts {
+        for filler in fillers {
             let dir = tempfile::tempdir().expect("a temporary directory");
             let path = dir.path().join("recover.redb");
-            let built = build(&path, ended).await;
+            let built = build(&path, filler).await;
+            let label = match filler {
+                Filler::Ended(n) => format!("{n}_ended"),
+                Filler::Parked(n) => format!("{n}_parked"),
+            };
             let size_mb = std::fs::metadata(&path).map_or(0, |m| m.len()) / 1_000_000;
             // The open without redb's check of every page, then with it (the default).
             let fast = DiskStoreConfig {
@@ -123,7 +176,7 @@ fn main() {
             }
             times.sort();
             println!(
-                "recover/{ended}_ended_{RUNNING}_running: min {:.2} ms, median {:.2} ms, max {:.2} ms over {RUNS} runs (store built in {:.1} s, {size_mb} MB, reopened in {:.1} ms; without verify_on_open: opened in {:.1} ms, open + recover {:.1} ms)",
+                "recover/{label}_{RUNNING}_running: min {:.2} ms, median {:.2} ms, max {:.2} ms over {RUNS} runs (store built in {:.1} s, {size_mb} MB, reopened in {:.1} ms; without verify_on_open: opened in {:.1} ms, open + recover {:.1} ms)",
                 times[0].as_secs_f64() * 1e3,
                 times[RUNS / 2].as_secs_f64() * 1e3,
                 times[RUNS - 1].as_secs_f64() * 1e3,

@@ -125,6 +125,6 @@ pub use store::{
     ExecutionCursor, ExecutionPage, ExecutionQuery, ExecutionQueryPage, ExecutionSummary,
     ExecutionTail, FeedEvent, FoldStoredError, LeaseHold, LeaseInfo, ListedExecution,
     MAX_QUERY_LIMIT, MemoryStore, NewClaim, OpenError, ReadError, RetentionError, STREAM_PAGE,
-    StatusCounts, StatusFilter, StorageError, StoredLog, check_batch, decode_stored,
-    every_listed_execution, prefix_upper_bound, wall_clock_ms,
+    StatusCounts, StatusFilter, StorageError, StoredLog, WakeReason, Wakeup, check_batch,
+    decode_stored, every_listed_execution, prefix_upper_bound, wake, wall_clock_ms,
 };

@@ -43,7 +43,8 @@ pub(crate) struct Cached {
 }
 
 /// The one statement. Arrays: `$1..$9` and `$11` one element per execution, `$12..$14` one
-/// per event. The owner is compared per row (`$11`, this worker's id in each element) and
+/// per event, `$17..$22` the rows of the wake-up index the batch changes (as in
+/// [`crate::writer::WAKE_STATEMENT`]), written only for the executions updated. The owner is compared per row (`$11`, this worker's id in each element) and
 /// with `IS NOT DISTINCT FROM`, which no index serves, so that
 /// the plan reaches each row by its primary key, never through the index of leases by owner.
 pub(crate) const STATEMENT: &str = "\
@@ -81,6 +82,17 @@ WITH req AS (
                  (row_number() OVER () - 1) / 25 AS chunk
           FROM upd AS u) AS c
     GROUP BY c.chunk
+), wake_cleared AS (
+    DELETE FROM loom_wakeups WHERE execution_id = ANY($17::text[])
+      AND execution_id IN (SELECT execution_id FROM upd)
+), wake_deleted AS (
+    DELETE FROM loom_wakeups AS w USING unnest($18::text[], $19::text[]) AS d(id, tag)
+    WHERE w.execution_id = d.id AND w.tag = d.tag AND d.id IN (SELECT execution_id FROM upd)
+), wake_upserted AS (
+    INSERT INTO loom_wakeups (execution_id, tag, at_ms)
+    SELECT a.id, a.tag, a.at FROM unnest($20::text[], $21::text[], $22::int8[]) AS a(id, tag, at)
+    WHERE a.id IN (SELECT execution_id FROM upd)
+    ON CONFLICT (execution_id, tag) DO UPDATE SET at_ms = excluded.at_ms
 )
 SELECT execution_id FROM upd WHERE (SELECT count(*) FROM notified) >= 0";
 
@@ -98,6 +110,8 @@ pub(crate) struct Row {
     pub(crate) token: i64,
     pub(crate) head: u64,
     pub(crate) tail: ExecutionTail,
+    /// What the batch does to its rows of the wake-up index.
+    pub(crate) wake: loom_kernel::wake::WakeOps,
 }
 
 impl Row {
@@ -149,6 +163,7 @@ pub(crate) fn plan<'a>(
                     token: cached.token,
                     head: cached.head,
                     tail: cached.tail.clone(),
+                    wake: loom_kernel::wake::WakeOps::default(),
                 });
                 plan.rows.len() - 1
             }
@@ -160,6 +175,9 @@ pub(crate) fn plan<'a>(
         row.tail
             .apply_changes(&request.changes, request.recorded_at_ms)
             .ok()?;
+        if loom_kernel::wake::touches_wakeups(&request.changes) {
+            row.wake.extend(&request.execution, &request.changes);
+        }
         for (seq, record) in (request.expected_seq..).zip(&request.records) {
             plan.event_ids.push(id);
             plan.event_seqs.push(i64::try_from(seq).ok()?);

@@ -62,7 +62,21 @@ const MIGRATIONS: &[&str] = &[
     CREATE INDEX loom_executions_by_status_start
         ON loom_executions (status, started_at_ms, execution_id) WHERE head > 0;
     "#,
+    WAKEUPS_MIGRATION,
 ];
+
+/// The wake-up index (LD-033): each parked execution's deadlines and child links, read by time
+/// window by `recover`. Filled from the logs of the executions that have not ended as it is
+/// applied ([`backfill_wakeups`]).
+const WAKEUPS_MIGRATION: &str = r#"
+    CREATE TABLE loom_wakeups (
+        execution_id text COLLATE "C" NOT NULL,
+        tag text COLLATE "C" NOT NULL,
+        at_ms bigint NOT NULL,
+        PRIMARY KEY (execution_id, tag)
+    );
+    CREATE INDEX loom_wakeups_by_time ON loom_wakeups (at_ms, execution_id, tag);
+    "#;
 
 /// The schema version this build writes.
 pub const SCHEMA_VERSION: i32 = MIGRATIONS.len() as i32;
@@ -104,6 +118,9 @@ pub(crate) async fn migrate(client: &mut Client, schema: &str) -> Result<(), Con
     }
     for (version, sql) in (1..).zip(MIGRATIONS).skip(applied as usize) {
         txn.batch_execute(sql).await.map_err(migration(version))?;
+        if *sql == WAKEUPS_MIGRATION {
+            backfill_wakeups(&txn).await.map_err(migration(version))?;
+        }
         txn.execute(
             "INSERT INTO loom_migrations (version) VALUES ($1)",
             &[&version],
@@ -121,6 +138,76 @@ pub(crate) async fn migrate(client: &mut Client, schema: &str) -> Result<(), Con
         }
     }
     txn.commit().await.map_err(migration(SCHEMA_VERSION))?;
+    Ok(())
+}
+
+/// Fills `loom_wakeups` from the logs of the executions that have not ended (ended ones have
+/// no rows), in the migration's transaction. A log that does not decode gets no rows:
+/// recovery reports it when it folds it.
+async fn backfill_wakeups(
+    txn: &tokio_postgres::Transaction<'_>,
+) -> Result<(), tokio_postgres::Error> {
+    use loom_kernel::{ExecutionId, ExecutionStatus, status_code};
+    let open: Vec<i16> = [
+        ExecutionStatus::Running,
+        ExecutionStatus::Suspended,
+        ExecutionStatus::InDoubt,
+    ]
+    .into_iter()
+    .map(|status| i16::from(status_code(status)))
+    .collect();
+    let rows = txn
+        .query(
+            "SELECT e.execution_id, e.seq, e.record FROM loom_events AS e \
+             JOIN loom_executions AS x USING (execution_id) \
+             WHERE x.status = ANY($1) ORDER BY e.execution_id, e.seq",
+            &[&open],
+        )
+        .await?;
+    let mut ids: Vec<String> = Vec::new();
+    let mut tags: Vec<String> = Vec::new();
+    let mut ats: Vec<i64> = Vec::new();
+    let mut flush = |execution: &str, log: &mut Vec<loom_kernel::Event>, bad: &mut bool| {
+        if let (false, Ok(id)) = (*bad, ExecutionId::from_stored(execution)) {
+            for (tag, at) in loom_kernel::wake::rows_of_log(&id, log.iter()) {
+                ids.push(execution.to_owned());
+                tags.push(tag);
+                ats.push(i64::try_from(at).unwrap_or(i64::MAX));
+            }
+        }
+        log.clear();
+        *bad = false;
+    };
+    let mut current: Option<String> = None;
+    let mut log = Vec::new();
+    let mut bad = false;
+    for row in &rows {
+        let execution: &str = row.get(0);
+        if current.as_deref() != Some(execution) {
+            if let Some(done) = current.take() {
+                flush(&done, &mut log, &mut bad);
+            }
+            current = Some(execution.to_owned());
+        }
+        let seq: i64 = row.get(1);
+        let record: &[u8] = row.get(2);
+        match ExecutionId::from_stored(execution)
+            .ok()
+            .and_then(|id| loom_kernel::decode_record(&id, seq as u64, record).ok())
+        {
+            Some(envelope) => log.push(envelope.event),
+            None => bad = true,
+        }
+    }
+    if let Some(done) = current.take() {
+        flush(&done, &mut log, &mut bad);
+    }
+    txn.execute(
+        "INSERT INTO loom_wakeups (execution_id, tag, at_ms) \
+         SELECT * FROM unnest($1::text[], $2::text[], $3::int8[])",
+        &[&ids, &tags, &ats],
+    )
+    .await?;
     Ok(())
 }
 
@@ -163,4 +250,72 @@ pub(crate) async fn check(client: &Client, schema: &str) -> Result<(), ConnectEr
 /// `name` as a quoted SQL identifier.
 pub(crate) fn quote_ident(name: &str) -> String {
     format!("\"{}\"", name.replace('"', "\"\""))
+}
+
+#[cfg(test)]
+mod tests {
+    use loom_kernel::conformance::{completed, deadline, id, started, suspended};
+    use loom_kernel::{EventStore, WakeReason, Wakeup};
+
+    use super::*;
+    use crate::{PostgresStore, PostgresStoreConfig, fresh_schema, server_url};
+
+    /// A schema migrated before the wake-up index gets the rows of its open executions when
+    /// its migration runs: the backfill, run again on emptied rows, finds them from the logs.
+    #[tokio::test]
+    async fn the_wake_up_index_is_filled_from_the_open_logs() {
+        let Some(url) = server_url("the_wake_up_index_is_filled_from_the_open_logs") else {
+            return;
+        };
+        let schema = fresh_schema("wake_backfill");
+        let store = PostgresStore::connect(PostgresStoreConfig::new(&url).schema(&schema))
+            .await
+            .expect("connect");
+        store
+            .append(
+                &id("parked"),
+                0,
+                &[started("f"), deadline("g", 42), suspended("g")],
+            )
+            .await
+            .expect("append");
+        store
+            .append(
+                &id("ended"),
+                0,
+                &[started("f"), deadline("g", 7), suspended("g"), completed()],
+            )
+            .await
+            .expect("append");
+        let (mut client, connection) = tokio_postgres::connect(&url, tokio_postgres::NoTls)
+            .await
+            .expect("a second connection");
+        tokio::spawn(connection);
+        let txn = client.transaction().await.expect("begin");
+        txn.batch_execute(&format!(
+            "SET LOCAL search_path TO {}; DELETE FROM loom_wakeups;",
+            quote_ident(&schema)
+        ))
+        .await
+        .expect("rows emptied");
+        backfill_wakeups(&txn).await.expect("backfill");
+        txn.commit().await.expect("commit");
+        assert_eq!(
+            store
+                .list_wakeups(u64::MAX, None, 10)
+                .await
+                .expect("the index lists"),
+            vec![Wakeup {
+                at_ms: 42,
+                execution: id("parked"),
+                reason: WakeReason::Deadline {
+                    gate_id: "g".into()
+                },
+            }]
+        );
+        assert!(
+            MIGRATIONS.contains(&WAKEUPS_MIGRATION),
+            "the index's migration is applied with the others"
+        );
+    }
 }

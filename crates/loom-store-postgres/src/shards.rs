@@ -301,6 +301,30 @@ impl EventStore for ShardedStore {
         Ok(total)
     }
 
+    /// Each shard's page, merged in key order (a row lives in its execution's shard).
+    async fn list_wakeups(
+        &self,
+        before_ms: u64,
+        after: Option<&loom_kernel::Wakeup>,
+        limit: usize,
+    ) -> Result<Vec<loom_kernel::Wakeup>, ReadError> {
+        let limit = limit.max(1);
+        let pages = futures::future::try_join_all(
+            self.shards
+                .iter()
+                .map(|shard| shard.list_wakeups(before_ms, after, limit)),
+        )
+        .await?;
+        let mut merged: Vec<loom_kernel::Wakeup> = pages.into_iter().flatten().collect();
+        merged.sort();
+        merged.truncate(limit);
+        Ok(merged)
+    }
+
+    fn indexes_wakeups(&self) -> bool {
+        true
+    }
+
     async fn delete_ended(
         &self,
         ended_before_ms: u64,

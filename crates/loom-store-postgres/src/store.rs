@@ -467,6 +467,57 @@ impl EventStore for PostgresStore {
         crate::listing::counts(&client).await
     }
 
+    async fn list_wakeups(
+        &self,
+        before_ms: u64,
+        after: Option<&loom_kernel::Wakeup>,
+        limit: usize,
+    ) -> Result<Vec<loom_kernel::Wakeup>, ReadError> {
+        let clamp = |n: u64| i64::try_from(n).unwrap_or(i64::MAX);
+        let limit = limit.clamp(1, i64::MAX as usize) as i64;
+        let (after_at, after_id, after_tag) = match after {
+            Some(row) => (
+                Some(clamp(row.at_ms)),
+                Some(row.execution.as_str().to_owned()),
+                Some(row.reason.tag()),
+            ),
+            None => (None, None, None),
+        };
+        let client = self.client().await?;
+        let statement = client
+            .prepare_cached(
+                "SELECT at_ms, execution_id, tag FROM loom_wakeups \
+                 WHERE at_ms < $1 \
+                   AND ($2::int8 IS NULL OR (at_ms, execution_id, tag) > ($2, $3, $4)) \
+                 ORDER BY at_ms, execution_id, tag LIMIT $5",
+            )
+            .await
+            .map_err(storage)?;
+        let rows = client
+            .query(
+                &statement,
+                &[&clamp(before_ms), &after_at, &after_id, &after_tag, &limit],
+            )
+            .await
+            .map_err(storage)?;
+        let mut found = Vec::with_capacity(rows.len());
+        for row in &rows {
+            let at: i64 = row.get(0);
+            let id: &str = row.get(1);
+            let tag: &str = row.get(2);
+            let execution = ExecutionId::from_stored(id).map_err(storage)?;
+            if let Some(wakeup) = loom_kernel::Wakeup::from_stored(at.max(0) as u64, execution, tag)
+            {
+                found.push(wakeup);
+            }
+        }
+        Ok(found)
+    }
+
+    fn indexes_wakeups(&self) -> bool {
+        true
+    }
+
     async fn read_feed(&self, from: u64, limit: usize) -> Result<Vec<FeedEvent>, ReadError> {
         let Ok(from) = i64::try_from(from) else {
             return Ok(Vec::new());

@@ -47,6 +47,7 @@ use tracing::Instrument;
 use crate::fast::{self, Cached};
 use crate::lease::{LeaseDecision, Leases, RowLease};
 use crate::notify::{HeadWatch, payloads};
+use loom_kernel::wake::WakeOps;
 
 /// Failures injected by tests to reach paths a healthy server never takes.
 #[derive(Debug, Default)]
@@ -264,7 +265,11 @@ impl Writer {
         let commit_id = crate::config::random_u64() as i64;
         let lease_ms = self.leases.lease_ms();
         let since = std::time::Instant::now();
-        let params: [&(dyn tokio_postgres::types::ToSql + Sync); 16] = [
+        let mut wake = WakeParams::default();
+        for row in &plan.rows {
+            wake.add(row.id.as_str(), &row.wake);
+        }
+        let params: [&(dyn tokio_postgres::types::ToSql + Sync); 22] = [
             &rows.ids,
             &rows.expected,
             &rows.tokens,
@@ -281,6 +286,12 @@ impl Writer {
             &plan.event_records,
             &commit_id,
             &self.channel,
+            &wake.cleared,
+            &wake.deleted_ids,
+            &wake.deleted_tags,
+            &wake.upserted_ids,
+            &wake.upserted_tags,
+            &wake.upserted_at,
         ];
         let outcome = if Faults::take(&self.faults.lose_commit) {
             // Injected: the statement runs, is rolled back, and its reply is "lost".
@@ -514,6 +525,8 @@ impl Writer {
         let mut lease_changes = Vec::new();
         let mut cache_changes = Vec::new();
         let mut held = self.leases.snapshot(batch.iter().map(|r| &r.execution));
+        // Per execution, what the accepted appends do to its rows of the wake-up index.
+        let mut wake: BTreeMap<&str, WakeOps> = BTreeMap::new();
         for request in batch {
             let id = request.execution.as_str();
             let (row, tail) = current.entry(id.to_owned()).or_default();
@@ -558,6 +571,11 @@ impl Writer {
                 event_ids.push(id);
                 event_seqs.push(seq as i64);
                 event_records.push(record);
+            }
+            if loom_kernel::wake::touches_wakeups(&request.changes) {
+                wake.entry(id)
+                    .or_default()
+                    .extend(&request.execution, &request.changes);
             }
             let head = request.expected_seq + request.records.len() as u64;
             let keep_lease = tail.needs_driving();
@@ -690,11 +708,19 @@ impl Writer {
         ];
         let notify_params: [&(dyn tokio_postgres::types::ToSql + Sync); 2] =
             [&self.channel, &messages];
+        let wake = WakeParams::of(&wake);
         let inserted = txn.execute(&insert, &insert_params);
         let updated = txn.execute(&update, &update_params);
         let notified = txn.execute(&notify, &notify_params);
-        let (_, updated, _) =
-            futures::try_join!(inserted, updated, notified).map_err(|e| not_committed(&e))?;
+        let woken = async {
+            if wake.is_empty() {
+                return Ok(0);
+            }
+            let statement = txn.prepare_cached(WAKE_STATEMENT).await?;
+            txn.execute(&statement, &wake.params()).await
+        };
+        let (_, updated, _, _) = futures::try_join!(inserted, updated, notified, woken)
+            .map_err(|e| not_committed(&e))?;
         if updated != update_ids.len() as u64 {
             // A lease ran out between the lock and the write (the worker was paused): the
             // transaction rolls back as it is dropped, and the batch is decided again.
@@ -778,4 +804,71 @@ const LEASE_RAN_OUT: &str = "a lease ran out while its append was being committe
 /// nothing and may simply be decided again (a lease that ran out is then refused).
 fn is_transient(detail: &str) -> bool {
     detail.contains("deadlock") || detail.contains("could not serialize") || detail == LEASE_RAN_OUT
+}
+
+/// What a batch does to the wake-up index (LD-033), as one statement: every row of the
+/// executions that ended deleted, some rows deleted, some inserted or moved. Each
+/// `(execution, tag)` is in at most one of them ([`WakeOps`]), so the parts of the statement
+/// never touch the same row.
+pub(crate) const WAKE_STATEMENT: &str = "\
+WITH cleared AS (
+    DELETE FROM loom_wakeups WHERE execution_id = ANY($1::text[])
+), deleted AS (
+    DELETE FROM loom_wakeups AS w USING unnest($2::text[], $3::text[]) AS d(id, tag)
+    WHERE w.execution_id = d.id AND w.tag = d.tag
+)
+INSERT INTO loom_wakeups (execution_id, tag, at_ms)
+SELECT a.id, a.tag, a.at FROM unnest($4::text[], $5::text[], $6::int8[]) AS a(id, tag, at)
+ON CONFLICT (execution_id, tag) DO UPDATE SET at_ms = excluded.at_ms";
+
+/// The parameters of [`WAKE_STATEMENT`] (and of the same parts of [`fast::STATEMENT`]).
+#[derive(Debug, Default)]
+pub(crate) struct WakeParams {
+    pub(crate) cleared: Vec<String>,
+    pub(crate) deleted_ids: Vec<String>,
+    pub(crate) deleted_tags: Vec<String>,
+    pub(crate) upserted_ids: Vec<String>,
+    pub(crate) upserted_tags: Vec<String>,
+    pub(crate) upserted_at: Vec<i64>,
+}
+
+impl WakeParams {
+    pub(crate) fn of<'a>(ops: impl IntoIterator<Item = (&'a &'a str, &'a WakeOps)>) -> Self {
+        let mut params = Self::default();
+        for (id, ops) in ops {
+            params.add(id, ops);
+        }
+        params
+    }
+
+    pub(crate) fn add(&mut self, id: &str, ops: &WakeOps) {
+        if ops.clear {
+            self.cleared.push(id.to_owned());
+        }
+        for tag in &ops.deletes {
+            self.deleted_ids.push(id.to_owned());
+            self.deleted_tags.push(tag.clone());
+        }
+        for (tag, at) in &ops.upserts {
+            self.upserted_ids.push(id.to_owned());
+            self.upserted_tags.push(tag.clone());
+            self.upserted_at
+                .push(i64::try_from(*at).unwrap_or(i64::MAX));
+        }
+    }
+
+    pub(crate) fn is_empty(&self) -> bool {
+        self.cleared.is_empty() && self.deleted_ids.is_empty() && self.upserted_ids.is_empty()
+    }
+
+    pub(crate) fn params(&self) -> [&(dyn tokio_postgres::types::ToSql + Sync); 6] {
+        [
+            &self.cleared,
+            &self.deleted_ids,
+            &self.deleted_tags,
+            &self.upserted_ids,
+            &self.upserted_tags,
+            &self.upserted_at,
+        ]
+    }
 }

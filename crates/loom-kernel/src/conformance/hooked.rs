@@ -150,6 +150,19 @@ impl<S: EventStore, H: StoreHooks<S>> EventStore for Hooked<S, H> {
         self.inner.wait_for_feed(position)
     }
 
+    fn list_wakeups(
+        &self,
+        before_ms: u64,
+        after: Option<&crate::store::Wakeup>,
+        limit: usize,
+    ) -> impl Future<Output = Result<Vec<crate::store::Wakeup>, ReadError>> + Send {
+        self.inner.list_wakeups(before_ms, after, limit)
+    }
+
+    fn indexes_wakeups(&self) -> bool {
+        self.inner.indexes_wakeups()
+    }
+
     fn delete_ended(
         &self,
         ended_before_ms: u64,

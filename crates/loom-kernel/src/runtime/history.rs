@@ -264,9 +264,17 @@ pub(crate) struct History {
     /// recorded by its outcome alone is done). Values index `commands`.
     started: IdMap<String, usize>,
     pub(crate) resumed: IdMap<String, Payload>,
+    /// The seq of each gate's resume: of gates closed together, the first resumed in the log
+    /// won, whatever their order in the group.
+    resumed_at: IdMap<String, u64>,
 }
 
 impl History {
+    /// The seq of `gate_id`'s recorded resume, if the log holds one.
+    pub(crate) fn resumed_at(&self, gate_id: &str) -> Option<u64> {
+        self.resumed_at.get(gate_id).copied()
+    }
+
     /// Builds the history from a whole log (already validated by the fold), taking the
     /// events: payloads move into the history instead of being copied.
     pub(crate) fn from_events(events: impl IntoIterator<Item = (u64, Event)>) -> Self {
@@ -364,6 +372,7 @@ impl History {
                 },
             )),
             Event::ExecutionResumed(e) => {
+                self.resumed_at.insert(e.gate_id.clone(), seq);
                 self.resumed.insert(e.gate_id, e.payload);
             }
             Event::SurfacePatch(e) => self.commands.push((

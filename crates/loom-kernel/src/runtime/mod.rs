@@ -57,16 +57,18 @@ mod keep;
 mod layering;
 mod machine;
 mod mailbox;
-mod markers;
+pub(crate) mod markers;
 mod options;
 mod parked;
 mod plugin;
+mod recovery;
 mod replay;
 mod requests;
 mod slots;
 mod start;
 mod timers;
 mod wait_ended;
+mod wakeups;
 
 use std::sync::Arc;
 
@@ -97,6 +99,7 @@ pub use history::NonDeterminism;
 pub use keep::DEFAULT_MAX_PARKED_IN_MEMORY;
 pub use options::StartOptions;
 pub use plugin::{AbiRange, Contributions, Inbound, InboundHandler, Plugin, Projection};
+pub use recovery::{RecoveryReport, SkippedExecution};
 pub use replay::{ReplayError, ReplayReport, Replayer};
 pub use requests::{
     PendingRequest, REQUEST_KIND, pending_requests, pending_requests_of, request_step_id,
@@ -107,11 +110,10 @@ pub use timers::{
 
 use crate::event::Verdict;
 
-use crate::event::Event;
-use crate::fold::{ExecutionState, ExecutionStatus};
+use crate::fold::ExecutionState;
 use crate::id::ExecutionId;
 use crate::payload::Payload;
-use crate::store::{EventStore, EventStoreExt, FoldStoredError, ReadError, StatusFilter};
+use crate::store::{EventStore, EventStoreExt, FoldStoredError, StatusFilter};
 use mailbox::DriverMsg;
 use slots::Inner;
 
@@ -433,10 +435,12 @@ impl<S: EventStore> Runtime<S> {
     /// skipped (and logged), never blocking the others; see [`Runtime::recover_report`] for
     /// which.
     ///
-    /// It lists executions through the store's status index
-    /// ([`EventStore::list_by_status`]): those that need driving, the suspended ones and those
-    /// in doubt. Ended executions are never read, so its cost is in proportion to the work
-    /// pending, not to the history stored.
+    /// It lists the executions that need driving through the store's status index
+    /// ([`EventStore::list_by_status`]), and what parked executions need through its wake-up
+    /// index ([`EventStore::list_wakeups`], LD-033): the parent-child links open now, the
+    /// deadlines due within the next minute now and later ones as their time comes. Ended
+    /// executions are never read, and a parked one only when something is due: its cost is in
+    /// proportion to the work pending, not to the executions parked or the history stored.
     pub async fn recover(&self) -> Result<usize, FoldStoredError> {
         Ok(self.recover_report().await?.started)
     }
@@ -452,73 +456,46 @@ impl<S: EventStore> Runtime<S> {
         }
         let store = &self.inner.store;
         // First the executions a worker must drive on (running, or parked with a step in
-        // flight), then the parked ones, whose recorded deadlines are armed again. An
-        // execution listed twice (its status changed between the listings) is handled once.
-        let filters = [
-            StatusFilter::NeedsDriving,
-            StatusFilter::Status(ExecutionStatus::Suspended),
-            StatusFilter::Status(ExecutionStatus::InDoubt),
-        ];
+        // flight); then, from the wake-up index, what the parked ones need (LD-033): their
+        // child links now, their deadlines a window at a time. No other parked log is read.
         let mut seen = std::collections::BTreeSet::new();
-        for filter in filters {
-            let mut listed = std::pin::pin!(store.executions_by_status(filter));
-            while let Some(summary) = listed.try_next().await? {
-                if !seen.insert(summary.id.clone()) {
-                    continue;
-                }
-                // A child whose parent ended while waiting for it is cancelled (LD-015).
-                if child_runs::recover_child(&self.inner, &summary.id).await {
+        let mut listed = std::pin::pin!(store.executions_by_status(StatusFilter::NeedsDriving));
+        while let Some(summary) = listed.try_next().await? {
+            if !seen.insert(summary.id.clone()) {
+                continue;
+            }
+            // A child whose parent ended while waiting for it is cancelled (LD-015).
+            if child_runs::recover_child(&self.inner, &summary.id).await {
+                report.started += 1;
+                continue;
+            }
+            match store.fold(&summary.id).await {
+                Ok(state) if state.needs_driving() => {
+                    // On a store with leases, only the worker that holds the lease (or
+                    // takes it now, from a worker that stopped) replays and runs effects.
+                    if store.has_leases() && !self.claim(&summary.id, state.next_seq()).await {
+                        report.elsewhere += 1;
+                        continue;
+                    }
+                    self.inner.ensure_driver(&summary.id);
                     report.started += 1;
-                    continue;
                 }
-                match store.fold(&summary.id).await {
-                    Ok(state) if state.needs_driving() => {
-                        // On a store with leases, only the worker that holds the lease (or
-                        // takes it now, from a worker that stopped) replays and runs effects.
-                        if store.has_leases() && !self.claim(&summary.id, state.next_seq()).await {
-                            report.elsewhere += 1;
-                            continue;
-                        }
-                        self.inner.ensure_driver(&summary.id);
-                        report.started += 1;
-                    }
-                    Ok(state) if !state.status().is_terminal() => {
-                        // Parked: its pending deadlines are armed from the log, with no driver
-                        // (the one that fires them replays the flow).
-                        // Its awaited children are started if missing, their ends
-                        // delivered if they have ended (LD-015).
-                        let armed = match child_runs::recover_parent(
-                            &self.inner,
-                            &summary.id,
-                            &state,
-                        )
-                        .await
-                        {
-                            Ok(_) => self.arm_recorded_deadlines(&summary.id, &state).await,
-                            Err(error) => Err(error),
-                        };
-                        match armed {
-                            Ok(armed) => report.timers += armed,
-                            Err(error) => {
-                                tracing::error!(execution = %summary.id, %error, "recovery skips an execution whose deadlines it cannot read");
-                                report.skipped.push(SkippedExecution {
-                                    execution: summary.id,
-                                    error: FoldStoredError::Read(error),
-                                });
-                            }
-                        }
-                    }
-                    Ok(_) => {}
-                    Err(error) => {
-                        tracing::error!(execution = %summary.id, %error, "recovery skips an execution it cannot fold");
-                        report.skipped.push(SkippedExecution {
-                            execution: summary.id,
-                            error,
-                        });
-                    }
+                // Parked or ended after all (it changed since the listing): the index has
+                // what a parked one needs.
+                Ok(_) => {
+                    seen.remove(&summary.id);
+                }
+                Err(error) => {
+                    tracing::error!(execution = %summary.id, %error, "recovery skips an execution it cannot fold");
+                    report.skipped.push(SkippedExecution {
+                        execution: summary.id,
+                        error,
+                    });
                 }
             }
         }
+        let links = wakeups::recover_links(&self.inner, &seen, &mut report).await?;
+        report.timers = wakeups::arm_deadlines(&self.inner, links).await?;
         report
             .skipped
             .sort_by(|a, b| a.execution.as_str().cmp(b.execution.as_str()));
@@ -535,39 +512,6 @@ impl<S: EventStore> Runtime<S> {
     /// Whether this worker holds (or now took) `execution`'s lease, its log being at `head`.
     async fn claim(&self, execution: &ExecutionId, head: u64) -> bool {
         deadlines::claim(&*self.inner.store, execution, head).await
-    }
-
-    /// Arms the deadlines of the pending gates of a parked execution, read from their
-    /// `loom.deadline` decisions. Returns how many.
-    async fn arm_recorded_deadlines(
-        &self,
-        execution: &ExecutionId,
-        state: &ExecutionState,
-    ) -> Result<usize, ReadError> {
-        let mut armed = 0;
-        for gate_id in state.pending_gates().keys() {
-            let Some(seq) = state.decision(gate_id) else {
-                continue;
-            };
-            let recorded = self.inner.store.read(execution, seq, 1).await?;
-            if let Some(Event::DecisionRecorded(decision)) = recorded.first().map(|e| &e.event)
-                && decision.kind == DEADLINE_KIND
-            {
-                match timers::parse_deadline(&decision.value) {
-                    Some(deadline_ms) => {
-                        deadlines::arm_deadline(&self.inner, execution, gate_id, deadline_ms);
-                        armed += 1;
-                    }
-                    None => tracing::warn!(
-                        %execution,
-                        gate = %gate_id,
-                        seq,
-                        "a recorded deadline is not {{\"deadlineMs\": <unix ms>}}; it is not armed"
-                    ),
-                }
-            }
-        }
-        Ok(armed)
     }
 
     /// Replays a recorded log against the registered flow, running no effect and writing
@@ -690,29 +634,4 @@ impl<S: EventStore> Runtime<S> {
         }
         Ok(action)
     }
-}
-
-/// What [`Runtime::recover_report`] did.
-#[derive(Debug, Default)]
-#[non_exhaustive]
-pub struct RecoveryReport {
-    /// Executions it started a driver for.
-    pub started: usize,
-    /// Deadlines (timers, gates with a timeout) of parked executions it armed from their logs.
-    pub timers: usize,
-    /// Executions it could not read or fold, in id order: each is left as it is.
-    pub skipped: Vec<SkippedExecution>,
-    /// Executions that need driving but whose lease another worker holds (a store with
-    /// leases, [`EventStore::has_leases`]): left to that worker, nothing replayed or run here.
-    pub elsewhere: usize,
-}
-
-/// An execution recovery skipped.
-#[derive(Debug)]
-#[non_exhaustive]
-pub struct SkippedExecution {
-    /// Its id.
-    pub execution: ExecutionId,
-    /// Why its log could not be read or folded.
-    pub error: FoldStoredError,
 }

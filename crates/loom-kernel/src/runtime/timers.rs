@@ -20,8 +20,8 @@ use tokio::sync::{Notify, watch};
 use crate::id::ExecutionId;
 use crate::runtime::mailbox::DriverMsg;
 
+pub(crate) use crate::runtime::markers::is_timed_out_payload;
 pub use crate::runtime::markers::{CLOSED_KEY, DEADLINE_KIND, TIMED_OUT_KEY, TIMER_EVENT_TYPE};
-pub(crate) use crate::runtime::markers::{is_timed_out_payload, parse_deadline};
 
 /// Where the runtime reads the time: when a flow asks for `now` or sets a timer (both recorded,
 /// so replay never asks the clock), and when the timer task waits for the next deadline.
@@ -145,6 +145,9 @@ pub(crate) struct Timers {
     wake: Notify,
     started: AtomicBool,
     closed: AtomicBool,
+    /// Whether a task arms the next windows of the store's deadlines (`wakeups.rs`): one per
+    /// runtime, however many times `recover` is called.
+    pub(crate) loading: AtomicBool,
 }
 
 impl Timers {
@@ -155,6 +158,7 @@ impl Timers {
             wake: Notify::new(),
             started: AtomicBool::new(false),
             closed: AtomicBool::new(false),
+            loading: AtomicBool::new(false),
         }
     }
 

@@ -9,6 +9,8 @@
 //! - `feed`: `position -> (execution id, seq)`, the store-wide commit order.
 //! - `purged`: `execution id -> feed position` when retention last deleted it: the feed rows
 //!   before it belong to the deleted log, not to a later one started under the same id.
+//! - `wakeups` and `wake_rows`: the wake-up index (`disk/wake.rs`, LD-033), built on open for a
+//!   file from before it (meta key `"wake_index"`).
 //! - `meta`: `"format" -> STORE_FORMAT`, so a file from an incompatible build is refused;
 //!   `"feed_next"`, the next feed position; `"journal_generation"` and `"journal_end"`, where
 //!   the tables stand in the journal.
@@ -44,6 +46,7 @@ use tokio::sync::oneshot;
 
 mod listing;
 mod open;
+mod wake;
 use open::{check_not_empty, open_database};
 
 use super::claim::{ClaimTable, FirstAppend, NewClaim};
@@ -654,6 +657,7 @@ struct WriteTables<'txn> {
     feed: redb::Table<'txn, u64, (&'static str, u64)>,
     meta: redb::Table<'txn, &'static str, u64>,
     listing: listing::ListingTables<'txn>,
+    wake: wake::WakeTables<'txn>,
 }
 
 impl<'txn> WriteTables<'txn> {
@@ -667,6 +671,7 @@ impl<'txn> WriteTables<'txn> {
             ended: txn.open_table(ENDED).map_err(StorageError::new)?,
             feed: txn.open_table(FEED).map_err(StorageError::new)?,
             listing: listing::ListingTables::open(txn)?,
+            wake: wake::WakeTables::open(txn)?,
         })
     }
 
@@ -744,6 +749,7 @@ impl<'txn> WriteTables<'txn> {
         self.refile(id, &old_tail, &tail)?;
         self.listing
             .refile(id, &old_tail, &tail, changes, recorded_at_ms)?;
+        self.wake.apply(execution, changes)?;
         Ok(Ok(head))
     }
 
@@ -1267,6 +1273,29 @@ impl EventStore for DiskStore {
                 &super::every_listed_execution(self).await?,
             )),
         }
+    }
+
+    async fn list_wakeups(
+        &self,
+        before_ms: u64,
+        after: Option<&super::Wakeup>,
+        limit: usize,
+    ) -> Result<Vec<super::Wakeup>, ReadError> {
+        let after_row = after.cloned();
+        let indexed = self
+            .blocking_read(move |db| {
+                let txn = db.begin_read().map_err(ReadError::storage)?;
+                wake::list(&txn, before_ms, after_row.as_ref(), limit)
+            })
+            .await?;
+        match indexed {
+            Some(rows) => Ok(rows),
+            None => super::scan_wakeups(self, before_ms, after, limit).await,
+        }
+    }
+
+    fn indexes_wakeups(&self) -> bool {
+        true
     }
 
     async fn read_feed(&self, from: u64, limit: usize) -> Result<Vec<FeedEvent>, ReadError> {

@@ -5,7 +5,8 @@ use std::ops::Bound;
 use std::sync::{Arc, Mutex};
 
 use super::claim::{ClaimTable, FirstAppend, NewClaim};
-use super::tail::{ExecutionTail, filter_code};
+use super::tail::{ExecutionTail, TailChange, filter_code};
+use super::wake::{self, WakeRows, Wakeup};
 use super::watch::{FeedWatch, HeadWatch};
 use super::{
     AppendError, EventStore, ExecutionPage, ExecutionQuery, ExecutionQueryPage, ExecutionSummary,
@@ -48,6 +49,8 @@ struct State {
     /// Feed position -> (execution, seq).
     feed: BTreeMap<u64, (ExecutionId, u64)>,
     next_position: u64,
+    /// The wake-up index (`wake.rs`): every row of every execution, in key order.
+    wakeups: BTreeSet<Wakeup>,
 }
 
 #[derive(Debug, Default)]
@@ -56,6 +59,8 @@ struct Log {
     /// The feed position of each event, by seq.
     positions: Vec<u64>,
     tail: ExecutionTail,
+    /// This execution's rows of the wake-up index.
+    wake: WakeRows,
 }
 
 impl MemoryStore {
@@ -121,6 +126,26 @@ fn listed(id: &ExecutionId, log: &Log) -> Option<ListedExecution> {
     })
 }
 
+impl State {
+    /// Applies an append's changes to `execution`'s rows of the wake-up index.
+    fn rewake(&mut self, execution: &ExecutionId, changes: &[TailChange]) {
+        let log = self.logs.entry(execution.clone()).or_default();
+        let diff = wake::wake_diff(execution, &log.wake, changes);
+        for (tag, at_ms) in diff.removed {
+            log.wake.remove(&tag);
+            if let Some(row) = Wakeup::from_stored(at_ms, execution.clone(), &tag) {
+                self.wakeups.remove(&row);
+            }
+        }
+        for (tag, at_ms) in diff.added {
+            if let Some(row) = Wakeup::from_stored(at_ms, execution.clone(), &tag) {
+                self.wakeups.insert(row);
+            }
+            log.wake.insert(tag, at_ms);
+        }
+    }
+}
+
 impl MemoryStore {
     /// An append, claimed (`claim`: its token) or not. A first append of an id another caller
     /// claimed waits until that claim is given back or its first append is over.
@@ -169,10 +194,14 @@ impl MemoryStore {
                 });
             }
             let old_tail = tail.clone();
-            tail.apply_batch(events, recorded_at_ms)
+            let changes: Vec<TailChange> = events.iter().map(TailChange::of).collect();
+            tail.apply_changes(&changes, recorded_at_ms)
                 .map_err(|refused| refused.into_append_error(execution, expected_seq))?;
             state.unindex(execution, &old_tail);
             state.index(execution, &tail);
+            if wake::touches_wakeups(&changes) {
+                state.rewake(execution, &changes);
+            }
             let first_position = state.next_position;
             state.next_position += events.len() as u64;
             let log = state.logs.entry(execution.clone()).or_default();
@@ -367,6 +396,30 @@ impl EventStore for MemoryStore {
         self.inner.feed_head.wait_past(position).await
     }
 
+    async fn list_wakeups(
+        &self,
+        before_ms: u64,
+        after: Option<&Wakeup>,
+        limit: usize,
+    ) -> Result<Vec<Wakeup>, ReadError> {
+        let state = self.state();
+        let lower = after.map_or(Bound::Unbounded, Bound::Excluded);
+        Ok(wake::page_of(
+            state
+                .wakeups
+                .range::<Wakeup, _>((lower, Bound::Unbounded))
+                .take_while(|row| row.at_ms < before_ms)
+                .cloned(),
+            before_ms,
+            None,
+            limit,
+        ))
+    }
+
+    fn indexes_wakeups(&self) -> bool {
+        true
+    }
+
     async fn delete_ended(
         &self,
         ended_before_ms: u64,
@@ -387,6 +440,11 @@ impl EventStore for MemoryStore {
                 state
                     .by_start
                     .remove(&(started.unwrap_or(0), execution.clone()));
+                for (tag, at_ms) in log.wake {
+                    if let Some(row) = Wakeup::from_stored(at_ms, execution.clone(), &tag) {
+                        state.wakeups.remove(&row);
+                    }
+                }
                 for position in &log.positions {
                     state.feed.remove(position);
                 }

@@ -44,6 +44,7 @@ mod journal;
 mod memory;
 mod query;
 pub(crate) mod tail;
+pub mod wake;
 mod watch;
 
 use std::future::Future;
@@ -60,6 +61,7 @@ pub use query::{
 };
 pub use tail::ExecutionTail;
 use tail::TailChange;
+pub use wake::{WakeReason, Wakeup};
 
 use crate::envelope::{DecodeError, EventEnvelope};
 use crate::event::Event;
@@ -620,6 +622,32 @@ pub trait EventStore: Send + Sync + 'static {
         async { Err(RetentionError::Unsupported) }
     }
 
+    /// Up to `limit` rows of the wake-up index with a time before `before_ms` and a key after
+    /// `after`, in key order ([`Wakeup`]'s order): the deadlines of parked executions, and
+    /// their child links (at time 0). See [`wake`] for what is indexed. A `limit` of 0 is
+    /// read as 1. What `Runtime::recover` reads instead of every parked execution's log.
+    ///
+    /// - **Consistency.** The rows are written in the same atomic commit as the events that
+    ///   add or remove them: the listing reflects every append that returned before the call.
+    /// - **Cost.** A store with the index ([`EventStore::indexes_wakeups`]) answers in
+    ///   proportion to the page. The default body lists the parked executions and reads each
+    ///   log: correct, but in proportion to every parked execution's log.
+    fn list_wakeups(
+        &self,
+        before_ms: u64,
+        after: Option<&Wakeup>,
+        limit: usize,
+    ) -> impl Future<Output = Result<Vec<Wakeup>, ReadError>> + Send {
+        scan_wakeups(self, before_ms, after, limit)
+    }
+
+    /// Whether [`EventStore::list_wakeups`] reads an index (in proportion to the page asked
+    /// for) rather than every parked log. The runtime then reads deadlines a time window at a
+    /// time; otherwise it reads them all once, at recovery. The default is `false`.
+    fn indexes_wakeups(&self) -> bool {
+        false
+    }
+
     /// Whether this worker holds `execution`'s lease, taking it if nobody holds it and the log
     /// is still at `head` (the head the caller last saw). The runtime asks right before it
     /// invokes a non-idempotent effect, after the step's `STEP_STARTED` is durable, and invokes
@@ -824,6 +852,37 @@ pub trait EventStoreExt: EventStore {
             Ok(state)
         }
     }
+}
+
+/// [`EventStore::list_wakeups`] without an index: the parked executions listed, and each log
+/// read. The default body, and the disk store's for a file opened read-only from before its
+/// index.
+pub(crate) async fn scan_wakeups<S: EventStore + ?Sized>(
+    store: &S,
+    before_ms: u64,
+    after: Option<&Wakeup>,
+    limit: usize,
+) -> Result<Vec<Wakeup>, ReadError> {
+    use futures::TryStreamExt;
+    let mut rows = std::collections::BTreeSet::new();
+    let filters = [
+        StatusFilter::NeedsDriving,
+        StatusFilter::Status(ExecutionStatus::Suspended),
+        StatusFilter::Status(ExecutionStatus::InDoubt),
+    ];
+    for filter in filters {
+        let mut listed = std::pin::pin!(store.executions_by_status(filter));
+        while let Some(summary) = listed.try_next().await? {
+            let log = store.read_all(&summary.id).await?;
+            let found = wake::rows_of_log(&summary.id, log.iter().map(|e| &e.event));
+            rows.extend(
+                found.into_iter().filter_map(|(tag, at_ms)| {
+                    Wakeup::from_stored(at_ms, summary.id.clone(), &tag)
+                }),
+            );
+        }
+    }
+    Ok(wake::page_of(rows, before_ms, after, limit))
 }
 
 /// Hands the log to `consume` a page at a time, reading the next page while `consume` works

@@ -44,6 +44,8 @@ impl Default for ExecutionTail {
 pub struct TailChange {
     type_name: &'static str,
     kind: ChangeKind,
+    /// What it changes in the execution's rows of the wake-up index (`wake.rs`).
+    wake: Option<super::wake::WakeChange>,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -86,7 +88,13 @@ impl TailChange {
         Self {
             type_name: event.type_name(),
             kind,
+            wake: super::wake::WakeChange::of(event),
         }
+    }
+
+    /// What it changes in the wake-up index, if anything.
+    pub(crate) fn wake(&self) -> Option<&super::wake::WakeChange> {
+        self.wake.as_ref()
     }
 }
 

@@ -66,10 +66,10 @@ impl CountingReads {
     }
 }
 
-impl StoreHooks<MemoryStore> for CountingReads {
+impl<S: EventStore> StoreHooks<S> for CountingReads {
     async fn read(
         &self,
-        inner: &MemoryStore,
+        inner: &S,
         execution: &ExecutionId,
         from: u64,
         limit: usize,
@@ -122,9 +122,10 @@ async fn recover_reads_no_ended_execution() {
         rt.wait(&running).await.unwrap().status(),
         ExecutionStatus::Completed
     );
-    assert!(
-        store.hooks.reads_of(&parked) > 0,
-        "a parked execution is read for its deadlines"
+    assert_eq!(
+        store.hooks.reads_of(&parked),
+        0,
+        "a parked execution with nothing due is not read (LD-033)"
     );
     for execution in &ended {
         assert_eq!(
@@ -137,4 +138,104 @@ async fn recover_reads_no_ended_execution() {
     let before = store.hooks.reads_of(&running);
     assert_eq!(rt.recover().await.unwrap(), 0);
     assert_eq!(store.hooks.reads_of(&running), before);
+}
+
+/// A parked log holding a deadline decision and its timer gate.
+fn sleeping(deadline_ms: u64) -> Vec<Event> {
+    use loom_kernel::{DecisionRecorded, ExecutionSuspended};
+    vec![
+        loom_kernel::conformance::started("nap"),
+        Event::DecisionRecorded(DecisionRecorded {
+            step_id: "timer#1".into(),
+            kind: DEADLINE_KIND.into(),
+            value: json!({ "deadlineMs": deadline_ms }).into(),
+        }),
+        Event::ExecutionSuspended(ExecutionSuspended {
+            gate_id: "timer#1".into(),
+            event_type: TIMER_EVENT_TYPE.into(),
+            correlation_key: "timer#1".into(),
+        }),
+    ]
+}
+
+/// Hole 6 of issue 24: recovery folded every parked execution. It now reads the log of a
+/// parked execution only once something is due for it: a deadline within its window (read
+/// when it fires), never for a gate without one; a later deadline when its time comes.
+async fn recover_reads_a_parked_log_only_when_its_deadline_comes_on<S>(inner: S)
+where
+    S: EventStore + Clone,
+    CountingReads: StoreHooks<S>,
+{
+    use loom_kernel::conformance::{started, suspended};
+    const T0: u64 = 1_800_000_000_000;
+    let store = Hooked::new(inner, CountingReads::default());
+    let waiting: Vec<ExecutionId> = (0..20).map(|n| id(&format!("waits-{n:02}"))).collect();
+    for execution in &waiting {
+        store
+            .append(execution, 0, &[started("nap"), suspended("g")])
+            .await
+            .unwrap();
+    }
+    let later = id("sleeps-an-hour");
+    store
+        .append(&later, 0, &sleeping(T0 + 3_600_000))
+        .await
+        .unwrap();
+    let due = id("sleeps-a-second");
+    store.append(&due, 0, &sleeping(T0 + 1_000)).await.unwrap();
+    let clock = ManualClock::new(T0);
+    let rt = Runtime::builder(store.clone())
+        .flow(flow_fn("nap", 1, nap))
+        .clock(clock.clone())
+        .build()
+        .unwrap();
+    let report = rt.recover_report().await.unwrap();
+    assert_eq!(report.started, 0);
+    assert_eq!(
+        report.timers, 1,
+        "only the deadline within the window is armed"
+    );
+    for execution in waiting.iter().chain([&later, &due]) {
+        assert_eq!(
+            store.hooks.reads_of(execution),
+            0,
+            "recovery read the parked execution {execution}"
+        );
+    }
+    clock.advance(std::time::Duration::from_secs(1));
+    until_completed(&rt, &due).await;
+    assert_eq!(store.hooks.reads_of(&later), 0);
+    clock.advance(std::time::Duration::from_secs(3_600));
+    until_completed(&rt, &later).await;
+    for execution in &waiting {
+        assert_eq!(store.hooks.reads_of(execution), 0);
+    }
+    rt.shutdown().await;
+}
+
+async fn nap(ctx: FlowCtx, _: Value) -> Result<Value, FlowError> {
+    ctx.sleep(std::time::Duration::from_secs(1)).await?;
+    Ok(Value::Null)
+}
+
+async fn until_completed<S: EventStore>(rt: &Runtime<S>, execution: &ExecutionId) {
+    for _ in 0..500 {
+        if rt.state(execution).await.unwrap().status() == ExecutionStatus::Completed {
+            return;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+    }
+    panic!("{execution} did not complete");
+}
+
+#[tokio::test]
+async fn recover_reads_a_parked_log_only_when_its_deadline_comes_in_memory() {
+    recover_reads_a_parked_log_only_when_its_deadline_comes_on(MemoryStore::new()).await;
+}
+
+#[tokio::test]
+async fn recover_reads_a_parked_log_only_when_its_deadline_comes_on_disk() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = DiskStore::open(dir.path().join("loom.redb")).unwrap();
+    recover_reads_a_parked_log_only_when_its_deadline_comes_on(store).await;
 }

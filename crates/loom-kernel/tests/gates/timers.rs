@@ -495,7 +495,8 @@ async fn a_timer_survives_a_new_runtime_on_the_disk_store() {
     }
     let store = DiskStore::open(&path).unwrap();
     let second = runtime(store.clone(), clock.clone());
-    assert_eq!(second.recover_report().await.unwrap().timers, 1);
+    // An hour away: armed once its window comes (LD-033), not at recovery.
+    assert_eq!(second.recover_report().await.unwrap().timers, 0);
     clock.advance(Duration::from_secs(3600));
     let e = id("disk");
     until(&second, &e, |s| s == ExecutionStatus::Completed).await;
@@ -704,7 +705,8 @@ async fn a_recorded_deadline_outlives_a_code_change_and_dropping_it_is_a_diverge
             .clock(clock.clone())
             .build()
             .unwrap();
-        assert_eq!(second.recover_report().await.unwrap().timers, 1);
+        // An hour away: armed once its window comes (LD-033), not at recovery.
+        assert_eq!(second.recover_report().await.unwrap().timers, 0);
         clock.advance(Duration::from_secs(120));
         tokio::time::sleep(Duration::from_millis(20)).await;
         assert_eq!(
@@ -870,6 +872,48 @@ fn resumes(events: &[Event]) -> Vec<(String, Value)> {
         .collect()
 }
 
+/// Hole 1 of issue 24, replay side: a log written outside the runtime (an offline resume of
+/// each gate of a `first_of`) holds two real resumes; the one first in the log wins on replay,
+/// not the first gate of the group.
+#[tokio::test]
+async fn first_of_replayed_over_two_resumes_picks_the_first_in_the_log() {
+    use loom_kernel::ExecutionResumed;
+    let store = MemoryStore::new();
+    let clock = ManualClock::new(T0);
+    let e = id("both");
+    let head = {
+        let runtime = first_of_runtime(store.clone(), clock.clone());
+        runtime
+            .start("decide", &json!(null), StartOptions::new(e.clone()))
+            .await
+            .unwrap();
+        runtime.wait(&e).await.unwrap().next_seq()
+    };
+    let resume = |gate: &str, event_type: &str, by: &str| {
+        Event::ExecutionResumed(ExecutionResumed {
+            gate_id: gate.into(),
+            event_type: event_type.into(),
+            correlation_key: "order-1".into(),
+            payload: json!(by).into(),
+        })
+    };
+    store
+        .append(
+            &e,
+            head,
+            &[
+                resume("Rejection#1", "Rejection", "bo"),
+                resume("Approval#1", "Approval", "ana"),
+            ],
+        )
+        .await
+        .unwrap();
+    let runtime = first_of_runtime(store.clone(), clock.clone());
+    runtime.recover().await.unwrap();
+    until(&runtime, &e, |s| s == ExecutionStatus::Completed).await;
+    assert_eq!(output(&store, &e).await, json!({"gate": 1, "by": "bo"}));
+}
+
 #[tokio::test]
 async fn first_of_records_the_first_resume_and_closes_the_other_gates_in_the_same_batch() {
     let store = MemoryStore::new();
@@ -927,7 +971,8 @@ async fn first_of_whose_deadline_passes_closes_every_gate_and_survives_a_new_run
         first.wait(&e).await.unwrap();
     }
     let second = first_of_runtime(store.clone(), clock.clone());
-    assert_eq!(second.recover_report().await.unwrap().timers, 1);
+    // An hour away: armed once its window comes (LD-033), not at recovery.
+    assert_eq!(second.recover_report().await.unwrap().timers, 0);
     clock.advance(Duration::from_secs(3600));
     until(&second, &e, |s| s == ExecutionStatus::Completed).await;
     assert_eq!(output(&store, &e).await, json!("escalated"));

@@ -60,6 +60,7 @@ async fn a_sharded_store_passes_the_conformance_suite() {
     conformance::payloads_too_deep_to_read_back_are_refused(harness.fresh()).await;
     conformance::status_index_follows_every_transition(&mut harness).await;
     conformance::queries_agree_with_the_reference(&mut harness).await;
+    conformance::wake_index_follows_deadlines_and_child_links(&mut harness).await;
 }
 
 async fn parent(ctx: FlowCtx, input: Value) -> Result<Value, FlowError> {

@@ -183,18 +183,27 @@ impl FlowState {
             Some(live) => Some(self.deadline(&ids[0], live, classification)?),
             None => None,
         };
+        let resumed_at: Vec<Option<u64>> =
+            ids.iter().map(|id| self.history.resumed_at(id)).collect();
         let mut recorded = Vec::with_capacity(gates.len());
         for ((event_type, correlation_key), gate_id) in gates.iter().zip(&ids) {
             recorded.push(self.open_gate(gate_id, event_type, correlation_key, classification)?);
         }
-        // The gates were closed together: one resume that is not a marker is the winner;
-        // the timeout marker on them says the deadline won.
+        // The gates were closed together: the first resume in the log that is not a marker
+        // is the winner (a log written outside the runtime may hold more than one); the
+        // timeout marker on them says the deadline won.
         if recorded.iter().any(Option::is_some) {
-            let winner = recorded.iter().position(|payload| {
-                payload
-                    .as_ref()
-                    .is_some_and(|p| !is_closed_payload(p) && !is_timed_out_payload(p))
-            });
+            let winner = recorded
+                .iter()
+                .zip(&resumed_at)
+                .enumerate()
+                .filter(|(_, (payload, _))| {
+                    payload
+                        .as_ref()
+                        .is_some_and(|p| !is_closed_payload(p) && !is_timed_out_payload(p))
+                })
+                .min_by_key(|(_, (_, seq))| seq.unwrap_or(u64::MAX))
+                .map(|(index, _)| index);
             return Ok(Some(match winner {
                 Some(index) => {
                     if let Some(slot) = self.slots.get_mut(&slot) {

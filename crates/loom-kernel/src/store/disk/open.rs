@@ -138,7 +138,12 @@ pub(super) fn open_database(
                 }))
                 .map_err(|panic| corrupt(panic_message(&panic)))??;
                 let (journal, feed_next) = recovered;
+                // A file written before the listing tables gets them now (LD-032), once.
                 catch_unwind(AssertUnwindSafe(|| super::listing::ensure_built(database)))
+                    .map_err(|panic| corrupt(panic_message(&panic)))?
+                    .map_err(|error| corrupt(error.to_string()))?;
+                // A file written before the wake-up index gets it now (LD-033), once.
+                catch_unwind(AssertUnwindSafe(|| super::wake::backfill(database)))
                     .map_err(|panic| corrupt(panic_message(&panic)))?
                     .map_err(|error| corrupt(error.to_string()))?;
                 Ok((db, feed_next, Some(journal)))

@@ -1,0 +1,279 @@
+//! The disk store's wake-up index (`store/wake.rs`, LD-033): two tables written in the same
+//! redb transaction as the events that change them, and built from the logs when a file
+//! written before them is opened for writing.
+//!
+//! - `wakeups`: `(at ms, execution id, tag)`, read by time window;
+//! - `wake_rows`: `(execution id, tag) -> at ms`, an execution's rows, read only by an append
+//!   that may change them (a deadline, a gate resumed, a start or an end: never a step's).
+
+use std::ops::Bound;
+
+use redb::{Database, ReadableTable, TableDefinition};
+
+use super::{EVENTS, META, TAILS};
+use crate::envelope::decode_record;
+use crate::id::ExecutionId;
+use crate::store::tail::TailChange;
+use crate::store::wake::{self, WakeRows, Wakeup};
+use crate::store::{ReadError, StorageError};
+
+/// `(at ms, execution id, tag)` for every row of the index.
+pub(super) const WAKEUPS: TableDefinition<(u64, &str, &str), ()> = TableDefinition::new("wakeups");
+/// `(execution id, tag) -> at ms`: each execution's rows.
+pub(super) const WAKE_ROWS: TableDefinition<(&str, &str), u64> = TableDefinition::new("wake_rows");
+
+/// The meta key set once the index holds the rows of every log in the file.
+const BUILT: &str = "wake_index";
+
+/// The two tables, open in a write transaction.
+pub(super) struct WakeTables<'txn> {
+    wakeups: redb::Table<'txn, (u64, &'static str, &'static str), ()>,
+    rows: redb::Table<'txn, (&'static str, &'static str), u64>,
+}
+
+impl<'txn> WakeTables<'txn> {
+    pub(super) fn open(txn: &'txn redb::WriteTransaction) -> Result<Self, StorageError> {
+        Ok(Self {
+            wakeups: txn.open_table(WAKEUPS).map_err(StorageError::new)?,
+            rows: txn.open_table(WAKE_ROWS).map_err(StorageError::new)?,
+        })
+    }
+
+    /// `id`'s rows as they stand.
+    fn rows_of(&self, id: &str) -> Result<WakeRows, StorageError> {
+        let mut rows = WakeRows::new();
+        for entry in self
+            .rows
+            .range::<(&str, &str)>((Bound::Included((id, "")), Bound::Unbounded))
+            .map_err(StorageError::new)?
+        {
+            let (key, at) = entry.map_err(StorageError::new)?;
+            let (owner, tag) = key.value();
+            if owner != id {
+                break;
+            }
+            rows.insert(tag.to_owned(), at.value());
+        }
+        Ok(rows)
+    }
+
+    /// Applies an append's `changes` to `execution`'s rows.
+    pub(super) fn apply(
+        &mut self,
+        execution: &ExecutionId,
+        changes: &[TailChange],
+    ) -> Result<(), StorageError> {
+        if !wake::touches_wakeups(changes) {
+            return Ok(());
+        }
+        let id = execution.as_str();
+        let diff = wake::wake_diff(execution, &self.rows_of(id)?, changes);
+        self.write(id, diff)
+    }
+
+    fn write(&mut self, id: &str, diff: wake::WakeDiff) -> Result<(), StorageError> {
+        for (tag, at) in &diff.removed {
+            self.wakeups
+                .remove((*at, id, tag.as_str()))
+                .map_err(StorageError::new)?;
+            self.rows
+                .remove((id, tag.as_str()))
+                .map_err(StorageError::new)?;
+        }
+        for (tag, at) in &diff.added {
+            self.wakeups
+                .insert((*at, id, tag.as_str()), ())
+                .map_err(StorageError::new)?;
+            self.rows
+                .insert((id, tag.as_str()), *at)
+                .map_err(StorageError::new)?;
+        }
+        Ok(())
+    }
+}
+
+/// Builds the index from the logs of a file written before it (layout 3 without it): the
+/// executions that have not ended are read once, the others not at all. Does nothing once
+/// built.
+pub(super) fn backfill(db: &Database) -> Result<usize, StorageError> {
+    let txn = db.begin_write().map_err(StorageError::new)?;
+    let built = {
+        let meta = txn.open_table(META).map_err(StorageError::new)?;
+        meta.get(BUILT).map_err(StorageError::new)?.is_some()
+    };
+    if built {
+        txn.abort().map_err(StorageError::new)?;
+        return Ok(0);
+    }
+    let mut indexed = 0;
+    {
+        let tails = txn.open_table(TAILS).map_err(StorageError::new)?;
+        let events = txn.open_table(EVENTS).map_err(StorageError::new)?;
+        let mut tables = WakeTables::open(&txn)?;
+        for entry in tails.iter().map_err(StorageError::new)? {
+            let (id, tail) = entry.map_err(StorageError::new)?;
+            let id = id.value();
+            let open = crate::store::ExecutionTail::decode(tail.value())
+                .is_none_or(|tail| !tail.status().is_terminal());
+            if !open {
+                continue;
+            }
+            let execution = ExecutionId::from_stored(id).map_err(StorageError::new)?;
+            let mut log = Vec::new();
+            for record in events
+                .range::<(&str, u64)>((id, 0)..=(id, u64::MAX))
+                .map_err(StorageError::new)?
+            {
+                let (key, record) = record.map_err(StorageError::new)?;
+                let seq = key.value().1;
+                // A log that does not decode gets no rows: recovery reports it when it folds.
+                match decode_record(&execution, seq, record.value()) {
+                    Ok(envelope) => log.push(envelope.event),
+                    Err(_) => {
+                        log.clear();
+                        break;
+                    }
+                }
+            }
+            let fresh = wake::rows_of_log(&execution, &log);
+            let current = tables.rows_of(id)?;
+            let diff = wake::WakeDiff {
+                removed: current.into_iter().collect(),
+                added: fresh.into_iter().collect(),
+            };
+            tables.write(id, diff)?;
+            indexed += 1;
+        }
+    }
+    {
+        let mut meta = txn.open_table(META).map_err(StorageError::new)?;
+        meta.insert(BUILT, 1).map_err(StorageError::new)?;
+    }
+    txn.commit().map_err(StorageError::new)?;
+    if indexed > 0 {
+        tracing::info!(
+            executions = indexed,
+            "wake-up index built from the logs of the executions that have not ended"
+        );
+    }
+    Ok(indexed)
+}
+
+/// Reads a page of the index; `None` when the file has no index (opened read-only from before
+/// it): the caller then reads the logs.
+pub(super) fn list(
+    txn: &redb::ReadTransaction,
+    before_ms: u64,
+    after: Option<&Wakeup>,
+    limit: usize,
+) -> Result<Option<Vec<Wakeup>>, ReadError> {
+    let table = match txn.open_table(WAKEUPS) {
+        Ok(table) => table,
+        Err(redb::TableError::TableDoesNotExist(_)) => return Ok(None),
+        Err(error) => return Err(ReadError::storage(error)),
+    };
+    if after.is_some_and(|row| row.at_ms >= before_ms) {
+        return Ok(Some(Vec::new()));
+    }
+    let after_tag = after.map(|row| row.reason.tag());
+    let lower = match (after, &after_tag) {
+        (Some(row), Some(tag)) => {
+            Bound::Excluded((row.at_ms, row.execution.as_str(), tag.as_str()))
+        }
+        _ => Bound::Unbounded,
+    };
+    let mut found = Vec::new();
+    for entry in table
+        .range::<(u64, &str, &str)>((lower, Bound::Excluded((before_ms, "", ""))))
+        .map_err(ReadError::storage)?
+        .take(limit.max(1))
+    {
+        let (key, _) = entry.map_err(ReadError::storage)?;
+        let (at_ms, id, tag) = key.value();
+        let execution = ExecutionId::from_stored(id).map_err(ReadError::storage)?;
+        if let Some(row) = Wakeup::from_stored(at_ms, execution, tag) {
+            found.push(row);
+        }
+    }
+    Ok(Some(found))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::conformance::{started, suspended};
+    use crate::event::{DecisionRecorded, Event};
+    use crate::store::{DiskStore, EventStore};
+
+    fn deadline(gate: &str, at: u64) -> Event {
+        Event::DecisionRecorded(DecisionRecorded {
+            step_id: gate.into(),
+            kind: crate::runtime::markers::DEADLINE_KIND.into(),
+            value: crate::payload::Payload::from_value(&serde_json::json!({ "deadlineMs": at })),
+        })
+    }
+
+    /// A file of layout 3 written before the index (no tables, no meta key) gets the rows of
+    /// its open executions when opened for writing.
+    #[tokio::test]
+    async fn a_file_written_before_the_index_gets_it_on_open() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("s.redb");
+        let parked = ExecutionId::new("parked").unwrap();
+        let ended = ExecutionId::new("ended").unwrap();
+        {
+            let store = DiskStore::open(&path).unwrap();
+            store
+                .append(
+                    &parked,
+                    0,
+                    &[started("f"), deadline("g", 42), suspended("g")],
+                )
+                .await
+                .unwrap();
+            store
+                .append(
+                    &ended,
+                    0,
+                    &[
+                        started("f"),
+                        deadline("g", 7),
+                        suspended("g"),
+                        crate::conformance::completed(),
+                    ],
+                )
+                .await
+                .unwrap();
+            drop(store);
+        }
+        {
+            let db = Database::create(&path).unwrap();
+            let txn = db.begin_write().unwrap();
+            txn.delete_table(WAKEUPS).unwrap();
+            txn.delete_table(WAKE_ROWS).unwrap();
+            txn.open_table(META).unwrap().remove(BUILT).unwrap();
+            txn.commit().unwrap();
+        }
+        let store = DiskStore::open(&path).unwrap();
+        let rows = store.list_wakeups(u64::MAX, None, 10).await.unwrap();
+        assert_eq!(
+            rows,
+            vec![Wakeup {
+                at_ms: 42,
+                execution: parked.clone(),
+                reason: crate::store::WakeReason::Deadline {
+                    gate_id: "g".into()
+                },
+            }]
+        );
+        // A page after the last row, or before its time, is empty.
+        assert!(
+            store
+                .list_wakeups(u64::MAX, rows.first(), 10)
+                .await
+                .unwrap()
+                .is_empty()
+        );
+        assert!(store.list_wakeups(42, None, 10).await.unwrap().is_empty());
+    }
+}

@@ -1,0 +1,148 @@
+//! What `Runtime::recover` costs on PostgreSQL with many parked executions and a few running
+//! ones (LD-033): it reads the running ones through the status index and the parked ones'
+//! deadlines through the wake-up index, a time window at a time, so the parked ones (asleep
+//! on a timer a day away) should cost nothing.
+//!
+//! For each count (`LOOM_RECOVER_PARKED`, comma-separated; default `100000`) it fills a fresh
+//! schema through the store's API (appends issued 20,000 at a time, which the writer groups
+//! into large commits), starts 100 executions left mid-step, and times `recover()` on a new
+//! runtime over the same store 7 times (each ends with `shutdown`). The schema is dropped after.
+//!
+//! Needs a server: `cargo xtask pg-up`, then
+//! `LOOM_RECOVER_PARKED=1000000 cargo bench -p loom-store-postgres --bench recover_parked`.
+
+use std::time::{Duration, Instant};
+
+use loom_kernel::conformance::started;
+use loom_kernel::*;
+use loom_store_postgres::{PostgresStore, PostgresStoreConfig, fresh_schema, server_url};
+use serde_json::{Value, json};
+
+const RUNNING: usize = 100;
+const RUNS: usize = 7;
+const BUILD_CHUNK: usize = 20_000;
+
+async fn stuck_flow(ctx: FlowCtx, _: Value) -> Result<Value, FlowError> {
+    Ok(ctx.execute("stuck", &1).await?.to_value())
+}
+
+/// An idempotent effect that never answers: its execution stays running.
+fn stuck() -> impl Effect {
+    FnEffect::new(true, |_call: EffectCall| async {
+        std::future::pending::<()>().await;
+        EffectOutcome::ok(json!(null).into())
+    })
+}
+
+fn runtime(store: PostgresStore) -> Runtime<PostgresStore> {
+    Runtime::builder(store)
+        .flow(flow_fn("stuck", 1, stuck_flow))
+        .effect("stuck", stuck())
+        .build()
+        .expect("the runtime composes")
+}
+
+/// A parked execution's log: asleep on a timer due at `deadline_ms`.
+fn asleep(deadline_ms: u64) -> Vec<Event> {
+    vec![
+        started("nap"),
+        Event::DecisionRecorded(DecisionRecorded {
+            step_id: "timer#1".into(),
+            kind: DEADLINE_KIND.into(),
+            value: json!({ "deadlineMs": deadline_ms }).into(),
+        }),
+        Event::ExecutionSuspended(ExecutionSuspended {
+            gate_id: "timer#1".into(),
+            event_type: TIMER_EVENT_TYPE.into(),
+            correlation_key: "timer#1".into(),
+        }),
+    ]
+}
+
+async fn build(store: &PostgresStore, parked: usize) -> Duration {
+    let began = Instant::now();
+    let events = asleep(SystemClock.now_ms() + 86_400_000);
+    let ids: Vec<ExecutionId> = (0..parked)
+        .map(|n| ExecutionId::new(format!("parked-{n:08}")).expect("a valid id"))
+        .collect();
+    for chunk in ids.chunks(BUILD_CHUNK) {
+        let appends = chunk.iter().map(|id| store.append(id, 0, &events));
+        for appended in futures::future::join_all(appends).await {
+            appended.expect("the append is stored");
+        }
+    }
+    let rt = runtime(store.clone());
+    for n in 0..RUNNING {
+        rt.start(
+            "stuck",
+            &json!(n),
+            StartOptions::new(ExecutionId::new(format!("running-{n:03}")).expect("a valid id"))
+                .grant("stuck"),
+        )
+        .await
+        .expect("the execution starts");
+    }
+    rt.shutdown().await;
+    began.elapsed()
+}
+
+fn main() {
+    let Some(url) = server_url("recover_parked") else {
+        eprintln!("recover_parked: no PostgreSQL server (cargo xtask pg-up); nothing measured");
+        return;
+    };
+    let counts: Vec<usize> = std::env::var("LOOM_RECOVER_PARKED")
+        .unwrap_or_else(|_| "100000".into())
+        .split(',')
+        .filter_map(|count| count.trim().parse().ok())
+        .collect();
+    let tokio = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .expect("a tokio runtime");
+    tokio.block_on(async {
+        for parked in counts {
+            let schema = fresh_schema("recover_parked");
+            let store = PostgresStore::connect(PostgresStoreConfig::new(&url).schema(&schema))
+                .await
+                .expect("the store connects");
+            let built = build(&store, parked).await;
+            let mut times = Vec::new();
+            let mut report = None;
+            for _ in 0..RUNS {
+                let rt = runtime(store.clone());
+                let began = Instant::now();
+                let recovered = rt.recover_report().await.expect("recover lists the store");
+                times.push(began.elapsed());
+                assert_eq!(
+                    recovered.started + recovered.elsewhere,
+                    RUNNING,
+                    "{recovered:?}"
+                );
+                report = Some(recovered);
+                rt.shutdown().await;
+            }
+            times.sort();
+            println!(
+                "recover_postgres/{parked}_parked_{RUNNING}_running: min {:.2} ms, median {:.2} ms, max {:.2} ms over {RUNS} runs (store filled in {:.1} s; last report {report:?})",
+                times[0].as_secs_f64() * 1e3,
+                times[RUNS / 2].as_secs_f64() * 1e3,
+                times[RUNS - 1].as_secs_f64() * 1e3,
+                built.as_secs_f64(),
+            );
+            drop(store);
+            drop_schema(&url, &schema).await;
+        }
+    });
+}
+
+async fn drop_schema(url: &str, schema: &str) {
+    let Ok((client, connection)) = tokio_postgres::connect(url, tokio_postgres::NoTls).await else {
+        return;
+    };
+    tokio::spawn(connection);
+    let _ = client
+        .batch_execute(&format!("DROP SCHEMA \"{schema}\" CASCADE"))
+        .await;
+}
