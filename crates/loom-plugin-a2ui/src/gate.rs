@@ -28,6 +28,48 @@ pub const REQUEST_DECISION: &str = "a2ui.functionRequest";
 pub const ARGS_CHECKED: &str = "a2ui.call-args-checked";
 /// The decision kind that deletes a surface (its value is the surface id).
 pub const DELETE_DECISION: &str = "a2ui.deleteSurface";
+/// The decision kind that changes a surface's components (its value is a
+/// [`ComponentsUpdate`]).
+pub const COMPONENTS_DECISION: &str = "a2ui.updateComponents";
+
+/// A change of a surface's component tree, as the log records it: components added, or
+/// replacing the one of the same id.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct ComponentsUpdate {
+    /// The surface, as the flow names it.
+    pub surface_id: String,
+    /// The components, each with an `id`.
+    pub components: Vec<Value>,
+}
+
+/// Changes `surface_id`'s components: each one is added, or replaces the component of the
+/// same id. Checked against `catalogs` first (a refusal records nothing), then recorded as a
+/// `DECISION_RECORDED` of kind [`COMPONENTS_DECISION`]; the [`SurfaceHub`](crate::SurfaceHub)
+/// sends `updateComponents` once it is durable, and later subscribers get the changed tree in
+/// `createSurface`. On replay the recorded components are served, so a build that computes
+/// them differently does not change what the surface showed.
+pub fn update_components(
+    ctx: &FlowCtx,
+    catalogs: &Catalogs,
+    surface_id: &str,
+    components: Vec<Value>,
+) -> Result<(), ComponentsUpdateError> {
+    if components.is_empty() {
+        return Ok(());
+    }
+    catalogs
+        .check_components(&components, false)
+        .map_err(|source| BridgeError::Component {
+            surface_id: surface_id.to_owned(),
+            source,
+        })?;
+    ctx.decide(COMPONENTS_DECISION, || ComponentsUpdate {
+        surface_id: surface_id.to_owned(),
+        components,
+    })?;
+    Ok(())
+}
 
 /// Deletes `surface_id` from the renderers showing it: records a `DECISION_RECORDED` of kind
 /// [`DELETE_DECISION`]; the [`SurfaceHub`](crate::SurfaceHub) sends `deleteSurface` once it is
@@ -36,6 +78,29 @@ pub const DELETE_DECISION: &str = "a2ui.deleteSurface";
 pub fn delete_surface(ctx: &FlowCtx, surface_id: &str) -> Result<(), StepError> {
     ctx.decide(DELETE_DECISION, || surface_id.to_owned())?;
     Ok(())
+}
+
+/// Why a surface's components were not changed; nothing was recorded.
+#[derive(Debug, Clone, PartialEq, Error)]
+#[non_exhaustive]
+pub enum ComponentsUpdateError {
+    /// A component does not fit its catalog.
+    #[error(transparent)]
+    Refused(#[from] BridgeError),
+    /// Recording the change failed.
+    #[error(transparent)]
+    Step(#[from] StepError),
+}
+
+impl From<ComponentsUpdateError> for loom_kernel::FlowError {
+    fn from(error: ComponentsUpdateError) -> Self {
+        match error {
+            ComponentsUpdateError::Step(step) => step.into(),
+            ComponentsUpdateError::Refused(refused) => {
+                Self::new("a2ui.components_refused", refused.to_string())
+            }
+        }
+    }
 }
 
 /// A grain-A request as the log records it.

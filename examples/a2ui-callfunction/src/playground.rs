@@ -175,6 +175,7 @@ async fn session<S: EventStore>(
         surface_id: surface.clone(),
         credentials: BTreeMap::from([(OPERATOR_VERIFIED.to_owned(), "yes".to_owned())]),
         answers: None,
+        ..Connection::default()
     };
     let failure = |error: String| sse("failure", &json!({"message": error}));
     let mut render = match state

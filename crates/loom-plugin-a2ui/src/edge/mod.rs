@@ -87,6 +87,20 @@ pub enum OpenError {
         /// The surface asked for.
         surface_id: String,
     },
+    /// The renderer's capabilities list none of the catalogs the surface needs (A2UI has no
+    /// agent-to-renderer error message outside a function response: this is the close
+    /// reason, and no `createSurface` is sent).
+    #[error(
+        "surface `{surface_id}` needs the catalogs {missing:?}, which the renderer does not support (it supports {supported:?})"
+    )]
+    UnsupportedCatalogs {
+        /// The surface asked for.
+        surface_id: String,
+        /// What the surface needs and the renderer lacks.
+        missing: Vec<String>,
+        /// What the renderer announced.
+        supported: Vec<String>,
+    },
     /// The store holds no such execution.
     #[error("no execution {execution}")]
     UnknownExecution {
@@ -220,10 +234,10 @@ impl RendererEdge {
     ) -> Self {
         Self {
             inner: Arc::new(EdgeInner {
-                hub,
+                hub: hub.clone(),
                 authenticator: Arc::new(authenticator),
                 limits,
-                registry: Arc::new(Registry::new(limits.resend_grace)),
+                registry: Arc::new(Registry::new(limits.resend_grace, hub.clone())),
             }),
         }
     }
@@ -266,6 +280,18 @@ impl RendererEdge {
         runtime: &Runtime<S>,
         connection: &Connection,
     ) -> Result<RendererSession, OpenError> {
+        self.open_for(runtime, connection, crate::ProtocolVersion::V1_0)
+            .await
+    }
+
+    /// [`RendererEdge::open`] for a renderer that draws in `protocol`: the catalogs its
+    /// capabilities list are checked against what the surface needs in that version.
+    pub(crate) async fn open_for<S: EventStore>(
+        &self,
+        runtime: &Runtime<S>,
+        connection: &Connection,
+        protocol: crate::ProtocolVersion,
+    ) -> Result<RendererSession, OpenError> {
         let execution = ExecutionId::new(connection.execution.clone()).map_err(|_| {
             OpenError::BadExecutionId {
                 execution: connection.execution.clone(),
@@ -297,7 +323,30 @@ impl RendererEdge {
                 execution: binding.execution,
             });
         }
-        let subscription = self
+        if let Some(supported) = &connection.supported_catalogs {
+            let needed = match protocol {
+                crate::ProtocolVersion::V1_0 => self
+                    .inner
+                    .hub
+                    .required_catalogs(&binding.execution, &binding.surface_id),
+                // A v0.9 session draws everything with v0.9's basic catalog (LD-028).
+                crate::ProtocolVersion::V0_9 => {
+                    std::collections::BTreeSet::from([crate::BASIC_CATALOG_V0_9_ID.to_owned()])
+                }
+            };
+            let missing: Vec<String> = needed
+                .into_iter()
+                .filter(|id| !supported.contains(id))
+                .collect();
+            if !missing.is_empty() {
+                return Err(OpenError::UnsupportedCatalogs {
+                    surface_id: binding.surface_id,
+                    missing,
+                    supported: supported.clone(),
+                });
+            }
+        }
+        let mut subscription = self
             .inner
             .hub
             .subscribe(runtime.store(), &binding.execution, &binding.surface_id)
@@ -306,6 +355,15 @@ impl RendererEdge {
             .inner
             .hub
             .wire_id(&binding.execution, &binding.surface_id);
+        if connection.reconnect {
+            // A surface id may not be created twice: the renderer drops what it may hold.
+            subscription.initial.insert(
+                0,
+                AgentMessage::DeleteSurface(crate::wire::DeleteSurface {
+                    surface_id: wire_id.clone(),
+                }),
+            );
+        }
         let (id, requests) =
             self.inner
                 .registry
