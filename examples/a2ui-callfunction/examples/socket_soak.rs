@@ -115,7 +115,10 @@ fn report(elapsed: Duration, cycles: u64, failures: u64, pid: u32) {
 }
 
 async fn soak(url: &str, pid: u32, seconds: u64, workers: usize) -> Result<()> {
-    let endpoint = format!("{}/a2ui/{EXECUTION}/{SURFACE}?answers=", url.trim_end_matches('/'));
+    let endpoint = format!(
+        "{}/a2ui/{EXECUTION}/{SURFACE}?answers=",
+        url.trim_end_matches('/')
+    );
     // The checkout is waiting for its renderer once one session sees the call.
     let cycles = Arc::new(AtomicU64::new(0));
     let failures = Arc::new(AtomicU64::new(0));
@@ -188,7 +191,9 @@ async fn cycle(endpoint: &str) -> Result<()> {
         }
     }
     let forged = json!({"version": "v1.0", "rendererFunctionResponse": {"functionCallId": "nobody:getLocale#1", "value": "xx"}});
-    socket.send(Message::Text(forged.to_string().into())).await?;
+    socket
+        .send(Message::Text(forged.to_string().into()))
+        .await?;
     socket.close(None).await?;
     // Until the server's close: the session is over on both sides.
     while let Some(Ok(_)) = socket.next().await {}
