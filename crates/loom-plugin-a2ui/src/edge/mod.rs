@@ -90,8 +90,9 @@ pub enum OpenError {
     /// The renderer's capabilities list none of the catalogs the surface needs (A2UI has no
     /// agent-to-renderer error message outside a function response: this is the close
     /// reason, and no `createSurface` is sent).
+    // What is missing comes first: a WebSocket close reason holds 123 bytes.
     #[error(
-        "surface `{surface_id}` needs the catalogs {missing:?}, which the renderer does not support (it supports {supported:?})"
+        "the renderer lacks the catalogs {missing:?} that surface `{surface_id}` needs (it supports {supported:?})"
     )]
     UnsupportedCatalogs {
         /// The surface asked for.
