@@ -1,7 +1,9 @@
 //! Grain A: a function call answered through a gate (ADR 0070; durable request, LD-008).
 //!
-//! `call_and_wait` records the request as a `DECISION_RECORDED` of kind
-//! [`REQUEST_DECISION`] and opens the gate (`A2UIFunctionResult`, keyed by the call id) in the
+//! `call_and_wait` records the request as the kernel's durable gate request (LD-018: a
+//! `loom.request` decision under `<gate id>:request`, behind `ctx.patched(`[`KERNEL_REQUEST`]`)`;
+//! executions recorded before keep the plugin's own `DECISION_RECORDED` of kind
+//! [`REQUEST_DECISION`]) and opens the gate (`A2UIFunctionResult`, keyed by the call id) in the
 //! same poll of the flow, so the kernel appends both in one batch. The [`SurfaceHub`]
 //! projection sends the request only once it sees that batch durable; after a crash the
 //! request is read back from the log and sent again with the same call id.
@@ -26,6 +28,11 @@ pub const REQUEST_DECISION: &str = "a2ui.functionRequest";
 /// The change id (`ctx.patched`) under which a grain-A call with args that fail the
 /// function's args schema is refused; it is recorded only when that happens.
 pub const ARGS_CHECKED: &str = "a2ui.call-args-checked";
+/// The change id (`ctx.patched`) under which a grain-A call records its request as the
+/// kernel's durable gate request (a `loom.request` decision under `<gate id>:request`, LD-018)
+/// instead of the plugin's own [`REQUEST_DECISION`]; executions recorded before replay the
+/// plugin's decision, and the hub reads both.
+pub const KERNEL_REQUEST: &str = "a2ui.kernel-gate-request";
 /// The decision kind that deletes a surface (its value is the surface id).
 pub const DELETE_DECISION: &str = "a2ui.deleteSurface";
 /// The decision kind that changes a surface's components (its value is a
@@ -191,11 +198,22 @@ pub fn call_and_wait(
             };
             let expected =
                 function_result_schema(catalogs.function(Some(&request.catalog_id), name));
-            // Recorded and opened in one poll: one append batch, durable together.
-            ctx.decide(REQUEST_DECISION, || request)?;
-            // The gate says what its resume carries (LD-031), for an operator who answers in
-            // the renderer's place; replay neither matches nor serves it.
-            let gate = ctx.suspend_expecting(FUNCTION_RESULT_EVENT, &call_id, &expected);
+            // Recorded and opened in one poll: one append batch, durable together. The gate
+            // says what its resume carries (LD-031), for an operator who answers in the
+            // renderer's place; replay neither matches nor serves it.
+            let gate = if ctx.patched(KERNEL_REQUEST)? {
+                // The kernel's durable gate request: `loom show` and `pending_requests` list
+                // the call beside its gate.
+                ctx.suspend_with_request_expecting(
+                    FUNCTION_RESULT_EVENT,
+                    &call_id,
+                    &request,
+                    &expected,
+                )
+            } else {
+                ctx.decide(REQUEST_DECISION, || request)?;
+                ctx.suspend_expecting(FUNCTION_RESULT_EVENT, &call_id, &expected)
+            };
             Ok((call_id, gate))
         });
     async move {

@@ -785,6 +785,15 @@ fn surface_entry<'e>(
         })
 }
 
+/// Whether a kernel gate request (`<gate id>:request`) is one of an `A2UIFunctionResult` gate:
+/// a grain-A call recorded on the kernel's requests.
+fn is_function_request_step(step_id: &str) -> bool {
+    step_id
+        .strip_suffix(":request")
+        .and_then(|gate| gate.strip_prefix(FUNCTION_RESULT_EVENT))
+        .is_some_and(|n| n.starts_with('#'))
+}
+
 fn request_message(
     surfaces: &BTreeMap<String, SurfaceState>,
     request: &FunctionRequest,
@@ -827,7 +836,11 @@ fn apply_one(shared: &Shared, exec: &mut ExecState, envelope: &EventEnvelope) ->
             }
             Vec::new()
         }
-        Event::DecisionRecorded(decision) if decision.kind == REQUEST_DECISION => {
+        Event::DecisionRecorded(decision)
+            if decision.kind == REQUEST_DECISION
+                || (decision.kind == loom_kernel::REQUEST_KIND
+                    && is_function_request_step(&decision.step_id)) =>
+        {
             let request: FunctionRequest = match decision.value.decode() {
                 Ok(request) => request,
                 Err(error) => {

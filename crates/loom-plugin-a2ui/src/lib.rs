@@ -70,8 +70,8 @@ pub use effect::{
 };
 pub use gate::{
     ARGS_CHECKED, COMPONENTS_DECISION, CallAndWaitError, ComponentsUpdate, ComponentsUpdateError,
-    DELETE_DECISION, FUNCTION_RESULT_EVENT, FunctionRequest, REQUEST_DECISION, call_and_wait,
-    delete_surface, function_result_schema, update_components,
+    DELETE_DECISION, FUNCTION_RESULT_EVENT, FunctionRequest, KERNEL_REQUEST, REQUEST_DECISION,
+    call_and_wait, delete_surface, function_result_schema, update_components,
 };
 pub use hub::{
     HubError, SUBSCRIBER_BUFFER, SurfaceHub, SurfaceSpec, SurfaceSubscription, WireIds,

@@ -14,8 +14,8 @@ use loom_kernel::{FlowCtx, FlowError, StartOptions, flow_fn};
 use loom_plugin_a2ui::{
     AgentMessage, AllowedCallers, BASIC_CATALOG_ID, BASIC_CATALOG_V0_9_ID, CALL_FUNCTION_EFFECT,
     COMPONENTS_DECISION, CallFunctionInput, CallFunctionOptions, Catalogs, Connection,
-    LOOM_CATALOG_ID, MessageSchema, OpenError, ProtocolVersion, REQUEST_DECISION, RendererEdge,
-    SurfaceHub, V0_9Schema, call_and_wait, define_catalog, define_function, project_v0_9,
+    LOOM_CATALOG_ID, MessageSchema, OpenError, ProtocolVersion, RendererEdge, SurfaceHub,
+    V0_9Schema, call_and_wait, define_catalog, define_function, project_v0_9,
     register_a2ui_call_function, update_components,
 };
 use serde_json::{Map, Value, json};
@@ -236,7 +236,7 @@ async fn a_flow_changes_its_components_through_the_log_and_call_args_leave_maske
         schema.errors(&request.message.to_value()),
         Vec::<String>::new()
     );
-    let recorded = w.decisions(&e, REQUEST_DECISION).await;
+    let recorded = w.decisions(&e, loom_kernel::REQUEST_KIND).await;
     assert_eq!(recorded[0]["args"]["card"], json!(CARD));
     let call_id = call.function_call_id.clone();
     session
