@@ -274,7 +274,8 @@ impl RendererEdge {
     }
 
     /// Opens a session for `connection`: the authenticator must grant its binding, the
-    /// execution must exist and the surface be served. The session starts with
+    /// execution must exist, the surface be served, and the renderer support its catalogs
+    /// when it listed them ([`Connection::supported_catalogs`]). The session starts with
     /// `createSurface` and the open grain-A calls ([`RendererSession::take_initial`]).
     pub async fn open<S: EventStore>(
         &self,
@@ -444,7 +445,8 @@ impl RendererSession {
     }
 
     /// `createSurface` with the current masked model, then the open grain-A calls: what to
-    /// send first. Empty the second time.
+    /// send first (after `deleteSurface` when the connection said it reconnects,
+    /// [`Connection::reconnect`]). Empty the second time.
     pub fn take_initial(&mut self) -> Vec<AgentMessage> {
         std::mem::take(&mut self.subscription.initial)
     }
