@@ -28,7 +28,7 @@ use loom_plugin_a2ui::{
     A2UISurfaceBridge, CallFunctionInput, CallFunctionOptions, SurfaceSubscription, Transport,
     TransportError, register_a2ui_call_function,
 };
-use loom_plugin_a2ui::{AgentMessage, project_v0_9};
+use loom_plugin_a2ui::{AgentMessage, LOOM_CATALOG_ID, project_v0_9};
 use proptest::prelude::*;
 use proptest::strategy::ValueTree;
 use proptest::test_runner::{Config, RngAlgorithm, TestRng, TestRunner};
@@ -160,6 +160,16 @@ async fn confirm_flow(ctx: FlowCtx, _input: Value) -> std::result::Result<Value,
         )
         .await?;
     ui.set("answer", &answer)?;
+    // The flow shows the answer: a component added and the root changed, through the log.
+    loom_plugin_a2ui::update_components(
+        &ctx,
+        &catalogs(),
+        "confirm",
+        vec![
+            json!({"id": "done", "component": "Text", "text": "Answered"}),
+            json!({"id": "root", "component": "Column", "children": ["q", "go", "done"]}),
+        ],
+    )?;
     Ok(answer)
 }
 
@@ -373,6 +383,14 @@ fn random_stream(path: &Path, path_v0_9: &Path) -> Result<(usize, usize)> {
         };
         v09.extend(v0_9_lines(message, &expect, "checkout-v09")?);
     }
+    let changed = checkout
+        .update_components(vec![
+            json!({"id": "title", "component": "Text", "text": "Placed"}),
+            json!({"id": "placed_badge", "component": "Badge", "catalogId": LOOM_CATALOG_ID, "text": "placed", "tone": "success"}),
+            json!({"id": "root", "component": "Column", "children": ["title", "status", "badge", "approve", "placed_badge"]}),
+        ])
+        .map_err(|e| e.to_string())?;
+    v09.extend(v0_9_lines(&changed, &Value::Null, "checkout-v09")?);
     let delete = checkout.delete_surface().map_err(|e| e.to_string())?;
     v09.extend(v0_9_lines(&delete, &Value::Null, "checkout-v09")?);
     let classification = DataClassification::mask_paths(["secret", "a.secret", "b.*.secret"])

@@ -342,6 +342,11 @@ impl A2UISurfaceBridge {
         self.classification.mask(&self.model)
     }
 
+    /// The component tree as it stands.
+    pub fn components(&self) -> &[Value] {
+        &self.components
+    }
+
     /// Whether `createSurface` was produced and the surface not deleted since.
     pub fn is_created(&self) -> bool {
         self.created
@@ -410,25 +415,40 @@ impl A2UISurfaceBridge {
         components: Vec<Value>,
     ) -> Result<AgentMessage, BridgeError> {
         self.require_created()?;
+        self.merge_components(&components)?;
+        Ok(AgentMessage::UpdateComponents(UpdateComponents {
+            surface_id: self.wire_id.clone(),
+            components,
+        }))
+    }
+
+    /// Adds `components` to the tree, each replacing the one of the same id, checked against
+    /// the catalogs (all or nothing), without producing a message: before `createSurface`,
+    /// or for a subscriber that gets the tree whole.
+    pub fn merge_components(&mut self, components: &[Value]) -> Result<(), BridgeError> {
         self.catalogs
-            .check_components(&components, false)
+            .check_components(components, false)
             .map_err(|source| BridgeError::Component {
                 surface_id: self.surface_id.clone(),
                 source,
             })?;
         let mut merged = self.components.clone();
-        for component in &components {
+        for component in components {
             let id = component.get("id");
             match merged.iter_mut().find(|c| c.get("id") == id) {
                 Some(slot) => *slot = component.clone(),
                 None => merged.push(component.clone()),
             }
         }
+        // The merged tree must hold together: one `root`, ids unique.
+        self.catalogs
+            .check_components(&merged, true)
+            .map_err(|source| BridgeError::Component {
+                surface_id: self.surface_id.clone(),
+                source,
+            })?;
         self.components = merged;
-        Ok(AgentMessage::UpdateComponents(UpdateComponents {
-            surface_id: self.wire_id.clone(),
-            components,
-        }))
+        Ok(())
     }
 
     /// Folds one durable event. A `SURFACE_PATCH` of this surface applies (all or nothing) and
@@ -570,7 +590,8 @@ impl A2UISurfaceBridge {
     }
 
     /// `callRendererFunction` for `name` in `catalog_id` (the surface default when `None`),
-    /// with the caller's deterministic `call_id`. A `rendererOnly` function is refused before
+    /// with the caller's deterministic `call_id`; the args it carries are masked
+    /// ([`A2UISurfaceBridge::masked_args`]). A `rendererOnly` function is refused before
     /// anything is produced.
     pub fn call_function(
         &mut self,
@@ -600,9 +621,15 @@ impl A2UISurfaceBridge {
             call: FunctionCall {
                 name: name.to_owned(),
                 catalog_id: Some(catalog.to_owned()),
-                args: Some(args),
+                args: Some(self.masked_args(&args)),
             },
         }))
+    }
+
+    /// `args` as the renderer may see them: masked like the data model (K10-R6), see
+    /// `mask_args`. What the log records keeps the true args.
+    pub fn masked_args(&self, args: &Map<String, Value>) -> Map<String, Value> {
+        crate::mask_args::mask_call_args(&self.classification, &self.model, args)
     }
 
     /// Records that `call_id` was issued (or re-issued after a restart, from the log).

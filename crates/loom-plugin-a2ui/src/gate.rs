@@ -1,7 +1,9 @@
 //! Grain A: a function call answered through a gate (ADR 0070; durable request, LD-008).
 //!
-//! `call_and_wait` records the request as a `DECISION_RECORDED` of kind
-//! [`REQUEST_DECISION`] and opens the gate (`A2UIFunctionResult`, keyed by the call id) in the
+//! `call_and_wait` records the request as the kernel's durable gate request (LD-018: a
+//! `loom.request` decision under `<gate id>:request`, behind `ctx.patched(`[`KERNEL_REQUEST`]`)`;
+//! executions recorded before keep the plugin's own `DECISION_RECORDED` of kind
+//! [`REQUEST_DECISION`]) and opens the gate (`A2UIFunctionResult`, keyed by the call id) in the
 //! same poll of the flow, so the kernel appends both in one batch. The [`SurfaceHub`]
 //! projection sends the request only once it sees that batch durable; after a crash the
 //! request is read back from the log and sent again with the same call id.
@@ -26,8 +28,55 @@ pub const REQUEST_DECISION: &str = "a2ui.functionRequest";
 /// The change id (`ctx.patched`) under which a grain-A call with args that fail the
 /// function's args schema is refused; it is recorded only when that happens.
 pub const ARGS_CHECKED: &str = "a2ui.call-args-checked";
+/// The change id (`ctx.patched`) under which a grain-A call records its request as the
+/// kernel's durable gate request (a `loom.request` decision under `<gate id>:request`, LD-018)
+/// instead of the plugin's own [`REQUEST_DECISION`]; executions recorded before replay the
+/// plugin's decision, and the hub reads both.
+pub const KERNEL_REQUEST: &str = "a2ui.kernel-gate-request";
 /// The decision kind that deletes a surface (its value is the surface id).
 pub const DELETE_DECISION: &str = "a2ui.deleteSurface";
+/// The decision kind that changes a surface's components (its value is a
+/// [`ComponentsUpdate`]).
+pub const COMPONENTS_DECISION: &str = "a2ui.updateComponents";
+
+/// A change of a surface's component tree, as the log records it: components added, or
+/// replacing the one of the same id.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct ComponentsUpdate {
+    /// The surface, as the flow names it.
+    pub surface_id: String,
+    /// The components, each with an `id`.
+    pub components: Vec<Value>,
+}
+
+/// Changes `surface_id`'s components: each one is added, or replaces the component of the
+/// same id. Checked against `catalogs` first (a refusal records nothing), then recorded as a
+/// `DECISION_RECORDED` of kind [`COMPONENTS_DECISION`]; the [`SurfaceHub`](crate::SurfaceHub)
+/// sends `updateComponents` once it is durable, and later subscribers get the changed tree in
+/// `createSurface`. On replay the recorded components are served, so a build that computes
+/// them differently does not change what the surface showed.
+pub fn update_components(
+    ctx: &FlowCtx,
+    catalogs: &Catalogs,
+    surface_id: &str,
+    components: Vec<Value>,
+) -> Result<(), ComponentsUpdateError> {
+    if components.is_empty() {
+        return Ok(());
+    }
+    catalogs
+        .check_components(&components, false)
+        .map_err(|source| BridgeError::Component {
+            surface_id: surface_id.to_owned(),
+            source,
+        })?;
+    ctx.decide(COMPONENTS_DECISION, || ComponentsUpdate {
+        surface_id: surface_id.to_owned(),
+        components,
+    })?;
+    Ok(())
+}
 
 /// Deletes `surface_id` from the renderers showing it: records a `DECISION_RECORDED` of kind
 /// [`DELETE_DECISION`]; the [`SurfaceHub`](crate::SurfaceHub) sends `deleteSurface` once it is
@@ -36,6 +85,29 @@ pub const DELETE_DECISION: &str = "a2ui.deleteSurface";
 pub fn delete_surface(ctx: &FlowCtx, surface_id: &str) -> Result<(), StepError> {
     ctx.decide(DELETE_DECISION, || surface_id.to_owned())?;
     Ok(())
+}
+
+/// Why a surface's components were not changed; nothing was recorded.
+#[derive(Debug, Clone, PartialEq, Error)]
+#[non_exhaustive]
+pub enum ComponentsUpdateError {
+    /// A component does not fit its catalog.
+    #[error(transparent)]
+    Refused(#[from] BridgeError),
+    /// Recording the change failed.
+    #[error(transparent)]
+    Step(#[from] StepError),
+}
+
+impl From<ComponentsUpdateError> for loom_kernel::FlowError {
+    fn from(error: ComponentsUpdateError) -> Self {
+        match error {
+            ComponentsUpdateError::Step(step) => step.into(),
+            ComponentsUpdateError::Refused(refused) => {
+                Self::new("a2ui.components_refused", refused.to_string())
+            }
+        }
+    }
 }
 
 /// A grain-A request as the log records it.
@@ -126,11 +198,22 @@ pub fn call_and_wait(
             };
             let expected =
                 function_result_schema(catalogs.function(Some(&request.catalog_id), name));
-            // Recorded and opened in one poll: one append batch, durable together.
-            ctx.decide(REQUEST_DECISION, || request)?;
-            // The gate says what its resume carries (LD-031), for an operator who answers in
-            // the renderer's place; replay neither matches nor serves it.
-            let gate = ctx.suspend_expecting(FUNCTION_RESULT_EVENT, &call_id, &expected);
+            // Recorded and opened in one poll: one append batch, durable together. The gate
+            // says what its resume carries (LD-031), for an operator who answers in the
+            // renderer's place; replay neither matches nor serves it.
+            let gate = if ctx.patched(KERNEL_REQUEST)? {
+                // The kernel's durable gate request: `loom show` and `pending_requests` list
+                // the call beside its gate.
+                ctx.suspend_with_request_expecting(
+                    FUNCTION_RESULT_EVENT,
+                    &call_id,
+                    &request,
+                    &expected,
+                )
+            } else {
+                ctx.decide(REQUEST_DECISION, || request)?;
+                ctx.suspend_expecting(FUNCTION_RESULT_EVENT, &call_id, &expected)
+            };
             Ok((call_id, gate))
         });
     async move {

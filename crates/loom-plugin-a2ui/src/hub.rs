@@ -31,7 +31,10 @@ use tokio::sync::mpsc;
 
 use crate::bridge::{A2UISurfaceBridge, FunctionResult, InboundAction, IngestError, parse_reply};
 use crate::catalog::Catalogs;
-use crate::gate::{DELETE_DECISION, FUNCTION_RESULT_EVENT, FunctionRequest, REQUEST_DECISION};
+use crate::gate::{
+    COMPONENTS_DECISION, ComponentsUpdate, DELETE_DECISION, FUNCTION_RESULT_EVENT, FunctionRequest,
+    REQUEST_DECISION,
+};
 use crate::wire::AgentMessage;
 
 /// What a surface shows besides its data model: its component tree.
@@ -416,6 +419,32 @@ impl SurfaceHub {
         Some(surface.bridge.masked_model())
     }
 
+    /// `args` of a call on `execution`'s surface `surface_id` as a renderer may see them:
+    /// masked like the surface's data model (K10-R6; classified paths in the args, and any
+    /// string or number equal to a classified value of the model). Grain A and the edge's
+    /// grain-B transport send them so; an application's own [`Transport`](crate::Transport)
+    /// masks what it sends with this. The log keeps the true args.
+    pub fn mask_call_args(
+        &self,
+        execution: &ExecutionId,
+        surface_id: &str,
+        args: &serde_json::Map<String, Value>,
+    ) -> serde_json::Map<String, Value> {
+        let state = self.state();
+        match state
+            .executions
+            .get(execution)
+            .and_then(|exec| exec.surfaces.get(surface_id))
+        {
+            Some(surface) => surface.bridge.masked_args(args),
+            None => crate::mask_args::mask_call_args(
+                &self.shared.classification,
+                &Value::Object(serde_json::Map::new()),
+                args,
+            ),
+        }
+    }
+
     /// The grain-A calls of `execution` that are sent and not answered, as requests to send
     /// again (same call ids) after a restart or a reconnect.
     pub fn pending_calls(&self, execution: &ExecutionId) -> Vec<AgentMessage> {
@@ -581,6 +610,39 @@ impl SurfaceHub {
         Ok(action)
     }
 
+    /// The catalogs a renderer needs to draw `execution`'s surface `surface_id` as it stands:
+    /// the surface default and every component's own `catalogId`. Keeps no state for a surface
+    /// the hub has not seen yet (its declared components are read).
+    pub fn required_catalogs(
+        &self,
+        execution: &ExecutionId,
+        surface_id: &str,
+    ) -> std::collections::BTreeSet<String> {
+        let mut catalogs =
+            std::collections::BTreeSet::from([self.shared.catalogs.default_catalog().to_owned()]);
+        let state = self.state();
+        let components = match state
+            .executions
+            .get(execution)
+            .and_then(|exec| exec.surfaces.get(surface_id))
+        {
+            Some(surface) => surface.bridge.components(),
+            None => self
+                .shared
+                .specs
+                .get(surface_id)
+                .map(|spec| spec.components.as_slice())
+                .unwrap_or_default(),
+        };
+        catalogs.extend(
+            components
+                .iter()
+                .filter_map(|c| c.get("catalogId").and_then(Value::as_str))
+                .map(str::to_owned),
+        );
+        catalogs
+    }
+
     /// The catalogs the hub's surfaces use.
     pub fn catalogs(&self) -> &Catalogs {
         &self.shared.catalogs
@@ -723,6 +785,15 @@ fn surface_entry<'e>(
         })
 }
 
+/// Whether a kernel gate request (`<gate id>:request`) is one of an `A2UIFunctionResult` gate:
+/// a grain-A call recorded on the kernel's requests.
+fn is_function_request_step(step_id: &str) -> bool {
+    step_id
+        .strip_suffix(":request")
+        .and_then(|gate| gate.strip_prefix(FUNCTION_RESULT_EVENT))
+        .is_some_and(|n| n.starts_with('#'))
+}
+
 fn request_message(
     surfaces: &BTreeMap<String, SurfaceState>,
     request: &FunctionRequest,
@@ -765,7 +836,11 @@ fn apply_one(shared: &Shared, exec: &mut ExecState, envelope: &EventEnvelope) ->
             }
             Vec::new()
         }
-        Event::DecisionRecorded(decision) if decision.kind == REQUEST_DECISION => {
+        Event::DecisionRecorded(decision)
+            if decision.kind == REQUEST_DECISION
+                || (decision.kind == loom_kernel::REQUEST_KIND
+                    && is_function_request_step(&decision.step_id)) =>
+        {
             let request: FunctionRequest = match decision.value.decode() {
                 Ok(request) => request,
                 Err(error) => {
@@ -802,6 +877,38 @@ fn apply_one(shared: &Shared, exec: &mut ExecState, envelope: &EventEnvelope) ->
             }
             // Ends every subscription: their `next` gives `None`.
             surface.subscribers.clear();
+            Vec::new()
+        }
+        Event::DecisionRecorded(decision) if decision.kind == COMPONENTS_DECISION => {
+            let update: ComponentsUpdate = match decision.value.decode() {
+                Ok(update) => update,
+                Err(error) => {
+                    tracing::error!(%error, seq = envelope.seq, "an A2UI components update in the log does not decode");
+                    return Vec::new();
+                }
+            };
+            let surface = surface_entry(shared, &envelope.execution_id, exec, &update.surface_id);
+            if surface.deleted {
+                return Vec::new();
+            }
+            // A subscriber that comes later gets the merged tree in `createSurface`; those
+            // subscribed now get the change.
+            let outcome = if surface.bridge.is_created() {
+                surface
+                    .bridge
+                    .update_components(update.components)
+                    .map(|message| broadcast(surface, &[message]))
+            } else {
+                surface.bridge.merge_components(&update.components)
+            };
+            if let Err(error) = outcome {
+                tracing::error!(
+                    %error,
+                    execution = %envelope.execution_id,
+                    seq = envelope.seq,
+                    "a durable A2UI components update does not fit the catalogs; the surface keeps its components"
+                );
+            }
             Vec::new()
         }
         Event::ExecutionSuspended(gate) if gate.event_type == FUNCTION_RESULT_EVENT => {

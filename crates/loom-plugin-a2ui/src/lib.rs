@@ -17,6 +17,8 @@
 //! - Function calls answered by the client: grain A ([`call_and_wait`], a gate whose request is
 //!   durable before it is sent, LD-008) and grain B ([`register_a2ui_call_function`], the
 //!   `a2ui.callFunction` effect, not idempotent).
+//! - [`update_components`]: a flow changes its surface's components, recorded; the hub sends
+//!   `updateComponents` once that is durable.
 //! - [`delete_surface`]: a flow deletes its surface; the hub sends `deleteSurface` once that is
 //!   durable and ends the surface's subscriptions.
 //! - [`RendererEdge`]: renderer sessions opened for a caller the application's
@@ -46,6 +48,7 @@ mod edge;
 mod effect;
 mod gate;
 mod hub;
+mod mask_args;
 mod message_schema;
 mod v0_9;
 mod wire;
@@ -66,8 +69,9 @@ pub use effect::{
     TransportError, codes, register_a2ui_call_function,
 };
 pub use gate::{
-    ARGS_CHECKED, CallAndWaitError, DELETE_DECISION, FUNCTION_RESULT_EVENT, FunctionRequest,
-    REQUEST_DECISION, call_and_wait, delete_surface, function_result_schema,
+    ARGS_CHECKED, COMPONENTS_DECISION, CallAndWaitError, ComponentsUpdate, ComponentsUpdateError,
+    DELETE_DECISION, FUNCTION_RESULT_EVENT, FunctionRequest, KERNEL_REQUEST, REQUEST_DECISION,
+    call_and_wait, delete_surface, function_result_schema, update_components,
 };
 pub use hub::{
     HubError, SUBSCRIBER_BUFFER, SurfaceHub, SurfaceSpec, SurfaceSubscription, WireIds,

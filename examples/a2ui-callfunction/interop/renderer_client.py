@@ -3,11 +3,13 @@
 Usage: renderer_client.py WS_URL EXECUTION CATALOG_DIR
 
 Connects to WS_URL/a2ui/EXECUTION/checkout?answers=getLocale (it answers getLocale, a read; the
-headless Rust client answers submitOrder), feeds every A2UI message to a `MessageProcessor`,
-sends back what the processor answers, and reconnects with a fresh processor when the server
-goes away (a renderer that reconnects starts anew and gets `createSurface` again). Before it
-processes `deleteSurface` it prints `RENDERER_MODEL <json>`, the surface's data model, for the
-story to compare with Loom's masked fold. Any message the processor refuses ends the program
+headless Rust client answers submitOrder) with its capabilities (the catalogs it loaded, as
+`supportedCatalogIds`), feeds every A2UI message to a `MessageProcessor`, and sends back what the
+processor answers. When the server goes away it reconnects keeping its processor and the surface
+it holds, and says so (`reconnect=1`): the server then sends `deleteSurface` before
+`createSurface`, as a surface id may not be created twice. Before it processes the story's final
+`deleteSurface` it prints `RENDERER_MODEL <json>`, the surface's data model, for the story to
+compare with Loom's masked fold. Any message the processor refuses ends the program
 with exit code 1. Notes are JSON lines the story prints.
 """
 
@@ -16,6 +18,7 @@ import glob
 import json
 import os
 import sys
+import urllib.parse
 
 import websockets
 from a2ui.core import STRICT_VALIDATION, Catalog, MessageProcessor, MessageProcessorOptions
@@ -36,7 +39,9 @@ def say(text):
 
 
 def load_catalogs(directory):
+    """The catalogs, and their ids as the renderer's capabilities list them."""
     catalogs = [BasicCatalog()]
+    ids = [BASIC_ID]
     for path in sorted(glob.glob(os.path.join(directory, "*.json"))):
         with open(path) as f:
             document = json.load(f)
@@ -59,7 +64,8 @@ def load_catalogs(directory):
         if functions:
             catalog = catalog.copy_with(functions=functions)
         catalogs.append(catalog)
-    return catalogs
+        ids.append(document["catalogId"])
+    return catalogs, ids
 
 
 def new_processor(catalogs):
@@ -70,14 +76,21 @@ def new_processor(catalogs):
     )
 
 
-async def session(url, catalogs):
+async def session(url, processor, reconnecting):
     """One connection. Returns True once the surface is deleted, False if the socket dropped."""
-    processor = new_processor(catalogs)
     async with websockets.connect(url) as socket:
         say(f"connected to {url}")
+        first = True
         try:
             async for text in socket:
                 message = json.loads(text)
+                # A reconnect starts with the server dropping the surface this renderer holds.
+                dropping = reconnecting and first and "deleteSurface" in message
+                first = False
+                if dropping:
+                    say("the server drops the surface held since the last connection")
+                    await processor.process_messages_async([message])
+                    continue
                 if "deleteSurface" in message:
                     surface = processor.model.surfaces.get(message["deleteSurface"]["surfaceId"])
                     model = surface.data_model.get("/") if surface is not None else None
@@ -100,16 +113,20 @@ async def session(url, catalogs):
 
 
 async def main(base, execution, catalog_dir):
-    catalogs = load_catalogs(catalog_dir)
-    url = f"{base.rstrip('/')}/a2ui/{execution}/{SURFACE}?answers=getLocale"
+    catalogs, ids = load_catalogs(catalog_dir)
+    capabilities = urllib.parse.quote(json.dumps({"v1.0": {"supportedCatalogIds": ids}}))
+    url = f"{base.rstrip('/')}/a2ui/{execution}/{SURFACE}?answers=getLocale&capabilities={capabilities}"
+    processor = new_processor(catalogs)
     loop = asyncio.get_running_loop()
     deadline = loop.time() + 120
     quiet = False
     while loop.time() < deadline:
         try:
-            if await session(url, catalogs):
+            # It says it reconnects only when it holds a surface.
+            reconnecting = len(processor.model.surfaces) > 0
+            if await session(url + ("&reconnect=1" if reconnecting else ""), processor, reconnecting):
                 return 0
-            say("connection dropped; reconnecting")
+            say("connection dropped; reconnecting with the surface it holds")
             quiet = False
         except (OSError, websockets.InvalidHandshake, websockets.ConnectionClosed) as error:
             if not quiet:

@@ -37,6 +37,7 @@ use axum::http::{HeaderMap, StatusCode};
 use axum::response::sse::{Event as SseEvent, KeepAlive, Sse};
 use axum::response::{IntoResponse, Redirect, Response};
 use axum::routing::{get, post};
+use futures::FutureExt;
 use loom_console::{bearer_matches, constant_time_eq, static_file};
 use loom_kernel::{Event, EventEnvelope, EventStore, EventStoreExt, ExecutionId};
 use loom_kernel::{ExecutionStatus, StartOptions};
@@ -175,6 +176,7 @@ async fn session<S: EventStore>(
         surface_id: surface.clone(),
         credentials: BTreeMap::from([(OPERATOR_VERIFIED.to_owned(), "yes".to_owned())]),
         answers: None,
+        ..Connection::default()
     };
     let failure = |error: String| sse("failure", &json!({"message": error}));
     let mut render = match state
@@ -334,10 +336,26 @@ async fn session<S: EventStore>(
                     {
                         open = open && tx.send(model).await.is_ok();
                     }
-                    if is_end(&envelope.event)
-                        && let Some(event) = final_of(&state, &execution, &surface, protocol).await
-                    {
-                        open = open && tx.send(event).await.is_ok();
+                    if is_end(&envelope.event) {
+                        // The surface's last messages (its `deleteSurface`) are queued by now;
+                        // they go before the result, after which the page closes the stream.
+                        while !deleted && open {
+                            match render.next().now_or_never() {
+                                Some(Some(mut outbound)) => {
+                                    for frame in std::mem::take(&mut outbound.frames) {
+                                        open = open && tx.send(wire(id, frame)).await.is_ok();
+                                    }
+                                    if open {
+                                        outbound.written();
+                                    }
+                                }
+                                Some(None) => deleted = true,
+                                None => break,
+                            }
+                        }
+                        if let Some(event) = final_of(&state, &execution, &surface, protocol).await {
+                            open = open && tx.send(event).await.is_ok();
+                        }
                     }
                 }
                 Ok(_) => {}

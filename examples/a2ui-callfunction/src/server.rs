@@ -385,13 +385,19 @@ async fn renderer_socket<S: EventStore>(
     if let Some(token) = query.get("token").cloned().or_else(|| bearer(&headers)) {
         credentials.insert(transport::TOKEN.to_owned(), token);
     }
-    let connection = Connection {
+    let mut connection = Connection {
         execution,
         surface_id: surface,
         credentials,
         answers: query
             .get("answers")
             .map(|names| names.split(',').map(str::to_owned).collect()),
+        // A renderer that kept its state across a reconnect says so: it gets `deleteSurface`
+        // before `createSurface`.
+        reconnect: query
+            .get("reconnect")
+            .is_some_and(|v| v == "1" || v == "true"),
+        ..Connection::default()
     };
     let offered: Vec<String> = headers
         .get_all(header::SEC_WEBSOCKET_PROTOCOL)
@@ -401,10 +407,16 @@ async fn renderer_socket<S: EventStore>(
         .map(|name| name.trim().to_owned())
         .filter(|name| !name.is_empty())
         .collect();
-    let protocol = match negotiate(query.get("capabilities").map(String::as_str), &offered) {
+    let capabilities = query.get("capabilities").map(String::as_str);
+    let protocol = match negotiate(capabilities, &offered) {
         Ok(protocol) => protocol,
         Err(reason) => return (StatusCode::BAD_REQUEST, reason).into_response(),
     };
+    // The catalogs the renderer lists (`supportedCatalogIds`): a surface that needs another
+    // is refused with a close reason, before any `createSurface`.
+    connection.supported_catalogs = capabilities
+        .and_then(|text| serde_json::from_str::<Value>(text).ok())
+        .and_then(|value| protocol.supported_catalogs(&value));
     // The socket refuses a larger frame before reading it (1009).
     let limit = state.edge.limits().max_frame_bytes;
     let ws = if offered.is_empty() {

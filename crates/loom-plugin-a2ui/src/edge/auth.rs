@@ -37,6 +37,15 @@ pub struct Connection {
     pub credentials: BTreeMap<String, String>,
     /// The functions this renderer answers for grain B; all when `None`.
     pub answers: Option<Vec<String>>,
+    /// The catalogs the renderer supports, from its capabilities (`supportedCatalogIds`,
+    /// [`ProtocolVersion::supported_catalogs`](crate::ProtocolVersion::supported_catalogs)):
+    /// a surface that needs another one is refused. `None` when it announced none: nothing
+    /// is checked.
+    pub supported_catalogs: Option<Vec<String>>,
+    /// The renderer may still hold the surface from an earlier session (it reconnects with its
+    /// state): the session starts with `deleteSurface`, then `createSurface`, since a surface
+    /// id may not be created twice.
+    pub reconnect: bool,
 }
 
 /// What the authenticator grants a connection: who it is, and the surfaces it may use.

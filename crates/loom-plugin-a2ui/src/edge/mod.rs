@@ -87,6 +87,21 @@ pub enum OpenError {
         /// The surface asked for.
         surface_id: String,
     },
+    /// The renderer's capabilities list none of the catalogs the surface needs (A2UI has no
+    /// agent-to-renderer error message outside a function response: this is the close
+    /// reason, and no `createSurface` is sent).
+    // What is missing comes first: a WebSocket close reason holds 123 bytes.
+    #[error(
+        "the renderer lacks the catalogs {missing:?} that surface `{surface_id}` needs (it supports {supported:?})"
+    )]
+    UnsupportedCatalogs {
+        /// The surface asked for.
+        surface_id: String,
+        /// What the surface needs and the renderer lacks.
+        missing: Vec<String>,
+        /// What the renderer announced.
+        supported: Vec<String>,
+    },
     /// The store holds no such execution.
     #[error("no execution {execution}")]
     UnknownExecution {
@@ -220,10 +235,10 @@ impl RendererEdge {
     ) -> Self {
         Self {
             inner: Arc::new(EdgeInner {
-                hub,
+                hub: hub.clone(),
                 authenticator: Arc::new(authenticator),
                 limits,
-                registry: Arc::new(Registry::new(limits.resend_grace)),
+                registry: Arc::new(Registry::new(limits.resend_grace, hub.clone())),
             }),
         }
     }
@@ -259,12 +274,25 @@ impl RendererEdge {
     }
 
     /// Opens a session for `connection`: the authenticator must grant its binding, the
-    /// execution must exist and the surface be served. The session starts with
+    /// execution must exist, the surface be served, and the renderer support its catalogs
+    /// when it listed them ([`Connection::supported_catalogs`]). The session starts with
     /// `createSurface` and the open grain-A calls ([`RendererSession::take_initial`]).
     pub async fn open<S: EventStore>(
         &self,
         runtime: &Runtime<S>,
         connection: &Connection,
+    ) -> Result<RendererSession, OpenError> {
+        self.open_for(runtime, connection, crate::ProtocolVersion::V1_0)
+            .await
+    }
+
+    /// [`RendererEdge::open`] for a renderer that draws in `protocol`: the catalogs its
+    /// capabilities list are checked against what the surface needs in that version.
+    pub(crate) async fn open_for<S: EventStore>(
+        &self,
+        runtime: &Runtime<S>,
+        connection: &Connection,
+        protocol: crate::ProtocolVersion,
     ) -> Result<RendererSession, OpenError> {
         let execution = ExecutionId::new(connection.execution.clone()).map_err(|_| {
             OpenError::BadExecutionId {
@@ -297,7 +325,30 @@ impl RendererEdge {
                 execution: binding.execution,
             });
         }
-        let subscription = self
+        if let Some(supported) = &connection.supported_catalogs {
+            let needed = match protocol {
+                crate::ProtocolVersion::V1_0 => self
+                    .inner
+                    .hub
+                    .required_catalogs(&binding.execution, &binding.surface_id),
+                // A v0.9 session draws everything with v0.9's basic catalog (LD-028).
+                crate::ProtocolVersion::V0_9 => {
+                    std::collections::BTreeSet::from([crate::BASIC_CATALOG_V0_9_ID.to_owned()])
+                }
+            };
+            let missing: Vec<String> = needed
+                .into_iter()
+                .filter(|id| !supported.contains(id))
+                .collect();
+            if !missing.is_empty() {
+                return Err(OpenError::UnsupportedCatalogs {
+                    surface_id: binding.surface_id,
+                    missing,
+                    supported: supported.clone(),
+                });
+            }
+        }
+        let mut subscription = self
             .inner
             .hub
             .subscribe(runtime.store(), &binding.execution, &binding.surface_id)
@@ -306,6 +357,15 @@ impl RendererEdge {
             .inner
             .hub
             .wire_id(&binding.execution, &binding.surface_id);
+        if connection.reconnect {
+            // A surface id may not be created twice: the renderer drops what it may hold.
+            subscription.initial.insert(
+                0,
+                AgentMessage::DeleteSurface(crate::wire::DeleteSurface {
+                    surface_id: wire_id.clone(),
+                }),
+            );
+        }
         let (id, requests) =
             self.inner
                 .registry
@@ -385,7 +445,8 @@ impl RendererSession {
     }
 
     /// `createSurface` with the current masked model, then the open grain-A calls: what to
-    /// send first. Empty the second time.
+    /// send first (after `deleteSurface` when the connection said it reconnects,
+    /// [`Connection::reconnect`]). Empty the second time.
     pub fn take_initial(&mut self) -> Vec<AgentMessage> {
         std::mem::take(&mut self.subscription.initial)
     }

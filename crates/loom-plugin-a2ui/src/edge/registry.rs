@@ -12,6 +12,7 @@ use tokio_util::sync::CancellationToken;
 
 use crate::edge::auth::Binding;
 use crate::effect::{Transport, TransportError};
+use crate::hub::SurfaceHub;
 use crate::wire::AgentMessage;
 
 /// A message for a session's renderer, with a signal for the transport once it is written.
@@ -77,19 +78,31 @@ pub(crate) enum Handoff {
     NotInFlight,
 }
 
-#[derive(Debug, Default)]
+#[derive(Default)]
 pub(crate) struct Registry {
     state: Mutex<State>,
+    /// Masks a request's args for its binding before it leaves (K10-R6); none in unit tests.
+    hub: Option<SurfaceHub>,
     changed: Notify,
     /// How long a grain-B call whose session closed waits for another session of its binding
     /// to send it to again; zero: it is lost at once.
     resend_grace: Duration,
 }
 
+impl std::fmt::Debug for Registry {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Registry")
+            .field("state", &self.state)
+            .field("resend_grace", &self.resend_grace)
+            .finish()
+    }
+}
+
 impl Registry {
-    pub(crate) fn new(resend_grace: Duration) -> Self {
+    pub(crate) fn new(resend_grace: Duration, hub: SurfaceHub) -> Self {
         Self {
             resend_grace,
+            hub: Some(hub),
             ..Self::default()
         }
     }
@@ -210,6 +223,8 @@ impl Registry {
                 let sender = Sender {
                     requests: s.requests.clone(),
                     wire_id: s.wire_id.clone(),
+                    binding: s.binding.clone(),
+                    hub: self.hub.clone(),
                 };
                 (*id, s.binding.clone(), sender)
             })
@@ -319,18 +334,28 @@ impl Registry {
     }
 }
 
-/// Where a session's requests go, and the surface id its renderer knows.
+/// Where a session's requests go, the surface id its renderer knows, and what masks them.
 struct Sender {
     requests: mpsc::UnboundedSender<Outbound>,
     wire_id: String,
+    binding: Binding,
+    hub: Option<SurfaceHub>,
 }
 
-/// Queues `request` on a session, naming the surface as its renderer knows it, and waits
-/// until it is written; `false` if the session closed first.
+/// Queues `request` on a session, naming the surface as its renderer knows it, with its args
+/// masked like the surface's model, and waits until it is written; `false` if the session
+/// closed first.
 async fn send_request(sender: &Sender, request: &AgentMessage) -> bool {
     let mut message = request.clone();
     if let AgentMessage::CallRendererFunction(call) = &mut message {
         call.surface_id = Some(sender.wire_id.clone());
+        if let (Some(hub), Some(args)) = (&sender.hub, &call.call.args) {
+            call.call.args = Some(hub.mask_call_args(
+                &sender.binding.execution,
+                &sender.binding.surface_id,
+                args,
+            ));
+        }
     }
     let (written_tx, written_rx) = oneshot::channel();
     let queued = sender.requests.send(Outbound {

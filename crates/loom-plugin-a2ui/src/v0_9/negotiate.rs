@@ -68,6 +68,26 @@ impl ProtocolVersion {
         Self::choose(map.keys().map(String::as_str))
     }
 
+    /// The catalogs a renderer's capabilities document lists for this version
+    /// (`{"v1.0": {"supportedCatalogIds": [...]}}`; for v0.9 the first `v0.9*` entry), or
+    /// `None` when it lists none or the list is not an array of strings. The renderer's
+    /// `inlineCatalogs` are not read: this agent accepts none.
+    pub fn supported_catalogs(self, capabilities: &Value) -> Option<Vec<String>> {
+        let Value::Object(map) = capabilities else {
+            return None;
+        };
+        let entry = match self {
+            Self::V1_0 => map.get("v1.0"),
+            Self::V0_9 => ["v0.9", "v0.9.1"].iter().find_map(|key| map.get(*key)),
+        }?;
+        entry
+            .get("supportedCatalogIds")?
+            .as_array()?
+            .iter()
+            .map(|id| id.as_str().map(str::to_owned))
+            .collect()
+    }
+
     /// The version for the names a renderer offers in a handshake, in any order: the
     /// subprotocols `a2ui.v1.0` and `a2ui.v0.9`, or the bare versions `v1.0`, `v0.9`,
     /// `v0.9.1`. v1.0 wins when both are offered.
@@ -149,6 +169,31 @@ mod tests {
             Err(NegotiationError::NotAnObject { found: "an array" })
         );
         assert!(ProtocolVersion::from_capabilities(&json!({})).is_err());
+    }
+
+    #[test]
+    fn supported_catalogs_are_read_for_the_version_and_nothing_for_a_malformed_list() {
+        let caps = json!({
+            "v1.0": {"supportedCatalogIds": ["a", "b"]},
+            "v0.9": {"supportedCatalogIds": ["c"]},
+        });
+        assert_eq!(
+            ProtocolVersion::V1_0.supported_catalogs(&caps),
+            Some(vec!["a".to_owned(), "b".to_owned()])
+        );
+        assert_eq!(
+            ProtocolVersion::V0_9.supported_catalogs(&caps),
+            Some(vec!["c".to_owned()])
+        );
+        for malformed in [
+            json!({"v1.0": {}}),
+            json!({"v1.0": {"supportedCatalogIds": "a"}}),
+            json!({"v1.0": {"supportedCatalogIds": ["a", 1]}}),
+            json!({"v1.0": []}),
+            json!("v1.0"),
+        ] {
+            assert_eq!(ProtocolVersion::V1_0.supported_catalogs(&malformed), None);
+        }
     }
 
     #[test]

@@ -61,9 +61,9 @@ impl RendererEdge {
         let session = if protocol == ProtocolVersion::V0_9 {
             let mut connection = connection.clone();
             connection.answers = Some(Vec::new());
-            self.open(runtime, &connection).await?
+            self.open_for(runtime, &connection, protocol).await?
         } else {
-            self.open(runtime, connection).await?
+            self.open_for(runtime, connection, protocol).await?
         };
         Ok(VersionedSession { session, protocol })
     }

@@ -148,6 +148,7 @@ impl World {
             surface_id: SURFACE.into(),
             credentials: [("user".to_owned(), user.to_owned())].into(),
             answers: None,
+            ..Connection::default()
         };
         self.edge.open(&self.runtime, &connection).await
     }
@@ -337,6 +338,7 @@ async fn a_session_opens_only_for_what_is_granted_and_nothing_is_kept_for_a_refu
                 surface_id: "elsewhere".into(),
                 credentials: [("user".to_owned(), "alice".to_owned())].into(),
                 answers: None,
+                ..Connection::default()
             },
         )
         .await;

@@ -10,7 +10,7 @@ use loom_kernel::WaitError;
 use loom_kernel::conformance::id;
 use loom_kernel::{Event, EventStoreExt, ExecutionId, ExecutionState, MemoryStore, Runtime};
 use loom_plugin_a2ui::{AgentMessage, CallRendererFunction, SurfaceHub};
-use loom_plugin_a2ui::{HubError, IngestError, REQUEST_DECISION};
+use loom_plugin_a2ui::{HubError, IngestError, KERNEL_REQUEST, REQUEST_DECISION};
 use serde_json::{Value, json};
 
 fn reply(call_id: &str, value: Value) -> Vec<u8> {
@@ -56,12 +56,24 @@ fn call_of(messages: &[AgentMessage]) -> Option<CallRendererFunction> {
 async fn request_and_gate_are_durable_in_one_batch_before_the_request_is_sent() {
     let (store, hub, _runtime, e) = checkout_started("gate-batch").await;
     let log = store.read_all(&e).await.unwrap();
+    // The kernel's durable gate request (LD-018), after the change's marker.
     let decision = log
         .iter()
-        .position(
-            |env| matches!(&env.event, Event::DecisionRecorded(d) if d.kind == REQUEST_DECISION),
-        )
+        .position(|env| {
+            matches!(&env.event, Event::DecisionRecorded(d)
+                if d.kind == loom_kernel::REQUEST_KIND && d.step_id == "A2UIFunctionResult#1:request")
+        })
         .expect("the request is recorded");
+    assert!(
+        matches!(&log[decision - 1].event, Event::DecisionRecorded(d)
+        if d.step_id == format!("patch:{KERNEL_REQUEST}"))
+    );
+    assert!(
+        !log.iter().any(
+            |env| matches!(&env.event, Event::DecisionRecorded(d) if d.kind == REQUEST_DECISION)
+        ),
+        "no decision of the plugin's own"
+    );
     let gate = log.iter().position(|env| matches!(&env.event, Event::ExecutionSuspended(s) if s.event_type == "A2UIFunctionResult")).expect("the gate is recorded");
     // The request, then what the gate expects (LD-031), then the gate: one batch.
     assert_eq!(
@@ -82,6 +94,72 @@ async fn request_and_gate_are_durable_in_one_batch_before_the_request_is_sent() 
     let call = call_of(&sub.initial).expect("the pending call is sent to a new subscriber");
     assert_eq!(call.function_call_id, locale_call(&e));
     assert_eq!(call.surface_id.as_deref(), Some(SURFACE));
+    // The kernel lists it beside its gate, for operators and for whoever sends it again.
+    let state = _runtime.state(&e).await.unwrap();
+    let pending = loom_kernel::pending_requests_of(&store, &e, &state)
+        .await
+        .unwrap();
+    assert_eq!(pending.len(), 1);
+    assert_eq!(
+        pending[0].request.to_value()["callId"],
+        json!(locale_call(&e))
+    );
+}
+
+/// The log a build before [`KERNEL_REQUEST`] recorded for `log` (grain A's own decision
+/// `a2ui.functionRequest#1` instead of the change's marker and the kernel's request).
+fn as_recorded_before(log: &[loom_kernel::EventEnvelope]) -> Vec<Event> {
+    log.iter()
+        .filter_map(|env| match &env.event {
+            Event::DecisionRecorded(d) if d.step_id == format!("patch:{KERNEL_REQUEST}") => None,
+            Event::DecisionRecorded(d) if d.kind == loom_kernel::REQUEST_KIND => {
+                let mut old = d.clone();
+                old.kind = REQUEST_DECISION.to_owned();
+                old.step_id = format!("{REQUEST_DECISION}#1");
+                Some(Event::DecisionRecorded(old))
+            }
+            other => Some(other.clone()),
+        })
+        .collect()
+}
+
+#[tokio::test]
+async fn an_execution_recorded_with_the_plugins_own_request_replays_is_sent_its_call_and_completes()
+{
+    let (live_store, _hub, _runtime, e) = checkout_started("gate-before").await;
+    let live = live_store.read_all(&e).await.unwrap();
+    let old = as_recorded_before(&live);
+    assert_eq!(old.len(), live.len() - 1);
+    // A new process on a store that holds the old shape.
+    let store = MemoryStore::new();
+    loom_kernel::EventStore::append(&store, &e, 0, &old)
+        .await
+        .unwrap();
+    let hub = hub();
+    let runtime = runtime(store.clone(), &hub);
+    let sub = hub.subscribe(&store, &e, SURFACE).await.unwrap();
+    let call = call_of(&sub.initial).expect("the old request is sent again");
+    assert_eq!(call.function_call_id, locale_call(&e));
+    hub.deliver_function_response(
+        &runtime,
+        SURFACE,
+        &reply(&call.function_call_id, json!("fr-CH")),
+    )
+    .await
+    .unwrap();
+    let state = click(&hub, &runtime, &e, "approve", json!({"total": 42}))
+        .await
+        .unwrap();
+    assert_eq!(state.status(), loom_kernel::ExecutionStatus::Completed);
+    let log = store.read_all(&e).await.unwrap();
+    assert!(
+        !log.iter()
+            .any(|env| matches!(&env.event, Event::DecisionRecorded(d)
+            if d.kind == loom_kernel::REQUEST_KIND || d.step_id.starts_with("patch:"))),
+        "the replay took the old branch and recorded nothing new of the change"
+    );
+    let report = runtime.replay_log(log).expect("the old shape replays");
+    assert!(report.returned);
 }
 
 #[tokio::test]
@@ -364,9 +442,9 @@ async fn a_grain_a_call_whose_args_fail_the_schema_is_refused_before_anything_is
     assert_eq!(state.status(), loom_kernel::ExecutionStatus::Failed);
     let log = store.read_all(&e).await.unwrap();
     assert!(
-        !log.iter().any(
-            |env| matches!(&env.event, Event::DecisionRecorded(d) if d.kind == REQUEST_DECISION)
-        ),
+        !log.iter()
+            .any(|env| matches!(&env.event, Event::DecisionRecorded(d)
+                if d.kind == REQUEST_DECISION || d.kind == loom_kernel::REQUEST_KIND)),
         "no request recorded: {log:?}"
     );
     assert!(hub.pending_calls(&e).is_empty());

@@ -8,5 +8,6 @@ mod edge;
 mod effect;
 mod feed;
 mod gates;
+mod protocol;
 mod v0_9;
 mod wire;

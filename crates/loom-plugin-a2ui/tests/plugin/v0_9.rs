@@ -72,6 +72,7 @@ fn connection(user: &str, execution: &str) -> Connection {
         surface_id: SURFACE.into(),
         credentials: [("user".to_owned(), user.to_owned())].into(),
         answers: None,
+        ..Connection::default()
     }
 }
 

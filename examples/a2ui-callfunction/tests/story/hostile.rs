@@ -326,3 +326,103 @@ async fn the_operator_socket_needs_the_admin_token() {
     assert_eq!(answer["ok"], json!(true), "{answer}");
     server.story_completes().await;
 }
+
+/// The close frame's code and reason, and whether anything came before it.
+async fn close_frame(socket: &mut Socket) -> (Option<u16>, String, usize) {
+    let mut before = 0;
+    loop {
+        let frame = tokio::time::timeout(Duration::from_secs(20), socket.next())
+            .await
+            .expect("the socket ends in time");
+        match frame {
+            Some(Ok(Message::Close(frame))) => {
+                return (
+                    frame.as_ref().map(|f| u16::from(f.code)),
+                    frame.map(|f| f.reason.to_string()).unwrap_or_default(),
+                    before,
+                );
+            }
+            Some(Ok(Message::Text(_))) => before += 1,
+            Some(Ok(_)) => {}
+            Some(Err(_)) | None => return (None, String::new(), before),
+        }
+    }
+}
+
+fn capabilities(ids: &Value) -> String {
+    let text = json!({"v1.0": {"supportedCatalogIds": ids}}).to_string();
+    text.bytes()
+        .map(|b| match b {
+            b'A'..=b'Z' | b'a'..=b'z' | b'0'..=b'9' | b'-' | b'.' | b'_' | b'~' => {
+                (b as char).to_string()
+            }
+            _ => format!("%{b:02X}"),
+        })
+        .collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_renderer_lacking_a_catalog_is_refused_before_create_surface_and_one_that_reconnects_gets_delete_first()
+ {
+    let server = start().await;
+    let before = server.log_len().await;
+    let basic = loom_plugin_a2ui::BASIC_CATALOG_ID;
+    // The checkout shows Loom's Badge and the shop's components: the basic catalog alone, or
+    // a list that is no list of ids, cannot draw it.
+    for ids in [json!([basic]), json!([])] {
+        let mut socket = server
+            .connect_to(&format!(
+                "/a2ui/{EXECUTION}/checkout?capabilities={}",
+                capabilities(&ids)
+            ))
+            .await;
+        let (code, reason, sent) = close_frame(&mut socket).await;
+        assert_eq!(code, Some(1008), "{ids}");
+        assert_eq!(
+            sent, 0,
+            "no createSurface for a renderer that cannot draw it"
+        );
+        assert!(
+            reason.starts_with("the renderer lacks the catalogs [")
+                && (ids != json!([basic]) || reason.contains(loom_plugin_a2ui::LOOM_CATALOG_ID)),
+            "the reason names what is missing: {reason}"
+        );
+    }
+    assert_eq!(server.log_len().await, before);
+
+    // The renderer that lists every catalog the surface needs is served.
+    let all = json!([
+        basic,
+        loom_plugin_a2ui::LOOM_CATALOG_ID,
+        "urn:loom:example:shop:v1"
+    ]);
+    let mut listed = server
+        .connect_to(&format!(
+            "/a2ui/{EXECUTION}/checkout?capabilities={}",
+            capabilities(&all)
+        ))
+        .await;
+    assert!(matches!(
+        next(&mut listed).await,
+        AgentMessage::CreateSurface(_)
+    ));
+    drop(listed);
+
+    // One that says it reconnects with its state gets the surface deleted, then created.
+    let mut again = server
+        .connect_to(&format!("/a2ui/{EXECUTION}/checkout?reconnect=1"))
+        .await;
+    assert_eq!(
+        next(&mut again).await,
+        AgentMessage::DeleteSurface(loom_plugin_a2ui::DeleteSurface {
+            surface_id: WIRE_SURFACE.into()
+        })
+    );
+    assert!(matches!(
+        next(&mut again).await,
+        AgentMessage::CreateSurface(_)
+    ));
+    drop(again);
+    assert_eq!(server.log_len().await, before);
+    server.story_completes().await;
+}

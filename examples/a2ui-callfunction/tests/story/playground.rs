@@ -476,6 +476,12 @@ async fn the_official_lit_renderer_draws_the_surface_and_a_mouse_click_on_approv
     // page answers submitOrder (grain B) on its v1.0 session, and the execution completes.
     page.mouse_click("(() => { const r = loomPlayground.buttons()[0].getBoundingClientRect(); return [r.x, r.y, r.width, r.height]; })()").await;
     page.until(RESULT_SHOWN, "the confirmation").await;
+    // The result and the session's `deleteSurface` come on two streams, in either order.
+    page.until(
+        "document.getElementById('wire').innerText.includes('deleteSurface')",
+        "deleteSurface on the wire",
+    )
+    .await;
     let surface = page.text(SURFACE_TEXT).await;
     assert!(
         surface.contains("placed"),

@@ -54,6 +54,33 @@ impl FlowCtx {
         }
     }
 
+    /// [`FlowCtx::suspend_with_request`] for a gate that also declares the JSON Schema its
+    /// resume payload is expected to match, as [`FlowCtx::suspend_expecting`] does (LD-031):
+    /// the request, the schema and the gate are recorded in one batch. On replay the recorded
+    /// request stands and the schema is neither matched nor written.
+    pub fn suspend_with_request_expecting<R: Serialize + ?Sized>(
+        &self,
+        event_type: &str,
+        correlation_key: &str,
+        request: &R,
+        schema: &serde_json::Value,
+    ) -> Command {
+        let mut state = self.state();
+        let slot = state.new_slot();
+        let classification = &self.shared.classification;
+        let schema = Payload::try_from_value(schema)
+            .map_err(|err| StepError::InvalidSchema(err.to_string()));
+        let outcome = state.requested_expecting_gate(
+            slot,
+            event_type,
+            correlation_key,
+            encode_request(request),
+            schema,
+            classification,
+        );
+        self.command(state, slot, outcome)
+    }
+
     fn requested_gate(
         &self,
         event_type: &str,

@@ -318,6 +318,37 @@ impl FlowState {
         self.wait_at_gate(slot, gate_id, event_type, correlation_key, classification)
     }
 
+    /// A gate with a request (LD-018) that also declares the payload it expects (LD-031):
+    /// the request's decision, then the schema's (live only), then the gate, in one batch.
+    /// The event type, the schema and the request are checked before an id is taken.
+    pub(crate) fn requested_expecting_gate(
+        &mut self,
+        slot: u64,
+        event_type: &str,
+        correlation_key: &str,
+        request: Result<Payload, StepError>,
+        schema: Result<Payload, StepError>,
+        classification: &DataClassification,
+    ) -> Result<Option<Payload>, StepError> {
+        if is_reserved_event_type(event_type) {
+            return Err(StepError::ReservedEventType(event_type.to_owned()));
+        }
+        let schema = schema?;
+        let (gate_id, request) = self.gate_with_note(event_type, correlation_key, request)?;
+        self.record_request(&gate_id, request, classification)?;
+        // As for `expecting_gate`: the schema is no command, written only where the gate is
+        // opened live.
+        let live = self.divergence.is_none() && self.history.commands.get(self.cursor).is_none();
+        if live {
+            self.issue(Event::DecisionRecorded(DecisionRecorded {
+                step_id: payload_schema_step_id(&gate_id),
+                kind: PAYLOAD_SCHEMA_KIND.to_owned(),
+                value: schema,
+            }));
+        }
+        self.wait_at_gate(slot, gate_id, event_type, correlation_key, classification)
+    }
+
     /// The request's decision: matched on replay (kind and id), queued live.
     fn record_request(
         &mut self,
@@ -537,6 +568,46 @@ mod tests {
             );
             assert!(plain.out.is_empty() && plain.divergence().is_none());
         }
+    }
+
+    #[test]
+    fn a_requested_gate_that_declares_its_payload_records_request_schema_and_gate_and_replays() {
+        let none = DataClassification::default();
+        let schema = || Ok(Payload::from_value(&serde_json::json!({"type": "object"})));
+        let request = || Ok(Payload::from_value(&serde_json::json!({"ask": "locale"})));
+        let mut s = flow_state();
+        let slot = s.new_slot();
+        let opened = s.requested_expecting_gate(slot, "Go", "k", request(), schema(), &none);
+        assert_eq!(opened, Ok(None));
+        assert!(matches!(
+            s.out.as_slice(),
+            [Event::DecisionRecorded(r), Event::DecisionRecorded(d), Event::ExecutionSuspended(g)]
+                if r.kind == REQUEST_KIND && r.step_id == "Go#1:request"
+                    && d.kind == PAYLOAD_SCHEMA_KIND && d.step_id == "Go#1:payloadSchema"
+                    && g.gate_id == "Go#1"
+        ));
+        // Replayed, the request is matched and nothing is written.
+        let log = std::mem::take(&mut s.out);
+        let numbered = log.into_iter().zip(1..).map(|(e, seq)| (seq, e));
+        let mut replayed = flow_state_with(crate::runtime::history::History::from_events(numbered));
+        let slot = replayed.new_slot();
+        let opened = replayed.requested_expecting_gate(slot, "Go", "k", request(), schema(), &none);
+        assert_eq!(opened, Ok(None));
+        assert!(replayed.out.is_empty() && replayed.divergence().is_none());
+        // A bad schema or a reserved event type is refused before an id is taken.
+        let mut s = flow_state();
+        let slot = s.new_slot();
+        let bad = Err(StepError::InvalidSchema("too deep".into()));
+        let refused = s.requested_expecting_gate(slot, "Go", "k", request(), bad, &none);
+        assert!(matches!(refused, Err(StepError::InvalidSchema(_))));
+        let reserved = s.requested_expecting_gate(slot, "loom.x", "k", request(), schema(), &none);
+        assert!(matches!(reserved, Err(StepError::ReservedEventType(_))));
+        assert!(s.out.is_empty());
+        assert_eq!(
+            s.requested_expecting_gate(slot, "Go", "k", request(), schema(), &none),
+            Ok(None)
+        );
+        assert!(matches!(s.out.last(), Some(Event::ExecutionSuspended(g)) if g.gate_id == "Go#1"));
     }
 
     #[test]
