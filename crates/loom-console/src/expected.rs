@@ -44,12 +44,7 @@ pub fn gate_for<'a>(
     correlation_key: &str,
 ) -> Option<&'a str> {
     state
-        .pending_gates()
-        .iter()
-        .filter(|(_, gate)| {
-            &*gate.event_type == event_type && gate.correlation_key == correlation_key
-        })
-        .min_by_key(|(_, gate)| gate.seq)
+        .gate_waiting_for(event_type, correlation_key)
         .map(|(gate_id, _)| gate_id.as_str())
 }
 

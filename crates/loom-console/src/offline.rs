@@ -148,13 +148,7 @@ pub async fn resume<S: EventStore>(
         )));
     }
     let state = folded(store, id).await?;
-    let gate = state
-        .pending_gates()
-        .iter()
-        .filter(|(_, gate)| {
-            &*gate.event_type == event_type && gate.correlation_key == correlation_key
-        })
-        .min_by_key(|(_, gate)| gate.seq);
+    let gate = state.gate_waiting_for(event_type, correlation_key);
     let Some((gate_id, gate)) = gate else {
         return Err(no_pending_gate(id, event_type, correlation_key, &state));
     };

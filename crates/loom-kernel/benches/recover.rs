@@ -20,7 +20,7 @@
 use std::time::{Duration, Instant};
 
 use loom_kernel::DiskStoreConfig;
-use loom_kernel::conformance::{completed, started};
+use loom_kernel::conformance::{asleep_on_timer, completed, started};
 use loom_kernel::*;
 use loom_kernel::{DiskStore, EventStore, ExecutionId};
 use serde_json::{Value, json};
@@ -64,23 +64,6 @@ enum Filler {
     Parked(usize),
 }
 
-/// A parked execution's log: asleep on a timer due at `deadline_ms`.
-fn asleep(deadline_ms: u64) -> Vec<Event> {
-    vec![
-        started("nap"),
-        Event::DecisionRecorded(DecisionRecorded {
-            step_id: "timer#1".into(),
-            kind: DEADLINE_KIND.into(),
-            value: json!({ "deadlineMs": deadline_ms }).into(),
-        }),
-        Event::ExecutionSuspended(ExecutionSuspended {
-            gate_id: "timer#1".into(),
-            event_type: TIMER_EVENT_TYPE.into(),
-            correlation_key: "timer#1".into(),
-        }),
-    ]
-}
-
 async fn build(path: &std::path::Path, filler: Filler) -> Duration {
     let began = Instant::now();
     let store = DiskStore::open_with(path, config()).expect("the store opens");
@@ -88,7 +71,7 @@ async fn build(path: &std::path::Path, filler: Filler) -> Duration {
         Filler::Ended(n) => (n, "ended", vec![started("done"), completed()]),
         Filler::Parked(n) => {
             let a_day_away = SystemClock.now_ms() + 86_400_000;
-            (n, "parked", asleep(a_day_away))
+            (n, "parked", asleep_on_timer(a_day_away))
         }
     };
     let ids: Vec<ExecutionId> = (0..count)

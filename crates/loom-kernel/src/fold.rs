@@ -48,6 +48,16 @@ pub enum ExecutionStatus {
 }
 
 impl ExecutionStatus {
+    /// Every status a started execution can have, in lifecycle order (`New` left out).
+    pub const STARTED: [ExecutionStatus; 6] = [
+        Self::Running,
+        Self::Suspended,
+        Self::InDoubt,
+        Self::Completed,
+        Self::Failed,
+        Self::Cancelled,
+    ];
+
     /// Whether the execution has ended (completed, failed or cancelled).
     pub fn is_terminal(self) -> bool {
         matches!(self, Self::Completed | Self::Failed | Self::Cancelled)
@@ -397,6 +407,20 @@ impl ExecutionState {
     /// Gates opened and not yet resumed, by gate id.
     pub fn pending_gates(&self) -> &BTreeMap<String, PendingGate> {
         &self.pending_gates
+    }
+    /// The pending gate that a resume of `(event_type, correlation_key)` reaches: of the gates
+    /// waiting on that pair, the one opened first.
+    pub fn gate_waiting_for(
+        &self,
+        event_type: &str,
+        correlation_key: &str,
+    ) -> Option<(&String, &PendingGate)> {
+        self.pending_gates
+            .iter()
+            .filter(|(_, gate)| {
+                &*gate.event_type == event_type && gate.correlation_key == correlation_key
+            })
+            .min_by_key(|(_, gate)| gate.seq)
     }
     /// Steps in doubt awaiting an operator's verdict, by step id.
     pub fn steps_in_doubt(&self) -> &BTreeSet<String> {

@@ -13,7 +13,7 @@
 
 use std::time::{Duration, Instant};
 
-use loom_kernel::conformance::started;
+use loom_kernel::conformance::asleep_on_timer;
 use loom_kernel::*;
 use loom_store_postgres::{PostgresStore, PostgresStoreConfig, fresh_schema, server_url};
 use serde_json::{Value, json};
@@ -42,26 +42,9 @@ fn runtime(store: PostgresStore) -> Runtime<PostgresStore> {
         .expect("the runtime composes")
 }
 
-/// A parked execution's log: asleep on a timer due at `deadline_ms`.
-fn asleep(deadline_ms: u64) -> Vec<Event> {
-    vec![
-        started("nap"),
-        Event::DecisionRecorded(DecisionRecorded {
-            step_id: "timer#1".into(),
-            kind: DEADLINE_KIND.into(),
-            value: json!({ "deadlineMs": deadline_ms }).into(),
-        }),
-        Event::ExecutionSuspended(ExecutionSuspended {
-            gate_id: "timer#1".into(),
-            event_type: TIMER_EVENT_TYPE.into(),
-            correlation_key: "timer#1".into(),
-        }),
-    ]
-}
-
 async fn build(store: &PostgresStore, parked: usize) -> Duration {
     let began = Instant::now();
-    let events = asleep(SystemClock.now_ms() + 86_400_000);
+    let events = asleep_on_timer(SystemClock.now_ms() + 86_400_000);
     let ids: Vec<ExecutionId> = (0..parked)
         .map(|n| ExecutionId::new(format!("parked-{n:08}")).expect("a valid id"))
         .collect();

@@ -53,7 +53,7 @@ const MIGRATIONS: &[&str] = &[
     r#"
     ALTER TABLE loom_executions ADD COLUMN last_lease_owner text;
     "#,
-    // Executions newest start first, of every status and per status (`query_executions`):
+    // 3: executions newest start first, of every status and per status (`query_executions`):
     // each row's start time and flow, filled for rows already there by `listing::backfill`.
     r#"
     ALTER TABLE loom_executions ADD COLUMN started_at_ms bigint, ADD COLUMN flow text;
@@ -62,6 +62,7 @@ const MIGRATIONS: &[&str] = &[
     CREATE INDEX loom_executions_by_status_start
         ON loom_executions (status, started_at_ms, execution_id) WHERE head > 0;
     "#,
+    // 4: the wake-up index.
     WAKEUPS_MIGRATION,
 ];
 

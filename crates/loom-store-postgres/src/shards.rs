@@ -21,8 +21,8 @@ use std::sync::Arc;
 use futures::future::{join_all, select_all};
 use loom_kernel::{
     AppendError, Event, EventEnvelope, EventStore, ExecutionId, ExecutionPage, ExecutionQuery,
-    ExecutionQueryPage, ExecutionStatus, ExecutionSummary, FeedEvent, LeaseHold, LeaseInfo,
-    ListedExecution, ReadError, RetentionError, StatusCounts, StatusFilter,
+    ExecutionQueryPage, ExecutionSummary, FeedEvent, LeaseHold, LeaseInfo, ListedExecution,
+    ReadError, RetentionError, StatusCounts, StatusFilter,
 };
 
 use crate::{ConnectError, PostgresStore, PostgresStoreConfig};
@@ -286,17 +286,7 @@ impl EventStore for ShardedStore {
     async fn count_by_status(&self) -> Result<StatusCounts, ReadError> {
         let mut total = StatusCounts::default();
         for counts in join_all(self.shards.iter().map(|shard| shard.count_by_status())).await {
-            let counts = counts?;
-            for status in [
-                ExecutionStatus::Running,
-                ExecutionStatus::Suspended,
-                ExecutionStatus::InDoubt,
-                ExecutionStatus::Completed,
-                ExecutionStatus::Failed,
-                ExecutionStatus::Cancelled,
-            ] {
-                total.set(status, total.get(status) + counts.get(status));
-            }
+            total.add(&counts?);
         }
         Ok(total)
     }

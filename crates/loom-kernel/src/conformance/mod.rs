@@ -1242,6 +1242,20 @@ pub fn deadline(gate_id: &str, deadline_ms: u64) -> Event {
     })
 }
 
+/// A parked execution's whole log: started (flow `nap`), then asleep on the timer `timer#1`
+/// due at `deadline_ms`, as `ctx.sleep` records it.
+pub fn asleep_on_timer(deadline_ms: u64) -> Vec<Event> {
+    vec![
+        started("nap"),
+        deadline("timer#1", deadline_ms),
+        Event::ExecutionSuspended(crate::event::ExecutionSuspended {
+            gate_id: "timer#1".into(),
+            event_type: crate::runtime::TIMER_EVENT_TYPE.into(),
+            correlation_key: "timer#1".into(),
+        }),
+    ]
+}
+
 /// The wake-up index ([`EventStore::list_wakeups`]): a deadline's row from its decision until
 /// its gate is resumed or the execution ends; a child gate's and a child's rows at time 0;
 /// listed in key order, a window and a page at a time, across a reopen.

@@ -39,12 +39,7 @@ impl<S: EventStore> Runtime<S> {
         self.inner.authenticator.as_ref()?;
         let state = self.inner.store.fold(execution).await.ok()?;
         state
-            .pending_gates()
-            .iter()
-            .filter(|(_, gate)| {
-                &*gate.event_type == event_type && gate.correlation_key == correlation_key
-            })
-            .min_by_key(|(_, gate)| gate.seq)
+            .gate_waiting_for(event_type, correlation_key)
             .map(|(gate_id, _)| gate_id.clone())
     }
 

@@ -539,14 +539,7 @@ pub trait EventStore: Send + Sync + 'static {
         async move {
             use futures::TryStreamExt;
             let mut counts = StatusCounts::default();
-            for status in [
-                ExecutionStatus::Running,
-                ExecutionStatus::Suspended,
-                ExecutionStatus::InDoubt,
-                ExecutionStatus::Completed,
-                ExecutionStatus::Failed,
-                ExecutionStatus::Cancelled,
-            ] {
+            for status in ExecutionStatus::STARTED {
                 let mut listed = self.executions_by_status(StatusFilter::Status(status));
                 let mut count = 0;
                 while listed.try_next().await?.is_some() {

@@ -226,6 +226,13 @@ impl StatusCounts {
         self.counts.iter().sum()
     }
 
+    /// Adds `other`'s counts to these (the shards of one store).
+    pub fn add(&mut self, other: &StatusCounts) {
+        for (mine, theirs) in self.counts.iter_mut().zip(other.counts) {
+            *mine += theirs;
+        }
+    }
+
     /// Counts `rows`.
     pub fn of<'a>(rows: impl IntoIterator<Item = &'a ListedExecution>) -> Self {
         let mut counts = Self::default();

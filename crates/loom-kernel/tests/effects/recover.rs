@@ -3,7 +3,7 @@
 
 use loom_kernel::Event;
 use loom_kernel::ReadError;
-use loom_kernel::conformance::{Hooked, OneBadLog, StoreHooks};
+use loom_kernel::conformance::{Hooked, OneBadLog, StoreHooks, asleep_on_timer};
 use loom_kernel::*;
 use loom_kernel::{EventEnvelope, EventStore, ExecutionId, ExecutionStatus, MemoryStore};
 use serde_json::{Value, json};
@@ -140,24 +140,6 @@ async fn recover_reads_no_ended_execution() {
     assert_eq!(store.hooks.reads_of(&running), before);
 }
 
-/// A parked log holding a deadline decision and its timer gate.
-fn sleeping(deadline_ms: u64) -> Vec<Event> {
-    use loom_kernel::{DecisionRecorded, ExecutionSuspended};
-    vec![
-        loom_kernel::conformance::started("nap"),
-        Event::DecisionRecorded(DecisionRecorded {
-            step_id: "timer#1".into(),
-            kind: DEADLINE_KIND.into(),
-            value: json!({ "deadlineMs": deadline_ms }).into(),
-        }),
-        Event::ExecutionSuspended(ExecutionSuspended {
-            gate_id: "timer#1".into(),
-            event_type: TIMER_EVENT_TYPE.into(),
-            correlation_key: "timer#1".into(),
-        }),
-    ]
-}
-
 /// Hole 6 of issue 24: recovery folded every parked execution. It now reads the log of a
 /// parked execution only once something is due for it: a deadline within its window (read
 /// when it fires), never for a gate without one; a later deadline when its time comes.
@@ -178,11 +160,14 @@ where
     }
     let later = id("sleeps-an-hour");
     store
-        .append(&later, 0, &sleeping(T0 + 3_600_000))
+        .append(&later, 0, &asleep_on_timer(T0 + 3_600_000))
         .await
         .unwrap();
     let due = id("sleeps-a-second");
-    store.append(&due, 0, &sleeping(T0 + 1_000)).await.unwrap();
+    store
+        .append(&due, 0, &asleep_on_timer(T0 + 1_000))
+        .await
+        .unwrap();
     let clock = ManualClock::new(T0);
     let rt = Runtime::builder(store.clone())
         .flow(flow_fn("nap", 1, nap))

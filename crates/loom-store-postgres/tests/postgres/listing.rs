@@ -29,7 +29,7 @@ async fn a_schema_from_before_the_listing_gets_start_times_and_flows_filled() {
     }
     drop(store);
 
-    // The schema as the build before the listing left it (version 3): no start time, no flow,
+    // The schema as the build before the listing left it (version 2): no start time, no flow,
     // and none of the migrations after it.
     let (client, connection) = tokio_postgres::connect(&url, tokio_postgres::NoTls)
         .await
@@ -40,7 +40,7 @@ async fn a_schema_from_before_the_listing_gets_start_times_and_flows_filled() {
             "SET search_path TO \"{schema}\";
              DROP TABLE loom_wakeups;
              ALTER TABLE loom_executions DROP COLUMN started_at_ms, DROP COLUMN flow;
-             DELETE FROM loom_migrations WHERE version > 3;"
+             DELETE FROM loom_migrations WHERE version > 2;"
         ))
         .await
         .expect("roll the schema back");
