@@ -747,8 +747,15 @@ impl<'txn> WriteTables<'txn> {
             .insert(id, tail.encode().as_slice())
             .map_err(StorageError::new)?;
         self.refile(id, &old_tail, &tail)?;
-        self.listing
-            .refile(id, &old_tail, &tail, changes, recorded_at_ms)?;
+        self.listing.refile(
+            id,
+            &old_tail,
+            &tail,
+            changes,
+            recorded_at_ms,
+            &self.events,
+            &mut self.meta,
+        )?;
         self.wake.apply(execution, changes)?;
         Ok(Ok(head))
     }
@@ -923,7 +930,9 @@ fn delete_ended(
             let id = execution.as_str();
             purged.insert(id, feed_next).map_err(StorageError::new)?;
             let tail = tables.tail(id)?;
-            tables.listing.forget(id, &tail)?;
+            tables
+                .listing
+                .forget(id, &tail, &tables.events, &mut tables.meta)?;
             tables.refile(id, &tail, &ExecutionTail::new())?;
             tables.tails.remove(id).map_err(StorageError::new)?;
             tables.heads.remove(id).map_err(StorageError::new)?;

@@ -1,11 +1,14 @@
-//! The tables behind [`crate::EventStore::query_executions`] and
-//! [`crate::EventStore::count_by_status`] in the embedded store: executions keyed by start
-//! time, of every status and per status, and the count of each status.
+//! The table behind [`crate::EventStore::query_executions`] and
+//! [`crate::EventStore::count_by_status`] in the embedded store: executions keyed by status
+//! and start time, and a count per status kept in `meta`.
 //!
-//! They are written in the same redb transaction as the events, and only by appends that start
-//! an execution or change its status or end (most appends change neither, and write nothing
-//! here). A file written before these tables existed gets them built on its first open for
-//! writing ([`ensure_built`]); a file opened read-only without them is answered by folding.
+//! Written in the same redb transaction as the events, and only by appends that start an
+//! execution or change its status or end (most appends change neither, and write nothing
+//! here). Each commit copies every B-tree page it dirties, so this index is one table, not
+//! four: every status newest first merges the six status ranges; an id prefix walks `tails`;
+//! the start time and flow come from the log's first event. A file written before it gets it
+//! built on its first open for writing ([`ensure_built`]); a file opened read-only without it
+//! is answered by folding.
 
 use std::ops::Bound;
 
@@ -18,41 +21,53 @@ use crate::store::query::{ExecutionQuery, ExecutionQueryPage, ListedExecution, S
 use crate::store::tail::{ExecutionTail, TailChange, status_code, status_from_code};
 use crate::store::{ReadError, StorageError};
 
-/// Execution id -> `(start time, flow)`: what the two listings key and carry, kept so that a
-/// status change finds its rows.
-const STARTS: TableDefinition<&str, (u64, &str)> = TableDefinition::new("starts");
-/// `(start time, execution id)` -> `(status code, ended at, flow)`, every status.
-const BY_START: TableDefinition<(u64, &str), (u8, Option<u64>, &str)> =
-    TableDefinition::new("by_start");
-/// `(status code, start time, execution id)` -> `(ended at, flow)`.
+/// `(status code, start time, execution id)` -> `(ended at, flow)`: the one table a start or a
+/// status change writes. Every status newest first is the six status ranges merged, so no
+/// table keyed by start time alone is written; an execution's start time and flow are read
+/// from its log's first event when its status changes, so no table keyed by id is either.
 const BY_STATUS_START: TableDefinition<(u8, u64, &str), (Option<u64>, &str)> =
     TableDefinition::new("by_status_start");
-/// Status code -> how many executions have it.
-const STATUS_COUNTS: TableDefinition<u8, u64> = TableDefinition::new("status_counts");
+
+/// The meta keys holding how many executions have each status, by status code (0, `New`, is
+/// never counted). In `meta`, whose page every commit writes anyway, not in a table of their
+/// own: a start or a status change then dirties one more table, not two.
+const COUNT_KEYS: [&str; 7] = [
+    "count_new",
+    "count_running",
+    "count_suspended",
+    "count_in_doubt",
+    "count_completed",
+    "count_failed",
+    "count_cancelled",
+];
+
+/// The status codes of started executions, the ranges a listing of every status merges.
+fn started_codes() -> [u8; 6] {
+    ExecutionStatus::STARTED.map(status_code)
+}
 
 /// The meta key saying the tables above are built for every execution in the file.
-const BUILT: &str = "listing_built";
+const BUILT: &str = "listing_index";
 
-/// The listing tables, open in a write transaction.
+/// The listing table, open in a write transaction. The counts live in `meta`, and the start
+/// times in the logs: the caller has both open and passes them in.
 pub(super) struct ListingTables<'txn> {
-    starts: redb::Table<'txn, &'static str, (u64, &'static str)>,
-    by_start: redb::Table<'txn, (u64, &'static str), (u8, Option<u64>, &'static str)>,
     by_status_start: redb::Table<'txn, (u8, u64, &'static str), (Option<u64>, &'static str)>,
-    counts: redb::Table<'txn, u8, u64>,
 }
+
+/// The `meta` table, open in a write transaction.
+pub(super) type MetaTable<'txn> = redb::Table<'txn, &'static str, u64>;
 
 impl<'txn> ListingTables<'txn> {
     pub(super) fn open(txn: &'txn redb::WriteTransaction) -> Result<Self, StorageError> {
         Ok(Self {
-            starts: txn.open_table(STARTS).map_err(StorageError::new)?,
-            by_start: txn.open_table(BY_START).map_err(StorageError::new)?,
             by_status_start: txn.open_table(BY_STATUS_START).map_err(StorageError::new)?,
-            counts: txn.open_table(STATUS_COUNTS).map_err(StorageError::new)?,
         })
     }
 
     /// Files `id` as its tail went from `old` to `new` through `changes`, committed at
     /// `recorded_at_ms`. Writes nothing unless the execution started, changed status or ended.
+    #[allow(clippy::too_many_arguments)]
     pub(super) fn refile(
         &mut self,
         id: &str,
@@ -60,42 +75,32 @@ impl<'txn> ListingTables<'txn> {
         new: &ExecutionTail,
         changes: &[TailChange],
         recorded_at_ms: Option<u64>,
+        events: &impl ReadableTable<(&'static str, u64), &'static [u8]>,
+        meta: &mut MetaTable<'_>,
     ) -> Result<(), StorageError> {
         if old.status() == new.status() && old.ended_at_ms() == new.ended_at_ms() {
             return Ok(());
         }
-        let started = match changes.iter().find_map(TailChange::started_flow) {
+        let (start, flow) = match changes.iter().find_map(TailChange::started_flow) {
             Some(flow) if old.status() == ExecutionStatus::New => {
-                let start = recorded_at_ms.unwrap_or(0);
-                self.starts
-                    .insert(id, (start, flow))
-                    .map_err(StorageError::new)?;
-                Some((start, flow.to_owned()))
+                (recorded_at_ms.unwrap_or(0), flow.to_owned())
             }
-            _ => self.start_of(id)?,
+            _ => first_event_start(events, id)?,
         };
-        // An execution the index never saw start (mid-build): the build files it.
-        let Some((start, flow)) = started else {
-            return Ok(());
-        };
-        self.remove_rows(id, start, old)?;
-        self.insert_rows(id, start, &flow, new)
+        self.remove_rows(id, start, old, meta)?;
+        self.insert_rows(id, start, &flow, new, meta)
     }
 
-    /// Takes `id` out of every listing (its log is being deleted).
-    pub(super) fn forget(&mut self, id: &str, old: &ExecutionTail) -> Result<(), StorageError> {
-        if let Some((start, _)) = self.start_of(id)? {
-            self.remove_rows(id, start, old)?;
-            self.starts.remove(id).map_err(StorageError::new)?;
-        }
-        Ok(())
-    }
-
-    fn start_of(&self, id: &str) -> Result<Option<(u64, String)>, StorageError> {
-        Ok(self.starts.get(id).map_err(StorageError::new)?.map(|v| {
-            let (start, flow) = v.value();
-            (start, flow.to_owned())
-        }))
+    /// Takes `id` out of the listing (its log is being deleted; its events are still there).
+    pub(super) fn forget(
+        &mut self,
+        id: &str,
+        old: &ExecutionTail,
+        events: &impl ReadableTable<(&'static str, u64), &'static [u8]>,
+        meta: &mut MetaTable<'_>,
+    ) -> Result<(), StorageError> {
+        let (start, _) = first_event_start(events, id)?;
+        self.remove_rows(id, start, old, meta)
     }
 
     fn remove_rows(
@@ -103,18 +108,22 @@ impl<'txn> ListingTables<'txn> {
         id: &str,
         start: u64,
         old: &ExecutionTail,
+        meta: &mut MetaTable<'_>,
     ) -> Result<(), StorageError> {
         if old.status() == ExecutionStatus::New {
             return Ok(());
         }
         let code = status_code(old.status());
-        self.by_status_start
+        // Counted down only for a row that was there (a file whose listing is not built yet
+        // has none; the build counts afresh).
+        let removed = self
+            .by_status_start
             .remove((code, start, id))
             .map_err(StorageError::new)?;
-        self.by_start
-            .remove((start, id))
-            .map_err(StorageError::new)?;
-        self.add_count(code, -1)
+        match removed {
+            Some(_) => add_count(meta, code, -1),
+            None => Ok(()),
+        }
     }
 
     fn insert_rows(
@@ -123,52 +132,47 @@ impl<'txn> ListingTables<'txn> {
         start: u64,
         flow: &str,
         new: &ExecutionTail,
+        meta: &mut MetaTable<'_>,
     ) -> Result<(), StorageError> {
         if new.status() == ExecutionStatus::New {
             return Ok(());
         }
         let code = status_code(new.status());
-        let ended = new.ended_at_ms();
         self.by_status_start
-            .insert((code, start, id), (ended, flow))
+            .insert((code, start, id), (new.ended_at_ms(), flow))
             .map_err(StorageError::new)?;
-        self.by_start
-            .insert((start, id), (code, ended, flow))
-            .map_err(StorageError::new)?;
-        self.add_count(code, 1)
+        add_count(meta, code, 1)
     }
+}
 
-    fn add_count(&mut self, code: u8, delta: i64) -> Result<(), StorageError> {
-        let count = self
-            .counts
-            .get(code)
-            .map_err(StorageError::new)?
-            .map_or(0, |v| v.value());
-        let count = count.saturating_add_signed(delta);
-        self.counts.insert(code, count).map_err(StorageError::new)?;
-        Ok(())
-    }
+fn add_count(meta: &mut MetaTable<'_>, code: u8, delta: i64) -> Result<(), StorageError> {
+    let key = COUNT_KEYS[usize::from(code)];
+    let count = meta
+        .get(key)
+        .map_err(StorageError::new)?
+        .map_or(0, |v| v.value());
+    meta.insert(key, count.saturating_add_signed(delta))
+        .map_err(StorageError::new)?;
+    Ok(())
 }
 
 /// Builds the listing tables from the tails and the first event of each log, unless the file
 /// says they are built. Run on each open for writing, after the journal is applied.
 pub(super) fn ensure_built(db: &Database) -> Result<(), StorageError> {
     let txn = db.begin_write().map_err(StorageError::new)?;
-    {
-        let mut meta = txn.open_table(META).map_err(StorageError::new)?;
-        if meta.get(BUILT).map_err(StorageError::new)?.is_some() {
-            drop(meta);
-            txn.abort().map_err(StorageError::new)?;
-            return Ok(());
-        }
-        meta.insert(BUILT, 1).map_err(StorageError::new)?;
+    let mut meta = txn.open_table(META).map_err(StorageError::new)?;
+    if meta.get(BUILT).map_err(StorageError::new)?.is_some() {
+        drop(meta);
+        txn.abort().map_err(StorageError::new)?;
+        return Ok(());
     }
+    meta.insert(BUILT, 1).map_err(StorageError::new)?;
     // What recovery may have filed before the build is dropped and filed again.
-    txn.delete_table(STARTS).map_err(StorageError::new)?;
-    txn.delete_table(BY_START).map_err(StorageError::new)?;
+    for key in COUNT_KEYS {
+        meta.remove(key).map_err(StorageError::new)?;
+    }
     txn.delete_table(BY_STATUS_START)
         .map_err(StorageError::new)?;
-    txn.delete_table(STATUS_COUNTS).map_err(StorageError::new)?;
     let mut built = 0u64;
     {
         let tails = txn.open_table(TAILS).map_err(StorageError::new)?;
@@ -185,33 +189,39 @@ pub(super) fn ensure_built(db: &Database) -> Result<(), StorageError> {
             if tail.status() == ExecutionStatus::New {
                 continue;
             }
-            let execution = ExecutionId::from_stored(id).map_err(StorageError::new)?;
-            let (start, flow) = match events.get((id, 0)).map_err(StorageError::new)? {
-                Some(record) => match crate::envelope::decode_record(&execution, 0, record.value())
-                {
-                    Ok(envelope) => {
-                        let flow = match envelope.event {
-                            crate::event::Event::ExecutionStarted(started) => started.flow,
-                            _ => String::new(),
-                        };
-                        (envelope.recorded_at_ms.unwrap_or(0), flow)
-                    }
-                    // A log the fold refuses is still listed, as the status index files it.
-                    Err(_) => (0, String::new()),
-                },
-                None => (0, String::new()),
-            };
-            listing
-                .starts
-                .insert(id, (start, flow.as_str()))
-                .map_err(StorageError::new)?;
-            listing.insert_rows(id, start, &flow, &tail)?;
+            let (start, flow) = first_event_start(&events, id)?;
+            listing.insert_rows(id, start, &flow, &tail, &mut meta)?;
             built += 1;
         }
     }
+    drop(meta);
     txn.commit().map_err(StorageError::new)?;
     tracing::info!(executions = built, "listing index built");
     Ok(())
+}
+
+/// The start time and flow of `id`, from its log's first event (0 and no flow when it cannot
+/// be read: a log the fold refuses is still listed, as the status index files it).
+fn first_event_start(
+    events: &impl ReadableTable<(&'static str, u64), &'static [u8]>,
+    id: &str,
+) -> Result<(u64, String), StorageError> {
+    let execution = ExecutionId::from_stored(id).map_err(StorageError::new)?;
+    let Some(record) = events.get((id, 0)).map_err(StorageError::new)? else {
+        return Ok((0, String::new()));
+    };
+    Ok(
+        match crate::envelope::decode_record(&execution, 0, record.value()) {
+            Ok(envelope) => {
+                let flow = match envelope.event {
+                    crate::event::Event::ExecutionStarted(started) => started.flow,
+                    _ => String::new(),
+                };
+                (envelope.recorded_at_ms.unwrap_or(0), flow)
+            }
+            Err(_) => (0, String::new()),
+        },
+    )
 }
 
 /// Whether the file holds built listing tables (a file of an older build opened read-only
@@ -227,51 +237,59 @@ pub(super) fn query(
     query: &ExecutionQuery,
 ) -> Result<ExecutionQueryPage, ReadError> {
     let heads = txn.open_table(super::HEADS).map_err(ReadError::storage)?;
+    let table = txn
+        .open_table(BY_STATUS_START)
+        .map_err(ReadError::storage)?;
     let limit = query.page_size();
-    let mut rows = Vec::with_capacity(limit + 1);
-    let mut keep = |row: ListedExecution| -> bool {
-        if query.matches(&row) {
-            rows.push(row);
-        }
-        rows.len() <= limit
-    };
-    let from_ms = query.started_from_ms.unwrap_or(0);
-    let upper_start = query.started_before_ms;
     let head_of = |id: &str| -> Result<u64, ReadError> {
         Ok(heads
             .get(id)
             .map_err(ReadError::storage)?
             .map_or(0, |v| v.value()))
     };
-    let started = |start: u64| (start != 0).then_some(start);
+    let row_of = |code: u8, start: u64, id: &str, ended: Option<u64>, flow: &str| {
+        let status = status_from_code(code).ok_or_else(|| {
+            ReadError::storage(StorageError::msg(format!(
+                "the listing of execution {id} holds no status ({code})"
+            )))
+        })?;
+        Ok::<_, ReadError>(ListedExecution {
+            id: ExecutionId::from_stored(id).map_err(ReadError::storage)?,
+            status,
+            flow: flow.to_owned(),
+            started_at_ms: (start != 0).then_some(start),
+            ended_at_ms: ended,
+            head: head_of(id)?,
+        })
+    };
     if let Some(prefix) = query.id_prefix.as_deref() {
         // The ids with the prefix, from the id-ordered table: in proportion to how many there
         // are (a parent's children: a few), not to every execution started since.
-        let starts = txn.open_table(STARTS).map_err(ReadError::storage)?;
-        let by_start = txn.open_table(BY_START).map_err(ReadError::storage)?;
+        let tails = txn.open_table(TAILS).map_err(ReadError::storage)?;
+        let events = txn.open_table(EVENTS).map_err(ReadError::storage)?;
         let mut found = Vec::new();
-        for entry in starts.range::<&str>(prefix..).map_err(ReadError::storage)? {
-            let (id, value) = entry.map_err(ReadError::storage)?;
+        for entry in tails.range::<&str>(prefix..).map_err(ReadError::storage)? {
+            let (id, tail) = entry.map_err(ReadError::storage)?;
             let id = id.value();
             if !id.starts_with(prefix) {
                 break;
             }
-            let (start, _) = value.value();
-            let Some(listed) = by_start.get((start, id)).map_err(ReadError::storage)? else {
+            let Some(tail) = ExecutionTail::decode(tail.value()) else {
+                return Err(ReadError::storage(StorageError::msg(format!(
+                    "the stored tail of execution {id} is damaged"
+                ))));
+            };
+            if tail.status() == ExecutionStatus::New {
                 continue;
-            };
-            let (code, ended, flow) = listed.value();
-            let Some(status) = status_from_code(code) else {
-                continue;
-            };
-            let row = ListedExecution {
-                id: ExecutionId::from_stored(id).map_err(ReadError::storage)?,
-                status,
-                flow: flow.to_owned(),
-                started_at_ms: started(start),
-                ended_at_ms: ended,
-                head: head_of(id)?,
-            };
+            }
+            let (start, flow) = first_event_start(&events, id).map_err(ReadError::storage)?;
+            let row = row_of(
+                status_code(tail.status()),
+                start,
+                id,
+                tail.ended_at_ms(),
+                &flow,
+            )?;
             if query.matches(&row) && query.after_cursor(&row) {
                 found.push(row);
             }
@@ -280,66 +298,59 @@ pub(super) fn query(
         found.truncate(limit + 1);
         return Ok(query.page_of(found));
     }
-    match query.status {
-        Some(status) => {
-            let code = status_code(status);
-            let table = txn
-                .open_table(BY_STATUS_START)
-                .map_err(ReadError::storage)?;
-            let lower = Bound::Included((code, from_ms, ""));
-            let upper = upper_bound(query, upper_start, |start, id| (code, start, id))
-                .unwrap_or(Bound::Excluded((code + 1, 0, "")));
-            for entry in table
+    let from_ms = query.started_from_ms.unwrap_or(0);
+    let codes: Vec<u8> = match query.status {
+        Some(status) => vec![status_code(status)],
+        None => started_codes().to_vec(),
+    };
+    // One range per status, newest first; the page is their merge by (start, id), descending.
+    let mut ranges = Vec::with_capacity(codes.len());
+    for code in codes {
+        let lower = Bound::Included((code, from_ms, ""));
+        let upper = upper_bound(query, query.started_before_ms, |start, id| {
+            (code, start, id)
+        })
+        .unwrap_or(Bound::Excluded((code + 1, 0, "")));
+        ranges.push(
+            table
                 .range((lower, upper))
                 .map_err(ReadError::storage)?
                 .rev()
-            {
-                let (key, value) = entry.map_err(ReadError::storage)?;
-                let (_, start, id) = key.value();
-                let (ended, flow) = value.value();
-                let row = ListedExecution {
-                    id: ExecutionId::from_stored(id).map_err(ReadError::storage)?,
-                    status,
-                    flow: flow.to_owned(),
-                    started_at_ms: started(start),
-                    ended_at_ms: ended,
-                    head: head_of(id)?,
-                };
-                if !keep(row) {
-                    break;
+                .peekable(),
+        );
+    }
+    let mut rows = Vec::with_capacity(limit + 1);
+    while rows.len() <= limit {
+        let mut newest: Option<(usize, (u64, String))> = None;
+        for (at, range) in ranges.iter_mut().enumerate() {
+            let key = match range.peek() {
+                None => continue,
+                Some(Err(_)) => {
+                    let Some(Err(error)) = range.next() else {
+                        unreachable!("peeked an error")
+                    };
+                    return Err(ReadError::storage(error));
                 }
+                Some(Ok((key, _))) => {
+                    let (_, start, id) = key.value();
+                    (start, id.to_owned())
+                }
+            };
+            if newest.as_ref().is_none_or(|(_, best)| key > *best) {
+                newest = Some((at, key));
             }
         }
-        None => {
-            let table = txn.open_table(BY_START).map_err(ReadError::storage)?;
-            let lower = Bound::Included((from_ms, ""));
-            let upper = upper_bound(query, upper_start, |start, id| (start, id))
-                .unwrap_or(Bound::Unbounded);
-            for entry in table
-                .range((lower, upper))
-                .map_err(ReadError::storage)?
-                .rev()
-            {
-                let (key, value) = entry.map_err(ReadError::storage)?;
-                let (start, id) = key.value();
-                let (code, ended, flow) = value.value();
-                let status = status_from_code(code).ok_or_else(|| {
-                    ReadError::storage(StorageError::msg(format!(
-                        "the listing of execution {id} holds no status ({code})"
-                    )))
-                })?;
-                let row = ListedExecution {
-                    id: ExecutionId::from_stored(id).map_err(ReadError::storage)?,
-                    status,
-                    flow: flow.to_owned(),
-                    started_at_ms: started(start),
-                    ended_at_ms: ended,
-                    head: head_of(id)?,
-                };
-                if !keep(row) {
-                    break;
-                }
-            }
+        let Some((at, _)) = newest else {
+            break;
+        };
+        let Some(Ok((key, value))) = ranges[at].next() else {
+            break;
+        };
+        let (code, start, id) = key.value();
+        let (ended, flow) = value.value();
+        let row = row_of(code, start, id, ended, flow)?;
+        if query.matches(&row) {
+            rows.push(row);
         }
     }
     Ok(query.page_of(rows))
@@ -367,15 +378,15 @@ fn upper_bound<'a, K>(
 
 /// The count of each status.
 pub(super) fn counts(txn: &redb::ReadTransaction) -> Result<StatusCounts, ReadError> {
-    let table = txn.open_table(STATUS_COUNTS).map_err(ReadError::storage)?;
+    let meta = txn.open_table(META).map_err(ReadError::storage)?;
     let mut counts = StatusCounts::default();
-    for entry in table.iter().map_err(ReadError::storage)? {
-        let (code, count) = entry.map_err(ReadError::storage)?;
-        if let Some(status) = status_from_code(code.value())
-            && status != ExecutionStatus::New
-        {
-            counts.set(status, count.value());
-        }
+    for status in ExecutionStatus::STARTED {
+        let key = COUNT_KEYS[usize::from(status_code(status))];
+        let count = meta
+            .get(key)
+            .map_err(ReadError::storage)?
+            .map_or(0, |v| v.value());
+        counts.set(status, count);
     }
     Ok(counts)
 }
@@ -391,11 +402,13 @@ mod tests {
     fn strip_listing(path: &std::path::Path) {
         let db = Database::open(path).unwrap();
         let txn = db.begin_write().unwrap();
-        txn.delete_table(STARTS).unwrap();
-        txn.delete_table(BY_START).unwrap();
         txn.delete_table(BY_STATUS_START).unwrap();
-        txn.delete_table(STATUS_COUNTS).unwrap();
-        txn.open_table(META).unwrap().remove(BUILT).unwrap();
+        let mut meta = txn.open_table(META).unwrap();
+        meta.remove(BUILT).unwrap();
+        for key in COUNT_KEYS {
+            meta.remove(key).unwrap();
+        }
+        drop(meta);
         txn.commit().unwrap();
     }
 
