@@ -177,6 +177,13 @@ pub fn touches_wakeups(changes: &[crate::store::TailChange]) -> bool {
     changes.iter().any(|change| change.wake().is_some())
 }
 
+/// Whether `changes` start the execution (its first append).
+pub fn starts_execution(changes: &[crate::store::TailChange]) -> bool {
+    changes
+        .iter()
+        .any(|change| matches!(change.wake(), Some(WakeChange::Started)))
+}
+
 /// The rows of `execution` after `changes`, given its rows before (`current`).
 pub fn wake_diff(
     execution: &ExecutionId,

@@ -25,24 +25,42 @@ pub(super) const WAKE_ROWS: TableDefinition<(&str, &str), u64> = TableDefinition
 /// The meta key set once the index holds the rows of every log in the file.
 const BUILT: &str = "wake_index";
 
-/// The two tables, open in a write transaction.
+/// The two tables, opened in a write transaction when an append first needs them: most
+/// appends (steps; a start and an end with no deadline) change no row, and opening a table
+/// costs a lookup in the commit.
 pub(super) struct WakeTables<'txn> {
+    txn: &'txn redb::WriteTransaction,
+    open: Option<OpenWakeTables<'txn>>,
+}
+
+struct OpenWakeTables<'txn> {
     wakeups: redb::Table<'txn, (u64, &'static str, &'static str), ()>,
     rows: redb::Table<'txn, (&'static str, &'static str), u64>,
 }
 
 impl<'txn> WakeTables<'txn> {
     pub(super) fn open(txn: &'txn redb::WriteTransaction) -> Result<Self, StorageError> {
-        Ok(Self {
-            wakeups: txn.open_table(WAKEUPS).map_err(StorageError::new)?,
-            rows: txn.open_table(WAKE_ROWS).map_err(StorageError::new)?,
-        })
+        Ok(Self { txn, open: None })
+    }
+
+    fn tables(&mut self) -> Result<&mut OpenWakeTables<'txn>, StorageError> {
+        if self.open.is_none() {
+            self.open = Some(OpenWakeTables {
+                wakeups: self.txn.open_table(WAKEUPS).map_err(StorageError::new)?,
+                rows: self.txn.open_table(WAKE_ROWS).map_err(StorageError::new)?,
+            });
+        }
+        match self.open.as_mut() {
+            Some(tables) => Ok(tables),
+            None => Err(StorageError::msg("the wake-up tables did not open")),
+        }
     }
 
     /// `id`'s rows as they stand.
-    fn rows_of(&self, id: &str) -> Result<WakeRows, StorageError> {
+    fn rows_of(&mut self, id: &str) -> Result<WakeRows, StorageError> {
         let mut rows = WakeRows::new();
         for entry in self
+            .tables()?
             .rows
             .range::<(&str, &str)>((Bound::Included((id, "")), Bound::Unbounded))
             .map_err(StorageError::new)?
@@ -67,24 +85,39 @@ impl<'txn> WakeTables<'txn> {
             return Ok(());
         }
         let id = execution.as_str();
-        let diff = wake::wake_diff(execution, &self.rows_of(id)?, changes);
+        // An append that starts the execution finds no rows: it has none before its start (an
+        // id deleted by retention had ended, and an end clears them).
+        let current = if wake::starts_execution(changes) {
+            WakeRows::new()
+        } else {
+            self.rows_of(id)?
+        };
+        let diff = wake::wake_diff(execution, &current, changes);
+        if diff.removed.is_empty() && diff.added.is_empty() {
+            return Ok(());
+        }
         self.write(id, diff)
     }
 
     fn write(&mut self, id: &str, diff: wake::WakeDiff) -> Result<(), StorageError> {
+        let tables = self.tables()?;
         for (tag, at) in &diff.removed {
-            self.wakeups
+            tables
+                .wakeups
                 .remove((*at, id, tag.as_str()))
                 .map_err(StorageError::new)?;
-            self.rows
+            tables
+                .rows
                 .remove((id, tag.as_str()))
                 .map_err(StorageError::new)?;
         }
         for (tag, at) in &diff.added {
-            self.wakeups
+            tables
+                .wakeups
                 .insert((*at, id, tag.as_str()), ())
                 .map_err(StorageError::new)?;
-            self.rows
+            tables
+                .rows
                 .insert((id, tag.as_str()), *at)
                 .map_err(StorageError::new)?;
         }
