@@ -20,35 +20,15 @@
 use std::time::{Duration, Instant};
 
 use loom_kernel::DiskStoreConfig;
-use loom_kernel::conformance::{asleep_on_timer, completed, started};
+use loom_kernel::conformance::{asleep_on_timer, completed, started, stuck_runtime};
 use loom_kernel::*;
 use loom_kernel::{DiskStore, EventStore, ExecutionId};
-use serde_json::{Value, json};
+use serde_json::json;
 
 const RUNNING: usize = 100;
 const RUNS: usize = 7;
 /// Ended executions appended concurrently at a time while building.
 const BUILD_CHUNK: usize = 20_000;
-
-async fn stuck_flow(ctx: FlowCtx, _: Value) -> Result<Value, FlowError> {
-    Ok(ctx.execute("stuck", &1).await?.to_value())
-}
-
-/// An idempotent effect that never answers: its execution stays running.
-fn stuck() -> impl Effect {
-    FnEffect::new(true, |_call: EffectCall| async {
-        std::future::pending::<()>().await;
-        EffectOutcome::ok(json!(null).into())
-    })
-}
-
-fn runtime(store: DiskStore) -> Runtime<DiskStore> {
-    Runtime::builder(store)
-        .flow(flow_fn("stuck", 1, stuck_flow))
-        .effect("stuck", stuck())
-        .build()
-        .expect("the runtime composes")
-}
 
 fn config() -> DiskStoreConfig {
     DiskStoreConfig {
@@ -83,7 +63,7 @@ async fn build(path: &std::path::Path, filler: Filler) -> Duration {
             appended.expect("the append is stored");
         }
     }
-    let rt = runtime(store);
+    let rt = stuck_runtime(store);
     for n in 0..RUNNING {
         rt.start(
             "stuck",
@@ -139,7 +119,7 @@ fn main() {
             let opening = Instant::now();
             let store = DiskStore::open_with(&path, fast.clone()).expect("the store opens");
             let opened_unverified = opening.elapsed();
-            let rt = runtime(store);
+            let rt = stuck_runtime(store);
             let began = Instant::now();
             let recovered = rt.recover().await.expect("recover lists the store");
             let open_and_recover = opened_unverified + began.elapsed();
@@ -150,7 +130,7 @@ fn main() {
             let opened = opening.elapsed();
             let mut times = Vec::new();
             for _ in 0..RUNS {
-                let rt = runtime(store.clone());
+                let rt = stuck_runtime(store.clone());
                 let began = Instant::now();
                 let recovered = rt.recover().await.expect("recover lists the store");
                 times.push(began.elapsed());

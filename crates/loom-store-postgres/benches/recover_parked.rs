@@ -13,34 +13,14 @@
 
 use std::time::{Duration, Instant};
 
-use loom_kernel::conformance::asleep_on_timer;
+use loom_kernel::conformance::{asleep_on_timer, stuck_runtime};
 use loom_kernel::*;
 use loom_store_postgres::{PostgresStore, PostgresStoreConfig, fresh_schema, server_url};
-use serde_json::{Value, json};
+use serde_json::json;
 
 const RUNNING: usize = 100;
 const RUNS: usize = 7;
 const BUILD_CHUNK: usize = 20_000;
-
-async fn stuck_flow(ctx: FlowCtx, _: Value) -> Result<Value, FlowError> {
-    Ok(ctx.execute("stuck", &1).await?.to_value())
-}
-
-/// An idempotent effect that never answers: its execution stays running.
-fn stuck() -> impl Effect {
-    FnEffect::new(true, |_call: EffectCall| async {
-        std::future::pending::<()>().await;
-        EffectOutcome::ok(json!(null).into())
-    })
-}
-
-fn runtime(store: PostgresStore) -> Runtime<PostgresStore> {
-    Runtime::builder(store)
-        .flow(flow_fn("stuck", 1, stuck_flow))
-        .effect("stuck", stuck())
-        .build()
-        .expect("the runtime composes")
-}
 
 async fn build(store: &PostgresStore, parked: usize) -> Duration {
     let began = Instant::now();
@@ -54,7 +34,7 @@ async fn build(store: &PostgresStore, parked: usize) -> Duration {
             appended.expect("the append is stored");
         }
     }
-    let rt = runtime(store.clone());
+    let rt = stuck_runtime(store.clone());
     for n in 0..RUNNING {
         rt.start(
             "stuck",
@@ -94,7 +74,7 @@ fn main() {
             let mut times = Vec::new();
             let mut report = None;
             for _ in 0..RUNS {
-                let rt = runtime(store.clone());
+                let rt = stuck_runtime(store.clone());
                 let began = Instant::now();
                 let recovered = rt.recover_report().await.expect("recover lists the store");
                 times.push(began.elapsed());

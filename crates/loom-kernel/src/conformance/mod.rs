@@ -1256,6 +1256,24 @@ pub fn asleep_on_timer(deadline_ms: u64) -> Vec<Event> {
     ]
 }
 
+/// A runtime on `store` with one flow, `stuck`, whose one idempotent step (effect `stuck`)
+/// never answers: an execution of it stays running for good (recovery benches, to have
+/// executions a worker must drive).
+pub fn stuck_runtime<S: EventStore>(store: S) -> crate::Runtime<S> {
+    async fn stuck_flow(ctx: crate::FlowCtx, _: Value) -> Result<Value, crate::FlowError> {
+        Ok(ctx.execute("stuck", &1).await?.to_value())
+    }
+    let stuck = crate::FnEffect::new(true, |_call: crate::EffectCall| async {
+        std::future::pending::<()>().await;
+        crate::EffectOutcome::ok(Value::Null.into())
+    });
+    crate::Runtime::builder(store)
+        .flow(crate::flow_fn("stuck", 1, stuck_flow))
+        .effect("stuck", stuck)
+        .build()
+        .expect("the stuck flow and its effect compose")
+}
+
 /// The wake-up index ([`EventStore::list_wakeups`]): a deadline's row from its decision until
 /// its gate is resumed or the execution ends; a child gate's and a child's rows at time 0;
 /// listed in key order, a window and a page at a time, across a reopen.
