@@ -1,7 +1,7 @@
 //! The operator's reads over any [`EventStore`]: listings by status (through the store's
 //! status index), one execution in full, a log from a seq on, and the steps in doubt.
 
-use futures::TryStreamExt;
+use futures::{StreamExt, TryStreamExt};
 use loom_kernel::DataClassification;
 use loom_kernel::StepStatus;
 use loom_kernel::{
@@ -19,7 +19,10 @@ use crate::view::{
 /// How many executions a listing shows when not told: a page, not the store.
 pub const DEFAULT_LIST_LIMIT: usize = 50;
 /// The most executions one page shows.
-pub const MAX_LIST_LIMIT: usize = 1000;
+pub const MAX_LIST_LIMIT: usize = loom_kernel::MAX_QUERY_LIMIT;
+
+/// How many executions of a page have their last event read at once.
+const VIEW_READS_AT_ONCE: usize = 16;
 
 /// Which executions [`list_executions`] lists.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -141,10 +144,16 @@ pub async fn list_executions<S: EventStore>(
         (Some(_), None, Some(total)) => Some(total.saturating_sub(shown)),
         _ => None,
     };
-    let mut executions = Vec::with_capacity(page.executions.len());
+    // One read per execution not ended (its last event): a few at once, in page order. The
+    // futures are made in a loop, not a closure, so that the handler's future stays `Send`.
+    let mut reads = Vec::with_capacity(page.executions.len());
     for listed in &page.executions {
-        executions.push(execution_view(store, listed).await?);
+        reads.push(execution_view(store, listed));
     }
+    let executions: Vec<ExecutionView> = futures::stream::iter(reads)
+        .buffered(VIEW_READS_AT_ONCE)
+        .try_collect()
+        .await?;
     Ok(ExecutionList {
         executions,
         total,

@@ -117,7 +117,8 @@ pub use runtime::{
     Selected, SkippedExecution, StartError, StartOptions, StartRequest, StepError, StepName,
     SystemClock, TIMED_OUT_KEY, TIMER_EVENT_TYPE, TimedGate, TypedCommand, UsesEffects, WaitError,
     catch_up, child_end_resume, child_parent, expected_payload, flow_fn, input_digest,
-    payload_schema_step_id, pending_requests, pending_requests_of, request_step_id, stable_hash,
+    payload_schema_step_id, pending_requests, pending_requests_of, request_gate_id,
+    request_step_id, stable_hash,
 };
 pub use store::tail::{RefusedEvent, TailChange, filter_code, status_code, status_from_code};
 pub use store::{

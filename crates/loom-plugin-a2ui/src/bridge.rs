@@ -440,13 +440,17 @@ impl A2UISurfaceBridge {
                 None => merged.push(component.clone()),
             }
         }
-        // The merged tree must hold together: one `root`, ids unique.
-        self.catalogs
-            .check_components(&merged, true)
-            .map_err(|source| BridgeError::Component {
+        // The merged tree must have its `root`. Nothing else needs checking again: the tree was
+        // checked when it was set, `components` just now, and a merge by id keeps ids unique.
+        if !merged
+            .iter()
+            .any(|c| c.get("id").and_then(Value::as_str) == Some("root"))
+        {
+            return Err(BridgeError::Component {
                 surface_id: self.surface_id.clone(),
-                source,
-            })?;
+                source: crate::catalog::ComponentError::NoRoot,
+            });
+        }
         self.components = merged;
         Ok(())
     }

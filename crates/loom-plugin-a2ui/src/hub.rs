@@ -788,8 +788,7 @@ fn surface_entry<'e>(
 /// Whether a kernel gate request (`<gate id>:request`) is one of an `A2UIFunctionResult` gate:
 /// a grain-A call recorded on the kernel's requests.
 fn is_function_request_step(step_id: &str) -> bool {
-    step_id
-        .strip_suffix(":request")
+    loom_kernel::request_gate_id(step_id)
         .and_then(|gate| gate.strip_prefix(FUNCTION_RESULT_EVENT))
         .is_some_and(|n| n.starts_with('#'))
 }

@@ -68,7 +68,7 @@ pub(crate) async fn backfill(
 
 /// One page of `query`.
 pub(crate) async fn query(
-    client: &tokio_postgres::Client,
+    client: &deadpool_postgres::Object,
     query: &ExecutionQuery,
 ) -> Result<ExecutionQueryPage, ReadError> {
     let limit = query.page_size();
@@ -136,8 +136,14 @@ pub(crate) async fn query(
         .iter()
         .map(|param| &**param as &(dyn ToSql + Sync))
         .collect();
+    // The filters make a few hundred statement shapes at most: each is prepared once per
+    // connection.
+    let statement = client
+        .prepare_cached(&sql)
+        .await
+        .map_err(ReadError::storage)?;
     let rows = client
-        .query(&sql, &refs)
+        .query(&statement, &refs)
         .await
         .map_err(ReadError::storage)?;
     let mut listed = Vec::with_capacity(rows.len());

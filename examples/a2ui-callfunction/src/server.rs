@@ -408,15 +408,15 @@ async fn renderer_socket<S: EventStore>(
         .filter(|name| !name.is_empty())
         .collect();
     let capabilities = query.get("capabilities").map(String::as_str);
-    let protocol = match negotiate(capabilities, &offered) {
-        Ok(protocol) => protocol,
+    let (protocol, capabilities) = match negotiate_with_capabilities(capabilities, &offered) {
+        Ok(negotiated) => negotiated,
         Err(reason) => return (StatusCode::BAD_REQUEST, reason).into_response(),
     };
     // The catalogs the renderer lists (`supportedCatalogIds`): a surface that needs another
     // is refused with a close reason, before any `createSurface`.
     connection.supported_catalogs = capabilities
-        .and_then(|text| serde_json::from_str::<Value>(text).ok())
-        .and_then(|value| protocol.supported_catalogs(&value));
+        .as_ref()
+        .and_then(|value| protocol.supported_catalogs(value));
     // The socket refuses a larger frame before reading it (1009).
     let limit = state.edge.limits().max_frame_bytes;
     let ws = if offered.is_empty() {
@@ -435,15 +435,27 @@ pub(crate) fn negotiate(
     capabilities: Option<&str>,
     offered: &[String],
 ) -> Result<ProtocolVersion, String> {
+    negotiate_with_capabilities(capabilities, offered).map(|(protocol, _)| protocol)
+}
+
+/// [`negotiate`], also giving the capabilities it parsed, for what else they say (the
+/// renderer's catalogs).
+fn negotiate_with_capabilities(
+    capabilities: Option<&str>,
+    offered: &[String],
+) -> Result<(ProtocolVersion, Option<Value>), String> {
     if let Some(text) = capabilities {
         let value: Value = serde_json::from_str(text)
             .map_err(|error| format!("the capabilities are not JSON: {error}"))?;
-        return ProtocolVersion::from_capabilities(&value).map_err(|error| error.to_string());
+        let protocol =
+            ProtocolVersion::from_capabilities(&value).map_err(|error| error.to_string())?;
+        return Ok((protocol, Some(value)));
     }
     if offered.is_empty() {
-        return Ok(ProtocolVersion::default());
+        return Ok((ProtocolVersion::default(), None));
     }
     ProtocolVersion::from_offered(offered.iter().map(String::as_str))
+        .map(|protocol| (protocol, None))
         .map_err(|error| error.to_string())
 }
 

@@ -131,10 +131,19 @@ pub const REQUEST_KIND: &str = "loom.request";
 /// The step id of the request decision of the gate `gate_id`: `<gate id>:request`. No counted
 /// id (`name#n`) ends this way, so it cannot be taken by another decision.
 pub fn request_step_id(gate_id: &str) -> String {
-    let mut id = String::with_capacity(gate_id.len() + 8);
+    let mut id = String::with_capacity(gate_id.len() + REQUEST_SUFFIX.len());
     id.push_str(gate_id);
-    id.push_str(":request");
+    id.push_str(REQUEST_SUFFIX);
     id
+}
+
+/// What [`request_step_id`] appends to a gate id.
+const REQUEST_SUFFIX: &str = ":request";
+
+/// The gate whose request decision `step_id` is, when it is one ([`request_step_id`]'s
+/// inverse).
+pub fn request_gate_id(step_id: &str) -> Option<&str> {
+    step_id.strip_suffix(REQUEST_SUFFIX)
 }
 
 /// The kind of the `DECISION_RECORDED` marker `ctx.patched` records; its step id is

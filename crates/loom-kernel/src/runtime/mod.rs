@@ -102,7 +102,8 @@ pub use plugin::{AbiRange, Contributions, Inbound, InboundHandler, Plugin, Proje
 pub use recovery::{RecoveryReport, SkippedExecution};
 pub use replay::{ReplayError, ReplayReport, Replayer};
 pub use requests::{
-    PendingRequest, REQUEST_KIND, pending_requests, pending_requests_of, request_step_id,
+    PendingRequest, REQUEST_KIND, pending_requests, pending_requests_of, request_gate_id,
+    request_step_id,
 };
 pub use timers::{
     CLOSED_KEY, Clock, DEADLINE_KIND, ManualClock, SystemClock, TIMED_OUT_KEY, TIMER_EVENT_TYPE,

@@ -21,7 +21,7 @@ use crate::payload::Payload;
 use crate::runtime::Runtime;
 use crate::store::{EventStore, EventStoreExt, FoldStoredError, ReadError, StatusFilter};
 
-pub use crate::runtime::markers::{REQUEST_KIND, request_step_id};
+pub use crate::runtime::markers::{REQUEST_KIND, request_gate_id, request_step_id};
 
 /// A request whose gate still waits: send `request` to whoever answers, who resumes the gate
 /// with `event_type` and `correlation_key`.

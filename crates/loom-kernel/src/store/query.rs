@@ -112,7 +112,9 @@ impl ExecutionCursor {
             .step_by(2)
             .map(|at| u8::from_str_radix(&text[at..at + 2], 16).ok())
             .collect::<Option<Vec<u8>>>()?;
-        let id = ExecutionId::new(String::from_utf8(bytes).ok()?).ok()?;
+        // Any id the store holds, as it holds it: a page may end at an id recorded before
+        // today's rules for new ids.
+        let id = ExecutionId::from_stored(&String::from_utf8(bytes).ok()?).ok()?;
         Some(Self { started_at_ms, id })
     }
 }

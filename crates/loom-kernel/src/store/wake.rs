@@ -94,9 +94,16 @@ impl Wakeup {
         })
     }
 
-    /// The sort key: `(at_ms, execution, tag)`.
-    pub fn key(&self) -> (u64, &str, String) {
-        (self.at_ms, self.execution.as_str(), self.reason.tag())
+    /// The sort key: `(at_ms, execution, tag)`, without building the tag: a reason's tag is
+    /// its prefix (`c:` < `d:` < `p`, byte order) then its gate id, so the pair (prefix
+    /// rank, gate id) orders as the tag does.
+    fn key(&self) -> (u64, &str, u8, &str) {
+        let (rank, gate_id) = match &self.reason {
+            WakeReason::AwaitsChild { gate_id } => (0, gate_id.as_str()),
+            WakeReason::Deadline { gate_id } => (1, gate_id.as_str()),
+            WakeReason::IsChild => (2, ""),
+        };
+        (self.at_ms, self.execution.as_str(), rank, gate_id)
     }
 }
 
@@ -316,6 +323,46 @@ mod tests {
     use super::*;
     use crate::conformance::{completed, started, suspended};
     use crate::event::{DecisionRecorded, ExecutionResumed, ExecutionSuspended};
+
+    #[test]
+    fn rows_sort_as_their_stored_keys_do() {
+        let id = |s: &str| ExecutionId::new(s).unwrap();
+        let reasons = [
+            WakeReason::IsChild,
+            WakeReason::Deadline {
+                gate_id: "b".into(),
+            },
+            WakeReason::Deadline {
+                gate_id: "a#2".into(),
+            },
+            WakeReason::AwaitsChild {
+                gate_id: "z".into(),
+            },
+            WakeReason::AwaitsChild { gate_id: "".into() },
+        ];
+        let mut rows = Vec::new();
+        for at_ms in [0, 5] {
+            for execution in ["e/x#1", "e"] {
+                for reason in &reasons {
+                    rows.push(Wakeup {
+                        at_ms,
+                        execution: id(execution),
+                        reason: reason.clone(),
+                    });
+                }
+            }
+        }
+        let mut by_key = rows.clone();
+        by_key.sort_by(|a, b| {
+            (a.at_ms, a.execution.as_str(), a.reason.tag()).cmp(&(
+                b.at_ms,
+                b.execution.as_str(),
+                b.reason.tag(),
+            ))
+        });
+        rows.sort();
+        assert_eq!(rows, by_key);
+    }
     use crate::payload::Payload;
     use crate::store::TailChange;
 

@@ -28,10 +28,19 @@ impl FlowCtx {
         let mut state = self.state();
         let slot = state.new_slot();
         let classification = &self.shared.classification;
-        let schema = Payload::try_from_value(schema)
-            .map_err(|err| StepError::InvalidSchema(err.to_string()));
-        let outcome =
-            state.expecting_gate(slot, event_type, correlation_key, schema, classification);
+        let outcome = state.expecting_gate(
+            slot,
+            event_type,
+            correlation_key,
+            encode_schema(schema),
+            classification,
+        );
         self.command(state, slot, outcome)
     }
+}
+
+/// A gate's payload schema as the log holds it; one the log could not hold (nested deeper than
+/// [`crate::payload::MAX_DEPTH`]) is [`StepError::InvalidSchema`].
+pub(super) fn encode_schema(schema: &Value) -> Result<Payload, StepError> {
+    Payload::try_from_value(schema).map_err(|err| StepError::InvalidSchema(err.to_string()))
 }

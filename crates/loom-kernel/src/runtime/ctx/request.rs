@@ -68,14 +68,12 @@ impl FlowCtx {
         let mut state = self.state();
         let slot = state.new_slot();
         let classification = &self.shared.classification;
-        let schema = Payload::try_from_value(schema)
-            .map_err(|err| StepError::InvalidSchema(err.to_string()));
         let outcome = state.requested_expecting_gate(
             slot,
             event_type,
             correlation_key,
             encode_request(request),
-            schema,
+            super::expecting::encode_schema(schema),
             classification,
         );
         self.command(state, slot, outcome)

@@ -305,16 +305,7 @@ impl FlowState {
         classification: &DataClassification,
     ) -> Result<Option<Payload>, StepError> {
         let (gate_id, schema) = self.gate_with_note(event_type, correlation_key, schema)?;
-        // The schema is no command (history skips it): it is written where the gate is, live,
-        // and a replayed gate (recorded with or without one) records nothing.
-        let live = self.divergence.is_none() && self.history.commands.get(self.cursor).is_none();
-        if live {
-            self.issue(Event::DecisionRecorded(DecisionRecorded {
-                step_id: payload_schema_step_id(&gate_id),
-                kind: PAYLOAD_SCHEMA_KIND.to_owned(),
-                value: schema,
-            }));
-        }
+        self.record_schema_if_live(&gate_id, schema);
         self.wait_at_gate(slot, gate_id, event_type, correlation_key, classification)
     }
 
@@ -336,17 +327,22 @@ impl FlowState {
         let schema = schema?;
         let (gate_id, request) = self.gate_with_note(event_type, correlation_key, request)?;
         self.record_request(&gate_id, request, classification)?;
-        // As for `expecting_gate`: the schema is no command, written only where the gate is
-        // opened live.
+        self.record_schema_if_live(&gate_id, schema);
+        self.wait_at_gate(slot, gate_id, event_type, correlation_key, classification)
+    }
+
+    /// The payload schema's decision under `<gate id>:payloadSchema`. The schema is no command
+    /// (history skips it): it is written where the gate is opened live, and a replayed gate
+    /// (recorded with or without one) records nothing.
+    fn record_schema_if_live(&mut self, gate_id: &str, schema: Payload) {
         let live = self.divergence.is_none() && self.history.commands.get(self.cursor).is_none();
         if live {
             self.issue(Event::DecisionRecorded(DecisionRecorded {
-                step_id: payload_schema_step_id(&gate_id),
+                step_id: payload_schema_step_id(gate_id),
                 kind: PAYLOAD_SCHEMA_KIND.to_owned(),
                 value: schema,
             }));
         }
-        self.wait_at_gate(slot, gate_id, event_type, correlation_key, classification)
     }
 
     /// The request's decision: matched on replay (kind and id), queued live.

@@ -52,17 +52,37 @@ const BUILT: &str = "listing_index";
 /// The listing table, open in a write transaction. The counts live in `meta`, and the start
 /// times in the logs: the caller has both open and passes them in.
 pub(super) struct ListingTables<'txn> {
-    by_status_start: redb::Table<'txn, (u8, u64, &'static str), (Option<u64>, &'static str)>,
+    txn: &'txn redb::WriteTransaction,
+    /// Opened by the first append of the commit that starts, moves or ends an execution: a
+    /// commit of steps alone does not open it.
+    by_status_start: Option<ByStatusStart<'txn>>,
 }
 
 /// The `meta` table, open in a write transaction.
 pub(super) type MetaTable<'txn> = redb::Table<'txn, &'static str, u64>;
 
+/// `by_status_start`, open in a write transaction.
+type ByStatusStart<'txn> = redb::Table<'txn, (u8, u64, &'static str), (Option<u64>, &'static str)>;
+
 impl<'txn> ListingTables<'txn> {
     pub(super) fn open(txn: &'txn redb::WriteTransaction) -> Result<Self, StorageError> {
         Ok(Self {
-            by_status_start: txn.open_table(BY_STATUS_START).map_err(StorageError::new)?,
+            txn,
+            by_status_start: None,
         })
+    }
+
+    fn table(&mut self) -> Result<&mut ByStatusStart<'txn>, StorageError> {
+        if self.by_status_start.is_none() {
+            self.by_status_start = Some(
+                self.txn
+                    .open_table(BY_STATUS_START)
+                    .map_err(StorageError::new)?,
+            );
+        }
+        self.by_status_start
+            .as_mut()
+            .ok_or_else(|| StorageError::msg("the listing table did not open"))
     }
 
     /// Files `id` as its tail went from `old` to `new` through `changes`, committed at
@@ -117,7 +137,7 @@ impl<'txn> ListingTables<'txn> {
         // Counted down only for a row that was there (a file whose listing is not built yet
         // has none; the build counts afresh).
         let removed = self
-            .by_status_start
+            .table()?
             .remove((code, start, id))
             .map_err(StorageError::new)?;
         match removed {
@@ -138,7 +158,7 @@ impl<'txn> ListingTables<'txn> {
             return Ok(());
         }
         let code = status_code(new.status());
-        self.by_status_start
+        self.table()?
             .insert((code, start, id), (new.ended_at_ms(), flow))
             .map_err(StorageError::new)?;
         add_count(meta, code, 1)

@@ -93,7 +93,7 @@ impl<'txn> WakeTables<'txn> {
             self.rows_of(id)?
         };
         let diff = wake::wake_diff(execution, &current, changes);
-        if diff.removed.is_empty() && diff.added.is_empty() {
+        if diff.is_empty() {
             return Ok(());
         }
         self.write(id, diff)
