@@ -292,4 +292,16 @@ mod tests {
             assert_eq!(ExecutionCursor::decode(bad), None, "{bad:?}");
         }
     }
+
+    #[test]
+    fn a_cursor_at_an_id_recorded_before_todays_rules_reads_back() {
+        // Not in NFC: `ExecutionId::new` refuses it, but a store may hold it.
+        let older = "cafe\u{301}-1";
+        assert!(ExecutionId::new(older).is_err());
+        let cursor = ExecutionCursor {
+            started_at_ms: 5,
+            id: ExecutionId::from_stored(older).unwrap(),
+        };
+        assert_eq!(ExecutionCursor::decode(&cursor.encode()), Some(cursor));
+    }
 }
