@@ -36,6 +36,7 @@
 //! names the journal offset it covers; opening the file again applies the journal records past
 //! it, so every acknowledged batch is there in whole and none in part. See `docs/STORAGE.md`.
 
+use std::collections::{BTreeMap, HashMap, VecDeque};
 use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, mpsc};
@@ -44,10 +45,14 @@ use std::thread::JoinHandle;
 use redb::{Database, ReadableDatabase, ReadableTable, ReadableTableMetadata, TableDefinition};
 use tokio::sync::oneshot;
 
+mod apply;
 mod listing;
 mod open;
+mod pending;
 mod wake;
+use apply::{Applied, Chunk, FlushReply, ToApplier};
 use open::{check_not_empty, open_database};
+use pending::{Pending, PendingRecords};
 
 use super::claim::{ClaimTable, FirstAppend, NewClaim};
 use super::journal::{self, Journal};
@@ -210,6 +215,8 @@ struct Shared {
     /// New ids claimed for their first append ([`EventStore::claim_new`]); the writer admits
     /// first appends against it.
     claims: Arc<ClaimTable>,
+    /// Acknowledged events the tables do not hold yet (LD-035).
+    pending: Arc<Pending>,
 }
 
 /// The database, opened for writing or read-only.
@@ -255,6 +262,8 @@ enum WriteRequest {
     Delete(DeleteRequest),
     /// A claim was given back: first appends waiting for it may go ahead.
     ClaimReleased,
+    /// A reader of an index needs the tables to hold every acknowledged event.
+    Apply(oneshot::Sender<Result<(), StorageError>>),
 }
 
 /// An append, with the token of the claim it was made under (a claimed first append).
@@ -313,12 +322,29 @@ impl DiskStore {
         let watch = Arc::new(HeadWatch::default());
         let feed_head = Arc::new(FeedWatch::new(feed_next));
         let claims = Arc::new(ClaimTable::default());
+        let pending = Arc::new(Pending::default());
         let (requests, writer) = if matches!(*db, Db::Write(_)) {
             let (sender, receiver) = mpsc::channel();
             let db = Arc::clone(&db);
             let watch = Arc::clone(&watch);
             let feed_head = Arc::clone(&feed_head);
             let claims = Arc::clone(&claims);
+            let pending = Arc::clone(&pending);
+            let applied = Arc::new(Applied::default());
+            let (to_applier, applier_requests) = mpsc::channel();
+            let applier = {
+                let db = Arc::clone(&db);
+                let pending = Arc::clone(&pending);
+                let applied = Arc::clone(&applied);
+                std::thread::Builder::new()
+                    .name("loom-store-applier".into())
+                    .spawn(move || {
+                        if let Db::Write(db) = &*db {
+                            apply::run(db, &pending, &applied, &applier_requests);
+                        }
+                    })
+                    .map_err(OpenError::Writer)?
+            };
             let journal = journal.ok_or_else(|| OpenError::Corrupt {
                 path: path.clone(),
                 detail: "no journal was opened for writing".into(),
@@ -334,9 +360,22 @@ impl DiskStore {
                             watch: &watch,
                             feed_head: &feed_head,
                             claims: &claims,
+                            pending: &pending,
+                            to_applier: Some(to_applier),
+                            applier: Some(applier),
+                            applied: &applied,
                             max_batch_events,
                             journal,
                             since_checkpoint: 0,
+                            commits: 0,
+                            pruned_at: 0,
+                            queue: Vec::new(),
+                            queued_events: 0,
+                            queued_bytes: 0,
+                            queued_end: 0,
+                            decided: HashMap::new(),
+                            feed_next,
+                            payload: Vec::new(),
                             poisoned: None,
                         };
                         writer.run();
@@ -357,6 +396,7 @@ impl DiskStore {
                 watch,
                 feed_head,
                 claims,
+                pending,
             }),
         })
     }
@@ -394,24 +434,50 @@ impl DiskStore {
         executions: &[ExecutionId],
     ) -> Result<Vec<StoredLog>, ReadError> {
         let ids = executions.to_vec();
+        let pending = Arc::clone(&self.shared.pending);
         self.blocking_read(move |db| {
+            // What the tables lack is copied before they are read (pending.rs).
+            let held: Vec<_> = ids
+                .iter()
+                .map(|execution| pending.copy(execution.as_str(), 0, usize::MAX))
+                .collect();
             let txn = db.begin_read().map_err(ReadError::storage)?;
             let events = txn.open_table(EVENTS).map_err(ReadError::storage)?;
             let heads = txn.open_table(HEADS).map_err(ReadError::storage)?;
             ids.into_iter()
-                .map(|execution| {
+                .zip(held)
+                .map(|(execution, held)| {
                     // The head is the length of the log: the index is sized once, and every
                     // seq below it must be read back where it belongs.
                     let head = heads
                         .get(execution.as_str())
                         .map_err(ReadError::storage)?
                         .map_or(0, |head| head.value());
-                    let page = RawPage::fetch_from(&events, &execution, 0, usize::MAX, head)?;
+                    let mut page = RawPage::fetch_from(&events, &execution, 0, usize::MAX, head)?;
+                    if let Some(held) = held {
+                        page.extend_held(&execution, held, 0, usize::MAX)?;
+                    }
                     Ok(StoredLog { execution, page })
                 })
                 .collect()
         })
         .await
+    }
+
+    /// Waits until the tables hold every event acknowledged so far: the indexes (listing,
+    /// status, wake-ups, feed) are read from the tables only, and the writer applies its queue
+    /// to them lazily (LD-035).
+    async fn settled(&self) -> Result<(), ReadError> {
+        if self.shared.pending.is_empty() {
+            return Ok(());
+        }
+        let (reply, answer) = oneshot::channel();
+        self.send(WriteRequest::Apply(reply))
+            .map_err(|_| ReadError::Closed)?;
+        answer
+            .await
+            .map_err(|_| ReadError::Closed)?
+            .map_err(|source| ReadError::Storage { source })
     }
 
     async fn blocking_read<T: Send + 'static>(
@@ -451,26 +517,71 @@ struct Writer<'a> {
     watch: &'a HeadWatch,
     feed_head: &'a FeedWatch,
     claims: &'a ClaimTable,
+    /// Acknowledged events the tables do not hold yet, as readers see them.
+    pending: &'a Pending,
+    /// The applier thread (`apply.rs`): what is handed to it, and what it reports.
+    to_applier: Option<mpsc::Sender<ToApplier>>,
+    applier: Option<JoinHandle<()>>,
+    applied: &'a Applied,
     max_batch_events: usize,
     journal: Journal,
     /// Journaled commits since the last checkpoint.
     since_checkpoint: u64,
-    /// Set when the journal and the tables may disagree (a failed journal write, or a commit
-    /// that failed after its journal record was durable): every later write fails with it,
+    /// Journaled commits since the store opened: the applier reports the last one it applied.
+    commits: u64,
+    /// Journaled appends not handed to the applier yet, in commit order.
+    queue: Vec<Queued>,
+    /// Events and record bytes in `queue`.
+    queued_events: usize,
+    queued_bytes: usize,
+    /// The journal offset just past the last queued commit's record.
+    queued_end: u64,
+    /// The head and tail of each execution appended to by a commit the tables may not hold
+    /// yet, as they stand after it, and the number of that commit: what the next append is
+    /// decided against (the tables lag behind the journal).
+    decided: HashMap<String, (u64, ExecutionTail, u64)>,
+    /// The last commit the applier had applied when `decided` was last pruned.
+    pruned_at: u64,
+    /// The next feed position, counting the queued appends.
+    feed_next: u64,
+    /// The journal record being built, kept to reuse its allocation.
+    payload: Vec<u8>,
+    /// Set when the journal and the tables may disagree (a failed journal write, or an apply
+    /// that failed after its journal records were durable): every later write fails with it,
     /// and the next open brings the tables up to the journal.
     poisoned: Option<StorageError>,
 }
 
+/// An append durable in the journal, waiting to be applied to the tables.
+#[derive(Debug)]
+struct Queued {
+    execution: ExecutionId,
+    expected_seq: u64,
+    records: Vec<Vec<u8>>,
+    changes: Vec<super::TailChange>,
+    recorded_at_ms: Option<u64>,
+}
+
 /// A checkpoint is taken once the journal holds this many bytes...
 const CHECKPOINT_BYTES: u64 = 16 << 20;
-/// ...or this many commits: it bounds what an open replays and what redb keeps in memory.
+/// ...or this many commits: it bounds what an open replays.
 const CHECKPOINT_COMMITS: u64 = 8192;
+/// The queue is handed to the applier once it holds this many events...
+const APPLY_EVENTS: usize = 65_536;
+/// ...or this many bytes of records...
+const APPLY_BYTES: usize = 16 << 20;
+/// ...or once no request came for this long: an idle store's tables catch up, and a reader of
+/// an index then finds nothing to wait for.
+const APPLY_WHEN_IDLE: std::time::Duration = std::time::Duration::from_millis(20);
+/// The writer waits for the applier once this many events are held for it: what the tables
+/// lack stays bounded in memory when the applier falls behind.
+const MAX_HELD_EVENTS: usize = 262_144;
 
 impl Writer<'_> {
     fn run(&mut self) {
-        // A deletion met while gathering a batch waits until that batch is committed: deletions
-        // commit on their own, so a batch of appends never waits for one.
-        let mut held_back = None;
+        // Requests met while gathering a batch that are not appends (a deletion, an apply)
+        // wait until that batch is committed, in the order they came.
+        let mut held_back: VecDeque<WriteRequest> = VecDeque::new();
         // First appends of ids another caller claimed, until that claim is over.
         let mut waiting: Vec<Append> = Vec::new();
         loop {
@@ -480,11 +591,11 @@ impl Writer<'_> {
                 self.admit(append, &mut batch, &mut waiting, &mut events);
             }
             if batch.is_empty() {
-                let request = match held_back.take() {
+                let request = match held_back.pop_front() {
                     Some(request) => request,
-                    None => match self.requests.recv() {
-                        Ok(request) => request,
-                        Err(_) => {
+                    None => match self.next_request() {
+                        Some(request) => request,
+                        None => {
                             self.close();
                             return;
                         }
@@ -498,26 +609,44 @@ impl Writer<'_> {
                         self.delete(delete);
                         continue;
                     }
+                    WriteRequest::Apply(reply) => {
+                        self.hand_over();
+                        self.ask_applier(ToApplier::Flush(FlushReply::Task(reply)));
+                        continue;
+                    }
                     WriteRequest::ClaimReleased => continue,
                 }
                 if batch.is_empty() {
                     continue;
                 }
             }
-            while events < self.max_batch_events {
+            while held_back.is_empty() && events < self.max_batch_events {
                 match self.requests.try_recv() {
                     Ok(WriteRequest::Append(append)) => {
                         self.admit(append, &mut batch, &mut waiting, &mut events);
                     }
-                    Ok(delete @ WriteRequest::Delete(_)) => {
-                        held_back = Some(delete);
-                        break;
-                    }
                     Ok(WriteRequest::ClaimReleased) => {}
+                    Ok(other) => held_back.push_back(other),
                     Err(_) => break,
                 }
             }
             self.commit(batch, events);
+        }
+    }
+
+    /// The next request; while appends wait to be applied, a moment without requests applies
+    /// them first. `None` once the store is dropped.
+    fn next_request(&mut self) -> Option<WriteRequest> {
+        if self.queue.is_empty() || self.poisoned.is_some() {
+            return self.requests.recv().ok();
+        }
+        match self.requests.recv_timeout(APPLY_WHEN_IDLE) {
+            Ok(request) => Some(request),
+            Err(mpsc::RecvTimeoutError::Timeout) => {
+                self.hand_over();
+                self.requests.recv().ok()
+            }
+            Err(mpsc::RecvTimeoutError::Disconnected) => None,
         }
     }
 
@@ -540,20 +669,86 @@ impl Writer<'_> {
         batch.push(append);
     }
 
-    /// The store is closed: a last checkpoint, so that the journal holds nothing the tables
-    /// lack (a read-only open then needs no replay).
+    /// The store is closed: what is queued goes to the tables and a last checkpoint is taken,
+    /// so that the journal holds nothing the tables lack (a read-only open then needs no
+    /// replay). Then the applier ends.
     fn close(&mut self) {
-        if self.poisoned.is_none()
-            && self.since_checkpoint > 0
-            && let Err(detail) = checkpoint(self.db, &mut self.journal)
-        {
-            tracing::warn!(%detail, "the closing checkpoint failed; the next open replays the journal");
+        if self.poisoned.is_none() && self.since_checkpoint > 0 {
+            let closed = self
+                .flush()
+                .and_then(|()| checkpoint(self.db, &mut self.journal));
+            if let Err(detail) = closed {
+                tracing::warn!(%detail, "the closing checkpoint failed; the next open replays the journal");
+            }
+        }
+        self.to_applier.take();
+        if let Some(applier) = self.applier.take() {
+            let _ = applier.join();
+        }
+    }
+
+    /// Hands the queue to the applier, which applies it to the tables in its own time.
+    fn hand_over(&mut self) {
+        if self.queue.is_empty() {
+            return;
+        }
+        let chunk = Chunk {
+            appends: std::mem::take(&mut self.queue),
+            generation: self.journal.generation(),
+            journal_end: self.queued_end,
+            feed_next: self.feed_next,
+            last_commit: self.commits,
+        };
+        self.queued_events = 0;
+        self.queued_bytes = 0;
+        self.ask_applier(ToApplier::Chunk(chunk));
+    }
+
+    fn ask_applier(&mut self, request: ToApplier) {
+        let sent = self
+            .to_applier
+            .as_ref()
+            .is_some_and(|applier| applier.send(request).is_ok());
+        if !sent && self.poisoned.is_none() {
+            self.poisoned = Some(StorageError::msg(
+                "the store stopped writing: its applier thread is gone; open it again to recover",
+            ));
+        }
+    }
+
+    /// Hands the queue over and waits until the tables hold every commit; a failure stops the
+    /// writer (the journal holds what the tables lack, and the next open applies it).
+    fn flush(&mut self) -> Result<(), StorageError> {
+        if let Some(poisoned) = &self.poisoned {
+            return Err(poisoned.clone());
+        }
+        self.hand_over();
+        let (reply, answer) = mpsc::sync_channel(1);
+        self.ask_applier(ToApplier::Flush(FlushReply::Thread(reply)));
+        let outcome = answer
+            .recv()
+            .unwrap_or_else(|_| Err(StorageError::msg("the store's applier thread is gone")));
+        if let Err(detail) = &outcome {
+            self.poisoned.get_or_insert_with(|| detail.clone());
+        }
+        outcome
+    }
+
+    /// Forgets the decided heads and tails of executions whose last commit the tables hold.
+    fn prune_decided(&mut self) {
+        let applied = self.applied.last_commit();
+        if applied != self.pruned_at {
+            self.decided.retain(|_, (_, _, commit)| *commit > applied);
+            self.pruned_at = applied;
         }
     }
 
     fn take_checkpoint(&mut self) {
         let _span =
             tracing::debug_span!("checkpoint", journal_bytes = self.journal.end()).entered();
+        if self.flush().is_err() {
+            return;
+        }
         match checkpoint(self.db, &mut self.journal) {
             Ok(()) => self.since_checkpoint = 0,
             Err(detail) => {
@@ -566,13 +761,12 @@ impl Writer<'_> {
     }
 
     fn delete(&mut self, delete: DeleteRequest) {
-        let outcome = match &self.poisoned {
-            Some(poisoned) => Err(poisoned.clone()),
-            None => catch_unwind(AssertUnwindSafe(|| {
+        let outcome = self.flush().and_then(|()| {
+            catch_unwind(AssertUnwindSafe(|| {
                 delete_ended(self.db, &self.journal, delete.ended_before_ms, delete.limit)
             }))
-            .unwrap_or_else(|panic| Err(StorageError::msg(panic_message(&panic)))),
-        };
+            .unwrap_or_else(|panic| Err(StorageError::msg(panic_message(&panic))))
+        });
         if outcome.is_ok() {
             // That commit was durable: the journal up to here is covered.
             self.since_checkpoint = 0;
@@ -583,34 +777,43 @@ impl Writer<'_> {
         }));
     }
 
-    fn commit(&mut self, batch: Vec<Append>, events: usize) {
+    fn commit(&mut self, mut batch: Vec<Append>, events: usize) {
         let _span = tracing::debug_span!("group_commit", requests = batch.len(), events).entered();
+        if self.poisoned.is_none()
+            && let Some(failed) = self.applied.failure()
+        {
+            self.poisoned = Some(failed.clone());
+        }
+        self.prune_decided();
         let outcome = match &self.poisoned {
             Some(poisoned) => Err(poisoned.clone()),
-            None => {
-                let (db, journal) = (self.db, &mut self.journal);
-                catch_unwind(AssertUnwindSafe(|| commit_batch(db, journal, &batch)))
-                    .unwrap_or_else(|panic| {
-                        // Where it panicked is unknown: past the journal write, perhaps.
-                        Err(CommitError::After(StorageError::msg(panic_message(&panic))))
-                    })
-                    .map_err(|error| match error {
-                        CommitError::Before(detail) => detail,
-                        CommitError::Journal(detail) | CommitError::After(detail) => {
-                            let poisoned = StorageError::msg(format!(
-                                "the store stopped writing after a failed commit ({detail}); open it again to recover"
-                            ));
-                            self.poisoned = Some(poisoned);
-                            detail
-                        }
-                    })
-            }
+            None => catch_unwind(AssertUnwindSafe(|| self.commit_batch(&mut batch)))
+                .unwrap_or_else(|panic| {
+                    // Where it panicked is unknown: past the journal write, perhaps.
+                    Err(CommitError::Journal(StorageError::msg(panic_message(
+                        &panic,
+                    ))))
+                })
+                .map_err(|error| match error {
+                    CommitError::Before(detail) => detail,
+                    CommitError::Journal(detail) => {
+                        let poisoned = StorageError::msg(format!(
+                            "the store stopped writing after a failed commit ({detail}); open it again to recover"
+                        ));
+                        self.poisoned = Some(poisoned);
+                        detail
+                    }
+                }),
         };
         if outcome.is_ok() {
             self.since_checkpoint += 1;
             if self.journal.end() >= CHECKPOINT_BYTES || self.since_checkpoint >= CHECKPOINT_COMMITS
             {
                 self.take_checkpoint();
+            } else if self.pending.len() >= MAX_HELD_EVENTS {
+                let _ = self.flush();
+            } else if self.queued_events >= APPLY_EVENTS || self.queued_bytes >= APPLY_BYTES {
+                self.hand_over();
             }
         }
         // The first appends of the batch are over, committed or not: their ids are free again
@@ -621,10 +824,10 @@ impl Writer<'_> {
             }
         }
         match outcome {
-            Ok((heads, feed_next)) => {
+            Ok(heads) => {
                 // The batch's one line at debug (README, "Logs"): the span alone prints nothing.
                 tracing::debug!("group committed");
-                self.feed_head.publish(feed_next);
+                self.feed_head.publish(self.feed_next);
                 for (append, head) in batch.into_iter().zip(heads) {
                     let request = append.encoded;
                     if let Ok(head) = head {
@@ -644,6 +847,151 @@ impl Writer<'_> {
                 }
             }
         }
+    }
+
+    /// Decides every request of the batch against the heads and tails as they stand after
+    /// the queue (a conflict or a refused batch takes no part), writes the accepted ones to the
+    /// journal as one record made durable there, then queues them for the tables and hands
+    /// their records to readers. Returns each request's outcome. The batch's records and
+    /// changes are moved into the queue.
+    fn commit_batch(
+        &mut self,
+        batch: &mut [Append],
+    ) -> Result<Vec<Result<u64, AppendError>>, CommitError> {
+        let mut stored: Option<StoredState> = None;
+        // Heads and tails this batch moved, ahead of `decided` until the record is durable.
+        let mut staged: HashMap<&str, (u64, ExecutionTail)> = HashMap::new();
+        let mut outcomes = Vec::with_capacity(batch.len());
+        self.payload.clear();
+        for append in batch.iter() {
+            let request = &append.encoded;
+            let id = request.execution.as_str();
+            let decided = match staged.get(id) {
+                Some((head, tail)) => Some((*head, tail.clone())),
+                None => self
+                    .decided
+                    .get(id)
+                    .map(|(head, tail, _)| (*head, tail.clone())),
+            };
+            let (head, mut tail) = match decided {
+                Some(decided) => decided,
+                None => {
+                    let stored = match &mut stored {
+                        Some(stored) => stored,
+                        None => stored.insert(StoredState::open(self.db)?),
+                    };
+                    stored.head_and_tail(id)?
+                }
+            };
+            if head != request.expected_seq {
+                outcomes.push(Err(AppendError::Conflict {
+                    execution: request.execution.clone(),
+                    expected_seq: request.expected_seq,
+                    actual_seq: head,
+                }));
+                continue;
+            }
+            if let Err(refused) = tail.apply_changes(&request.changes, request.recorded_at_ms) {
+                outcomes.push(Err(
+                    refused.into_append_error(&request.execution, request.expected_seq)
+                ));
+                continue;
+            }
+            let new_head = head + request.records.len() as u64;
+            staged.insert(id, (new_head, tail));
+            journal::push_append(
+                &mut self.payload,
+                id,
+                request.expected_seq,
+                request.recorded_at_ms,
+                &request.records,
+            );
+            outcomes.push(Ok(new_head));
+        }
+        if self.payload.is_empty() {
+            // Nothing accepted: nothing to write.
+            return Ok(outcomes);
+        }
+        self.queued_end = self
+            .journal
+            .append(&self.payload)
+            .map_err(|error| CommitError::Journal(StorageError::new(error)))?;
+        self.commits += 1;
+        for (id, (head, tail)) in staged {
+            self.decided
+                .insert(id.to_owned(), (head, tail, self.commits));
+        }
+        for (append, outcome) in batch.iter_mut().zip(&outcomes) {
+            if outcome.is_err() {
+                continue;
+            }
+            let request = &mut append.encoded;
+            self.pending.push(
+                request.execution.as_str(),
+                request.expected_seq,
+                &request.records,
+            );
+            self.feed_next += request.records.len() as u64;
+            self.queued_events += request.records.len();
+            self.queued_bytes += request.records.iter().map(Vec::len).sum::<usize>();
+            self.queue.push(Queued {
+                execution: request.execution.clone(),
+                expected_seq: request.expected_seq,
+                records: std::mem::take(&mut request.records),
+                changes: std::mem::take(&mut request.changes),
+                recorded_at_ms: request.recorded_at_ms,
+            });
+        }
+        Ok(outcomes)
+    }
+}
+
+/// The heads and tails the tables hold, read by the writer for executions the queue does not
+/// touch.
+struct StoredState {
+    heads: redb::ReadOnlyTable<&'static str, u64>,
+    tails: redb::ReadOnlyTable<&'static str, &'static [u8]>,
+}
+
+impl StoredState {
+    fn open(db: &Database) -> Result<Self, CommitError> {
+        let txn = db.begin_read().map_err(CommitError::before)?;
+        Ok(Self {
+            heads: txn.open_table(HEADS).map_err(CommitError::before)?,
+            tails: txn.open_table(TAILS).map_err(CommitError::before)?,
+        })
+    }
+
+    fn head_and_tail(&self, id: &str) -> Result<(u64, ExecutionTail), CommitError> {
+        let head = self
+            .heads
+            .get(id)
+            .map_err(CommitError::before)?
+            .map_or(0, |v| v.value());
+        let tail = match self.tails.get(id).map_err(CommitError::before)? {
+            None => ExecutionTail::new(),
+            Some(bytes) => ExecutionTail::decode(bytes.value()).ok_or_else(|| {
+                CommitError::Before(StorageError::msg(format!(
+                    "the stored tail of execution {id} is damaged"
+                )))
+            })?,
+        };
+        Ok((head, tail))
+    }
+}
+
+/// Why a group commit failed, and whether its batch may be in the journal.
+#[derive(Debug)]
+enum CommitError {
+    /// Before the journal was written: nothing of the batch is stored.
+    Before(StorageError),
+    /// Writing the journal failed: its state on disk is unknown.
+    Journal(StorageError),
+}
+
+impl CommitError {
+    fn before(error: impl std::error::Error + Send + Sync + 'static) -> Self {
+        Self::Before(StorageError::new(error))
     }
 }
 
@@ -760,6 +1108,78 @@ impl<'txn> WriteTables<'txn> {
         Ok(Ok(head))
     }
 
+    /// Applies appends the writer accepted, as [`WriteTables::apply`] would one by one in
+    /// commit order, but with each execution's head and tail read and written once and its
+    /// events inserted together, executions in id order: fewer B-tree operations, each near
+    /// the one before. Feed rows follow commit order from `position`. An append the tables
+    /// refuse is an error: the writer decided it against the same heads and tails.
+    fn apply_accepted<'q>(
+        &mut self,
+        appends: impl Iterator<Item = &'q Queued> + Clone,
+        position: &mut u64,
+    ) -> Result<(), StorageError> {
+        let mut by_execution: BTreeMap<&str, Vec<&Queued>> = BTreeMap::new();
+        for queued in appends.clone() {
+            let id = queued.execution.as_str();
+            for seq in queued.expected_seq..queued.expected_seq + queued.records.len() as u64 {
+                self.feed
+                    .insert(*position, (id, seq))
+                    .map_err(StorageError::new)?;
+                *position += 1;
+            }
+            by_execution.entry(id).or_default().push(queued);
+        }
+        for (id, group) in by_execution {
+            let mut head = self
+                .heads
+                .get(id)
+                .map_err(StorageError::new)?
+                .map_or(0, |v| v.value());
+            let old_tail = self.tail(id)?;
+            let mut tail = old_tail.clone();
+            for queued in group {
+                if head != queued.expected_seq {
+                    return Err(StorageError::msg(format!(
+                        "a journaled append to execution {id} at seq {} met the tables' head {head}",
+                        queued.expected_seq
+                    )));
+                }
+                let before = tail.clone();
+                tail.apply_changes(&queued.changes, queued.recorded_at_ms)
+                    .map_err(|refused| {
+                        StorageError::msg(format!(
+                            "a journaled append was refused when applied to the tables: {}",
+                            refused.into_append_error(&queued.execution, queued.expected_seq)
+                        ))
+                    })?;
+                for (seq, record) in (queued.expected_seq..).zip(&queued.records) {
+                    self.events
+                        .insert((id, seq), record.as_slice())
+                        .map_err(StorageError::new)?;
+                }
+                head += queued.records.len() as u64;
+                self.listing.refile(
+                    id,
+                    &before,
+                    &tail,
+                    &queued.changes,
+                    queued.recorded_at_ms,
+                    &self.events,
+                    &mut self.meta,
+                )?;
+                self.wake.apply(&queued.execution, &queued.changes)?;
+            }
+            self.heads.insert(id, head).map_err(StorageError::new)?;
+            self.tails
+                .insert(id, tail.encode().as_slice())
+                .map_err(StorageError::new)?;
+            // The status index and the end times are functions of the tail: from the first
+            // to the last is what each step in between would have come to.
+            self.refile(id, &old_tail, &tail)?;
+        }
+        Ok(())
+    }
+
     fn tail(&self, id: &str) -> Result<ExecutionTail, StorageError> {
         match self.tails.get(id).map_err(StorageError::new)? {
             None => Ok(ExecutionTail::new()),
@@ -799,85 +1219,6 @@ impl<'txn> WriteTables<'txn> {
             }
         }
         Ok(())
-    }
-}
-
-/// Decides every request of the batch (a conflict or a refused batch takes no part), writes
-/// the accepted ones to the journal as one record made durable there, then applies them to the
-/// tables (tails, index entries, feed positions, the journal offset covered) in a commit that
-/// redb does not fsync. Returns each request's outcome and the next feed position. An error
-/// after the journal write leaves the journal ahead of the tables: the writer stops
-/// ([`Poisoned`]), and the next open applies the record.
-fn commit_batch(
-    db: &Database,
-    journal: &mut Journal,
-    batch: &[Append],
-) -> Result<(Vec<Result<u64, AppendError>>, u64), CommitError> {
-    let mut txn = db.begin_write().map_err(CommitError::before)?;
-    txn.set_durability(redb::Durability::None)
-        .map_err(CommitError::before)?;
-    let mut payload = Vec::new();
-    let outcomes = {
-        let mut tables = WriteTables::open(&txn).map_err(CommitError::Before)?;
-        let mut position = tables.feed_next().map_err(CommitError::Before)?;
-        let mut outcomes = Vec::with_capacity(batch.len());
-        for request in batch.iter().map(|append| &append.encoded) {
-            let outcome = tables
-                .apply(
-                    &request.execution,
-                    request.expected_seq,
-                    &request.records,
-                    &request.changes,
-                    request.recorded_at_ms,
-                    &mut position,
-                )
-                .map_err(CommitError::Before)?;
-            if outcome.is_ok() {
-                journal::push_append(
-                    &mut payload,
-                    request.execution.as_str(),
-                    request.expected_seq,
-                    request.recorded_at_ms,
-                    &request.records,
-                );
-            }
-            outcomes.push(outcome);
-        }
-        if !payload.is_empty() {
-            let end = journal.end_after(payload.len());
-            tables
-                .set_position(position, journal.generation(), end)
-                .map_err(CommitError::Before)?;
-        }
-        (outcomes, position)
-    };
-    if payload.is_empty() {
-        // Nothing accepted: nothing to write.
-        txn.abort().map_err(CommitError::before)?;
-        return Ok(outcomes);
-    }
-    journal
-        .append(&payload)
-        .map_err(|error| CommitError::Journal(StorageError::new(error)))?;
-    txn.commit()
-        .map_err(|error| CommitError::After(StorageError::new(error)))?;
-    Ok(outcomes)
-}
-
-/// Why a group commit failed, and whether its batch may be in the journal.
-#[derive(Debug)]
-enum CommitError {
-    /// Before the journal was written: nothing of the batch is stored.
-    Before(StorageError),
-    /// Writing the journal failed: its state on disk is unknown.
-    Journal(StorageError),
-    /// The batch is durable in the journal but the tables could not take it.
-    After(StorageError),
-}
-
-impl CommitError {
-    fn before(error: impl std::error::Error + Send + Sync + 'static) -> Self {
-        Self::Before(StorageError::new(error))
     }
 }
 
@@ -993,7 +1334,17 @@ impl StoredLog {
 }
 
 impl RawPage {
-    fn fetch(db: &Db, execution: &ExecutionId, from: u64, limit: usize) -> Result<Self, ReadError> {
+    /// `execution`'s records from `from` on (at most `limit`): the tables', then those held
+    /// in `pending` past them.
+    fn fetch(
+        db: &Db,
+        pending: &Pending,
+        execution: &ExecutionId,
+        from: u64,
+        limit: usize,
+    ) -> Result<Self, ReadError> {
+        // Copied before the tables are read: an apply in between moves nothing out of sight.
+        let held = pending.copy(execution.as_str(), from, limit);
         let txn = db.begin_read().map_err(ReadError::storage)?;
         let events = txn.open_table(EVENTS).map_err(ReadError::storage)?;
         let heads = txn.open_table(HEADS).map_err(ReadError::storage)?;
@@ -1001,7 +1352,86 @@ impl RawPage {
             .get(execution.as_str())
             .map_err(ReadError::storage)?
             .map_or(0, |head| head.value());
-        Self::fetch_from(&events, execution, from, limit, head)
+        let mut page = Self::fetch_from(&events, execution, from, limit, head)?;
+        if let Some(held) = held {
+            page.extend_held(execution, held, from, limit)?;
+        }
+        Ok(page)
+    }
+
+    /// Whether `execution` has no event at or past `from`, held or in the tables. Two lookups
+    /// in pages every commit touches and redb's cache keeps: the head, and the first stored
+    /// seq from `from` on (a stray one, past a damaged head, is reported as damage).
+    fn nothing_from(
+        db: &Db,
+        pending: &Pending,
+        execution: &ExecutionId,
+        from: u64,
+    ) -> Result<bool, ReadError> {
+        if pending.head(execution.as_str()).is_some() {
+            return Ok(false);
+        }
+        let txn = db.begin_read().map_err(ReadError::storage)?;
+        let heads = txn.open_table(HEADS).map_err(ReadError::storage)?;
+        let head = heads
+            .get(execution.as_str())
+            .map_err(ReadError::storage)?
+            .map_or(0, |head| head.value());
+        if head > from {
+            return Ok(false);
+        }
+        let events = txn.open_table(EVENTS).map_err(ReadError::storage)?;
+        Self::fetch_from(&events, execution, from, 0, head)?;
+        Ok(true)
+    }
+
+    /// A page of records held in memory only, seqs `held.first_seq..`.
+    fn held(held: PendingRecords) -> Self {
+        let mut page = RawPage {
+            bytes: Vec::with_capacity(held.records.iter().map(Vec::len).sum()),
+            records: Vec::with_capacity(held.records.len()),
+        };
+        for (index, record) in held.records.into_iter().enumerate() {
+            let seq = held.first_seq + index as u64;
+            let start = page.bytes.len();
+            page.bytes.extend_from_slice(&record);
+            page.records.push((seq, start..page.bytes.len()));
+        }
+        page
+    }
+
+    /// Adds the held records that follow this page (read from `from`), up to `limit` in all.
+    /// Held records the page already has were applied between the two reads.
+    fn extend_held(
+        &mut self,
+        execution: &ExecutionId,
+        held: PendingRecords,
+        from: u64,
+        limit: usize,
+    ) -> Result<(), ReadError> {
+        let mut due = from + self.records.len() as u64;
+        for (index, record) in held.records.into_iter().enumerate() {
+            let seq = held.first_seq + index as u64;
+            if self.records.len() >= limit {
+                break;
+            }
+            if seq < due {
+                continue;
+            }
+            if seq > due {
+                // Held records begin where the tables end: a gap means they disagree.
+                return Err(ReadError::Storage {
+                    source: StorageError::msg(format!(
+                        "execution {execution}: the tables end at seq {due} but the events held for them begin at {seq}"
+                    )),
+                });
+            }
+            let start = self.bytes.len();
+            self.bytes.extend_from_slice(&record);
+            self.records.push((seq, start..self.bytes.len()));
+            due += 1;
+        }
+        Ok(())
     }
 
     fn fetch_from(
@@ -1080,7 +1510,11 @@ fn damaged_log(execution: &ExecutionId, seq: u64, head: u64) -> ReadError {
     }
 }
 
-fn read_head(db: &Db, execution: &ExecutionId) -> Result<u64, ReadError> {
+fn read_head(db: &Db, pending: &Pending, execution: &ExecutionId) -> Result<u64, ReadError> {
+    // The held head first: it is past the tables' whenever there is one.
+    if let Some(head) = pending.head(execution.as_str()) {
+        return Ok(head);
+    }
     let txn = db.begin_read().map_err(ReadError::storage)?;
     let heads = txn.open_table(HEADS).map_err(ReadError::storage)?;
     Ok(heads
@@ -1121,7 +1555,7 @@ impl EventStore for DiskStore {
         // not on the blocking pool: one lookup in `heads`, whose pages every commit touches
         // and redb's cache keeps; a trip to the pool per new execution cost more (threads
         // woken and started, `docs/PERFORMANCE.md`).
-        if read_head(&self.shared.db, execution)? > 0 {
+        if read_head(&self.shared.db, &self.shared.pending, execution)? > 0 {
             return Ok(None);
         }
         Ok(Some(claim))
@@ -1141,17 +1575,35 @@ impl EventStore for DiskStore {
         // The blocking thread only copies the raw records out; decoding happens here, on the
         // caller's thread, where the envelopes will also be used and freed. Handing thousands of
         // small allocations from one thread to another costs more than decoding them.
+        if let Some(held) = self.shared.pending.copy(execution.as_str(), from, limit)
+            && held.first_seq == from
+        {
+            // Every record asked for is held in memory (the tables end at or before `from`):
+            // no trip to the blocking pool.
+            return RawPage::held(held).decode(execution);
+        }
+        if RawPage::nothing_from(&self.shared.db, &self.shared.pending, execution, from)? {
+            // Nothing at or past `from` (a new execution's first read, a tail read that is
+            // up to date): answered here, as `claim_new`'s lookup is, without a trip to the
+            // blocking pool.
+            return Ok(Vec::new());
+        }
         let raw = {
             let execution = execution.clone();
-            self.blocking_read(move |db| RawPage::fetch(db, &execution, from, limit))
+            let pending = Arc::clone(&self.shared.pending);
+            self.blocking_read(move |db| RawPage::fetch(db, &pending, &execution, from, limit))
                 .await?
         };
         raw.decode(execution)
     }
 
     async fn head(&self, execution: &ExecutionId) -> Result<u64, ReadError> {
+        if let Some(head) = self.shared.pending.head(execution.as_str()) {
+            return Ok(head);
+        }
         let execution = execution.clone();
-        self.blocking_read(move |db| read_head(db, &execution))
+        let pending = Arc::clone(&self.shared.pending);
+        self.blocking_read(move |db| read_head(db, &pending, &execution))
             .await
     }
 
@@ -1172,6 +1624,7 @@ impl EventStore for DiskStore {
         after: Option<&ExecutionId>,
         limit: usize,
     ) -> Result<ExecutionPage, ReadError> {
+        self.settled().await?;
         use std::ops::Bound;
         let after = after.cloned();
         self.blocking_read(move |db| {
@@ -1212,6 +1665,7 @@ impl EventStore for DiskStore {
         after: Option<&ExecutionId>,
         limit: usize,
     ) -> Result<ExecutionPage, ReadError> {
+        self.settled().await?;
         use std::ops::Bound;
         let after = after.cloned();
         let code = filter_code(filter);
@@ -1249,6 +1703,7 @@ impl EventStore for DiskStore {
         &self,
         query: &ExecutionQuery,
     ) -> Result<ExecutionQueryPage, ReadError> {
+        self.settled().await?;
         let asked = query.clone();
         let page = self
             .blocking_read(move |db| {
@@ -1267,6 +1722,7 @@ impl EventStore for DiskStore {
     }
 
     async fn count_by_status(&self) -> Result<StatusCounts, ReadError> {
+        self.settled().await?;
         let counts = self
             .blocking_read(move |db| {
                 let txn = db.begin_read().map_err(ReadError::storage)?;
@@ -1290,6 +1746,7 @@ impl EventStore for DiskStore {
         after: Option<&super::Wakeup>,
         limit: usize,
     ) -> Result<Vec<super::Wakeup>, ReadError> {
+        self.settled().await?;
         let after_row = after.cloned();
         let indexed = self
             .blocking_read(move |db| {
@@ -1308,6 +1765,7 @@ impl EventStore for DiskStore {
     }
 
     async fn read_feed(&self, from: u64, limit: usize) -> Result<Vec<FeedEvent>, ReadError> {
+        self.settled().await?;
         let raw = self
             .blocking_read(move |db| {
                 let txn = db.begin_read().map_err(ReadError::storage)?;

@@ -152,11 +152,6 @@ impl Journal {
         self.end
     }
 
-    /// The offset just past a record of `payload_len` bytes appended now.
-    pub(super) fn end_after(&self, payload_len: usize) -> u64 {
-        self.end + (FRAME_HEAD + payload_len + FRAME_TAIL) as u64
-    }
-
     /// Appends one record and makes it durable (one `pwrite`, one `fdatasync`). On error the
     /// journal's state on disk is unknown: the store stops writing (fail-stop).
     pub(super) fn append(&mut self, payload: &[u8]) -> Result<u64, JournalError> {

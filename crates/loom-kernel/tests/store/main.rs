@@ -1,6 +1,7 @@
 //! The kernel's store tests, one test binary: the fold and its laws, the stores' conformance,
 //! corruption repair, crash consistency under SIGKILL, reading logs of older versions, group
-//! commit, masking, and errors that keep their causes.
+//! commit, events held in memory until the tables take them, masking, and errors that keep
+//! their causes.
 
 #[path = "../support/mod.rs"]
 mod support;
@@ -12,6 +13,7 @@ mod crash_consistency;
 mod error_sources;
 mod fold;
 mod fold_laws;
+mod held;
 mod journal;
 mod masking;
 mod store_conformance;

@@ -1,0 +1,164 @@
+//! The applier thread: brings the redb tables up to the journal behind the writer (LD-035).
+//!
+//! The writer answers an append once its journal record is durable; it hands what it
+//! committed to this thread in chunks (when enough has gathered, when it has been idle a
+//! moment, or when someone needs the tables current), and this thread applies each gathering
+//! of chunks in one redb commit without an fsync, then tells [`Pending`] to forget what the
+//! tables now hold. The commit path thus never waits for a B-tree; the writer waits for this
+//! thread only before a checkpoint, a deletion and at close, and when too much is held.
+
+use std::panic::{AssertUnwindSafe, catch_unwind};
+use std::sync::OnceLock;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::mpsc;
+
+use redb::Database;
+use tokio::sync::oneshot;
+
+use super::pending::Pending;
+use super::{Queued, WriteTables, panic_message};
+use crate::store::StorageError;
+
+/// Appends the writer committed, in commit order, and where the journal and the feed stand
+/// after them.
+pub(super) struct Chunk {
+    pub(super) appends: Vec<Queued>,
+    pub(super) generation: u64,
+    pub(super) journal_end: u64,
+    pub(super) feed_next: u64,
+    /// The writer's number of the last commit in the chunk.
+    pub(super) last_commit: u64,
+}
+
+/// What the applier is asked.
+pub(super) enum ToApplier {
+    Chunk(Chunk),
+    /// Answered once every chunk sent before it is in the tables.
+    Flush(FlushReply),
+}
+
+/// Where a flush is answered: a reader's task, or the writer thread itself.
+pub(super) enum FlushReply {
+    Task(oneshot::Sender<Result<(), StorageError>>),
+    Thread(mpsc::SyncSender<Result<(), StorageError>>),
+}
+
+impl FlushReply {
+    fn send(self, outcome: Result<(), StorageError>) {
+        match self {
+            Self::Task(reply) => {
+                let _ = reply.send(outcome);
+            }
+            Self::Thread(reply) => {
+                let _ = reply.send(outcome);
+            }
+        }
+    }
+}
+
+/// What the applier publishes to the writer.
+#[derive(Debug, Default)]
+pub(super) struct Applied {
+    /// The number of the last commit the tables hold.
+    last_commit: AtomicU64,
+    /// Set when an apply failed: the tables lag behind the journal, and the store must stop
+    /// writing until it is opened again (the open applies the journal).
+    failed: OnceLock<StorageError>,
+}
+
+impl Applied {
+    pub(super) fn last_commit(&self) -> u64 {
+        self.last_commit.load(Ordering::Acquire)
+    }
+
+    pub(super) fn failure(&self) -> Option<&StorageError> {
+        self.failed.get()
+    }
+}
+
+/// Runs until the writer drops its sender.
+pub(super) fn run(
+    db: &Database,
+    pending: &Pending,
+    applied: &Applied,
+    requests: &mpsc::Receiver<ToApplier>,
+) {
+    while let Ok(first) = requests.recv() {
+        // Everything already waiting goes into the same transaction.
+        let mut chunks = Vec::new();
+        let mut flushes = Vec::new();
+        let mut sort = |request| match request {
+            ToApplier::Chunk(chunk) => chunks.push(chunk),
+            ToApplier::Flush(reply) => flushes.push(reply),
+        };
+        sort(first);
+        while let Ok(next) = requests.try_recv() {
+            sort(next);
+        }
+        let outcome = match applied.failed.get() {
+            Some(failed) => Err(failed.clone()),
+            None if chunks.is_empty() => Ok(()),
+            None => catch_unwind(AssertUnwindSafe(|| apply(db, &chunks)))
+                .unwrap_or_else(|panic| Err(StorageError::msg(panic_message(&panic)))),
+        };
+        match &outcome {
+            Ok(()) => {
+                if let Some(last) = chunks.last() {
+                    for queued in chunks.iter().flat_map(|chunk| &chunk.appends) {
+                        pending.forget(
+                            queued.execution.as_str(),
+                            queued.expected_seq + queued.records.len() as u64,
+                        );
+                    }
+                    applied
+                        .last_commit
+                        .store(last.last_commit, Ordering::Release);
+                }
+            }
+            Err(detail) => {
+                tracing::error!(%detail, "applying journaled commits to the tables failed; the store stops writing");
+                let _ = applied.failed.set(StorageError::msg(format!(
+                    "the store stopped writing after a failed apply of journaled commits ({detail}); open it again to recover"
+                )));
+            }
+        }
+        for reply in flushes {
+            reply.send(outcome.clone());
+        }
+    }
+}
+
+/// Applies `chunks` to the tables in one redb commit without an fsync, recording the journal
+/// offset they then cover.
+fn apply(db: &Database, chunks: &[Chunk]) -> Result<(), StorageError> {
+    let Some(last) = chunks.last() else {
+        return Ok(());
+    };
+    let _span = tracing::debug_span!(
+        "apply",
+        appends = chunks
+            .iter()
+            .map(|chunk| chunk.appends.len())
+            .sum::<usize>()
+    )
+    .entered();
+    let mut txn = db.begin_write().map_err(StorageError::new)?;
+    txn.set_durability(redb::Durability::None)
+        .map_err(StorageError::new)?;
+    {
+        let mut tables = WriteTables::open(&txn)?;
+        let mut position = tables.feed_next()?;
+        tables.apply_accepted(
+            chunks.iter().flat_map(|chunk| &chunk.appends),
+            &mut position,
+        )?;
+        if position != last.feed_next {
+            return Err(StorageError::msg(format!(
+                "the tables' feed stands at {position} after the apply, the journal's at {}",
+                last.feed_next
+            )));
+        }
+        tables.set_position(position, last.generation, last.journal_end)?;
+    }
+    txn.commit().map_err(StorageError::new)
+}

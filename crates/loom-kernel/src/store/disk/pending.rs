@@ -1,0 +1,192 @@
+//! Events durable in the journal that the tables do not hold yet (LD-035).
+//!
+//! The writer answers an append once its journal record is durable and its events are here;
+//! the applier thread (`apply.rs`) writes them to the redb tables later, many commits in one
+//! transaction, then forgets them here. A reader of one execution's log or head looks here
+//! first and in the tables second: whatever an apply moved in between is in the tables by then,
+//! so the two reads together miss nothing that was acknowledged before the first began.
+//!
+//! Nothing here is ever iterated to produce output in an order that matters: the map is looked
+//! up by execution id only, so its hashing does not reach a fold, an id or a replayed path.
+
+use std::collections::HashMap;
+use std::sync::Mutex;
+use std::sync::atomic::{AtomicUsize, Ordering};
+
+/// One execution's events past the tables' head, in seq order.
+#[derive(Debug, Default)]
+struct PendingLog {
+    /// The seq of the first record held.
+    first_seq: u64,
+    bytes: Vec<u8>,
+    /// Where each record ends in `bytes`.
+    ends: Vec<usize>,
+}
+
+impl PendingLog {
+    fn head(&self) -> u64 {
+        self.first_seq + self.ends.len() as u64
+    }
+
+    fn record(&self, index: usize) -> &[u8] {
+        let start = if index == 0 { 0 } else { self.ends[index - 1] };
+        &self.bytes[start..self.ends[index]]
+    }
+}
+
+/// The records of one execution copied out of [`Pending`]: seqs `first_seq..` in order.
+#[derive(Debug, Default)]
+pub(super) struct PendingRecords {
+    pub(super) first_seq: u64,
+    pub(super) records: Vec<Vec<u8>>,
+}
+
+/// Acknowledged events not yet applied to the tables, shared by the writer (which adds and
+/// forgets them) and the readers.
+#[derive(Debug, Default)]
+pub(super) struct Pending {
+    logs: Mutex<HashMap<String, PendingLog>>,
+    /// How many events are held: a reader that sees 0 after its append was acknowledged knows
+    /// the tables hold everything (the writer adds before it answers).
+    events: AtomicUsize,
+}
+
+impl Pending {
+    /// Whether every acknowledged event is in the tables.
+    pub(super) fn is_empty(&self) -> bool {
+        self.events.load(Ordering::Acquire) == 0
+    }
+
+    /// Adds an accepted append's records (seqs `expected_seq..`). Called by the writer after
+    /// their journal record is durable and before it answers.
+    pub(super) fn push(&self, execution: &str, expected_seq: u64, records: &[Vec<u8>]) {
+        let mut logs = self
+            .logs
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner());
+        let log = match logs.get_mut(execution) {
+            Some(log) => log,
+            None => logs.entry(execution.to_owned()).or_insert(PendingLog {
+                first_seq: expected_seq,
+                ..PendingLog::default()
+            }),
+        };
+        debug_assert_eq!(log.head(), expected_seq, "pending records run gapless");
+        for record in records {
+            log.bytes.extend_from_slice(record);
+            log.ends.push(log.bytes.len());
+        }
+        self.events.fetch_add(records.len(), Ordering::Release);
+    }
+
+    /// Forgets `execution`'s records below `head`: the tables hold them now (and readers see
+    /// them there).
+    pub(super) fn forget(&self, execution: &str, head: u64) {
+        let mut logs = self
+            .logs
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner());
+        let Some(log) = logs.get_mut(execution) else {
+            return;
+        };
+        let dropped = if log.head() <= head {
+            let dropped = log.ends.len();
+            logs.remove(execution);
+            dropped
+        } else {
+            let dropped = usize::try_from(head.saturating_sub(log.first_seq)).unwrap_or(0);
+            if dropped > 0 {
+                let cut = log.ends[dropped - 1];
+                log.bytes.drain(..cut);
+                log.ends.drain(..dropped);
+                for end in &mut log.ends {
+                    *end -= cut;
+                }
+                log.first_seq = head;
+            }
+            dropped
+        };
+        self.events.fetch_sub(dropped, Ordering::Release);
+    }
+
+    /// How many events are held.
+    pub(super) fn len(&self) -> usize {
+        self.events.load(Ordering::Acquire)
+    }
+
+    /// The head of `execution`'s log if it has events not yet in the tables.
+    pub(super) fn head(&self, execution: &str) -> Option<u64> {
+        if self.is_empty() {
+            return None;
+        }
+        let logs = self
+            .logs
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner());
+        logs.get(execution).map(PendingLog::head)
+    }
+
+    /// Copies `execution`'s held records from seq `from` on (at most `limit`), if it has any
+    /// held; `first_seq` is where the held records begin (it may be past `from`: the records
+    /// before it are in the tables).
+    pub(super) fn copy(&self, execution: &str, from: u64, limit: usize) -> Option<PendingRecords> {
+        if self.is_empty() {
+            return None;
+        }
+        let logs = self
+            .logs
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner());
+        let log = logs.get(execution)?;
+        let start = from.max(log.first_seq);
+        let skip = usize::try_from(start - log.first_seq).unwrap_or(usize::MAX);
+        let records = (skip..log.ends.len())
+            .take(limit)
+            .map(|index| log.record(index).to_vec())
+            .collect();
+        Some(PendingRecords {
+            first_seq: start,
+            records,
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn held_records_are_copied_from_a_seq_and_forgotten_once_applied() {
+        let pending = Pending::default();
+        assert!(pending.is_empty());
+        assert_eq!(pending.head("a"), None);
+        pending.push("a", 3, &[b"x".to_vec(), b"yy".to_vec()]);
+        pending.push("a", 5, &[b"zzz".to_vec()]);
+        assert!(!pending.is_empty());
+        assert_eq!(pending.head("a"), Some(6));
+        assert_eq!(pending.head("b"), None);
+        let all = pending.copy("a", 0, usize::MAX).expect("held");
+        assert_eq!(all.first_seq, 3);
+        assert_eq!(
+            all.records,
+            vec![b"x".to_vec(), b"yy".to_vec(), b"zzz".to_vec()]
+        );
+        let some = pending.copy("a", 4, 1).expect("held");
+        assert_eq!((some.first_seq, some.records), (4, vec![b"yy".to_vec()]));
+        let past = pending.copy("a", 9, 10).expect("held");
+        assert!(past.records.is_empty());
+        pending.forget("a", 4);
+        assert_eq!(pending.len(), 2);
+        let rest = pending.copy("a", 0, usize::MAX).expect("held");
+        assert_eq!(
+            (rest.first_seq, rest.records),
+            (4, vec![b"yy".to_vec(), b"zzz".to_vec()])
+        );
+        pending.push("a", 6, &[b"w".to_vec()]);
+        assert_eq!(pending.head("a"), Some(7));
+        pending.forget("b", 10);
+        pending.forget("a", 7);
+        assert!(pending.is_empty());
+        assert!(pending.copy("a", 0, 10).is_none());
+    }
+}

@@ -1,0 +1,157 @@
+//! The embedded store answers an append once its journal record is durable and applies it to
+//! its tables later, on its applier thread (LD-035). Whatever the applier is doing, a reader
+//! sees every acknowledged event: logs and heads from the events held in memory and the
+//! tables together, the indexes (status, listing, counts, feed) once the tables caught up; a
+//! deletion sees executions that ended a moment ago; a crash image opens with all of them.
+
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use loom_kernel::conformance::{completed, id, started, tagged};
+use loom_kernel::{
+    DiskStore, EventStore, EventStoreExt, ExecutionQuery, ExecutionStatus, StatusFilter,
+};
+use serde_json::json;
+
+fn journal_of(store: &Path) -> PathBuf {
+    let mut name = store.as_os_str().to_owned();
+    name.push(".journal");
+    PathBuf::from(name)
+}
+
+/// Writers append to their own executions in bursts (a pause between bursts lets the writer
+/// hand what it holds to the applier, so applies run while readers read); readers check after
+/// every acknowledged append that the log reads back whole, gapless and in order, and that
+/// its head is where the append left it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn reads_see_every_acknowledged_event_while_the_tables_catch_up() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = DiskStore::open(dir.path().join("held.redb")).unwrap();
+    let mut tasks = Vec::new();
+    for writer in 0..8u64 {
+        let store = store.clone();
+        tasks.push(tokio::spawn(async move {
+            let e = id(&format!("held-{writer}"));
+            let mut head = store.append(&e, 0, &[started("f")]).await.unwrap();
+            for burst in 0..6u64 {
+                for i in 0..15u64 {
+                    let tag = json!({"burst": burst, "i": i});
+                    head = store.append(&e, head, &[tagged(tag)]).await.unwrap();
+                    // Read back at once, and from the middle.
+                    assert_eq!(store.head(&e).await.unwrap(), head, "{e}");
+                    let log = store.read_all(&e).await.unwrap();
+                    assert_eq!(log.len() as u64, head, "{e}");
+                    for (seq, envelope) in log.iter().enumerate() {
+                        assert_eq!(envelope.seq, seq as u64, "{e}");
+                    }
+                    let from = head / 2;
+                    let tail = store.read(&e, from, usize::MAX).await.unwrap();
+                    assert_eq!(tail.len() as u64, head - from, "{e}");
+                    assert_eq!(tail.first().map(|event| event.seq), Some(from), "{e}");
+                    let one = store.read(&e, head - 1, 1).await.unwrap();
+                    assert_eq!(one.len(), 1, "{e}");
+                    assert!(store.read(&e, head, 10).await.unwrap().is_empty(), "{e}");
+                }
+                tokio::time::sleep(Duration::from_millis(30)).await;
+            }
+            (e, head)
+        }));
+    }
+    let mut expected = Vec::new();
+    for task in tasks {
+        expected.push(task.await.unwrap());
+    }
+    // Everything reads back whole once more, after the last applies.
+    let ids: Vec<_> = expected.iter().map(|(e, _)| e.clone()).collect();
+    let logs = store.read_logs(&ids).await.unwrap();
+    for ((e, head), log) in expected.iter().zip(&logs) {
+        assert_eq!(log.len() as u64, *head, "{e}");
+        assert_eq!(log, &store.read_all(e).await.unwrap(), "{e}");
+    }
+}
+
+/// The status index, the listing, the counts and the feed are read from the tables: each
+/// read waits for the applier to bring them up to what was acknowledged before it.
+#[tokio::test]
+async fn an_index_read_right_after_an_append_sees_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = DiskStore::open(dir.path().join("index.redb")).unwrap();
+    for n in 0..20 {
+        let e = id(&format!("listed-{n}"));
+        store.append(&e, 0, &[started("f")]).await.unwrap();
+        let running = store
+            .list_by_status(StatusFilter::Status(ExecutionStatus::Running), None, 100)
+            .await
+            .unwrap();
+        assert!(running.executions.iter().any(|summary| summary.id == e));
+        let counts = store.count_by_status().await.unwrap();
+        assert_eq!(counts.get(ExecutionStatus::Running), n + 1);
+        let page = store
+            .query_executions(&ExecutionQuery::default())
+            .await
+            .unwrap();
+        assert_eq!(page.executions.first().map(|row| &row.id), Some(&e));
+        let feed = store.read_feed(0, 1000).await.unwrap();
+        assert_eq!(feed.len() as u64, n + 1);
+        assert_eq!(
+            feed.last().map(|event| &event.envelope.execution_id),
+            Some(&e)
+        );
+    }
+}
+
+/// Retention deletes an execution that ended a moment ago, before the applier took its end.
+#[tokio::test]
+async fn executions_that_just_ended_are_deleted() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = DiskStore::open(dir.path().join("retention.redb")).unwrap();
+    let e = id("short-lived");
+    store
+        .append(&e, 0, &[started("f"), completed()])
+        .await
+        .unwrap();
+    let deleted = store.delete_ended(u64::MAX, 10).await.unwrap();
+    assert_eq!(deleted, vec![e.clone()]);
+    assert_eq!(store.head(&e).await.unwrap(), 0);
+    assert!(store.read_all(&e).await.unwrap().is_empty());
+    // A new log under the same id starts afresh.
+    store.append(&e, 0, &[started("f")]).await.unwrap();
+    assert_eq!(store.read_all(&e).await.unwrap().len(), 1);
+}
+
+/// Copied while open, right after appends the applier has not taken (the store holds them
+/// in memory; the tables on disk are at their last checkpoint): the copy opens with all of
+/// them, from the journal.
+#[tokio::test]
+async fn a_crash_image_with_events_held_opens_with_all_of_them() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("live.redb");
+    let store = DiskStore::open(&path).unwrap();
+    let mut heads = Vec::new();
+    for n in 0..5 {
+        let e = id(&format!("image-{n}"));
+        let mut head = store.append(&e, 0, &[started("f")]).await.unwrap();
+        for i in 0..n * 3 {
+            head = store
+                .append(&e, head, &[tagged(json!({"i": i}))])
+                .await
+                .unwrap();
+        }
+        heads.push((e, head));
+    }
+    let image = dir.path().join("image.redb");
+    std::fs::copy(&path, &image).unwrap();
+    std::fs::copy(journal_of(&path), journal_of(&image)).unwrap();
+    drop(store);
+    let reopened = DiskStore::open(&image).unwrap();
+    for (e, head) in &heads {
+        assert_eq!(reopened.head(e).await.unwrap(), *head, "{e}");
+        assert_eq!(
+            reopened.read_all(e).await.unwrap().len() as u64,
+            *head,
+            "{e}"
+        );
+    }
+    let counts = reopened.count_by_status().await.unwrap();
+    assert_eq!(counts.get(ExecutionStatus::Running), 5);
+}
