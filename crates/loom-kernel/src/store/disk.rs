@@ -20,16 +20,23 @@
 //! when opened for writing (`open.rs`).
 //!
 //! # Group commit
-//! One writer thread owns every write transaction. Callers encode their events on their own
-//! task, send the bytes to the writer and wait. The writer takes every request queued at that
-//! moment (up to [`DiskStoreConfig::max_batch_events`]), checks each one's expected seq against
-//! the heads (including heads moved earlier in the same batch) and its batch against the tail,
-//! writes the ones that pass as one journal record (one `pwrite`, one `fdatasync`), and applies
-//! them to the tables in a redb commit without an fsync. Replies go out only after that, so
+//! One writer thread owns the journal. Callers encode their events on their own task, send the
+//! bytes to the writer and wait. The writer takes every request queued at that moment (up to
+//! [`DiskStoreConfig::max_batch_events`]), checks each one's expected seq and its batch against
+//! the log's head and tail as they stand after every commit so far (including those earlier in
+//! the same batch), writes the ones that pass as one journal record (one `pwrite`, one
+//! `fdatasync`), holds their events in memory for readers (`disk/pending.rs`) and answers. So
 //! `append` returning `Ok` means the events are on disk and visible. A conflicting request is
 //! answered with [`AppendError::Conflict`] and takes no part in the batch; a commit that failed
 //! before its journal record was written fails every request of the batch and none of its events
 //! is visible; one that failed after stops the writer until the store is opened again.
+//!
+//! # The tables behind the journal
+//! The applier thread (`disk/apply.rs`, LD-035) applies what the writer committed to the redb
+//! tables later, many commits in one redb commit without an fsync; the store then forgets those
+//! events from memory. A reader of a log or a head looks at what is held, then at the tables; a
+//! reader of an index (status, listing, counts, feed, wake-ups) first has the applier apply
+//! everything acknowledged.
 //!
 //! # Crash safety
 //! After a `kill -9`, the tables are at their last durable redb commit (a checkpoint), which
@@ -1387,17 +1394,16 @@ impl RawPage {
 
     /// A page of records held in memory only, seqs `held.first_seq..`.
     fn held(held: PendingRecords) -> Self {
-        let mut page = RawPage {
-            bytes: Vec::with_capacity(held.records.iter().map(Vec::len).sum()),
-            records: Vec::with_capacity(held.records.len()),
-        };
-        for (index, record) in held.records.into_iter().enumerate() {
-            let seq = held.first_seq + index as u64;
-            let start = page.bytes.len();
-            page.bytes.extend_from_slice(&record);
-            page.records.push((seq, start..page.bytes.len()));
+        let mut records = Vec::with_capacity(held.len());
+        let mut start = 0;
+        for (seq, record) in held.records() {
+            records.push((seq, start..start + record.len()));
+            start += record.len();
         }
-        page
+        RawPage {
+            bytes: held.into_bytes(),
+            records,
+        }
     }
 
     /// Adds the held records that follow this page (read from `from`), up to `limit` in all.
@@ -1410,8 +1416,7 @@ impl RawPage {
         limit: usize,
     ) -> Result<(), ReadError> {
         let mut due = from + self.records.len() as u64;
-        for (index, record) in held.records.into_iter().enumerate() {
-            let seq = held.first_seq + index as u64;
+        for (seq, record) in held.records() {
             if self.records.len() >= limit {
                 break;
             }
@@ -1427,7 +1432,7 @@ impl RawPage {
                 });
             }
             let start = self.bytes.len();
-            self.bytes.extend_from_slice(&record);
+            self.bytes.extend_from_slice(record);
             self.records.push((seq, start..self.bytes.len()));
             due += 1;
         }

@@ -27,18 +27,37 @@ impl PendingLog {
     fn head(&self) -> u64 {
         self.first_seq + self.ends.len() as u64
     }
-
-    fn record(&self, index: usize) -> &[u8] {
-        let start = if index == 0 { 0 } else { self.ends[index - 1] };
-        &self.bytes[start..self.ends[index]]
-    }
 }
 
-/// The records of one execution copied out of [`Pending`]: seqs `first_seq..` in order.
+/// The records of one execution copied out of [`Pending`]: seqs `first_seq..` in order, one
+/// after another in `bytes` (two allocations, however many records).
 #[derive(Debug, Default)]
 pub(super) struct PendingRecords {
     pub(super) first_seq: u64,
-    pub(super) records: Vec<Vec<u8>>,
+    bytes: Vec<u8>,
+    /// Where each record ends in `bytes`.
+    ends: Vec<usize>,
+}
+
+impl PendingRecords {
+    /// How many records were copied.
+    pub(super) fn len(&self) -> usize {
+        self.ends.len()
+    }
+
+    /// The records' bytes, one after another.
+    pub(super) fn into_bytes(self) -> Vec<u8> {
+        self.bytes
+    }
+
+    /// Each record with its seq, in order.
+    pub(super) fn records(&self) -> impl Iterator<Item = (u64, &[u8])> {
+        let starts = std::iter::once(0).chain(self.ends.iter().copied());
+        starts
+            .zip(&self.ends)
+            .enumerate()
+            .map(|(index, (start, end))| (self.first_seq + index as u64, &self.bytes[start..*end]))
+    }
 }
 
 /// Acknowledged events not yet applied to the tables, shared by the writer (which adds and
@@ -139,14 +158,16 @@ impl Pending {
             .unwrap_or_else(|poisoned| poisoned.into_inner());
         let log = logs.get(execution)?;
         let start = from.max(log.first_seq);
-        let skip = usize::try_from(start - log.first_seq).unwrap_or(usize::MAX);
-        let records = (skip..log.ends.len())
-            .take(limit)
-            .map(|index| log.record(index).to_vec())
-            .collect();
+        let skip = usize::try_from(start - log.first_seq)
+            .unwrap_or(usize::MAX)
+            .min(log.ends.len());
+        let last = skip.saturating_add(limit).min(log.ends.len());
+        let base = if skip == 0 { 0 } else { log.ends[skip - 1] };
+        let end = if last == 0 { 0 } else { log.ends[last - 1] };
         Some(PendingRecords {
             first_seq: start,
-            records,
+            bytes: log.bytes[base..end.max(base)].to_vec(),
+            ends: log.ends[skip..last].iter().map(|end| end - base).collect(),
         })
     }
 }
@@ -154,6 +175,12 @@ impl Pending {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn records(held: &PendingRecords) -> Vec<(u64, &str)> {
+        held.records()
+            .map(|(seq, record)| (seq, std::str::from_utf8(record).expect("utf-8")))
+            .collect()
+    }
 
     #[test]
     fn held_records_are_copied_from_a_seq_and_forgotten_once_applied() {
@@ -167,21 +194,18 @@ mod tests {
         assert_eq!(pending.head("b"), None);
         let all = pending.copy("a", 0, usize::MAX).expect("held");
         assert_eq!(all.first_seq, 3);
-        assert_eq!(
-            all.records,
-            vec![b"x".to_vec(), b"yy".to_vec(), b"zzz".to_vec()]
-        );
+        assert_eq!(records(&all), vec![(3, "x"), (4, "yy"), (5, "zzz")]);
         let some = pending.copy("a", 4, 1).expect("held");
-        assert_eq!((some.first_seq, some.records), (4, vec![b"yy".to_vec()]));
-        let past = pending.copy("a", 9, 10).expect("held");
-        assert!(past.records.is_empty());
+        assert_eq!(records(&some), vec![(4, "yy")]);
+        let rest = pending.copy("a", 5, 10).expect("held");
+        assert_eq!(records(&rest), vec![(5, "zzz")]);
+        assert_eq!(pending.copy("a", 4, 0).expect("held").len(), 0);
+        assert_eq!(pending.copy("a", 9, 10).expect("held").len(), 0);
+        assert_eq!(pending.copy("a", u64::MAX, 10).expect("held").len(), 0);
         pending.forget("a", 4);
         assert_eq!(pending.len(), 2);
-        let rest = pending.copy("a", 0, usize::MAX).expect("held");
-        assert_eq!(
-            (rest.first_seq, rest.records),
-            (4, vec![b"yy".to_vec(), b"zzz".to_vec()])
-        );
+        let left = pending.copy("a", 0, usize::MAX).expect("held");
+        assert_eq!(records(&left), vec![(4, "yy"), (5, "zzz")]);
         pending.push("a", 6, &[b"w".to_vec()]);
         assert_eq!(pending.head("a"), Some(7));
         pending.forget("b", 10);
