@@ -241,12 +241,22 @@ impl IntoResponse for ConsoleError {
 
 type Answer = Result<Response, ConsoleError>;
 
+/// A query string that does not parse: what was wrong (an unknown parameter is named), and
+/// the form that works.
+fn bad_query(rejection: &QueryRejection, usage: &str) -> ConsoleError {
+    ConsoleError::bad_request(format!(
+        "bad query ({}): use {usage}",
+        rejection.body_text()
+    ))
+}
+
 fn ok(value: impl serde::Serialize) -> Answer {
     Ok(axum::Json(value).into_response())
 }
 
+/// Unknown parameters are refused: a misspelt filter must not widen what is answered.
 #[derive(Debug, Deserialize)]
-#[serde(rename_all = "camelCase")]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
 struct ListQuery {
     status: Option<String>,
     flow: Option<String>,
@@ -265,13 +275,17 @@ async fn list<S: EventStore>(
     State(state): Shared<S>,
     query: Result<Query<ListQuery>, QueryRejection>,
 ) -> Answer {
-    let Ok(Query(query)) = query else {
-        return Err(ConsoleError::bad_request(
-            "bad query: use ?status=<status>&flow=<name>&idPrefix=<text>&parent=<execution id>\
-             &startedFromMs=<unix ms>&startedBeforeMs=<unix ms>&endedFromMs=<unix ms>\
-             &endedBeforeMs=<unix ms>&limit=<1..=1000>&before=<nextBefore of the last page>\
-             &counts=<true|false>",
-        ));
+    let query = match query {
+        Ok(Query(query)) => query,
+        Err(rejection) => {
+            return Err(bad_query(
+                &rejection,
+                "?status=<status>&flow=<name>&idPrefix=<text>&parent=<execution id>\
+                 &startedFromMs=<unix ms>&startedBeforeMs=<unix ms>&endedFromMs=<unix ms>\
+                 &endedBeforeMs=<unix ms>&limit=<1..=1000>&before=<nextBefore of the last page>\
+                 &counts=<true|false>",
+            ));
+        }
     };
     let filter = query::ListFilter {
         status: query
@@ -302,8 +316,9 @@ async fn show<S: EventStore>(State(state): Shared<S>, Path(id): Path<String>) ->
     ok(query::show(state.runtime.store(), &id, &state.config.classification).await?)
 }
 
+/// Unknown parameters are refused: a misspelt filter must not widen what is answered.
 #[derive(Debug, Deserialize)]
-#[serde(rename_all = "camelCase")]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
 struct EventsQuery {
     from: Option<u64>,
     limit: Option<usize>,
@@ -315,10 +330,9 @@ async fn events<S: EventStore>(
     Path(id): Path<String>,
     query: Result<Query<EventsQuery>, QueryRejection>,
 ) -> Answer {
-    let Ok(Query(query)) = query else {
-        return Err(ConsoleError::bad_request(
-            "bad query: use ?from=<seq>&limit=<n>&waitMs=<ms>",
-        ));
+    let query = match query {
+        Ok(Query(query)) => query,
+        Err(rejection) => return Err(bad_query(&rejection, "?from=<seq>&limit=<n>&waitMs=<ms>")),
     };
     let id = query::execution_id(&id)?;
     let store = state.runtime.store();
@@ -335,8 +349,9 @@ async fn events<S: EventStore>(
     ok(page)
 }
 
+/// Unknown parameters are refused: a misspelt filter must not widen what is answered.
 #[derive(Debug, Deserialize)]
-#[serde(rename_all = "camelCase")]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
 struct ExportQuery {
     after: Option<String>,
     limit: Option<usize>,
@@ -358,10 +373,14 @@ async fn export<S: EventStore>(
              allow it with AdminConfig::log_export(true), or run export-log with --store once the server has stopped",
         ));
     }
-    let Ok(Query(query)) = query else {
-        return Err(ConsoleError::bad_request(
-            "bad query: use ?after=<execution id>&limit=<1..=100> or ?execution=<execution id>",
-        ));
+    let query = match query {
+        Ok(Query(query)) => query,
+        Err(rejection) => {
+            return Err(bad_query(
+                &rejection,
+                "?after=<execution id>&limit=<1..=100> or ?execution=<execution id>",
+            ));
+        }
     };
     let store = state.runtime.store();
     let jsonl = |log: &[loom_kernel::EventEnvelope]| -> String {

@@ -306,6 +306,13 @@ async fn malformed_requests_are_400_and_say_what_to_send() {
         ("idPrefix=order&parent=order-1", "not both"),
         ("before=no-such-cursor", "no execution no-such-cursor"),
         ("startedFromMs=soon", "bad query"),
+        // A misspelt filter is refused, not ignored (which would list everything).
+        ("limit=1001", "limit 1001 is out of range"),
+        // A cursor cut short or altered is refused, never read as another page.
+        ("before=00000000000001", "no execution"),
+        ("before=0000000000000001zz", "no execution"),
+        ("statu=failed", "unknown field `statu`"),
+        ("status=failed&idprefix=order", "unknown field `idprefix`"),
     ] {
         let (status, _, answer) = raw(
             &server.url,
@@ -666,6 +673,26 @@ async fn export_log_and_tail_go_through_the_admin_api_of_a_live_server() {
     )
     .await;
     assert_eq!(code(&unknown), 3, "{}", stderr(&unknown));
+    // A misspelt parameter is refused: `executon=` must not export every log instead of one.
+    for (path, said) in [
+        (
+            "/admin/v1/export?executon=hello-1",
+            "unknown field `executon`",
+        ),
+        (
+            "/admin/v1/executions/hello-1/events?form=2",
+            "unknown field `form`",
+        ),
+    ] {
+        let (status, _, answer) = raw(
+            &server.url,
+            &format!("GET {path} HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer {TOKEN}\r\nConnection: close\r\n\r\n"),
+        )
+        .await;
+        assert_eq!(status, 400, "{path}: {answer}");
+        assert!(answer.contains(said), "{path}: {answer}");
+        assert!(!answer.contains(CARD), "{path}: {answer}");
+    }
 
     // tail --admin prints the log, masked, and stops at an ended execution's end.
     let tailed = as_admin(url, &["tail", "hello-1"]).await;
