@@ -71,6 +71,14 @@ pub(super) struct Pending {
 }
 
 impl Pending {
+    /// The map, whatever a panicking holder left (each change to it is whole before the lock
+    /// is released).
+    fn logs(&self) -> std::sync::MutexGuard<'_, HashMap<String, PendingLog>> {
+        self.logs
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+    }
+
     /// Whether every acknowledged event is in the tables.
     pub(super) fn is_empty(&self) -> bool {
         self.events.load(Ordering::Acquire) == 0
@@ -79,10 +87,7 @@ impl Pending {
     /// Adds an accepted append's records (seqs `expected_seq..`). Called by the writer after
     /// their journal record is durable and before it answers.
     pub(super) fn push(&self, execution: &str, expected_seq: u64, records: &[Vec<u8>]) {
-        let mut logs = self
-            .logs
-            .lock()
-            .unwrap_or_else(|poisoned| poisoned.into_inner());
+        let mut logs = self.logs();
         let log = match logs.get_mut(execution) {
             Some(log) => log,
             None => logs.entry(execution.to_owned()).or_insert(PendingLog {
@@ -101,10 +106,7 @@ impl Pending {
     /// Forgets `execution`'s records below `head`: the tables hold them now (and readers see
     /// them there).
     pub(super) fn forget(&self, execution: &str, head: u64) {
-        let mut logs = self
-            .logs
-            .lock()
-            .unwrap_or_else(|poisoned| poisoned.into_inner());
+        let mut logs = self.logs();
         let Some(log) = logs.get_mut(execution) else {
             return;
         };
@@ -138,10 +140,7 @@ impl Pending {
         if self.is_empty() {
             return None;
         }
-        let logs = self
-            .logs
-            .lock()
-            .unwrap_or_else(|poisoned| poisoned.into_inner());
+        let logs = self.logs();
         logs.get(execution).map(PendingLog::head)
     }
 
@@ -152,10 +151,7 @@ impl Pending {
         if self.is_empty() {
             return None;
         }
-        let logs = self
-            .logs
-            .lock()
-            .unwrap_or_else(|poisoned| poisoned.into_inner());
+        let logs = self.logs();
         let log = logs.get(execution)?;
         let start = from.max(log.first_seq);
         let skip = usize::try_from(start - log.first_seq)
