@@ -1,4 +1,5 @@
-//! Crash safety for real: a child process appends in a loop on the disk store and is killed
+//! Crash safety for real: a child process appends in a loop on the disk store (while another
+//! task reads an index, so the store keeps applying its journal to its tables) and is killed
 //! with SIGKILL at varied moments; after each kill the store must hold every append that was
 //! acknowledged, whole, and nothing partial.
 //!
@@ -52,8 +53,20 @@ fn crash_child_process_entry() {
                 })
             })
             .collect();
+        // An index reader, so that the store applies what it holds to its tables all the
+        // time (each such read waits for an apply, LD-035): kills land during applies too.
+        let indexer = {
+            let store = store.clone();
+            tokio::spawn(async move {
+                loop {
+                    store.count_by_status().await.unwrap();
+                    tokio::time::sleep(Duration::from_millis(2)).await;
+                }
+            })
+        };
         // The writers never stop: the parent kills this process while they append.
         futures::future::join_all(writers).await;
+        indexer.abort();
     });
 }
 
