@@ -443,30 +443,41 @@ impl DiskStore {
         let ids = executions.to_vec();
         let pending = Arc::clone(&self.shared.pending);
         self.blocking_read(move |db| {
-            // What the tables lack is copied before they are read (pending.rs).
-            let held: Vec<_> = ids
-                .iter()
-                .map(|execution| pending.copy(execution.as_str(), 0, usize::MAX))
-                .collect();
-            let txn = db.begin_read().map_err(ReadError::storage)?;
-            let events = txn.open_table(EVENTS).map_err(ReadError::storage)?;
-            let heads = txn.open_table(HEADS).map_err(ReadError::storage)?;
-            ids.into_iter()
-                .zip(held)
-                .map(|(execution, held)| {
+            let mut stale = None;
+            for _ in 0..READ_ATTEMPTS {
+                // What the tables lack is copied before they are read (pending.rs).
+                let held: Vec<_> = ids
+                    .iter()
+                    .map(|execution| pending.copy(execution.as_str(), 0, usize::MAX))
+                    .collect();
+                let txn = db.begin_read().map_err(ReadError::storage)?;
+                let events = txn.open_table(EVENTS).map_err(ReadError::storage)?;
+                let heads = txn.open_table(HEADS).map_err(ReadError::storage)?;
+                let mut logs = Vec::with_capacity(ids.len());
+                for (execution, held) in ids.iter().zip(held) {
                     // The head is the length of the log: the index is sized once, and every
                     // seq below it must be read back where it belongs.
                     let head = heads
                         .get(execution.as_str())
                         .map_err(ReadError::storage)?
                         .map_or(0, |head| head.value());
-                    let mut page = RawPage::fetch_from(&events, &execution, 0, usize::MAX, head)?;
-                    if let Some(held) = held {
-                        page.extend_held(&execution, held, 0, usize::MAX)?;
+                    let mut page = RawPage::fetch_from(&events, execution, 0, usize::MAX, head)?;
+                    if let Some(held) = held
+                        && let Err(gap) = page.extend_held(execution, held, 0, usize::MAX)
+                    {
+                        stale = Some(gap);
+                        break;
                     }
-                    Ok(StoredLog { execution, page })
-                })
-                .collect()
+                    logs.push(StoredLog {
+                        execution: execution.clone(),
+                        page,
+                    });
+                }
+                if logs.len() == ids.len() {
+                    return Ok(logs);
+                }
+            }
+            Err(stale.unwrap_or_else(|| ReadError::storage(StorageError::msg("no read"))))
         })
         .await
     }
@@ -481,9 +492,15 @@ impl DiskStore {
         let (reply, answer) = oneshot::channel();
         self.send(WriteRequest::Apply(reply))
             .map_err(|_| ReadError::Closed)?;
+        // This store is open (the caller holds it): an answer that never comes is a writer or
+        // applier thread that is gone, a storage failure.
         answer
             .await
-            .map_err(|_| ReadError::Closed)?
+            .unwrap_or_else(|_| {
+                Err(StorageError::msg(
+                    "the store's writer or applier thread is gone; open the store again",
+                ))
+            })
             .map_err(|source| ReadError::Storage { source })
     }
 
@@ -575,8 +592,10 @@ const CHECKPOINT_BYTES: u64 = 16 << 20;
 const CHECKPOINT_COMMITS: u64 = 8192;
 /// The queue is handed to the applier once it holds this many events...
 const APPLY_EVENTS: usize = 65_536;
-/// ...or this many bytes of records...
+/// ...or this many bytes of records, or this many appends (so that the checkpoint, every
+/// `CHECKPOINT_COMMITS`, finds most of them applied already)...
 const APPLY_BYTES: usize = 16 << 20;
+const APPLY_APPENDS: usize = 2048;
 /// ...or once no request came for this long: an idle store's tables catch up, and a reader of
 /// an index then finds nothing to wait for.
 const APPLY_WHEN_IDLE: std::time::Duration = std::time::Duration::from_millis(20);
@@ -812,17 +831,7 @@ impl Writer<'_> {
                     }
                 }),
         };
-        if outcome.is_ok() {
-            self.since_checkpoint += 1;
-            if self.journal.end() >= CHECKPOINT_BYTES || self.since_checkpoint >= CHECKPOINT_COMMITS
-            {
-                self.take_checkpoint();
-            } else if self.pending.len() >= MAX_HELD_EVENTS {
-                let _ = self.flush();
-            } else if self.queued_events >= APPLY_EVENTS || self.queued_bytes >= APPLY_BYTES {
-                self.hand_over();
-            }
-        }
+        let committed = outcome.is_ok();
         // The first appends of the batch are over, committed or not: their ids are free again
         // (a committed log fences later first appends by its head).
         for append in &batch {
@@ -852,6 +861,22 @@ impl Writer<'_> {
                         source: detail.clone(),
                     }));
                 }
+            }
+        }
+        // After the replies: the batch is durable whatever a checkpoint or a wait for the
+        // applier takes.
+        if committed {
+            self.since_checkpoint += 1;
+            if self.journal.end() >= CHECKPOINT_BYTES || self.since_checkpoint >= CHECKPOINT_COMMITS
+            {
+                self.take_checkpoint();
+            } else if self.pending.len() >= MAX_HELD_EVENTS {
+                let _ = self.flush();
+            } else if self.queued_events >= APPLY_EVENTS
+                || self.queued_bytes >= APPLY_BYTES
+                || self.queue.len() >= APPLY_APPENDS
+            {
+                self.hand_over();
             }
         }
     }
@@ -1350,20 +1375,24 @@ impl RawPage {
         from: u64,
         limit: usize,
     ) -> Result<Self, ReadError> {
-        // Copied before the tables are read: an apply in between moves nothing out of sight.
-        let held = pending.copy(execution.as_str(), from, limit);
-        let txn = db.begin_read().map_err(ReadError::storage)?;
-        let events = txn.open_table(EVENTS).map_err(ReadError::storage)?;
-        let heads = txn.open_table(HEADS).map_err(ReadError::storage)?;
-        let head = heads
-            .get(execution.as_str())
-            .map_err(ReadError::storage)?
-            .map_or(0, |head| head.value());
-        let mut page = Self::fetch_from(&events, execution, from, limit, head)?;
-        if let Some(held) = held {
-            page.extend_held(execution, held, from, limit)?;
+        let mut stale = None;
+        for _ in 0..READ_ATTEMPTS {
+            // Copied before the tables are read: an apply in between moves nothing out of sight.
+            let held = pending.copy(execution.as_str(), from, limit);
+            let txn = db.begin_read().map_err(ReadError::storage)?;
+            let events = txn.open_table(EVENTS).map_err(ReadError::storage)?;
+            let heads = txn.open_table(HEADS).map_err(ReadError::storage)?;
+            let head = heads
+                .get(execution.as_str())
+                .map_err(ReadError::storage)?
+                .map_or(0, |head| head.value());
+            let mut page = Self::fetch_from(&events, execution, from, limit, head)?;
+            match held.map(|held| page.extend_held(execution, held, from, limit)) {
+                Some(Err(gap)) => stale = Some(gap),
+                None | Some(Ok(())) => return Ok(page),
+            }
         }
-        Ok(page)
+        Err(stale.unwrap_or_else(|| ReadError::storage(StorageError::msg("no read"))))
     }
 
     /// Whether `execution` has no event at or past `from`, held or in the tables. Two lookups
@@ -1424,7 +1453,9 @@ impl RawPage {
                 continue;
             }
             if seq > due {
-                // Held records begin where the tables end: a gap means they disagree.
+                // Held records begin where the tables end, unless the log was applied and then
+                // deleted (retention) between the two reads: the caller reads again; a gap
+                // that stays means the tables and the memory disagree.
                 return Err(ReadError::Storage {
                     source: StorageError::msg(format!(
                         "execution {execution}: the tables end at seq {due} but the events held for them begin at {seq}"
@@ -1505,6 +1536,10 @@ impl RawPage {
         Ok(events)
     }
 }
+
+/// How many times a log is read when the events held for it do not follow the tables (they
+/// were copied just before an apply and a deletion of that log).
+const READ_ATTEMPTS: usize = 3;
 
 /// A log whose stored events do not run gapless up to its head: the file is damaged.
 fn damaged_log(execution: &ExecutionId, seq: u64, head: u64) -> ReadError {

@@ -7,6 +7,7 @@
 //! tables now hold. The commit path thus never waits for a B-tree; the writer waits for this
 //! thread only before a checkpoint, a deletion and at close, and when too much is held.
 
+use std::collections::HashMap;
 use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::sync::OnceLock;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -95,37 +96,55 @@ pub(super) fn run(
         while let Ok(next) = requests.try_recv() {
             sort(next);
         }
-        let outcome = match applied.failed.get() {
-            Some(failed) => Err(failed.clone()),
-            None if chunks.is_empty() => Ok(()),
-            None => catch_unwind(AssertUnwindSafe(|| apply(db, &chunks)))
-                .unwrap_or_else(|panic| Err(StorageError::msg(panic_message(&panic)))),
-        };
-        match &outcome {
-            Ok(()) => {
-                if let Some(last) = chunks.last() {
-                    for queued in chunks.iter().flat_map(|chunk| &chunk.appends) {
-                        pending.forget(
-                            queued.execution.as_str(),
-                            queued.expected_seq + queued.records.len() as u64,
-                        );
-                    }
-                    applied
-                        .last_commit
-                        .store(last.last_commit, Ordering::Release);
-                }
-            }
-            Err(detail) => {
-                tracing::error!(%detail, "applying journaled commits to the tables failed; the store stops writing");
-                let _ = applied.failed.set(StorageError::msg(format!(
-                    "the store stopped writing after a failed apply of journaled commits ({detail}); open it again to recover"
-                )));
-            }
+        // The whole step is contained: a panic anywhere in it stops the store from writing
+        // with a storage error, not by a thread that is silently gone.
+        let outcome = catch_unwind(AssertUnwindSafe(|| {
+            apply_and_forget(db, pending, applied, &chunks)
+        }))
+        .unwrap_or_else(|panic| Err(StorageError::msg(panic_message(&panic))));
+        if let Err(detail) = &outcome
+            && applied.failed.get().is_none()
+        {
+            tracing::error!(%detail, "applying journaled commits to the tables failed; the store stops writing");
+            let _ = applied.failed.set(StorageError::msg(format!(
+                "the store stopped writing after a failed apply of journaled commits ({detail}); open it again to recover"
+            )));
         }
         for reply in flushes {
             reply.send(outcome.clone());
         }
     }
+}
+
+/// Applies `chunks` (unless an apply failed before), then forgets their events from memory,
+/// once per execution (a log whose appends are forgotten one by one would be moved as many
+/// times), and publishes the last commit the tables hold.
+fn apply_and_forget(
+    db: &Database,
+    pending: &Pending,
+    applied: &Applied,
+    chunks: &[Chunk],
+) -> Result<(), StorageError> {
+    if let Some(failed) = applied.failed.get() {
+        return Err(failed.clone());
+    }
+    let Some(last) = chunks.last() else {
+        return Ok(());
+    };
+    apply(db, chunks)?;
+    let mut heads: HashMap<&str, u64> = HashMap::new();
+    for queued in chunks.iter().flat_map(|chunk| &chunk.appends) {
+        let head = queued.expected_seq + queued.records.len() as u64;
+        let entry = heads.entry(queued.execution.as_str()).or_insert(head);
+        *entry = (*entry).max(head);
+    }
+    for (execution, head) in heads {
+        pending.forget(execution, head);
+    }
+    applied
+        .last_commit
+        .store(last.last_commit, Ordering::Release);
+    Ok(())
 }
 
 /// Applies `chunks` to the tables in one redb commit without an fsync, recording the journal
