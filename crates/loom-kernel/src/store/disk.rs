@@ -534,7 +534,8 @@ fn panic_message(panic: &Box<dyn std::any::Any + Send>) -> String {
     format!("the storage engine failed on this file: {message}")
 }
 
-/// The writer thread: every write transaction of the store.
+/// The writer thread: the journal, and the store's durable redb commits (checkpoints, deletions);
+/// the applier thread (`apply.rs`) makes the non-durable ones.
 struct Writer<'a> {
     db: &'a Database,
     requests: &'a mpsc::Receiver<WriteRequest>,
