@@ -142,13 +142,25 @@ pub(crate) async fn migrate(client: &mut Client, schema: &str) -> Result<(), Con
     Ok(())
 }
 
+/// Open executions whose logs one step of [`backfill_wakeups`] reads: what it holds in memory
+/// is a page of logs, however many executions the database has.
+const BACKFILL_PAGE: i64 = 1_000;
+
 /// Fills `loom_wakeups` from the logs of the executions that have not ended (ended ones have
-/// no rows), in the migration's transaction. A log that does not decode gets no rows:
-/// recovery reports it when it folds it.
+/// no rows), in the migration's transaction, a page of executions at a time (in id order). A
+/// log that does not decode gets no rows: recovery reports it when it folds it.
 async fn backfill_wakeups(
     txn: &tokio_postgres::Transaction<'_>,
 ) -> Result<(), tokio_postgres::Error> {
-    use loom_kernel::{ExecutionId, ExecutionStatus, status_code};
+    backfill_wakeups_by(txn, BACKFILL_PAGE).await
+}
+
+/// [`backfill_wakeups`], `page_size` executions at a time.
+async fn backfill_wakeups_by(
+    txn: &tokio_postgres::Transaction<'_>,
+    page_size: i64,
+) -> Result<(), tokio_postgres::Error> {
+    use loom_kernel::{ExecutionStatus, status_code};
     let open: Vec<i16> = [
         ExecutionStatus::Running,
         ExecutionStatus::Suspended,
@@ -157,12 +169,38 @@ async fn backfill_wakeups(
     .into_iter()
     .map(|status| i16::from(status_code(status)))
     .collect();
+    let mut after = String::new();
+    loop {
+        let page: Vec<String> = txn
+            .query(
+                "SELECT execution_id FROM loom_executions \
+                 WHERE status = ANY($1) AND execution_id > $2 \
+                 ORDER BY execution_id LIMIT $3",
+                &[&open, &after, &page_size],
+            )
+            .await?
+            .iter()
+            .map(|row| row.get(0))
+            .collect();
+        let Some(last) = page.last() else {
+            return Ok(());
+        };
+        after = last.clone();
+        backfill_page(txn, &page).await?;
+    }
+}
+
+/// [`backfill_wakeups`] for the executions `page`.
+async fn backfill_page(
+    txn: &tokio_postgres::Transaction<'_>,
+    page: &[String],
+) -> Result<(), tokio_postgres::Error> {
+    use loom_kernel::ExecutionId;
     let rows = txn
         .query(
-            "SELECT e.execution_id, e.seq, e.record FROM loom_events AS e \
-             JOIN loom_executions AS x USING (execution_id) \
-             WHERE x.status = ANY($1) ORDER BY e.execution_id, e.seq",
-            &[&open],
+            "SELECT execution_id, seq, record FROM loom_events \
+             WHERE execution_id = ANY($1) ORDER BY execution_id, seq",
+            &[&page],
         )
         .await?;
     let mut ids: Vec<String> = Vec::new();
@@ -203,12 +241,14 @@ async fn backfill_wakeups(
     if let Some(done) = current.take() {
         flush(&done, &mut log, &mut bad);
     }
-    txn.execute(
-        "INSERT INTO loom_wakeups (execution_id, tag, at_ms) \
-         SELECT * FROM unnest($1::text[], $2::text[], $3::int8[])",
-        &[&ids, &tags, &ats],
-    )
-    .await?;
+    if !ids.is_empty() {
+        txn.execute(
+            "INSERT INTO loom_wakeups (execution_id, tag, at_ms) \
+             SELECT * FROM unnest($1::text[], $2::text[], $3::int8[])",
+            &[&ids, &tags, &ats],
+        )
+        .await?;
+    }
     Ok(())
 }
 
@@ -262,7 +302,8 @@ mod tests {
     use crate::{PostgresStore, PostgresStoreConfig, fresh_schema, server_url};
 
     /// A schema migrated before the wake-up index gets the rows of its open executions when
-    /// its migration runs: the backfill, run again on emptied rows, finds them from the logs.
+    /// its migration runs: the backfill, run again on emptied rows, finds them from the logs,
+    /// a page of executions at a time.
     #[tokio::test]
     async fn the_wake_up_index_is_filled_from_the_open_logs() {
         let Some(url) = server_url("the_wake_up_index_is_filled_from_the_open_logs") else {
@@ -288,6 +329,21 @@ mod tests {
             )
             .await
             .expect("append");
+        // More open executions than a page of the test's backfill (2), one with no wake-up.
+        for n in 0..4u64 {
+            store
+                .append(
+                    &id(&format!("parked-{n}")),
+                    0,
+                    &[started("f"), deadline("g", 100 + n), suspended("g")],
+                )
+                .await
+                .expect("append");
+        }
+        store
+            .append(&id("running"), 0, &[started("f")])
+            .await
+            .expect("append");
         let (mut client, connection) = tokio_postgres::connect(&url, tokio_postgres::NoTls)
             .await
             .expect("a second connection");
@@ -299,20 +355,27 @@ mod tests {
         ))
         .await
         .expect("rows emptied");
-        backfill_wakeups(&txn).await.expect("backfill");
+        backfill_wakeups_by(&txn, 2).await.expect("backfill");
         txn.commit().await.expect("commit");
+        let deadline_of = |execution: &str, at_ms: u64| Wakeup {
+            at_ms,
+            execution: id(execution),
+            reason: WakeReason::Deadline {
+                gate_id: "g".into(),
+            },
+        };
         assert_eq!(
             store
                 .list_wakeups(u64::MAX, None, 10)
                 .await
                 .expect("the index lists"),
-            vec![Wakeup {
-                at_ms: 42,
-                execution: id("parked"),
-                reason: WakeReason::Deadline {
-                    gate_id: "g".into()
-                },
-            }]
+            vec![
+                deadline_of("parked", 42),
+                deadline_of("parked-0", 100),
+                deadline_of("parked-1", 101),
+                deadline_of("parked-2", 102),
+                deadline_of("parked-3", 103),
+            ]
         );
         assert!(
             MIGRATIONS.contains(&WAKEUPS_MIGRATION),
