@@ -233,10 +233,7 @@ async fn session<S: EventStore>(
             inboxes.insert(fid, inbox);
         }
     }
-    let wire = |session: u64, value: Value| {
-        server::wire_note(Direction::AgentToRenderer, session, value.clone());
-        sse("wire", &json!({"session": session, "message": value}))
-    };
+    let wire = wire_event;
     let mut out = vec![sse(
         "session",
         &json!({"session": id, "functions": functions_id, "protocol": protocol.as_str()}),
@@ -278,17 +275,7 @@ async fn session<S: EventStore>(
         tokio::select! {
             () = tx.closed() => break,
             outbound = render.next(), if !deleted => match outbound {
-                Some(mut outbound) => {
-                    if let Some(error) = &outbound.refused {
-                        open = tx.send(sse("not-sent", &json!(error.to_string()))).await.is_ok();
-                    }
-                    for frame in std::mem::take(&mut outbound.frames) {
-                        open = open && tx.send(wire(id, frame)).await.is_ok();
-                    }
-                    if open {
-                        outbound.written();
-                    }
-                }
+                Some(outbound) => open = forward(&tx, id, outbound).await,
                 // Fell behind: the page's event source reconnects and resynchronises.
                 None if render.lagged() => break,
                 None => deleted = true,
@@ -337,22 +324,7 @@ async fn session<S: EventStore>(
                         open = open && tx.send(model).await.is_ok();
                     }
                     if is_end(&envelope.event) {
-                        // The surface's last messages (its `deleteSurface`) are queued by now;
-                        // they go before the result, after which the page closes the stream.
-                        while !deleted && open {
-                            match render.next().now_or_never() {
-                                Some(Some(mut outbound)) => {
-                                    for frame in std::mem::take(&mut outbound.frames) {
-                                        open = open && tx.send(wire(id, frame)).await.is_ok();
-                                    }
-                                    if open {
-                                        outbound.written();
-                                    }
-                                }
-                                Some(None) => deleted = true,
-                                None => break,
-                            }
-                        }
+                        open = open && drain(&mut render, &tx, id, &mut deleted).await;
                         if let Some(event) = final_of(&state, &execution, &surface, protocol).await {
                             open = open && tx.send(event).await.is_ok();
                         }
@@ -371,10 +343,11 @@ async fn session<S: EventStore>(
                         if let Some(model) = model_of(&state, &execution, &surface) {
                             open = open && tx.send(model).await.is_ok();
                         }
-                        if ends
-                            && let Some(event) = final_of(&state, &execution, &surface, protocol).await
-                        {
-                            open = open && tx.send(event).await.is_ok();
+                        if ends {
+                            open = open && drain(&mut render, &tx, id, &mut deleted).await;
+                            if let Some(event) = final_of(&state, &execution, &surface, protocol).await {
+                                open = open && tx.send(event).await.is_ok();
+                            }
                         }
                     }
                 }
@@ -387,6 +360,59 @@ async fn session<S: EventStore>(
     if let Some(fid) = functions_id {
         inboxes.remove(&fid);
     }
+}
+
+/// A frame the page's renderer session sends, noted on the wire log and as the page's event.
+fn wire_event(session: u64, value: Value) -> SseEvent {
+    server::wire_note(Direction::AgentToRenderer, session, value.clone());
+    sse("wire", &json!({"session": session, "message": value}))
+}
+
+/// Sends one outbound of the surface's session to the page: why it was not sent, when it was
+/// refused (`not-sent`), then its frames, marked written once all went. Whether the page is
+/// still there.
+async fn forward(
+    tx: &mpsc::Sender<SseEvent>,
+    session: u64,
+    mut outbound: loom_plugin_a2ui::VersionedOutbound,
+) -> bool {
+    let mut open = true;
+    if let Some(error) = &outbound.refused {
+        open = tx
+            .send(sse("not-sent", &json!(error.to_string())))
+            .await
+            .is_ok();
+    }
+    for frame in std::mem::take(&mut outbound.frames) {
+        open = open && tx.send(wire_event(session, frame)).await.is_ok();
+    }
+    if open {
+        outbound.written();
+    }
+    open
+}
+
+/// Forwards what the surface's session has queued by now: once the execution ended, its last
+/// messages (its `deleteSurface`), which go before the result (after which the page closes the
+/// stream). Whether the page is still there.
+async fn drain(
+    render: &mut VersionedSession,
+    tx: &mpsc::Sender<SseEvent>,
+    session: u64,
+    deleted: &mut bool,
+) -> bool {
+    while !*deleted {
+        match render.next().now_or_never() {
+            Some(Some(outbound)) => {
+                if !forward(tx, session, outbound).await {
+                    return false;
+                }
+            }
+            Some(None) => *deleted = true,
+            None => break,
+        }
+    }
+    true
 }
 
 async fn next_of(
