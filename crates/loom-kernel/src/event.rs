@@ -87,6 +87,14 @@ pub enum Event {
 }
 
 impl Event {
+    /// The flow an `EXECUTION_STARTED` starts; `None` for any other event.
+    pub fn started_flow(&self) -> Option<&str> {
+        match self {
+            Event::ExecutionStarted(started) => Some(&started.flow),
+            _ => None,
+        }
+    }
+
     /// The event's `type` name as it appears in JSON, e.g. `STEP_COMPLETED`.
     pub fn type_name(&self) -> &'static str {
         match self {

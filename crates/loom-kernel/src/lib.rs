@@ -127,5 +127,6 @@ pub use store::{
     ExecutionTail, FeedEvent, FoldStoredError, LeaseHold, LeaseInfo, ListedExecution,
     MAX_QUERY_LIMIT, MemoryStore, NewClaim, OpenError, ReadError, RetentionError, STREAM_PAGE,
     StatusCounts, StatusFilter, StorageError, StoredLog, WakeReason, Wakeup, check_batch,
-    decode_stored, every_listed_execution, prefix_upper_bound, wake, wall_clock_ms,
+    decode_stored, every_listed_execution, prefix_upper_bound, start_of_first_record, wake,
+    wall_clock_ms,
 };

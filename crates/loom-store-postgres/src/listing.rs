@@ -7,8 +7,8 @@
 //! [`EventStore::count_by_status`]: loom_kernel::EventStore::count_by_status
 
 use loom_kernel::{
-    Event, ExecutionId, ExecutionQuery, ExecutionQueryPage, ExecutionStatus, ListedExecution,
-    ReadError, StatusCounts, prefix_upper_bound, status_code, status_from_code,
+    ExecutionId, ExecutionQuery, ExecutionQueryPage, ExecutionStatus, ListedExecution, ReadError,
+    StatusCounts, prefix_upper_bound, status_code, status_from_code,
 };
 use tokio_postgres::types::ToSql;
 
@@ -43,13 +43,8 @@ pub(crate) async fn backfill(
             // A first event that does not decode is listed as started at 0 with no flow.
             let (start, flow) = ExecutionId::from_stored(id)
                 .ok()
-                .and_then(|execution| loom_kernel::decode_stored(&execution, 0, row.get(1)).ok())
-                .map_or((0, String::new()), |envelope| {
-                    let flow = match envelope.event {
-                        Event::ExecutionStarted(started) => started.flow,
-                        _ => String::new(),
-                    };
-                    (envelope.recorded_at_ms.unwrap_or(0), flow)
+                .map_or((0, String::new()), |execution| {
+                    loom_kernel::start_of_first_record(&execution, row.get(1))
                 });
             ids.push(id);
             starts.push(i64::try_from(start).unwrap_or(i64::MAX));

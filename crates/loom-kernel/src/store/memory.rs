@@ -112,10 +112,7 @@ impl State {
 /// `log` as a query lists it.
 fn listed(id: &ExecutionId, log: &Log) -> Option<ListedExecution> {
     let first = log.events.first()?;
-    let flow = match &first.event {
-        Event::ExecutionStarted(started) => started.flow.clone(),
-        _ => String::new(),
-    };
+    let flow = first.event.started_flow().unwrap_or_default().to_owned();
     Some(ListedExecution {
         id: id.clone(),
         status: log.tail.status(),

@@ -251,6 +251,17 @@ pub fn decode_stored(
     })
 }
 
+/// When and as which flow an execution started, from its first event's record as stored: its
+/// `recordedAtMs` and its flow, `0` and `""` where the record does not say (one that does not
+/// decode, or is not a start, is listed so rather than refused: the listing is an index, the
+/// log decides).
+pub fn start_of_first_record(execution: &ExecutionId, record: &[u8]) -> (u64, String) {
+    decode_stored(execution, 0, record).map_or((0, String::new()), |envelope| {
+        let flow = envelope.event.started_flow().unwrap_or_default().to_owned();
+        (envelope.recorded_at_ms.unwrap_or(0), flow)
+    })
+}
+
 /// Why [`EventStore::delete_ended`] deleted nothing. A failed call deletes nothing.
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
@@ -970,10 +981,7 @@ pub async fn every_listed_execution<S: EventStore + ?Sized>(
             Ok(()) => state.status(),
             Err(_) => ExecutionStatus::Running,
         };
-        let flow = match &first.event {
-            Event::ExecutionStarted(started) => started.flow.clone(),
-            _ => String::new(),
-        };
+        let flow = first.event.started_flow().unwrap_or_default().to_owned();
         let ended_at_ms = if status.is_terminal() {
             log.last().and_then(|last| last.recorded_at_ms)
         } else {

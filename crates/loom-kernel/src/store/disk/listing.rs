@@ -230,18 +230,10 @@ fn first_event_start(
     let Some(record) = events.get((id, 0)).map_err(StorageError::new)? else {
         return Ok((0, String::new()));
     };
-    Ok(
-        match crate::envelope::decode_record(&execution, 0, record.value()) {
-            Ok(envelope) => {
-                let flow = match envelope.event {
-                    crate::event::Event::ExecutionStarted(started) => started.flow,
-                    _ => String::new(),
-                };
-                (envelope.recorded_at_ms.unwrap_or(0), flow)
-            }
-            Err(_) => (0, String::new()),
-        },
-    )
+    Ok(super::super::start_of_first_record(
+        &execution,
+        record.value(),
+    ))
 }
 
 /// Whether the file holds built listing tables (a file of an older build opened read-only
