@@ -276,7 +276,9 @@ impl EventStore for ShardedStore {
             more |= page.next.is_some();
             rows.extend(page.executions);
         }
-        let mut merged = query.select(rows);
+        // Each shard's rows already match and follow the cursor: merged newest first only.
+        rows.sort_by_key(|row| std::cmp::Reverse(row.cursor()));
+        let mut merged = query.page_of(rows);
         if more && merged.next.is_none() {
             merged.next = merged.executions.last().map(ListedExecution::cursor);
         }
