@@ -71,5 +71,5 @@ pub use view::{
     ChildView, DecisionView, EventView, EventsPage, ExecutionView, ExportPage, GateView,
     InDoubtView, LeaseView, OutcomeView, STATUSES, ShowView, StateView, StepView, event_view,
     gate_requests, mask_event_value, mask_events, masked_event, parse_status, shell_word,
-    state_view, status_name, utc,
+    state_view, status_name, thousands, utc,
 };

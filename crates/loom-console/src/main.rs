@@ -17,7 +17,7 @@ use loom_console::{
     EventView, EventsPage, ExecutionView, InDoubtView, ShowView, mask_events, parse_status,
     shell_word, utc,
 };
-use loom_console::{ExecutionList, ExportPage, ListFilter};
+use loom_console::{ExecutionList, ExportPage, ListFilter, thousands};
 use loom_kernel::DataClassification;
 use loom_kernel::Verdict;
 use loom_kernel::{
@@ -965,19 +965,6 @@ fn print_executions(page: &ExecutionList, json: bool) {
             None => out!("more: --before {next}"),
         }
     }
-}
-
-/// `5000` as `5,000`.
-fn thousands(n: u64) -> String {
-    let digits = n.to_string();
-    let mut text = String::new();
-    for (i, digit) in digits.chars().enumerate() {
-        if i > 0 && (digits.len() - i).is_multiple_of(3) {
-            text.push(',');
-        }
-        text.push(digit);
-    }
-    text
 }
 
 fn flow_label(view: &ExecutionView) -> String {

@@ -496,3 +496,32 @@ pub fn utc(ms: u64) -> String {
         rest % 60
     )
 }
+
+/// A count as the CLI and the web console print it: `5000` as `5,000`.
+pub fn thousands(n: u64) -> String {
+    let digits = n.to_string();
+    let mut text = String::new();
+    for (i, digit) in digits.chars().enumerate() {
+        if i > 0 && (digits.len() - i).is_multiple_of(3) {
+            text.push(',');
+        }
+        text.push(digit);
+    }
+    text
+}
+
+#[cfg(test)]
+mod thousands_tests {
+    #[test]
+    fn counts_are_grouped_by_three_digits() {
+        for (n, text) in [
+            (0, "0"),
+            (999, "999"),
+            (1_000, "1,000"),
+            (1_000_000, "1,000,000"),
+            (u64::MAX, "18,446,744,073,709,551,615"),
+        ] {
+            assert_eq!(super::thousands(n), text);
+        }
+    }
+}

@@ -19,16 +19,15 @@
 
 use std::time::{Duration, Instant};
 
+use loom_kernel::DiskStore;
 use loom_kernel::DiskStoreConfig;
-use loom_kernel::conformance::{asleep_on_timer, completed, started, stuck_runtime};
+use loom_kernel::conformance::{
+    RUNNING_LEFT, asleep_on_timer, completed, fill_for_recovery, started, stuck_runtime,
+};
 use loom_kernel::*;
-use loom_kernel::{DiskStore, EventStore, ExecutionId};
-use serde_json::json;
 
-const RUNNING: usize = 100;
+const RUNNING: usize = RUNNING_LEFT;
 const RUNS: usize = 7;
-/// Ended executions appended concurrently at a time while building.
-const BUILD_CHUNK: usize = 20_000;
 
 fn config() -> DiskStoreConfig {
     DiskStoreConfig {
@@ -54,27 +53,7 @@ async fn build(path: &std::path::Path, filler: Filler) -> Duration {
             (n, "parked", asleep_on_timer(a_day_away))
         }
     };
-    let ids: Vec<ExecutionId> = (0..count)
-        .map(|n| ExecutionId::new(format!("{prefix}-{n:08}")).expect("a valid id"))
-        .collect();
-    for chunk in ids.chunks(BUILD_CHUNK) {
-        let appends = chunk.iter().map(|id| store.append(id, 0, &events));
-        for appended in futures::future::join_all(appends).await {
-            appended.expect("the append is stored");
-        }
-    }
-    let rt = stuck_runtime(store);
-    for n in 0..RUNNING {
-        rt.start(
-            "stuck",
-            &json!(n),
-            StartOptions::new(ExecutionId::new(format!("running-{n:03}")).expect("a valid id"))
-                .grant("stuck"),
-        )
-        .await
-        .expect("the execution starts");
-    }
-    rt.shutdown().await;
+    fill_for_recovery(&store, prefix, count, &events).await;
     began.elapsed()
 }
 

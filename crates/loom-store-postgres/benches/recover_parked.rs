@@ -13,39 +13,17 @@
 
 use std::time::{Duration, Instant};
 
-use loom_kernel::conformance::{asleep_on_timer, stuck_runtime};
+use loom_kernel::conformance::{RUNNING_LEFT, asleep_on_timer, fill_for_recovery, stuck_runtime};
 use loom_kernel::*;
 use loom_store_postgres::{PostgresStore, PostgresStoreConfig, fresh_schema, server_url};
-use serde_json::json;
 
-const RUNNING: usize = 100;
+const RUNNING: usize = RUNNING_LEFT;
 const RUNS: usize = 7;
-const BUILD_CHUNK: usize = 20_000;
 
 async fn build(store: &PostgresStore, parked: usize) -> Duration {
     let began = Instant::now();
     let events = asleep_on_timer(SystemClock.now_ms() + 86_400_000);
-    let ids: Vec<ExecutionId> = (0..parked)
-        .map(|n| ExecutionId::new(format!("parked-{n:08}")).expect("a valid id"))
-        .collect();
-    for chunk in ids.chunks(BUILD_CHUNK) {
-        let appends = chunk.iter().map(|id| store.append(id, 0, &events));
-        for appended in futures::future::join_all(appends).await {
-            appended.expect("the append is stored");
-        }
-    }
-    let rt = stuck_runtime(store.clone());
-    for n in 0..RUNNING {
-        rt.start(
-            "stuck",
-            &json!(n),
-            StartOptions::new(ExecutionId::new(format!("running-{n:03}")).expect("a valid id"))
-                .grant("stuck"),
-        )
-        .await
-        .expect("the execution starts");
-    }
-    rt.shutdown().await;
+    fill_for_recovery(store, "parked", parked, &events).await;
     began.elapsed()
 }
 

@@ -16,6 +16,17 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use crate::support::*;
 
 /// Sends a raw HTTP/1.1 request and returns the status line, the head and the body.
+/// `GET path` with the admin token, over a raw connection.
+async fn get_as_admin(url: &str, path: &str) -> (u16, String, String) {
+    raw(
+        url,
+        &format!(
+            "GET {path} HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer {TOKEN}\r\nConnection: close\r\n\r\n"
+        ),
+    )
+    .await
+}
+
 async fn raw(url: &str, request: &str) -> (u16, String, String) {
     let address = url.trim_start_matches("http://");
     let mut stream = tokio::net::TcpStream::connect(address).await.unwrap();
@@ -137,11 +148,7 @@ async fn an_unknown_execution_is_404_with_a_message_saying_so() {
     ] {
         assert_eq!(error.kind, ErrorKind::NotFound, "{error}");
     }
-    let (status, _, body) = raw(
-        &server.url,
-        &format!("GET /admin/v1/executions/nope HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer {TOKEN}\r\nConnection: close\r\n\r\n"),
-    )
-    .await;
+    let (status, _, body) = get_as_admin(&server.url, "/admin/v1/executions/nope").await;
     assert_eq!(status, 404);
     let body: Value = serde_json::from_str(&body).unwrap();
     assert_eq!(body["error"]["kind"], "not_found");
@@ -288,18 +295,10 @@ async fn malformed_requests_are_400_and_say_what_to_send() {
         .await
         .unwrap();
     assert_eq!(listed.executions.len(), 1, "the API still answers");
-    let (status, _, answer) = raw(
-        &server.url,
-        &format!("GET /admin/v1/executions?status=stuck HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer {TOKEN}\r\nConnection: close\r\n\r\n"),
-    )
-    .await;
+    let (status, _, answer) = get_as_admin(&server.url, "/admin/v1/executions?status=stuck").await;
     assert_eq!(status, 400);
     assert!(answer.contains("unknown status 'stuck'"), "{answer}");
-    let (status, _, answer) = raw(
-        &server.url,
-        &format!("GET /admin/v1/executions?limit=0 HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer {TOKEN}\r\nConnection: close\r\n\r\n"),
-    )
-    .await;
+    let (status, _, answer) = get_as_admin(&server.url, "/admin/v1/executions?limit=0").await;
     assert_eq!(status, 400);
     assert!(answer.contains("limit 0 is out of range"), "{answer}");
     for (query, said) in [
@@ -314,11 +313,8 @@ async fn malformed_requests_are_400_and_say_what_to_send() {
         ("statu=failed", "unknown field `statu`"),
         ("status=failed&idprefix=order", "unknown field `idprefix`"),
     ] {
-        let (status, _, answer) = raw(
-            &server.url,
-            &format!("GET /admin/v1/executions?{query} HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer {TOKEN}\r\nConnection: close\r\n\r\n"),
-        )
-        .await;
+        let (status, _, answer) =
+            get_as_admin(&server.url, &format!("/admin/v1/executions?{query}")).await;
         assert_eq!(status, 400, "{query}: {answer}");
         assert!(answer.contains(said), "{query}: {answer}");
     }
@@ -684,11 +680,7 @@ async fn export_log_and_tail_go_through_the_admin_api_of_a_live_server() {
             "unknown field `form`",
         ),
     ] {
-        let (status, _, answer) = raw(
-            &server.url,
-            &format!("GET {path} HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer {TOKEN}\r\nConnection: close\r\n\r\n"),
-        )
-        .await;
+        let (status, _, answer) = get_as_admin(&server.url, path).await;
         assert_eq!(status, 400, "{path}: {answer}");
         assert!(answer.contains(said), "{path}: {answer}");
         assert!(!answer.contains(CARD), "{path}: {answer}");

@@ -42,17 +42,7 @@ async fn an_operator_pages_filters_and_searches_many_executions() {
     assert!(count >= 200, "LOOM_BROWSER_EXECUTIONS: at least 200");
     let server = server().await;
     let filled = fill(server.runtime.store(), count).await;
-    let thousands = |n: usize| {
-        let digits = n.to_string();
-        let mut text = String::new();
-        for (i, digit) in digits.chars().enumerate() {
-            if i > 0 && (digits.len() - i).is_multiple_of(3) {
-                text.push(',');
-            }
-            text.push(digit);
-        }
-        text
-    };
+    let thousands = |n: usize| loom_console::thousands(n as u64);
 
     let dir = tempfile::tempdir().unwrap();
     let url = format!("{}/admin/#token={TOKEN}", server.url);

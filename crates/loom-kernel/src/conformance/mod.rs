@@ -1274,6 +1274,43 @@ pub fn stuck_runtime<S: EventStore>(store: S) -> crate::Runtime<S> {
         .expect("the stuck flow and its effect compose")
 }
 
+/// Fills `store` for the recovery benches: `count` executions `{prefix}-00000000`... whose
+/// logs are `events`, appended 20,000 at a time (the store's writer groups them), then
+/// [`RUNNING_LEFT`] executions of [`stuck_runtime`]'s flow (`running-000`...) left running.
+pub async fn fill_for_recovery<S: EventStore + Clone + 'static>(
+    store: &S,
+    prefix: &str,
+    count: usize,
+    events: &[Event],
+) {
+    let ids: Vec<ExecutionId> = (0..count)
+        .map(|n| ExecutionId::new(format!("{prefix}-{n:08}")).expect("a valid id"))
+        .collect();
+    for chunk in ids.chunks(20_000) {
+        let appends = chunk.iter().map(|id| store.append(id, 0, events));
+        for appended in futures::future::join_all(appends).await {
+            appended.expect("the append is stored");
+        }
+    }
+    let rt = stuck_runtime(store.clone());
+    for n in 0..RUNNING_LEFT {
+        rt.start(
+            "stuck",
+            &json!(n),
+            crate::StartOptions::new(
+                ExecutionId::new(format!("running-{n:03}")).expect("a valid id"),
+            )
+            .grant("stuck"),
+        )
+        .await
+        .expect("the execution starts");
+    }
+    rt.shutdown().await;
+}
+
+/// How many running executions [`fill_for_recovery`] leaves.
+pub const RUNNING_LEFT: usize = 100;
+
 /// The wake-up index ([`EventStore::list_wakeups`]): a deadline's row from its decision until
 /// its gate is resumed or the execution ends; a child gate's and a child's rows at time 0;
 /// listed in key order, a window and a page at a time, across a reopen.

@@ -457,10 +457,7 @@ impl DiskStore {
                 for (execution, held) in ids.iter().zip(held) {
                     // The head is the length of the log: the index is sized once, and every
                     // seq below it must be read back where it belongs.
-                    let head = heads
-                        .get(execution.as_str())
-                        .map_err(ReadError::storage)?
-                        .map_or(0, |head| head.value());
+                    let head = head_of(&heads, execution.as_str()).map_err(ReadError::storage)?;
                     let mut page = RawPage::fetch_from(&events, execution, 0, usize::MAX, head)?;
                     if let Some(held) = held
                         && let Err(gap) = page.extend_held(execution, held, 0, usize::MAX)
@@ -996,19 +993,8 @@ impl StoredState {
     }
 
     fn head_and_tail(&self, id: &str) -> Result<(u64, ExecutionTail), CommitError> {
-        let head = self
-            .heads
-            .get(id)
-            .map_err(CommitError::before)?
-            .map_or(0, |v| v.value());
-        let tail = match self.tails.get(id).map_err(CommitError::before)? {
-            None => ExecutionTail::new(),
-            Some(bytes) => ExecutionTail::decode(bytes.value()).ok_or_else(|| {
-                CommitError::Before(StorageError::msg(format!(
-                    "the stored tail of execution {id} is damaged"
-                )))
-            })?,
-        };
+        let head = head_of(&self.heads, id).map_err(CommitError::before)?;
+        let tail = tail_of(&self.tails, id).map_err(CommitError::Before)?;
         Ok((head, tail))
     }
 }
@@ -1083,69 +1069,12 @@ impl<'txn> WriteTables<'txn> {
         Ok(())
     }
 
-    /// Appends `records` to `execution`'s log at `expected_seq`, with its tail, index entries
-    /// and feed positions (from `position` on), unless the log is elsewhere (a conflict) or
-    /// the tail refuses the batch: then nothing is written.
-    fn apply(
-        &mut self,
-        execution: &ExecutionId,
-        expected_seq: u64,
-        records: &[impl AsRef<[u8]>],
-        changes: &[super::TailChange],
-        recorded_at_ms: Option<u64>,
-        position: &mut u64,
-    ) -> Result<Result<u64, AppendError>, StorageError> {
-        let id = execution.as_str();
-        let actual_seq = self
-            .heads
-            .get(id)
-            .map_err(StorageError::new)?
-            .map_or(0, |v| v.value());
-        if actual_seq != expected_seq {
-            return Ok(Err(AppendError::Conflict {
-                execution: execution.clone(),
-                expected_seq,
-                actual_seq,
-            }));
-        }
-        let old_tail = self.tail(id)?;
-        let mut tail = old_tail.clone();
-        if let Err(refused) = tail.apply_changes(changes, recorded_at_ms) {
-            return Ok(Err(refused.into_append_error(execution, expected_seq)));
-        }
-        for (seq, record) in (expected_seq..).zip(records) {
-            self.events
-                .insert((id, seq), record.as_ref())
-                .map_err(StorageError::new)?;
-            self.feed
-                .insert(*position, (id, seq))
-                .map_err(StorageError::new)?;
-            *position += 1;
-        }
-        let head = expected_seq + records.len() as u64;
-        self.heads.insert(id, head).map_err(StorageError::new)?;
-        self.tails
-            .insert(id, tail.encode().as_slice())
-            .map_err(StorageError::new)?;
-        self.refile(id, &old_tail, &tail)?;
-        self.listing.refile(
-            id,
-            &old_tail,
-            &tail,
-            changes,
-            recorded_at_ms,
-            &self.events,
-            &mut self.meta,
-        )?;
-        self.wake.apply(execution, changes)?;
-        Ok(Ok(head))
-    }
-
-    /// Applies appends the writer accepted, as [`WriteTables::apply`] would one by one in
-    /// commit order, but with each execution's head and tail read and written once and its
-    /// events inserted together, executions in id order: fewer B-tree operations, each near
-    /// the one before. Feed rows follow commit order from `position`. An append the tables
-    /// refuse is an error: the writer decided it against the same heads and tails.
+    /// Applies appends the writer accepted (or the open replays from the journal), in commit
+    /// order for each execution, with each execution's head and tail read and written once and
+    /// its events inserted together, executions in id order: fewer B-tree operations, each near
+    /// the one before. Feed rows follow commit order from `position`. An append that does not
+    /// follow the tables (its seq, or its tail's checks) is an error: the writer decided it
+    /// against the same heads and tails.
     fn apply_accepted<'q>(
         &mut self,
         appends: impl Iterator<Item = &'q Queued> + Clone,
@@ -1163,17 +1092,13 @@ impl<'txn> WriteTables<'txn> {
             by_execution.entry(id).or_default().push(queued);
         }
         for (id, group) in by_execution {
-            let mut head = self
-                .heads
-                .get(id)
-                .map_err(StorageError::new)?
-                .map_or(0, |v| v.value());
+            let mut head = head_of(&self.heads, id).map_err(StorageError::new)?;
             let old_tail = self.tail(id)?;
             let mut tail = old_tail.clone();
             for queued in group {
                 if head != queued.expected_seq {
                     return Err(StorageError::msg(format!(
-                        "a journaled append to execution {id} at seq {} met the tables' head {head}",
+                        "a journaled append to execution {id} at seq {} does not follow the tables (head {head})",
                         queued.expected_seq
                     )));
                 }
@@ -1181,7 +1106,7 @@ impl<'txn> WriteTables<'txn> {
                 tail.apply_changes(&queued.changes, queued.recorded_at_ms)
                     .map_err(|refused| {
                         StorageError::msg(format!(
-                            "a journaled append was refused when applied to the tables: {}",
+                            "a journaled append does not follow the tables: {}",
                             refused.into_append_error(&queued.execution, queued.expected_seq)
                         ))
                     })?;
@@ -1214,12 +1139,7 @@ impl<'txn> WriteTables<'txn> {
     }
 
     fn tail(&self, id: &str) -> Result<ExecutionTail, StorageError> {
-        match self.tails.get(id).map_err(StorageError::new)? {
-            None => Ok(ExecutionTail::new()),
-            Some(bytes) => ExecutionTail::decode(bytes.value()).ok_or_else(|| {
-                StorageError::msg(format!("the stored tail of execution {id} is damaged"))
-            }),
-        }
+        tail_of(&self.tails, id)
     }
 
     /// Moves `id` in the status index from what `old` filed it under to what `new` does.
@@ -1383,10 +1303,7 @@ impl RawPage {
             let txn = db.begin_read().map_err(ReadError::storage)?;
             let events = txn.open_table(EVENTS).map_err(ReadError::storage)?;
             let heads = txn.open_table(HEADS).map_err(ReadError::storage)?;
-            let head = heads
-                .get(execution.as_str())
-                .map_err(ReadError::storage)?
-                .map_or(0, |head| head.value());
+            let head = head_of(&heads, execution.as_str()).map_err(ReadError::storage)?;
             let mut page = Self::fetch_from(&events, execution, from, limit, head)?;
             match held.map(|held| page.extend_held(execution, held, from, limit)) {
                 Some(Err(gap)) => stale = Some(gap),
@@ -1396,24 +1313,14 @@ impl RawPage {
         Err(stale.unwrap_or_else(|| ReadError::storage(StorageError::msg("no read"))))
     }
 
-    /// Whether `execution` has no event at or past `from`, held or in the tables. Two lookups
-    /// in pages every commit touches and redb's cache keeps: the head, and the first stored
-    /// seq from `from` on (a stray one, past a damaged head, is reported as damage).
-    fn nothing_from(
-        db: &Db,
-        pending: &Pending,
-        execution: &ExecutionId,
-        from: u64,
-    ) -> Result<bool, ReadError> {
-        if pending.head(execution.as_str()).is_some() {
-            return Ok(false);
-        }
+    /// Whether the tables hold no event of `execution` at or past `from` (the caller found
+    /// none held). Two lookups in pages every commit touches and redb's cache keeps: the head,
+    /// and the first stored seq from `from` on (a stray one, past a damaged head, is reported
+    /// as damage).
+    fn nothing_from(db: &Db, execution: &ExecutionId, from: u64) -> Result<bool, ReadError> {
         let txn = db.begin_read().map_err(ReadError::storage)?;
         let heads = txn.open_table(HEADS).map_err(ReadError::storage)?;
-        let head = heads
-            .get(execution.as_str())
-            .map_err(ReadError::storage)?
-            .map_or(0, |head| head.value());
+        let head = head_of(&heads, execution.as_str()).map_err(ReadError::storage)?;
         if head > from {
             return Ok(false);
         }
@@ -1538,6 +1445,27 @@ impl RawPage {
     }
 }
 
+/// `id`'s tail in `tails`; a new one for a log the tables do not hold.
+fn tail_of(
+    tails: &impl ReadableTable<&'static str, &'static [u8]>,
+    id: &str,
+) -> Result<ExecutionTail, StorageError> {
+    match tails.get(id).map_err(StorageError::new)? {
+        None => Ok(ExecutionTail::new()),
+        Some(bytes) => ExecutionTail::decode(bytes.value()).ok_or_else(|| {
+            StorageError::msg(format!("the stored tail of execution {id} is damaged"))
+        }),
+    }
+}
+
+/// The head of `id`'s log in `heads` (its length), 0 for a log the tables do not hold.
+fn head_of(
+    heads: &impl ReadableTable<&'static str, u64>,
+    id: &str,
+) -> Result<u64, redb::StorageError> {
+    Ok(heads.get(id)?.map_or(0, |head| head.value()))
+}
+
 /// How many times a log is read when the events held for it do not follow the tables (they
 /// were copied just before an apply and a deletion of that log).
 const READ_ATTEMPTS: usize = 3;
@@ -1558,10 +1486,7 @@ fn read_head(db: &Db, pending: &Pending, execution: &ExecutionId) -> Result<u64,
     }
     let txn = db.begin_read().map_err(ReadError::storage)?;
     let heads = txn.open_table(HEADS).map_err(ReadError::storage)?;
-    Ok(heads
-        .get(execution.as_str())
-        .map_err(ReadError::storage)?
-        .map_or(0, |v| v.value()))
+    head_of(&heads, execution.as_str()).map_err(ReadError::storage)
 }
 
 impl EventStore for DiskStore {
@@ -1616,18 +1541,20 @@ impl EventStore for DiskStore {
         // The blocking thread only copies the raw records out; decoding happens here, on the
         // caller's thread, where the envelopes will also be used and freed. Handing thousands of
         // small allocations from one thread to another costs more than decoding them.
-        if let Some(held) = self.shared.pending.copy(execution.as_str(), from, limit)
-            && held.first_seq == from
-        {
+        match self.shared.pending.copy(execution.as_str(), from, limit) {
             // Every record asked for is held in memory (the tables end at or before `from`):
             // no trip to the blocking pool.
-            return RawPage::held(held).decode(execution);
-        }
-        if RawPage::nothing_from(&self.shared.db, &self.shared.pending, execution, from)? {
-            // Nothing at or past `from` (a new execution's first read, a tail read that is
-            // up to date): answered here, as `claim_new`'s lookup is, without a trip to the
-            // blocking pool.
-            return Ok(Vec::new());
+            Some(held) if held.first_seq == from => return RawPage::held(held).decode(execution),
+            // Held records past the tables: the tables have the first ones.
+            Some(_) => {}
+            // Nothing held: nothing at or past `from` in the tables either (a new execution's
+            // first read, a tail read that is up to date) is answered here, as `claim_new`'s
+            // lookup is, without a trip to the blocking pool.
+            None => {
+                if RawPage::nothing_from(&self.shared.db, execution, from)? {
+                    return Ok(Vec::new());
+                }
+            }
         }
         let raw = {
             let execution = execution.clone();
@@ -1726,10 +1653,7 @@ impl EventStore for DiskStore {
             {
                 let (key, _) = entry.map_err(ReadError::storage)?;
                 let id = key.value().1;
-                let head = heads
-                    .get(id)
-                    .map_err(ReadError::storage)?
-                    .map_or(0, |v| v.value());
+                let head = head_of(&heads, id).map_err(ReadError::storage)?;
                 executions.push(ExecutionSummary {
                     id: ExecutionId::from_stored(id).map_err(ReadError::storage)?,
                     head,

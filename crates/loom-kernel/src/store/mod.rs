@@ -1101,3 +1101,32 @@ pub fn wall_clock_ms() -> Option<u64> {
         .ok()
         .and_then(|d| u64::try_from(d.as_millis()).ok())
 }
+
+#[cfg(test)]
+mod start_of_first_record_tests {
+    use super::*;
+    use crate::conformance::{completed, id, started};
+    use crate::envelope::encode_record;
+
+    #[test]
+    fn a_start_gives_its_time_and_flow_anything_else_zero_and_nothing() {
+        let e = id("first");
+        let record = encode_record(&started("checkout"), Some(1_234));
+        assert_eq!(
+            start_of_first_record(&e, &record),
+            (1_234, "checkout".into())
+        );
+        // Not a start, no time, cut short, empty, not a record at all: listed as 0 and "".
+        let not_a_start = encode_record(&completed(), Some(9));
+        assert_eq!(start_of_first_record(&e, &not_a_start), (9, String::new()));
+        let no_time = encode_record(&started("checkout"), None);
+        assert_eq!(start_of_first_record(&e, &no_time), (0, "checkout".into()));
+        for damaged in [
+            &record[..record.len() / 2],
+            &[][..],
+            b"{\"nested\":[[[[".as_slice(),
+        ] {
+            assert_eq!(start_of_first_record(&e, damaged), (0, String::new()));
+        }
+    }
+}

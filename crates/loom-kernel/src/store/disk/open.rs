@@ -10,7 +10,7 @@ use super::super::journal::{self, Journal};
 use super::super::tail::ExecutionTail;
 use super::{
     BY_STATUS, Db, DiskStoreConfig, ENDED, EVENTS, FEED, FEED_NEXT, HEADS, JOURNAL_END,
-    JOURNAL_GENERATION, META, Mode, OpenError, PURGED, STORE_FORMAT, TAILS, WriteTables,
+    JOURNAL_GENERATION, META, Mode, OpenError, PURGED, Queued, STORE_FORMAT, TAILS, WriteTables,
     panic_message,
 };
 use crate::envelope::decode_record;
@@ -275,6 +275,7 @@ fn recover_journal(
     let mut feed = feed_next;
     {
         let mut tables = WriteTables::open(&txn).map_err(storage)?;
+        let mut replayed = Vec::new();
         for (index, (payload, _)) in pending.records.iter().enumerate() {
             let appends = journal::read_payload(payload).ok_or_else(|| {
                 corrupt(format!(
@@ -291,23 +292,23 @@ fn recover_journal(
                     })?;
                     changes.push(crate::store::TailChange::of(&envelope.event));
                 }
-                let outcome = tables
-                    .apply(
-                        &execution,
-                        append.expected_seq,
-                        &append.records,
-                        &changes,
-                        append.recorded_at_ms,
-                        &mut feed,
-                    )
-                    .map_err(storage)?;
-                if let Err(refused) = outcome {
-                    return Err(corrupt(format!(
-                        "a journaled commit does not follow the tables: {refused}"
-                    )));
-                }
+                replayed.push(Queued {
+                    execution,
+                    expected_seq: append.expected_seq,
+                    records: append
+                        .records
+                        .iter()
+                        .map(|record| record.to_vec())
+                        .collect(),
+                    changes,
+                    recorded_at_ms: append.recorded_at_ms,
+                });
             }
         }
+        // As the applier applies them: a record that does not follow the tables is refused.
+        tables
+            .apply_accepted(replayed.iter(), &mut feed)
+            .map_err(storage)?;
         tables
             .set_position(feed, pending.generation, pending.end)
             .map_err(storage)?;
