@@ -158,6 +158,7 @@ impl<S: EventStore> RuntimeBuilder<S> {
             timers: Arc::new(timers::Timers::new(self.clock)),
             children: children::Children::default(),
             slots: Mutex::new(HashMap::new()),
+            recent: Mutex::default(),
             stop: watch::channel(false).0,
             tasks: Mutex::new(tokio::task::JoinSet::new()),
             shutting: tokio::sync::Mutex::new(()),

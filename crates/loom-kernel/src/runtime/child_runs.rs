@@ -121,14 +121,17 @@ pub(crate) async fn ended<S: EventStore>(
     execution: &ExecutionId,
     state: &ExecutionState,
 ) {
-    let Some(marker) = end_marker(state) else {
-        return;
-    };
+    // Most executions are nobody's child: they are told apart before the marker is built.
     if inner.children.knows(execution) {
-        deliver_taken(inner, execution, marker);
+        if let Some(marker) = end_marker(state) {
+            deliver_taken(inner, execution, marker);
+        }
         return;
     }
     let Some((parent, gate_id)) = parent_of(execution) else {
+        return;
+    };
+    let Some(marker) = end_marker(state) else {
         return;
     };
     match inner.store.fold(&parent).await {

@@ -61,6 +61,7 @@ pub(crate) mod markers;
 mod options;
 mod parked;
 mod plugin;
+mod recent;
 mod recovery;
 mod replay;
 mod requests;
@@ -544,25 +545,26 @@ impl<S: EventStore> Runtime<S> {
     /// and returns its state. A driver failure (non-determinism, store error) is returned as
     /// an error.
     pub async fn wait(&self, execution: &ExecutionId) -> Result<ExecutionState, WaitError> {
-        let mut settled = {
+        let (mut settled, last_known) = {
             let slots = self.inner.slots();
-            // No slot: no driver ever ran here (or its run ended cleanly): the log decides.
             match slots.get(execution) {
-                None => None,
+                // No slot: no driver runs; the state its last one left, if it is still kept.
+                None => (None, self.inner.recent().take(execution)),
                 Some(slot) => {
                     let receiver = slot.settled.subscribe();
                     // A closed sender is a driver that is gone without settling (its task was
                     // dropped): nothing will publish for it.
                     if slot.driver.as_ref().is_none_or(|sender| sender.is_closed()) {
-                        if let Some(error) = receiver.borrow().error.clone() {
+                        let settled = receiver.borrow();
+                        if let Some(error) = settled.error.clone() {
                             return Err(WaitError::Driver(error));
                         }
-                        None
+                        (None, settled.state.clone())
                     } else {
                         // Read under the lock the driver takes to publish its end, so that end
                         // cannot slip between this read and the wait.
                         let runs = receiver.borrow().runs;
-                        Some((receiver, runs))
+                        (Some((receiver, runs)), None)
                     }
                 }
             }
@@ -578,6 +580,13 @@ impl<S: EventStore> Runtime<S> {
                 Ok((None, Some(state))) => return Ok(state),
                 _ => {}
             }
+        }
+        // A state a driver left is the log's fold as long as the log has not grown since (or
+        // been deleted): one head read instead of reading and folding the whole log.
+        if let Some(state) = last_known
+            && self.inner.store.head(execution).await? == state.next_seq()
+        {
+            return Ok(state);
         }
         Ok(self.inner.store.fold(execution).await?)
     }

@@ -21,6 +21,7 @@ use crate::runtime::flow::Flow;
 use crate::runtime::keep::KeptFlows;
 use crate::runtime::mailbox::{self, DriverMsg, Exit, NewExecution};
 use crate::runtime::plugin::{InboundHandler, Projection};
+use crate::runtime::recent::RecentStates;
 use crate::runtime::timers::Timers;
 use crate::store::EventStore;
 
@@ -37,6 +38,9 @@ pub(crate) struct Inner<S> {
     /// Children awaited by parents in this process (LD-015).
     pub(crate) children: Children,
     pub(crate) slots: Mutex<HashMap<ExecutionId, Slot>>,
+    /// The states drivers left executions in, kept a while after their slots went (taken
+    /// under the slots' lock, after it).
+    pub(crate) recent: Mutex<RecentStates>,
     /// Set by [`Runtime::shutdown`]: no new work is accepted, and drivers exit once their
     /// append in flight is durable.
     pub(crate) stop: watch::Sender<bool>,
@@ -98,6 +102,10 @@ pub(crate) struct Launcher<S> {
 impl<S: EventStore> Inner<S> {
     pub(crate) fn slots(&self) -> std::sync::MutexGuard<'_, HashMap<ExecutionId, Slot>> {
         self.slots.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    pub(crate) fn recent(&self) -> std::sync::MutexGuard<'_, RecentStates> {
+        self.recent.lock().unwrap_or_else(|p| p.into_inner())
     }
 
     pub(crate) fn tasks(&self) -> std::sync::MutexGuard<'_, tokio::task::JoinSet<()>> {
@@ -311,8 +319,19 @@ impl<S: EventStore> Inner<S> {
                     });
                     // A failed run keeps its slot, so `wait` can report why.
                     let failed = slot.settled.borrow().error.is_some();
-                    if slot.driver.is_none() && slot.settled.receiver_count() == 0 && !failed {
-                        slots.remove(&id);
+                    if slot.driver.is_none()
+                        && slot.settled.receiver_count() == 0
+                        && !failed
+                        && let Some(slot) = slots.remove(&id)
+                    {
+                        // For a `wait` that comes after the slot is gone.
+                        // No receiver is left: the state is moved out, not copied.
+                        let left = slot.settled.send_replace(Settled::default()).state;
+                        let mut recent = inner.recent();
+                        match left {
+                            Some(state) => recent.keep(&id, state),
+                            None => recent.forget(&id),
+                        }
                     }
                 }
                 drop(slots);

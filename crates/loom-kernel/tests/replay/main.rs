@@ -15,3 +15,4 @@ mod shutdown;
 mod start;
 mod state_machine;
 mod versioning;
+mod wait;
