@@ -35,7 +35,16 @@ const TABLES: [[u32; 256]; 8] = {
 
 /// The CRC-32C of `bytes`.
 pub(crate) fn crc32c(bytes: &[u8]) -> u32 {
-    let mut crc = !0u32;
+    !update(!0u32, bytes)
+}
+
+/// The CRC-32C of the concatenation of `parts`, without concatenating them.
+pub(crate) fn crc32c_of_parts(parts: &[&[u8]]) -> u32 {
+    !parts.iter().fold(!0u32, |crc, part| update(crc, part))
+}
+
+/// The running (inverted) CRC state after `bytes`.
+fn update(mut crc: u32, bytes: &[u8]) -> u32 {
     let mut chunks = bytes.chunks_exact(8);
     for chunk in &mut chunks {
         let low = u32::from_le_bytes([chunk[0], chunk[1], chunk[2], chunk[3]]) ^ crc;
@@ -52,12 +61,22 @@ pub(crate) fn crc32c(bytes: &[u8]) -> u32 {
     for byte in chunks.remainder() {
         crc = (crc >> 8) ^ TABLES[0][((crc ^ u32::from(*byte)) & 0xFF) as usize];
     }
-    !crc
+    crc
 }
 
 #[cfg(test)]
 mod tests {
-    use super::crc32c;
+    use super::{crc32c, crc32c_of_parts};
+
+    #[test]
+    fn parts_give_the_checksum_of_their_concatenation() {
+        let data: Vec<u8> = (0..100u8).collect();
+        for cut in [0, 1, 7, 8, 9, 50, 100] {
+            let (a, b) = data.split_at(cut);
+            assert_eq!(crc32c_of_parts(&[a, b]), crc32c(&data), "cut at {cut}");
+        }
+        assert_eq!(crc32c_of_parts(&[]), crc32c(b""));
+    }
 
     #[test]
     fn matches_the_published_check_values() {

@@ -1,12 +1,14 @@
-//! The embedded disk store, on redb, with a journal and group commit (layout 3, LD-027).
+//! The embedded disk store, on redb, with a journal and group commit (layout 4: LD-027, LD-036).
 //!
 //! # Layout
-//! - `events`: `(execution id, seq) -> record` (the record form of [`crate::envelope`]).
+//! - `events`: `(execution id, first seq) -> ` the records of one append (`disk/runs.rs`), in the
+//!   record form of [`crate::envelope`]; a row written by layout 3 or before holds one record.
 //! - `heads`: `execution id -> next seq` (read to fence appends and to list executions).
 //! - `tails`: `execution id -> ` its [`ExecutionTail`] (read to validate appends).
 //! - `by_status`: `(index code, execution id)`, one range per status listing.
 //! - `ended`: `(ended at ms, execution id)`, read by retention, oldest first.
-//! - `feed`: `position -> (execution id, seq)`, the store-wide commit order.
+//! - `feed`: `position -> (execution id, first seq)`, the store-wide commit order: one row per
+//!   events row, covering as many positions as the row holds events.
 //! - `purged`: `execution id -> feed position` when retention last deleted it: the feed rows
 //!   before it belong to the deleted log, not to a later one started under the same id.
 //! - `wakeups` and `wake_rows`: the wake-up index (`disk/wake.rs`, LD-033), built on open for a
@@ -16,8 +18,9 @@
 //!   the tables stand in the journal.
 //!
 //! Beside the file, its journal (`journal.rs`): every commit is one record there, durable
-//! before the commit is applied to the tables. Files of layouts 1 and 2 are brought to layout 3
-//! when opened for writing (`open.rs`).
+//! before the commit is applied to the tables. Files of layouts 1 to 3 are brought to layout 4
+//! when opened for writing (`open.rs`); a layout 3 file needs no rewrite (its rows are rows of
+//! one event).
 //!
 //! # Group commit
 //! One writer thread owns the journal. Callers encode their events on their own task, send the
@@ -56,6 +59,7 @@ mod apply;
 mod listing;
 mod open;
 mod pending;
+mod runs;
 mod wake;
 use apply::{Applied, Chunk, FlushReply, ToApplier};
 use open::{check_not_empty, open_database};
@@ -83,7 +87,7 @@ const TAILS: TableDefinition<&str, &[u8]> = TableDefinition::new("tails");
 const BY_STATUS: TableDefinition<(u8, &str), ()> = TableDefinition::new("by_status");
 /// `(ended at ms, execution id)` for every ended execution with an end time.
 const ENDED: TableDefinition<(u64, &str), ()> = TableDefinition::new("ended");
-/// Feed position -> `(execution id, seq)`.
+/// Feed position -> `(execution id, first seq)` of an events row.
 const FEED: TableDefinition<u64, (&str, u64)> = TableDefinition::new("feed");
 
 /// Execution id -> the next feed position when its log was last deleted. Written by
@@ -98,11 +102,11 @@ const FEED_NEXT: &str = "feed_next";
 const JOURNAL_GENERATION: &str = "journal_generation";
 const JOURNAL_END: &str = "journal_end";
 
-/// The layout version of the file: 3, the tables of layout 2 with a journal in front
-/// (LD-027). A file with another one is refused on open, except files of versions 1 and 2,
-/// which are brought to this one when opened for writing (version 2 is also read as it is,
-/// read-only).
-pub(super) const STORE_FORMAT: u64 = 3;
+/// The layout version of the file: 4, the tables of layout 3 (those of layout 2 with a journal
+/// in front, LD-027) with one events row and one feed row per append (LD-036). A file with
+/// another one is refused on open, except files of versions 1 to 3, which are brought to this
+/// one when opened for writing (versions 2 and 3 are also read as they are, read-only).
+pub(super) const STORE_FORMAT: u64 = 4;
 
 /// Settings of a [`DiskStore`].
 #[derive(Debug, Clone)]
@@ -1025,6 +1029,8 @@ struct WriteTables<'txn> {
     meta: redb::Table<'txn, &'static str, u64>,
     listing: listing::ListingTables<'txn>,
     wake: wake::WakeTables<'txn>,
+    /// The run being written, reused from one append to the next.
+    run: Vec<u8>,
 }
 
 impl<'txn> WriteTables<'txn> {
@@ -1039,6 +1045,7 @@ impl<'txn> WriteTables<'txn> {
             feed: txn.open_table(FEED).map_err(StorageError::new)?,
             listing: listing::ListingTables::open(txn)?,
             wake: wake::WakeTables::open(txn)?,
+            run: Vec::new(),
         })
     }
 
@@ -1083,11 +1090,12 @@ impl<'txn> WriteTables<'txn> {
         let mut by_execution: BTreeMap<&str, Vec<&Queued>> = BTreeMap::new();
         for queued in appends.clone() {
             let id = queued.execution.as_str();
-            for seq in queued.expected_seq..queued.expected_seq + queued.records.len() as u64 {
+            // One row for the append's events, which take as many positions.
+            if !queued.records.is_empty() {
                 self.feed
-                    .insert(*position, (id, seq))
+                    .insert(*position, (id, queued.expected_seq))
                     .map_err(StorageError::new)?;
-                *position += 1;
+                *position += queued.records.len() as u64;
             }
             by_execution.entry(id).or_default().push(queued);
         }
@@ -1110,9 +1118,10 @@ impl<'txn> WriteTables<'txn> {
                             refused.into_append_error(&queued.execution, queued.expected_seq)
                         ))
                     })?;
-                for (seq, record) in (queued.expected_seq..).zip(&queued.records) {
+                if !queued.records.is_empty() {
+                    runs::encode(id, queued.expected_seq, &queued.records, &mut self.run);
                     self.events
-                        .insert((id, seq), record.as_slice())
+                        .insert((id, queued.expected_seq), self.run.as_slice())
                         .map_err(StorageError::new)?;
                 }
                 head += queued.records.len() as u64;
@@ -1386,14 +1395,15 @@ impl RawPage {
         head: u64,
     ) -> Result<Self, ReadError> {
         // Every seq from `from` up to the head (or `limit` of them) is read, each where it
-        // belongs: a key damaged at rest shows as a missing or misplaced seq, and is reported
-        // instead of shortening the log.
+        // belongs: a key damaged at rest shows as a missing or misplaced seq (or a run that
+        // does not match its key), and is reported instead of shortening the log.
         let wanted = usize::try_from(head.saturating_sub(from))
             .unwrap_or(usize::MAX)
             .min(limit);
         let id = execution.as_str();
+        let first_row = row_holding(events, id, from)?;
         let range = events
-            .range((id, from)..=(id, u64::MAX))
+            .range((id, first_row)..=(id, u64::MAX))
             .map_err(ReadError::storage)?;
         let mut page = RawPage {
             bytes: Vec::new(),
@@ -1401,27 +1411,37 @@ impl RawPage {
         };
         // One past the wanted ones: a stray seq past the head is reported too.
         let to_the_head = head.saturating_sub(from) == wanted as u64;
-        for entry in range.take(wanted.saturating_add(1)) {
-            let (key, value) = entry.map_err(ReadError::storage)?;
-            if page.records.len() == wanted {
-                if to_the_head {
-                    return Err(damaged_log(execution, key.value().1, head));
-                }
+        'rows: for entry in range {
+            if page.records.len() == wanted && !to_the_head {
                 break;
             }
+            let (key, value) = entry.map_err(ReadError::storage)?;
+            let row_seq = key.value().1;
+            let records = runs::split(id, row_seq, value.value()).map_err(damaged_run)?;
             if page.bytes.is_empty() {
-                // Sized from the first record, rather than doubled through many reallocations.
-                let estimate = value.value().len().saturating_mul(wanted);
-                page.bytes.reserve(estimate.min(1 << 20));
+                // Sized from the first row, rather than doubled through many reallocations.
+                let per_record = value.value().len() / records.record_count().max(1);
+                page.bytes
+                    .reserve(per_record.saturating_mul(wanted).min(1 << 20));
             }
-            let seq = key.value().1;
-            let due = from + page.records.len() as u64;
-            if seq != due || seq >= head {
-                return Err(damaged_log(execution, due, head));
+            for (seq, record) in (row_seq..).zip(records) {
+                if seq < from {
+                    continue;
+                }
+                if page.records.len() == wanted {
+                    if to_the_head {
+                        return Err(damaged_log(execution, seq, head));
+                    }
+                    break 'rows;
+                }
+                let due = from + page.records.len() as u64;
+                if seq != due || seq >= head {
+                    return Err(damaged_log(execution, due, head));
+                }
+                let start = page.bytes.len();
+                page.bytes.extend_from_slice(record);
+                page.records.push((seq, start..page.bytes.len()));
             }
-            let start = page.bytes.len();
-            page.bytes.extend_from_slice(value.value());
-            page.records.push((seq, start..page.bytes.len()));
         }
         if page.records.len() != wanted {
             return Err(damaged_log(
@@ -1471,6 +1491,31 @@ fn head_of(
 const READ_ATTEMPTS: usize = 3;
 
 /// A log whose stored events do not run gapless up to its head: the file is damaged.
+/// The seq of the row of `id` that holds `seq`, or would: a row holds an append's events, so
+/// it may begin before `seq`. One lookup, only when `seq` is past the log's first row.
+fn row_holding(
+    events: &impl ReadableTable<(&'static str, u64), &'static [u8]>,
+    id: &str,
+    seq: u64,
+) -> Result<u64, ReadError> {
+    if seq == 0 {
+        return Ok(0);
+    }
+    let before = events
+        .range((id, 0)..=(id, seq))
+        .map_err(ReadError::storage)?
+        .next_back()
+        .transpose()
+        .map_err(ReadError::storage)?;
+    Ok(before.map_or(seq, |(key, _)| key.value().1))
+}
+
+fn damaged_run(damaged: runs::DamagedRun) -> ReadError {
+    ReadError::Storage {
+        source: StorageError::msg(format!("the store file is damaged: {damaged}")),
+    }
+}
+
 fn damaged_log(execution: &ExecutionId, seq: u64, head: u64) -> ReadError {
     ReadError::Storage {
         source: StorageError::msg(format!(
@@ -1745,11 +1790,20 @@ impl EventStore for DiskStore {
                 };
                 let limit = limit.max(1);
                 let mut found = Vec::new();
+                // A feed row covers its events row's events: the one holding `from` may begin
+                // before it.
+                let first_row = feed
+                    .range(..=from)
+                    .map_err(ReadError::storage)?
+                    .next_back()
+                    .transpose()
+                    .map_err(ReadError::storage)?
+                    .map_or(from, |(position, _)| position.value());
                 // Rows of deleted executions are skipped and do not count towards `limit`:
                 // a page is empty only at the end of the feed.
-                for entry in feed.range(from..).map_err(ReadError::storage)? {
+                'rows: for entry in feed.range(first_row..).map_err(ReadError::storage)? {
                     let (position, row) = entry.map_err(ReadError::storage)?;
-                    let (id, seq) = row.value();
+                    let (id, first_seq) = row.value();
                     if let Some(purged) = &purged
                         && let Some(deleted_at) = purged.get(id).map_err(ReadError::storage)?
                         && position.value() < deleted_at.value()
@@ -1757,15 +1811,19 @@ impl EventStore for DiskStore {
                         // A row of a deleted log, whose (id, seq) a later log of that id reuses.
                         continue;
                     }
-                    if let Some(record) = events.get((id, seq)).map_err(ReadError::storage)? {
-                        found.push((
-                            position.value(),
-                            id.to_owned(),
-                            seq,
-                            record.value().to_vec(),
-                        ));
+                    let Some(value) = events.get((id, first_seq)).map_err(ReadError::storage)?
+                    else {
+                        continue;
+                    };
+                    let records = runs::split(id, first_seq, value.value()).map_err(damaged_run)?;
+                    for (offset, record) in (0u64..).zip(records) {
+                        let at = position.value() + offset;
+                        if at < from {
+                            continue;
+                        }
+                        found.push((at, id.to_owned(), first_seq + offset, record.to_vec()));
                         if found.len() == limit {
-                            break;
+                            break 'rows;
                         }
                     }
                 }

@@ -266,11 +266,12 @@ async fn a_flipped_payload_byte_is_detected_without_verify_on_open() {
     );
 }
 
-/// What a flipped byte in an `events` key does (the record moves to another seq or id): with
-/// `verify_on_open` off redb does not see it, and the read reports the hole instead of
-/// returning a shorter log.
+/// What a flipped byte in an `events` key does (a row of an append's events moves to another
+/// seq or id): with `verify_on_open` off redb does not see it; the row's checksum binds it to
+/// its key, so every read that reaches it reports the damage instead of returning a shorter
+/// or shifted log.
 #[tokio::test]
-async fn an_event_under_a_damaged_key_is_reported_not_skipped() {
+async fn events_under_a_damaged_key_are_reported_not_skipped() {
     use loom_kernel::{DiskStoreConfig, EventStoreExt};
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("key.redb");
@@ -278,7 +279,12 @@ async fn an_event_under_a_damaged_key_is_reported_not_skipped() {
     {
         let store = DiskStore::open(&path).unwrap();
         store
-            .append(&e, 0, &[started("f"), tagged(json!(1)), tagged(json!(2))])
+            .append(&e, 0, &[started("f"), tagged(json!(1))])
+            .await
+            .unwrap();
+        store.append(&e, 2, &[tagged(json!(2))]).await.unwrap();
+        store
+            .append(&e, 3, &[tagged(json!(3)), tagged(json!(4))])
             .await
             .unwrap();
     }
@@ -290,7 +296,7 @@ async fn an_event_under_a_damaged_key_is_reported_not_skipped() {
                 .open_table(redb::TableDefinition::<(&str, u64), &[u8]>::new("events"))
                 .unwrap();
             let moved = events
-                .remove(("keyed", 1))
+                .remove(("keyed", 2))
                 .unwrap()
                 .unwrap()
                 .value()
@@ -307,21 +313,69 @@ async fn an_event_under_a_damaged_key_is_reported_not_skipped() {
     for read in [
         store.read_all(&e).await.map(|log| log.len()),
         store.read(&e, 1, 10).await.map(|log| log.len()),
+        store.read(&e, 2, 10).await.map(|log| log.len()),
         store
             .read_logs(std::slice::from_ref(&e))
             .await
             .map(|logs| logs[0].len()),
     ] {
         let err = read.unwrap_err();
-        assert!(err.to_string().contains("(at seq 1)"), "{err}");
+        assert!(err.to_string().contains("(at seq 2)"), "{err}");
     }
     assert_eq!(
-        store.read(&e, 0, 1).await.unwrap().len(),
-        1,
+        store.read(&e, 0, 2).await.unwrap().len(),
+        2,
         "before the hole"
     );
+    let err = store.read(&e, 5, 10).await.unwrap_err();
     assert!(
-        store.read(&e, 2, 10).await.is_err(),
-        "the stray seq 9 past the head"
+        err.to_string()
+            .contains("the events row of execution keyed at seq 9 is damaged"),
+        "the stray row past the head: {err}"
     );
+}
+
+/// A flipped byte in a row's framing (its count or a length) is refused by the row's
+/// checksum, at any offset the read starts from.
+#[tokio::test]
+async fn a_damaged_row_framing_is_reported() {
+    use loom_kernel::{DiskStoreConfig, EventStoreExt};
+    use redb::ReadableTable;
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("framing.redb");
+    let e = id("framed");
+    {
+        let store = DiskStore::open(&path).unwrap();
+        store
+            .append(&e, 0, &[started("f"), tagged(json!(1)), tagged(json!(2))])
+            .await
+            .unwrap();
+    }
+    {
+        let db = redb::Database::create(&path).unwrap();
+        let txn = db.begin_write().unwrap();
+        {
+            let mut events = txn
+                .open_table(redb::TableDefinition::<(&str, u64), &[u8]>::new("events"))
+                .unwrap();
+            let mut row = events.get(("framed", 0)).unwrap().unwrap().value().to_vec();
+            // The first record's length (after the marker, the checksum and the count).
+            row[9] ^= 0x01;
+            events.insert(("framed", 0), row.as_slice()).unwrap();
+        }
+        txn.commit().unwrap();
+    }
+    let config = DiskStoreConfig {
+        verify_on_open: false,
+        ..DiskStoreConfig::default()
+    };
+    let store = DiskStore::open_with(&path, config).unwrap();
+    for from in 0..3 {
+        let err = store.read(&e, from, 10).await.unwrap_err();
+        assert!(
+            err.to_string().contains("its checksum does not match"),
+            "from {from}: {err}"
+        );
+    }
+    assert!(store.read_all(&e).await.is_err());
 }

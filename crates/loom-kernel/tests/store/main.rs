@@ -16,4 +16,5 @@ mod fold_laws;
 mod held;
 mod journal;
 mod masking;
+mod rows;
 mod store_conformance;

@@ -227,13 +227,16 @@ fn first_event_start(
     id: &str,
 ) -> Result<(u64, String), StorageError> {
     let execution = ExecutionId::from_stored(id).map_err(StorageError::new)?;
-    let Some(record) = events.get((id, 0)).map_err(StorageError::new)? else {
+    let Some(row) = events.get((id, 0)).map_err(StorageError::new)? else {
         return Ok((0, String::new()));
     };
-    Ok(super::super::start_of_first_record(
-        &execution,
-        record.value(),
-    ))
+    // A damaged row is listed as a damaged first record is: with no start.
+    let first = super::runs::split(id, 0, row.value())
+        .ok()
+        .and_then(|mut records| records.next());
+    Ok(first.map_or((0, String::new()), |record| {
+        super::super::start_of_first_record(&execution, record)
+    }))
 }
 
 /// Whether the file holds built listing tables (a file of an older build opened read-only

@@ -376,6 +376,26 @@ fn init_tables(db: &Database, journal_path: &Path) -> Result<Layout, StorageErro
                     journal,
                 });
             }
+            // Layout 3 differs only in writing one events row per event: its rows are rows of
+            // one event, and its journal goes on.
+            Some(3) => {
+                let journal = journal.ok_or_else(|| {
+                    StorageError::msg("the layout 3 store records no journal position")
+                })?;
+                {
+                    let mut meta = txn.open_table(META).map_err(StorageError::new)?;
+                    meta.insert("format", STORE_FORMAT)
+                        .map_err(StorageError::new)?;
+                }
+                txn.commit().map_err(StorageError::new)?;
+                tracing::info!(
+                    "store file brought from layout 3 to {STORE_FORMAT} (one events row per append)"
+                );
+                return Ok(Layout::Current {
+                    feed_next: stored_feed_next,
+                    journal: Some(journal),
+                });
+            }
             Some(1) => {
                 let feed_next = upgrade_from_1(&txn)?;
                 tracing::info!(feed_next, "store file brought from layout 1 to 2");
@@ -453,7 +473,8 @@ fn read_layout(db: &redb::ReadOnlyDatabase) -> Result<Layout, StorageError> {
             .map_or(0, |v| v.value()))
     };
     match format {
-        Some(STORE_FORMAT) => Ok(Layout::Current {
+        // Layout 3 reads as layout 4: its rows are rows of one event.
+        Some(STORE_FORMAT | 3) => Ok(Layout::Current {
             feed_next: feed_next()?,
             journal: Some(
                 journal_position(&meta)?

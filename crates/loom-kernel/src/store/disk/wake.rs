@@ -153,18 +153,24 @@ pub(super) fn backfill(db: &Database) -> Result<usize, StorageError> {
             }
             let execution = ExecutionId::from_stored(id).map_err(StorageError::new)?;
             let mut log = Vec::new();
-            for record in events
+            'rows: for row in events
                 .range::<(&str, u64)>((id, 0)..=(id, u64::MAX))
                 .map_err(StorageError::new)?
             {
-                let (key, record) = record.map_err(StorageError::new)?;
-                let seq = key.value().1;
+                let (key, row) = row.map_err(StorageError::new)?;
+                let first_seq = key.value().1;
                 // A log that does not decode gets no rows: recovery reports it when it folds.
-                match decode_record(&execution, seq, record.value()) {
-                    Ok(envelope) => log.push(envelope.event),
-                    Err(_) => {
-                        log.clear();
-                        break;
+                let Ok(records) = super::runs::split(id, first_seq, row.value()) else {
+                    log.clear();
+                    break;
+                };
+                for (seq, record) in (first_seq..).zip(records) {
+                    match decode_record(&execution, seq, record) {
+                        Ok(envelope) => log.push(envelope.event),
+                        Err(_) => {
+                            log.clear();
+                            break 'rows;
+                        }
                     }
                 }
             }

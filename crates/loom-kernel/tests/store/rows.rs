@@ -1,0 +1,165 @@
+//! The embedded store's rows of many events (layout 4, LD-036): one `events` row and one feed
+//! row per append. Every slice of a log and every feed position reads back from the tables
+//! whatever row it falls in; a layout 3 file (one row per event) reads as it is and goes on in
+//! layout 4.
+
+use std::path::Path;
+
+use loom_kernel::conformance::{id, started, tagged};
+use loom_kernel::{DiskStore, DiskStoreConfig, Event, EventStore, EventStoreExt};
+use redb::{ReadableDatabase, ReadableTable};
+use serde_json::json;
+
+/// Appends `sizes` appends (of tagged events, after a start) to `e`, returning the events.
+async fn append_in_sizes(store: &DiskStore, e: &str, sizes: &[usize]) -> Vec<Event> {
+    let e = id(e);
+    let mut all = vec![started("f")];
+    store.append(&e, 0, &all).await.unwrap();
+    for (n, size) in sizes.iter().enumerate() {
+        let batch: Vec<Event> = (0..*size)
+            .map(|i| tagged(json!({"append": n, "i": i})))
+            .collect();
+        store.append(&e, all.len() as u64, &batch).await.unwrap();
+        all.extend(batch);
+    }
+    all
+}
+
+#[tokio::test]
+async fn every_slice_of_a_log_and_every_feed_position_read_back_from_the_tables() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("rows.redb");
+    let (a, b) = {
+        let store = DiskStore::open(&path).unwrap();
+        let a = append_in_sizes(&store, "a", &[3, 1, 5, 2]).await;
+        let b = append_in_sizes(&store, "b", &[2, 4]).await;
+        (a, b)
+    };
+    // Reopened: the close applied everything to the tables, so nothing is held in memory.
+    let store = DiskStore::open(&path).unwrap();
+    for (name, log) in [("a", &a), ("b", &b)] {
+        let e = id(name);
+        let len = log.len() as u64;
+        for from in 0..=len + 1 {
+            for limit in 0..=log.len() + 1 {
+                let read = store.read(&e, from, limit).await.unwrap();
+                let expected: Vec<&Event> = log.iter().skip(from as usize).take(limit).collect();
+                assert_eq!(
+                    read.iter().map(|x| &x.event).collect::<Vec<_>>(),
+                    expected,
+                    "{name} from {from} limit {limit}"
+                );
+                for (envelope, seq) in read.iter().zip(from..) {
+                    assert_eq!(envelope.seq, seq);
+                }
+            }
+        }
+    }
+    let feed = store.read_feed(0, 1000).await.unwrap();
+    assert_eq!(feed.len(), a.len() + b.len());
+    for (position, event) in feed.iter().enumerate() {
+        assert_eq!(event.position, position as u64);
+        let one = store.read_feed(position as u64, 1).await.unwrap();
+        assert_eq!(one, std::slice::from_ref(event), "feed position {position}");
+        let rest = store.read_feed(position as u64, 1000).await.unwrap();
+        assert_eq!(rest, feed[position..], "feed from {position}");
+    }
+}
+
+/// Rewrites a closed layout 4 store whose appends were all of one event as a layout 3 build
+/// wrote it: each `events` row a bare record, the format 3.
+fn as_layout_3(path: &Path) {
+    let db = redb::Database::create(path).unwrap();
+    let txn = db.begin_write().unwrap();
+    {
+        let definition = redb::TableDefinition::<(&str, u64), &[u8]>::new("events");
+        let mut events = txn.open_table(definition).unwrap();
+        let rows: Vec<((String, u64), Vec<u8>)> = events
+            .iter()
+            .unwrap()
+            .map(|row| {
+                let (key, value) = row.unwrap();
+                let (id, seq) = key.value();
+                ((id.to_owned(), seq), value.value().to_vec())
+            })
+            .collect();
+        for ((id, seq), row) in rows {
+            // A run: marker, checksum, count, one length, then the record.
+            assert_eq!(row[0], 0xB3, "a run");
+            assert_eq!(u32::from_le_bytes(row[5..9].try_into().unwrap()), 1);
+            events.insert((id.as_str(), seq), &row[13..]).unwrap();
+        }
+        let mut meta = txn
+            .open_table(redb::TableDefinition::<&str, u64>::new("meta"))
+            .unwrap();
+        meta.insert("format", 3).unwrap();
+    }
+    txn.commit().unwrap();
+}
+
+fn format_of(path: &Path) -> u64 {
+    let db = redb::Database::create(path).unwrap();
+    let txn = db.begin_read().unwrap();
+    let meta = txn
+        .open_table(redb::TableDefinition::<&str, u64>::new("meta"))
+        .unwrap();
+    meta.get("format").unwrap().unwrap().value()
+}
+
+#[tokio::test]
+async fn a_layout_3_file_reads_as_it_is_and_goes_on_in_layout_4() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("three.redb");
+    let e = id("old");
+    let mut log = {
+        let store = DiskStore::open(&path).unwrap();
+        let log = append_in_sizes(&store, "old", &[1, 1]).await;
+        store
+            .append(&id("other"), 0, &[started("g")])
+            .await
+            .unwrap();
+        log
+    };
+    as_layout_3(&path);
+    let old_feed = {
+        let read_only = DiskStore::open_read_only(&path, DiskStoreConfig::default()).unwrap();
+        let read = read_only.read_all(&e).await.unwrap();
+        assert_eq!(
+            read.iter().map(|x| &x.event).collect::<Vec<_>>(),
+            log.iter().collect::<Vec<_>>()
+        );
+        assert_eq!(read_only.read(&e, 1, 10).await.unwrap().len(), 2);
+        let feed = read_only.read_feed(0, 100).await.unwrap();
+        assert_eq!(feed.len(), 4);
+        feed
+    };
+    assert_eq!(format_of(&path), 3, "a read-only open changes nothing");
+    {
+        let store = DiskStore::open(&path).unwrap();
+        let more: Vec<Event> = (0..3).map(|i| tagged(json!({"new": i}))).collect();
+        store.append(&e, 3, &more).await.unwrap();
+        log.extend(more);
+    }
+    assert_eq!(format_of(&path), 4);
+    let store = DiskStore::open(&path).unwrap();
+    for from in 0..log.len() as u64 {
+        let read = store.read(&e, from, 100).await.unwrap();
+        assert_eq!(
+            read.iter().map(|x| &x.event).collect::<Vec<_>>(),
+            log.iter().skip(from as usize).collect::<Vec<_>>(),
+            "from {from}"
+        );
+    }
+    let feed = store.read_feed(0, 100).await.unwrap();
+    assert_eq!(feed[..4], old_feed[..], "the old rows keep their positions");
+    assert_eq!(feed.len(), 7);
+    for position in 0..7 {
+        assert_eq!(
+            store.read_feed(position, 1).await.unwrap(),
+            [feed[position as usize].clone()],
+            "feed position {position}"
+        );
+    }
+    assert_eq!(feed[6].envelope.event, tagged(json!({"new": 2})));
+    assert_eq!(feed[6].envelope.seq, 5);
+}
