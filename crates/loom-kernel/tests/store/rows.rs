@@ -163,3 +163,91 @@ async fn a_layout_3_file_reads_as_it_is_and_goes_on_in_layout_4() {
     assert_eq!(feed[6].envelope.event, tagged(json!({"new": 2})));
     assert_eq!(feed[6].envelope.seq, 5);
 }
+
+/// Appends of random sizes to a few executions, interleaved, then every slice of every log and
+/// the whole feed read against what was appended: while the events are held in memory, and
+/// from the tables after a reopen.
+fn reads_agree_with_the_appends(appends: &[(usize, usize)]) {
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    runtime.block_on(async {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("model.redb");
+        let names = ["m0", "m1", "m2"];
+        let mut logs: Vec<Vec<Event>> = vec![Vec::new(); names.len()];
+        let mut feed: Vec<(usize, u64)> = Vec::new();
+        {
+            let store = DiskStore::open(&path).unwrap();
+            for (n, &(which, size)) in appends.iter().enumerate() {
+                let log = &mut logs[which];
+                let mut batch = Vec::new();
+                if log.is_empty() {
+                    batch.push(started("f"));
+                }
+                batch.extend((0..size).map(|i| tagged(json!({"n": n, "i": i}))));
+                let first = log.len() as u64;
+                store
+                    .append(&id(names[which]), first, &batch)
+                    .await
+                    .unwrap();
+                feed.extend((first..).take(batch.len()).map(|seq| (which, seq)));
+                log.extend(batch);
+            }
+            check(&store, &names, &logs, &feed).await;
+        }
+        let store = DiskStore::open(&path).unwrap();
+        check(&store, &names, &logs, &feed).await;
+    });
+}
+
+async fn check(store: &DiskStore, names: &[&str], logs: &[Vec<Event>], feed: &[(usize, u64)]) {
+    for (name, log) in names.iter().zip(logs) {
+        let e = id(name);
+        let len = log.len();
+        for from in 0..=len + 1 {
+            for limit in [0, 1, 2, 3, len + 1] {
+                let read = store.read(&e, from as u64, limit).await.unwrap();
+                let expected: Vec<&Event> = log.iter().skip(from).take(limit).collect();
+                assert_eq!(
+                    read.iter().map(|x| &x.event).collect::<Vec<_>>(),
+                    expected,
+                    "{name} from {from} limit {limit}"
+                );
+            }
+        }
+    }
+    let read = store.read_feed(0, usize::MAX).await.unwrap();
+    let got: Vec<(String, u64, u64)> = read
+        .iter()
+        .map(|event| {
+            (
+                event.envelope.execution_id.to_string(),
+                event.envelope.seq,
+                event.position,
+            )
+        })
+        .collect();
+    let expected: Vec<(String, u64, u64)> = feed
+        .iter()
+        .zip(0u64..)
+        .map(|(&(which, seq), position)| (names[which].to_owned(), seq, position))
+        .collect();
+    assert_eq!(got, expected);
+    for position in 0..feed.len() as u64 {
+        let one = store.read_feed(position, 2).await.unwrap();
+        assert_eq!(one.first().map(|event| event.position), Some(position));
+    }
+}
+
+proptest::proptest! {
+    #![proptest_config(proptest::prelude::ProptestConfig::with_cases(24))]
+
+    #[test]
+    fn reads_of_random_appends_agree_with_what_was_appended(
+        appends in proptest::collection::vec((0usize..3, 1usize..5), 1..14),
+    ) {
+        reads_agree_with_the_appends(&appends);
+    }
+}

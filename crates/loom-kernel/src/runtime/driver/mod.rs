@@ -245,6 +245,9 @@ fn publish<S: EventStore>(
     first: u64,
     events: Vec<Event>,
 ) {
+    if inner.projections.is_empty() {
+        return;
+    }
     for (seq, event) in (first..).zip(events) {
         let envelope = EventEnvelope::new(execution.clone(), seq, event);
         for projection in inner.projections.iter() {

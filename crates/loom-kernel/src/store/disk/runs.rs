@@ -212,6 +212,34 @@ mod tests {
         assert!(split("e", 5, &longer).is_err());
     }
 
+    proptest::proptest! {
+        #[test]
+        fn any_records_split_back_as_they_were(
+            records in proptest::collection::vec(proptest::collection::vec(0u8..=255, 0..64), 1..12),
+            first_seq in 0u64..u64::MAX / 2,
+        ) {
+            let mut row = Vec::new();
+            encode("run", first_seq, &records, &mut row);
+            let split = split("run", first_seq, &row).unwrap();
+            proptest::prop_assert_eq!(split.record_count(), records.len());
+            proptest::prop_assert_eq!(split.map(<[u8]>::to_vec).collect::<Vec<_>>(), records);
+        }
+
+        #[test]
+        fn any_bytes_split_or_are_refused_without_a_panic(
+            mut bytes in proptest::collection::vec(0u8..=255, 0..96),
+            as_run in proptest::bool::ANY,
+        ) {
+            if as_run && !bytes.is_empty() {
+                bytes[0] = RUN;
+            }
+            if let Ok(records) = split("any", 7, &bytes) {
+                let total: usize = records.map(<[u8]>::len).sum();
+                proptest::prop_assert!(total <= bytes.len());
+            }
+        }
+    }
+
     #[test]
     fn an_empty_run_and_a_huge_count_are_refused() {
         let mut row = Vec::new();
