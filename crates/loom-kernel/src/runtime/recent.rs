@@ -9,6 +9,10 @@
 //!
 //! An entry is a hint, never the truth: `wait` takes it out and serves it only if the log's
 //! head is still the state's `next_seq` (a log only grows, so the same head is the same log).
+//! The one way around that is retention: a log deleted and started again under the same id
+//! *by another process* on a shared store, up to the same head, between the driver's end and
+//! the `wait`, would be answered with the earlier run's state. In this process, a driver that
+//! starts for an execution drops its entry first.
 //! The table is bounded by count, and a state is kept only if it is small (few steps, a small
 //! output), so what it holds stays a few MiB whatever the flows do.
 

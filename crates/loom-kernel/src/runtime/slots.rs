@@ -240,6 +240,8 @@ impl<S: EventStore> Inner<S> {
     ) {
         let (sender, mut messages) = mpsc::unbounded_channel();
         slot.driver = Some(sender.clone());
+        // What an earlier driver left is stale from now on (this one may append).
+        self.recent().forget(execution);
         let inner = Arc::clone(self);
         let id = execution.clone();
         // A root span: a driver started from another execution's task (a child, a timer's

@@ -1490,7 +1490,6 @@ fn head_of(
 /// were copied just before an apply and a deletion of that log).
 const READ_ATTEMPTS: usize = 3;
 
-/// A log whose stored events do not run gapless up to its head: the file is damaged.
 /// The seq of the row of `id` that holds `seq`, or would: a row holds an append's events, so
 /// it may begin before `seq`. One lookup, only when `seq` is past the log's first row.
 fn row_holding(
@@ -1510,12 +1509,14 @@ fn row_holding(
     Ok(before.map_or(seq, |(key, _)| key.value().1))
 }
 
+/// A row that does not split into records: the file is damaged.
 fn damaged_run(damaged: runs::DamagedRun) -> ReadError {
     ReadError::Storage {
         source: StorageError::msg(format!("the store file is damaged: {damaged}")),
     }
 }
 
+/// A log whose stored events do not run gapless up to its head: the file is damaged.
 fn damaged_log(execution: &ExecutionId, seq: u64, head: u64) -> ReadError {
     ReadError::Storage {
         source: StorageError::msg(format!(
