@@ -16,6 +16,33 @@ async fn write_some(path: &std::path::Path) {
     }
 }
 
+/// Edits the `events` table of the closed store at `path`, opened as a bare redb file: what
+/// damage at rest does to a key or a row.
+fn edit_events(
+    path: &std::path::Path,
+    edit: impl FnOnce(&mut redb::Table<'_, (&'static str, u64), &'static [u8]>),
+) {
+    let db = redb::Database::create(path).unwrap();
+    let txn = db.begin_write().unwrap();
+    {
+        let mut events = txn
+            .open_table(redb::TableDefinition::<(&str, u64), &[u8]>::new("events"))
+            .unwrap();
+        edit(&mut events);
+    }
+    txn.commit().unwrap();
+}
+
+/// The store at `path` opened without redb's check of every page, which would refuse some
+/// damage before the store's own checks meet it.
+fn open_unverified(path: &std::path::Path) -> DiskStore {
+    let config = loom_kernel::DiskStoreConfig {
+        verify_on_open: false,
+        ..loom_kernel::DiskStoreConfig::default()
+    };
+    DiskStore::open_with(path, config).unwrap()
+}
+
 #[test]
 fn garbage_file_is_refused_as_corrupt() {
     let dir = tempfile::tempdir().unwrap();
@@ -272,7 +299,7 @@ async fn a_flipped_payload_byte_is_detected_without_verify_on_open() {
 /// or shifted log.
 #[tokio::test]
 async fn events_under_a_damaged_key_are_reported_not_skipped() {
-    use loom_kernel::{DiskStoreConfig, EventStoreExt};
+    use loom_kernel::EventStoreExt;
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("key.redb");
     let e = id("keyed");
@@ -288,28 +315,16 @@ async fn events_under_a_damaged_key_are_reported_not_skipped() {
             .await
             .unwrap();
     }
-    {
-        let db = redb::Database::create(&path).unwrap();
-        let txn = db.begin_write().unwrap();
-        {
-            let mut events = txn
-                .open_table(redb::TableDefinition::<(&str, u64), &[u8]>::new("events"))
-                .unwrap();
-            let moved = events
-                .remove(("keyed", 2))
-                .unwrap()
-                .unwrap()
-                .value()
-                .to_vec();
-            events.insert(("keyed", 9), moved.as_slice()).unwrap();
-        }
-        txn.commit().unwrap();
-    }
-    let config = DiskStoreConfig {
-        verify_on_open: false,
-        ..DiskStoreConfig::default()
-    };
-    let store = DiskStore::open_with(&path, config).unwrap();
+    edit_events(&path, |events| {
+        let moved = events
+            .remove(("keyed", 2))
+            .unwrap()
+            .unwrap()
+            .value()
+            .to_vec();
+        events.insert(("keyed", 9), moved.as_slice()).unwrap();
+    });
+    let store = open_unverified(&path);
     for read in [
         store.read_all(&e).await.map(|log| log.len()),
         store.read(&e, 1, 10).await.map(|log| log.len()),
@@ -339,7 +354,7 @@ async fn events_under_a_damaged_key_are_reported_not_skipped() {
 /// checksum, at any offset the read starts from.
 #[tokio::test]
 async fn a_damaged_row_framing_is_reported() {
-    use loom_kernel::{DiskStoreConfig, EventStoreExt};
+    use loom_kernel::EventStoreExt;
     use redb::ReadableTable;
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("framing.redb");
@@ -351,25 +366,13 @@ async fn a_damaged_row_framing_is_reported() {
             .await
             .unwrap();
     }
-    {
-        let db = redb::Database::create(&path).unwrap();
-        let txn = db.begin_write().unwrap();
-        {
-            let mut events = txn
-                .open_table(redb::TableDefinition::<(&str, u64), &[u8]>::new("events"))
-                .unwrap();
-            let mut row = events.get(("framed", 0)).unwrap().unwrap().value().to_vec();
-            // The first record's length (after the marker, the checksum and the count).
-            row[9] ^= 0x01;
-            events.insert(("framed", 0), row.as_slice()).unwrap();
-        }
-        txn.commit().unwrap();
-    }
-    let config = DiskStoreConfig {
-        verify_on_open: false,
-        ..DiskStoreConfig::default()
-    };
-    let store = DiskStore::open_with(&path, config).unwrap();
+    edit_events(&path, |events| {
+        let mut row = events.get(("framed", 0)).unwrap().unwrap().value().to_vec();
+        // The first record's length (after the marker, the checksum and the count).
+        row[9] ^= 0x01;
+        events.insert(("framed", 0), row.as_slice()).unwrap();
+    });
+    let store = open_unverified(&path);
     for from in 0..3 {
         let err = store.read(&e, from, 10).await.unwrap_err();
         assert!(
