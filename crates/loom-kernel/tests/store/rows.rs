@@ -251,3 +251,42 @@ proptest::proptest! {
         reads_agree_with_the_appends(&appends);
     }
 }
+
+fn journal_of(store: &Path) -> std::path::PathBuf {
+    let mut name = store.as_os_str().to_owned();
+    name.push(".journal");
+    std::path::PathBuf::from(name)
+}
+
+/// A layout 3 store that crashed with commits in its journal (its tables at their last
+/// checkpoint): the open brings it to layout 4 first, then applies the journal as runs.
+#[tokio::test]
+async fn a_layout_3_crash_image_opens_with_its_journal_applied() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("live.redb");
+    let store = DiskStore::open(&path).unwrap();
+    let log = append_in_sizes(&store, "victim", &[2, 1, 4, 3]).await;
+    let image = dir.path().join("image.redb");
+    std::fs::copy(&path, &image).unwrap();
+    std::fs::copy(journal_of(&path), journal_of(&image)).unwrap();
+    drop(store);
+    as_layout_3(&image);
+    let store = DiskStore::open(&image).unwrap();
+    let read = store.read_all(&id("victim")).await.unwrap();
+    assert_eq!(
+        read.iter().map(|x| &x.event).collect::<Vec<_>>(),
+        log.iter().collect::<Vec<_>>()
+    );
+    let feed = store.read_feed(0, 100).await.unwrap();
+    assert_eq!(feed.len(), log.len());
+    drop(store);
+    assert_eq!(format_of(&image), 4);
+    let store = DiskStore::open(&image).unwrap();
+    for from in 0..log.len() as u64 {
+        assert_eq!(
+            store.read(&id("victim"), from, 2).await.unwrap()[0].event,
+            log[from as usize],
+            "from {from}"
+        );
+    }
+}
