@@ -1612,13 +1612,10 @@ impl EventStore for DiskStore {
     }
 
     async fn head(&self, execution: &ExecutionId) -> Result<u64, ReadError> {
-        if let Some(head) = self.shared.pending.head(execution.as_str()) {
-            return Ok(head);
-        }
-        let execution = execution.clone();
-        let pending = Arc::clone(&self.shared.pending);
-        self.blocking_read(move |db| read_head(db, &pending, &execution))
-            .await
+        // One lookup in `heads`, whose pages every commit touches and redb's cache keeps:
+        // answered here, as a new execution's first read is, without a trip to the blocking
+        // pool (`Runtime::wait` asks it of every execution that just ended).
+        read_head(&self.shared.db, &self.shared.pending, execution)
     }
 
     async fn read_logs(
