@@ -1516,6 +1516,15 @@ fn damaged_run(damaged: runs::DamagedRun) -> ReadError {
     }
 }
 
+/// A feed row that does not fit the feed or the logs: the file is damaged.
+fn damaged_feed(position: u64, why: &str) -> ReadError {
+    ReadError::Storage {
+        source: StorageError::msg(format!(
+            "the store file is damaged: the feed row at position {position} does not fit ({why})"
+        )),
+    }
+}
+
 /// A log whose stored events do not run gapless up to its head: the file is damaged.
 fn damaged_log(execution: &ExecutionId, seq: u64, head: u64) -> ReadError {
     ReadError::Storage {
@@ -1779,6 +1788,7 @@ impl EventStore for DiskStore {
                 let txn = db.begin_read().map_err(ReadError::storage)?;
                 let feed = txn.open_table(FEED).map_err(ReadError::storage)?;
                 let events = txn.open_table(EVENTS).map_err(ReadError::storage)?;
+                let heads = txn.open_table(HEADS).map_err(ReadError::storage)?;
                 // A file opened read-only from before `purged` existed has deleted nothing
                 // since; an empty table costs no lookup per row.
                 let purged = match txn.open_table(PURGED) {
@@ -1799,23 +1809,45 @@ impl EventStore for DiskStore {
                     .map_or(from, |(position, _)| position.value());
                 // Rows of deleted executions are skipped and do not count towards `limit`:
                 // a page is empty only at the end of the feed.
+                // Positions run gapless, each row from where the one before ends: a damaged
+                // row (its position, or a value naming other events) breaks that, or names
+                // events a log that is there does not have, and is reported.
+                let mut ends_at: Option<u64> = None;
                 'rows: for entry in feed.range(first_row..).map_err(ReadError::storage)? {
                     let (position, row) = entry.map_err(ReadError::storage)?;
+                    let position = position.value();
                     let (id, first_seq) = row.value();
+                    if let Some(end) = ends_at.take()
+                        && end != position
+                    {
+                        return Err(damaged_feed(
+                            position,
+                            &format!("the row before it ends at {end}"),
+                        ));
+                    }
                     if let Some(purged) = &purged
                         && let Some(deleted_at) = purged.get(id).map_err(ReadError::storage)?
-                        && position.value() < deleted_at.value()
+                        && position < deleted_at.value()
                     {
                         // A row of a deleted log, whose (id, seq) a later log of that id reuses.
                         continue;
                     }
                     let Some(value) = events.get((id, first_seq)).map_err(ReadError::storage)?
                     else {
+                        // Its log was deleted (and no other began under its id), unless the
+                        // log is there and reaches that seq.
+                        if head_of(&heads, id).map_err(ReadError::storage)? > first_seq {
+                            return Err(damaged_feed(
+                                position,
+                                &format!("execution {id} has no events row at seq {first_seq}"),
+                            ));
+                        }
                         continue;
                     };
                     let records = runs::split(id, first_seq, value.value()).map_err(damaged_run)?;
+                    ends_at = Some(position + records.record_count() as u64);
                     for (offset, record) in (0u64..).zip(records) {
-                        let at = position.value() + offset;
+                        let at = position + offset;
                         if at < from {
                             continue;
                         }

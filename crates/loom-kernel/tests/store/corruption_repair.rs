@@ -382,3 +382,64 @@ async fn a_damaged_row_framing_is_reported() {
     }
     assert!(store.read_all(&e).await.is_err());
 }
+
+/// A damaged feed row (its value naming other events, or events that are not there; its
+/// position moved) is reported by a feed read, not read back as other events.
+#[tokio::test]
+async fn a_damaged_feed_row_is_reported() {
+    async fn fresh(path: &std::path::Path) {
+        let store = DiskStore::open(path).unwrap();
+        let e = id("fed");
+        store
+            .append(&e, 0, &[started("f"), tagged(json!(1))])
+            .await
+            .unwrap();
+        store.append(&e, 2, &[tagged(json!(2))]).await.unwrap();
+        store
+            .append(
+                &e,
+                3,
+                &[tagged(json!(3)), tagged(json!(4)), tagged(json!(5))],
+            )
+            .await
+            .unwrap();
+    }
+    type Feed<'a> = redb::Table<'a, u64, (&'static str, u64)>;
+    type Damage = fn(&mut Feed<'_>);
+    fn edit_feed(path: &std::path::Path, edit: impl FnOnce(&mut Feed<'_>)) {
+        let db = redb::Database::create(path).unwrap();
+        let txn = db.begin_write().unwrap();
+        {
+            let mut feed = txn
+                .open_table(redb::TableDefinition::<u64, (&str, u64)>::new("feed"))
+                .unwrap();
+            edit(&mut feed);
+        }
+        txn.commit().unwrap();
+    }
+    let dir = tempfile::tempdir().unwrap();
+    // The feed: 0 -> (fed, 0) two events, 2 -> (fed, 2) one, 3 -> (fed, 3) three.
+    let cases: [(&str, Damage); 3] = [
+        ("a value naming another row", |feed| {
+            feed.insert(2, ("fed", 3)).unwrap();
+        }),
+        ("a value naming no row of a log that is there", |feed| {
+            feed.insert(2, ("fed", 1)).unwrap();
+        }),
+        ("a moved position", |feed| {
+            feed.remove(2).unwrap();
+            feed.insert(9, ("fed", 2)).unwrap();
+        }),
+    ];
+    for (n, (case, damage)) in cases.into_iter().enumerate() {
+        let path = dir.path().join(format!("feed-{n}.redb"));
+        fresh(&path).await;
+        edit_feed(&path, damage);
+        let store = open_unverified(&path);
+        let err = store.read_feed(0, 100).await.unwrap_err();
+        assert!(
+            err.to_string().contains("the feed row at position"),
+            "{case}: {err}"
+        );
+    }
+}
