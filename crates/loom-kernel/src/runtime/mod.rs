@@ -581,9 +581,14 @@ impl<S: EventStore> Runtime<S> {
                 _ => {}
             }
         }
-        // A state a driver left is the log's fold as long as the log has not grown since (or
-        // been deleted): one head read instead of reading and folding the whole log.
-        if let Some(state) = last_known
+        // A state a driver left, or the one a flow parked in memory carries (LD-020), is the
+        // log's fold as long as the log has not grown since (or been deleted): one head read
+        // and a copy instead of reading and folding the whole log.
+        let known = match last_known {
+            Some(state) => Some(state),
+            None => self.inner.kept.state(execution),
+        };
+        if let Some(state) = known
             && self.inner.store.head(execution).await? == state.next_seq()
         {
             return Ok(state);

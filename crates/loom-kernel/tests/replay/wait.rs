@@ -113,3 +113,27 @@ async fn a_wait_after_the_log_grew_reads_it_again() {
     assert_eq!(ended, store.fold(&e).await.unwrap());
     assert!(ended.next_seq() > parked.next_seq());
 }
+
+/// A flow parked in memory with no caller waiting (its driver exits without copying its fold):
+/// a later `wait` gets a copy of the fold the kept flow carries, equal to the log's.
+#[tokio::test]
+async fn a_wait_after_a_flow_was_kept_in_memory_gives_the_fold_of_the_log() {
+    let store = MemoryStore::new();
+    let rt = with_echo(store.clone(), flows(), Calls::default());
+    let e = rt
+        .start("gate", &json!(1), options("kept", &["echo"]))
+        .await
+        .unwrap();
+    // Nobody waits: the driver parks the flow in memory and exits.
+    let parked = loop {
+        if let Some(state) = rt.parked_state(&e) {
+            break state;
+        }
+        tokio::task::yield_now().await;
+    };
+    assert_eq!(parked.status(), ExecutionStatus::Suspended);
+    let waited = rt.wait(&e).await.unwrap();
+    assert_eq!(waited, store.fold(&e).await.unwrap());
+    assert_eq!(waited, parked);
+    assert_eq!(rt.parked_in_memory(), 1, "the flow is still kept");
+}
