@@ -13,6 +13,7 @@
 //! *by another process* on a shared store, up to the same head, between the driver's end and
 //! the `wait`, would be answered with the earlier run's state. In this process, a driver that
 //! starts for an execution drops its entry first.
+//!
 //! The table is bounded by count, and a state is kept only if it is small (few steps, a small
 //! output), so what it holds stays a few MiB whatever the flows do.
 
