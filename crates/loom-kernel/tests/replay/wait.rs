@@ -137,3 +137,32 @@ async fn a_wait_after_a_flow_was_kept_in_memory_gives_the_fold_of_the_log() {
     assert_eq!(waited, parked);
     assert_eq!(rt.parked_in_memory(), 1, "the flow is still kept");
 }
+
+/// The same, after another writer appended to the log: the kept fold is stale, and `wait`
+/// folds the log as it is.
+#[tokio::test]
+async fn a_wait_after_another_writer_moved_a_kept_flow_s_log_folds_it() {
+    let store = MemoryStore::new();
+    let rt = with_echo(store.clone(), flows(), Calls::default());
+    let e = rt
+        .start("gate", &json!(1), options("moved", &["echo"]))
+        .await
+        .unwrap();
+    let parked = loop {
+        if let Some(state) = rt.parked_state(&e) {
+            break state;
+        }
+        tokio::task::yield_now().await;
+    };
+    store
+        .append(
+            &e,
+            parked.next_seq(),
+            &[loom_kernel::conformance::tagged(json!("another writer"))],
+        )
+        .await
+        .unwrap();
+    let waited = rt.wait(&e).await.unwrap();
+    assert_eq!(waited.next_seq(), parked.next_seq() + 1);
+    assert_eq!(waited, store.fold(&e).await.unwrap());
+}
