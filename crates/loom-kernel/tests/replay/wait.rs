@@ -114,23 +114,28 @@ async fn a_wait_after_the_log_grew_reads_it_again() {
     assert!(ended.next_seq() > parked.next_seq());
 }
 
+/// Starts `gate` as `name` and waits, without `wait`, until its driver has parked the flow in
+/// memory and exited (nobody waited: no copy of the fold was made); returns the kept state.
+async fn kept_in_memory(rt: &Runtime<MemoryStore>, name: &str) -> (ExecutionId, ExecutionState) {
+    let e = rt
+        .start("gate", &json!(1), options(name, &["echo"]))
+        .await
+        .unwrap();
+    loop {
+        if let Some(state) = rt.parked_state(&e) {
+            return (e, state);
+        }
+        tokio::task::yield_now().await;
+    }
+}
+
 /// A flow parked in memory with no caller waiting (its driver exits without copying its fold):
 /// a later `wait` gets a copy of the fold the kept flow carries, equal to the log's.
 #[tokio::test]
 async fn a_wait_after_a_flow_was_kept_in_memory_gives_the_fold_of_the_log() {
     let store = MemoryStore::new();
     let rt = with_echo(store.clone(), flows(), Calls::default());
-    let e = rt
-        .start("gate", &json!(1), options("kept", &["echo"]))
-        .await
-        .unwrap();
-    // Nobody waits: the driver parks the flow in memory and exits.
-    let parked = loop {
-        if let Some(state) = rt.parked_state(&e) {
-            break state;
-        }
-        tokio::task::yield_now().await;
-    };
+    let (e, parked) = kept_in_memory(&rt, "kept").await;
     assert_eq!(parked.status(), ExecutionStatus::Suspended);
     let waited = rt.wait(&e).await.unwrap();
     assert_eq!(waited, store.fold(&e).await.unwrap());
@@ -144,16 +149,7 @@ async fn a_wait_after_a_flow_was_kept_in_memory_gives_the_fold_of_the_log() {
 async fn a_wait_after_another_writer_moved_a_kept_flow_s_log_folds_it() {
     let store = MemoryStore::new();
     let rt = with_echo(store.clone(), flows(), Calls::default());
-    let e = rt
-        .start("gate", &json!(1), options("moved", &["echo"]))
-        .await
-        .unwrap();
-    let parked = loop {
-        if let Some(state) = rt.parked_state(&e) {
-            break state;
-        }
-        tokio::task::yield_now().await;
-    };
+    let (e, parked) = kept_in_memory(&rt, "moved").await;
     store
         .append(
             &e,

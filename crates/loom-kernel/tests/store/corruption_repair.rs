@@ -16,6 +16,20 @@ async fn write_some(path: &std::path::Path) {
     }
 }
 
+/// A closed store at `path` holding `appends` to `name`, one commit each.
+async fn closed_store_with(
+    path: &std::path::Path,
+    name: &str,
+    appends: &[Vec<loom_kernel::Event>],
+) {
+    let store = DiskStore::open(path).unwrap();
+    let e = id(name);
+    let mut head = 0;
+    for events in appends {
+        head = store.append(&e, head, events).await.unwrap();
+    }
+}
+
 /// Edits the `events` table of the closed store at `path`, opened as a bare redb file: what
 /// damage at rest does to a key or a row.
 fn edit_events(
@@ -303,18 +317,16 @@ async fn events_under_a_damaged_key_are_reported_not_skipped() {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("key.redb");
     let e = id("keyed");
-    {
-        let store = DiskStore::open(&path).unwrap();
-        store
-            .append(&e, 0, &[started("f"), tagged(json!(1))])
-            .await
-            .unwrap();
-        store.append(&e, 2, &[tagged(json!(2))]).await.unwrap();
-        store
-            .append(&e, 3, &[tagged(json!(3)), tagged(json!(4))])
-            .await
-            .unwrap();
-    }
+    closed_store_with(
+        &path,
+        "keyed",
+        &[
+            vec![started("f"), tagged(json!(1))],
+            vec![tagged(json!(2))],
+            vec![tagged(json!(3)), tagged(json!(4))],
+        ],
+    )
+    .await;
     edit_events(&path, |events| {
         let moved = events
             .remove(("keyed", 2))
@@ -359,13 +371,12 @@ async fn a_damaged_row_framing_is_reported() {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("framing.redb");
     let e = id("framed");
-    {
-        let store = DiskStore::open(&path).unwrap();
-        store
-            .append(&e, 0, &[started("f"), tagged(json!(1)), tagged(json!(2))])
-            .await
-            .unwrap();
-    }
+    closed_store_with(
+        &path,
+        "framed",
+        &[vec![started("f"), tagged(json!(1)), tagged(json!(2))]],
+    )
+    .await;
     edit_events(&path, |events| {
         let mut row = events.get(("framed", 0)).unwrap().unwrap().value().to_vec();
         // The first record's length (after the marker, the checksum and the count).
@@ -387,23 +398,6 @@ async fn a_damaged_row_framing_is_reported() {
 /// position moved) is reported by a feed read, not read back as other events.
 #[tokio::test]
 async fn a_damaged_feed_row_is_reported() {
-    async fn fresh(path: &std::path::Path) {
-        let store = DiskStore::open(path).unwrap();
-        let e = id("fed");
-        store
-            .append(&e, 0, &[started("f"), tagged(json!(1))])
-            .await
-            .unwrap();
-        store.append(&e, 2, &[tagged(json!(2))]).await.unwrap();
-        store
-            .append(
-                &e,
-                3,
-                &[tagged(json!(3)), tagged(json!(4)), tagged(json!(5))],
-            )
-            .await
-            .unwrap();
-    }
     type Feed<'a> = redb::Table<'a, u64, (&'static str, u64)>;
     type Damage = fn(&mut Feed<'_>);
     fn edit_feed(path: &std::path::Path, edit: impl FnOnce(&mut Feed<'_>)) {
@@ -433,7 +427,16 @@ async fn a_damaged_feed_row_is_reported() {
     ];
     for (n, (case, damage)) in cases.into_iter().enumerate() {
         let path = dir.path().join(format!("feed-{n}.redb"));
-        fresh(&path).await;
+        closed_store_with(
+            &path,
+            "fed",
+            &[
+                vec![started("f"), tagged(json!(1))],
+                vec![tagged(json!(2))],
+                vec![tagged(json!(3)), tagged(json!(4)), tagged(json!(5))],
+            ],
+        )
+        .await;
         edit_feed(&path, damage);
         let store = open_unverified(&path);
         let err = store.read_feed(0, 100).await.unwrap_err();
