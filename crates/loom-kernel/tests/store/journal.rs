@@ -1,4 +1,4 @@
-//! The embedded store's journal (layout 3, LD-027): what a crash leaves behind opens with every
+//! The embedded store's journal (since layout 3, LD-027): what a crash leaves behind opens with every
 //! acknowledged commit; a torn last record is cut; damage anywhere else, a missing or foreign
 //! journal, is refused; a read-only open never hides commits it cannot apply; older layouts
 //! are brought up to date.
@@ -211,7 +211,7 @@ async fn an_empty_store_file_left_by_an_interrupted_creation_opens_as_new() {
 }
 
 #[tokio::test]
-async fn a_layout_2_file_reads_as_it_is_and_is_brought_to_layout_3_for_writing() {
+async fn a_layout_2_file_reads_as_it_is_and_is_brought_to_the_current_layout_for_writing() {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("old.redb");
     {
