@@ -30,7 +30,8 @@ pub(super) struct DamagedRun {
 }
 
 /// Writes the run of `records` (an append to `id` from `first_seq`) into `out`, replacing
-/// what it held.
+/// what it held. Counts and lengths fit a `u32`: the journal refuses a commit of 4 GiB or more
+/// before its appends reach the tables.
 pub(super) fn encode(id: &str, first_seq: u64, records: &[Vec<u8>], out: &mut Vec<u8>) {
     out.clear();
     let framing = 4 + 4 * records.len();
