@@ -8,7 +8,9 @@
 //! - `resume`: from `resume()` to the flow running again, over 200 gates;
 //! - `raw_fsync`, first: one 4 KiB write + fsync at a time on the same disk, for scale.
 //!
-//! `cargo bench -p loom-kernel --bench live` (or `cargo xtask bench`).
+//! `cargo bench -p loom-kernel --bench live` (or `cargo xtask bench`). `LOOM_LIVE_ONLY=resume`
+//! (a comma-separated list) runs those workloads only; `LOOM_LIVE_GATES=2000` resumes that many
+//! gates instead of 200.
 
 mod support;
 
@@ -53,6 +55,15 @@ fn main() {
     if std::env::args().any(|arg| arg == "--list") {
         return;
     }
+    let only = std::env::var("LOOM_LIVE_ONLY").ok();
+    let runs = |workload: &str| {
+        only.as_deref()
+            .is_none_or(|only| only.split(',').any(|name| name == workload))
+    };
+    let gate_count: u64 = std::env::var("LOOM_LIVE_GATES")
+        .ok()
+        .and_then(|gates| gates.parse().ok())
+        .unwrap_or(200);
     let runtime = support::tokio_runtime();
     let dir = support::scratch_dir();
     let stamps: Stamps = Arc::default();
@@ -74,132 +85,139 @@ fn main() {
             .build()
             .expect("runtime")
     };
-    // The disk's own pace, for scale: one 4 KiB write + fsync at a time, same directory.
-    {
-        use std::io::Write;
-        let mut raw = std::fs::File::create(dir.path().join("raw.log")).expect("raw file");
-        let block = vec![b'x'; 4096];
-        let mut latencies = Vec::new();
-        let start = Instant::now();
-        for _ in 0..500 {
-            let began = Instant::now();
-            raw.write_all(&block).expect("write");
-            raw.sync_data().expect("fsync");
-            latencies.push(began.elapsed());
+    if runs("raw_fsync") {
+        // The disk's own pace, for scale: one 4 KiB write + fsync at a time, same directory.
+        {
+            use std::io::Write;
+            let mut raw = std::fs::File::create(dir.path().join("raw.log")).expect("raw file");
+            let block = vec![b'x'; 4096];
+            let mut latencies = Vec::new();
+            let start = Instant::now();
+            for _ in 0..500 {
+                let began = Instant::now();
+                raw.write_all(&block).expect("write");
+                raw.sync_data().expect("fsync");
+                latencies.push(began.elapsed());
+            }
+            report("raw_fsync", 500, start.elapsed(), latencies, "write_fsync");
         }
-        report("raw_fsync", 500, start.elapsed(), latencies, "write_fsync");
     }
     runtime.block_on(async {
-        // (a) one execution, 1,000 sequential steps.
-        stamps.lock().expect("stamps").clear();
-        let start = Instant::now();
-        let e = loom
-            .start(
-                "steps",
-                &1000u64,
-                StartOptions::new(id("seq")).grant("noop"),
-            )
-            .await
-            .expect("start");
-        let state = loom.wait(&e).await.expect("wait");
-        let elapsed = start.elapsed();
-        assert_eq!(state.status(), ExecutionStatus::Completed);
-        let gaps: Vec<Duration> = {
-            let stamps = stamps.lock().expect("stamps");
-            stamps.windows(2).map(|w| w[1] - w[0]).collect()
-        };
-        report("seq", 1000, elapsed, gaps, "step");
-
-        // (b) 1,000 one-step executions, one after another.
-        let mut latencies = Vec::new();
-        let start = Instant::now();
-        for n in 0..1000 {
-            let began = Instant::now();
+        if runs("seq") {
+            // (a) one execution, 1,000 sequential steps.
+            stamps.lock().expect("stamps").clear();
+            let start = Instant::now();
             let e = loom
                 .start(
                     "steps",
-                    &1u64,
-                    StartOptions::new(id(&format!("one-{n}"))).grant("noop"),
+                    &1000u64,
+                    StartOptions::new(id("seq")).grant("noop"),
                 )
                 .await
                 .expect("start");
             let state = loom.wait(&e).await.expect("wait");
+            let elapsed = start.elapsed();
             assert_eq!(state.status(), ExecutionStatus::Completed);
-            latencies.push(began.elapsed());
+            let gaps: Vec<Duration> = {
+                let stamps = stamps.lock().expect("stamps");
+                stamps.windows(2).map(|w| w[1] - w[0]).collect()
+            };
+            report("seq", 1000, elapsed, gaps, "step");
         }
-        report(
-            "one_step_executions",
-            1000,
-            start.elapsed(),
-            latencies,
-            "execution",
-        );
-
-        // (c) 1,000 executions of 10 steps, concurrently.
-        let start = Instant::now();
-        let tasks: Vec<_> = (0..1000)
-            .map(|n| {
-                let loom = loom.clone();
-                tokio::spawn(async move {
-                    let began = Instant::now();
-                    let e = loom
-                        .start(
-                            "steps",
-                            &10u64,
-                            StartOptions::new(id(&format!("conc-{n}"))).grant("noop"),
-                        )
-                        .await
-                        .expect("start");
-                    let state = loom.wait(&e).await.expect("wait");
-                    assert_eq!(state.status(), ExecutionStatus::Completed);
-                    began.elapsed()
-                })
-            })
-            .collect();
-        let mut latencies = Vec::new();
-        for task in tasks {
-            latencies.push(task.await.expect("task"));
-        }
-        report(
-            "concurrent",
-            10_000,
-            start.elapsed(),
-            latencies,
-            "execution",
-        );
-
-        // Resume: from resume() to the flow's next effect.
-        let e = loom
-            .start(
-                "gates",
-                &200u64,
-                StartOptions::new(id("gates")).grant("noop"),
-            )
-            .await
-            .expect("start");
-        let mut latencies = Vec::new();
-        let start = Instant::now();
-        for i in 0..200u64 {
-            loom.wait(&e).await.expect("parked");
-            stamps.lock().expect("stamps").clear();
-            let began = Instant::now();
-            loom.resume(&e, "Go", &i.to_string(), loom_kernel::Payload::null())
-                .await
-                .expect("resume");
-            loop {
-                if let Some(at) = stamps.lock().expect("stamps").first() {
-                    latencies.push(*at - began);
-                    break;
-                }
-                tokio::task::yield_now().await;
+        if runs("one_step_executions") {
+            // (b) 1,000 one-step executions, one after another.
+            let mut latencies = Vec::new();
+            let start = Instant::now();
+            for n in 0..1000 {
+                let began = Instant::now();
+                let e = loom
+                    .start(
+                        "steps",
+                        &1u64,
+                        StartOptions::new(id(&format!("one-{n}"))).grant("noop"),
+                    )
+                    .await
+                    .expect("start");
+                let state = loom.wait(&e).await.expect("wait");
+                assert_eq!(state.status(), ExecutionStatus::Completed);
+                latencies.push(began.elapsed());
             }
+            report(
+                "one_step_executions",
+                1000,
+                start.elapsed(),
+                latencies,
+                "execution",
+            );
         }
-        report(
-            "resume",
-            200,
-            start.elapsed(),
-            latencies,
-            "resume_to_running",
-        );
+        if runs("concurrent") {
+            // (c) 1,000 executions of 10 steps, concurrently.
+            let start = Instant::now();
+            let tasks: Vec<_> = (0..1000)
+                .map(|n| {
+                    let loom = loom.clone();
+                    tokio::spawn(async move {
+                        let began = Instant::now();
+                        let e = loom
+                            .start(
+                                "steps",
+                                &10u64,
+                                StartOptions::new(id(&format!("conc-{n}"))).grant("noop"),
+                            )
+                            .await
+                            .expect("start");
+                        let state = loom.wait(&e).await.expect("wait");
+                        assert_eq!(state.status(), ExecutionStatus::Completed);
+                        began.elapsed()
+                    })
+                })
+                .collect();
+            let mut latencies = Vec::new();
+            for task in tasks {
+                latencies.push(task.await.expect("task"));
+            }
+            report(
+                "concurrent",
+                10_000,
+                start.elapsed(),
+                latencies,
+                "execution",
+            );
+        }
+        if runs("resume") {
+            // Resume: from resume() to the flow's next effect.
+            let e = loom
+                .start(
+                    "gates",
+                    &gate_count,
+                    StartOptions::new(id("gates")).grant("noop"),
+                )
+                .await
+                .expect("start");
+            let mut latencies = Vec::new();
+            let start = Instant::now();
+            for i in 0..gate_count {
+                loom.wait(&e).await.expect("parked");
+                stamps.lock().expect("stamps").clear();
+                let began = Instant::now();
+                loom.resume(&e, "Go", &i.to_string(), loom_kernel::Payload::null())
+                    .await
+                    .expect("resume");
+                loop {
+                    if let Some(at) = stamps.lock().expect("stamps").first() {
+                        latencies.push(*at - began);
+                        break;
+                    }
+                    tokio::task::yield_now().await;
+                }
+            }
+            report(
+                "resume",
+                gate_count,
+                start.elapsed(),
+                latencies,
+                "resume_to_running",
+            );
+        }
     });
 }

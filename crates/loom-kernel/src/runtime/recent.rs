@@ -23,7 +23,7 @@ use crate::fold::ExecutionState;
 use crate::id::ExecutionId;
 
 /// At most this many states are kept; the oldest goes first.
-pub(crate) const RECENT_STATES: usize = 1_024;
+const RECENT_STATES: usize = 1_024;
 
 /// A state with more steps than this is not kept (its fold is rare enough to pay for).
 const MAX_KEPT_STEPS: usize = 256;

@@ -162,3 +162,32 @@ async fn a_wait_after_another_writer_moved_a_kept_flow_s_log_folds_it() {
     assert_eq!(waited.next_seq(), parked.next_seq() + 1);
     assert_eq!(waited, store.fold(&e).await.unwrap());
 }
+
+/// Many waits for one execution at once, right after its start, and a wait for an id that was
+/// never started: each gives the fold of the log (the empty state for the unknown id), whether
+/// or not another wait took the state its driver left.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn waits_at_once_for_one_execution_and_for_an_unknown_one_give_the_fold() {
+    let store = MemoryStore::new();
+    let rt = with_echo(store.clone(), flows(), Calls::default());
+    let e = rt
+        .start("one", &json!(7), options("together", &["echo"]))
+        .await
+        .unwrap();
+    let waits: Vec<_> = (0..16)
+        .map(|_| {
+            let rt = rt.clone();
+            let e = e.clone();
+            tokio::spawn(async move { rt.wait(&e).await.unwrap() })
+        })
+        .collect();
+    let folded = store.fold(&e).await.unwrap();
+    for wait in waits {
+        assert_eq!(wait.await.unwrap(), folded);
+    }
+    let unknown = rt
+        .wait(&loom_kernel::conformance::id("never"))
+        .await
+        .unwrap();
+    assert_eq!(unknown, ExecutionState::new());
+}

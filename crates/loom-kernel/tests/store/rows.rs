@@ -290,3 +290,36 @@ async fn a_layout_3_crash_image_opens_with_its_journal_applied() {
         );
     }
 }
+
+/// Reads at the ends of the seq and position ranges on rows of many events: nothing past a
+/// log's head or the feed's end, and no panic or damage report for `u64::MAX`.
+#[tokio::test]
+async fn reads_past_the_end_of_rows_of_many_events_are_empty() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("ends.redb");
+    let log = {
+        let store = DiskStore::open(&path).unwrap();
+        append_in_sizes(&store, "ends", &[4, 3]).await
+    };
+    let store = DiskStore::open(&path).unwrap();
+    let e = id("ends");
+    for from in [log.len() as u64, log.len() as u64 + 1, u64::MAX] {
+        assert!(
+            store.read(&e, from, usize::MAX).await.unwrap().is_empty(),
+            "from {from}"
+        );
+    }
+    assert!(store.read(&e, 2, 0).await.unwrap().is_empty());
+    assert_eq!(store.read_all(&e).await.unwrap().len(), log.len());
+    for from in [log.len() as u64, u64::MAX] {
+        assert!(
+            store.read_feed(from, usize::MAX).await.unwrap().is_empty(),
+            "feed from {from}"
+        );
+    }
+    assert_eq!(
+        store.read_feed(5, 0).await.unwrap().len(),
+        1,
+        "a limit of 0 reads as 1"
+    );
+}
