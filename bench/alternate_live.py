@@ -36,6 +36,8 @@ def main():
                 figures[binary].setdefault(workload, []).append(value)
     base = binaries[0]
     for workload in WORKLOADS:
+        if not figures[base][workload]:
+            continue  # not run (LOOM_LIVE_ONLY)
         print(workload)
         for binary in binaries:
             values = figures[binary][workload]
