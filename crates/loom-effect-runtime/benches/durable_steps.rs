@@ -21,12 +21,6 @@ use loom_kernel::{FlowCtx, FlowError, Runtime, StartOptions, flow_fn};
 #[path = "../../loom-kernel/benches/support/mod.rs"]
 mod support;
 
-/// A throughput benchmark runs on mimalloc, as a server embedding Loom would: glibc's malloc,
-/// with tasks allocating on one worker thread and freeing on the other, costs the concurrent
-/// workload half its throughput (docs/PERFORMANCE.md, "The allocator").
-#[global_allocator]
-static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
-
 use support::percentile_us;
 
 const EXECUTIONS: u64 = 300;

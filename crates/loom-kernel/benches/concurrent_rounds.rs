@@ -8,12 +8,6 @@
 
 mod support;
 
-/// A throughput benchmark runs on mimalloc, as a server embedding Loom would: glibc's malloc,
-/// with tasks allocating on one worker thread and freeing on the other, costs the concurrent
-/// workload half its throughput (docs/PERFORMANCE.md, "The allocator").
-#[global_allocator]
-static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
-
 use std::time::Instant;
 
 use loom_kernel::conformance::id;
