@@ -22,6 +22,7 @@ use tokio::sync::mpsc;
 use crate::envelope::EventEnvelope;
 use crate::event::*;
 use crate::fold::ExecutionState;
+use crate::hash::IdKey;
 use crate::id::ExecutionId;
 use crate::runtime::child_runs;
 use crate::runtime::codes;
@@ -137,13 +138,14 @@ fn invoke<S: EventStore>(
     inner: &Arc<Inner<S>>,
     dispatch: Dispatch,
     head: u64,
-) -> BoxFuture<'static, (String, Ran)> {
-    let step_id = dispatch.call.step_id.clone();
-    let effect = dispatch.call.effect.clone();
+) -> BoxFuture<'static, (IdKey, Ran)> {
+    // Keys, not copies: short ids live inline, so a step's dispatch allocates no name.
+    let step_id = IdKey::new(&dispatch.call.step_id);
+    let effect = IdKey::new(&dispatch.call.effect);
     let span = tracing::debug_span!(
         "step",
-        step = %step_id,
-        effect = %effect,
+        step = %dispatch.call.step_id,
+        effect = %dispatch.call.effect,
         attempt = dispatch.call.attempt
     );
     let handler = dispatch.effect;
@@ -157,7 +159,7 @@ fn invoke<S: EventStore>(
                     Err(panic) => Err(panic),
                 };
                 let outcome =
-                    outcome.unwrap_or_else(|panic| effect_panicked(&effect, true, &panic));
+                    outcome.unwrap_or_else(|panic| effect_panicked(effect.as_str(), true, &panic));
                 log_step_outcome(&outcome);
                 (step_id, Ran::Outcome(outcome))
             },
@@ -190,7 +192,8 @@ fn invoke<S: EventStore>(
                 Ok(running) => contain_future(running).await,
                 Err(panic) => Err(panic),
             };
-            let outcome = outcome.unwrap_or_else(|panic| effect_panicked(&effect, false, &panic));
+            let outcome =
+                outcome.unwrap_or_else(|panic| effect_panicked(effect.as_str(), false, &panic));
             log_step_outcome(&outcome);
             (step_id, Ran::Outcome(outcome))
         },

@@ -18,6 +18,7 @@ use super::{
 };
 use crate::event::{Event, ExecutionStarted};
 use crate::fold::ExecutionState;
+use crate::hash::IdKey;
 use crate::id::ExecutionId;
 use crate::payload::Payload;
 use crate::runtime::child_runs;
@@ -74,7 +75,7 @@ pub(crate) async fn drive<S: EventStore>(
     }
 }
 
-type Effects = FuturesUnordered<BoxFuture<'static, (String, Ran)>>;
+type Effects = FuturesUnordered<BoxFuture<'static, (IdKey, Ran)>>;
 
 /// One driver's run of an execution: the flow, its side of the machine (in `ctx`), the write
 /// side, and what is in flight (effects, the append, messages deferred during replay).
@@ -89,6 +90,10 @@ struct Run<S> {
     flow_waker: Arc<FlowWaker>,
     waker: Waker,
     running: Effects,
+    /// The flow's events and effects, swapped out of its side each turn and emptied (kept for
+    /// their capacity: `FlowState::swap_queued`).
+    issued_events: Vec<Event>,
+    issued_dispatches: Vec<Dispatch>,
     /// The append in flight; the machine keeps the replies that wait for it.
     appending: Option<Append>,
     /// The store's claim of a new execution's id, until its first append takes it.
@@ -217,6 +222,8 @@ impl<S: EventStore> Run<S> {
             flow_waker,
             waker,
             running: FuturesUnordered::new(),
+            issued_events: Vec::new(),
+            issued_dispatches: Vec::new(),
             appending: None,
             claim,
             poll_flow: true,
@@ -310,7 +317,7 @@ impl<S: EventStore> Run<S> {
             self.refuse_deferred(&error.to_string());
             return Err(error);
         }
-        let (events, dispatches) = state.take_queued();
+        state.swap_queued(&mut self.issued_events, &mut self.issued_dispatches);
         let (arm, disarm) = state.take_deadlines();
         let child_starts = state.take_child_starts();
         drop(state);
@@ -326,8 +333,18 @@ impl<S: EventStore> Run<S> {
         // execution's EXECUTION_STARTED is durable, or its id claimed in the store's memory,
         // every effect is held: a start whose id turns out to be taken (by another runtime on
         // the store) must run nothing.
-        let ready = self.machine.issued(events, dispatches, child_starts);
-        self.start(ready);
+        let children = self.machine.issued_in_place(
+            &mut self.issued_events,
+            &mut self.issued_dispatches,
+            child_starts,
+        );
+        let head = self.machine.durable_head();
+        for dispatch in self.issued_dispatches.drain(..) {
+            self.running.push(invoke(&self.inner, dispatch, head));
+        }
+        for start in children {
+            start_child(&self.inner, &self.execution, start);
+        }
         Ok(())
     }
 
@@ -376,13 +393,13 @@ impl<S: EventStore> Run<S> {
     #[inline]
     /// A dispatch came back: its outcome goes to the flow's side; a step this worker did not
     /// run for want of the lease ends the run, recording nothing.
-    fn effect_done(&mut self, step_id: String, ran: Ran) -> Result<(), DriveError> {
+    fn effect_done(&mut self, step_id: IdKey, ran: Ran) -> Result<(), DriveError> {
         let outcome: EffectOutcome = match ran {
             Ran::Outcome(outcome) => outcome,
             Ran::NotHeld(detail) => {
                 let error = DriveError::LeaseNotHeld {
                     execution: self.execution.clone(),
-                    step_id,
+                    step_id: step_id.as_str().to_owned(),
                     detail,
                 };
                 let replies = self.machine.take_all_replies();
@@ -392,7 +409,9 @@ impl<S: EventStore> Run<S> {
             }
         };
         let unsent = self.machine.unsent();
-        self.ctx.state().effect_done(&step_id, outcome, unsent);
+        self.ctx
+            .state()
+            .effect_done(step_id.as_str(), outcome, unsent);
         self.poll_flow = true;
         Ok(())
     }

@@ -7,7 +7,7 @@ use std::sync::Arc;
 
 use super::state::{Dispatch, FlowState, StepSide};
 use super::vocabulary::{StepError, StepName};
-use super::{Held, Machine, Ready};
+use super::{Held, Machine};
 use crate::classify::DataClassification;
 use crate::event::*;
 use crate::hash::IdKey;
@@ -71,12 +71,30 @@ impl<R, D: Held, C> Machine<R, D, C> {
     /// runs nothing; on a store with leases, a run whose first append is not yet durable runs
     /// nothing either).
     /// Children start once their gate is durable.
+    #[cfg(test)]
     pub(crate) fn issued(
         &mut self,
-        events: Vec<Event>,
+        mut events: Vec<Event>,
         mut dispatches: Vec<D>,
         children: Vec<C>,
-    ) -> Ready<D, C> {
+    ) -> super::Ready<D, C> {
+        let children = self.issued_in_place(&mut events, &mut dispatches, children);
+        super::Ready {
+            run: dispatches,
+            children,
+        }
+    }
+
+    /// [`Machine::issued`] on the driver's own lists, which keep their capacity from one
+    /// batch of commands to the next (two allocations a step fewer): `events` is emptied into
+    /// the queue, and `dispatches` keeps the effects to run now, in order. Returns the children
+    /// to start now.
+    pub(crate) fn issued_in_place(
+        &mut self,
+        events: &mut Vec<Event>,
+        dispatches: &mut Vec<D>,
+        children: Vec<C>,
+    ) -> Vec<C> {
         self.enqueue(events);
         let durable_at = self.unsent() + self.queued.len() as u64;
         // The effects to run now stay in the flow's own list, in order: no list per command.
@@ -84,13 +102,10 @@ impl<R, D: Held, C> Machine<R, D, C> {
         let held = dispatches.extract_if(.., |dispatch| hold_all || dispatch.durable_before());
         self.held
             .extend(held.map(|dispatch| (durable_at, dispatch)));
-        let mut ready = Ready {
-            run: dispatches,
-            children: Vec::new(),
-        };
+        let mut ready = Vec::new();
         for child in children {
             if durable_at <= self.durable_head {
-                ready.children.push(child);
+                ready.push(child);
             } else {
                 self.held_children.push((durable_at, child));
             }
@@ -103,8 +118,8 @@ impl<R, D: Held, C> Machine<R, D, C> {
     /// in which the flow issued its commands, with one event per quick step instead of two.
     /// (Only idempotent effects can finish so early; a non-idempotent one starts only once its
     /// STEP_STARTED is durable.)
-    fn enqueue(&mut self, events: Vec<Event>) {
-        for event in events {
+    fn enqueue(&mut self, events: &mut Vec<Event>) {
+        for event in events.drain(..) {
             let finished = match &event {
                 Event::StepStarted(e) => {
                     self.started_at
@@ -352,7 +367,7 @@ impl FlowState {
             input,
             slot,
         };
-        self.steps.insert(step_id, step);
+        self.steps.insert(IdKey::new(&step_id), step);
     }
 
     /// A new step, up to its effect's admission checks (K2, K3, input), which the caller runs
@@ -480,7 +495,7 @@ impl FlowState {
             input: call.input.clone(),
             slot,
         };
-        self.steps.insert(call.step_id.clone(), running);
+        self.steps.insert(IdKey::new(&call.step_id), running);
         let durable_before = !idempotent;
         self.dispatch.push(Dispatch {
             effect: handler,

@@ -137,7 +137,7 @@ pub(super) fn running(state: &mut FlowState, step_id: &str, idempotent: bool, he
     let slot = state.new_slot();
     durable(state, started_as(step_id, "e", held));
     state.steps.insert(
-        step_id.to_owned(),
+        crate::hash::IdKey::new(step_id),
         StepSide {
             effect: "e".into(),
             attempt: 1,

@@ -4,6 +4,7 @@
 use super::state::{FlowState, StepSide};
 use super::vocabulary::StepError;
 use crate::event::*;
+use crate::hash::IdKey;
 use crate::runtime::effect::{EffectOutcome, EffectResult};
 
 impl FlowState {
@@ -34,7 +35,7 @@ impl FlowState {
                     tracing::warn!(step = %step_id, %code, "effect in doubt");
                 }
                 // It stays beside the fold for a verdict; in doubt, it holds nothing (K3).
-                self.steps.insert(step_id.to_owned(), step);
+                self.steps.insert(IdKey::new(step_id), step);
                 return;
             }
             EffectResult::Completed(output) => (
@@ -76,7 +77,7 @@ impl FlowState {
                     input_digest,
                     ..step
                 };
-                self.steps.insert(step_id.to_owned(), step);
+                self.steps.insert(IdKey::new(step_id), step);
             }
             Some(_) => {}
         }

@@ -14,7 +14,7 @@ use super::GateDeadline;
 use super::vocabulary::{ChildStart, StepError};
 use crate::event::Event;
 use crate::fold::ExecutionState;
-use crate::hash::IdMap;
+use crate::hash::{IdKey, IdMap};
 use crate::id::ExecutionId;
 use crate::payload::Payload;
 use crate::runtime::effect::{Effect, EffectCall};
@@ -91,7 +91,7 @@ pub(crate) struct FlowState {
     /// log will.
     pub(super) unsent: u64,
     /// The steps of this run that run or are in doubt (which, the fold says), by step id.
-    pub(super) steps: IdMap<String, StepSide>,
+    pub(super) steps: IdMap<IdKey, StepSide>,
     /// The gates this run waits at (the fold's pending gates the flow has reached), by id.
     pub(super) gates: BTreeMap<String, GateSide>,
     pub(super) divergence: Option<NonDeterminism>,
@@ -277,11 +277,21 @@ impl FlowState {
     }
 
     /// The events and effects queued since the last call.
+    #[cfg(test)]
     pub(crate) fn take_queued(&mut self) -> (Vec<Event>, Vec<Dispatch>) {
         (
             std::mem::take(&mut self.out),
             std::mem::take(&mut self.dispatch),
         )
+    }
+
+    /// The events and effects queued since the last call, swapped into the caller's lists,
+    /// which must be empty: the two lists go back and forth between the flow and its driver
+    /// with their capacity, so queuing a step's event and effect allocates nothing.
+    pub(crate) fn swap_queued(&mut self, events: &mut Vec<Event>, dispatches: &mut Vec<Dispatch>) {
+        debug_assert!(events.is_empty() && dispatches.is_empty());
+        std::mem::swap(&mut self.out, events);
+        std::mem::swap(&mut self.dispatch, dispatches);
     }
 
     pub(crate) fn divergence(&self) -> Option<&NonDeterminism> {
@@ -306,6 +316,6 @@ impl FlowState {
                 .fold
                 .steps_in_doubt()
                 .iter()
-                .any(|step_id| self.steps.contains_key(step_id))
+                .any(|step_id| self.steps.contains_key(step_id.as_str()))
     }
 }
