@@ -60,10 +60,12 @@ mod listing;
 mod open;
 mod pending;
 mod runs;
+mod snapshot;
 mod wake;
 use apply::{Applied, Chunk, FlushReply, ToApplier};
 use open::{check_not_empty, open_database};
 use pending::{Pending, PendingRecords};
+use snapshot::LastCommit;
 
 use super::claim::{ClaimTable, FirstAppend, NewClaim};
 use super::journal::{self, Journal};
@@ -228,6 +230,9 @@ struct Shared {
     claims: Arc<ClaimTable>,
     /// Acknowledged events the tables do not hold yet (LD-035).
     pending: Arc<Pending>,
+    /// The tables as the last commit of `heads` or `events` left them, for the lookups of a
+    /// new execution (`snapshot.rs`).
+    last_commit: Arc<LastCommit>,
 }
 
 /// The database, opened for writing or read-only.
@@ -265,6 +270,7 @@ impl Drop for Shared {
         {
             let _ = handle.join();
         }
+        self.last_commit.clear();
     }
 }
 
@@ -334,6 +340,10 @@ impl DiskStore {
         let feed_head = Arc::new(FeedWatch::new(feed_next));
         let claims = Arc::new(ClaimTable::default());
         let pending = Arc::new(Pending::default());
+        let last_commit = Arc::new(LastCommit::default());
+        if let Db::Write(db) = &*db {
+            last_commit.replace(db);
+        }
         let (requests, writer) = if matches!(*db, Db::Write(_)) {
             let (sender, receiver) = mpsc::channel();
             let db = Arc::clone(&db);
@@ -343,15 +353,17 @@ impl DiskStore {
             let pending = Arc::clone(&pending);
             let applied = Arc::new(Applied::default());
             let (to_applier, applier_requests) = mpsc::channel();
+            let last = Arc::clone(&last_commit);
             let applier = {
                 let db = Arc::clone(&db);
                 let pending = Arc::clone(&pending);
                 let applied = Arc::clone(&applied);
+                let last_commit = Arc::clone(&last_commit);
                 std::thread::Builder::new()
                     .name("loom-store-applier".into())
                     .spawn(move || {
                         if let Db::Write(db) = &*db {
-                            apply::run(db, &pending, &applied, &applier_requests);
+                            apply::run(db, &pending, &last_commit, &applied, &applier_requests);
                         }
                     })
                     .map_err(OpenError::Writer)?
@@ -372,6 +384,7 @@ impl DiskStore {
                             feed_head: &feed_head,
                             claims: &claims,
                             pending: &pending,
+                            last_commit: &last,
                             to_applier: Some(to_applier),
                             applier: Some(applier),
                             applied: &applied,
@@ -408,6 +421,7 @@ impl DiskStore {
                 feed_head,
                 claims,
                 pending,
+                last_commit,
             }),
         })
     }
@@ -545,6 +559,8 @@ struct Writer<'a> {
     claims: &'a ClaimTable,
     /// Acknowledged events the tables do not hold yet, as readers see them.
     pending: &'a Pending,
+    /// Replaced after each deletion (`snapshot.rs`).
+    last_commit: &'a LastCommit,
     /// The applier thread (`apply.rs`): what is handed to it, and what it reports.
     to_applier: Option<mpsc::Sender<ToApplier>>,
     applier: Option<JoinHandle<()>>,
@@ -795,6 +811,8 @@ impl Writer<'_> {
             }))
             .unwrap_or_else(|panic| Err(StorageError::msg(panic_message(&panic))))
         });
+        // Before the answer: no lookup made after it sees a deleted log.
+        self.last_commit.replace(self.db);
         if outcome.is_ok() {
             // That commit was durable: the journal up to here is covered.
             self.since_checkpoint = 0;
@@ -1323,18 +1341,35 @@ impl RawPage {
     }
 
     /// Whether the tables hold no event of `execution` at or past `from` (the caller found
-    /// none held). Two lookups in pages every commit touches and redb's cache keeps: the head,
-    /// and the first stored seq from `from` on (a stray one, past a damaged head, is reported
-    /// as damage).
-    fn nothing_from(db: &Db, execution: &ExecutionId, from: u64) -> Result<bool, ReadError> {
+    /// none held, and looks here after). Two lookups in pages every commit touches and redb's
+    /// cache keeps: the head, and the first stored seq from `from` on (a stray one, past a
+    /// damaged head, is reported as damage). In the last commit's snapshot when there is one.
+    fn nothing_from(
+        db: &Db,
+        last_commit: &LastCommit,
+        execution: &ExecutionId,
+        from: u64,
+    ) -> Result<bool, ReadError> {
+        if let Some(tables) = last_commit.current() {
+            return Self::nothing_in(&tables.heads, &tables.events, execution, from);
+        }
         let txn = db.begin_read().map_err(ReadError::storage)?;
         let heads = txn.open_table(HEADS).map_err(ReadError::storage)?;
-        let head = head_of(&heads, execution.as_str()).map_err(ReadError::storage)?;
+        let events = txn.open_table(EVENTS).map_err(ReadError::storage)?;
+        Self::nothing_in(&heads, &events, execution, from)
+    }
+
+    fn nothing_in(
+        heads: &redb::ReadOnlyTable<&'static str, u64>,
+        events: &redb::ReadOnlyTable<(&'static str, u64), &'static [u8]>,
+        execution: &ExecutionId,
+        from: u64,
+    ) -> Result<bool, ReadError> {
+        let head = head_of(heads, execution.as_str()).map_err(ReadError::storage)?;
         if head > from {
             return Ok(false);
         }
-        let events = txn.open_table(EVENTS).map_err(ReadError::storage)?;
-        Self::fetch_from(&events, execution, from, 0, head)?;
+        Self::fetch_from(events, execution, from, 0, head)?;
         Ok(true)
     }
 
@@ -1534,12 +1569,16 @@ fn damaged_log(execution: &ExecutionId, seq: u64, head: u64) -> ReadError {
     }
 }
 
-fn read_head(db: &Db, pending: &Pending, execution: &ExecutionId) -> Result<u64, ReadError> {
-    // The held head first: it is past the tables' whenever there is one.
-    if let Some(head) = pending.head(execution.as_str()) {
+fn read_head(shared: &Shared, execution: &ExecutionId) -> Result<u64, ReadError> {
+    // The held head first: it is past the tables' whenever there is one. Then the last
+    // commit's snapshot, taken after (`snapshot.rs`).
+    if let Some(head) = shared.pending.head(execution.as_str()) {
         return Ok(head);
     }
-    let txn = db.begin_read().map_err(ReadError::storage)?;
+    if let Some(tables) = shared.last_commit.current() {
+        return head_of(&tables.heads, execution.as_str()).map_err(ReadError::storage);
+    }
+    let txn = shared.db.begin_read().map_err(ReadError::storage)?;
     let heads = txn.open_table(HEADS).map_err(ReadError::storage)?;
     head_of(&heads, execution.as_str()).map_err(ReadError::storage)
 }
@@ -1576,7 +1615,7 @@ impl EventStore for DiskStore {
         // not on the blocking pool: one lookup in `heads`, whose pages every commit touches
         // and redb's cache keeps; a trip to the pool per new execution cost more (threads
         // woken and started, `docs/PERFORMANCE.md`).
-        if read_head(&self.shared.db, &self.shared.pending, execution)? > 0 {
+        if read_head(&self.shared, execution)? > 0 {
             return Ok(None);
         }
         Ok(Some(claim))
@@ -1606,7 +1645,12 @@ impl EventStore for DiskStore {
             // first read, a tail read that is up to date) is answered here, as `claim_new`'s
             // lookup is, without a trip to the blocking pool.
             None => {
-                if RawPage::nothing_from(&self.shared.db, execution, from)? {
+                if RawPage::nothing_from(
+                    &self.shared.db,
+                    &self.shared.last_commit,
+                    execution,
+                    from,
+                )? {
                     return Ok(Vec::new());
                 }
             }
@@ -1624,7 +1668,7 @@ impl EventStore for DiskStore {
         // One lookup in `heads`, whose pages every commit touches and redb's cache keeps:
         // answered here, as a new execution's first read is, without a trip to the blocking
         // pool (`Runtime::wait` asks it of every execution that just ended).
-        read_head(&self.shared.db, &self.shared.pending, execution)
+        read_head(&self.shared, execution)
     }
 
     async fn read_logs(

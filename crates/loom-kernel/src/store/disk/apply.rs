@@ -17,6 +17,7 @@ use redb::Database;
 use tokio::sync::oneshot;
 
 use super::pending::Pending;
+use super::snapshot::LastCommit;
 use super::{Queued, WriteTables, panic_message};
 use crate::store::StorageError;
 
@@ -81,6 +82,7 @@ impl Applied {
 pub(super) fn run(
     db: &Database,
     pending: &Pending,
+    last_commit: &LastCommit,
     applied: &Applied,
     requests: &mpsc::Receiver<ToApplier>,
 ) {
@@ -99,7 +101,7 @@ pub(super) fn run(
         // The whole step is contained: a panic anywhere in it stops the store from writing
         // with a storage error, not by a thread that is silently gone.
         let outcome = catch_unwind(AssertUnwindSafe(|| {
-            apply_and_forget(db, pending, applied, &chunks)
+            apply_and_forget(db, pending, last_commit, applied, &chunks)
         }))
         .unwrap_or_else(|panic| Err(StorageError::msg(panic_message(&panic))));
         if let Err(detail) = &outcome
@@ -116,12 +118,13 @@ pub(super) fn run(
     }
 }
 
-/// Applies `chunks` (unless an apply failed before), then forgets their events from memory,
-/// once per execution (a log whose appends are forgotten one by one would be moved as many
-/// times), and publishes the last commit the tables hold.
+/// Applies `chunks` (unless an apply failed before), takes the tables' new snapshot, then
+/// forgets their events from memory, once per execution (a log whose appends are forgotten
+/// one by one would be moved as many times), and publishes the last commit the tables hold.
 fn apply_and_forget(
     db: &Database,
     pending: &Pending,
+    last_commit: &LastCommit,
     applied: &Applied,
     chunks: &[Chunk],
 ) -> Result<(), StorageError> {
@@ -132,6 +135,9 @@ fn apply_and_forget(
         return Ok(());
     };
     apply(db, chunks)?;
+    // Before anything is forgotten: a reader that no longer finds an event held finds it in
+    // the snapshot it takes next (`snapshot.rs`).
+    last_commit.replace(db);
     let mut heads: HashMap<&str, u64> = HashMap::new();
     for queued in chunks.iter().flat_map(|chunk| &chunk.appends) {
         let head = queued.expected_seq + queued.records.len() as u64;
