@@ -49,7 +49,10 @@ async fn gates(ctx: FlowCtx, n: u64) -> Result<(), FlowError> {
 /// on which workloads `LOOM_LIVE_ONLY` runs. `concurrent_rounds` times that work with its own
 /// workload, round after round.
 async fn settle(store: &DiskStore) {
-    store.count_by_status().await.expect("the store's tables catch up");
+    store
+        .count_by_status()
+        .await
+        .expect("the store's tables catch up");
 }
 
 fn report(name: &str, steps: u64, elapsed: Duration, mut latencies: Vec<Duration>, unit: &str) {
