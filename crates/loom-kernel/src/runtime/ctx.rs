@@ -88,6 +88,13 @@ pub(crate) struct Shared {
     state: Mutex<FlowState>,
 }
 
+/// How a step is named when it is issued: by an effect's name, counted (`name#n`), borrowed
+/// so that the name is not copied for every step; or as the flow gave it.
+pub(crate) enum Naming<'a> {
+    Counted(&'a str),
+    Given(StepName),
+}
+
 impl FlowCtx {
     pub(crate) fn new(
         execution_id: ExecutionId,
@@ -162,13 +169,13 @@ impl FlowCtx {
         effect: &str,
         input: &I,
     ) -> Command {
-        self.issue_step(name, effect, input, false).0
+        self.issue_step(Naming::Given(name), effect, input, false).0
     }
 
     /// A step's command, and its id when `want_id` (or when the id could be assigned at all).
     pub(super) fn issue_step<I: Serialize + ?Sized>(
         &self,
-        name: StepName,
+        name: Naming<'_>,
         effect: &str,
         input: &I,
         want_id: bool,
@@ -177,7 +184,10 @@ impl FlowCtx {
         let slot = state.new_slot();
         let mut issued_id = None;
         let start = (|| {
-            let step_id = state.step_id(name)?;
+            let step_id = match name {
+                Naming::Counted(name) => state.counted_step_id(name),
+                Naming::Given(name) => state.step_id(name),
+            }?;
             if want_id {
                 issued_id = Some(step_id.clone());
             }
@@ -224,8 +234,7 @@ impl FlowCtx {
         effect: &str,
         input: &I,
     ) -> impl Future<Output = Result<O, StepError>> + Send + 'static {
-        let (command, step_id) =
-            self.issue_step(StepName::Counted(effect.to_owned()), effect, input, true);
+        let (command, step_id) = self.issue_step(Naming::Counted(effect), effect, input, true);
         async move {
             let output = command.await?;
             output.decode().map_err(|err| StepError::Decode {

@@ -26,7 +26,7 @@ use serde::Serialize;
 use serde::de::DeserializeOwned;
 
 use crate::payload::Payload;
-use crate::runtime::ctx::{Command, ExecuteTarget, FlowCtx, Sealed, StepError, StepName};
+use crate::runtime::ctx::{Command, ExecuteTarget, FlowCtx, Naming, Sealed, StepError};
 use crate::runtime::effect::Effect;
 use crate::runtime::errors::CompositionError;
 use crate::runtime::flow::{Flow, FlowError, FnFlow};
@@ -94,12 +94,7 @@ where
     type Command = TypedCommand<O>;
 
     fn issue(&self, ctx: &FlowCtx, input: &I) -> TypedCommand<O> {
-        let (command, step_id) = ctx.issue_step(
-            StepName::Counted(self.name.to_owned()),
-            self.name,
-            input,
-            true,
-        );
+        let (command, step_id) = ctx.issue_step(Naming::Counted(self.name), self.name, input, true);
         TypedCommand {
             command,
             step_id,

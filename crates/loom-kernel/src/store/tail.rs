@@ -53,7 +53,8 @@ enum ChangeKind {
     /// With the flow's name, for the stores' listing indexes.
     Start(String),
     StepStarted(String),
-    StepEnded(String),
+    /// Its step id kept inline (most are): this runs for every step of every append.
+    StepEnded(crate::hash::IdKey),
     InDoubt(String),
     Resolved {
         step: String,
@@ -71,8 +72,8 @@ impl TailChange {
         let kind = match event {
             Event::ExecutionStarted(e) => ChangeKind::Start(e.flow.clone()),
             Event::StepStarted(e) => ChangeKind::StepStarted(e.step_id.clone()),
-            Event::StepCompleted(e) => ChangeKind::StepEnded(e.step_id.clone()),
-            Event::StepFailed(e) => ChangeKind::StepEnded(e.step_id.clone()),
+            Event::StepCompleted(e) => ChangeKind::StepEnded(crate::hash::IdKey::new(&e.step_id)),
+            Event::StepFailed(e) => ChangeKind::StepEnded(crate::hash::IdKey::new(&e.step_id)),
             Event::EffectInDoubt(e) => ChangeKind::InDoubt(e.step_id.clone()),
             Event::EffectResolved(e) => ChangeKind::Resolved {
                 step: e.step_id.clone(),
@@ -236,7 +237,7 @@ impl ExecutionTail {
                 }
             }
             ChangeKind::StepEnded(step) => {
-                self.in_flight.remove(step);
+                self.in_flight.remove(step.as_str());
             }
             ChangeKind::InDoubt(step) => {
                 if self.in_flight.remove(step) {

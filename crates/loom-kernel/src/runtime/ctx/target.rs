@@ -5,7 +5,7 @@ use std::future::Future;
 
 use serde::Serialize;
 
-use super::{Command, FlowCtx, StepName};
+use super::{Command, FlowCtx, Naming};
 #[cfg(doc)]
 use crate::EffectHandle;
 #[cfg(doc)]
@@ -34,7 +34,7 @@ impl<I: Serialize + ?Sized> ExecuteTarget<I> for str {
     type Command = Command;
 
     fn issue(&self, ctx: &FlowCtx, input: &I) -> Command {
-        ctx.execute_as(StepName::Counted(self.to_owned()), self, input)
+        ctx.issue_step(Naming::Counted(self), self, input, false).0
     }
 }
 

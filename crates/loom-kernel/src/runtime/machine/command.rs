@@ -174,27 +174,10 @@ impl FlowState {
     /// themselves by construction, so only explicit ids need remembering, and a counted id is
     /// checked against them.
     pub(crate) fn step_id(&mut self, name: StepName) -> Result<String, StepError> {
-        self.refuse_inside_decision()?;
         match name {
-            StepName::Counted(name) => {
-                let id = match self.counters.entry(name) {
-                    std::collections::hash_map::Entry::Occupied(mut seen) => {
-                        *seen.get_mut() += 1;
-                        counted_id(seen.key(), *seen.get())
-                    }
-                    std::collections::hash_map::Entry::Vacant(first) => {
-                        let id = counted_id(first.key(), 1);
-                        first.insert(1);
-                        id
-                    }
-                };
-                // Most flows name no step explicitly: skip hashing the id then.
-                if !self.explicit_ids.is_empty() && self.explicit_ids.contains(&id) {
-                    return Err(StepError::DuplicateStepId(id));
-                }
-                Ok(id)
-            }
+            StepName::Counted(name) => self.counted_step_id(&name),
             StepName::Explicit(id) => {
+                self.refuse_inside_decision()?;
                 let counted_before = id.rsplit_once('#').is_some_and(|(name, n)| {
                     n.parse::<u32>()
                         .is_ok_and(|n| n >= 1 && self.counters.get(name).is_some_and(|c| *c >= n))
@@ -205,6 +188,28 @@ impl FlowState {
                 Ok(id)
             }
         }
+    }
+
+    /// The id of the next command called `name`, counted (`name#n`); the name is copied only
+    /// the first time it is used.
+    pub(crate) fn counted_step_id(&mut self, name: &str) -> Result<String, StepError> {
+        self.refuse_inside_decision()?;
+        let count = match self.counters.get_mut(name) {
+            Some(seen) => {
+                *seen += 1;
+                *seen
+            }
+            None => {
+                self.counters.insert(name.to_owned(), 1);
+                1
+            }
+        };
+        let id = counted_id(name, count);
+        // Most flows name no step explicitly: skip hashing the id then.
+        if !self.explicit_ids.is_empty() && self.explicit_ids.contains(&id) {
+            return Err(StepError::DuplicateStepId(id));
+        }
+        Ok(id)
     }
 
     /// Refuses a command issued while a decision's value is being made: replay serves the
