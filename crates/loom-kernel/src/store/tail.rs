@@ -236,9 +236,11 @@ impl ExecutionTail {
                     self.in_flight.insert(step.clone());
                 }
             }
-            ChangeKind::StepEnded(step) => {
+            // A quick step's start was recorded in its outcome's place: nothing to remove.
+            ChangeKind::StepEnded(step) if !self.in_flight.is_empty() => {
                 self.in_flight.remove(step.as_str());
             }
+            ChangeKind::StepEnded(_) => {}
             ChangeKind::InDoubt(step) => {
                 if self.in_flight.remove(step) {
                     self.in_doubt.insert(step.clone());

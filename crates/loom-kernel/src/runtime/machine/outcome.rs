@@ -19,7 +19,8 @@ impl FlowState {
     pub(crate) fn complete_step(&mut self, step_id: &str, outcome: EffectOutcome) {
         // A step of this run; the fold refuses an outcome for a step that does not run (a
         // second outcome, or one for a step in doubt), which is then ignored.
-        let Some(step) = self.steps.remove(step_id) else {
+        // Looked up by key, not by `&str`: comparing keys needs no UTF-8 check of each.
+        let Some(step) = self.steps.remove(&IdKey::new(step_id)) else {
             return;
         };
         let (event, value) = match outcome.result {
