@@ -43,6 +43,16 @@ async fn gates(ctx: FlowCtx, n: u64) -> Result<(), FlowError> {
     Ok(())
 }
 
+/// Starts the `steps` flow as `name` for `steps` steps and waits until it has completed.
+async fn run_to_completion(loom: &Runtime<DiskStore>, name: &str, steps: u64) {
+    let e = loom
+        .start("steps", &steps, StartOptions::new(id(name)).grant("noop"))
+        .await
+        .expect("start");
+    let state = loom.wait(&e).await.expect("wait");
+    assert_eq!(state.status(), ExecutionStatus::Completed, "{name}");
+}
+
 /// Waits until the store's tables hold everything acknowledged (an index read asks its applier
 /// to catch up): a workload starts on a settled store, and the work the store defers from one
 /// workload (applying its events to the tables) is not timed as the next one's, nor depends
@@ -123,17 +133,8 @@ fn main() {
             // (a) one execution, 1,000 sequential steps.
             stamps.lock().expect("stamps").clear();
             let start = Instant::now();
-            let e = loom
-                .start(
-                    "steps",
-                    &1000u64,
-                    StartOptions::new(id("seq")).grant("noop"),
-                )
-                .await
-                .expect("start");
-            let state = loom.wait(&e).await.expect("wait");
+            run_to_completion(&loom, "seq", 1000).await;
             let elapsed = start.elapsed();
-            assert_eq!(state.status(), ExecutionStatus::Completed);
             let gaps: Vec<Duration> = {
                 let stamps = stamps.lock().expect("stamps");
                 stamps.windows(2).map(|w| w[1] - w[0]).collect()
@@ -147,16 +148,7 @@ fn main() {
             let start = Instant::now();
             for n in 0..1000 {
                 let began = Instant::now();
-                let e = loom
-                    .start(
-                        "steps",
-                        &1u64,
-                        StartOptions::new(id(&format!("one-{n}"))).grant("noop"),
-                    )
-                    .await
-                    .expect("start");
-                let state = loom.wait(&e).await.expect("wait");
-                assert_eq!(state.status(), ExecutionStatus::Completed);
+                run_to_completion(&loom, &format!("one-{n}"), 1).await;
                 latencies.push(began.elapsed());
             }
             report(
@@ -176,16 +168,7 @@ fn main() {
                     let loom = loom.clone();
                     tokio::spawn(async move {
                         let began = Instant::now();
-                        let e = loom
-                            .start(
-                                "steps",
-                                &10u64,
-                                StartOptions::new(id(&format!("conc-{n}"))).grant("noop"),
-                            )
-                            .await
-                            .expect("start");
-                        let state = loom.wait(&e).await.expect("wait");
-                        assert_eq!(state.status(), ExecutionStatus::Completed);
+                        run_to_completion(&loom, &format!("conc-{n}"), 10).await;
                         began.elapsed()
                     })
                 })

@@ -1343,33 +1343,18 @@ impl RawPage {
     /// Whether the tables hold no event of `execution` at or past `from` (the caller found
     /// none held, and looks here after). Two lookups in pages every commit touches and redb's
     /// cache keeps: the head, and the first stored seq from `from` on (a stray one, past a
-    /// damaged head, is reported as damage). In the last commit's snapshot when there is one.
+    /// damaged head, is reported as damage).
     fn nothing_from(
-        db: &Db,
-        last_commit: &LastCommit,
+        shared: &Shared,
         execution: &ExecutionId,
         from: u64,
     ) -> Result<bool, ReadError> {
-        if let Some(tables) = last_commit.current() {
-            return Self::nothing_in(&tables.heads, &tables.events, execution, from);
-        }
-        let txn = db.begin_read().map_err(ReadError::storage)?;
-        let heads = txn.open_table(HEADS).map_err(ReadError::storage)?;
-        let events = txn.open_table(EVENTS).map_err(ReadError::storage)?;
-        Self::nothing_in(&heads, &events, execution, from)
-    }
-
-    fn nothing_in(
-        heads: &redb::ReadOnlyTable<&'static str, u64>,
-        events: &redb::ReadOnlyTable<(&'static str, u64), &'static [u8]>,
-        execution: &ExecutionId,
-        from: u64,
-    ) -> Result<bool, ReadError> {
-        let head = head_of(heads, execution.as_str()).map_err(ReadError::storage)?;
+        let tables = last_commit_tables(shared)?;
+        let head = head_of(&tables.heads, execution.as_str()).map_err(ReadError::storage)?;
         if head > from {
             return Ok(false);
         }
-        Self::fetch_from(events, execution, from, 0, head)?;
+        Self::fetch_from(&tables.events, execution, from, 0, head)?;
         Ok(true)
     }
 
@@ -1570,17 +1555,25 @@ fn damaged_log(execution: &ExecutionId, seq: u64, head: u64) -> ReadError {
 }
 
 fn read_head(shared: &Shared, execution: &ExecutionId) -> Result<u64, ReadError> {
-    // The held head first: it is past the tables' whenever there is one. Then the last
-    // commit's snapshot, taken after (`snapshot.rs`).
+    // The held head first: it is past the tables' whenever there is one. Then the tables, as
+    // looked at after it (`snapshot.rs`).
     if let Some(head) = shared.pending.head(execution.as_str()) {
         return Ok(head);
     }
+    let tables = last_commit_tables(shared)?;
+    head_of(&tables.heads, execution.as_str()).map_err(ReadError::storage)
+}
+
+/// `heads` and `events` for a new execution's lookups: the last commit's snapshot, or, where
+/// none is kept (a store opened read-only, a snapshot that could not be taken), a read
+/// transaction begun now.
+fn last_commit_tables(shared: &Shared) -> Result<Arc<snapshot::Tables>, ReadError> {
     if let Some(tables) = shared.last_commit.current() {
-        return head_of(&tables.heads, execution.as_str()).map_err(ReadError::storage);
+        return Ok(tables);
     }
     let txn = shared.db.begin_read().map_err(ReadError::storage)?;
-    let heads = txn.open_table(HEADS).map_err(ReadError::storage)?;
-    head_of(&heads, execution.as_str()).map_err(ReadError::storage)
+    let tables = snapshot::Tables::of(&txn).map_err(ReadError::storage)?;
+    Ok(Arc::new(tables))
 }
 
 impl EventStore for DiskStore {
@@ -1645,12 +1638,7 @@ impl EventStore for DiskStore {
             // first read, a tail read that is up to date) is answered here, as `claim_new`'s
             // lookup is, without a trip to the blocking pool.
             None => {
-                if RawPage::nothing_from(
-                    &self.shared.db,
-                    &self.shared.last_commit,
-                    execution,
-                    from,
-                )? {
+                if RawPage::nothing_from(&self.shared, execution, from)? {
                     return Ok(Vec::new());
                 }
             }

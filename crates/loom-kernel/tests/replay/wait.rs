@@ -24,6 +24,13 @@ fn flows() -> FlowSet {
         .with(flow_fn("gate", 1, gate))
 }
 
+/// Starts `flow` as `name` with the input 1.
+async fn start<S: EventStore>(rt: &Runtime<S>, flow: &str, name: &str) -> ExecutionId {
+    rt.start(flow, &json!(1), options(name, &["echo"]))
+        .await
+        .unwrap()
+}
+
 /// Starts `n` executions at once, each waited for as soon as its start returns, and checks
 /// every state `wait` gave against the fold of the log, then waits for each again.
 async fn waits_agree_with_the_fold<S: EventStore>(rt: &Runtime<S>, n: usize) {
@@ -80,10 +87,7 @@ async fn a_wait_right_after_start_gives_the_fold_of_the_log_on_the_disk_store() 
 async fn a_wait_after_retention_deleted_the_execution_reads_the_empty_log() {
     let store = MemoryStore::new();
     let rt = with_echo(store.clone(), flows(), Calls::default());
-    let e = rt
-        .start("one", &json!(1), options("gone", &["echo"]))
-        .await
-        .unwrap();
+    let e = start(&rt, "one", "gone").await;
     rt.clone().shutdown().await;
     assert_eq!(
         store.delete_ended(u64::MAX, 10).await.unwrap(),
@@ -99,10 +103,7 @@ async fn a_wait_after_retention_deleted_the_execution_reads_the_empty_log() {
 async fn a_wait_after_the_log_grew_reads_it_again() {
     let store = MemoryStore::new();
     let rt = with_echo(store.clone(), flows(), Calls::default());
-    let e = rt
-        .start("gate", &json!(1), options("grown", &["echo"]))
-        .await
-        .unwrap();
+    let e = start(&rt, "gate", "grown").await;
     let parked = rt.wait(&e).await.unwrap();
     assert_eq!(parked.status(), ExecutionStatus::Suspended);
     rt.resume(&e, "Approval", "k", Payload::from_value(&json!("yes")))
@@ -117,10 +118,7 @@ async fn a_wait_after_the_log_grew_reads_it_again() {
 /// Starts `gate` as `name` and waits, without `wait`, until its driver has parked the flow in
 /// memory and exited (nobody waited: no copy of the fold was made); returns the kept state.
 async fn kept_in_memory(rt: &Runtime<MemoryStore>, name: &str) -> (ExecutionId, ExecutionState) {
-    let e = rt
-        .start("gate", &json!(1), options(name, &["echo"]))
-        .await
-        .unwrap();
+    let e = start(rt, "gate", name).await;
     loop {
         if let Some(state) = rt.parked_state(&e) {
             return (e, state);

@@ -263,7 +263,7 @@ async fn a_read_only_store_reads_and_writes_nothing() {
 /// reading back as a silently different event.
 #[tokio::test]
 async fn a_flipped_payload_byte_is_detected_without_verify_on_open() {
-    use loom_kernel::{DiskStoreConfig, EventStoreExt};
+    use loom_kernel::EventStoreExt;
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("flip.redb");
     let e = id("flip");
@@ -288,11 +288,7 @@ async fn a_flipped_payload_byte_is_detected_without_verify_on_open() {
         bytes[at + 7] = b'9';
     }
     std::fs::write(&path, &bytes).unwrap();
-    let config = DiskStoreConfig {
-        verify_on_open: false,
-        ..DiskStoreConfig::default()
-    };
-    let store = DiskStore::open_with(&path, config).unwrap();
+    let store = open_unverified(&path);
     let err = store.read_all(&e).await.unwrap_err();
     assert!(
         matches!(

@@ -22,7 +22,7 @@
 
 use std::sync::{Arc, Mutex, PoisonError};
 
-use redb::{Database, ReadOnlyTable, ReadableDatabase};
+use redb::{Database, ReadOnlyTable, ReadTransaction, ReadableDatabase};
 
 use super::{EVENTS, HEADS};
 
@@ -30,6 +30,16 @@ use super::{EVENTS, HEADS};
 pub(super) struct Tables {
     pub(super) heads: ReadOnlyTable<&'static str, u64>,
     pub(super) events: ReadOnlyTable<(&'static str, u64), &'static [u8]>,
+}
+
+impl Tables {
+    /// The two tables of `txn` (they keep its snapshot open after `txn` itself is dropped).
+    pub(super) fn of(txn: &ReadTransaction) -> Result<Self, redb::TableError> {
+        Ok(Self {
+            heads: txn.open_table(HEADS)?,
+            events: txn.open_table(EVENTS)?,
+        })
+    }
 }
 
 /// The current snapshot, if any.
@@ -43,7 +53,11 @@ impl LastCommit {
         let mut current = self.0.lock().unwrap_or_else(PoisonError::into_inner);
         // The old one goes first: redb keeps the pages of every snapshot still open.
         *current = None;
-        *current = open(db).map(Arc::new);
+        *current = db
+            .begin_read()
+            .ok()
+            .and_then(|txn| Tables::of(&txn).ok())
+            .map(Arc::new);
     }
 
     /// The snapshot to look up in, if one is held.
@@ -59,12 +73,4 @@ impl LastCommit {
     pub(super) fn clear(&self) {
         *self.0.lock().unwrap_or_else(PoisonError::into_inner) = None;
     }
-}
-
-fn open(db: &Database) -> Option<Tables> {
-    let txn = db.begin_read().ok()?;
-    Some(Tables {
-        heads: txn.open_table(HEADS).ok()?,
-        events: txn.open_table(EVENTS).ok()?,
-    })
 }
