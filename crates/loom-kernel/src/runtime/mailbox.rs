@@ -22,35 +22,47 @@ use crate::runtime::errors::{CancelError, DriverFailure, ResolveError, ResumeErr
 pub(crate) type TimedOutGates = BTreeSet<(String, String)>;
 
 /// What the runtime asks of an execution's driver.
+///
+/// A driver's channel allocates room for 32 messages when it is created, whether any comes or
+/// not, so the two large messages are boxed: the enum stays 40 bytes, not 104.
 pub(crate) enum DriverMsg {
-    Resume {
-        event_type: String,
-        correlation_key: String,
-        payload: Payload,
-        /// The gate the resume authenticator approved this resume for, when one was asked:
-        /// the resume lands on that gate or on none.
-        gate_id: Option<String>,
-        reply: oneshot::Sender<Result<(), ResumeError>>,
-    },
-    Resolve {
-        step_id: String,
-        verdict: Verdict,
-        operator: Option<String>,
-        reply: oneshot::Sender<Result<(), ResolveError>>,
-    },
+    Resume(Box<ResumeMsg>),
+    Resolve(Box<ResolveMsg>),
     Cancel {
         reason: Option<String>,
         reply: oneshot::Sender<Result<(), CancelError>>,
     },
     /// The timer task: the deadline of `gate_id` has passed. Unanswered: a deadline whose gate
     /// no longer waits for it is ignored.
-    Deadline { gate_id: String, deadline_ms: u64 },
+    Deadline {
+        gate_id: String,
+        deadline_ms: u64,
+    },
     /// A child this execution waits for has ended; `payload` is its marker (LD-015).
     /// Unanswered: an end whose gate no longer waits is ignored.
     ChildEnded {
         child: ExecutionId,
         payload: Payload,
     },
+}
+
+/// A resume for the execution's gate (`Runtime::resume`).
+pub(crate) struct ResumeMsg {
+    pub(crate) event_type: String,
+    pub(crate) correlation_key: String,
+    pub(crate) payload: Payload,
+    /// The gate the resume authenticator approved this resume for, when one was asked: the
+    /// resume lands on that gate or on none.
+    pub(crate) gate_id: Option<String>,
+    pub(crate) reply: oneshot::Sender<Result<(), ResumeError>>,
+}
+
+/// An operator's verdict on a step in doubt (`Runtime::resolve`).
+pub(crate) struct ResolveMsg {
+    pub(crate) step_id: String,
+    pub(crate) verdict: Verdict,
+    pub(crate) operator: Option<String>,
+    pub(crate) reply: oneshot::Sender<Result<(), ResolveError>>,
 }
 
 /// How a driver ended, with the execution's state as it left it.
@@ -167,12 +179,13 @@ pub(crate) fn refuse_ended(
 ) {
     let execution = execution.clone();
     match message {
-        DriverMsg::Resume {
-            event_type,
-            correlation_key,
-            reply,
-            ..
-        } => {
+        DriverMsg::Resume(resume) => {
+            let ResumeMsg {
+                event_type,
+                correlation_key,
+                reply,
+                ..
+            } = *resume;
             let key = (event_type, correlation_key);
             let error = if timed_out.contains(&key) {
                 ResumeError::TimedOut {
@@ -189,7 +202,8 @@ pub(crate) fn refuse_ended(
             };
             drop(reply.send(Err(error)))
         }
-        DriverMsg::Resolve { step_id, reply, .. } => {
+        DriverMsg::Resolve(resolve) => {
+            let ResolveMsg { step_id, reply, .. } = *resolve;
             let error = if in_doubt.contains(&step_id) {
                 ResolveError::InDoubtWhenEnded { execution, step_id }
             } else {
@@ -206,12 +220,16 @@ pub(crate) fn refuse_ended(
 pub(crate) fn refuse_unknown(execution: &ExecutionId, message: DriverMsg) {
     let execution = execution.clone();
     match message {
-        DriverMsg::Resume { reply, .. } => {
-            drop(reply.send(Err(ResumeError::UnknownExecution { execution })))
-        }
-        DriverMsg::Resolve { reply, .. } => {
-            drop(reply.send(Err(ResolveError::UnknownExecution { execution })))
-        }
+        DriverMsg::Resume(resume) => drop(
+            resume
+                .reply
+                .send(Err(ResumeError::UnknownExecution { execution })),
+        ),
+        DriverMsg::Resolve(resolve) => drop(
+            resolve
+                .reply
+                .send(Err(ResolveError::UnknownExecution { execution })),
+        ),
         DriverMsg::Cancel { reply, .. } => {
             drop(reply.send(Err(CancelError::UnknownExecution { execution })))
         }
@@ -222,8 +240,8 @@ pub(crate) fn refuse_unknown(execution: &ExecutionId, message: DriverMsg) {
 /// Answers a message after the driver failed.
 pub(crate) fn refuse_failed(execution: &ExecutionId, message: DriverMsg, detail: &str) {
     let reply = match message {
-        DriverMsg::Resume { reply, .. } => Reply::Resume(reply),
-        DriverMsg::Resolve { reply, .. } => Reply::Resolve(reply),
+        DriverMsg::Resume(resume) => Reply::Resume(resume.reply),
+        DriverMsg::Resolve(resolve) => Reply::Resolve(resolve.reply),
         DriverMsg::Cancel { reply, .. } => Reply::Cancel(reply),
         DriverMsg::Deadline { gate_id, .. } => {
             tracing::warn!(%execution, gate = %gate_id, "a deadline passed for an execution whose driver failed");
@@ -235,4 +253,20 @@ pub(crate) fn refuse_failed(execution: &ExecutionId, message: DriverMsg, detail:
         }
     };
     reply.fail(execution, detail);
+}
+
+#[cfg(test)]
+mod tests {
+    use super::DriverMsg;
+
+    /// Every driver's channel allocates a block of 32 messages when it is created: a large
+    /// variant added unboxed would cost every running execution 32 times its size.
+    #[test]
+    fn a_driver_message_stays_small() {
+        assert!(
+            std::mem::size_of::<DriverMsg>() <= 40,
+            "DriverMsg is {} bytes",
+            std::mem::size_of::<DriverMsg>()
+        );
+    }
 }

@@ -34,7 +34,8 @@ use crate::runtime::flow::FlowError;
 use crate::runtime::history::History;
 use crate::runtime::machine::{self, Dispatch, GateMiss, Held, VerdictMiss};
 use crate::runtime::mailbox::{
-    DriverMsg, Exit, FlowWaker, NewExecution, Reply, TimedOutGates, refuse_ended, refuse_failed,
+    DriverMsg, Exit, FlowWaker, NewExecution, Reply, ResolveMsg, ResumeMsg, TimedOutGates,
+    refuse_ended, refuse_failed,
 };
 use crate::runtime::markers::is_timed_out_payload;
 use crate::runtime::slots::Inner;
@@ -273,41 +274,44 @@ fn handle(
     machine: &mut Machine,
 ) {
     match message {
-        DriverMsg::Resume {
-            event_type,
-            correlation_key,
-            payload,
-            gate_id,
-            reply,
-        } => match ctx.state().resume_gate(
-            &event_type,
-            &correlation_key,
-            payload,
-            gate_id.as_deref(),
-        ) {
-            Ok(_) => machine.reply_when_durable(Reply::Resume(reply)),
-            Err(miss) => {
-                let execution = execution.clone();
-                let error = match miss {
-                    GateMiss::NoPendingGate => ResumeError::NoPendingGate {
-                        execution,
-                        event_type,
-                        correlation_key,
-                    },
-                    GateMiss::TimedOut => ResumeError::TimedOut {
-                        execution,
-                        event_type,
-                        correlation_key,
-                    },
-                    GateMiss::Reserved => ResumeError::ReservedGate {
-                        execution,
-                        event_type,
-                    },
-                    GateMiss::ReservedPayload => ResumeError::ReservedPayload { execution },
-                };
-                let _ = reply.send(Err(error));
+        DriverMsg::Resume(resume) => {
+            let ResumeMsg {
+                event_type,
+                correlation_key,
+                payload,
+                gate_id,
+                reply,
+            } = *resume;
+            match ctx.state().resume_gate(
+                &event_type,
+                &correlation_key,
+                payload,
+                gate_id.as_deref(),
+            ) {
+                Ok(_) => machine.reply_when_durable(Reply::Resume(reply)),
+                Err(miss) => {
+                    let execution = execution.clone();
+                    let error = match miss {
+                        GateMiss::NoPendingGate => ResumeError::NoPendingGate {
+                            execution,
+                            event_type,
+                            correlation_key,
+                        },
+                        GateMiss::TimedOut => ResumeError::TimedOut {
+                            execution,
+                            event_type,
+                            correlation_key,
+                        },
+                        GateMiss::Reserved => ResumeError::ReservedGate {
+                            execution,
+                            event_type,
+                        },
+                        GateMiss::ReservedPayload => ResumeError::ReservedPayload { execution },
+                    };
+                    let _ = reply.send(Err(error));
+                }
             }
-        },
+        }
         DriverMsg::Deadline {
             gate_id,
             deadline_ms,
@@ -322,20 +326,23 @@ fn handle(
                 tracing::debug!(%child, "the end of a child no gate waits for is ignored");
             }
         }
-        DriverMsg::Resolve {
-            step_id,
-            verdict,
-            operator,
-            reply,
-        } => match ctx.state().resolve(&step_id, verdict, operator) {
-            Ok(()) => machine.reply_when_durable(Reply::Resolve(reply)),
-            Err(VerdictMiss::NotInDoubt) => {
-                let _ = reply.send(Err(ResolveError::NotInDoubt {
-                    execution: execution.clone(),
-                    step_id,
-                }));
+        DriverMsg::Resolve(resolve) => {
+            let ResolveMsg {
+                step_id,
+                verdict,
+                operator,
+                reply,
+            } = *resolve;
+            match ctx.state().resolve(&step_id, verdict, operator) {
+                Ok(()) => machine.reply_when_durable(Reply::Resolve(reply)),
+                Err(VerdictMiss::NotInDoubt) => {
+                    let _ = reply.send(Err(ResolveError::NotInDoubt {
+                        execution: execution.clone(),
+                        step_id,
+                    }));
+                }
             }
-        },
+        }
         DriverMsg::Cancel { reason, reply } => {
             // The effects the cancel cuts off are recorded in doubt before the end (K9).
             let mut state = ctx.state();
