@@ -4,7 +4,10 @@
 //! - `seq`: one execution doing 1,000 sequential steps;
 //! - `one_step_executions`: 1,000 executions of one step each, one after another (start, step,
 //!   completion, each waited for);
-//! - `concurrent`: 1,000 executions of 10 steps each, all at once;
+//! - `concurrent`: 1,000 executions of 10 steps each, all at once, the process's first burst;
+//! - `concurrent_warm`: the same again, once the store has settled: the first burst also pays
+//!   for growing the allocator's heaps (glibc grows a thread's arena a page at a time, one
+//!   `mprotect` each), which a process that keeps running pays once;
 //! - `resume`: from `resume()` to the flow running again, over 200 gates;
 //! - `raw_fsync`, first: one 4 KiB write + fsync at a time on the same disk, for scale.
 //!
@@ -51,6 +54,28 @@ async fn run_to_completion(loom: &Runtime<DiskStore>, name: &str, steps: u64) {
         .expect("start");
     let state = loom.wait(&e).await.expect("wait");
     assert_eq!(state.status(), ExecutionStatus::Completed, "{name}");
+}
+
+/// Starts 1,000 executions of 10 steps at once (ids `<prefix>-<n>`) and waits for all of them:
+/// how long that took, and each execution's time from its start to its end.
+async fn burst(loom: &Runtime<DiskStore>, prefix: &str) -> (Duration, Vec<Duration>) {
+    let start = Instant::now();
+    let tasks: Vec<_> = (0..1000)
+        .map(|n| {
+            let loom = loom.clone();
+            let name = format!("{prefix}-{n}");
+            tokio::spawn(async move {
+                let began = Instant::now();
+                run_to_completion(&loom, &name, 10).await;
+                began.elapsed()
+            })
+        })
+        .collect();
+    let mut latencies = Vec::new();
+    for task in tasks {
+        latencies.push(task.await.expect("task"));
+    }
+    (start.elapsed(), latencies)
 }
 
 /// Waits until the store's tables hold everything acknowledged (an index read asks its applier
@@ -159,31 +184,14 @@ fn main() {
                 "execution",
             );
         }
-        settle(&tables).await;
         if runs("concurrent") {
-            // (c) 1,000 executions of 10 steps, concurrently.
-            let start = Instant::now();
-            let tasks: Vec<_> = (0..1000)
-                .map(|n| {
-                    let loom = loom.clone();
-                    tokio::spawn(async move {
-                        let began = Instant::now();
-                        run_to_completion(&loom, &format!("conc-{n}"), 10).await;
-                        began.elapsed()
-                    })
-                })
-                .collect();
-            let mut latencies = Vec::new();
-            for task in tasks {
-                latencies.push(task.await.expect("task"));
+            // (c) 1,000 executions of 10 steps, concurrently: the first burst, then another,
+            // each on a settled store.
+            for (name, prefix) in [("concurrent", "conc"), ("concurrent_warm", "warm")] {
+                settle(&tables).await;
+                let (elapsed, latencies) = burst(&loom, prefix).await;
+                report(name, 10_000, elapsed, latencies, "execution");
             }
-            report(
-                "concurrent",
-                10_000,
-                start.elapsed(),
-                latencies,
-                "execution",
-            );
         }
         settle(&tables).await;
         if runs("resume") {
