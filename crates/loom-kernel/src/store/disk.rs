@@ -1349,13 +1349,15 @@ impl RawPage {
         execution: &ExecutionId,
         from: u64,
     ) -> Result<bool, ReadError> {
-        let tables = last_commit_tables(shared)?;
-        let head = head_of(&tables.heads, execution.as_str()).map_err(ReadError::storage)?;
-        if head > from {
-            return Ok(false);
-        }
-        Self::fetch_from(&tables.events, execution, from, 0, head)?;
-        Ok(true)
+        on_callers_thread(|| {
+            let tables = last_commit_tables(shared)?;
+            let head = head_of(&tables.heads, execution.as_str()).map_err(ReadError::storage)?;
+            if head > from {
+                return Ok(false);
+            }
+            Self::fetch_from(&tables.events, execution, from, 0, head)?;
+            Ok(true)
+        })
     }
 
     /// A page of records held in memory only, seqs `held.first_seq..`.
@@ -1560,8 +1562,21 @@ fn read_head(shared: &Shared, execution: &ExecutionId) -> Result<u64, ReadError>
     if let Some(head) = shared.pending.head(execution.as_str()) {
         return Ok(head);
     }
-    let tables = last_commit_tables(shared)?;
-    head_of(&tables.heads, execution.as_str()).map_err(ReadError::storage)
+    on_callers_thread(|| {
+        let tables = last_commit_tables(shared)?;
+        head_of(&tables.heads, execution.as_str()).map_err(ReadError::storage)
+    })
+}
+
+/// Runs a lookup in the tables on the caller's thread. redb may panic on a damaged page that
+/// it was not asked to verify (`verify_on_open` off): that is reported as a damaged file, as a
+/// read on the blocking pool reports it, instead of unwinding into the caller's task.
+fn on_callers_thread<T>(lookup: impl FnOnce() -> Result<T, ReadError>) -> Result<T, ReadError> {
+    catch_unwind(AssertUnwindSafe(lookup)).unwrap_or_else(|panic| {
+        Err(ReadError::Storage {
+            source: StorageError::msg(panic_message(&panic)),
+        })
+    })
 }
 
 /// `heads` and `events` for a new execution's lookups: the last commit's snapshot, or, where
@@ -1738,6 +1753,15 @@ impl EventStore for DiskStore {
                 let (key, _) = entry.map_err(ReadError::storage)?;
                 let id = key.value().1;
                 let head = head_of(&heads, id).map_err(ReadError::storage)?;
+                if head == 0 {
+                    // Every filed execution has events (a deletion unfiles it in the same
+                    // commit): an id without is a damaged key, not an execution to list.
+                    return Err(ReadError::Storage {
+                        source: StorageError::msg(format!(
+                            "the store file is damaged: the status index files execution {id}, which has no log"
+                        )),
+                    });
+                }
                 executions.push(ExecutionSummary {
                     id: ExecutionId::from_stored(id).map_err(ReadError::storage)?,
                     head,

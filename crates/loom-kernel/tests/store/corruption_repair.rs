@@ -442,3 +442,173 @@ async fn a_damaged_feed_row_is_reported() {
         );
     }
 }
+
+/// Everything a store answers about three executions, as text: two stores answer alike when
+/// every log, head, listing, status count and the feed are the same.
+async fn everything_read(store: &DiskStore, names: &[&str]) -> Result<String, ReadError> {
+    use loom_kernel::{EventStoreExt, ExecutionStatus, StatusFilter};
+    let mut out = String::new();
+    for name in names {
+        let e = id(name);
+        let head = store.head(&e).await?;
+        out += &format!("{name}: head {head} log {:?}\n", store.read_all(&e).await?);
+    }
+    out += &format!("listed {:?}\n", store.list_all_executions().await?);
+    out += &format!("counts {:?}\n", store.count_by_status().await?);
+    for status in [ExecutionStatus::Running, ExecutionStatus::Completed] {
+        let listed = store
+            .list_by_status(StatusFilter::Status(status), None, 100)
+            .await?;
+        out += &format!("{status:?}: {listed:?}\n");
+    }
+    out += &format!("feed {:?}\n", store.read_feed(0, 1000).await?);
+    Ok(out)
+}
+
+/// How the opens and reads of a copy with one flipped byte went, over many bytes.
+#[derive(Debug, Default)]
+struct FlipOutcomes {
+    /// The open refused the file.
+    refused: usize,
+    /// A read reported the damage.
+    reported: usize,
+    /// Everything read back as before (the byte was not in use).
+    same: usize,
+    /// Something read back otherwise, without an error: the byte offsets.
+    wrong: Vec<usize>,
+    /// A read unwound into the caller's task: the byte offsets.
+    panicked: Vec<usize>,
+}
+
+/// A byte flipped anywhere in a store file: with `verify_on_open` (the default) the open
+/// refuses the file or everything reads back as it was written; with it off, no read unwinds
+/// into the caller's task (redb panics on some damaged pages: the store reports them as a
+/// damaged file). Which damage the unverified reads do not see is in `docs/STORAGE.md`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_byte_flipped_anywhere_is_refused_or_reads_back_right() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("sweep.redb");
+    let names = ["alpha", "beta", "gamma"];
+    {
+        let store = DiskStore::open(&path).unwrap();
+        for (n, name) in names.iter().enumerate() {
+            let e = id(name);
+            let mut head = store.append(&e, 0, &[started("f")]).await.unwrap();
+            for i in 0..(3 + n * 4) {
+                head = store
+                    .append(&e, head, &[tagged(json!({"i": i}))])
+                    .await
+                    .unwrap();
+            }
+            if n == 1 {
+                store
+                    .append(&e, head, &[loom_kernel::conformance::completed()])
+                    .await
+                    .unwrap();
+            }
+        }
+    }
+    let expected = everything_read(&DiskStore::open(&path).unwrap(), &names)
+        .await
+        .unwrap();
+    let original = std::fs::read(&path).unwrap();
+    let journal = std::fs::read(path.with_file_name("sweep.redb.journal")).unwrap();
+    // A few offsets into every page in use: headers, keys, values, the page's end.
+    let offsets = [
+        0, 1, 2, 8, 12, 16, 31, 40, 64, 100, 200, 511, 1024, 2047, 4095,
+    ];
+    let positions: Vec<usize> = original
+        .chunks(4096)
+        .enumerate()
+        .filter(|(_, page)| page.iter().any(|byte| *byte != 0))
+        .flat_map(|(page, bytes)| {
+            offsets
+                .iter()
+                .filter(move |offset| **offset < bytes.len())
+                .map(move |offset| page * 4096 + offset)
+        })
+        .collect();
+    assert!(positions.len() > 100, "{} positions", positions.len());
+    for verify_on_open in [true, false] {
+        let config = loom_kernel::DiskStoreConfig {
+            verify_on_open,
+            ..loom_kernel::DiskStoreConfig::default()
+        };
+        let mut outcomes = FlipOutcomes::default();
+        for &at in &positions {
+            let case = dir.path().join("case.redb");
+            let mut bytes = original.clone();
+            bytes[at] ^= 0x10;
+            std::fs::write(&case, &bytes).unwrap();
+            std::fs::write(dir.path().join("case.redb.journal"), &journal).unwrap();
+            let Ok(store) = DiskStore::open_with(&case, config.clone()) else {
+                outcomes.refused += 1;
+                continue;
+            };
+            // Read on a task of its own: a panic that unwinds out of the store ends the task.
+            let read = tokio::spawn({
+                let store = store.clone();
+                async move { everything_read(&store, &names).await }
+            })
+            .await;
+            match read {
+                Err(_) => outcomes.panicked.push(at),
+                Ok(Err(_)) => outcomes.reported += 1,
+                Ok(Ok(got)) if got == expected => outcomes.same += 1,
+                Ok(Ok(_)) => outcomes.wrong.push(at),
+            }
+            drop(store);
+            std::fs::remove_file(&case).unwrap();
+        }
+        assert!(
+            outcomes.panicked.is_empty(),
+            "verify_on_open {verify_on_open}: {outcomes:?}"
+        );
+        if verify_on_open {
+            assert!(outcomes.wrong.is_empty(), "{outcomes:?}");
+            assert!(outcomes.refused > 0, "{outcomes:?}");
+        }
+    }
+}
+
+/// A damaged key in the status index names an execution that has no log: a listing by status
+/// reports it instead of listing an execution that is not there.
+#[tokio::test]
+async fn a_status_index_key_naming_no_log_is_reported() {
+    use loom_kernel::{ExecutionStatus, StatusFilter, status_code};
+    type ByStatus<'a> = redb::Table<'a, (u8, &'static str), ()>;
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("by-status.redb");
+    closed_store_with(
+        &path,
+        "filed",
+        &[
+            vec![started("f")],
+            vec![loom_kernel::conformance::completed()],
+        ],
+    )
+    .await;
+    {
+        let db = redb::Database::create(&path).unwrap();
+        let txn = db.begin_write().unwrap();
+        {
+            let mut by_status: ByStatus<'_> = txn
+                .open_table(redb::TableDefinition::new("by_status"))
+                .unwrap();
+            let completed = status_code(ExecutionStatus::Completed);
+            by_status.remove((completed, "filed")).unwrap();
+            by_status.insert((completed, "filez"), ()).unwrap();
+        }
+        txn.commit().unwrap();
+    }
+    let store = open_unverified(&path);
+    let err = store
+        .list_by_status(StatusFilter::Status(ExecutionStatus::Completed), None, 10)
+        .await
+        .unwrap_err();
+    assert!(
+        err.to_string()
+            .contains("the status index files execution filez, which has no log"),
+        "{err}"
+    );
+}
