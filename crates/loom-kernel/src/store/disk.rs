@@ -1,9 +1,11 @@
-//! The embedded disk store, on redb, with a journal and group commit (layout 4: LD-027, LD-036).
+//! The embedded disk store, on redb, with a journal and group commit (layout 5: LD-027, LD-036,
+//! LD-037).
 //!
 //! # Layout
 //! - `events`: `(execution id, first seq) -> ` the records of one append (`disk/runs.rs`), in the
 //!   record form of [`crate::envelope`]; a row written by layout 3 or before holds one record.
-//! - `heads`: `execution id -> next seq` (read to fence appends and to list executions).
+//! - `heads`: `execution id -> next seq` with a check of the id and the head (`disk/heads.rs`;
+//!   read to fence appends and to list executions).
 //! - `tails`: `execution id -> ` its [`ExecutionTail`] (read to validate appends).
 //! - `by_status`: `(index code, execution id)`, one range per status listing.
 //! - `ended`: `(ended at ms, execution id)`, read by retention, oldest first.
@@ -18,9 +20,9 @@
 //!   the tables stand in the journal.
 //!
 //! Beside the file, its journal (`journal.rs`): every commit is one record there, durable
-//! before the commit is applied to the tables. Files of layouts 1 to 3 are brought to layout 4
-//! when opened for writing (`open.rs`); a layout 3 file needs no rewrite (its rows are rows of
-//! one event).
+//! before the commit is applied to the tables. Files of layouts 1 to 4 are brought to layout 5
+//! when opened for writing (`open.rs`); layouts 3 and 4 need only their `heads` values rewritten
+//! with their check (layout 3's rows are rows of one event).
 //!
 //! # Group commit
 //! One writer thread owns the journal. Callers encode their events on their own task, send the
@@ -56,6 +58,7 @@ use redb::{Database, ReadableDatabase, ReadableTable, ReadableTableMetadata, Tab
 use tokio::sync::oneshot;
 
 mod apply;
+mod heads;
 mod listing;
 mod open;
 mod pending;
@@ -104,11 +107,12 @@ const FEED_NEXT: &str = "feed_next";
 const JOURNAL_GENERATION: &str = "journal_generation";
 const JOURNAL_END: &str = "journal_end";
 
-/// The layout version of the file: 4, the tables of layout 3 (those of layout 2 with a journal
-/// in front, LD-027) with one events row and one feed row per append (LD-036). A file with
-/// another one is refused on open, except files of versions 1 to 3, which are brought to this
-/// one when opened for writing (versions 2 and 3 are also read as they are, read-only).
-pub(super) const STORE_FORMAT: u64 = 4;
+/// The layout version of the file: 5, the tables of layout 3 (those of layout 2 with a journal
+/// in front, LD-027) with one events row and one feed row per append (layout 4, LD-036) and
+/// `heads` values that carry a check of their id and head (LD-037, `disk/heads.rs`). A file
+/// with another one is refused on open, except files of versions 1 to 4, which are brought to
+/// this one when opened for writing (versions 2 to 4 are also read as they are, read-only).
+pub(super) const STORE_FORMAT: u64 = 5;
 
 /// Settings of a [`DiskStore`].
 #[derive(Debug, Clone)]
@@ -1154,7 +1158,9 @@ impl<'txn> WriteTables<'txn> {
                 )?;
                 self.wake.apply(&queued.execution, &queued.changes)?;
             }
-            self.heads.insert(id, head).map_err(StorageError::new)?;
+            self.heads
+                .insert(id, heads::encode(id, head)?)
+                .map_err(StorageError::new)?;
             self.tails
                 .insert(id, tail.encode().as_slice())
                 .map_err(StorageError::new)?;
@@ -1500,12 +1506,13 @@ fn tail_of(
     }
 }
 
-/// The head of `id`'s log in `heads` (its length), 0 for a log the tables do not hold.
-fn head_of(
-    heads: &impl ReadableTable<&'static str, u64>,
-    id: &str,
-) -> Result<u64, redb::StorageError> {
-    Ok(heads.get(id)?.map_or(0, |head| head.value()))
+/// The head of `id`'s log in `heads` (its length), 0 for a log the tables do not hold; an
+/// error when the stored value does not belong to `id` (`disk/heads.rs`).
+fn head_of(heads: &impl ReadableTable<&'static str, u64>, id: &str) -> Result<u64, StorageError> {
+    match heads.get(id).map_err(StorageError::new)? {
+        Some(value) => heads::decode(id, value.value()),
+        None => Ok(0),
+    }
 }
 
 /// How many times a log is read when the events held for it do not follow the tables (they
@@ -1708,11 +1715,9 @@ impl EventStore for DiskStore {
                 .take(limit + 1)
             {
                 let (id, head) = entry.map_err(ReadError::storage)?;
+                let head = heads::decode(id.value(), head.value()).map_err(ReadError::storage)?;
                 let id = ExecutionId::from_stored(id.value()).map_err(ReadError::storage)?;
-                executions.push(ExecutionSummary {
-                    id,
-                    head: head.value(),
-                });
+                executions.push(ExecutionSummary { id, head });
             }
             Ok(ExecutionPage::from_one_extra(executions, limit))
         })

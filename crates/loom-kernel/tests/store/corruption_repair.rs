@@ -612,3 +612,69 @@ async fn a_status_index_key_naming_no_log_is_reported() {
         "{err}"
     );
 }
+
+/// A damaged `heads` value (a flipped bit) or key (the value moved under another id): with
+/// `verify_on_open` off redb does not see it; the value's check binds it to its id and head, so
+/// the head is refused where it is read instead of read back wrong, and a listing reports the
+/// moved one instead of listing an execution that is not there.
+#[tokio::test]
+async fn a_damaged_head_is_reported_not_read_back() {
+    use loom_kernel::EventStoreExt;
+    use redb::ReadableTable;
+    type Heads<'a> = redb::Table<'a, &'static str, u64>;
+    type Damage = fn(&mut Heads<'_>);
+    let cases: [(&str, Damage); 3] = [
+        ("a flipped bit of the head", |heads| {
+            let value = heads.get("keyed").unwrap().unwrap().value();
+            heads.insert("keyed", value ^ 0b100).unwrap();
+        }),
+        ("a flipped bit of the check", |heads| {
+            let value = heads.get("keyed").unwrap().unwrap().value();
+            heads.insert("keyed", value ^ (1 << 60)).unwrap();
+        }),
+        ("the value moved under another id", |heads| {
+            let value = heads.remove("keyed").unwrap().unwrap().value();
+            heads.insert("keyeD", value).unwrap();
+        }),
+    ];
+    let dir = tempfile::tempdir().unwrap();
+    for (n, (case, damage)) in cases.into_iter().enumerate() {
+        let path = dir.path().join(format!("heads-{n}.redb"));
+        closed_store_with(
+            &path,
+            "keyed",
+            &[vec![started("f"), tagged(json!(1))], vec![tagged(json!(2))]],
+        )
+        .await;
+        {
+            let db = redb::Database::create(&path).unwrap();
+            let txn = db.begin_write().unwrap();
+            damage(
+                &mut txn
+                    .open_table(redb::TableDefinition::<&str, u64>::new("heads"))
+                    .unwrap(),
+            );
+            txn.commit().unwrap();
+        }
+        let store = open_unverified(&path);
+        let e = id("keyed");
+        assert!(store.read_all(&e).await.is_err(), "{case}: the log");
+        let listed = store.list_all_executions().await;
+        if n < 2 {
+            let err = store.head(&e).await.unwrap_err();
+            assert!(
+                err.to_string()
+                    .contains("the head stored for execution keyed does not match its check"),
+                "{case}: {err}"
+            );
+            assert!(listed.is_err(), "{case}: {listed:?}");
+        } else {
+            let err = listed.unwrap_err();
+            assert!(
+                err.to_string()
+                    .contains("the head stored for execution keyeD does not match its check"),
+                "{case}: {err}"
+            );
+        }
+    }
+}

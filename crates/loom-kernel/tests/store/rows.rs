@@ -66,11 +66,64 @@ async fn every_slice_of_a_log_and_every_feed_position_read_back_from_the_tables(
     }
 }
 
-/// Rewrites a closed layout 4 store whose appends were all of one event as a layout 3 build
-/// wrote it: each `events` row a bare record, the format 3.
+/// The bits of a layout 5 `heads` value that hold the head; above them, its check.
+const HEAD_BITS: u64 = (1 << 48) - 1;
+
+/// Rewrites every `heads` value without its check, as builds before layout 5 wrote them.
+fn untag_heads(txn: &redb::WriteTransaction) {
+    let mut heads = txn
+        .open_table(redb::TableDefinition::<&str, u64>::new("heads"))
+        .unwrap();
+    let values: Vec<(String, u64)> = heads
+        .iter()
+        .unwrap()
+        .map(|row| {
+            let (id, value) = row.unwrap();
+            (id.value().to_owned(), value.value())
+        })
+        .collect();
+    for (id, value) in values {
+        assert_ne!(value & !HEAD_BITS, 0, "a checked head");
+        heads.insert(id.as_str(), value & HEAD_BITS).unwrap();
+    }
+}
+
+/// The `heads` values of the closed store at `path`, as stored.
+fn stored_heads(path: &Path) -> Vec<(String, u64)> {
+    let db = redb::Database::create(path).unwrap();
+    let txn = db.begin_read().unwrap();
+    let heads = txn
+        .open_table(redb::TableDefinition::<&str, u64>::new("heads"))
+        .unwrap();
+    heads
+        .iter()
+        .unwrap()
+        .map(|row| {
+            let (id, value) = row.unwrap();
+            (id.value().to_owned(), value.value())
+        })
+        .collect()
+}
+
+/// Rewrites a closed store as a layout 4 build wrote it: its `heads` values without their
+/// check, the format 4.
+fn as_layout_4(path: &Path) {
+    let db = redb::Database::create(path).unwrap();
+    let txn = db.begin_write().unwrap();
+    untag_heads(&txn);
+    txn.open_table(redb::TableDefinition::<&str, u64>::new("meta"))
+        .unwrap()
+        .insert("format", 4)
+        .unwrap();
+    txn.commit().unwrap();
+}
+
+/// Rewrites a closed store whose appends were all of one event as a layout 3 build wrote it:
+/// each `events` row a bare record, the `heads` values without their check, the format 3.
 fn as_layout_3(path: &Path) {
     let db = redb::Database::create(path).unwrap();
     let txn = db.begin_write().unwrap();
+    untag_heads(&txn);
     {
         let definition = redb::TableDefinition::<(&str, u64), &[u8]>::new("events");
         let mut events = txn.open_table(definition).unwrap();
@@ -107,7 +160,7 @@ fn format_of(path: &Path) -> u64 {
 }
 
 #[tokio::test]
-async fn a_layout_3_file_reads_as_it_is_and_goes_on_in_layout_4() {
+async fn a_layout_3_file_reads_as_it_is_and_goes_on_in_layout_5() {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("three.redb");
     let e = id("old");
@@ -140,7 +193,13 @@ async fn a_layout_3_file_reads_as_it_is_and_goes_on_in_layout_4() {
         store.append(&e, 3, &more).await.unwrap();
         log.extend(more);
     }
-    assert_eq!(format_of(&path), 4);
+    assert_eq!(format_of(&path), 5);
+    assert!(
+        stored_heads(&path)
+            .iter()
+            .all(|(_, value)| value & !HEAD_BITS != 0),
+        "every head checked"
+    );
     let store = DiskStore::open(&path).unwrap();
     for from in 0..log.len() as u64 {
         let read = store.read(&e, from, 100).await.unwrap();
@@ -259,7 +318,7 @@ fn journal_of(store: &Path) -> std::path::PathBuf {
 }
 
 /// A layout 3 store that crashed with commits in its journal (its tables at their last
-/// checkpoint): the open brings it to layout 4 first, then applies the journal as runs.
+/// checkpoint): the open brings it to layout 5 first, then applies the journal as runs.
 #[tokio::test]
 async fn a_layout_3_crash_image_opens_with_its_journal_applied() {
     let dir = tempfile::tempdir().unwrap();
@@ -280,7 +339,7 @@ async fn a_layout_3_crash_image_opens_with_its_journal_applied() {
     let feed = store.read_feed(0, 100).await.unwrap();
     assert_eq!(feed.len(), log.len());
     drop(store);
-    assert_eq!(format_of(&image), 4);
+    assert_eq!(format_of(&image), 5);
     let store = DiskStore::open(&image).unwrap();
     for from in 0..log.len() as u64 {
         assert_eq!(
@@ -322,4 +381,46 @@ async fn reads_past_the_end_of_rows_of_many_events_are_empty() {
         1,
         "a limit of 0 reads as 1"
     );
+}
+
+/// A layout 4 file (its `heads` values without their check) reads as it is read-only and
+/// changes nothing; opened for writing it is brought to layout 5, every head rewritten with its
+/// check, in one commit, and reads the same.
+#[tokio::test]
+async fn a_layout_4_file_reads_as_it_is_and_gets_checked_heads_in_layout_5() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("four.redb");
+    let names: Vec<String> = (0..5000).map(|n| format!("e{n:05}")).collect();
+    {
+        let store = DiskStore::open(&path).unwrap();
+        for (n, name) in names.iter().enumerate() {
+            let mut events = vec![started("f")];
+            events.extend((0..n % 3).map(|i| tagged(json!(i))));
+            store.append(&id(name), 0, &events).await.unwrap();
+        }
+    }
+    as_layout_4(&path);
+    let untagged = stored_heads(&path);
+    assert_eq!(untagged.len(), names.len());
+    let read = |store: DiskStore| async move {
+        let listed = store.list_all_executions().await.unwrap();
+        let mut heads = Vec::new();
+        for summary in &listed {
+            heads.push(store.head(&summary.id).await.unwrap());
+        }
+        (listed, heads, store.read_feed(0, 100_000).await.unwrap())
+    };
+    let before = read(DiskStore::open_read_only(&path, DiskStoreConfig::default()).unwrap()).await;
+    assert_eq!(before.0.len(), names.len());
+    assert_eq!(format_of(&path), 4, "a read-only open changes nothing");
+    assert_eq!(stored_heads(&path), untagged);
+    let after = read(DiskStore::open(&path).unwrap()).await;
+    assert_eq!(before, after);
+    assert_eq!(format_of(&path), 5);
+    let tagged = stored_heads(&path);
+    for ((id, old), (same_id, new)) in untagged.iter().zip(&tagged) {
+        assert_eq!(id, same_id);
+        assert_eq!(new & HEAD_BITS, *old, "{id}");
+        assert_ne!(new & !HEAD_BITS, 0, "{id} checked");
+    }
 }

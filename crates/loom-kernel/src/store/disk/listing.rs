@@ -256,12 +256,7 @@ pub(super) fn query(
         .open_table(BY_STATUS_START)
         .map_err(ReadError::storage)?;
     let limit = query.page_size();
-    let head_of = |id: &str| -> Result<u64, ReadError> {
-        Ok(heads
-            .get(id)
-            .map_err(ReadError::storage)?
-            .map_or(0, |v| v.value()))
-    };
+    let head_of = |id: &str| super::head_of(&heads, id).map_err(ReadError::storage);
     let row_of = |code: u8, start: u64, id: &str, ended: Option<u64>, flow: &str| {
         let status = status_from_code(code).ok_or_else(|| {
             ReadError::storage(StorageError::msg(format!(

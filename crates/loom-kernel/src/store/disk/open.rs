@@ -1,6 +1,7 @@
 //! Opening the store file: its layout read or brought up to date, its journal checked and the
 //! commits the tables lack applied (`docs/STORAGE.md`, "The journal", "Older layouts").
 
+use std::ops::Bound;
 use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::path::Path;
 
@@ -11,7 +12,7 @@ use super::super::tail::ExecutionTail;
 use super::{
     BY_STATUS, Db, DiskStoreConfig, ENDED, EVENTS, FEED, FEED_NEXT, HEADS, JOURNAL_END,
     JOURNAL_GENERATION, META, Mode, OpenError, PURGED, Queued, STORE_FORMAT, TAILS, WriteTables,
-    panic_message,
+    heads, panic_message,
 };
 use crate::envelope::decode_record;
 use crate::id::ExecutionId;
@@ -376,12 +377,16 @@ fn init_tables(db: &Database, journal_path: &Path) -> Result<Layout, StorageErro
                     journal,
                 });
             }
-            // Layout 3 differs only in writing one events row per event: its rows are rows of
-            // one event, and its journal goes on.
-            Some(3) => {
+            // Layout 3 differs from 4 only in writing one events row per event: its rows are
+            // rows of one event, and its journal goes on. Layout 4 differs from 5 only in the
+            // check its `heads` values lack (`heads.rs`): they are rewritten with it.
+            Some(version @ (3 | 4)) => {
                 let journal = journal.ok_or_else(|| {
-                    StorageError::msg("the layout 3 store records no journal position")
+                    StorageError::msg(format!(
+                        "the layout {version} store records no journal position"
+                    ))
                 })?;
+                let tagged = tag_heads(&txn)?;
                 {
                     let mut meta = txn.open_table(META).map_err(StorageError::new)?;
                     meta.insert("format", STORE_FORMAT)
@@ -389,7 +394,8 @@ fn init_tables(db: &Database, journal_path: &Path) -> Result<Layout, StorageErro
                 }
                 txn.commit().map_err(StorageError::new)?;
                 tracing::info!(
-                    "store file brought from layout 3 to {STORE_FORMAT} (one events row per append)"
+                    tagged,
+                    "store file brought from layout {version} to {STORE_FORMAT} (checked heads)"
                 );
                 return Ok(Layout::Current {
                     feed_next: stored_feed_next,
@@ -409,6 +415,7 @@ fn init_tables(db: &Database, journal_path: &Path) -> Result<Layout, StorageErro
             None => Some(0),
         };
         let feed_next = feed_next.unwrap_or_default();
+        tag_heads(&txn)?;
         begin_journal(journal_path)?;
         let mut meta = txn.open_table(META).map_err(StorageError::new)?;
         meta.insert("format", STORE_FORMAT)
@@ -437,6 +444,40 @@ fn init_tables(db: &Database, journal_path: &Path) -> Result<Layout, StorageErro
     txn.open_table(PURGED).map_err(StorageError::new)?;
     txn.commit().map_err(StorageError::new)?;
     Ok(layout)
+}
+
+/// Rewrites every `heads` value of a file from before layout 5 with its check (`heads.rs`),
+/// in the transaction that records the new version: a crash leaves the file as it was, and the
+/// next open does it again. A few thousand at a time, so a large file needs no copy of its
+/// ids in memory. Returns how many it rewrote.
+fn tag_heads(txn: &redb::WriteTransaction) -> Result<u64, StorageError> {
+    const AT_ONCE: usize = 4096;
+    let mut stored = txn.open_table(HEADS).map_err(StorageError::new)?;
+    let mut after: Option<String> = None;
+    let mut tagged = 0;
+    loop {
+        let lower = after.as_deref().map_or(Bound::Unbounded, Bound::Excluded);
+        let mut chunk = Vec::with_capacity(AT_ONCE);
+        for entry in stored
+            .range::<&str>((lower, Bound::Unbounded))
+            .map_err(StorageError::new)?
+            .take(AT_ONCE)
+        {
+            let (id, value) = entry.map_err(StorageError::new)?;
+            let id = id.value();
+            chunk.push((id.to_owned(), heads::decode(id, value.value())?));
+        }
+        let Some((last, _)) = chunk.last() else {
+            return Ok(tagged);
+        };
+        after = Some(last.clone());
+        for (id, head) in &chunk {
+            stored
+                .insert(id.as_str(), heads::encode(id, *head)?)
+                .map_err(StorageError::new)?;
+            tagged += 1;
+        }
+    }
 }
 
 /// Writes the first journal (generation 1) of a store that has none yet: a new store, or one
@@ -473,8 +514,9 @@ fn read_layout(db: &redb::ReadOnlyDatabase) -> Result<Layout, StorageError> {
             .map_or(0, |v| v.value()))
     };
     match format {
-        // Layout 3 reads as layout 4: its rows are rows of one event.
-        Some(STORE_FORMAT | 3) => Ok(Layout::Current {
+        // Layouts 3 and 4 read as layout 5: their rows are rows of one append, their heads
+        // values written before the check (`heads.rs`).
+        Some(STORE_FORMAT | 4 | 3) => Ok(Layout::Current {
             feed_next: feed_next()?,
             journal: Some(
                 journal_position(&meta)?
