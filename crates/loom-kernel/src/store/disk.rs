@@ -17,12 +17,12 @@
 //!   file from before it (meta key `"wake_index"`).
 //! - `meta`: `"format" -> STORE_FORMAT`, so a file from an incompatible build is refused;
 //!   `"feed_next"`, the next feed position; `"journal_generation"` and `"journal_end"`, where
-//!   the tables stand in the journal.
+//!   the tables stand in the journal; `"heads_checked"`, every head carries its check.
 //!
 //! Beside the file, its journal (`journal.rs`): every commit is one record there, durable
 //! before the commit is applied to the tables. Files of layouts 1 to 4 are brought to layout 5
-//! when opened for writing (`open.rs`); layouts 3 and 4 need only their `heads` values rewritten
-//! with their check (layout 3's rows are rows of one event).
+//! when opened for writing (`open.rs`); layouts 3 and 4 by their version alone (layout 3's rows
+//! are rows of one event), their `heads` values then given their check (`disk/heads.rs`).
 //!
 //! # Group commit
 //! One writer thread owns the journal. Callers encode their events on their own task, send the

@@ -69,8 +69,13 @@ async fn every_slice_of_a_log_and_every_feed_position_read_back_from_the_tables(
 /// The bits of a layout 5 `heads` value that hold the head; above them, its check.
 const HEAD_BITS: u64 = (1 << 48) - 1;
 
-/// Rewrites every `heads` value without its check, as builds before layout 5 wrote them.
+/// Rewrites every `heads` value without its check, as builds before layout 5 wrote them (and
+/// takes away the meta key that says they all have it).
 fn untag_heads(txn: &redb::WriteTransaction) {
+    txn.open_table(redb::TableDefinition::<&str, u64>::new("meta"))
+        .unwrap()
+        .remove("heads_checked")
+        .unwrap();
     let mut heads = txn
         .open_table(redb::TableDefinition::<&str, u64>::new("heads"))
         .unwrap();

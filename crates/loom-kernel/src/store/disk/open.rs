@@ -1,7 +1,6 @@
 //! Opening the store file: its layout read or brought up to date, its journal checked and the
 //! commits the tables lack applied (`docs/STORAGE.md`, "The journal", "Older layouts").
 
-use std::ops::Bound;
 use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::path::Path;
 
@@ -145,6 +144,10 @@ pub(super) fn open_database(
                     .map_err(|error| corrupt(error.to_string()))?;
                 // A file written before the wake-up index gets it now (LD-033), once.
                 catch_unwind(AssertUnwindSafe(|| super::wake::backfill(database)))
+                    .map_err(|panic| corrupt(panic_message(&panic)))?
+                    .map_err(|error| corrupt(error.to_string()))?;
+                // A file written before layout 5 gets a check in every head (LD-037), once.
+                catch_unwind(AssertUnwindSafe(|| heads::ensure_checked(database)))
                     .map_err(|panic| corrupt(panic_message(&panic)))?
                     .map_err(|error| corrupt(error.to_string()))?;
                 Ok((db, feed_next, Some(journal)))
@@ -379,14 +382,26 @@ fn init_tables(db: &Database, journal_path: &Path) -> Result<Layout, StorageErro
             }
             // Layout 3 differs from 4 only in writing one events row per event: its rows are
             // rows of one event, and its journal goes on. Layout 4 differs from 5 only in the
-            // check its `heads` values lack (`heads.rs`): they are rewritten with it.
+            // check its `heads` values lack, which layout 5 reads as they are; they get it
+            // after the journal is applied (`heads::ensure_checked`).
             Some(version @ (3 | 4)) => {
                 let journal = journal.ok_or_else(|| {
                     StorageError::msg(format!(
                         "the layout {version} store records no journal position"
                     ))
                 })?;
-                let tagged = tag_heads(&txn)?;
+                // Nothing is rewritten for a file that will not open: its journal is read
+                // after this commit, and a missing one refuses the file.
+                if journal::scan(journal_path, journal::HEADER_LEN)
+                    .map_err(StorageError::new)?
+                    .is_none()
+                {
+                    txn.abort().map_err(StorageError::new)?;
+                    return Err(StorageError::msg(format!(
+                        "its journal {} is missing; the commits it held cannot be recovered without it",
+                        journal_path.display()
+                    )));
+                }
                 {
                     let mut meta = txn.open_table(META).map_err(StorageError::new)?;
                     meta.insert("format", STORE_FORMAT)
@@ -394,7 +409,6 @@ fn init_tables(db: &Database, journal_path: &Path) -> Result<Layout, StorageErro
                 }
                 txn.commit().map_err(StorageError::new)?;
                 tracing::info!(
-                    tagged,
                     "store file brought from layout {version} to {STORE_FORMAT} (checked heads)"
                 );
                 return Ok(Layout::Current {
@@ -415,7 +429,6 @@ fn init_tables(db: &Database, journal_path: &Path) -> Result<Layout, StorageErro
             None => Some(0),
         };
         let feed_next = feed_next.unwrap_or_default();
-        tag_heads(&txn)?;
         begin_journal(journal_path)?;
         let mut meta = txn.open_table(META).map_err(StorageError::new)?;
         meta.insert("format", STORE_FORMAT)
@@ -444,40 +457,6 @@ fn init_tables(db: &Database, journal_path: &Path) -> Result<Layout, StorageErro
     txn.open_table(PURGED).map_err(StorageError::new)?;
     txn.commit().map_err(StorageError::new)?;
     Ok(layout)
-}
-
-/// Rewrites every `heads` value of a file from before layout 5 with its check (`heads.rs`),
-/// in the transaction that records the new version: a crash leaves the file as it was, and the
-/// next open does it again. A few thousand at a time, so a large file needs no copy of its
-/// ids in memory. Returns how many it rewrote.
-fn tag_heads(txn: &redb::WriteTransaction) -> Result<u64, StorageError> {
-    const AT_ONCE: usize = 4096;
-    let mut stored = txn.open_table(HEADS).map_err(StorageError::new)?;
-    let mut after: Option<String> = None;
-    let mut tagged = 0;
-    loop {
-        let lower = after.as_deref().map_or(Bound::Unbounded, Bound::Excluded);
-        let mut chunk = Vec::with_capacity(AT_ONCE);
-        for entry in stored
-            .range::<&str>((lower, Bound::Unbounded))
-            .map_err(StorageError::new)?
-            .take(AT_ONCE)
-        {
-            let (id, value) = entry.map_err(StorageError::new)?;
-            let id = id.value();
-            chunk.push((id.to_owned(), heads::decode(id, value.value())?));
-        }
-        let Some((last, _)) = chunk.last() else {
-            return Ok(tagged);
-        };
-        after = Some(last.clone());
-        for (id, head) in &chunk {
-            stored
-                .insert(id.as_str(), heads::encode(id, *head)?)
-                .map_err(StorageError::new)?;
-            tagged += 1;
-        }
-    }
 }
 
 /// Writes the first journal (generation 1) of a store that has none yet: a new store, or one
