@@ -58,6 +58,7 @@ use redb::{Database, ReadableDatabase, ReadableTable, ReadableTableMetadata, Tab
 use tokio::sync::oneshot;
 
 mod apply;
+mod checked;
 mod heads;
 mod listing;
 mod open;
@@ -101,6 +102,11 @@ const PURGED: TableDefinition<&str, u64> = TableDefinition::new("purged");
 
 /// The meta key of the next feed position.
 const FEED_NEXT: &str = "feed_next";
+
+/// The meta key saying `purged` names every log deleted since the file was created (written
+/// when a file is created, from layout 5 on): a feed row naming a seq that a log still there
+/// lacks is then damage, not a row of a log deleted before `purged` was kept.
+const PURGES_RECORDED: &str = "purges_recorded";
 
 /// The meta keys of where the tables stand in the journal: its generation, and the offset
 /// just past the last record they hold.
@@ -1072,11 +1078,7 @@ impl<'txn> WriteTables<'txn> {
     }
 
     fn feed_next(&self) -> Result<u64, StorageError> {
-        Ok(self
-            .meta
-            .get(FEED_NEXT)
-            .map_err(StorageError::new)?
-            .map_or(0, |v| v.value()))
+        Ok(checked::read_meta(&self.meta, FEED_NEXT)?.unwrap_or(0))
     }
 
     /// Records the next feed position and the journal offset the tables now cover.
@@ -1086,16 +1088,9 @@ impl<'txn> WriteTables<'txn> {
         generation: u64,
         journal_end: u64,
     ) -> Result<(), StorageError> {
-        self.meta
-            .insert(FEED_NEXT, feed_next)
-            .map_err(StorageError::new)?;
-        self.meta
-            .insert(JOURNAL_GENERATION, generation)
-            .map_err(StorageError::new)?;
-        self.meta
-            .insert(JOURNAL_END, journal_end)
-            .map_err(StorageError::new)?;
-        Ok(())
+        checked::write_meta(&mut self.meta, FEED_NEXT, feed_next)?;
+        checked::write_meta(&mut self.meta, JOURNAL_GENERATION, generation)?;
+        checked::write_meta(&mut self.meta, JOURNAL_END, journal_end)
     }
 
     /// Applies appends the writer accepted (or the open replays from the journal), in commit
@@ -1214,10 +1209,8 @@ fn checkpoint(db: &Database, journal: &mut Journal) -> Result<(), StorageError> 
     let txn = db.begin_write().map_err(StorageError::new)?;
     {
         let mut meta = txn.open_table(META).map_err(StorageError::new)?;
-        meta.insert(JOURNAL_GENERATION, journal.generation())
-            .map_err(StorageError::new)?;
-        meta.insert(JOURNAL_END, journal.end())
-            .map_err(StorageError::new)?;
+        checked::write_meta(&mut meta, JOURNAL_GENERATION, journal.generation())?;
+        checked::write_meta(&mut meta, JOURNAL_END, journal.end())?;
     }
     txn.commit().map_err(StorageError::new)?;
     let path = journal.path().to_path_buf();
@@ -1772,6 +1765,21 @@ impl EventStore for DiskStore {
                     head,
                 });
             }
+            // A whole status in one page is checked against its count: a damaged page of the
+            // index (its header) may hide entries.
+            if after.is_none()
+                && executions.len() <= limit
+                && let StatusFilter::Status(status) = filter
+                && let Some(count) = listing::count_of(&txn, status)?
+                && count != executions.len() as u64
+            {
+                return Err(ReadError::Storage {
+                    source: StorageError::msg(format!(
+                        "the store file is damaged: the status index files {} executions as {status:?}, its count says {count}",
+                        executions.len()
+                    )),
+                });
+            }
             Ok(ExecutionPage::from_one_extra(executions, limit))
         })
         .await
@@ -1850,6 +1858,12 @@ impl EventStore for DiskStore {
                 let feed = txn.open_table(FEED).map_err(ReadError::storage)?;
                 let events = txn.open_table(EVENTS).map_err(ReadError::storage)?;
                 let heads = txn.open_table(HEADS).map_err(ReadError::storage)?;
+                let purges_recorded = checked::read_meta(
+                    &txn.open_table(META).map_err(ReadError::storage)?,
+                    PURGES_RECORDED,
+                )
+                .map_err(ReadError::storage)?
+                .is_some();
                 // A file opened read-only from before `purged` existed has deleted nothing
                 // since; an empty table costs no lookup per row.
                 let purged = match txn.open_table(PURGED) {
@@ -1896,8 +1910,10 @@ impl EventStore for DiskStore {
                     let Some(value) = events.get((id, first_seq)).map_err(ReadError::storage)?
                     else {
                         // Its log was deleted (and no other began under its id), unless the
-                        // log is there and reaches that seq.
-                        if head_of(&heads, id).map_err(ReadError::storage)? > first_seq {
+                        // log is there and reaches that seq, or is there at all in a file that
+                        // records every deletion (the rows of a deleted log were skipped above).
+                        let head = head_of(&heads, id).map_err(ReadError::storage)?;
+                        if head > first_seq || (purges_recorded && head > 0) {
                             return Err(damaged_feed(
                                 position,
                                 &format!("execution {id} has no events row at seq {first_seq}"),

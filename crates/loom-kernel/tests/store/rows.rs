@@ -69,28 +69,45 @@ async fn every_slice_of_a_log_and_every_feed_position_read_back_from_the_tables(
 /// The bits of a layout 5 `heads` value that hold the head; above them, its check.
 const HEAD_BITS: u64 = (1 << 48) - 1;
 
-/// Rewrites every `heads` value without its check, as builds before layout 5 wrote them (and
-/// takes away the meta key that says they all have it).
+/// Rewrites every `heads` value and every `meta` value but the format without its check, as
+/// builds before layout 5 wrote them, and takes away the meta key that says they have it.
 fn untag_heads(txn: &redb::WriteTransaction) {
-    txn.open_table(redb::TableDefinition::<&str, u64>::new("meta"))
-        .unwrap()
-        .remove("heads_checked")
+    for (table, kept) in [("heads", ""), ("meta", "format")] {
+        let mut values = txn
+            .open_table(redb::TableDefinition::<&str, u64>::new(table))
+            .unwrap();
+        values.remove("heads_checked").unwrap();
+        let stored: Vec<(String, u64)> = values
+            .iter()
+            .unwrap()
+            .map(|row| {
+                let (key, value) = row.unwrap();
+                (key.value().to_owned(), value.value())
+            })
+            .collect();
+        for (key, value) in stored {
+            if key != kept {
+                assert_ne!(value & !HEAD_BITS, 0, "{table} {key} checked");
+                values.insert(key.as_str(), value & HEAD_BITS).unwrap();
+            }
+        }
+    }
+}
+
+/// The `meta` values of the closed store at `path`, as stored.
+fn stored_meta(path: &Path) -> Vec<(String, u64)> {
+    let db = redb::Database::create(path).unwrap();
+    let txn = db.begin_read().unwrap();
+    let meta = txn
+        .open_table(redb::TableDefinition::<&str, u64>::new("meta"))
         .unwrap();
-    let mut heads = txn
-        .open_table(redb::TableDefinition::<&str, u64>::new("heads"))
-        .unwrap();
-    let values: Vec<(String, u64)> = heads
-        .iter()
+    meta.iter()
         .unwrap()
         .map(|row| {
-            let (id, value) = row.unwrap();
-            (id.value().to_owned(), value.value())
+            let (key, value) = row.unwrap();
+            (key.value().to_owned(), value.value())
         })
-        .collect();
-    for (id, value) in values {
-        assert_ne!(value & !HEAD_BITS, 0, "a checked head");
-        heads.insert(id.as_str(), value & HEAD_BITS).unwrap();
-    }
+        .collect()
 }
 
 /// The `heads` values of the closed store at `path`, as stored.
@@ -427,5 +444,10 @@ async fn a_layout_4_file_reads_as_it_is_and_gets_checked_heads_in_layout_5() {
         assert_eq!(id, same_id);
         assert_eq!(new & HEAD_BITS, *old, "{id}");
         assert_ne!(new & !HEAD_BITS, 0, "{id} checked");
+    }
+    for (key, value) in stored_meta(&path) {
+        if key != "format" {
+            assert_ne!(value & !HEAD_BITS, 0, "meta {key} checked");
+        }
     }
 }

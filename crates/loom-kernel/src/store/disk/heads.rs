@@ -1,19 +1,17 @@
 //! The values of the `heads` table (layout 5, LD-037): an execution's head with a check that
 //! binds it to its id.
 //!
-//! A value holds the head in its low 48 bits and, above them, 16 bits of a CRC-32C of the
-//! execution id and the head. So a value read under another id (a damaged key: an execution
-//! listed that is not there) or with a flipped bit (a head one off, a log read short or long)
-//! is refused, whatever the open's `verify_on_open`. The tag is never 0: a value whose top 16
-//! bits are 0 was written by layout 4 or before and reads as the head it is (a file opened
-//! read-only, or one whose values [`ensure_checked`] has not reached yet).
+//! A value holds the head with a check of the execution id and the head (`checked.rs`). So a
+//! value read under another id (a damaged key: an execution listed that is not there) or with
+//! a flipped bit (a head one off, a log read short or long) is refused, whatever the open's
+//! `verify_on_open`. A value written by layout 4 or before reads as the head it is (a file
+//! opened read-only, or one whose values [`ensure_checked`] has not reached yet).
 
 use std::ops::Bound;
 
 use redb::{Database, ReadableTable};
 
-use super::{HEADS, META};
-use crate::checksum::crc32c_of_parts;
+use super::{HEADS, META, checked};
 use crate::store::StorageError;
 
 /// The meta key saying every value of `heads` carries its check.
@@ -22,40 +20,26 @@ const CHECKED: &str = "heads_checked";
 /// How many values one commit of [`ensure_checked`] rewrites.
 const AT_ONCE: usize = 16_384;
 
-/// The bits below the tag: no log reaches 2^48 events.
-const HEAD_BITS: u32 = 48;
-const HEAD_MASK: u64 = (1 << HEAD_BITS) - 1;
-
-fn tag(id: &str, head: u64) -> u64 {
-    let crc = crc32c_of_parts(&[id.as_bytes(), &head.to_le_bytes()]);
-    // The high half, never 0, so that 0 keeps meaning "written before the tag".
-    u64::from((crc >> 16).max(1) as u16)
-}
-
 /// The value that stores `head` for `id`.
 pub(super) fn encode(id: &str, head: u64) -> Result<u64, StorageError> {
-    if head > HEAD_MASK {
-        return Err(StorageError::msg(format!(
+    checked::encode(id, head).ok_or_else(|| {
+        StorageError::msg(format!(
             "the log of execution {id} would reach {head} events, past what the store keeps"
-        )));
-    }
-    Ok(tag(id, head) << HEAD_BITS | head)
+        ))
+    })
 }
 
 /// The head a value stores for `id`; an error naming the damage when it does not belong there.
 pub(super) fn decode(id: &str, value: u64) -> Result<u64, StorageError> {
-    let head = value & HEAD_MASK;
-    let stored = value >> HEAD_BITS;
-    if stored == 0 || stored == tag(id, head) {
-        return Ok(head);
-    }
-    Err(StorageError::msg(format!(
-        "the store file is damaged: the head stored for execution {id} does not match its check"
-    )))
+    checked::decode(id, value).ok_or_else(|| {
+        StorageError::msg(format!(
+            "the store file is damaged: the head stored for execution {id} does not match its check"
+        ))
+    })
 }
 
-/// Gives every `heads` value written before layout 5 its check, once per file (meta key
-/// `"heads_checked"`): run by an open for writing, after the journal is applied and before the
+/// Gives every `heads` value written before layout 5 its check, and then every `meta` value but
+/// `"format"`, once per file (meta key `"heads_checked"`): run by an open for writing, after the journal is applied and before the
 /// store's threads start. Many commits of [`AT_ONCE`] values each, so the rewrite needs no copy
 /// of every id in memory and redb reuses the pages each commit frees (one transaction for a
 /// million heads doubled a file's size); a crash between them leaves a layout 5 file whose
@@ -84,7 +68,7 @@ pub(super) fn ensure_checked(db: &Database) -> Result<(), StorageError> {
                     let (id, value) = entry.map_err(StorageError::new)?;
                     let (id, value) = (id.value(), value.value());
                     let head = decode(id, value)?;
-                    if value >> HEAD_BITS == 0 {
+                    if !checked::is_checked(value) {
                         unchecked.push((id.to_owned(), head));
                     }
                     last = Some(id.to_owned());
@@ -96,7 +80,9 @@ pub(super) fn ensure_checked(db: &Database) -> Result<(), StorageError> {
                 }
                 rewritten += unchecked.len() as u64;
                 if last.is_none() {
-                    meta.insert(CHECKED, 1).map_err(StorageError::new)?;
+                    super::listing::write_missing_counts(&mut meta)?;
+                    check_meta(&mut meta)?;
+                    checked::write_meta(&mut meta, CHECKED, 1)?;
                 }
                 Some(last)
             }
@@ -118,38 +104,46 @@ pub(super) fn ensure_checked(db: &Database) -> Result<(), StorageError> {
     }
 }
 
+/// Whether every `heads` and `meta` value of the file carries its check (an open for writing
+/// has run [`ensure_checked`] on it): from then on every count per status is in `meta`.
+pub(super) fn all_checked(
+    meta: &impl ReadableTable<&'static str, u64>,
+) -> Result<bool, StorageError> {
+    Ok(meta.get(CHECKED).map_err(StorageError::new)?.is_some())
+}
+
+/// Gives every `meta` value but `"format"` its check (`checked.rs`): the journal position, the
+/// next feed position and the counts of a file from before layout 5.
+fn check_meta(meta: &mut redb::Table<'_, &'static str, u64>) -> Result<(), StorageError> {
+    let mut unchecked = Vec::new();
+    for entry in meta.iter().map_err(StorageError::new)? {
+        let (key, stored) = entry.map_err(StorageError::new)?;
+        let (key, stored) = (key.value(), stored.value());
+        if key != "format" && !checked::is_checked(stored) {
+            unchecked.push((key.to_owned(), stored));
+        }
+    }
+    for (key, value) in unchecked {
+        checked::write_meta(meta, &key, value)?;
+    }
+    Ok(())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
 
     #[test]
-    fn a_head_reads_back_under_its_id_only() {
-        for head in [0, 1, 7, 1_000_000, HEAD_MASK] {
-            let value = encode("order-17", head).unwrap();
-            assert_eq!(decode("order-17", value).unwrap(), head);
-            assert!(
-                decode("order-18", value).is_err(),
-                "another id, head {head}"
-            );
-        }
-    }
-
-    #[test]
-    fn every_flipped_bit_of_a_value_is_refused_or_harmless() {
-        let value = encode("e", 41).unwrap();
-        for bit in 0..64 {
-            match decode("e", value ^ (1 << bit)) {
-                Err(_) => {}
-                // Only a flip that leaves the head alone may pass: one that clears a tag of
-                // a single bit reads as a value written before the tag.
-                Ok(head) => assert_eq!(head, 41, "bit {bit}"),
-            }
-        }
-    }
-
-    #[test]
-    fn a_value_written_before_the_tag_reads_as_it_is() {
-        assert_eq!(decode("e", 41).unwrap(), 41);
+    fn a_head_reads_back_under_its_id_only_and_a_damaged_one_is_named() {
+        let value = encode("order-17", 41).unwrap();
+        assert_eq!(decode("order-17", value).unwrap(), 41);
+        let err = decode("order-18", value).unwrap_err();
+        assert!(
+            err.to_string()
+                .contains("the head stored for execution order-18 does not match its check"),
+            "{err}"
+        );
+        assert!(encode("e", checked::VALUE_MASK + 1).is_err());
     }
 
     /// A database with `count` heads written before the check and, every seventh, one
@@ -203,12 +197,12 @@ mod tests {
     fn every_head_gets_its_check_over_many_commits_and_once() {
         let (db, expected) = half_checked(2 * AT_ONCE + 5);
         ensure_checked(&db).unwrap();
-        let (values, checked) = stored(&db);
-        assert!(checked);
+        let (values, marked) = stored(&db);
+        assert!(marked);
         assert_eq!(values.len(), expected.len());
         for ((id, value), (same, head)) in values.iter().zip(&expected) {
             assert_eq!(id, same);
-            assert_ne!(value >> HEAD_BITS, 0, "{id} checked");
+            assert!(checked::is_checked(*value), "{id} checked");
             assert_eq!(decode(id, *value).unwrap(), *head, "{id}");
         }
         ensure_checked(&db).unwrap();
@@ -228,10 +222,5 @@ mod tests {
         let err = ensure_checked(&db).unwrap_err();
         assert!(err.to_string().contains("execution e000004"), "{err}");
         assert!(!stored(&db).1, "not marked");
-    }
-
-    #[test]
-    fn a_head_past_48_bits_is_refused() {
-        assert!(encode("e", HEAD_MASK + 1).is_err());
     }
 }

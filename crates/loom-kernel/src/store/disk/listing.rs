@@ -14,7 +14,7 @@ use std::ops::Bound;
 
 use redb::{Database, ReadableTable, TableDefinition};
 
-use super::{EVENTS, META, TAILS};
+use super::{EVENTS, META, TAILS, checked, heads};
 use crate::fold::ExecutionStatus;
 use crate::id::ExecutionId;
 use crate::store::query::{ExecutionQuery, ExecutionQueryPage, ListedExecution, StatusCounts};
@@ -167,13 +167,8 @@ impl<'txn> ListingTables<'txn> {
 
 fn add_count(meta: &mut MetaTable<'_>, code: u8, delta: i64) -> Result<(), StorageError> {
     let key = COUNT_KEYS[usize::from(code)];
-    let count = meta
-        .get(key)
-        .map_err(StorageError::new)?
-        .map_or(0, |v| v.value());
-    meta.insert(key, count.saturating_add_signed(delta))
-        .map_err(StorageError::new)?;
-    Ok(())
+    let count = checked::read_meta(meta, key)?.unwrap_or(0);
+    checked::write_meta(meta, key, count.saturating_add_signed(delta))
 }
 
 /// Builds the listing tables from the tails and the first event of each log, unless the file
@@ -186,7 +181,7 @@ pub(super) fn ensure_built(db: &Database) -> Result<(), StorageError> {
         txn.abort().map_err(StorageError::new)?;
         return Ok(());
     }
-    meta.insert(BUILT, 1).map_err(StorageError::new)?;
+    checked::write_meta(&mut meta, BUILT, 1)?;
     // What recovery may have filed before the build is dropped and filed again.
     for key in COUNT_KEYS {
         meta.remove(key).map_err(StorageError::new)?;
@@ -214,6 +209,7 @@ pub(super) fn ensure_built(db: &Database) -> Result<(), StorageError> {
             built += 1;
         }
     }
+    write_missing_counts(&mut meta)?;
     drop(meta);
     txn.commit().map_err(StorageError::new)?;
     tracing::info!(executions = built, "listing index built");
@@ -386,16 +382,55 @@ fn upper_bound<'a, K>(
     Some(Bound::Excluded(key(bound.0, bound.1)))
 }
 
+/// Writes a count of 0 for every status that has none: from layout 5 on, every count is there
+/// once the listing is built, so a missing one is a damaged key, not a status nobody has.
+pub(super) fn write_missing_counts(meta: &mut MetaTable<'_>) -> Result<(), StorageError> {
+    for status in ExecutionStatus::STARTED {
+        let key = COUNT_KEYS[usize::from(status_code(status))];
+        if meta.get(key).map_err(StorageError::new)?.is_none() {
+            checked::write_meta(meta, key, 0)?;
+        }
+    }
+    Ok(())
+}
+
+/// The count of executions with `status`, where the file keeps every count checked (`heads.rs`):
+/// `None` for a file from before (or one whose listing is not built), whose counts a listing
+/// is not checked against.
+pub(super) fn count_of(
+    txn: &redb::ReadTransaction,
+    status: ExecutionStatus,
+) -> Result<Option<u64>, ReadError> {
+    let meta = txn.open_table(META).map_err(ReadError::storage)?;
+    if status == ExecutionStatus::New || !heads::all_checked(&meta).map_err(ReadError::storage)? {
+        return Ok(None);
+    }
+    let key = COUNT_KEYS[usize::from(status_code(status))];
+    match checked::read_meta(&meta, key).map_err(ReadError::storage)? {
+        Some(count) => Ok(Some(count)),
+        None => Err(ReadError::storage(StorageError::msg(format!(
+            "the store file is damaged: its {key} is missing from `meta`"
+        )))),
+    }
+}
+
 /// The count of each status.
 pub(super) fn counts(txn: &redb::ReadTransaction) -> Result<StatusCounts, ReadError> {
     let meta = txn.open_table(META).map_err(ReadError::storage)?;
+    // A file whose meta values all carry their check has every count (`heads.rs`).
+    let all_there = heads::all_checked(&meta).map_err(ReadError::storage)?;
     let mut counts = StatusCounts::default();
     for status in ExecutionStatus::STARTED {
         let key = COUNT_KEYS[usize::from(status_code(status))];
-        let count = meta
-            .get(key)
-            .map_err(ReadError::storage)?
-            .map_or(0, |v| v.value());
+        let count = match checked::read_meta(&meta, key).map_err(ReadError::storage)? {
+            Some(count) => count,
+            None if all_there => {
+                return Err(ReadError::storage(StorageError::msg(format!(
+                    "the store file is damaged: its {key} is missing from `meta`"
+                ))));
+            }
+            None => 0,
+        };
         counts.set(status, count);
     }
     Ok(counts)

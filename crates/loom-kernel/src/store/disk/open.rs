@@ -10,8 +10,8 @@ use super::super::journal::{self, Journal};
 use super::super::tail::ExecutionTail;
 use super::{
     BY_STATUS, Db, DiskStoreConfig, ENDED, EVENTS, FEED, FEED_NEXT, HEADS, JOURNAL_END,
-    JOURNAL_GENERATION, META, Mode, OpenError, PURGED, Queued, STORE_FORMAT, TAILS, WriteTables,
-    heads, panic_message,
+    JOURNAL_GENERATION, META, Mode, OpenError, PURGED, PURGES_RECORDED, Queued, STORE_FORMAT,
+    TAILS, WriteTables, checked, heads, panic_message,
 };
 use crate::envelope::decode_record;
 use crate::id::ExecutionId;
@@ -344,9 +344,7 @@ enum Layout {
 fn journal_position(
     meta: &impl ReadableTable<&'static str, u64>,
 ) -> Result<Option<JournalPosition>, StorageError> {
-    let get = |key: &str| -> Result<Option<u64>, StorageError> {
-        Ok(meta.get(key).map_err(StorageError::new)?.map(|v| v.value()))
-    };
+    let get = |key: &str| checked::read_meta(meta, key);
     Ok(match (get(JOURNAL_GENERATION)?, get(JOURNAL_END)?) {
         (Some(generation), Some(end)) => Some(JournalPosition { generation, end }),
         _ => None,
@@ -366,10 +364,7 @@ fn init_tables(db: &Database, journal_path: &Path) -> Result<Layout, StorageErro
                 .get("format")
                 .map_err(StorageError::new)?
                 .map(|v| v.value());
-            let feed_next = meta
-                .get(FEED_NEXT)
-                .map_err(StorageError::new)?
-                .map_or(0, |v| v.value());
+            let feed_next = checked::read_meta(&meta, FEED_NEXT)?.unwrap_or(0);
             (existing, feed_next, journal_position(&meta)?)
         };
         let feed_next = match existing {
@@ -426,19 +421,22 @@ fn init_tables(db: &Database, journal_path: &Path) -> Result<Layout, StorageErro
                 txn.abort().map_err(StorageError::new)?;
                 return Ok(Layout::Other(other));
             }
-            None => Some(0),
+            None => {
+                // A new file: every deletion from now on is recorded in `purged` (a file from
+                // before `purged` existed may have deleted logs it does not name).
+                let mut meta = txn.open_table(META).map_err(StorageError::new)?;
+                checked::write_meta(&mut meta, PURGES_RECORDED, 1)?;
+                Some(0)
+            }
         };
         let feed_next = feed_next.unwrap_or_default();
         begin_journal(journal_path)?;
         let mut meta = txn.open_table(META).map_err(StorageError::new)?;
         meta.insert("format", STORE_FORMAT)
             .map_err(StorageError::new)?;
-        meta.insert(FEED_NEXT, feed_next)
-            .map_err(StorageError::new)?;
-        meta.insert(JOURNAL_GENERATION, 1)
-            .map_err(StorageError::new)?;
-        meta.insert(JOURNAL_END, journal::HEADER_LEN)
-            .map_err(StorageError::new)?;
+        checked::write_meta(&mut meta, FEED_NEXT, feed_next)?;
+        checked::write_meta(&mut meta, JOURNAL_GENERATION, 1)?;
+        checked::write_meta(&mut meta, JOURNAL_END, journal::HEADER_LEN)?;
         if existing.is_some() {
             tracing::info!(from = ?existing, "store file brought to layout {STORE_FORMAT} (journaled commits)");
         }
@@ -486,12 +484,7 @@ fn read_layout(db: &redb::ReadOnlyDatabase) -> Result<Layout, StorageError> {
         .get("format")
         .map_err(StorageError::new)?
         .map(|v| v.value());
-    let feed_next = || -> Result<u64, StorageError> {
-        Ok(meta
-            .get(FEED_NEXT)
-            .map_err(StorageError::new)?
-            .map_or(0, |v| v.value()))
-    };
+    let feed_next = || Ok::<_, StorageError>(checked::read_meta(&meta, FEED_NEXT)?.unwrap_or(0));
     match format {
         // Layouts 3 and 4 read as layout 5: their rows are rows of one append, their heads
         // values written before the check (`heads.rs`).

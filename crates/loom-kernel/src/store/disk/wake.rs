@@ -10,7 +10,7 @@ use std::ops::Bound;
 
 use redb::{Database, ReadableTable, TableDefinition};
 
-use super::{EVENTS, META, TAILS};
+use super::{EVENTS, META, TAILS, checked};
 use crate::envelope::decode_record;
 use crate::id::ExecutionId;
 use crate::store::tail::TailChange;
@@ -186,7 +186,7 @@ pub(super) fn backfill(db: &Database) -> Result<usize, StorageError> {
     }
     {
         let mut meta = txn.open_table(META).map_err(StorageError::new)?;
-        meta.insert(BUILT, 1).map_err(StorageError::new)?;
+        checked::write_meta(&mut meta, BUILT, 1)?;
     }
     txn.commit().map_err(StorageError::new)?;
     if indexed > 0 {

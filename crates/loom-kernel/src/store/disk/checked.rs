@@ -1,0 +1,106 @@
+//! A `u64` stored with a check of the key it is stored under (layout 5, LD-037): the `heads`
+//! values and every `meta` value but `"format"`.
+//!
+//! The value sits in the low 48 bits and, above them, the high 16 bits of a CRC-32C of the key
+//! and the value (never 0). So a value read under another key (a damaged key) or with a
+//! flipped bit is refused, whatever the open's `verify_on_open`. A stored value whose top 16
+//! bits are 0 was written by layout 4 or before and reads as it is. `"format"` stays a bare
+//! number: it is what an older build reads to refuse the file.
+
+use redb::ReadableTable;
+
+use crate::checksum::crc32c_of_parts;
+use crate::store::StorageError;
+
+/// The bits below the check: no head, feed position, journal offset or count reaches 2^48.
+const VALUE_BITS: u32 = 48;
+pub(super) const VALUE_MASK: u64 = (1 << VALUE_BITS) - 1;
+
+fn check(key: &str, value: u64) -> u64 {
+    let crc = crc32c_of_parts(&[key.as_bytes(), &value.to_le_bytes()]);
+    // The high half, never 0, so that 0 keeps meaning "written before the check".
+    u64::from((crc >> 16).max(1) as u16)
+}
+
+/// What stores `value` under `key`; `None` for a value past 48 bits.
+pub(super) fn encode(key: &str, value: u64) -> Option<u64> {
+    (value <= VALUE_MASK).then(|| check(key, value) << VALUE_BITS | value)
+}
+
+/// The value `stored` holds under `key`; `None` when it does not match its check.
+pub(super) fn decode(key: &str, stored: u64) -> Option<u64> {
+    let value = stored & VALUE_MASK;
+    let found = stored >> VALUE_BITS;
+    (found == 0 || found == check(key, value)).then_some(value)
+}
+
+/// Whether `stored` carries its check (it was written by layout 5).
+pub(super) fn is_checked(stored: u64) -> bool {
+    stored >> VALUE_BITS != 0
+}
+
+/// The value of `key` in `meta`.
+pub(super) fn read_meta(
+    meta: &impl ReadableTable<&'static str, u64>,
+    key: &str,
+) -> Result<Option<u64>, StorageError> {
+    let Some(stored) = meta.get(key).map_err(StorageError::new)? else {
+        return Ok(None);
+    };
+    decode(key, stored.value()).map(Some).ok_or_else(|| {
+        StorageError::msg(format!(
+            "the store file is damaged: its {key} in `meta` does not match its check"
+        ))
+    })
+}
+
+/// Stores `value` under `key` in `meta`.
+pub(super) fn write_meta(
+    meta: &mut redb::Table<'_, &'static str, u64>,
+    key: &str,
+    value: u64,
+) -> Result<(), StorageError> {
+    let stored = encode(key, value).ok_or_else(|| {
+        StorageError::msg(format!("{key} would be {value}, past what the store keeps"))
+    })?;
+    meta.insert(key, stored).map_err(StorageError::new)?;
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_value_reads_back_under_its_key_only() {
+        for value in [0, 1, 7, 1_000_000, VALUE_MASK] {
+            let stored = encode("order-17", value).unwrap();
+            assert!(is_checked(stored));
+            assert_eq!(decode("order-17", stored), Some(value));
+            assert_eq!(decode("order-18", stored), None, "another key, {value}");
+        }
+    }
+
+    #[test]
+    fn every_flipped_bit_is_refused_or_harmless() {
+        let stored = encode("e", 41).unwrap();
+        for bit in 0..64 {
+            // Only a flip that leaves the value alone may pass: one that clears a check of a
+            // single bit reads as a value written before the check.
+            if let Some(value) = decode("e", stored ^ (1 << bit)) {
+                assert_eq!(value, 41, "bit {bit}");
+            }
+        }
+    }
+
+    #[test]
+    fn a_value_written_before_the_check_reads_as_it_is() {
+        assert!(!is_checked(41));
+        assert_eq!(decode("e", 41), Some(41));
+    }
+
+    #[test]
+    fn a_value_past_48_bits_is_refused() {
+        assert_eq!(encode("e", VALUE_MASK + 1), None);
+    }
+}
