@@ -17,7 +17,10 @@
 //!   file from before it (meta key `"wake_index"`).
 //! - `meta`: `"format" -> STORE_FORMAT`, so a file from an incompatible build is refused;
 //!   `"feed_next"`, the next feed position; `"journal_generation"` and `"journal_end"`, where
-//!   the tables stand in the journal; `"heads_checked"`, every head carries its check.
+//!   the tables stand in the journal; the counts per status (`disk/listing.rs`);
+//!   `"heads_checked"`, every head and meta value carries its check; `"purges_recorded"`,
+//!   `purged` names every deletion since the file was created. Every value but the format
+//!   carries a check of its key and value (`disk/checked.rs`).
 //!
 //! Beside the file, its journal (`journal.rs`): every commit is one record there, durable
 //! before the commit is applied to the tables. Files of layouts 1 to 4 are brought to layout 5
