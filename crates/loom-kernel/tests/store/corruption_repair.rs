@@ -30,6 +30,15 @@ async fn closed_store_with(
     }
 }
 
+/// A closed store at `path` holding one execution, `name`, started and completed.
+async fn closed_store_of_one_ended(path: &std::path::Path, name: &str) {
+    let ended = [
+        vec![started("f")],
+        vec![loom_kernel::conformance::completed()],
+    ];
+    closed_store_with(path, name, &ended).await;
+}
+
 /// Edits the `events` table of the closed store at `path`, opened as a bare redb file: what
 /// damage at rest does to a key or a row.
 fn edit_events(
@@ -590,15 +599,7 @@ async fn a_status_index_key_naming_no_log_is_reported() {
     type ByStatus<'a> = redb::Table<'a, (u8, &'static str), ()>;
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("by-status.redb");
-    closed_store_with(
-        &path,
-        "filed",
-        &[
-            vec![started("f")],
-            vec![loom_kernel::conformance::completed()],
-        ],
-    )
-    .await;
+    closed_store_of_one_ended(&path, "filed").await;
     {
         let db = redb::Database::create(&path).unwrap();
         let txn = db.begin_write().unwrap();
@@ -699,15 +700,7 @@ async fn a_damaged_meta_value_is_reported_not_read_back() {
     let dir = tempfile::tempdir().unwrap();
     for (n, key) in ["count_completed", "journal_end"].into_iter().enumerate() {
         let path = dir.path().join(format!("meta-{n}.redb"));
-        closed_store_with(
-            &path,
-            "counted",
-            &[
-                vec![started("f")],
-                vec![loom_kernel::conformance::completed()],
-            ],
-        )
-        .await;
+        closed_store_of_one_ended(&path, "counted").await;
         {
             let db = redb::Database::create(&path).unwrap();
             let txn = db.begin_write().unwrap();

@@ -94,35 +94,19 @@ fn untag_heads(txn: &redb::WriteTransaction) {
     }
 }
 
-/// The `meta` values of the closed store at `path`, as stored.
-fn stored_meta(path: &Path) -> Vec<(String, u64)> {
+/// The values of `table` (`heads` or `meta`) of the closed store at `path`, as stored.
+fn stored(path: &Path, table: &str) -> Vec<(String, u64)> {
     let db = redb::Database::create(path).unwrap();
     let txn = db.begin_read().unwrap();
-    let meta = txn
-        .open_table(redb::TableDefinition::<&str, u64>::new("meta"))
+    let values = txn
+        .open_table(redb::TableDefinition::<&str, u64>::new(table))
         .unwrap();
-    meta.iter()
+    values
+        .iter()
         .unwrap()
         .map(|row| {
             let (key, value) = row.unwrap();
             (key.value().to_owned(), value.value())
-        })
-        .collect()
-}
-
-/// The `heads` values of the closed store at `path`, as stored.
-fn stored_heads(path: &Path) -> Vec<(String, u64)> {
-    let db = redb::Database::create(path).unwrap();
-    let txn = db.begin_read().unwrap();
-    let heads = txn
-        .open_table(redb::TableDefinition::<&str, u64>::new("heads"))
-        .unwrap();
-    heads
-        .iter()
-        .unwrap()
-        .map(|row| {
-            let (id, value) = row.unwrap();
-            (id.value().to_owned(), value.value())
         })
         .collect()
 }
@@ -217,7 +201,7 @@ async fn a_layout_3_file_reads_as_it_is_and_goes_on_in_layout_5() {
     }
     assert_eq!(format_of(&path), 5);
     assert!(
-        stored_heads(&path)
+        stored(&path, "heads")
             .iter()
             .all(|(_, value)| value & !HEAD_BITS != 0),
         "every head checked"
@@ -422,7 +406,7 @@ async fn a_layout_4_file_reads_as_it_is_and_gets_checked_heads_in_layout_5() {
         }
     }
     as_layout_4(&path);
-    let untagged = stored_heads(&path);
+    let untagged = stored(&path, "heads");
     assert_eq!(untagged.len(), names.len());
     let read = |store: DiskStore| async move {
         let listed = store.list_all_executions().await.unwrap();
@@ -435,17 +419,17 @@ async fn a_layout_4_file_reads_as_it_is_and_gets_checked_heads_in_layout_5() {
     let before = read(DiskStore::open_read_only(&path, DiskStoreConfig::default()).unwrap()).await;
     assert_eq!(before.0.len(), names.len());
     assert_eq!(format_of(&path), 4, "a read-only open changes nothing");
-    assert_eq!(stored_heads(&path), untagged);
+    assert_eq!(stored(&path, "heads"), untagged);
     let after = read(DiskStore::open(&path).unwrap()).await;
     assert_eq!(before, after);
     assert_eq!(format_of(&path), 5);
-    let tagged = stored_heads(&path);
+    let tagged = stored(&path, "heads");
     for ((id, old), (same_id, new)) in untagged.iter().zip(&tagged) {
         assert_eq!(id, same_id);
         assert_eq!(new & HEAD_BITS, *old, "{id}");
         assert_ne!(new & !HEAD_BITS, 0, "{id} checked");
     }
-    for (key, value) in stored_meta(&path) {
+    for (key, value) in stored(&path, "meta") {
         if key != "format" {
             assert_ne!(value & !HEAD_BITS, 0, "meta {key} checked");
         }
