@@ -435,3 +435,22 @@ async fn a_layout_4_file_reads_as_it_is_and_gets_checked_heads_in_layout_5() {
         }
     }
 }
+
+/// A layout 4 file whose journal is gone is refused for writing, and nothing of it changes: its
+/// version and its heads are as they were.
+#[tokio::test]
+async fn a_layout_4_file_without_its_journal_is_refused_unchanged() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("four.redb");
+    {
+        let store = DiskStore::open(&path).unwrap();
+        store.append(&id("e"), 0, &[started("f")]).await.unwrap();
+    }
+    as_layout_4(&path);
+    std::fs::remove_file(journal_of(&path)).unwrap();
+    let heads = stored(&path, "heads");
+    let err = DiskStore::open(&path).unwrap_err();
+    assert!(err.to_string().contains("journal"), "{err}");
+    assert_eq!(format_of(&path), 4);
+    assert_eq!(stored(&path, "heads"), heads);
+}

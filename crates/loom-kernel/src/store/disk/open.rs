@@ -385,12 +385,9 @@ fn init_tables(db: &Database, journal_path: &Path) -> Result<Layout, StorageErro
                         "the layout {version} store records no journal position"
                     ))
                 })?;
-                // Nothing is rewritten for a file that will not open: its journal is read
-                // after this commit, and a missing one refuses the file.
-                if journal::scan(journal_path, journal::HEADER_LEN)
-                    .map_err(StorageError::new)?
-                    .is_none()
-                {
+                // Nothing is changed in a file that will not open: its journal is read after
+                // this commit, and a missing one refuses the file.
+                if !journal_path.exists() {
                     txn.abort().map_err(StorageError::new)?;
                     return Err(StorageError::msg(format!(
                         "its journal {} is missing; the commits it held cannot be recovered without it",
