@@ -6,7 +6,8 @@
 //!   record form of [`crate::envelope`]; a row written by layout 3 or before holds one record.
 //! - `heads`: `execution id -> next seq` with a check of the id and the head (`disk/heads.rs`;
 //!   read to fence appends and to list executions).
-//! - `tails`: `execution id -> ` its [`ExecutionTail`] (read to validate appends).
+//! - `tails`: `execution id -> ` its [`ExecutionTail`] with a check of the id and the tail
+//!   (`disk/checked.rs`; read to validate appends).
 //! - `by_status`: `(index code, execution id)`, one range per status listing.
 //! - `ended`: `(ended at ms, execution id)`, read by retention, oldest first.
 //! - `feed`: `position -> (execution id, first seq)`, the store-wide commit order: one row per
@@ -1160,7 +1161,7 @@ impl<'txn> WriteTables<'txn> {
                 .insert(id, heads::encode(id, head)?)
                 .map_err(StorageError::new)?;
             self.tails
-                .insert(id, tail.encode().as_slice())
+                .insert(id, checked::tail_value(id, &tail).as_slice())
                 .map_err(StorageError::new)?;
             // The status index and the end times are functions of the tail: from the first
             // to the last is what each step in between would have come to.
@@ -1496,9 +1497,7 @@ fn tail_of(
 ) -> Result<ExecutionTail, StorageError> {
     match tails.get(id).map_err(StorageError::new)? {
         None => Ok(ExecutionTail::new()),
-        Some(bytes) => ExecutionTail::decode(bytes.value()).ok_or_else(|| {
-            StorageError::msg(format!("the stored tail of execution {id} is damaged"))
-        }),
+        Some(value) => checked::tail(id, value.value()),
     }
 }
 

@@ -289,6 +289,12 @@ impl ExecutionTail {
     /// The tail as bytes, for a store to keep beside the log.
     pub fn encode(&self) -> Vec<u8> {
         let mut bytes = Vec::with_capacity(16);
+        self.encode_into(&mut bytes);
+        bytes
+    }
+
+    /// [`ExecutionTail::encode`], appended to `bytes` (after a store's own framing).
+    pub(crate) fn encode_into(&self, bytes: &mut Vec<u8>) {
         bytes.push(TAIL_LAYOUT);
         bytes.push(status_code(self.status));
         match self.ended_at_ms {
@@ -307,7 +313,6 @@ impl ExecutionTail {
                 bytes.extend_from_slice(item.as_bytes());
             }
         }
-        bytes
     }
 
     /// Reads back what [`ExecutionTail::encode`] wrote; `None` for bytes it did not write.

@@ -730,3 +730,63 @@ async fn a_damaged_meta_value_is_reported_not_read_back() {
         }
     }
 }
+
+/// A damaged `tails` value (a flipped bit of a step's id) or key (the tail moved under another
+/// id): the tail's check binds it to its id, so the append it would validate is refused and a
+/// listing by id reports it, instead of validating against another execution's tail.
+#[tokio::test]
+async fn a_damaged_tail_is_reported_not_read_back() {
+    use redb::ReadableTable;
+    type Tails<'a> = redb::Table<'a, &'static str, &'static [u8]>;
+    type Damage = fn(&mut Tails<'_>);
+    let cases: [(&str, Damage); 2] = [
+        ("a flipped bit of the tail", |tails| {
+            let mut value = tails.get("tailed").unwrap().unwrap().value().to_vec();
+            *value.last_mut().unwrap() ^= 0x01;
+            tails.insert("tailed", value.as_slice()).unwrap();
+        }),
+        ("the tail moved under another id", |tails| {
+            let value = tails.remove("tailed").unwrap().unwrap().value().to_vec();
+            tails.insert("tailee", value.as_slice()).unwrap();
+        }),
+    ];
+    let dir = tempfile::tempdir().unwrap();
+    for (n, (case, damage)) in cases.into_iter().enumerate() {
+        let path = dir.path().join(format!("tails-{n}.redb"));
+        closed_store_with(
+            &path,
+            "tailed",
+            &[vec![
+                started("f"),
+                loom_kernel::conformance::step_started("a"),
+            ]],
+        )
+        .await;
+        {
+            let db = redb::Database::create(&path).unwrap();
+            let txn = db.begin_write().unwrap();
+            damage(
+                &mut txn
+                    .open_table(redb::TableDefinition::<&str, &[u8]>::new("tails"))
+                    .unwrap(),
+            );
+            txn.commit().unwrap();
+        }
+        let store = open_unverified(&path);
+        let damaged = if n == 0 { "tailed" } else { "tailee" };
+        let expected = format!("the stored tail of execution {damaged} is damaged");
+        let query = loom_kernel::ExecutionQuery {
+            id_prefix: Some("tail".into()),
+            ..Default::default()
+        };
+        let err = store.query_executions(&query).await.unwrap_err();
+        assert!(err.to_string().contains(&expected), "{case}: {err}");
+        if n == 0 {
+            let err = store
+                .append(&id("tailed"), 2, &[tagged(json!(1))])
+                .await
+                .unwrap_err();
+            assert!(err.to_string().contains(&expected), "{case}: {err}");
+        }
+    }
+}

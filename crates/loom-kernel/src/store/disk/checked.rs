@@ -1,5 +1,5 @@
-//! A `u64` stored with a check of the key it is stored under (layout 5, LD-037): the `heads`
-//! values and every `meta` value but `"format"`.
+//! Values stored with a check of the key they are stored under (layout 5, LD-037): a `u64` (the
+//! `heads` values and every `meta` value but `"format"`), and an execution's tail in `tails`.
 //!
 //! The value sits in the low 48 bits and, above them, the high 16 bits of a CRC-32C of the key
 //! and the value (never 0). So a value read under another key (a damaged key) or with a
@@ -10,7 +10,7 @@
 use redb::ReadableTable;
 
 use crate::checksum::crc32c_of_parts;
-use crate::store::StorageError;
+use crate::store::{ExecutionTail, StorageError};
 
 /// The bits below the check: no head, feed position, journal offset or count reaches 2^48.
 const VALUE_BITS: u32 = 48;
@@ -67,6 +67,38 @@ pub(super) fn write_meta(
     Ok(())
 }
 
+/// The first byte of a `tails` value written by layout 5: a tail encoded by layout 4 or before
+/// begins with its own layout byte (1), and reads as it is.
+const TAIL_MARKER: u8 = 0xC5;
+
+/// The `tails` value that stores `tail` for `id`: the marker, a CRC-32C of the id and the
+/// encoded tail, then the encoded tail.
+pub(super) fn tail_value(id: &str, tail: &ExecutionTail) -> Vec<u8> {
+    let mut value = Vec::with_capacity(24);
+    value.extend_from_slice(&[TAIL_MARKER, 0, 0, 0, 0]);
+    tail.encode_into(&mut value);
+    let crc = crc32c_of_parts(&[id.as_bytes(), &value[5..]]);
+    value[1..5].copy_from_slice(&crc.to_le_bytes());
+    value
+}
+
+/// The tail a `tails` value stores for `id`; an error naming the damage when it does not decode
+/// or does not match its check.
+pub(super) fn tail(id: &str, value: &[u8]) -> Result<ExecutionTail, StorageError> {
+    let encoded = match value.split_first() {
+        Some((&TAIL_MARKER, rest)) => rest
+            .split_first_chunk::<4>()
+            .filter(|(crc, encoded)| {
+                u32::from_le_bytes(**crc) == crc32c_of_parts(&[id.as_bytes(), encoded])
+            })
+            .map(|(_, encoded)| encoded),
+        _ => Some(value),
+    };
+    encoded
+        .and_then(ExecutionTail::decode)
+        .ok_or_else(|| StorageError::msg(format!("the stored tail of execution {id} is damaged")))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -97,6 +129,34 @@ mod tests {
     fn a_value_written_before_the_check_reads_as_it_is() {
         assert!(!is_checked(41));
         assert_eq!(decode("e", 41), Some(41));
+    }
+
+    #[test]
+    fn a_tail_reads_back_under_its_id_only_and_any_flipped_bit_is_refused() {
+        use crate::conformance::{started, step_started};
+        let mut tail = ExecutionTail::new();
+        for event in [started("f"), step_started("a")] {
+            tail.apply(&event, Some(7)).unwrap();
+        }
+        let value = tail_value("order-17", &tail);
+        assert_eq!(self::tail("order-17", &value).unwrap(), tail);
+        let err = self::tail("order-18", &value).unwrap_err();
+        assert!(
+            err.to_string()
+                .contains("the stored tail of execution order-18 is damaged"),
+            "{err}"
+        );
+        for bit in 0..value.len() * 8 {
+            let mut flipped = value.clone();
+            flipped[bit / 8] ^= 1 << (bit % 8);
+            assert!(self::tail("order-17", &flipped).is_err(), "bit {bit}");
+        }
+    }
+
+    #[test]
+    fn a_tail_written_before_the_check_reads_as_it_is() {
+        let tail = ExecutionTail::new();
+        assert_eq!(self::tail("e", &tail.encode()).unwrap(), tail);
     }
 
     #[test]

@@ -194,13 +194,9 @@ pub(super) fn ensure_built(db: &Database) -> Result<(), StorageError> {
         let events = txn.open_table(EVENTS).map_err(StorageError::new)?;
         let mut listing = ListingTables::open(&txn)?;
         for entry in tails.iter().map_err(StorageError::new)? {
-            let (id, bytes) = entry.map_err(StorageError::new)?;
+            let (id, value) = entry.map_err(StorageError::new)?;
             let id = id.value();
-            let Some(tail) = ExecutionTail::decode(bytes.value()) else {
-                return Err(StorageError::msg(format!(
-                    "the stored tail of execution {id} is damaged"
-                )));
-            };
+            let tail = checked::tail(id, value.value())?;
             if tail.status() == ExecutionStatus::New {
                 continue;
             }
@@ -280,11 +276,7 @@ pub(super) fn query(
             if !id.starts_with(prefix) {
                 break;
             }
-            let Some(tail) = ExecutionTail::decode(tail.value()) else {
-                return Err(ReadError::storage(StorageError::msg(format!(
-                    "the stored tail of execution {id} is damaged"
-                ))));
-            };
+            let tail = checked::tail(id, tail.value()).map_err(ReadError::storage)?;
             if tail.status() == ExecutionStatus::New {
                 continue;
             }

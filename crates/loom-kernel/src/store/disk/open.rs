@@ -551,7 +551,7 @@ fn upgrade_from_1(txn: &redb::WriteTransaction) -> Result<u64, StorageError> {
             ended.insert((at, id), ()).map_err(StorageError::new)?;
         }
         tails
-            .insert(id, tail.encode().as_slice())
+            .insert(id, checked::tail_value(id, &tail).as_slice())
             .map_err(StorageError::new)?;
     }
     Ok(position)

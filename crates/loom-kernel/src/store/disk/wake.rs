@@ -146,8 +146,8 @@ pub(super) fn backfill(db: &Database) -> Result<usize, StorageError> {
         for entry in tails.iter().map_err(StorageError::new)? {
             let (id, tail) = entry.map_err(StorageError::new)?;
             let id = id.value();
-            let open = crate::store::ExecutionTail::decode(tail.value())
-                .is_none_or(|tail| !tail.status().is_terminal());
+            let open =
+                checked::tail(id, tail.value()).map_or(true, |tail| !tail.status().is_terminal());
             if !open {
                 continue;
             }
