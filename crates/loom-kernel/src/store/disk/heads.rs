@@ -38,8 +38,9 @@ pub(super) fn decode(id: &str, value: u64) -> Result<u64, StorageError> {
     })
 }
 
-/// Gives every `heads` value written before layout 5 its check, and then every `meta` value but
-/// `"format"`, once per file (meta key `"heads_checked"`): run by an open for writing, after the journal is applied and before the
+/// Gives every `heads` value written before layout 5 its check, then every `meta` value but
+/// `"format"` (and a count of 0 to each status without one), once per file (meta key
+/// `"heads_checked"`): run by an open for writing, after the journal is applied and before the
 /// store's threads start. Many commits of [`AT_ONCE`] values each, so the rewrite needs no copy
 /// of every id in memory and redb reuses the pages each commit frees (one transaction for a
 /// million heads doubled a file's size); a crash between them leaves a layout 5 file whose
