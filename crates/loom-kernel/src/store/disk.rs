@@ -26,7 +26,8 @@
 //! Beside the file, its journal (`journal.rs`): every commit is one record there, durable
 //! before the commit is applied to the tables. Files of layouts 1 to 4 are brought to layout 5
 //! when opened for writing (`open.rs`); layouts 3 and 4 by their version alone (layout 3's rows
-//! are rows of one event), their `heads` values then given their check (`disk/heads.rs`).
+//! are rows of one event), their `heads`, `tails` and `meta` values then given their check
+//! (`disk/heads.rs`).
 //!
 //! # Group commit
 //! One writer thread owns the journal. Callers encode their events on their own task, send the

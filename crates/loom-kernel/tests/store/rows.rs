@@ -7,7 +7,7 @@ use std::path::Path;
 
 use loom_kernel::conformance::{id, started, tagged};
 use loom_kernel::{DiskStore, DiskStoreConfig, Event, EventStore, EventStoreExt};
-use redb::{ReadableDatabase, ReadableTable};
+use redb::{ReadableDatabase, ReadableTable, ReadableTableMetadata};
 use serde_json::json;
 
 /// Appends `sizes` appends (of tagged events, after a start) to `e`, returning the events.
@@ -69,9 +69,30 @@ async fn every_slice_of_a_log_and_every_feed_position_read_back_from_the_tables(
 /// The bits of a layout 5 `heads` value that hold the head; above them, its check.
 const HEAD_BITS: u64 = (1 << 48) - 1;
 
-/// Rewrites every `heads` value and every `meta` value but the format without its check, as
-/// builds before layout 5 wrote them, and takes away the meta key that says they have it.
+/// The first byte of a `tails` value framed with its check (layout 5).
+const TAIL_MARKER: u8 = 0xC5;
+
+/// Rewrites every `heads` value and every `meta` value but the format without its check, and
+/// every `tails` value without its frame, as builds before layout 5 wrote them, and takes away
+/// the meta key that says they have them.
 fn untag_heads(txn: &redb::WriteTransaction) {
+    {
+        let mut tails = txn
+            .open_table(redb::TableDefinition::<&str, &[u8]>::new("tails"))
+            .unwrap();
+        let framed: Vec<(String, Vec<u8>)> = tails
+            .iter()
+            .unwrap()
+            .map(|row| {
+                let (id, value) = row.unwrap();
+                (id.value().to_owned(), value.value().to_vec())
+            })
+            .collect();
+        for (id, value) in framed {
+            assert_eq!(value[0], TAIL_MARKER, "{id}'s tail framed");
+            tails.insert(id.as_str(), &value[5..]).unwrap();
+        }
+    }
     for (table, kept) in [("heads", ""), ("meta", "format")] {
         let mut values = txn
             .open_table(redb::TableDefinition::<&str, u64>::new(table))
@@ -433,6 +454,21 @@ async fn a_layout_4_file_reads_as_it_is_and_gets_checked_heads_in_layout_5() {
         if key != "format" {
             assert_ne!(value & !HEAD_BITS, 0, "meta {key} checked");
         }
+    }
+    let db = redb::Database::create(&path).unwrap();
+    let txn = db.begin_read().unwrap();
+    let tails = txn
+        .open_table(redb::TableDefinition::<&str, &[u8]>::new("tails"))
+        .unwrap();
+    assert_eq!(tails.len().unwrap(), names.len() as u64);
+    for row in tails.iter().unwrap() {
+        let (id, value) = row.unwrap();
+        assert_eq!(
+            value.value()[0],
+            TAIL_MARKER,
+            "{}'s tail framed",
+            id.value()
+        );
     }
 }
 

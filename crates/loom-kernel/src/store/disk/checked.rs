@@ -82,6 +82,11 @@ pub(super) fn tail_value(id: &str, tail: &ExecutionTail) -> Vec<u8> {
     value
 }
 
+/// Whether a `tails` value carries its frame (it was written by layout 5).
+pub(super) fn is_framed_tail(value: &[u8]) -> bool {
+    value.first() == Some(&TAIL_MARKER)
+}
+
 /// The tail a `tails` value stores for `id`; an error naming the damage when it does not decode
 /// or does not match its check.
 pub(super) fn tail(id: &str, value: &[u8]) -> Result<ExecutionTail, StorageError> {

@@ -9,9 +9,9 @@
 
 use std::ops::Bound;
 
-use redb::{Database, ReadableTable};
+use redb::{Database, ReadableDatabase, ReadableTable};
 
-use super::{HEADS, META, checked};
+use super::{HEADS, META, TAILS, checked};
 use crate::store::StorageError;
 
 /// The meta key saying every value of `heads` carries its check.
@@ -38,69 +38,107 @@ pub(super) fn decode(id: &str, value: u64) -> Result<u64, StorageError> {
     })
 }
 
-/// Gives every `heads` value written before layout 5 its check, then every `meta` value but
-/// `"format"` (and a count of 0 to each status without one), once per file (meta key
-/// `"heads_checked"`): run by an open for writing, after the journal is applied and before the
-/// store's threads start. Many commits of [`AT_ONCE`] values each, so the rewrite needs no copy
-/// of every id in memory and redb reuses the pages each commit frees (one transaction for a
-/// million heads doubled a file's size); a crash between them leaves a layout 5 file whose
-/// values are some checked, some not, both read as they are, and the next open goes on. A
-/// value that is checked already is left as it is, and one that fails its check refuses the
-/// open. A new file has nothing to rewrite and is marked at once.
+/// Gives every `heads` value written before layout 5 its check, then every `tails` value its
+/// frame, then every `meta` value but `"format"` its check (and a count of 0 to each status
+/// without one), once per file (meta key `"heads_checked"`): run by an open for writing, after
+/// the journal is applied and before the store's threads start. Many commits of [`AT_ONCE`]
+/// values each, so the rewrite needs no copy of every id in memory and redb reuses the pages
+/// each commit frees (one transaction for a million heads doubled a file's size); a crash
+/// between them leaves a layout 5 file whose values are some checked, some not, both read as
+/// they are, and the next open goes on. A value that is checked already is left as it is, and
+/// one that fails its check refuses the open. A new file has nothing to rewrite and is marked at
+/// once.
 pub(super) fn ensure_checked(db: &Database) -> Result<(), StorageError> {
+    {
+        let txn = db.begin_read().map_err(StorageError::new)?;
+        if all_checked(&txn.open_table(META).map_err(StorageError::new)?)? {
+            return Ok(());
+        }
+    }
+    let heads = in_chunks(db, |txn, after| {
+        let mut heads = txn.open_table(HEADS).map_err(StorageError::new)?;
+        let mut unchecked = Vec::new();
+        let mut last = None;
+        for entry in heads
+            .range::<&str>((after, Bound::Unbounded))
+            .map_err(StorageError::new)?
+            .take(AT_ONCE)
+        {
+            let (id, value) = entry.map_err(StorageError::new)?;
+            let (id, value) = (id.value(), value.value());
+            let head = decode(id, value)?;
+            if !checked::is_checked(value) {
+                unchecked.push((id.to_owned(), head));
+            }
+            last = Some(id.to_owned());
+        }
+        for (id, head) in &unchecked {
+            heads
+                .insert(id.as_str(), encode(id, *head)?)
+                .map_err(StorageError::new)?;
+        }
+        Ok((last, unchecked.len() as u64))
+    })?;
+    let tails = in_chunks(db, |txn, after| {
+        let mut tails = txn.open_table(TAILS).map_err(StorageError::new)?;
+        let mut unframed = Vec::new();
+        let mut last = None;
+        for entry in tails
+            .range::<&str>((after, Bound::Unbounded))
+            .map_err(StorageError::new)?
+            .take(AT_ONCE)
+        {
+            let (id, value) = entry.map_err(StorageError::new)?;
+            let (id, value) = (id.value(), value.value());
+            let tail = checked::tail(id, value)?;
+            if !checked::is_framed_tail(value) {
+                unframed.push((id.to_owned(), tail));
+            }
+            last = Some(id.to_owned());
+        }
+        for (id, tail) in &unframed {
+            tails
+                .insert(id.as_str(), checked::tail_value(id, tail).as_slice())
+                .map_err(StorageError::new)?;
+        }
+        Ok((last, unframed.len() as u64))
+    })?;
+    let txn = db.begin_write().map_err(StorageError::new)?;
+    {
+        let mut meta = txn.open_table(META).map_err(StorageError::new)?;
+        super::listing::write_missing_counts(&mut meta)?;
+        check_meta(&mut meta)?;
+        checked::write_meta(&mut meta, CHECKED, 1)?;
+    }
+    txn.commit().map_err(StorageError::new)?;
+    if heads + tails > 0 {
+        tracing::info!(
+            heads,
+            tails,
+            "every head, tail and meta value of the store file carries its check"
+        );
+    }
+    Ok(())
+}
+
+/// Runs `step` in one commit after another, each from just past the last key the one before
+/// reached (`step` returns it, or `None` once it found nothing more, and how many values it
+/// rewrote), until `step` reaches the end. Returns how many values were rewritten in all.
+fn in_chunks(
+    db: &Database,
+    step: impl Fn(&redb::WriteTransaction, Bound<&str>) -> Result<(Option<String>, u64), StorageError>,
+) -> Result<u64, StorageError> {
     let mut after: Option<String> = None;
-    let mut rewritten = 0u64;
+    let mut rewritten = 0;
     loop {
         let txn = db.begin_write().map_err(StorageError::new)?;
-        let done = {
-            let mut meta = txn.open_table(META).map_err(StorageError::new)?;
-            if meta.get(CHECKED).map_err(StorageError::new)?.is_some() {
-                None
-            } else {
-                let mut heads = txn.open_table(HEADS).map_err(StorageError::new)?;
-                let lower = after.as_deref().map_or(Bound::Unbounded, Bound::Excluded);
-                let mut unchecked = Vec::new();
-                let mut last = None;
-                for entry in heads
-                    .range::<&str>((lower, Bound::Unbounded))
-                    .map_err(StorageError::new)?
-                    .take(AT_ONCE)
-                {
-                    let (id, value) = entry.map_err(StorageError::new)?;
-                    let (id, value) = (id.value(), value.value());
-                    let head = decode(id, value)?;
-                    if !checked::is_checked(value) {
-                        unchecked.push((id.to_owned(), head));
-                    }
-                    last = Some(id.to_owned());
-                }
-                for (id, head) in &unchecked {
-                    heads
-                        .insert(id.as_str(), encode(id, *head)?)
-                        .map_err(StorageError::new)?;
-                }
-                rewritten += unchecked.len() as u64;
-                if last.is_none() {
-                    super::listing::write_missing_counts(&mut meta)?;
-                    check_meta(&mut meta)?;
-                    checked::write_meta(&mut meta, CHECKED, 1)?;
-                }
-                Some(last)
-            }
-        };
-        let Some(last) = done else {
-            txn.abort().map_err(StorageError::new)?;
-            return Ok(());
-        };
+        let lower = after.as_deref().map_or(Bound::Unbounded, Bound::Excluded);
+        let (last, count) = step(&txn, lower)?;
         txn.commit().map_err(StorageError::new)?;
+        rewritten += count;
         match last {
             Some(id) => after = Some(id),
-            None => {
-                if rewritten > 0 {
-                    tracing::info!(rewritten, "every head of the store file carries its check");
-                }
-                return Ok(());
-            }
+            None => return Ok(rewritten),
         }
     }
 }
@@ -158,6 +196,8 @@ mod tests {
         {
             txn.open_table(META).unwrap();
             let mut heads = txn.open_table(HEADS).unwrap();
+            let mut tails = txn.open_table(TAILS).unwrap();
+            let tail = crate::store::ExecutionTail::new();
             for n in 0..count {
                 let (id, head) = (format!("e{n:06}"), n as u64 % 97);
                 let value = if n % 7 == 0 {
@@ -166,6 +206,12 @@ mod tests {
                     head
                 };
                 heads.insert(id.as_str(), value).unwrap();
+                let tail_value = if n % 5 == 0 {
+                    checked::tail_value(&id, &tail)
+                } else {
+                    tail.encode()
+                };
+                tails.insert(id.as_str(), tail_value.as_slice()).unwrap();
                 expected.push((id, head));
             }
         }
@@ -174,7 +220,6 @@ mod tests {
     }
 
     fn stored(db: &Database) -> (Vec<(String, u64)>, bool) {
-        use redb::ReadableDatabase;
         let txn = db.begin_read().unwrap();
         let heads = txn.open_table(HEADS).unwrap();
         let values = heads
@@ -205,6 +250,18 @@ mod tests {
             assert_eq!(id, same);
             assert!(checked::is_checked(*value), "{id} checked");
             assert_eq!(decode(id, *value).unwrap(), *head, "{id}");
+        }
+        {
+            let txn = db.begin_read().unwrap();
+            let tails = txn.open_table(TAILS).unwrap();
+            for entry in tails.iter().unwrap() {
+                let (id, value) = entry.unwrap();
+                assert!(
+                    checked::is_framed_tail(value.value()),
+                    "{} framed",
+                    id.value()
+                );
+            }
         }
         ensure_checked(&db).unwrap();
         assert_eq!(stored(&db).0, values, "a second run changes nothing");
