@@ -121,8 +121,31 @@ pub(super) fn open_database(
         Mode::OpenExisting => guarded(&mut || builder.open(path).map(Db::Write))?,
         Mode::ReadOnly => guarded(&mut || builder.open_read_only(path).map(Db::Read))?,
     };
-    let found = catch_unwind(AssertUnwindSafe(|| match &db {
-        Db::Write(db) => init_tables(db, &journal_path),
+    match prepare(&db, path, &journal_path, mode) {
+        Ok((feed_next, journal)) => Ok((db, feed_next, journal)),
+        Err(error) => {
+            // A damaged file can leave redb's own locks poisoned by a panic contained above;
+            // closing the database then panics again. The open's answer is the error.
+            let _ = catch_unwind(AssertUnwindSafe(move || drop(db)));
+            Err(error)
+        }
+    }
+}
+
+/// Brings the opened file's tables to where this build reads them (layout, journal, indexes,
+/// checks): the next feed position and, opened for writing, the journal.
+fn prepare(
+    db: &Db,
+    path: &Path,
+    journal_path: &Path,
+    mode: Mode,
+) -> Result<(u64, Option<Journal>), OpenError> {
+    let corrupt = |detail: String| OpenError::Corrupt {
+        path: path.to_path_buf(),
+        detail,
+    };
+    let found = catch_unwind(AssertUnwindSafe(|| match db {
+        Db::Write(db) => init_tables(db, journal_path),
         Db::Read(db) => read_layout(db),
     }))
     .map_err(|panic| corrupt(panic_message(&panic)))?
@@ -131,10 +154,10 @@ pub(super) fn open_database(
         Layout::Current {
             feed_next,
             journal: position,
-        } => match &db {
+        } => match db {
             Db::Write(database) => {
                 let recovered = catch_unwind(AssertUnwindSafe(|| {
-                    recover_journal(database, path, &journal_path, position, feed_next)
+                    recover_journal(database, path, journal_path, position, feed_next)
                 }))
                 .map_err(|panic| corrupt(panic_message(&panic)))??;
                 let (journal, feed_next) = recovered;
@@ -150,13 +173,13 @@ pub(super) fn open_database(
                 catch_unwind(AssertUnwindSafe(|| heads::ensure_checked(database)))
                     .map_err(|panic| corrupt(panic_message(&panic)))?
                     .map_err(|error| corrupt(error.to_string()))?;
-                Ok((db, feed_next, Some(journal)))
+                Ok((feed_next, Some(journal)))
             }
             Db::Read(_) => {
                 if let Some(position) = position {
-                    check_nothing_pending(path, &journal_path, position)?;
+                    check_nothing_pending(path, journal_path, position)?;
                 }
-                Ok((db, feed_next, None))
+                Ok((feed_next, None))
             }
         },
         Layout::Other(found) if found == 1 && mode == Mode::ReadOnly => {
