@@ -57,21 +57,10 @@ pub(super) fn ensure_checked(db: &Database) -> Result<(), StorageError> {
     }
     let heads = in_chunks(db, |txn, after| {
         let mut heads = txn.open_table(HEADS).map_err(StorageError::new)?;
-        let mut unchecked = Vec::new();
-        let mut last = None;
-        for entry in heads
-            .range::<&str>((after, Bound::Unbounded))
-            .map_err(StorageError::new)?
-            .take(AT_ONCE)
-        {
-            let (id, value) = entry.map_err(StorageError::new)?;
-            let (id, value) = (id.value(), value.value());
+        let (unchecked, last) = stale_in_chunk(&heads, after, |id, value| {
             let head = decode(id, value)?;
-            if !checked::is_checked(value) {
-                unchecked.push((id.to_owned(), head));
-            }
-            last = Some(id.to_owned());
-        }
+            Ok((!checked::is_checked(value)).then_some(head))
+        })?;
         for (id, head) in &unchecked {
             heads
                 .insert(id.as_str(), encode(id, *head)?)
@@ -81,21 +70,10 @@ pub(super) fn ensure_checked(db: &Database) -> Result<(), StorageError> {
     })?;
     let tails = in_chunks(db, |txn, after| {
         let mut tails = txn.open_table(TAILS).map_err(StorageError::new)?;
-        let mut unframed = Vec::new();
-        let mut last = None;
-        for entry in tails
-            .range::<&str>((after, Bound::Unbounded))
-            .map_err(StorageError::new)?
-            .take(AT_ONCE)
-        {
-            let (id, value) = entry.map_err(StorageError::new)?;
-            let (id, value) = (id.value(), value.value());
+        let (unframed, last) = stale_in_chunk(&tails, after, |id, value| {
             let tail = checked::tail(id, value)?;
-            if !checked::is_framed_tail(value) {
-                unframed.push((id.to_owned(), tail));
-            }
-            last = Some(id.to_owned());
-        }
+            Ok((!checked::is_framed_tail(value)).then_some(tail))
+        })?;
         for (id, tail) in &unframed {
             tails
                 .insert(id.as_str(), checked::tail_value(id, tail).as_slice())
@@ -141,6 +119,34 @@ fn in_chunks(
             None => return Ok(rewritten),
         }
     }
+}
+
+/// What [`stale_in_chunk`] found: the values to rewrite, by key, and the last key read.
+type StaleChunk<T> = (Vec<(String, T)>, Option<String>);
+
+/// The next [`AT_ONCE`] entries of `table` from `after`: those `stale` says need rewriting, with
+/// what to rewrite them from (`stale` also refuses a value that fails its check), and the last
+/// key read (`None` past the end).
+fn stale_in_chunk<V: redb::Value + 'static, T>(
+    table: &redb::Table<'_, &'static str, V>,
+    after: Bound<&str>,
+    stale: impl Fn(&str, V::SelfType<'_>) -> Result<Option<T>, StorageError>,
+) -> Result<StaleChunk<T>, StorageError> {
+    let mut found = Vec::new();
+    let mut last = None;
+    for entry in table
+        .range::<&str>((after, Bound::Unbounded))
+        .map_err(StorageError::new)?
+        .take(AT_ONCE)
+    {
+        let (id, value) = entry.map_err(StorageError::new)?;
+        let id = id.value();
+        if let Some(from) = stale(id, value.value())? {
+            found.push((id.to_owned(), from));
+        }
+        last = Some(id.to_owned());
+    }
+    Ok((found, last))
 }
 
 /// Whether every `heads` and `meta` value of the file carries its check (an open for writing
