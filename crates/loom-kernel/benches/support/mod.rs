@@ -9,10 +9,15 @@ use loom_kernel::*;
 use loom_kernel::{Event, EventEnvelope, ExecutionId};
 use serde_json::json;
 
-/// The runtime every benchmark drives Loom on: both cores.
+/// The runtime every benchmark drives Loom on: both cores, or `LOOM_BENCH_WORKERS` worker
+/// threads (to see whether a workload waits on something other than the CPU).
 pub fn tokio_runtime() -> tokio::runtime::Runtime {
+    let workers = std::env::var("LOOM_BENCH_WORKERS")
+        .ok()
+        .and_then(|workers| workers.parse().ok())
+        .unwrap_or(2);
     tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
+        .worker_threads(workers)
         .enable_all()
         .build()
         .expect("runtime")
