@@ -44,7 +44,7 @@ fn as_layout_4(path: &Path) {
         }
         if table == "meta" {
             values.insert("format", 4).expect("the format");
-            values.remove("heads_checked").expect("the mark");
+            values.remove("values_checked").expect("the mark");
         }
     }
     {

@@ -19,7 +19,7 @@
 //! - `meta`: `"format" -> STORE_FORMAT`, so a file from an incompatible build is refused;
 //!   `"feed_next"`, the next feed position; `"journal_generation"` and `"journal_end"`, where
 //!   the tables stand in the journal; the counts per status (`disk/listing.rs`);
-//!   `"heads_checked"`, every head and meta value carries its check; `"purges_recorded"`,
+//!   `"values_checked"`, every head and meta value carries its check; `"purges_recorded"`,
 //!   `purged` names every deletion since the file was created. Every value but the format
 //!   carries a check of its key and value (`disk/checked.rs`).
 //!

@@ -97,7 +97,7 @@ fn untag_heads(txn: &redb::WriteTransaction) {
         let mut values = txn
             .open_table(redb::TableDefinition::<&str, u64>::new(table))
             .unwrap();
-        values.remove("heads_checked").unwrap();
+        values.remove("values_checked").unwrap();
         let stored: Vec<(String, u64)> = values
             .iter()
             .unwrap()

@@ -1,5 +1,6 @@
 //! The values of the `heads` table (layout 5, LD-037): an execution's head with a check that
-//! binds it to its id.
+//! binds it to its id; and the pass that gives a file from before layout 5 its checks (its
+//! heads, tails and `meta` values: [`ensure_checked`]).
 //!
 //! A value holds the head with a check of the execution id and the head (`checked.rs`). So a
 //! value read under another id (a damaged key: an execution listed that is not there) or with
@@ -14,8 +15,8 @@ use redb::{Database, ReadableDatabase, ReadableTable};
 use super::{HEADS, META, TAILS, checked};
 use crate::store::StorageError;
 
-/// The meta key saying every value of `heads` carries its check.
-const CHECKED: &str = "heads_checked";
+/// The meta key saying every `heads`, `tails` and `meta` value carries its check.
+const CHECKED: &str = "values_checked";
 
 /// How many values one commit of [`ensure_checked`] rewrites.
 const AT_ONCE: usize = 16_384;
@@ -40,7 +41,7 @@ pub(super) fn decode(id: &str, value: u64) -> Result<u64, StorageError> {
 
 /// Gives every `heads` value written before layout 5 its check, then every `tails` value its
 /// frame, then every `meta` value but `"format"` its check (and a count of 0 to each status
-/// without one), once per file (meta key `"heads_checked"`): run by an open for writing, after
+/// without one), once per file (meta key `"values_checked"`): run by an open for writing, after
 /// the journal is applied and before the store's threads start. Many commits of [`AT_ONCE`]
 /// values each, so the rewrite needs no copy of every id in memory and redb reuses the pages
 /// each commit frees (one transaction for a million heads doubled a file's size); a crash
