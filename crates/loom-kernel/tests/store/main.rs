@@ -11,6 +11,7 @@ mod batching;
 mod corruption_repair;
 mod crash_consistency;
 mod error_sources;
+mod flip_sweep;
 mod fold;
 mod fold_laws;
 mod held;
