@@ -139,10 +139,23 @@ async fn an_index_read_right_after_an_append_sees_it() {
         let counts = store.count_by_status().await.unwrap();
         assert_eq!(counts.get(ExecutionStatus::Running), n + 1);
         let page = store
-            .query_executions(&ExecutionQuery::default())
+            .query_executions(&ExecutionQuery {
+                limit: 100,
+                ..ExecutionQuery::default()
+            })
             .await
             .unwrap();
-        assert_eq!(page.executions.first().map(|row| &row.id), Some(&e));
+        // Newest first by start time, then by id: one started in the same millisecond as others
+        // may come after them ("listed-9" sorts after "listed-10").
+        let newest = page.executions.first().and_then(|row| row.started_at_ms);
+        assert!(
+            page.executions
+                .iter()
+                .take_while(|row| row.started_at_ms == newest)
+                .any(|row| row.id == e),
+            "{e} is not among the newest: {:?}",
+            page.executions
+        );
         let feed = store.read_feed(0, 1000).await.unwrap();
         assert_eq!(feed.len() as u64, n + 1);
         assert_eq!(
