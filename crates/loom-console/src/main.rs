@@ -319,7 +319,8 @@ fn held_elsewhere(path: &Path) -> ConsoleError {
     ))
 }
 
-/// Opens the store file: read-only unless `write`; `verify` checks every page first.
+/// Opens the store file: read-only unless `write`; with `write`, `verify` checks every page
+/// first (redb's check repairs what it finds, so a read-only open cannot run it).
 fn open_file(path: &Path, write: bool, verify: bool) -> Result<DiskStore, ConsoleError> {
     let config = DiskStoreConfig {
         cache_size_bytes: 16 << 20,

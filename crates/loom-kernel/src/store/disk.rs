@@ -134,8 +134,16 @@ pub struct DiskStoreConfig {
     /// The most events one group commit takes. Larger batches amortise the fsync further but
     /// make the first caller in a batch wait for more inserts.
     pub max_batch_events: usize,
-    /// Verify every page's checksum when opening, so that a damaged file is refused at open
-    /// instead of failing (or worse) on a later read. Costs a read of the whole file.
+    /// Verify every page's checksum when opening for writing, so that a damaged file is
+    /// refused at open instead of failing (or worse) on a later read. Costs a read of the
+    /// whole file, outside the page cache (about 0.3 s for a million ended executions; see
+    /// docs/PERFORMANCE.md).
+    ///
+    /// Off, the store trusts the file's pages: its own checks still refuse a damaged record,
+    /// head, tail, count or feed row where it is read (docs/STORAGE.md, "Damaged and foreign
+    /// files"), and a panic of the storage engine on a damaged page is reported as a damaged
+    /// file, but a damaged branch page can send a lookup astray unnoticed, and the engine may
+    /// panic again while such a panic unwinds, which ends the process.
     pub verify_on_open: bool,
 }
 
@@ -338,7 +346,9 @@ impl DiskStore {
     /// Opens the store at `path` for reading only: nothing is written to the file (appends
     /// and deletions fail with `Closed` / [`RetentionError::Closed`]), a missing or empty file
     /// is refused, and so is a file of an older layout that would need bringing up to date.
-    /// For tools that inspect a store, such as `replay-check`.
+    /// For tools that inspect a store, such as `replay-check`. The pages are not checked
+    /// whatever [`DiskStoreConfig::verify_on_open`] says (redb's check repairs what it finds,
+    /// which a read-only open must not): the store's own checks of what it reads still apply.
     pub fn open_read_only(
         path: impl AsRef<Path>,
         config: DiskStoreConfig,
