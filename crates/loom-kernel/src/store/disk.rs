@@ -9,7 +9,8 @@
 //! - `tails`: `execution id -> ` its [`ExecutionTail`] with a check of the id and the tail
 //!   (`disk/checked.rs`; read to validate appends).
 //! - `by_status`: `(index code, execution id)`, one range per status listing.
-//! - `ended`: `(ended at ms, execution id)`, read by retention, oldest first.
+//! - `ended`: `(ended at ms, execution id)`, read by retention, oldest first; a deletion checks
+//!   each row against the execution's tail before it removes a log.
 //! - `feed`: `position -> (execution id, first seq)`, the store-wide commit order: one row per
 //!   events row, covering as many positions as the row holds events.
 //! - `purged`: `execution id -> feed position` when retention last deleted it: the feed rows
@@ -1255,16 +1256,20 @@ fn delete_ended(
             .take(limit.max(1))
         {
             let (key, _) = entry.map_err(StorageError::new)?;
-            let id = key.value().1;
-            doomed.push(ExecutionId::from_stored(id).map_err(StorageError::new)?);
+            let (ended_at_ms, id) = key.value();
+            doomed.push((
+                ended_at_ms,
+                ExecutionId::from_stored(id).map_err(StorageError::new)?,
+            ));
         }
         let feed_next = tables.feed_next()?;
         tables.set_position(feed_next, journal.generation(), journal.end())?;
         let mut purged = txn.open_table(PURGED).map_err(StorageError::new)?;
-        for execution in &doomed {
+        for (ended_at_ms, execution) in &doomed {
             let id = execution.as_str();
-            purged.insert(id, feed_next).map_err(StorageError::new)?;
             let tail = tables.tail(id)?;
+            check_ended(id, *ended_at_ms, &tail)?;
+            purged.insert(id, feed_next).map_err(StorageError::new)?;
             tables
                 .listing
                 .forget(id, &tail, &tables.events, &mut tables.meta)?;
@@ -1276,10 +1281,27 @@ fn delete_ended(
                 .retain_in((id, 0)..=(id, u64::MAX), |_, _| false)
                 .map_err(StorageError::new)?;
         }
-        doomed
+        doomed.into_iter().map(|(_, execution)| execution).collect()
     };
     txn.commit().map_err(StorageError::new)?;
     Ok(deleted)
+}
+
+/// Deleting a log is the one change nothing can undo, so the `ended` row that names it is not
+/// trusted alone: the execution's tail (checked, LD-037) must say it ended at that moment. A
+/// row that a damaged key moved onto another execution, or to an earlier time, then stops the
+/// deletion instead of removing a log that is running or not old enough.
+fn check_ended(id: &str, ended_at_ms: u64, tail: &ExecutionTail) -> Result<(), StorageError> {
+    if tail.status().is_terminal() && tail.ended_at_ms() == Some(ended_at_ms) {
+        return Ok(());
+    }
+    let found = match tail.ended_at_ms() {
+        Some(at) => format!("{:?}, ended at {at} ms", tail.status()),
+        None => format!("{:?}, without an end", tail.status()),
+    };
+    Err(StorageError::msg(format!(
+        "the store file is damaged: the index of ended executions files {id} as ended at {ended_at_ms} ms, but its tail says {found}; nothing was deleted"
+    )))
 }
 
 /// Records of one execution copied out of a read transaction, undecoded.

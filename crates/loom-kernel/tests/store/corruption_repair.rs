@@ -657,3 +657,73 @@ async fn a_damaged_tail_is_reported_not_read_back() {
         }
     }
 }
+
+/// Deleting is the one change that cannot be undone: a damaged row of the index of ended
+/// executions that names a running execution, or moves an ended one to an earlier end, makes
+/// retention say the file is damaged and delete nothing, not remove a log that is running or
+/// not old enough. The edit is a valid redb commit, so the open's check passes it.
+#[tokio::test]
+async fn retention_deletes_nothing_on_a_damaged_row_of_ended_executions() {
+    use redb::ReadableTable;
+    type Ended<'a> = redb::Table<'a, (u64, &'static str), ()>;
+    type Damage = fn(&mut Ended<'_>, u64);
+    let cases: [(&str, Damage); 2] = [
+        ("a row naming a running execution", |ended, _| {
+            ended.insert((1, "alive"), ()).unwrap();
+        }),
+        ("an end moved earlier", |ended, real| {
+            ended.remove((real, "old")).unwrap();
+            ended.insert((1, "old"), ()).unwrap();
+        }),
+    ];
+    for (n, (case, damage)) in cases.into_iter().enumerate() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join(format!("ended-{n}.redb"));
+        {
+            let store = DiskStore::open(&path).unwrap();
+            let old = id("old");
+            let head = store.append(&old, 0, &[started("f")]).await.unwrap();
+            store
+                .append(&old, head, &[loom_kernel::conformance::completed()])
+                .await
+                .unwrap();
+            store
+                .append(&id("alive"), 0, &[started("f")])
+                .await
+                .unwrap();
+        }
+        {
+            let db = redb::Database::create(&path).unwrap();
+            let txn = db.begin_write().unwrap();
+            {
+                let mut ended: Ended<'_> =
+                    txn.open_table(redb::TableDefinition::new("ended")).unwrap();
+                let rows: Vec<(u64, String)> = ended
+                    .iter()
+                    .unwrap()
+                    .map(|row| {
+                        let (key, _) = row.unwrap();
+                        let (at, id) = key.value();
+                        (at, id.to_owned())
+                    })
+                    .collect();
+                let [(real, only)] = rows.as_slice() else {
+                    panic!("{case}: one ended execution, not {rows:?}");
+                };
+                assert_eq!(only, "old");
+                assert!(*real > 2, "{case}: the end was recorded with a clock");
+                damage(&mut ended, *real);
+            }
+            txn.commit().unwrap();
+        }
+        let store = DiskStore::open(&path).unwrap();
+        let err = store.delete_ended(2, 10).await.unwrap_err();
+        assert!(
+            err.to_string()
+                .contains("the index of ended executions files"),
+            "{case}: {err}"
+        );
+        assert_eq!(store.head(&id("old")).await.unwrap(), 2, "{case}");
+        assert_eq!(store.head(&id("alive")).await.unwrap(), 1, "{case}");
+    }
+}
