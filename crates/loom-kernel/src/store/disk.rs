@@ -1773,6 +1773,7 @@ impl EventStore for DiskStore {
             let txn = db.begin_read().map_err(ReadError::storage)?;
             let by_status = txn.open_table(BY_STATUS).map_err(ReadError::storage)?;
             let heads = txn.open_table(HEADS).map_err(ReadError::storage)?;
+            let tails = txn.open_table(TAILS).map_err(ReadError::storage)?;
             let lower = after.as_ref().map_or(Bound::Included((code, "")), |id| {
                 Bound::Excluded((code, id.as_str()))
             });
@@ -1792,6 +1793,17 @@ impl EventStore for DiskStore {
                     return Err(ReadError::Storage {
                         source: StorageError::msg(format!(
                             "the store file is damaged: the status index files execution {id}, which has no log"
+                        )),
+                    });
+                }
+                // A damaged key may still name an execution that is there, under a status it
+                // does not have: its tail (checked) says where it belongs.
+                let tail = tail_of(&tails, id).map_err(ReadError::storage)?;
+                if !tail.index_codes().any(|filed| filed == code) {
+                    return Err(ReadError::Storage {
+                        source: StorageError::msg(format!(
+                            "the store file is damaged: the status index files execution {id} under code {code}, but its tail says {:?}",
+                            tail.status()
                         )),
                     });
                 }

@@ -727,3 +727,81 @@ async fn retention_deletes_nothing_on_a_damaged_row_of_ended_executions() {
         assert_eq!(store.head(&id("alive")).await.unwrap(), 1, "{case}");
     }
 }
+
+/// A damaged key of the status index, or a damaged row of the listing, that still names an
+/// execution that is there, under a status it does not have: the execution's tail says where
+/// it belongs, and the read reports the damage instead of listing it there.
+#[tokio::test]
+async fn a_listing_row_filing_an_execution_under_another_status_is_reported() {
+    use loom_kernel::{ExecutionQuery, ExecutionStatus, StatusFilter, status_code};
+    use redb::ReadableTable;
+    type ByStatus<'a> = redb::Table<'a, (u8, &'static str), ()>;
+    type ByStatusStart<'a> = redb::Table<'a, (u8, u64, &'static str), (Option<u64>, &'static str)>;
+    let (completed, running) = (
+        status_code(ExecutionStatus::Completed),
+        status_code(ExecutionStatus::Running),
+    );
+    let dir = tempfile::tempdir().unwrap();
+    let status_path = dir.path().join("by-status.redb");
+    closed_store_of_one_ended(&status_path, "filed").await;
+    {
+        let db = redb::Database::create(&status_path).unwrap();
+        let txn = db.begin_write().unwrap();
+        {
+            let mut by_status: ByStatus<'_> = txn
+                .open_table(redb::TableDefinition::new("by_status"))
+                .unwrap();
+            by_status.remove((completed, "filed")).unwrap();
+            by_status.insert((running, "filed"), ()).unwrap();
+        }
+        txn.commit().unwrap();
+    }
+    let store = DiskStore::open(&status_path).unwrap();
+    let err = store
+        .list_by_status(StatusFilter::Status(ExecutionStatus::Running), None, 10)
+        .await
+        .unwrap_err();
+    assert!(
+        err.to_string()
+            .contains("the status index files execution filed under code"),
+        "{err}"
+    );
+    drop(store);
+
+    let listing_path = dir.path().join("by-status-start.redb");
+    closed_store_of_one_ended(&listing_path, "listed").await;
+    {
+        let db = redb::Database::create(&listing_path).unwrap();
+        let txn = db.begin_write().unwrap();
+        {
+            let mut listing: ByStatusStart<'_> = txn
+                .open_table(redb::TableDefinition::new("by_status_start"))
+                .unwrap();
+            let (start, value) = {
+                let (key, value) = listing.first().unwrap().unwrap();
+                let (code, start, id) = key.value();
+                assert_eq!((code, id), (completed, "listed"));
+                let (ended, flow) = value.value();
+                (start, (ended, flow.to_owned()))
+            };
+            listing.remove((completed, start, "listed")).unwrap();
+            listing
+                .insert((running, start, "listed"), (value.0, value.1.as_str()))
+                .unwrap();
+        }
+        txn.commit().unwrap();
+    }
+    let store = DiskStore::open(&listing_path).unwrap();
+    let err = store
+        .query_executions(&ExecutionQuery {
+            limit: 10,
+            ..ExecutionQuery::default()
+        })
+        .await
+        .unwrap_err();
+    assert!(
+        err.to_string()
+            .contains("the listing files execution listed under code"),
+        "{err}"
+    );
+}

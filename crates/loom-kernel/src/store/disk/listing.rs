@@ -244,6 +244,7 @@ pub(super) fn query(
     query: &ExecutionQuery,
 ) -> Result<ExecutionQueryPage, ReadError> {
     let heads = txn.open_table(super::HEADS).map_err(ReadError::storage)?;
+    let tails = txn.open_table(TAILS).map_err(ReadError::storage)?;
     let table = txn
         .open_table(BY_STATUS_START)
         .map_err(ReadError::storage)?;
@@ -267,7 +268,6 @@ pub(super) fn query(
     if let Some(prefix) = query.id_prefix.as_deref() {
         // The ids with the prefix, from the id-ordered table: in proportion to how many there
         // are (a parent's children: a few), not to every execution started since.
-        let tails = txn.open_table(TAILS).map_err(ReadError::storage)?;
         let events = txn.open_table(EVENTS).map_err(ReadError::storage)?;
         let mut found = Vec::new();
         for entry in tails.range::<&str>(prefix..).map_err(ReadError::storage)? {
@@ -346,6 +346,16 @@ pub(super) fn query(
         };
         let (code, start, id) = key.value();
         let (ended, flow) = value.value();
+        // A damaged row may still name an execution that is there: its tail (checked) must
+        // agree with the status and end the row files it under.
+        let tail = super::tail_of(&tails, id).map_err(ReadError::storage)?;
+        if status_code(tail.status()) != code || tail.ended_at_ms() != ended {
+            return Err(ReadError::storage(StorageError::msg(format!(
+                "the store file is damaged: the listing files execution {id} under code {code}, ended at {ended:?}, but its tail says {:?}, ended at {:?}",
+                tail.status(),
+                tail.ended_at_ms()
+            ))));
+        }
         let row = row_of(code, start, id, ended, flow)?;
         if query.matches(&row) {
             rows.push(row);
