@@ -56,6 +56,25 @@ fn edit_events(
     txn.commit().unwrap();
 }
 
+/// Edits the table `name` of the closed store at `path`, opened as a bare redb file: a damaged
+/// key or value that still decodes, which redb's check of every page does not see (the edit is
+/// a valid commit).
+fn edit_table<K: redb::Key + 'static, V: redb::Value + 'static>(
+    path: &std::path::Path,
+    name: &str,
+    edit: impl FnOnce(&mut redb::Table<'_, K, V>),
+) {
+    let db = redb::Database::create(path).unwrap();
+    let txn = db.begin_write().unwrap();
+    {
+        let mut table = txn
+            .open_table(redb::TableDefinition::<K, V>::new(name))
+            .unwrap();
+        edit(&mut table);
+    }
+    txn.commit().unwrap();
+}
+
 /// The store at `path` opened without redb's check of every page, which would refuse some
 /// damage before the store's own checks meet it.
 fn open_unverified(path: &std::path::Path) -> DiskStore {
@@ -467,19 +486,11 @@ async fn a_status_index_key_naming_no_log_is_reported() {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("by-status.redb");
     closed_store_of_one_ended(&path, "filed").await;
-    {
-        let db = redb::Database::create(&path).unwrap();
-        let txn = db.begin_write().unwrap();
-        {
-            let mut by_status: ByStatus<'_> = txn
-                .open_table(redb::TableDefinition::new("by_status"))
-                .unwrap();
-            let completed = status_code(ExecutionStatus::Completed);
-            by_status.remove((completed, "filed")).unwrap();
-            by_status.insert((completed, "filez"), ()).unwrap();
-        }
-        txn.commit().unwrap();
-    }
+    edit_table(&path, "by_status", |by_status: &mut ByStatus<'_>| {
+        let completed = status_code(ExecutionStatus::Completed);
+        by_status.remove((completed, "filed")).unwrap();
+        by_status.insert((completed, "filez"), ()).unwrap();
+    });
     let store = open_unverified(&path);
     let err = store
         .list_by_status(StatusFilter::Status(ExecutionStatus::Completed), None, 10)
@@ -692,30 +703,23 @@ async fn retention_deletes_nothing_on_a_damaged_row_of_ended_executions() {
                 .await
                 .unwrap();
         }
-        {
-            let db = redb::Database::create(&path).unwrap();
-            let txn = db.begin_write().unwrap();
-            {
-                let mut ended: Ended<'_> =
-                    txn.open_table(redb::TableDefinition::new("ended")).unwrap();
-                let rows: Vec<(u64, String)> = ended
-                    .iter()
-                    .unwrap()
-                    .map(|row| {
-                        let (key, _) = row.unwrap();
-                        let (at, id) = key.value();
-                        (at, id.to_owned())
-                    })
-                    .collect();
-                let [(real, only)] = rows.as_slice() else {
-                    panic!("{case}: one ended execution, not {rows:?}");
-                };
-                assert_eq!(only, "old");
-                assert!(*real > 2, "{case}: the end was recorded with a clock");
-                damage(&mut ended, *real);
-            }
-            txn.commit().unwrap();
-        }
+        edit_table(&path, "ended", |ended: &mut Ended<'_>| {
+            let rows: Vec<(u64, String)> = ended
+                .iter()
+                .unwrap()
+                .map(|row| {
+                    let (key, _) = row.unwrap();
+                    let (at, id) = key.value();
+                    (at, id.to_owned())
+                })
+                .collect();
+            let [(real, only)] = rows.as_slice() else {
+                panic!("{case}: one ended execution, not {rows:?}");
+            };
+            assert_eq!(only, "old");
+            assert!(*real > 2, "{case}: the end was recorded with a clock");
+            damage(ended, *real);
+        });
         let store = DiskStore::open(&path).unwrap();
         let err = store.delete_ended(2, 10).await.unwrap_err();
         assert!(
@@ -744,18 +748,10 @@ async fn a_listing_row_filing_an_execution_under_another_status_is_reported() {
     let dir = tempfile::tempdir().unwrap();
     let status_path = dir.path().join("by-status.redb");
     closed_store_of_one_ended(&status_path, "filed").await;
-    {
-        let db = redb::Database::create(&status_path).unwrap();
-        let txn = db.begin_write().unwrap();
-        {
-            let mut by_status: ByStatus<'_> = txn
-                .open_table(redb::TableDefinition::new("by_status"))
-                .unwrap();
-            by_status.remove((completed, "filed")).unwrap();
-            by_status.insert((running, "filed"), ()).unwrap();
-        }
-        txn.commit().unwrap();
-    }
+    edit_table(&status_path, "by_status", |by_status: &mut ByStatus<'_>| {
+        by_status.remove((completed, "filed")).unwrap();
+        by_status.insert((running, "filed"), ()).unwrap();
+    });
     let store = DiskStore::open(&status_path).unwrap();
     let err = store
         .list_by_status(StatusFilter::Status(ExecutionStatus::Running), None, 10)
@@ -770,13 +766,10 @@ async fn a_listing_row_filing_an_execution_under_another_status_is_reported() {
 
     let listing_path = dir.path().join("by-status-start.redb");
     closed_store_of_one_ended(&listing_path, "listed").await;
-    {
-        let db = redb::Database::create(&listing_path).unwrap();
-        let txn = db.begin_write().unwrap();
-        {
-            let mut listing: ByStatusStart<'_> = txn
-                .open_table(redb::TableDefinition::new("by_status_start"))
-                .unwrap();
+    edit_table(
+        &listing_path,
+        "by_status_start",
+        |listing: &mut ByStatusStart<'_>| {
             let (start, value) = {
                 let (key, value) = listing.first().unwrap().unwrap();
                 let (code, start, id) = key.value();
@@ -788,9 +781,8 @@ async fn a_listing_row_filing_an_execution_under_another_status_is_reported() {
             listing
                 .insert((running, start, "listed"), (value.0, value.1.as_str()))
                 .unwrap();
-        }
-        txn.commit().unwrap();
-    }
+        },
+    );
     let store = DiskStore::open(&listing_path).unwrap();
     let err = store
         .query_executions(&ExecutionQuery {
