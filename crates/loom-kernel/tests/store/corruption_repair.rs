@@ -733,10 +733,11 @@ async fn retention_deletes_nothing_on_a_damaged_row_of_ended_executions() {
 }
 
 /// A damaged key of the status index, or a damaged row of the listing, that still names an
-/// execution that is there, under a status it does not have: the execution's tail says where
-/// it belongs, and the read reports the damage instead of listing it there.
+/// execution that is there, under a status, a start or a flow it does not have: the
+/// execution's tail and first record say where it belongs, and the read reports the damage
+/// instead of listing it there.
 #[tokio::test]
-async fn a_listing_row_filing_an_execution_under_another_status_is_reported() {
+async fn a_listing_row_that_disagrees_with_the_log_is_reported() {
     use loom_kernel::{ExecutionQuery, ExecutionStatus, StatusFilter, status_code};
     use redb::ReadableTable;
     type ByStatus<'a> = redb::Table<'a, (u8, &'static str), ()>;
@@ -796,4 +797,37 @@ async fn a_listing_row_filing_an_execution_under_another_status_is_reported() {
             .contains("the listing files execution listed under code"),
         "{err}"
     );
+    drop(store);
+
+    // The start time is in the key: moved to another moment, the row still decodes.
+    let moved_path = dir.path().join("started-elsewhere.redb");
+    closed_store_of_one_ended(&moved_path, "moved").await;
+    edit_table(
+        &moved_path,
+        "by_status_start",
+        |listing: &mut ByStatusStart<'_>| {
+            let (start, value) = {
+                let (key, value) = listing.first().unwrap().unwrap();
+                let (_, start, _) = key.value();
+                let (ended, flow) = value.value();
+                (start, (ended, flow.to_owned()))
+            };
+            listing.remove((completed, start, "moved")).unwrap();
+            listing
+                .insert(
+                    (completed, start ^ 0x10, "moved"),
+                    (value.0, value.1.as_str()),
+                )
+                .unwrap();
+        },
+    );
+    let store = DiskStore::open(&moved_path).unwrap();
+    let err = store
+        .query_executions(&ExecutionQuery {
+            limit: 10,
+            ..ExecutionQuery::default()
+        })
+        .await
+        .unwrap_err();
+    assert!(err.to_string().contains("but its log says"), "{err}");
 }

@@ -1,7 +1,8 @@
 //! A byte flipped anywhere in a store file, opened with `verify_on_open` (the default) or
-//! without: the open refuses the file, a read reports the damage, or everything reads back as
-//! it was written; nothing reads back wrong and no read unwinds into the caller's task (redb
-//! panics on some damaged pages: the store reports them as a damaged file).
+//! without: the open refuses the file, a read (or retention) reports the damage, or everything
+//! reads back as it was written and retention deletes the one ended execution; nothing reads
+//! back wrong, nothing else is deleted, and no read unwinds into the caller's task (redb panics
+//! on some damaged pages: the store reports them as a damaged file).
 //!
 //! The copies are opened in a child process of their own (this binary's `entry` test), which
 //! goes through them one by one and prints each outcome. Without the check, redb sometimes
@@ -33,9 +34,9 @@ const SWEEP_FROM: &str = "LOOM_FLIP_SWEEP_FROM";
 const NAMES: [&str; 3] = ["alpha", "beta", "gamma"];
 
 /// Everything a store answers about three executions, as text: two stores answer alike when
-/// every log, head, listing, status count and the feed are the same.
+/// every log, head, listing, status count, query page and the feed are the same.
 async fn everything_read(store: &DiskStore) -> Result<String, ReadError> {
-    use loom_kernel::{EventStoreExt, ExecutionStatus, StatusFilter};
+    use loom_kernel::{EventStoreExt, ExecutionQuery, ExecutionStatus, StatusFilter};
     let mut out = String::new();
     for name in NAMES {
         let e = id(name);
@@ -50,8 +51,24 @@ async fn everything_read(store: &DiskStore) -> Result<String, ReadError> {
             .await?;
         out += &format!("{status:?}: {listed:?}\n");
     }
+    let query = ExecutionQuery {
+        limit: 100,
+        ..ExecutionQuery::default()
+    };
+    out += &format!("query {:?}\n", store.query_executions(&query).await?);
     out += &format!("feed {:?}\n", store.read_feed(0, 1000).await?);
     Ok(out)
+}
+
+/// Everything read, then retention run over every ended execution: what it deleted, as text
+/// (the one completed execution, `beta`, in a copy read back right).
+async fn everything_read_then_deleted(store: &DiskStore) -> Result<String, String> {
+    let read = everything_read(store).await.map_err(|e| e.to_string())?;
+    let deleted = store
+        .delete_ended(u64::MAX, 10)
+        .await
+        .map_err(|e| e.to_string())?;
+    Ok(format!("{read}deleted {deleted:?}\n"))
 }
 
 /// How the opens and reads of a copy with one flipped byte went, over many bytes.
@@ -142,7 +159,8 @@ async fn a_byte_flipped_anywhere_is_refused_or_reads_back_right() {
     // Read back through an open for writing, as the copies will be: the file is then as closed.
     let expected = everything_read(&DiskStore::open(&path).unwrap())
         .await
-        .unwrap();
+        .unwrap()
+        + &format!("deleted {:?}\n", [id("beta")]);
     std::fs::write(sweep.expected(), expected).unwrap();
     let original = std::fs::read(&path).unwrap();
     // A few offsets into every page in use: headers, keys, values, the page's end.
@@ -280,7 +298,7 @@ async fn outcome_of(case: &Path, config: DiskStoreConfig, expected: &str) -> &'s
     // Read on a task of its own: a panic that unwinds out of the store ends the task.
     let read = tokio::spawn({
         let store = store.clone();
-        async move { everything_read(&store).await }
+        async move { everything_read_then_deleted(&store).await }
     })
     .await;
     match read {

@@ -245,6 +245,7 @@ pub(super) fn query(
 ) -> Result<ExecutionQueryPage, ReadError> {
     let heads = txn.open_table(super::HEADS).map_err(ReadError::storage)?;
     let tails = txn.open_table(TAILS).map_err(ReadError::storage)?;
+    let events = txn.open_table(EVENTS).map_err(ReadError::storage)?;
     let table = txn
         .open_table(BY_STATUS_START)
         .map_err(ReadError::storage)?;
@@ -268,7 +269,6 @@ pub(super) fn query(
     if let Some(prefix) = query.id_prefix.as_deref() {
         // The ids with the prefix, from the id-ordered table: in proportion to how many there
         // are (a parent's children: a few), not to every execution started since.
-        let events = txn.open_table(EVENTS).map_err(ReadError::storage)?;
         let mut found = Vec::new();
         for entry in tails.range::<&str>(prefix..).map_err(ReadError::storage)? {
             let (id, tail) = entry.map_err(ReadError::storage)?;
@@ -347,11 +347,18 @@ pub(super) fn query(
         let (code, start, id) = key.value();
         let (ended, flow) = value.value();
         // A damaged row may still name an execution that is there: its tail (checked) must
-        // agree with the status and end the row files it under.
+        // agree with the status and end the row files it under, and its first record (checked)
+        // with the start and flow.
         let tail = super::tail_of(&tails, id).map_err(ReadError::storage)?;
-        if status_code(tail.status()) != code || tail.ended_at_ms() != ended {
+        let (first_start, first_flow) =
+            first_event_start(&events, id).map_err(ReadError::storage)?;
+        if status_code(tail.status()) != code
+            || tail.ended_at_ms() != ended
+            || first_start != start
+            || first_flow != flow
+        {
             return Err(ReadError::storage(StorageError::msg(format!(
-                "the store file is damaged: the listing files execution {id} under code {code}, ended at {ended:?}, but its tail says {:?}, ended at {:?}",
+                "the store file is damaged: the listing files execution {id} under code {code}, started at {start} ms by flow '{flow}', ended at {ended:?}, but its log says {:?}, started at {first_start} ms by flow '{first_flow}', ended at {:?}",
                 tail.status(),
                 tail.ended_at_ms()
             ))));
