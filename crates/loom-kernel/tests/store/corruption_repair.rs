@@ -765,69 +765,47 @@ async fn a_listing_row_that_disagrees_with_the_log_is_reported() {
     );
     drop(store);
 
-    let listing_path = dir.path().join("by-status-start.redb");
-    closed_store_of_one_ended(&listing_path, "listed").await;
-    edit_table(
-        &listing_path,
-        "by_status_start",
-        |listing: &mut ByStatusStart<'_>| {
-            let (start, value) = {
-                let (key, value) = listing.first().unwrap().unwrap();
-                let (code, start, id) = key.value();
-                assert_eq!((code, id), (completed, "listed"));
-                let (ended, flow) = value.value();
-                (start, (ended, flow.to_owned()))
-            };
-            listing.remove((completed, start, "listed")).unwrap();
-            listing
-                .insert((running, start, "listed"), (value.0, value.1.as_str()))
-                .unwrap();
-        },
-    );
-    let store = DiskStore::open(&listing_path).unwrap();
-    let err = store
-        .query_executions(&ExecutionQuery {
-            limit: 10,
-            ..ExecutionQuery::default()
-        })
-        .await
-        .unwrap_err();
-    assert!(
-        err.to_string()
-            .contains("the listing files execution listed under code"),
-        "{err}"
-    );
-    drop(store);
-
-    // The start time is in the key: moved to another moment, the row still decodes.
-    let moved_path = dir.path().join("started-elsewhere.redb");
-    closed_store_of_one_ended(&moved_path, "moved").await;
-    edit_table(
-        &moved_path,
-        "by_status_start",
-        |listing: &mut ByStatusStart<'_>| {
-            let (start, value) = {
-                let (key, value) = listing.first().unwrap().unwrap();
-                let (_, start, _) = key.value();
-                let (ended, flow) = value.value();
-                (start, (ended, flow.to_owned()))
-            };
-            listing.remove((completed, start, "moved")).unwrap();
-            listing
-                .insert(
-                    (completed, start ^ 0x10, "moved"),
-                    (value.0, value.1.as_str()),
-                )
-                .unwrap();
-        },
-    );
-    let store = DiskStore::open(&moved_path).unwrap();
-    let err = store
-        .query_executions(&ExecutionQuery {
-            limit: 10,
-            ..ExecutionQuery::default()
-        })
-        .await
-        .unwrap_err();
-    assert!(err.to_string().contains("but its log says"), "{err}");
+    // The listing's key holds the status and the start: either moved, the row still decodes.
+    type MoveKey = fn((u8, u64)) -> (u8, u64);
+    let moves: [(&str, MoveKey); 2] = [
+        ("another status", |(_, start)| {
+            (status_code(ExecutionStatus::Running), start)
+        }),
+        ("another start", |(code, start)| (code, start ^ 0x10)),
+    ];
+    for (n, (case, move_key)) in moves.into_iter().enumerate() {
+        let path = dir.path().join(format!("listing-{n}.redb"));
+        closed_store_of_one_ended(&path, "listed").await;
+        edit_table(
+            &path,
+            "by_status_start",
+            |listing: &mut ByStatusStart<'_>| {
+                let (key, value) = {
+                    let (key, value) = listing.first().unwrap().unwrap();
+                    let (code, start, id) = key.value();
+                    assert_eq!((code, id), (completed, "listed"));
+                    let (ended, flow) = value.value();
+                    ((code, start), (ended, flow.to_owned()))
+                };
+                listing.remove((key.0, key.1, "listed")).unwrap();
+                let (code, start) = move_key(key);
+                listing
+                    .insert((code, start, "listed"), (value.0, value.1.as_str()))
+                    .unwrap();
+            },
+        );
+        let store = DiskStore::open(&path).unwrap();
+        let err = store
+            .query_executions(&ExecutionQuery {
+                limit: 10,
+                ..ExecutionQuery::default()
+            })
+            .await
+            .unwrap_err();
+        assert!(
+            err.to_string()
+                .contains("the listing files execution listed under code"),
+            "{case}: {err}"
+        );
+    }
 }
