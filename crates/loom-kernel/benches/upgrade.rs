@@ -8,65 +8,17 @@
 //!
 //! `LOOM_UPGRADE_EXECUTIONS=1000000 cargo bench -p loom-kernel --bench upgrade`
 
+#[path = "../tests/support/older_layouts.rs"]
+mod older_layouts;
+mod support;
+
 use std::path::Path;
 use std::time::Instant;
 
 use loom_kernel::conformance::{completed, fill_for_recovery, started};
 use loom_kernel::{DiskStore, DiskStoreConfig};
-use redb::ReadableTable;
 
-/// The bits of a layout 5 head or meta value below its check.
-const VALUE_BITS: u64 = (1 << 48) - 1;
-/// The bytes a layout 5 tail's frame puts before the tail: its marker and CRC-32C.
-const TAIL_FRAME: usize = 5;
-
-fn as_layout_4(path: &Path) {
-    let db = redb::Database::create(path).expect("the store file opens in redb");
-    let txn = db.begin_write().expect("a write transaction");
-    for table in ["heads", "meta"] {
-        let mut values = txn
-            .open_table(redb::TableDefinition::<&str, u64>::new(table))
-            .expect("the table");
-        let stored: Vec<(String, u64)> = values
-            .iter()
-            .expect("the table's rows")
-            .map(|row| {
-                let (key, value) = row.expect("a row");
-                (key.value().to_owned(), value.value())
-            })
-            .collect();
-        for (key, value) in stored {
-            if key != "format" {
-                values
-                    .insert(key.as_str(), value & VALUE_BITS)
-                    .expect("a row");
-            }
-        }
-        if table == "meta" {
-            values.insert("format", 4).expect("the format");
-            values.remove("values_checked").expect("the mark");
-        }
-    }
-    {
-        let mut tails = txn
-            .open_table(redb::TableDefinition::<&str, &[u8]>::new("tails"))
-            .expect("the tails");
-        let framed: Vec<(String, Vec<u8>)> = tails
-            .iter()
-            .expect("the tails' rows")
-            .map(|row| {
-                let (id, value) = row.expect("a row");
-                (id.value().to_owned(), value.value().to_vec())
-            })
-            .collect();
-        for (id, value) in framed {
-            tails
-                .insert(id.as_str(), &value[TAIL_FRAME..])
-                .expect("a tail");
-        }
-    }
-    txn.commit().expect("the layout 4 image commits");
-}
+use older_layouts::as_layout_4;
 
 fn main() {
     if std::env::args().any(|arg| arg == "--list") {
@@ -78,12 +30,7 @@ fn main() {
         .unwrap_or(100_000);
     let dir = tempfile::tempdir().expect("a temporary directory");
     let path = dir.path().join("upgrade.redb");
-    let tokio = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-        .expect("a tokio runtime");
-    tokio.block_on(async {
+    support::tokio_runtime().block_on(async {
         let config = DiskStoreConfig {
             max_batch_events: 100_000,
             ..DiskStoreConfig::default()

@@ -10,6 +10,8 @@ use loom_kernel::{DiskStore, DiskStoreConfig, Event, EventStore, EventStoreExt};
 use redb::{ReadableDatabase, ReadableTable, ReadableTableMetadata};
 use serde_json::json;
 
+use crate::support::older_layouts::{HEAD_BITS, TAIL_MARKER, as_layout_4, strip_checks};
+
 /// Appends `sizes` appends (of tagged events, after a start) to `e`, returning the events.
 async fn append_in_sizes(store: &DiskStore, e: &str, sizes: &[usize]) -> Vec<Event> {
     let e = id(e);
@@ -66,55 +68,6 @@ async fn every_slice_of_a_log_and_every_feed_position_read_back_from_the_tables(
     }
 }
 
-/// The bits of a layout 5 `heads` value that hold the head; above them, its check.
-const HEAD_BITS: u64 = (1 << 48) - 1;
-
-/// The first byte of a `tails` value framed with its check (layout 5).
-const TAIL_MARKER: u8 = 0xC5;
-
-/// Rewrites every `heads` value and every `meta` value but the format without its check, and
-/// every `tails` value without its frame, as builds before layout 5 wrote them, and takes away
-/// the meta key that says they have them.
-fn untag_heads(txn: &redb::WriteTransaction) {
-    {
-        let mut tails = txn
-            .open_table(redb::TableDefinition::<&str, &[u8]>::new("tails"))
-            .unwrap();
-        let framed: Vec<(String, Vec<u8>)> = tails
-            .iter()
-            .unwrap()
-            .map(|row| {
-                let (id, value) = row.unwrap();
-                (id.value().to_owned(), value.value().to_vec())
-            })
-            .collect();
-        for (id, value) in framed {
-            assert_eq!(value[0], TAIL_MARKER, "{id}'s tail framed");
-            tails.insert(id.as_str(), &value[5..]).unwrap();
-        }
-    }
-    for (table, kept) in [("heads", ""), ("meta", "format")] {
-        let mut values = txn
-            .open_table(redb::TableDefinition::<&str, u64>::new(table))
-            .unwrap();
-        values.remove("values_checked").unwrap();
-        let stored: Vec<(String, u64)> = values
-            .iter()
-            .unwrap()
-            .map(|row| {
-                let (key, value) = row.unwrap();
-                (key.value().to_owned(), value.value())
-            })
-            .collect();
-        for (key, value) in stored {
-            if key != kept {
-                assert_ne!(value & !HEAD_BITS, 0, "{table} {key} checked");
-                values.insert(key.as_str(), value & HEAD_BITS).unwrap();
-            }
-        }
-    }
-}
-
 /// The values of `table` (`heads` or `meta`) of the closed store at `path`, as stored.
 fn stored(path: &Path, table: &str) -> Vec<(String, u64)> {
     let db = redb::Database::create(path).unwrap();
@@ -132,25 +85,12 @@ fn stored(path: &Path, table: &str) -> Vec<(String, u64)> {
         .collect()
 }
 
-/// Rewrites a closed store as a layout 4 build wrote it: its `heads` values without their
-/// check, the format 4.
-fn as_layout_4(path: &Path) {
-    let db = redb::Database::create(path).unwrap();
-    let txn = db.begin_write().unwrap();
-    untag_heads(&txn);
-    txn.open_table(redb::TableDefinition::<&str, u64>::new("meta"))
-        .unwrap()
-        .insert("format", 4)
-        .unwrap();
-    txn.commit().unwrap();
-}
-
 /// Rewrites a closed store whose appends were all of one event as a layout 3 build wrote it:
 /// each `events` row a bare record, the `heads` values without their check, the format 3.
 fn as_layout_3(path: &Path) {
     let db = redb::Database::create(path).unwrap();
     let txn = db.begin_write().unwrap();
-    untag_heads(&txn);
+    strip_checks(&txn);
     {
         let definition = redb::TableDefinition::<(&str, u64), &[u8]>::new("events");
         let mut events = txn.open_table(definition).unwrap();

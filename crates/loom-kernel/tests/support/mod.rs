@@ -6,6 +6,7 @@ pub mod append_hook;
 pub mod child;
 pub mod divergence;
 pub mod kill;
+pub mod older_layouts;
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
