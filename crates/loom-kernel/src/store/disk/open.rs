@@ -67,17 +67,52 @@ pub(super) fn open_database(
     config: &DiskStoreConfig,
     mode: Mode,
 ) -> Result<(Db, u64, Option<Journal>), OpenError> {
-    let corrupt = |detail: String| OpenError::Corrupt {
-        path: path.to_path_buf(),
-        detail,
-    };
     let journal_path = journal::journal_path(path);
     if mode == Mode::CreateOrOpen && !path.exists() {
         // The journal first: a store file that a crash leaves empty during its creation is
         // then known for what it is (beside an empty journal) and opened as new.
         Journal::create(&journal_path, 1).map_err(|error| journal_open_error(path, error))?;
     }
-    let map_err = |err: redb::DatabaseError| match err {
+    let has_pages = std::fs::metadata(path).is_ok_and(|meta| meta.len() > 0);
+    if config.verify_on_open && mode != Mode::ReadOnly && has_pages {
+        contained(path, mode, || verify_pages(path))?;
+    }
+    let mut builder = Database::builder();
+    builder.set_cache_size(config.cache_size_bytes);
+    let db = match mode {
+        Mode::CreateOrOpen => contained(path, mode, || builder.create(path).map(Db::Write))?,
+        Mode::OpenExisting => contained(path, mode, || builder.open(path).map(Db::Write))?,
+        Mode::ReadOnly => contained(path, mode, || builder.open_read_only(path).map(Db::Read))?,
+    };
+    match prepare(&db, path, &journal_path, mode) {
+        Ok((feed_next, journal)) => Ok((db, feed_next, journal)),
+        Err(error) => {
+            // A damaged file can leave redb's own locks poisoned by a panic contained above;
+            // closing the database then panics again. The open's answer is the error.
+            let _ = catch_unwind(AssertUnwindSafe(move || drop(db)));
+            Err(error)
+        }
+    }
+}
+
+/// `open` (an open of `path` in redb), its panic or error as the store's. redb documents that a
+/// plain open of an altered file may panic; a damaged file must be an error, never a crash of
+/// the embedding process.
+fn contained<T>(
+    path: &Path,
+    mode: Mode,
+    open: impl FnOnce() -> Result<T, redb::DatabaseError>,
+) -> Result<T, OpenError> {
+    let corrupt = |detail: String| OpenError::Corrupt {
+        path: path.to_path_buf(),
+        detail,
+    };
+    let error = match catch_unwind(AssertUnwindSafe(open)) {
+        Ok(Ok(opened)) => return Ok(opened),
+        Ok(Err(error)) => error,
+        Err(panic) => return Err(corrupt(panic_message(&panic))),
+    };
+    Err(match error {
         redb::DatabaseError::DatabaseAlreadyOpen => OpenError::AlreadyOpen {
             path: path.to_path_buf(),
         },
@@ -104,36 +139,7 @@ pub(super) fn open_database(
             source,
         },
         other => corrupt(other.to_string()),
-    };
-    // redb documents that a plain open of an altered file may panic; a damaged file must be an
-    // error, never a crash of the embedding process.
-    let guarded = |open: &mut dyn FnMut() -> Result<Db, redb::DatabaseError>| {
-        catch_unwind(AssertUnwindSafe(open))
-            .map_err(|panic| corrupt(panic_message(&panic)))?
-            .map_err(map_err)
-    };
-    let has_pages = std::fs::metadata(path).is_ok_and(|meta| meta.len() > 0);
-    if config.verify_on_open && mode != Mode::ReadOnly && has_pages {
-        catch_unwind(AssertUnwindSafe(|| verify_pages(path)))
-            .map_err(|panic| corrupt(panic_message(&panic)))?
-            .map_err(map_err)?;
-    }
-    let mut builder = Database::builder();
-    builder.set_cache_size(config.cache_size_bytes);
-    let db = match mode {
-        Mode::CreateOrOpen => guarded(&mut || builder.create(path).map(Db::Write))?,
-        Mode::OpenExisting => guarded(&mut || builder.open(path).map(Db::Write))?,
-        Mode::ReadOnly => guarded(&mut || builder.open_read_only(path).map(Db::Read))?,
-    };
-    match prepare(&db, path, &journal_path, mode) {
-        Ok((feed_next, journal)) => Ok((db, feed_next, journal)),
-        Err(error) => {
-            // A damaged file can leave redb's own locks poisoned by a panic contained above;
-            // closing the database then panics again. The open's answer is the error.
-            let _ = catch_unwind(AssertUnwindSafe(move || drop(db)));
-            Err(error)
-        }
-    }
+    })
 }
 
 /// redb's check of every page of `path` (`verify_on_open`), in an open of its own without a page
