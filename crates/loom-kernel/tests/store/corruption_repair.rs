@@ -153,6 +153,39 @@ fn a_second_open_of_the_same_file_is_refused() {
     assert!(matches!(err, OpenError::AlreadyOpen { .. }), "{err:?}");
 }
 
+/// Opens of an existing file at once, each checking its pages in an open of its own first (the
+/// file is unlocked between that open and the store's): at most one holds the store, the others
+/// are refused as `AlreadyOpen`, never as a damaged file, and the file opens afterwards.
+#[test]
+fn opens_of_one_file_at_once_give_it_to_at_most_one() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("contended.redb");
+    drop(DiskStore::open(&path).unwrap());
+    for _ in 0..20 {
+        let barrier = std::sync::Barrier::new(4);
+        let outcomes: Vec<Result<DiskStore, OpenError>> = std::thread::scope(|scope| {
+            let opens: Vec<_> = (0..4)
+                .map(|_| {
+                    scope.spawn(|| {
+                        barrier.wait();
+                        DiskStore::open(&path)
+                    })
+                })
+                .collect();
+            opens.into_iter().map(|open| open.join().unwrap()).collect()
+        });
+        let held = outcomes.iter().filter(|outcome| outcome.is_ok()).count();
+        assert!(held <= 1, "{held} opens hold the file");
+        for outcome in &outcomes {
+            if let Err(err) = outcome {
+                assert!(matches!(err, OpenError::AlreadyOpen { .. }), "{err:?}");
+            }
+        }
+        drop(outcomes);
+        drop(DiskStore::open(&path).expect("the file opens once the others are closed"));
+    }
+}
+
 #[test]
 fn a_file_of_another_layout_version_is_refused() {
     let dir = tempfile::tempdir().unwrap();
