@@ -1,7 +1,8 @@
 //! `live`'s `concurrent` workload (1,000 executions of 10 idempotent steps, all at once, each
 //! started and waited for) run round after round on one disk store, one line per round: the
 //! sustained figure, with the store's applier bringing its tables up to the journal behind
-//! the commits (LD-035), where `live` times one round. `MEM=1` runs it on the memory store,
+//! the commits (LD-035), where `live` times one round. The rounds run on one task of the
+//! runtime, not on the thread that called `block_on` (see `live`'s `burst`). `MEM=1` runs it on the memory store,
 //! the runtime's own ceiling; `ROUNDS=N` (10 by default).
 //!
 //! `cargo bench -p loom-kernel --bench concurrent_rounds`.
@@ -35,7 +36,10 @@ fn run<S: EventStore + 'static>(store: S, rounds: usize, label: &str) {
         )
         .build()
         .expect("runtime");
-    runtime.block_on(async {
+    // The rounds are run by one task on the runtime, as `live`'s burst is: awaited from the
+    // thread that called `block_on`, each execution's end would wake that thread.
+    let label = label.to_owned();
+    let rounds_task = async move {
         let mut rates = Vec::new();
         for round in 0..rounds {
             let start = Instant::now();
@@ -43,8 +47,7 @@ fn run<S: EventStore + 'static>(store: S, rounds: usize, label: &str) {
                 .map(|n| {
                     let loom = loom.clone();
                     tokio::spawn(async move {
-                        let options =
-                            StartOptions::new(id(&format!("r{round}-{n}"))).grant("noop");
+                        let options = StartOptions::new(id(&format!("r{round}-{n}"))).grant("noop");
                         let e = loom.start("steps", &10u64, options).await.expect("start");
                         let state = loom.wait(&e).await.expect("wait");
                         assert_eq!(state.status(), ExecutionStatus::Completed);
@@ -65,7 +68,8 @@ fn run<S: EventStore + 'static>(store: S, rounds: usize, label: &str) {
             rates[rates.len() / 2],
             10_000.0 * rounds as f64 / total
         );
-    });
+    };
+    runtime.block_on(async { tokio::spawn(rounds_task).await.expect("rounds") });
 }
 
 fn main() {
