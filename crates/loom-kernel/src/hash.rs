@@ -34,6 +34,22 @@ impl Hasher for IdHasher {
     }
 }
 
+/// Which of `shards` (more than 0) a table split in shards by id keeps `id` in: a function of
+/// the id alone, never used to order anything.
+pub(crate) fn shard_of(id: &str, shards: usize) -> usize {
+    let mut hasher = IdHasher::default();
+    hasher.write(id.as_bytes());
+    // The map hash ends on a multiply, which leaves ids that differ in their last bytes
+    // bunched in a few shards: mixed again (MurmurHash3's finalizer) before the modulo.
+    let mut mixed = hasher.finish();
+    mixed ^= mixed >> 33;
+    mixed = mixed.wrapping_mul(0xff51_afd7_ed55_8ccd);
+    mixed ^= mixed >> 33;
+    mixed = mixed.wrapping_mul(0xc4ce_b9fe_1a85_ec53);
+    mixed ^= mixed >> 33;
+    (mixed % shards.max(1) as u64) as usize
+}
+
 /// An id as a map key. Most ids are short (`name#n`) and live inline, so keying a map by them
 /// costs no allocation; longer ones go to the heap. Hashes and compares as its `str`, so maps
 /// are looked up with a plain `&str`.
@@ -109,6 +125,19 @@ impl std::fmt::Debug for IdKey {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn ids_spread_over_the_shards() {
+        let mut used = [0u32; 32];
+        for n in 0..3200 {
+            used[shard_of(&format!("conc-{n}"), 32)] += 1;
+        }
+        assert!(
+            used.iter().all(|&count| (50..=150).contains(&count)),
+            "{used:?}"
+        );
+        assert_eq!(shard_of("anything", 0), 0, "no shards is one");
+    }
 
     #[test]
     fn short_and_long_ids_key_the_same_as_their_str() {

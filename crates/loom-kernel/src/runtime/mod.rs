@@ -546,7 +546,7 @@ impl<S: EventStore> Runtime<S> {
     /// an error.
     pub async fn wait(&self, execution: &ExecutionId) -> Result<ExecutionState, WaitError> {
         let (mut settled, last_known) = {
-            let slots = self.inner.slots();
+            let slots = self.inner.slots(execution);
             match slots.get(execution) {
                 // No slot: no driver runs; the state its last one left, if it is still kept.
                 None => (None, self.inner.recent().take(execution)),

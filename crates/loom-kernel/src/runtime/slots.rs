@@ -11,6 +11,7 @@ use tracing::Instrument;
 
 use crate::classify::DataClassification;
 use crate::fold::ExecutionState;
+use crate::hash::shard_of;
 use crate::id::ExecutionId;
 use crate::runtime::caller::AsyncResumeAuthenticator;
 use crate::runtime::children::Children;
@@ -37,9 +38,9 @@ pub(crate) struct Inner<S> {
     pub(crate) timers: Arc<Timers>,
     /// Children awaited by parents in this process (LD-015).
     pub(crate) children: Children,
-    pub(crate) slots: Mutex<HashMap<ExecutionId, Slot>>,
+    pub(crate) slots: Slots,
     /// The states drivers left executions in, kept a while after their slots went (taken
-    /// under the slots' lock, after it).
+    /// under a shard of the slots' lock, after it).
     pub(crate) recent: Mutex<RecentStates>,
     /// Set by [`Runtime::shutdown`]: no new work is accepted, and drivers exit once their
     /// append in flight is durable.
@@ -59,6 +60,37 @@ impl<S> Drop for Inner<S> {
     fn drop(&mut self) {
         // The timer task ends with the runtime.
         self.timers.close();
+    }
+}
+
+/// One slot per execution, in shards by id: every start, message and driver exit takes the
+/// lock of its execution's shard, and executions in different shards do not wait for one
+/// another (with one lock, a thousand executions started at once queued on it). The shard is
+/// a function of the id alone and no output is ever built by going through the shards, so
+/// the hashing reaches no fold, id or replayed path.
+pub(crate) struct Slots {
+    shards: Box<[Mutex<HashMap<ExecutionId, Slot>>]>,
+}
+
+impl Slots {
+    /// Enough that two worker threads seldom meet on one; each is an empty map until used.
+    const SHARDS: usize = 32;
+
+    pub(crate) fn shard(
+        &self,
+        execution: &ExecutionId,
+    ) -> std::sync::MutexGuard<'_, HashMap<ExecutionId, Slot>> {
+        self.shards[shard_of(execution.as_str(), self.shards.len())]
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+    }
+}
+
+impl Default for Slots {
+    fn default() -> Self {
+        Self {
+            shards: (0..Self::SHARDS).map(|_| Mutex::default()).collect(),
+        }
     }
 }
 
@@ -100,8 +132,12 @@ pub(crate) struct Launcher<S> {
 }
 
 impl<S: EventStore> Inner<S> {
-    pub(crate) fn slots(&self) -> std::sync::MutexGuard<'_, HashMap<ExecutionId, Slot>> {
-        self.slots.lock().unwrap_or_else(|p| p.into_inner())
+    /// The shard of the slots that holds `execution`'s. Nothing holds two shards at once.
+    pub(crate) fn slots(
+        &self,
+        execution: &ExecutionId,
+    ) -> std::sync::MutexGuard<'_, HashMap<ExecutionId, Slot>> {
+        self.slots.shard(execution)
     }
 
     pub(crate) fn recent(&self) -> std::sync::MutexGuard<'_, RecentStates> {
@@ -132,7 +168,7 @@ impl<S: EventStore> Inner<S> {
         execution: &ExecutionId,
         messages: &mut mpsc::UnboundedReceiver<DriverMsg>,
     ) -> bool {
-        let mut slots = self.slots();
+        let mut slots = self.slots(execution);
         if !messages.is_empty() {
             return false;
         }
@@ -162,7 +198,7 @@ impl<S: EventStore> Inner<S> {
             mailbox::refuse_failed(execution, message, SHUT_DOWN);
             return;
         }
-        let mut slots = self.slots();
+        let mut slots = self.slots(execution);
         let slot = slots.entry(execution.clone()).or_insert_with(new_slot);
         let sender = self.live_driver(slot, execution);
         if let Err(mpsc::error::SendError(message)) = sender.send(message) {
@@ -197,7 +233,7 @@ impl<S: EventStore> Inner<S> {
         if self.stopping() {
             return;
         }
-        let mut slots = self.slots();
+        let mut slots = self.slots(execution);
         let slot = slots.entry(execution.clone()).or_insert_with(new_slot);
         self.live_driver(slot, execution);
     }
@@ -283,7 +319,7 @@ impl<S: EventStore> Inner<S> {
                 };
                 // Whatever is still queued is answered before the driver goes; new messages
                 // start a new driver.
-                let mut slots = inner.slots();
+                let mut slots = inner.slots(&id);
                 messages.close();
                 let mut again = Vec::new();
                 while let Ok(message) = messages.try_recv() {

@@ -111,7 +111,7 @@ impl<S: EventStore> Inner<S> {
         let (reply, mut answer) = oneshot::channel();
         let (_done, done) = watch::channel(());
         let run = {
-            let mut slots = self.slots();
+            let mut slots = self.slots(execution);
             let slot = slots.entry(execution.clone()).or_insert_with(new_slot);
             if slot
                 .driver
@@ -185,7 +185,7 @@ struct ClearStarting<'a, S> {
 
 impl<S> Drop for ClearStarting<'_, S> {
     fn drop(&mut self) {
-        let mut slots = self.inner.slots.lock().unwrap_or_else(|p| p.into_inner());
+        let mut slots = self.inner.slots.shard(self.execution);
         if let Some(slot) = slots.get_mut(self.execution) {
             slot.starting = None;
         }

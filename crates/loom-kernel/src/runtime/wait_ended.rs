@@ -48,7 +48,7 @@ impl<S: EventStore> Runtime<S> {
             // Subscribed before the state is read, so a driver run that ends after the read
             // is seen.
             let mut runs = {
-                let mut slots = self.inner.slots();
+                let mut slots = self.inner.slots(execution);
                 let slot = slots.entry(execution.clone()).or_insert_with(new_slot);
                 slot.settled.subscribe()
             };
@@ -67,7 +67,7 @@ impl<S: EventStore> Runtime<S> {
             }
         };
         // The slot this wait kept is dropped if nothing else needs it.
-        let mut slots = self.inner.slots();
+        let mut slots = self.inner.slots(execution);
         if let Some(slot) = slots.get(execution)
             && slot.driver.is_none()
             && slot.starting.is_none()

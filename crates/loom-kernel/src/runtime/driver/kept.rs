@@ -46,7 +46,7 @@ pub(crate) fn copy_for_waiter<S: EventStore>(
     ctx: &FlowCtx,
 ) -> Option<ExecutionState> {
     let waited = inner
-        .slots()
+        .slots(execution)
         .get(execution)
         .is_some_and(|slot| slot.settled.receiver_count() > 0);
     waited.then(|| ctx.state().fold().clone())
@@ -67,7 +67,7 @@ pub(crate) fn release<S: EventStore>(
     keep: impl FnOnce(bool) -> Option<Kept>,
 ) -> bool {
     let evicted = {
-        let mut slots = inner.slots();
+        let mut slots = inner.slots(execution);
         if !messages.is_empty() {
             return false;
         }
