@@ -8,9 +8,12 @@
 //!
 //! Nothing here is ever iterated to produce output in an order that matters: the map is looked
 //! up by execution id only, so its hashing does not reach a fold, an id or a replayed path.
+//! It is split in shards by id (each execution's records in one): the writer adding a commit's
+//! appends and the readers of new executions' heads seldom wait for one another's lock.
 
-use std::collections::HashMap;
 use std::sync::Mutex;
+
+use crate::hash::{IdMap, shard_of};
 use std::sync::atomic::{AtomicUsize, Ordering};
 
 /// One execution's events past the tables' head, in seq order.
@@ -62,19 +65,31 @@ impl PendingRecords {
 
 /// Acknowledged events not yet applied to the tables, shared by the writer (which adds and
 /// forgets them) and the readers.
-#[derive(Debug, Default)]
+#[derive(Debug)]
 pub(super) struct Pending {
-    logs: Mutex<HashMap<String, PendingLog>>,
+    shards: Box<[Mutex<IdMap<String, PendingLog>>]>,
     /// How many events are held: a reader that sees 0 after its append was acknowledged knows
     /// the tables hold everything (the writer adds before it answers).
     events: AtomicUsize,
 }
 
+/// As many as the runtime's slots (`runtime/slots.rs`).
+const SHARDS: usize = 32;
+
+impl Default for Pending {
+    fn default() -> Self {
+        Self {
+            shards: (0..SHARDS).map(|_| Mutex::default()).collect(),
+            events: AtomicUsize::new(0),
+        }
+    }
+}
+
 impl Pending {
-    /// The map, whatever a panicking holder left (each change to it is whole before the lock
-    /// is released).
-    fn logs(&self) -> std::sync::MutexGuard<'_, HashMap<String, PendingLog>> {
-        self.logs
+    /// The shard holding `execution`'s records, whatever a panicking holder left (each change
+    /// to it is whole before the lock is released).
+    fn logs(&self, execution: &str) -> std::sync::MutexGuard<'_, IdMap<String, PendingLog>> {
+        self.shards[shard_of(execution, self.shards.len())]
             .lock()
             .unwrap_or_else(|poisoned| poisoned.into_inner())
     }
@@ -87,7 +102,7 @@ impl Pending {
     /// Adds an accepted append's records (seqs `expected_seq..`). Called by the writer after
     /// their journal record is durable and before it answers.
     pub(super) fn push(&self, execution: &str, expected_seq: u64, records: &[Vec<u8>]) {
-        let mut logs = self.logs();
+        let mut logs = self.logs(execution);
         let log = match logs.get_mut(execution) {
             Some(log) => log,
             None => logs.entry(execution.to_owned()).or_insert(PendingLog {
@@ -106,7 +121,7 @@ impl Pending {
     /// Forgets `execution`'s records below `head`: the tables hold them now (and readers see
     /// them there).
     pub(super) fn forget(&self, execution: &str, head: u64) {
-        let mut logs = self.logs();
+        let mut logs = self.logs(execution);
         let Some(log) = logs.get_mut(execution) else {
             return;
         };
@@ -140,7 +155,7 @@ impl Pending {
         if self.is_empty() {
             return None;
         }
-        let logs = self.logs();
+        let logs = self.logs(execution);
         logs.get(execution).map(PendingLog::head)
     }
 
@@ -151,7 +166,7 @@ impl Pending {
         if self.is_empty() {
             return None;
         }
-        let logs = self.logs();
+        let logs = self.logs(execution);
         let log = logs.get(execution)?;
         let start = from.max(log.first_seq);
         let skip = usize::try_from(start - log.first_seq)
