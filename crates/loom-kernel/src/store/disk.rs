@@ -309,8 +309,20 @@ enum WriteRequest {
 
 /// An append, with the token of the claim it was made under (a claimed first append).
 struct Append {
+    /// Its records moved out to `records`.
     encoded: EncodedAppend,
+    /// The records, shared with the caller, who frees them once answered: on the thread that
+    /// encoded them (freeing another thread's memory takes that thread's arena lock in glibc's
+    /// allocator). The writer lets go of its share once they are in the journal and in
+    /// [`Pending`], before it answers.
+    records: Option<Arc<Vec<Vec<u8>>>>,
     claim: Option<u64>,
+}
+
+impl Append {
+    fn records(&self) -> &[Vec<u8>] {
+        self.records.as_deref().map_or(&[], Vec::as_slice)
+    }
 }
 
 struct DeleteRequest {
@@ -466,10 +478,18 @@ impl DiskStore {
         events: &[Event],
         claim: Option<u64>,
     ) -> Result<u64, AppendError> {
-        let (encoded, answer) = EncodedAppend::new(execution, expected_seq, events)?;
-        self.send(WriteRequest::Append(Append { encoded, claim }))
-            .map_err(|_| AppendError::Closed)?;
-        answer.await.map_err(|_| AppendError::Closed)?
+        let (mut encoded, answer) = EncodedAppend::new(execution, expected_seq, events)?;
+        let records = Arc::new(std::mem::take(&mut encoded.records));
+        self.send(WriteRequest::Append(Append {
+            encoded,
+            records: Some(Arc::clone(&records)),
+            claim,
+        }))
+        .map_err(|_| AppendError::Closed)?;
+        let answered = answer.await;
+        // The last share, freed here (`Append::records`).
+        drop(records);
+        answered.map_err(|_| AppendError::Closed)?
     }
 
     /// The file this store writes.
@@ -625,9 +645,34 @@ struct Writer<'a> {
 struct Queued {
     execution: ExecutionId,
     expected_seq: u64,
-    records: Vec<Vec<u8>>,
+    records: QueuedRecords,
     changes: Vec<super::TailChange>,
     recorded_at_ms: Option<u64>,
+}
+
+/// Where a queued append's records are until the tables hold them.
+#[derive(Debug)]
+enum QueuedRecords {
+    /// This many, in [`Pending`] from the append's seq on: the writer's appends. Readers need
+    /// that copy anyway, so the records the caller encoded are freed once the commit is
+    /// durable instead of being kept a second time until the applier has them (in a burst of
+    /// new executions, the second copy was the memory of a tenth of its page faults).
+    Held(usize),
+    /// Read back from the journal by an open, which applies them before anything is held.
+    Replayed(Vec<Vec<u8>>),
+}
+
+impl QueuedRecords {
+    fn len(&self) -> usize {
+        match self {
+            Self::Held(count) => *count,
+            Self::Replayed(records) => records.len(),
+        }
+    }
+
+    fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
 }
 
 /// A checkpoint is taken once the journal holds this many bytes...
@@ -735,7 +780,7 @@ impl Writer<'_> {
             waiting.push(append);
             return;
         }
-        *events += append.encoded.records.len();
+        *events += append.records().len();
         batch.push(append);
     }
 
@@ -930,8 +975,8 @@ impl Writer<'_> {
     /// Decides every request of the batch against the heads and tails as they stand after
     /// the queue (a conflict or a refused batch takes no part), writes the accepted ones to the
     /// journal as one record made durable there, then queues them for the tables and hands
-    /// their records to readers. Returns each request's outcome. The batch's records and
-    /// changes are moved into the queue.
+    /// their records to readers. Returns each request's outcome. The batch's changes are moved
+    /// into the queue; its records are held in `pending` only, the writer's share of them let go.
     fn commit_batch(
         &mut self,
         batch: &mut [Append],
@@ -975,14 +1020,14 @@ impl Writer<'_> {
                 ));
                 continue;
             }
-            let new_head = head + request.records.len() as u64;
+            let new_head = head + append.records().len() as u64;
             staged.insert(id, (new_head, tail));
             journal::push_append(
                 &mut self.payload,
                 id,
                 request.expected_seq,
                 request.recorded_at_ms,
-                &request.records,
+                append.records(),
             );
             outcomes.push(Ok(new_head));
         }
@@ -1003,19 +1048,18 @@ impl Writer<'_> {
             if outcome.is_err() {
                 continue;
             }
+            let records = append.records.take();
+            let records = records.as_deref().map_or(&[][..], Vec::as_slice);
             let request = &mut append.encoded;
-            self.pending.push(
-                request.execution.as_str(),
-                request.expected_seq,
-                &request.records,
-            );
-            self.feed_next += request.records.len() as u64;
-            self.queued_events += request.records.len();
-            self.queued_bytes += request.records.iter().map(Vec::len).sum::<usize>();
+            self.pending
+                .push(request.execution.as_str(), request.expected_seq, records);
+            self.feed_next += records.len() as u64;
+            self.queued_events += records.len();
+            self.queued_bytes += records.iter().map(Vec::len).sum::<usize>();
             self.queue.push(Queued {
                 execution: request.execution.clone(),
                 expected_seq: request.expected_seq,
-                records: std::mem::take(&mut request.records),
+                records: QueuedRecords::Held(records.len()),
                 changes: std::mem::take(&mut request.changes),
                 recorded_at_ms: request.recorded_at_ms,
             });
@@ -1118,6 +1162,7 @@ impl<'txn> WriteTables<'txn> {
     fn apply_accepted<'q>(
         &mut self,
         appends: impl Iterator<Item = &'q Queued> + Clone,
+        pending: &Pending,
         position: &mut u64,
     ) -> Result<(), StorageError> {
         let mut by_execution: BTreeMap<&str, Vec<&Queued>> = BTreeMap::new();
@@ -1152,7 +1197,22 @@ impl<'txn> WriteTables<'txn> {
                         ))
                     })?;
                 if !queued.records.is_empty() {
-                    runs::encode(id, queued.expected_seq, &queued.records, &mut self.run);
+                    match &queued.records {
+                        QueuedRecords::Replayed(records) => runs::encode(
+                            id,
+                            queued.expected_seq,
+                            records.iter().map(Vec::as_slice),
+                            &mut self.run,
+                        ),
+                        QueuedRecords::Held(count) => {
+                            if !pending.encode_run(id, queued.expected_seq, *count, &mut self.run) {
+                                return Err(StorageError::msg(format!(
+                                    "the {count} records of a journaled append to execution {id} at seq {} are not held for the tables",
+                                    queued.expected_seq
+                                )));
+                            }
+                        }
+                    }
                     self.events
                         .insert((id, queued.expected_seq), self.run.as_slice())
                         .map_err(StorageError::new)?;

@@ -134,7 +134,7 @@ fn apply_and_forget(
     let Some(last) = chunks.last() else {
         return Ok(());
     };
-    apply(db, chunks)?;
+    apply(db, pending, chunks)?;
     // Before anything is forgotten: a reader that no longer finds an event held finds it in
     // the snapshot it takes next (`snapshot.rs`).
     last_commit.replace(db);
@@ -155,7 +155,7 @@ fn apply_and_forget(
 
 /// Applies `chunks` to the tables in one redb commit without an fsync, recording the journal
 /// offset they then cover.
-fn apply(db: &Database, chunks: &[Chunk]) -> Result<(), StorageError> {
+fn apply(db: &Database, pending: &Pending, chunks: &[Chunk]) -> Result<(), StorageError> {
     let Some(last) = chunks.last() else {
         return Ok(());
     };
@@ -175,6 +175,7 @@ fn apply(db: &Database, chunks: &[Chunk]) -> Result<(), StorageError> {
         let mut position = tables.feed_next()?;
         tables.apply_accepted(
             chunks.iter().flat_map(|chunk| &chunk.appends),
+            pending,
             &mut position,
         )?;
         if position != last.feed_next {

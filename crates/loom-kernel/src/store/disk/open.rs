@@ -8,10 +8,11 @@ use redb::{Database, ReadableDatabase, ReadableTable};
 
 use super::super::journal::{self, Journal};
 use super::super::tail::ExecutionTail;
+use super::pending::Pending;
 use super::{
     BY_STATUS, Db, DiskStoreConfig, ENDED, EVENTS, FEED, FEED_NEXT, HEADS, JOURNAL_END,
-    JOURNAL_GENERATION, META, Mode, OpenError, PURGED, PURGES_RECORDED, Queued, STORE_FORMAT,
-    TAILS, WriteTables, checked, heads, panic_message,
+    JOURNAL_GENERATION, META, Mode, OpenError, PURGED, PURGES_RECORDED, Queued, QueuedRecords,
+    STORE_FORMAT, TAILS, WriteTables, checked, heads, panic_message,
 };
 use crate::envelope::decode_record;
 use crate::id::ExecutionId;
@@ -345,11 +346,13 @@ fn recover_journal(
                 replayed.push(Queued {
                     execution,
                     expected_seq: append.expected_seq,
-                    records: append
-                        .records
-                        .iter()
-                        .map(|record| record.to_vec())
-                        .collect(),
+                    records: QueuedRecords::Replayed(
+                        append
+                            .records
+                            .iter()
+                            .map(|record| record.to_vec())
+                            .collect(),
+                    ),
                     changes,
                     recorded_at_ms: append.recorded_at_ms,
                 });
@@ -357,7 +360,7 @@ fn recover_journal(
         }
         // As the applier applies them: a record that does not follow the tables is refused.
         tables
-            .apply_accepted(replayed.iter(), &mut feed)
+            .apply_accepted(replayed.iter(), &Pending::default(), &mut feed)
             .map_err(storage)?;
         tables
             .set_position(feed, pending.generation, pending.end)

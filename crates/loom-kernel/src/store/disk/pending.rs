@@ -1,8 +1,8 @@
 //! Events durable in the journal that the tables do not hold yet (LD-035).
 //!
 //! The writer answers an append once its journal record is durable and its events are here;
-//! the applier thread (`apply.rs`) writes them to the redb tables later, many commits in one
-//! transaction, then forgets them here. A reader of one execution's log or head looks here
+//! the applier thread (`apply.rs`) writes them to the redb tables later, from here (the writer
+//! keeps no other copy of them), many commits in one transaction, then forgets them here. A reader of one execution's log or head looks here
 //! first and in the tables second: whatever an apply moved in between is in the tables by then,
 //! so the two reads together miss nothing that was acknowledged before the first began.
 //!
@@ -145,6 +145,40 @@ impl Pending {
         self.events.fetch_sub(dropped, Ordering::Release);
     }
 
+    /// Writes the run (`runs.rs`) of `execution`'s `count` held records from seq `from` into
+    /// `out`, under the lock, without copying them out first: how the applier writes the
+    /// writer's appends, whose records are kept here only. `false` when they are not all held.
+    pub(super) fn encode_run(
+        &self,
+        execution: &str,
+        from: u64,
+        count: usize,
+        out: &mut Vec<u8>,
+    ) -> bool {
+        let logs = self.logs(execution);
+        let Some(log) = logs.get(execution) else {
+            return false;
+        };
+        let Some(skip) = from
+            .checked_sub(log.first_seq)
+            .and_then(|skip| usize::try_from(skip).ok())
+        else {
+            return false;
+        };
+        if skip
+            .checked_add(count)
+            .is_none_or(|last| last > log.ends.len())
+        {
+            return false;
+        }
+        let records = (skip..skip + count).map(|index| {
+            let start = if index == 0 { 0 } else { log.ends[index - 1] };
+            &log.bytes[start..log.ends[index]]
+        });
+        super::runs::encode(execution, from, records, out);
+        true
+    }
+
     /// How many events are held.
     pub(super) fn len(&self) -> usize {
         self.events.load(Ordering::Acquire)
@@ -191,6 +225,44 @@ mod tests {
         held.records()
             .map(|(seq, record)| (seq, std::str::from_utf8(record).expect("utf-8")))
             .collect()
+    }
+
+    #[test]
+    fn a_run_of_held_records_is_encoded_as_the_records_themselves_would_be() {
+        let pending = Pending::default();
+        let records = [b"x".to_vec(), b"yy".to_vec(), b"zzz".to_vec()];
+        pending.push("a", 3, &records);
+        let expected = |from: usize, count: usize| {
+            let mut run = Vec::new();
+            let first = 3 + from as u64;
+            let slice = &records[from..from + count];
+            super::super::runs::encode("a", first, slice.iter().map(Vec::as_slice), &mut run);
+            run
+        };
+        let mut run = vec![0xAA];
+        assert!(pending.encode_run("a", 3, 3, &mut run));
+        assert_eq!(run, expected(0, 3));
+        assert!(pending.encode_run("a", 4, 2, &mut run));
+        assert_eq!(run, expected(1, 2), "from a seq past the first held");
+        assert!(pending.encode_run("a", 5, 1, &mut run));
+        assert_eq!(run, expected(2, 1));
+        for (from, count) in [(2, 1), (3, 4), (6, 1), (u64::MAX, 1), (4, usize::MAX)] {
+            assert!(
+                !pending.encode_run("a", from, count, &mut run),
+                "{from}+{count} is not all held"
+            );
+        }
+        assert!(
+            !pending.encode_run("b", 0, 1, &mut run),
+            "nothing held for b"
+        );
+        pending.forget("a", 4);
+        assert!(
+            !pending.encode_run("a", 3, 1, &mut run),
+            "forgotten once applied"
+        );
+        assert!(pending.encode_run("a", 4, 2, &mut run));
+        assert_eq!(run, expected(1, 2));
     }
 
     #[test]

@@ -32,10 +32,15 @@ pub(super) struct DamagedRun {
 /// Writes the run of `records` (an append to `id` from `first_seq`) into `out`, replacing
 /// what it held. Counts and lengths fit a `u32`: the journal refuses a commit of 4 GiB or more
 /// before its appends reach the tables.
-pub(super) fn encode(id: &str, first_seq: u64, records: &[Vec<u8>], out: &mut Vec<u8>) {
+pub(super) fn encode<'r>(
+    id: &str,
+    first_seq: u64,
+    records: impl ExactSizeIterator<Item = &'r [u8]> + Clone,
+    out: &mut Vec<u8>,
+) {
     out.clear();
     let framing = 4 + 4 * records.len();
-    let body: usize = records.iter().map(Vec::len).sum();
+    let body: usize = records.clone().map(<[u8]>::len).sum();
     out.reserve(HEADER + framing + body);
     out.push(RUN);
     out.extend_from_slice(&[0; 4]);
@@ -44,7 +49,7 @@ pub(super) fn encode(id: &str, first_seq: u64, records: &[Vec<u8>], out: &mut Ve
             .unwrap_or(u32::MAX)
             .to_le_bytes(),
     );
-    for record in records {
+    for record in records.clone() {
         out.extend_from_slice(
             &u32::try_from(record.len())
                 .unwrap_or(u32::MAX)
@@ -171,7 +176,7 @@ mod tests {
     #[test]
     fn a_run_splits_into_its_records() {
         let mut row = Vec::new();
-        encode("e", 5, &records(), &mut row);
+        encode("e", 5, records().iter().map(Vec::as_slice), &mut row);
         let split = split("e", 5, &row).unwrap();
         assert_eq!(split.record_count(), 4);
         assert_eq!(split.map(<[u8]>::to_vec).collect::<Vec<_>>(), records());
@@ -187,7 +192,7 @@ mod tests {
     #[test]
     fn a_run_under_another_key_is_refused() {
         let mut row = Vec::new();
-        encode("e", 5, &records(), &mut row);
+        encode("e", 5, records().iter().map(Vec::as_slice), &mut row);
         assert!(split("e", 6, &row).is_err());
         assert!(split("f", 5, &row).is_err());
         assert!(split("", 5, &row).is_err());
@@ -196,7 +201,7 @@ mod tests {
     #[test]
     fn every_flipped_bit_of_the_header_and_framing_and_every_cut_is_refused() {
         let mut row = Vec::new();
-        encode("e", 5, &records(), &mut row);
+        encode("e", 5, records().iter().map(Vec::as_slice), &mut row);
         let framing_end = HEADER + 4 + 4 * records().len();
         for byte in 1..framing_end {
             for bit in 0..8 {
@@ -220,7 +225,7 @@ mod tests {
             first_seq in 0u64..u64::MAX / 2,
         ) {
             let mut row = Vec::new();
-            encode("run", first_seq, &records, &mut row);
+            encode("run", first_seq, records.iter().map(Vec::as_slice), &mut row);
             let split = split("run", first_seq, &row).unwrap();
             proptest::prop_assert_eq!(split.record_count(), records.len());
             proptest::prop_assert_eq!(split.map(<[u8]>::to_vec).collect::<Vec<_>>(), records);
@@ -244,7 +249,7 @@ mod tests {
     #[test]
     fn an_empty_run_and_a_huge_count_are_refused() {
         let mut row = Vec::new();
-        encode("e", 0, &[], &mut row);
+        encode("e", 0, std::iter::empty(), &mut row);
         assert!(split("e", 0, &row).is_err());
         let mut huge = vec![RUN, 0, 0, 0, 0];
         huge.extend_from_slice(&u32::MAX.to_le_bytes());
