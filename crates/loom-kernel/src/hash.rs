@@ -128,14 +128,16 @@ mod tests {
 
     #[test]
     fn ids_spread_over_the_shards() {
-        let mut used = [0u32; 32];
-        for n in 0..3200 {
-            used[shard_of(&format!("conc-{n}"), 32)] += 1;
+        for prefix in ["conc-", "an-execution-id-of-some-length-"] {
+            let mut used = [0u32; 32];
+            for n in 0..3200 {
+                used[shard_of(&format!("{prefix}{n}"), 32)] += 1;
+            }
+            assert!(
+                used.iter().all(|&count| (50..=150).contains(&count)),
+                "{prefix}: {used:?}"
+            );
         }
-        assert!(
-            used.iter().all(|&count| (50..=150).contains(&count)),
-            "{used:?}"
-        );
         assert_eq!(shard_of("anything", 0), 0, "no shards is one");
     }
 
