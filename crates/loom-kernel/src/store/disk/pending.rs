@@ -2,9 +2,10 @@
 //!
 //! The writer answers an append once its journal record is durable and its events are here;
 //! the applier thread (`apply.rs`) writes them to the redb tables later, from here (the writer
-//! keeps no other copy of them), many commits in one transaction, then forgets them here. A reader of one execution's log or head looks here
-//! first and in the tables second: whatever an apply moved in between is in the tables by then,
-//! so the two reads together miss nothing that was acknowledged before the first began.
+//! keeps no other copy of them), many commits in one transaction, then forgets them here. A
+//! reader of one execution's log or head looks here first and in the tables second: whatever
+//! an apply moved in between is in the tables by then, so the two reads together miss nothing
+//! that was acknowledged before the first began.
 //!
 //! Nothing here is ever iterated to produce output in an order that matters: the map is looked
 //! up by execution id only, so its hashing does not reach a fold, an id or a replayed path.
@@ -12,9 +13,9 @@
 //! appends and the readers of new executions' heads seldom wait for one another's lock.
 
 use std::sync::Mutex;
+use std::sync::atomic::{AtomicUsize, Ordering};
 
 use crate::hash::{IdMap, shard_of};
-use std::sync::atomic::{AtomicUsize, Ordering};
 
 /// One execution's events past the tables' head, in seq order.
 #[derive(Debug, Default)]
