@@ -559,7 +559,7 @@ impl<S: EventStore> Runtime<S> {
                         if let Some(error) = settled.error.clone() {
                             return Err(WaitError::Driver(error));
                         }
-                        (None, settled.state.clone())
+                        (None, settled.state.as_deref().cloned())
                     } else {
                         // Read under the lock the driver takes to publish its end, so that end
                         // cannot slip between this read and the wait.
@@ -574,7 +574,7 @@ impl<S: EventStore> Runtime<S> {
             let outcome = receiver
                 .wait_for(|settled| settled.runs > runs)
                 .await
-                .map(|settled| (settled.error.clone(), settled.state.clone()));
+                .map(|settled| (settled.error.clone(), settled.state.as_deref().cloned()));
             match outcome {
                 Ok((Some(error), _)) => return Err(WaitError::Driver(error)),
                 Ok((None, Some(state))) => return Ok(state),

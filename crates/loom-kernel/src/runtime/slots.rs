@@ -109,8 +109,10 @@ pub(crate) struct Slot {
 pub(crate) struct Settled {
     pub(crate) runs: u64,
     pub(crate) error: Option<DriveError>,
-    /// The state it left the execution in.
-    pub(crate) state: Option<ExecutionState>,
+    /// The state it left the execution in. Boxed: every slot's watch channel holds a
+    /// `Settled`, and a state inline made that allocation 760 bytes per execution started
+    /// (424 with it boxed).
+    pub(crate) state: Option<Box<ExecutionState>>,
 }
 
 /// Drives one execution until it ends, parks or fails, answering every message it receives.
@@ -307,7 +309,7 @@ impl<S: EventStore> Inner<S> {
                 let moved = matches!(outcome, Ok(Exit::Moved));
                 let (error, state) = match outcome {
                     Ok(Exit::Ended(state) | Exit::Parked(state) | Exit::Stopped(state)) => {
-                        (None, Some(*state))
+                        (None, Some(state))
                     }
                     Ok(Exit::Unknown) => (None, None),
                     // A moved log: `wait` reads the state from the store.
@@ -367,7 +369,7 @@ impl<S: EventStore> Inner<S> {
                         let left = slot.settled.send_replace(Settled::default()).state;
                         let mut recent = inner.recent();
                         match left {
-                            Some(state) => recent.keep(&id, state),
+                            Some(state) => recent.keep(&id, *state),
                             None => recent.forget(&id),
                         }
                     }
