@@ -2,6 +2,7 @@
 
 use std::collections::HashMap;
 use std::hash::{BuildHasherDefault, Hasher};
+use std::sync::{Mutex, MutexGuard, PoisonError};
 
 /// A map that is only looked up: see `docs/decisions/LD-002-fold-maps-and-hashing.md`.
 pub(crate) type IdMap<K, V> = HashMap<K, V, BuildHasherDefault<IdHasher>>;
@@ -34,9 +35,45 @@ impl Hasher for IdHasher {
     }
 }
 
-/// Which of `shards` (more than 0) a table split in shards by id keeps `id` in: a function of
-/// the id alone, never used to order anything.
-pub(crate) fn shard_of(id: &str, shards: usize) -> usize {
+/// A table split in shards by id, each under its own lock: tasks working on different ids
+/// seldom wait for one another. The shard is a function of the id alone, and nothing is built
+/// by going through the shards, so the hashing reaches no fold, id or replayed path. Nothing
+/// holds two shards at once.
+pub(crate) struct Sharded<T> {
+    shards: Box<[Mutex<T>]>,
+}
+
+impl<T: Default> Default for Sharded<T> {
+    fn default() -> Self {
+        Self {
+            shards: (0..SHARDS).map(|_| Mutex::default()).collect(),
+        }
+    }
+}
+
+impl<T> Sharded<T> {
+    /// The shard that keeps `id`'s entries, whatever a panicking holder left (each change to a
+    /// shard is whole before its lock is released).
+    pub(crate) fn lock(&self, id: &str) -> MutexGuard<'_, T> {
+        self.shards[shard_of(id, self.shards.len())]
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+    }
+}
+
+impl<T> std::fmt::Debug for Sharded<T> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Sharded")
+            .field("shards", &self.shards.len())
+            .finish()
+    }
+}
+
+/// Enough that two worker threads seldom meet on one; each is an empty map until used.
+const SHARDS: usize = 32;
+
+/// Which of `shards` (more than 0) keeps `id`.
+fn shard_of(id: &str, shards: usize) -> usize {
     let mut hasher = IdHasher::default();
     hasher.write(id.as_bytes());
     // The map hash ends on a multiply, which leaves ids that differ in their last bytes

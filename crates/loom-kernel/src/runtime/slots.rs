@@ -11,7 +11,7 @@ use tracing::Instrument;
 
 use crate::classify::DataClassification;
 use crate::fold::ExecutionState;
-use crate::hash::shard_of;
+use crate::hash::Sharded;
 use crate::id::ExecutionId;
 use crate::runtime::caller::AsyncResumeAuthenticator;
 use crate::runtime::children::Children;
@@ -63,36 +63,10 @@ impl<S> Drop for Inner<S> {
     }
 }
 
-/// One slot per execution, in shards by id: every start, message and driver exit takes the
-/// lock of its execution's shard, and executions in different shards do not wait for one
-/// another (with one lock, a thousand executions started at once queued on it). The shard is
-/// a function of the id alone and no output is ever built by going through the shards, so
-/// the hashing reaches no fold, id or replayed path.
-pub(crate) struct Slots {
-    shards: Box<[Mutex<HashMap<ExecutionId, Slot>>]>,
-}
-
-impl Slots {
-    /// Enough that two worker threads seldom meet on one; each is an empty map until used.
-    const SHARDS: usize = 32;
-
-    pub(crate) fn shard(
-        &self,
-        execution: &ExecutionId,
-    ) -> std::sync::MutexGuard<'_, HashMap<ExecutionId, Slot>> {
-        self.shards[shard_of(execution.as_str(), self.shards.len())]
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-    }
-}
-
-impl Default for Slots {
-    fn default() -> Self {
-        Self {
-            shards: (0..Self::SHARDS).map(|_| Mutex::default()).collect(),
-        }
-    }
-}
+/// One slot per execution, in shards by id (`hash::Sharded`): every start, message and driver
+/// exit takes the lock of its execution's shard (with one lock, a thousand executions started
+/// at once queued on it).
+pub(crate) type Slots = Sharded<HashMap<ExecutionId, Slot>>;
 
 /// An execution's driver, if one runs, and how its runs end.
 pub(crate) struct Slot {
@@ -133,15 +107,17 @@ pub(crate) struct Launcher<S> {
         for<'a> fn(&'a Arc<Inner<S>>, &'a ExecutionId, &'a ExecutionState) -> BoxFuture<'a, ()>,
 }
 
-impl<S: EventStore> Inner<S> {
+impl<S> Inner<S> {
     /// The shard of the slots that holds `execution`'s. Nothing holds two shards at once.
     pub(crate) fn slots(
         &self,
         execution: &ExecutionId,
     ) -> std::sync::MutexGuard<'_, HashMap<ExecutionId, Slot>> {
-        self.slots.shard(execution)
+        self.slots.lock(execution.as_str())
     }
+}
 
+impl<S: EventStore> Inner<S> {
     pub(crate) fn recent(&self) -> std::sync::MutexGuard<'_, RecentStates> {
         self.recent.lock().unwrap_or_else(|p| p.into_inner())
     }

@@ -185,7 +185,7 @@ struct ClearStarting<'a, S> {
 
 impl<S> Drop for ClearStarting<'_, S> {
     fn drop(&mut self) {
-        let mut slots = self.inner.slots.shard(self.execution);
+        let mut slots = self.inner.slots(self.execution);
         if let Some(slot) = slots.get_mut(self.execution) {
             slot.starting = None;
         }

@@ -12,10 +12,9 @@
 //! It is split in shards by id (each execution's records in one): the writer adding a commit's
 //! appends and the readers of new executions' heads seldom wait for one another's lock.
 
-use std::sync::Mutex;
 use std::sync::atomic::{AtomicUsize, Ordering};
 
-use crate::hash::{IdMap, shard_of};
+use crate::hash::{IdMap, Sharded};
 
 /// One execution's events past the tables' head, in seq order.
 #[derive(Debug, Default)]
@@ -66,33 +65,18 @@ impl PendingRecords {
 
 /// Acknowledged events not yet applied to the tables, shared by the writer (which adds and
 /// forgets them) and the readers.
-#[derive(Debug)]
+#[derive(Debug, Default)]
 pub(super) struct Pending {
-    shards: Box<[Mutex<IdMap<String, PendingLog>>]>,
+    logs: Sharded<IdMap<String, PendingLog>>,
     /// How many events are held: a reader that sees 0 after its append was acknowledged knows
     /// the tables hold everything (the writer adds before it answers).
     events: AtomicUsize,
 }
 
-/// As many as the runtime's slots (`runtime/slots.rs`).
-const SHARDS: usize = 32;
-
-impl Default for Pending {
-    fn default() -> Self {
-        Self {
-            shards: (0..SHARDS).map(|_| Mutex::default()).collect(),
-            events: AtomicUsize::new(0),
-        }
-    }
-}
-
 impl Pending {
-    /// The shard holding `execution`'s records, whatever a panicking holder left (each change
-    /// to it is whole before the lock is released).
+    /// The shard holding `execution`'s records.
     fn logs(&self, execution: &str) -> std::sync::MutexGuard<'_, IdMap<String, PendingLog>> {
-        self.shards[shard_of(execution, self.shards.len())]
-            .lock()
-            .unwrap_or_else(|poisoned| poisoned.into_inner())
+        self.logs.lock(execution)
     }
 
     /// Whether every acknowledged event is in the tables.
