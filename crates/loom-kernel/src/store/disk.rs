@@ -645,34 +645,13 @@ struct Writer<'a> {
 struct Queued {
     execution: ExecutionId,
     expected_seq: u64,
-    records: QueuedRecords,
+    /// How many records it appends. The records themselves are in [`Pending`] from
+    /// `expected_seq` on until the tables hold them: readers need that copy anyway, so the
+    /// writer keeps no second one for the applier (in a burst of new executions, that second
+    /// copy was the memory of a tenth of the page faults).
+    record_count: usize,
     changes: Vec<super::TailChange>,
     recorded_at_ms: Option<u64>,
-}
-
-/// Where a queued append's records are until the tables hold them.
-#[derive(Debug)]
-enum QueuedRecords {
-    /// This many, in [`Pending`] from the append's seq on: the writer's appends. Readers need
-    /// that copy anyway, so the records the caller encoded are freed once the commit is
-    /// durable instead of being kept a second time until the applier has them (in a burst of
-    /// new executions, the second copy was the memory of a tenth of its page faults).
-    Held(usize),
-    /// Read back from the journal by an open, which applies them before anything is held.
-    Replayed(Vec<Vec<u8>>),
-}
-
-impl QueuedRecords {
-    fn len(&self) -> usize {
-        match self {
-            Self::Held(count) => *count,
-            Self::Replayed(records) => records.len(),
-        }
-    }
-
-    fn is_empty(&self) -> bool {
-        self.len() == 0
-    }
 }
 
 /// A checkpoint is taken once the journal holds this many bytes...
@@ -1059,7 +1038,7 @@ impl Writer<'_> {
             self.queue.push(Queued {
                 execution: request.execution.clone(),
                 expected_seq: request.expected_seq,
-                records: QueuedRecords::Held(records.len()),
+                record_count: records.len(),
                 changes: std::mem::take(&mut request.changes),
                 recorded_at_ms: request.recorded_at_ms,
             });
@@ -1169,11 +1148,11 @@ impl<'txn> WriteTables<'txn> {
         for queued in appends.clone() {
             let id = queued.execution.as_str();
             // One row for the append's events, which take as many positions.
-            if !queued.records.is_empty() {
+            if queued.record_count > 0 {
                 self.feed
                     .insert(*position, (id, queued.expected_seq))
                     .map_err(StorageError::new)?;
-                *position += queued.records.len() as u64;
+                *position += queued.record_count as u64;
             }
             by_execution.entry(id).or_default().push(queued);
         }
@@ -1196,28 +1175,19 @@ impl<'txn> WriteTables<'txn> {
                             refused.into_append_error(&queued.execution, queued.expected_seq)
                         ))
                     })?;
-                if !queued.records.is_empty() {
-                    match &queued.records {
-                        QueuedRecords::Replayed(records) => runs::encode(
-                            id,
-                            queued.expected_seq,
-                            records.iter().map(Vec::as_slice),
-                            &mut self.run,
-                        ),
-                        QueuedRecords::Held(count) => {
-                            if !pending.encode_run(id, queued.expected_seq, *count, &mut self.run) {
-                                return Err(StorageError::msg(format!(
-                                    "the {count} records of a journaled append to execution {id} at seq {} are not held for the tables",
-                                    queued.expected_seq
-                                )));
-                            }
-                        }
+                if queued.record_count > 0 {
+                    let count = queued.record_count;
+                    if !pending.encode_run(id, queued.expected_seq, count, &mut self.run) {
+                        return Err(StorageError::msg(format!(
+                            "the {count} records of a journaled append to execution {id} at seq {} are not held for the tables",
+                            queued.expected_seq
+                        )));
                     }
                     self.events
                         .insert((id, queued.expected_seq), self.run.as_slice())
                         .map_err(StorageError::new)?;
                 }
-                head += queued.records.len() as u64;
+                head += queued.record_count as u64;
                 self.listing.refile(
                     id,
                     &before,

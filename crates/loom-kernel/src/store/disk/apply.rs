@@ -140,7 +140,7 @@ fn apply_and_forget(
     last_commit.replace(db);
     let mut heads: HashMap<&str, u64> = HashMap::new();
     for queued in chunks.iter().flat_map(|chunk| &chunk.appends) {
-        let head = queued.expected_seq + queued.records.len() as u64;
+        let head = queued.expected_seq + queued.record_count as u64;
         let entry = heads.entry(queued.execution.as_str()).or_insert(head);
         *entry = (*entry).max(head);
     }

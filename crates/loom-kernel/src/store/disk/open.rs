@@ -11,8 +11,8 @@ use super::super::tail::ExecutionTail;
 use super::pending::Pending;
 use super::{
     BY_STATUS, Db, DiskStoreConfig, ENDED, EVENTS, FEED, FEED_NEXT, HEADS, JOURNAL_END,
-    JOURNAL_GENERATION, META, Mode, OpenError, PURGED, PURGES_RECORDED, Queued, QueuedRecords,
-    STORE_FORMAT, TAILS, WriteTables, checked, heads, panic_message,
+    JOURNAL_GENERATION, META, Mode, OpenError, PURGED, PURGES_RECORDED, Queued, STORE_FORMAT,
+    TAILS, WriteTables, checked, heads, panic_message,
 };
 use crate::envelope::decode_record;
 use crate::id::ExecutionId;
@@ -327,6 +327,8 @@ fn recover_journal(
     {
         let mut tables = WriteTables::open(&txn).map_err(storage)?;
         let mut replayed = Vec::new();
+        // The records as the writer holds them for its applier: one way to the tables.
+        let held = Pending::default();
         for (index, (payload, _)) in pending.records.iter().enumerate() {
             let appends = journal::read_payload(payload).ok_or_else(|| {
                 corrupt(format!(
@@ -343,16 +345,22 @@ fn recover_journal(
                     })?;
                     changes.push(crate::store::TailChange::of(&envelope.event));
                 }
+                // Held records run gapless; one that does not follow the append before it
+                // would not follow the tables either.
+                if held
+                    .head(execution.as_str())
+                    .is_some_and(|head| head != append.expected_seq)
+                {
+                    return Err(corrupt(format!(
+                        "a journaled append to execution {execution} at seq {} does not follow the one before it",
+                        append.expected_seq
+                    )));
+                }
+                held.push(execution.as_str(), append.expected_seq, &append.records);
                 replayed.push(Queued {
                     execution,
                     expected_seq: append.expected_seq,
-                    records: QueuedRecords::Replayed(
-                        append
-                            .records
-                            .iter()
-                            .map(|record| record.to_vec())
-                            .collect(),
-                    ),
+                    record_count: append.records.len(),
                     changes,
                     recorded_at_ms: append.recorded_at_ms,
                 });
@@ -360,7 +368,7 @@ fn recover_journal(
         }
         // As the applier applies them: a record that does not follow the tables is refused.
         tables
-            .apply_accepted(replayed.iter(), &Pending::default(), &mut feed)
+            .apply_accepted(replayed.iter(), &held, &mut feed)
             .map_err(storage)?;
         tables
             .set_position(feed, pending.generation, pending.end)

@@ -85,8 +85,9 @@ impl Pending {
     }
 
     /// Adds an accepted append's records (seqs `expected_seq..`). Called by the writer after
-    /// their journal record is durable and before it answers.
-    pub(super) fn push(&self, execution: &str, expected_seq: u64, records: &[Vec<u8>]) {
+    /// their journal record is durable and before it answers, and by an open for the journal's
+    /// records it replays into the tables (into a `Pending` of its own).
+    pub(super) fn push(&self, execution: &str, expected_seq: u64, records: &[impl AsRef<[u8]>]) {
         let mut logs = self.logs(execution);
         let log = match logs.get_mut(execution) {
             Some(log) => log,
@@ -97,7 +98,7 @@ impl Pending {
         };
         debug_assert_eq!(log.head(), expected_seq, "pending records run gapless");
         for record in records {
-            log.bytes.extend_from_slice(record);
+            log.bytes.extend_from_slice(record.as_ref());
             log.ends.push(log.bytes.len());
         }
         self.events.fetch_add(records.len(), Ordering::Release);
