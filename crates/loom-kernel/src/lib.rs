@@ -122,11 +122,11 @@ pub use runtime::{
 };
 pub use store::tail::{RefusedEvent, TailChange, filter_code, status_code, status_from_code};
 pub use store::{
-    AppendError, DiskStore, DiskStoreConfig, EncodedAppend, EventStore, EventStoreExt,
-    ExecutionCursor, ExecutionPage, ExecutionQuery, ExecutionQueryPage, ExecutionSummary,
-    ExecutionTail, FeedEvent, FoldStoredError, LeaseHold, LeaseInfo, ListedExecution,
-    MAX_QUERY_LIMIT, MemoryStore, NewClaim, OpenError, ReadError, RetentionError, STREAM_PAGE,
-    StatusCounts, StatusFilter, StorageError, StoredLog, WakeReason, Wakeup, check_batch,
-    decode_stored, every_listed_execution, prefix_upper_bound, start_of_first_record, wake,
-    wall_clock_ms,
+    AppendError, DiskStore, DiskStoreConfig, EncodedAppend, EncodedRecords, EventStore,
+    EventStoreExt, ExecutionCursor, ExecutionPage, ExecutionQuery, ExecutionQueryPage,
+    ExecutionSummary, ExecutionTail, FeedEvent, FoldStoredError, LeaseHold, LeaseInfo,
+    ListedExecution, MAX_QUERY_LIMIT, MemoryStore, NewClaim, OpenError, ReadError, RecordsIter,
+    RetentionError, STREAM_PAGE, StatusCounts, StatusFilter, StorageError, StoredLog, WakeReason,
+    Wakeup, check_batch, decode_stored, every_listed_execution, prefix_upper_bound,
+    start_of_first_record, wake, wall_clock_ms,
 };

@@ -309,20 +309,9 @@ enum WriteRequest {
 
 /// An append, with the token of the claim it was made under (a claimed first append).
 struct Append {
-    /// Its records moved out to `records`.
+    /// Once accepted, its records move to [`Pending`] (the readers' copy) whole.
     encoded: EncodedAppend,
-    /// The records, shared with the caller, who frees them once answered: on the thread that
-    /// encoded them (freeing another thread's memory takes that thread's arena lock in glibc's
-    /// allocator). The writer lets go of its share once they are in the journal and in
-    /// [`Pending`], before it answers.
-    records: Option<Arc<Vec<Vec<u8>>>>,
     claim: Option<u64>,
-}
-
-impl Append {
-    fn records(&self) -> &[Vec<u8>] {
-        self.records.as_deref().map_or(&[], Vec::as_slice)
-    }
 }
 
 struct DeleteRequest {
@@ -478,18 +467,10 @@ impl DiskStore {
         events: &[Event],
         claim: Option<u64>,
     ) -> Result<u64, AppendError> {
-        let (mut encoded, answer) = EncodedAppend::new(execution, expected_seq, events)?;
-        let records = Arc::new(std::mem::take(&mut encoded.records));
-        self.send(WriteRequest::Append(Append {
-            encoded,
-            records: Some(Arc::clone(&records)),
-            claim,
-        }))
-        .map_err(|_| AppendError::Closed)?;
-        let answered = answer.await;
-        // The last share, freed here (`Append::records`).
-        drop(records);
-        answered.map_err(|_| AppendError::Closed)?
+        let (encoded, answer) = EncodedAppend::new(execution, expected_seq, events)?;
+        self.send(WriteRequest::Append(Append { encoded, claim }))
+            .map_err(|_| AppendError::Closed)?;
+        answer.await.map_err(|_| AppendError::Closed)?
     }
 
     /// The file this store writes.
@@ -759,7 +740,7 @@ impl Writer<'_> {
             waiting.push(append);
             return;
         }
-        *events += append.records().len();
+        *events += append.encoded.records.len();
         batch.push(append);
     }
 
@@ -955,7 +936,7 @@ impl Writer<'_> {
     /// the queue (a conflict or a refused batch takes no part), writes the accepted ones to the
     /// journal as one record made durable there, then queues them for the tables and hands
     /// their records to readers. Returns each request's outcome. The batch's changes are moved
-    /// into the queue; its records are held in `pending` only, the writer's share of them let go.
+    /// into the queue and its records into `pending`, the only copy kept.
     fn commit_batch(
         &mut self,
         batch: &mut [Append],
@@ -999,14 +980,14 @@ impl Writer<'_> {
                 ));
                 continue;
             }
-            let new_head = head + append.records().len() as u64;
+            let new_head = head + request.records.len() as u64;
             staged.insert(id, (new_head, tail));
             journal::push_append(
                 &mut self.payload,
                 id,
                 request.expected_seq,
                 request.recorded_at_ms,
-                append.records(),
+                request.records.iter(),
             );
             outcomes.push(Ok(new_head));
         }
@@ -1027,18 +1008,18 @@ impl Writer<'_> {
             if outcome.is_err() {
                 continue;
             }
-            let records = append.records.take();
-            let records = records.as_deref().map_or(&[][..], Vec::as_slice);
             let request = &mut append.encoded;
+            let records = std::mem::take(&mut request.records);
+            let record_count = records.len();
+            self.feed_next += record_count as u64;
+            self.queued_events += record_count;
+            self.queued_bytes += records.byte_len();
             self.pending
-                .push(request.execution.as_str(), request.expected_seq, records);
-            self.feed_next += records.len() as u64;
-            self.queued_events += records.len();
-            self.queued_bytes += records.iter().map(Vec::len).sum::<usize>();
+                .hold(request.execution.as_str(), request.expected_seq, records);
             self.queue.push(Queued {
                 execution: request.execution.clone(),
                 expected_seq: request.expected_seq,
-                record_count: records.len(),
+                record_count,
                 changes: std::mem::take(&mut request.changes),
                 recorded_at_ms: request.recorded_at_ms,
             });

@@ -332,12 +332,12 @@ pub(super) struct JournaledAppend<'a> {
 
 /// Adds one accepted request to a commit's payload (`payload` starts empty; the count of
 /// requests is kept by [`finish_payload`]).
-pub(super) fn push_append(
+pub(super) fn push_append<'a>(
     payload: &mut Vec<u8>,
     execution: &str,
     expected_seq: u64,
     recorded_at_ms: Option<u64>,
-    records: &[Vec<u8>],
+    records: impl ExactSizeIterator<Item = &'a [u8]>,
 ) {
     if payload.is_empty() {
         payload.extend_from_slice(&0u32.to_le_bytes());
@@ -502,9 +502,9 @@ mod tests {
             "a",
             0,
             Some(5),
-            &[b"x".to_vec(), b"yz".to_vec()],
+            [&b"x"[..], b"yz"].into_iter(),
         );
-        push_append(&mut payload, "b", 3, None, &[b"w".to_vec()]);
+        push_append(&mut payload, "b", 3, None, [&b"w"[..]].into_iter());
         let read = read_payload(&payload).unwrap();
         assert_eq!(read.len(), 2);
         assert_eq!(read[0].execution, "a");

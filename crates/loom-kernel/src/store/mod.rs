@@ -40,6 +40,7 @@
 
 mod claim;
 mod disk;
+mod encoded;
 mod journal;
 mod memory;
 mod query;
@@ -54,6 +55,7 @@ use futures::Stream;
 
 pub use claim::NewClaim;
 pub use disk::{DiskStore, DiskStoreConfig, OpenError, StoredLog};
+pub use encoded::{EncodedRecords, RecordsIter};
 pub use memory::MemoryStore;
 pub use query::{
     ExecutionCursor, ExecutionQuery, ExecutionQueryPage, ListedExecution, MAX_QUERY_LIMIT,
@@ -1052,7 +1054,7 @@ pub struct EncodedAppend {
     /// The seq the first record goes to.
     pub expected_seq: u64,
     /// The events, encoded, in seq order.
-    pub records: Vec<Vec<u8>>,
+    pub records: EncodedRecords,
     /// What each event changes in the execution's tail, in order.
     pub changes: Vec<TailChange>,
     /// The time stamped on the records ([`wall_clock_ms`]).
@@ -1081,10 +1083,7 @@ impl EncodedAppend {
         let append = Self {
             execution: execution.clone(),
             expected_seq,
-            records: events
-                .iter()
-                .map(|event| crate::record::encode(event, recorded_at_ms))
-                .collect(),
+            records: EncodedRecords::encode(events, recorded_at_ms),
             changes: events.iter().map(TailChange::of).collect(),
             recorded_at_ms,
             reply,

@@ -15,6 +15,7 @@
 use std::sync::atomic::{AtomicUsize, Ordering};
 
 use crate::hash::{IdMap, Sharded};
+use crate::store::EncodedRecords;
 
 /// One execution's events past the tables' head, in seq order.
 #[derive(Debug, Default)]
@@ -84,9 +85,37 @@ impl Pending {
         self.events.load(Ordering::Acquire) == 0
     }
 
-    /// Adds an accepted append's records (seqs `expected_seq..`). Called by the writer after
-    /// their journal record is durable and before it answers, and by an open for the journal's
-    /// records it replays into the tables (into a `Pending` of its own).
+    /// Takes an accepted append's records (seqs `expected_seq..`): called by the writer after
+    /// their journal record is durable and before it answers. An execution with none held yet
+    /// (each new one, and any the applier has caught up with) keeps the append's buffer itself.
+    pub(super) fn hold(&self, execution: &str, expected_seq: u64, records: EncodedRecords) {
+        let count = records.len();
+        let mut logs = self.logs(execution);
+        match logs.get_mut(execution) {
+            Some(log) => {
+                debug_assert_eq!(log.head(), expected_seq, "pending records run gapless");
+                for record in &records {
+                    log.bytes.extend_from_slice(record);
+                    log.ends.push(log.bytes.len());
+                }
+            }
+            None => {
+                let (bytes, ends) = records.into_parts();
+                logs.insert(
+                    execution.to_owned(),
+                    PendingLog {
+                        first_seq: expected_seq,
+                        bytes,
+                        ends,
+                    },
+                );
+            }
+        }
+        self.events.fetch_add(count, Ordering::Release);
+    }
+
+    /// Adds records (seqs `expected_seq..`) by copying them: an open's replay of the journal's
+    /// records into the tables (into a `Pending` of its own).
     pub(super) fn push(&self, execution: &str, expected_seq: u64, records: &[impl AsRef<[u8]>]) {
         let mut logs = self.logs(execution);
         let log = match logs.get_mut(execution) {
@@ -249,6 +278,36 @@ mod tests {
         );
         assert!(pending.encode_run("a", 4, 2, &mut run));
         assert_eq!(run, expected(1, 2));
+    }
+
+    #[test]
+    fn an_append_taken_whole_is_held_as_its_records_copied_one_by_one_would_be() {
+        use crate::conformance::{completed, started, step_completed};
+        let first = [started("flow"), step_completed("a#1")];
+        let second = [step_completed("a#2"), completed()];
+        let copied = Pending::default();
+        let taken = Pending::default();
+        for (seq, events) in [(0, &first), (2, &second)] {
+            let records: Vec<Vec<u8>> = events
+                .iter()
+                .map(|event| crate::record::encode(event, Some(7)))
+                .collect();
+            copied.push("a", seq, &records);
+            // The first is kept as the append's buffer, the second added to it.
+            taken.hold("a", seq, EncodedRecords::encode(events.as_slice(), Some(7)));
+        }
+        assert_eq!(taken.len(), 4);
+        assert_eq!(taken.head("a"), Some(4));
+        let all = |pending: &Pending| pending.copy("a", 0, usize::MAX).expect("held");
+        assert_eq!(all(&taken).into_bytes(), all(&copied).into_bytes());
+        let (mut from_taken, mut from_copied) = (Vec::new(), Vec::new());
+        assert!(taken.encode_run("a", 1, 3, &mut from_taken));
+        assert!(copied.encode_run("a", 1, 3, &mut from_copied));
+        assert_eq!(from_taken, from_copied);
+        taken.forget("a", 4);
+        assert!(taken.is_empty());
+        taken.hold("a", 4, EncodedRecords::encode(&[completed()], None));
+        assert_eq!(taken.copy("a", 0, 10).expect("held again").first_seq, 4);
     }
 
     #[test]
