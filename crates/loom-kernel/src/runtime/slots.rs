@@ -20,7 +20,7 @@ use crate::runtime::effect::Effect;
 use crate::runtime::errors::{CancelError, DRIVER_STOPPED, DriveError, DriverFailure, SHUT_DOWN};
 use crate::runtime::flow::Flow;
 use crate::runtime::keep::KeptFlows;
-use crate::runtime::mailbox::{self, DriverMsg, Exit, NewExecution};
+use crate::runtime::mailbox::{self, DriverMsg, DriverReceiver, DriverSender, Exit, NewExecution};
 use crate::runtime::plugin::{InboundHandler, Projection};
 use crate::runtime::recent::RecentStates;
 use crate::runtime::timers::Timers;
@@ -70,7 +70,7 @@ pub(crate) type Slots = Sharded<HashMap<ExecutionId, Slot>>;
 
 /// An execution's driver, if one runs, and how its runs end.
 pub(crate) struct Slot {
-    pub(crate) driver: Option<mpsc::UnboundedSender<DriverMsg>>,
+    pub(crate) driver: Option<DriverSender>,
     /// While a `start` creates the execution: closed once it knows whether it did, so a
     /// concurrent start of the same id waits and then reads what was recorded.
     pub(crate) starting: Option<watch::Receiver<()>>,
@@ -93,7 +93,7 @@ pub(crate) struct Settled {
 pub(crate) type DriveFn<S> = for<'a> fn(
     Arc<Inner<S>>,
     ExecutionId,
-    &'a mut mpsc::UnboundedReceiver<DriverMsg>,
+    &'a mut DriverReceiver,
     Option<NewExecution>,
 ) -> BoxFuture<'a, Result<Exit, DriveError>>;
 
@@ -144,7 +144,7 @@ impl<S: EventStore> Inner<S> {
     pub(crate) fn try_release(
         &self,
         execution: &ExecutionId,
-        messages: &mut mpsc::UnboundedReceiver<DriverMsg>,
+        messages: &mut DriverReceiver,
     ) -> bool {
         let mut slots = self.slots(execution);
         if !messages.is_empty() {
@@ -179,7 +179,8 @@ impl<S: EventStore> Inner<S> {
         let mut slots = self.slots(execution);
         let slot = slots.entry(execution.clone()).or_insert_with(new_slot);
         let sender = self.live_driver(slot, execution);
-        if let Err(mpsc::error::SendError(message)) = sender.send(message) {
+        if let Err(mpsc::error::SendError(message)) = sender.send(Box::new(message)) {
+            let message = *message;
             drop(slots);
             self.timers.forget(execution, &message);
             mailbox::refuse_failed(execution, message, DRIVER_STOPPED);
@@ -218,11 +219,7 @@ impl<S: EventStore> Inner<S> {
 
     /// The driver of `slot` (whose lock the caller holds), started if none runs or the last
     /// one has stopped.
-    fn live_driver(
-        self: &Arc<Self>,
-        slot: &mut Slot,
-        execution: &ExecutionId,
-    ) -> mpsc::UnboundedSender<DriverMsg> {
+    fn live_driver(self: &Arc<Self>, slot: &mut Slot, execution: &ExecutionId) -> DriverSender {
         match &slot.driver {
             Some(sender) if !sender.is_closed() => sender.clone(),
             _ => self.spawn_driver(slot, execution, None),
@@ -235,7 +232,7 @@ impl<S: EventStore> Inner<S> {
         slot: &mut Slot,
         execution: &ExecutionId,
         new: Option<NewExecution>,
-    ) -> mpsc::UnboundedSender<DriverMsg> {
+    ) -> DriverSender {
         let (sender, run) = self.driver_task(slot, execution, new);
         self.spawn(run);
         sender
@@ -249,7 +246,7 @@ impl<S: EventStore> Inner<S> {
         execution: &ExecutionId,
         new: Option<NewExecution>,
     ) -> (
-        mpsc::UnboundedSender<DriverMsg>,
+        DriverSender,
         std::pin::Pin<Box<dyn std::future::Future<Output = ()> + Send>>,
     ) {
         let (sender, mut messages) = mpsc::unbounded_channel();
@@ -301,6 +298,7 @@ impl<S: EventStore> Inner<S> {
                 messages.close();
                 let mut again = Vec::new();
                 while let Ok(message) = messages.try_recv() {
+                    let message = *message;
                     if moved {
                         again.push(message);
                         continue;

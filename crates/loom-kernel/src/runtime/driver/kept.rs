@@ -1,13 +1,11 @@
 //! The driver's side of keeping parked flows in memory (LD-020, `keep.rs`): taking a kept
 //! flow back when its log has not moved, and handing one over when the driver exits.
 
-use tokio::sync::mpsc;
-
 use crate::fold::ExecutionState;
 use crate::id::ExecutionId;
 use crate::runtime::ctx::FlowCtx;
 use crate::runtime::keep::{Kept, drop_flows};
-use crate::runtime::mailbox::DriverMsg;
+use crate::runtime::mailbox::DriverReceiver;
 use crate::runtime::slots::Inner;
 use crate::store::EventStore;
 
@@ -63,7 +61,7 @@ pub(crate) fn copy_for_waiter<S: EventStore>(
 pub(crate) fn release<S: EventStore>(
     inner: &Inner<S>,
     execution: &ExecutionId,
-    messages: &mut mpsc::UnboundedReceiver<DriverMsg>,
+    messages: &mut DriverReceiver,
     keep: impl FnOnce(bool) -> Option<Kept>,
 ) -> bool {
     let evicted = {

@@ -17,7 +17,6 @@ use std::sync::Arc;
 
 use futures::FutureExt;
 use futures::future::BoxFuture;
-use tokio::sync::mpsc;
 
 use crate::envelope::EventEnvelope;
 use crate::event::*;
@@ -34,8 +33,8 @@ use crate::runtime::flow::FlowError;
 use crate::runtime::history::History;
 use crate::runtime::machine::{self, Dispatch, GateMiss, Held, VerdictMiss};
 use crate::runtime::mailbox::{
-    DriverMsg, Exit, FlowWaker, NewExecution, Reply, ResolveMsg, ResumeMsg, TimedOutGates,
-    refuse_ended, refuse_failed,
+    DriverMsg, DriverReceiver, Exit, FlowWaker, NewExecution, Reply, ResolveMsg, ResumeMsg,
+    TimedOutGates, refuse_ended, refuse_failed,
 };
 use crate::runtime::markers::is_timed_out_payload;
 use crate::runtime::slots::Inner;
@@ -82,7 +81,7 @@ type Loaded = (ExecutionStarted, History, ExecutionState);
 async fn load<S: EventStore>(
     inner: &Inner<S>,
     execution: &ExecutionId,
-    messages: &mut mpsc::UnboundedReceiver<DriverMsg>,
+    messages: &mut DriverReceiver,
 ) -> Result<Result<Loaded, Exit>, DriveError> {
     let log = inner
         .store
@@ -105,7 +104,7 @@ async fn load<S: EventStore>(
             let timed_out = timed_out_gates(&log);
             while let Ok(message) = messages.try_recv() {
                 inner.timers.forget(execution, &message);
-                refuse_ended(execution, message, &timed_out, state.steps_in_doubt());
+                refuse_ended(execution, *message, &timed_out, state.steps_in_doubt());
             }
         }
         return Ok(Err(Exit::Ended(Box::new(state))));

@@ -9,12 +9,12 @@ use std::task::{Context, Poll, Waker};
 use futures::FutureExt;
 use futures::future::BoxFuture;
 use futures::stream::{FuturesUnordered, StreamExt};
-use tokio::sync::{mpsc, watch};
+use tokio::sync::watch;
 
 use super::{
-    Append, DriveError, DriverMsg, Exit, FlowWaker, Machine, NewExecution, Ran, Reply,
-    durable_state, flow_panicked, handle, invoke, kept, load, publish, refuse_ended, refuse_failed,
-    start_child,
+    Append, DriveError, DriverMsg, DriverReceiver, Exit, FlowWaker, Machine, NewExecution, Ran,
+    Reply, durable_state, flow_panicked, handle, invoke, kept, load, publish, refuse_ended,
+    refuse_failed, start_child,
 };
 use crate::event::{Event, ExecutionStarted};
 use crate::fold::ExecutionState;
@@ -30,7 +30,7 @@ use crate::runtime::errors::{SHUT_DOWN, StartError};
 use crate::runtime::flow::FlowError;
 use crate::runtime::history::{Attempted, History};
 use crate::runtime::keep;
-use crate::runtime::machine::{self, Admit, Dispatch};
+use crate::runtime::machine::{self, Admit, Dispatch, QUEUED_DISPATCHES, QUEUED_EVENTS};
 use crate::runtime::slots::Inner;
 use crate::store::{AppendError, EventStore, NewClaim};
 
@@ -40,7 +40,7 @@ use crate::store::{AppendError, EventStore, NewClaim};
 pub(crate) async fn drive<S: EventStore>(
     inner: Arc<Inner<S>>,
     execution: ExecutionId,
-    messages: &mut mpsc::UnboundedReceiver<DriverMsg>,
+    messages: &mut DriverReceiver,
     new: Option<NewExecution>,
 ) -> Result<Exit, DriveError> {
     let mut run = match Run::open(inner, execution, messages, new).await? {
@@ -120,7 +120,7 @@ impl<S: EventStore> Run<S> {
     async fn open(
         inner: Arc<Inner<S>>,
         execution: ExecutionId,
-        messages: &mut mpsc::UnboundedReceiver<DriverMsg>,
+        messages: &mut DriverReceiver,
         new: Option<NewExecution>,
     ) -> Result<Result<Self, Exit>, DriveError> {
         let mut first: Option<(Event, Reply)> = None;
@@ -222,8 +222,8 @@ impl<S: EventStore> Run<S> {
             flow_waker,
             waker,
             running: FuturesUnordered::new(),
-            issued_events: Vec::new(),
-            issued_dispatches: Vec::new(),
+            issued_events: Vec::with_capacity(QUEUED_EVENTS),
+            issued_dispatches: Vec::with_capacity(QUEUED_DISPATCHES),
             appending: None,
             claim,
             poll_flow: true,
@@ -437,10 +437,7 @@ impl<S: EventStore> Run<S> {
 
     /// Everything issued is durable: replies go out, and an ended execution exits, a flow
     /// that waits only for messages parks.
-    async fn settled(
-        &mut self,
-        messages: &mut mpsc::UnboundedReceiver<DriverMsg>,
-    ) -> Result<Settled, DriveError> {
+    async fn settled(&mut self, messages: &mut DriverReceiver) -> Result<Settled, DriveError> {
         for reply in self.machine.take_settled_replies() {
             reply.ok();
         }
@@ -494,7 +491,7 @@ impl<S: EventStore> Run<S> {
 
     /// Parks the flow, kept in memory for the next driver (or handed to a caller that waits);
     /// `None` when a message came in the meantime.
-    fn park(&mut self, messages: &mut mpsc::UnboundedReceiver<DriverMsg>) -> Option<Exit> {
+    fn park(&mut self, messages: &mut DriverReceiver) -> Option<Exit> {
         let mut moved = false;
         let mut copy = kept::copy_for_waiter(&self.inner, &self.execution, &self.ctx);
         let mut waited_for = None;
@@ -529,7 +526,7 @@ impl<S: EventStore> Run<S> {
     /// shutdown; `Some` when the run is over.
     async fn wait(
         &mut self,
-        messages: &mut mpsc::UnboundedReceiver<DriverMsg>,
+        messages: &mut DriverReceiver,
         stop: &mut watch::Receiver<bool>,
     ) -> Result<Option<Exit>, DriveError> {
         let idle = self.machine.idle();
@@ -559,7 +556,7 @@ impl<S: EventStore> Run<S> {
                     // The runtime is gone; nothing can be answered any more.
                     return Ok(Some(Exit::Parked(Box::new(self.ctx.state().take_fold()))));
                 };
-                self.message(message);
+                self.message(*message);
             }
             () = self.flow_waker.notify.notified() => self.poll_flow = true,
             _ = stop.wait_for(|stopping| *stopping), if idle => {}

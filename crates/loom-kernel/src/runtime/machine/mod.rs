@@ -49,7 +49,7 @@ pub(crate) use deadline::GateDeadline;
 pub(crate) use decision::{DecisionStart, decode_decision};
 pub(crate) use end::terminal;
 pub(crate) use resume::GateMiss;
-pub(crate) use state::{Dispatch, Env, FlowState};
+pub(crate) use state::{Dispatch, Env, FlowState, QUEUED_DISPATCHES, QUEUED_EVENTS};
 pub(crate) use verdict::VerdictMiss;
 
 /// What the machine needs to know of an effect it may hold.

@@ -121,6 +121,14 @@ pub(crate) struct FlowState {
     pub(super) deciding: Option<String>,
 }
 
+/// Room for what a flow issues between two turns of its driver when it runs one step at a
+/// time, as most do: a step's outcome and the next step's start, and that step's effect. The
+/// queues go back and forth with the driver's (`swap_queued`), so each starts this small
+/// rather than at a `Vec`'s first growth (4 entries: 1.1 KB for the two, twice over, for every
+/// execution; a flow that issues more grows them once).
+pub(crate) const QUEUED_EVENTS: usize = 2;
+pub(crate) const QUEUED_DISPATCHES: usize = 1;
+
 impl FlowState {
     /// The state of an execution that runs in `env`, about to replay `history`, whose durable
     /// log folds to `durable` (a new execution's is empty: the driver folds its start, which
@@ -132,8 +140,8 @@ impl FlowState {
             cursor: 0,
             counters: IdMap::default(),
             explicit_ids: HashSet::new(),
-            out: Vec::new(),
-            dispatch: Vec::new(),
+            out: Vec::with_capacity(QUEUED_EVENTS),
+            dispatch: Vec::with_capacity(QUEUED_DISPATCHES),
             slots: IdMap::default(),
             next_slot: 0,
             unsent: durable.next_seq(),
