@@ -3,7 +3,10 @@
 //! sustained figure, with the store's applier bringing its tables up to the journal behind
 //! the commits (LD-035), where `live` times one round. The rounds run on one task of the
 //! runtime, not on the thread that called `block_on` (see `live`'s `burst`). `MEM=1` runs it on the memory store,
-//! the runtime's own ceiling; `ROUNDS=N` (10 by default).
+//! the runtime's own ceiling; `ROUNDS=N` (10 by default). `BEFORE=N` first runs N one-step
+//! executions one after another on a second disk store in the same process, then pauses
+//! 300 ms: the first round then follows other work, as `live`'s burst follows its sequential
+//! workloads (`docs/PERFORMANCE.md`, "A burst after other work").
 //!
 //! `cargo bench -p loom-kernel --bench concurrent_rounds`.
 
@@ -26,6 +29,15 @@ async fn steps(ctx: FlowCtx, n: u64) -> Result<(), FlowError> {
 
 fn run<S: EventStore + 'static>(store: S, rounds: usize, label: &str) {
     let runtime = support::tokio_runtime();
+    let before: usize = std::env::var("BEFORE")
+        .ok()
+        .and_then(|before| before.parse().ok())
+        .unwrap_or(0);
+    if before > 0 {
+        runtime
+            .block_on(async { tokio::spawn(one_step_executions(before)).await })
+            .expect("before");
+    }
     let loom = Runtime::builder(store)
         .flow(flow_fn("steps", 1, steps))
         .effect(
@@ -70,6 +82,28 @@ fn run<S: EventStore + 'static>(store: S, rounds: usize, label: &str) {
         );
     };
     runtime.block_on(async { tokio::spawn(rounds_task).await.expect("rounds") });
+}
+
+/// `count` one-step executions, one after another, on a disk store of their own, then a pause.
+async fn one_step_executions(count: usize) {
+    let dir = support::scratch_dir();
+    let store = DiskStore::open(dir.path().join("before.redb")).expect("store");
+    let loom = Runtime::builder(store)
+        .flow(flow_fn("steps", 1, steps))
+        .effect(
+            "noop",
+            FnEffect::new(true, |call: EffectCall| async move {
+                EffectOutcome::ok(call.input)
+            }),
+        )
+        .build()
+        .expect("runtime");
+    for n in 0..count {
+        let options = StartOptions::new(id(&format!("before-{n}"))).grant("noop");
+        let e = loom.start("steps", &1u64, options).await.expect("start");
+        loom.wait(&e).await.expect("wait");
+    }
+    tokio::time::sleep(std::time::Duration::from_millis(300)).await;
 }
 
 fn main() {
