@@ -377,13 +377,13 @@ impl<S: EventStore> Runtime<S> {
         let (reply, answer) = oneshot::channel();
         self.inner.send(
             execution,
-            DriverMsg::Resume(Box::new(mailbox::ResumeMsg {
+            DriverMsg::Resume(mailbox::ResumeMsg {
                 event_type: event_type.to_owned(),
                 correlation_key: correlation_key.to_owned(),
                 payload,
                 gate_id: approved_gate,
                 reply,
-            })),
+            }),
         );
         answer.await.unwrap_or_else(|_| {
             Err(DriverFailure::driver(
@@ -407,12 +407,12 @@ impl<S: EventStore> Runtime<S> {
         let (reply, answer) = oneshot::channel();
         self.inner.send(
             execution,
-            DriverMsg::Resolve(Box::new(mailbox::ResolveMsg {
+            DriverMsg::Resolve(mailbox::ResolveMsg {
                 step_id: step_id.to_owned(),
                 verdict,
                 operator,
                 reply,
-            })),
+            }),
         );
         answer.await.unwrap_or_else(|_| {
             Err(DriverFailure::driver(

@@ -280,7 +280,7 @@ fn handle(
                 payload,
                 gate_id,
                 reply,
-            } = *resume;
+            } = resume;
             match ctx.state().resume_gate(
                 &event_type,
                 &correlation_key,
@@ -331,7 +331,7 @@ fn handle(
                 verdict,
                 operator,
                 reply,
-            } = *resolve;
+            } = resolve;
             match ctx.state().resolve(&step_id, verdict, operator) {
                 Ok(()) => machine.reply_when_durable(Reply::Resolve(reply)),
                 Err(VerdictMiss::NotInDoubt) => {
