@@ -82,9 +82,9 @@ use super::journal::{self, Journal};
 use super::tail::{ExecutionTail, filter_code};
 use super::watch::{FeedWatch, HeadWatch};
 use super::{
-    AppendError, EncodedAppend, EventStore, ExecutionPage, ExecutionQuery, ExecutionQueryPage,
-    ExecutionSummary, FeedEvent, ReadError, RetentionError, StatusCounts, StatusFilter,
-    StorageError, decode_stored,
+    AppendError, EncodedAppend, EncodedRecords, EventStore, ExecutionPage, ExecutionQuery,
+    ExecutionQueryPage, ExecutionSummary, FeedEvent, ReadError, RetentionError, StatusCounts,
+    StatusFilter, StorageError, decode_stored,
 };
 use crate::envelope::EventEnvelope;
 use crate::event::Event;
@@ -309,9 +309,21 @@ enum WriteRequest {
 
 /// An append, with the token of the claim it was made under (a claimed first append).
 struct Append {
-    /// Once accepted, its records move to [`Pending`] (the readers' copy) whole.
+    /// Its records moved out to `records`.
     encoded: EncodedAppend,
+    /// The records, shared with the caller, who frees them once answered: on the thread that
+    /// encoded them (freeing another thread's memory takes that thread's arena lock in glibc's
+    /// allocator). The writer lets go of its share once they are in the journal and copied to
+    /// [`Pending`], before it answers.
+    records: Option<Arc<EncodedRecords>>,
     claim: Option<u64>,
+}
+
+impl Append {
+    fn records(&self) -> &EncodedRecords {
+        static NONE: EncodedRecords = EncodedRecords::new();
+        self.records.as_deref().unwrap_or(&NONE)
+    }
 }
 
 struct DeleteRequest {
@@ -467,10 +479,18 @@ impl DiskStore {
         events: &[Event],
         claim: Option<u64>,
     ) -> Result<u64, AppendError> {
-        let (encoded, answer) = EncodedAppend::new(execution, expected_seq, events)?;
-        self.send(WriteRequest::Append(Append { encoded, claim }))
-            .map_err(|_| AppendError::Closed)?;
-        answer.await.map_err(|_| AppendError::Closed)?
+        let (mut encoded, answer) = EncodedAppend::new(execution, expected_seq, events)?;
+        let records = Arc::new(std::mem::take(&mut encoded.records));
+        self.send(WriteRequest::Append(Append {
+            encoded,
+            records: Some(Arc::clone(&records)),
+            claim,
+        }))
+        .map_err(|_| AppendError::Closed)?;
+        let answered = answer.await;
+        // The last share, freed here (`Append::records`).
+        drop(records);
+        answered.map_err(|_| AppendError::Closed)?
     }
 
     /// The file this store writes.
@@ -740,7 +760,7 @@ impl Writer<'_> {
             waiting.push(append);
             return;
         }
-        *events += append.encoded.records.len();
+        *events += append.records().len();
         batch.push(append);
     }
 
@@ -936,7 +956,7 @@ impl Writer<'_> {
     /// the queue (a conflict or a refused batch takes no part), writes the accepted ones to the
     /// journal as one record made durable there, then queues them for the tables and hands
     /// their records to readers. Returns each request's outcome. The batch's changes are moved
-    /// into the queue and its records into `pending`, the only copy kept.
+    /// into the queue; its records are copied to `pending`, the writer's share of them let go.
     fn commit_batch(
         &mut self,
         batch: &mut [Append],
@@ -980,14 +1000,14 @@ impl Writer<'_> {
                 ));
                 continue;
             }
-            let new_head = head + request.records.len() as u64;
+            let new_head = head + append.records().len() as u64;
             staged.insert(id, (new_head, tail));
             journal::push_append(
                 &mut self.payload,
                 id,
                 request.expected_seq,
                 request.recorded_at_ms,
-                request.records.iter(),
+                append.records().iter(),
             );
             outcomes.push(Ok(new_head));
         }
@@ -1008,14 +1028,17 @@ impl Writer<'_> {
             if outcome.is_err() {
                 continue;
             }
+            let records = append.records.take().unwrap_or_default();
             let request = &mut append.encoded;
-            let records = std::mem::take(&mut request.records);
             let record_count = records.len();
             self.feed_next += record_count as u64;
             self.queued_events += record_count;
             self.queued_bytes += records.byte_len();
-            self.pending
-                .hold(request.execution.as_str(), request.expected_seq, records);
+            self.pending.push(
+                request.execution.as_str(),
+                request.expected_seq,
+                records.iter(),
+            );
             self.queue.push(Queued {
                 execution: request.execution.clone(),
                 expected_seq: request.expected_seq,

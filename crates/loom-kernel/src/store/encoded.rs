@@ -1,9 +1,7 @@
 //! An append's records encoded one after another in one buffer.
 //!
 //! An append of `n` events used to be `n + 1` allocations (a `Vec` per record and one to list
-//! them); here it is two, whatever `n`. The disk store's writer then hands the buffer itself
-//! to the readers' copy of acknowledged records (`disk/pending.rs`) instead of copying it
-//! there: in a burst of new executions that copy was about a tenth of the memory first touched.
+//! them); here it is two, whatever `n`.
 
 use crate::event::Event;
 
@@ -21,6 +19,14 @@ pub struct EncodedRecords {
 const BYTES_PER_EVENT: usize = 128;
 
 impl EncodedRecords {
+    /// No records.
+    pub const fn new() -> Self {
+        Self {
+            bytes: Vec::new(),
+            ends: Vec::new(),
+        }
+    }
+
     /// `events` encoded in order, each stamped with `recorded_at_ms`.
     pub fn encode(events: &[Event], recorded_at_ms: Option<u64>) -> Self {
         let mut bytes = Vec::with_capacity(events.len().saturating_mul(BYTES_PER_EVENT));
@@ -63,12 +69,6 @@ impl EncodedRecords {
             records: self,
             next: 0,
         }
-    }
-
-    /// The buffer and where each record ends in it, for a holder that keeps records the
-    /// same way (`disk/pending.rs`).
-    pub(crate) fn into_parts(self) -> (Vec<u8>, Vec<usize>) {
-        (self.bytes, self.ends)
     }
 }
 

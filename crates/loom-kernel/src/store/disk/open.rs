@@ -356,7 +356,11 @@ fn recover_journal(
                         append.expected_seq
                     )));
                 }
-                held.push(execution.as_str(), append.expected_seq, &append.records);
+                held.push(
+                    execution.as_str(),
+                    append.expected_seq,
+                    append.records.iter(),
+                );
                 replayed.push(Queued {
                     execution,
                     expected_seq: append.expected_seq,
