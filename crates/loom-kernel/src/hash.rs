@@ -52,16 +52,6 @@ impl<T: Default> Default for Sharded<T> {
 }
 
 impl<T> Sharded<T> {
-    /// Shards made by `make`, one call each (a map sized beforehand, say).
-    pub(crate) fn with(make: impl FnMut() -> T) -> Self {
-        Self {
-            shards: std::iter::repeat_with(make)
-                .take(SHARDS)
-                .map(Mutex::new)
-                .collect(),
-        }
-    }
-
     /// The shard that keeps `id`'s entries, whatever a panicking holder left (each change to a
     /// shard is whole before its lock is released).
     pub(crate) fn lock(&self, id: &str) -> MutexGuard<'_, T> {

@@ -15,7 +15,7 @@ use crate::runtime::flow::{Flow, FlowSet};
 use crate::runtime::handle;
 use crate::runtime::keep::{self, DEFAULT_MAX_PARKED_IN_MEMORY};
 use crate::runtime::plugin::{self, Contributions, Plugin, Projection};
-use crate::runtime::slots::{Inner, new_slots};
+use crate::runtime::slots::{Inner, Slots};
 #[cfg(doc)]
 use crate::runtime::timers::ManualClock;
 use crate::runtime::timers::{self, Clock, SystemClock};
@@ -157,7 +157,7 @@ impl<S: EventStore> RuntimeBuilder<S> {
             classification: Arc::new(self.classification),
             timers: Arc::new(timers::Timers::new(self.clock)),
             children: children::Children::default(),
-            slots: new_slots(),
+            slots: Slots::default(),
             recent: Mutex::default(),
             stop: watch::channel(false).0,
             tasks: Mutex::new(tokio::task::JoinSet::new()),

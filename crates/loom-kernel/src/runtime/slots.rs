@@ -2,7 +2,7 @@
 //! driver's channel, a start in progress, how its last driver ended) and the runtime's tasks;
 //! and how a message reaches an execution's driver (`Inner::send`), starting one if none runs.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap};
 use std::sync::{Arc, Mutex};
 
 use futures::future::BoxFuture;
@@ -11,7 +11,7 @@ use tracing::Instrument;
 
 use crate::classify::DataClassification;
 use crate::fold::ExecutionState;
-use crate::hash::{IdMap, Sharded};
+use crate::hash::Sharded;
 use crate::id::ExecutionId;
 use crate::runtime::caller::AsyncResumeAuthenticator;
 use crate::runtime::children::Children;
@@ -66,18 +66,7 @@ impl<S> Drop for Inner<S> {
 /// One slot per execution, in shards by id (`hash::Sharded`): every start, message and driver
 /// exit takes the lock of its execution's shard (with one lock, a thousand executions started
 /// at once queued on it).
-pub(crate) type Slots = Sharded<IdMap<ExecutionId, Slot>>;
-
-/// Room in each of the slots' shards from the start: about 1,800 executions running at once
-/// before a shard's table grows (some 110 KB in all). A table grown in the middle of a burst
-/// frees its old one, often into the other worker's heap, under that heap's lock: in the
-/// first burst after other work, the runtime's most waited-for free (`docs/PERFORMANCE.md`).
-const SLOTS_PER_SHARD: usize = 64;
-
-/// The slots of a new runtime, each shard sized beforehand ([`SLOTS_PER_SHARD`]).
-pub(crate) fn new_slots() -> Slots {
-    Sharded::with(|| IdMap::with_capacity_and_hasher(SLOTS_PER_SHARD, Default::default()))
-}
+pub(crate) type Slots = Sharded<HashMap<ExecutionId, Slot>>;
 
 /// An execution's driver, if one runs, and how its runs end.
 pub(crate) struct Slot {
@@ -123,7 +112,7 @@ impl<S> Inner<S> {
     pub(crate) fn slots(
         &self,
         execution: &ExecutionId,
-    ) -> std::sync::MutexGuard<'_, IdMap<ExecutionId, Slot>> {
+    ) -> std::sync::MutexGuard<'_, HashMap<ExecutionId, Slot>> {
         self.slots.lock(execution.as_str())
     }
 }
