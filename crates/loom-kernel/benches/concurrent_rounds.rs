@@ -27,6 +27,20 @@ async fn steps(ctx: FlowCtx, n: u64) -> Result<(), FlowError> {
     Ok(())
 }
 
+/// A runtime on `store` with the `steps` flow and its no-op idempotent effect.
+fn steps_runtime<S: EventStore + 'static>(store: S) -> Runtime<S> {
+    Runtime::builder(store)
+        .flow(flow_fn("steps", 1, steps))
+        .effect(
+            "noop",
+            FnEffect::new(true, |call: EffectCall| async move {
+                EffectOutcome::ok(call.input)
+            }),
+        )
+        .build()
+        .expect("runtime")
+}
+
 fn run<S: EventStore + 'static>(store: S, rounds: usize, label: &str) {
     let runtime = support::tokio_runtime();
     let before: usize = std::env::var("BEFORE")
@@ -38,16 +52,7 @@ fn run<S: EventStore + 'static>(store: S, rounds: usize, label: &str) {
             .block_on(async { tokio::spawn(one_step_executions(before)).await })
             .expect("before");
     }
-    let loom = Runtime::builder(store)
-        .flow(flow_fn("steps", 1, steps))
-        .effect(
-            "noop",
-            FnEffect::new(true, |call: EffectCall| async move {
-                EffectOutcome::ok(call.input)
-            }),
-        )
-        .build()
-        .expect("runtime");
+    let loom = steps_runtime(store);
     // The rounds are run by one task on the runtime, as `live`'s burst is: awaited from the
     // thread that called `block_on`, each execution's end would wake that thread.
     let label = label.to_owned();
@@ -88,16 +93,7 @@ fn run<S: EventStore + 'static>(store: S, rounds: usize, label: &str) {
 async fn one_step_executions(count: usize) {
     let dir = support::scratch_dir();
     let store = DiskStore::open(dir.path().join("before.redb")).expect("store");
-    let loom = Runtime::builder(store)
-        .flow(flow_fn("steps", 1, steps))
-        .effect(
-            "noop",
-            FnEffect::new(true, |call: EffectCall| async move {
-                EffectOutcome::ok(call.input)
-            }),
-        )
-        .build()
-        .expect("runtime");
+    let loom = steps_runtime(store);
     for n in 0..count {
         let options = StartOptions::new(id(&format!("before-{n}"))).grant("noop");
         let e = loom.start("steps", &1u64, options).await.expect("start");
