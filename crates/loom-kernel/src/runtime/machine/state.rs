@@ -123,9 +123,9 @@ pub(crate) struct FlowState {
 
 /// Room for what a flow issues between two turns of its driver when it runs one step at a
 /// time, as most do: a step's outcome and the next step's start, and that step's effect. The
-/// queues go back and forth with the driver's (`swap_queued`), so each starts this small
-/// rather than at a `Vec`'s first growth (4 entries: 1.1 KB for the two, twice over, for every
-/// execution; a flow that issues more grows them once).
+/// lists go back and forth with the driver's (`swap_queued`), so there are two of each, and
+/// each starts this small rather than at a `Vec`'s first growth to 4 entries (512 bytes a list
+/// of events, 608 a list of effects); a flow that issues more grows them once.
 pub(crate) const QUEUED_EVENTS: usize = 2;
 pub(crate) const QUEUED_DISPATCHES: usize = 1;
 
