@@ -1,7 +1,6 @@
-//! An append's records encoded one after another in one buffer.
-//!
-//! An append of `n` events used to be `n + 1` allocations (a `Vec` per record and one to list
-//! them); here it is two, whatever `n`.
+//! An append's records encoded one after another in one buffer: two allocations whatever the
+//! number of events, where a `Vec` per record and one to list them made `n + 1` (the records
+//! are made on the caller's thread for every append of the disk and PostgreSQL stores).
 
 use crate::event::Event;
 
