@@ -178,7 +178,7 @@ pub(crate) fn plan<'a>(
         if loom_kernel::wake::touches_wakeups(&request.changes) {
             row.wake.extend(&request.execution, &request.changes);
         }
-        for (seq, record) in (request.expected_seq..).zip(&request.records) {
+        for (seq, record) in (request.expected_seq..).zip(request.records.iter()) {
             plan.event_ids.push(id);
             plan.event_seqs.push(i64::try_from(seq).ok()?);
             plan.event_records.push(record);

@@ -567,7 +567,7 @@ impl Writer {
                 ));
                 continue;
             }
-            for (seq, record) in (request.expected_seq..).zip(&request.records) {
+            for (seq, record) in (request.expected_seq..).zip(request.records.iter()) {
                 event_ids.push(id);
                 event_seqs.push(seq as i64);
                 event_records.push(record);

@@ -82,9 +82,9 @@ use super::journal::{self, Journal};
 use super::tail::{ExecutionTail, filter_code};
 use super::watch::{FeedWatch, HeadWatch};
 use super::{
-    AppendError, EncodedAppend, EncodedRecords, EventStore, ExecutionPage, ExecutionQuery,
-    ExecutionQueryPage, ExecutionSummary, FeedEvent, ReadError, RetentionError, StatusCounts,
-    StatusFilter, StorageError, decode_stored,
+    AppendError, EncodedAppend, EventStore, ExecutionPage, ExecutionQuery, ExecutionQueryPage,
+    ExecutionSummary, FeedEvent, ReadError, RetentionError, StatusCounts, StatusFilter,
+    StorageError, decode_stored,
 };
 use crate::envelope::EventEnvelope;
 use crate::event::Event;
@@ -309,20 +309,18 @@ enum WriteRequest {
 
 /// An append, with the token of the claim it was made under (a claimed first append).
 struct Append {
-    /// Its records moved out to `records`.
     encoded: EncodedAppend,
-    /// The records, shared with the caller, who frees them once answered: on the thread that
-    /// encoded them (freeing another thread's memory takes that thread's arena lock in glibc's
-    /// allocator). The writer lets go of its share once they are in the journal and copied to
-    /// [`Pending`], before it answers.
-    records: Option<Arc<EncodedRecords>>,
     claim: Option<u64>,
 }
 
 impl Append {
-    fn records(&self) -> &EncodedRecords {
-        static NONE: EncodedRecords = EncodedRecords::new();
-        self.records.as_deref().unwrap_or(&NONE)
+    /// Answers the caller, letting go of the writer's share of the records first: the caller,
+    /// who encoded them and keeps its own share until answered, frees them on its thread
+    /// (freeing another thread's memory takes that thread's arena lock in glibc's allocator).
+    fn answer(self, outcome: Result<u64, AppendError>) {
+        let EncodedAppend { records, reply, .. } = self.encoded;
+        drop(records);
+        let _ = reply.send(outcome);
     }
 }
 
@@ -479,16 +477,12 @@ impl DiskStore {
         events: &[Event],
         claim: Option<u64>,
     ) -> Result<u64, AppendError> {
-        let (mut encoded, answer) = EncodedAppend::new(execution, expected_seq, events)?;
-        let records = Arc::new(std::mem::take(&mut encoded.records));
-        self.send(WriteRequest::Append(Append {
-            encoded,
-            records: Some(Arc::clone(&records)),
-            claim,
-        }))
-        .map_err(|_| AppendError::Closed)?;
+        let (encoded, answer) = EncodedAppend::new(execution, expected_seq, events)?;
+        let records = Arc::clone(&encoded.records);
+        self.send(WriteRequest::Append(Append { encoded, claim }))
+            .map_err(|_| AppendError::Closed)?;
         let answered = answer.await;
-        // The last share, freed here (`Append::records`).
+        // The last share, freed here (`Append::answer`).
         drop(records);
         answered.map_err(|_| AppendError::Closed)?
     }
@@ -760,7 +754,7 @@ impl Writer<'_> {
             waiting.push(append);
             return;
         }
-        *events += append.records().len();
+        *events += append.encoded.records.len();
         batch.push(append);
     }
 
@@ -916,19 +910,18 @@ impl Writer<'_> {
                 tracing::debug!("group committed");
                 self.feed_head.publish(self.feed_next);
                 for (append, head) in batch.into_iter().zip(heads) {
-                    let request = append.encoded;
                     if let Ok(head) = head {
-                        self.watch.publish(&request.execution, head);
+                        self.watch.publish(&append.encoded.execution, head);
                     }
-                    let _ = request.reply.send(head);
+                    append.answer(head);
                 }
             }
             Err(detail) => {
                 tracing::error!(%detail, "group commit failed");
                 for append in batch {
-                    let request = append.encoded;
-                    let _ = request.reply.send(Err(AppendError::Storage {
-                        execution: request.execution,
+                    let execution = append.encoded.execution.clone();
+                    append.answer(Err(AppendError::Storage {
+                        execution,
                         source: detail.clone(),
                     }));
                 }
@@ -956,7 +949,7 @@ impl Writer<'_> {
     /// the queue (a conflict or a refused batch takes no part), writes the accepted ones to the
     /// journal as one record made durable there, then queues them for the tables and hands
     /// their records to readers. Returns each request's outcome. The batch's changes are moved
-    /// into the queue; its records are copied to `pending`, the writer's share of them let go.
+    /// into the queue; its records are copied to `pending`.
     fn commit_batch(
         &mut self,
         batch: &mut [Append],
@@ -1000,14 +993,14 @@ impl Writer<'_> {
                 ));
                 continue;
             }
-            let new_head = head + append.records().len() as u64;
+            let new_head = head + request.records.len() as u64;
             staged.insert(id, (new_head, tail));
             journal::push_append(
                 &mut self.payload,
                 id,
                 request.expected_seq,
                 request.recorded_at_ms,
-                append.records().iter(),
+                request.records.iter(),
             );
             outcomes.push(Ok(new_head));
         }
@@ -1028,8 +1021,8 @@ impl Writer<'_> {
             if outcome.is_err() {
                 continue;
             }
-            let records = append.records.take().unwrap_or_default();
             let request = &mut append.encoded;
+            let records = &request.records;
             let record_count = records.len();
             self.feed_next += record_count as u64;
             self.queued_events += record_count;

@@ -2,6 +2,8 @@
 //! number of events, where a `Vec` per record and one to list them made `n + 1` (the records
 //! are made on the caller's thread for every append of the disk and PostgreSQL stores).
 
+use std::ops::Range;
+
 use crate::event::Event;
 
 /// Records (the record form of [`crate::record`]) in seq order, one after another in one
@@ -18,14 +20,6 @@ pub struct EncodedRecords {
 const BYTES_PER_EVENT: usize = 128;
 
 impl EncodedRecords {
-    /// No records.
-    pub const fn new() -> Self {
-        Self {
-            bytes: Vec::new(),
-            ends: Vec::new(),
-        }
-    }
-
     /// `events` encoded in order, each stamped with `recorded_at_ms`.
     pub fn encode(events: &[Event], recorded_at_ms: Option<u64>) -> Self {
         let mut bytes = Vec::with_capacity(events.len().saturating_mul(BYTES_PER_EVENT));
@@ -55,19 +49,67 @@ impl EncodedRecords {
     /// The record at `index`, if there is one.
     pub fn get(&self, index: usize) -> Option<&[u8]> {
         let end = *self.ends.get(index)?;
-        let start = match index.checked_sub(1) {
-            Some(before) => self.ends[before],
-            None => 0,
-        };
-        self.bytes.get(start..end)
+        self.bytes.get(self.start_of(index)..end)
     }
 
     /// Each record, in order.
     pub fn iter(&self) -> RecordsIter<'_> {
+        self.iter_range(0..self.len())
+    }
+
+    /// The records at the indexes of `range` (cut at the last record), in order.
+    pub fn iter_range(&self, range: Range<usize>) -> RecordsIter<'_> {
         RecordsIter {
             records: self,
-            next: 0,
+            next: range.start,
+            end: range.end.min(self.len()),
         }
+    }
+
+    /// Adds one record after the others.
+    pub(crate) fn push(&mut self, record: &[u8]) {
+        self.bytes.extend_from_slice(record);
+        self.ends.push(self.bytes.len());
+    }
+
+    /// Room for `records` more records of `bytes` in all.
+    pub(crate) fn reserve(&mut self, records: usize, bytes: usize) {
+        self.ends.reserve(records);
+        self.bytes.reserve(bytes);
+    }
+
+    /// Forgets the first `count` records (all of them, if there are fewer).
+    pub(crate) fn forget_first(&mut self, count: usize) {
+        let count = count.min(self.len());
+        let Some(cut) = count.checked_sub(1).map(|last| self.ends[last]) else {
+            return;
+        };
+        self.bytes.drain(..cut);
+        self.ends.drain(..count);
+        for end in &mut self.ends {
+            *end -= cut;
+        }
+    }
+
+    /// A copy of the records at the indexes of `range` (cut at the last record).
+    pub(crate) fn copy_range(&self, range: Range<usize>) -> Self {
+        let end = range.end.min(self.len());
+        let start = range.start.min(end);
+        let base = self.start_of(start);
+        Self {
+            bytes: self.bytes[base..self.start_of(end)].to_vec(),
+            ends: self.ends[start..end].iter().map(|at| at - base).collect(),
+        }
+    }
+
+    /// The records' bytes, one after another.
+    pub(crate) fn into_bytes(self) -> Vec<u8> {
+        self.bytes
+    }
+
+    /// Where the record at `index` starts in `bytes` (the end of all when `index` is the count).
+    fn start_of(&self, index: usize) -> usize {
+        index.checked_sub(1).map_or(0, |before| self.ends[before])
     }
 }
 
@@ -76,19 +118,23 @@ impl EncodedRecords {
 pub struct RecordsIter<'a> {
     records: &'a EncodedRecords,
     next: usize,
+    end: usize,
 }
 
 impl<'a> Iterator for RecordsIter<'a> {
     type Item = &'a [u8];
 
     fn next(&mut self) -> Option<&'a [u8]> {
+        if self.next >= self.end {
+            return None;
+        }
         let record = self.records.get(self.next)?;
         self.next += 1;
         Some(record)
     }
 
     fn size_hint(&self) -> (usize, Option<usize>) {
-        let left = self.records.len().saturating_sub(self.next);
+        let left = self.end.saturating_sub(self.next);
         (left, Some(left))
     }
 }
@@ -129,6 +175,28 @@ mod tests {
         );
         assert_eq!(records.get(3), None);
         assert_eq!(records.iter().len(), 3);
+        assert_eq!(records.iter_range(1..9).collect::<Vec<_>>(), together[1..]);
+        let (start, end) = (2, 1);
+        assert_eq!(records.iter_range(start..end).len(), 0, "a range backwards");
+    }
+
+    #[test]
+    fn records_added_forgotten_and_copied_keep_their_bytes() {
+        let mut records = EncodedRecords::default();
+        for record in [&b"x"[..], b"yy", b"zzz", b"wwww"] {
+            records.push(record);
+        }
+        let copied = records.copy_range(1..3);
+        assert_eq!(copied.iter().collect::<Vec<_>>(), [&b"yy"[..], b"zzz"]);
+        assert_eq!(copied.into_bytes(), b"yyzzz");
+        assert!(records.copy_range(3..9).iter().eq([&b"wwww"[..]]));
+        assert!(records.copy_range(5..9).is_empty());
+        records.forget_first(2);
+        assert_eq!(records.iter().collect::<Vec<_>>(), [&b"zzz"[..], b"wwww"]);
+        records.forget_first(0);
+        assert_eq!(records.len(), 2);
+        records.forget_first(9);
+        assert!(records.is_empty() && records.byte_len() == 0);
     }
 
     #[test]

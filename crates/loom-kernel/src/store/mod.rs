@@ -1053,8 +1053,9 @@ pub struct EncodedAppend {
     pub execution: ExecutionId,
     /// The seq the first record goes to.
     pub expected_seq: u64,
-    /// The events, encoded, in seq order.
-    pub records: EncodedRecords,
+    /// The events, encoded, in seq order. Shared: a caller that keeps a share frees them on
+    /// its own thread once answered, whatever thread the store's writer runs on.
+    pub records: Arc<EncodedRecords>,
     /// What each event changes in the execution's tail, in order.
     pub changes: Vec<TailChange>,
     /// The time stamped on the records ([`wall_clock_ms`]).
@@ -1083,7 +1084,7 @@ impl EncodedAppend {
         let append = Self {
             execution: execution.clone(),
             expected_seq,
-            records: EncodedRecords::encode(events, recorded_at_ms),
+            records: Arc::new(EncodedRecords::encode(events, recorded_at_ms)),
             changes: events.iter().map(TailChange::of).collect(),
             recorded_at_ms,
             reply,

@@ -15,51 +15,52 @@
 use std::sync::atomic::{AtomicUsize, Ordering};
 
 use crate::hash::{IdMap, Sharded};
+use crate::store::EncodedRecords;
 
 /// One execution's events past the tables' head, in seq order.
 #[derive(Debug, Default)]
 struct PendingLog {
     /// The seq of the first record held.
     first_seq: u64,
-    bytes: Vec<u8>,
-    /// Where each record ends in `bytes`.
-    ends: Vec<usize>,
+    records: EncodedRecords,
 }
 
 impl PendingLog {
     fn head(&self) -> u64 {
-        self.first_seq + self.ends.len() as u64
+        self.first_seq + self.records.len() as u64
+    }
+
+    /// The index in `records` of the record of seq `seq`, if it is held or is the head.
+    fn index_of(&self, seq: u64) -> Option<usize> {
+        seq.checked_sub(self.first_seq)
+            .and_then(|index| usize::try_from(index).ok())
+            .filter(|index| *index <= self.records.len())
     }
 }
 
 /// The records of one execution copied out of [`Pending`]: seqs `first_seq..` in order, one
-/// after another in `bytes` (two allocations, however many records).
+/// after another in one buffer (two allocations, however many records).
 #[derive(Debug, Default)]
 pub(super) struct PendingRecords {
     pub(super) first_seq: u64,
-    bytes: Vec<u8>,
-    /// Where each record ends in `bytes`.
-    ends: Vec<usize>,
+    records: EncodedRecords,
 }
 
 impl PendingRecords {
     /// How many records were copied.
     pub(super) fn len(&self) -> usize {
-        self.ends.len()
+        self.records.len()
     }
 
     /// The records' bytes, one after another.
     pub(super) fn into_bytes(self) -> Vec<u8> {
-        self.bytes
+        self.records.into_bytes()
     }
 
     /// Each record with its seq, in order.
     pub(super) fn records(&self) -> impl Iterator<Item = (u64, &[u8])> {
-        let starts = std::iter::once(0).chain(self.ends.iter().copied());
-        starts
-            .zip(&self.ends)
-            .enumerate()
-            .map(|(index, (start, end))| (self.first_seq + index as u64, &self.bytes[start..*end]))
+        (self.records.iter().enumerate())
+            .map(|(index, record)| (self.first_seq + index as u64, record))
     }
 }
 
@@ -108,11 +109,9 @@ impl Pending {
             }),
         };
         debug_assert_eq!(log.head(), expected_seq, "pending records run gapless");
-        log.bytes.reserve(bytes);
-        log.ends.reserve(count);
+        log.records.reserve(count, bytes);
         for record in records {
-            log.bytes.extend_from_slice(record.as_ref());
-            log.ends.push(log.bytes.len());
+            log.records.push(record.as_ref());
         }
         self.events.fetch_add(count, Ordering::Release);
     }
@@ -125,18 +124,13 @@ impl Pending {
             return;
         };
         let dropped = if log.head() <= head {
-            let dropped = log.ends.len();
+            let dropped = log.records.len();
             logs.remove(execution);
             dropped
         } else {
             let dropped = usize::try_from(head.saturating_sub(log.first_seq)).unwrap_or(0);
             if dropped > 0 {
-                let cut = log.ends[dropped - 1];
-                log.bytes.drain(..cut);
-                log.ends.drain(..dropped);
-                for end in &mut log.ends {
-                    *end -= cut;
-                }
+                log.records.forget_first(dropped);
                 log.first_seq = head;
             }
             dropped
@@ -158,23 +152,21 @@ impl Pending {
         let Some(log) = logs.get(execution) else {
             return false;
         };
-        let Some(skip) = from
-            .checked_sub(log.first_seq)
-            .and_then(|skip| usize::try_from(skip).ok())
-        else {
+        let Some(skip) = log.index_of(from) else {
             return false;
         };
         if skip
             .checked_add(count)
-            .is_none_or(|last| last > log.ends.len())
+            .is_none_or(|last| last > log.records.len())
         {
             return false;
         }
-        let records = (skip..skip + count).map(|index| {
-            let start = if index == 0 { 0 } else { log.ends[index - 1] };
-            &log.bytes[start..log.ends[index]]
-        });
-        super::runs::encode(execution, from, records, out);
+        super::runs::encode(
+            execution,
+            from,
+            log.records.iter_range(skip..skip + count),
+            out,
+        );
         true
     }
 
@@ -202,16 +194,10 @@ impl Pending {
         let logs = self.logs(execution);
         let log = logs.get(execution)?;
         let start = from.max(log.first_seq);
-        let skip = usize::try_from(start - log.first_seq)
-            .unwrap_or(usize::MAX)
-            .min(log.ends.len());
-        let last = skip.saturating_add(limit).min(log.ends.len());
-        let base = if skip == 0 { 0 } else { log.ends[skip - 1] };
-        let end = if last == 0 { 0 } else { log.ends[last - 1] };
+        let skip = usize::try_from(start - log.first_seq).unwrap_or(usize::MAX);
         Some(PendingRecords {
             first_seq: start,
-            bytes: log.bytes[base..end.max(base)].to_vec(),
-            ends: log.ends[skip..last].iter().map(|end| end - base).collect(),
+            records: log.records.copy_range(skip..skip.saturating_add(limit)),
         })
     }
 }
