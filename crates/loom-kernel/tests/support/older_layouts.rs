@@ -1,5 +1,5 @@
 //! Store files as builds before layout 5 wrote them, made from a closed layout 5 file: for the
-//! tests of the upgrade (`tests/store/rows.rs`) and its benchmark (`benches/upgrade.rs`, which
+//! tests of the upgrade (`tests/kernel/store/rows.rs`) and its benchmark (`benches/upgrade.rs`, which
 //! includes this file by path). The kernel's own dependencies only.
 
 use std::path::Path;

@@ -1,10 +1,7 @@
-//! The kernel's store tests, one test binary: the fold and its laws, the stores' conformance,
+//! The kernel's store tests: the fold and its laws, the stores' conformance,
 //! corruption repair, crash consistency under SIGKILL, reading logs of older versions, group
 //! commit, events held in memory until the tables take them, masking, and errors that keep
 //! their causes.
-
-#[path = "../support/mod.rs"]
-mod support;
 
 mod backward_compatibility;
 mod batching;

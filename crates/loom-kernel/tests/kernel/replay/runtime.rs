@@ -331,7 +331,7 @@ async fn unknown_flows_and_duplicate_starts_are_refused() {
     ));
     rt.start("checkout", &1, granted(id("x"))).await.unwrap();
     // A start of an existing execution returns it when it is the same start, and is refused
-    // otherwise (see tests/replay/start.rs).
+    // otherwise (see tests/kernel/replay/start.rs).
     assert_eq!(
         rt.start("checkout", &1, granted(id("x"))).await.unwrap(),
         id("x")

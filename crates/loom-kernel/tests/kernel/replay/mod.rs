@@ -1,9 +1,6 @@
-//! The runtime's flow and replay tests, one test binary: running flows, replay after a restart,
+//! The runtime's flow and replay tests: running flows, replay after a restart,
 //! flow shapes, panics in user code, shutdown, starts, versioning, catching up, plugins, and the
 //! model-based test of the runtime against a reference model.
-
-#[path = "../support/mod.rs"]
-mod support;
 
 mod catch_up;
 mod flow_shapes;

@@ -1,9 +1,6 @@
-//! The runtime's waiting tests, one test binary: gates, gate requests, durable timers, child
+//! The runtime's waiting tests: gates, gate requests, durable timers, child
 //! executions, callers' identity, executions parked in memory, and the SIGKILL tests of timers,
 //! gate requests and families.
-
-#[path = "../support/mod.rs"]
-mod support;
 
 mod caller_identity;
 mod children;

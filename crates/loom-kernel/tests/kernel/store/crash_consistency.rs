@@ -134,7 +134,7 @@ fn sigkill_loses_no_acknowledged_append_and_shows_nothing_partial() {
 }
 
 #[test]
-#[should_panic(expected = "has no test named 'crash_consistency::no_such_entry'")]
+#[should_panic(expected = "has no test named 'store::crash_consistency::no_such_entry'")]
 fn a_child_process_entry_that_is_not_in_this_binary_is_refused_not_run_empty() {
     child_test(concat!(module_path!(), "::no_such_entry"));
 }
