@@ -68,6 +68,13 @@ async fn an_operator_filters_opens_a_failure_resumes_through_the_form_and_gives_
         "the filter leaving the failed execution alone",
     )
     .await;
+    // The total comes from a count of its own, which may answer after the rows (under load,
+    // seconds after).
+    page.until(
+        "document.getElementById('execution-count').textContent.includes(' of ')",
+        "the count of the filter's executions",
+    )
+    .await;
     let count = page
         .eval("document.getElementById('execution-count').textContent")
         .await;
