@@ -12,6 +12,7 @@ use anyhow::{Context, Result};
 use clap::{Parser, Subcommand};
 
 mod pg;
+mod test_run;
 
 #[derive(Debug, Parser)]
 #[command(about = "Loom's developer commands.")]
@@ -22,9 +23,24 @@ struct Cli {
 
 #[derive(Debug, Subcommand)]
 enum Task {
-    /// Runs every test of the workspace (the test command).
-    Test,
-    /// Runs what CI runs: rustfmt check, clippy with warnings denied, then the tests.
+    /// Runs every test of the workspace (the test command): builds the test binaries once,
+    /// then runs them and the doc tests several at a time, each one's output printed whole as
+    /// it ends, and a summary of the times, the counts and any test that could not run.
+    Test {
+        /// What CI runs: the PostgreSQL kill tests' full rounds (30 kills and 5 pauses each,
+        /// about two minutes, instead of 6 and 1) and the costliest property tests' full cases
+        /// (the runtime's model 10,000 instead of 2,000, the surface's 4,000 instead of 1,000).
+        #[arg(long)]
+        long: bool,
+        /// How many test binaries run at once (default: one more than the cores).
+        #[arg(long)]
+        jobs: Option<usize>,
+        /// Given to every test binary: a name filter, `--nocapture`, `--test-threads=1`...
+        #[arg(last = true)]
+        test_args: Vec<OsString>,
+    },
+    /// Runs what CI runs: rustfmt check, clippy with warnings denied, then the tests (with the
+    /// kill tests' long rounds).
     Ci,
     /// Live durable steps on the embedded store: one machine-readable line per workload
     /// (`loom seq steps_per_s=...`), for side-by-side runs with other engines.
@@ -134,7 +150,19 @@ fn run(task: Task, root: &Path) -> Result<()> {
     match task {
         // Handled before parsing; listed for --help.
         Task::ReplayCheck { .. } | Task::ExportLog { .. } => Ok(()),
-        Task::Test => test(&root),
+        Task::Test {
+            long,
+            jobs,
+            test_args,
+        } => test(
+            &root,
+            test_run::TestOptions {
+                long,
+                jobs,
+                test_args,
+                env: Vec::new(),
+            },
+        ),
         Task::PgUp => pg::up(&root),
         Task::PgDown => pg::down(&root),
         Task::Interop => interop(&root),
@@ -153,7 +181,13 @@ fn run(task: Task, root: &Path) -> Result<()> {
                     "warnings",
                 ],
             )?;
-            test(&root)
+            test(
+                &root,
+                test_run::TestOptions {
+                    long: true,
+                    ..test_run::TestOptions::default()
+                },
+            )
         }
         Task::Bench => bench(&root, "loom-kernel", &["live"], &[]),
         Task::BenchKernel => {
@@ -336,11 +370,11 @@ fn run_program(root: &Path, program: &str, args: &[&str]) -> Result<()> {
 /// whenever this machine can run them. The PostgreSQL tests use the server that
 /// `LOOM_TEST_POSTGRES_URL` names or `cargo xtask pg-up` started; with neither, a throwaway
 /// cluster is started for the run and stopped after it, when PostgreSQL's server programs are
-/// installed. A test that cannot run writes a line to a file this command names
-/// (`LOOM_SKIPPED_TESTS_FILE`), and the run ends with a summary of them, since cargo hides a
-/// passing test's stderr; under `CI` a skipped test fails the run. The reference renderer's
-/// checks run as `cargo xtask interop`.
-fn test(root: &Path) -> Result<()> {
+/// installed. The test binaries run several at a time (`test_run`). A test that cannot run
+/// writes a line to a file this command names (`LOOM_SKIPPED_TESTS_FILE`), and the run ends
+/// with a summary of them, since a passing test's stderr is hidden; under `CI` a skipped test
+/// fails the run. The reference renderer's checks run as `cargo xtask interop`.
+fn test(root: &Path, mut options: test_run::TestOptions) -> Result<()> {
     let skipped_file = root.join("target/xtask-test-skipped");
     std::fs::create_dir_all(root.join("target"))?;
     match std::fs::remove_file(&skipped_file) {
@@ -349,17 +383,37 @@ fn test(root: &Path) -> Result<()> {
         }
         _ => {}
     }
-    let started_postgres = postgres_for_tests(root);
-    let mut command = cargo_command(root, &["test", "--workspace"]);
-    command.env(loom_store_postgres::SKIPPED_TESTS_VAR, &skipped_file);
-    let status = command.status().context("running cargo test");
+    options.env.push((
+        loom_store_postgres::SKIPPED_TESTS_VAR.into(),
+        skipped_file.clone().into(),
+    ));
+    if options.long {
+        // A number set by the caller wins.
+        for (name, value) in test_run::LONG_RUN {
+            if std::env::var_os(name).is_none() {
+                options.env.push((name.into(), value.into()));
+            }
+        }
+    }
+    // The server starts while the tests build; the first test waits for it.
+    let mut postgres = Some(std::thread::spawn({
+        let root = root.to_path_buf();
+        move || postgres_for_tests(&root)
+    }));
+    let mut started_postgres = false;
+    let mut wait_for_postgres = || {
+        if let Some(starting) = postgres.take() {
+            started_postgres = starting.join().unwrap_or(false);
+        }
+    };
+    let cargo = PathBuf::from(std::env::var_os("CARGO").unwrap_or_else(|| OsString::from("cargo")));
+    let passed = test_run::run_all(root, &cargo, &options, &mut wait_for_postgres);
+    wait_for_postgres();
     if started_postgres && let Err(error) = pg::down(root) {
         eprintln!("xtask: stopping the PostgreSQL cluster started for the tests: {error:#}");
     }
-    let status = status?;
-    if !status.success() {
-        eprintln!("xtask: `cargo test --workspace` failed: {status}");
-        std::process::exit(status.code().unwrap_or(1));
+    if !passed? {
+        std::process::exit(101);
     }
     let skipped = SkippedTests::read(&skipped_file)?;
     if skipped.is_empty() {

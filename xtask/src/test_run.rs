@@ -1,0 +1,511 @@
+//! The test command's runner: builds every test binary of the workspace with one `cargo test
+//! --no-run`, then runs the binaries (and the doc tests) several at a time, as cargo would run
+//! them one after another. Most of a test binary's time is spent waiting (fsync, PostgreSQL,
+//! child processes, a browser), so on two cores three at a time take about half the time of one
+//! after another. Each binary's output is printed whole when it ends, never interleaved, and the
+//! run ends with every binary's time and the totals. The longest binaries of the previous run
+//! start first (`target/xtask-test-times`), so the run does not end waiting on one started last.
+
+use std::collections::BTreeMap;
+use std::ffi::OsString;
+use std::io::{Read, Write};
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::sync::mpsc;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, Result};
+
+/// What `cargo xtask test` was asked for.
+#[derive(Debug, Default)]
+pub struct TestOptions {
+    /// The long rounds of the kill tests (what CI runs), instead of the default few.
+    pub long: bool,
+    /// How many test binaries run at once; by default one more than the cores.
+    pub jobs: Option<usize>,
+    /// Given to every test binary (a name filter, `--nocapture`, ...).
+    pub test_args: Vec<OsString>,
+    /// Environment every test binary gets (the skipped-tests file, the kill tests' rounds).
+    pub env: Vec<(OsString, OsString)>,
+}
+
+/// What `--long` (and so CI) runs in full where an ordinary run does less: the PostgreSQL kill
+/// tests' rounds and pauses, and the cases of the two costliest property tests.
+pub const LONG_RUN: [(&str, &str); 4] = [
+    ("LOOM_KILL_ROUNDS", "30"),
+    ("LOOM_KILL_PAUSES", "5"),
+    ("LOOM_STATE_MACHINE_CASES", "10000"),
+    ("LOOM_SURFACE_MODEL_CASES", "4000"),
+];
+
+/// One thing to run: a test binary, or cargo running the doc tests.
+#[derive(Debug, Clone)]
+struct Job {
+    /// As cargo names it: `loom-kernel tests/kernel/main.rs`, `loom-kernel (doc tests)`.
+    name: String,
+    program: PathBuf,
+    args: Vec<OsString>,
+    dir: PathBuf,
+    env: Vec<(OsString, OsString)>,
+}
+
+/// How a job ended.
+#[derive(Debug)]
+struct Finished {
+    job: Job,
+    took: Duration,
+    passed: bool,
+    counts: Counts,
+}
+
+/// Added up from the `test result:` lines of libtest.
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+struct Counts {
+    passed: u64,
+    failed: u64,
+    ignored: u64,
+}
+
+impl Counts {
+    /// The sum of every `test result: ... N passed; N failed; N ignored; ...` line of `output`.
+    fn of(output: &str) -> Self {
+        let mut counts = Self::default();
+        for line in output.lines() {
+            let Some(rest) = line.trim_start().strip_prefix("test result: ") else {
+                continue;
+            };
+            for part in rest.split(';') {
+                let mut words = part.split_whitespace().rev();
+                let (Some(what), Some(number)) = (words.next(), words.next()) else {
+                    continue;
+                };
+                let Ok(number) = number.parse::<u64>() else {
+                    continue;
+                };
+                match what {
+                    "passed" => counts.passed += number,
+                    "failed" => counts.failed += number,
+                    "ignored" => counts.ignored += number,
+                    _ => {}
+                }
+            }
+        }
+        counts
+    }
+
+    fn add(&mut self, other: Self) {
+        self.passed += other.passed;
+        self.failed += other.failed;
+        self.ignored += other.ignored;
+    }
+}
+
+/// What the runner hears: a test binary built, the build's end, a job's end.
+enum Event {
+    Built(Job),
+    BuildEnded(std::io::Result<std::process::ExitStatus>),
+    Ended(Box<Finished>, String),
+}
+
+/// Builds the workspace's test binaries and runs each as soon as it is linked, with the doc tests
+/// once the build is over, `jobs` at a time; prints the summary. `Ok(false)` when a test failed;
+/// a build that fails exits with cargo's code. `ready` is waited for before the first test
+/// starts (the PostgreSQL server, started while the build runs).
+pub fn run_all(
+    root: &Path,
+    cargo: &Path,
+    options: &TestOptions,
+    ready: impl FnOnce(),
+) -> Result<bool> {
+    let started = Instant::now();
+    let times_file = root.join("target/xtask-test-times");
+    let times = read_times(&times_file);
+    let parallel = options.jobs.unwrap_or_else(default_jobs).max(1);
+    let (events, heard) = mpsc::channel();
+    build(root, cargo, events.clone())?;
+    ready();
+    let mut waiting: Vec<Job> = Vec::new();
+    let mut running = 0;
+    let mut build_over = false;
+    let mut finished = Vec::new();
+    loop {
+        while running < parallel && !waiting.is_empty() {
+            order_longest_first(&mut waiting, &times);
+            let job = waiting.remove(0);
+            let events = events.clone();
+            std::thread::spawn(move || {
+                let (done, output) = run_job(job);
+                let _ = events.send(Event::Ended(Box::new(done), output));
+            });
+            running += 1;
+        }
+        if build_over && running == 0 && waiting.is_empty() {
+            break;
+        }
+        let Ok(event) = heard.recv() else { break };
+        match event {
+            Event::Built(mut job) => {
+                job.args.extend(options.test_args.iter().cloned());
+                job.env.extend(options.env.iter().cloned());
+                waiting.push(job);
+            }
+            Event::BuildEnded(status) => {
+                build_over = true;
+                match status {
+                    Ok(status) if status.success() => {
+                        eprintln!(
+                            "xtask: test binaries built in {:.1} s ({} of them ran or are running, \
+                             {parallel} at a time); the doc tests next",
+                            started.elapsed().as_secs_f64(),
+                            finished.len() + running + waiting.len(),
+                        );
+                        waiting.push(doc_tests(root, cargo, options));
+                    }
+                    failed => {
+                        // What was started ends first, so that no test process is left behind.
+                        while running > 0 {
+                            if let Ok(Event::Ended(..)) = heard.recv() {
+                                running -= 1;
+                            }
+                        }
+                        eprintln!("xtask: building the tests failed: {failed:?}");
+                        let code = failed.ok().and_then(|status| status.code());
+                        std::process::exit(code.unwrap_or(101));
+                    }
+                }
+            }
+            Event::Ended(done, output) => {
+                running -= 1;
+                print_job(&done, &output);
+                finished.push(*done);
+            }
+        }
+    }
+    let _ = write_times(&times_file, &finished);
+    Ok(summarize(&finished, started.elapsed()))
+}
+
+/// One more than the cores: a test binary spends much of its time waiting.
+fn default_jobs() -> usize {
+    std::thread::available_parallelism().map_or(2, |n| n.get() + 1)
+}
+
+/// `cargo test --workspace --doc`, with the test arguments.
+fn doc_tests(root: &Path, cargo: &Path, options: &TestOptions) -> Job {
+    let mut args: Vec<OsString> = ["test", "--workspace", "--doc", "--"]
+        .iter()
+        .map(OsString::from)
+        .collect();
+    args.extend(options.test_args.iter().cloned());
+    Job {
+        name: DOC_TESTS.to_owned(),
+        program: cargo.to_path_buf(),
+        args,
+        dir: root.to_path_buf(),
+        env: options.env.clone(),
+    }
+}
+
+/// The doc tests' job, among the test binaries.
+const DOC_TESTS: &str = "doc tests (cargo test --workspace --doc)";
+
+/// Starts `cargo test --workspace --tests --no-run`, which sends each test binary as it is
+/// linked, then the build's end. `--tests` is every target whose manifest says `test = true`
+/// (libraries, binaries and integration tests, not those that opt out); the examples, which
+/// `cargo test` would build and not run, are left out: they are not tests, and clippy
+/// `--all-targets` checks them.
+fn build(root: &Path, cargo: &Path, events: mpsc::Sender<Event>) -> Result<()> {
+    let args = [
+        "test",
+        "--workspace",
+        "--tests",
+        "--no-run",
+        "--message-format=json-render-diagnostics",
+    ];
+    eprintln!("$ cargo {}", args.join(" "));
+    let mut child = Command::new(cargo)
+        .args(args)
+        .current_dir(root)
+        .stdout(Stdio::piped())
+        .spawn()
+        .context("running cargo test --no-run")?;
+    let stdout = child.stdout.take().context("cargo's output")?;
+    let root = root.to_path_buf();
+    let cargo = cargo.to_path_buf();
+    std::thread::spawn(move || {
+        for line in std::io::BufRead::lines(std::io::BufReader::new(stdout)) {
+            let Ok(line) = line else { break };
+            if let Some(job) = test_binary(&line, &root, &cargo) {
+                let _ = events.send(Event::Built(job));
+            }
+        }
+        let _ = events.send(Event::BuildEnded(child.wait()));
+    });
+    Ok(())
+}
+
+/// The test binary a line of cargo's JSON output announces, and what to run it with.
+fn test_binary(line: &str, root: &Path, cargo: &Path) -> Option<Job> {
+    let message: serde_json::Value = serde_json::from_str(line).ok()?;
+    if message["reason"] != "compiler-artifact" || message["profile"]["test"] != true {
+        return None;
+    }
+    let executable = message["executable"].as_str()?;
+    let manifest = PathBuf::from(message["manifest_path"].as_str().unwrap_or_default());
+    let dir = manifest.parent().unwrap_or(root).to_path_buf();
+    let package = package_name(message["package_id"].as_str().unwrap_or_default(), &dir);
+    let source = message["target"]["src_path"].as_str().unwrap_or_default();
+    let source = Path::new(source)
+        .strip_prefix(&dir)
+        .map_or_else(|_| source.to_owned(), |p| p.display().to_string());
+    let name = if message["target"]["kind"][0] == "test" {
+        format!("{package} {source}")
+    } else {
+        format!("{package} {source} (unit tests)")
+    };
+    // What cargo gives a test binary it runs: its package's directory and manifest.
+    let env = vec![
+        (OsString::from("CARGO_MANIFEST_DIR"), dir.clone().into()),
+        (OsString::from("CARGO_PKG_NAME"), OsString::from(&package)),
+        (OsString::from("CARGO"), cargo.into()),
+    ];
+    Some(Job {
+        name,
+        program: PathBuf::from(executable),
+        args: Vec::new(),
+        dir,
+        env,
+    })
+}
+
+/// A package's name from its id (`path+file:///.../loom-kernel#0.1.0`, or `...#name@0.1.0`),
+/// else its directory's name.
+fn package_name(id: &str, dir: &Path) -> String {
+    if let Some((_, tail)) = id.rsplit_once('#')
+        && let Some((name, _)) = tail.split_once('@')
+    {
+        return name.to_owned();
+    }
+    dir.file_name()
+        .map_or_else(String::new, |name| name.to_string_lossy().into_owned())
+}
+
+/// The longest of the last run first; a job it did not see before all of them.
+fn order_longest_first(jobs: &mut [Job], times: &BTreeMap<String, f64>) {
+    jobs.sort_by(|a, b| {
+        let time = |job: &Job| times.get(&job.name).copied().unwrap_or(f64::INFINITY);
+        time(b)
+            .total_cmp(&time(a))
+            .then_with(|| a.name.cmp(&b.name))
+    });
+}
+
+/// `seconds<TAB>job` lines, as `write_times` leaves them; nothing when there are none.
+fn read_times(path: &Path) -> BTreeMap<String, f64> {
+    let Ok(text) = std::fs::read_to_string(path) else {
+        return BTreeMap::new();
+    };
+    text.lines()
+        .filter_map(|line| {
+            let (seconds, name) = line.split_once('\t')?;
+            Some((name.to_owned(), seconds.parse().ok()?))
+        })
+        .collect()
+}
+
+fn write_times(path: &Path, finished: &[Finished]) -> std::io::Result<()> {
+    let text: String = finished
+        .iter()
+        .map(|done| format!("{:.3}\t{}\n", done.took.as_secs_f64(), done.job.name))
+        .collect();
+    std::fs::write(path, text)
+}
+
+/// A job's output, whole, under a line that names it.
+fn print_job(done: &Finished, output: &str) {
+    let mut out = std::io::stdout().lock();
+    let _ = writeln!(
+        out,
+        "     Running {} ({:.1} s{})",
+        done.job.name,
+        done.took.as_secs_f64(),
+        if done.passed { "" } else { ", FAILED" }
+    );
+    let _ = out.write_all(output.as_bytes());
+    let _ = out.flush();
+}
+
+/// Runs one job to its end, its standard output and error in one text, in the order written.
+fn run_job(job: Job) -> (Finished, String) {
+    let started = Instant::now();
+    let (output, passed) = match spawn_and_read(&job) {
+        Ok(result) => result,
+        Err(error) => (
+            format!("xtask: cannot run {}: {error:#}\n", job.name),
+            false,
+        ),
+    };
+    let counts = Counts::of(&output);
+    let done = Finished {
+        job,
+        took: started.elapsed(),
+        // A binary that exits 0 with a failed count (a harness of its own) still failed.
+        passed: passed && counts.failed == 0,
+        counts,
+    };
+    (done, output)
+}
+
+fn spawn_and_read(job: &Job) -> Result<(String, bool)> {
+    let (mut reader, writer) = std::io::pipe().context("a pipe for the test's output")?;
+    let mut command = Command::new(&job.program);
+    command
+        .args(&job.args)
+        .current_dir(&job.dir)
+        .stdin(Stdio::null())
+        .stdout(writer.try_clone().context("the pipe's second end")?)
+        .stderr(writer);
+    for (key, value) in &job.env {
+        command.env(key, value);
+    }
+    let mut child = command
+        .spawn()
+        .with_context(|| format!("starting {}", job.program.display()))?;
+    // The command holds the pipe's write ends: dropped, the pipe ends with the child's (and its
+    // children's) last write.
+    drop(command);
+    let output = Arc::new(Mutex::new(Vec::new()));
+    let (ended, read_all) = mpsc::channel();
+    {
+        let output = Arc::clone(&output);
+        std::thread::spawn(move || {
+            let mut chunk = [0u8; 8192];
+            while let Ok(n @ 1..) = reader.read(&mut chunk) {
+                if let Ok(mut output) = output.lock() {
+                    output.extend_from_slice(&chunk[..n]);
+                }
+            }
+            let _ = ended.send(());
+        });
+    }
+    let status = child.wait().context("waiting for it")?;
+    // A process the test started and left running keeps the pipe open: its output after the
+    // test's end is not waited for.
+    let _ = read_all.recv_timeout(Duration::from_secs(5));
+    let bytes = output.lock().map(|bytes| bytes.clone()).unwrap_or_default();
+    Ok((
+        String::from_utf8_lossy(&bytes).into_owned(),
+        status.success(),
+    ))
+}
+
+/// Every job's time, longest first, and the totals; whether everything passed.
+fn summarize(finished: &[Finished], took: Duration) -> bool {
+    let mut by_time: Vec<&Finished> = finished.iter().collect();
+    by_time.sort_by_key(|done| std::cmp::Reverse(done.took));
+    let mut total = Counts::default();
+    let mut failed = Vec::new();
+    eprintln!("\nxtask: test binaries by time:");
+    for done in &by_time {
+        total.add(done.counts);
+        if !done.passed {
+            failed.push(done.job.name.as_str());
+        }
+        eprintln!(
+            "  {:>6.1} s  {}{}",
+            done.took.as_secs_f64(),
+            done.job.name,
+            if done.passed { "" } else { "  FAILED" }
+        );
+    }
+    eprintln!(
+        "xtask: {} tests passed, {} failed, {} ignored, in {} test binaries and the doc tests \
+         ({:.1} s in all)",
+        total.passed,
+        total.failed,
+        total.ignored,
+        finished.len().saturating_sub(1),
+        took.as_secs_f64()
+    );
+    if !failed.is_empty() {
+        eprintln!("xtask: failed: {}", failed.join(", "));
+    }
+    // The closing line, alone, in the form test logs are read by.
+    println!("{} passed, {} failed", total.passed, total.failed);
+    failed.is_empty()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn counts_add_up_every_result_line() {
+        let output = "running 3 tests\n\
+             test a ... ok\n\
+             test result: ok. 2 passed; 0 failed; 1 ignored; 0 measured; 0 filtered out; finished in 0.01s\n\
+             \n   Doc-tests x\n\
+             test result: FAILED. 5 passed; 1 failed; 0 ignored; 0 measured; 0 filtered out\n";
+        assert_eq!(
+            Counts::of(output),
+            Counts {
+                passed: 7,
+                failed: 1,
+                ignored: 1
+            }
+        );
+        assert_eq!(Counts::of("no result line\n"), Counts::default());
+    }
+
+    #[test]
+    fn the_longest_of_the_last_run_starts_first_and_a_new_one_before_all() {
+        let job = |name: &str| Job {
+            name: name.to_owned(),
+            program: PathBuf::new(),
+            args: Vec::new(),
+            dir: PathBuf::new(),
+            env: Vec::new(),
+        };
+        let mut jobs = vec![job("short"), job("new"), job("long")];
+        let times = BTreeMap::from([("short".to_owned(), 1.0), ("long".to_owned(), 30.0)]);
+        order_longest_first(&mut jobs, &times);
+        let names: Vec<&str> = jobs.iter().map(|job| job.name.as_str()).collect();
+        assert_eq!(names, ["new", "long", "short"]);
+    }
+
+    #[test]
+    fn times_written_are_read_back() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("times");
+        let finished = vec![Finished {
+            job: Job {
+                name: "loom-kernel tests/kernel/main.rs".to_owned(),
+                program: PathBuf::new(),
+                args: Vec::new(),
+                dir: PathBuf::new(),
+                env: Vec::new(),
+            },
+            took: Duration::from_millis(12_345),
+            passed: true,
+            counts: Counts::default(),
+        }];
+        write_times(&path, &finished).unwrap();
+        let times = read_times(&path);
+        assert_eq!(times.get("loom-kernel tests/kernel/main.rs"), Some(&12.345));
+        assert!(read_times(&dir.path().join("missing")).is_empty());
+    }
+
+    #[test]
+    fn a_package_is_named_from_its_id_or_its_directory() {
+        let dir = Path::new("/w/crates/loom-kernel");
+        assert_eq!(
+            package_name("path+file:///w/crates/loom-kernel#0.1.0", dir),
+            "loom-kernel"
+        );
+        assert_eq!(
+            package_name("path+file:///w/examples/quickstart#quickstart@0.1.0", dir),
+            "quickstart"
+        );
+    }
+}
