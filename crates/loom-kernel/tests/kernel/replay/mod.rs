@@ -6,6 +6,8 @@ mod catch_up;
 mod flow_shapes;
 mod panics;
 mod plugins;
+// The file of this theme that bears its name, as before the themes were one binary.
+#[allow(clippy::module_inception)]
 mod replay;
 mod runtime;
 mod shutdown;
