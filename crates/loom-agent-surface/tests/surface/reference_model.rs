@@ -207,8 +207,17 @@ fn op() -> impl Strategy<Value = SurfaceOp> {
 
 // ---------------------------------------------------------------------------------------------
 
+/// Cases each property runs: 1,000 in an ordinary run; `cargo xtask test --long` and CI run
+/// 4,000 (`LOOM_SURFACE_MODEL_CASES` sets any number).
+fn cases() -> u32 {
+    std::env::var("LOOM_SURFACE_MODEL_CASES")
+        .ok()
+        .and_then(|cases| cases.parse().ok())
+        .unwrap_or(1_000)
+}
+
 proptest! {
-    #![proptest_config(ProptestConfig::with_cases(4000))]
+    #![proptest_config(ProptestConfig::with_cases(cases()))]
 
     #[test]
     fn every_op_matches_the_reference(model in model(), op in op()) {

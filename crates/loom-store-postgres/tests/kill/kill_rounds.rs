@@ -1,9 +1,11 @@
 //! The kill test: three worker processes on one database start and drive `order` executions
 //! (an idempotent step, a non-idempotent step, a durable timer, a gate, another idempotent step)
-//! while the test SIGKILLs one of them per round (30 rounds; `LOOM_KILL_ROUNDS` for more) and,
-//! now and then, stops one with SIGSTOP for longer than the lease before it goes on (5 pauses;
-//! `LOOM_KILL_PAUSES`). The workers resume each other's gates. An operator in the test process
-//! gives verdicts to steps in doubt, after checking the receiver as `docs/EFFECTS.md` says.
+//! while the test SIGKILLs one of them per round and, now and then, stops one with SIGSTOP for
+//! longer than the lease before it goes on. An ordinary run does 6 rounds and 1 pause (kills,
+//! restarts and a take-over; about 15 s a test); `cargo xtask test --long` and CI do the full 30
+//! rounds and 5 pauses (about 55 s a test); `LOOM_KILL_ROUNDS` and `LOOM_KILL_PAUSES` set any
+//! other number. The workers resume each other's gates. An operator in the test process gives
+//! verdicts to steps in doubt, after checking the receiver as `docs/EFFECTS.md` says.
 //!
 //! Every effect call is written by the handler, on a connection of its own (not through the
 //! store), to a ledger (`calls`): the worker, the lease token the handler was given, and, read
@@ -46,6 +48,10 @@ use tokio_postgres::Client;
 use crate::support::child::{child_runtime, child_test};
 
 const WORKER_ENV: &str = "LOOM_KILL_WORKER";
+/// How many rounds of kills (`cargo xtask test --long` sets 30).
+const ROUNDS_VAR: &str = "LOOM_KILL_ROUNDS";
+/// How many of the rounds also pause a worker past its lease (`--long` sets 5).
+const PAUSES_VAR: &str = "LOOM_KILL_PAUSES";
 const WORKERS: usize = 3;
 /// Long enough that a worker on a loaded machine renews it in time (every third of it).
 const LEASE: Duration = Duration::from_secs(2);
@@ -586,8 +592,8 @@ async fn kill_test<S: WorkerStore>(urls: Vec<String>) {
             .with_writer(std::io::stderr)
             .try_init();
     }
-    let rounds = knob("LOOM_KILL_ROUNDS", 30);
-    let pauses = knob("LOOM_KILL_PAUSES", 5).min(rounds);
+    let rounds = knob(ROUNDS_VAR, 6);
+    let pauses = knob(PAUSES_VAR, 1).min(rounds);
     let schema = fresh_schema("kill_rounds");
     let store = S::open(&urls, &schema, "operator", false)
         .await

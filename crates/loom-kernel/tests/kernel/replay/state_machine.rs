@@ -392,11 +392,13 @@ impl StateMachineTest for RuntimeUnderTest {
     }
 }
 
+/// Sequences run: 2,000 in an ordinary run (about 6 s of CPU in a debug build); `cargo xtask
+/// test --long` and CI run 10,000 (`LOOM_STATE_MACHINE_CASES` sets any number).
 fn cases() -> u32 {
     std::env::var("LOOM_STATE_MACHINE_CASES")
         .ok()
         .and_then(|cases| cases.parse().ok())
-        .unwrap_or(10_000)
+        .unwrap_or(2_000)
 }
 
 prop_state_machine! {
