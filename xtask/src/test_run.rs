@@ -6,7 +6,7 @@
 //! run ends with every binary's time and the totals. The longest binaries of the previous run
 //! start first (`target/xtask-test-times`), so the run does not end waiting on one started last.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::ffi::OsString;
 use std::io::{Read, Write};
 use std::path::{Path, PathBuf};
@@ -48,7 +48,13 @@ struct Job {
     args: Vec<OsString>,
     dir: PathBuf,
     env: Vec<(OsString, OsString)>,
+    /// Jobs with the same mark never run at once.
+    apart: Option<&'static str>,
 }
+
+/// The integration tests of the PostgreSQL store: its kill test's worker processes load the
+/// machine for a minute or two, which must not overlap the lease timing of its other tests.
+const POSTGRES_STORE_TESTS: &str = "loom-store-postgres tests";
 
 /// How a job ended.
 #[derive(Debug)]
@@ -129,10 +135,13 @@ pub fn run_all(
     let mut running = 0;
     let mut build_over = false;
     let mut finished = Vec::new();
+    let mut busy = BTreeSet::new();
     loop {
-        while running < parallel && !waiting.is_empty() {
-            order_longest_first(&mut waiting, &times);
-            let job = waiting.remove(0);
+        while running < parallel {
+            let Some(job) = take_next(&mut waiting, &times, &busy) else {
+                break;
+            };
+            busy.extend(job.apart);
             let events = events.clone();
             std::thread::spawn(move || {
                 let (done, output) = run_job(job);
@@ -177,6 +186,9 @@ pub fn run_all(
             }
             Event::Ended(done, output) => {
                 running -= 1;
+                if let Some(apart) = done.job.apart {
+                    busy.remove(apart);
+                }
                 print_job(&done, &output);
                 finished.push(*done);
             }
@@ -204,18 +216,20 @@ fn doc_tests(root: &Path, cargo: &Path, options: &TestOptions) -> Job {
         args,
         dir: root.to_path_buf(),
         env: options.env.clone(),
+        apart: None,
     }
 }
 
 /// The doc tests' job, among the test binaries.
 const DOC_TESTS: &str = "doc tests (cargo test --workspace --doc)";
 
-/// Starts `cargo test --workspace --tests --no-run`, which sends each test binary as it is
-/// linked, then the build's end. `--tests` is every target whose manifest says `test = true`
+/// Starts `cargo test --workspace --tests --no-run`, which sends each test binary as it can run,
+/// then the build's end. `--tests` is every target whose manifest says `test = true`
 /// (libraries, binaries and integration tests, not those that opt out); the examples, which
 /// `cargo test` would build and not run, are left out: they are not tests, and clippy
 /// `--all-targets` checks them.
 fn build(root: &Path, cargo: &Path, events: mpsc::Sender<Event>) -> Result<()> {
+    let mut binaries = BinariesFirst::new(package_binaries(root, cargo));
     let args = [
         "test",
         "--workspace",
@@ -236,46 +250,168 @@ fn build(root: &Path, cargo: &Path, events: mpsc::Sender<Event>) -> Result<()> {
     std::thread::spawn(move || {
         for line in std::io::BufRead::lines(std::io::BufReader::new(stdout)) {
             let Ok(line) = line else { break };
-            if let Some(job) = test_binary(&line, &root, &cargo) {
+            let ready = match artifact(&line, &root, &cargo) {
+                Some(Artifact::Test {
+                    job,
+                    package,
+                    integration,
+                }) => binaries.test_built(&package, integration, job),
+                Some(Artifact::Binary { package, name }) => binaries.binary_built(&package, &name),
+                None => Vec::new(),
+            };
+            for job in ready {
                 let _ = events.send(Event::Built(job));
             }
+        }
+        for job in binaries.build_ended() {
+            let _ = events.send(Event::Built(job));
         }
         let _ = events.send(Event::BuildEnded(child.wait()));
     });
     Ok(())
 }
 
-/// The test binary a line of cargo's JSON output announces, and what to run it with.
-fn test_binary(line: &str, root: &Path, cargo: &Path) -> Option<Job> {
+/// Each workspace package's binaries (`cargo metadata`), or `None` if cargo cannot say.
+fn package_binaries(root: &Path, cargo: &Path) -> Option<BTreeMap<String, BTreeSet<String>>> {
+    let output = Command::new(cargo)
+        .args(["metadata", "--no-deps", "--format-version", "1"])
+        .current_dir(root)
+        .stderr(Stdio::inherit())
+        .output()
+        .ok()?;
+    let metadata: serde_json::Value = serde_json::from_slice(&output.stdout).ok()?;
+    let mut binaries = BTreeMap::new();
+    for package in metadata["packages"].as_array()? {
+        let names: BTreeSet<String> = package["targets"]
+            .as_array()?
+            .iter()
+            .filter(|target| target["kind"][0] == "bin")
+            .filter_map(|target| Some(target["name"].as_str()?.to_owned()))
+            .collect();
+        binaries.insert(package["name"].as_str()?.to_owned(), names);
+    }
+    Some(binaries)
+}
+
+/// An integration test may run its package's binaries (`CARGO_BIN_EXE_<name>`), which cargo
+/// may link after the test itself: such a test is held until every binary of its package is
+/// built.
+#[derive(Debug)]
+struct BinariesFirst {
+    /// A package's binaries not built yet; `None`: unknown, every integration test waits for
+    /// the build's end.
+    missing: Option<BTreeMap<String, BTreeSet<String>>>,
+    held: Vec<(String, Job)>,
+}
+
+impl BinariesFirst {
+    fn new(binaries: Option<BTreeMap<String, BTreeSet<String>>>) -> Self {
+        Self {
+            missing: binaries,
+            held: Vec::new(),
+        }
+    }
+
+    /// The jobs that may run now that `job`, a test binary of `package`, is built.
+    fn test_built(&mut self, package: &str, integration: bool, job: Job) -> Vec<Job> {
+        let waits = integration
+            && self
+                .missing
+                .as_ref()
+                .is_none_or(|missing| missing.get(package).is_some_and(|names| !names.is_empty()));
+        if waits {
+            self.held.push((package.to_owned(), job));
+            Vec::new()
+        } else {
+            vec![job]
+        }
+    }
+
+    /// The jobs that may run now that binary `name` of `package` is built.
+    fn binary_built(&mut self, package: &str, name: &str) -> Vec<Job> {
+        let Some(missing) = self.missing.as_mut() else {
+            return Vec::new();
+        };
+        let Some(names) = missing.get_mut(package) else {
+            return Vec::new();
+        };
+        names.remove(name);
+        if !names.is_empty() {
+            return Vec::new();
+        }
+        let (ready, held) = std::mem::take(&mut self.held)
+            .into_iter()
+            .partition(|(of, _)| of == package);
+        self.held = held;
+        ready.into_iter().map(|(_, job)| job).collect()
+    }
+
+    /// Whatever is still held, once the build is over.
+    fn build_ended(&mut self) -> Vec<Job> {
+        std::mem::take(&mut self.held)
+            .into_iter()
+            .map(|(_, job)| job)
+            .collect()
+    }
+}
+
+/// What a line of cargo's JSON output announces, if it matters here.
+enum Artifact {
+    /// A test binary, and what to run it with.
+    Test {
+        job: Job,
+        package: String,
+        integration: bool,
+    },
+    /// A package's binary (which its integration tests may run).
+    Binary { package: String, name: String },
+}
+
+fn artifact(line: &str, root: &Path, cargo: &Path) -> Option<Artifact> {
     let message: serde_json::Value = serde_json::from_str(line).ok()?;
-    if message["reason"] != "compiler-artifact" || message["profile"]["test"] != true {
+    if message["reason"] != "compiler-artifact" {
         return None;
     }
-    let executable = message["executable"].as_str()?;
     let manifest = PathBuf::from(message["manifest_path"].as_str().unwrap_or_default());
     let dir = manifest.parent().unwrap_or(root).to_path_buf();
     let package = package_name(message["package_id"].as_str().unwrap_or_default(), &dir);
+    if message["profile"]["test"] != true {
+        if message["target"]["kind"][0] != "bin" {
+            return None;
+        }
+        let name = message["target"]["name"].as_str()?.to_owned();
+        return Some(Artifact::Binary { package, name });
+    }
+    let executable = message["executable"].as_str()?;
     let source = message["target"]["src_path"].as_str().unwrap_or_default();
     let source = Path::new(source)
         .strip_prefix(&dir)
         .map_or_else(|_| source.to_owned(), |p| p.display().to_string());
-    let name = if message["target"]["kind"][0] == "test" {
+    let integration = message["target"]["kind"][0] == "test";
+    let name = if integration {
         format!("{package} {source}")
     } else {
         format!("{package} {source} (unit tests)")
     };
+    let apart = (integration && package == "loom-store-postgres").then_some(POSTGRES_STORE_TESTS);
     // What cargo gives a test binary it runs: its package's directory and manifest.
     let env = vec![
         (OsString::from("CARGO_MANIFEST_DIR"), dir.clone().into()),
         (OsString::from("CARGO_PKG_NAME"), OsString::from(&package)),
         (OsString::from("CARGO"), cargo.into()),
     ];
-    Some(Job {
+    let job = Job {
         name,
         program: PathBuf::from(executable),
         args: Vec::new(),
         dir,
         env,
+        apart,
+    };
+    Some(Artifact::Test {
+        job,
+        package,
+        integration,
     })
 }
 
@@ -289,6 +425,20 @@ fn package_name(id: &str, dir: &Path) -> String {
     }
     dir.file_name()
         .map_or_else(String::new, |name| name.to_string_lossy().into_owned())
+}
+
+/// The job to start next: the longest of the last run among those whose mark no running job
+/// has (`busy`).
+fn take_next(
+    waiting: &mut Vec<Job>,
+    times: &BTreeMap<String, f64>,
+    busy: &BTreeSet<&'static str>,
+) -> Option<Job> {
+    order_longest_first(waiting, times);
+    let next = waiting
+        .iter()
+        .position(|job| job.apart.is_none_or(|apart| !busy.contains(apart)))?;
+    Some(waiting.remove(next))
 }
 
 /// The longest of the last run first; a job it did not see before all of them.
@@ -466,12 +616,85 @@ mod tests {
             args: Vec::new(),
             dir: PathBuf::new(),
             env: Vec::new(),
+            apart: None,
         };
         let mut jobs = vec![job("short"), job("new"), job("long")];
         let times = BTreeMap::from([("short".to_owned(), 1.0), ("long".to_owned(), 30.0)]);
         order_longest_first(&mut jobs, &times);
         let names: Vec<&str> = jobs.iter().map(|job| job.name.as_str()).collect();
         assert_eq!(names, ["new", "long", "short"]);
+    }
+
+    #[test]
+    fn jobs_marked_apart_never_start_beside_each_other() {
+        let job = |name: &str, apart| Job {
+            name: name.to_owned(),
+            program: PathBuf::new(),
+            args: Vec::new(),
+            dir: PathBuf::new(),
+            env: Vec::new(),
+            apart,
+        };
+        let times = BTreeMap::from([
+            ("kill".to_owned(), 50.0),
+            ("postgres".to_owned(), 40.0),
+            ("other".to_owned(), 1.0),
+        ]);
+        let mut waiting = vec![
+            job("other", None),
+            job("postgres", Some(POSTGRES_STORE_TESTS)),
+            job("kill", Some(POSTGRES_STORE_TESTS)),
+        ];
+        let mut busy = BTreeSet::new();
+        let first = take_next(&mut waiting, &times, &busy).unwrap();
+        assert_eq!(first.name, "kill");
+        busy.extend(first.apart);
+        let second = take_next(&mut waiting, &times, &busy).unwrap();
+        assert_eq!(second.name, "other", "the longer one waits for its like");
+        assert!(take_next(&mut waiting, &times, &busy).is_none());
+        busy.clear();
+        assert_eq!(
+            take_next(&mut waiting, &times, &busy).unwrap().name,
+            "postgres"
+        );
+    }
+
+    #[test]
+    fn an_integration_test_waits_for_its_package_s_binaries() {
+        let job = |name: &str| Job {
+            name: name.to_owned(),
+            program: PathBuf::new(),
+            args: Vec::new(),
+            dir: PathBuf::new(),
+            env: Vec::new(),
+            apart: None,
+        };
+        let names = |jobs: Vec<Job>| -> Vec<String> { jobs.into_iter().map(|j| j.name).collect() };
+        let binaries = BTreeMap::from([
+            (
+                "app".to_owned(),
+                BTreeSet::from(["app".to_owned(), "tool".to_owned()]),
+            ),
+            ("lib".to_owned(), BTreeSet::new()),
+        ]);
+        let mut first = BinariesFirst::new(Some(binaries));
+        assert_eq!(
+            names(first.test_built("app", false, job("app unit"))),
+            ["app unit"]
+        );
+        assert_eq!(
+            names(first.test_built("lib", true, job("lib tests"))),
+            ["lib tests"]
+        );
+        assert!(first.test_built("app", true, job("app tests")).is_empty());
+        assert!(first.binary_built("app", "app").is_empty());
+        assert!(first.binary_built("other", "x").is_empty());
+        assert_eq!(names(first.binary_built("app", "tool")), ["app tests"]);
+        assert!(first.build_ended().is_empty());
+
+        let mut unknown = BinariesFirst::new(None);
+        assert!(unknown.test_built("lib", true, job("lib tests")).is_empty());
+        assert_eq!(names(unknown.build_ended()), ["lib tests"]);
     }
 
     #[test]
@@ -485,6 +708,7 @@ mod tests {
                 args: Vec::new(),
                 dir: PathBuf::new(),
                 env: Vec::new(),
+                apart: None,
             },
             took: Duration::from_millis(12_345),
             passed: true,
