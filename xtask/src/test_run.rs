@@ -60,6 +60,8 @@ const POSTGRES_STORE_TESTS: &str = "loom-store-postgres tests";
 #[derive(Debug)]
 struct Finished {
     job: Job,
+    /// When it started, from the start of the test command's build.
+    began: Duration,
     took: Duration,
     passed: bool,
     counts: Counts,
@@ -142,11 +144,7 @@ pub fn run_all(
                 break;
             };
             busy.extend(job.apart);
-            let events = events.clone();
-            std::thread::spawn(move || {
-                let (done, output) = run_job(job);
-                let _ = events.send(Event::Ended(Box::new(done), output));
-            });
+            start(job, started, &events);
             running += 1;
         }
         if build_over && running == 0 && waiting.is_empty() {
@@ -165,11 +163,14 @@ pub fn run_all(
                     Ok(status) if status.success() => {
                         eprintln!(
                             "xtask: test binaries built in {:.1} s ({} of them ran or are running, \
-                             {parallel} at a time); the doc tests next",
+                             {parallel} at a time); the doc tests start now",
                             started.elapsed().as_secs_f64(),
                             finished.len() + running + waiting.len(),
                         );
-                        waiting.push(doc_tests(root, cargo, options));
+                        // At once, beside the others: cargo could not build them while the
+                        // test binaries built, and nothing ends the run later than they would.
+                        start(doc_tests(root, cargo, options), started, &events);
+                        running += 1;
                     }
                     failed => {
                         // What was started ends first, so that no test process is left behind.
@@ -196,6 +197,15 @@ pub fn run_all(
     }
     let _ = write_times(&times_file, &finished);
     Ok(summarize(&finished, started.elapsed()))
+}
+
+/// Runs `job` on a thread of its own, which says when it ended.
+fn start(job: Job, since: Instant, events: &mpsc::Sender<Event>) {
+    let events = events.clone();
+    std::thread::spawn(move || {
+        let (done, output) = run_job(job, since);
+        let _ = events.send(Event::Ended(Box::new(done), output));
+    });
 }
 
 /// One more than the cores: a test binary spends much of its time waiting.
@@ -487,7 +497,8 @@ fn print_job(done: &Finished, output: &str) {
 }
 
 /// Runs one job to its end, its standard output and error in one text, in the order written.
-fn run_job(job: Job) -> (Finished, String) {
+fn run_job(job: Job, since: Instant) -> (Finished, String) {
+    let began = since.elapsed();
     let started = Instant::now();
     let (output, passed) = match spawn_and_read(&job) {
         Ok(result) => result,
@@ -499,6 +510,7 @@ fn run_job(job: Job) -> (Finished, String) {
     let counts = Counts::of(&output);
     let done = Finished {
         job,
+        began,
         took: started.elapsed(),
         // A binary that exits 0 with a failed count (a harness of its own) still failed.
         passed: passed && counts.failed == 0,
@@ -556,15 +568,16 @@ fn summarize(finished: &[Finished], took: Duration) -> bool {
     by_time.sort_by_key(|done| std::cmp::Reverse(done.took));
     let mut total = Counts::default();
     let mut failed = Vec::new();
-    eprintln!("\nxtask: test binaries by time:");
+    eprintln!("\nxtask: test binaries by time (and when each started, from the build's start):");
     for done in &by_time {
         total.add(done.counts);
         if !done.passed {
             failed.push(done.job.name.as_str());
         }
         eprintln!(
-            "  {:>6.1} s  {}{}",
+            "  {:>6.1} s  (at {:>5.1} s)  {}{}",
             done.took.as_secs_f64(),
+            done.began.as_secs_f64(),
             done.job.name,
             if done.passed { "" } else { "  FAILED" }
         );
@@ -710,6 +723,7 @@ mod tests {
                 env: Vec::new(),
                 apart: None,
             },
+            began: Duration::ZERO,
             took: Duration::from_millis(12_345),
             passed: true,
             counts: Counts::default(),
