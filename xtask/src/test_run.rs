@@ -50,6 +50,8 @@ struct Job {
     env: Vec<(OsString, OsString)>,
     /// Jobs with the same mark never run at once.
     apart: Option<&'static str>,
+    /// An integration test's target name (`cargo test --test <name>`).
+    test_target: Option<String>,
 }
 
 /// The integration tests of the PostgreSQL store: its kill test's worker processes load the
@@ -128,10 +130,16 @@ pub fn run_all(
 ) -> Result<bool> {
     let started = Instant::now();
     let times_file = root.join("target/xtask-test-times");
-    let times = read_times(&times_file);
+    let last = read_times(&times_file);
+    let times = &last.seconds;
     let parallel = options.jobs.unwrap_or_else(default_jobs).max(1);
     let (events, heard) = mpsc::channel();
-    build(root, cargo, events.clone())?;
+    let first = if last.seconds.is_empty() {
+        USUALLY_LONGEST.map(String::from).to_vec()
+    } else {
+        last.long_tests.clone()
+    };
+    build(root, cargo, &first, events.clone())?;
     ready();
     let mut waiting: Vec<Job> = Vec::new();
     let mut running = 0;
@@ -140,7 +148,7 @@ pub fn run_all(
     let mut busy = BTreeSet::new();
     loop {
         while running < parallel {
-            let Some(job) = take_next(&mut waiting, &times, &busy) else {
+            let Some(job) = take_next(&mut waiting, times, &busy) else {
                 break;
             };
             busy.extend(job.apart);
@@ -227,6 +235,7 @@ fn doc_tests(root: &Path, cargo: &Path, options: &TestOptions) -> Job {
         dir: root.to_path_buf(),
         env: options.env.clone(),
         apart: None,
+        test_target: None,
     }
 }
 
@@ -237,70 +246,129 @@ const DOC_TESTS: &str = "doc tests (cargo test --workspace --doc)";
 /// then the build's end. `--tests` is every target whose manifest says `test = true`
 /// (libraries, binaries and integration tests, not those that opt out); the examples, which
 /// `cargo test` would build and not run, are left out: they are not tests, and clippy
-/// `--all-targets` checks them.
-fn build(root: &Path, cargo: &Path, events: mpsc::Sender<Event>) -> Result<()> {
-    let mut binaries = BinariesFirst::new(package_binaries(root, cargo));
-    let args = [
-        "test",
-        "--workspace",
-        "--tests",
-        "--no-run",
-        "--message-format=json-render-diagnostics",
-    ];
-    eprintln!("$ cargo {}", args.join(" "));
-    let mut child = Command::new(cargo)
-        .args(args)
-        .current_dir(root)
-        .stdout(Stdio::piped())
-        .spawn()
-        .context("running cargo test --no-run")?;
-    let stdout = child.stdout.take().context("cargo's output")?;
+/// `--all-targets` checks them. The integration tests in `first` (those that ran longest last
+/// time) are built by a build of their own before it, so that they start early.
+fn build(root: &Path, cargo: &Path, first: &[String], events: mpsc::Sender<Event>) -> Result<()> {
+    let workspace = Workspace::read(root, cargo);
+    let mut builds: Vec<Vec<String>> = Vec::new();
+    if let Some(workspace) = &workspace {
+        let first: Vec<&String> = first
+            .iter()
+            .filter(|name| workspace.tests.contains(*name))
+            .collect();
+        if !first.is_empty() {
+            let mut build = vec!["test".to_owned(), "--workspace".to_owned()];
+            for name in first {
+                build.extend(["--test".to_owned(), name.clone()]);
+            }
+            builds.push(build);
+        }
+    }
+    builds.push(vec![
+        "test".to_owned(),
+        "--workspace".to_owned(),
+        "--tests".to_owned(),
+    ]);
+    let mut binaries = BinariesFirst::new(workspace.map(|workspace| workspace.binaries));
     let root = root.to_path_buf();
     let cargo = cargo.to_path_buf();
     std::thread::spawn(move || {
-        for line in std::io::BufRead::lines(std::io::BufReader::new(stdout)) {
-            let Ok(line) = line else { break };
-            let ready = match artifact(&line, &root, &cargo) {
-                Some(Artifact::Test {
-                    job,
-                    package,
-                    integration,
-                }) => binaries.test_built(&package, integration, job),
-                Some(Artifact::Binary { package, name }) => binaries.binary_built(&package, &name),
-                None => Vec::new(),
+        let mut sent = BTreeSet::new();
+        for mut args in builds {
+            args.extend(["--no-run", "--message-format=json-render-diagnostics"].map(String::from));
+            eprintln!("$ cargo {}", args.join(" "));
+            let child = Command::new(&cargo)
+                .args(&args)
+                .current_dir(&root)
+                .stdout(Stdio::piped())
+                .spawn();
+            let mut child = match child {
+                Ok(child) => child,
+                Err(error) => {
+                    let _ = events.send(Event::BuildEnded(Err(error)));
+                    return;
+                }
             };
-            for job in ready {
-                let _ = events.send(Event::Built(job));
+            let Some(stdout) = child.stdout.take() else {
+                let _ = events.send(Event::BuildEnded(child.wait()));
+                return;
+            };
+            for line in std::io::BufRead::lines(std::io::BufReader::new(stdout)) {
+                let Ok(line) = line else { break };
+                let ready = match artifact(&line, &root, &cargo) {
+                    Some(Artifact::Test {
+                        job,
+                        package,
+                        integration,
+                    }) if sent.insert(job.program.clone()) => {
+                        binaries.test_built(&package, integration, job)
+                    }
+                    Some(Artifact::Binary { package, name }) => {
+                        binaries.binary_built(&package, &name)
+                    }
+                    _ => Vec::new(),
+                };
+                for job in ready {
+                    let _ = events.send(Event::Built(job));
+                }
+            }
+            let status = child.wait();
+            if !status.as_ref().is_ok_and(|status| status.success()) {
+                let _ = events.send(Event::BuildEnded(status));
+                return;
             }
         }
         for job in binaries.build_ended() {
             let _ = events.send(Event::Built(job));
         }
-        let _ = events.send(Event::BuildEnded(child.wait()));
+        let _ = events.send(Event::BuildEnded(Ok(std::process::ExitStatus::default())));
     });
     Ok(())
 }
 
-/// Each workspace package's binaries (`cargo metadata`), or `None` if cargo cannot say.
-fn package_binaries(root: &Path, cargo: &Path) -> Option<BTreeMap<String, BTreeSet<String>>> {
-    let output = Command::new(cargo)
-        .args(["metadata", "--no-deps", "--format-version", "1"])
-        .current_dir(root)
-        .stderr(Stdio::inherit())
-        .output()
-        .ok()?;
-    let metadata: serde_json::Value = serde_json::from_slice(&output.stdout).ok()?;
-    let mut binaries = BTreeMap::new();
-    for package in metadata["packages"].as_array()? {
-        let names: BTreeSet<String> = package["targets"]
-            .as_array()?
-            .iter()
-            .filter(|target| target["kind"][0] == "bin")
-            .filter_map(|target| Some(target["name"].as_str()?.to_owned()))
-            .collect();
-        binaries.insert(package["name"].as_str()?.to_owned(), names);
+/// What `cargo metadata` says of the workspace's packages.
+#[derive(Debug)]
+struct Workspace {
+    /// Each package's binaries.
+    binaries: BTreeMap<String, BTreeSet<String>>,
+    /// Every integration test target's name.
+    tests: BTreeSet<String>,
+}
+
+impl Workspace {
+    /// `None` if cargo cannot say.
+    fn read(root: &Path, cargo: &Path) -> Option<Self> {
+        let output = Command::new(cargo)
+            .args(["metadata", "--no-deps", "--format-version", "1"])
+            .current_dir(root)
+            .stderr(Stdio::inherit())
+            .output()
+            .ok()?;
+        let metadata: serde_json::Value = serde_json::from_slice(&output.stdout).ok()?;
+        let mut workspace = Self {
+            binaries: BTreeMap::new(),
+            tests: BTreeSet::new(),
+        };
+        for package in metadata["packages"].as_array()? {
+            let mut names = BTreeSet::new();
+            for target in package["targets"].as_array()? {
+                let name = target["name"].as_str()?.to_owned();
+                match target["kind"][0].as_str() {
+                    Some("bin") => {
+                        names.insert(name);
+                    }
+                    Some("test") => {
+                        workspace.tests.insert(name);
+                    }
+                    _ => {}
+                }
+            }
+            workspace
+                .binaries
+                .insert(package["name"].as_str()?.to_owned(), names);
+        }
+        Some(workspace)
     }
-    Some(binaries)
 }
 
 /// An integration test may run its package's binaries (`CARGO_BIN_EXE_<name>`), which cargo
@@ -410,6 +478,9 @@ fn artifact(line: &str, root: &Path, cargo: &Path) -> Option<Artifact> {
         (OsString::from("CARGO_PKG_NAME"), OsString::from(&package)),
         (OsString::from("CARGO"), cargo.into()),
     ];
+    let test_target = integration
+        .then(|| message["target"]["name"].as_str().map(str::to_owned))
+        .flatten();
     let job = Job {
         name,
         program: PathBuf::from(executable),
@@ -417,6 +488,7 @@ fn artifact(line: &str, root: &Path, cargo: &Path) -> Option<Artifact> {
         dir,
         env,
         apart,
+        test_target,
     };
     Some(Artifact::Test {
         job,
@@ -461,23 +533,59 @@ fn order_longest_first(jobs: &mut [Job], times: &BTreeMap<String, f64>) {
     });
 }
 
-/// `seconds<TAB>job` lines, as `write_times` leaves them; nothing when there are none.
-fn read_times(path: &Path) -> BTreeMap<String, f64> {
+/// What the last run took: each job's seconds, and the integration tests that ran longest.
+#[derive(Debug, Default)]
+struct LastRun {
+    seconds: BTreeMap<String, f64>,
+    /// The `--test` names of the integration tests that ran for `FIRST_IF_LONGER` or more.
+    long_tests: Vec<String>,
+}
+
+/// The integration tests built first when there is no last run (a fresh clone): the ones that
+/// ran longest in the runs of docs/PERFORMANCE.md ("Build time"). A name no longer in the
+/// workspace is left out.
+const USUALLY_LONGEST: [&str; 3] = ["kernel", "kill", "postgres"];
+
+/// An integration test that ran this long is built before the others: started early, it does
+/// not end the run long after the rest.
+const FIRST_IF_LONGER: f64 = 15.0;
+
+/// `seconds<TAB>job<TAB>test target` lines, as `write_times` leaves them; nothing when there
+/// are none.
+fn read_times(path: &Path) -> LastRun {
     let Ok(text) = std::fs::read_to_string(path) else {
-        return BTreeMap::new();
+        return LastRun::default();
     };
-    text.lines()
-        .filter_map(|line| {
-            let (seconds, name) = line.split_once('\t')?;
-            Some((name.to_owned(), seconds.parse().ok()?))
-        })
-        .collect()
+    let mut last = LastRun::default();
+    for line in text.lines() {
+        let mut fields = line.split('\t');
+        let (Some(seconds), Some(name)) = (fields.next(), fields.next()) else {
+            continue;
+        };
+        let Ok(seconds) = seconds.parse::<f64>() else {
+            continue;
+        };
+        if let Some(target) = fields.next().filter(|target| !target.is_empty())
+            && seconds >= FIRST_IF_LONGER
+        {
+            last.long_tests.push(target.to_owned());
+        }
+        last.seconds.insert(name.to_owned(), seconds);
+    }
+    last
 }
 
 fn write_times(path: &Path, finished: &[Finished]) -> std::io::Result<()> {
     let text: String = finished
         .iter()
-        .map(|done| format!("{:.3}\t{}\n", done.took.as_secs_f64(), done.job.name))
+        .map(|done| {
+            format!(
+                "{:.3}\t{}\t{}\n",
+                done.took.as_secs_f64(),
+                done.job.name,
+                done.job.test_target.as_deref().unwrap_or_default()
+            )
+        })
         .collect();
     std::fs::write(path, text)
 }
@@ -630,6 +738,7 @@ mod tests {
             dir: PathBuf::new(),
             env: Vec::new(),
             apart: None,
+            test_target: None,
         };
         let mut jobs = vec![job("short"), job("new"), job("long")];
         let times = BTreeMap::from([("short".to_owned(), 1.0), ("long".to_owned(), 30.0)]);
@@ -647,6 +756,7 @@ mod tests {
             dir: PathBuf::new(),
             env: Vec::new(),
             apart,
+            test_target: None,
         };
         let times = BTreeMap::from([
             ("kill".to_owned(), 50.0),
@@ -681,6 +791,7 @@ mod tests {
             dir: PathBuf::new(),
             env: Vec::new(),
             apart: None,
+            test_target: None,
         };
         let names = |jobs: Vec<Job>| -> Vec<String> { jobs.into_iter().map(|j| j.name).collect() };
         let binaries = BTreeMap::from([
@@ -711,27 +822,43 @@ mod tests {
     }
 
     #[test]
-    fn times_written_are_read_back() {
+    fn times_written_are_read_back_with_the_long_integration_tests() {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("times");
-        let finished = vec![Finished {
+        let done = |name: &str, millis, test_target: Option<&str>| Finished {
             job: Job {
-                name: "loom-kernel tests/kernel/main.rs".to_owned(),
+                name: name.to_owned(),
                 program: PathBuf::new(),
                 args: Vec::new(),
                 dir: PathBuf::new(),
                 env: Vec::new(),
                 apart: None,
+                test_target: test_target.map(str::to_owned),
             },
             began: Duration::ZERO,
-            took: Duration::from_millis(12_345),
+            took: Duration::from_millis(millis),
             passed: true,
             counts: Counts::default(),
-        }];
+        };
+        let finished = vec![
+            done("loom-kernel tests/kernel/main.rs", 52_345, Some("kernel")),
+            done("loom-kernel src/lib.rs (unit tests)", 20_000, None),
+            done("loom-console tests/console/main.rs", 9_000, Some("console")),
+        ];
         write_times(&path, &finished).unwrap();
-        let times = read_times(&path);
-        assert_eq!(times.get("loom-kernel tests/kernel/main.rs"), Some(&12.345));
-        assert!(read_times(&dir.path().join("missing")).is_empty());
+        let last = read_times(&path);
+        assert_eq!(
+            last.seconds.get("loom-kernel tests/kernel/main.rs"),
+            Some(&52.345)
+        );
+        assert_eq!(last.seconds.len(), 3);
+        assert_eq!(
+            last.long_tests,
+            ["kernel"],
+            "unit tests and short ones are not first"
+        );
+        let none = read_times(&dir.path().join("missing"));
+        assert!(none.seconds.is_empty() && none.long_tests.is_empty());
     }
 
     #[test]
