@@ -407,13 +407,15 @@ fn test(root: &Path, mut options: test_run::TestOptions) -> Result<()> {
         }
     };
     let cargo = PathBuf::from(std::env::var_os("CARGO").unwrap_or_else(|| OsString::from("cargo")));
-    let passed = test_run::run_all(root, &cargo, &options, &mut wait_for_postgres);
+    let outcome = test_run::run_all(root, &cargo, &options, &mut wait_for_postgres);
     wait_for_postgres();
     if started_postgres && let Err(error) = pg::down(root) {
         eprintln!("xtask: stopping the PostgreSQL cluster started for the tests: {error:#}");
     }
-    if !passed? {
-        std::process::exit(101);
+    match outcome? {
+        test_run::Outcome::Passed => {}
+        test_run::Outcome::Failed => std::process::exit(101),
+        test_run::Outcome::BuildFailed(code) => std::process::exit(code),
     }
     let skipped = SkippedTests::read(&skipped_file)?;
     if skipped.is_empty() {

@@ -1,10 +1,11 @@
-//! The test command's runner: builds every test binary of the workspace with one `cargo test
-//! --no-run`, then runs the binaries (and the doc tests) several at a time, as cargo would run
-//! them one after another. Most of a test binary's time is spent waiting (fsync, PostgreSQL,
-//! child processes, a browser), so on two cores three at a time take about half the time of one
-//! after another. Each binary's output is printed whole when it ends, never interleaved, and the
-//! run ends with every binary's time and the totals. The longest binaries of the previous run
-//! start first (`target/xtask-test-times`), so the run does not end waiting on one started last.
+//! The test command's runner: builds the workspace's test binaries with `cargo test --no-run`
+//! and runs each as soon as it is linked, several at a time, then the doc tests once the build is
+//! over. Most of a test binary's time is spent waiting (fsync, PostgreSQL, child processes, a
+//! browser) and the build is CPU-bound, so on two cores the two overlap and three binaries run
+//! at once. The integration tests that ran longest last time (`target/xtask-test-times`) are
+//! built first and start first, so that the run does not end waiting on one started last. Each
+//! binary's output is printed whole when it ends, never interleaved, and the run ends with every
+//! binary's time and the totals.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::ffi::OsString;
@@ -20,7 +21,7 @@ use anyhow::{Context, Result};
 /// What `cargo xtask test` was asked for.
 #[derive(Debug, Default)]
 pub struct TestOptions {
-    /// The long rounds of the kill tests (what CI runs), instead of the default few.
+    /// The long tests in full (what CI runs), instead of enough to exercise every path.
     pub long: bool,
     /// How many test binaries run at once; by default one more than the cores.
     pub jobs: Option<usize>,
@@ -118,16 +119,25 @@ enum Event {
     Ended(Box<Finished>, String),
 }
 
+/// How a run ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Outcome {
+    Passed,
+    /// A test failed (every binary ran; the summary names the ones that failed).
+    Failed,
+    /// The build failed, with cargo's exit code; the tests already started were let end.
+    BuildFailed(i32),
+}
+
 /// Builds the workspace's test binaries and runs each as soon as it is linked, with the doc tests
-/// once the build is over, `jobs` at a time; prints the summary. `Ok(false)` when a test failed;
-/// a build that fails exits with cargo's code. `ready` is waited for before the first test
-/// starts (the PostgreSQL server, started while the build runs).
+/// once the build is over, `jobs` at a time; prints the summary. `ready` is waited for before
+/// the first test starts (the PostgreSQL server, started while the build runs).
 pub fn run_all(
     root: &Path,
     cargo: &Path,
     options: &TestOptions,
     ready: impl FnOnce(),
-) -> Result<bool> {
+) -> Result<Outcome> {
     let started = Instant::now();
     let times_file = root.join("target/xtask-test-times");
     let last = read_times(&times_file);
@@ -183,13 +193,22 @@ pub fn run_all(
                     failed => {
                         // What was started ends first, so that no test process is left behind.
                         while running > 0 {
-                            if let Ok(Event::Ended(..)) = heard.recv() {
+                            if let Ok(Event::Ended(done, output)) = heard.recv() {
                                 running -= 1;
+                                print_job(&done, &output);
                             }
                         }
-                        eprintln!("xtask: building the tests failed: {failed:?}");
-                        let code = failed.ok().and_then(|status| status.code());
-                        std::process::exit(code.unwrap_or(101));
+                        let code = match failed {
+                            Ok(status) => {
+                                eprintln!("xtask: building the tests failed: cargo {status}");
+                                status.code()
+                            }
+                            Err(error) => {
+                                eprintln!("xtask: building the tests failed: {error}");
+                                None
+                            }
+                        };
+                        return Ok(Outcome::BuildFailed(code.unwrap_or(101)));
                     }
                 }
             }
@@ -204,7 +223,11 @@ pub fn run_all(
         }
     }
     let _ = write_times(&times_file, &finished);
-    Ok(summarize(&finished, started.elapsed()))
+    Ok(if summarize(&finished, started.elapsed()) {
+        Outcome::Passed
+    } else {
+        Outcome::Failed
+    })
 }
 
 /// Runs `job` on a thread of its own, which says when it ended.
