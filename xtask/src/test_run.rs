@@ -1,11 +1,15 @@
-//! The test command's runner: builds the workspace's test binaries with `cargo test --no-run`
-//! and runs each as soon as it is linked, several at a time, then the doc tests once the build is
-//! over. Most of a test binary's time is spent waiting (fsync, PostgreSQL, child processes, a
-//! browser) and the build is CPU-bound, so on two cores the two overlap and three binaries run
-//! at once. The integration tests that ran longest last time (`target/xtask-test-times`) are
-//! built first and start first, so that the run does not end waiting on one started last. Each
-//! binary's output is printed whole when it ends, never interleaved, and the run ends with every
-//! binary's time and the totals.
+//! The test command's runner: builds the workspace's test binaries with one `cargo test
+//! --no-run`, then runs them and the doc tests several at a time, where cargo runs them one
+//! after another. Most of a test binary's time is spent waiting (fsync, PostgreSQL, child
+//! processes, a browser), so on two cores three binaries run at once. The longest of the last
+//! run start first (`target/xtask-test-times`; on a fresh clone, the ones that usually are), so
+//! that the run does not end waiting on one started last. Each binary's output is printed whole
+//! when it ends, never interleaved, and the run ends with every binary's time and the totals.
+//!
+//! Measured and left: running each binary as soon as it is linked, while the rest still builds
+//! (with the longest built first). On two cores the build and the tests each keep both cores
+//! busy, and overlapped they took more CPU and more time: 199 and 210 s against 186 and 177 s
+//! for the test command after a cold main job (docs/PERFORMANCE.md, "Build time").
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::ffi::OsString;
@@ -112,12 +116,8 @@ impl Counts {
     }
 }
 
-/// What the runner hears: a test binary built, the build's end, a job's end.
-enum Event {
-    Built(Job),
-    BuildEnded(std::io::Result<std::process::ExitStatus>),
-    Ended(Box<Finished>, String),
-}
+/// A job's end, as its thread reports it, with its output.
+struct Ended(Box<Finished>, String);
 
 /// How a run ended.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -129,9 +129,9 @@ pub enum Outcome {
     BuildFailed(i32),
 }
 
-/// Builds the workspace's test binaries and runs each as soon as it is linked, with the doc tests
-/// once the build is over, `jobs` at a time; prints the summary. `ready` is waited for before
-/// the first test starts (the PostgreSQL server, started while the build runs).
+/// Builds the workspace's test binaries, then runs them and the doc tests, `jobs` at a time;
+/// prints the summary. `ready` is waited for before the first test starts (the PostgreSQL
+/// server, started while the tests build).
 pub fn run_all(
     root: &Path,
     cargo: &Path,
@@ -140,87 +140,49 @@ pub fn run_all(
 ) -> Result<Outcome> {
     let started = Instant::now();
     let times_file = root.join("target/xtask-test-times");
-    let last = read_times(&times_file);
-    let times = &last.seconds;
+    let times = read_times(&times_file);
     let parallel = options.jobs.unwrap_or_else(default_jobs).max(1);
-    let (events, heard) = mpsc::channel();
-    let first = if last.seconds.is_empty() {
-        USUALLY_LONGEST.map(String::from).to_vec()
-    } else {
-        last.long_tests.clone()
+    let mut waiting = match build(root, cargo)? {
+        Ok(jobs) => jobs,
+        Err(code) => return Ok(Outcome::BuildFailed(code)),
     };
-    build(root, cargo, &first, events.clone())?;
+    for job in &mut waiting {
+        job.args.extend(options.test_args.iter().cloned());
+        job.env.extend(options.env.iter().cloned());
+    }
+    waiting.push(doc_tests(root, cargo, options));
+    eprintln!(
+        "xtask: {} test binaries built in {:.1} s; running them and the doc tests, {parallel} at a \
+         time",
+        waiting.len() - 1,
+        started.elapsed().as_secs_f64(),
+    );
     ready();
-    let mut waiting: Vec<Job> = Vec::new();
+    let (ended, heard) = mpsc::channel();
     let mut running = 0;
-    let mut build_over = false;
     let mut finished = Vec::new();
     let mut busy = BTreeSet::new();
     loop {
         while running < parallel {
-            let Some(job) = take_next(&mut waiting, times, &busy) else {
+            let Some(job) = take_next(&mut waiting, &times, &busy) else {
                 break;
             };
             busy.extend(job.apart);
-            start(job, started, &events);
+            start(job, started, &ended);
             running += 1;
         }
-        if build_over && running == 0 && waiting.is_empty() {
+        if running == 0 {
             break;
         }
-        let Ok(event) = heard.recv() else { break };
-        match event {
-            Event::Built(mut job) => {
-                job.args.extend(options.test_args.iter().cloned());
-                job.env.extend(options.env.iter().cloned());
-                waiting.push(job);
-            }
-            Event::BuildEnded(status) => {
-                build_over = true;
-                match status {
-                    Ok(status) if status.success() => {
-                        eprintln!(
-                            "xtask: test binaries built in {:.1} s ({} of them ran or are running, \
-                             {parallel} at a time); the doc tests start now",
-                            started.elapsed().as_secs_f64(),
-                            finished.len() + running + waiting.len(),
-                        );
-                        // At once, beside the others: cargo could not build them while the
-                        // test binaries built, and nothing ends the run later than they would.
-                        start(doc_tests(root, cargo, options), started, &events);
-                        running += 1;
-                    }
-                    failed => {
-                        // What was started ends first, so that no test process is left behind.
-                        while running > 0 {
-                            if let Ok(Event::Ended(done, output)) = heard.recv() {
-                                running -= 1;
-                                print_job(&done, &output);
-                            }
-                        }
-                        let code = match failed {
-                            Ok(status) => {
-                                eprintln!("xtask: building the tests failed: cargo {status}");
-                                status.code()
-                            }
-                            Err(error) => {
-                                eprintln!("xtask: building the tests failed: {error}");
-                                None
-                            }
-                        };
-                        return Ok(Outcome::BuildFailed(code.unwrap_or(101)));
-                    }
-                }
-            }
-            Event::Ended(done, output) => {
-                running -= 1;
-                if let Some(apart) = done.job.apart {
-                    busy.remove(apart);
-                }
-                print_job(&done, &output);
-                finished.push(*done);
-            }
+        let Ok(Ended(done, output)) = heard.recv() else {
+            break;
+        };
+        running -= 1;
+        if let Some(apart) = done.job.apart {
+            busy.remove(apart);
         }
+        print_job(&done, &output);
+        finished.push(*done);
     }
     let _ = write_times(&times_file, &finished);
     Ok(if summarize(&finished, started.elapsed()) {
@@ -231,11 +193,11 @@ pub fn run_all(
 }
 
 /// Runs `job` on a thread of its own, which says when it ended.
-fn start(job: Job, since: Instant, events: &mpsc::Sender<Event>) {
-    let events = events.clone();
+fn start(job: Job, since: Instant, ended: &mpsc::Sender<Ended>) {
+    let ended = ended.clone();
     std::thread::spawn(move || {
         let (done, output) = run_job(job, since);
-        let _ = events.send(Event::Ended(Box::new(done), output));
+        let _ = ended.send(Ended(Box::new(done), output));
     });
 }
 
@@ -265,225 +227,56 @@ fn doc_tests(root: &Path, cargo: &Path, options: &TestOptions) -> Job {
 /// The doc tests' job, among the test binaries.
 const DOC_TESTS: &str = "doc tests (cargo test --workspace --doc)";
 
-/// Starts `cargo test --workspace --tests --no-run`, which sends each test binary as it can run,
-/// then the build's end. `--tests` is every target whose manifest says `test = true`
-/// (libraries, binaries and integration tests, not those that opt out); the examples, which
-/// `cargo test` would build and not run, are left out: they are not tests, and clippy
-/// `--all-targets` checks them. The integration tests in `first` (those that ran longest last
-/// time) are built by a build of their own before it, so that they start early.
-fn build(root: &Path, cargo: &Path, first: &[String], events: mpsc::Sender<Event>) -> Result<()> {
-    let workspace = Workspace::read(root, cargo);
-    let mut builds: Vec<Vec<String>> = Vec::new();
-    if let Some(workspace) = &workspace {
-        let first: Vec<&String> = first
-            .iter()
-            .filter(|name| workspace.tests.contains(*name))
-            .collect();
-        if !first.is_empty() {
-            let mut build = vec!["test".to_owned(), "--workspace".to_owned()];
-            for name in first {
-                build.extend(["--test".to_owned(), name.clone()]);
-            }
-            builds.push(build);
-        }
+/// `cargo test --workspace --tests --no-run`: every test binary, and what to run it with; or
+/// cargo's exit code if the build failed. `--tests` is every target whose manifest says `test =
+/// true` (libraries, binaries and integration tests, not those that opt out); the examples,
+/// which `cargo test` would build and not run, are left out: they are not tests, and clippy
+/// `--all-targets` checks them.
+fn build(root: &Path, cargo: &Path) -> Result<Result<Vec<Job>, i32>> {
+    let args = [
+        "test",
+        "--workspace",
+        "--tests",
+        "--no-run",
+        "--message-format=json-render-diagnostics",
+    ];
+    eprintln!("$ cargo {}", args.join(" "));
+    let mut child = Command::new(cargo)
+        .args(args)
+        .current_dir(root)
+        .stdout(Stdio::piped())
+        .spawn()
+        .context("running cargo test --no-run")?;
+    let mut text = String::new();
+    child
+        .stdout
+        .take()
+        .context("cargo's output")?
+        .read_to_string(&mut text)
+        .context("reading cargo's output")?;
+    let status = child.wait().context("waiting for cargo")?;
+    if !status.success() {
+        eprintln!("xtask: building the tests failed: cargo {status}");
+        return Ok(Err(status.code().unwrap_or(101)));
     }
-    builds.push(vec![
-        "test".to_owned(),
-        "--workspace".to_owned(),
-        "--tests".to_owned(),
-    ]);
-    let mut binaries = BinariesFirst::new(workspace.map(|workspace| workspace.binaries));
-    let root = root.to_path_buf();
-    let cargo = cargo.to_path_buf();
-    std::thread::spawn(move || {
-        let mut sent = BTreeSet::new();
-        for mut args in builds {
-            args.extend(["--no-run", "--message-format=json-render-diagnostics"].map(String::from));
-            eprintln!("$ cargo {}", args.join(" "));
-            let child = Command::new(&cargo)
-                .args(&args)
-                .current_dir(&root)
-                .stdout(Stdio::piped())
-                .spawn();
-            let mut child = match child {
-                Ok(child) => child,
-                Err(error) => {
-                    let _ = events.send(Event::BuildEnded(Err(error)));
-                    return;
-                }
-            };
-            let Some(stdout) = child.stdout.take() else {
-                let _ = events.send(Event::BuildEnded(child.wait()));
-                return;
-            };
-            for line in std::io::BufRead::lines(std::io::BufReader::new(stdout)) {
-                let Ok(line) = line else { break };
-                let ready = match artifact(&line, &root, &cargo) {
-                    Some(Artifact::Test {
-                        job,
-                        package,
-                        integration,
-                    }) if sent.insert(job.program.clone()) => {
-                        binaries.test_built(&package, integration, job)
-                    }
-                    Some(Artifact::Binary { package, name }) => {
-                        binaries.binary_built(&package, &name)
-                    }
-                    _ => Vec::new(),
-                };
-                for job in ready {
-                    let _ = events.send(Event::Built(job));
-                }
-            }
-            let status = child.wait();
-            if !status.as_ref().is_ok_and(|status| status.success()) {
-                let _ = events.send(Event::BuildEnded(status));
-                return;
-            }
-        }
-        for job in binaries.build_ended() {
-            let _ = events.send(Event::Built(job));
-        }
-        let _ = events.send(Event::BuildEnded(Ok(std::process::ExitStatus::default())));
-    });
-    Ok(())
+    let jobs: Vec<Job> = text
+        .lines()
+        .filter_map(|line| test_binary(line, root, cargo))
+        .collect();
+    anyhow::ensure!(!jobs.is_empty(), "cargo built no test binary");
+    Ok(Ok(jobs))
 }
 
-/// What `cargo metadata` says of the workspace's packages.
-#[derive(Debug)]
-struct Workspace {
-    /// Each package's binaries.
-    binaries: BTreeMap<String, BTreeSet<String>>,
-    /// Every integration test target's name.
-    tests: BTreeSet<String>,
-}
-
-impl Workspace {
-    /// `None` if cargo cannot say.
-    fn read(root: &Path, cargo: &Path) -> Option<Self> {
-        let output = Command::new(cargo)
-            .args(["metadata", "--no-deps", "--format-version", "1"])
-            .current_dir(root)
-            .stderr(Stdio::inherit())
-            .output()
-            .ok()?;
-        let metadata: serde_json::Value = serde_json::from_slice(&output.stdout).ok()?;
-        let mut workspace = Self {
-            binaries: BTreeMap::new(),
-            tests: BTreeSet::new(),
-        };
-        for package in metadata["packages"].as_array()? {
-            let mut names = BTreeSet::new();
-            for target in package["targets"].as_array()? {
-                let name = target["name"].as_str()?.to_owned();
-                match target["kind"][0].as_str() {
-                    Some("bin") => {
-                        names.insert(name);
-                    }
-                    Some("test") => {
-                        workspace.tests.insert(name);
-                    }
-                    _ => {}
-                }
-            }
-            workspace
-                .binaries
-                .insert(package["name"].as_str()?.to_owned(), names);
-        }
-        Some(workspace)
-    }
-}
-
-/// An integration test may run its package's binaries (`CARGO_BIN_EXE_<name>`), which cargo
-/// may link after the test itself: such a test is held until every binary of its package is
-/// built.
-#[derive(Debug)]
-struct BinariesFirst {
-    /// A package's binaries not built yet; `None`: unknown, every integration test waits for
-    /// the build's end.
-    missing: Option<BTreeMap<String, BTreeSet<String>>>,
-    held: Vec<(String, Job)>,
-}
-
-impl BinariesFirst {
-    fn new(binaries: Option<BTreeMap<String, BTreeSet<String>>>) -> Self {
-        Self {
-            missing: binaries,
-            held: Vec::new(),
-        }
-    }
-
-    /// The jobs that may run now that `job`, a test binary of `package`, is built.
-    fn test_built(&mut self, package: &str, integration: bool, job: Job) -> Vec<Job> {
-        let waits = integration
-            && self
-                .missing
-                .as_ref()
-                .is_none_or(|missing| missing.get(package).is_some_and(|names| !names.is_empty()));
-        if waits {
-            self.held.push((package.to_owned(), job));
-            Vec::new()
-        } else {
-            vec![job]
-        }
-    }
-
-    /// The jobs that may run now that binary `name` of `package` is built.
-    fn binary_built(&mut self, package: &str, name: &str) -> Vec<Job> {
-        let Some(missing) = self.missing.as_mut() else {
-            return Vec::new();
-        };
-        let Some(names) = missing.get_mut(package) else {
-            return Vec::new();
-        };
-        names.remove(name);
-        if !names.is_empty() {
-            return Vec::new();
-        }
-        let (ready, held) = std::mem::take(&mut self.held)
-            .into_iter()
-            .partition(|(of, _)| of == package);
-        self.held = held;
-        ready.into_iter().map(|(_, job)| job).collect()
-    }
-
-    /// Whatever is still held, once the build is over.
-    fn build_ended(&mut self) -> Vec<Job> {
-        std::mem::take(&mut self.held)
-            .into_iter()
-            .map(|(_, job)| job)
-            .collect()
-    }
-}
-
-/// What a line of cargo's JSON output announces, if it matters here.
-enum Artifact {
-    /// A test binary, and what to run it with.
-    Test {
-        job: Job,
-        package: String,
-        integration: bool,
-    },
-    /// A package's binary (which its integration tests may run).
-    Binary { package: String, name: String },
-}
-
-fn artifact(line: &str, root: &Path, cargo: &Path) -> Option<Artifact> {
+/// The test binary a line of cargo's JSON output announces, and what to run it with.
+fn test_binary(line: &str, root: &Path, cargo: &Path) -> Option<Job> {
     let message: serde_json::Value = serde_json::from_str(line).ok()?;
-    if message["reason"] != "compiler-artifact" {
+    if message["reason"] != "compiler-artifact" || message["profile"]["test"] != true {
         return None;
     }
+    let executable = message["executable"].as_str()?;
     let manifest = PathBuf::from(message["manifest_path"].as_str().unwrap_or_default());
     let dir = manifest.parent().unwrap_or(root).to_path_buf();
     let package = package_name(message["package_id"].as_str().unwrap_or_default(), &dir);
-    if message["profile"]["test"] != true {
-        if message["target"]["kind"][0] != "bin" {
-            return None;
-        }
-        let name = message["target"]["name"].as_str()?.to_owned();
-        return Some(Artifact::Binary { package, name });
-    }
-    let executable = message["executable"].as_str()?;
     let source = message["target"]["src_path"].as_str().unwrap_or_default();
     let source = Path::new(source)
         .strip_prefix(&dir)
@@ -495,16 +288,16 @@ fn artifact(line: &str, root: &Path, cargo: &Path) -> Option<Artifact> {
         format!("{package} {source} (unit tests)")
     };
     let apart = (integration && package == "loom-store-postgres").then_some(POSTGRES_STORE_TESTS);
+    let test_target = integration
+        .then(|| message["target"]["name"].as_str().map(str::to_owned))
+        .flatten();
     // What cargo gives a test binary it runs: its package's directory and manifest.
     let env = vec![
         (OsString::from("CARGO_MANIFEST_DIR"), dir.clone().into()),
         (OsString::from("CARGO_PKG_NAME"), OsString::from(&package)),
         (OsString::from("CARGO"), cargo.into()),
     ];
-    let test_target = integration
-        .then(|| message["target"]["name"].as_str().map(str::to_owned))
-        .flatten();
-    let job = Job {
+    Some(Job {
         name,
         program: PathBuf::from(executable),
         args: Vec::new(),
@@ -512,11 +305,6 @@ fn artifact(line: &str, root: &Path, cargo: &Path) -> Option<Artifact> {
         env,
         apart,
         test_target,
-    };
-    Some(Artifact::Test {
-        job,
-        package,
-        integration,
     })
 }
 
@@ -546,69 +334,54 @@ fn take_next(
     Some(waiting.remove(next))
 }
 
-/// The longest of the last run first; a job it did not see before all of them.
+/// The integration tests that ran longest in the runs of docs/PERFORMANCE.md ("Build time"),
+/// which start first when there is no last run (a fresh clone), the doc tests after them.
+const USUALLY_LONGEST: [&str; 3] = ["kernel", "kill", "postgres"];
+
+/// The longest of the last run first, and a job it did not see before all of them; with no last
+/// run, the ones that usually run longest first.
 fn order_longest_first(jobs: &mut [Job], times: &BTreeMap<String, f64>) {
+    let time = |job: &Job| {
+        if times.is_empty() {
+            let usually_long = job
+                .test_target
+                .as_deref()
+                .is_some_and(|target| USUALLY_LONGEST.contains(&target));
+            return if usually_long {
+                2.0
+            } else if job.name == DOC_TESTS {
+                1.0
+            } else {
+                0.0
+            };
+        }
+        times.get(&job.name).copied().unwrap_or(f64::INFINITY)
+    };
     jobs.sort_by(|a, b| {
-        let time = |job: &Job| times.get(&job.name).copied().unwrap_or(f64::INFINITY);
         time(b)
             .total_cmp(&time(a))
             .then_with(|| a.name.cmp(&b.name))
     });
 }
 
-/// What the last run took: each job's seconds, and the integration tests that ran longest.
-#[derive(Debug, Default)]
-struct LastRun {
-    seconds: BTreeMap<String, f64>,
-    /// The `--test` names of the integration tests that ran for `FIRST_IF_LONGER` or more.
-    long_tests: Vec<String>,
-}
-
-/// The integration tests built first when there is no last run (a fresh clone): the ones that
-/// ran longest in the runs of docs/PERFORMANCE.md ("Build time"). A name no longer in the
-/// workspace is left out.
-const USUALLY_LONGEST: [&str; 3] = ["kernel", "kill", "postgres"];
-
-/// An integration test that ran this long is built before the others: started early, it does
-/// not end the run long after the rest.
-const FIRST_IF_LONGER: f64 = 15.0;
-
-/// `seconds<TAB>job<TAB>test target` lines, as `write_times` leaves them; nothing when there
-/// are none.
-fn read_times(path: &Path) -> LastRun {
+/// `seconds<TAB>job` lines, as `write_times` leaves them; nothing when there are none.
+fn read_times(path: &Path) -> BTreeMap<String, f64> {
     let Ok(text) = std::fs::read_to_string(path) else {
-        return LastRun::default();
+        return BTreeMap::new();
     };
-    let mut last = LastRun::default();
-    for line in text.lines() {
-        let mut fields = line.split('\t');
-        let (Some(seconds), Some(name)) = (fields.next(), fields.next()) else {
-            continue;
-        };
-        let Ok(seconds) = seconds.parse::<f64>() else {
-            continue;
-        };
-        if let Some(target) = fields.next().filter(|target| !target.is_empty())
-            && seconds >= FIRST_IF_LONGER
-        {
-            last.long_tests.push(target.to_owned());
-        }
-        last.seconds.insert(name.to_owned(), seconds);
-    }
-    last
+    text.lines()
+        .filter_map(|line| {
+            let mut fields = line.split('\t');
+            let seconds = fields.next()?.parse().ok()?;
+            Some((fields.next()?.to_owned(), seconds))
+        })
+        .collect()
 }
 
 fn write_times(path: &Path, finished: &[Finished]) -> std::io::Result<()> {
     let text: String = finished
         .iter()
-        .map(|done| {
-            format!(
-                "{:.3}\t{}\t{}\n",
-                done.took.as_secs_f64(),
-                done.job.name,
-                done.job.test_target.as_deref().unwrap_or_default()
-            )
-        })
+        .map(|done| format!("{:.3}\t{}\n", done.took.as_secs_f64(), done.job.name))
         .collect();
     std::fs::write(path, text)
 }
@@ -734,6 +507,19 @@ fn summarize(finished: &[Finished], took: Duration) -> bool {
 mod tests {
     use super::*;
 
+    /// A job named `name` that runs nothing.
+    fn job(name: &str) -> Job {
+        Job {
+            name: name.to_owned(),
+            program: PathBuf::new(),
+            args: Vec::new(),
+            dir: PathBuf::new(),
+            env: Vec::new(),
+            apart: None,
+            test_target: None,
+        }
+    }
+
     #[test]
     fn counts_add_up_every_result_line() {
         let output = "running 3 tests\n\
@@ -754,15 +540,6 @@ mod tests {
 
     #[test]
     fn the_longest_of_the_last_run_starts_first_and_a_new_one_before_all() {
-        let job = |name: &str| Job {
-            name: name.to_owned(),
-            program: PathBuf::new(),
-            args: Vec::new(),
-            dir: PathBuf::new(),
-            env: Vec::new(),
-            apart: None,
-            test_target: None,
-        };
         let mut jobs = vec![job("short"), job("new"), job("long")];
         let times = BTreeMap::from([("short".to_owned(), 1.0), ("long".to_owned(), 30.0)]);
         order_longest_first(&mut jobs, &times);
@@ -772,24 +549,16 @@ mod tests {
 
     #[test]
     fn jobs_marked_apart_never_start_beside_each_other() {
-        let job = |name: &str, apart| Job {
-            name: name.to_owned(),
-            program: PathBuf::new(),
-            args: Vec::new(),
-            dir: PathBuf::new(),
-            env: Vec::new(),
-            apart,
-            test_target: None,
-        };
+        let marked = |name: &str, apart| Job { apart, ..job(name) };
         let times = BTreeMap::from([
             ("kill".to_owned(), 50.0),
             ("postgres".to_owned(), 40.0),
             ("other".to_owned(), 1.0),
         ]);
         let mut waiting = vec![
-            job("other", None),
-            job("postgres", Some(POSTGRES_STORE_TESTS)),
-            job("kill", Some(POSTGRES_STORE_TESTS)),
+            marked("other", None),
+            marked("postgres", Some(POSTGRES_STORE_TESTS)),
+            marked("kill", Some(POSTGRES_STORE_TESTS)),
         ];
         let mut busy = BTreeSet::new();
         let first = take_next(&mut waiting, &times, &busy).unwrap();
@@ -806,82 +575,46 @@ mod tests {
     }
 
     #[test]
-    fn an_integration_test_waits_for_its_package_s_binaries() {
-        let job = |name: &str| Job {
-            name: name.to_owned(),
-            program: PathBuf::new(),
-            args: Vec::new(),
-            dir: PathBuf::new(),
-            env: Vec::new(),
-            apart: None,
-            test_target: None,
+    fn with_no_last_run_the_usually_longest_start_first_then_the_doc_tests() {
+        let target = |name: &str, test_target: &str| Job {
+            test_target: Some(test_target.to_owned()),
+            ..job(name)
         };
-        let names = |jobs: Vec<Job>| -> Vec<String> { jobs.into_iter().map(|j| j.name).collect() };
-        let binaries = BTreeMap::from([
-            (
-                "app".to_owned(),
-                BTreeSet::from(["app".to_owned(), "tool".to_owned()]),
-            ),
-            ("lib".to_owned(), BTreeSet::new()),
-        ]);
-        let mut first = BinariesFirst::new(Some(binaries));
+        let mut jobs = vec![
+            job("a unit tests"),
+            job(DOC_TESTS),
+            target("b tests", "b"),
+            target("loom-kernel tests/kernel/main.rs", "kernel"),
+        ];
+        order_longest_first(&mut jobs, &BTreeMap::new());
+        let names: Vec<&str> = jobs.iter().map(|job| job.name.as_str()).collect();
         assert_eq!(
-            names(first.test_built("app", false, job("app unit"))),
-            ["app unit"]
+            names,
+            [
+                "loom-kernel tests/kernel/main.rs",
+                DOC_TESTS,
+                "a unit tests",
+                "b tests"
+            ]
         );
-        assert_eq!(
-            names(first.test_built("lib", true, job("lib tests"))),
-            ["lib tests"]
-        );
-        assert!(first.test_built("app", true, job("app tests")).is_empty());
-        assert!(first.binary_built("app", "app").is_empty());
-        assert!(first.binary_built("other", "x").is_empty());
-        assert_eq!(names(first.binary_built("app", "tool")), ["app tests"]);
-        assert!(first.build_ended().is_empty());
-
-        let mut unknown = BinariesFirst::new(None);
-        assert!(unknown.test_built("lib", true, job("lib tests")).is_empty());
-        assert_eq!(names(unknown.build_ended()), ["lib tests"]);
     }
 
     #[test]
-    fn times_written_are_read_back_with_the_long_integration_tests() {
+    fn times_written_are_read_back() {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("times");
-        let done = |name: &str, millis, test_target: Option<&str>| Finished {
-            job: Job {
-                name: name.to_owned(),
-                program: PathBuf::new(),
-                args: Vec::new(),
-                dir: PathBuf::new(),
-                env: Vec::new(),
-                apart: None,
-                test_target: test_target.map(str::to_owned),
-            },
+        let finished = vec![Finished {
+            job: job("loom-kernel tests/kernel/main.rs"),
             began: Duration::ZERO,
-            took: Duration::from_millis(millis),
+            took: Duration::from_millis(52_345),
             passed: true,
             counts: Counts::default(),
-        };
-        let finished = vec![
-            done("loom-kernel tests/kernel/main.rs", 52_345, Some("kernel")),
-            done("loom-kernel src/lib.rs (unit tests)", 20_000, None),
-            done("loom-console tests/console/main.rs", 9_000, Some("console")),
-        ];
+        }];
         write_times(&path, &finished).unwrap();
-        let last = read_times(&path);
-        assert_eq!(
-            last.seconds.get("loom-kernel tests/kernel/main.rs"),
-            Some(&52.345)
-        );
-        assert_eq!(last.seconds.len(), 3);
-        assert_eq!(
-            last.long_tests,
-            ["kernel"],
-            "unit tests and short ones are not first"
-        );
-        let none = read_times(&dir.path().join("missing"));
-        assert!(none.seconds.is_empty() && none.long_tests.is_empty());
+        let times = read_times(&path);
+        assert_eq!(times.get("loom-kernel tests/kernel/main.rs"), Some(&52.345));
+        assert_eq!(times.len(), 1);
+        assert!(read_times(&dir.path().join("missing")).is_empty());
     }
 
     #[test]
