@@ -8,7 +8,7 @@
 //!
 //! Measured and left: running each binary as soon as it is linked, while the rest still builds
 //! (with the longest built first). On two cores the build and the tests each keep both cores
-//! busy, and overlapped they took more CPU and more time: 199 and 210 s against 186 and 177 s
+//! busy, and overlapped they took more CPU and more time: 199 and 210 s against 187 and 203 s
 //! for the test command after a cold main job (docs/PERFORMANCE.md, "Build time").
 
 use std::collections::{BTreeMap, BTreeSet};
