@@ -125,7 +125,7 @@ pub enum Outcome {
     Passed,
     /// A test failed (every binary ran; the summary names the ones that failed).
     Failed,
-    /// The build failed, with cargo's exit code; the tests already started were let end.
+    /// The build failed, with cargo's exit code (nothing ran).
     BuildFailed(i32),
 }
 
