@@ -230,8 +230,7 @@ fn bench(root: &Path, package: &str, benches: &[&str], criterion: &[&str]) -> Re
 /// `cargo deny check bans licenses sources`, installing cargo-deny first if it is missing.
 /// Advisories are left out: their database is fetched from the network at each run.
 fn deny(root: &Path) -> Result<()> {
-    let program = std::env::var_os("CARGO").unwrap_or_else(|| OsString::from("cargo"));
-    let installed = Command::new(&program)
+    let installed = Command::new(cargo_program())
         .args(["deny", "--version"])
         .stdout(std::process::Stdio::null())
         .stderr(std::process::Stdio::null())
@@ -387,14 +386,6 @@ fn test(root: &Path, mut options: test_run::TestOptions) -> Result<()> {
         loom_store_postgres::SKIPPED_TESTS_VAR.into(),
         skipped_file.clone().into(),
     ));
-    if options.long {
-        // A number set by the caller wins.
-        for (name, value) in test_run::LONG_RUN {
-            if std::env::var_os(name).is_none() {
-                options.env.push((name.into(), value.into()));
-            }
-        }
-    }
     // The server starts while the tests build; the first test waits for it.
     let mut postgres = Some(std::thread::spawn({
         let root = root.to_path_buf();
@@ -406,8 +397,7 @@ fn test(root: &Path, mut options: test_run::TestOptions) -> Result<()> {
             started_postgres = starting.join().unwrap_or(false);
         }
     };
-    let cargo = PathBuf::from(std::env::var_os("CARGO").unwrap_or_else(|| OsString::from("cargo")));
-    let outcome = test_run::run_all(root, &cargo, &options, &mut wait_for_postgres);
+    let outcome = test_run::run_all(root, &options, &mut wait_for_postgres);
     wait_for_postgres();
     if started_postgres && let Err(error) = pg::down(root) {
         eprintln!("xtask: stopping the PostgreSQL cluster started for the tests: {error:#}");
@@ -587,12 +577,16 @@ fn cargo(root: &Path, args: &[&str]) -> Result<()> {
     Ok(())
 }
 
+/// The cargo of this run: cargo sets CARGO to its own path for the programs it runs, so nested
+/// commands use the same toolchain.
+fn cargo_program() -> OsString {
+    std::env::var_os("CARGO").unwrap_or_else(|| OsString::from("cargo"))
+}
+
 /// `cargo <args>` in `root`, printed first, with the toolchain and colour choice of this run.
 fn cargo_command(root: &Path, args: &[&str]) -> Command {
-    // Cargo sets CARGO to its own path for the programs it runs: use the same toolchain.
-    let program = std::env::var_os("CARGO").unwrap_or_else(|| OsString::from("cargo"));
     eprintln!("$ cargo {}", args.join(" "));
-    let mut command = Command::new(&program);
+    let mut command = Command::new(cargo_program());
     command.args(args).current_dir(root);
     // Decide colour once, from the terminal we were started on, so that every nested cargo and
     // test binary agrees (colour in a terminal, none in CI logs); the caller's choice wins.

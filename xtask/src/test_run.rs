@@ -35,9 +35,26 @@ pub struct TestOptions {
     pub env: Vec<(OsString, OsString)>,
 }
 
+impl TestOptions {
+    /// What every test binary gets: `env`, and with `long` the full amounts of `LONG_RUN`
+    /// where the caller's environment does not set them already (a number set by the caller
+    /// wins).
+    fn environment(&self) -> Vec<(OsString, OsString)> {
+        let mut env = self.env.clone();
+        if self.long {
+            for (name, value) in LONG_RUN {
+                if std::env::var_os(name).is_none() {
+                    env.push((name.into(), value.into()));
+                }
+            }
+        }
+        env
+    }
+}
+
 /// What `--long` (and so CI) runs in full where an ordinary run does less: the PostgreSQL kill
 /// tests' rounds and pauses, and the cases of the two costliest property tests.
-pub const LONG_RUN: [(&str, &str); 4] = [
+const LONG_RUN: [(&str, &str); 4] = [
     ("LOOM_KILL_ROUNDS", "30"),
     ("LOOM_KILL_PAUSES", "5"),
     ("LOOM_STATE_MACHINE_CASES", "10000"),
@@ -45,7 +62,7 @@ pub const LONG_RUN: [(&str, &str); 4] = [
 ];
 
 /// One thing to run: a test binary, or cargo running the doc tests.
-#[derive(Debug, Clone)]
+#[derive(Debug)]
 struct Job {
     /// As cargo names it: `loom-kernel tests/kernel/main.rs`, `loom-kernel (doc tests)`.
     name: String,
@@ -132,25 +149,24 @@ pub enum Outcome {
 /// Builds the workspace's test binaries, then runs them and the doc tests, `jobs` at a time;
 /// prints the summary. `ready` is waited for before the first test starts (the PostgreSQL
 /// server, started while the tests build).
-pub fn run_all(
-    root: &Path,
-    cargo: &Path,
-    options: &TestOptions,
-    ready: impl FnOnce(),
-) -> Result<Outcome> {
+pub fn run_all(root: &Path, options: &TestOptions, ready: impl FnOnce()) -> Result<Outcome> {
     let started = Instant::now();
+    let cargo = PathBuf::from(crate::cargo_program());
     let times_file = root.join("target/xtask-test-times");
     let times = read_times(&times_file);
     let parallel = options.jobs.unwrap_or_else(default_jobs).max(1);
-    let mut waiting = match build(root, cargo)? {
+    let env = options.environment();
+    let mut waiting = match build(root, &cargo)? {
         Ok(jobs) => jobs,
         Err(code) => return Ok(Outcome::BuildFailed(code)),
     };
     for job in &mut waiting {
         job.args.extend(options.test_args.iter().cloned());
-        job.env.extend(options.env.iter().cloned());
+        job.env.extend(env.iter().cloned());
     }
-    waiting.push(doc_tests(root, cargo, options));
+    waiting.push(doc_tests(root, &cargo, &options.test_args, env));
+    // Once: what waits only shrinks.
+    order_longest_first(&mut waiting, &times);
     eprintln!(
         "xtask: {} test binaries built in {:.1} s; running them and the doc tests, {parallel} at a \
          time",
@@ -164,7 +180,7 @@ pub fn run_all(
     let mut busy = BTreeSet::new();
     loop {
         while running < parallel {
-            let Some(job) = take_next(&mut waiting, &times, &busy) else {
+            let Some(job) = take_next(&mut waiting, &busy) else {
                 break;
             };
             busy.extend(job.apart);
@@ -207,18 +223,23 @@ fn default_jobs() -> usize {
 }
 
 /// `cargo test --workspace --doc`, with the test arguments.
-fn doc_tests(root: &Path, cargo: &Path, options: &TestOptions) -> Job {
+fn doc_tests(
+    root: &Path,
+    cargo: &Path,
+    test_args: &[OsString],
+    env: Vec<(OsString, OsString)>,
+) -> Job {
     let mut args: Vec<OsString> = ["test", "--workspace", "--doc", "--"]
         .iter()
         .map(OsString::from)
         .collect();
-    args.extend(options.test_args.iter().cloned());
+    args.extend(test_args.iter().cloned());
     Job {
         name: DOC_TESTS.to_owned(),
         program: cargo.to_path_buf(),
         args,
         dir: root.to_path_buf(),
-        env: options.env.clone(),
+        env,
         apart: None,
         test_target: None,
     }
@@ -240,10 +261,7 @@ fn build(root: &Path, cargo: &Path) -> Result<Result<Vec<Job>, i32>> {
         "--no-run",
         "--message-format=json-render-diagnostics",
     ];
-    eprintln!("$ cargo {}", args.join(" "));
-    let mut child = Command::new(cargo)
-        .args(args)
-        .current_dir(root)
+    let mut child = crate::cargo_command(root, &args)
         .stdout(Stdio::piped())
         .spawn()
         .context("running cargo test --no-run")?;
@@ -320,14 +338,9 @@ fn package_name(id: &str, dir: &Path) -> String {
         .map_or_else(String::new, |name| name.to_string_lossy().into_owned())
 }
 
-/// The job to start next: the longest of the last run among those whose mark no running job
-/// has (`busy`).
-fn take_next(
-    waiting: &mut Vec<Job>,
-    times: &BTreeMap<String, f64>,
-    busy: &BTreeSet<&'static str>,
-) -> Option<Job> {
-    order_longest_first(waiting, times);
+/// The job to start next: the first of `waiting` (in the order it starts in) whose mark no
+/// running job has (`busy`).
+fn take_next(waiting: &mut Vec<Job>, busy: &BTreeSet<&'static str>) -> Option<Job> {
     let next = waiting
         .iter()
         .position(|job| job.apart.is_none_or(|apart| !busy.contains(apart)))?;
@@ -560,18 +573,16 @@ mod tests {
             marked("postgres", Some(POSTGRES_STORE_TESTS)),
             marked("kill", Some(POSTGRES_STORE_TESTS)),
         ];
+        order_longest_first(&mut waiting, &times);
         let mut busy = BTreeSet::new();
-        let first = take_next(&mut waiting, &times, &busy).unwrap();
+        let first = take_next(&mut waiting, &busy).unwrap();
         assert_eq!(first.name, "kill");
         busy.extend(first.apart);
-        let second = take_next(&mut waiting, &times, &busy).unwrap();
+        let second = take_next(&mut waiting, &busy).unwrap();
         assert_eq!(second.name, "other", "the longer one waits for its like");
-        assert!(take_next(&mut waiting, &times, &busy).is_none());
+        assert!(take_next(&mut waiting, &busy).is_none());
         busy.clear();
-        assert_eq!(
-            take_next(&mut waiting, &times, &busy).unwrap().name,
-            "postgres"
-        );
+        assert_eq!(take_next(&mut waiting, &busy).unwrap().name, "postgres");
     }
 
     #[test]
@@ -615,6 +626,98 @@ mod tests {
         assert_eq!(times.get("loom-kernel tests/kernel/main.rs"), Some(&52.345));
         assert_eq!(times.len(), 1);
         assert!(read_times(&dir.path().join("missing")).is_empty());
+    }
+
+    /// A job that runs `script` with `sh`.
+    fn shell(script: &str) -> Job {
+        Job {
+            program: PathBuf::from("sh"),
+            args: vec!["-c".into(), script.into()],
+            dir: std::env::temp_dir(),
+            ..job("shell")
+        }
+    }
+
+    #[test]
+    fn a_job_s_output_is_both_streams_and_its_counts_and_exit_decide() {
+        let since = Instant::now();
+        let (done, output) = run_job(
+            shell("echo out; echo err >&2; echo 'test result: ok. 2 passed; 0 failed; 1 ignored'"),
+            since,
+        );
+        assert!(done.passed, "{output}");
+        assert!(
+            output.contains("out\n") && output.contains("err\n"),
+            "{output}"
+        );
+        assert_eq!(done.counts.passed, 2);
+
+        let (done, _) = run_job(
+            shell("echo 'test result: FAILED. 1 passed; 1 failed'"),
+            since,
+        );
+        assert!(
+            !done.passed,
+            "a failed count fails the job even when it exits 0"
+        );
+        let (done, _) = run_job(shell("exit 3"), since);
+        assert!(!done.passed, "a non-zero exit fails the job");
+        let (done, output) = run_job(
+            Job {
+                program: PathBuf::from("/nonexistent/test-binary"),
+                ..job("missing")
+            },
+            since,
+        );
+        assert!(!done.passed);
+        assert!(output.contains("cannot run missing"), "{output}");
+    }
+
+    #[test]
+    fn a_process_the_test_leaves_running_does_not_hold_the_job() {
+        // The background sleep keeps the pipe open long after the shell has exited.
+        let started = Instant::now();
+        let (done, output) = run_job(shell("echo before; sleep 120 & echo after"), started);
+        assert!(done.passed, "{output}");
+        assert!(
+            output.contains("before") && output.contains("after"),
+            "{output}"
+        );
+        assert!(
+            started.elapsed() < Duration::from_secs(60),
+            "the job waited for the process its test left running"
+        );
+    }
+
+    #[test]
+    fn long_adds_the_full_amounts_unless_the_caller_set_them() {
+        let options = TestOptions {
+            env: vec![("A".into(), "1".into())],
+            ..TestOptions::default()
+        };
+        assert_eq!(options.environment(), [("A".into(), "1".into())]);
+        let long = TestOptions {
+            long: true,
+            ..options
+        }
+        .environment();
+        for (name, value) in LONG_RUN {
+            let given = long.iter().find(|(key, _)| key == name);
+            match std::env::var_os(name) {
+                Some(_) => assert!(given.is_none(), "{name}: the caller's number wins"),
+                None => assert_eq!(given.map(|(_, v)| v.clone()), Some(value.into())),
+            }
+        }
+    }
+
+    #[test]
+    fn damaged_lines_of_the_times_file_are_left_out() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("times");
+        std::fs::write(&path, "12.5\tkept\nnot a number\tx\n\n3.0\n\u{0}\t\t\n").unwrap();
+        let times = read_times(&path);
+        assert_eq!(times.get("kept"), Some(&12.5));
+        assert_eq!(times.len(), 1, "{times:?}");
     }
 
     #[test]
