@@ -14,8 +14,10 @@
 //!   the server (`loom_shard_1` created if missing): two shards, two write paths. Prints the
 //!   sharded line only (the embedded store has no shards).
 //!
-//! Needs a server: `cargo xtask pg-up` (or `LOOM_TEST_POSTGRES_URL`), then
+//! Needs a server: `cargo xtask pg-up` (or `LOOM_TEST_POSTGRES_URL`; a replicated pair's URL
+//! from `cargo xtask pg-up --replica` measures what the synchronous standby costs), then
 //! `cargo bench -p loom-store-postgres --bench postgres_steps`. Without one it says so and exits.
+//! `LOOM_BENCH_LEASE_CONFIRM_MS` sets the store's `lease_confirm_after`.
 
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -25,7 +27,7 @@ use loom_kernel::{
     EffectCall, EffectOutcome, FlowCtx, FlowError, FnEffect, Runtime, StartOptions, flow_fn,
 };
 use loom_store_postgres::{
-    PostgresStoreConfig, ShardedStore, fresh_schema, fresh_store, server_url,
+    PostgresStore, PostgresStoreConfig, ShardedStore, fresh_schema, server_url,
 };
 use serde_json::{Value, json};
 
@@ -164,7 +166,19 @@ fn main() {
                 );
                 continue;
             }
-            let postgres = fresh_store(&url, "bench").await.expect("postgres store");
+            // `LOOM_BENCH_LEASE_CONFIRM_MS=0`: the lease confirmed with the server before every
+            // non-idempotent call (what the default bound spares).
+            let config = PostgresStoreConfig::new(&url).schema(fresh_schema("bench"));
+            let config = match std::env::var("LOOM_BENCH_LEASE_CONFIRM_MS") {
+                Ok(ms) => config.lease_confirm_after(Duration::from_millis(
+                    ms.parse()
+                        .expect("LOOM_BENCH_LEASE_CONFIRM_MS: milliseconds"),
+                )),
+                Err(_) => config,
+            };
+            let postgres = PostgresStore::connect(config)
+                .await
+                .expect("postgres store");
             let pg = run_workload("postgres", postgres, executions, steps, idempotent).await;
             let disk = DiskStore::open(dir.path().join(format!("bench-{index}.redb")))
                 .expect("disk store");

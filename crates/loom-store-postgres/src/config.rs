@@ -25,10 +25,24 @@ pub struct PostgresStoreConfig {
     /// Apply missing migrations on connect (the default). When false, connect only checks
     /// that the schema is at this build's version and changes nothing: for tools that read.
     pub migrate: bool,
+    /// How long the store keeps trying when it loses the primary (a failover, a restart):
+    /// reconnecting with backoff to whichever host of the URL is now the primary, reading
+    /// back whether an interrupted commit took effect, and committing again what did not.
+    /// An append waits at most about this long before it fails; past it the error says
+    /// whether the append's outcome is known. Set it above the time your failover manager
+    /// takes to promote a standby.
+    pub failover_timeout: Duration,
+    /// How old this worker's last confirmation of a lease (a renewal or an append that set
+    /// its expiry on the server) may be before a non-idempotent effect's call asks the server
+    /// again first. Much shorter than the lease, so that a worker stalled since then (paused,
+    /// starved) finds out it lost the execution before it calls, not after; each confirmation
+    /// costs one statement. Clamped to half the lease.
+    pub lease_confirm_after: Duration,
 }
 
 impl PostgresStoreConfig {
-    /// Defaults for `url`: schema `loom`, a fresh worker id, 10 s leases.
+    /// Defaults for `url`: schema `loom`, a fresh worker id, 10 s leases confirmed before a
+    /// non-idempotent call when older than 1 s, 60 s to come through a failover.
     pub fn new(url: impl Into<String>) -> Self {
         Self {
             url: url.into(),
@@ -38,7 +52,23 @@ impl PostgresStoreConfig {
             pool_size: 8,
             max_batch_events: 4096,
             migrate: true,
+            failover_timeout: Duration::from_secs(60),
+            lease_confirm_after: Duration::from_secs(1),
         }
+    }
+
+    /// The same settings with another failover bound (see
+    /// [`PostgresStoreConfig::failover_timeout`]).
+    pub fn failover_timeout(mut self, bound: Duration) -> Self {
+        self.failover_timeout = bound;
+        self
+    }
+
+    /// The same settings with another lease confirmation bound (see
+    /// [`PostgresStoreConfig::lease_confirm_after`]).
+    pub fn lease_confirm_after(mut self, bound: Duration) -> Self {
+        self.lease_confirm_after = bound;
+        self
     }
 
     /// The same settings on another schema.
@@ -47,9 +77,11 @@ impl PostgresStoreConfig {
         self
     }
 
-    /// The same settings with another lease duration.
+    /// The same settings with another lease duration; the lease confirmation bound becomes a
+    /// tenth of it.
     pub fn lease(mut self, lease: Duration) -> Self {
         self.lease = lease;
+        self.lease_confirm_after = lease / 10;
         self
     }
 

@@ -22,9 +22,12 @@
 //! Before the runtime invokes a non-idempotent effect it asks whether this worker still holds
 //! the execution's lease ([`Leases::fresh`], then [`Leases::hold`]). The worker remembers, per
 //! lease, when it sent the statement that last set the lease's expiry: the server set it to
-//! its own clock at that statement plus the lease's duration, so while less than half a
-//! lease has passed since on the worker's monotonic clock, the lease is held without asking.
-//! Past that (a worker that was paused, a renewal that is late), one statement renews the
+//! its own clock at that statement plus the lease's duration, so while less than
+//! `lease_confirm_after` (a tenth of the lease by default, never more than half) has passed
+//! since on the worker's monotonic clock, the lease is held without asking. The bound is
+//! short on purpose: a worker stalled between that confirmation and the call (paused,
+//! starved under load) still calls, and the shorter the bound, the fewer such calls reach a
+//! receiver after the lease ran out. Past it, one statement renews the
 //! lease if it is still this worker's under the same token, or takes it with the next token
 //! if this worker remembers none, it is free, and the log is still at the head the caller saw;
 //! otherwise it is not held.
@@ -38,6 +41,8 @@ use std::time::{Duration, Instant};
 
 use deadpool_postgres::Pool;
 use loom_kernel::ExecutionId;
+
+use crate::cause::{describe, describe_pool};
 
 /// An execution's row as the writer locked it.
 #[derive(Debug, Default, Clone)]
@@ -71,6 +76,8 @@ struct Held {
 pub(crate) struct Leases {
     worker_id: String,
     lease: Duration,
+    /// How old a confirmation may be for [`Leases::fresh`] to trust it.
+    confirm_after: Duration,
     held: Mutex<HashMap<ExecutionId, Held>>,
 }
 
@@ -91,10 +98,11 @@ WHERE execution_id = $1
 RETURNING lease_token";
 
 impl Leases {
-    pub(crate) fn new(worker_id: String, lease: Duration) -> Self {
+    pub(crate) fn new(worker_id: String, lease: Duration, confirm_after: Duration) -> Self {
         Self {
             worker_id,
             lease,
+            confirm_after: confirm_after.min(lease / 2),
             held: Mutex::default(),
         }
     }
@@ -129,11 +137,11 @@ impl Leases {
         self.held().get(execution).map(|h| h.token)
     }
 
-    /// The token of `execution`'s lease if this worker holds it and less than half a lease has
-    /// passed since its expiry was last set: held for certain, without asking the server.
+    /// The token of `execution`'s lease if this worker holds it and its expiry was set less
+    /// than `confirm_after` ago: held for certain, without asking the server.
     pub(crate) fn fresh(&self, execution: &ExecutionId) -> Option<i64> {
         let held = self.held().get(execution).copied()?;
-        (held.since.elapsed() < self.lease / 2).then_some(held.token)
+        (held.since.elapsed() < self.confirm_after).then_some(held.token)
     }
 
     /// Holds `execution`'s lease, its log being at `head`: renewed if it is still this
@@ -146,11 +154,11 @@ impl Leases {
         head: i64,
     ) -> Result<Option<i64>, String> {
         let remembered = self.token(execution);
-        let client = pool.get().await.map_err(|e| e.to_string())?;
+        let client = pool.get().await.map_err(|e| describe_pool(&e))?;
         let statement = client
             .prepare_cached(HOLD)
             .await
-            .map_err(|e| e.to_string())?;
+            .map_err(|e| describe(&e))?;
         let since = Instant::now();
         let row = client
             .query_opt(
@@ -164,7 +172,7 @@ impl Leases {
                 ],
             )
             .await
-            .map_err(|e| e.to_string())?;
+            .map_err(|e| describe(&e))?;
         let mut held = self.held();
         let Some(row) = row else {
             if remembered.is_some() && held.get(execution).map(|h| h.token) == remembered {
@@ -232,7 +240,7 @@ impl Leases {
         if before.is_empty() {
             return Ok(0);
         }
-        let client = pool.get().await.map_err(|e| e.to_string())?;
+        let client = pool.get().await.map_err(|e| describe_pool(&e))?;
         let since = Instant::now();
         let rows = client
             .query(
@@ -243,7 +251,7 @@ impl Leases {
                 &[&self.worker_id, &self.lease_ms()],
             )
             .await
-            .map_err(|e| e.to_string())?;
+            .map_err(|e| describe(&e))?;
         let renewed: HashMap<String, i64> = rows
             .iter()
             .map(|row| (row.get::<_, String>(0), row.get::<_, i64>(1)))
@@ -275,7 +283,7 @@ impl Leases {
         }
         let ids: Vec<&str> = held.iter().map(|(id, _)| id.as_str()).collect();
         let tokens: Vec<i64> = held.iter().map(|(_, token)| *token).collect();
-        let client = pool.get().await.map_err(|e| e.to_string())?;
+        let client = pool.get().await.map_err(|e| describe_pool(&e))?;
         let released = client
             .execute(
                 "UPDATE loom_executions AS x \
@@ -287,7 +295,7 @@ impl Leases {
                 &[&self.worker_id, &ids, &tokens],
             )
             .await
-            .map_err(|e| e.to_string())?;
+            .map_err(|e| describe(&e))?;
         let mut now = self.held();
         for (id, token) in held {
             if now.get(&id).map(|h| h.token) == Some(token) {
@@ -327,7 +335,11 @@ mod tests {
     use super::*;
 
     fn leases() -> Leases {
-        Leases::new("me".into(), Duration::from_secs(1))
+        Leases::new(
+            "me".into(),
+            Duration::from_secs(1),
+            Duration::from_millis(100),
+        )
     }
 
     fn row(owner: Option<&str>, token: i64, live: bool) -> RowLease {

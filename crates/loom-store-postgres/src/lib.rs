@@ -16,6 +16,13 @@
 //! - LISTEN/NOTIFY: waiting readers wake when any worker commits, without polling.
 //! - Execution ownership by leases with fencing tokens, enforced in the append's transaction;
 //!   ambiguous commits resolved by reading back (see `docs/STORAGE.md`).
+//! - Failover: a URL may name several hosts (the writable one is used); a lost primary is
+//!   reconnected to with backoff, an interrupted commit read back on the new primary and
+//!   committed again if it did not take effect, within
+//!   [`PostgresStoreConfig::failover_timeout`]; errors name their cause (a statement or
+//!   idle-in-transaction timeout, a lost connection, a server going away, a standby);
+//!   [`Replication`] says whether acknowledged appends survive a failover
+//!   (`docs/POSTGRES.md`).
 //! - [`ShardedStore`]: several databases as one store, executions placed by a hash of their id
 //!   over a fixed shard map; listings merged by id, the feed merged with a position per shard.
 //!
@@ -41,12 +48,14 @@
     warn(clippy::unwrap_used, clippy::print_stdout, clippy::print_stderr)
 )]
 
+mod cause;
 mod config;
 mod error;
 mod fast;
 mod lease;
 mod listing;
 mod notify;
+mod replication;
 mod schema;
 mod shards;
 mod store;
@@ -55,8 +64,9 @@ mod writer;
 
 pub use config::PostgresStoreConfig;
 pub use error::ConnectError;
+pub use replication::Replication;
 pub use schema::SCHEMA_VERSION;
-pub use shards::{ShardCursor, ShardFeedEvent, ShardedStore, shard_of};
+pub use shards::{ShardCursor, ShardFeedEvent, ShardedStore, shard_of, shard_urls};
 pub use store::PostgresStore;
 pub use testing::{
     REQUIRE_VAR, SKIPPED_TESTS_VAR, URL_VAR, fresh_schema, fresh_store, record_skipped_test,

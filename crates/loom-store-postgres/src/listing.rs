@@ -136,11 +136,11 @@ pub(crate) async fn query(
     let statement = client
         .prepare_cached(&sql)
         .await
-        .map_err(ReadError::storage)?;
+        .map_err(crate::store::pg)?;
     let rows = client
         .query(&statement, &refs)
         .await
-        .map_err(ReadError::storage)?;
+        .map_err(crate::store::pg)?;
     let mut listed = Vec::with_capacity(rows.len());
     for row in &rows {
         let id: &str = row.get(0);
@@ -173,7 +173,7 @@ pub(crate) async fn counts(client: &tokio_postgres::Client) -> Result<StatusCoun
             &[],
         )
         .await
-        .map_err(ReadError::storage)?;
+        .map_err(crate::store::pg)?;
     let mut counts = StatusCounts::default();
     for row in &rows {
         let code: i16 = row.get(0);

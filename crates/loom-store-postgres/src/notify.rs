@@ -148,17 +148,23 @@ pub(crate) async fn listen(
 ) {
     let mut ready = Some(ready);
     let mut backoff = Duration::from_millis(50);
+    let mut lost = false;
     loop {
         if watch.strong_count() == 0 {
             return;
         }
-        match listen_once(&config, &channel, &watch, &mut ready).await {
+        match listen_once(&config, &channel, &watch, &mut ready, &mut lost).await {
             Ok(()) => return,
             Err(detail) => {
                 if let Some(ready) = ready.take() {
                     let _ = ready.send(Err(detail));
                     return;
                 }
+                if !lost {
+                    // A connection that was up for a while starts over with a short wait.
+                    backoff = Duration::from_millis(50);
+                }
+                lost = true;
                 tracing::warn!(%detail, "notification listener lost its connection; reconnecting");
                 tokio::time::sleep(backoff).await;
                 backoff = (backoff * 2).min(Duration::from_secs(2));
@@ -173,11 +179,15 @@ async fn listen_once(
     channel: &str,
     watch: &std::sync::Weak<HeadWatch>,
     ready: &mut Option<tokio::sync::oneshot::Sender<Result<(), String>>>,
+    lost: &mut bool,
 ) -> Result<(), String> {
     let (client, mut connection) = config
         .connect(tokio_postgres::NoTls)
         .await
-        .map_err(|e| e.to_string())?;
+        .map_err(|e| crate::cause::describe(&e))?;
+    if std::mem::take(lost) {
+        tracing::info!("notification listener reconnected; waiters read again what they missed");
+    }
     let (sender, mut messages) = tokio::sync::mpsc::unbounded_channel();
     let pump = tokio::spawn(async move {
         let mut stream = futures::stream::poll_fn(move |cx| connection.poll_message(cx));
@@ -189,7 +199,7 @@ async fn listen_once(
                     }
                 }
                 Err(err) => {
-                    let _ = sender.send(Err(err.to_string()));
+                    let _ = sender.send(Err(crate::cause::describe(&err)));
                     return;
                 }
             }
@@ -215,7 +225,7 @@ async fn listen_once(
                     client
                         .batch_execute(&format!("LISTEN {quoted}"))
                         .await
-                        .map_err(|e| e.to_string())?;
+                        .map_err(|e| crate::cause::describe(&e))?;
                     listening = true;
                     // Anything committed before LISTEN took effect was not heard: waiters
                     // re-read.
@@ -230,7 +240,7 @@ async fn listen_once(
                     client
                         .batch_execute(&format!("UNLISTEN {quoted}"))
                         .await
-                        .map_err(|e| e.to_string())?;
+                        .map_err(|e| crate::cause::describe(&e))?;
                     listening = false;
                     idle_since = None;
                 }

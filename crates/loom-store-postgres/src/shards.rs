@@ -46,6 +46,26 @@ pub struct ShardFeedEvent {
     pub event: FeedEvent,
 }
 
+/// The URLs of a shard map written as one comma-separated list (`loom --store URL1,URL2`),
+/// where a URL may itself hold commas between the hosts of a replicated database
+/// (`postgres://h1:5432,h2:5432/loom?target_session_attrs=read-write`): a comma starts a new
+/// URL only where a `postgres://` or `postgresql://` follows.
+pub fn shard_urls(list: &str) -> Vec<String> {
+    let mut urls: Vec<String> = Vec::new();
+    for piece in list.split(',') {
+        let starts_url = piece.trim_start().starts_with("postgres://")
+            || piece.trim_start().starts_with("postgresql://");
+        match urls.last_mut() {
+            Some(url) if !starts_url => {
+                url.push(',');
+                url.push_str(piece);
+            }
+            _ => urls.push(piece.trim().to_owned()),
+        }
+    }
+    urls
+}
+
 /// The shard of `execution` among `shards`: FNV-1a (64 bits) of the id's bytes, modulo the
 /// number of shards. Fixed forever for a given shard map: every worker and every version of
 /// this crate places an execution on the same shard.
@@ -375,6 +395,20 @@ impl EventStore for ShardedStore {
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn a_shard_list_keeps_each_replicated_database_s_hosts_together() {
+        let pair = "postgres://u@h1:5432,h2:5433/loom?target_session_attrs=read-write";
+        assert_eq!(shard_urls(pair), [pair]);
+        assert_eq!(
+            shard_urls(&format!("{pair},postgresql://u@h3/loom2")),
+            [pair, "postgresql://u@h3/loom2"]
+        );
+        assert_eq!(
+            shard_urls("postgres://a/x, postgres://b/y"),
+            ["postgres://a/x", "postgres://b/y"]
+        );
+    }
+
     use super::*;
 
     #[test]

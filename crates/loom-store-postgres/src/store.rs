@@ -20,6 +20,7 @@ use crate::config::PostgresStoreConfig;
 use crate::error::ConnectError;
 use crate::lease::Leases;
 use crate::notify::{self, HeadWatch};
+use crate::replication::Replication;
 use crate::writer::{Faults, Writer};
 
 /// Event logs in a PostgreSQL database. Cheap to clone; clones share the pool, the writer,
@@ -65,6 +66,7 @@ impl PostgresStore {
             return Err(ConnectError::Schema(config.schema.clone()));
         }
         let mut pg: tokio_postgres::Config = config.url.parse().map_err(ConnectError::Config)?;
+        crate::replication::prepare_for_failover(&mut pg);
         if pg.get_application_name().is_none() {
             pg.application_name("loom");
         }
@@ -124,6 +126,19 @@ impl PostgresStore {
             } else {
                 crate::schema::check(&client, &config.schema).await?;
             }
+            match Replication::read(&client).await {
+                Ok(replication) if replication.may_lose_on_failover() => tracing::warn!(
+                    synchronous_commit = %replication.synchronous_commit,
+                    synchronous_standby_names = %replication.synchronous_standby_names,
+                    standbys = replication.standbys,
+                    "this primary's standbys are not synchronous: a failover may lose appends \
+                     the store acknowledged (docs/POSTGRES.md)"
+                ),
+                Ok(_) => {}
+                Err(err) => {
+                    tracing::debug!(error = %crate::cause::describe(&err), "cannot read the replication settings")
+                }
+            }
         }
 
         let watch = Arc::new(HeadWatch::default());
@@ -140,7 +155,11 @@ impl PostgresStore {
             .map_err(|_| ConnectError::Listen("the listener stopped".into()))?
             .map_err(ConnectError::Listen)?;
 
-        let leases = Arc::new(Leases::new(config.worker_id.clone(), config.lease));
+        let leases = Arc::new(Leases::new(
+            config.worker_id.clone(),
+            config.lease,
+            config.lease_confirm_after,
+        ));
         let faults = Arc::new(Faults::default());
         let renewal = tokio::spawn(Leases::renew_forever(
             Arc::downgrade(&leases),
@@ -157,6 +176,7 @@ impl PostgresStore {
             leases: Arc::clone(&leases),
             max_batch_events: config.max_batch_events.max(1),
             faults: Arc::clone(&faults),
+            failover_timeout: config.failover_timeout,
             cache: Default::default(),
         };
         tokio::spawn(writer.run(queue));
@@ -182,6 +202,13 @@ impl PostgresStore {
     /// This store's name in leases.
     pub fn worker_id(&self) -> &str {
         &self.shared.config.worker_id
+    }
+
+    /// What the primary's replication promises an acknowledged append now: whether it
+    /// survives a failover (see [`Replication::survives_failover`]).
+    pub async fn replication(&self) -> Result<Replication, ReadError> {
+        let client = self.client().await?;
+        Replication::read(&client).await.map_err(pg)
     }
 
     /// The fencing token of this worker's lease on `execution`, if it holds one.
@@ -227,7 +254,7 @@ impl PostgresStore {
             .get()
             .await
             .map_err(|e| ReadError::Storage {
-                source: StorageError::new(e),
+                source: StorageError::msg(crate::cause::describe_pool(&e)),
             })
     }
 }
@@ -269,6 +296,13 @@ fn held(token: i64) -> LeaseHold {
 
 fn storage(err: impl std::error::Error + Send + Sync + 'static) -> ReadError {
     ReadError::storage(err)
+}
+
+/// A failed read, its cause named (see [`crate::cause`]).
+pub(crate) fn pg(err: tokio_postgres::Error) -> ReadError {
+    ReadError::Storage {
+        source: StorageError::msg(crate::cause::describe(&err)),
+    }
 }
 
 fn page_of(rows: &[tokio_postgres::Row], limit: usize) -> ExecutionPage {
@@ -326,11 +360,11 @@ impl EventStore for PostgresStore {
                  WHERE execution_id = $1 AND seq >= $2 ORDER BY seq LIMIT $3",
             )
             .await
-            .map_err(storage)?;
+            .map_err(pg)?;
         let rows = client
             .query(&statement, &[&execution.as_str(), &from, &limit])
             .await
-            .map_err(storage)?;
+            .map_err(pg)?;
         rows.iter()
             .map(|row| decode_stored(execution, row.get::<_, i64>(0) as u64, row.get(1)))
             .collect()
@@ -341,11 +375,11 @@ impl EventStore for PostgresStore {
         let statement = client
             .prepare_cached("SELECT head FROM loom_executions WHERE execution_id = $1")
             .await
-            .map_err(storage)?;
+            .map_err(pg)?;
         let row = client
             .query_opt(&statement, &[&execution.as_str()])
             .await
-            .map_err(storage)?;
+            .map_err(pg)?;
         Ok(row.map_or(0, |row| row.get::<_, i64>(0) as u64))
     }
 
@@ -364,7 +398,7 @@ impl EventStore for PostgresStore {
                 &[&after.map(ExecutionId::as_str), &(limit as i64 + 1)],
             )
             .await
-            .map_err(storage)?;
+            .map_err(pg)?;
         Ok(page_of(&rows, limit))
     }
 
@@ -381,7 +415,7 @@ impl EventStore for PostgresStore {
                 &[&ids],
             )
             .await
-            .map_err(storage)?;
+            .map_err(pg)?;
         let mut by_id: std::collections::HashMap<&str, Vec<EventEnvelope>> =
             std::collections::HashMap::new();
         for row in &rows {
@@ -439,7 +473,7 @@ impl EventStore for PostgresStore {
                     &[&after, &(limit as i64 + 1)],
                 )
                 .await
-                .map_err(storage)?,
+                .map_err(pg)?,
             filter => client
                 .query(
                     "SELECT execution_id, head FROM loom_executions \
@@ -449,7 +483,7 @@ impl EventStore for PostgresStore {
                     &[&i16::from(filter_code(filter)), &after, &(limit as i64 + 1)],
                 )
                 .await
-                .map_err(storage)?,
+                .map_err(pg)?,
         };
         Ok(page_of(&rows, limit))
     }
@@ -492,14 +526,14 @@ impl EventStore for PostgresStore {
                  ORDER BY at_ms, execution_id, tag LIMIT $5",
             )
             .await
-            .map_err(storage)?;
+            .map_err(pg)?;
         let rows = client
             .query(
                 &statement,
                 &[&clamp(before_ms), &after_at, &after_id, &after_tag, &limit],
             )
             .await
-            .map_err(storage)?;
+            .map_err(pg)?;
         let mut found = Vec::with_capacity(rows.len());
         for row in &rows {
             let at: i64 = row.get(0);
@@ -530,11 +564,11 @@ impl EventStore for PostgresStore {
                  WHERE position >= $1 ORDER BY position LIMIT $2",
             )
             .await
-            .map_err(storage)?;
+            .map_err(pg)?;
         let rows = client
             .query(&statement, &[&from, &limit])
             .await
-            .map_err(storage)?;
+            .map_err(pg)?;
         rows.iter()
             .map(|row| {
                 let execution = ExecutionId::from_stored(row.get::<_, &str>(0)).map_err(storage)?;
@@ -564,7 +598,7 @@ impl EventStore for PostgresStore {
                     &[&position],
                 )
                 .await
-                .map_err(storage)?
+                .map_err(pg)?
                 .get(0);
             drop(client);
             if found {
@@ -582,7 +616,7 @@ impl EventStore for PostgresStore {
         let before = ended_before_ms.min(i64::MAX as u64) as i64;
         let limit = limit.clamp(1, i64::MAX as usize) as i64;
         let failed = |err: tokio_postgres::Error| RetentionError::Storage {
-            source: StorageError::new(err),
+            source: StorageError::msg(crate::cause::describe(&err)),
         };
         let mut client = self
             .shared
@@ -590,7 +624,7 @@ impl EventStore for PostgresStore {
             .get()
             .await
             .map_err(|e| RetentionError::Storage {
-                source: StorageError::new(e),
+                source: StorageError::msg(crate::cause::describe_pool(&e)),
             })?;
         let txn = client.transaction().await.map_err(failed)?;
         // Rows a writer holds are skipped, not waited for: live work is never blocked.
@@ -640,7 +674,7 @@ impl EventStore for PostgresStore {
                 &[&execution.as_str()],
             )
             .await
-            .map_err(storage)?;
+            .map_err(pg)?;
         Ok(row.and_then(|row| {
             let holder: Option<String> = row.get(0);
             let live = row.get::<_, Option<bool>>(2).unwrap_or(false);

@@ -25,11 +25,22 @@
 //! `p` never later finds an event below `p`.
 //!
 //! If `COMMIT` fails the outcome is unknown (the server may have committed before the
-//! connection dropped). The writer does not guess: it reads back, on another connection,
-//! whether the batch's `commit_id` is stored. If it is, the batch committed exactly as
-//! decided, and every request gets the answer decided for it; if it is not, nothing of the
-//! batch is stored; if it cannot find out, it answers [`AppendError::Storage`] saying that the
-//! outcome is unknown.
+//! connection dropped, and with a synchronous standby the commit may be there after a
+//! failover although the old primary never answered). The writer does not guess: it reads
+//! back, on another connection to a primary (`pg_is_in_recovery()` false: never a standby's
+//! stale view), whether the batch's `commit_id` is stored. If it is, the batch committed
+//! exactly as decided, and every request gets the answer decided for it; if it is not,
+//! nothing of the batch is stored, and the batch is decided again on the primary now there
+//! (its leases checked anew by the database's clock). A batch that failed before its commit
+//! for a cause a new connection may cure (a lost connection, a server going away, a standby
+//! reached: [`crate::cause`]) is decided again too. The writer keeps at it, with backoff, for
+//! [`crate::PostgresStoreConfig::failover_timeout`]; past it, it answers
+//! [`AppendError::Storage`], saying whether the outcome is unknown.
+//!
+//! A commit this worker had acknowledged and the database no longer has (a failover to a
+//! standby that had not received it: asynchronous replication, `synchronous_commit` off or
+//! local) shows as a head below the one this worker last committed; the writer refuses to
+//! append past it and says so ([`lost_commits`]) rather than carry on as if nothing happened.
 
 use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
@@ -44,6 +55,7 @@ use tokio::sync::mpsc;
 use tokio_postgres::error::Severity;
 use tracing::Instrument;
 
+use crate::cause::{Cause, describe, describe_pool};
 use crate::fast::{self, Cached};
 use crate::lease::{LeaseDecision, Leases, RowLease};
 use crate::notify::{HeadWatch, payloads};
@@ -68,7 +80,8 @@ pub struct Faults {
     /// What a batch stopped for `stall_after_lock` waits for.
     pub resume_stalled: tokio::sync::Notify,
     /// Ask the server whether a lease is held before every non-idempotent effect, as if every
-    /// lease might have lapsed (a worker paused past half its lease does so by itself).
+    /// lease might have lapsed (a worker whose last confirmation is older than
+    /// `lease_confirm_after` does so by itself).
     pub distrust_leases: std::sync::atomic::AtomicBool,
     /// Counted, not injected: the batches committed in one statement (see [`crate::fast`]).
     pub one_statement_commits: std::sync::atomic::AtomicU64,
@@ -96,6 +109,8 @@ pub(crate) struct Writer {
     pub(crate) leases: Arc<Leases>,
     pub(crate) max_batch_events: usize,
     pub(crate) faults: Arc<Faults>,
+    /// How long a batch keeps trying through a lost primary (see the module documentation).
+    pub(crate) failover_timeout: Duration,
     /// What the last commit left of each execution whose lease this worker holds: the fast
     /// path's knowledge (see [`crate::fast`]).
     pub(crate) cache: HashMap<ExecutionId, Cached>,
@@ -104,13 +119,43 @@ pub(crate) struct Writer {
 /// How a batch ended, when it did not end in a clear answer per request.
 enum BatchError {
     /// Nothing of the batch is stored.
-    NotCommitted(String),
+    NotCommitted(Failure),
     /// The commit may or may not have happened; if it did, `decided` is what it did.
     Ambiguous {
         detail: String,
         probe: Probe,
         decided: Committed,
     },
+}
+
+/// Why a batch did not commit, and whether deciding it again may succeed.
+#[derive(Debug)]
+struct Failure {
+    detail: String,
+    cause: Cause,
+}
+
+impl Failure {
+    fn of(err: &tokio_postgres::Error) -> Self {
+        Self {
+            detail: describe(err),
+            cause: Cause::of(err),
+        }
+    }
+
+    fn pool(err: &deadpool_postgres::PoolError) -> Self {
+        Self {
+            detail: describe_pool(err),
+            cause: Cause::of_pool(err),
+        }
+    }
+
+    fn other(detail: impl Into<String>, cause: Cause) -> Self {
+        Self {
+            detail: detail.into(),
+            cause,
+        }
+    }
 }
 
 /// One event the batch inserted: finding it with the batch's commit id proves the commit.
@@ -179,36 +224,63 @@ impl Writer {
         self.prune_cache();
         // Before anything of the batch is sent: a lease it sets runs at least a lease from here.
         let since = std::time::Instant::now();
-        let mut attempt = 0;
+        let deadline = tokio::time::Instant::now() + self.failover_timeout;
+        let mut contended = 0;
+        let mut backoff = Duration::from_millis(50);
+        let mut lost_primary = false;
         let outcome = loop {
-            let outcome = self.try_commit(&batch).await;
-            match &outcome {
-                Err(BatchError::NotCommitted(detail)) if attempt < 3 && is_transient(detail) => {
-                    attempt += 1;
-                    tracing::debug!(%detail, attempt, "group commit retried");
+            match self.try_commit(&batch).await {
+                Ok(committed) => break Ok(committed),
+                Err(BatchError::NotCommitted(failure))
+                    if failure.cause == Cause::Contention && contended < 3 =>
+                {
+                    contended += 1;
+                    tracing::debug!(detail = %failure.detail, attempt = contended, "group commit retried");
                 }
-                _ => break outcome,
+                Err(BatchError::NotCommitted(failure))
+                    if failure.cause.reconnect_may_cure()
+                        && tokio::time::Instant::now() < deadline =>
+                {
+                    if !lost_primary {
+                        tracing::warn!(detail = %failure.detail, "lost the primary; reconnecting");
+                    }
+                    lost_primary = true;
+                    tokio::time::sleep(backoff).await;
+                    backoff = (backoff * 2).min(Duration::from_secs(1));
+                }
+                Err(BatchError::NotCommitted(failure)) => break Err(failure.detail),
+                Err(BatchError::Ambiguous {
+                    detail,
+                    probe,
+                    decided,
+                }) => {
+                    tracing::warn!(%detail, "commit outcome unknown; reading back");
+                    lost_primary = true;
+                    match self.resolve(&probe, deadline).await {
+                        Some(true) => break Ok(decided),
+                        Some(false) if tokio::time::Instant::now() < deadline => {
+                            tracing::info!(
+                                "the interrupted commit did not take effect; committing again"
+                            );
+                        }
+                        Some(false) => {
+                            break Err(format!("not committed (the commit failed: {detail})"));
+                        }
+                        None => {
+                            break Err(format!(
+                                "the commit failed ({detail}) and whether it took effect could not be \
+                                 read back within the failover bound of {:?}: read the head to \
+                                 learn the outcome",
+                                self.failover_timeout
+                            ));
+                        }
+                    }
+                }
             }
         };
-        let outcome = match outcome {
-            Err(BatchError::Ambiguous {
-                detail,
-                probe,
-                decided,
-            }) => {
-                tracing::warn!(%detail, "commit outcome unknown; reading back");
-                match self.resolve(&probe).await {
-                    Some(true) => Ok(decided),
-                    Some(false) => Err(format!("not committed (the commit failed: {detail})")),
-                    None => Err(format!(
-                        "the commit failed ({detail}) and whether it took effect could not be \
-                         read back: read the head to learn the outcome"
-                    )),
-                }
-            }
-            Err(BatchError::NotCommitted(detail)) => Err(detail),
-            Ok(committed) => Ok(committed),
-        };
+        if lost_primary && outcome.is_ok() {
+            tracing::info!(after = ?since.elapsed(), "committed on the primary after losing it");
+        }
         match outcome {
             Ok(Committed {
                 outcomes,
@@ -321,25 +393,32 @@ impl Writer {
                     tracing::debug!(error = %err, "one-statement commit refused; full path");
                     return batch;
                 }
-                Err(err) => Err(err.to_string()),
+                Err(err) => Err(describe(&err)),
             }
         };
-        drop(client);
-        let (committed, not_committed) = match outcome {
-            Ok(updated) => (updated, None),
+        if outcome.is_err() {
+            // Its session may be on a server that is gone or going: never used again.
+            let _ = deadpool_postgres::Object::take(client);
+        } else {
+            drop(client);
+        }
+        let committed = match outcome {
+            Ok(updated) => updated,
             Err(detail) => {
                 tracing::warn!(%detail, "commit outcome unknown; reading back");
                 let ids: Vec<&str> = plan.rows.iter().map(|r| r.id.as_str()).collect();
                 let seqs: Vec<i64> = rows.expected.clone();
-                match self.read_back(&ids, &seqs, commit_id).await {
-                    Some(found) => (
-                        found,
-                        Some(format!("not committed (the commit failed: {detail})")),
-                    ),
+                let deadline = tokio::time::Instant::now() + self.failover_timeout;
+                match self.read_back(&ids, &seqs, commit_id, deadline).await {
+                    // What did not commit goes the full path, which commits it on the primary
+                    // now there.
+                    Some(found) => found,
                     None => {
                         let detail = format!(
                             "the commit failed ({detail}) and whether it took effect could not \
-                             be read back: read the head to learn the outcome"
+                             be read back within the failover bound of {:?}: read the head to \
+                             learn the outcome",
+                            self.failover_timeout
                         );
                         tracing::error!(%detail, "group commit failed");
                         for request in batch {
@@ -378,10 +457,13 @@ impl Writer {
                 (row.id, done, cached)
             })
             .collect();
-        for (id, _, cached) in &rows_after {
+        // What did not commit here goes the full path, which reads the row and decides what to
+        // remember; until then the knowledge of the last commit stays (it tells lost commits).
+        for (id, done, cached) in &rows_after {
             match cached {
                 Some(cached) => self.cache.insert(id.clone(), cached.clone()),
-                None => self.cache.remove(id),
+                None if *done => self.cache.remove(id),
+                None => None,
             };
         }
         for (request, (at, head)) in batch.into_iter().zip(answers) {
@@ -389,13 +471,9 @@ impl Writer {
             if done {
                 self.watch.publish(&request.execution, head);
                 let _ = request.reply.send(Ok(head));
-            } else if let Some(detail) = &not_committed {
-                let _ = request.reply.send(Err(AppendError::Storage {
-                    execution: request.execution,
-                    source: StorageError::msg(detail.clone()),
-                }));
             } else {
-                // Fenced: nothing of it is stored; the full path reads the row and answers.
+                // Fenced, or not committed: nothing of it is stored; the full path reads the
+                // row and answers.
                 rest.push(request);
             }
         }
@@ -420,19 +498,47 @@ impl Writer {
         ids: &[&str],
         seqs: &[i64],
         commit_id: i64,
+        deadline: tokio::time::Instant,
     ) -> Option<std::collections::HashSet<String>> {
-        self.ask_until_answered(|client| async move {
+        self.ask_until_answered(deadline, |client| async move {
+            if !on_primary(&client).await? {
+                return Ok(None);
+            }
             let rows = client
                 .query(fast::READ_BACK, &[&ids, &seqs, &commit_id])
                 .await?;
-            Ok(fast::id_set(&rows))
+            Ok(Some(fast::id_set(&rows)))
         })
         .await
     }
 
+    /// One attempt at the full path on a connection of the writer's pool; a connection whose
+    /// attempt failed for a cause of the connection or the server is never used again.
     async fn try_commit(&self, batch: &[EncodedAppend]) -> Result<Committed, BatchError> {
-        let not_committed = |err: &dyn std::fmt::Display| BatchError::NotCommitted(err.to_string());
-        let mut client = self.writes.get().await.map_err(|e| not_committed(&e))?;
+        let mut client = self
+            .writes
+            .get()
+            .await
+            .map_err(|e| BatchError::NotCommitted(Failure::pool(&e)))?;
+        let outcome = self.try_commit_on(&mut client, batch).await;
+        let suspect = match &outcome {
+            Err(BatchError::NotCommitted(failure)) => failure.cause.reconnect_may_cure(),
+            Err(BatchError::Ambiguous { .. }) => true,
+            Ok(_) => false,
+        };
+        if suspect {
+            let _ = deadpool_postgres::Object::take(client);
+        }
+        outcome
+    }
+
+    async fn try_commit_on(
+        &self,
+        client: &mut deadpool_postgres::Object,
+        batch: &[EncodedAppend],
+    ) -> Result<Committed, BatchError> {
+        let not_committed =
+            |err: &tokio_postgres::Error| BatchError::NotCommitted(Failure::of(err));
         let txn = client.transaction().await.map_err(|e| not_committed(&e))?;
 
         let mut ids: Vec<&str> = batch.iter().map(|r| r.execution.as_str()).collect();
@@ -504,8 +610,9 @@ impl Writer {
             let tail = match row.get::<_, Option<&[u8]>>(5) {
                 None => ExecutionTail::new(),
                 Some(bytes) => ExecutionTail::decode(bytes).ok_or_else(|| {
-                    BatchError::NotCommitted(format!(
-                        "the stored tail of execution {id} is not one this build wrote"
+                    BatchError::NotCommitted(Failure::other(
+                        format!("the stored tail of execution {id} is not one this build wrote"),
+                        Cause::Other,
                     ))
                 })?,
             };
@@ -530,6 +637,16 @@ impl Writer {
         for request in batch {
             let id = request.execution.as_str();
             let (row, tail) = current.entry(id.to_owned()).or_default();
+            if let Some(cached) = self.cache.get(&request.execution)
+                && (1..=cached.token).contains(&row.token)
+                && row.head < cached.head
+            {
+                // Nobody took the lease since this worker's last commit, and the log is
+                // shorter than that commit left it: the database lost acknowledged events.
+                cache_changes.push((request.execution.clone(), None));
+                outcomes.push(Err(lost_commits(&request.execution, cached.head, row.head)));
+                continue;
+            }
             if row.head != request.expected_seq {
                 cache_changes.push((request.execution.clone(), None));
                 outcomes.push(Err(AppendError::Conflict {
@@ -626,7 +743,9 @@ impl Writer {
             });
         }
         let probe = Probe {
-            execution: ExecutionId::from_stored(event_ids[0]).map_err(|e| not_committed(&e))?,
+            execution: ExecutionId::from_stored(event_ids[0]).map_err(|e| {
+                BatchError::NotCommitted(Failure::other(e.to_string(), Cause::Other))
+            })?,
             seq: event_seqs[0],
             commit_id,
         };
@@ -724,7 +843,10 @@ impl Writer {
         if updated != update_ids.len() as u64 {
             // A lease ran out between the lock and the write (the worker was paused): the
             // transaction rolls back as it is dropped, and the batch is decided again.
-            return Err(BatchError::NotCommitted(LEASE_RAN_OUT.into()));
+            return Err(BatchError::NotCommitted(Failure::other(
+                LEASE_RAN_OUT,
+                Cause::Contention,
+            )));
         }
 
         let decided = Committed {
@@ -749,62 +871,96 @@ impl Writer {
                 decided,
             }),
             Err(err) => Err(BatchError::Ambiguous {
-                detail: err.to_string(),
+                detail: describe(&err),
                 probe,
                 decided,
             }),
         }
     }
 
-    /// Whether the batch of `probe` committed: `None` if it cannot be found out.
-    async fn resolve(&self, probe: &Probe) -> Option<bool> {
-        self.ask_until_answered(|client| async move {
+    /// Whether the batch of `probe` committed: `None` if it cannot be found out by
+    /// `deadline`.
+    async fn resolve(&self, probe: &Probe, deadline: tokio::time::Instant) -> Option<bool> {
+        self.ask_until_answered(deadline, |client| async move {
+            if !on_primary(&client).await? {
+                return Ok(None);
+            }
             let row = client
                 .query_opt(
                     "SELECT commit_id FROM loom_events WHERE execution_id = $1 AND seq = $2",
                     &[&probe.execution.as_str(), &probe.seq],
                 )
                 .await?;
-            Ok(row.is_some_and(|row| row.get::<_, i64>(0) == probe.commit_id))
+            Ok(Some(row.is_some_and(|row| {
+                row.get::<_, i64>(0) == probe.commit_id
+            })))
         })
         .await
     }
 
-    /// Asks the database with `ask` on a fresh connection until it answers, backing off from
-    /// 20 ms to 1 s between tries, 12 tries: `None` if it never does. How an ambiguous commit
-    /// is read back.
-    async fn ask_until_answered<T, F, Fut>(&self, ask: F) -> Option<T>
+    /// Asks the primary with `ask` on a pooled connection until it answers (`ask` gives `None`
+    /// on a standby), backing off from 20 ms to 1 s between tries, until `deadline`: `None` if
+    /// it never does. How an ambiguous commit is read back.
+    async fn ask_until_answered<T, F, Fut>(
+        &self,
+        deadline: tokio::time::Instant,
+        ask: F,
+    ) -> Option<T>
     where
         F: Fn(deadpool_postgres::Object) -> Fut,
-        Fut: std::future::Future<Output = Result<T, tokio_postgres::Error>>,
+        Fut: std::future::Future<Output = Result<Option<T>, tokio_postgres::Error>>,
     {
         let mut backoff = Duration::from_millis(20);
-        for _ in 0..12 {
+        loop {
             let found = match self.pool.get().await {
-                Ok(client) => ask(client).await.map_err(|e| e.to_string()),
-                Err(e) => Err(e.to_string()),
+                Ok(client) => ask(client).await.map_err(|e| describe(&e)),
+                Err(e) => Err(describe_pool(&e)),
             };
             match found {
-                Ok(found) => return Some(found),
+                Ok(Some(found)) => return Some(found),
+                Ok(None) => {
+                    tracing::debug!("reached a standby; reading back from the primary later");
+                }
                 Err(detail) => {
                     tracing::warn!(%detail, "cannot read back an ambiguous commit yet");
-                    tokio::time::sleep(backoff).await;
-                    backoff = (backoff * 2).min(Duration::from_secs(1));
                 }
             }
+            if tokio::time::Instant::now() + backoff > deadline {
+                return None;
+            }
+            tokio::time::sleep(backoff).await;
+            backoff = (backoff * 2).min(Duration::from_secs(1));
         }
-        None
+    }
+}
+
+/// Whether `client`'s server is a primary: a standby's view may lag the commit asked about.
+async fn on_primary(client: &deadpool_postgres::Object) -> Result<bool, tokio_postgres::Error> {
+    let row = client
+        .query_one("SELECT NOT pg_is_in_recovery()", &[])
+        .await?;
+    Ok(row.get(0))
+}
+
+/// The error for an append to an execution whose log the database no longer has up to `had`
+/// (this worker committed it there, and was told so) but only up to `now`.
+fn lost_commits(execution: &ExecutionId, had: u64, now: u64) -> AppendError {
+    let detail = format!(
+        "the database lost commits it had acknowledged: execution {execution} had {had} events \
+         when this worker last committed to it and now has {now}. A failover to a standby that \
+         had not received them does this (asynchronous replication: synchronous_commit off or \
+         local, or no synchronous standby); the lost steps' effects may have run and will run \
+         again when the execution is driven from what is stored. See docs/POSTGRES.md"
+    );
+    tracing::error!(%execution, had, now, "acknowledged commits lost");
+    AppendError::Storage {
+        execution: execution.clone(),
+        source: StorageError::msg(detail),
     }
 }
 
 /// Why a batch was rolled back when a lease it was granted on ran out before its write.
 const LEASE_RAN_OUT: &str = "a lease ran out while its append was being committed";
-
-/// A deadlock, a serialisation failure, or a lease that ran out mid-commit: the batch did
-/// nothing and may simply be decided again (a lease that ran out is then refused).
-fn is_transient(detail: &str) -> bool {
-    detail.contains("deadlock") || detail.contains("could not serialize") || detail == LEASE_RAN_OUT
-}
 
 /// What a batch does to the wake-up index (LD-033), as one statement: every row of the
 /// executions that ended deleted, some rows deleted, some inserted or moved. Each

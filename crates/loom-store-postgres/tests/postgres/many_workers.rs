@@ -195,27 +195,60 @@ async fn a_commit_whose_reply_was_lost_is_found_committed_by_reading_back() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_commit_that_was_lost_is_reported_failed_and_stores_nothing() {
+async fn a_commit_that_was_lost_is_committed_again_once() {
     let Some((a, b)) = two_workers("lost_commit", Duration::from_secs(30)).await else {
         return;
     };
+    // Once on the full path (the first append of an execution), once on the one-statement
+    // path (the next, under the lease it took).
     let e = id("ambiguous");
-    a.append(&e, 0, &[started("f")]).await.expect("start");
     a.faults().lose_commit.store(1, Ordering::SeqCst);
-    match a.append(&e, 1, &[tagged(json!("lost"))]).await {
+    assert_eq!(a.append(&e, 0, &[started("f")]).await.expect("start"), 1);
+    a.faults().lose_commit.store(1, Ordering::SeqCst);
+    assert_eq!(
+        a.append(&e, 1, &[tagged(json!("lost"))])
+            .await
+            .expect("read back as absent, then committed"),
+        2
+    );
+    let log = b.read_all(&e).await.expect("read");
+    assert_eq!(log.len(), 2, "each event stored once: {log:?}");
+    assert_eq!(log[1].event, tagged(json!("lost")));
+    assert_eq!(
+        a.append(&e, 2, &[tagged(json!("next"))])
+            .await
+            .expect("next"),
+        3
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_commit_lost_past_the_failover_bound_is_reported_failed_and_stores_nothing() {
+    let Some(url) = server_url("lost_commit_unbounded") else {
+        return;
+    };
+    let schema = fresh_schema("lost_commit_unbounded");
+    let a = PostgresStore::connect(
+        PostgresStoreConfig::new(&url)
+            .schema(&schema)
+            .lease(Duration::from_secs(30))
+            .failover_timeout(Duration::ZERO),
+    )
+    .await
+    .expect("connect");
+    // The first append of an execution goes the full path, which retries only within the
+    // bound.
+    let e = id("ambiguous");
+    a.faults().lose_commit.store(1, Ordering::SeqCst);
+    match a.append(&e, 0, &[started("f")]).await {
         Err(AppendError::Storage { source, .. }) => {
             let detail = source.to_string();
             assert!(detail.contains("not committed"), "{detail}")
         }
         other => panic!("expected a storage error, got {other:?}"),
     }
-    assert_eq!(b.head(&e).await.expect("head"), 1);
-    assert_eq!(
-        a.append(&e, 1, &[tagged(json!("again"))])
-            .await
-            .expect("retry"),
-        2
-    );
+    assert_eq!(a.head(&e).await.expect("head"), 0);
+    assert_eq!(a.append(&e, 0, &[started("f")]).await.expect("retry"), 1);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -1,0 +1,133 @@
+//! What the server's replication promises an acknowledged append: whether it survives the
+//! primary's loss. Read at connect (a warning when it does not) and on demand
+//! ([`crate::PostgresStore::replication`]).
+
+use std::time::Duration;
+
+use tokio_postgres::config::TargetSessionAttrs;
+
+/// The replication settings of the primary a store is connected to.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Replication {
+    /// The server's `synchronous_commit` (`on`, `remote_apply`, `remote_write`, `local`,
+    /// `off`) for the store's sessions.
+    pub synchronous_commit: String,
+    /// The server's `synchronous_standby_names` (empty: no standby is waited for).
+    pub synchronous_standby_names: String,
+    /// Standbys streaming from this primary now.
+    pub standbys: u32,
+    /// Of them, the ones a commit waits for now (`sync_state` `sync` or `quorum`).
+    pub synchronous_standbys: u32,
+}
+
+impl Replication {
+    /// Whether every append this store acknowledges is on a standby too, so that promoting
+    /// that standby after the primary's loss loses none: commits wait for a synchronous
+    /// standby that is streaming now. False for a single server (nothing to fail over to)
+    /// and for asynchronous replication, where a failover may lose acknowledged appends.
+    pub fn survives_failover(&self) -> bool {
+        matches!(
+            self.synchronous_commit.as_str(),
+            "on" | "remote_apply" | "remote_write"
+        ) && !self.synchronous_standby_names.trim().is_empty()
+            && self.synchronous_standbys > 0
+    }
+
+    /// Whether the primary streams to standbys that a commit does not wait for: a failover
+    /// to one of them may lose acknowledged appends.
+    pub fn may_lose_on_failover(&self) -> bool {
+        self.standbys > 0 && !self.survives_failover()
+    }
+
+    pub(crate) async fn read(
+        client: &tokio_postgres::Client,
+    ) -> Result<Self, tokio_postgres::Error> {
+        let row = client
+            .query_one(
+                "SELECT current_setting('synchronous_commit'), \
+                        current_setting('synchronous_standby_names'), \
+                        (SELECT count(*) FROM pg_stat_replication)::int8, \
+                        (SELECT count(*) FROM pg_stat_replication \
+                         WHERE sync_state IN ('sync', 'quorum'))::int8",
+                &[],
+            )
+            .await?;
+        let count = |n: i64| u32::try_from(n).unwrap_or(u32::MAX);
+        Ok(Self {
+            synchronous_commit: row.get(0),
+            synchronous_standby_names: row.get(1),
+            standbys: count(row.get(2)),
+            synchronous_standbys: count(row.get(3)),
+        })
+    }
+}
+
+/// Connection settings that find the primary again after a failover and notice a dead server
+/// soon, where the URL leaves them unset:
+/// - several hosts: only a writable one (`target_session_attrs=read-write`), as every
+///   statement of the store writes or must see what the primary has;
+/// - 5 s to connect to a host before trying the next;
+/// - TCP keepalives after 5 s idle, every 2 s, 3 unanswered: a primary whose machine vanished
+///   without closing its connections is given up in about 11 s, not the system's 2 hours.
+pub(crate) fn prepare_for_failover(pg: &mut tokio_postgres::Config) {
+    if pg.get_hosts().len() > 1 && pg.get_target_session_attrs() == TargetSessionAttrs::Any {
+        pg.target_session_attrs(TargetSessionAttrs::ReadWrite);
+    }
+    if pg.get_connect_timeout().is_none() {
+        pg.connect_timeout(Duration::from_secs(5));
+    }
+    if pg.get_keepalives_idle() == Duration::from_secs(2 * 60 * 60) {
+        pg.keepalives_idle(Duration::from_secs(5));
+    }
+    if pg.get_keepalives_interval().is_none() {
+        pg.keepalives_interval(Duration::from_secs(2));
+    }
+    if pg.get_keepalives_retries().is_none() {
+        pg.keepalives_retries(3);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn replication(commit: &str, names: &str, standbys: u32, sync: u32) -> Replication {
+        Replication {
+            synchronous_commit: commit.into(),
+            synchronous_standby_names: names.into(),
+            standbys,
+            synchronous_standbys: sync,
+        }
+    }
+
+    #[test]
+    fn only_a_streaming_synchronous_standby_keeps_acknowledged_appends_through_a_failover() {
+        assert!(replication("on", "*", 1, 1).survives_failover());
+        assert!(replication("remote_apply", "s1", 2, 1).survives_failover());
+        // Asynchronous: standbys, but commits do not wait for them.
+        let lossy = replication("on", "", 1, 0);
+        assert!(!lossy.survives_failover() && lossy.may_lose_on_failover());
+        let local = replication("local", "*", 1, 1);
+        assert!(!local.survives_failover() && local.may_lose_on_failover());
+        // The synchronous standby is not connected now.
+        assert!(!replication("on", "*", 0, 0).survives_failover());
+        // A single server: nothing to fail over to, nothing said.
+        assert!(!replication("on", "", 0, 0).may_lose_on_failover());
+    }
+
+    #[test]
+    fn several_hosts_mean_the_writable_one() {
+        let mut pg: tokio_postgres::Config = "postgres://u@h1:5432,h2:5433/db".parse().unwrap();
+        prepare_for_failover(&mut pg);
+        assert_eq!(pg.get_target_session_attrs(), TargetSessionAttrs::ReadWrite);
+        assert_eq!(pg.get_connect_timeout(), Some(&Duration::from_secs(5)));
+        // What the URL says wins.
+        let mut pg: tokio_postgres::Config =
+            "postgres://u@h1,h2/db?target_session_attrs=any&connect_timeout=30&keepalives_idle=60"
+                .parse()
+                .unwrap();
+        prepare_for_failover(&mut pg);
+        assert_eq!(pg.get_connect_timeout(), Some(&Duration::from_secs(30)));
+        assert_eq!(pg.get_keepalives_idle(), Duration::from_secs(60));
+    }
+}
