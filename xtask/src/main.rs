@@ -62,8 +62,22 @@ enum Task {
     },
     /// Starts a throwaway PostgreSQL cluster on a free port of 127.0.0.1 and writes its URL to
     /// target/loom-pg/url, where the PostgreSQL store's tests find it.
-    PgUp,
-    /// Stops the cluster `pg-up` started and removes its data.
+    PgUp {
+        /// A replicated pair instead: a primary and a streaming standby on two free ports, its
+        /// multi-host URL (`target_session_attrs=read-write`, valid across `pg-failover`)
+        /// printed and written to target/loom-pg/replica/url. Synchronous unless `--async`.
+        #[arg(long)]
+        replica: bool,
+        /// With `--replica`: a commit does not wait for the standby.
+        #[arg(long = "async", requires = "replica")]
+        asynchronous: bool,
+    },
+    /// Fails over the pair `pg-up --replica` started: kills its primary and every process of
+    /// it at once, promotes the standby, rebuilds a standby on the dead primary's port, and
+    /// prints how long each part took.
+    PgFailover,
+    /// Stops the cluster `pg-up` started, and the pair `pg-up --replica` started, and removes
+    /// their data.
     PgDown,
     /// Checks the dependency graph against deny.toml: `cargo deny check bans licenses sources`
     /// (duplicate versions, licenses, sources). Installs cargo-deny 0.20 with `cargo install
@@ -163,8 +177,19 @@ fn run(task: Task, root: &Path) -> Result<()> {
                 env: Vec::new(),
             },
         ),
-        Task::PgUp => pg::up(&root),
-        Task::PgDown => pg::down(&root),
+        Task::PgUp {
+            replica: false,
+            asynchronous: _,
+        } => pg::up(&root),
+        Task::PgUp {
+            replica: true,
+            asynchronous,
+        } => pg::replica_up(&root, !asynchronous),
+        Task::PgFailover => pg::replica_failover(&root),
+        Task::PgDown => {
+            pg::replica_down(&root)?;
+            pg::down(&root)
+        }
         Task::Interop => interop(&root),
         Task::Deny => deny(&root),
         Task::WebBundle { check } => web_bundle(&root, check),
