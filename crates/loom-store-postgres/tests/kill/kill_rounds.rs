@@ -32,6 +32,7 @@ use std::process::{Child, Stdio};
 use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
+use deadpool_postgres::Pool;
 use futures::future::BoxFuture;
 use loom_kernel::{
     EffectCall, EffectOutcome, ErrorInfo, Event, EventStore, EventStoreExt, ExecutionId,
@@ -43,7 +44,6 @@ use loom_store_postgres::{
     shard_of,
 };
 use serde_json::{Value, json};
-use tokio_postgres::Client;
 
 use crate::support::child::{child_runtime, child_test};
 
@@ -63,7 +63,7 @@ const ROUND_GAP: Duration = Duration::from_millis(900);
 const START_EVERY: Duration = Duration::from_millis(120);
 const APPROVAL: &str = "Approval";
 
-fn knob(name: &str, default: usize) -> usize {
+pub(crate) fn knob(name: &str, default: usize) -> usize {
     std::env::var(name)
         .ok()
         .and_then(|value| value.parse().ok())
@@ -107,6 +107,7 @@ const LEDGER: &str = "
     );
     CREATE TABLE fences (execution text PRIMARY KEY, token bigint NOT NULL);
     CREATE TABLE acks (execution text PRIMARY KEY, worker text NOT NULL);
+    CREATE TABLE resumes (execution text NOT NULL, payload text NOT NULL);
 ";
 
 /// A non-idempotent call at the fencing receiver, in one statement: the fence rises to the
@@ -168,6 +169,12 @@ fn ledger_effect<S: WorkerStore>(
                 &(call.attempt as i32),
             ];
             let statement = if idempotent { PLAIN_CALL } else { FENCED_CALL };
+            let ledger = match ledger.get().await {
+                Ok(ledger) => ledger,
+                Err(err) => {
+                    return EffectOutcome::in_doubt(ErrorInfo::new("test.ledger", err.to_string()));
+                }
+            };
             match ledger.query_opt(statement, &params).await {
                 Ok(Some(row)) if row.get::<_, bool>(0) => EffectOutcome::ok(
                     json!({ "effect": call.effect, "key": key, "token": token }).into(),
@@ -182,32 +189,53 @@ fn ledger_effect<S: WorkerStore>(
     })
 }
 
-/// The ledger's connections, one per database of the shard map, in its order.
+/// The ledger's connections, one pool per database of the shard map, in its order: a pool, so
+/// that the ledger reaches the new primary after a failover.
 #[derive(Clone)]
-struct Ledgers(Arc<Vec<Arc<Client>>>);
+pub(crate) struct Ledgers(Arc<Vec<Pool>>);
 
 impl Ledgers {
-    async fn connect(urls: &[String], schema: &str, name: &str) -> Self {
-        let mut clients = Vec::new();
-        for url in urls {
-            clients.push(ledger_connection(url, schema, name).await);
-        }
-        Self(Arc::new(clients))
+    pub(crate) async fn connect(urls: &[String], schema: &str, name: &str) -> Self {
+        let pools = urls
+            .iter()
+            .map(|url| ledger_pool(url, schema, name))
+            .collect();
+        Self(Arc::new(pools))
     }
 
-    /// The connection to the database that holds `execution`.
-    fn of(&self, execution: &ExecutionId) -> Arc<Client> {
-        Arc::clone(&self.0[shard_of(execution, self.0.len())])
+    /// The connections to the database that holds `execution`.
+    fn of(&self, execution: &ExecutionId) -> Pool {
+        self.0[shard_of(execution, self.0.len())].clone()
     }
 
-    fn all(&self) -> &[Arc<Client>] {
+    pub(crate) fn all(&self) -> &[Pool] {
         &self.0
+    }
+}
+
+/// Runs `sql` on `pool` until it answers (a failover may be under way), for a minute at most.
+pub(crate) async fn until_answered(
+    pool: &Pool,
+    sql: &str,
+    params: &[&(dyn tokio_postgres::types::ToSql + Sync)],
+) -> Vec<tokio_postgres::Row> {
+    let give_up = Instant::now() + Duration::from_secs(60);
+    loop {
+        let error = match pool.get().await {
+            Ok(client) => match client.query(sql, params).await {
+                Ok(rows) => return rows,
+                Err(error) => error.to_string(),
+            },
+            Err(error) => error.to_string(),
+        };
+        assert!(Instant::now() < give_up, "{sql}: {error}");
+        tokio::time::sleep(Duration::from_millis(100)).await;
     }
 }
 
 /// What the test needs of a worker's store beyond `EventStore`: the one-database store and the
 /// sharded one.
-trait WorkerStore: EventStore + Clone {
+pub(crate) trait WorkerStore: EventStore + Clone {
     /// The lease token this worker's store remembers for `execution`.
     fn remembered_token(&self, execution: &ExecutionId) -> Option<i64>;
     /// A store on `urls` (one, or the shard map) as worker `worker`; `check_only` for
@@ -216,6 +244,7 @@ trait WorkerStore: EventStore + Clone {
         urls: &[String],
         schema: &str,
         worker: &str,
+        lease: Duration,
         check_only: bool,
     ) -> impl std::future::Future<Output = Result<Self, ConnectError>> + Send;
 }
@@ -224,6 +253,7 @@ fn configs(
     urls: &[String],
     schema: &str,
     worker: &str,
+    lease: Duration,
     check_only: bool,
 ) -> Vec<PostgresStoreConfig> {
     urls.iter()
@@ -231,7 +261,7 @@ fn configs(
             let config = PostgresStoreConfig::new(url)
                 .schema(schema)
                 .worker_id(worker)
-                .lease(LEASE);
+                .lease(lease);
             if check_only {
                 config.check_only()
             } else {
@@ -250,9 +280,10 @@ impl WorkerStore for PostgresStore {
         urls: &[String],
         schema: &str,
         worker: &str,
+        lease: Duration,
         check_only: bool,
     ) -> Result<Self, ConnectError> {
-        let config = configs(urls, schema, worker, check_only).remove(0);
+        let config = configs(urls, schema, worker, lease, check_only).remove(0);
         PostgresStore::connect(config).await
     }
 }
@@ -266,19 +297,29 @@ impl WorkerStore for ShardedStore {
         urls: &[String],
         schema: &str,
         worker: &str,
+        lease: Duration,
         check_only: bool,
     ) -> Result<Self, ConnectError> {
-        ShardedStore::connect(configs(urls, schema, worker, check_only)).await
+        ShardedStore::connect(configs(urls, schema, worker, lease, check_only)).await
     }
 }
 
-async fn ledger_connection(url: &str, schema: &str, name: &str) -> Arc<tokio_postgres::Client> {
-    let url = format!("{url}?application_name={name}&options=-c%20search_path%3D{schema}");
-    let (client, connection) = tokio_postgres::connect(&url, tokio_postgres::NoTls)
-        .await
-        .expect("ledger connection");
-    tokio::spawn(connection);
-    Arc::new(client)
+fn ledger_pool(url: &str, schema: &str, name: &str) -> Pool {
+    let mut config: tokio_postgres::Config = url.parse().expect("ledger URL");
+    config
+        .application_name(name)
+        .options(format!("-c search_path={schema}"));
+    let manager = deadpool_postgres::Manager::from_config(
+        config,
+        tokio_postgres::NoTls,
+        deadpool_postgres::ManagerConfig {
+            recycling_method: deadpool_postgres::RecyclingMethod::Fast,
+        },
+    );
+    Pool::builder(manager)
+        .max_size(4)
+        .build()
+        .expect("ledger pool")
 }
 
 fn runtime_on<S: WorkerStore>(store: S, worker: &str, ledgers: &Ledgers) -> Runtime<S> {
@@ -318,9 +359,11 @@ async fn listed(store: &impl EventStore, status: ExecutionStatus) -> Vec<Executi
     }
 }
 
-/// Resumes every `Approval` gate pending; a gate another worker resumed first is refused, which
-/// is fine.
-async fn approve_pending<S: WorkerStore>(rt: &Runtime<S>) {
+/// Resumes every `Approval` gate pending, each with a payload of its own (`by`: who, and a
+/// number), written to the ledger's `resumes` once acknowledged; a gate another worker resumed
+/// first is refused, which is fine.
+async fn approve_pending<S: WorkerStore>(rt: &Runtime<S>, by: &str, ledgers: &Ledgers) {
+    static RESUMES: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
     for id in listed(rt.store(), ExecutionStatus::Suspended).await {
         let Ok(state) = rt.store().fold(&id).await else {
             continue;
@@ -332,9 +375,20 @@ async fn approve_pending<S: WorkerStore>(rt: &Runtime<S>) {
             .map(|gate| gate.correlation_key.clone())
             .collect();
         for key in keys {
-            let _ = rt
-                .resume(&id, APPROVAL, &key, Payload::from(json!("approved")))
+            let n = RESUMES.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            let payload = json!({ "approved": true, "by": by, "n": n });
+            if rt
+                .resume(&id, APPROVAL, &key, Payload::from(payload.clone()))
+                .await
+                .is_ok()
+            {
+                until_answered(
+                    &ledgers.of(&id),
+                    "INSERT INTO resumes (execution, payload) VALUES ($1, $2)",
+                    &[&id.as_str(), &payload.to_string()],
+                )
                 .await;
+            }
         }
     }
 }
@@ -344,39 +398,61 @@ fn worker_process_entry() {
     let Ok(spec) = std::env::var(WORKER_ENV) else {
         return;
     };
-    let parts: Vec<&str> = spec.splitn(5, '|').collect();
-    let [worker, generation, schema, starts_until, urls] = parts[..] else {
+    let parts: Vec<&str> = spec.splitn(6, '|').collect();
+    let [worker, generation, schema, starts_until, lease_ms, urls] = parts[..] else {
         panic!("bad worker spec {spec}");
     };
     let starts_until: u128 = starts_until.parse().expect("deadline");
-    let urls: Vec<String> = urls.split(',').map(str::to_owned).collect();
+    let lease = Duration::from_millis(lease_ms.parse().expect("lease"));
+    // Space-separated: a URL of a replicated pair has commas.
+    let urls: Vec<String> = urls.split(' ').map(str::to_owned).collect();
+    let life = Life {
+        worker,
+        generation,
+        schema,
+        starts_until,
+        lease,
+    };
     child_runtime().block_on(async move {
         match urls.len() {
-            1 => work::<PostgresStore>(&urls, worker, generation, schema, starts_until).await,
-            _ => work::<ShardedStore>(&urls, worker, generation, schema, starts_until).await,
+            1 => work::<PostgresStore>(&urls, life).await,
+            _ => work::<ShardedStore>(&urls, life).await,
         }
     });
 }
 
+/// Who a worker process is and how long it starts executions.
+struct Life<'a> {
+    worker: &'a str,
+    generation: &'a str,
+    schema: &'a str,
+    starts_until: u128,
+    lease: Duration,
+}
+
 /// A worker's life: recover and resume gates now and then, start executions until
 /// `starts_until`, then go on until killed.
-async fn work<S: WorkerStore>(
-    urls: &[String],
-    worker: &str,
-    generation: &str,
-    schema: &str,
-    starts_until: u128,
-) {
+async fn work<S: WorkerStore>(urls: &[String], life: Life<'_>) {
+    let Life {
+        worker,
+        generation,
+        schema,
+        starts_until,
+        lease,
+    } = life;
     {
-        let store = S::open(urls, schema, worker, false).await.expect("connect");
+        let store = S::open(urls, schema, worker, lease, false)
+            .await
+            .expect("connect");
         let ledgers = Ledgers::connect(urls, schema, &format!("ledger-{worker}")).await;
         let rt = Arc::new(runtime_on(store, worker, &ledgers));
         let background = {
-            let rt = Arc::clone(&rt);
+            let (rt, ledgers) = (Arc::clone(&rt), ledgers.clone());
+            let by = format!("{worker}-{generation}");
             tokio::spawn(async move {
                 loop {
                     let _ = rt.recover().await;
-                    approve_pending(&rt).await;
+                    approve_pending(&rt, &by, &ledgers).await;
                     tokio::time::sleep(Duration::from_millis(250)).await;
                 }
             })
@@ -396,14 +472,12 @@ async fn work<S: WorkerStore>(
                 .grant("ship");
             if rt.start("order", &json!({ "n": n }), options).await.is_ok() {
                 // Acknowledged: the caller was told the execution exists.
-                ledgers
-                    .of(&id)
-                    .execute(
-                        "INSERT INTO acks (execution, worker) VALUES ($1, $2)",
-                        &[&id.as_str(), &worker],
-                    )
-                    .await
-                    .expect("ack");
+                until_answered(
+                    &ledgers.of(&id),
+                    "INSERT INTO acks (execution, worker) VALUES ($1, $2) ON CONFLICT DO NOTHING",
+                    &[&id.as_str(), &worker],
+                )
+                .await;
             }
             tokio::time::sleep(START_EVERY).await;
         }
@@ -419,6 +493,7 @@ struct Workers {
     schema: String,
     urls: Vec<String>,
     starts_until: u128,
+    lease: Duration,
 }
 
 impl Workers {
@@ -429,10 +504,11 @@ impl Workers {
             .env(
                 WORKER_ENV,
                 format!(
-                    "w{index}|{generation}|{}|{}|{}",
+                    "w{index}|{generation}|{}|{}|{}|{}",
                     self.schema,
                     self.starts_until,
-                    self.urls.join(",")
+                    self.lease.as_millis(),
+                    self.urls.join(" ")
                 ),
             )
             .stdout(Stdio::null())
@@ -490,29 +566,28 @@ async fn operator_pass<S: WorkerStore>(
         let admin = admins.of(&id);
         for step in state.steps_in_doubt().clone() {
             let key = loom_kernel::idempotency_key(&id, &step);
-            let token: i64 = admin
-                .query_one(
-                    "SELECT lease_token FROM loom_executions WHERE execution_id = $1",
-                    &[&id.as_str()],
-                )
-                .await
-                .expect("lease token")
+            let token: i64 = until_answered(
+                &admin,
+                "SELECT lease_token FROM loom_executions WHERE execution_id = $1",
+                &[&id.as_str()],
+            )
+            .await[0]
                 .get(0);
-            admin
-                .execute(
-                    "INSERT INTO fences AS f (execution, token) VALUES ($1, $2) \
-                     ON CONFLICT (execution) DO UPDATE SET token = greatest(f.token, excluded.token)",
-                    &[&id.as_str(), &token],
-                )
-                .await
-                .expect("fence");
-            let receipt = admin
-                .query_opt(
-                    "SELECT token FROM calls WHERE key = $1 AND accepted ORDER BY id LIMIT 1",
-                    &[&key],
-                )
-                .await
-                .expect("receipt");
+            until_answered(
+                &admin,
+                "INSERT INTO fences AS f (execution, token) VALUES ($1, $2) \
+                 ON CONFLICT (execution) DO UPDATE SET token = greatest(f.token, excluded.token)",
+                &[&id.as_str(), &token],
+            )
+            .await;
+            let receipt = until_answered(
+                &admin,
+                "SELECT token FROM calls WHERE key = $1 AND accepted ORDER BY id LIMIT 1",
+                &[&key],
+            )
+            .await
+            .into_iter()
+            .next();
             let (verdict, said) = match receipt {
                 Some(row) => {
                     let token: Option<i64> = row.get(0);
@@ -540,13 +615,12 @@ async fn operator_pass<S: WorkerStore>(
 async fn count_by_status(admins: &Ledgers) -> BTreeMap<i16, i64> {
     let mut counts = BTreeMap::new();
     for admin in admins.all() {
-        for row in admin
-            .query(
-                "SELECT status, count(*) FROM loom_executions WHERE head > 0 GROUP BY status",
-                &[],
-            )
-            .await
-            .expect("statuses")
+        for row in until_answered(
+            admin,
+            "SELECT status, count(*) FROM loom_executions WHERE head > 0 GROUP BY status",
+            &[],
+        )
+        .await
         {
             *counts.entry(row.get::<_, i16>(0)).or_insert(0) += row.get::<_, i64>(1);
         }
@@ -558,20 +632,20 @@ async fn count_by_status(admins: &Ledgers) -> BTreeMap<i16, i64> {
 async fn rows_of_all(admins: &Ledgers, sql: &str) -> Vec<tokio_postgres::Row> {
     let mut rows = Vec::new();
     for admin in admins.all() {
-        rows.extend(admin.query(sql, &[]).await.expect(sql));
+        rows.extend(until_answered(admin, sql, &[]).await);
     }
     rows
 }
 
 /// The two kill tests take turns: two at once on two cores would starve each other's workers.
-static ONE_AT_A_TIME: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
+pub(crate) static ONE_AT_A_TIME: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn workers_killed_and_paused_past_their_lease_lose_no_start_and_run_no_stale_effect() {
     let Some(url) = server_url("kill_rounds") else {
         return;
     };
-    kill_test::<PostgresStore>(vec![url]).await;
+    kill_test::<PostgresStore>(vec![url], Disruption::kills()).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -580,10 +654,41 @@ async fn the_kill_test_on_two_shards() {
         return;
     };
     let second = crate::support::second_database(&url).await;
-    kill_test::<ShardedStore>(vec![url, second]).await;
+    kill_test::<ShardedStore>(vec![url, second], Disruption::kills()).await;
 }
 
-async fn kill_test<S: WorkerStore>(urls: Vec<String>) {
+/// What the test does to the workers' world while they run.
+pub(crate) enum Disruption {
+    /// A SIGKILL of a worker per round (restarted at once), and now and then a worker paused
+    /// past its lease.
+    Kills { rounds: usize, pauses: usize },
+    /// The database's primary killed and its synchronous standby promoted, a new standby made
+    /// each time (see `failover`).
+    Failovers {
+        count: usize,
+        pair: crate::failover::SharedPair,
+    },
+}
+
+impl Disruption {
+    fn kills() -> Self {
+        let rounds = knob(ROUNDS_VAR, 6);
+        let pauses = knob(PAUSES_VAR, 1).min(rounds);
+        Self::Kills { rounds, pauses }
+    }
+
+    /// The workers' lease, and how long the disruptions are expected to take.
+    fn plan(&self) -> (Duration, Duration) {
+        match self {
+            Self::Kills { rounds, pauses } => {
+                (LEASE, ROUND_GAP * *rounds as u32 + PAUSE * *pauses as u32)
+            }
+            Self::Failovers { count, .. } => crate::failover::plan(*count),
+        }
+    }
+}
+
+pub(crate) async fn kill_test<S: WorkerStore>(urls: Vec<String>, disruption: Disruption) {
     let _turn = ONE_AT_A_TIME.lock().await;
     // `RUST_LOG=...` shows what the operator's runtime does (the workers' output is dropped).
     if std::env::var_os("RUST_LOG").is_some() {
@@ -592,21 +697,20 @@ async fn kill_test<S: WorkerStore>(urls: Vec<String>) {
             .with_writer(std::io::stderr)
             .try_init();
     }
-    let rounds = knob(ROUNDS_VAR, 6);
-    let pauses = knob(PAUSES_VAR, 1).min(rounds);
+    let (lease, planned) = disruption.plan();
     let schema = fresh_schema("kill_rounds");
-    let store = S::open(&urls, &schema, "operator", false)
+    let store = S::open(&urls, &schema, "operator", lease, false)
         .await
         .expect("connect");
     let admin = Ledgers::connect(&urls, &schema, "kill-test-admin").await;
     for database in admin.all() {
+        let database = database.get().await.expect("ledger connection");
         database.batch_execute(LEDGER).await.expect("ledger tables");
     }
     let operator_ledger = Ledgers::connect(&urls, &schema, "ledger-operator").await;
     let operator = Arc::new(runtime_on(store.clone(), "operator", &operator_ledger));
 
     // Starts stop when the rounds are expected to be over; the drain follows.
-    let planned = ROUND_GAP * rounds as u32 + PAUSE * pauses as u32;
     let starts_until = (SystemTime::now() + planned)
         .duration_since(UNIX_EPOCH)
         .expect("clock")
@@ -617,6 +721,7 @@ async fn kill_test<S: WorkerStore>(urls: Vec<String>) {
         schema: schema.clone(),
         urls: urls.clone(),
         starts_until,
+        lease,
     };
     for index in 0..WORKERS {
         workers.spawn(index);
@@ -633,24 +738,34 @@ async fn kill_test<S: WorkerStore>(urls: Vec<String>) {
         })
     };
 
-    // The rounds: one SIGKILL each, the victim restarted at once under its worker id; every
-    // `rounds / pauses` rounds, another worker stopped for longer than the lease.
-    let pause_every = rounds.checked_div(pauses).unwrap_or(usize::MAX).max(1);
     let started = Instant::now();
-    let mut paused = 0;
-    for round in 0..rounds {
-        tokio::time::sleep(ROUND_GAP).await;
-        let victim = round % WORKERS;
-        workers.kill(victim);
-        workers.spawn(victim);
-        if paused < pauses && round % pause_every == pause_every - 1 {
-            let sleeper = (round + 1) % WORKERS;
-            workers.signal(sleeper, "-STOP");
-            tokio::time::sleep(PAUSE).await;
-            workers.signal(sleeper, "-CONT");
-            paused += 1;
+    // Borrowed, not taken: a replicated pair lives until the checks are done.
+    let disrupted = match &disruption {
+        &Disruption::Kills { rounds, pauses } => {
+            // The rounds: one SIGKILL each, the victim restarted at once under its worker id;
+            // every `rounds / pauses` rounds, another worker stopped for longer than the lease.
+            let pause_every = rounds.checked_div(pauses).unwrap_or(usize::MAX).max(1);
+            let mut paused = 0;
+            for round in 0..rounds {
+                tokio::time::sleep(ROUND_GAP).await;
+                let victim = round % WORKERS;
+                workers.kill(victim);
+                workers.spawn(victim);
+                if paused < pauses && round % pause_every == pause_every - 1 {
+                    let sleeper = (round + 1) % WORKERS;
+                    workers.signal(sleeper, "-STOP");
+                    tokio::time::sleep(PAUSE).await;
+                    workers.signal(sleeper, "-CONT");
+                    paused += 1;
+                }
+            }
+            assert!(paused == pauses, "every pause happened");
+            format!("{rounds} kills and {paused} pauses of {PAUSE:?}")
         }
-    }
+        Disruption::Failovers { count, pair } => {
+            crate::failover::failovers(pair, *count, &schema).await
+        }
+    };
     let rounds_took = started.elapsed();
 
     // The drain: no more kills; every execution must complete (gates resumed by the workers,
@@ -706,6 +821,8 @@ async fn kill_test<S: WorkerStore>(urls: Vec<String>) {
     // Per step key: whether the log records it in doubt, and whether a verdict followed.
     let mut doubted = BTreeSet::new();
     let mut resolved = BTreeSet::new();
+    // Per execution, the payload its gate was resumed with.
+    let mut resumed: BTreeMap<String, Value> = BTreeMap::new();
     for (id, log) in stored.iter().zip(&logs) {
         let state = store.fold(id).await.expect("fold");
         assert_eq!(state.status(), ExecutionStatus::Completed, "{id}");
@@ -717,9 +834,29 @@ async fn kill_test<S: WorkerStore>(urls: Vec<String>) {
                 Event::EffectResolved(r) => {
                     resolved.insert(loom_kernel::idempotency_key(id, &r.step_id));
                 }
+                Event::ExecutionResumed(r) => {
+                    resumed.insert(id.as_str().to_owned(), r.payload.to_value());
+                }
                 _ => {}
             }
         }
+    }
+    // No acknowledged resume or verdict lost: each is the one its log records.
+    let acked_resumes = rows_of_all(&admin, "SELECT execution, payload FROM resumes").await;
+    for row in &acked_resumes {
+        let (execution, payload): (String, String) = (row.get(0), row.get(1));
+        let payload: Value = serde_json::from_str(&payload).expect("a payload");
+        assert_eq!(
+            resumed.get(&execution),
+            Some(&payload),
+            "{execution}: an acknowledged resume is not the one its log records"
+        );
+    }
+    for key in verdicts.keys() {
+        assert!(
+            resolved.contains(key),
+            "{key}: an acknowledged verdict is not in its log"
+        );
     }
 
     struct Call {
@@ -829,7 +966,7 @@ async fn kill_test<S: WorkerStore>(urls: Vec<String>) {
     let store_count = urls.len();
     let exit = tokio::task::spawn_blocking(move || {
         loom_replay_check::check_store_command(&flows(), ["replay-check"], "kill test", || async {
-            S::open(&urls, &schema, "replay-check", true)
+            S::open(&urls, &schema, "replay-check", lease, true)
                 .await
                 .map_err(Into::into)
         })
@@ -840,7 +977,7 @@ async fn kill_test<S: WorkerStore>(urls: Vec<String>) {
 
     let retried = verdicts.values().filter(|said| **said == "retry").count();
     eprintln!(
-        "kill test on {store_count} database(s): {rounds} kills and {paused} pauses of {PAUSE:?} (lease {LEASE:?}) in \
+        "kill test on {store_count} database(s): {disrupted} (lease {lease:?}) in \
          {rounds_took:?}; {} executions ({} acknowledged), {} steps in doubt, verdicts: {} \
          completed, {retried} retry; non-idempotent calls: {stale_calls} after a take-over, \
          {refused} refused by the receiver's fence, {not_live} outside a live lease, {doubles} \
@@ -852,5 +989,4 @@ async fn kill_test<S: WorkerStore>(urls: Vec<String>) {
     );
     // How many kills and pauses landed on a step in flight is chance (a few steps in doubt a
     // run, as the line above says), so it is reported, not asserted.
-    assert!(paused == pauses, "every pause happened");
 }

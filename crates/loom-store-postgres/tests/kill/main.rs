@@ -7,4 +7,7 @@
 #[path = "../support/mod.rs"]
 mod support;
 
+mod asynchronous_standby;
+mod failover;
+mod interrupted_commit;
 mod kill_rounds;

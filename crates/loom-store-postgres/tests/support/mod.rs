@@ -4,6 +4,7 @@
 
 #[path = "../../../loom-kernel/tests/support/child.rs"]
 pub mod child;
+pub mod cluster;
 
 use std::future::Future;
 use std::time::{Duration, Instant};
@@ -95,4 +96,26 @@ pub async fn second_database(url: &str) -> String {
         })
         .await
         .clone()
+}
+
+/// A fresh replicated pair (a primary and a standby, synchronous or not) for `test`, or `None`
+/// after a loud notice that `test` is skipped when PostgreSQL's server programs are not
+/// installed (a panic instead when `LOOM_REQUIRE_POSTGRES` is set, as in CI).
+pub fn replicated_pair(test: &str, synchronous: bool) -> Option<cluster::Pair> {
+    if !cluster::installed() {
+        if std::env::var_os(loom_store_postgres::REQUIRE_VAR).is_some() {
+            panic!(
+                "{test}: LOOM_REQUIRE_POSTGRES is set but PostgreSQL's server programs are missing"
+            );
+        }
+        eprintln!(
+            "\n*** SKIPPED {test}: PostgreSQL's server programs (initdb, pg_ctl) are not installed.\n"
+        );
+        loom_store_postgres::record_skipped_test("postgresql", test);
+        return None;
+    }
+    match cluster::Pair::start(synchronous) {
+        Ok(pair) => Some(pair),
+        Err(error) => panic!("{test}: cannot start a replicated pair: {error}"),
+    }
 }
