@@ -47,7 +47,8 @@ that runs the flows holds it, use its admin API: --admin http://127.0.0.1:PORT -
 struct Cli {
     /// The store: an embedded store file (opened only when no process holds it) or a
     /// postgres:// URL (several, comma-separated: the shard map of a sharded store, in its
-    /// order). Default: $LOOM_STORE.
+    /// order; a URL may name the hosts of a replicated database, h1:5432,h2:5432, and the
+    /// writable one is used). Default: $LOOM_STORE.
     #[arg(long, global = true, value_name = "FILE|URL")]
     store: Option<String>,
     /// The PostgreSQL schema holding Loom's tables (with a postgres:// store).
@@ -294,8 +295,9 @@ async fn backend(cli: &Cli) -> Result<Backend, ConsoleError> {
         ));
     };
     if store.starts_with("postgres://") || store.starts_with("postgresql://") {
-        let shards = store
-            .split(',')
+        // A comma may also separate the hosts of one replicated database.
+        let shards = loom_store_postgres::shard_urls(&store)
+            .into_iter()
             .map(|url| {
                 PostgresStoreConfig::new(url)
                     .schema(&cli.schema)
