@@ -49,9 +49,11 @@ impl SharedPair {
     }
 }
 
-/// The workers' lease and how long the failovers are expected to take.
+/// The workers' lease and the longest the failovers may take: the workers start executions
+/// until the test tells them the failovers are over, or until then at the latest (a slow
+/// failover on a loaded machine takes seconds).
 pub(crate) fn plan(count: usize) -> (Duration, Duration) {
-    (LEASE, (GAP + Duration::from_secs(2)) * count as u32)
+    (LEASE, (GAP + RESUME_BOUND) * count as u32)
 }
 
 /// `count` failovers of `pair`, `GAP` apart; a line of what they took.
@@ -112,12 +114,13 @@ async fn first_commit_after(primary: String, schema: String, promoted: Instant) 
     tokio::spawn(connection);
     let position = format!("SELECT next_position FROM {schema}.loom_feed");
     let read = || async {
-        let row = client.query_one(&position, &[]).await.expect("the feed");
-        row.get::<_, i64>(0)
+        let row = client.query_one(&position, &[]).await.ok()?;
+        Some(row.get::<_, i64>(0))
     };
-    let before = read().await;
+    let before = read().await.expect("the feed on the new primary");
     loop {
-        if read().await > before {
+        // `None`: the pair went away (the test ended); the wait's own bound ends this.
+        if read().await.is_some_and(|now| now > before) {
             return promoted.elapsed();
         }
         tokio::time::sleep(Duration::from_millis(10)).await;

@@ -28,6 +28,7 @@
 //! `worker_process_entry`); in an ordinary run that entry does nothing.
 
 use std::collections::{BTreeMap, BTreeSet};
+use std::io::Write;
 use std::process::{Child, Stdio};
 use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
@@ -108,6 +109,8 @@ const LEDGER: &str = "
     CREATE TABLE fences (execution text PRIMARY KEY, token bigint NOT NULL);
     CREATE TABLE acks (execution text PRIMARY KEY, worker text NOT NULL);
     CREATE TABLE resumes (execution text NOT NULL, payload text NOT NULL);
+    CREATE TABLE control (starts_over boolean NOT NULL);
+    INSERT INTO control VALUES (false);
 ";
 
 /// A non-idempotent call at the fencing receiver, in one statement: the fence rises to the
@@ -458,11 +461,14 @@ async fn work<S: WorkerStore>(urls: &[String], life: Life<'_>) {
             })
         };
         let mut n = 0;
+        let control = &ledgers.all()[0];
         while SystemTime::now()
             .duration_since(UNIX_EPOCH)
             .expect("clock")
             .as_millis()
             < starts_until
+            && !until_answered(control, "SELECT starts_over FROM control", &[]).await[0]
+                .get::<_, bool>(0)
         {
             let id = ExecutionId::new(format!("o-{worker}-{generation}-{n:04}")).expect("id");
             n += 1;
@@ -710,7 +716,8 @@ pub(crate) async fn kill_test<S: WorkerStore>(urls: Vec<String>, disruption: Dis
     let operator_ledger = Ledgers::connect(&urls, &schema, "ledger-operator").await;
     let operator = Arc::new(runtime_on(store.clone(), "operator", &operator_ledger));
 
-    // Starts stop when the rounds are expected to be over; the drain follows.
+    // Starts stop when the test says so (`control`), once the disruptions are over, or at the
+    // latest when they were planned to be over; the drain follows.
     let starts_until = (SystemTime::now() + planned)
         .duration_since(UNIX_EPOCH)
         .expect("clock")
@@ -767,6 +774,11 @@ pub(crate) async fn kill_test<S: WorkerStore>(urls: Vec<String>, disruption: Dis
         }
     };
     let rounds_took = started.elapsed();
+    for database in admin.all() {
+        until_answered(database, "UPDATE control SET starts_over = true", &[]).await;
+    }
+    // A start already under way when the workers were told lands meanwhile.
+    tokio::time::sleep(START_EVERY * 8).await;
 
     // The drain: no more kills; every execution must complete (gates resumed by the workers,
     // doubts settled by the operator).
@@ -774,17 +786,12 @@ pub(crate) async fn kill_test<S: WorkerStore>(urls: Vec<String>, disruption: Dis
     loop {
         tokio::time::sleep(Duration::from_millis(300)).await;
         let now = count_by_status(&admin).await;
-        let starting = SystemTime::now()
-            .duration_since(UNIX_EPOCH)
-            .expect("clock")
-            .as_millis()
-            < starts_until;
         let open: i64 = now
             .iter()
             .filter(|(status, _)| **status != 4)
             .map(|(_, n)| n)
             .sum();
-        if !starting && open == 0 {
+        if open == 0 {
             break;
         }
         assert!(Instant::now() < give_up, "stuck: statuses {now:?}");
@@ -834,12 +841,25 @@ pub(crate) async fn kill_test<S: WorkerStore>(urls: Vec<String>, disruption: Dis
                 Event::EffectResolved(r) => {
                     resolved.insert(loom_kernel::idempotency_key(id, &r.step_id));
                 }
-                Event::ExecutionResumed(r) => {
+                // The durable timer resumes its own gate; the approval is the workers'.
+                Event::ExecutionResumed(r) if r.event_type == APPROVAL => {
                     resumed.insert(id.as_str().to_owned(), r.payload.to_value());
                 }
                 _ => {}
             }
         }
+        // An append committed twice (its answer lost, then sent again) shows as an event
+        // that happens once in a run recorded twice.
+        let once = |what: &str, is: fn(&Event) -> bool| {
+            let count = log.iter().filter(|record| is(&record.event)).count();
+            assert_eq!(count, 1, "{id}: {what} recorded {count} times");
+        };
+        once("its start", |e| matches!(e, Event::ExecutionStarted(_)));
+        once(
+            "its approval",
+            |e| matches!(e, Event::ExecutionResumed(r) if r.event_type == APPROVAL),
+        );
+        once("its end", |e| matches!(e, Event::ExecutionCompleted(_)));
     }
     // No acknowledged resume or verdict lost: each is the one its log records.
     let acked_resumes = rows_of_all(&admin, "SELECT execution, payload FROM resumes").await;
@@ -976,7 +996,9 @@ pub(crate) async fn kill_test<S: WorkerStore>(urls: Vec<String>, disruption: Dis
     assert_eq!(exit, 0, "replay-check on the schema");
 
     let retried = verdicts.values().filter(|said| **said == "retry").count();
-    eprintln!(
+    // Past the test harness's capture: the figures show in `cargo xtask test`'s output.
+    let _ = writeln!(
+        std::io::stderr(),
         "kill test on {store_count} database(s): {disrupted} (lease {lease:?}) in \
          {rounds_took:?}; {} executions ({} acknowledged), {} steps in doubt, verdicts: {} \
          completed, {retried} retry; non-idempotent calls: {stale_calls} after a take-over, \
