@@ -10,6 +10,8 @@
 //! ([`crate::PostgresStoreConfig::failover_timeout`]); every error a caller sees names its
 //! cause.
 
+use std::time::Duration;
+
 use tokio_postgres::error::SqlState;
 
 /// What went wrong with a statement or a connection.
@@ -125,6 +127,37 @@ impl Cause {
     }
 }
 
+/// Why a statement (or the statements of a batch) failed, and whether trying again on a fresh
+/// connection may succeed.
+#[derive(Debug)]
+pub(crate) struct Failure {
+    pub(crate) detail: String,
+    pub(crate) cause: Cause,
+}
+
+impl Failure {
+    pub(crate) fn of(err: &tokio_postgres::Error) -> Self {
+        Self {
+            detail: describe(err),
+            cause: Cause::of(err),
+        }
+    }
+
+    pub(crate) fn pool(err: &deadpool_postgres::PoolError) -> Self {
+        Self {
+            detail: describe_pool(err),
+            cause: Cause::of_pool(err),
+        }
+    }
+
+    pub(crate) fn other(detail: impl Into<String>, cause: Cause) -> Self {
+        Self {
+            detail: detail.into(),
+            cause,
+        }
+    }
+}
+
 /// `err` as a sentence that starts with its cause.
 pub(crate) fn describe(err: &tokio_postgres::Error) -> String {
     described(Cause::of(err), err)
@@ -146,6 +179,14 @@ fn described(cause: Cause, err: &dyn std::error::Error) -> String {
         source = inner.source();
     }
     format!("{}: {detail}", cause.phrase())
+}
+
+/// `bound` from now, or as far as the clock goes: a bound of `Duration::MAX` means "never give
+/// up", not an overflow.
+pub(crate) fn deadline_after(bound: Duration) -> tokio::time::Instant {
+    let now = tokio::time::Instant::now();
+    now.checked_add(bound)
+        .unwrap_or_else(|| now + Duration::from_secs(100 * 365 * 24 * 60 * 60))
 }
 
 #[cfg(test)]
@@ -199,5 +240,13 @@ mod tests {
         ] {
             assert!(!cause.phrase().contains("db error"));
         }
+    }
+
+    #[tokio::test]
+    async fn an_unbounded_failover_timeout_is_a_far_deadline_not_an_overflow() {
+        let far = deadline_after(Duration::MAX);
+        assert!(far > tokio::time::Instant::now() + Duration::from_secs(365 * 24 * 60 * 60));
+        let soon = deadline_after(Duration::from_millis(5));
+        assert!(soon <= tokio::time::Instant::now() + Duration::from_millis(5));
     }
 }

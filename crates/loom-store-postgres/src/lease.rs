@@ -42,7 +42,7 @@ use std::time::{Duration, Instant};
 use deadpool_postgres::Pool;
 use loom_kernel::ExecutionId;
 
-use crate::cause::{describe, describe_pool};
+use crate::cause::{Failure, describe, describe_pool};
 
 /// An execution's row as the writer locked it.
 #[derive(Debug, Default, Clone)]
@@ -152,13 +152,13 @@ impl Leases {
         pool: &Pool,
         execution: &ExecutionId,
         head: i64,
-    ) -> Result<Option<i64>, String> {
+    ) -> Result<Option<i64>, Failure> {
         let remembered = self.token(execution);
-        let client = pool.get().await.map_err(|e| describe_pool(&e))?;
+        let client = pool.get().await.map_err(|e| Failure::pool(&e))?;
         let statement = client
             .prepare_cached(HOLD)
             .await
-            .map_err(|e| describe(&e))?;
+            .map_err(|e| Failure::of(&e))?;
         let since = Instant::now();
         let row = client
             .query_opt(
@@ -172,7 +172,7 @@ impl Leases {
                 ],
             )
             .await
-            .map_err(|e| describe(&e))?;
+            .map_err(|e| Failure::of(&e))?;
         let mut held = self.held();
         let Some(row) = row else {
             if remembered.is_some() && held.get(execution).map(|h| h.token) == remembered {

@@ -697,12 +697,29 @@ impl EventStore for PostgresStore {
         let Ok(head) = i64::try_from(head) else {
             return Ok(LeaseHold::NotHeld);
         };
-        match leases.hold(&self.shared.pool, execution, head).await {
-            Ok(Some(token)) => Ok(held(token)),
-            Ok(None) => Ok(LeaseHold::NotHeld),
-            Err(detail) => Err(ReadError::Storage {
-                source: StorageError::msg(detail),
-            }),
+        let deadline = crate::cause::deadline_after(self.shared.config.failover_timeout);
+        let mut backoff = Duration::from_millis(50);
+        loop {
+            match leases.hold(&self.shared.pool, execution, head).await {
+                Ok(Some(token)) => return Ok(held(token)),
+                Ok(None) => return Ok(LeaseHold::NotHeld),
+                // The primary is lost or being replaced: the lease's row is on the standby that
+                // takes over, and asking again there costs latency, where giving up now would
+                // leave the step's start without its call, in doubt for an operator.
+                Err(failure)
+                    if failure.cause.reconnect_may_cure()
+                        && tokio::time::Instant::now() + backoff < deadline =>
+                {
+                    tracing::debug!(detail = %failure.detail, "cannot confirm a lease yet; asking again");
+                    tokio::time::sleep(backoff).await;
+                    backoff = (backoff * 2).min(Duration::from_secs(1));
+                }
+                Err(failure) => {
+                    return Err(ReadError::Storage {
+                        source: StorageError::msg(failure.detail),
+                    });
+                }
+            }
         }
     }
 }

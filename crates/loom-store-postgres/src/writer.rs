@@ -55,7 +55,7 @@ use tokio::sync::mpsc;
 use tokio_postgres::error::Severity;
 use tracing::Instrument;
 
-use crate::cause::{Cause, describe, describe_pool};
+use crate::cause::{Cause, Failure, describe, describe_pool};
 use crate::fast::{self, Cached};
 use crate::lease::{LeaseDecision, Leases, RowLease};
 use crate::notify::{HeadWatch, payloads};
@@ -128,36 +128,6 @@ enum BatchError {
     },
 }
 
-/// Why a batch did not commit, and whether deciding it again may succeed.
-#[derive(Debug)]
-struct Failure {
-    detail: String,
-    cause: Cause,
-}
-
-impl Failure {
-    fn of(err: &tokio_postgres::Error) -> Self {
-        Self {
-            detail: describe(err),
-            cause: Cause::of(err),
-        }
-    }
-
-    fn pool(err: &deadpool_postgres::PoolError) -> Self {
-        Self {
-            detail: describe_pool(err),
-            cause: Cause::of_pool(err),
-        }
-    }
-
-    fn other(detail: impl Into<String>, cause: Cause) -> Self {
-        Self {
-            detail: detail.into(),
-            cause,
-        }
-    }
-}
-
 /// One event the batch inserted: finding it with the batch's commit id proves the commit.
 #[derive(Debug, Clone)]
 struct Probe {
@@ -224,7 +194,7 @@ impl Writer {
         self.prune_cache();
         // Before anything of the batch is sent: a lease it sets runs at least a lease from here.
         let since = std::time::Instant::now();
-        let deadline = deadline_after(self.failover_timeout);
+        let deadline = crate::cause::deadline_after(self.failover_timeout);
         let mut contended = 0;
         let mut backoff = Duration::from_millis(50);
         let mut lost_primary = false;
@@ -408,7 +378,7 @@ impl Writer {
                 tracing::warn!(%detail, "commit outcome unknown; reading back");
                 let ids: Vec<&str> = plan.rows.iter().map(|r| r.id.as_str()).collect();
                 let seqs: Vec<i64> = rows.expected.clone();
-                let deadline = deadline_after(self.failover_timeout);
+                let deadline = crate::cause::deadline_after(self.failover_timeout);
                 match self.read_back(&ids, &seqs, commit_id, deadline).await {
                     // What did not commit goes the full path, which commits it on the primary
                     // now there.
@@ -934,14 +904,6 @@ impl Writer {
     }
 }
 
-/// `bound` from now, or as far as the clock goes: a bound of `Duration::MAX` means "never give
-/// up", not an overflow.
-fn deadline_after(bound: Duration) -> tokio::time::Instant {
-    let now = tokio::time::Instant::now();
-    now.checked_add(bound)
-        .unwrap_or_else(|| now + Duration::from_secs(100 * 365 * 24 * 60 * 60))
-}
-
 /// Whether `client`'s server is a primary: a standby's view may lag the commit asked about.
 async fn on_primary(client: &deadpool_postgres::Object) -> Result<bool, tokio_postgres::Error> {
     let row = client
@@ -1034,18 +996,5 @@ impl WakeParams {
             &self.upserted_tags,
             &self.upserted_at,
         ]
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[tokio::test]
-    async fn an_unbounded_failover_timeout_is_a_far_deadline_not_an_overflow() {
-        let far = deadline_after(Duration::MAX);
-        assert!(far > tokio::time::Instant::now() + Duration::from_secs(365 * 24 * 60 * 60));
-        let soon = deadline_after(Duration::from_millis(5));
-        assert!(soon <= tokio::time::Instant::now() + Duration::from_millis(5));
     }
 }

@@ -8,12 +8,13 @@
 //! - the standby never received it (the primary's WAL sender is stopped).
 //!
 //! One on the one-statement path (an execution this worker holds), one on the full path (a
-//! new execution). The pair is this test's own (`support::cluster`), not `cargo xtask pg-up`'s.
+//! new execution). Then a lease confirmed (before a non-idempotent call) while there is no
+//! primary: answered once the standby is promoted, still this worker's. The pair is this test's own (`support::cluster`), not `cargo xtask pg-up`'s.
 
 use std::time::{Duration, Instant};
 
 use loom_kernel::conformance::{id, started, tagged};
-use loom_kernel::{EventStore, ExecutionId};
+use loom_kernel::{EventStore, ExecutionId, LeaseHold};
 use loom_store_postgres::{PostgresStore, PostgresStoreConfig};
 use serde_json::json;
 
@@ -250,6 +251,35 @@ async fn an_append_interrupted_by_a_failover_is_answered_as_it_ended_exactly_onc
         .ask_standby("SELECT count(*) FROM interrupted.loom_events")
         .await;
     assert_eq!(standby, "7", "the new standby has every event");
+
+    // A lease confirmed before a non-idempotent call while the primary is replaced: asked again
+    // on the new primary, still this worker's under the same token (not a step left in doubt).
+    let token = store.lease_token(&held).expect("the lease on `held`");
+    store
+        .faults()
+        .distrust_leases
+        .store(true, std::sync::atomic::Ordering::SeqCst);
+    pair.run(|pair| pair.kill_primary()).await;
+    let holding = {
+        let (store, held) = (store.clone(), held.clone());
+        tokio::spawn(async move { store.hold_lease(&held, 5).await })
+    };
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert!(!holding.is_finished(), "answered with no primary");
+    pair.run(|pair| pair.promote()).await;
+    // The confirmation writes the lease's expiry: a commit, which waits for a standby.
+    pair.run(|pair| pair.rebuild_standby()).await;
+    let hold = tokio::time::timeout(Duration::from_secs(60), holding)
+        .await
+        .expect("the lease confirmed after the promotion")
+        .expect("hold task")
+        .expect("a lease confirmed, not an error");
+    assert_eq!(
+        hold,
+        LeaseHold::Held {
+            token: token as u64
+        }
+    );
 }
 
 /// The log's tags, in order, are `tags`: nothing lost, nothing twice.
