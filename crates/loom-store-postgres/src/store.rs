@@ -248,14 +248,34 @@ impl PostgresStore {
         &self.shared.faults
     }
 
+    /// A connection for a read. While no server of the URL takes one (the primary is lost and
+    /// no standby promoted yet), it waits for one, with backoff, within `failover_timeout`: a
+    /// failover delays reads rather than failing them. A read already under way when its
+    /// connection breaks still fails.
     async fn client(&self) -> Result<deadpool_postgres::Object, ReadError> {
-        self.shared
-            .pool
-            .get()
-            .await
-            .map_err(|e| ReadError::Storage {
-                source: StorageError::msg(crate::cause::describe_pool(&e)),
-            })
+        let mut deadline = None;
+        let mut backoff = Duration::from_millis(50);
+        loop {
+            match self.shared.pool.get().await {
+                Ok(client) => return Ok(client),
+                Err(err) => {
+                    let failure = crate::cause::Failure::pool(&err);
+                    let deadline = *deadline.get_or_insert_with(|| {
+                        crate::cause::deadline_after(self.shared.config.failover_timeout)
+                    });
+                    if !failure.cause.reconnect_may_cure()
+                        || tokio::time::Instant::now() + backoff >= deadline
+                    {
+                        return Err(ReadError::Storage {
+                            source: StorageError::msg(failure.detail),
+                        });
+                    }
+                    tracing::debug!(detail = %failure.detail, "no server takes a connection yet");
+                    tokio::time::sleep(backoff).await;
+                    backoff = (backoff * 2).min(Duration::from_secs(1));
+                }
+            }
+        }
     }
 }
 

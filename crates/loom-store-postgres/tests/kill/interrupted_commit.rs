@@ -8,8 +8,8 @@
 //! - the standby never received it (the primary's WAL sender is stopped).
 //!
 //! One on the one-statement path (an execution this worker holds), one on the full path (a
-//! new execution). Then a lease confirmed (before a non-idempotent call) while there is no
-//! primary: answered once the standby is promoted, still this worker's. The pair is this test's own (`support::cluster`), not `cargo xtask pg-up`'s.
+//! new execution). Then a lease confirmed (before a non-idempotent call) and a read while
+//! there is no primary: answered once the standby is promoted, the lease still this worker's. The pair is this test's own (`support::cluster`), not `cargo xtask pg-up`'s.
 
 use std::time::{Duration, Instant};
 
@@ -264,8 +264,14 @@ async fn an_append_interrupted_by_a_failover_is_answered_as_it_ended_exactly_onc
         let (store, held) = (store.clone(), held.clone());
         tokio::spawn(async move { store.hold_lease(&held, 5).await })
     };
+    // A read waits for a server too, rather than failing.
+    let reading = {
+        let (store, held) = (store.clone(), held.clone());
+        tokio::spawn(async move { store.head(&held).await })
+    };
     tokio::time::sleep(Duration::from_millis(300)).await;
-    assert!(!holding.is_finished(), "answered with no primary");
+    assert!(!holding.is_finished(), "a lease answered with no primary");
+    assert!(!reading.is_finished(), "a read answered with no primary");
     pair.run(|pair| pair.promote()).await;
     // The confirmation writes the lease's expiry: a commit, which waits for a standby.
     pair.run(|pair| pair.rebuild_standby()).await;
@@ -279,6 +285,13 @@ async fn an_append_interrupted_by_a_failover_is_answered_as_it_ended_exactly_onc
         LeaseHold::Held {
             token: token as u64
         }
+    );
+    assert_eq!(
+        reading
+            .await
+            .expect("read task")
+            .expect("a read after the promotion"),
+        5
     );
 }
 
