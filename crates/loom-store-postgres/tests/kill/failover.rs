@@ -6,12 +6,13 @@
 //! (`LOOM_FAILOVERS` sets another number). Then everything is driven to its end and the kill
 //! test's checks run: no acknowledged start lost, no non-idempotent call twice without a
 //! doubt and a verdict, every log replays. It also measures, after each promotion, how long
-//! until the workers commit again, and fails past [`RESUME_BOUND`].
+//! until the workers commit again, and fails past [`RESUME_BOUND`]. The same runs on a
+//! `ShardedStore` over two replicated pairs, failed over in turn.
 
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use loom_store_postgres::PostgresStore;
+use loom_store_postgres::{PostgresStore, ShardedStore};
 
 use crate::kill_rounds::{Disruption, kill_test, knob};
 use crate::support::cluster::Pair;
@@ -56,10 +57,12 @@ pub(crate) fn plan(count: usize) -> (Duration, Duration) {
     (LEASE, (GAP + RESUME_BOUND) * count as u32)
 }
 
-/// `count` failovers of `pair`, `GAP` apart; a line of what they took.
-pub(crate) async fn failovers(pair: &SharedPair, count: usize, schema: &str) -> String {
+/// `count` failovers, `GAP` apart, of `pairs` in turn (one pair per database of the store); a
+/// line of what they took.
+pub(crate) async fn failovers(pairs: &[SharedPair], count: usize, schema: &str) -> String {
     let (mut kills, mut promotions, mut rebuilds, mut resumed) = (vec![], vec![], vec![], vec![]);
-    for _ in 0..count {
+    for round in 0..count {
+        let pair = &pairs[round % pairs.len()];
         tokio::time::sleep(GAP).await;
         kills.push(timed(pair, |pair| pair.kill_primary()).await);
         promotions.push(timed(pair, |pair| pair.promote()).await);
@@ -83,8 +86,12 @@ pub(crate) async fn failovers(pair: &SharedPair, count: usize, schema: &str) -> 
             .collect::<Vec<_>>()
             .join("/")
     };
+    let pairs = match pairs.len() {
+        1 => "a synchronous pair".to_owned(),
+        n => format!("{n} synchronous pairs in turn"),
+    };
     format!(
-        "{count} failovers of a synchronous pair (kill {} ms, promotion {} ms, new standby {} \
+        "{count} failovers of {pairs} (kill {} ms, promotion {} ms, new standby {} \
          ms; the workers' first commit {} ms after each promotion, at most {:?})",
         ms(&kills),
         ms(&promotions),
@@ -134,6 +141,22 @@ async fn workers_on_a_replicated_pair_come_through_failovers_losing_nothing() {
     };
     let url = pair.url();
     let count = knob(FAILOVERS_VAR, 3);
-    let pair = SharedPair::new(pair);
-    kill_test::<PostgresStore>(vec![url], Disruption::Failovers { count, pair }).await;
+    let pairs = vec![SharedPair::new(pair)];
+    kill_test::<PostgresStore>(vec![url], Disruption::Failovers { count, pairs }).await;
+}
+
+/// The same on a `ShardedStore` over two replicated databases, failed over in turn: one shard
+/// loses its primary while the other goes on.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn workers_on_two_replicated_shards_come_through_their_failovers_losing_nothing() {
+    let Some(first) = crate::support::replicated_pair("failover_sharded", true) else {
+        return;
+    };
+    let Some(second) = crate::support::replicated_pair("failover_sharded", true) else {
+        return;
+    };
+    let urls = vec![first.url(), second.url()];
+    let count = knob(FAILOVERS_VAR, 3);
+    let pairs = vec![SharedPair::new(first), SharedPair::new(second)];
+    kill_test::<ShardedStore>(urls, Disruption::Failovers { count, pairs }).await;
 }

@@ -114,7 +114,7 @@ pub(crate) enum Disruption {
     /// each time (see `failover`).
     Failovers {
         count: usize,
-        pair: crate::failover::SharedPair,
+        pairs: Vec<crate::failover::SharedPair>,
     },
 }
 
@@ -188,7 +188,7 @@ pub(crate) async fn kill_test<S: WorkerStore>(urls: Vec<String>, disruption: Dis
     };
 
     let started = Instant::now();
-    // Borrowed, not taken: a replicated pair lives until the checks are done.
+    // Borrowed, not taken: the replicated pairs live until the checks are done.
     let disrupted = match &disruption {
         &Disruption::Kills { rounds, pauses } => {
             // The rounds: one SIGKILL each, the victim restarted at once under its worker id;
@@ -211,8 +211,8 @@ pub(crate) async fn kill_test<S: WorkerStore>(urls: Vec<String>, disruption: Dis
             assert!(paused == pauses, "every pause happened");
             format!("{rounds} kills and {paused} pauses of {PAUSE:?}")
         }
-        Disruption::Failovers { count, pair } => {
-            crate::failover::failovers(pair, *count, &schema).await
+        Disruption::Failovers { count, pairs } => {
+            crate::failover::failovers(pairs, *count, &schema).await
         }
     };
     let rounds_took = started.elapsed();
