@@ -22,7 +22,7 @@ fn state_dir(root: &Path) -> PathBuf {
 
 /// The shared helpers, also compiled into the PostgreSQL store's tests, which start replicated
 /// pairs of their own.
-#[path = "../../crates/loom-store-postgres/tests/support/cluster.rs"]
+#[path = "../../crates/loom-store-postgres/tests/support/cluster/mod.rs"]
 mod cluster;
 
 use cluster::{Pair, pg_command};

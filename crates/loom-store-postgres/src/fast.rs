@@ -44,7 +44,7 @@ pub(crate) struct Cached {
 
 /// The one statement. Arrays: `$1..$9` and `$11` one element per execution, `$12..$14` one
 /// per event, `$17..$22` the rows of the wake-up index the batch changes (as in
-/// [`crate::writer::WAKE_STATEMENT`]), written only for the executions updated. The owner is compared per row (`$11`, this worker's id in each element) and
+/// [`crate::wake::WAKE_STATEMENT`]), written only for the executions updated. The owner is compared per row (`$11`, this worker's id in each element) and
 /// with `IS NOT DISTINCT FROM`, which no index serves, so that
 /// the plan reaches each row by its primary key, never through the index of leases by owner.
 pub(crate) const STATEMENT: &str = "\

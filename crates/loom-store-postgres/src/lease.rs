@@ -310,7 +310,7 @@ impl Leases {
         leases: std::sync::Weak<Self>,
         pool: Pool,
         every: Duration,
-        faults: std::sync::Arc<crate::writer::Faults>,
+        faults: std::sync::Arc<crate::faults::Faults>,
     ) {
         loop {
             tokio::time::sleep(every).await;

@@ -52,18 +52,23 @@ mod cause;
 mod config;
 mod error;
 mod fast;
+mod faults;
 mod lease;
 mod listing;
 mod notify;
+mod read_back;
 mod replication;
 mod schema;
 mod shards;
 mod store;
 mod testing;
+mod wake;
 mod writer;
 
 pub use config::PostgresStoreConfig;
 pub use error::ConnectError;
+#[doc(hidden)]
+pub use faults::Faults;
 pub use replication::Replication;
 pub use schema::SCHEMA_VERSION;
 pub use shards::{ShardCursor, ShardFeedEvent, ShardedStore, shard_of, shard_urls};
@@ -72,5 +77,3 @@ pub use testing::{
     REQUIRE_VAR, SKIPPED_TESTS_VAR, URL_VAR, fresh_schema, fresh_store, record_skipped_test,
     server_url, url_file,
 };
-#[doc(hidden)]
-pub use writer::Faults;

@@ -4,6 +4,7 @@
 
 use std::time::Duration;
 
+use loom_kernel::{AppendError, ExecutionId, StorageError};
 use tokio_postgres::config::TargetSessionAttrs;
 
 /// The replication settings of the primary a store is connected to.
@@ -84,6 +85,23 @@ pub(crate) fn prepare_for_failover(pg: &mut tokio_postgres::Config) {
     }
     if pg.get_keepalives_retries().is_none() {
         pg.keepalives_retries(3);
+    }
+}
+
+/// The error for an append to an execution whose log the database no longer has up to `had`
+/// (this worker committed it there, and was told so) but only up to `now`.
+pub(crate) fn lost_commits(execution: &ExecutionId, had: u64, now: u64) -> AppendError {
+    let detail = format!(
+        "the database lost commits it had acknowledged: execution {execution} had {had} events \
+         when this worker last committed to it and now has {now}. A failover to a standby that \
+         had not received them does this (asynchronous replication: synchronous_commit off or \
+         local, or no synchronous standby); the lost steps' effects may have run and will run \
+         again when the execution is driven from what is stored. See docs/POSTGRES.md"
+    );
+    tracing::error!(%execution, had, now, "acknowledged commits lost");
+    AppendError::Storage {
+        execution: execution.clone(),
+        source: StorageError::msg(detail),
     }
 }
 

@@ -18,10 +18,11 @@ use tokio::task::JoinHandle;
 
 use crate::config::PostgresStoreConfig;
 use crate::error::ConnectError;
+use crate::faults::Faults;
 use crate::lease::Leases;
 use crate::notify::{self, HeadWatch};
 use crate::replication::Replication;
-use crate::writer::{Faults, Writer};
+use crate::writer::Writer;
 
 /// Event logs in a PostgreSQL database. Cheap to clone; clones share the pool, the writer,
 /// the listener and the leases. Each store instance is one worker for the lease protocol

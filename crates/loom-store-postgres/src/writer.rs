@@ -40,11 +40,12 @@
 //! A commit this worker had acknowledged and the database no longer has (a failover to a
 //! standby that had not received it: asynchronous replication, `synchronous_commit` off or
 //! local) shows as a head below the one this worker last committed; the writer refuses to
-//! append past it and says so ([`lost_commits`]) rather than carry on as if nothing happened.
+//! append past it and says so ([`crate::replication::lost_commits`]) rather than carry on as
+//! if nothing happened.
 
 use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::atomic::Ordering;
 use std::time::Duration;
 
 use deadpool_postgres::Pool;
@@ -55,45 +56,14 @@ use tokio::sync::mpsc;
 use tokio_postgres::error::Severity;
 use tracing::Instrument;
 
-use crate::cause::{Cause, Failure, describe, describe_pool};
+use crate::cause::{Cause, Failure, describe};
 use crate::fast::{self, Cached};
+use crate::faults::Faults;
 use crate::lease::{LeaseDecision, Leases, RowLease};
 use crate::notify::{HeadWatch, payloads};
+use crate::read_back::Probe;
+use crate::wake::{WAKE_STATEMENT, WakeParams};
 use loom_kernel::wake::WakeOps;
-
-/// Failures injected by tests to reach paths a healthy server never takes.
-#[derive(Debug, Default)]
-#[doc(hidden)]
-pub struct Faults {
-    /// Commit this many batches, then act as if the reply to `COMMIT` was lost.
-    pub lose_commit_reply: AtomicU32,
-    /// Roll this many batches back instead of committing, then act as if the reply to
-    /// `COMMIT` was lost.
-    pub lose_commit: AtomicU32,
-    /// Stop renewing leases in the background, as a worker that hangs would.
-    pub pause_lease_renewal: std::sync::atomic::AtomicBool,
-    /// Send this many batches the full path and stop each once its rows are locked, until
-    /// `resume_stalled` is notified: a worker paused in the middle of a transaction.
-    pub stall_after_lock: AtomicU32,
-    /// Notified when a batch stops for `stall_after_lock`.
-    pub stalled: tokio::sync::Notify,
-    /// What a batch stopped for `stall_after_lock` waits for.
-    pub resume_stalled: tokio::sync::Notify,
-    /// Ask the server whether a lease is held before every non-idempotent effect, as if every
-    /// lease might have lapsed (a worker whose last confirmation is older than
-    /// `lease_confirm_after` does so by itself).
-    pub distrust_leases: std::sync::atomic::AtomicBool,
-    /// Counted, not injected: the batches committed in one statement (see [`crate::fast`]).
-    pub one_statement_commits: std::sync::atomic::AtomicU64,
-}
-
-impl Faults {
-    fn take(counter: &AtomicU32) -> bool {
-        counter
-            .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| n.checked_sub(1))
-            .is_ok()
-    }
-}
 
 /// What the writer needs.
 #[derive(Debug)]
@@ -126,14 +96,6 @@ enum BatchError {
         probe: Probe,
         decided: Committed,
     },
-}
-
-/// One event the batch inserted: finding it with the batch's commit id proves the commit.
-#[derive(Debug, Clone)]
-struct Probe {
-    execution: ExecutionId,
-    seq: i64,
-    commit_id: i64,
 }
 
 /// An execution's row after a batch.
@@ -461,27 +423,6 @@ impl Writer {
             .retain(|id, cached| held.get(id.as_str()) == Some(&cached.token));
     }
 
-    /// Which of `ids` have the event at the matching `seqs` stored under `commit_id`; `None`
-    /// if that cannot be found out.
-    async fn read_back(
-        &self,
-        ids: &[&str],
-        seqs: &[i64],
-        commit_id: i64,
-        deadline: tokio::time::Instant,
-    ) -> Option<std::collections::HashSet<String>> {
-        self.ask_until_answered(deadline, |client| async move {
-            if !on_primary(&client).await? {
-                return Ok(None);
-            }
-            let rows = client
-                .query(fast::READ_BACK, &[&ids, &seqs, &commit_id])
-                .await?;
-            Ok(Some(fast::id_set(&rows)))
-        })
-        .await
-    }
-
     /// One attempt at the full path on a connection of the writer's pool; a connection whose
     /// attempt failed for a cause of the connection or the server is never used again.
     async fn try_commit(&self, batch: &[EncodedAppend]) -> Result<Committed, BatchError> {
@@ -614,7 +555,11 @@ impl Writer {
                 // Nobody took the lease since this worker's last commit, and the log is
                 // shorter than that commit left it: the database lost acknowledged events.
                 cache_changes.push((request.execution.clone(), None));
-                outcomes.push(Err(lost_commits(&request.execution, cached.head, row.head)));
+                outcomes.push(Err(crate::replication::lost_commits(
+                    &request.execution,
+                    cached.head,
+                    row.head,
+                )));
                 continue;
             }
             if row.head != request.expected_seq {
@@ -847,154 +792,7 @@ impl Writer {
             }),
         }
     }
-
-    /// Whether the batch of `probe` committed: `None` if it cannot be found out by
-    /// `deadline`.
-    async fn resolve(&self, probe: &Probe, deadline: tokio::time::Instant) -> Option<bool> {
-        self.ask_until_answered(deadline, |client| async move {
-            if !on_primary(&client).await? {
-                return Ok(None);
-            }
-            let row = client
-                .query_opt(
-                    "SELECT commit_id FROM loom_events WHERE execution_id = $1 AND seq = $2",
-                    &[&probe.execution.as_str(), &probe.seq],
-                )
-                .await?;
-            Ok(Some(row.is_some_and(|row| {
-                row.get::<_, i64>(0) == probe.commit_id
-            })))
-        })
-        .await
-    }
-
-    /// Asks the primary with `ask` on a pooled connection until it answers (`ask` gives `None`
-    /// on a standby), backing off from 20 ms to 1 s between tries, until `deadline`: `None` if
-    /// it never does. How an ambiguous commit is read back.
-    async fn ask_until_answered<T, F, Fut>(
-        &self,
-        deadline: tokio::time::Instant,
-        ask: F,
-    ) -> Option<T>
-    where
-        F: Fn(deadpool_postgres::Object) -> Fut,
-        Fut: std::future::Future<Output = Result<Option<T>, tokio_postgres::Error>>,
-    {
-        let mut backoff = Duration::from_millis(20);
-        loop {
-            let found = match self.pool.get().await {
-                Ok(client) => ask(client).await.map_err(|e| describe(&e)),
-                Err(e) => Err(describe_pool(&e)),
-            };
-            match found {
-                Ok(Some(found)) => return Some(found),
-                Ok(None) => {
-                    tracing::debug!("reached a standby; reading back from the primary later");
-                }
-                Err(detail) => {
-                    tracing::warn!(%detail, "cannot read back an ambiguous commit yet");
-                }
-            }
-            if tokio::time::Instant::now() + backoff > deadline {
-                return None;
-            }
-            tokio::time::sleep(backoff).await;
-            backoff = (backoff * 2).min(Duration::from_secs(1));
-        }
-    }
-}
-
-/// Whether `client`'s server is a primary: a standby's view may lag the commit asked about.
-async fn on_primary(client: &deadpool_postgres::Object) -> Result<bool, tokio_postgres::Error> {
-    let row = client
-        .query_one("SELECT NOT pg_is_in_recovery()", &[])
-        .await?;
-    Ok(row.get(0))
-}
-
-/// The error for an append to an execution whose log the database no longer has up to `had`
-/// (this worker committed it there, and was told so) but only up to `now`.
-fn lost_commits(execution: &ExecutionId, had: u64, now: u64) -> AppendError {
-    let detail = format!(
-        "the database lost commits it had acknowledged: execution {execution} had {had} events \
-         when this worker last committed to it and now has {now}. A failover to a standby that \
-         had not received them does this (asynchronous replication: synchronous_commit off or \
-         local, or no synchronous standby); the lost steps' effects may have run and will run \
-         again when the execution is driven from what is stored. See docs/POSTGRES.md"
-    );
-    tracing::error!(%execution, had, now, "acknowledged commits lost");
-    AppendError::Storage {
-        execution: execution.clone(),
-        source: StorageError::msg(detail),
-    }
 }
 
 /// Why a batch was rolled back when a lease it was granted on ran out before its write.
 const LEASE_RAN_OUT: &str = "a lease ran out while its append was being committed";
-
-/// What a batch does to the wake-up index (LD-033), as one statement: every row of the
-/// executions that ended deleted, some rows deleted, some inserted or moved. Each
-/// `(execution, tag)` is in at most one of them ([`WakeOps`]), so the parts of the statement
-/// never touch the same row.
-pub(crate) const WAKE_STATEMENT: &str = "\
-WITH cleared AS (
-    DELETE FROM loom_wakeups WHERE execution_id = ANY($1::text[])
-), deleted AS (
-    DELETE FROM loom_wakeups AS w USING unnest($2::text[], $3::text[]) AS d(id, tag)
-    WHERE w.execution_id = d.id AND w.tag = d.tag
-)
-INSERT INTO loom_wakeups (execution_id, tag, at_ms)
-SELECT a.id, a.tag, a.at FROM unnest($4::text[], $5::text[], $6::int8[]) AS a(id, tag, at)
-ON CONFLICT (execution_id, tag) DO UPDATE SET at_ms = excluded.at_ms";
-
-/// The parameters of [`WAKE_STATEMENT`] (and of the same parts of [`fast::STATEMENT`]).
-#[derive(Debug, Default)]
-pub(crate) struct WakeParams {
-    pub(crate) cleared: Vec<String>,
-    pub(crate) deleted_ids: Vec<String>,
-    pub(crate) deleted_tags: Vec<String>,
-    pub(crate) upserted_ids: Vec<String>,
-    pub(crate) upserted_tags: Vec<String>,
-    pub(crate) upserted_at: Vec<i64>,
-}
-
-impl WakeParams {
-    pub(crate) fn of<'a>(ops: impl IntoIterator<Item = (&'a &'a str, &'a WakeOps)>) -> Self {
-        let mut params = Self::default();
-        for (id, ops) in ops {
-            params.add(id, ops);
-        }
-        params
-    }
-
-    pub(crate) fn add(&mut self, id: &str, ops: &WakeOps) {
-        if ops.clear {
-            self.cleared.push(id.to_owned());
-        }
-        for tag in &ops.deletes {
-            self.deleted_ids.push(id.to_owned());
-            self.deleted_tags.push(tag.clone());
-        }
-        for (tag, at) in &ops.upserts {
-            self.upserted_ids.push(id.to_owned());
-            self.upserted_tags.push(tag.clone());
-            self.upserted_at
-                .push(i64::try_from(*at).unwrap_or(i64::MAX));
-        }
-    }
-
-    pub(crate) fn is_empty(&self) -> bool {
-        self.cleared.is_empty() && self.deleted_ids.is_empty() && self.upserted_ids.is_empty()
-    }
-
-    pub(crate) fn params(&self) -> [&(dyn tokio_postgres::types::ToSql + Sync); 6] {
-        [
-            &self.cleared,
-            &self.deleted_ids,
-            &self.deleted_tags,
-            &self.upserted_ids,
-            &self.upserted_tags,
-            &self.upserted_at,
-        ]
-    }
-}
