@@ -53,10 +53,13 @@ impl TestOptions {
 }
 
 /// What `--long` (and so CI) runs in full where an ordinary run does less: the PostgreSQL kill
-/// tests' rounds and pauses, and the cases of the two costliest property tests.
-const LONG_RUN: [(&str, &str); 4] = [
+/// tests' rounds and pauses, the failovers of two replicated shards (none in an ordinary run:
+/// the one-pair failover test takes the same paths), and the cases of the two costliest
+/// property tests.
+const LONG_RUN: [(&str, &str); 5] = [
     ("LOOM_KILL_ROUNDS", "30"),
     ("LOOM_KILL_PAUSES", "5"),
+    ("LOOM_SHARDED_FAILOVERS", "4"),
     ("LOOM_STATE_MACHINE_CASES", "10000"),
     ("LOOM_SURFACE_MODEL_CASES", "4000"),
 ];
