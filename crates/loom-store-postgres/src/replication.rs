@@ -17,21 +17,23 @@ pub struct Replication {
     pub synchronous_standby_names: String,
     /// Standbys streaming from this primary now.
     pub standbys: u32,
-    /// Of them, the ones a commit waits for now (`sync_state` `sync` or `quorum`).
-    pub synchronous_standbys: u32,
+    /// Of them, the ones a commit waits for now (`sync_state` `sync` or `quorum`); `None` when
+    /// the store's role may not see `sync_state` (it takes `pg_read_all_stats`).
+    pub synchronous_standbys: Option<u32>,
 }
 
 impl Replication {
-    /// Whether every append this store acknowledges is on a standby too, so that promoting
-    /// that standby after the primary's loss loses none: commits wait for a synchronous
-    /// standby that is streaming now. False for a single server (nothing to fail over to)
-    /// and for asynchronous replication, where a failover may lose acknowledged appends.
+    /// Whether every append this store acknowledges is on a synchronous standby too, so that
+    /// promoting that standby after the primary's loss loses none: commits wait for one
+    /// (`synchronous_commit` `on`, `remote_apply` or `remote_write`, and standbys named in
+    /// `synchronous_standby_names`). With none streaming, commits wait rather than go
+    /// unreplicated: appends stall, they are not lost. False for asynchronous replication,
+    /// where a failover may lose acknowledged appends.
     pub fn survives_failover(&self) -> bool {
         matches!(
             self.synchronous_commit.as_str(),
             "on" | "remote_apply" | "remote_write"
         ) && !self.synchronous_standby_names.trim().is_empty()
-            && self.synchronous_standbys > 0
     }
 
     /// Whether the primary streams to standbys that a commit does not wait for: a failover
@@ -49,7 +51,9 @@ impl Replication {
                         current_setting('synchronous_standby_names'), \
                         (SELECT count(*) FROM pg_stat_replication)::int8, \
                         (SELECT count(*) FROM pg_stat_replication \
-                         WHERE sync_state IN ('sync', 'quorum'))::int8",
+                         WHERE sync_state IN ('sync', 'quorum'))::int8, \
+                        (SELECT count(*) FROM pg_stat_replication \
+                         WHERE sync_state IS NULL)::int8",
                 &[],
             )
             .await?;
@@ -58,7 +62,8 @@ impl Replication {
             synchronous_commit: row.get(0),
             synchronous_standby_names: row.get(1),
             standbys: count(row.get(2)),
-            synchronous_standbys: count(row.get(3)),
+            // Rows the role may not see the details of have no `sync_state`.
+            synchronous_standbys: (row.get::<_, i64>(4) == 0).then(|| count(row.get(3))),
         })
     }
 }
@@ -109,7 +114,7 @@ pub(crate) fn lost_commits(execution: &ExecutionId, had: u64, now: u64) -> Appen
 mod tests {
     use super::*;
 
-    fn replication(commit: &str, names: &str, standbys: u32, sync: u32) -> Replication {
+    fn replication(commit: &str, names: &str, standbys: u32, sync: Option<u32>) -> Replication {
         Replication {
             synchronous_commit: commit.into(),
             synchronous_standby_names: names.into(),
@@ -119,18 +124,20 @@ mod tests {
     }
 
     #[test]
-    fn only_a_streaming_synchronous_standby_keeps_acknowledged_appends_through_a_failover() {
-        assert!(replication("on", "*", 1, 1).survives_failover());
-        assert!(replication("remote_apply", "s1", 2, 1).survives_failover());
+    fn only_commits_that_wait_for_a_synchronous_standby_keep_acknowledged_appends() {
+        assert!(replication("on", "*", 1, Some(1)).survives_failover());
+        assert!(replication("remote_apply", "s1", 2, Some(1)).survives_failover());
         // Asynchronous: standbys, but commits do not wait for them.
-        let lossy = replication("on", "", 1, 0);
+        let lossy = replication("on", "", 1, Some(0));
         assert!(!lossy.survives_failover() && lossy.may_lose_on_failover());
-        let local = replication("local", "*", 1, 1);
+        let local = replication("local", "*", 1, Some(1));
         assert!(!local.survives_failover() && local.may_lose_on_failover());
-        // The synchronous standby is not connected now.
-        assert!(!replication("on", "*", 0, 0).survives_failover());
+        // The synchronous standby is not connected now: commits wait, nothing is lost.
+        assert!(replication("on", "*", 0, Some(0)).survives_failover());
+        // A role that may not see `sync_state` is not told a loss it cannot see.
+        assert!(!replication("on", "s1", 1, None).may_lose_on_failover());
         // A single server: nothing to fail over to, nothing said.
-        assert!(!replication("on", "", 0, 0).may_lose_on_failover());
+        assert!(!replication("on", "", 0, Some(0)).may_lose_on_failover());
     }
 
     #[test]
