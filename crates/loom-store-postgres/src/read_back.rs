@@ -78,18 +78,24 @@ impl Writer {
         Fut: std::future::Future<Output = Result<Option<T>, tokio_postgres::Error>>,
     {
         let mut backoff = Duration::from_millis(20);
+        let mut tries = 0;
         loop {
             let found = match self.pool.get().await {
                 Ok(client) => ask(client).await.map_err(|e| describe(&e)),
                 Err(e) => Err(describe_pool(&e)),
             };
+            tries += 1;
             match found {
                 Ok(Some(found)) => return Some(found),
                 Ok(None) => {
                     tracing::debug!("reached a standby; reading back from the primary later");
                 }
+                // Once at warn: a failover takes seconds, and each try would say the same.
+                Err(detail) if tries == 1 => {
+                    tracing::warn!(%detail, "cannot read back an ambiguous commit yet; trying again");
+                }
                 Err(detail) => {
-                    tracing::warn!(%detail, "cannot read back an ambiguous commit yet");
+                    tracing::debug!(%detail, tries, "cannot read back an ambiguous commit yet");
                 }
             }
             if tokio::time::Instant::now() + backoff > deadline {
