@@ -74,13 +74,20 @@ impl PostgresStore {
         let listener_config = pg.clone();
         let mut writes_config = pg.clone();
         let limits = Limits::of(config.lease);
+        // The URL's own `options` (`-c synchronous_commit=...`, say) are kept, the store's
+        // after them: where both set a parameter, the store's limits win.
+        let given = pg
+            .get_options()
+            .map(|options| format!("{options} "))
+            .unwrap_or_default();
         pg.options(format!(
-            "-c search_path={} -c statement_timeout={} -c idle_in_transaction_session_timeout={}",
+            "{given}-c search_path={} -c statement_timeout={} \
+             -c idle_in_transaction_session_timeout={}",
             config.schema, limits.read_statement_ms, limits.idle_ms
         ));
         writes_config.options(format!(
-            "-c search_path={} -c plan_cache_mode=force_generic_plan -c statement_timeout={} \
-             -c idle_in_transaction_session_timeout={}",
+            "{given}-c search_path={} -c plan_cache_mode=force_generic_plan \
+             -c statement_timeout={} -c idle_in_transaction_session_timeout={}",
             config.schema, limits.write_statement_ms, limits.idle_ms
         ));
         let pool_of = |pg: tokio_postgres::Config, size: usize| {

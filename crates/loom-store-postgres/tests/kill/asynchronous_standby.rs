@@ -2,7 +2,9 @@
 //! and the store says so instead of carrying on. The store reports the primary's standbys as
 //! not synchronous ([`loom_store_postgres::Replication`]); an append acknowledged while the
 //! standby did not have it is gone after a failover, and the worker that had committed it
-//! refuses to append past the hole, naming it.
+//! refuses to append past the hole, naming it. The same with a synchronous standby and
+//! `synchronous_commit = off` for the store's sessions (set in the URL): commits do not wait for
+//! the standby either.
 
 use std::time::{Duration, Instant};
 
@@ -18,11 +20,25 @@ async fn a_failover_to_an_asynchronous_standby_loses_acknowledged_appends_and_sa
     let Some(pair) = crate::support::replicated_pair("asynchronous_standby", false) else {
         return;
     };
-    let _turn = crate::kill_rounds::ONE_AT_A_TIME.lock().await;
     let url = pair.url();
-    let pair = SharedPair::new(pair);
+    lose_an_acknowledged_append(SharedPair::new(pair), &url).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn synchronous_commit_off_loses_acknowledged_appends_in_a_failover_and_says_so() {
+    let Some(pair) = crate::support::replicated_pair("synchronous_commit_off", true) else {
+        return;
+    };
+    let url = format!("{}&options=-c%20synchronous_commit%3Doff", pair.url());
+    lose_an_acknowledged_append(SharedPair::new(pair), &url).await;
+}
+
+/// The store on `url` reports that a failover may lose what it acknowledges; an append
+/// acknowledged while the standby hears nothing is lost by a failover, and said to be.
+async fn lose_an_acknowledged_append(pair: SharedPair, url: &str) {
+    let _turn = crate::kill_rounds::ONE_AT_A_TIME.lock().await;
     let store = PostgresStore::connect(
-        PostgresStoreConfig::new(&url)
+        PostgresStoreConfig::new(url)
             .schema("asynchronous")
             .lease(Duration::from_secs(30)),
     )
@@ -31,7 +47,7 @@ async fn a_failover_to_an_asynchronous_standby_loses_acknowledged_appends_and_sa
     let replication = store.replication().await.expect("replication");
     assert!(
         replication.may_lose_on_failover() && !replication.survives_failover(),
-        "an asynchronous standby is reported as such: {replication:?}"
+        "a standby commits do not wait for is reported as such: {replication:?}"
     );
 
     let e = id("lossy");
@@ -44,7 +60,9 @@ async fn a_failover_to_an_asynchronous_standby_loses_acknowledged_appends_and_sa
     loop {
         let caught_up = pair
             .run(|pair| {
-                let lsn = pair.psql(pair.primary_port(), "SELECT pg_current_wal_flush_lsn()")?;
+                // Inserted, not flushed: with `synchronous_commit = off` the start's commit
+                // record may not be flushed yet.
+                let lsn = pair.psql(pair.primary_port(), "SELECT pg_current_wal_insert_lsn()")?;
                 let port = pair.standby_port().ok_or("the pair has no standby")?;
                 pair.psql(
                     port,
