@@ -305,6 +305,17 @@ mod tests {
     }
 
     #[test]
+    fn with_no_pair_a_failover_is_refused_and_a_stop_does_nothing() {
+        let root = tempfile::tempdir().unwrap();
+        let refused = super::replica_failover(root.path())
+            .unwrap_err()
+            .to_string();
+        assert!(refused.contains("no replicated pair"), "{refused}");
+        super::replica_down(root.path()).unwrap();
+        super::replica_down(root.path()).unwrap();
+    }
+
+    #[test]
     fn a_saved_pair_reads_back_the_same() {
         for standby in [true, false] {
             let state = state(standby);

@@ -137,16 +137,18 @@ pub(crate) struct Failure {
 
 impl Failure {
     pub(crate) fn of(err: &tokio_postgres::Error) -> Self {
+        let cause = Cause::of(err);
         Self {
-            detail: describe(err),
-            cause: Cause::of(err),
+            detail: described(cause, err),
+            cause,
         }
     }
 
     pub(crate) fn pool(err: &deadpool_postgres::PoolError) -> Self {
+        let cause = Cause::of_pool(err);
         Self {
-            detail: describe_pool(err),
-            cause: Cause::of_pool(err),
+            detail: described(cause, err),
+            cause,
         }
     }
 
@@ -187,6 +189,53 @@ pub(crate) fn deadline_after(bound: Duration) -> tokio::time::Instant {
     let now = tokio::time::Instant::now();
     now.checked_add(bound)
         .unwrap_or_else(|| now + Duration::from_secs(100 * 365 * 24 * 60 * 60))
+}
+
+/// How the store waits out a failover: tries again after a wait that doubles up to 1 s, until a
+/// deadline (`failover_timeout` from the first failure).
+#[derive(Debug)]
+pub(crate) struct Retry {
+    deadline: tokio::time::Instant,
+    wait: Duration,
+}
+
+impl Retry {
+    /// Until `bound` from now, the first wait 50 ms.
+    pub(crate) fn within(bound: Duration) -> Self {
+        Self::until(deadline_after(bound))
+    }
+
+    /// Until `deadline`, the first wait 50 ms.
+    pub(crate) fn until(deadline: tokio::time::Instant) -> Self {
+        Self {
+            deadline,
+            wait: Duration::from_millis(50),
+        }
+    }
+
+    /// The same with another first wait.
+    pub(crate) fn first_wait(self, wait: Duration) -> Self {
+        Self { wait, ..self }
+    }
+
+    pub(crate) fn deadline(&self) -> tokio::time::Instant {
+        self.deadline
+    }
+
+    /// Whether the deadline is still ahead.
+    pub(crate) fn time_left(&self) -> bool {
+        tokio::time::Instant::now() < self.deadline
+    }
+
+    /// Waits before the next try; `false`, at once, if that wait would pass the deadline.
+    pub(crate) async fn wait(&mut self) -> bool {
+        if tokio::time::Instant::now() + self.wait > self.deadline {
+            return false;
+        }
+        tokio::time::sleep(self.wait).await;
+        self.wait = (self.wait * 2).min(Duration::from_secs(1));
+        true
+    }
 }
 
 #[cfg(test)]
@@ -248,5 +297,19 @@ mod tests {
         assert!(far > tokio::time::Instant::now() + Duration::from_secs(365 * 24 * 60 * 60));
         let soon = deadline_after(Duration::from_millis(5));
         assert!(soon <= tokio::time::Instant::now() + Duration::from_millis(5));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_retry_waits_longer_each_time_and_never_past_its_deadline() {
+        let began = tokio::time::Instant::now();
+        let mut retry = Retry::within(Duration::from_millis(1_000));
+        let mut waits = 0;
+        while retry.wait().await {
+            waits += 1;
+        }
+        // 50, 100, 200, 400 ms: the next, 800 ms, would pass the deadline.
+        assert_eq!(waits, 4);
+        assert_eq!(began.elapsed(), Duration::from_millis(750));
+        assert!(retry.time_left());
     }
 }

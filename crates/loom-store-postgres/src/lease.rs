@@ -411,4 +411,20 @@ mod tests {
             LeaseDecision::Refused { lost: true }
         );
     }
+
+    #[test]
+    fn a_confirmation_is_trusted_at_most_half_a_lease_and_a_zero_bound_trusts_none() {
+        let execution = ExecutionId::new("e").unwrap();
+        let hold = |confirm_after: Duration, since: Instant| {
+            let leases = Leases::new("me".into(), Duration::from_secs(10), confirm_after);
+            leases.apply(vec![(execution.clone(), Some(3))], since);
+            leases.fresh(&execution)
+        };
+        let six_seconds_ago = Instant::now() - Duration::from_secs(6);
+        // A bound past half the lease is half the lease.
+        assert_eq!(hold(Duration::MAX, six_seconds_ago), None);
+        assert_eq!(hold(Duration::MAX, Instant::now()), Some(3));
+        // Zero: every non-idempotent call asks the server.
+        assert_eq!(hold(Duration::ZERO, Instant::now()), None);
+    }
 }

@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use loom_kernel::ExecutionId;
 
-use crate::cause::{describe, describe_pool};
+use crate::cause::{Retry, describe, describe_pool};
 use crate::fast;
 use crate::writer::Writer;
 
@@ -77,7 +77,7 @@ impl Writer {
         F: Fn(deadpool_postgres::Object) -> Fut,
         Fut: std::future::Future<Output = Result<Option<T>, tokio_postgres::Error>>,
     {
-        let mut backoff = Duration::from_millis(20);
+        let mut retry = Retry::until(deadline).first_wait(Duration::from_millis(20));
         let mut tries = 0;
         loop {
             let found = match self.pool.get().await {
@@ -98,11 +98,9 @@ impl Writer {
                     tracing::debug!(%detail, tries, "cannot read back an ambiguous commit yet");
                 }
             }
-            if tokio::time::Instant::now() + backoff > deadline {
+            if !retry.wait().await {
                 return None;
             }
-            tokio::time::sleep(backoff).await;
-            backoff = (backoff * 2).min(Duration::from_secs(1));
         }
     }
 }

@@ -16,6 +16,7 @@ use loom_kernel::{
 use tokio::sync::{mpsc, oneshot};
 use tokio::task::JoinHandle;
 
+use crate::cause::{Failure, Retry};
 use crate::config::PostgresStoreConfig;
 use crate::error::ConnectError;
 use crate::faults::Faults;
@@ -261,26 +262,21 @@ impl PostgresStore {
     /// failover delays reads rather than failing them. A read already under way when its
     /// connection breaks still fails.
     async fn client(&self) -> Result<deadpool_postgres::Object, ReadError> {
-        let mut deadline = None;
-        let mut backoff = Duration::from_millis(50);
+        // From the first failure: a read that gets its connection at once pays nothing.
+        let mut retry = None;
         loop {
             match self.shared.pool.get().await {
                 Ok(client) => return Ok(client),
                 Err(err) => {
-                    let failure = crate::cause::Failure::pool(&err);
-                    let deadline = *deadline.get_or_insert_with(|| {
-                        crate::cause::deadline_after(self.shared.config.failover_timeout)
-                    });
-                    if !failure.cause.reconnect_may_cure()
-                        || tokio::time::Instant::now() + backoff >= deadline
-                    {
+                    let failure = Failure::pool(&err);
+                    let retry = retry
+                        .get_or_insert_with(|| Retry::within(self.shared.config.failover_timeout));
+                    if !failure.cause.reconnect_may_cure() || !retry.wait().await {
                         return Err(ReadError::Storage {
                             source: StorageError::msg(failure.detail),
                         });
                     }
-                    tracing::debug!(detail = %failure.detail, "no server takes a connection yet");
-                    tokio::time::sleep(backoff).await;
-                    backoff = (backoff * 2).min(Duration::from_secs(1));
+                    tracing::debug!(detail = %failure.detail, "no server took a connection; trying again");
                 }
             }
         }
@@ -725,8 +721,7 @@ impl EventStore for PostgresStore {
         let Ok(head) = i64::try_from(head) else {
             return Ok(LeaseHold::NotHeld);
         };
-        let deadline = crate::cause::deadline_after(self.shared.config.failover_timeout);
-        let mut backoff = Duration::from_millis(50);
+        let mut retry = Retry::within(self.shared.config.failover_timeout);
         loop {
             match leases.hold(&self.shared.pool, execution, head).await {
                 Ok(Some(token)) => return Ok(held(token)),
@@ -734,13 +729,8 @@ impl EventStore for PostgresStore {
                 // The primary is lost or being replaced: the lease's row is on the standby that
                 // takes over, and asking again there costs latency, where giving up now would
                 // leave the step's start without its call, in doubt for an operator.
-                Err(failure)
-                    if failure.cause.reconnect_may_cure()
-                        && tokio::time::Instant::now() + backoff < deadline =>
-                {
-                    tracing::debug!(detail = %failure.detail, "cannot confirm a lease yet; asking again");
-                    tokio::time::sleep(backoff).await;
-                    backoff = (backoff * 2).min(Duration::from_secs(1));
+                Err(failure) if failure.cause.reconnect_may_cure() && retry.wait().await => {
+                    tracing::debug!(detail = %failure.detail, "could not confirm a lease; asked again");
                 }
                 Err(failure) => {
                     return Err(ReadError::Storage {

@@ -56,7 +56,7 @@ use tokio::sync::mpsc;
 use tokio_postgres::error::Severity;
 use tracing::Instrument;
 
-use crate::cause::{Cause, Failure, describe};
+use crate::cause::{Cause, Failure, Retry, describe};
 use crate::fast::{self, Cached};
 use crate::faults::Faults;
 use crate::lease::{LeaseDecision, Leases, RowLease};
@@ -156,9 +156,8 @@ impl Writer {
         self.prune_cache();
         // Before anything of the batch is sent: a lease it sets runs at least a lease from here.
         let since = std::time::Instant::now();
-        let deadline = crate::cause::deadline_after(self.failover_timeout);
+        let mut retry = Retry::within(self.failover_timeout);
         let mut contended = 0;
-        let mut backoff = Duration::from_millis(50);
         let mut lost_primary = false;
         let outcome = loop {
             match self.try_commit(&batch).await {
@@ -169,16 +168,14 @@ impl Writer {
                     contended += 1;
                     tracing::debug!(detail = %failure.detail, attempt = contended, "group commit retried");
                 }
-                Err(BatchError::NotCommitted(failure))
-                    if failure.cause.reconnect_may_cure()
-                        && tokio::time::Instant::now() < deadline =>
-                {
+                Err(BatchError::NotCommitted(failure)) if failure.cause.reconnect_may_cure() => {
                     if !lost_primary {
                         tracing::warn!(detail = %failure.detail, "lost the primary; reconnecting");
                     }
                     lost_primary = true;
-                    tokio::time::sleep(backoff).await;
-                    backoff = (backoff * 2).min(Duration::from_secs(1));
+                    if !retry.wait().await {
+                        break Err(failure.detail);
+                    }
                 }
                 Err(BatchError::NotCommitted(failure)) => break Err(failure.detail),
                 Err(BatchError::Ambiguous {
@@ -188,9 +185,9 @@ impl Writer {
                 }) => {
                     tracing::warn!(%detail, "commit outcome unknown; reading back");
                     lost_primary = true;
-                    match self.resolve(&probe, deadline).await {
+                    match self.resolve(&probe, retry.deadline()).await {
                         Some(true) => break Ok(decided),
-                        Some(false) if tokio::time::Instant::now() < deadline => {
+                        Some(false) if retry.time_left() => {
                             tracing::info!(
                                 "the interrupted commit did not take effect; committing again"
                             );
