@@ -62,6 +62,7 @@ pub struct FunctionDef {
     return_type: String,
     return_schema: Value,
     allowed_callers: AllowedCallers,
+    max_reply_bytes: Option<usize>,
 }
 
 /// Starts the definition of a catalog function called `name` (no arguments, returns anything,
@@ -74,6 +75,7 @@ pub fn define_function(name: impl Into<String>) -> FunctionDef {
         return_type: "any".into(),
         return_schema: json!({}),
         allowed_callers: AllowedCallers::RendererOnly,
+        max_reply_bytes: None,
     }
 }
 
@@ -96,6 +98,20 @@ impl FunctionDef {
     pub fn allowed_callers(mut self, callers: AllowedCallers) -> Self {
         self.allowed_callers = callers;
         self
+    }
+
+    /// The largest reply a renderer may send to a call of it, in bytes as sent (the whole
+    /// `rendererFunctionResponse` or `error` message), tighter than the edge's
+    /// [`Limits::max_reply_bytes`](crate::Limits::max_reply_bytes); larger is refused
+    /// before anything is recorded. Not part of the catalog document.
+    pub fn max_reply_bytes(mut self, bytes: usize) -> Self {
+        self.max_reply_bytes = Some(bytes);
+        self
+    }
+
+    /// The bound [`FunctionDef::max_reply_bytes`] set, if any.
+    pub fn reply_bound(&self) -> Option<usize> {
+        self.max_reply_bytes
     }
 
     /// A description for the catalog document.
@@ -525,6 +541,16 @@ impl Catalogs {
     pub fn function(&self, catalog_id: Option<&str>, name: &str) -> Option<&FunctionDef> {
         let catalog = catalog_id.unwrap_or(&self.inner.default_catalog);
         self.inner.catalogs.get(catalog)?.def.functions.get(name)
+    }
+
+    /// The tightest reply bound a function called `name` declares in any catalog
+    /// ([`FunctionDef::max_reply_bytes`]).
+    pub fn reply_bound(&self, name: &str) -> Option<usize> {
+        self.inner
+            .catalogs
+            .values()
+            .filter_map(|catalog| catalog.def.functions.get(name)?.max_reply_bytes)
+            .min()
     }
 
     /// Checks a function result against the function's declared `returnType` and return

@@ -25,7 +25,11 @@
 //!   [`SessionAuthenticator`] grants, bound to (execution, surface) pairs; every inbound
 //!   message bounded ([`Limits`]), checked against the binding and sent through the kernel's
 //!   inbound seam as that caller; the edge is also the resume authenticator for renderer
-//!   sessions and the grain-B [`Transport`] over them.
+//!   sessions and the grain-B [`Transport`] over them. A function reply is taken only from a
+//!   session that answers the function, and for grain B only from the session the call was
+//!   sent to; replies, actions and open sessions are bounded.
+//! - Per-execution renderer credentials ([`CredentialKey`], [`SignedCredentials`]): signed,
+//!   bound to one (execution, surface) and an expiry.
 //! - A2UI v0.9 for the renderers that speak it ([`ProtocolVersion`], chosen per session from
 //!   what the renderer announces; [`VersionedSession`]): surfaces, components, data-model
 //!   updates, deletion and actions projected and checked against the v0.9 schemas; what
@@ -60,9 +64,10 @@ pub use catalog::{
     basic_catalog, define_catalog, define_function, is_identifier, loom_catalog,
 };
 pub use edge::{
-    Binding, Connection, FrameError, Grant, INBOUND_NAME, Limits, OpenError, Outbound, Received,
-    Refused, RendererEdge, RendererSession, SESSION_ATTRIBUTE, SessionAuthenticator,
-    agent_function_codes, check_frame, close_codes,
+    Binding, CREDENTIAL, Connection, CredentialError, CredentialKey, FrameError, Grant,
+    INBOUND_NAME, Limits, OpenError, Outbound, Received, Refused, RendererEdge, RendererSession,
+    SESSION_ATTRIBUTE, SessionAuthenticator, SignedCredentials, TooMany, agent_function_codes,
+    check_frame, close_codes, unix_now,
 };
 pub use effect::{
     CALL_FUNCTION_EFFECT, CallFunctionInput, CallFunctionOptions, RegisterError, Transport,

@@ -35,6 +35,9 @@ pub struct Connection {
     /// What the connection carries that the authenticator reads: headers, query parameters,
     /// cookies, the peer's address (the application's names and choice).
     pub credentials: BTreeMap<String, String>,
+    /// The address the connection came from, for [`Limits::max_sessions_per_peer`](crate::Limits::max_sessions_per_peer);
+    /// `None`: not counted per peer.
+    pub peer: Option<std::net::IpAddr>,
     /// The functions this renderer answers for grain B; all when `None`.
     pub answers: Option<Vec<String>>,
     /// The catalogs the renderer supports, from its capabilities (`supportedCatalogIds`,

@@ -22,6 +22,18 @@ pub struct Limits {
     /// session of the same execution and surface, which it is sent to again with the same
     /// call id (default 10 s); past it, or when zero, the call is lost and its step in doubt.
     pub resend_grace: Duration,
+    /// The largest function reply or action, in bytes as sent (default 64 KiB); a function
+    /// may declare a tighter bound ([`FunctionDef::max_reply_bytes`](crate::FunctionDef::max_reply_bytes)).
+    /// Larger is refused before anything is recorded; the session stays open.
+    pub max_reply_bytes: usize,
+    /// Sessions open at once on the edge (default 4,096); past it a session is refused with
+    /// 1013 (try again later).
+    pub max_sessions: usize,
+    /// Sessions open at once for one caller, as the authenticator names it (default 64).
+    pub max_sessions_per_caller: usize,
+    /// Sessions open at once from one peer address ([`Connection::peer`](crate::Connection::peer),
+    /// default 256).
+    pub max_sessions_per_peer: usize,
 }
 
 impl Default for Limits {
@@ -32,6 +44,10 @@ impl Default for Limits {
             messages_per_second: 20,
             burst: 40,
             resend_grace: Duration::from_secs(10),
+            max_reply_bytes: 64 * 1024,
+            max_sessions: 4096,
+            max_sessions_per_caller: 64,
+            max_sessions_per_peer: 256,
         }
     }
 }
@@ -44,6 +60,10 @@ pub mod close_codes {
     pub const TOO_BIG: u16 = 1009;
     /// A text frame that is not UTF-8.
     pub const INVALID_PAYLOAD: u16 = 1007;
+    /// A binary frame: A2UI messages are JSON text.
+    pub const UNSUPPORTED_DATA: u16 = 1003;
+    /// Too many sessions open: the server refuses this one for now.
+    pub const TRY_AGAIN_LATER: u16 = 1013;
 }
 
 /// A frame refused before it is parsed.

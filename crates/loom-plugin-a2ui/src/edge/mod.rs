@@ -21,6 +21,7 @@
 //! ([`RendererEdge`] is one) sees who asks.
 
 mod auth;
+mod credential;
 mod limits;
 mod registry;
 mod routing;
@@ -36,8 +37,9 @@ use thiserror::Error;
 use tokio::sync::mpsc;
 
 pub use auth::{Binding, Connection, Grant, SessionAuthenticator};
+pub use credential::{CREDENTIAL, CredentialError, CredentialKey, SignedCredentials, unix_now};
 pub use limits::{FrameError, Limits, check_frame, close_codes};
-pub use registry::Outbound;
+pub use registry::{Outbound, TooMany};
 pub use routing::agent_function_codes;
 
 use crate::bridge::IngestError;
@@ -102,6 +104,9 @@ pub enum OpenError {
         /// What the renderer announced.
         supported: Vec<String>,
     },
+    /// A limit on open sessions is reached ([`Limits::max_sessions`] and its kin).
+    #[error(transparent)]
+    TooMany(#[from] TooMany),
     /// The store holds no such execution.
     #[error("no execution {execution}")]
     UnknownExecution {
@@ -125,6 +130,7 @@ impl OpenError {
     pub fn close_code(&self) -> u16 {
         match self {
             Self::Store(_) | Self::Hub(_) => 1011,
+            Self::TooMany(too_many) => too_many.close_code(),
             _ => close_codes::POLICY,
         }
     }
@@ -146,6 +152,17 @@ pub enum Refused {
     /// Refused by the binding rules.
     #[error(transparent)]
     Ingest(#[from] IngestError),
+    /// A function reply or an action larger than its bound ([`Limits::max_reply_bytes`],
+    /// or the function's own, [`FunctionDef::max_reply_bytes`](crate::FunctionDef::max_reply_bytes)).
+    #[error("a {what} of {bytes} bytes is larger than its limit of {limit} bytes")]
+    TooLarge {
+        /// What was sent.
+        what: String,
+        /// Its size as sent.
+        bytes: usize,
+        /// The bound.
+        limit: usize,
+    },
     /// The hub could not take the message.
     #[error("{0}")]
     Hub(String),
@@ -348,28 +365,43 @@ impl RendererEdge {
                 });
             }
         }
-        let mut subscription = self
-            .inner
-            .hub
-            .subscribe(runtime.store(), &binding.execution, &binding.surface_id)
-            .await?;
         let wire_id = self
             .inner
             .hub
             .wire_id(&binding.execution, &binding.surface_id);
+        // The session's place is taken before the hub subscribes it: a refused one costs
+        // nothing more.
+        let (id, requests) = self.inner.registry.open(
+            registry::Opening {
+                binding: binding.clone(),
+                wire_id: wire_id.clone(),
+                answers: connection.answers.clone(),
+                caller: grant.caller.to_string(),
+                peer: connection.peer,
+            },
+            &self.inner.limits,
+        )?;
+        let subscribed = self
+            .inner
+            .hub
+            .subscribe(runtime.store(), &binding.execution, &binding.surface_id)
+            .await;
+        let mut subscription = match subscribed {
+            Ok(subscription) => subscription,
+            Err(error) => {
+                self.inner.registry.close(id);
+                return Err(error.into());
+            }
+        };
         if connection.reconnect {
             // A surface id may not be created twice: the renderer drops what it may hold.
             subscription.initial.insert(
                 0,
                 AgentMessage::DeleteSurface(crate::wire::DeleteSurface {
-                    surface_id: wire_id.clone(),
+                    surface_id: wire_id,
                 }),
             );
         }
-        let (id, requests) =
-            self.inner
-                .registry
-                .open(binding.clone(), wire_id, connection.answers.clone());
         let caller = match grant
             .caller
             .with_attribute(SESSION_ATTRIBUTE, id.to_string())
@@ -496,7 +528,7 @@ impl RendererSession {
         frame: &[u8],
     ) -> Result<Received, Refused> {
         let message = RendererMessage::from_value(value)?;
-        let received = match routing::route(&self.edge, &self.binding, message, frame)? {
+        let received = match routing::route(&self.edge, self.id, &self.binding, message, frame)? {
             Route::Resume { received, .. } | Route::Nothing { received } => received,
             Route::StepReply { call_id } => Received::StepReply { call_id },
         };

@@ -2,6 +2,7 @@
 //! state, released when a session closes and when a call ends (answered, timed out, dropped).
 
 use std::collections::BTreeMap;
+use std::net::IpAddr;
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
@@ -11,6 +12,7 @@ use tokio::sync::{Notify, mpsc, oneshot};
 use tokio_util::sync::CancellationToken;
 
 use crate::edge::auth::Binding;
+use crate::edge::limits::{Limits, close_codes};
 use crate::effect::{Transport, TransportError};
 use crate::hub::SurfaceHub;
 use crate::wire::AgentMessage;
@@ -44,6 +46,10 @@ impl Outbound {
 #[derive(Debug)]
 struct Entry {
     binding: Binding,
+    /// Who the session speaks for and where it came from, for the per-caller and per-peer
+    /// limits.
+    caller: String,
+    peer: Option<IpAddr>,
     /// The id the session's renderer knows the surface by.
     wire_id: String,
     answers: Option<Vec<String>>,
@@ -52,8 +58,10 @@ struct Entry {
 
 #[derive(Debug)]
 struct PendingCall {
-    binding: Binding,
-    /// The session it was sent to; `None` while it waits for another of its binding.
+    /// The function called, for its reply's bound.
+    function: String,
+    /// The session it was sent to; `None` while it waits for another of its binding. Only
+    /// that session may answer it.
     session: Option<u64>,
     reply: oneshot::Sender<Vec<u8>>,
     /// Told when its session closes within the grace period's reach.
@@ -70,10 +78,10 @@ struct State {
 /// What happened to a reply offered to the grain-B calls in flight.
 #[derive(Debug, PartialEq, Eq)]
 pub(crate) enum Handoff {
-    /// Handed to its step.
-    Delivered,
-    /// In flight, but sent on another binding: refused.
-    OtherBinding,
+    /// Handed to its step (or, for a check, it would be): the call's function.
+    Delivered(String),
+    /// In flight, but sent to another session: refused.
+    OtherSession,
     /// No grain-B call in flight has this id.
     NotInFlight,
 }
@@ -111,31 +119,52 @@ impl Registry {
         self.state.lock().unwrap_or_else(|p| p.into_inner())
     }
 
-    /// Registers a session of `binding`; its id and the receiver of grain-B requests for it.
+    /// Registers a session of `binding` for `caller` from `peer`, within `limits`; its id and
+    /// the receiver of grain-B requests for it.
     pub(crate) fn open(
         &self,
-        binding: Binding,
-        wire_id: String,
-        answers: Option<Vec<String>>,
-    ) -> (u64, mpsc::UnboundedReceiver<Outbound>) {
+        opening: Opening,
+        limits: &Limits,
+    ) -> Result<(u64, mpsc::UnboundedReceiver<Outbound>), TooMany> {
         let (requests, receiver) = mpsc::unbounded_channel();
         let id = {
             let mut state = self.state();
+            let open =
+                |keep: &dyn Fn(&Entry) -> bool| state.sessions.values().filter(|e| keep(e)).count();
+            if state.sessions.len() >= limits.max_sessions {
+                return Err(TooMany::Total {
+                    limit: limits.max_sessions,
+                });
+            }
+            if open(&|e| e.caller == opening.caller) >= limits.max_sessions_per_caller {
+                return Err(TooMany::Caller {
+                    limit: limits.max_sessions_per_caller,
+                });
+            }
+            if opening.peer.is_some()
+                && open(&|e| e.peer == opening.peer) >= limits.max_sessions_per_peer
+            {
+                return Err(TooMany::Peer {
+                    limit: limits.max_sessions_per_peer,
+                });
+            }
             state.next_session += 1;
             let id = state.next_session;
             state.sessions.insert(
                 id,
                 Entry {
-                    binding,
-                    wire_id,
-                    answers,
+                    binding: opening.binding,
+                    caller: opening.caller,
+                    peer: opening.peer,
+                    wire_id: opening.wire_id,
+                    answers: opening.answers,
                     requests,
                 },
             );
             id
         };
         self.changed.notify_waiters();
-        (id, receiver)
+        Ok((id, receiver))
     }
 
     /// Forgets the session. The grain-B calls sent on it and unanswered wait for another
@@ -160,6 +189,15 @@ impl Registry {
         self.state().sessions.get(&id).map(|e| e.binding.clone())
     }
 
+    /// Whether live session `id` answers `function` (a v0.9 session answers none).
+    pub(crate) fn answers(&self, id: u64, function: &str) -> bool {
+        self.state().sessions.get(&id).is_some_and(|e| {
+            e.answers
+                .as_ref()
+                .is_none_or(|names| names.iter().any(|n| n == function))
+        })
+    }
+
     /// How many sessions are open.
     pub(crate) fn len(&self) -> usize {
         self.state().sessions.len()
@@ -170,28 +208,32 @@ impl Registry {
         self.state().pending.len()
     }
 
-    /// Whether a grain-B call `call_id` is in flight on `binding` (without taking it).
-    pub(crate) fn check_reply(&self, binding: &Binding, call_id: &str) -> Handoff {
+    /// Whether a grain-B call `call_id` is in flight and was sent to session `session`
+    /// (without taking it).
+    pub(crate) fn check_reply(&self, session: u64, call_id: &str) -> Handoff {
         match self.state().pending.get(call_id) {
-            Some(call) if call.binding == *binding => Handoff::Delivered,
-            Some(_) => Handoff::OtherBinding,
+            Some(call) if call.session == Some(session) => {
+                Handoff::Delivered(call.function.clone())
+            }
+            Some(_) => Handoff::OtherSession,
             None => Handoff::NotInFlight,
         }
     }
 
-    /// Hands a reply that arrived on `binding` to the grain-B call it names.
-    pub(crate) fn hand_off(&self, binding: &Binding, call_id: &str, reply: Vec<u8>) -> Handoff {
+    /// Hands a reply that arrived on session `session` to the grain-B call it names, if that
+    /// call was sent (or re-sent) to that session.
+    pub(crate) fn hand_off(&self, session: u64, call_id: &str, reply: Vec<u8>) -> Handoff {
         let mut state = self.state();
         match state.pending.get(call_id) {
-            Some(call) if call.binding == *binding => {}
-            Some(_) => return Handoff::OtherBinding,
+            Some(call) if call.session == Some(session) => {}
+            Some(_) => return Handoff::OtherSession,
             None => return Handoff::NotInFlight,
         }
         match state.pending.remove(call_id) {
             Some(call) => {
                 // The step may have given up this instant; the reply is dropped then.
                 let _ = call.reply.send(reply);
-                Handoff::Delivered
+                Handoff::Delivered(call.function)
             }
             None => Handoff::NotInFlight,
         }
@@ -199,12 +241,7 @@ impl Registry {
 
     /// The oldest live session of the call's execution and surface that answers `function`.
     /// The call id is `executionId:stepId`: a session's execution is the one it starts with.
-    fn pick(
-        &self,
-        call_id: &str,
-        surface_id: &str,
-        function: &str,
-    ) -> Option<(u64, Binding, Sender)> {
+    fn pick(&self, call_id: &str, surface_id: &str, function: &str) -> Option<(u64, Sender)> {
         let state = self.state();
         state
             .sessions
@@ -226,7 +263,7 @@ impl Registry {
                     binding: s.binding.clone(),
                     hub: self.hub.clone(),
                 };
-                (*id, s.binding.clone(), sender)
+                (*id, sender)
             })
     }
 
@@ -242,7 +279,7 @@ impl Registry {
         };
         let call_id = call.function_call_id.clone();
         let surface_id = call.surface_id.clone().unwrap_or_default();
-        let (session, binding, requests) = loop {
+        let (session, requests) = loop {
             let changed = self.changed.notified();
             if let Some(found) = self.pick(&call_id, &surface_id, &call.call.name) {
                 break found;
@@ -259,7 +296,7 @@ impl Registry {
         self.state().pending.insert(
             call_id.clone(),
             PendingCall {
-                binding,
+                function: call.call.name.clone(),
                 session: Some(session),
                 reply: reply_tx,
                 orphaned: Arc::clone(&orphaned),
@@ -310,7 +347,7 @@ impl Registry {
         tokio::pin!(grace);
         loop {
             let changed = self.changed.notified();
-            if let Some((session, _, requests)) = self.pick(call_id, surface_id, function) {
+            if let Some((session, requests)) = self.pick(call_id, surface_id, function) {
                 if let Some(call) = self.state().pending.get_mut(call_id) {
                     call.session = Some(session);
                 }
@@ -331,6 +368,46 @@ impl Registry {
                 ))),
             }
         }
+    }
+}
+
+/// What the registry keeps of a session it opens.
+pub(crate) struct Opening {
+    pub(crate) binding: Binding,
+    pub(crate) wire_id: String,
+    pub(crate) answers: Option<Vec<String>>,
+    pub(crate) caller: String,
+    pub(crate) peer: Option<IpAddr>,
+}
+
+/// A session refused because a limit on open sessions is reached.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum TooMany {
+    /// [`Limits::max_sessions`].
+    #[error("the server has {limit} renderer sessions open, its limit")]
+    Total {
+        /// The limit.
+        limit: usize,
+    },
+    /// [`Limits::max_sessions_per_caller`].
+    #[error("this caller has {limit} renderer sessions open, its limit")]
+    Caller {
+        /// The limit.
+        limit: usize,
+    },
+    /// [`Limits::max_sessions_per_peer`].
+    #[error("this address has {limit} renderer sessions open, its limit")]
+    Peer {
+        /// The limit.
+        limit: usize,
+    },
+}
+
+impl TooMany {
+    /// The close code: 1013, try again later.
+    pub fn close_code(self) -> u16 {
+        close_codes::TRY_AGAIN_LATER
     }
 }
 

@@ -42,15 +42,17 @@ pub(crate) enum Route {
     Nothing { received: Received },
 }
 
-/// Routes `message`, which arrived as `bytes` on a session of `binding`.
+/// Routes `message`, which arrived as `bytes` on session `session` of `binding`.
 pub(crate) fn route(
     edge: &EdgeInner,
+    session: u64,
     binding: &Binding,
     message: RendererMessage,
     bytes: &[u8],
 ) -> Result<Route, Refused> {
     match message {
         RendererMessage::Action(_) => {
+            within(bytes, edge.limits.max_reply_bytes, "an action")?;
             let action = edge
                 .hub
                 .ingest_action(&binding.execution, &binding.surface_id, bytes)
@@ -63,10 +65,10 @@ pub(crate) fn route(
             })
         }
         RendererMessage::RendererFunctionResponse(response) => {
-            reply_route(edge, binding, &response.function_call_id, bytes)
+            reply_route(edge, session, binding, &response.function_call_id, bytes)
         }
         RendererMessage::Error(error) => match &error.function_call_id {
-            Some(call_id) => reply_route(edge, binding, call_id, bytes),
+            Some(call_id) => reply_route(edge, session, binding, call_id, bytes),
             None => Ok(Route::Nothing {
                 received: Received::RendererError {
                     code: error.code,
@@ -89,30 +91,42 @@ pub(crate) fn route(
     }
 }
 
+/// A reply (or an error) to call `call_id`: accepted only from a session that answers the
+/// function and, for grain B, only from the session the call was sent (or re-sent) to; to any
+/// other session the call does not exist.
 fn reply_route(
     edge: &EdgeInner,
+    session: u64,
     binding: &Binding,
     call_id: &str,
     bytes: &[u8],
 ) -> Result<Route, Refused> {
-    match edge.registry.check_reply(binding, call_id) {
-        Handoff::Delivered => {
+    let unknown = || {
+        Refused::Ingest(IngestError::UnknownCallId {
+            call_id: call_id.to_owned(),
+        })
+    };
+    within(bytes, edge.limits.max_reply_bytes, "function reply")?;
+    match edge.registry.check_reply(session, call_id) {
+        Handoff::Delivered(function) => {
+            reply_within(edge, &function, bytes)?;
             return Ok(Route::StepReply {
                 call_id: call_id.to_owned(),
             });
         }
-        // Sent to another binding: to this session, it does not exist.
-        Handoff::OtherBinding => {
-            return Err(Refused::Ingest(IngestError::UnknownCallId {
-                call_id: call_id.to_owned(),
-            }));
-        }
+        Handoff::OtherSession => return Err(unknown()),
         Handoff::NotInFlight => {}
     }
     let result = edge
         .hub
         .ingest_function_response_on(&binding.execution, &binding.surface_id, bytes)
         .map_err(Refused::Ingest)?;
+    // Grain A: the request is shown to every session of the binding, but only one that
+    // answers the function may reply (a v0.9 session answers none).
+    if !edge.registry.answers(session, &result.name) {
+        return Err(unknown());
+    }
+    reply_within(edge, &result.name, bytes)?;
     Ok(Route::Resume {
         event_type: FUNCTION_RESULT_EVENT,
         correlation_key: result.call_id.clone(),
@@ -122,6 +136,26 @@ fn reply_route(
             name: result.name,
         },
     })
+}
+
+/// Refuses `bytes` over `limit`.
+fn within(bytes: &[u8], limit: usize, what: &str) -> Result<(), Refused> {
+    if bytes.len() > limit {
+        return Err(Refused::TooLarge {
+            what: what.to_owned(),
+            bytes: bytes.len(),
+            limit,
+        });
+    }
+    Ok(())
+}
+
+/// Refuses a reply to `function` over the bound its definition declares.
+fn reply_within(edge: &EdgeInner, function: &str, bytes: &[u8]) -> Result<(), Refused> {
+    match edge.hub.catalogs().reply_bound(function) {
+        Some(limit) => within(bytes, limit, &format!("reply to `{function}`")),
+        None => Ok(()),
+    }
 }
 
 fn refused_by_hub(error: HubError) -> Refused {
@@ -202,7 +236,7 @@ impl InboundHandler for EdgeInbound {
             .ok_or_else(|| format!("renderer session #{id} is closed"))?;
         let bytes = message.to_string().into_bytes();
         let parsed = RendererMessage::from_value(message).map_err(|e| e.to_string())?;
-        match route(&self.0, &binding, parsed, &bytes).map_err(|e| e.to_string())? {
+        match route(&self.0, id, &binding, parsed, &bytes).map_err(|e| e.to_string())? {
             Route::Resume {
                 event_type,
                 correlation_key,
@@ -214,14 +248,12 @@ impl InboundHandler for EdgeInbound {
                 correlation_key,
                 payload: Payload::encode(&payload).map_err(|e| e.to_string())?,
             }),
-            Route::StepReply { call_id } => {
-                match self.0.registry.hand_off(&binding, &call_id, bytes) {
-                    Handoff::Delivered => Ok(Inbound::Ignore),
-                    Handoff::OtherBinding | Handoff::NotInFlight => {
-                        Err(IngestError::UnknownCallId { call_id }.to_string())
-                    }
+            Route::StepReply { call_id } => match self.0.registry.hand_off(id, &call_id, bytes) {
+                Handoff::Delivered(_) => Ok(Inbound::Ignore),
+                Handoff::OtherSession | Handoff::NotInFlight => {
+                    Err(IngestError::UnknownCallId { call_id }.to_string())
                 }
-            }
+            },
             Route::Nothing { .. } => Ok(Inbound::Ignore),
         }
     }

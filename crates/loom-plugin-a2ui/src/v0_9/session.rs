@@ -129,6 +129,16 @@ impl VersionedSession {
                 detail: error.to_string(),
             })
         })?;
+        // Every inbound v0.9 frame is checked against the v0.9 schema first.
+        let errors = V0_9Schema::shared()
+            .map_err(|error| Refused::Hub(error.to_string()))?
+            .client_to_server_errors(&value);
+        if !errors.is_empty() {
+            return Err(Refused::WireV0_9(WireError::InvalidValue {
+                at: "$".to_owned(),
+                detail: format!("it fails the v0.9 schema: {}", errors.join("; ")),
+            }));
+        }
         let v1 = renderer_message_from_v0_9(&value).map_err(Refused::WireV0_9)?;
         let bytes = v1.to_string();
         match self

@@ -142,7 +142,11 @@ impl World {
         e
     }
 
-    async fn open(&self, user: &str, execution: &str) -> Result<RendererSession, OpenError> {
+    pub(crate) async fn open(
+        &self,
+        user: &str,
+        execution: &str,
+    ) -> Result<RendererSession, OpenError> {
         let connection = Connection {
             execution: execution.into(),
             surface_id: SURFACE.into(),

@@ -5,6 +5,7 @@
 mod support;
 
 mod edge;
+mod edge_bounds;
 mod effect;
 mod feed;
 mod gates;

@@ -24,6 +24,7 @@ pub fn test_catalog() -> CatalogDef {
         .function(
             define_function("getLocale")
                 .returns("string", json!({"type": "string", "minLength": 2}))
+                .max_reply_bytes(256)
                 .allowed_callers(AllowedCallers::AgentOnly),
         )
         .function(
