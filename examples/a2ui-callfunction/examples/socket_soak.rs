@@ -10,6 +10,13 @@
 //! server's resident memory (`VmRSS` of `/proc/<pid>/status`).
 //!
 //! `cargo run --release -p a2ui-callfunction --example socket_soak -- [SECONDS] [WORKERS]`
+//!
+//! With `hold N` it measures instead what open sessions cost: the server allows N sessions per
+//! renderer credential; N renderers connect with the same credential, read `createSurface` and
+//! the open call, and stay; the server's resident memory is printed idle and with the N held,
+//! and one more session with the same credential must be refused with 1013.
+//!
+//! `cargo run --release -p a2ui-callfunction --example socket_soak -- hold 1000`
 
 use std::io::BufRead;
 use std::process::{Child, Command, Stdio};
@@ -28,6 +35,8 @@ use tokio_tungstenite::tungstenite::Message;
 const SERVER_ENV: &str = "A2UI_SOCKET_SOAK_SERVER";
 const EXECUTION: &str = "soak-1";
 const SURFACE: &str = "checkout";
+/// Set in the child: the sessions it allows per caller (and per peer), for `hold`.
+const LIMIT_ENV: &str = "A2UI_SOCKET_SOAK_LIMIT";
 
 fn main() -> Result<()> {
     let runtime = tokio::runtime::Builder::new_multi_thread()
@@ -36,50 +45,66 @@ fn main() -> Result<()> {
         .build()?;
     if let Some(dir) = std::env::var_os(SERVER_ENV) {
         let dir = std::path::PathBuf::from(dir);
+        let limit: Option<usize> = std::env::var(LIMIT_ENV).ok().and_then(|n| n.parse().ok());
+        let defaults = ServerOptions::new(dir.join("loom.redb"));
         return runtime.block_on(server::serve(ServerOptions {
-            store: dir.join("loom.redb"),
-            schema: a2ui_callfunction::store::DEFAULT_SCHEMA.into(),
-            addr: "127.0.0.1:0".parse()?,
             execution: EXECUTION.into(),
-            crash_after_submit: false,
-            exit_when_done: false,
-            admin_token: None,
-            renderer_token: None,
+            // The cycling soak's workers share one credential and one address.
+            max_sessions_per_caller: limit.unwrap_or(defaults.max_sessions),
+            max_sessions_per_peer: limit.map_or(defaults.max_sessions, |n| n + 1),
+            ..defaults
         }));
     }
-    let mut args = std::env::args().skip(1);
+    let mut args = std::env::args().skip(1).peekable();
+    let hold: Option<usize> = if args.peek().map(String::as_str) == Some("hold") {
+        args.next();
+        Some(args.next().and_then(|s| s.parse().ok()).unwrap_or(1000))
+    } else {
+        None
+    };
     let seconds: u64 = args.next().and_then(|s| s.parse().ok()).unwrap_or(60);
     let workers: usize = args.next().and_then(|s| s.parse().ok()).unwrap_or(200);
     let dir = tempfile::tempdir()?;
-    let mut child = Command::new(std::env::current_exe()?)
+    let mut command = Command::new(std::env::current_exe()?);
+    command
         .env(SERVER_ENV, dir.path())
         .env(CHILD_ENV, "1")
         .stdout(Stdio::piped())
-        .stderr(Stdio::null())
-        .spawn()
-        .context("starting the server")?;
+        .stderr(Stdio::null());
+    if let Some(n) = hold {
+        command.env(LIMIT_ENV, n.to_string());
+    }
+    let mut child = command.spawn().context("starting the server")?;
     let outcome = (|| {
-        let url = ready_url(&mut child)?;
-        runtime.block_on(soak(&url, child.id(), seconds, workers))
+        let (url, credential) = ready_url(&mut child)?;
+        let endpoint = format!(
+            "{}/a2ui/{EXECUTION}/{SURFACE}?credential={credential}&answers=",
+            url.trim_end_matches('/')
+        );
+        match hold {
+            Some(n) => runtime.block_on(hold_sessions(&endpoint, child.id(), n)),
+            None => runtime.block_on(soak(&endpoint, child.id(), seconds, workers)),
+        }
     })();
     let _ = child.kill();
     let _ = child.wait();
     outcome
 }
 
-/// The server's URL from its `ready` note; the rest of its notes are read and dropped so that
-/// it never blocks on a full pipe.
-fn ready_url(child: &mut Child) -> Result<String> {
+/// The server's URL and renderer credential from its `ready` note; the rest of its notes are
+/// read and dropped so that it never blocks on a full pipe.
+fn ready_url(child: &mut Child) -> Result<(String, String)> {
     let stdout = child.stdout.take().context("the server's stdout")?;
     let mut lines = std::io::BufReader::new(stdout).lines();
     for line in lines.by_ref() {
         let note: Value = serde_json::from_str(&line?).unwrap_or(Value::Null);
         if note["note"] == "ready"
-            && let Some(url) = note["url"].as_str()
+            && let (Some(url), Some(credential)) =
+                (note["url"].as_str(), note["credential"].as_str())
         {
-            let url = url.to_owned();
+            let found = (url.to_owned(), credential.to_owned());
             std::thread::spawn(move || for _ in lines {});
-            return Ok(url);
+            return Ok(found);
         }
     }
     bail!("the server ended before it was ready")
@@ -114,11 +139,8 @@ fn report(elapsed: Duration, cycles: u64, failures: u64, pid: u32) {
     }
 }
 
-async fn soak(url: &str, pid: u32, seconds: u64, workers: usize) -> Result<()> {
-    let endpoint = format!(
-        "{}/a2ui/{EXECUTION}/{SURFACE}?answers=",
-        url.trim_end_matches('/')
-    );
+async fn soak(endpoint: &str, pid: u32, seconds: u64, workers: usize) -> Result<()> {
+    let endpoint = endpoint.to_owned();
     // The checkout is waiting for its renderer once one session sees the call.
     let cycles = Arc::new(AtomicU64::new(0));
     let failures = Arc::new(AtomicU64::new(0));
@@ -171,6 +193,75 @@ async fn soak(url: &str, pid: u32, seconds: u64, workers: usize) -> Result<()> {
         bail!("some sessions failed");
     }
     Ok(())
+}
+
+/// `n` sessions held open at once, the server's memory idle and with them, and the refusal of
+/// one more.
+async fn hold_sessions(endpoint: &str, pid: u32, n: usize) -> Result<()> {
+    // One session first, so that the execution is loaded and the surface drawn once.
+    let mut first = open_session(endpoint).await?;
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    let idle = resident_kib(pid);
+    say(format!("one session open: server resident {idle} KiB"));
+    let mut held = vec![];
+    while held.len() + 1 < n {
+        let batch: Vec<_> = (0..(n - 1 - held.len()).min(100))
+            .map(|_| tokio::spawn(open_session(endpoint.to_owned())))
+            .collect();
+        for task in batch {
+            held.push(task.await??);
+        }
+    }
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let loaded = resident_kib(pid);
+    say(format!(
+        "{n} sessions open: server resident {loaded} KiB, {} KiB above one session, {:.1} KiB a session",
+        loaded.saturating_sub(idle),
+        loaded.saturating_sub(idle) as f64 / (n - 1) as f64
+    ));
+    let (mut extra, _) = tokio_tungstenite::connect_async(endpoint).await?;
+    let refused = loop {
+        match extra.next().await {
+            Some(Ok(Message::Close(frame))) => break frame,
+            Some(Ok(_)) => continue,
+            other => bail!("session {} was not refused: {other:?}", n + 1),
+        }
+    };
+    let code = refused.as_ref().map(|f| u16::from(f.code));
+    say(format!(
+        "session {}: closed with {code:?}: {}",
+        n + 1,
+        refused.map(|f| f.reason.to_string()).unwrap_or_default()
+    ));
+    if code != Some(1013) {
+        bail!("session {} should be refused with 1013", n + 1);
+    }
+    // Every held session is still served.
+    for socket in held.iter_mut().chain(std::iter::once(&mut first)) {
+        socket.send(Message::Ping(Vec::new().into())).await?;
+    }
+    Ok(())
+}
+
+type Socket =
+    tokio_tungstenite::WebSocketStream<tokio_tungstenite::MaybeTlsStream<tokio::net::TcpStream>>;
+
+/// A session past its `createSurface` and open call.
+async fn open_session(endpoint: impl AsRef<str>) -> Result<Socket> {
+    let (mut socket, _) = tokio_tungstenite::connect_async(endpoint.as_ref()).await?;
+    let first = next_json(&mut socket).await?;
+    if first.get("createSurface").is_none() {
+        bail!("the session did not start with createSurface: {first}");
+    }
+    Ok(socket)
+}
+
+fn say(line: String) {
+    // An example program reports on standard output.
+    #[allow(clippy::print_stdout)]
+    {
+        println!("{line}");
+    }
 }
 
 /// One renderer: connect, read `createSurface`, call an agent function and get its answer, send

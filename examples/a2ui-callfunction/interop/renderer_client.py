@@ -1,8 +1,9 @@
 """The reference renderer (`a2ui-core` 0.4.0, STRICT validation) as a client of the example's server.
 
-Usage: renderer_client.py WS_URL EXECUTION CATALOG_DIR
+Usage: renderer_client.py WS_URL EXECUTION CATALOG_DIR CREDENTIAL
 
-Connects to WS_URL/a2ui/EXECUTION/checkout?answers=getLocale (it answers getLocale, a read; the
+Connects to WS_URL/a2ui/EXECUTION/checkout?credential=CREDENTIAL&answers=getLocale (CREDENTIAL:
+the renderer credential the server minted for EXECUTION; it answers getLocale, a read; the
 headless Rust client answers submitOrder) with its capabilities (the catalogs it loaded, as
 `supportedCatalogIds`), feeds every A2UI message to a `MessageProcessor`, and sends back what the
 processor answers. When the server goes away it reconnects keeping its processor and the surface
@@ -112,10 +113,11 @@ async def session(url, processor, reconnecting):
     return False
 
 
-async def main(base, execution, catalog_dir):
+async def main(base, execution, catalog_dir, credential):
     catalogs, ids = load_catalogs(catalog_dir)
     capabilities = urllib.parse.quote(json.dumps({"v1.0": {"supportedCatalogIds": ids}}))
-    url = f"{base.rstrip('/')}/a2ui/{execution}/{SURFACE}?answers=getLocale&capabilities={capabilities}"
+    url = (f"{base.rstrip('/')}/a2ui/{execution}/{SURFACE}?credential={urllib.parse.quote(credential)}"
+           f"&answers=getLocale&capabilities={capabilities}")
     processor = new_processor(catalogs)
     loop = asyncio.get_running_loop()
     deadline = loop.time() + 120
@@ -138,7 +140,7 @@ async def main(base, execution, catalog_dir):
 
 
 if __name__ == "__main__":
-    if len(sys.argv) != 4:
+    if len(sys.argv) != 5:
         print(__doc__)
         sys.exit(2)
-    sys.exit(asyncio.run(main(sys.argv[1], sys.argv[2], sys.argv[3])))
+    sys.exit(asyncio.run(main(sys.argv[1], sys.argv[2], sys.argv[3], sys.argv[4])))

@@ -40,12 +40,16 @@ pub fn shop_catalog() -> CatalogDef {
         .function(
             define_function("getLocale")
                 .description("The user's locale, a BCP 47 tag (a read).")
-                .returns("string", json!({"type": "string", "minLength": 2}))
-                .allowed_callers(AllowedCallers::AgentOnly),
+                .returns("string", json!({"type": "string", "minLength": 2, "maxLength": 35}))
+                .allowed_callers(AllowedCallers::AgentOnly)
+                // A locale tag in a reply: every later createSurface of the execution carries
+                // it, so a renderer may not make it weigh more.
+                .max_reply_bytes(512),
         )
         .function(
             define_function("submitOrder")
                 .description("Places the order with the shop (side-effecting, not idempotent: dedup on the call id).")
+                .max_reply_bytes(4096)
                 .args(json!({
                     "type": "object",
                     "properties": {

@@ -26,6 +26,10 @@ pub struct ClientOptions {
     /// The execution whose surface to show.
     #[arg(long, default_value = crate::story::EXECUTION)]
     pub execution: String,
+    /// The renderer credential the server minted for that execution (its renderer link's
+    /// `credential`, told in its `ready` note).
+    #[arg(long)]
+    pub credential: String,
     /// The ledger of placed orders (JSON Lines, one `{"callId", "result"}` per order).
     #[arg(long, default_value = "target/a2ui-callfunction/orders.jsonl")]
     pub ledger: PathBuf,
@@ -107,10 +111,13 @@ enum End {
 pub async fn run(options: ClientOptions) -> Result<()> {
     let started = Instant::now();
     let url = format!(
-        "{}/a2ui/{}/{SURFACE}",
+        "{}/a2ui/{}/{SURFACE}?credential={}",
         options.url.trim_end_matches('/'),
-        options.execution
+        options.execution,
+        options.credential
     );
+    // Told without the credential: a narration is no place for it.
+    let shown = url.split('?').next().unwrap_or_default().to_owned();
     let mut connected_once = false;
     loop {
         if started.elapsed() > options.deadline {
@@ -124,9 +131,9 @@ pub async fn run(options: ClientOptions) -> Result<()> {
             }
         };
         narrate::say(if connected_once {
-            format!("client reconnected to {url}")
+            format!("client reconnected to {shown}")
         } else {
-            format!("client connected to {url}")
+            format!("client connected to {shown}")
         });
         connected_once = true;
         match session(&options, socket).await? {

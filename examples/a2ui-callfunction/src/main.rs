@@ -176,14 +176,10 @@ fn main() -> ExitCode {
             told.and_then(|()| {
                 println!("\nServing the story's store at http://{addr} (Ctrl-C stops it):");
                 tokio_main(Cmd::Server(ServerOptions {
-                    store: cli.dir.join("loom.redb"),
                     schema: cli.schema,
                     addr,
-                    execution: story::EXECUTION.into(),
-                    crash_after_submit: false,
-                    exit_when_done: false,
                     admin_token: std::env::var("LOOM_ADMIN_TOKEN").ok(),
-                    renderer_token: std::env::var("LOOM_RENDERER_TOKEN").ok(),
+                    ..ServerOptions::new(cli.dir.join("loom.redb"))
                 }))
             })
         }

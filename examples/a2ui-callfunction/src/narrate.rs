@@ -30,6 +30,9 @@ pub enum Note {
     Ready {
         /// The server's WebSocket URL.
         url: String,
+        /// A renderer credential for the served execution's surface (`?credential=` on its
+        /// renderer link).
+        credential: String,
     },
     /// An A2UI message, as it went over a socket (`session` numbers the server's sockets).
     Wire {
@@ -132,7 +135,7 @@ pub fn render(who: Option<&str>, note: &Note, style: Style) -> String {
         style.paint("1", &format!("{w:<9}")) + " "
     });
     match note {
-        Note::Ready { url } => format!("{who}listening on {url}"),
+        Note::Ready { url, .. } => format!("{who}listening on {url}"),
         Note::Wire {
             direction,
             session,

@@ -21,7 +21,8 @@
 //!   is (checked against the session's execution and surface, then sent through the runtime's
 //!   inbound seam).
 //! - `POST /playground/v1/executions` with the bearer token: starts a new checkout
-//!   (`checkout-N`, the next free number) and serves it; answers `{"execution": id}`.
+//!   (`checkout-N`, the next free number); answers `{"execution": id, "rendererPath":
+//!   "/a2ui/...?credential=..."}`, the renderer link's path for it.
 //!
 //! `EventSource` cannot send headers, so the stream takes the token in its query; both compare
 //! it in constant time.
@@ -501,7 +502,6 @@ async fn start_checkout<S: EventStore>(
             Err(error) => return refused(StatusCode::INTERNAL_SERVER_ERROR, error.to_string()),
         }
     };
-    state.access.serve(execution.clone());
     let started = state
         .runtime
         .start(
@@ -513,7 +513,13 @@ async fn start_checkout<S: EventStore>(
     match started {
         Ok(_) => {
             crate::narrate::say(format!("the playground started execution {execution}"));
-            axum::Json(json!({"execution": execution.as_str()})).into_response()
+            // The link a renderer of another machine would be given for it.
+            let credential = state.access.mint(&execution);
+            axum::Json(json!({
+                "execution": execution.as_str(),
+                "rendererPath": format!("/a2ui/{execution}/{}?credential={credential}", app::SURFACE),
+            }))
+            .into_response()
         }
         Err(error) => refused(StatusCode::INTERNAL_SERVER_ERROR, error.to_string()),
     }

@@ -1,12 +1,15 @@
 //! The server: Loom on the embedded store (or PostgreSQL), the A2UI wire over WebSocket (JSON text frames, one
 //! socket per client session), and the operator's admin socket.
 //!
-//! - `GET /a2ui/{execution}/{surface}[?answers=f,g][&token=t][&capabilities=JSON]`: a
+//! - `GET /a2ui/{execution}/{surface}?credential=c[&answers=f,g][&capabilities=JSON]`: a
 //!   renderer's session (naming the functions it answers, all by default), in the A2UI version
 //!   it announces: its capabilities document (`{"v0.9": {...}}`) or the WebSocket subprotocol
 //!   it offers (`a2ui.v0.9`, `a2ui.v1.0`), v1.0 when it names none; opened by the plugin's [`RendererEdge`] for
-//!   the caller [`RendererAccess`] grants; refused with close code 1008 and a reason
-//!   otherwise. It gets `createSurface` with the current masked model and any pending function
+//!   the holder of a renderer credential the server minted for that execution
+//!   ([`RendererAccess`]; also `Authorization: Bearer <credential>`), told in its renderer link;
+//!   refused with close code 1008 and a reason otherwise, 1013 past a session limit.
+//!   Text frames only (a binary frame closes with 1003); small socket buffers (an idle session
+//!   costs a few KiB). It gets `createSurface` with the current masked model and any pending function
 //!   call, then every update as it becomes durable; it sends actions and function replies,
 //!   which the edge checks against the session's execution and surface. A renderer that
 //!   reconnects gets the surface again, then live updates.
@@ -19,6 +22,10 @@
 //!   told in the narration as a link, `http://127.0.0.1:<port>/admin/#token=...`.
 //! - `/playground/...`: the A2UI playground (see `src/playground.rs`): SSE down, POST up,
 //!   behind the same token.
+//!
+//! Every request that carries `Origin` must name an allowed origin (the server's own by
+//! default, `--allow-origin` for more), or it is refused with 403 before any handler runs
+//! ([`crate::origin`]).
 
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
@@ -38,16 +45,19 @@ use loom_console::AdminConfig;
 use loom_kernel::{Event, EventEnvelope, EventStore, ExecutionId};
 use loom_kernel::{Projection, Runtime, StartOptions};
 use loom_plugin_a2ui::{CALL_FUNCTION_EFFECT, SurfaceHub};
-use loom_plugin_a2ui::{Connection, ProtocolVersion, Received, Refused, RendererEdge};
+use loom_plugin_a2ui::{
+    CREDENTIAL, Connection, Limits, ProtocolVersion, Received, Refused, RendererEdge, close_codes,
+};
 use serde_json::Value;
 use tokio::sync::{Notify, broadcast};
 
 use crate::app::{self, FLOW, Order};
 use crate::narrate::{self, Direction, Note};
 use crate::operator::{self, AdminRequest};
+use crate::origin::{self, AllowedOrigins};
 use crate::playground;
 use crate::store::AnyStore;
-use crate::transport::{self, CrashAfterSubmit, RendererAccess};
+use crate::transport::{CrashAfterSubmit, RendererAccess};
 
 /// How the server runs; also the `server` command's arguments.
 #[derive(Debug, Clone, clap::Args)]
@@ -74,11 +84,67 @@ pub struct ServerOptions {
     /// the `LOOM_ADMIN_TOKEN` environment variable.
     #[arg(skip = std::env::var("LOOM_ADMIN_TOKEN").ok())]
     pub admin_token: Option<String>,
-    /// The token a renderer presents (`?token=` or `Authorization: Bearer`); without one, only
-    /// renderers on this machine (loopback peers) may open a session. On the command line: the
-    /// `LOOM_RENDERER_TOKEN` environment variable.
-    #[arg(skip = std::env::var("LOOM_RENDERER_TOKEN").ok())]
-    pub renderer_token: Option<String>,
+    /// The file holding the key renderer credentials are signed with (made, 0600, if
+    /// missing): beside a store file by default (`<store>.renderer-key`), in
+    /// `target/a2ui-callfunction/` for PostgreSQL. Links handed out stay good while it is kept.
+    #[arg(long)]
+    pub renderer_key_file: Option<PathBuf>,
+    /// An origin (`https://shop.example`) whose pages may open renderer sessions and call the
+    /// server, besides the server's own; repeatable.
+    #[arg(long = "allow-origin", value_name = "ORIGIN")]
+    pub allowed_origins: Vec<String>,
+    /// Renderer sessions open at once, in all.
+    #[arg(long, default_value_t = Limits::default().max_sessions)]
+    pub max_sessions: usize,
+    /// Renderer sessions open at once per renderer credential (one execution's surface).
+    #[arg(long, default_value_t = Limits::default().max_sessions_per_caller)]
+    pub max_sessions_per_caller: usize,
+    /// Renderer sessions open at once from one address.
+    #[arg(long, default_value_t = Limits::default().max_sessions_per_peer)]
+    pub max_sessions_per_peer: usize,
+}
+
+impl ServerOptions {
+    /// The defaults the command line has, on the store file `store`, on a free loopback port,
+    /// with a fresh admin token.
+    pub fn new(store: impl Into<PathBuf>) -> Self {
+        let limits = Limits::default();
+        Self {
+            store: store.into(),
+            schema: crate::store::DEFAULT_SCHEMA.into(),
+            addr: SocketAddr::from(([127, 0, 0, 1], 0)),
+            execution: crate::story::EXECUTION.into(),
+            crash_after_submit: false,
+            exit_when_done: false,
+            admin_token: None,
+            renderer_key_file: None,
+            allowed_origins: Vec::new(),
+            max_sessions: limits.max_sessions,
+            max_sessions_per_caller: limits.max_sessions_per_caller,
+            max_sessions_per_peer: limits.max_sessions_per_peer,
+        }
+    }
+
+    /// The edge's limits with the sessions bounded as asked.
+    fn limits(&self) -> Limits {
+        Limits {
+            max_sessions: self.max_sessions,
+            max_sessions_per_caller: self.max_sessions_per_caller,
+            max_sessions_per_peer: self.max_sessions_per_peer,
+            ..Limits::default()
+        }
+    }
+
+    /// Where the renderer key is kept.
+    pub fn renderer_key_path(&self) -> PathBuf {
+        match &self.renderer_key_file {
+            Some(path) => path.clone(),
+            None if crate::store::is_postgres(&self.store.to_string_lossy()) => PathBuf::from(
+                format!("target/a2ui-callfunction/{}.renderer-key", self.schema),
+            ),
+            None => PathBuf::from(format!("{}.renderer-key", self.store.display())),
+        }
+    }
 }
 
 pub(crate) struct AppState<S: EventStore> {
@@ -218,8 +284,10 @@ pub async fn serve(options: ServerOptions) -> Result<()> {
 async fn serve_on<S: EventStore>(store: S, options: ServerOptions) -> Result<()> {
     let hub = app::hub();
     let execution = ExecutionId::new(options.execution.clone())?;
-    let access = RendererAccess::new(execution.clone(), options.renderer_token.clone());
-    let edge = RendererEdge::new(hub.clone(), access.clone());
+    let access = RendererAccess::new(crate::renderer_key::load_or_create(
+        &options.renderer_key_path(),
+    )?);
+    let edge = RendererEdge::with_limits(hub.clone(), access.clone(), options.limits());
     let transport = if options.crash_after_submit {
         Arc::new(CrashAfterSubmit::new(edge.transport()))
     } else {
@@ -268,12 +336,16 @@ async fn serve_on<S: EventStore>(store: S, options: ServerOptions) -> Result<()>
         .route("/a2ui/{execution}/{surface}", get(renderer_socket::<S>))
         .route("/operator", get(admin_socket::<S>))
         .merge(playground::router::<S>())
-        .with_state(state);
+        .with_state(state.clone());
     // The admin API and the playground hold verdicts and resumes: loopback only.
     let loopback = addr.ip().is_loopback();
     if loopback {
         router = router.merge(loom_console::admin_router(runtime.clone(), admin));
     }
+    // Outermost: a request from another site's page is refused before any handler runs.
+    let origins = AllowedOrigins::new(addr, &options.allowed_origins);
+    tracing::info!(allowed = ?origins.listed(), "origins whose pages may call this server");
+    let router = router.layer(axum::middleware::from_fn_with_state(origins, origin::check));
 
     // Executions a crashed process left mid-flight are driven on: a step that was running
     // when it died is parked in doubt (not idempotent), for an operator's verdict.
@@ -319,9 +391,16 @@ async fn serve_on<S: EventStore>(store: S, options: ServerOptions) -> Result<()>
     } else {
         tracing::info!(%addr, "not on loopback: the admin API and the playground are not mounted");
     }
+    let credential = state.access.mint(&execution);
     narrate::emit(&Note::Ready {
         url: format!("ws://{addr}"),
+        credential: credential.clone(),
     });
+    narrate::say(format!(
+        "renderer link (good for {} h): ws://{addr}/a2ui/{execution}/{}?credential={credential}",
+        crate::transport::RENDERER_LINK_TTL.as_secs() / 3600,
+        app::SURFACE
+    ));
     if loopback && options.exit_when_done {
         // The story's servers exit with their execution: links to them would be dead.
         narrate::say(
@@ -381,14 +460,15 @@ async fn renderer_socket<S: EventStore>(
     headers: HeaderMap,
     State(state): State<Arc<AppState<S>>>,
 ) -> Response {
-    let mut credentials = BTreeMap::from([(transport::PEER.to_owned(), peer.to_string())]);
-    if let Some(token) = query.get("token").cloned().or_else(|| bearer(&headers)) {
-        credentials.insert(transport::TOKEN.to_owned(), token);
+    let mut credentials = BTreeMap::new();
+    if let Some(credential) = query.get(CREDENTIAL).cloned().or_else(|| bearer(&headers)) {
+        credentials.insert(CREDENTIAL.to_owned(), credential);
     }
     let mut connection = Connection {
         execution,
         surface_id: surface,
         credentials,
+        peer: Some(peer.ip()),
         answers: query
             .get("answers")
             .map(|names| names.split(',').map(str::to_owned).collect()),
@@ -424,10 +504,18 @@ async fn renderer_socket<S: EventStore>(
     } else {
         ws.protocols([protocol.subprotocol()])
     };
+    // A2UI messages are small: buffers of a few KiB (128 KiB each by default) keep an idle
+    // session's memory small; a larger message still passes, in several reads.
     ws.max_message_size(limit)
         .max_frame_size(limit)
+        .read_buffer_size(SOCKET_BUFFER_BYTES)
+        .write_buffer_size(SOCKET_BUFFER_BYTES)
+        .max_write_buffer_size(limit.saturating_mul(2))
         .on_upgrade(move |socket| renderer_session(state, socket, connection, protocol))
 }
+
+/// The read and write buffer of a renderer's socket.
+const SOCKET_BUFFER_BYTES: usize = 4 * 1024;
 
 /// The A2UI version a renderer announced: its capabilities document first, then the
 /// subprotocols it offered; v1.0 when it announced nothing.
@@ -580,7 +668,13 @@ async fn renderer_session<S: EventStore>(
             frame = stream.next() => {
                 let bytes = match frame {
                     Some(Ok(Message::Text(text))) => text.as_bytes().to_vec(),
-                    Some(Ok(Message::Binary(bytes))) => bytes.to_vec(),
+                    Some(Ok(Message::Binary(_))) => {
+                        ended = "a binary frame (A2UI messages are JSON text)".into();
+                        let _ = sink
+                            .send(close(close_codes::UNSUPPORTED_DATA, "A2UI messages are JSON text frames"))
+                            .await;
+                        break;
+                    }
                     Some(Ok(Message::Close(_))) | None => break,
                     Some(Ok(_)) => continue,
                     Some(Err(error)) => {

@@ -221,10 +221,11 @@ impl Cast {
         })
     }
 
-    fn until_ready(&mut self, who: &str) -> Result<String> {
+    /// The server's URL and a renderer credential for its execution, once it is ready.
+    fn until_ready(&mut self, who: &str) -> Result<(String, String)> {
         self.until(|line, note| match (line, note) {
-            (Line::Out(label, _), Some(Note::Ready { url })) if label == who => {
-                Some(Ok(url.clone()))
+            (Line::Out(label, _), Some(Note::Ready { url, credential })) if label == who => {
+                Some(Ok((url.clone(), credential.clone())))
             }
             (Line::Exited(label, status), _) if label == who => Some(Err(anyhow::anyhow!(
                 "{who} ended before it was ready: {}",
@@ -373,7 +374,7 @@ pub fn run(options: &StoryOptions) -> Result<StoryReport> {
         &program,
         &server_args(&[s("--crash-after-submit"), s("--exit-when-done")]),
     )?;
-    let url = cast.until_ready("server")?;
+    let (url, credential) = cast.until_ready("server")?;
 
     if let Some((python, script)) = &options.reference_renderer {
         cast.chapter("2a. The reference renderer (a2ui-core 0.4.0, STRICT) connects as a second client; it answers getLocale");
@@ -385,6 +386,7 @@ pub fn run(options: &StoryOptions) -> Result<StoryReport> {
                 url.clone(),
                 s(EXECUTION),
                 catalog_dir.display().to_string(),
+                credential.clone(),
             ],
         )?;
         cast.until(|line, note| match (line, note) {
@@ -409,6 +411,8 @@ pub fn run(options: &StoryOptions) -> Result<StoryReport> {
             s("client"),
             s("--url"),
             url.clone(),
+            s("--credential"),
+            credential.clone(),
             s("--ledger"),
             ledger.display().to_string(),
             s("--approve"),
@@ -432,7 +436,7 @@ pub fn run(options: &StoryOptions) -> Result<StoryReport> {
             s("--exit-when-done"),
         ]),
     )?;
-    let url = cast.until_ready("server")?;
+    let (url, _) = cast.until_ready("server")?;
     cast.until(|line, note| match (line, note) {
         (Line::Out(label, _), Some(Note::InDoubt { .. })) if label == "server" => Some(()),
         _ => None,

@@ -5,6 +5,7 @@
 use std::net::SocketAddr;
 use std::time::Duration;
 
+use a2ui_callfunction::server::ServerOptions;
 use a2ui_callfunction::story::EXECUTION;
 use futures::{SinkExt, StreamExt};
 use loom_console::AdminClient;
@@ -15,16 +16,18 @@ use tokio_tungstenite::tungstenite::client::IntoClientRequest;
 use tokio_tungstenite::tungstenite::protocol::frame::Frame;
 use tokio_tungstenite::tungstenite::protocol::frame::coding::{Data, OpCode};
 
-const TOKEN: &str = "hostile-test-admin-token-0123456789";
+pub(crate) const TOKEN: &str = "hostile-test-admin-token-0123456789";
 
-type Socket =
+pub(crate) type Socket =
     tokio_tungstenite::WebSocketStream<tokio_tungstenite::MaybeTlsStream<tokio::net::TcpStream>>;
 
-struct Server {
-    addr: SocketAddr,
-    task: tokio::task::JoinHandle<anyhow::Result<()>>,
-    admin: AdminClient,
-    _dir: tempfile::TempDir,
+pub(crate) struct Server {
+    pub(crate) addr: SocketAddr,
+    /// A renderer credential for the served execution.
+    pub(crate) credential: String,
+    pub(crate) task: tokio::task::JoinHandle<anyhow::Result<()>>,
+    pub(crate) admin: AdminClient,
+    pub(crate) dir: tempfile::TempDir,
 }
 
 impl Drop for Server {
@@ -33,20 +36,38 @@ impl Drop for Server {
     }
 }
 
-async fn start() -> Server {
+pub(crate) async fn start() -> Server {
+    start_with(|options| options).await
+}
+
+/// [`start`] with the server's options changed by `change`.
+pub(crate) async fn start_with(change: impl FnOnce(ServerOptions) -> ServerOptions) -> Server {
     let dir = tempfile::tempdir().unwrap();
-    let (addr, task) = crate::playground::start_with_token(dir.path(), TOKEN).await;
+    let options = change(ServerOptions {
+        admin_token: Some(TOKEN.into()),
+        ..ServerOptions::new(dir.path().join("loom.redb"))
+    });
+    let (addr, task) = crate::playground::start_with_options(options).await;
     let admin = AdminClient::new(&format!("http://{addr}"), TOKEN).unwrap();
     Server {
         addr,
+        credential: crate::support::credential(&dir.path().join("loom.redb"), EXECUTION),
         task,
         admin,
-        _dir: dir,
+        dir,
     }
 }
 
 impl Server {
-    async fn connect_to(&self, path: &str) -> Socket {
+    /// A socket on `path`, with the renderer credential added to its query.
+    pub(crate) async fn connect_to(&self, path: &str) -> Socket {
+        let separator = if path.contains('?') { '&' } else { '?' };
+        self.connect_bare(&format!("{path}{separator}credential={}", self.credential))
+            .await
+    }
+
+    /// A socket on `path` as it is.
+    pub(crate) async fn connect_bare(&self, path: &str) -> Socket {
         let url = format!("ws://{}{path}", self.addr);
         tokio_tungstenite::connect_async(url.as_str())
             .await
@@ -55,7 +76,7 @@ impl Server {
     }
 
     /// A renderer session on the served execution's surface, past its `createSurface`.
-    async fn renderer(&self) -> Socket {
+    pub(crate) async fn renderer(&self) -> Socket {
         let mut socket = self
             .connect_to(&format!("/a2ui/{EXECUTION}/checkout"))
             .await;
@@ -67,18 +88,18 @@ impl Server {
     }
 
     /// How many events the execution's log holds.
-    async fn log_len(&self) -> usize {
+    pub(crate) async fn log_len(&self) -> usize {
         self.admin.show(EXECUTION).await.unwrap().events.len()
     }
 
     /// The execution's status, as the admin API tells it.
-    async fn status(&self) -> String {
+    pub(crate) async fn status(&self) -> String {
         self.admin.show(EXECUTION).await.unwrap().execution.status
     }
 
     /// Plays the honest renderer to the end: answers the locale, clicks Approve with the
     /// context its button binds, answers `submitOrder`; the execution completes.
-    async fn story_completes(&self) {
+    pub(crate) async fn story_completes(&self) {
         let mut socket = self
             .connect_to(&format!("/a2ui/{EXECUTION}/checkout"))
             .await;
@@ -124,7 +145,7 @@ impl Server {
     }
 }
 
-async fn next_or_end(socket: &mut Socket) -> Option<AgentMessage> {
+pub(crate) async fn next_or_end(socket: &mut Socket) -> Option<AgentMessage> {
     loop {
         let frame = tokio::time::timeout(Duration::from_secs(20), socket.next())
             .await
@@ -137,12 +158,12 @@ async fn next_or_end(socket: &mut Socket) -> Option<AgentMessage> {
     }
 }
 
-async fn next(socket: &mut Socket) -> AgentMessage {
+pub(crate) async fn next(socket: &mut Socket) -> AgentMessage {
     next_or_end(socket).await.expect("the socket is open")
 }
 
 /// The close code the server ends the socket with.
-async fn close_code(socket: &mut Socket) -> Option<u16> {
+pub(crate) async fn close_code(socket: &mut Socket) -> Option<u16> {
     loop {
         let frame = tokio::time::timeout(Duration::from_secs(20), socket.next())
             .await
@@ -155,7 +176,7 @@ async fn close_code(socket: &mut Socket) -> Option<u16> {
     }
 }
 
-async fn send(socket: &mut Socket, value: Value) {
+pub(crate) async fn send(socket: &mut Socket, value: Value) {
     socket
         .send(Message::Text(value.to_string().into()))
         .await
@@ -164,7 +185,7 @@ async fn send(socket: &mut Socket, value: Value) {
 
 /// Returns once the server has taken every frame sent before on `socket` (it reads a
 /// socket's frames in order and answers `callAgentFunction` in band).
-async fn synced(socket: &mut Socket) {
+pub(crate) async fn synced(socket: &mut Socket) {
     send(socket, json!({"version": "v1.0", "callAgentFunction": {"surfaceId": WIRE_SURFACE, "functionCallId": "sync", "callFunction": {"@call": "sync", "args": {}}}})).await;
     loop {
         if let AgentMessage::AgentFunctionResponse(answer) = next(socket).await
@@ -176,9 +197,9 @@ async fn synced(socket: &mut Socket) {
 }
 
 /// The checkout's surface id on the wire.
-const WIRE_SURFACE: &str = "checkout@checkout-1";
+pub(crate) const WIRE_SURFACE: &str = "checkout@checkout-1";
 
-fn approve(context: Value) -> Value {
+pub(crate) fn approve(context: Value) -> Value {
     json!({"version": "v1.0", "action": {"name": "approve", "surfaceId": WIRE_SURFACE,
         "sourceComponentId": "approve", "timestamp": "2026-12-01T00:00:00Z", "context": context}})
 }
@@ -328,7 +349,7 @@ async fn the_operator_socket_needs_the_admin_token() {
 }
 
 /// The close frame's code and reason, and whether anything came before it.
-async fn close_frame(socket: &mut Socket) -> (Option<u16>, String, usize) {
+pub(crate) async fn close_frame(socket: &mut Socket) -> (Option<u16>, String, usize) {
     let mut before = 0;
     loop {
         let frame = tokio::time::timeout(Duration::from_secs(20), socket.next())

@@ -4,6 +4,7 @@
 #[path = "../support/mod.rs"]
 mod support;
 
+mod attacks;
 mod flow;
 mod hostile;
 mod logs;

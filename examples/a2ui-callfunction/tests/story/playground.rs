@@ -39,16 +39,22 @@ pub(crate) async fn start_with_token(
     dir: &Path,
     token: &str,
 ) -> (SocketAddr, tokio::task::JoinHandle<anyhow::Result<()>>) {
+    start_with_options(ServerOptions {
+        admin_token: Some(token.into()),
+        ..ServerOptions::new(dir.join("loom.redb"))
+    })
+    .await
+}
+
+/// The server with `options`, on a free port (its `addr` is replaced), serving [`EXECUTION`].
+pub(crate) async fn start_with_options(
+    options: ServerOptions,
+) -> (SocketAddr, tokio::task::JoinHandle<anyhow::Result<()>>) {
     let addr = free_addr();
     let server = tokio::spawn(server::serve(ServerOptions {
-        store: dir.join("loom.redb"),
-        schema: a2ui_callfunction::store::DEFAULT_SCHEMA.into(),
         addr,
         execution: EXECUTION.into(),
-        crash_after_submit: false,
-        exit_when_done: false,
-        admin_token: Some(token.into()),
-        renderer_token: None,
+        ..options
     }));
     for _ in 0..400 {
         if tokio::net::TcpStream::connect(addr).await.is_ok() {
@@ -60,7 +66,7 @@ pub(crate) async fn start_with_token(
 }
 
 /// One HTTP/1.1 request; the status and the body.
-async fn http(addr: SocketAddr, request: &str) -> (u16, String) {
+pub(crate) async fn http(addr: SocketAddr, request: &str) -> (u16, String) {
     let mut stream = tokio::net::TcpStream::connect(addr).await.unwrap();
     stream.write_all(request.as_bytes()).await.unwrap();
     // Read until the body is whole: by its length when given (the browser keeps the

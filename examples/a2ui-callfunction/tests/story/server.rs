@@ -20,8 +20,8 @@ fn free_addr() -> SocketAddr {
     listener.local_addr().unwrap()
 }
 
-async fn connect(addr: SocketAddr) -> Socket {
-    let url = format!("ws://{addr}/a2ui/{EXECUTION}/checkout");
+async fn connect(addr: SocketAddr, credential: &str) -> Socket {
+    let url = format!("ws://{addr}/a2ui/{EXECUTION}/checkout?credential={credential}");
     for _ in 0..200 {
         if let Ok((socket, _)) = tokio_tungstenite::connect_async(url.as_str()).await {
             return socket;
@@ -56,18 +56,14 @@ async fn a_reconnecting_renderer_gets_the_surface_and_the_pending_call_again_the
     let dir = tempfile::tempdir().unwrap();
     let addr = free_addr();
     let options = ServerOptions {
-        store: dir.path().join("loom.redb"),
-        schema: a2ui_callfunction::store::DEFAULT_SCHEMA.into(),
         addr,
         execution: EXECUTION.into(),
-        crash_after_submit: false,
-        exit_when_done: false,
-        admin_token: None,
-        renderer_token: None,
+        ..ServerOptions::new(dir.path().join("loom.redb"))
     };
     let server = tokio::spawn(server::serve(options));
+    let credential = crate::support::credential(&dir.path().join("loom.redb"), EXECUTION);
 
-    let mut first = connect(addr).await;
+    let mut first = connect(addr, &credential).await;
     let AgentMessage::CreateSurface(create) = next(&mut first).await else {
         panic!("createSurface first")
     };
@@ -79,7 +75,7 @@ async fn a_reconnecting_renderer_gets_the_surface_and_the_pending_call_again_the
     first.close(None).await.unwrap();
     drop(first);
 
-    let mut second = connect(addr).await;
+    let mut second = connect(addr, &credential).await;
     assert!(matches!(
         next(&mut second).await,
         AgentMessage::CreateSurface(_)

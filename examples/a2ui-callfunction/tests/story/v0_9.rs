@@ -58,7 +58,8 @@ async fn a_v0_9_renderer_over_the_websocket_gets_v0_9_only_and_approves_through_
     let dir = tempfile::tempdir().unwrap();
     let (addr, server) = crate::playground::start_with_token(dir.path(), TOKEN).await;
     let admin = AdminClient::new(&format!("http://{addr}"), TOKEN).unwrap();
-    let url = format!("ws://{addr}/a2ui/{EXECUTION}/checkout");
+    let credential = crate::support::credential(&dir.path().join("loom.redb"), EXECUTION);
+    let url = format!("ws://{addr}/a2ui/{EXECUTION}/checkout?credential={credential}");
 
     // No version Loom speaks: refused before the upgrade.
     let mut request = url.as_str().into_client_request().unwrap();
@@ -66,7 +67,7 @@ async fn a_v0_9_renderer_over_the_websocket_gets_v0_9_only_and_approves_through_
         .headers_mut()
         .insert("Sec-WebSocket-Protocol", "a2ui.v0.8".parse().unwrap());
     assert!(tokio_tungstenite::connect_async(request).await.is_err());
-    let caps = format!("{url}?capabilities=%7B%22v0.8%22%3A%7B%7D%7D");
+    let caps = format!("{url}&capabilities=%7B%22v0.8%22%3A%7B%7D%7D");
     assert!(
         tokio_tungstenite::connect_async(caps.as_str())
             .await
@@ -89,7 +90,7 @@ async fn a_v0_9_renderer_over_the_websocket_gets_v0_9_only_and_approves_through_
     assert!(next_v0_9(&mut lit).await.get("updateDataModel").is_some());
 
     // A v1.0 renderer of the same execution answers getLocale, announced by capabilities.
-    let v1 = format!("{url}?capabilities=%7B%22v1.0%22%3A%7B%7D%7D");
+    let v1 = format!("{url}&capabilities=%7B%22v1.0%22%3A%7B%7D%7D");
     let (mut functions, _) = tokio_tungstenite::connect_async(v1.as_str()).await.unwrap();
     loop {
         let message = next_json(&mut functions).await.unwrap();
