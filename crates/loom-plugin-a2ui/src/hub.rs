@@ -17,14 +17,14 @@
 //! again, which starts from `createSurface` with the current model. The hub's memory stays
 //! bounded, and no other subscriber, nor the runtime that feeds the hub, waits for a slow one.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, VecDeque};
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, Weak};
 
 use loom_kernel::DataClassification;
 use loom_kernel::{AbiRange, Caller, Contributions, Plugin, Projection, ResumeError, Runtime};
 use loom_kernel::{Event, EventEnvelope, ExecutionId, Payload};
-use loom_kernel::{EventStore, EventStoreExt, ReadError};
+use loom_kernel::{EventStore, ReadError};
 use serde_json::Value;
 use thiserror::Error;
 use tokio::sync::mpsc;
@@ -82,6 +82,12 @@ pub enum HubError {
 /// behind is dropped (see the module documentation).
 pub const SUBSCRIBER_BUFFER: usize = 1024;
 
+/// How many ended executions a hub keeps with nobody watching, by default.
+pub const ENDED_RETENTION: usize = 1024;
+
+/// Events read per page when the hub catches up from the store.
+const CATCH_UP_PAGE: usize = 512;
+
 /// A client's view of one surface: `createSurface` and any pending function calls first, then
 /// every update as it becomes durable.
 #[derive(Debug)]
@@ -119,6 +125,7 @@ impl Drop for SurfaceSubscription {
         {
             surface.subscribers.retain(|s| s.id != registration.id);
         }
+        evict_if_done(&mut state, &registration.execution);
     }
 }
 
@@ -186,10 +193,43 @@ struct ExecState {
     open_calls: BTreeMap<String, ()>,
     /// The `A2UIAction` gates open, by correlation key (the action's name), with how many.
     waiting_actions: BTreeMap<String, usize>,
+    /// Its log holds a terminal event: nothing more will come.
+    ended: bool,
+    /// Among the executions that ended most recently ([`SurfaceHub::with_ended_retention`]),
+    /// kept for late readers even with nobody watching.
+    retained: bool,
+}
+
+impl ExecState {
+    fn watched(&self) -> bool {
+        self.surfaces.values().any(|s| !s.subscribers.is_empty())
+    }
+}
+
+/// Forgets an ended execution nobody watches once it is no longer among the most recently
+/// ended: its log is complete, so a later subscriber's catch-up folds it again from the
+/// store. What the hub holds is bounded by the executions running or watched and the
+/// retention, not by history.
+fn evict_if_done(state: &mut HubState, execution: &ExecutionId) {
+    let done = state.executions.get(execution).is_some_and(|exec| {
+        exec.ended && !exec.retained && !exec.watched() && exec.ahead.is_empty()
+    });
+    if !done {
+        return;
+    }
+    if let Some(exec) = state.executions.remove(execution) {
+        for call_id in exec.requests.keys() {
+            if state.call_owner.get(call_id) == Some(execution) {
+                state.call_owner.remove(call_id);
+            }
+        }
+    }
 }
 
 struct HubState {
     executions: BTreeMap<ExecutionId, ExecState>,
+    /// The executions whose end the hub saw live, oldest first, at most the retention.
+    recently_ended: VecDeque<ExecutionId>,
     /// Which execution issued each call id.
     call_owner: BTreeMap<String, ExecutionId>,
     /// The id the next subscription is registered under.
@@ -215,6 +255,8 @@ struct Shared {
     state: Mutex<HubState>,
     /// The live messages a subscription holds at most.
     subscriber_buffer: AtomicUsize,
+    /// How many ended executions are kept with nobody watching.
+    ended_retention: AtomicUsize,
 }
 
 impl Shared {
@@ -261,10 +303,12 @@ impl SurfaceHub {
                 specs: specs.into_iter().collect(),
                 state: Mutex::new(HubState {
                     executions: BTreeMap::new(),
+                    recently_ended: VecDeque::new(),
                     call_owner: BTreeMap::new(),
                     next_subscriber: 0,
                 }),
                 subscriber_buffer: AtomicUsize::new(SUBSCRIBER_BUFFER),
+                ended_retention: AtomicUsize::new(ENDED_RETENTION),
                 wire_ids: Mutex::new(None),
             }),
         }
@@ -294,6 +338,17 @@ impl SurfaceHub {
         self
     }
 
+    /// Keeps the `executions` that ended most recently (default [`ENDED_RETENTION`]) when
+    /// nobody watches them, for late readers ([`SurfaceHub::model`], a renderer that comes
+    /// after the end); older ended ones are forgotten once their last subscriber leaves, and
+    /// folded again from the store if asked for (a subscribe, [`SurfaceHub::catch_up`]).
+    pub fn with_ended_retention(self, executions: usize) -> Self {
+        self.shared
+            .ended_retention
+            .store(executions, Ordering::Relaxed);
+        self
+    }
+
     /// Names surfaces on the wire with `scheme` (for instance [`per_execution_wire_id`]), for
     /// the bridges made after this call: set it before the hub serves anything. Only the wire
     /// changes: the log keeps the flow's surface ids. By default a surface's wire id is the
@@ -319,7 +374,8 @@ impl SurfaceHub {
         self.shared.state.lock().unwrap_or_else(|p| p.into_inner())
     }
 
-    /// Reads `execution`'s log from the store and applies what this hub has not seen (after
+    /// Reads `execution`'s log from the store from the first event this hub has not applied, and
+    /// applies what it has not seen (after
     /// a restart, or for an execution written by another process). Safe to call at any time
     /// and more than once: events are applied once each, in order.
     pub async fn catch_up<S: EventStore>(
@@ -327,18 +383,33 @@ impl SurfaceHub {
         store: &S,
         execution: &ExecutionId,
     ) -> Result<(), HubError> {
-        let events = store
-            .read_all(execution)
-            .await
-            .map_err(|source| HubError::Read {
-                execution: execution.clone(),
-                source,
-            })?;
-        let mut state = self.state();
-        for envelope in events {
-            self.offer(&mut state, envelope);
+        // Only what the hub has not applied: a subscribe costs the events since, not the log.
+        let mut from = self
+            .state()
+            .executions
+            .get(execution)
+            .map_or(0, |exec| exec.next_seq);
+        loop {
+            let page = store
+                .read(execution, from, CATCH_UP_PAGE)
+                .await
+                .map_err(|source| HubError::Read {
+                    execution: execution.clone(),
+                    source,
+                })?;
+            let Some(last) = page.last() else {
+                return Ok(());
+            };
+            from = last.seq + 1;
+            let full = page.len() >= CATCH_UP_PAGE;
+            let mut state = self.state();
+            for envelope in page {
+                self.offer(&mut state, envelope);
+            }
+            if !full {
+                return Ok(());
+            }
         }
-        Ok(())
     }
 
     /// Catches up `execution` and subscribes to `surface_id`: the subscription starts with
@@ -405,14 +476,17 @@ impl SurfaceHub {
         })
     }
 
-    /// The true model of a surface as the hub has folded it.
+    /// The true model of a surface as the hub has folded it; `None` for an execution it has
+    /// not folded, or has forgotten (ended, past [`SurfaceHub::with_ended_retention`], nobody
+    /// watching: [`SurfaceHub::catch_up`] folds it again).
     pub fn model(&self, execution: &ExecutionId, surface_id: &str) -> Option<Value> {
         let state = self.state();
         let surface = state.executions.get(execution)?.surfaces.get(surface_id)?;
         Some(surface.bridge.model().clone())
     }
 
-    /// The masked model of a surface: what a renderer holds after every update.
+    /// The masked model of a surface: what a renderer holds after every update (`None` as for
+    /// [`SurfaceHub::model`]).
     pub fn masked_model(&self, execution: &ExecutionId, surface_id: &str) -> Option<Value> {
         let state = self.state();
         let surface = state.executions.get(execution)?.surfaces.get(surface_id)?;
@@ -742,16 +816,45 @@ impl SurfaceHub {
         execution: &ExecutionId,
         mut next: Option<EventEnvelope>,
     ) {
+        let mut ended = false;
         while let Some(envelope) = next {
             let exec = state.executions.entry(execution.clone()).or_default();
             let owned = apply_one(&self.shared, exec, &envelope);
             exec.next_seq = envelope.seq + 1;
+            if envelope.event.is_terminal() {
+                exec.ended = true;
+                ended = true;
+            }
             next = exec.ahead.remove(&exec.next_seq);
             for call_id in owned {
                 state
                     .call_owner
                     .entry(call_id)
                     .or_insert_with(|| execution.clone());
+            }
+        }
+        if ended {
+            // Seen once, then retained among the most recently ended; the oldest past the
+            // retention is forgotten unless someone watches it (then when they leave).
+            if let Some(exec) = state.executions.get_mut(execution)
+                && !exec.retained
+            {
+                exec.retained = true;
+                state.recently_ended.push_back(execution.clone());
+            }
+            let retention = self.shared.ended_retention.load(Ordering::Relaxed);
+            while state.recently_ended.len() > retention {
+                let Some(oldest) = state.recently_ended.pop_front() else {
+                    break;
+                };
+                if let Some(exec) = state.executions.get_mut(&oldest) {
+                    exec.retained = false;
+                }
+                // The execution being offered may be about to get a subscriber (a subscribe
+                // catches up first): it goes when its last subscriber leaves.
+                if oldest != *execution {
+                    evict_if_done(state, &oldest);
+                }
             }
         }
     }
@@ -1066,5 +1169,43 @@ mod tests {
         Projection::apply(&hub, &patch(&execution, 1));
         assert!(!subscription.lagged());
         assert!(subscription.try_next().is_some());
+    }
+
+    #[tokio::test]
+    async fn ended_executions_past_the_retention_are_forgotten_and_folded_again_when_asked() {
+        let hub = hub().with_ended_retention(2);
+        let store = MemoryStore::new();
+        let ids: Vec<ExecutionId> = (1..=3)
+            .map(|n| ExecutionId::new(format!("ended-{n}")).expect("a valid id"))
+            .collect();
+        for execution in &ids {
+            let events = [
+                loom_kernel::conformance::started("counter"),
+                patch(execution, 1).event,
+                Event::ExecutionCompleted(loom_kernel::ExecutionCompleted {
+                    output: Payload::from(json!(null)),
+                }),
+            ];
+            store.append(execution, 0, &events).await.unwrap();
+            for envelope in store.read(execution, 0, 10).await.unwrap() {
+                Projection::apply(&hub, &envelope);
+            }
+        }
+        // The two most recent are kept; the first is forgotten.
+        assert!(hub.model(&ids[0], SURFACE).is_none());
+        assert!(hub.model(&ids[1], SURFACE).is_some());
+        assert!(hub.model(&ids[2], SURFACE).is_some());
+        // Asked for, it is folded again from the store, and kept while watched.
+        let late = hub.subscribe(&store, &ids[0], SURFACE).await.unwrap();
+        let AgentMessage::CreateSurface(create) = &late.initial[0] else {
+            panic!("{:?}", late.initial)
+        };
+        assert_eq!(create.data_model.as_ref().unwrap()["count"], json!(1));
+        assert!(hub.model(&ids[0], SURFACE).is_some());
+        // Folded again, it counts as recently ended: the oldest other one is forgotten, and
+        // what the hub holds stays at the retention once nobody watches.
+        drop(late);
+        assert!(hub.model(&ids[1], SURFACE).is_none());
+        assert_eq!(hub.state().executions.len(), 2);
     }
 }

@@ -79,8 +79,8 @@ pub use gate::{
     call_and_wait, delete_surface, function_result_schema, update_components,
 };
 pub use hub::{
-    HubError, SUBSCRIBER_BUFFER, SurfaceHub, SurfaceSpec, SurfaceSubscription, WireIds,
-    per_execution_wire_id,
+    ENDED_RETENTION, HubError, SUBSCRIBER_BUFFER, SurfaceHub, SurfaceSpec, SurfaceSubscription,
+    WireIds, per_execution_wire_id,
 };
 pub use message_schema::MessageSchema;
 pub use v0_9::{
