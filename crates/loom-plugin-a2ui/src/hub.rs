@@ -94,7 +94,9 @@ const CATCH_UP_PAGE: usize = 512;
 pub struct SurfaceSubscription {
     /// `createSurface` with the current masked model, then pending `callRendererFunction`s.
     pub initial: Vec<AgentMessage>,
-    receiver: mpsc::Receiver<AgentMessage>,
+    // Boxed: a channel allocates a block of 32 slots when it is made, and a slot holds one
+    // message; a pointer keeps an idle subscription's block small.
+    receiver: mpsc::Receiver<Box<AgentMessage>>,
     lagged: Arc<AtomicBool>,
     /// Where the hub keeps this subscription's sender, released when it is dropped so that a
     /// closed session costs nothing until the surface's next update.
@@ -133,12 +135,12 @@ impl SurfaceSubscription {
     /// The next live message; `None` once the subscription has ended: the surface was
     /// deleted, the hub is gone, or the client fell too far behind ([`Self::lagged`]).
     pub async fn next(&mut self) -> Option<AgentMessage> {
-        self.receiver.recv().await
+        self.receiver.recv().await.map(|message| *message)
     }
 
     /// The next live message if one is waiting.
     pub fn try_next(&mut self) -> Option<AgentMessage> {
-        self.receiver.try_recv().ok()
+        self.receiver.try_recv().ok().map(|message| *message)
     }
 
     /// Whether the hub dropped this subscription because its client fell more than the
@@ -152,7 +154,7 @@ impl SurfaceSubscription {
 /// The hub's end of a subscription.
 struct Subscriber {
     id: u64,
-    sender: mpsc::Sender<AgentMessage>,
+    sender: mpsc::Sender<Box<AgentMessage>>,
     lagged: Arc<AtomicBool>,
 }
 
@@ -160,7 +162,7 @@ impl Subscriber {
     /// Hands `message` over; `false` once the subscription has ended: dropped by its client,
     /// or full, when it is marked lagged and dropped here.
     fn send(&self, message: &AgentMessage) -> bool {
-        match self.sender.try_send(message.clone()) {
+        match self.sender.try_send(Box::new(message.clone())) {
             Ok(()) => true,
             Err(mpsc::error::TrySendError::Closed(_)) => false,
             Err(mpsc::error::TrySendError::Full(_)) => {

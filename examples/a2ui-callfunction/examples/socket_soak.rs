@@ -198,11 +198,15 @@ async fn soak(endpoint: &str, pid: u32, seconds: u64, workers: usize) -> Result<
 /// `n` sessions held open at once, the server's memory idle and with them, and the refusal of
 /// one more.
 async fn hold_sessions(endpoint: &str, pid: u32, n: usize) -> Result<()> {
-    // One session first, so that the execution is loaded and the surface drawn once.
-    let mut first = open_session(endpoint).await?;
     tokio::time::sleep(Duration::from_secs(1)).await;
     let idle = resident_kib(pid);
-    say(format!("one session open: server resident {idle} KiB"));
+    say(format!("no session open: server resident {idle} KiB"));
+    let mut first = open_session(endpoint).await?;
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    say(format!(
+        "one session open: server resident {} KiB",
+        resident_kib(pid)
+    ));
     let mut held = vec![];
     while held.len() + 1 < n {
         let batch: Vec<_> = (0..(n - 1 - held.len()).min(100))
@@ -215,9 +219,9 @@ async fn hold_sessions(endpoint: &str, pid: u32, n: usize) -> Result<()> {
     tokio::time::sleep(Duration::from_secs(2)).await;
     let loaded = resident_kib(pid);
     say(format!(
-        "{n} sessions open: server resident {loaded} KiB, {} KiB above one session, {:.1} KiB a session",
+        "{n} sessions open: server resident {loaded} KiB, {} KiB above the idle server, {:.1} KiB a session",
         loaded.saturating_sub(idle),
-        loaded.saturating_sub(idle) as f64 / (n - 1) as f64
+        loaded.saturating_sub(idle) as f64 / n as f64
     ));
     let (mut extra, _) = tokio_tungstenite::connect_async(endpoint).await?;
     let refused = loop {

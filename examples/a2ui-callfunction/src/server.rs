@@ -345,6 +345,12 @@ async fn serve_on<S: EventStore>(store: S, options: ServerOptions) -> Result<()>
     // Outermost: a request from another site's page is refused before any handler runs.
     let origins = AllowedOrigins::new(addr, &options.allowed_origins);
     tracing::info!(allowed = ?origins.listed(), "origins whose pages may call this server");
+    if addr.ip().is_unspecified() && options.allowed_origins.is_empty() {
+        tracing::warn!(
+            %addr,
+            "listening on every address: a browser page is refused unless its origin is given with --allow-origin"
+        );
+    }
     let router = router.layer(axum::middleware::from_fn_with_state(origins, origin::check));
 
     // Executions a crashed process left mid-flight are driven on: a step that was running

@@ -446,7 +446,7 @@ pub struct RendererSession {
     binding: Binding,
     edge: Arc<EdgeInner>,
     subscription: SurfaceSubscription,
-    requests: mpsc::UnboundedReceiver<Outbound>,
+    requests: mpsc::UnboundedReceiver<Box<Outbound>>,
     rate: RateLimiter,
 }
 
@@ -489,7 +489,7 @@ impl RendererSession {
     pub async fn next(&mut self) -> Option<Outbound> {
         tokio::select! {
             update = self.subscription.next() => update.map(Outbound::update),
-            Some(request) = self.requests.recv() => Some(request),
+            Some(request) = self.requests.recv() => Some(*request),
         }
     }
 

@@ -53,7 +53,7 @@ struct Entry {
     /// The id the session's renderer knows the surface by.
     wire_id: String,
     answers: Option<Vec<String>>,
-    requests: mpsc::UnboundedSender<Outbound>,
+    requests: mpsc::UnboundedSender<Box<Outbound>>,
 }
 
 #[derive(Debug)]
@@ -125,7 +125,7 @@ impl Registry {
         &self,
         opening: Opening,
         limits: &Limits,
-    ) -> Result<(u64, mpsc::UnboundedReceiver<Outbound>), TooMany> {
+    ) -> Result<(u64, mpsc::UnboundedReceiver<Box<Outbound>>), TooMany> {
         let (requests, receiver) = mpsc::unbounded_channel();
         let id = {
             let mut state = self.state();
@@ -413,7 +413,7 @@ impl TooMany {
 
 /// Where a session's requests go, the surface id its renderer knows, and what masks them.
 struct Sender {
-    requests: mpsc::UnboundedSender<Outbound>,
+    requests: mpsc::UnboundedSender<Box<Outbound>>,
     wire_id: String,
     binding: Binding,
     hub: Option<SurfaceHub>,
@@ -435,10 +435,10 @@ async fn send_request(sender: &Sender, request: &AgentMessage) -> bool {
         }
     }
     let (written_tx, written_rx) = oneshot::channel();
-    let queued = sender.requests.send(Outbound {
+    let queued = sender.requests.send(Box::new(Outbound {
         message,
         written: Some(written_tx),
-    });
+    }));
     queued.is_ok() && written_rx.await.is_ok()
 }
 

@@ -52,7 +52,7 @@ pub(crate) fn route(
 ) -> Result<Route, Refused> {
     match message {
         RendererMessage::Action(_) => {
-            within(bytes, edge.limits.max_reply_bytes, "an action")?;
+            within(bytes, edge.limits.max_reply_bytes, "action")?;
             let action = edge
                 .hub
                 .ingest_action(&binding.execution, &binding.surface_id, bytes)
