@@ -4,8 +4,12 @@
 //!
 //! - `GET /playground/`: the page (`web/playground.{html,js,css}`, and `web/lit/a2ui-lit.bundle.js`,
 //!   the official web renderer `@a2ui/lit` built from `web/lit/package-lock.json`, all built
-//!   into the binary). It reads `#token=..&execution=..&renderer=lit|loom` from its link.
+//!   into the binary). It reads `#token=..&execution=..&renderer=lit|loom` from the
+//!   operator's link, or `#credential=..&execution=..` from a renderer link: then it shows
+//!   that execution's surface and wire only.
 //! - `GET /playground/v1/{execution}/{surface}/stream?token=..&capabilities=JSON` (or
+//!   `?credential=..`, a renderer credential for that execution: no `event` or `model` events,
+//!   which are the operator's; or
 //!   `&protocol=v0.9`): server-sent events. The stream is a renderer session like a WebSocket
 //!   one, in the A2UI version the page's renderer announces: `@a2ui/lit` announces v0.9, the
 //!   page's own renderer v1.0. A v0.9 stream also opens a v1.0 session on the same binding
@@ -16,7 +20,8 @@
 //!   execution has ended: its status, masked output and the surface as last drawn, in the
 //!   session's version), `failure` (the session could not open: an unknown execution, ...).
 //! - `POST /playground/v1/{execution}/{surface}/messages?session=N` with
-//!   `Authorization: Bearer <token>`: one A2UI renderer message (an `action`, a
+//!   `Authorization: Bearer <token>` (or the renderer credential session N was opened
+//!   with): one A2UI renderer message (an `action`, a
 //!   `rendererFunctionResponse`), taken by session N of a stream exactly as a WebSocket frame
 //!   is (checked against the session's execution and surface, then sent through the runtime's
 //!   inbound seam).
@@ -53,6 +58,7 @@ use crate::app;
 use crate::narrate::Direction;
 use crate::server::{self, AppState};
 use crate::transport::OPERATOR_VERIFIED;
+use loom_plugin_a2ui::CREDENTIAL;
 
 /// A message POSTed for a playground session, with where its outcome goes.
 pub(crate) struct Posted {
@@ -62,12 +68,28 @@ pub(crate) struct Posted {
     outcome: oneshot::Sender<Result<String, String>>,
 }
 
+/// Who opened a playground stream.
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum Viewer {
+    /// The operator, with the admin token: the surface, the wire, the log and the model.
+    Operator,
+    /// A renderer, with a renderer credential: the surface and the wire of its execution only.
+    Renderer(String),
+}
+
+/// A playground session's inbox, and who may post to it.
+#[derive(Clone)]
+struct Inbox {
+    sender: mpsc::Sender<Posted>,
+    viewer: Viewer,
+}
+
 /// The playground's open sessions, by id: each takes the messages POSTed for it.
 #[derive(Default)]
-pub(crate) struct Inboxes(std::sync::Mutex<BTreeMap<u64, mpsc::Sender<Posted>>>);
+pub(crate) struct Inboxes(std::sync::Mutex<BTreeMap<u64, Inbox>>);
 
 impl Inboxes {
-    fn lock(&self) -> std::sync::MutexGuard<'_, BTreeMap<u64, mpsc::Sender<Posted>>> {
+    fn lock(&self) -> std::sync::MutexGuard<'_, BTreeMap<u64, Inbox>> {
         self.0.lock().unwrap_or_else(|p| p.into_inner())
     }
 }
@@ -129,12 +151,15 @@ async fn stream<S: EventStore>(
     Path((execution, surface)): Path<(String, String)>,
     Query(query): Query<BTreeMap<String, String>>,
 ) -> Response {
-    let authorized = query
+    let operator = query
         .get("token")
         .is_some_and(|given| constant_time_eq(given.as_bytes(), state.token.as_bytes()));
-    if !authorized {
-        return unauthorized();
-    }
+    let viewer = match query.get(CREDENTIAL) {
+        _ if operator => Viewer::Operator,
+        // Checked by the edge when the session opens: a wrong one is a `failure` event.
+        Some(credential) => Viewer::Renderer(credential.clone()),
+        None => return unauthorized(),
+    };
     let Ok(execution) = ExecutionId::new(execution) else {
         return refused(StatusCode::BAD_REQUEST, "not an execution id");
     };
@@ -145,7 +170,7 @@ async fn stream<S: EventStore>(
         Err(reason) => return refused(StatusCode::BAD_REQUEST, reason),
     };
     let (tx, rx) = mpsc::channel::<SseEvent>(256);
-    tokio::spawn(session(state, execution, surface, protocol, tx));
+    tokio::spawn(session(state, execution, surface, protocol, viewer, tx));
     let events = futures::stream::unfold(rx, |mut rx| async move {
         rx.recv()
             .await
@@ -161,21 +186,31 @@ fn sse(kind: &str, data: &Value) -> SseEvent {
 }
 
 /// One playground stream: a renderer session in the page's version (opened by the edge like a
-/// WebSocket one, for the operator the server checked the admin token of), plus, on v0.9, a
-/// v1.0 session for the function calls; it lasts until the page goes away.
+/// WebSocket one, for the operator the server checked the admin token of, or for the holder
+/// of a renderer credential), plus, on v0.9, a v1.0 session for the function calls; it lasts
+/// until the page goes away. A renderer's stream carries the surface and the wire only: the
+/// log and the native model are the operator's.
 async fn session<S: EventStore>(
     state: Arc<AppState<S>>,
     execution: ExecutionId,
     surface: String,
     protocol: ProtocolVersion,
+    viewer: Viewer,
     tx: mpsc::Sender<SseEvent>,
 ) {
     // Subscribed before the log is read, so no event falls between the two.
     let mut events = state.events.subscribe();
+    let operator = viewer == Viewer::Operator;
+    let credentials = match &viewer {
+        Viewer::Operator => BTreeMap::from([(OPERATOR_VERIFIED.to_owned(), "yes".to_owned())]),
+        Viewer::Renderer(credential) => {
+            BTreeMap::from([(CREDENTIAL.to_owned(), credential.clone())])
+        }
+    };
     let connection = Connection {
         execution: execution.to_string(),
         surface_id: surface.clone(),
-        credentials: BTreeMap::from([(OPERATOR_VERIFIED.to_owned(), "yes".to_owned())]),
+        credentials,
         answers: None,
         ..Connection::default()
     };
@@ -229,6 +264,10 @@ async fn session<S: EventStore>(
     let (inbox, mut posted) = mpsc::channel::<Posted>(16);
     {
         let mut inboxes = state.playground.lock();
+        let inbox = Inbox {
+            sender: inbox,
+            viewer: viewer.clone(),
+        };
         inboxes.insert(id, inbox.clone());
         if let Some(fid) = functions_id {
             inboxes.insert(fid, inbox);
@@ -244,9 +283,13 @@ async fn session<S: EventStore>(
     for envelope in &log {
         seen = envelope.seq;
         ended |= is_end(&envelope.event);
-        out.push(event_of(envelope));
+        if operator {
+            out.push(event_of(envelope));
+        }
     }
-    out.extend(model_of(&state, &execution, &surface));
+    if operator {
+        out.extend(model_of(&state, &execution, &surface));
+    }
     let (frames, not_sent) = render.take_initial();
     out.extend(
         not_sent
@@ -318,8 +361,11 @@ async fn session<S: EventStore>(
             received = events.recv() => match received {
                 Ok(envelope) if envelope.execution_id == execution && envelope.seq > seen => {
                     seen = envelope.seq;
-                    open = tx.send(event_of(&envelope)).await.is_ok();
-                    if matches!(&envelope.event, Event::SurfacePatch(p) if p.surface_id == surface)
+                    if operator {
+                        open = tx.send(event_of(&envelope)).await.is_ok();
+                    }
+                    if operator
+                        && matches!(&envelope.event, Event::SurfacePatch(p) if p.surface_id == surface)
                         && let Some(model) = model_of(&state, &execution, &surface)
                     {
                         open = open && tx.send(model).await.is_ok();
@@ -339,9 +385,11 @@ async fn session<S: EventStore>(
                         for envelope in missed {
                             seen = envelope.seq;
                             ends |= is_end(&envelope.event);
-                            open = open && tx.send(event_of(&envelope)).await.is_ok();
+                            if operator {
+                                open = open && tx.send(event_of(&envelope)).await.is_ok();
+                            }
                         }
-                        if let Some(model) = model_of(&state, &execution, &surface) {
+                        if operator && let Some(model) = model_of(&state, &execution, &surface) {
                             open = open && tx.send(model).await.is_ok();
                         }
                         if ends {
@@ -554,21 +602,31 @@ async fn message<S: EventStore>(
     headers: HeaderMap,
     body: Bytes,
 ) -> Response {
-    if !bearer_matches(&headers, &state.token) {
-        return unauthorized();
-    }
+    let operator = bearer_matches(&headers, &state.token);
     // The session knows its execution and surface; the path only names them for the page.
     let _ = (execution, surface);
     let session = query
         .get("session")
         .and_then(|s| s.parse::<u64>().ok())
         .unwrap_or(0);
-    let Some(inbox) = state.playground.lock().get(&session).cloned() else {
-        return refused(
-            StatusCode::NOT_FOUND,
-            format!("no playground session #{session}"),
-        );
+    let inbox = state.playground.lock().get(&session).cloned();
+    // The operator may post to any session; a renderer only to one its credential opened
+    // (the same answer for a session that does not exist, so ids cannot be probed).
+    let inbox = match inbox {
+        Some(inbox) if operator => inbox,
+        Some(inbox) => match &inbox.viewer {
+            Viewer::Renderer(credential) if bearer_matches(&headers, credential) => inbox,
+            _ => return unauthorized(),
+        },
+        None if operator => {
+            return refused(
+                StatusCode::NOT_FOUND,
+                format!("no playground session #{session}"),
+            );
+        }
+        None => return unauthorized(),
     };
+    let inbox = inbox.sender;
     let (outcome, answer) = oneshot::channel();
     let posted = Posted {
         session,

@@ -7,7 +7,11 @@
 
 const params = new URLSearchParams(location.hash.slice(1));
 if (params.get("token")) sessionStorage.setItem("loom-token", params.get("token"));
-const token = sessionStorage.getItem("loom-token") || "";
+// A renderer link (`#credential=...`) opens its own execution's surface and wire only; the
+// operator's link (`#token=...`) opens everything.
+const credential = params.get("credential") || "";
+const token = credential ? "" : sessionStorage.getItem("loom-token") || "";
+const bearer = token || credential;
 const execution = params.get("execution") || "";
 const surfaceId = params.get("surface") || "checkout";
 const rendererKind = params.get("renderer") === "loom" || !window.A2uiLit ? "loom" : "lit";
@@ -174,7 +178,7 @@ async function post(to, message) {
   try {
     const response = await fetch(api + "/messages?session=" + to, {
       method: "POST",
-      headers: { Authorization: "Bearer " + token, "Content-Type": "application/json" },
+      headers: { Authorization: "Bearer " + bearer, "Content-Type": "application/json" },
       body: JSON.stringify(message),
     });
     const answer = await response.json().catch(() => ({}));
@@ -315,6 +319,7 @@ async function listExecutions() {
 
 function go(next) {
   const hash = new URLSearchParams({ execution: next.execution ?? execution, renderer: next.renderer ?? rendererKind });
+  if (credential) hash.set("credential", credential);
   if (surfaceId !== "checkout") hash.set("surface", surfaceId);
   location.hash = hash.toString();
   location.reload();
@@ -345,18 +350,24 @@ function start() {
   $("renderer").addEventListener("change", (e) => go({ renderer: e.target.value }));
   $("executions").addEventListener("change", (e) => go({ execution: e.target.value }));
   $("new-checkout").addEventListener("click", newCheckout);
-  if (!token) {
+  if (!token && !credential) {
     problem("open the link the server printed: /playground/#token=...");
     return;
   }
-  // The console opens on this execution, with the token in the fragment (never sent).
-  $("console-link").href = "../admin/#" + new URLSearchParams({ token, execution }).toString();
-  listExecutions();
+  if (token) {
+    // The console opens on this execution, with the token in the fragment (never sent).
+    $("console-link").href = "../admin/#" + new URLSearchParams({ token, execution }).toString();
+    listExecutions();
+  } else {
+    // A renderer's view: no log, no model, no other executions.
+    for (const el of document.querySelectorAll(".operator-only")) el.hidden = true;
+  }
   if (!execution) {
     problem("pick an execution above, or start a new checkout");
     return;
   }
-  const query = "?token=" + encodeURIComponent(token) + "&capabilities=" + encodeURIComponent(JSON.stringify(capabilities()));
+  const who = token ? "token=" + encodeURIComponent(token) : "credential=" + encodeURIComponent(credential);
+  const query = "?" + who + "&capabilities=" + encodeURIComponent(JSON.stringify(capabilities()));
   source = new EventSource(api + "/stream" + query);
   source.addEventListener("session", (e) => {
     const data = JSON.parse(e.data);
@@ -401,7 +412,7 @@ function start() {
   });
   source.onerror = () => {
     if (ended) return;
-    if (source.readyState === EventSource.CLOSED) problem("the stream closed (wrong token?)");
+    if (source.readyState === EventSource.CLOSED) problem(token ? "the stream closed (wrong token?)" : "the stream closed (an expired or wrong renderer link?)");
     lost();
   };
 }

@@ -589,3 +589,58 @@ async fn the_pages_own_renderer_on_a_v1_0_session_completes_the_checkout_on_a_mo
     );
     server.abort();
 }
+
+/// The ready checkout in renderer mode: the surface and the wire only.
+const RENDERER_RESULT_SHOWN: &str = "!document.getElementById('result').hidden && document.getElementById('result').innerText.includes('confirmation PG-order-7')";
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_renderer_link_with_its_credential_draws_with_lit_and_approves_and_shows_no_operator_view()
+ {
+    let test = "a_renderer_link_with_its_credential_draws_with_lit_and_approves_and_shows_no_operator_view";
+    let Some(browser) = chromium_or_skip(test) else {
+        return;
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let addr = free_addr();
+    let _server = ServerProcess::start(dir.path(), addr).await;
+    let credential = crate::support::credential(&dir.path().join("loom.redb"), EXECUTION);
+    let url = format!(
+        "http://{addr}/playground/#credential={credential}&execution={EXECUTION}&renderer=lit"
+    );
+    let (_browser, mut page) = open_browser(browser, dir.path(), &url).await;
+    page.until(
+        &format!("loomPlayground.renderer === 'lit' && loomPlayground.buttons().length === 1 && {SURFACE_TEXT}.includes('awaiting approval')"),
+        "the surface drawn by @a2ui/lit from a renderer link",
+    )
+    .await;
+    // The operator's views are neither sent nor shown.
+    assert_eq!(
+        page.eval("document.getElementById('events').children.length === 0 && document.getElementById('model').textContent === '' && document.getElementById('executions').closest('label').hidden")
+            .await,
+        json!(true)
+    );
+    page.mouse_click("(() => { const r = loomPlayground.buttons()[0].getBoundingClientRect(); return [r.x, r.y, r.width, r.height]; })()").await;
+    page.until(RENDERER_RESULT_SHOWN, "the confirmation").await;
+    let client = AdminClient::new(&format!("http://{addr}"), TOKEN).unwrap();
+    assert_eq!(
+        client.show(EXECUTION).await.unwrap().execution.status,
+        "completed"
+    );
+    let text = page.text("document.body.innerText").await;
+    assert!(!text.contains(TOKEN), "the admin token is shown: {text}");
+
+    // Another execution's link, or an altered one, opens nothing.
+    let other = format!(
+        "http://{addr}/playground/#credential={credential}x&execution={EXECUTION}&renderer=lit"
+    );
+    page.eval(&format!(
+        "location.href = {}; location.reload(); true",
+        json!(other)
+    ))
+    .await;
+    page.until(
+        &format!("{SURFACE_TEXT}.includes('The session was refused') && loomPlayground.buttons().length === 0"),
+        "the refusal of an altered link",
+    )
+    .await;
+}
