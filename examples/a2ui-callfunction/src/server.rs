@@ -419,6 +419,9 @@ async fn serve_on<S: EventStore>(store: S, options: ServerOptions) -> Result<()>
         narrate::say(format!(
             "A2UI playground: http://{addr}/playground/#token={token}&execution={execution}"
         ));
+        narrate::say(format!(
+            "the playground as this checkout's renderer (no operator view): http://{addr}/playground/#credential={credential}&execution={execution}"
+        ));
     } else {
         narrate::say("the admin API and the playground are served on loopback only: not mounted");
     }
