@@ -352,7 +352,17 @@ pub fn run(options: &StoryOptions) -> Result<StoryReport> {
         Some((url, schema)) => {
             empty_schema(url, schema)?;
             println!("the story runs on PostgreSQL, schema {schema} (emptied first)");
-            (url.clone(), vec![s("--schema"), schema.clone()])
+            // The renderer key in the story's folder, not beside the working directory.
+            let key = options.dir.join("renderer-key");
+            (
+                url.clone(),
+                vec![
+                    s("--schema"),
+                    schema.clone(),
+                    s("--renderer-key-file"),
+                    key.display().to_string(),
+                ],
+            )
         }
         None => (store.display().to_string(), Vec::new()),
     };
