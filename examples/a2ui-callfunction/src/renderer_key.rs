@@ -12,28 +12,41 @@ use std::path::Path;
 use anyhow::{Context, Result, bail};
 use loom_plugin_a2ui::CredentialKey;
 
+/// Writes a new key to `path` whole or not at all: to a file beside it first, then linked
+/// in place, which fails if another process made one meanwhile (that one is kept). A crash
+/// leaves no empty key behind.
+fn create(path: &Path) -> Result<()> {
+    let staged = std::path::PathBuf::from(format!("{}.new-{}", path.display(), std::process::id()));
+    let secret = loom_console::random_token().context("making a renderer key")?;
+    let written = std::fs::OpenOptions::new()
+        .write(true)
+        .create(true)
+        .truncate(true)
+        .mode(0o600)
+        .open(&staged)
+        .and_then(|mut file| {
+            writeln!(file, "{secret}")?;
+            file.sync_all()
+        });
+    let linked = written.and_then(|()| std::fs::hard_link(&staged, path));
+    let _ = std::fs::remove_file(&staged);
+    match linked {
+        Ok(()) => {
+            tracing::info!(path = %path.display(), "made a renderer key");
+            Ok(())
+        }
+        Err(error) if error.kind() == std::io::ErrorKind::AlreadyExists => Ok(()),
+        Err(error) => Err(error).with_context(|| format!("creating {}", path.display())),
+    }
+}
+
 /// The key in `path`, made there first if the file is missing.
 pub fn load_or_create(path: &Path) -> Result<CredentialKey> {
     if let Some(dir) = path.parent().filter(|dir| !dir.as_os_str().is_empty()) {
         std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
     }
-    let made = std::fs::OpenOptions::new()
-        .write(true)
-        .create_new(true)
-        .mode(0o600)
-        .open(path);
-    match made {
-        Ok(mut file) => {
-            let secret = loom_console::random_token().context("making a renderer key")?;
-            writeln!(file, "{secret}")
-                .and_then(|()| file.sync_all())
-                .with_context(|| format!("writing {}", path.display()))?;
-            tracing::info!(path = %path.display(), "made a renderer key");
-        }
-        Err(error) if error.kind() == std::io::ErrorKind::AlreadyExists => {}
-        Err(error) => {
-            return Err(error).with_context(|| format!("creating {}", path.display()));
-        }
+    if !path.exists() {
+        create(path)?;
     }
     let metadata =
         std::fs::metadata(path).with_context(|| format!("reading {}", path.display()))?;

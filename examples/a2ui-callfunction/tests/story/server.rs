@@ -128,3 +128,36 @@ async fn a_reconnecting_renderer_gets_the_surface_and_the_pending_call_again_the
     );
     server.abort();
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_renderer_key_is_made_owner_only_and_a_damaged_one_stops_the_start_with_a_clear_error()
+{
+    use std::os::unix::fs::PermissionsExt;
+    let dir = tempfile::tempdir().unwrap();
+    let store = dir.path().join("loom.redb");
+    let key = dir.path().join("loom.redb.renderer-key");
+    // Made at the first start, 0600, and the same at the next (links survive a restart).
+    a2ui_callfunction::renderer_key::load_or_create(&key).unwrap();
+    let made = std::fs::read_to_string(&key).unwrap();
+    assert_eq!(
+        std::fs::metadata(&key).unwrap().permissions().mode() & 0o777,
+        0o600
+    );
+    a2ui_callfunction::renderer_key::load_or_create(&key).unwrap();
+    assert_eq!(std::fs::read_to_string(&key).unwrap(), made);
+    // An empty or short key is refused, naming the file and what to do; nothing is served.
+    std::fs::write(&key, "short\n").unwrap();
+    let options = ServerOptions {
+        addr: free_addr(),
+        ..ServerOptions::new(&store)
+    };
+    let error = tokio::time::timeout(Duration::from_secs(20), server::serve(options))
+        .await
+        .expect("the server stops at once")
+        .unwrap_err();
+    let text = format!("{error:#}");
+    assert!(
+        text.contains("renderer-key") && text.contains("delete it"),
+        "{text}"
+    );
+}
