@@ -318,3 +318,119 @@ async fn a_credential_opens_its_own_execution_only_until_it_expires_and_not_once
     let a = ExecutionId::new("order-a").unwrap();
     assert!(runtime.store().read_all(&a).await.is_ok());
 }
+
+/// What a renderer does in the model-based test of who may answer a grain-B call.
+#[derive(Debug, Clone)]
+enum Step {
+    /// Opens a session on the call's binding.
+    Open,
+    /// Closes the `n`th live session (modulo how many are live).
+    Close(usize),
+    /// The `n`th live session answers the call.
+    Reply(usize),
+}
+
+/// Model-based: random renderers open, close and answer one grain-B call. The reference model
+/// says the call is sent to the oldest live session (again to the next oldest when that one
+/// closes) and that only the session it was last sent to may answer it, once. Every reply's
+/// outcome, and the session each request lands on, must match the model.
+#[test]
+fn only_the_session_a_grain_b_call_was_last_sent_to_answers_it_under_any_interleaving() {
+    use futures::FutureExt;
+    use proptest::prelude::*;
+    use proptest::test_runner::{Config, TestRunner};
+
+    let steps = prop::collection::vec(
+        prop_oneof![
+            2 => Just(Step::Open),
+            1 => (0..4usize).prop_map(Step::Close),
+            2 => (0..4usize).prop_map(Step::Reply),
+        ],
+        1..24,
+    );
+    let mut runner = TestRunner::new(Config::with_cases(256));
+    runner
+        .run(&steps, |steps| {
+            let tokio = tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .start_paused(true)
+                .build()
+                .unwrap();
+            tokio.block_on(async {
+                let w = world(Limits::default());
+                let e = w.start_confirm("ask").await;
+                let call_id = format!("{e}:a2ui.callFunction#1");
+                // Live sessions, oldest first, with their ids.
+                let mut live: Vec<RendererSession> = Vec::new();
+                // The model: the call is in flight until answered; `sent_to` is where it
+                // was last written.
+                let mut in_flight = true;
+                let mut sent_to: Option<u64> = None;
+                let settle = || async {
+                    for _ in 0..20 {
+                        tokio::task::yield_now().await;
+                    }
+                };
+                for step in steps {
+                    match step {
+                        Step::Open => live.push(w.open("alice", "ask").await.unwrap()),
+                        Step::Close(n) if !live.is_empty() => {
+                            let at = n % live.len();
+                            let closed = live.remove(at);
+                            if sent_to == Some(closed.id()) {
+                                sent_to = None;
+                            }
+                        }
+                        Step::Reply(n) if !live.is_empty() => {
+                            let at = n % live.len();
+                            let session = &mut live[at];
+                            let id = session.id();
+                            let outcome = session
+                                .receive(&w.runtime, &reply(&call_id, json!(true)))
+                                .await;
+                            let expected = in_flight && sent_to == Some(id);
+                            prop_assert_eq!(
+                                outcome.is_ok(),
+                                expected,
+                                "session {} answered: {:?} (sent to {:?}, in flight {})",
+                                id,
+                                outcome,
+                                sent_to,
+                                in_flight
+                            );
+                            if expected {
+                                in_flight = false;
+                            } else {
+                                prop_assert!(unknown_call(&outcome), "{:?}", outcome);
+                            }
+                        }
+                        Step::Close(_) | Step::Reply(_) => {}
+                    }
+                    // Renderers read what they are sent at once.
+                    settle().await;
+                    let oldest = live.first().map(RendererSession::id);
+                    for session in &mut live {
+                        while let Some(Some(out)) = session.next().now_or_never() {
+                            if matches!(out.message, AgentMessage::CallRendererFunction(_)) {
+                                prop_assert!(in_flight, "a request after the answer");
+                                // The oldest live session gets it.
+                                prop_assert_eq!(Some(session.id()), oldest);
+                                sent_to = Some(session.id());
+                            }
+                            out.written();
+                        }
+                    }
+                    settle().await;
+                }
+                let status = w.runtime.state(&e).await.unwrap().status();
+                prop_assert_eq!(
+                    status == loom_kernel::ExecutionStatus::Completed,
+                    !in_flight,
+                    "status {:?}",
+                    status
+                );
+                Ok(())
+            })
+        })
+        .unwrap();
+}
