@@ -519,7 +519,6 @@ async fn renderer_socket<S: EventStore>(
         .max_frame_size(limit)
         .read_buffer_size(SOCKET_BUFFER_BYTES)
         .write_buffer_size(SOCKET_BUFFER_BYTES)
-        .max_write_buffer_size(limit.saturating_mul(2))
         .on_upgrade(move |socket| renderer_session(state, socket, connection, protocol))
 }
 
