@@ -205,6 +205,17 @@ async fn authorize<S: EventStore>(
     request: Request,
     next: Next,
 ) -> Response {
+    // A page of another site may not call the API through its visitor's browser, whatever it
+    // holds: refused before the token is even looked at.
+    if let Some(origin) = foreign_origin(request.headers()) {
+        let error = ConsoleError::new(
+            ErrorKind::Unauthorized,
+            format!(
+                "a request from a page of {origin} is refused: the admin API answers its own origin only"
+            ),
+        );
+        return (StatusCode::FORBIDDEN, axum::Json(error)).into_response();
+    }
     if bearer_matches(request.headers(), &state.config.token) {
         return next.run(request).await;
     }
@@ -218,6 +229,25 @@ async fn authorize<S: EventStore>(
         HeaderValue::from_static("Bearer realm=\"loom-admin\""),
     );
     response
+}
+
+/// The `Origin` of a browser request from another site than the one it is addressed to: the
+/// origin's host and port are not the request's `Host`. `None` without `Origin` (a program,
+/// or a browser's same-origin `GET`) or when they match.
+fn foreign_origin(headers: &HeaderMap) -> Option<String> {
+    let origin = headers.get(header::ORIGIN)?;
+    let origin = origin.to_str().unwrap_or("(an origin that is not text)");
+    let host = headers
+        .get(header::HOST)
+        .and_then(|host| host.to_str().ok())
+        .unwrap_or_default();
+    let authority = origin
+        .strip_prefix("http://")
+        .or_else(|| origin.strip_prefix("https://"));
+    match authority {
+        Some(authority) if !host.is_empty() && authority.eq_ignore_ascii_case(host) => None,
+        _ => Some(origin.to_owned()),
+    }
 }
 
 /// Whether `headers` carry `Authorization: Bearer <token>`, compared in constant time.

@@ -117,3 +117,55 @@ async fn the_token_holder_is_the_caller_and_the_operator_name_an_attribute() {
     assert_eq!(done.status(), ExecutionStatus::Completed);
     server.abort();
 }
+
+/// A request as a browser page sends it: `Origin` and `Host` as given, the admin token.
+async fn post_from(url: &str, path: &str, host: &str, origin: &str) -> (u16, String) {
+    let address = url.trim_start_matches("http://");
+    let mut stream = tokio::net::TcpStream::connect(address).await.unwrap();
+    let request = format!(
+        "POST {path} HTTP/1.1\r\nHost: {host}\r\nOrigin: {origin}\r\nAuthorization: Bearer {TOKEN}\r\nContent-Length: 0\r\nConnection: close\r\n\r\n"
+    );
+    stream.write_all(request.as_bytes()).await.unwrap();
+    let mut answer = String::new();
+    stream.read_to_string(&mut answer).await.unwrap();
+    let (head, body) = answer.split_once("\r\n\r\n").unwrap();
+    (
+        head.split(' ').nth(1).unwrap().parse().unwrap(),
+        body.to_owned(),
+    )
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_page_of_another_origin_is_refused_with_403_even_with_the_token() {
+    let runtime = Runtime::builder(MemoryStore::new())
+        .flow(flow_fn("wait", 1, wait_for_approval))
+        .build()
+        .unwrap();
+    let e = ExecutionId::new("w1").unwrap();
+    runtime
+        .start("wait", &json!(null), StartOptions::new(e.clone()))
+        .await
+        .unwrap();
+    runtime.wait(&e).await.unwrap();
+    let router = admin_router(runtime.clone(), AdminConfig::new(TOKEN).unwrap());
+    let listener = bind_loopback(0).await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let url = format!("http://{addr}");
+    let server = tokio::spawn(async move { axum::serve(listener, router).await.unwrap() });
+    let host = addr.to_string();
+    let cancel = "/admin/v1/executions/w1/cancel";
+    for origin in ["https://evil.example", "null", "http://127.0.0.1:1"] {
+        let (status, body) = post_from(&url, cancel, &host, origin).await;
+        assert_eq!(status, 403, "{origin}: {body}");
+        assert!(body.contains("refused"), "{body}");
+    }
+    assert_eq!(
+        runtime.state(&e).await.unwrap().status(),
+        ExecutionStatus::Suspended,
+        "nothing cancelled"
+    );
+    // The console's own page, on the same origin, is served.
+    let (status, body) = post_from(&url, cancel, &host, &url).await;
+    assert_eq!(status, 200, "{body}");
+    server.abort();
+}
