@@ -12,8 +12,8 @@
 //! `cargo run --release -p a2ui-callfunction --example socket_soak -- [SECONDS] [WORKERS]`
 //!
 //! With `hold N` it measures instead what open sessions cost: the server allows N sessions per
-//! renderer credential; N renderers connect with the same credential, read `createSurface` and
-//! the open call, and stay; the server's resident memory is printed idle and with the N held,
+//! renderer credential; N renderers connect with the same credential, read `createSurface` (the
+//! open call waits unread in their sockets) and stay; the server's resident memory is printed idle and with the N held,
 //! and one more session with the same credential must be refused with 1013.
 //!
 //! `cargo run --release -p a2ui-callfunction --example socket_soak -- hold 1000`
@@ -127,16 +127,11 @@ fn resident_kib(pid: u32) -> u64 {
 }
 
 fn report(elapsed: Duration, cycles: u64, failures: u64, pid: u32) {
-    let line = format!(
+    say(format!(
         "{:>4} s: {cycles:>8} sessions opened, called and closed ({failures} failed), server resident {:>7} KiB",
         elapsed.as_secs(),
         resident_kib(pid)
-    );
-    // An example program reports on standard output.
-    #[allow(clippy::print_stdout)]
-    {
-        println!("{line}");
-    }
+    ));
 }
 
 async fn soak(endpoint: &str, pid: u32, seconds: u64, workers: usize) -> Result<()> {
@@ -201,7 +196,7 @@ async fn hold_sessions(endpoint: &str, pid: u32, n: usize) -> Result<()> {
     tokio::time::sleep(Duration::from_secs(1)).await;
     let idle = resident_kib(pid);
     say(format!("no session open: server resident {idle} KiB"));
-    let mut first = open_session(endpoint).await?;
+    let (mut first, _) = open_session(endpoint).await?;
     tokio::time::sleep(Duration::from_secs(1)).await;
     say(format!(
         "one session open: server resident {} KiB",
@@ -213,7 +208,7 @@ async fn hold_sessions(endpoint: &str, pid: u32, n: usize) -> Result<()> {
             .map(|_| tokio::spawn(open_session(endpoint.to_owned())))
             .collect();
         for task in batch {
-            held.push(task.await??);
+            held.push(task.await??.0);
         }
     }
     tokio::time::sleep(Duration::from_secs(2)).await;
@@ -250,14 +245,14 @@ async fn hold_sessions(endpoint: &str, pid: u32, n: usize) -> Result<()> {
 type Socket =
     tokio_tungstenite::WebSocketStream<tokio_tungstenite::MaybeTlsStream<tokio::net::TcpStream>>;
 
-/// A session past its `createSurface` and open call.
-async fn open_session(endpoint: impl AsRef<str>) -> Result<Socket> {
+/// A session past its `createSurface`, and that message.
+async fn open_session(endpoint: impl AsRef<str>) -> Result<(Socket, Value)> {
     let (mut socket, _) = tokio_tungstenite::connect_async(endpoint.as_ref()).await?;
     let first = next_json(&mut socket).await?;
     if first.get("createSurface").is_none() {
         bail!("the session did not start with createSurface: {first}");
     }
-    Ok(socket)
+    Ok((socket, first))
 }
 
 fn say(line: String) {
@@ -271,11 +266,7 @@ fn say(line: String) {
 /// One renderer: connect, read `createSurface`, call an agent function and get its answer, send
 /// a forged reply, close.
 async fn cycle(endpoint: &str) -> Result<()> {
-    let (mut socket, _) = tokio_tungstenite::connect_async(endpoint).await?;
-    let first = next_json(&mut socket).await?;
-    if first.get("createSurface").is_none() {
-        bail!("the session did not start with createSurface: {first}");
-    }
+    let (mut socket, first) = open_session(endpoint).await?;
     let wire_id = first["createSurface"]["surfaceId"].clone();
     let call = json!({"version": "v1.0", "callAgentFunction": {"surfaceId": wire_id, "functionCallId": "soak", "callFunction": {"@call": "nothing", "args": {}}}});
     socket.send(Message::Text(call.to_string().into())).await?;

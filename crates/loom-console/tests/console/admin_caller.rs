@@ -31,11 +31,23 @@ async fn wait_for_approval(ctx: FlowCtx, _: Value) -> Result<Value, FlowError> {
 }
 
 async fn post(url: &str, path: &str, body: &Value) -> (u16, String) {
+    let body = body.to_string();
+    raw_post(
+        url,
+        path,
+        "Host: x\r\nContent-Type: application/json\r\n",
+        &body,
+    )
+    .await
+}
+
+/// A POST with the admin token, `headers` (each line ending in CRLF) and `body`: the status
+/// and the body of the answer.
+async fn raw_post(url: &str, path: &str, headers: &str, body: &str) -> (u16, String) {
     let address = url.trim_start_matches("http://");
     let mut stream = tokio::net::TcpStream::connect(address).await.unwrap();
-    let body = body.to_string();
     let request = format!(
-        "POST {path} HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer {TOKEN}\r\nContent-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+        "POST {path} HTTP/1.1\r\n{headers}Authorization: Bearer {TOKEN}\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
         body.len()
     );
     stream.write_all(request.as_bytes()).await.unwrap();
@@ -120,19 +132,13 @@ async fn the_token_holder_is_the_caller_and_the_operator_name_an_attribute() {
 
 /// A request as a browser page sends it: `Origin` and `Host` as given, the admin token.
 async fn post_from(url: &str, path: &str, host: &str, origin: &str) -> (u16, String) {
-    let address = url.trim_start_matches("http://");
-    let mut stream = tokio::net::TcpStream::connect(address).await.unwrap();
-    let request = format!(
-        "POST {path} HTTP/1.1\r\nHost: {host}\r\nOrigin: {origin}\r\nAuthorization: Bearer {TOKEN}\r\nContent-Length: 0\r\nConnection: close\r\n\r\n"
-    );
-    stream.write_all(request.as_bytes()).await.unwrap();
-    let mut answer = String::new();
-    stream.read_to_string(&mut answer).await.unwrap();
-    let (head, body) = answer.split_once("\r\n\r\n").unwrap();
-    (
-        head.split(' ').nth(1).unwrap().parse().unwrap(),
-        body.to_owned(),
+    raw_post(
+        url,
+        path,
+        &format!("Host: {host}\r\nOrigin: {origin}\r\n"),
+        "",
     )
+    .await
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -109,6 +109,37 @@ impl FrameError {
     }
 }
 
+/// A session refused because a limit on open sessions is reached.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Error)]
+#[non_exhaustive]
+pub enum TooMany {
+    /// [`Limits::max_sessions`].
+    #[error("the server has {limit} renderer sessions open, its limit")]
+    Total {
+        /// The limit.
+        limit: usize,
+    },
+    /// [`Limits::max_sessions_per_caller`].
+    #[error("this caller has {limit} renderer sessions open, its limit")]
+    Caller {
+        /// The limit.
+        limit: usize,
+    },
+    /// [`Limits::max_sessions_per_peer`].
+    #[error("this address has {limit} renderer sessions open, its limit")]
+    Peer {
+        /// The limit.
+        limit: usize,
+    },
+}
+
+impl TooMany {
+    /// The close code: 1013, try again later.
+    pub fn close_code(self) -> u16 {
+        close_codes::TRY_AGAIN_LATER
+    }
+}
+
 /// Checks a frame's size, encoding and nesting, without parsing it.
 pub fn check_frame(bytes: &[u8], limits: &Limits) -> Result<(), FrameError> {
     if bytes.len() > limits.max_frame_bytes {

@@ -38,8 +38,8 @@ use tokio::sync::mpsc;
 
 pub use auth::{Binding, Connection, Grant, SessionAuthenticator};
 pub use credential::{CREDENTIAL, CredentialError, CredentialKey, SignedCredentials, unix_now};
-pub use limits::{FrameError, Limits, check_frame, close_codes};
-pub use registry::{Outbound, TooMany};
+pub use limits::{FrameError, Limits, TooMany, check_frame, close_codes};
+pub use registry::Outbound;
 pub use routing::agent_function_codes;
 
 use crate::bridge::IngestError;

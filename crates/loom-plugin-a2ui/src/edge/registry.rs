@@ -12,7 +12,7 @@ use tokio::sync::{Notify, mpsc, oneshot};
 use tokio_util::sync::CancellationToken;
 
 use crate::edge::auth::Binding;
-use crate::edge::limits::{Limits, close_codes};
+use crate::edge::limits::{Limits, TooMany};
 use crate::effect::{Transport, TransportError};
 use crate::hub::SurfaceHub;
 use crate::wire::AgentMessage;
@@ -54,6 +54,15 @@ struct Entry {
     wire_id: String,
     answers: Option<Vec<String>>,
     requests: mpsc::UnboundedSender<Box<Outbound>>,
+}
+
+impl Entry {
+    /// Whether the session answers `function`: all when it named none.
+    fn answers(&self, function: &str) -> bool {
+        self.answers
+            .as_ref()
+            .is_none_or(|names| names.iter().any(|n| n == function))
+    }
 }
 
 #[derive(Debug)]
@@ -191,11 +200,10 @@ impl Registry {
 
     /// Whether live session `id` answers `function` (a v0.9 session answers none).
     pub(crate) fn answers(&self, id: u64, function: &str) -> bool {
-        self.state().sessions.get(&id).is_some_and(|e| {
-            e.answers
-                .as_ref()
-                .is_none_or(|names| names.iter().any(|n| n == function))
-        })
+        self.state()
+            .sessions
+            .get(&id)
+            .is_some_and(|e| e.answers(function))
     }
 
     /// How many sessions are open.
@@ -251,9 +259,7 @@ impl Registry {
                     .strip_prefix(s.binding.execution.as_str())
                     .is_some_and(|rest| rest.starts_with(':'))
                     && s.binding.surface_id == surface_id
-                    && s.answers
-                        .as_ref()
-                        .is_none_or(|names| names.iter().any(|n| n == function))
+                    && s.answers(function)
                     && !s.requests.is_closed()
             })
             .map(|(id, s)| {
@@ -378,37 +384,6 @@ pub(crate) struct Opening {
     pub(crate) answers: Option<Vec<String>>,
     pub(crate) caller: String,
     pub(crate) peer: Option<IpAddr>,
-}
-
-/// A session refused because a limit on open sessions is reached.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
-#[non_exhaustive]
-pub enum TooMany {
-    /// [`Limits::max_sessions`].
-    #[error("the server has {limit} renderer sessions open, its limit")]
-    Total {
-        /// The limit.
-        limit: usize,
-    },
-    /// [`Limits::max_sessions_per_caller`].
-    #[error("this caller has {limit} renderer sessions open, its limit")]
-    Caller {
-        /// The limit.
-        limit: usize,
-    },
-    /// [`Limits::max_sessions_per_peer`].
-    #[error("this address has {limit} renderer sessions open, its limit")]
-    Peer {
-        /// The limit.
-        limit: usize,
-    },
-}
-
-impl TooMany {
-    /// The close code: 1013, try again later.
-    pub fn close_code(self) -> u16 {
-        close_codes::TRY_AGAIN_LATER
-    }
 }
 
 /// Where a session's requests go, the surface id its renderer knows, and what masks them.

@@ -78,16 +78,25 @@ pub(crate) fn world(limits: Limits) -> World {
 }
 
 fn world_with(limits: Limits, hub: loom_plugin_a2ui::SurfaceHub) -> World {
-    let store = MemoryStore::new();
-    let edge = RendererEdge::with_limits(
-        hub.clone(),
+    world_for(
+        limits,
+        hub,
         Users(vec![
             ("alice", "order-a"),
             ("bob", "order-b"),
             ("alice", "ask"),
         ]),
-        limits,
-    );
+    )
+}
+
+/// The checkout and `confirm` flows behind an edge whose sessions `authenticator` grants.
+pub(crate) fn world_for(
+    limits: Limits,
+    hub: loom_plugin_a2ui::SurfaceHub,
+    authenticator: impl SessionAuthenticator,
+) -> World {
+    let store = MemoryStore::new();
+    let edge = RendererEdge::with_limits(hub.clone(), authenticator, limits);
     let mut effects = EffectRegistry::new();
     register_a2ui_call_function(
         &mut effects,
@@ -162,7 +171,7 @@ impl World {
     }
 }
 
-fn reply(call_id: &str, value: Value) -> Vec<u8> {
+pub(crate) fn reply(call_id: &str, value: Value) -> Vec<u8> {
     json!({"version": "v1.0", "rendererFunctionResponse": {"functionCallId": call_id, "value": value}})
         .to_string()
         .into_bytes()
@@ -616,7 +625,9 @@ fn arbitrary_frames_into_a_session_never_panic_nor_record() {
 }
 
 /// The first `callRendererFunction` a session is asked to send, marked written.
-async fn grain_b_request(session: &mut RendererSession) -> loom_plugin_a2ui::CallRendererFunction {
+pub(crate) async fn grain_b_request(
+    session: &mut RendererSession,
+) -> loom_plugin_a2ui::CallRendererFunction {
     loop {
         let out = session.next().await.unwrap();
         if let AgentMessage::CallRendererFunction(call) = &out.message {

@@ -2,25 +2,15 @@
 //! rules against a renderer that answers what it was never asked, sends too much, opens too
 //! many sessions or forges its credential. Every refusal records nothing.
 
-use std::time::Duration;
-
-use crate::edge::{World, world};
+use crate::edge::{World, grain_b_request, reply, world, world_for};
 use crate::support::*;
-use loom_effect_runtime::EffectRegistry;
-use loom_kernel::{EventStoreExt, ExecutionId, MemoryStore, Runtime, StartOptions, flow_fn};
+use loom_kernel::{EventStoreExt, ExecutionId, StartOptions};
 use loom_plugin_a2ui::{
-    AgentMessage, Binding, CALL_FUNCTION_EFFECT, CREDENTIAL, CallFunctionOptions, Connection,
-    CredentialKey, IngestError, Limits, OpenError, ProtocolVersion, Received, Refused,
-    RendererEdge, RendererSession, SignedCredentials, TooMany, register_a2ui_call_function,
-    unix_now,
+    AgentMessage, Binding, CALL_FUNCTION_EFFECT, CREDENTIAL, Connection, CredentialKey,
+    IngestError, Limits, OpenError, ProtocolVersion, Received, Refused, RendererSession,
+    SignedCredentials, TooMany, unix_now,
 };
-use serde_json::{Value, json};
-
-fn reply(call_id: &str, value: Value) -> Vec<u8> {
-    json!({"version": "v1.0", "rendererFunctionResponse": {"functionCallId": call_id, "value": value}})
-        .to_string()
-        .into_bytes()
-}
+use serde_json::json;
 
 fn unknown_call(refused: &Result<Received, Refused>) -> bool {
     matches!(
@@ -38,24 +28,12 @@ fn as_user(user: &str, execution: &str) -> Connection {
     }
 }
 
-/// The first `callRendererFunction` a session is asked to send, marked written.
-async fn grain_b_request(session: &mut RendererSession) -> String {
-    loop {
-        let out = session.next().await.unwrap();
-        if let AgentMessage::CallRendererFunction(call) = &out.message {
-            let id = call.function_call_id.clone();
-            out.written();
-            return id;
-        }
-    }
-}
-
 #[tokio::test]
 async fn a_grain_b_reply_is_taken_only_from_the_session_the_call_was_sent_to() {
     let w = world(Limits::default());
     let e = w.start_confirm("ask").await;
     let mut sent_to = w.open("alice", "ask").await.unwrap();
-    let call_id = grain_b_request(&mut sent_to).await;
+    let call_id = grain_b_request(&mut sent_to).await.function_call_id;
     // Another session of the same caller and binding, never sent the call.
     let mut bystander = w.open("alice", "ask").await.unwrap();
     let before = w.log_len(&e).await;
@@ -226,33 +204,15 @@ async fn sessions_past_a_limit_per_caller_per_peer_or_in_all_are_refused_with_10
     open(from("bob", "order-b", "10.0.0.4")).await.unwrap();
 }
 
-/// The checkout behind an edge that only takes credentials minted with `key`.
-fn credential_world(key: &CredentialKey) -> (Runtime<MemoryStore>, RendererEdge) {
-    let store = MemoryStore::new();
-    let hub = hub();
-    let edge = RendererEdge::new(hub.clone(), SignedCredentials::new(key.clone()));
-    let mut effects = EffectRegistry::new();
-    register_a2ui_call_function(
-        &mut effects,
-        edge.transport(),
-        CallFunctionOptions::new(catalogs()).request_timeout(Duration::from_secs(5)),
-    )
-    .unwrap();
-    let runtime = Runtime::builder(store)
-        .flow(flow_fn("checkout", 1, checkout))
-        .plugin(&hub)
-        .plugin(&edge)
-        .plugin(&effects)
-        .resume_authenticator(edge.clone())
-        .build()
-        .unwrap();
-    (runtime, edge)
-}
-
 #[tokio::test]
 async fn a_credential_opens_its_own_execution_only_until_it_expires_and_not_once_altered() {
     let key = CredentialKey::new(&[7; 32]).unwrap();
-    let (runtime, edge) = credential_world(&key);
+    let w = world_for(
+        Limits::default(),
+        hub(),
+        SignedCredentials::new(key.clone()),
+    );
+    let (runtime, edge) = (&w.runtime, &w.edge);
     for execution in ["order-a", "order-b"] {
         let e = ExecutionId::new(execution).unwrap();
         runtime
@@ -275,7 +235,7 @@ async fn a_credential_opens_its_own_execution_only_until_it_expires_and_not_once
     };
     let good = key.mint(&binding("order-a"), later);
     let session = edge
-        .open(&runtime, &with("order-a", good.clone()))
+        .open(runtime, &with("order-a", good.clone()))
         .await
         .unwrap();
     assert_eq!(session.caller().to_string(), "renderer:order-a/checkout");
@@ -310,7 +270,7 @@ async fn a_credential_opens_its_own_execution_only_until_it_expires_and_not_once
         ),
     ];
     for (connection, says) in refusals {
-        let error = edge.open(&runtime, &connection).await.unwrap_err();
+        let error = edge.open(runtime, &connection).await.unwrap_err();
         assert_eq!(error.close_code(), 1008);
         assert!(error.to_string().contains(says), "{error}");
     }

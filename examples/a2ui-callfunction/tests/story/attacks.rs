@@ -13,8 +13,8 @@ use tokio_tungstenite::tungstenite::Message;
 use tokio_tungstenite::tungstenite::client::IntoClientRequest;
 
 use crate::hostile::{
-    Server, TOKEN, WIRE_SURFACE, approve, close_code, close_frame, next, send, start, start_with,
-    synced,
+    Server, TOKEN, WIRE_SURFACE, approve, close_code, close_frame, function_reply, next, send,
+    start, start_with, synced,
 };
 
 const EVIL: &str = "https://evil.example";
@@ -38,13 +38,6 @@ async fn upgrade_status(
         }
         Err(other) => panic!("the upgrade failed otherwise: {other}"),
     }
-}
-
-/// The key the server signs renderer credentials with (beside its store).
-fn server_key(server: &Server) -> CredentialKey {
-    let path = server.dir.path().join("loom.redb.renderer-key");
-    let text = std::fs::read_to_string(path).unwrap();
-    CredentialKey::new(text.trim().as_bytes()).unwrap()
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -97,7 +90,7 @@ async fn a_page_of_another_origin_is_refused_with_403_before_anything_is_read() 
 async fn a_renderer_without_a_credential_for_this_execution_is_refused_even_on_loopback() {
     let server = start().await;
     let before = server.log_len().await;
-    let key = server_key(&server);
+    let key = crate::support::renderer_key(&server.dir.path().join("loom.redb"));
     let binding = |execution: &str| Binding::new(ExecutionId::new(execution).unwrap(), "checkout");
     let tampered = {
         let mut c = server.credential.clone();
@@ -147,13 +140,14 @@ async fn a_renderer_without_a_credential_for_this_execution_is_refused_even_on_l
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_second_session_cannot_answer_the_grain_b_call_sent_to_the_first() {
     let server = start().await;
-    let mut honest = server.renderer().await;
-    let AgentMessage::CallRendererFunction(locale) = next(&mut honest).await else {
-        panic!("the pending getLocale")
-    };
+    let (mut honest, locale) = server.awaiting_locale().await;
     // The attacker holds the same link and opens a session of the same binding.
     let mut attacker = server.renderer().await;
-    send(&mut honest, json!({"version": "v1.0", "rendererFunctionResponse": {"functionCallId": locale.function_call_id, "value": "fr-CH"}})).await;
+    send(
+        &mut honest,
+        function_reply(&locale.function_call_id, json!("fr-CH")),
+    )
+    .await;
     let submit = loop {
         match next(&mut honest).await {
             AgentMessage::UpdateDataModel(update)
@@ -171,11 +165,25 @@ async fn a_second_session_cannot_answer_the_grain_b_call_sent_to_the_first() {
     let before = server.log_len().await;
     // It knows the call id (the strongest attacker) and answers first, with a forged receipt,
     // then with an error that would fail the order.
-    send(&mut attacker, json!({"version": "v1.0", "rendererFunctionResponse": {"functionCallId": submit.function_call_id, "value": {"confirmation": "FORGED", "placed": true}}})).await;
+    send(
+        &mut attacker,
+        function_reply(
+            &submit.function_call_id,
+            json!({"confirmation": "FORGED", "placed": true}),
+        ),
+    )
+    .await;
     send(&mut attacker, json!({"version": "v1.0", "error": {"code": "BOOM", "message": "no", "functionCallId": submit.function_call_id}})).await;
     synced(&mut attacker).await;
     assert_eq!(server.log_len().await, before, "nothing recorded");
-    send(&mut honest, json!({"version": "v1.0", "rendererFunctionResponse": {"functionCallId": submit.function_call_id, "value": {"confirmation": "CONF-REAL", "placed": true}}})).await;
+    send(
+        &mut honest,
+        function_reply(
+            &submit.function_call_id,
+            json!({"confirmation": "CONF-REAL", "placed": true}),
+        ),
+    )
+    .await;
     for _ in 0..400 {
         if server.status().await == "completed" {
             break;
@@ -193,10 +201,7 @@ async fn a_second_session_cannot_answer_the_grain_b_call_sent_to_the_first() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_v0_9_session_answers_no_function_call() {
     let server = start().await;
-    let mut functions = server.renderer().await;
-    let AgentMessage::CallRendererFunction(locale) = next(&mut functions).await else {
-        panic!("the pending getLocale")
-    };
+    let (mut functions, locale) = server.awaiting_locale().await;
     let mut request = format!(
         "ws://{}/a2ui/{EXECUTION}/checkout?credential={}",
         server.addr, server.credential
@@ -237,7 +242,7 @@ async fn a_binary_frame_closes_its_session_with_1003() {
     let mut socket = server.renderer().await;
     let _pending = next(&mut socket).await;
     let before = server.log_len().await;
-    let reply = json!({"version": "v1.0", "rendererFunctionResponse": {"functionCallId": format!("{EXECUTION}:getLocale#1"), "value": "fr-CH"}});
+    let reply = function_reply(&format!("{EXECUTION}:getLocale#1"), json!("fr-CH"));
     socket
         .send(Message::Binary(reply.to_string().into_bytes().into()))
         .await
@@ -273,14 +278,15 @@ async fn sessions_past_the_limit_per_credential_are_refused_with_1013() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_reply_over_its_functions_bound_is_refused_and_recorded_nowhere() {
     let server = start().await;
-    let mut socket = server.renderer().await;
-    let AgentMessage::CallRendererFunction(locale) = next(&mut socket).await else {
-        panic!("the pending getLocale")
-    };
+    let (mut socket, locale) = server.awaiting_locale().await;
     let before = server.log_len().await;
     // A locale of a megabyte once rode along every later createSurface.
     for value in ["x".repeat(600), "x".repeat(900 * 1024)] {
-        send(&mut socket, json!({"version": "v1.0", "rendererFunctionResponse": {"functionCallId": locale.function_call_id, "value": value}})).await;
+        send(
+            &mut socket,
+            function_reply(&locale.function_call_id, json!(value)),
+        )
+        .await;
     }
     synced(&mut socket).await;
     assert_eq!(server.log_len().await, before, "nothing recorded");

@@ -87,6 +87,16 @@ impl Server {
         socket
     }
 
+    /// A renderer session past its `createSurface`, and the open `getLocale` call it is sent
+    /// next.
+    pub(crate) async fn awaiting_locale(&self) -> (Socket, loom_plugin_a2ui::CallRendererFunction) {
+        let mut socket = self.renderer().await;
+        let AgentMessage::CallRendererFunction(call) = next(&mut socket).await else {
+            panic!("the pending getLocale")
+        };
+        (socket, call)
+    }
+
     /// How many events the execution's log holds.
     pub(crate) async fn log_len(&self) -> usize {
         self.admin.show(EXECUTION).await.unwrap().events.len()
@@ -199,6 +209,11 @@ pub(crate) async fn synced(socket: &mut Socket) {
 /// The checkout's surface id on the wire.
 pub(crate) const WIRE_SURFACE: &str = "checkout@checkout-1";
 
+/// A renderer's answer to call `call_id`.
+pub(crate) fn function_reply(call_id: &str, value: Value) -> Value {
+    json!({"version": "v1.0", "rendererFunctionResponse": {"functionCallId": call_id, "value": value}})
+}
+
 pub(crate) fn approve(context: Value) -> Value {
     json!({"version": "v1.0", "action": {"name": "approve", "surfaceId": WIRE_SURFACE,
         "sourceComponentId": "approve", "timestamp": "2026-12-01T00:00:00Z", "context": context}})
@@ -222,10 +237,7 @@ async fn a_session_on_another_execution_or_surface_is_refused_and_nothing_is_kep
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn forged_replies_and_actions_are_refused_and_the_session_stays_usable() {
     let server = start().await;
-    let mut socket = server.renderer().await;
-    let AgentMessage::CallRendererFunction(call) = next(&mut socket).await else {
-        panic!("the pending getLocale")
-    };
+    let (mut socket, call) = server.awaiting_locale().await;
     let before = server.log_len().await;
     for forged in [
         // A call of another execution, an unknown call, a value off the return schema.

@@ -159,19 +159,16 @@ pub fn operator_completes_the_step(target: &Target, execution: &str) {
 }
 
 /// A renderer credential for `execution`'s checkout, minted with the key of the server whose
-/// store file is `store` (kept beside it, made when the server started), good for an hour.
+/// store file is `store` (kept beside it; whichever of the test and the server comes first
+/// makes it, and both read the one made), good for an hour.
 pub fn credential(store: &std::path::Path, execution: &str) -> String {
-    let path = format!("{}.renderer-key", store.display());
-    for _ in 0..400 {
-        if let Ok(text) = std::fs::read_to_string(&path)
-            && text.ends_with('\n')
-        {
-            let key = loom_plugin_a2ui::CredentialKey::new(text.trim().as_bytes()).unwrap();
-            let binding =
-                loom_plugin_a2ui::Binding::new(ExecutionId::new(execution).unwrap(), SURFACE);
-            return key.mint(&binding, loom_plugin_a2ui::unix_now() + 3600);
-        }
-        std::thread::sleep(std::time::Duration::from_millis(25));
-    }
-    panic!("no renderer key at {path}");
+    let key = renderer_key(store);
+    let binding = loom_plugin_a2ui::Binding::new(ExecutionId::new(execution).unwrap(), SURFACE);
+    key.mint(&binding, loom_plugin_a2ui::unix_now() + 3600)
+}
+
+/// The key renderer credentials are signed with by the server whose store file is `store`.
+pub fn renderer_key(store: &std::path::Path) -> loom_plugin_a2ui::CredentialKey {
+    let path = std::path::PathBuf::from(format!("{}.renderer-key", store.display()));
+    a2ui_callfunction::renderer_key::load_or_create(&path).unwrap()
 }
