@@ -1210,4 +1210,28 @@ mod tests {
         assert!(hub.model(&ids[1], SURFACE).is_none());
         assert_eq!(hub.state().executions.len(), 2);
     }
+
+    #[tokio::test]
+    async fn with_no_retention_an_ended_execution_stays_while_watched_and_goes_after() {
+        let hub = hub().with_ended_retention(0);
+        let store = MemoryStore::new();
+        let execution = ExecutionId::new("ended-0").expect("a valid id");
+        let events = [
+            loom_kernel::conformance::started("counter"),
+            patch(&execution, 1).event,
+            Event::ExecutionCompleted(loom_kernel::ExecutionCompleted {
+                output: Payload::from(json!(null)),
+            }),
+        ];
+        store.append(&execution, 0, &events).await.unwrap();
+        // Folded by the subscribe's own catch-up, it is not forgotten under its subscriber.
+        let watching = hub.subscribe(&store, &execution, SURFACE).await.unwrap();
+        let AgentMessage::CreateSurface(create) = &watching.initial[0] else {
+            panic!("{:?}", watching.initial)
+        };
+        assert_eq!(create.data_model.as_ref().unwrap()["count"], json!(1));
+        assert!(hub.model(&execution, SURFACE).is_some());
+        drop(watching);
+        assert!(hub.model(&execution, SURFACE).is_none());
+    }
 }

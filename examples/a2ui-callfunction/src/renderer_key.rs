@@ -16,7 +16,14 @@ use loom_plugin_a2ui::CredentialKey;
 /// in place, which fails if another process made one meanwhile (that one is kept). A crash
 /// leaves no empty key behind.
 fn create(path: &Path) -> Result<()> {
-    let staged = std::path::PathBuf::from(format!("{}.new-{}", path.display(), std::process::id()));
+    // Unique to this attempt: two servers in one process (or two processes) never share it.
+    static ATTEMPTS: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+    let attempt = ATTEMPTS.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    let staged = std::path::PathBuf::from(format!(
+        "{}.new-{}-{attempt}",
+        path.display(),
+        std::process::id()
+    ));
     let secret = loom_console::random_token().context("making a renderer key")?;
     let written = std::fs::OpenOptions::new()
         .write(true)

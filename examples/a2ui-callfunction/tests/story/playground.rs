@@ -194,6 +194,68 @@ async fn the_playground_refuses_a_wrong_token_and_a_message_of_no_session_record
     server.abort();
 }
 
+/// Opens a playground stream on `query` and reads it up to its `session` event: the stream
+/// (kept open) and the session's id, with every line read before it.
+async fn stream_session(addr: SocketAddr, query: &str) -> (tokio::net::TcpStream, u64, String) {
+    let mut stream = tokio::net::TcpStream::connect(addr).await.unwrap();
+    let request = format!(
+        "GET /playground/v1/{EXECUTION}/checkout/stream?{query} HTTP/1.1\r\nHost: {addr}\r\n\r\n"
+    );
+    stream.write_all(request.as_bytes()).await.unwrap();
+    let mut read = String::new();
+    let mut chunk = [0u8; 8192];
+    loop {
+        if let Some(at) = read.find("event: session\ndata: ")
+            && let Some(line) = read[at..].lines().nth(1)
+            && let Ok(data) = serde_json::from_str::<Value>(line.trim_start_matches("data: "))
+        {
+            let id = data["session"].as_u64().unwrap();
+            return (stream, id, read);
+        }
+        let n = tokio::time::timeout(Duration::from_secs(20), stream.read(&mut chunk))
+            .await
+            .expect("the stream speaks in time")
+            .unwrap();
+        assert!(n > 0, "the stream ended before its session: {read}");
+        read.push_str(&String::from_utf8_lossy(&chunk[..n]));
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_renderer_stream_posts_only_with_its_own_credential_and_carries_no_log() {
+    let dir = tempfile::tempdir().unwrap();
+    let (addr, server) = start(dir.path()).await;
+    let store = dir.path().join("loom.redb");
+    let mine = crate::support::credential(&store, EXECUTION);
+    let (_stream, session, read) = stream_session(addr, &format!("credential={mine}")).await;
+    assert!(
+        !read.contains("event: event"),
+        "no log for a renderer: {read}"
+    );
+    let path = format!("/playground/v1/{EXECUTION}/checkout/messages?session={session}");
+    let other = crate::support::credential(&store, "checkout-2");
+    // Another execution's credential, none, or a session that does not exist: all 401, so
+    // that session ids cannot be probed.
+    for (path, bearer) in [
+        (path.clone(), other.as_str()),
+        (path.clone(), ""),
+        (
+            format!("/playground/v1/{EXECUTION}/checkout/messages?session=999"),
+            mine.as_str(),
+        ),
+    ] {
+        let (status, body) = http(addr, &post(addr, &path, bearer, "{}")).await;
+        assert_eq!(status, 401, "{path} with {bearer:?}: {body}");
+    }
+    // Its own credential, and the operator's token, reach the session (which refuses a
+    // message that is no A2UI message, with the reason).
+    for bearer in [mine.as_str(), TOKEN] {
+        let (status, body) = http(addr, &post(addr, &path, bearer, "{}")).await;
+        assert_eq!(status, 422, "{body}");
+    }
+    server.abort();
+}
+
 type Socket =
     tokio_tungstenite::WebSocketStream<tokio_tungstenite::MaybeTlsStream<tokio::net::TcpStream>>;
 

@@ -145,6 +145,31 @@ async fn the_renderer_key_is_made_owner_only_and_a_damaged_one_stops_the_start_w
     );
     a2ui_callfunction::renderer_key::load_or_create(&key).unwrap();
     assert_eq!(std::fs::read_to_string(&key).unwrap(), made);
+    // Servers starting at once on a fresh folder all read the one key that won.
+    let fresh = dir.path().join("fresh.renderer-key");
+    let binding = loom_plugin_a2ui::Binding::new(
+        loom_kernel::ExecutionId::new(EXECUTION).unwrap(),
+        "checkout",
+    );
+    let minted: std::collections::BTreeSet<String> = std::thread::scope(|scope| {
+        let starts: Vec<_> = (0..8)
+            .map(|_| {
+                scope.spawn(|| {
+                    a2ui_callfunction::renderer_key::load_or_create(&fresh)
+                        .unwrap()
+                        .mint(&binding, 1)
+                })
+            })
+            .collect();
+        starts.into_iter().map(|s| s.join().unwrap()).collect()
+    });
+    assert_eq!(minted.len(), 1, "one key: {minted:?}");
+    let leftovers: Vec<_> = std::fs::read_dir(dir.path())
+        .unwrap()
+        .filter_map(|e| e.ok()?.file_name().into_string().ok())
+        .filter(|name| name.contains(".new-"))
+        .collect();
+    assert!(leftovers.is_empty(), "staged files left: {leftovers:?}");
     // An empty or short key is refused, naming the file and what to do; nothing is served.
     std::fs::write(&key, "short\n").unwrap();
     let options = ServerOptions {
