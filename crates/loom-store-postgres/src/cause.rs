@@ -244,27 +244,19 @@ mod tests {
 
     #[test]
     fn the_server_codes_a_failover_brings_are_told_apart() {
-        assert_eq!(
-            Cause::of_code(&SqlState::QUERY_CANCELED),
-            Cause::StatementTimeout
-        );
-        assert_eq!(
-            Cause::of_code(&SqlState::IDLE_IN_TRANSACTION_SESSION_TIMEOUT),
-            Cause::IdleInTransactionTimeout
-        );
-        assert_eq!(
-            Cause::of_code(&SqlState::ADMIN_SHUTDOWN),
-            Cause::ServerGoingAway
-        );
-        assert_eq!(
-            Cause::of_code(&SqlState::READ_ONLY_SQL_TRANSACTION),
-            Cause::ReadOnly
-        );
-        assert_eq!(
-            Cause::of_code(&SqlState::T_R_DEADLOCK_DETECTED),
-            Cause::Contention
-        );
-        assert_eq!(Cause::of_code(&SqlState::UNIQUE_VIOLATION), Cause::Other);
+        for (code, cause) in [
+            (SqlState::QUERY_CANCELED, Cause::StatementTimeout),
+            (
+                SqlState::IDLE_IN_TRANSACTION_SESSION_TIMEOUT,
+                Cause::IdleInTransactionTimeout,
+            ),
+            (SqlState::ADMIN_SHUTDOWN, Cause::ServerGoingAway),
+            (SqlState::READ_ONLY_SQL_TRANSACTION, Cause::ReadOnly),
+            (SqlState::T_R_DEADLOCK_DETECTED, Cause::Contention),
+            (SqlState::UNIQUE_VIOLATION, Cause::Other),
+        ] {
+            assert_eq!(Cause::of_code(&code), cause, "{code:?}");
+        }
     }
 
     #[test]
