@@ -60,14 +60,23 @@ async fn raw_post(url: &str, path: &str, headers: &str, body: &str) -> (u16, Str
     )
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn the_token_holder_is_the_caller_and_the_operator_name_an_attribute() {
-    let seen = NamedOperators::default();
-    let runtime = Runtime::builder(MemoryStore::new())
-        .flow(flow_fn("wait", 1, wait_for_approval))
-        .resume_authenticator(seen.clone())
-        .build()
-        .unwrap();
+/// `w1` waiting for its approval on a memory store (with `operators` deciding resumes), and
+/// the admin API over it served on loopback: the runtime, the execution, the address and the
+/// server's task.
+async fn serving(
+    operators: Option<NamedOperators>,
+) -> (
+    Runtime<MemoryStore>,
+    ExecutionId,
+    std::net::SocketAddr,
+    tokio::task::JoinHandle<()>,
+) {
+    let mut builder =
+        Runtime::builder(MemoryStore::new()).flow(flow_fn("wait", 1, wait_for_approval));
+    if let Some(operators) = operators {
+        builder = builder.resume_authenticator(operators);
+    }
+    let runtime = builder.build().unwrap();
     let e = ExecutionId::new("w1").unwrap();
     runtime
         .start("wait", &json!(null), StartOptions::new(e.clone()))
@@ -76,8 +85,16 @@ async fn the_token_holder_is_the_caller_and_the_operator_name_an_attribute() {
     runtime.wait(&e).await.unwrap();
     let router = admin_router(runtime.clone(), AdminConfig::new(TOKEN).unwrap());
     let listener = bind_loopback(0).await.unwrap();
-    let url = format!("http://{}", listener.local_addr().unwrap());
+    let addr = listener.local_addr().unwrap();
     let server = tokio::spawn(async move { axum::serve(listener, router).await.unwrap() });
+    (runtime, e, addr, server)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_token_holder_is_the_caller_and_the_operator_name_an_attribute() {
+    let seen = NamedOperators::default();
+    let (runtime, e, addr, server) = serving(Some(seen.clone())).await;
+    let url = format!("http://{addr}");
 
     let before = runtime.store().read_all(&e).await.unwrap().len();
     let path = "/admin/v1/executions/w1/resume";
@@ -143,21 +160,8 @@ async fn post_from(url: &str, path: &str, host: &str, origin: &str) -> (u16, Str
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_page_of_another_origin_is_refused_with_403_even_with_the_token() {
-    let runtime = Runtime::builder(MemoryStore::new())
-        .flow(flow_fn("wait", 1, wait_for_approval))
-        .build()
-        .unwrap();
-    let e = ExecutionId::new("w1").unwrap();
-    runtime
-        .start("wait", &json!(null), StartOptions::new(e.clone()))
-        .await
-        .unwrap();
-    runtime.wait(&e).await.unwrap();
-    let router = admin_router(runtime.clone(), AdminConfig::new(TOKEN).unwrap());
-    let listener = bind_loopback(0).await.unwrap();
-    let addr = listener.local_addr().unwrap();
+    let (runtime, e, addr, server) = serving(None).await;
     let url = format!("http://{addr}");
-    let server = tokio::spawn(async move { axum::serve(listener, router).await.unwrap() });
     let host = addr.to_string();
     let cancel = "/admin/v1/executions/w1/cancel";
     for origin in ["https://evil.example", "null", "http://127.0.0.1:1"] {
