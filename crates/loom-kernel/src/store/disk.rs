@@ -57,6 +57,7 @@
 use std::collections::{BTreeMap, HashMap, VecDeque};
 use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, mpsc};
 use std::thread::JoinHandle;
 
@@ -146,6 +147,11 @@ pub struct DiskStoreConfig {
     /// file, but a damaged branch page can send a lookup astray unnoticed, and the engine may
     /// panic again while such a panic unwinds, which ends the process.
     pub verify_on_open: bool,
+    /// A checkpoint is taken after this many commits (or once the journal holds 16 MiB): it
+    /// bounds what an open after a crash applies from the journal. The applier thread makes
+    /// the tables durable, then the writer starts the journal again with what they lack, so
+    /// commits do not wait for it (docs/STORAGE.md, "Checkpoints").
+    pub checkpoint_commits: u64,
 }
 
 impl Default for DiskStoreConfig {
@@ -154,6 +160,7 @@ impl Default for DiskStoreConfig {
             cache_size_bytes: 64 * 1024 * 1024,
             max_batch_events: 8192,
             verify_on_open: true,
+            checkpoint_commits: 8192,
         }
     }
 }
@@ -257,6 +264,8 @@ struct Shared {
     /// The tables as the last commit of `heads` or `events` left them, for the lookups of a
     /// new execution (`snapshot.rs`).
     last_commit: Arc<LastCommit>,
+    /// Checkpoints taken since the store opened ([`DiskStore::checkpoints`]).
+    checkpoints: Arc<AtomicU64>,
 }
 
 /// The database, opened for writing or read-only.
@@ -378,6 +387,7 @@ impl DiskStore {
         let claims = Arc::new(ClaimTable::default());
         let pending = Arc::new(Pending::default());
         let last_commit = Arc::new(LastCommit::default());
+        let checkpoints = Arc::new(AtomicU64::new(0));
         if let Db::Write(db) = &*db {
             last_commit.replace(db);
         }
@@ -410,6 +420,8 @@ impl DiskStore {
                 detail: "no journal was opened for writing".into(),
             })?;
             let max_batch_events = config.max_batch_events.max(1);
+            let checkpoint_commits = config.checkpoint_commits.max(1);
+            let checkpoint_count = Arc::clone(&checkpoints);
             let writer = std::thread::Builder::new()
                 .name("loom-store-writer".into())
                 .spawn(move || {
@@ -428,6 +440,11 @@ impl DiskStore {
                             max_batch_events,
                             journal,
                             since_checkpoint: 0,
+                            checkpoint_commits,
+                            checkpoint_asked: false,
+                            handed_generation: None,
+                            durable_end: journal::HEADER_LEN,
+                            checkpoints: &checkpoint_count,
                             commits: 0,
                             pruned_at: 0,
                             queue: Vec::new(),
@@ -459,6 +476,7 @@ impl DiskStore {
                 claims,
                 pending,
                 last_commit,
+                checkpoints,
             }),
         })
     }
@@ -490,6 +508,12 @@ impl DiskStore {
     /// The file this store writes.
     pub fn path(&self) -> &Path {
         &self.shared.path
+    }
+
+    /// How many checkpoints (durable redb commits that let the journal start again) the writer
+    /// has taken since this store was opened: what a load test plots against its latencies.
+    pub fn checkpoints(&self) -> u64 {
+        self.shared.checkpoints.load(Ordering::Relaxed)
     }
 
     /// The whole logs of several executions as stored, not decoded (an unknown one is
@@ -608,8 +632,21 @@ struct Writer<'a> {
     applied: &'a Applied,
     max_batch_events: usize,
     journal: Journal,
-    /// Journaled commits since the last checkpoint.
+    /// Journaled commits the durable tables may lack: since the last checkpoint, counting
+    /// those a rotation carried over.
     since_checkpoint: u64,
+    /// Commits between checkpoints ([`DiskStoreConfig::checkpoint_commits`]).
+    checkpoint_commits: u64,
+    /// A checkpoint was asked of the applier and the journal has not started its next
+    /// generation yet.
+    checkpoint_asked: bool,
+    /// The generation of the journal when a chunk was last handed to the applier.
+    handed_generation: Option<u64>,
+    /// An offset of the journal's current generation the tables are known to be durable up to
+    /// (a deletion's commit): a rotation carries over nothing before it.
+    durable_end: u64,
+    /// Checkpoints taken since the store opened, as [`DiskStore::checkpoints`] reports them.
+    checkpoints: &'a AtomicU64,
     /// Journaled commits since the store opened: the applier reports the last one it applied.
     commits: u64,
     /// Journaled appends not handed to the applier yet, in commit order.
@@ -651,8 +688,6 @@ struct Queued {
 
 /// A checkpoint is taken once the journal holds this many bytes...
 const CHECKPOINT_BYTES: u64 = 16 << 20;
-/// ...or this many commits: it bounds what an open replays.
-const CHECKPOINT_COMMITS: u64 = 8192;
 /// The queue is handed to the applier once it holds this many events...
 const APPLY_EVENTS: usize = 65_536;
 /// ...or this many bytes of records, or this many appends (so that the checkpoint, every
@@ -674,6 +709,7 @@ impl Writer<'_> {
         // First appends of ids another caller claimed, until that claim is over.
         let mut waiting: Vec<Append> = Vec::new();
         loop {
+            self.rotate_if_durable();
             let mut batch = Vec::new();
             let mut events = 0;
             for append in std::mem::take(&mut waiting) {
@@ -790,6 +826,7 @@ impl Writer<'_> {
         };
         self.queued_events = 0;
         self.queued_bytes = 0;
+        self.handed_generation = Some(self.journal.generation());
         self.ask_applier(ToApplier::Chunk(chunk));
     }
 
@@ -832,14 +869,59 @@ impl Writer<'_> {
         }
     }
 
-    fn take_checkpoint(&mut self) {
-        let _span =
-            tracing::debug_span!("checkpoint", journal_bytes = self.journal.end()).entered();
-        if self.flush().is_err() {
+    /// Asks the applier for a checkpoint once the journal has grown enough: its next commit
+    /// durable, covering every chunk handed so far ([`ToApplier::Checkpoint`]). The writer
+    /// goes on committing meanwhile; [`Writer::rotate_if_durable`] finishes the checkpoint.
+    fn ask_checkpoint(&mut self) {
+        if self.checkpoint_asked
+            || (self.journal.end() < CHECKPOINT_BYTES
+                && self.since_checkpoint < self.checkpoint_commits)
+        {
             return;
         }
-        match checkpoint(self.db, &mut self.journal) {
-            Ok(()) => self.since_checkpoint = 0,
+        self.hand_over();
+        // Never a durable commit naming a generation the journal has left: a chunk of this
+        // one must be the last the applier has (otherwise the next commit asks again).
+        if self.handed_generation == Some(self.journal.generation()) {
+            self.ask_applier(ToApplier::Checkpoint);
+            self.checkpoint_asked = true;
+        }
+    }
+
+    /// Once the applier has made the tables durable up to an offset of this generation,
+    /// starts the journal's next generation with the records past that offset carried over
+    /// (a few commits' worth: what the writer committed while the applier's fsync ran). An
+    /// open then applies the new file whole. The writer's only pause for a checkpoint is
+    /// this copy, instead of a wait for the applier and a durable commit of the B-tree.
+    fn rotate_if_durable(&mut self) {
+        if !self.checkpoint_asked {
+            return;
+        }
+        let Some((generation, end)) = self.applied.take_durable() else {
+            return;
+        };
+        self.checkpoint_asked = false;
+        if generation != self.journal.generation() || self.poisoned.is_some() {
+            return;
+        }
+        let keep_from = end.max(self.durable_end);
+        let _span = tracing::debug_span!(
+            "rotate",
+            generation,
+            carried_bytes = self.journal.end() - keep_from
+        )
+        .entered();
+        match self.journal.rotate_keeping(keep_from) {
+            Ok(carried) => {
+                // The queue's commits lie past `keep_from`: their offsets move with them.
+                self.queued_end = self
+                    .queued_end
+                    .saturating_sub(carried.shift)
+                    .max(journal::HEADER_LEN);
+                self.durable_end = journal::HEADER_LEN;
+                self.since_checkpoint = carried.records;
+                self.checkpoints.fetch_add(1, Ordering::Relaxed);
+            }
             Err(detail) => {
                 tracing::error!(%detail, "checkpoint failed; the store stops writing");
                 self.poisoned = Some(StorageError::msg(format!(
@@ -861,6 +943,7 @@ impl Writer<'_> {
         if outcome.is_ok() {
             // That commit was durable: the journal up to here is covered.
             self.since_checkpoint = 0;
+            self.durable_end = self.journal.end();
         }
         let _ = delete.reply.send(outcome.map_err(|detail| {
             tracing::error!(%detail, "deleting ended executions failed");
@@ -931,10 +1014,8 @@ impl Writer<'_> {
         // applier takes.
         if committed {
             self.since_checkpoint += 1;
-            if self.journal.end() >= CHECKPOINT_BYTES || self.since_checkpoint >= CHECKPOINT_COMMITS
-            {
-                self.take_checkpoint();
-            } else if self.pending.len() >= MAX_HELD_EVENTS {
+            self.ask_checkpoint();
+            if self.pending.len() >= MAX_HELD_EVENTS {
                 let _ = self.flush();
             } else if self.queued_events >= APPLY_EVENTS
                 || self.queued_bytes >= APPLY_BYTES
@@ -1250,15 +1331,23 @@ impl<'txn> WriteTables<'txn> {
 /// then starts the next journal generation: the old journal is no longer needed.
 fn checkpoint(db: &Database, journal: &mut Journal) -> Result<(), StorageError> {
     let txn = db.begin_write().map_err(StorageError::new)?;
-    {
-        let mut meta = txn.open_table(META).map_err(StorageError::new)?;
-        checked::write_meta(&mut meta, JOURNAL_GENERATION, journal.generation())?;
-        checked::write_meta(&mut meta, JOURNAL_END, journal.end())?;
-    }
+    record_journal_position(&txn, journal.generation(), journal.end())?;
     txn.commit().map_err(StorageError::new)?;
     let path = journal.path().to_path_buf();
     *journal = Journal::create(&path, journal.generation() + 1).map_err(StorageError::new)?;
     Ok(())
+}
+
+/// Writes where the tables stand in the journal (its generation, and the offset just past the
+/// last record they hold) in `txn`'s `meta`.
+fn record_journal_position(
+    txn: &redb::WriteTransaction,
+    generation: u64,
+    end: u64,
+) -> Result<(), StorageError> {
+    let mut meta = txn.open_table(META).map_err(StorageError::new)?;
+    checked::write_meta(&mut meta, JOURNAL_GENERATION, generation)?;
+    checked::write_meta(&mut meta, JOURNAL_END, end)
 }
 
 /// Deletes up to `limit` executions that ended before `ended_before_ms`, whole, in one

@@ -74,6 +74,15 @@ pub(super) struct Journal {
     frame: Vec<u8>,
 }
 
+/// What [`Journal::rotate_keeping`] carried over to the next generation.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) struct Carried {
+    /// How many records.
+    pub(super) records: u64,
+    /// How far their offsets moved: a record that ended at `x` ends at `x - shift` now.
+    pub(super) shift: u64,
+}
+
 /// A journal read whole: its generation, and its records from some offset on.
 #[derive(Debug)]
 pub(super) struct Scanned {
@@ -91,44 +100,7 @@ impl Journal {
     /// (written aside, fsynced, renamed, directory fsynced): a crash leaves the old file or
     /// the new one, never a mix.
     pub(super) fn create(path: &Path, generation: u64) -> Result<Self, JournalError> {
-        let io = |source| JournalError::Io {
-            path: path.to_path_buf(),
-            source,
-        };
-        let mut aside = path.as_os_str().to_owned();
-        aside.push(".new");
-        let aside = PathBuf::from(aside);
-        {
-            let file = OpenOptions::new()
-                .write(true)
-                .create(true)
-                .truncate(true)
-                .open(&aside)
-                .map_err(io)?;
-            file.write_all_at(&header(generation), 0).map_err(io)?;
-            file.sync_all().map_err(io)?;
-        }
-        std::fs::rename(&aside, path).map_err(io)?;
-        sync_dir(path).map_err(io)?;
-        Self::open_at(path, generation, HEADER_LEN)
-    }
-
-    /// Opens the journal at `path` for appending after `end` (the end of its last whole
-    /// record), cutting anything past it.
-    pub(super) fn open_at(path: &Path, generation: u64, end: u64) -> Result<Self, JournalError> {
-        let io = |source| JournalError::Io {
-            path: path.to_path_buf(),
-            source,
-        };
-        let file = OpenOptions::new()
-            .read(true)
-            .write(true)
-            .open(path)
-            .map_err(io)?;
-        if file.metadata().map_err(io)?.len() != end {
-            file.set_len(end).map_err(io)?;
-            file.sync_all().map_err(io)?;
-        }
+        let (file, end) = write_aside_and_rename(path, generation, &[])?;
         Ok(Self {
             file,
             path: path.to_path_buf(),
@@ -136,6 +108,63 @@ impl Journal {
             end,
             grown: end,
             frame: Vec::new(),
+        })
+    }
+
+    /// Starts the next generation in place of this one, carrying over the records from
+    /// offset `keep_from` (a record boundary) to the end: the tables are durable up to
+    /// `keep_from` in this generation, and the records past it are the ones they may lack.
+    /// The new file is written aside and renamed over this one, as [`Journal::create`]
+    /// does, so a crash leaves either file whole. An open that finds the tables at this
+    /// generation and the file at the next applies every record of the file, which are then
+    /// exactly the carried ones and those appended after.
+    pub(super) fn rotate_keeping(&mut self, keep_from: u64) -> Result<Carried, JournalError> {
+        let corrupt = |detail: String| JournalError::Corrupt {
+            path: self.path.clone(),
+            detail,
+        };
+        if keep_from < HEADER_LEN || keep_from > self.end {
+            return Err(corrupt(format!(
+                "a checkpoint at offset {keep_from} lies outside the journal's records ({HEADER_LEN} to {})",
+                self.end
+            )));
+        }
+        let length = usize::try_from(self.end - keep_from)
+            .map_err(|_| corrupt("the records to carry over do not fit in memory".into()))?;
+        let mut kept = vec![0u8; length];
+        self.file
+            .read_exact_at(&mut kept, keep_from)
+            .map_err(|source| JournalError::Io {
+                path: self.path.clone(),
+                source,
+            })?;
+        let next = self.generation + 1;
+        let mut carried = Vec::with_capacity(length);
+        let mut records = 0;
+        let mut at = 0;
+        while at < kept.len() {
+            let (payload, after) = frame_at(&kept, at, self.generation).ok_or_else(|| {
+                corrupt(format!(
+                    "the record at offset {} does not read back whole while it is carried over",
+                    keep_from + at as u64
+                ))
+            })?;
+            push_frame(&mut carried, next, payload);
+            records += 1;
+            at = after;
+        }
+        let (file, end) = write_aside_and_rename(&self.path, next, &carried)?;
+        *self = Self {
+            file,
+            path: self.path.clone(),
+            generation: next,
+            end,
+            grown: end,
+            frame: std::mem::take(&mut self.frame),
+        };
+        Ok(Carried {
+            records,
+            shift: keep_from - HEADER_LEN,
         })
     }
 
@@ -164,13 +193,7 @@ impl Journal {
             detail: format!("a commit of {} bytes is too large", payload.len()),
         })?;
         self.frame.clear();
-        self.frame.extend_from_slice(&RECORD_MAGIC.to_le_bytes());
-        self.frame.extend_from_slice(&length.to_le_bytes());
-        self.frame.extend_from_slice(&self.generation.to_le_bytes());
-        let head_crc = crc32c(&self.frame);
-        self.frame.extend_from_slice(&head_crc.to_le_bytes());
-        self.frame.extend_from_slice(payload);
-        self.frame.extend_from_slice(&crc32c(payload).to_le_bytes());
+        push_frame_of(&mut self.frame, self.generation, length, payload);
         let end = self.end + self.frame.len() as u64;
         if end > self.grown && self.frame.len() as u64 >= MIN_GROWTH {
             // A large record extends the file itself: zeros ahead would double what its flush
@@ -190,6 +213,56 @@ impl Journal {
         self.end += self.frame.len() as u64;
         Ok(self.end)
     }
+}
+
+/// Adds one record of `generation` holding `payload` to `bytes`. A payload of more than
+/// `u32::MAX` bytes cannot be framed; only payloads read back from a frame are given here.
+fn push_frame(bytes: &mut Vec<u8>, generation: u64, payload: &[u8]) {
+    let length = u32::try_from(payload.len()).unwrap_or(u32::MAX);
+    push_frame_of(bytes, generation, length, payload);
+}
+
+fn push_frame_of(bytes: &mut Vec<u8>, generation: u64, length: u32, payload: &[u8]) {
+    let start = bytes.len();
+    bytes.extend_from_slice(&RECORD_MAGIC.to_le_bytes());
+    bytes.extend_from_slice(&length.to_le_bytes());
+    bytes.extend_from_slice(&generation.to_le_bytes());
+    let head_crc = crc32c(&bytes[start..]);
+    bytes.extend_from_slice(&head_crc.to_le_bytes());
+    bytes.extend_from_slice(payload);
+    bytes.extend_from_slice(&crc32c(payload).to_le_bytes());
+}
+
+/// Writes a journal of `generation` holding `records` (whole frames) at `path`: aside first,
+/// fsynced, then renamed over whatever is there and the directory fsynced. Returns the file,
+/// open for reading and writing, and the offset just past its records.
+fn write_aside_and_rename(
+    path: &Path,
+    generation: u64,
+    records: &[u8],
+) -> Result<(File, u64), JournalError> {
+    let io = |source| JournalError::Io {
+        path: path.to_path_buf(),
+        source,
+    };
+    let mut aside = path.as_os_str().to_owned();
+    aside.push(".new");
+    let aside = PathBuf::from(aside);
+    let file = OpenOptions::new()
+        .read(true)
+        .write(true)
+        .create(true)
+        .truncate(true)
+        .open(&aside)
+        .map_err(io)?;
+    let mut bytes = Vec::with_capacity(HEADER_LEN as usize + records.len());
+    bytes.extend_from_slice(&header(generation));
+    bytes.extend_from_slice(records);
+    file.write_all_at(&bytes, 0).map_err(io)?;
+    file.sync_all().map_err(io)?;
+    std::fs::rename(&aside, path).map_err(io)?;
+    sync_dir(path).map_err(io)?;
+    Ok((file, bytes.len() as u64))
 }
 
 fn header(generation: u64) -> [u8; HEADER_LEN as usize] {
@@ -427,6 +500,53 @@ mod tests {
         let after_first = all.records[0].1;
         let rest = scan(&path, after_first).unwrap().unwrap();
         assert_eq!(rest.records.len(), 2);
+    }
+
+    #[test]
+    fn a_rotation_carries_the_records_past_the_checkpoint_to_the_next_generation() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("s.journal");
+        let mut journal = Journal::create(&path, 7).unwrap();
+        let first = journal.append(b"one").unwrap();
+        let second = journal.append(b"two").unwrap();
+        journal.append(b"three").unwrap();
+        let carried = journal.rotate_keeping(first).unwrap();
+        assert_eq!(carried.records, 2);
+        assert_eq!(journal.generation(), 8);
+        let after_rotation = journal.append(b"four").unwrap();
+        let scanned = scan(&path, HEADER_LEN).unwrap().unwrap();
+        assert_eq!(scanned.generation, 8);
+        let payloads: Vec<&[u8]> = scanned.records.iter().map(|(p, _)| p.as_slice()).collect();
+        assert_eq!(payloads, [&b"two"[..], b"three", b"four"]);
+        // Offsets moved by the shift: "two" ended at `second`, now at `second - shift`.
+        assert_eq!(scanned.records[0].1, second - carried.shift);
+        assert_eq!(scanned.records[2].1, after_rotation);
+        assert!(!dir.path().join("s.journal.new").exists());
+
+        // Nothing to carry: the next generation starts empty.
+        let end = journal.end();
+        let carried = journal.rotate_keeping(end).unwrap();
+        assert_eq!(carried.records, 0);
+        assert_eq!(journal.end(), HEADER_LEN);
+        let scanned = scan(&path, HEADER_LEN).unwrap().unwrap();
+        assert_eq!((scanned.generation, scanned.records.len()), (9, 0));
+
+        // An offset outside the records is refused and changes nothing.
+        journal.append(b"five").unwrap();
+        for outside in [0, HEADER_LEN - 1, journal.end() + 1] {
+            assert!(matches!(
+                journal.rotate_keeping(outside),
+                Err(JournalError::Corrupt { .. })
+            ));
+        }
+        // So is one inside a record: the carried bytes must be whole records.
+        assert!(matches!(
+            journal.rotate_keeping(HEADER_LEN + 1),
+            Err(JournalError::Corrupt { .. })
+        ));
+        assert_eq!(journal.generation(), 9);
+        let scanned = scan(&path, HEADER_LEN).unwrap().unwrap();
+        assert_eq!(scanned.records.len(), 1);
     }
 
     /// The journal's bytes, and where its last record starts and ends.

@@ -5,13 +5,18 @@
 //! moment, or when someone needs the tables current), and this thread applies each gathering
 //! of chunks in one redb commit without an fsync, then tells [`Pending`] to forget what the
 //! tables now hold. The commit path thus never waits for a B-tree; the writer waits for this
-//! thread only before a checkpoint, a deletion and at close, and when too much is held.
+//! thread only before a deletion and at close, and when too much is held.
+//!
+//! A checkpoint is this thread's too: asked for one, it makes its next commit durable and
+//! publishes the journal offset that commit covers ([`Applied::take_durable`]); the writer then
+//! starts the journal's next generation with the records past that offset carried over, so
+//! neither the B-tree's writes nor their fsync stand on the commit path (`docs/STORAGE.md`).
 
 use std::collections::HashMap;
 use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::sync::OnceLock;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::mpsc;
+use std::sync::{Mutex, mpsc};
 
 use redb::Database;
 use tokio::sync::oneshot;
@@ -37,6 +42,10 @@ pub(super) enum ToApplier {
     Chunk(Chunk),
     /// Answered once every chunk sent before it is in the tables.
     Flush(FlushReply),
+    /// Make the commit of every chunk sent before it durable, and publish the journal
+    /// position it covers. Asked only once a chunk of the journal's current generation was
+    /// sent: a durable commit must never name a generation the journal has left.
+    Checkpoint,
 }
 
 /// Where a flush is answered: a reader's task, or the writer thread itself.
@@ -66,6 +75,9 @@ pub(super) struct Applied {
     /// Set when an apply failed: the tables lag behind the journal, and the store must stop
     /// writing until it is opened again (the open applies the journal).
     failed: OnceLock<StorageError>,
+    /// The journal position (generation, offset) of the last durable commit asked for with
+    /// [`ToApplier::Checkpoint`], until the writer takes it.
+    durable: Mutex<Option<(u64, u64)>>,
 }
 
 impl Applied {
@@ -75,6 +87,20 @@ impl Applied {
 
     pub(super) fn failure(&self) -> Option<&StorageError> {
         self.failed.get()
+    }
+
+    /// The position a checkpoint made durable, once.
+    pub(super) fn take_durable(&self) -> Option<(u64, u64)> {
+        self.durable
+            .lock()
+            .ok()
+            .and_then(|mut durable| durable.take())
+    }
+
+    fn publish_durable(&self, position: (u64, u64)) {
+        if let Ok(mut durable) = self.durable.lock() {
+            *durable = Some(position);
+        }
     }
 }
 
@@ -86,22 +112,37 @@ pub(super) fn run(
     applied: &Applied,
     requests: &mpsc::Receiver<ToApplier>,
 ) {
+    // The journal position the tables hold: that of the last chunk applied.
+    let mut position: Option<(u64, u64)> = None;
     while let Ok(first) = requests.recv() {
         // Everything already waiting goes into the same transaction.
         let mut chunks = Vec::new();
         let mut flushes = Vec::new();
+        let mut checkpoint = false;
         let mut sort = |request| match request {
             ToApplier::Chunk(chunk) => chunks.push(chunk),
             ToApplier::Flush(reply) => flushes.push(reply),
+            ToApplier::Checkpoint => checkpoint = true,
         };
         sort(first);
         while let Ok(next) = requests.try_recv() {
             sort(next);
         }
+        if let Some(last) = chunks.last() {
+            position = Some((last.generation, last.journal_end));
+        }
         // The whole step is contained: a panic anywhere in it stops the store from writing
         // with a storage error, not by a thread that is silently gone.
         let outcome = catch_unwind(AssertUnwindSafe(|| {
-            apply_and_forget(db, pending, last_commit, applied, &chunks)
+            apply_and_forget(db, pending, last_commit, applied, &chunks)?;
+            match position {
+                Some(position) if checkpoint => {
+                    make_durable(db, position)?;
+                    applied.publish_durable(position);
+                    Ok(())
+                }
+                _ => Ok(()),
+            }
         }))
         .unwrap_or_else(|panic| Err(StorageError::msg(panic_message(&panic))));
         if let Err(detail) = &outcome
@@ -151,6 +192,16 @@ fn apply_and_forget(
         .last_commit
         .store(last.last_commit, Ordering::Release);
     Ok(())
+}
+
+/// Makes every commit so far durable: one redb commit with an fsync that writes again the
+/// journal position the tables hold (redb then keeps the non-durable commits before it too).
+/// Apart from the writer's (a deletion, the close), the only durable commit.
+fn make_durable(db: &Database, (generation, end): (u64, u64)) -> Result<(), StorageError> {
+    let _span = tracing::debug_span!("checkpoint", generation, end).entered();
+    let txn = db.begin_write().map_err(StorageError::new)?;
+    super::record_journal_position(&txn, generation, end)?;
+    txn.commit().map_err(StorageError::new)
 }
 
 /// Applies `chunks` to the tables in one redb commit without an fsync, recording the journal

@@ -1,7 +1,9 @@
 //! Crash safety for real: a child process appends in a loop on the disk store (while another
 //! task reads an index, so the store keeps applying its journal to its tables) and is killed
 //! with SIGKILL at varied moments; after each kill the store must hold every append that was
-//! acknowledged, whole, and nothing partial.
+//! acknowledged, whole, and nothing partial. The child takes a checkpoint every 16 commits
+//! (the default is 8,192), so kills also land while the applier makes the tables durable and
+//! while the writer starts the journal's next generation with what they lack.
 //!
 //! The child is this test binary run again with `LOOM_CRASH_CHILD_STORE` set: it then runs
 //! `crash_child_process_entry`, which does nothing in an ordinary test run.
@@ -10,7 +12,7 @@ use std::collections::BTreeMap;
 use std::time::Duration;
 
 use loom_kernel::conformance::{id, started, tagged};
-use loom_kernel::{DiskStore, Event, EventStore, EventStoreExt, ExecutionState};
+use loom_kernel::{DiskStore, DiskStoreConfig, Event, EventStore, EventStoreExt, ExecutionState};
 use serde_json::json;
 
 use crate::support::child::{child_runtime, child_test, say};
@@ -27,7 +29,11 @@ fn crash_child_process_entry() {
     };
     let runtime = child_runtime();
     runtime.block_on(async move {
-        let store = DiskStore::open(&path).unwrap();
+        let config = DiskStoreConfig {
+            checkpoint_commits: 16,
+            ..DiskStoreConfig::default()
+        };
+        let store = DiskStore::open_with(&path, config).unwrap();
         let (acks, printed) = std::sync::mpsc::channel::<String>();
         std::thread::spawn(move || {
             for line in printed {

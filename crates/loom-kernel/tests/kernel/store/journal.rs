@@ -155,6 +155,72 @@ async fn a_read_only_open_refuses_commits_it_cannot_apply_and_says_how() {
     assert_eq!(store.head(&id("victim")).await.unwrap(), 10);
 }
 
+/// Checkpoints are taken while commits go on (the applier makes the tables durable, then the
+/// writer starts the journal's next generation with the commits they may lack carried over):
+/// a crash image taken at any point, before a rotation or after it, opens with every
+/// acknowledged commit, and a store closed after rotations opens read-only with nothing
+/// pending.
+#[tokio::test]
+async fn crash_images_taken_around_checkpoints_open_with_every_acknowledged_commit() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("live.redb");
+    let config = DiskStoreConfig {
+        checkpoint_commits: 3,
+        ..DiskStoreConfig::default()
+    };
+    let store = DiskStore::open_with(&path, config).unwrap();
+    let (a, b) = (id("a"), id("b"));
+    let mut heads = (store.append(&a, 0, &[started("f")]).await.unwrap(), 0);
+    heads.1 = store.append(&b, 0, &[started("f")]).await.unwrap();
+    let mut images = Vec::new();
+    for i in 0..60u64 {
+        heads.0 = store
+            .append(&a, heads.0, &[tagged(json!({"i": i}))])
+            .await
+            .unwrap();
+        if i % 3 == 0 {
+            heads.1 = store
+                .append(&b, heads.1, &[tagged(json!({"i": i}))])
+                .await
+                .unwrap();
+        }
+        if i % 2 == 0 {
+            // Time for the applier's durable commit: the image is then often taken between it
+            // and the rotation the next commit makes.
+            tokio::time::sleep(std::time::Duration::from_millis(25)).await;
+        }
+        let image = dir.path().join(format!("image-{i}.redb"));
+        std::fs::copy(&path, &image).unwrap();
+        std::fs::copy(journal_of(&path), journal_of(&image)).unwrap();
+        images.push((image, heads));
+    }
+    assert!(
+        store.checkpoints() >= 5,
+        "{} checkpoints",
+        store.checkpoints()
+    );
+    drop(store);
+    for (image, (head_a, head_b)) in images {
+        let opened = DiskStore::open(&image).unwrap();
+        assert_eq!(
+            opened.head(&a).await.unwrap(),
+            head_a,
+            "{}",
+            image.display()
+        );
+        assert_eq!(
+            opened.head(&b).await.unwrap(),
+            head_b,
+            "{}",
+            image.display()
+        );
+        assert_eq!(opened.read_all(&a).await.unwrap().len() as u64, head_a);
+    }
+    let store = DiskStore::open_read_only(&path, DiskStoreConfig::default()).unwrap();
+    assert_eq!(store.head(&a).await.unwrap(), heads.0);
+    assert_eq!(store.head(&b).await.unwrap(), heads.1);
+}
+
 /// The header of an empty journal of generation 1: what a store's creation writes first.
 fn first_journal() -> Vec<u8> {
     fn crc32c(bytes: &[u8]) -> u32 {
