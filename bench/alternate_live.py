@@ -16,7 +16,7 @@ import statistics
 import subprocess
 import sys
 
-WORKLOADS = ["raw_fsync", "seq", "one_step_executions", "concurrent", "concurrent_warm", "resume"]
+WORKLOADS = ["raw_fsync", "floor", "seq", "one_step_executions", "concurrent", "concurrent_warm", "resume"]
 
 
 def run(binary):

@@ -9,7 +9,11 @@
 //!   for growing the allocator's heaps (glibc grows a thread's arena a page at a time, one
 //!   `mprotect` each), which a process that keeps running pays once;
 //! - `resume`: from `resume()` to the flow running again, over 200 gates;
-//! - `raw_fsync`, first: one 4 KiB write + fsync at a time on the same disk, for scale.
+//! - `raw_fsync`, first: one 4 KiB write + fsync at a time on the same disk, a file that grows;
+//! - `floor`, next: the same-pattern floor (`support::same_pattern_floor`: 256 bytes over zeros
+//!   the file already holds, then `fdatasync`, as a small commit of the store's journal). The
+//!   `one_step_executions` line gives `floor_ratio`, its mean per execution (one commit each)
+//!   over this floor's mean.
 //!
 //! Each workload after the first starts once the store's tables have caught up with what the
 //! one before it wrote (`settle`).
@@ -102,13 +106,28 @@ async fn settle(store: &DiskStore) {
 }
 
 fn report(name: &str, steps: u64, elapsed: Duration, mut latencies: Vec<Duration>, unit: &str) {
+    report_against(name, steps, elapsed, &mut latencies, unit, None);
+}
+
+/// `report`, with the ratio of the mean per step to `floor`'s mean when one is given.
+fn report_against(
+    name: &str,
+    steps: u64,
+    elapsed: Duration,
+    latencies: &mut [Duration],
+    unit: &str,
+    floor: Option<support::SyncFloor>,
+) {
     latencies.sort();
+    let per_step_us = elapsed.as_secs_f64() * 1e6 / steps as f64;
+    let ratio = floor
+        .map(|floor| format!(" floor_ratio={:.2}", floor.ratio(per_step_us)))
+        .unwrap_or_default();
     println!(
-        "loom {name} steps_per_s={:.0} per_step_us={:.1} p50_us={:.0} p99_us={:.0} latency_of={unit}",
+        "loom {name} steps_per_s={:.0} per_step_us={per_step_us:.1} p50_us={:.0} p99_us={:.0} latency_of={unit}{ratio}",
         steps as f64 / elapsed.as_secs_f64(),
-        elapsed.as_secs_f64() * 1e6 / steps as f64,
-        support::percentile_us(&latencies, 0.5),
-        support::percentile_us(&latencies, 0.99),
+        support::percentile_us(latencies, 0.5),
+        support::percentile_us(latencies, 0.99),
     );
 }
 
@@ -164,6 +183,17 @@ fn main() {
             report("raw_fsync", 500, start.elapsed(), latencies, "write_fsync");
         }
     }
+    let floor = runs("floor").then(|| {
+        let floor = support::same_pattern_floor(dir.path(), 500);
+        println!(
+            "loom floor steps_per_s={:.0} per_step_us={:.1} p50_us={:.0} p99_us={:.0} latency_of=pwrite_fdatasync",
+            1e6 / floor.mean_us,
+            floor.mean_us,
+            floor.p50_us,
+            floor.p99_us
+        );
+        floor
+    });
     runtime.block_on(async {
         if runs("seq") {
             // (a) one execution, 1,000 sequential steps.
@@ -187,12 +217,13 @@ fn main() {
                 run_to_completion(&loom, &format!("one-{n}"), 1).await;
                 latencies.push(began.elapsed());
             }
-            report(
+            report_against(
                 "one_step_executions",
                 1000,
                 start.elapsed(),
-                latencies,
+                &mut latencies,
                 "execution",
+                floor,
             );
         }
         if runs("concurrent") {

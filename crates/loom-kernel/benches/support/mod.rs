@@ -127,3 +127,70 @@ pub fn percentile_us(sorted: &[std::time::Duration], p: f64) -> f64 {
     let index = (sorted.len().saturating_sub(1) as f64 * p).round() as usize;
     sorted.get(index).map_or(0.0, |d| d.as_secs_f64() * 1e6)
 }
+
+/// One `fdatasync` of the kind the disk store's journal makes, timed in the benchmark's own
+/// run: the floor its durable workloads are compared with.
+#[derive(Debug, Clone, Copy)]
+pub struct SyncFloor {
+    pub mean_us: f64,
+    pub p50_us: f64,
+    pub p99_us: f64,
+}
+
+impl SyncFloor {
+    /// `elapsed_us` (a mean per step or per execution) as a multiple of one sync's mean.
+    pub fn ratio(&self, elapsed_us: f64) -> f64 {
+        elapsed_us / self.mean_us
+    }
+
+    /// The floor's machine-readable line.
+    pub fn line(&self, ops: usize) -> String {
+        format!(
+            "floor same_pattern ops={ops} per_s={:.0} mean_us={:.1} p50_us={:.1} p99_us={:.1}",
+            1e6 / self.mean_us,
+            self.mean_us,
+            self.p50_us,
+            self.p99_us
+        )
+    }
+}
+
+/// The same write pattern as a small commit of the disk store's journal: 256 bytes written
+/// with one `pwrite` over zeros the file already holds (the journal grows its file ahead of its
+/// records, so a commit changes no size and allocates no block), then one `fdatasync`, `ops`
+/// times at successive offsets in `dir`. A 4 KiB append that grows its file costs more (each
+/// sync also commits the file system's own journal) and is no floor for the store.
+pub fn same_pattern_floor(dir: &std::path::Path, ops: usize) -> SyncFloor {
+    use std::os::unix::fs::FileExt;
+    const RECORD: usize = 256;
+    let path = dir.join("floor.journal");
+    let file = std::fs::OpenOptions::new()
+        .create(true)
+        .truncate(true)
+        .read(true)
+        .write(true)
+        .open(&path)
+        .expect("floor file");
+    file.write_all_at(&vec![0u8; ops * RECORD + (64 << 10)], 0)
+        .expect("zeros");
+    file.sync_all().expect("fsync");
+    let record = [0x5au8; RECORD];
+    let mut latencies = Vec::with_capacity(ops);
+    let started = std::time::Instant::now();
+    for op in 0..ops {
+        let began = std::time::Instant::now();
+        file.write_all_at(&record, (op * RECORD) as u64)
+            .expect("pwrite");
+        file.sync_data().expect("fdatasync");
+        latencies.push(began.elapsed());
+    }
+    let mean_us = started.elapsed().as_secs_f64() * 1e6 / ops.max(1) as f64;
+    drop(file);
+    let _ = std::fs::remove_file(&path);
+    latencies.sort();
+    SyncFloor {
+        mean_us,
+        p50_us: percentile_us(&latencies, 0.5),
+        p99_us: percentile_us(&latencies, 0.99),
+    }
+}
