@@ -48,6 +48,17 @@ enum Task {
     /// Runs every benchmark: kernel, replay-check, effects (takes minutes; see
     /// docs/PERFORMANCE.md).
     BenchKernel,
+    /// Sustained load on the embedded store and on PostgreSQL: calibrates each store's maximum
+    /// rate of executions, then holds an open loop at fractions of it and prints latency
+    /// percentiles, RSS and the store's size per interval, and a verdict per run (`cargo bench
+    /// -p loom-store-postgres --bench soak -- <args>`; options in that bench's doc comment,
+    /// e.g. `--minutes 1 --interval-secs 15 --store disk --shape 1 --loads 0.8`). The default
+    /// takes 2 stores x 2 shapes x 3 loads x 10 minutes, plus calibration: over two hours.
+    /// PostgreSQL is the server `pg-up` started, skipped without one.
+    Soak {
+        #[arg(trailing_var_arg = true, allow_hyphen_values = true)]
+        args: Vec<OsString>,
+    },
     /// Checks the A2UI plugin against the reference renderer: creates a Python venv
     /// (target/interop-venv), installs a2ui-core 0.4.0 from PyPI, and drives its
     /// MessageProcessor (STRICT) with message streams the plugin produced from real flows; then
@@ -215,6 +226,7 @@ fn run(task: Task, root: &Path) -> Result<()> {
             )
         }
         Task::Bench => bench(&root, "loom-kernel", &["live"], &[]),
+        Task::Soak { args } => soak(&root, &args),
         Task::BenchKernel => {
             bench(
                 &root,
@@ -250,6 +262,27 @@ fn bench(root: &Path, package: &str, benches: &[&str], criterion: &[&str]) -> Re
         args.extend(criterion);
     }
     cargo(root, &args)
+}
+
+/// `cargo bench -p loom-store-postgres --bench soak -- <args>`.
+fn soak(root: &Path, args: &[OsString]) -> Result<()> {
+    let args = args
+        .iter()
+        .map(|arg| {
+            arg.to_str()
+                .context("the soak bench's arguments must be UTF-8")
+        })
+        .collect::<Result<Vec<_>>>()?;
+    let mut command = vec![
+        "bench",
+        "-p",
+        "loom-store-postgres",
+        "--bench",
+        "soak",
+        "--",
+    ];
+    command.extend(args);
+    cargo(root, &command)
 }
 
 /// `cargo deny check bans licenses sources`, installing cargo-deny first if it is missing.

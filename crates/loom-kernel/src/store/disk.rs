@@ -148,9 +148,12 @@ pub struct DiskStoreConfig {
     /// panic again while such a panic unwinds, which ends the process.
     pub verify_on_open: bool,
     /// A checkpoint is taken after this many commits (or once the journal holds 16 MiB): it
-    /// bounds what an open after a crash applies from the journal. The applier thread makes
-    /// the tables durable, then the writer starts the journal again with what they lack, so
-    /// commits do not wait for it (docs/STORAGE.md, "Checkpoints").
+    /// bounds what an open after a crash applies from the journal, and how much the tables'
+    /// durable commit writes at once. The applier thread makes the tables durable, then the
+    /// writer starts the journal again with what they lack, so commits do not wait for it
+    /// (docs/STORAGE.md, "The journal"); but that commit's writes share the disk with the
+    /// journal's, and a sustained load's p99.9 follows its size (1,024 by default: 8,192 held
+    /// it near 30 ms, docs/PERFORMANCE.md, "Sustained load").
     pub checkpoint_commits: u64,
 }
 
@@ -160,7 +163,7 @@ impl Default for DiskStoreConfig {
             cache_size_bytes: 64 * 1024 * 1024,
             max_batch_events: 8192,
             verify_on_open: true,
-            checkpoint_commits: 8192,
+            checkpoint_commits: 1024,
         }
     }
 }

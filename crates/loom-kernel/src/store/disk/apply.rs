@@ -112,6 +112,7 @@ pub(super) fn run(
     applied: &Applied,
     requests: &mpsc::Receiver<ToApplier>,
 ) {
+    yield_to_the_commit_path();
     // The journal position the tables hold: that of the last chunk applied.
     let mut position: Option<(u64, u64)> = None;
     while let Ok(first) = requests.recv() {
@@ -155,6 +156,30 @@ pub(super) fn run(
         }
         for reply in flushes {
             reply.send(outcome.clone());
+        }
+    }
+}
+
+/// How much lower than the process's the applier's scheduling priority is (in nice steps).
+const APPLIER_NICENESS: i32 = 10;
+
+/// Lowers this thread's scheduling priority by [`APPLIER_NICENESS`]: its B-tree commits run for
+/// tens of milliseconds and can wait, while the writer and the runtime's workers answer
+/// callers. At the same priority, an apply on one of two cores held a sustained load's p99 at
+/// about 13 ms; below it, about 5 ms (`docs/PERFORMANCE.md`, "Sustained load"). An applier
+/// starved for too long holds more than the writer lets it hold, and the writer then waits for
+/// it, leaving it the CPU: it cannot fall behind without bound. Linux sets a nice value per
+/// thread; elsewhere, and where the call is refused, the applier keeps the process's.
+fn yield_to_the_commit_path() {
+    #[cfg(target_os = "linux")]
+    {
+        use rustix::process::{getpriority_process, setpriority_process};
+        let this_thread = Some(rustix::thread::gettid());
+        let lowered = getpriority_process(this_thread).and_then(|nice| {
+            setpriority_process(this_thread, (nice + APPLIER_NICENESS).min(19))
+        });
+        if let Err(error) = lowered {
+            tracing::debug!(%error, "the applier keeps the process's scheduling priority");
         }
     }
 }

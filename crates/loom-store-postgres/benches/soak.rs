@@ -1,0 +1,623 @@
+//! Sustained load (soak): how an execution's latency, the process's memory and the store's size
+//! behave over minutes of steady traffic, on the embedded disk store and on PostgreSQL. A burst
+//! says how fast the engine goes; a soak, whether it keeps going: a stall at a checkpoint, a
+//! queue that never drains or memory that creeps up only shows after a while.
+//!
+//! For each store and shape (executions of 1 or of 10 steps of a no-op idempotent effect):
+//! first the most executions/s a closed loop sustains (clients each starting an execution and
+//! waiting for its end; 2 s of warm-up, then `--calibrate-secs` counted; 64 clients, then 4
+//! times as many while that gains 5%, up to 1,024), then, per load (a fraction of that rate),
+//! an open loop: execution `i` is started at `t0 + i / rate` whether or not earlier ones have
+//! ended, and its latency runs from that intended start to `wait` returning Completed, so a
+//! stall that holds the generator up is counted too (no coordinated omission). Latencies go
+//! into HDR histograms (microseconds, 3 significant digits), one per interval and one per run.
+//! Every calibration level and soak run has a fresh store (scratch directory or schema).
+//!
+//! Per interval, one line: `soak store=disk shape=1 load=0.80 rate=... interval=3 at_s=45
+//! done=... failed=... in_flight=... p50_us=... p99_us=... p999_us=... max_us=... rss_mib=...
+//! store_mib=... checkpoints=...`; `done` counts executions completed in the interval (the last
+//! one also those ending after the last start), `failed` those failed since the start of the
+//! run, `rss_mib` is VmRSS, `store_mib` the store file and the files beside it named after it
+//! (its journal) on disk, `pg_total_relation_size` summed over the schema's tables on
+//! PostgreSQL, and `checkpoints` (disk only) the writer's since the store opened. Per run,
+//! `soak-summary`: its percentiles and a verdict, `ok` or the intervals that broke a criterion:
+//! p99.9 at most 10 times p50 in every interval, RSS after every interval within 10% of RSS
+//! after the first, and every interval but the last completing at least 95% of the executions
+//! offered in it (an overload otherwise: a backlog grows). Ended executions are kept, as the stores' defaults keep them: the store's
+//! growth is part of what is watched.
+//!
+//! `cargo xtask soak [options]`, or `cargo bench -p loom-store-postgres --bench soak -- ...`:
+//! - `--minutes N`: length of each soak run (default 10; fractions allowed, e.g. 0.5);
+//! - `--interval-secs N`: reporting interval (default 60);
+//! - `--store disk|postgres|both` (default both); PostgreSQL is found as the store's tests find
+//!   it (`cargo xtask pg-up`, or `LOOM_TEST_POSTGRES_URL`), and skipped, saying so, without one;
+//! - `--shape 1|10|both`: steps per execution (default both);
+//! - `--loads 0.5,0.8,0.95`: fractions of the maximum rate (the default);
+//! - `--calibrate-secs N`: counted time of each calibration level (default 15);
+//! - `--rate R`: no calibration; R executions/s is taken as the maximum;
+//! - `--checkpoint-commits N`: the disk store's `DiskStoreConfig::checkpoint_commits` (default
+//!   its default), to see what the checkpoints' size does to the tail.
+//!
+//! The defaults take 2 stores x 2 shapes x 3 loads x 10 minutes, plus calibration.
+
+use std::path::Path;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use hdrhistogram::Histogram;
+use loom_kernel::{DiskStore, EventStore, ExecutionId, ExecutionStatus};
+use loom_kernel::{
+    EffectCall, EffectOutcome, FlowCtx, FlowError, FnEffect, Runtime, StartOptions, flow_fn,
+};
+use loom_store_postgres::{PostgresStore, PostgresStoreConfig, fresh_schema, server_url};
+use tokio::time::Instant;
+
+#[path = "../../loom-kernel/benches/support/mod.rs"]
+mod support;
+
+const USAGE: &str = "options: --minutes N, --interval-secs N, --store disk|postgres|both, \
+                     --shape 1|10|both, --loads 0.5,0.8,0.95, --calibrate-secs N, --rate R, \
+                     --checkpoint-commits N";
+const CALIBRATION_WARM_UP: Duration = Duration::from_secs(2);
+const CALIBRATION_CLIENTS: [u64; 3] = [64, 256, 1024];
+/// A level of the calibration ramp must beat the best so far by this factor for the next one.
+const CALIBRATION_GAIN: f64 = 1.05;
+/// How long a run waits, after its last start, for the executions still running.
+const DRAIN_LIMIT: Duration = Duration::from_secs(120);
+/// An hour, in microseconds: a longer latency is recorded as this.
+const LONGEST_LATENCY_US: u64 = 3_600_000_000;
+const P999_OVER_P50_LIMIT: u64 = 10;
+const RSS_DRIFT_LIMIT: f64 = 0.10;
+/// An interval keeps up when it completes at least this share of the executions offered in it.
+const KEPT_UP: f64 = 0.95;
+
+#[derive(Debug, Clone, Copy)]
+enum StoreKind {
+    Disk,
+    Postgres,
+}
+
+struct Options {
+    run_length: Duration,
+    interval: Duration,
+    stores: Vec<StoreKind>,
+    shapes: Vec<u64>,
+    loads: Vec<f64>,
+    calibration: Duration,
+    max_rate: Option<f64>,
+    /// The disk store's `checkpoint_commits`; its default when not given.
+    checkpoint_commits: Option<u64>,
+}
+
+impl Options {
+    fn parse(args: &[String]) -> Result<Self, String> {
+        let mut options = Options {
+            run_length: Duration::from_secs(600),
+            interval: Duration::from_secs(60),
+            stores: vec![StoreKind::Disk, StoreKind::Postgres],
+            shapes: vec![1, 10],
+            loads: vec![0.5, 0.8, 0.95],
+            calibration: Duration::from_secs(15),
+            max_rate: None,
+            checkpoint_commits: None,
+        };
+        // cargo passes `--bench` to every bench binary.
+        let mut args = args.iter().filter(|arg| *arg != "--bench");
+        while let Some(flag) = args.next() {
+            let value = args.next().ok_or_else(|| format!("{flag} needs a value"))?;
+            let set = options.set(flag, value);
+            set.map_err(|error| format!("{flag}: {error}"))?;
+        }
+        Ok(options)
+    }
+
+    fn set(&mut self, flag: &str, arg: &str) -> Result<(), String> {
+        use StoreKind::{Disk, Postgres};
+        let seconds = |unit: f64| positive(arg).map(|n| Duration::from_secs_f64(n * unit));
+        match flag {
+            "--minutes" => self.run_length = seconds(60.0)?,
+            "--interval-secs" => self.interval = seconds(1.0)?,
+            "--calibrate-secs" => self.calibration = seconds(1.0)?,
+            "--rate" => self.max_rate = Some(positive(arg)?),
+            "--checkpoint-commits" => self.checkpoint_commits = Some(positive(arg)? as u64),
+            "--store" => self.stores = one_or_both(arg, [("disk", Disk), ("postgres", Postgres)])?,
+            "--shape" => self.shapes = one_or_both(arg, [("1", 1), ("10", 10)])?,
+            "--loads" => self.loads = arg.split(',').map(positive).collect::<Result<_, _>>()?,
+            _ => return Err("unknown option".to_owned()),
+        }
+        Ok(())
+    }
+}
+
+fn positive(value: &str) -> Result<f64, String> {
+    match value.trim().parse::<f64>() {
+        Ok(number) if number.is_finite() && number > 0.0 => Ok(number),
+        _ => Err(format!("{value} is not a positive number")),
+    }
+}
+
+fn one_or_both<T: Copy>(value: &str, choices: [(&str, T); 2]) -> Result<Vec<T>, String> {
+    let [(first, a), (second, b)] = choices;
+    match value {
+        "both" => Ok(vec![a, b]),
+        _ if value == first => Ok(vec![a]),
+        _ if value == second => Ok(vec![b]),
+        _ => Err(format!("{value} is not {first}, {second} or both")),
+    }
+}
+
+/// The `live` bench's flow: `n` steps of the no-op idempotent effect.
+async fn steps(ctx: FlowCtx, n: u64) -> Result<(), FlowError> {
+    for i in 0..n {
+        ctx.execute("noop", &i).await?;
+    }
+    Ok(())
+}
+
+fn runtime<S: EventStore>(store: S) -> Runtime<S> {
+    let noop = FnEffect::new(true, |call: EffectCall| async move {
+        EffectOutcome::ok(call.input)
+    });
+    Runtime::builder(store)
+        .flow(flow_fn("steps", 1, steps))
+        .effect("noop", noop)
+        .build()
+        .expect("runtime")
+}
+
+/// Starts execution `name` of `shape` steps and waits for its end; an error says why it did not
+/// complete.
+async fn run_one<S: EventStore>(loom: &Runtime<S>, name: &str, shape: u64) -> Result<(), String> {
+    let execution = ExecutionId::new(name).map_err(|error| error.to_string())?;
+    let options = StartOptions::new(execution.clone()).grant("noop");
+    loom.start("steps", &shape, options)
+        .await
+        .map_err(|error| format!("start {name}: {error}"))?;
+    match loom.wait(&execution).await {
+        Ok(state) if state.status() == ExecutionStatus::Completed => Ok(()),
+        Ok(state) => Err(format!("{name} ended {:?}", state.status())),
+        Err(error) => Err(format!("wait {name}: {error}")),
+    }
+}
+
+/// What a run reads of its store besides latencies: its size, and on disk its checkpoints.
+/// On PostgreSQL: a connection of its own, and the store's schema.
+enum Probe {
+    Disk {
+        store: DiskStore,
+        _scratch: tempfile::TempDir,
+    },
+    Postgres(tokio_postgres::Client, String),
+}
+
+impl Probe {
+    async fn store_bytes(&self) -> Option<u64> {
+        match self {
+            Probe::Disk { store, .. } => files_named_after(store.path()),
+            Probe::Postgres(client, schema) => {
+                let sql = "SELECT COALESCE(SUM(pg_total_relation_size(c.oid)), 0)::bigint \
+                           FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace \
+                           WHERE n.nspname = $1 AND c.relkind IN ('r', 'p')";
+                let row = client.query_one(sql, &[schema]).await.ok()?;
+                u64::try_from(row.get::<_, i64>(0)).ok()
+            }
+        }
+    }
+
+    /// The scratch directory goes with the probe; the schema is dropped so that a long series
+    /// of runs does not fill the server's disk.
+    async fn discard(self) {
+        if let Probe::Postgres(client, schema) = self
+            && let Err(error) = client
+                .batch_execute(&format!("DROP SCHEMA IF EXISTS \"{schema}\" CASCADE"))
+                .await
+        {
+            eprintln!("soak: could not drop schema {schema}: {error}");
+        }
+    }
+}
+
+/// The bytes of the store file and of every file beside it whose name starts with its name.
+fn files_named_after(store_file: &Path) -> Option<u64> {
+    let name = store_file.file_name()?.to_string_lossy().into_owned();
+    let entries = std::fs::read_dir(store_file.parent()?).ok()?.flatten();
+    let ours = entries.filter(|entry| entry.file_name().to_string_lossy().starts_with(&name));
+    let sizes = ours.map(|entry| entry.metadata().map_or(0, |meta| meta.len()));
+    Some(sizes.sum())
+}
+
+/// A fresh disk store in a scratch directory of its own, and its probe.
+fn fresh_disk(checkpoint_commits: Option<u64>) -> (DiskStore, Probe) {
+    let scratch = support::scratch_dir();
+    let mut config = loom_kernel::DiskStoreConfig::default();
+    if let Some(commits) = checkpoint_commits {
+        config.checkpoint_commits = commits;
+    }
+    let store = DiskStore::open_with(scratch.path().join("soak.redb"), config).expect("disk store");
+    let probe = Probe::Disk {
+        store: store.clone(),
+        _scratch: scratch,
+    };
+    (store, probe)
+}
+
+/// A fresh PostgreSQL store on a new schema, and its probe.
+async fn fresh_postgres(url: &str) -> (PostgresStore, Probe) {
+    let schema = fresh_schema("soak");
+    let config = PostgresStoreConfig::new(url).schema(&schema);
+    let store = PostgresStore::connect(config).await;
+    let client = connect(url).await.expect("postgres connection for sizes");
+    (
+        store.expect("postgres store"),
+        Probe::Postgres(client, schema),
+    )
+}
+
+async fn connect(url: &str) -> Result<tokio_postgres::Client, tokio_postgres::Error> {
+    let (client, connection) = tokio_postgres::connect(url, tokio_postgres::NoTls).await?;
+    tokio::spawn(connection);
+    Ok(client)
+}
+
+/// The server's URL, or `None` after saying why PostgreSQL is skipped: a URL that no server
+/// answers is skipped too, rather than failing halfway through a series of runs.
+async fn postgres_url() -> Option<String> {
+    let url = server_url("soak bench (postgres)")?;
+    let error = match connect(&url).await {
+        Ok(_) => return Some(url),
+        Err(error) => error,
+    };
+    eprintln!(
+        "\n*** SKIPPED soak bench (postgres): no server answers at {url} ({error}).\n\
+         *** Run `cargo xtask pg-up` to start one.\n"
+    );
+    None
+}
+
+/// Executions completed per second by `clients` closed-loop clients, counted after a warm-up.
+async fn closed_loop<S: EventStore>(
+    loom: Runtime<S>,
+    shape: u64,
+    clients: u64,
+    counted: Duration,
+) -> f64 {
+    let counting_from = Instant::now() + CALIBRATION_WARM_UP;
+    let until = counting_from + counted;
+    let completed = Arc::new(AtomicU64::new(0));
+    let mut tasks = Vec::new();
+    for client in 0..clients {
+        let (loom, completed) = (loom.clone(), Arc::clone(&completed));
+        tasks.push(tokio::spawn(async move {
+            for n in 0.. {
+                let outcome = run_one(&loom, &format!("cal-{client}-{n}"), shape).await;
+                if let Err(error) = &outcome {
+                    eprintln!("soak: calibration execution failed: {error}");
+                }
+                let now = Instant::now();
+                if now >= until {
+                    break;
+                }
+                if now >= counting_from && outcome.is_ok() {
+                    completed.fetch_add(1, Ordering::Relaxed);
+                }
+            }
+        }));
+    }
+    for task in tasks {
+        task.await.expect("calibration client");
+    }
+    loom.shutdown().await;
+    completed.load(Ordering::Relaxed) as f64 / counted.as_secs_f64()
+}
+
+/// The best closed-loop rate over the ramp of client counts, each level on a fresh store.
+async fn calibrate<S: EventStore>(
+    store: &str,
+    fresh: &impl AsyncFn() -> (S, Probe),
+    shape: u64,
+    counted: Duration,
+) -> f64 {
+    let (mut best_rate, mut best_clients) = (0.0, 0);
+    for clients in CALIBRATION_CLIENTS {
+        let (events, probe) = fresh().await;
+        let rate = closed_loop(runtime(events), shape, clients, counted).await;
+        probe.discard().await;
+        println!("soak-calibrate store={store} shape={shape} clients={clients} rate={rate:.0}");
+        let gained = rate > best_rate * CALIBRATION_GAIN;
+        if rate > best_rate {
+            (best_rate, best_clients) = (rate, clients);
+        }
+        if !gained {
+            break;
+        }
+    }
+    println!("soak-max store={store} shape={shape} rate={best_rate:.0} clients={best_clients}");
+    best_rate
+}
+
+fn histogram() -> Histogram<u64> {
+    Histogram::new_with_bounds(1, LONGEST_LATENCY_US, 3).expect("histogram bounds")
+}
+
+/// Latencies of the executions that ended, in the current interval and in the run, and how
+/// many ended and failed in the run.
+struct Recorder {
+    interval: Histogram<u64>,
+    whole: Histogram<u64>,
+    failed: u64,
+    ended: u64,
+}
+
+impl Recorder {
+    fn record(&mut self, latency: Duration, outcome: Result<(), String>) {
+        self.ended += 1;
+        match outcome {
+            Ok(()) => {
+                let micros = u64::try_from(latency.as_micros()).unwrap_or(u64::MAX);
+                self.interval.saturating_record(micros);
+                self.whole.saturating_record(micros);
+            }
+            Err(error) => {
+                // A few say what goes wrong; the count says how often.
+                if self.failed < 3 {
+                    eprintln!("soak: execution failed: {error}");
+                }
+                self.failed += 1;
+            }
+        }
+    }
+}
+
+/// An interval's figures that the verdict judges.
+struct IntervalFigures {
+    done: u64,
+    p50_us: u64,
+    p999_us: u64,
+    /// NaN where it could not be read.
+    rss_mib: f64,
+}
+
+/// One soak run, shared by its generator, executions and reports: `total` executions of
+/// `shape` steps, the `i`-th due at `t0 + i / rate`.
+struct SoakRun {
+    labels: String,
+    shape: u64,
+    rate: f64,
+    run_length: Duration,
+    interval: Duration,
+    t0: Instant,
+    total: u64,
+    started: AtomicU64,
+    recorder: Mutex<Recorder>,
+}
+
+impl SoakRun {
+    fn new(store: &str, shape: u64, load: f64, rate: f64, options: &Options) -> Self {
+        let recorder = Recorder {
+            interval: histogram(),
+            whole: histogram(),
+            failed: 0,
+            ended: 0,
+        };
+        SoakRun {
+            labels: format!("store={store} shape={shape} load={load:.2} rate={rate:.0}"),
+            shape,
+            rate,
+            run_length: options.run_length,
+            interval: options.interval,
+            // A moment to set the generator up, so that the first executions are not late.
+            t0: Instant::now() + Duration::from_millis(50),
+            total: (options.run_length.as_secs_f64() * rate).floor() as u64,
+            started: AtomicU64::new(0),
+            recorder: Mutex::new(recorder),
+        }
+    }
+
+    async fn run<S: EventStore>(self: Arc<Self>, loom: Runtime<S>, probe: &Probe) {
+        let generator = tokio::spawn(Arc::clone(&self).generate(loom.clone()));
+        let intervals = (self.run_length.as_secs_f64() / self.interval.as_secs_f64()).ceil() as u64;
+        let mut figures = Vec::new();
+        for index in 1..intervals {
+            tokio::time::sleep_until(self.t0 + self.interval.mul_f64(index as f64)).await;
+            figures.push(self.report_interval(index, probe).await);
+        }
+        generator.await.expect("load generator");
+        let drained = self.drain().await;
+        figures.push(self.report_interval(intervals, probe).await);
+        loom.shutdown().await;
+        self.summarise(&figures, drained);
+    }
+
+    /// Starts each execution when it is due, on its own task, never waiting for earlier ones:
+    /// woken late, it starts all that are due at once, and their latencies still count from
+    /// when they were due.
+    async fn generate<S: EventStore>(self: Arc<Self>, loom: Runtime<S>) {
+        let intended_start = |i: u64| self.t0 + Duration::from_secs_f64(i as f64 / self.rate);
+        tokio::time::sleep_until(self.t0).await;
+        let mut next = 0;
+        while next < self.total {
+            let elapsed = Instant::now().saturating_duration_since(self.t0);
+            let due = ((elapsed.as_secs_f64() * self.rate) as u64 + 1).min(self.total);
+            for i in next..due {
+                let (loom, run) = (loom.clone(), Arc::clone(&self));
+                let intended = intended_start(i);
+                self.started.fetch_add(1, Ordering::Relaxed);
+                tokio::spawn(async move {
+                    let outcome = run_one(&loom, &format!("soak-{i}"), run.shape).await;
+                    let latency = intended.elapsed();
+                    if let Ok(mut recorder) = run.recorder.lock() {
+                        recorder.record(latency, outcome);
+                    }
+                });
+            }
+            next = due;
+            if next < self.total {
+                tokio::time::sleep_until(intended_start(next)).await;
+            }
+        }
+    }
+
+    /// Waits until every execution has ended, up to [`DRAIN_LIMIT`]; whether they all did.
+    async fn drain(&self) -> bool {
+        let all_ended = async {
+            while self.recorder.lock().expect("recorder").ended < self.total {
+                tokio::time::sleep(Duration::from_millis(10)).await;
+            }
+        };
+        tokio::time::timeout(DRAIN_LIMIT, all_ended).await.is_ok()
+    }
+
+    async fn report_interval(&self, index: u64, probe: &Probe) -> IntervalFigures {
+        // The lock is let go before the store's size is read.
+        let (latencies, failed, in_flight) = {
+            let mut recorder = self.recorder.lock().expect("recorder");
+            let latencies = std::mem::replace(&mut recorder.interval, histogram());
+            let in_flight = self.started.load(Ordering::Relaxed) - recorder.ended;
+            (latencies, recorder.failed, in_flight)
+        };
+        let rss_mib = rss_mib().unwrap_or(f64::NAN);
+        // NaN where a size could not be read: the line keeps its fields.
+        let store_bytes = probe.store_bytes().await;
+        let store_mib = store_bytes.map_or(f64::NAN, |bytes| bytes as f64 / 1_048_576.0);
+        let checkpoints = match probe {
+            Probe::Disk { store, .. } => format!(" checkpoints={}", store.checkpoints()),
+            Probe::Postgres(..) => String::new(),
+        };
+        println!(
+            "soak {} interval={index} at_s={:.0} done={} failed={failed} in_flight={in_flight} \
+             {} rss_mib={:.1} store_mib={store_mib:.1}{}",
+            self.labels,
+            self.t0.elapsed().as_secs_f64(),
+            latencies.len(),
+            percentiles(&latencies),
+            rss_mib,
+            checkpoints,
+        );
+        IntervalFigures {
+            done: latencies.len(),
+            p50_us: latencies.value_at_quantile(0.5),
+            p999_us: latencies.value_at_quantile(0.999),
+            rss_mib,
+        }
+    }
+
+    fn summarise(&self, figures: &[IntervalFigures], drained: bool) {
+        let recorder = self.recorder.lock().expect("recorder");
+        let offered_per_interval = self.rate * self.interval.as_secs_f64();
+        let mut failures = verdict_failures(figures, offered_per_interval);
+        if recorder.failed > 0 {
+            failures.push(format!("{}_executions_failed", recorder.failed));
+        }
+        if !drained {
+            failures.push("executions_still_running_after_the_drain_limit".to_owned());
+        }
+        let verdict = match failures.is_empty() {
+            true => "ok".to_owned(),
+            false => format!("fail reasons={}", failures.join(",")),
+        };
+        println!(
+            "soak-summary {} minutes={:.2} done={} failed={} {} verdict={verdict}",
+            self.labels,
+            self.run_length.as_secs_f64() / 60.0,
+            recorder.whole.len(),
+            recorder.failed,
+            percentiles(&recorder.whole),
+        );
+    }
+}
+
+/// The intervals (from 1) that broke a criterion: p99.9 above 10 times p50 (or nothing
+/// completed), RSS more than 10% away from its value after the first interval, or fewer
+/// executions done than 95% of those offered (`offered_per_interval`; the last interval, which
+/// also counts the drain, aside): an overload, whose backlog the first two would not show once
+/// p50 itself is seconds.
+fn verdict_failures(figures: &[IntervalFigures], offered_per_interval: f64) -> Vec<String> {
+    let mut failures = Vec::new();
+    let baseline = figures.first().map_or(f64::NAN, |first| first.rss_mib);
+    let last = figures.len();
+    for (index, interval) in (1..).zip(figures) {
+        if index < last && (interval.done as f64) < KEPT_UP * offered_per_interval {
+            failures.push(format!("interval{index}_fell_behind"));
+        }
+        if interval.done == 0 {
+            failures.push(format!("interval{index}_nothing_completed"));
+        } else if interval.p999_us > P999_OVER_P50_LIMIT * interval.p50_us {
+            failures.push(format!("interval{index}_p999_over_10x_p50"));
+        }
+        // NaN compares false: an RSS that could not be read fails nothing.
+        if (interval.rss_mib - baseline).abs() > RSS_DRIFT_LIMIT * baseline {
+            failures.push(format!("interval{index}_rss_off_by_over_10pct"));
+        }
+    }
+    failures
+}
+
+fn percentiles(latencies: &Histogram<u64>) -> String {
+    format!(
+        "p50_us={} p99_us={} p999_us={} max_us={}",
+        latencies.value_at_quantile(0.5),
+        latencies.value_at_quantile(0.99),
+        latencies.value_at_quantile(0.999),
+        latencies.max()
+    )
+}
+
+/// The process's resident memory (VmRSS), in MiB.
+fn rss_mib() -> Option<f64> {
+    let status = std::fs::read_to_string("/proc/self/status").ok()?;
+    let line = status.lines().find(|line| line.starts_with("VmRSS:"))?;
+    let kib: f64 = line.split_whitespace().nth(1)?.parse().ok()?;
+    Some(kib / 1024.0)
+}
+
+fn main() {
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    if args.iter().any(|arg| arg == "--list") {
+        return;
+    }
+    let options = Options::parse(&args).unwrap_or_else(|error| {
+        eprintln!("soak: {error}\n{USAGE}");
+        std::process::exit(2);
+    });
+    let tokio = support::tokio_runtime();
+    for &store in &options.stores {
+        match store {
+            StoreKind::Disk => {
+                let fresh = async || fresh_disk(options.checkpoint_commits);
+                tokio.block_on(soak_store("disk", fresh, &options));
+            }
+            StoreKind::Postgres => {
+                if let Some(url) = tokio.block_on(postgres_url()) {
+                    let fresh = async || fresh_postgres(&url).await;
+                    tokio.block_on(soak_store("postgres", fresh, &options));
+                }
+            }
+        }
+    }
+}
+
+/// For each shape: calibrates (unless `--rate` is given), then soaks once per load; each
+/// calibration level and soak run on a fresh store from `fresh`, none inheriting another's data.
+async fn soak_store<S: EventStore>(
+    store: &'static str,
+    fresh: impl AsyncFn() -> (S, Probe),
+    options: &Options,
+) {
+    for &shape in &options.shapes {
+        let max_rate = match options.max_rate {
+            Some(rate) => rate,
+            None => calibrate(store, &fresh, shape, options.calibration).await,
+        };
+        if max_rate <= 0.0 {
+            eprintln!("soak: {store} shape={shape}: nothing completed in calibration");
+            continue;
+        }
+        for &load in &options.loads {
+            let (events, probe) = fresh().await;
+            let run = SoakRun::new(store, shape, load, max_rate * load, options);
+            Arc::new(run).run(runtime(events), &probe).await;
+            probe.discard().await;
+        }
+    }
+}
