@@ -863,6 +863,23 @@ impl Writer<'_> {
         outcome
     }
 
+    /// More events are held than [`MAX_HELD_EVENTS`]: waits, transaction by transaction of the
+    /// applier's, until they are back under it. Not a flush: the commits behind wait for the
+    /// applier's next transaction, not for all it has to do (which took 1.4 s once at 20,000
+    /// executions/s, `docs/PERFORMANCE.md`, "Sustained load").
+    fn wait_for_applier(&mut self) {
+        self.hand_over();
+        while self.pending.len() >= MAX_HELD_EVENTS && self.poisoned.is_none() {
+            if let Some(failed) = self.applied.failure() {
+                self.poisoned = Some(failed.clone());
+                break;
+            }
+            let applied = self.applied.last_commit();
+            self.applied
+                .wait_past(applied, std::time::Duration::from_millis(50));
+        }
+    }
+
     /// Forgets the decided heads and tails of executions whose last commit the tables hold.
     fn prune_decided(&mut self) {
         let applied = self.applied.last_commit();
@@ -1019,7 +1036,7 @@ impl Writer<'_> {
             self.since_checkpoint += 1;
             self.ask_checkpoint();
             if self.pending.len() >= MAX_HELD_EVENTS {
-                let _ = self.flush();
+                self.wait_for_applier();
             } else if self.queued_events >= APPLY_EVENTS
                 || self.queued_bytes >= APPLY_BYTES
                 || self.queue.len() >= APPLY_APPENDS

@@ -5,7 +5,8 @@
 //! moment, or when someone needs the tables current), and this thread applies each gathering
 //! of chunks in one redb commit without an fsync, then tells [`Pending`] to forget what the
 //! tables now hold. The commit path thus never waits for a B-tree; the writer waits for this
-//! thread only before a deletion and at close, and when too much is held.
+//! thread only before a deletion and at close, and, for one transaction at a time, when too
+//! much is held.
 //!
 //! A checkpoint is this thread's too: asked for one, it makes its next commit durable and
 //! publishes the journal offset that commit covers ([`Applied::take_durable`]); the writer then
@@ -16,7 +17,7 @@ use std::collections::HashMap;
 use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::sync::OnceLock;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Mutex, mpsc};
+use std::sync::{Condvar, Mutex, mpsc};
 
 use redb::Database;
 use tokio::sync::oneshot;
@@ -78,6 +79,8 @@ pub(super) struct Applied {
     /// The journal position (generation, offset) of the last durable commit asked for with
     /// [`ToApplier::Checkpoint`], until the writer takes it.
     durable: Mutex<Option<(u64, u64)>>,
+    /// Signalled after every transaction, applied or failed ([`Applied::wait_past`]).
+    progress: (Mutex<()>, Condvar),
 }
 
 impl Applied {
@@ -87,6 +90,25 @@ impl Applied {
 
     pub(super) fn failure(&self) -> Option<&StorageError> {
         self.failed.get()
+    }
+
+    /// Waits until the tables hold a commit after `commit`, an apply failed, or `timeout`
+    /// passed.
+    pub(super) fn wait_past(&self, commit: u64, timeout: std::time::Duration) {
+        let (lock, signal) = &self.progress;
+        let Ok(guard) = lock.lock() else {
+            return;
+        };
+        let _ = signal.wait_timeout_while(guard, timeout, |()| {
+            self.last_commit() <= commit && self.failed.get().is_none()
+        });
+    }
+
+    fn signal_progress(&self) {
+        let (lock, signal) = &self.progress;
+        // Taken so that a waiter between its check and its wait cannot miss the signal.
+        drop(lock.lock());
+        signal.notify_all();
     }
 
     /// The position a checkpoint made durable, once.
@@ -115,20 +137,36 @@ pub(super) fn run(
     yield_to_the_commit_path();
     // The journal position the tables hold: that of the last chunk applied.
     let mut position: Option<(u64, u64)> = None;
-    while let Ok(first) = requests.recv() {
-        // Everything already waiting goes into the same transaction.
-        let mut chunks = Vec::new();
-        let mut flushes = Vec::new();
-        let mut checkpoint = false;
-        let mut sort = |request| match request {
-            ToApplier::Chunk(chunk) => chunks.push(chunk),
-            ToApplier::Flush(reply) => flushes.push(reply),
-            ToApplier::Checkpoint => checkpoint = true,
+    // A request that did not fit in the last transaction: the first of the next.
+    let mut carried: Option<ToApplier> = None;
+    loop {
+        let first = match carried.take() {
+            Some(request) => request,
+            None => match requests.recv() {
+                Ok(request) => request,
+                Err(_) => break,
+            },
         };
-        sort(first);
+        // Everything already waiting goes into the same transaction, up to
+        // `MAX_TRANSACTION_EVENTS`: a transaction's time, during which nothing it holds is
+        // forgotten and the writer may wait, stays bounded however far behind this thread is.
+        let mut gathered = Gathering::default();
+        gathered.take(first);
         while let Ok(next) = requests.try_recv() {
-            sort(next);
+            let full = matches!(&next, ToApplier::Chunk(chunk)
+                if gathered.events + chunk_events(chunk) > MAX_TRANSACTION_EVENTS);
+            if full {
+                carried = Some(next);
+                break;
+            }
+            gathered.take(next);
         }
+        let Gathering {
+            chunks,
+            flushes,
+            checkpoint,
+            ..
+        } = gathered;
         if let Some(last) = chunks.last() {
             position = Some((last.generation, last.journal_end));
         }
@@ -154,10 +192,40 @@ pub(super) fn run(
                 "the store stopped writing after a failed apply of journaled commits ({detail}); open it again to recover"
             )));
         }
+        applied.signal_progress();
         for reply in flushes {
             reply.send(outcome.clone());
         }
     }
+}
+
+/// The requests one transaction answers.
+#[derive(Default)]
+struct Gathering {
+    chunks: Vec<Chunk>,
+    flushes: Vec<FlushReply>,
+    checkpoint: bool,
+    events: usize,
+}
+
+impl Gathering {
+    fn take(&mut self, request: ToApplier) {
+        match request {
+            ToApplier::Chunk(chunk) => {
+                self.events += chunk_events(&chunk);
+                self.chunks.push(chunk);
+            }
+            ToApplier::Flush(reply) => self.flushes.push(reply),
+            ToApplier::Checkpoint => self.checkpoint = true,
+        }
+    }
+}
+
+/// The most events one of the applier's transactions takes (a chunk is never split).
+const MAX_TRANSACTION_EVENTS: usize = 65_536;
+
+fn chunk_events(chunk: &Chunk) -> usize {
+    chunk.appends.iter().map(|queued| queued.record_count).sum()
 }
 
 /// How much lower than the process's the applier's scheduling priority is (in nice steps).
@@ -166,18 +234,19 @@ const APPLIER_NICENESS: i32 = 10;
 /// Lowers this thread's scheduling priority by [`APPLIER_NICENESS`]: its B-tree commits run for
 /// tens of milliseconds and can wait, while the writer and the runtime's workers answer
 /// callers. At the same priority, an apply on one of two cores held a sustained load's p99 at
-/// about 13 ms; below it, about 5 ms (`docs/PERFORMANCE.md`, "Sustained load"). An applier
-/// starved for too long holds more than the writer lets it hold, and the writer then waits for
-/// it, leaving it the CPU: it cannot fall behind without bound. Linux sets a nice value per
-/// thread; elsewhere, and where the call is refused, the applier keeps the process's.
+/// about 13 ms; below it, about 5 ms; and at 20,000 executions/s an applier at the same
+/// priority let the load fall behind for good (`docs/PERFORMANCE.md`, "Sustained load"). An
+/// applier starved for too long holds more than the writer lets it hold, and the writer then
+/// waits for its next transaction, leaving it the CPU: it cannot fall behind without bound.
+/// Linux sets a nice value per thread; elsewhere, and where the call is refused, the applier
+/// keeps the process's.
 fn yield_to_the_commit_path() {
     #[cfg(target_os = "linux")]
     {
         use rustix::process::{getpriority_process, setpriority_process};
         let this_thread = Some(rustix::thread::gettid());
-        let lowered = getpriority_process(this_thread).and_then(|nice| {
-            setpriority_process(this_thread, (nice + APPLIER_NICENESS).min(19))
-        });
+        let lowered = getpriority_process(this_thread)
+            .and_then(|nice| setpriority_process(this_thread, (nice + APPLIER_NICENESS).min(19)));
         if let Err(error) = lowered {
             tracing::debug!(%error, "the applier keeps the process's scheduling priority");
         }
