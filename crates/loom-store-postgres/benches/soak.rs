@@ -4,10 +4,12 @@
 //! queue that never drains or memory that creeps up only shows after a while.
 //!
 //! For each store and shape (executions of 1 or of 10 steps of a no-op idempotent effect):
-//! first the most executions/s a closed loop sustains (clients each starting an execution and
-//! waiting for its end; 2 s of warm-up, then `--calibrate-secs` counted; 64 clients, then 4
-//! times as many while that gains 5%, up to 1,024), then, per load (a fraction of that rate),
-//! an open loop: execution `i` is started at `t0 + i / rate` whether or not earlier ones have
+//! first the maximum: the most executions/s a closed loop sustains (clients each starting an
+//! execution and waiting for its end; 2 s of warm-up, then `--calibrate-secs` counted; 64
+//! clients, then 4 times as many while that gains 5%, up to 1,024), then the highest open-loop
+//! rate that keeps up, found by a ramp on one store from half that figure, 10% more every
+//! 20 s step, until a step completes less than 95% of what it offered (`soak-ramp` lines;
+//! `soak-max` gives both figures). Then, per load (a fraction of that maximum), an open loop: execution `i` is started at `t0 + i / rate` whether or not earlier ones have
 //! ended, and its latency runs from that intended start to `wait` returning Completed, so a
 //! stall that holds the generator up is counted too (no coordinated omission). Latencies go
 //! into HDR histograms (microseconds, 3 significant digits), one per interval and one per run.
@@ -61,6 +63,14 @@ const USAGE: &str = "options: --minutes N, --interval-secs N, --store disk|postg
                      --checkpoint-commits N";
 const CALIBRATION_WARM_UP: Duration = Duration::from_secs(2);
 const CALIBRATION_CLIENTS: [u64; 3] = [64, 256, 1024];
+/// The open-loop ramp: its first rate (of the closed loop's), its factor from step to step, and
+/// each step's length and reporting interval.
+const RAMP_START: f64 = 0.5;
+const RAMP_FACTOR: f64 = 1.1;
+/// The ramp gives up below the closed loop's figure divided by this.
+const RAMP_FLOOR_DIVISOR: f64 = 64.0;
+const RAMP_STEP: Duration = Duration::from_secs(20);
+const RAMP_INTERVAL: Duration = Duration::from_secs(5);
 /// A level of the calibration ramp must beat the best so far by this factor for the next one.
 const CALIBRATION_GAIN: f64 = 1.05;
 /// How long a run waits, after its last start, for the executions still running.
@@ -312,28 +322,81 @@ async fn closed_loop<S: EventStore>(
 }
 
 /// The best closed-loop rate over the ramp of client counts, each level on a fresh store.
-async fn calibrate<S: EventStore>(
+async fn calibrate<S: EventStore + Clone>(
     store: &str,
     fresh: &impl AsyncFn() -> (S, Probe),
     shape: u64,
     counted: Duration,
 ) -> f64 {
-    let (mut best_rate, mut best_clients) = (0.0, 0);
+    let (mut closed_rate, mut best_clients) = (0.0, 0);
     for clients in CALIBRATION_CLIENTS {
         let (events, probe) = fresh().await;
         let rate = closed_loop(runtime(events), shape, clients, counted).await;
         probe.discard().await;
         println!("soak-calibrate store={store} shape={shape} clients={clients} rate={rate:.0}");
-        let gained = rate > best_rate * CALIBRATION_GAIN;
-        if rate > best_rate {
-            (best_rate, best_clients) = (rate, clients);
+        let gained = rate > closed_rate * CALIBRATION_GAIN;
+        if rate > closed_rate {
+            (closed_rate, best_clients) = (rate, clients);
         }
         if !gained {
             break;
         }
     }
-    println!("soak-max store={store} shape={shape} rate={best_rate:.0} clients={best_clients}");
-    best_rate
+    let kept_up = open_loop_ramp(store, fresh, shape, closed_rate).await;
+    println!(
+        "soak-max store={store} shape={shape} rate={kept_up:.0} closed_loop_rate={closed_rate:.0} clients={best_clients}"
+    );
+    kept_up
+}
+
+/// The highest open-loop rate that kept up for a whole step: from half the closed loop's
+/// figure (halved again until a step keeps up), 10% more each step, all steps on one store
+/// (which grows as a soak's does), until a step completes less than 95% of what it offered in
+/// one of its intervals (the last aside).
+/// The closed loop's figure overstates it: its clients start the next execution only when one
+/// ends, so a slower moment lowers the load instead of building a backlog; an open loop past
+/// its maximum builds one, and more executions in flight make each slower (measured: 38,131
+/// executions/s closed, and an open loop at 80% of that fell behind at once). Steps on fresh
+/// stores overstate it too: 80% of such a ramp's figure (25,212/s) kept up for minutes, but
+/// with its tail at 100 ms.
+async fn open_loop_ramp<S: EventStore + Clone>(
+    store: &str,
+    fresh: &impl AsyncFn() -> (S, Probe),
+    shape: u64,
+    closed_rate: f64,
+) -> f64 {
+    let (events, probe) = fresh().await;
+    let mut step_number = 0;
+    let mut keeps_up = async |rate: f64| {
+        step_number += 1;
+        let labels = format!("store={store} shape={shape} load=ramp rate={rate:.0}");
+        let mut step = SoakRun::with_length(labels, shape, rate, RAMP_STEP, RAMP_INTERVAL);
+        step.id_prefix = format!("ramp{step_number}");
+        let failures = Arc::new(step).run(runtime(events.clone()), &probe).await;
+        let kept_up = !failures
+            .iter()
+            .any(|failure| failure.ends_with("fell_behind"));
+        println!("soak-ramp store={store} shape={shape} rate={rate:.0} kept_up={kept_up}");
+        kept_up
+    };
+    // Down by halves until a step keeps up (a store whose closed loop gains from a crowd of
+    // clients, as PostgreSQL's group commit does, may keep up with far less in an open loop)...
+    let mut rate = closed_rate * RAMP_START;
+    while !keeps_up(rate).await {
+        rate /= 2.0;
+        if rate < closed_rate / RAMP_FLOOR_DIVISOR {
+            return 0.0;
+        }
+    }
+    // ...then up by 10% while it does.
+    let mut kept_up = rate;
+    rate *= RAMP_FACTOR;
+    while rate <= closed_rate && keeps_up(rate).await {
+        kept_up = rate;
+        rate *= RAMP_FACTOR;
+    }
+    probe.discard().await;
+    kept_up
 }
 
 fn histogram() -> Histogram<u64> {
@@ -388,12 +451,25 @@ struct SoakRun {
     interval: Duration,
     t0: Instant,
     total: u64,
+    /// Before each execution's number in its id: ramp steps share a store.
+    id_prefix: String,
     started: AtomicU64,
     recorder: Mutex<Recorder>,
 }
 
 impl SoakRun {
     fn new(store: &str, shape: u64, load: f64, rate: f64, options: &Options) -> Self {
+        let labels = format!("store={store} shape={shape} load={load:.2} rate={rate:.0}");
+        Self::with_length(labels, shape, rate, options.run_length, options.interval)
+    }
+
+    fn with_length(
+        labels: String,
+        shape: u64,
+        rate: f64,
+        run_length: Duration,
+        interval: Duration,
+    ) -> Self {
         let recorder = Recorder {
             interval: histogram(),
             whole: histogram(),
@@ -401,20 +477,22 @@ impl SoakRun {
             ended: 0,
         };
         SoakRun {
-            labels: format!("store={store} shape={shape} load={load:.2} rate={rate:.0}"),
+            labels,
             shape,
             rate,
-            run_length: options.run_length,
-            interval: options.interval,
+            run_length,
+            interval,
             // A moment to set the generator up, so that the first executions are not late.
             t0: Instant::now() + Duration::from_millis(50),
-            total: (options.run_length.as_secs_f64() * rate).floor() as u64,
+            total: (run_length.as_secs_f64() * rate).floor() as u64,
+            id_prefix: "soak".to_owned(),
             started: AtomicU64::new(0),
             recorder: Mutex::new(recorder),
         }
     }
 
-    async fn run<S: EventStore>(self: Arc<Self>, loom: Runtime<S>, probe: &Probe) {
+    /// Runs the open loop to its end and drains it; what broke the verdict's criteria.
+    async fn run<S: EventStore>(self: Arc<Self>, loom: Runtime<S>, probe: &Probe) -> Vec<String> {
         let generator = tokio::spawn(Arc::clone(&self).generate(loom.clone()));
         let intervals = (self.run_length.as_secs_f64() / self.interval.as_secs_f64()).ceil() as u64;
         let mut figures = Vec::new();
@@ -426,7 +504,7 @@ impl SoakRun {
         let drained = self.drain().await;
         figures.push(self.report_interval(intervals, probe).await);
         loom.shutdown().await;
-        self.summarise(&figures, drained);
+        self.summarise(&figures, drained)
     }
 
     /// Starts each execution when it is due, on its own task, never waiting for earlier ones:
@@ -444,7 +522,8 @@ impl SoakRun {
                 let intended = intended_start(i);
                 self.started.fetch_add(1, Ordering::Relaxed);
                 tokio::spawn(async move {
-                    let outcome = run_one(&loom, &format!("soak-{i}"), run.shape).await;
+                    let outcome =
+                        run_one(&loom, &format!("{}-{i}", run.id_prefix), run.shape).await;
                     let latency = intended.elapsed();
                     if let Ok(mut recorder) = run.recorder.lock() {
                         recorder.record(latency, outcome);
@@ -502,7 +581,7 @@ impl SoakRun {
         }
     }
 
-    fn summarise(&self, figures: &[IntervalFigures], drained: bool) {
+    fn summarise(&self, figures: &[IntervalFigures], drained: bool) -> Vec<String> {
         let recorder = self.recorder.lock().expect("recorder");
         let offered_per_interval = self.rate * self.interval.as_secs_f64();
         let mut failures = verdict_failures(figures, offered_per_interval);
@@ -516,6 +595,7 @@ impl SoakRun {
             true => "ok".to_owned(),
             false => format!("fail reasons={}", failures.join(",")),
         };
+        let failures_found = failures.clone();
         println!(
             "soak-summary {} minutes={:.2} done={} failed={} {} verdict={verdict}",
             self.labels,
@@ -524,6 +604,7 @@ impl SoakRun {
             recorder.failed,
             percentiles(&recorder.whole),
         );
+        failures_found
     }
 }
 
@@ -599,7 +680,7 @@ fn main() {
 
 /// For each shape: calibrates (unless `--rate` is given), then soaks once per load; each
 /// calibration level and soak run on a fresh store from `fresh`, none inheriting another's data.
-async fn soak_store<S: EventStore>(
+async fn soak_store<S: EventStore + Clone>(
     store: &'static str,
     fresh: impl AsyncFn() -> (S, Probe),
     options: &Options,
