@@ -66,6 +66,8 @@ mod recovery;
 mod replay;
 mod requests;
 mod slots;
+#[cfg(test)]
+mod slots_released;
 mod start;
 mod timers;
 mod wait_ended;
@@ -569,12 +571,14 @@ impl<S: EventStore> Runtime<S> {
                 }
             }
         };
-        if let Some((receiver, runs)) = settled.as_mut() {
-            let runs = *runs;
+        if let Some((mut receiver, runs)) = settled.take() {
             let outcome = receiver
                 .wait_for(|settled| settled.runs > runs)
                 .await
                 .map(|settled| (settled.error.clone(), settled.state.as_deref().cloned()));
+            // Let go of the slot before asking whether it is still needed.
+            drop(receiver);
+            self.inner.release_idle_slot(execution);
             match outcome {
                 Ok((Some(error), _)) => return Err(WaitError::Driver(error)),
                 Ok((None, Some(state))) => return Ok(state),

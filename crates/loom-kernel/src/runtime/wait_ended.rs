@@ -67,15 +67,7 @@ impl<S: EventStore> Runtime<S> {
             }
         };
         // The slot this wait kept is dropped if nothing else needs it.
-        let mut slots = self.inner.slots(execution);
-        if let Some(slot) = slots.get(execution)
-            && slot.driver.is_none()
-            && slot.starting.is_none()
-            && slot.settled.receiver_count() == 0
-            && slot.settled.borrow().error.is_none()
-        {
-            slots.remove(execution);
-        }
+        self.inner.release_idle_slot(execution);
         ended
     }
 }
