@@ -513,8 +513,9 @@ impl DiskStore {
         &self.shared.path
     }
 
-    /// How many checkpoints (durable redb commits that let the journal start again) the writer
-    /// has taken since this store was opened: what a load test plots against its latencies.
+    /// How many checkpoints have completed since this store was opened (the tables made
+    /// durable, then the journal's next generation begun; the close's is not counted): what a
+    /// load test plots against its latencies.
     pub fn checkpoints(&self) -> u64 {
         self.shared.checkpoints.load(Ordering::Relaxed)
     }
