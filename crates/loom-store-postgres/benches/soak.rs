@@ -321,7 +321,8 @@ async fn closed_loop<S: EventStore>(
     completed.load(Ordering::Relaxed) as f64 / counted.as_secs_f64()
 }
 
-/// The best closed-loop rate over the ramp of client counts, each level on a fresh store.
+/// The maximum: the best closed-loop rate over the ramp of client counts (each level on a
+/// fresh store), then the highest open-loop rate under it that keeps up (`open_loop_ramp`).
 async fn calibrate<S: EventStore + Clone>(
     store: &str,
     fresh: &impl AsyncFn() -> (S, Probe),

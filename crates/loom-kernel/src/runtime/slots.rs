@@ -153,7 +153,15 @@ impl<S: EventStore> Inner<S> {
                 && slot.settled.receiver_count() == 0
                 && slot.settled.borrow().error.is_none()
         });
-        if idle && let Some(slot) = slots.remove(execution) {
+        if idle {
+            self.retire_slot(&mut slots, execution);
+        }
+    }
+
+    /// Removes `execution`'s slot, which nobody waits on any more, keeping the state it holds
+    /// among the recent states for a `wait` that comes after it is gone.
+    fn retire_slot(&self, slots: &mut HashMap<ExecutionId, Slot>, execution: &ExecutionId) {
+        if let Some(slot) = slots.remove(execution) {
             // No receiver is left: the state is moved out, not copied.
             let left = slot.settled.send_replace(Settled::default()).state;
             let mut recent = self.recent();
@@ -358,19 +366,8 @@ impl<S: EventStore> Inner<S> {
                     });
                     // A failed run keeps its slot, so `wait` can report why.
                     let failed = slot.settled.borrow().error.is_some();
-                    if slot.driver.is_none()
-                        && slot.settled.receiver_count() == 0
-                        && !failed
-                        && let Some(slot) = slots.remove(&id)
-                    {
-                        // For a `wait` that comes after the slot is gone.
-                        // No receiver is left: the state is moved out, not copied.
-                        let left = slot.settled.send_replace(Settled::default()).state;
-                        let mut recent = inner.recent();
-                        match left {
-                            Some(state) => recent.keep(&id, *state),
-                            None => recent.forget(&id),
-                        }
+                    if slot.driver.is_none() && slot.settled.receiver_count() == 0 && !failed {
+                        inner.retire_slot(&mut slots, &id);
                     }
                 }
                 drop(slots);

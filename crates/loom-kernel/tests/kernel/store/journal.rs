@@ -228,6 +228,30 @@ async fn crash_images_taken_around_checkpoints_open_with_every_acknowledged_comm
     assert_eq!(store.head(&b).await.unwrap(), heads.1);
 }
 
+/// A careless `checkpoint_commits` of 0 is taken as 1 (a checkpoint after every commit), not
+/// as "never" or a division by zero: the store works and closes cleanly.
+#[tokio::test]
+async fn a_checkpoint_every_zero_commits_is_one_after_every_commit() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("zero.redb");
+    let config = DiskStoreConfig {
+        checkpoint_commits: 0,
+        ..DiskStoreConfig::default()
+    };
+    let store = DiskStore::open_with(&path, config).unwrap();
+    let e = id("e");
+    let mut head = store.append(&e, 0, &[started("f")]).await.unwrap();
+    for i in 0..20 {
+        head = store
+            .append(&e, head, &[tagged(json!({"i": i}))])
+            .await
+            .unwrap();
+    }
+    drop(store);
+    let store = DiskStore::open_read_only(&path, DiskStoreConfig::default()).unwrap();
+    assert_eq!(store.head(&e).await.unwrap(), 21);
+}
+
 /// The header of an empty journal of generation 1: what a store's creation writes first.
 fn first_journal() -> Vec<u8> {
     fn crc32c(bytes: &[u8]) -> u32 {
