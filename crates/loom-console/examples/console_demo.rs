@@ -52,6 +52,14 @@ async fn review(ctx: FlowCtx, document: Value) -> Result<Value, FlowError> {
 #[tokio::main]
 async fn main() -> Result<()> {
     let args = Args::parse();
+    // What the runtime and the store say (RUST_LOG chooses how much; `info` by default).
+    tracing_subscriber::fmt()
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_default_env()
+                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info")),
+        )
+        .with_writer(std::io::stderr)
+        .init();
     if let Some(dir) = args.store.parent() {
         std::fs::create_dir_all(dir)?;
     }

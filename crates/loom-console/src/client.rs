@@ -63,10 +63,10 @@ impl AdminClient {
         if host.is_empty() {
             return Err(bad("no host"));
         }
+        // A usage error (exit 2), not a refusal: nothing was sent.
         if token.is_empty() {
-            return Err(ConsoleError::new(
-                ErrorKind::Unauthorized,
-                "no admin token: give --token or set LOOM_ADMIN_TOKEN",
+            return Err(ConsoleError::bad_request(
+                "no admin token: give --token or set LOOM_ADMIN_TOKEN (`serve` keeps it in the file <store>.admin-token)",
             ));
         }
         Ok(Self {

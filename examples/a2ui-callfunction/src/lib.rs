@@ -29,6 +29,7 @@ pub mod operator;
 pub mod origin;
 mod playground;
 pub mod renderer_key;
+mod secret_file;
 pub mod server;
 pub mod store;
 pub mod story;

@@ -80,10 +80,16 @@ pub struct ServerOptions {
     /// Exits once the execution has ended and its renderers have gone.
     #[arg(long)]
     pub exit_when_done: bool,
-    /// The admin and playground token; a fresh random one when `None`. On the command line:
-    /// the `LOOM_ADMIN_TOKEN` environment variable.
+    /// The admin and playground token; when `None`, the one kept in the admin token file. On
+    /// the command line: the `LOOM_ADMIN_TOKEN` environment variable.
     #[arg(skip = std::env::var("LOOM_ADMIN_TOKEN").ok())]
     pub admin_token: Option<String>,
+    /// The file holding the admin token when `LOOM_ADMIN_TOKEN` is not set (made, 0600, if
+    /// missing): beside a store file by default (`<store>.admin-token`), in
+    /// `target/a2ui-callfunction/` for PostgreSQL. Open console tabs and scripts keep working
+    /// across a restart while it is kept; delete it to revoke the token.
+    #[arg(long)]
+    pub admin_token_file: Option<PathBuf>,
     /// The file holding the key renderer credentials are signed with (made, 0600, if
     /// missing): beside a store file by default (`<store>.renderer-key`), in
     /// `target/a2ui-callfunction/` for PostgreSQL. Links handed out stay good while it is kept.
@@ -117,6 +123,7 @@ impl ServerOptions {
             crash_after_submit: false,
             exit_when_done: false,
             admin_token: None,
+            admin_token_file: None,
             renderer_key_file: None,
             allowed_origins: Vec::new(),
             max_sessions: limits.max_sessions,
@@ -137,12 +144,22 @@ impl ServerOptions {
 
     /// Where the renderer key is kept.
     pub fn renderer_key_path(&self) -> PathBuf {
-        match &self.renderer_key_file {
+        self.secret_path(self.renderer_key_file.as_ref(), "renderer-key")
+    }
+
+    /// Where the admin token is kept (when `LOOM_ADMIN_TOKEN` does not give it).
+    pub fn admin_token_path(&self) -> PathBuf {
+        self.secret_path(self.admin_token_file.as_ref(), "admin-token")
+    }
+
+    /// `given`, or the file named `<store>.<suffix>` beside a store file.
+    fn secret_path(&self, given: Option<&PathBuf>, suffix: &str) -> PathBuf {
+        match given {
             Some(path) => path.clone(),
-            None if crate::store::is_postgres(&self.store.to_string_lossy()) => PathBuf::from(
-                format!("target/a2ui-callfunction/{}.renderer-key", self.schema),
-            ),
-            None => PathBuf::from(format!("{}.renderer-key", self.store.display())),
+            None if crate::store::is_postgres(&self.store.to_string_lossy()) => {
+                PathBuf::from(format!("target/a2ui-callfunction/{}.{suffix}", self.schema))
+            }
+            None => PathBuf::from(format!("{}.{suffix}", self.store.display())),
         }
     }
 }
@@ -312,9 +329,13 @@ async fn serve_on<S: EventStore>(store: S, options: ServerOptions) -> Result<()>
         .await
         .with_context(|| format!("binding {}", options.addr))?;
     let addr = listener.local_addr()?;
-    let token = match options.admin_token {
+    let token = match options.admin_token.clone() {
         Some(token) => token,
-        None => loom_console::random_token().context("making the admin token")?,
+        None => crate::secret_file::load_or_create(
+            &options.admin_token_path(),
+            "the admin token",
+            loom_console::MIN_TOKEN_LEN,
+        )?,
     };
     let admin = AdminConfig::new(token.clone())
         .context("the admin token")?
@@ -432,7 +453,15 @@ async fn serve_on<S: EventStore>(store: S, options: ServerOptions) -> Result<()>
     }
 
     if !options.exit_when_done {
-        server.await??;
+        let mut server = server;
+        tokio::select! {
+            served = &mut server => served??,
+            signal = stop_signal() => {
+                narrate::say(format!("{signal}: the server stops (appends in flight finish, the store is closed cleanly)"));
+                server.abort();
+                runtime.shutdown().await;
+            }
+        }
         return Ok(());
     }
     loop {
@@ -459,6 +488,23 @@ async fn serve_on<S: EventStore>(store: S, options: ServerOptions) -> Result<()>
     // is released when this returns (the operator's next command may open it at once).
     runtime.shutdown().await;
     Ok(())
+}
+
+/// The first SIGINT (Ctrl-C) or SIGTERM: how an operator or a service manager stops a server
+/// that serves until stopped. Named, for the server's last words.
+async fn stop_signal() -> &'static str {
+    use tokio::signal::unix::{SignalKind, signal};
+    let (Ok(mut interrupt), Ok(mut terminate)) = (
+        signal(SignalKind::interrupt()),
+        signal(SignalKind::terminate()),
+    ) else {
+        // No handler could be installed: the default action (the process ends) stays.
+        return std::future::pending().await;
+    };
+    tokio::select! {
+        _ = interrupt.recv() => "SIGINT",
+        _ = terminate.recv() => "SIGTERM",
+    }
 }
 
 async fn renderer_socket<S: EventStore>(

@@ -476,6 +476,13 @@ async fn a_store_held_by_another_process_is_refused_with_a_pointer_to_the_admin_
         "{}",
         stderr(&missing)
     );
+    let no_token = loom(&["--admin", "http://127.0.0.1:9", "executions"]);
+    assert_eq!(code(&no_token), 2, "a missing token is a usage error");
+    assert!(
+        stderr(&no_token).contains("give --token"),
+        "{}",
+        stderr(&no_token)
+    );
     let nowhere = loom(&["executions"]);
     assert_eq!(code(&nowhere), 2);
     assert!(
@@ -673,4 +680,71 @@ async fn an_offline_resume_of_a_gate_opened_with_others_is_refused_and_records_n
     // A gate opened alone is resumed as before.
     let resumed = loom(&["--store", store, "resume", "s-1", "Yes", "k", "true"]);
     assert_eq!(code(&resumed), 0, "{}", stderr(&resumed));
+}
+
+/// What a SIGKILL or a crash of the server leaves (the store file and its journal as they are
+/// while it runs, copied): every read command works on it, prints what the live store held,
+/// and writes nothing to either file; the first write command then recovers it for good.
+#[tokio::test]
+async fn every_read_command_works_on_a_store_left_by_a_crash_and_writes_nothing() {
+    let dir = tempfile::tempdir().unwrap();
+    let live = dir.path().join("live.redb");
+    let runtime = compose(DiskStore::open(&live).unwrap());
+    start_order(&runtime, "order-1").await;
+    start_hello(&runtime, "hello-1").await;
+    let image = dir.path().join("image.redb");
+    let journal = dir.path().join("image.redb.journal");
+    std::fs::copy(&live, &image).unwrap();
+    std::fs::copy(dir.path().join("live.redb.journal"), &journal).unwrap();
+    drop(runtime);
+    let store = image.to_str().unwrap();
+    let exports = dir.path().join("exports");
+    let before = (
+        std::fs::read(&image).unwrap(),
+        std::fs::read(&journal).unwrap(),
+    );
+    let reads: [&[&str]; 7] = [
+        &["executions"],
+        &["show", "order-1"],
+        &["tail", "hello-1"],
+        &["in-doubt"],
+        &[
+            "export-log",
+            "--out",
+            exports.to_str().unwrap(),
+            "--execution",
+            "hello-1",
+        ],
+        &["purge", "--ended-before", "0s", "--dry-run"],
+        &["--json", "executions", "--status", "completed"],
+    ];
+    for args in reads {
+        let mut all = vec!["--store", store];
+        all.extend_from_slice(args);
+        let output = loom(&all);
+        assert_eq!(code(&output), 0, "{args:?}: {}", stderr(&output));
+        assert!(
+            !stderr(&output).contains("not closed cleanly"),
+            "{args:?}: {}",
+            stderr(&output)
+        );
+    }
+    let listed = stdout(&loom(&["--store", store, "executions"]));
+    assert!(
+        listed.contains("order-1") && listed.contains("hello-1"),
+        "{listed}"
+    );
+    let after = (
+        std::fs::read(&image).unwrap(),
+        std::fs::read(&journal).unwrap(),
+    );
+    assert!(
+        before == after,
+        "a read command wrote to the store or its journal"
+    );
+
+    let cancelled = loom(&["--store", store, "cancel", "order-1"]);
+    assert_eq!(code(&cancelled), 0, "{}", stderr(&cancelled));
+    let shown = stdout(&loom(&["--store", store, "show", "order-1"]));
+    assert!(shown.contains("cancelled"), "{shown}");
 }

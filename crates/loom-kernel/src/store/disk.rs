@@ -70,6 +70,7 @@ mod checkpoint;
 mod heads;
 mod listing;
 mod open;
+mod overlay;
 mod pending;
 mod runs;
 mod snapshot;
@@ -224,17 +225,6 @@ pub enum OpenError {
         /// The file concerned.
         path: PathBuf,
     },
-    /// The store was not closed cleanly (its journal holds commits its tables lack, or its
-    /// tables need redb's repair), and a read-only open cannot recover it.
-    #[error(
-        "store file {path} was not closed cleanly ({detail}); open it for writing once (any program that opens the store for writing, e.g. `loom --store {path} executions`) to recover it"
-    )]
-    NotClosedCleanly {
-        /// The file concerned.
-        path: PathBuf,
-        /// What waits, in words.
-        detail: String,
-    },
     /// A file of an older layout cannot be brought up to date when opened read-only.
     #[error(
         "store file {path} has layout version {found}; open it for writing once to bring it to version {STORE_FORMAT}"
@@ -277,12 +267,15 @@ struct Shared {
 enum Db {
     Write(Database),
     Read(redb::ReadOnlyDatabase),
+    /// Read-only, over a file that was not closed cleanly: redb's repair and the journal's
+    /// commits the tables lacked applied in memory (`overlay.rs`), the file untouched.
+    Snapshot(Database),
 }
 
 impl Db {
     fn begin_read(&self) -> Result<redb::ReadTransaction, redb::TransactionError> {
         match self {
-            Self::Write(db) => db.begin_read(),
+            Self::Write(db) | Self::Snapshot(db) => db.begin_read(),
             Self::Read(db) => db.begin_read(),
         }
     }
@@ -369,10 +362,17 @@ impl DiskStore {
         Self::start(path, &config, Mode::OpenExisting)
     }
 
-    /// Opens the store at `path` for reading only: nothing is written to the file (appends
-    /// and deletions fail with `Closed` / [`RetentionError::Closed`]), a missing or empty file
-    /// is refused, and so is a file of an older layout that would need bringing up to date.
-    /// For tools that inspect a store, such as `replay-check`. The pages are not checked
+    /// Opens the store at `path` for reading only: nothing is written to the file or its
+    /// journal (appends and deletions fail with `Closed` / [`RetentionError::Closed`]), a
+    /// missing or empty file is refused, and so is a file of an older layout that would need
+    /// bringing up to date. For tools that inspect a store, such as `replay-check` and the
+    /// `loom` CLI's read commands.
+    ///
+    /// A store that was not closed cleanly (a SIGKILL, a crash, a power loss) reads as of its
+    /// journal's last durable commit: redb's repair and the commits its tables lack are applied
+    /// in memory (the memory is what they touch, not the file's size), and the file stays as it
+    /// was for the next writer to recover. A writer that holds the file refuses the open
+    /// ([`OpenError::AlreadyOpen`]); other readers do not. The pages are not checked
     /// whatever [`DiskStoreConfig::verify_on_open`] says (redb's check repairs what it finds,
     /// which a read-only open must not): the store's own checks of what it reads still apply.
     pub fn open_read_only(

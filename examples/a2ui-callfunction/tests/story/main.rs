@@ -11,5 +11,6 @@ mod logs;
 mod playground;
 mod postgres;
 mod server;
+mod stop;
 mod story;
 mod v0_9;

@@ -8,6 +8,7 @@ use redb::{Database, ReadableDatabase, ReadableTable};
 
 use super::super::journal::{self, Journal};
 use super::super::tail::ExecutionTail;
+use super::overlay::Overlay;
 use super::pending::Pending;
 use super::{
     BY_STATUS, Db, DiskStoreConfig, ENDED, EVENTS, FEED, FEED_NEXT, HEADS, JOURNAL_END,
@@ -76,21 +77,131 @@ pub(super) fn open_database(
     }
     let has_pages = std::fs::metadata(path).is_ok_and(|meta| meta.len() > 0);
     if config.verify_on_open && mode != Mode::ReadOnly && has_pages {
-        contained(path, mode, || verify_pages(path))?;
+        contained(path, || verify_pages(path))?;
     }
     let mut builder = Database::builder();
     builder.set_cache_size(config.cache_size_bytes);
     let db = match mode {
-        Mode::CreateOrOpen => contained(path, mode, || builder.create(path).map(Db::Write))?,
-        Mode::OpenExisting => contained(path, mode, || builder.open(path).map(Db::Write))?,
-        Mode::ReadOnly => contained(path, mode, || builder.open_read_only(path).map(Db::Read))?,
+        Mode::CreateOrOpen => contained(path, || builder.create(path).map(Db::Write))?,
+        Mode::OpenExisting => contained(path, || builder.open(path).map(Db::Write))?,
+        Mode::ReadOnly => {
+            let opened = catch_unwind(AssertUnwindSafe(|| builder.open_read_only(path)));
+            match opened {
+                Ok(Err(redb::DatabaseError::RepairAborted)) => {
+                    return open_snapshot(
+                        path,
+                        &journal_path,
+                        config,
+                        Some("its tables need repair"),
+                    );
+                }
+                // Held by a writer, or by another snapshot (its locks look like a writer's to
+                // a plain read-only open): the snapshot's open tells which.
+                Ok(Err(redb::DatabaseError::DatabaseAlreadyOpen)) => {
+                    return open_snapshot(path, &journal_path, config, None);
+                }
+                Ok(result) => contained(path, || result.map(Db::Read))?,
+                Err(panic) => {
+                    return Err(OpenError::Corrupt {
+                        path: path.to_path_buf(),
+                        detail: panic_message(&panic),
+                    });
+                }
+            }
+        }
     };
     match prepare(&db, path, &journal_path, mode) {
-        Ok((feed_next, journal)) => Ok((db, feed_next, journal)),
+        Ok(Prepared::Ready(feed_next, journal)) => Ok((db, feed_next, journal)),
+        Ok(Prepared::Pending(commits)) => {
+            drop_contained(db);
+            open_snapshot(
+                path,
+                &journal_path,
+                config,
+                Some(&format!(
+                    "its journal holds {commits} commits not yet in its tables"
+                )),
+            )
+        }
         Err(error) => {
-            // A damaged file can leave redb's own locks poisoned by a panic contained above;
-            // closing the database then panics again. The open's answer is the error.
-            let _ = catch_unwind(AssertUnwindSafe(move || drop(db)));
+            drop_contained(db);
+            Err(error)
+        }
+    }
+}
+
+/// Closes a database whose open went wrong. A damaged file can leave redb's own locks poisoned
+/// by a panic contained during the open; closing the database then panics again, and the open's
+/// answer is the error it already has.
+fn drop_contained<T>(db: T) {
+    let _ = catch_unwind(AssertUnwindSafe(move || drop(db)));
+}
+
+/// A read-only open of a store that was not closed cleanly (`not_clean` says why) or that a
+/// plain read-only open found held: redb's repair and the journal's commits the tables lack
+/// are applied over [`Overlay`], in memory, so the store reads as of its journal's last
+/// durable commit and the file is not written. A writer that holds the file refuses it
+/// ([`OpenError::AlreadyOpen`]); another snapshot or reader does not.
+fn open_snapshot(
+    path: &Path,
+    journal_path: &Path,
+    config: &DiskStoreConfig,
+    not_clean: Option<&str>,
+) -> Result<(Db, u64, Option<Journal>), OpenError> {
+    if let Some(why) = not_clean {
+        tracing::info!(
+            path = %path.display(),
+            why,
+            "the store was not closed cleanly: read as of its journal's last durable commit, applied in memory; the file is not written"
+        );
+    }
+    let io_error = |source: std::io::Error| match source.kind() {
+        std::io::ErrorKind::NotFound => OpenError::Missing {
+            path: path.to_path_buf(),
+        },
+        _ => OpenError::Io {
+            path: path.to_path_buf(),
+            source,
+        },
+    };
+    let overlay = std::fs::File::open(path)
+        .and_then(Overlay::new)
+        .map_err(io_error)?;
+    let mut builder = Database::builder();
+    builder.set_cache_size(config.cache_size_bytes);
+    let db = contained(path, || builder.create_with_backend(overlay))?;
+    let corrupt = |detail: String| OpenError::Corrupt {
+        path: path.to_path_buf(),
+        detail,
+    };
+    let prepared = catch_unwind(AssertUnwindSafe(|| {
+        let layout = read_layout(&db).map_err(|error| corrupt(error.to_string()))?;
+        match layout {
+            Layout::Current {
+                feed_next,
+                journal: Some(position),
+            } => apply_pending(&db, path, journal_path, position, feed_next, false)
+                .map(|(feed_next, _)| feed_next),
+            Layout::Current {
+                feed_next,
+                journal: None,
+            } => Ok(feed_next),
+            Layout::Other(found) if found == 1 => Err(OpenError::NeedsUpgrade {
+                path: path.to_path_buf(),
+                found,
+            }),
+            Layout::Other(found) => Err(OpenError::UnsupportedFormat {
+                path: path.to_path_buf(),
+                found,
+            }),
+        }
+    }))
+    .map_err(|panic| corrupt(panic_message(&panic)))
+    .and_then(|prepared| prepared);
+    match prepared {
+        Ok(feed_next) => Ok((Db::Snapshot(db), feed_next, None)),
+        Err(error) => {
+            drop_contained(db);
             Err(error)
         }
     }
@@ -101,7 +212,6 @@ pub(super) fn open_database(
 /// the embedding process.
 fn contained<T>(
     path: &Path,
-    mode: Mode,
     open: impl FnOnce() -> Result<T, redb::DatabaseError>,
 ) -> Result<T, OpenError> {
     let corrupt = |detail: String| OpenError::Corrupt {
@@ -117,12 +227,6 @@ fn contained<T>(
         redb::DatabaseError::DatabaseAlreadyOpen => OpenError::AlreadyOpen {
             path: path.to_path_buf(),
         },
-        redb::DatabaseError::RepairAborted if mode == Mode::ReadOnly => {
-            OpenError::NotClosedCleanly {
-                path: path.to_path_buf(),
-                detail: "its tables need repair".into(),
-            }
-        }
         redb::DatabaseError::Storage(redb::StorageError::Io(source))
             if source.kind() == std::io::ErrorKind::NotFound =>
         {
@@ -156,14 +260,18 @@ fn verify_pages(path: &Path) -> Result<(), redb::DatabaseError> {
     builder.open(path)?.close()
 }
 
+/// What [`prepare`] found.
+enum Prepared {
+    /// The next feed position and, opened for writing, the journal.
+    Ready(u64, Option<Journal>),
+    /// Opened read-only: the journal holds this many commits the tables lack, which a
+    /// snapshot applies in memory.
+    Pending(usize),
+}
+
 /// Brings the opened file's tables to where this build reads them (layout, journal, indexes,
-/// checks): the next feed position and, opened for writing, the journal.
-fn prepare(
-    db: &Db,
-    path: &Path,
-    journal_path: &Path,
-    mode: Mode,
-) -> Result<(u64, Option<Journal>), OpenError> {
+/// checks).
+fn prepare(db: &Db, path: &Path, journal_path: &Path, mode: Mode) -> Result<Prepared, OpenError> {
     let corrupt = |detail: String| OpenError::Corrupt {
         path: path.to_path_buf(),
         detail,
@@ -171,6 +279,7 @@ fn prepare(
     let found = catch_unwind(AssertUnwindSafe(|| match db {
         Db::Write(db) => init_tables(db, journal_path),
         Db::Read(db) => read_layout(db),
+        Db::Snapshot(db) => read_layout(db),
     }))
     .map_err(|panic| corrupt(panic_message(&panic)))?
     .map_err(|error| corrupt(error.to_string()))?;
@@ -197,13 +306,17 @@ fn prepare(
                 catch_unwind(AssertUnwindSafe(|| heads::ensure_checked(database)))
                     .map_err(|panic| corrupt(panic_message(&panic)))?
                     .map_err(|error| corrupt(error.to_string()))?;
-                Ok((feed_next, Some(journal)))
+                Ok(Prepared::Ready(feed_next, Some(journal)))
             }
-            Db::Read(_) => {
-                if let Some(position) = position {
-                    check_nothing_pending(path, journal_path, position)?;
-                }
-                Ok((feed_next, None))
+            Db::Read(_) | Db::Snapshot(_) => {
+                let pending = match position {
+                    Some(position) => pending_records(path, journal_path, position)?.records.len(),
+                    None => 0,
+                };
+                Ok(match pending {
+                    0 => Prepared::Ready(feed_next, None),
+                    commits => Prepared::Pending(commits),
+                })
             }
         },
         Layout::Other(found) if found == 1 && mode == Mode::ReadOnly => {
@@ -276,27 +389,6 @@ fn pending_records(
     }
 }
 
-/// Refuses a read-only open of a store whose journal holds commits its tables lack (it was
-/// not closed cleanly): applying them takes an open for writing.
-fn check_nothing_pending(
-    store: &Path,
-    journal_path: &Path,
-    position: JournalPosition,
-) -> Result<(), OpenError> {
-    let pending = pending_records(store, journal_path, position)?;
-    if pending.records.is_empty() {
-        Ok(())
-    } else {
-        Err(OpenError::NotClosedCleanly {
-            path: store.to_path_buf(),
-            detail: format!(
-                "its journal holds {} commits not yet in its tables",
-                pending.records.len()
-            ),
-        })
-    }
-}
-
 /// Applies the journaled commits the tables lack, makes the tables durable, and begins a new
 /// journal generation. Returns the journal and the next feed position.
 fn recover_journal(
@@ -306,19 +398,40 @@ fn recover_journal(
     position: Option<JournalPosition>,
     feed_next: u64,
 ) -> Result<(Journal, u64), OpenError> {
+    let position = position.ok_or_else(|| OpenError::Corrupt {
+        path: store.to_path_buf(),
+        detail: "the store records no journal position".into(),
+    })?;
+    let (feed, generation) = apply_pending(db, store, journal_path, position, feed_next, true)?;
+    let journal = Journal::create(journal_path, generation + 1)
+        .map_err(|error| journal_open_error(store, error))?;
+    Ok((journal, feed))
+}
+
+/// Applies the journaled commits the tables lack in one commit (durable only when the database
+/// writes to its file: a snapshot's stays in memory). Returns the next feed position and the
+/// generation of the journal read. `writing` says whether a torn last record will be cut from
+/// the file (a new generation follows) or only left out.
+fn apply_pending(
+    db: &Database,
+    store: &Path,
+    journal_path: &Path,
+    position: JournalPosition,
+    feed_next: u64,
+    writing: bool,
+) -> Result<(u64, u64), OpenError> {
     let corrupt = |detail: String| OpenError::Corrupt {
         path: store.to_path_buf(),
         detail,
     };
-    let position =
-        position.ok_or_else(|| corrupt("the store records no journal position".into()))?;
     let pending = pending_records(store, journal_path, position)?;
     if pending.torn > 0 {
         tracing::warn!(
             journal = %journal_path.display(),
             bytes = pending.torn,
             at = pending.end,
-            "the journal ends with an incomplete commit record (a crash during its write); it is cut"
+            "the journal ends with an incomplete commit record (a crash during its write); {}",
+            if writing { "it is cut" } else { "it is left out" }
         );
     }
     let storage = |error: StorageError| corrupt(error.to_string());
@@ -382,12 +495,11 @@ fn recover_journal(
     if !pending.records.is_empty() {
         tracing::info!(
             commits = pending.records.len(),
+            in_memory_only = !writing,
             "journaled commits applied to the store's tables"
         );
     }
-    let journal = Journal::create(journal_path, pending.generation + 1)
-        .map_err(|error| journal_open_error(store, error))?;
-    Ok((journal, feed))
+    Ok((feed, pending.generation))
 }
 
 /// What [`init_tables`] or [`read_layout`] found.
@@ -535,7 +647,7 @@ fn begin_journal(journal_path: &Path) -> Result<(), StorageError> {
 
 /// The layout of a file opened read-only, changing nothing. Layout 2 (before the journal)
 /// reads as it is.
-fn read_layout(db: &redb::ReadOnlyDatabase) -> Result<Layout, StorageError> {
+fn read_layout(db: &impl ReadableDatabase) -> Result<Layout, StorageError> {
     let txn = db.begin_read().map_err(StorageError::new)?;
     let meta = txn.open_table(META).map_err(StorageError::new)?;
     let format = meta

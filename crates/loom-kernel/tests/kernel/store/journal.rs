@@ -1,6 +1,6 @@
 //! The embedded store's journal (since layout 3, LD-027): what a crash leaves behind opens with every
 //! acknowledged commit; a torn last record is cut; damage anywhere else, a missing or foreign
-//! journal, is refused; a read-only open never hides commits it cannot apply; older layouts
+//! journal, is refused; a read-only open reads every commit without writing; older layouts
 //! are brought up to date.
 //!
 //! A crash image is made by copying the store file and its journal while the store is open:
@@ -140,19 +140,61 @@ async fn a_missing_or_foreign_journal_is_refused() {
     );
 }
 
+/// A read-only open of what a crash left reads every acknowledged commit (redb's repair and the
+/// journal applied in memory) and writes nothing: the file and its journal are byte for byte
+/// what they were, appends are refused, and a second reader at once, or a writer after, both
+/// work.
 #[tokio::test]
-async fn a_read_only_open_refuses_commits_it_cannot_apply_and_says_how() {
+async fn a_read_only_open_of_a_crash_image_reads_every_commit_and_writes_nothing() {
     let dir = tempfile::tempdir().unwrap();
     let image = crash_image(dir.path(), 10).await;
-    let err = DiskStore::open_read_only(&image, DiskStoreConfig::default()).unwrap_err();
-    assert!(matches!(err, OpenError::NotClosedCleanly { .. }), "{err:?}");
-    assert!(
-        err.to_string().contains("open it for writing once"),
-        "{err}"
+    let journal = journal_of(&image);
+    let before = (
+        std::fs::read(&image).unwrap(),
+        std::fs::read(&journal).unwrap(),
     );
+    let store = DiskStore::open_read_only(&image, DiskStoreConfig::default()).unwrap();
+    assert_eq!(store.head(&id("victim")).await.unwrap(), 10);
+    assert_eq!(store.read_all(&id("victim")).await.unwrap().len(), 10);
+    let refused = store
+        .append(&id("victim"), 10, &[tagged(json!({"i": 10}))])
+        .await;
+    assert!(refused.is_err(), "a read-only store takes no append");
+    let second = DiskStore::open_read_only(&image, DiskStoreConfig::default()).unwrap();
+    assert_eq!(second.head(&id("victim")).await.unwrap(), 10);
+    let err = DiskStore::open(&image).unwrap_err();
+    assert!(
+        matches!(err, OpenError::AlreadyOpen { .. }),
+        "a writer waits for the readers: {err:?}"
+    );
+    drop((store, second));
+    let after = (
+        std::fs::read(&image).unwrap(),
+        std::fs::read(&journal).unwrap(),
+    );
+    assert!(
+        before == after,
+        "a read-only open wrote to the store or its journal"
+    );
+
+    // The writer's open recovers the same commits for good.
     drop(DiskStore::open(&image).unwrap());
     let store = DiskStore::open_read_only(&image, DiskStoreConfig::default()).unwrap();
     assert_eq!(store.head(&id("victim")).await.unwrap(), 10);
+}
+
+/// A read-only open of a store a writer holds is refused as held, crash image or not.
+#[tokio::test]
+async fn a_read_only_open_of_a_store_a_writer_holds_is_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    let image = crash_image(dir.path(), 3).await;
+    let writer = DiskStore::open(&image).unwrap();
+    writer
+        .append(&id("victim"), 3, &[tagged(json!({"i": 3}))])
+        .await
+        .unwrap();
+    let err = DiskStore::open_read_only(&image, DiskStoreConfig::default()).unwrap_err();
+    assert!(matches!(err, OpenError::AlreadyOpen { .. }), "{err:?}");
 }
 
 /// Checkpoints are taken while commits go on (the applier makes the tables durable, then the
