@@ -72,6 +72,12 @@ struct Cli {
     /// Print JSON instead of text.
     #[arg(long, global = true)]
     json: bool,
+    /// Open a store file whose journal was cut short (by a copy, a restore, a file system) as of
+    /// the cut, losing the commits written after it, instead of refusing it. Only once a copy
+    /// of the whole journal is known to be gone: a write command then makes the loss
+    /// permanent.
+    #[arg(long, global = true)]
+    accept_cut_journal: bool,
     #[command(subcommand)]
     command: Command,
 }
@@ -259,7 +265,7 @@ fn main() -> ExitCode {
 /// Where the console reads and writes.
 enum Backend {
     /// An embedded store file, opened per command.
-    File(PathBuf),
+    File(StoreFile),
     /// A PostgreSQL store (reads).
     // One database is a shard map of one.
     Postgres(ShardedStore),
@@ -311,7 +317,17 @@ async fn backend(cli: &Cli) -> Result<Backend, ConsoleError> {
         })?;
         return Ok(Backend::Postgres(connected));
     }
-    Ok(Backend::File(PathBuf::from(store)))
+    Ok(Backend::File(StoreFile {
+        path: PathBuf::from(store),
+        accept_cut_journal: cli.accept_cut_journal,
+    }))
+}
+
+/// A store file and how to open it.
+#[derive(Debug)]
+struct StoreFile {
+    path: PathBuf,
+    accept_cut_journal: bool,
 }
 
 fn held_elsewhere(path: &Path) -> ConsoleError {
@@ -323,10 +339,12 @@ fn held_elsewhere(path: &Path) -> ConsoleError {
 
 /// Opens the store file: read-only unless `write`; with `write`, `verify` checks every page
 /// first (redb's check repairs what it finds, so a read-only open cannot run it).
-fn open_file(path: &Path, write: bool, verify: bool) -> Result<DiskStore, ConsoleError> {
+fn open_file(file: &StoreFile, write: bool, verify: bool) -> Result<DiskStore, ConsoleError> {
+    let path = file.path.as_path();
     let config = DiskStoreConfig {
         cache_size_bytes: 16 << 20,
         verify_on_open: verify,
+        accept_cut_journal: file.accept_cut_journal,
         ..DiskStoreConfig::default()
     };
     let opened = match write {

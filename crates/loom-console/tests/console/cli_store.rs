@@ -748,3 +748,26 @@ async fn every_read_command_works_on_a_store_left_by_a_crash_and_writes_nothing(
     let shown = stdout(&loom(&["--store", store, "show", "order-1"]));
     assert!(shown.contains("cancelled"), "{shown}");
 }
+
+/// A journal cut at a record boundary is refused by every command with what was lost and the
+/// way out; `--accept-cut-journal` reads the store as of the cut.
+#[tokio::test]
+async fn a_store_whose_journal_was_cut_short_is_refused_until_the_loss_is_accepted() {
+    let seeded = Seeded::new().await;
+    let journal = seeded.dir.path().join("loom.redb.journal");
+    let bytes = std::fs::read(&journal).unwrap();
+    let records_end = (bytes.iter().rposition(|byte| *byte != 0).unwrap() + 1).max(32);
+    std::fs::write(&journal, &bytes[..records_end]).unwrap();
+    for args in [&["executions"][..], &["cancel", "order-1"][..]] {
+        let refused = seeded.loom(args);
+        assert_eq!(code(&refused), 4, "{args:?}");
+        assert!(
+            stderr(&refused).contains("cut short")
+                && stderr(&refused).contains("--accept-cut-journal"),
+            "{}",
+            stderr(&refused)
+        );
+    }
+    let read = seeded.loom(&["--accept-cut-journal", "executions"]);
+    assert_eq!(code(&read), 0, "{}", stderr(&read));
+}

@@ -158,6 +158,10 @@ pub struct DiskStoreConfig {
     /// journal's, and a sustained load's p99.9 follows its size (1,024 by default: 8,192 held
     /// it near 30 ms, docs/PERFORMANCE.md, "Sustained load").
     pub checkpoint_commits: u64,
+    /// Opens a store whose journal was cut short ([`OpenError::JournalCut`]) as of the cut,
+    /// losing the commits written after it, instead of refusing it. Off by default: the loss
+    /// is the operator's to accept, once a copy of the whole journal is known to be gone.
+    pub accept_cut_journal: bool,
 }
 
 impl Default for DiskStoreConfig {
@@ -167,6 +171,7 @@ impl Default for DiskStoreConfig {
             max_batch_events: 8192,
             verify_on_open: true,
             checkpoint_commits: 1024,
+            accept_cut_journal: false,
         }
     }
 }
@@ -224,6 +229,23 @@ pub enum OpenError {
     EmptyFile {
         /// The file concerned.
         path: PathBuf,
+    },
+    /// The store's journal ends exactly where a record ends, although this build always leaves
+    /// zeros after its last record: it was cut short (by a copy, a restore, a file system), and
+    /// the commits written after the cut are lost, how many unknown. Refused unless
+    /// [`DiskStoreConfig::accept_cut_journal`].
+    #[error(
+        "the journal {journal} of store file {path} was cut short at offset {end}, after {records} commit records the tables lack: the commits written after the cut are lost and nothing says how many; put back the whole journal if a copy has it, or open as of the cut with DiskStoreConfig::accept_cut_journal (`loom --accept-cut-journal`)"
+    )]
+    JournalCut {
+        /// The store file concerned.
+        path: PathBuf,
+        /// Its journal.
+        journal: PathBuf,
+        /// The offset where the journal ends.
+        end: u64,
+        /// The whole records it holds past the tables' position.
+        records: usize,
     },
     /// A file of an older layout cannot be brought up to date when opened read-only.
     #[error(

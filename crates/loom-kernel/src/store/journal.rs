@@ -3,7 +3,7 @@
 //! redb tables without an fsync of their own (`docs/STORAGE.md`, "The journal"; LD-027).
 //!
 //! # File
-//! A 32-byte header (`LOOMJNL1`, the generation, a CRC-32C of both), then records:
+//! A 32-byte header (`LOOMJNL1`, the generation, flags, a CRC-32C of the three), then records:
 //! `[magic u32][payload length u32][generation u64][CRC-32C of those 16 bytes u32]`, the
 //! payload, and the payload's CRC-32C (u32). The generation ties a record to its file: a
 //! checkpoint starts a new file under the next generation (written aside, then renamed over
@@ -13,7 +13,16 @@
 //! written with zeros in the same flush as a small record: the commits after it overwrite
 //! blocks the file already has, and their `fdatasync` flushes the data alone (no new size, no
 //! block allocation for the file system to journal). A record of 64 KiB or more extends the
-//! file itself.
+//! file itself, with zeros after it too.
+//!
+//! Every journal written with the flag [`PADDED`] (all since it was introduced) therefore ends
+//! with zeros after its last record, whatever the crash: the zeros are written before the
+//! record they follow and a new file is written whole before it is renamed into place. A file
+//! that ends exactly at a record boundary was cut short (by a copy, a restore, a file system):
+//! the commits past the cut are gone, and no record says how many. A reader reports it
+//! ([`Scanned::cut`]) and the store refuses to open it unless told to accept the loss. A
+//! journal without the flag (written by an older build) is read as before: its ends cannot
+//! tell.
 //!
 //! # What a reader accepts
 //! Records are written one `pwrite` at a time, each made durable before the next is written,
@@ -41,6 +50,13 @@ const FRAME_TAIL: usize = 4;
 /// mebibyte per mebibyte of records.
 const MIN_GROWTH: u64 = 64 << 10;
 const MAX_GROWTH: u64 = 1 << 20;
+/// Zeros after a large record or after the records of a new file: what marks the end of a
+/// journal that was not cut.
+const PAD: u64 = 4096;
+/// Header flag: the journal always ends with zeros after its last record (see the module's
+/// docs); stored in header bytes 16..24, covered by the header's checksum. Older builds
+/// ignore the bytes, so they still read a journal that has it.
+const PADDED: u64 = 1;
 
 /// Why a journal could not be read or written.
 #[derive(Debug, thiserror::Error)]
@@ -93,6 +109,9 @@ pub(super) struct Scanned {
     pub(super) end: u64,
     /// How many bytes past `end` a torn last record left (0 if none).
     pub(super) torn: u64,
+    /// The file ends exactly where its last whole record (or its header) ends, although it
+    /// carries [`PADDED`]: it was cut short, and the commits past the cut are lost.
+    pub(super) cut: bool,
 }
 
 impl Journal {
@@ -106,7 +125,7 @@ impl Journal {
             path: path.to_path_buf(),
             generation,
             end,
-            grown: end,
+            grown: end + PAD,
             frame: Vec::new(),
         })
     }
@@ -159,7 +178,7 @@ impl Journal {
             path: self.path.clone(),
             generation: next,
             end,
-            grown: end,
+            grown: end + PAD,
             frame: std::mem::take(&mut self.frame),
         };
         Ok(Carried {
@@ -195,11 +214,18 @@ impl Journal {
         self.frame.clear();
         push_frame_of(&mut self.frame, self.generation, length, payload);
         let end = self.end + self.frame.len() as u64;
-        if end > self.grown && self.frame.len() as u64 >= MIN_GROWTH {
-            // A large record extends the file itself: zeros ahead would double what its flush
-            // writes, for a saving (the file system's metadata) that is small beside it.
-            self.grown = end;
-        } else if end > self.grown {
+        // `>=`: a record that would end exactly at the file's end grows it too, so that zeros
+        // always follow the last record.
+        if end >= self.grown && self.frame.len() as u64 >= MIN_GROWTH {
+            // A large record extends the file itself: room ahead would double what its flush
+            // writes, for a saving (the file system's metadata) that is small beside it. Only
+            // the pad that marks the end goes after it, written first, so that the file's new
+            // length never ends at the record whatever part of this flush a crash keeps.
+            self.file
+                .write_all_at(&[0u8; PAD as usize], end)
+                .map_err(io)?;
+            self.grown = end + PAD;
+        } else if end >= self.grown {
             // Room ahead, zeroed, in the same flush as this record: the next commits overwrite
             // blocks the file has.
             let room = end.clamp(MIN_GROWTH, MAX_GROWTH);
@@ -233,9 +259,10 @@ fn push_frame_of(bytes: &mut Vec<u8>, generation: u64, length: u32, payload: &[u
     bytes.extend_from_slice(&crc32c(payload).to_le_bytes());
 }
 
-/// Writes a journal of `generation` holding `records` (whole frames) at `path`: aside first,
-/// fsynced, then renamed over whatever is there and the directory fsynced. Returns the file,
-/// open for reading and writing, and the offset just past its records.
+/// Writes a journal of `generation` holding `records` (whole frames), then [`PAD`] zeros, at
+/// `path`: aside first, fsynced, then renamed over whatever is there and the directory
+/// fsynced. Returns the file, open for reading and writing, and the offset just past its
+/// records.
 fn write_aside_and_rename(
     path: &Path,
     generation: u64,
@@ -255,20 +282,23 @@ fn write_aside_and_rename(
         .truncate(true)
         .open(&aside)
         .map_err(io)?;
-    let mut bytes = Vec::with_capacity(HEADER_LEN as usize + records.len());
+    let end = HEADER_LEN as usize + records.len();
+    let mut bytes = Vec::with_capacity(end + PAD as usize);
     bytes.extend_from_slice(&header(generation));
     bytes.extend_from_slice(records);
+    bytes.resize(end + PAD as usize, 0);
     file.write_all_at(&bytes, 0).map_err(io)?;
     file.sync_all().map_err(io)?;
     std::fs::rename(&aside, path).map_err(io)?;
     sync_dir(path).map_err(io)?;
-    Ok((file, bytes.len() as u64))
+    Ok((file, end as u64))
 }
 
 fn header(generation: u64) -> [u8; HEADER_LEN as usize] {
     let mut bytes = [0u8; HEADER_LEN as usize];
     bytes[..8].copy_from_slice(MAGIC);
     bytes[8..16].copy_from_slice(&generation.to_le_bytes());
+    bytes[16..24].copy_from_slice(&PADDED.to_le_bytes());
     let crc = crc32c(&bytes[..24]);
     bytes[24..28].copy_from_slice(&crc.to_le_bytes());
     bytes
@@ -319,6 +349,7 @@ pub(super) fn scan(path: &Path, from: u64) -> Result<Option<Scanned>, JournalErr
         return Err(corrupt("its header is not a Loom journal's".into()));
     }
     let generation = read_u64(head, 8).unwrap_or_default();
+    let padded = read_u64(head, 16).unwrap_or_default() & PADDED != 0;
     let from = usize::try_from(from).unwrap_or(usize::MAX);
     if from < header_len || from > bytes.len() {
         return Err(corrupt(format!(
@@ -358,6 +389,7 @@ pub(super) fn scan(path: &Path, from: u64) -> Result<Option<Scanned>, JournalErr
             records,
             end: at as u64,
             torn: (written - at) as u64,
+            cut: false,
         }));
     }
     Ok(Some(Scanned {
@@ -365,6 +397,7 @@ pub(super) fn scan(path: &Path, from: u64) -> Result<Option<Scanned>, JournalErr
         records,
         end: at as u64,
         torn: 0,
+        cut: padded && at == bytes.len(),
     }))
 }
 
@@ -563,6 +596,75 @@ mod tests {
             .checked_sub(2)
             .map_or(HEADER_LEN as usize, |i| ends[i]);
         (std::fs::read(path).unwrap(), last_start, last_end)
+    }
+
+    /// Zeros follow the last record of every journal this build writes, whatever the sizes:
+    /// a new or rotated file, small records, one that ends exactly where the room grown ahead
+    /// ended, a large one. A file cut at a record boundary (or to its header) is reported as
+    /// cut; one cut inside the zeros is not; a journal without the flag (an older build's) is
+    /// never reported.
+    #[test]
+    fn a_journal_cut_at_a_record_boundary_is_reported_and_a_whole_one_never_is() {
+        let ends_with_zeros = |path: &Path| {
+            let scanned = scan(path, HEADER_LEN).unwrap().unwrap();
+            let bytes = std::fs::read(path).unwrap();
+            assert!(!scanned.cut, "a whole journal reads as cut");
+            assert!(
+                bytes.len() as u64 > scanned.end,
+                "no zeros after the last record"
+            );
+            scanned
+        };
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("s.journal");
+        let mut journal = Journal::create(&path, 1).unwrap();
+        ends_with_zeros(&path);
+        // Records that end exactly at the file's end before they are written.
+        let frame = (FRAME_HEAD + FRAME_TAIL) as u64;
+        let exact = usize::try_from(journal.grown - journal.end - frame).unwrap();
+        journal.append(&vec![7u8; exact]).unwrap();
+        ends_with_zeros(&path);
+        for size in [1usize, 100, 5000, 70_000, 200_000, 3] {
+            journal.append(&vec![1u8; size]).unwrap();
+            ends_with_zeros(&path);
+        }
+        let exact = usize::try_from(journal.grown - journal.end - frame).unwrap();
+        journal.append(&vec![9u8; exact]).unwrap();
+        let scanned = ends_with_zeros(&path);
+        journal.rotate_keeping(scanned.records[5].1).unwrap();
+        let rotated = ends_with_zeros(&path);
+        assert_eq!(rotated.records.len(), 2);
+
+        let (_dir, path) = journal_with(&[b"one", b"two", b"three"]);
+        let whole = std::fs::read(&path).unwrap();
+        let all = scan(&path, HEADER_LEN).unwrap().unwrap();
+        for (kept, (_, end)) in all.records.iter().enumerate() {
+            std::fs::write(&path, &whole[..*end as usize]).unwrap();
+            let scanned = scan(&path, HEADER_LEN).unwrap().unwrap();
+            assert!(scanned.cut, "cut after record {kept}");
+            assert_eq!(scanned.records.len(), kept + 1);
+        }
+        std::fs::write(&path, &whole[..HEADER_LEN as usize]).unwrap();
+        assert!(
+            scan(&path, HEADER_LEN).unwrap().unwrap().cut,
+            "cut to its header"
+        );
+        let last_end = all.end as usize;
+        std::fs::write(&path, &whole[..last_end + 1]).unwrap();
+        assert!(
+            !scan(&path, HEADER_LEN).unwrap().unwrap().cut,
+            "one zero is enough"
+        );
+
+        // An older build's journal: no flag, so its end says nothing.
+        let mut old = whole[..last_end].to_vec();
+        old[16..24].fill(0);
+        let crc = crc32c(&old[..24]);
+        old[24..28].copy_from_slice(&crc.to_le_bytes());
+        std::fs::write(&path, &old).unwrap();
+        let scanned = scan(&path, HEADER_LEN).unwrap().unwrap();
+        assert!(!scanned.cut);
+        assert_eq!(scanned.records.len(), 3);
     }
 
     #[test]

@@ -110,7 +110,7 @@ pub(super) fn open_database(
             }
         }
     };
-    match prepare(&db, path, &journal_path, mode) {
+    match prepare(&db, path, &journal_path, mode, config.accept_cut_journal) {
         Ok(Prepared::Ready(feed_next, journal)) => Ok((db, feed_next, journal)),
         Ok(Prepared::Pending(commits)) => {
             drop_contained(db);
@@ -180,8 +180,16 @@ fn open_snapshot(
             Layout::Current {
                 feed_next,
                 journal: Some(position),
-            } => apply_pending(&db, path, journal_path, position, feed_next, false)
-                .map(|(feed_next, _)| feed_next),
+            } => apply_pending(
+                &db,
+                path,
+                journal_path,
+                position,
+                feed_next,
+                false,
+                config.accept_cut_journal,
+            )
+            .map(|(feed_next, _)| feed_next),
             Layout::Current {
                 feed_next,
                 journal: None,
@@ -271,7 +279,13 @@ enum Prepared {
 
 /// Brings the opened file's tables to where this build reads them (layout, journal, indexes,
 /// checks).
-fn prepare(db: &Db, path: &Path, journal_path: &Path, mode: Mode) -> Result<Prepared, OpenError> {
+fn prepare(
+    db: &Db,
+    path: &Path,
+    journal_path: &Path,
+    mode: Mode,
+    accept_cut: bool,
+) -> Result<Prepared, OpenError> {
     let corrupt = |detail: String| OpenError::Corrupt {
         path: path.to_path_buf(),
         detail,
@@ -290,7 +304,14 @@ fn prepare(db: &Db, path: &Path, journal_path: &Path, mode: Mode) -> Result<Prep
         } => match db {
             Db::Write(database) => {
                 let recovered = catch_unwind(AssertUnwindSafe(|| {
-                    recover_journal(database, path, journal_path, position, feed_next)
+                    recover_journal(
+                        database,
+                        path,
+                        journal_path,
+                        position,
+                        feed_next,
+                        accept_cut,
+                    )
                 }))
                 .map_err(|panic| corrupt(panic_message(&panic)))??;
                 let (journal, feed_next) = recovered;
@@ -310,7 +331,9 @@ fn prepare(db: &Db, path: &Path, journal_path: &Path, mode: Mode) -> Result<Prep
             }
             Db::Read(_) | Db::Snapshot(_) => {
                 let pending = match position {
-                    Some(position) => pending_records(path, journal_path, position)?.records.len(),
+                    Some(position) => pending_records(path, journal_path, position, accept_cut)?
+                        .records
+                        .len(),
                     None => 0,
                 };
                 Ok(match pending {
@@ -355,10 +378,13 @@ struct JournalPosition {
 
 /// The records the tables lack: those of the tables' generation past their offset, or every
 /// record of the next generation (a checkpoint began it after making the tables durable).
+/// A journal cut short ([`journal::Scanned::cut`]) is refused unless `accept_cut`
+/// ([`DiskStoreConfig::accept_cut_journal`]), which opens the store as of the cut.
 fn pending_records(
     store: &Path,
     journal_path: &Path,
     position: JournalPosition,
+    accept_cut: bool,
 ) -> Result<journal::Scanned, OpenError> {
     let corrupt = |detail: String| OpenError::Corrupt {
         path: store.to_path_buf(),
@@ -375,18 +401,35 @@ fn pending_records(
             })
     };
     let scanned = from(journal::HEADER_LEN)?;
-    if scanned.generation == position.generation {
-        from(position.end)
+    let pending = if scanned.generation == position.generation {
+        from(position.end)?
     } else if scanned.generation == position.generation + 1 {
-        Ok(scanned)
+        scanned
     } else {
-        Err(corrupt(format!(
+        return Err(corrupt(format!(
             "its journal {} is of generation {}, but the store's tables follow generation {}: not this store's journal",
             journal_path.display(),
             scanned.generation,
             position.generation
-        )))
+        )));
+    };
+    if pending.cut {
+        if !accept_cut {
+            return Err(OpenError::JournalCut {
+                path: store.to_path_buf(),
+                journal: journal_path.to_path_buf(),
+                end: pending.end,
+                records: pending.records.len(),
+            });
+        }
+        tracing::warn!(
+            journal = %journal_path.display(),
+            at = pending.end,
+            records = pending.records.len(),
+            "the journal was cut short; opened as of the cut (accept_cut_journal): the commits written after it are lost"
+        );
     }
+    Ok(pending)
 }
 
 /// Applies the journaled commits the tables lack, makes the tables durable, and begins a new
@@ -397,12 +440,21 @@ fn recover_journal(
     journal_path: &Path,
     position: Option<JournalPosition>,
     feed_next: u64,
+    accept_cut: bool,
 ) -> Result<(Journal, u64), OpenError> {
     let position = position.ok_or_else(|| OpenError::Corrupt {
         path: store.to_path_buf(),
         detail: "the store records no journal position".into(),
     })?;
-    let (feed, generation) = apply_pending(db, store, journal_path, position, feed_next, true)?;
+    let (feed, generation) = apply_pending(
+        db,
+        store,
+        journal_path,
+        position,
+        feed_next,
+        true,
+        accept_cut,
+    )?;
     let journal = Journal::create(journal_path, generation + 1)
         .map_err(|error| journal_open_error(store, error))?;
     Ok((journal, feed))
@@ -419,12 +471,13 @@ fn apply_pending(
     position: JournalPosition,
     feed_next: u64,
     writing: bool,
+    accept_cut: bool,
 ) -> Result<(u64, u64), OpenError> {
     let corrupt = |detail: String| OpenError::Corrupt {
         path: store.to_path_buf(),
         detail,
     };
-    let pending = pending_records(store, journal_path, position)?;
+    let pending = pending_records(store, journal_path, position, accept_cut)?;
     if pending.torn > 0 {
         tracing::warn!(
             journal = %journal_path.display(),

@@ -67,6 +67,70 @@ async fn a_crash_image_opens_with_every_acknowledged_commit() {
     );
 }
 
+/// A journal cut at a record boundary (a copy or restore that stopped short) opens without
+/// any sign of damage but for the zeros missing after its last record: the open for writing
+/// and the read-only open refuse it, naming the loss; with `accept_cut_journal` the store
+/// opens as of the cut; whole images are never refused.
+#[tokio::test]
+async fn a_journal_cut_at_a_record_boundary_is_refused_unless_the_loss_is_accepted() {
+    let dir = tempfile::tempdir().unwrap();
+    let image = crash_image(dir.path(), 20).await;
+    let journal = journal_of(&image);
+    let whole = std::fs::read(&journal).unwrap();
+    let len = written_len(&journal) as usize;
+    // Where the image's records end: every offset the reader stops at whole.
+    let keep = dir.path().join("keep.redb");
+    for (to, what) in [(len, "after the last record"), (32, "to its header")] {
+        std::fs::copy(&image, &keep).unwrap();
+        std::fs::write(journal_of(&keep), &whole[..to]).unwrap();
+        let err = DiskStore::open(&keep).unwrap_err();
+        assert!(
+            matches!(err, OpenError::JournalCut { .. }),
+            "{what}: {err:?}"
+        );
+        let text = err.to_string();
+        assert!(
+            text.contains("cut short") && text.contains("accept_cut_journal"),
+            "{text}"
+        );
+        let err = DiskStore::open_read_only(&keep, DiskStoreConfig::default()).unwrap_err();
+        assert!(
+            matches!(err, OpenError::JournalCut { .. }),
+            "{what}: {err:?}"
+        );
+        let accepting = DiskStoreConfig {
+            accept_cut_journal: true,
+            ..DiskStoreConfig::default()
+        };
+        let read = DiskStore::open_read_only(&keep, accepting.clone()).unwrap();
+        let head = read.head(&id("victim")).await.unwrap();
+        drop(read);
+        let store = DiskStore::open_with(&keep, accepting).unwrap();
+        assert_eq!(store.head(&id("victim")).await.unwrap(), head, "{what}");
+        if to == len {
+            assert_eq!(head, 20, "a cut after the last record loses nothing here");
+        } else {
+            assert!(
+                head < 20,
+                "a cut to the header loses what the tables lacked"
+            );
+        }
+        drop(store);
+        // Recovered for good: the next open is an ordinary one.
+        DiskStore::open(&keep).unwrap();
+    }
+    // The whole image, and one cut inside the zeros after its records, open as they are.
+    std::fs::write(&journal, &whole[..len + 1]).unwrap();
+    assert_eq!(
+        DiskStore::open(&image)
+            .unwrap()
+            .head(&id("victim"))
+            .await
+            .unwrap(),
+        20
+    );
+}
+
 #[tokio::test]
 async fn a_torn_last_journal_record_is_cut_at_the_last_whole_commit() {
     let dir = tempfile::tempdir().unwrap();
