@@ -51,8 +51,8 @@ pub use admin::{
 pub use client::AdminClient;
 pub use error::{ConsoleError, ErrorKind};
 pub use expected::{
-    ExpectedPayload, check_resume, example_payload, expected_of, gate_expectations, gate_for,
-    violations,
+    ExpectedPayload, FieldViolation, check_resume, describe, example_payload, expected_of,
+    field_violations, gate_expectations, gate_for, violations,
 };
 pub use offline::{
     GOES_ON_WHEN_RECOVERED, GOES_ON_WHEN_RECOVERED_POSTGRES, cancel, no_pending_gate, not_in_doubt,
