@@ -289,10 +289,19 @@ fn describe_type(kind: &str, map: &Map<String, Value>, depth: usize) -> String {
             }
             let min = number("minLength");
             let max = number("maxLength");
+            let characters = |n: &Value| {
+                if n.as_u64() == Some(1) {
+                    "1 character".to_owned()
+                } else {
+                    format!("{n} characters")
+                }
+            };
             match (min, max) {
-                (Some(min), Some(max)) => words.push_str(&format!(" of {min} to {max} characters")),
-                (Some(min), None) => words.push_str(&format!(" of at least {min} characters")),
-                (None, Some(max)) => words.push_str(&format!(" of at most {max} characters")),
+                (Some(min), Some(max)) => {
+                    words.push_str(&format!(" of {min} to {}", characters(max)))
+                }
+                (Some(min), None) => words.push_str(&format!(" of at least {}", characters(min))),
+                (None, Some(max)) => words.push_str(&format!(" of at most {}", characters(max))),
                 (None, None) => {}
             }
             if let Some(pattern) = map.get("pattern").and_then(Value::as_str) {

@@ -35,6 +35,7 @@
     warn(clippy::unwrap_used, clippy::print_stdout, clippy::print_stderr)
 )]
 
+mod actions;
 mod admin;
 mod client;
 mod error;
@@ -44,6 +45,10 @@ mod query;
 mod retention;
 mod view;
 
+pub use actions::{
+    CancelManyAnswer, CancelManyRequest, DEFAULT_CANCEL_MANY, FlowView, MAX_CANCEL_MANY,
+    SkippedCancel, Started, flow_views,
+};
 pub use admin::{
     ADMIN_CALLER, AdminConfig, AdminConfigError, CONTENT_SECURITY_POLICY, MAX_WAIT, MIN_TOKEN_LEN,
     admin_router, bearer_matches, bind_loopback, constant_time_eq, random_token, static_file,

@@ -4,6 +4,7 @@
 #[path = "../support/mod.rs"]
 mod support;
 
+mod admin_actions;
 mod admin_api;
 mod admin_caller;
 mod browser;
