@@ -179,6 +179,19 @@ fn summary(found: &[FieldViolation]) -> String {
 /// fits there in words; `Err` when the schema does not compile. A missing required property
 /// is named as its own field.
 pub fn field_violations(schema: &Value, payload: &Value) -> Result<Vec<FieldViolation>, String> {
+    collect_violations(schema, payload, "", 0)
+}
+
+/// How many `oneOf` / `anyOf` levels [`field_violations`] looks into for the branch meant.
+const BRANCH_DEPTH: usize = 4;
+
+fn collect_violations(
+    schema: &Value,
+    payload: &Value,
+    prefix: &str,
+    depth: usize,
+) -> Result<Vec<FieldViolation>, String> {
+    use jsonschema::error::ValidationErrorKind;
     let validator = jsonschema::validator_for(schema).map_err(|error| error.to_string())?;
     let mut found = Vec::new();
     for error in validator.iter_errors(payload) {
@@ -189,8 +202,8 @@ pub fn field_violations(schema: &Value, payload: &Value) -> Result<Vec<FieldViol
             .rsplit_once('/')
             .map_or("", |(owner, _keyword)| owner);
         let owner = schema.pointer(owner_at);
-        let (field, problem, expected) = match error.kind() {
-            jsonschema::error::ValidationErrorKind::Required { property } => {
+        match error.kind() {
+            ValidationErrorKind::Required { property } => {
                 let name = property
                     .as_str()
                     .map_or_else(|| property.to_string(), str::to_owned);
@@ -198,28 +211,86 @@ pub fn field_violations(schema: &Value, payload: &Value) -> Result<Vec<FieldViol
                     .and_then(|owner| owner.get("properties"))
                     .and_then(|properties| properties.get(&name))
                     .map_or_else(|| "a value".to_owned(), |schema| describe(schema, 0));
-                (format!("{at}/{name}"), "missing".to_owned(), described)
+                found.push(violation(
+                    prefix,
+                    &format!("{at}/{name}"),
+                    "missing",
+                    described,
+                ));
             }
-            _ => (
-                at,
-                error.to_string(),
-                owner.map_or_else(
-                    || "what the schema allows".to_owned(),
-                    |schema| describe(schema, 0),
-                ),
-            ),
-        };
-        found.push(FieldViolation {
-            field: if field.is_empty() {
-                "/".to_owned()
-            } else {
-                field
-            },
-            problem,
-            expected,
-        });
+            ValidationErrorKind::OneOfNotValid { .. } | ValidationErrorKind::AnyOf { .. } => {
+                let meant = owner.and_then(|owner| {
+                    let value = payload.pointer(&at)?;
+                    meant_branch(owner, value, &format!("{prefix}{at}"), depth)
+                });
+                match meant {
+                    Some(branch) => found.extend(branch),
+                    None => found.push(violation(
+                        prefix,
+                        &at,
+                        &error.to_string(),
+                        owner.map_or_else(
+                            || "what the schema allows".to_owned(),
+                            |s| describe(s, 0),
+                        ),
+                    )),
+                }
+            }
+            _ => found.push(violation(
+                prefix,
+                &at,
+                &error.to_string(),
+                owner.map_or_else(|| "what the schema allows".to_owned(), |s| describe(s, 0)),
+            )),
+        }
     }
     Ok(found)
+}
+
+fn violation(prefix: &str, at: &str, problem: &str, expected: String) -> FieldViolation {
+    let field = format!("{prefix}{at}");
+    FieldViolation {
+        field: if field.is_empty() {
+            "/".to_owned()
+        } else {
+            field
+        },
+        problem: problem.to_owned(),
+        expected,
+    }
+}
+
+/// The violations of the one branch of `owner`'s `oneOf` / `anyOf` that `value` clearly meant:
+/// the branch it misses the fewest required fields of, then has the fewest violations in,
+/// when no other branch ties with it. `None` when the value meant none more than another
+/// (`"de-CH"` for `{"value"} | {"error"}`): then the choice itself is what is wrong.
+fn meant_branch(
+    owner: &Value,
+    value: &Value,
+    prefix: &str,
+    depth: usize,
+) -> Option<Vec<FieldViolation>> {
+    if depth >= BRANCH_DEPTH {
+        return None;
+    }
+    let map = owner.as_object()?;
+    let branches = map
+        .get("oneOf")
+        .or_else(|| map.get("anyOf"))
+        .and_then(Value::as_array)?;
+    let mut scored: Vec<((usize, usize), Vec<FieldViolation>)> = Vec::new();
+    for branch in branches {
+        let found = collect_violations(&merged(map, branch), value, prefix, depth + 1).ok()?;
+        let missing = found.iter().filter(|v| v.problem == "missing").count();
+        scored.push(((missing, found.len()), found));
+    }
+    scored.sort_by_key(|(score, _)| *score);
+    match scored.as_slice() {
+        [(best, found), (second, _), ..] if best < second && !found.is_empty() => {
+            Some(found.clone())
+        }
+        _ => None,
+    }
 }
 
 /// How deep [`describe`] goes into nested schemas before it only names them.
@@ -621,6 +692,10 @@ mod tests {
             "one of: an object with value (a string of at least 2 characters); \
              or an object with error (an object with code, message)"
         );
+        let short = field_violations(&function_result(), &json!({"value": "d"})).unwrap();
+        assert_eq!(short.len(), 1, "{short:?}");
+        assert_eq!(short[0].field, "/value");
+        assert_eq!(short[0].expected, "a string of at least 2 characters");
         let schema = json!({"type": "object", "required": ["amount", "currency"],
             "properties": {"amount": {"type": "integer", "minimum": 1},
                            "currency": {"enum": ["EUR", "CHF"]}}});

@@ -8,6 +8,7 @@ mod admin_actions;
 mod admin_api;
 mod admin_caller;
 mod browser;
+mod browser_on_call;
 mod browser_operator;
 mod browser_paging;
 mod cli_gate_requests;
