@@ -9,7 +9,8 @@
 //!   steps in doubt with how long they have waited.
 //! - The admin API: [`admin_router`], an axum router that a server embedding a
 //!   `Runtime` mounts on loopback, bearer-token guarded, with read and verdict endpoints that
-//!   go through the runtime; and the web console it serves at `/admin/` (`web/`: a static
+//!   go through the runtime, starting executions and cancelling by filter among them
+//!   ([`FlowView`], [`CancelManyRequest`]); and the web console it serves at `/admin/` (`web/`: a static
 //!   page, script and style sheet built into the crate, calling the same API).
 //! - Writes on a store no process runs flows on ([`resolve`], [`resume`], [`cancel`]): the one
 //!   event the kernel's driver would record, when the fold says it would accept it.
