@@ -23,6 +23,10 @@ fn click(selector: &str, text: &str) -> String {
 /// inside the window.
 const LAST_COLUMN_WHOLE: &str = "(() => { const cells = Array.from(document.querySelectorAll('#executions tr > :last-child')); return cells.length > 1 && cells.every(c => c.offsetWidth > 0 && c.scrollWidth <= c.clientWidth && c.getBoundingClientRect().right <= window.innerWidth); })()";
 
+/// Whether the longest texts the status and last-event columns show fit them: each status
+/// badge, and the widest ages, put in the first row's cells for a moment (then put back).
+const WIDEST_FIT: &str = "(() => { const row = document.querySelector('#executions tbody tr'); const status = row.cells[1], last = row.cells[row.cells.length - 1]; const kept = [status.innerHTML, last.textContent]; let fits = true; for (const name of ['completed', 'suspended', 'cancelled', 'in-doubt']) { status.replaceChildren(); const b = document.createElement('span'); b.className = 'badge status-' + name; b.textContent = name; status.appendChild(b); fits = fits && status.scrollWidth <= status.clientWidth; } for (const age of ['23h59m ago', '59m59s ago', '999ms ago', '29d23h ago']) { last.textContent = age; fits = fits && last.scrollWidth <= last.clientWidth; } status.innerHTML = kept[0]; last.textContent = kept[1]; return fits; })()";
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_operator_on_call_pages_doubts_navigates_by_address_gives_verdicts_starts_and_cancels_many()
  {
@@ -53,7 +57,12 @@ async fn an_operator_on_call_pages_doubts_navigates_by_address_gives_verdicts_st
     .await;
 
     // 1280x800: the last column whole, in the window.
-    assert_eq!(page.eval(LAST_COLUMN_WHOLE).await, json!(true));
+    let whole = page.eval(LAST_COLUMN_WHOLE).await;
+    let cells = page
+        .eval("JSON.stringify(Array.from(document.querySelectorAll('#executions tr > :last-child')).map(c => [c.textContent, c.offsetWidth, c.scrollWidth, c.clientWidth, c.getBoundingClientRect().right, window.innerWidth]))")
+        .await;
+    assert_eq!(whole, json!(true), "{cells}");
+    assert_eq!(page.eval(WIDEST_FIT).await, json!(true));
 
     // The queue of doubts: five, then more on demand; folded and unfolded.
     page.until(
@@ -300,4 +309,12 @@ async fn an_operator_on_call_pages_doubts_navigates_by_address_gives_verdicts_st
         "no execution left in doubt",
     )
     .await;
+
+    // On a phone the list keeps its last column whole too.
+    page.eval("const a = document.getElementById('filter'); a.value = ''; a.dispatchEvent(new Event('change')); true")
+        .await;
+    page.viewport(390, 844).await;
+    page.until(LAST_COLUMN_WHOLE, "the last column whole on a phone")
+        .await;
+    assert_eq!(page.eval(WIDEST_FIT).await, json!(true));
 }
