@@ -127,9 +127,9 @@ pub fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
     std::hint::black_box(diff) == 0
 }
 
-struct AdminState<S> {
-    runtime: Runtime<S>,
-    config: AdminConfig,
+pub(crate) struct AdminState<S> {
+    pub(crate) runtime: Runtime<S>,
+    pub(crate) config: AdminConfig,
 }
 
 type Shared<S> = State<Arc<AdminState<S>>>;
@@ -150,7 +150,9 @@ pub fn admin_router<S: EventStore>(runtime: Runtime<S>, config: AdminConfig) -> 
         .route("/admin/v1/in-doubt", get(in_doubt::<S>))
         .route("/admin/v1/export", get(export::<S>))
         .route("/admin/v1/retention/delete", post(retention_delete::<S>))
-        .route("/admin/v1/retention/preview", post(retention_preview::<S>))
+        .route("/admin/v1/retention/preview", post(retention_preview::<S>));
+    // Starting and cancelling by filter live in `actions.rs`, behind the same guard.
+    let api = crate::actions::routes(api)
         .route_layer(middleware::from_fn_with_state(
             Arc::clone(&state),
             authorize::<S>,
@@ -269,7 +271,7 @@ impl IntoResponse for ConsoleError {
     }
 }
 
-type Answer = Result<Response, ConsoleError>;
+pub(crate) type Answer = Result<Response, ConsoleError>;
 
 /// A query string that does not parse: what was wrong (an unknown parameter is named), and
 /// the form that works.
@@ -280,7 +282,7 @@ fn bad_query(rejection: &QueryRejection, usage: &str) -> ConsoleError {
     ))
 }
 
-fn ok(value: impl serde::Serialize) -> Answer {
+pub(crate) fn ok(value: impl serde::Serialize) -> Answer {
     Ok(axum::Json(value).into_response())
 }
 
@@ -455,7 +457,10 @@ async fn in_doubt<S: EventStore>(State(state): Shared<S>) -> Answer {
     ok(query::in_doubt(state.runtime.store(), query::now_ms()).await?)
 }
 
-fn body<T: serde::de::DeserializeOwned>(bytes: &Bytes, shape: &str) -> Result<T, ConsoleError> {
+pub(crate) fn body<T: serde::de::DeserializeOwned>(
+    bytes: &Bytes,
+    shape: &str,
+) -> Result<T, ConsoleError> {
     let bytes: &[u8] = if bytes.iter().all(u8::is_ascii_whitespace) {
         b"{}"
     } else {

@@ -233,6 +233,37 @@ impl AdminClient {
         .await
     }
 
+    /// The flows the server's runtime runs, with the input schema each declares.
+    pub async fn flows(&self) -> Result<Vec<crate::FlowView>, ConsoleError> {
+        self.get("/admin/v1/flows", Duration::ZERO).await
+    }
+
+    /// Starts `flow` (its newest version) with `input` as execution `id` (made up by the
+    /// server when `None`); the input is checked against the flow's input schema first.
+    pub async fn start(
+        &self,
+        flow: &str,
+        input: &Value,
+        id: Option<&str>,
+    ) -> Result<crate::Started, ConsoleError> {
+        let mut body = json!({"flow": flow, "input": input});
+        if let Some(id) = id {
+            body["id"] = json!(id);
+        }
+        self.post_for("/admin/v1/executions", &body).await
+    }
+
+    /// Cancels (or, on a dry run, counts) the executions a filter matches.
+    pub async fn cancel_many(
+        &self,
+        request: &crate::CancelManyRequest,
+    ) -> Result<crate::CancelManyAnswer, ConsoleError> {
+        let body = serde_json::to_value(request).map_err(|error| {
+            ConsoleError::internal(format!("cannot encode the request: {error}"))
+        })?;
+        self.post_for("/admin/v1/cancel-many", &body).await
+    }
+
     /// One bounded batch of a purge: deletes up to `limit` executions that ended before
     /// `ended_before_ms` and returns their ids.
     pub async fn delete_ended(

@@ -3,7 +3,7 @@
 
 use serde::{Deserialize, Serialize};
 
-use crate::expected::ExpectedPayload;
+use crate::expected::{ExpectedPayload, FieldViolation};
 
 /// What kind of failure a [`ConsoleError`] is.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -74,7 +74,13 @@ pub struct ConsoleError {
     /// For a resume payload that does not fit its gate (LD-031): what the gate expects, for a
     /// client to show (the web console's form).
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub expected: Option<ExpectedPayload>,
+    /// Boxed: the error travels in every `Result` of the console, and most carry none.
+    pub expected: Option<Box<ExpectedPayload>>,
+    /// For a payload or input that does not fit its schema: each field that is wrong, what is
+    /// wrong with it and what fits there in words (the web console shows these, not the
+    /// schema).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub violations: Vec<FieldViolation>,
 }
 
 impl ConsoleError {
@@ -84,12 +90,19 @@ impl ConsoleError {
             kind,
             message: message.into(),
             expected: None,
+            violations: Vec::new(),
         }
+    }
+
+    /// This error with the fields that do not fit their schema attached.
+    pub fn with_violations(mut self, violations: Vec<FieldViolation>) -> Self {
+        self.violations = violations;
+        self
     }
 
     /// This error with what the gate expects attached.
     pub fn with_expected(mut self, expected: ExpectedPayload) -> Self {
-        self.expected = Some(expected);
+        self.expected = Some(Box::new(expected));
         self
     }
 

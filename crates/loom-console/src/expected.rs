@@ -107,13 +107,13 @@ pub async fn check_resume<S: EventStore>(
     let Some(expected) = expected_of(store, execution, state, gate_id).await? else {
         return Ok(());
     };
-    match violations(&expected.schema, payload) {
-        Ok(None) => Ok(()),
-        Ok(Some(detail)) => Err(refusal(
+    match field_violations(&expected.schema, payload) {
+        Ok(found) if found.is_empty() => Ok(()),
+        Ok(found) => Err(refusal(
             execution,
             event_type,
             correlation_key,
-            &detail,
+            found,
             expected,
         )),
         Err(compile) => {
@@ -128,38 +128,324 @@ pub async fn check_resume<S: EventStore>(
     }
 }
 
+/// One place where a payload does not fit its schema, said for a person: which field, what
+/// is wrong with it, and what fits there in words.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct FieldViolation {
+    /// Where in the payload: a JSON Pointer (`/value`, `/items/0`), `/` for the payload itself.
+    pub field: String,
+    /// What is wrong there (`missing`, or the validator's sentence).
+    pub problem: String,
+    /// What fits there, in words (`a string of at least 2 characters`).
+    pub expected: String,
+}
+
+impl std::fmt::Display for FieldViolation {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "at {}: {} (expected {})",
+            self.field, self.problem, self.expected
+        )
+    }
+}
+
 /// `Ok(None)` when `payload` fits `schema`; `Ok(Some(..))` names the first violations with
 /// where they are; `Err` when the schema does not compile.
 pub fn violations(schema: &Value, payload: &Value) -> Result<Option<String>, String> {
-    let validator = jsonschema::validator_for(schema).map_err(|error| error.to_string())?;
-    let mut shown = Vec::new();
-    let mut more = 0usize;
-    for error in validator.iter_errors(payload) {
-        if shown.len() < SHOWN {
-            let at = error.instance_path().to_string();
-            let at = if at.is_empty() { "/".to_owned() } else { at };
-            shown.push(format!("at {at}: {error}"));
-        } else {
-            more += 1;
-        }
-    }
-    if shown.is_empty() {
+    let found = field_violations(schema, payload)?;
+    if found.is_empty() {
         return Ok(None);
     }
-    let mut detail = shown.join("; ");
-    if more > 0 {
-        detail.push_str(&format!(" (and {more} more)"));
+    Ok(Some(summary(&found)))
+}
+
+/// The first violations joined on one line, with how many more there are.
+fn summary(found: &[FieldViolation]) -> String {
+    let mut detail = found
+        .iter()
+        .take(SHOWN)
+        .map(ToString::to_string)
+        .collect::<Vec<_>>()
+        .join("; ");
+    if found.len() > SHOWN {
+        detail.push_str(&format!(" (and {} more)", found.len() - SHOWN));
     }
-    Ok(Some(detail))
+    detail
+}
+
+/// Where `payload` does not fit `schema`, field by field (empty when it fits), each with what
+/// fits there in words; `Err` when the schema does not compile. A missing required property
+/// is named as its own field.
+pub fn field_violations(schema: &Value, payload: &Value) -> Result<Vec<FieldViolation>, String> {
+    collect_violations(schema, payload, "", 0)
+}
+
+/// How many `oneOf` / `anyOf` levels [`field_violations`] looks into for the branch meant.
+const BRANCH_DEPTH: usize = 4;
+
+fn collect_violations(
+    schema: &Value,
+    payload: &Value,
+    prefix: &str,
+    depth: usize,
+) -> Result<Vec<FieldViolation>, String> {
+    use jsonschema::error::ValidationErrorKind;
+    let validator = jsonschema::validator_for(schema).map_err(|error| error.to_string())?;
+    let mut found = Vec::new();
+    for error in validator.iter_errors(payload) {
+        let at = error.instance_path().to_string();
+        // The keyword that failed sits in the schema object that describes the field.
+        let keyword_at = error.schema_path().to_string();
+        let owner_at = keyword_at
+            .rsplit_once('/')
+            .map_or("", |(owner, _keyword)| owner);
+        let owner = schema.pointer(owner_at);
+        match error.kind() {
+            ValidationErrorKind::Required { property } => {
+                let name = property
+                    .as_str()
+                    .map_or_else(|| property.to_string(), str::to_owned);
+                let described = owner
+                    .and_then(|owner| owner.get("properties"))
+                    .and_then(|properties| properties.get(&name))
+                    .map_or_else(|| "a value".to_owned(), |schema| describe(schema, 0));
+                found.push(violation(
+                    prefix,
+                    &format!("{at}/{name}"),
+                    "missing",
+                    described,
+                ));
+            }
+            ValidationErrorKind::OneOfNotValid { .. } | ValidationErrorKind::AnyOf { .. } => {
+                let meant = owner.and_then(|owner| {
+                    let value = payload.pointer(&at)?;
+                    meant_branch(owner, value, &format!("{prefix}{at}"), depth)
+                });
+                match meant {
+                    Some(branch) => found.extend(branch),
+                    None => found.push(violation(
+                        prefix,
+                        &at,
+                        &error.to_string(),
+                        owner.map_or_else(
+                            || "what the schema allows".to_owned(),
+                            |s| describe(s, 0),
+                        ),
+                    )),
+                }
+            }
+            _ => found.push(violation(
+                prefix,
+                &at,
+                &error.to_string(),
+                owner.map_or_else(|| "what the schema allows".to_owned(), |s| describe(s, 0)),
+            )),
+        }
+    }
+    Ok(found)
+}
+
+fn violation(prefix: &str, at: &str, problem: &str, expected: String) -> FieldViolation {
+    let field = format!("{prefix}{at}");
+    FieldViolation {
+        field: if field.is_empty() {
+            "/".to_owned()
+        } else {
+            field
+        },
+        problem: problem.to_owned(),
+        expected,
+    }
+}
+
+/// The violations of the one branch of `owner`'s `oneOf` / `anyOf` that `value` clearly meant:
+/// the branch it misses the fewest required fields of, then has the fewest violations in,
+/// when no other branch ties with it. `None` when the value meant none more than another
+/// (`"de-CH"` for `{"value"} | {"error"}`): then the choice itself is what is wrong.
+fn meant_branch(
+    owner: &Value,
+    value: &Value,
+    prefix: &str,
+    depth: usize,
+) -> Option<Vec<FieldViolation>> {
+    if depth >= BRANCH_DEPTH {
+        return None;
+    }
+    let map = owner.as_object()?;
+    let branches = map
+        .get("oneOf")
+        .or_else(|| map.get("anyOf"))
+        .and_then(Value::as_array)?;
+    let mut scored: Vec<((usize, usize), Vec<FieldViolation>)> = Vec::new();
+    for branch in branches {
+        let found = collect_violations(&merged(map, branch), value, prefix, depth + 1).ok()?;
+        let missing = found.iter().filter(|v| v.problem == "missing").count();
+        scored.push(((missing, found.len()), found));
+    }
+    scored.sort_by_key(|(score, _)| *score);
+    match scored.as_slice() {
+        [(best, found), (second, _), ..] if best < second && !found.is_empty() => {
+            Some(found.clone())
+        }
+        _ => None,
+    }
+}
+
+/// How deep [`describe`] goes into nested schemas before it only names them.
+const DESCRIBE_DEPTH: usize = 2;
+
+/// What `schema` allows, in words: `a string of at least 2 characters`, `an object with value
+/// (a string)`, `one of: ...; or ...`. Short, not complete: the schema itself is the reference.
+pub fn describe(schema: &Value, depth: usize) -> String {
+    let Value::Object(map) = schema else {
+        return if schema == &Value::Bool(false) {
+            "nothing (no value is allowed)".to_owned()
+        } else {
+            "any value".to_owned()
+        };
+    };
+    if let Some(value) = map.get("const") {
+        return format!("exactly {value}");
+    }
+    if let Some(Value::Array(values)) = map.get("enum") {
+        let values: Vec<String> = values.iter().map(Value::to_string).collect();
+        return format!("one of {}", values.join(", "));
+    }
+    for branches in ["oneOf", "anyOf"] {
+        if let Some(Value::Array(list)) = map.get(branches) {
+            if depth >= DESCRIBE_DEPTH {
+                return format!("one of {} shapes", list.len());
+            }
+            let words: Vec<String> = list
+                .iter()
+                .map(|branch| describe(&merged(map, branch), depth + 1))
+                .collect();
+            return format!("one of: {}", words.join("; or "));
+        }
+    }
+    if let Some(Value::Array(list)) = map.get("allOf") {
+        let mut all = map.clone();
+        all.remove("allOf");
+        let all = list
+            .iter()
+            .fold(Value::Object(all), |acc, branch| match acc {
+                Value::Object(acc) => merged(&acc, branch),
+                other => other,
+            });
+        return describe(&all, depth + 1);
+    }
+    let kinds: Vec<&str> = match map.get("type") {
+        Some(Value::String(kind)) => vec![kind.as_str()],
+        Some(Value::Array(kinds)) => kinds.iter().filter_map(Value::as_str).collect(),
+        _ if map.contains_key("properties") || map.contains_key("required") => vec!["object"],
+        _ if map.contains_key("items") => vec!["array"],
+        _ => return "any value".to_owned(),
+    };
+    let words: Vec<String> = kinds
+        .iter()
+        .map(|kind| describe_type(kind, map, depth))
+        .collect();
+    words.join(" or ")
+}
+
+fn describe_type(kind: &str, map: &Map<String, Value>, depth: usize) -> String {
+    let number = |key: &str| map.get(key).filter(|value| value.is_number());
+    match kind {
+        "string" => {
+            let mut words = "a string".to_owned();
+            if let Some(format) = map.get("format").and_then(Value::as_str) {
+                words.push_str(&format!(" ({format})"));
+            }
+            let min = number("minLength");
+            let max = number("maxLength");
+            let characters = |n: &Value| {
+                if n.as_u64() == Some(1) {
+                    "1 character".to_owned()
+                } else {
+                    format!("{n} characters")
+                }
+            };
+            match (min, max) {
+                (Some(min), Some(max)) => {
+                    words.push_str(&format!(" of {min} to {}", characters(max)))
+                }
+                (Some(min), None) => words.push_str(&format!(" of at least {}", characters(min))),
+                (None, Some(max)) => words.push_str(&format!(" of at most {}", characters(max))),
+                (None, None) => {}
+            }
+            if let Some(pattern) = map.get("pattern").and_then(Value::as_str) {
+                words.push_str(&format!(" matching {pattern}"));
+            }
+            words
+        }
+        "integer" | "number" => {
+            let mut words = if kind == "integer" {
+                "an integer"
+            } else {
+                "a number"
+            }
+            .to_owned();
+            if let Some(min) = number("minimum") {
+                words.push_str(&format!(" from {min}"));
+            } else if let Some(min) = number("exclusiveMinimum") {
+                words.push_str(&format!(" above {min}"));
+            }
+            if let Some(max) = number("maximum") {
+                words.push_str(&format!(" up to {max}"));
+            } else if let Some(max) = number("exclusiveMaximum") {
+                words.push_str(&format!(" below {max}"));
+            }
+            words
+        }
+        "boolean" => "true or false".to_owned(),
+        "null" => "null".to_owned(),
+        "array" => {
+            let mut words = "a list".to_owned();
+            if let Some(min) = number("minItems") {
+                words.push_str(&format!(" of at least {min}"));
+            }
+            if let Some(items) = map.get("items")
+                && depth < DESCRIBE_DEPTH
+            {
+                words.push_str(&format!(" of {}", describe(items, depth + 1)));
+            }
+            words
+        }
+        "object" => {
+            let required: Vec<&str> = map
+                .get("required")
+                .and_then(Value::as_array)
+                .map(|names| names.iter().filter_map(Value::as_str).collect())
+                .unwrap_or_default();
+            if required.is_empty() {
+                return "an object".to_owned();
+            }
+            let properties = map.get("properties").and_then(Value::as_object);
+            let fields: Vec<String> = required
+                .iter()
+                .map(|name| match properties.and_then(|p| p.get(*name)) {
+                    Some(property) if depth < DESCRIBE_DEPTH => {
+                        format!("{name} ({})", describe(property, depth + 1))
+                    }
+                    _ => (*name).to_owned(),
+                })
+                .collect();
+            format!("an object with {}", fields.join(", "))
+        }
+        other => format!("a value of type {other}"),
+    }
 }
 
 fn refusal(
     execution: &ExecutionId,
     event_type: &str,
     correlation_key: &str,
-    detail: &str,
+    found: Vec<FieldViolation>,
     expected: ExpectedPayload,
 ) -> ConsoleError {
+    let detail = summary(&found);
     let example = expected.example.to_string();
     let message = format!(
         "the payload does not fit what gate '{}' of execution {execution} expects ({detail}); nothing was recorded. It expects (JSON Schema): {}. For example: loom resume {} {} {} {}",
@@ -170,7 +456,9 @@ fn refusal(
         crate::shell_word(correlation_key),
         crate::shell_word(&example),
     );
-    ConsoleError::bad_request(message).with_expected(expected)
+    ConsoleError::bad_request(message)
+        .with_expected(expected)
+        .with_violations(found)
 }
 
 /// A payload that fits `schema` in the common cases, made without guessing at meaning: the
@@ -391,6 +679,46 @@ mod tests {
             at = inner;
         }
         assert!(depth <= EXAMPLE_DEPTH + 1, "{depth}");
+    }
+
+    #[test]
+    fn a_violation_names_the_field_and_says_what_fits_there_in_words() {
+        let schema = function_result();
+        let bare = field_violations(&schema, &json!("de-CH")).unwrap();
+        assert_eq!(bare.len(), 1, "{bare:?}");
+        assert_eq!(bare[0].field, "/");
+        assert_eq!(
+            bare[0].expected,
+            "one of: an object with value (a string of at least 2 characters); \
+             or an object with error (an object with code, message)"
+        );
+        let short = field_violations(&function_result(), &json!({"value": "d"})).unwrap();
+        assert_eq!(short.len(), 1, "{short:?}");
+        assert_eq!(short[0].field, "/value");
+        assert_eq!(short[0].expected, "a string of at least 2 characters");
+        let schema = json!({"type": "object", "required": ["amount", "currency"],
+            "properties": {"amount": {"type": "integer", "minimum": 1},
+                           "currency": {"enum": ["EUR", "CHF"]}}});
+        let found = field_violations(&schema, &json!({"amount": 0})).unwrap();
+        let fields: Vec<(&str, &str, &str)> = found
+            .iter()
+            .map(|v| (v.field.as_str(), v.problem.as_str(), v.expected.as_str()))
+            .collect();
+        assert!(
+            fields.contains(&("/currency", "missing", r#"one of "EUR", "CHF""#)),
+            "{fields:?}"
+        );
+        assert!(
+            fields
+                .iter()
+                .any(|(field, _, expected)| *field == "/amount" && *expected == "an integer from 1"),
+            "{fields:?}"
+        );
+        assert!(
+            field_violations(&schema, &json!({"amount": 2, "currency": "EUR"}))
+                .unwrap()
+                .is_empty()
+        );
     }
 
     #[test]

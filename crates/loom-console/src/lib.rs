@@ -9,7 +9,8 @@
 //!   steps in doubt with how long they have waited.
 //! - The admin API: [`admin_router`], an axum router that a server embedding a
 //!   `Runtime` mounts on loopback, bearer-token guarded, with read and verdict endpoints that
-//!   go through the runtime; and the web console it serves at `/admin/` (`web/`: a static
+//!   go through the runtime, starting executions and cancelling by filter among them
+//!   ([`FlowView`], [`CancelManyRequest`]); and the web console it serves at `/admin/` (`web/`: a static
 //!   page, script and style sheet built into the crate, calling the same API).
 //! - Writes on a store no process runs flows on ([`resolve`], [`resume`], [`cancel`]): the one
 //!   event the kernel's driver would record, when the fold says it would accept it.
@@ -35,6 +36,7 @@
     warn(clippy::unwrap_used, clippy::print_stdout, clippy::print_stderr)
 )]
 
+mod actions;
 mod admin;
 mod client;
 mod error;
@@ -44,6 +46,10 @@ mod query;
 mod retention;
 mod view;
 
+pub use actions::{
+    CancelManyAnswer, CancelManyRequest, DEFAULT_CANCEL_MANY, FlowView, MAX_CANCEL_MANY,
+    SkippedCancel, Started, flow_views,
+};
 pub use admin::{
     ADMIN_CALLER, AdminConfig, AdminConfigError, CONTENT_SECURITY_POLICY, MAX_WAIT, MIN_TOKEN_LEN,
     admin_router, bearer_matches, bind_loopback, constant_time_eq, random_token, static_file,
@@ -51,8 +57,8 @@ pub use admin::{
 pub use client::AdminClient;
 pub use error::{ConsoleError, ErrorKind};
 pub use expected::{
-    ExpectedPayload, check_resume, example_payload, expected_of, gate_expectations, gate_for,
-    violations,
+    ExpectedPayload, FieldViolation, check_resume, describe, example_payload, expected_of,
+    field_violations, gate_expectations, gate_for, violations,
 };
 pub use offline::{
     GOES_ON_WHEN_RECOVERED, GOES_ON_WHEN_RECOVERED_POSTGRES, cancel, no_pending_gate, not_in_doubt,

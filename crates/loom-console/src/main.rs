@@ -173,6 +173,49 @@ enum Command {
         #[arg(long)]
         reason: Option<String>,
     },
+    /// List the flows the server runs (through --admin), with the input schema each declares.
+    Flows,
+    /// Start an execution of a flow the server runs (through --admin: only the process with
+    /// the flows can); the input is checked against the flow's input schema when it declares
+    /// one.
+    Start {
+        /// The flow's name (`loom flows` lists them); its newest version runs.
+        flow: String,
+        /// The input, as JSON (`'{"sku": "A1"}'`, `'"text"'`).
+        #[arg(long, value_name = "JSON", default_value = "null")]
+        input: String,
+        /// The execution id. Default: made up by the server (`<flow>-<12 hex digits>`).
+        #[arg(long)]
+        id: Option<String>,
+    },
+    /// Cancel every execution that has not ended and that a filter matches (through --admin),
+    /// up to --limit a run; --dry-run counts and lists them, cancelling nothing.
+    CancelMany {
+        /// Only this status: running, suspended or in-doubt.
+        #[arg(long)]
+        status: Option<String>,
+        /// Only executions of this flow.
+        #[arg(long)]
+        flow: Option<String>,
+        /// Only executions whose id starts with this.
+        #[arg(long, value_name = "TEXT")]
+        id_prefix: Option<String>,
+        /// Only executions started within this age: 1h, 30m, 7d.
+        #[arg(long, value_name = "AGE")]
+        since: Option<String>,
+        /// With no filter: cancel every execution that has not ended (refused without it).
+        #[arg(long)]
+        all: bool,
+        /// Only count and list what would be cancelled; cancel nothing.
+        #[arg(long)]
+        dry_run: bool,
+        /// At most this many, 1 to 10000 (default 1000).
+        #[arg(long)]
+        limit: Option<usize>,
+        /// Why, recorded with each cancel.
+        #[arg(long)]
+        reason: Option<String>,
+    },
     /// Write executions as JSON Lines files, one per execution, for `replay-check --logs`.
     /// The files hold true values (unmasked): keep them where the store's data may be.
     ExportLog {
@@ -582,6 +625,62 @@ async fn run(cli: Cli) -> Result<(), ConsoleError> {
             }
             done(json, &format!("execution {id} cancelled"), None);
         }
+        Command::Flows => {
+            let flows = admin_only(&backend, "list the flows")?.flows().await?;
+            if json {
+                print_json(&flows);
+            } else {
+                for flow in &flows {
+                    let input = flow.input_schema.as_ref().map_or_else(
+                        || "any JSON".to_owned(),
+                        |schema| loom_console::describe(schema, 0),
+                    );
+                    out!("{} v{}  input: {input}", flow.name, flow.version);
+                }
+            }
+        }
+        Command::Start { flow, input, id } => {
+            let client = admin_only(&backend, "start an execution")?;
+            let input = parse_payload(&input, "the input")?.to_value();
+            let started = client.start(&flow, &input, id.as_deref()).await?;
+            if json {
+                print_json(&started);
+            } else {
+                out!(
+                    "started execution {} ({} v{})",
+                    started.execution,
+                    started.flow,
+                    started.version
+                );
+            }
+        }
+        Command::CancelMany {
+            status,
+            flow,
+            id_prefix,
+            since,
+            all,
+            dry_run,
+            limit,
+            reason,
+        } => {
+            let client = admin_only(&backend, "cancel by filter")?;
+            let request = loom_console::CancelManyRequest {
+                status,
+                flow,
+                id_prefix,
+                started_from_ms: since
+                    .map(|age| loom_console::parse_age(&age).map(loom_console::cutoff_ms))
+                    .transpose()?,
+                all,
+                dry_run,
+                limit,
+                reason,
+                ..loom_console::CancelManyRequest::default()
+            };
+            let answer = client.cancel_many(&request).await?;
+            print_cancel_many(&answer, json);
+        }
         Command::ExportLog { out, executions } => {
             let only = executions
                 .iter()
@@ -720,6 +819,49 @@ fn parse_payload(text: &str, what: &str) -> Result<Payload, ConsoleError> {
     })?;
     Payload::try_from_value(&value)
         .map_err(|error| ConsoleError::bad_request(format!("{what} cannot be recorded: {error}")))
+}
+
+/// The admin API's client, for a command that only the process with the flows can carry out.
+fn admin_only<'a>(backend: &'a Backend, what: &str) -> Result<&'a AdminClient, ConsoleError> {
+    match backend {
+        Backend::Admin(client) => Ok(client),
+        _ => Err(ConsoleError::refused(format!(
+            "only the process that runs the flows can {what}: go through its admin API (loom --admin http://127.0.0.1:PORT --token TOKEN ...)"
+        ))),
+    }
+}
+
+fn print_cancel_many(answer: &loom_console::CancelManyAnswer, json: bool) {
+    if json {
+        print_json(answer);
+        return;
+    }
+    let more = if answer.more {
+        " (more match: run it again)"
+    } else {
+        ""
+    };
+    if answer.dry_run {
+        for id in &answer.executions {
+            out!("would cancel {id}");
+        }
+        out!(
+            "{} executions would be cancelled{more}; nothing was cancelled",
+            thousands(answer.matched as u64)
+        );
+        return;
+    }
+    for id in &answer.cancelled {
+        out!("cancelled {id}");
+    }
+    for skipped in &answer.skipped {
+        out!("skipped {}: {}", skipped.execution, skipped.reason);
+    }
+    out!(
+        "cancelled {} executions ({} skipped){more}",
+        thousands(answer.cancelled.len() as u64),
+        answer.skipped.len()
+    );
 }
 
 fn done(json: bool, message: &str, note: Option<&str>) {

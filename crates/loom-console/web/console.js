@@ -13,6 +13,9 @@ let selectedFrom = 0;
 let selectedEvents = [];
 let follow = 0;
 let openStep = null;
+// The steps in doubt shown: the first DOUBTS_PAGE, more on demand; the queue may be folded.
+const DOUBTS_PAGE = 5;
+let doubtsShown = DOUBTS_PAGE;
 // The executions page: `before` cursors of the pages shown so far (empty: the newest).
 let cursors = [];
 let nextBefore = null;
@@ -50,6 +53,8 @@ async function api(method, path, body) {
     const error = new Error(message);
     error.status = response.status;
     error.expected = answer && answer.error ? answer.error.expected : undefined;
+    // A payload or input that does not fit its schema: each wrong field, in words.
+    error.violations = answer && answer.error ? answer.error.violations || [] : [];
     throw error;
   }
   return answer;
@@ -147,7 +152,7 @@ function ask({ title, build, confirm, danger, action }) {
       resolve(value);
     };
     const fail = (e) => {
-      error.textContent = e.message;
+      showRefusal(error, e);
       error.hidden = false;
     };
     const onSubmit = async (event) => {
@@ -180,6 +185,25 @@ function ask({ title, build, confirm, danger, action }) {
     const first = body.querySelector("input, select, textarea");
     (first || ok).focus();
   });
+}
+
+// A refusal in a dialog: for a payload that does not fit its schema, which field is wrong and
+// what fits there, in words; else the server's message.
+function showRefusal(box, e) {
+  box.replaceChildren();
+  if (!e.violations || !e.violations.length) {
+    box.textContent = e.message;
+    return;
+  }
+  box.appendChild(el("p", null, "Not sent: it does not fit what is expected. Nothing was recorded."));
+  const list = el("ul", "violations");
+  for (const v of e.violations) {
+    const item = el("li");
+    const where = v.field === "/" ? "the whole value" : v.field;
+    item.append(el("code", null, where), ": " + v.problem + ". Expected " + v.expected + ".");
+    list.appendChild(item);
+  }
+  box.appendChild(list);
 }
 
 function field(labelText, control, help) {
@@ -346,7 +370,8 @@ function jsonField(parent, name, schema) {
 
 // The resume dialog's body: a form made from the gate's schema (when it declared one) or JSON
 // to type, and a switch between the two.
-function resumeBody(gate, initialJson) {
+function resumeBody(gate, initialJson, what) {
+  const noun = what || "Payload";
   return (body) => {
     const expects = gate.expects;
     if (gate.request !== undefined) {
@@ -377,8 +402,9 @@ function resumeBody(gate, initialJson) {
       area.name = "payload";
       area.spellcheck = false;
       area.value = text;
-      holder.appendChild(field("Payload (JSON)", area, expects ? "It must fit the schema below." : "The gate declared no shape: send what the flow expects."));
-      read = () => readJson(area.value, "the payload");
+      const help = expects ? "It must fit the schema below." : what ? "The flow declares no input schema: send what it expects." : "The gate declared no shape: send what the flow expects.";
+      holder.appendChild(field(noun + " (JSON)", area, help));
+      read = () => readJson(area.value, "the " + noun.toLowerCase());
     };
     if (expects) {
       asForm.addEventListener("click", useForm);
@@ -532,6 +558,115 @@ async function cancelSelected() {
   await refresh();
 }
 
+// The verdicts on a step in doubt, the same in the queue and in the execution's detail.
+function verdictActions(doubt) {
+  const actions = el("div", "actions");
+  if (doubt.cancelled) {
+    // Its log is closed: no verdict can be recorded, but the effect may have happened.
+    actions.appendChild(el("span", "meta", "cancelled: settle it with the receiver"));
+  } else {
+    actionButton(actions, "Completed…", () => verdictCompleted(doubt));
+    actionButton(actions, "Failed…", () => verdictFailed(doubt));
+    actionButton(actions, "Retry…", () => verdictRetry(doubt));
+  }
+  return actions;
+}
+
+// ---------------------------------------------------------------- starting, cancelling many
+
+// Starts an execution of a flow the server runs: the input from a form made from the flow's
+// input schema (JSON when it declares none, or on demand); the server checks it again.
+async function startExecution() {
+  const flows = await api("GET", "flows");
+  if (!flows.length) throw new Error("The server runs no flow.");
+  // The newest version of each flow: what a start without a version runs.
+  const newest = new Map();
+  for (const flow of flows) {
+    if (!newest.has(flow.name) || newest.get(flow.name).version < flow.version) newest.set(flow.name, flow);
+  }
+  const started = await ask({
+    title: "Start an execution",
+    build: (body) => {
+      const choice = el("select");
+      choice.name = "flow";
+      for (const name of newest.keys()) choice.appendChild(el("option", null, name));
+      const id = el("input");
+      id.name = "id";
+      id.placeholder = "made up by the server";
+      id.autocomplete = "off";
+      id.spellcheck = false;
+      body.append(field("Flow", choice), field("Execution id (optional)", id, "Starting the same id with the same input again starts nothing new."));
+      const holder = el("div", "form");
+      body.appendChild(holder);
+      let read = () => undefined;
+      const draw = () => {
+        holder.replaceChildren();
+        const flow = newest.get(choice.value);
+        const gate = { expects: flow.inputSchema ? { schema: flow.inputSchema, example: flow.example } : undefined };
+        read = resumeBody(gate, undefined, "Input")(holder);
+      };
+      choice.addEventListener("change", draw);
+      draw();
+      return () => ({ flow: choice.value, id: id.value.trim() || undefined, input: read() });
+    },
+    confirm: "Start",
+    action: async (value) => {
+      const answer = await api("POST", "executions", value);
+      value.execution = answer.execution;
+    },
+  });
+  if (started === null) return;
+  say("");
+  await refresh();
+  await select(started.execution);
+}
+
+// What the list shows, as a cancel by filter takes it.
+function listFilter() {
+  const filter = {};
+  if ($("filter").value) filter.status = $("filter").value;
+  if ($("flow").value.trim()) filter.flow = $("flow").value.trim();
+  if ($("search").value.trim()) filter.idPrefix = $("search").value.trim();
+  if ($("since").value) filter.startedFromMs = Date.now() - Number($("since").value);
+  return filter;
+}
+
+// Cancels every execution not ended that the list's filter matches, after a count: the
+// dialog says how many, and the server refuses if that is no longer true when confirmed.
+async function cancelMatching() {
+  const filter = listFilter();
+  const everything = Object.keys(filter).length === 0;
+  const counted = await api("POST", "cancel-many", Object.assign({ dryRun: true, all: everything }, filter));
+  if (counted.matched === 0) {
+    say("No execution that has not ended matches the filter: nothing to cancel.");
+    return;
+  }
+  const words = Object.entries(filter).map(([key, value]) => key + " " + (key === "startedFromMs" ? "since " + utc(value) : value));
+  const many = counted.matched + (counted.more ? "+" : "") + " execution" + (counted.matched === 1 ? "" : "s");
+  await ask({
+    title: "Cancel " + many + "?",
+    build: (body) => {
+      body.appendChild(el("p", null, (everything ? "No filter is set: every execution that has not ended" : "Every execution not ended with " + words.join(", ")) + ". Each stops for good; its log is closed."));
+      const list = el("div", "matched", counted.executions.slice(0, 50).join("\n") + (counted.executions.length > 50 ? "\n…" : ""));
+      list.id = "cancel-many-list";
+      body.appendChild(list);
+      if (counted.more) body.appendChild(el("p", "hint", "More match than one request cancels: run it again afterwards."));
+      const reason = el("input");
+      reason.name = "reason";
+      reason.value = "cancelled by filter from the web console";
+      body.appendChild(field("Reason", reason));
+      return () => reason.value;
+    },
+    confirm: "Cancel " + many,
+    danger: true,
+    action: async (reason) => {
+      const done = await api("POST", "cancel-many", Object.assign({ all: everything, expect: counted.more ? undefined : counted.matched, limit: counted.more ? counted.matched : undefined, reason }, filter));
+      say(done.skipped.length ? done.skipped.length + " not cancelled: " + done.skipped.map((s) => s.execution + " (" + s.reason + ")").join("; ") : "");
+    },
+  });
+  await refresh();
+}
+
 function actionButton(parent, label, action, className) {
   const b = el("button", className, label);
   b.type = "button";
@@ -556,11 +691,15 @@ async function refreshDoubts() {
   list.replaceChildren();
   $("doubt-count").textContent = "(" + doubts.length + ")";
   if (!doubts.length) {
+    $("doubts-more").hidden = true;
     list.appendChild(el("p", "empty", "Nothing is in doubt: no step waits for a verdict."));
     return;
   }
   const oldest = Math.max(1, ...doubts.map((d) => d.waitingMs || 0));
-  for (const doubt of doubts) {
+  const more = $("doubts-more");
+  more.hidden = doubts.length <= doubtsShown;
+  more.textContent = "Show " + Math.min(DOUBTS_PAGE, doubts.length - doubtsShown) + " more of " + (doubts.length - doubtsShown) + " not shown";
+  for (const doubt of doubts.slice(0, doubtsShown)) {
     const card = el("article", "card doubt" + (doubt.cancelled ? " cancelled" : ""));
     card.dataset.execution = doubt.execution;
     card.dataset.step = doubt.stepId;
@@ -575,16 +714,7 @@ async function refreshDoubts() {
     waiting.appendChild(bar);
     card.append(head, key, waiting);
     if (doubt.reason) card.appendChild(el("div", "meta", doubt.reason.code + ": " + doubt.reason.message));
-    const actions = el("div", "actions");
-    if (doubt.cancelled) {
-      // Its log is closed: no verdict can be recorded, but the effect may have happened.
-      actions.appendChild(el("span", "meta", "cancelled: settle it with the receiver"));
-    } else {
-      actionButton(actions, "Completed…", () => verdictCompleted(doubt));
-      actionButton(actions, "Failed…", () => verdictFailed(doubt));
-      actionButton(actions, "Retry…", () => verdictRetry(doubt));
-    }
-    card.appendChild(actions);
+    card.appendChild(verdictActions(doubt));
     list.appendChild(card);
   }
 }
@@ -646,9 +776,10 @@ async function refreshExecutions() {
       if (event.key === "Enter") select(execution.id);
     });
     const id = cell(row, execution.id, "mono");
+    id.title = execution.id;
     id.appendChild(el("span", "sub", utc(execution.startedAtMs)));
     cell(row, badge(execution.status));
-    cell(row, flow);
+    cell(row, flow).title = flow;
     cell(row, execution.events, "num");
     cell(row, ago(execution.lastEventAtMs));
     return row;
@@ -711,6 +842,36 @@ function showFacts(shown) {
   // On PostgreSQL: who holds the lease or held it last; a live one may be a paused worker's.
   if (shown.lease) {
     fact("lease", shown.lease.holder + " (token " + shown.lease.token + "), " + (shown.lease.live ? "live" : "not live"));
+  }
+}
+
+// The execution's own steps in doubt, each with the verdicts the queue offers.
+function showDetailDoubts(shown) {
+  const list = $("detail-doubts");
+  list.replaceChildren();
+  const id = shown.execution.id;
+  const ended = ["completed", "failed", "cancelled"].includes(shown.execution.status);
+  const doubts = shown.state.steps
+    .filter((step) => shown.state.stepsInDoubt.includes(step.stepId))
+    .map((step) => ({
+      execution: id,
+      stepId: step.stepId,
+      effect: step.effect,
+      attempt: step.attempt,
+      idempotencyKey: id + ":" + step.stepId,
+      waitingMs: step.inDoubtSinceMs ? Math.max(0, Date.now() - step.inDoubtSinceMs) : null,
+      cancelled: ended,
+    }));
+  $("doubts-block").hidden = doubts.length === 0;
+  for (const doubt of doubts) {
+    const card = el("article", "card doubt" + (doubt.cancelled ? " cancelled" : ""));
+    card.dataset.step = doubt.stepId;
+    const head = el("div", "card-head");
+    head.append(el("strong", null, doubt.stepId), el("span", "meta", doubt.effect + " · attempt " + doubt.attempt));
+    const key = el("div", "meta");
+    key.append("key ", el("code", "key", doubt.idempotencyKey));
+    card.append(head, key, el("div", "meta", "waiting " + duration(doubt.waitingMs)), verdictActions(doubt));
+    list.appendChild(card);
   }
 }
 
@@ -907,7 +1068,10 @@ function showEvents(events) {
 
 async function refreshDetail() {
   if (!selected) return;
-  const shown = await api("GET", path(selected));
+  const asked = selected;
+  const shown = await api("GET", path(asked));
+  // Another execution was opened while this one was read: what arrived is not shown.
+  if (asked !== selected) return;
   $("detail-empty").hidden = true;
   $("detail-body").hidden = false;
   $("detail-id").textContent = shown.execution.id;
@@ -916,6 +1080,7 @@ async function refreshDetail() {
   status.textContent = shown.execution.status;
   $("outcome").replaceChildren(outcomeBlock(shown));
   showFacts(shown);
+  showDetailDoubts(shown);
   showGates(shown);
   if (selectedFrom === 0) showEvents(shown.events);
   showTimeline(shown);
@@ -924,12 +1089,41 @@ async function refreshDetail() {
   for (const row of $("executions").tBodies[0].rows) row.classList.toggle("selected", row.dataset.id === selected);
 }
 
+// The execution the address names (`#execution=ID`), or null.
+function addressed() {
+  return new URLSearchParams(location.hash.slice(1)).get("execution");
+}
+
+// Opening an execution adds it to the history (back and forward move between those opened);
+// the address bar drives what is shown (see `followAddress`).
 async function select(id) {
+  if (addressed() !== id) {
+    // The address names the execution shown (never the token), so it can be shared.
+    history.pushState(null, "", location.pathname + location.search + "#execution=" + encodeURIComponent(id));
+  }
+  await openExecution(id);
+}
+
+// Shows what the address names: on an edited address, back and forward.
+function followAddress() {
+  if (!token) return;
+  const id = addressed();
+  if (id && id !== selected) openExecution(id);
+  if (!id && selected) closeDetail();
+}
+
+function closeDetail() {
+  selected = null;
+  follow += 1;
+  $("detail-body").hidden = true;
+  $("detail-empty").hidden = false;
+  for (const row of $("executions").tBodies[0].rows) row.classList.remove("selected");
+}
+
+async function openExecution(id) {
   selected = id;
   openStep = null;
   expanded.clear();
-  // The address names the execution shown (never the token), so it can be shared.
-  history.replaceState(null, "", location.pathname + location.search + "#execution=" + encodeURIComponent(id));
   selectedFrom = 0;
   selectedEvents = [];
   $("events").replaceChildren();
@@ -1040,6 +1234,20 @@ document.addEventListener("DOMContentLoaded", () => {
     refresh();
   });
   $("cancel").addEventListener("click", () => cancelSelected().catch((error) => say(error.message)));
+  $("start").addEventListener("click", () => startExecution().catch((error) => say(error.message)));
+  $("cancel-many").addEventListener("click", () => cancelMatching().catch((error) => say(error.message)));
+  $("doubts-more").addEventListener("click", () => {
+    doubtsShown += DOUBTS_PAGE;
+    refreshDoubts().catch((error) => say(error.message));
+  });
+  const fold = (folded) => {
+    $("doubts-body").hidden = folded;
+    $("doubts-toggle").textContent = folded ? "Show" : "Hide";
+    $("doubts-toggle").setAttribute("aria-expanded", String(!folded));
+    sessionStorage.setItem("loom-doubts-folded", folded ? "1" : "");
+  };
+  fold(sessionStorage.getItem("loom-doubts-folded") === "1");
+  $("doubts-toggle").addEventListener("click", () => fold(!$("doubts-body").hidden));
   document.addEventListener("keydown", (event) => {
     const typing = event.target.closest && event.target.closest("input, textarea, select, dialog");
     if (typing || event.ctrlKey || event.metaKey || event.altKey || !token) return;
@@ -1062,7 +1270,9 @@ document.addEventListener("DOMContentLoaded", () => {
     history.replaceState(null, "", location.pathname + location.search);
   }
   if (token) login(token);
-  if (token && fragment.get("execution")) select(fragment.get("execution"));
+  if (token && fragment.get("execution")) openExecution(fragment.get("execution"));
+  window.addEventListener("hashchange", followAddress);
+  window.addEventListener("popstate", followAddress);
   setInterval(() => {
     if (token && !$("dialog").open) refresh();
   }, 5000);

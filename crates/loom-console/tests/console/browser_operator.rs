@@ -153,11 +153,13 @@ async fn an_operator_filters_opens_a_failure_resumes_through_the_form_and_gives_
         .eval("document.getElementById('dialog-error').textContent")
         .await;
     let refusal = refusal.as_str().unwrap();
+    // Said in words, field by field: neither the schema nor a command line.
     assert!(
-        refusal.contains("does not fit what gate 'A2UIFunctionResult#1'"),
+        refusal.contains("the whole value: ")
+            && refusal.contains("Expected one of: an object with value (a string of at least 2 characters); or an object with error"),
         "{refusal}"
     );
-    assert!(refusal.contains("nothing was recorded"), "{refusal}");
+    assert!(refusal.contains("Nothing was recorded"), "{refusal}");
     assert_eq!(
         runtime.store().read_all(&waiting).await.unwrap().len(),
         before,

@@ -4,9 +4,11 @@
 #[path = "../support/mod.rs"]
 mod support;
 
+mod admin_actions;
 mod admin_api;
 mod admin_caller;
 mod browser;
+mod browser_on_call;
 mod browser_operator;
 mod browser_paging;
 mod cli_gate_requests;

@@ -32,6 +32,12 @@ pub fn compose(store: DiskStore) -> Runtime<DiskStore> {
         .flow(flow_fn("hello", 1, |_ctx: FlowCtx, name: String| async move {
             Ok::<_, FlowError>(format!("hello, {name}"))
         }))
+        .flow(
+            flow_fn("greet", 1, |_ctx: FlowCtx, input: Value| async move {
+                Ok::<_, FlowError>(format!("hello, {}", input["name"]))
+            })
+            .with_input_schema(greet_schema()),
+        )
         .flow(flow_fn("locale", 1, locale))
         .flow(flow_fn("locale_unchecked", 1, locale_unchecked))
         .flow(flow_fn("locale_broken_schema", 1, locale_broken_schema))
@@ -47,6 +53,12 @@ pub fn compose(store: DiskStore) -> Runtime<DiskStore> {
         .classification(classification())
         .build()
         .expect("the test runtime composes")
+}
+
+/// What the `greet` flow declares its input must be: `{"name": <a non-empty string>}`.
+pub fn greet_schema() -> Value {
+    json!({"type": "object", "required": ["name"],
+           "properties": {"name": {"type": "string", "minLength": 1}}})
 }
 
 async fn order(ctx: FlowCtx, input: Value) -> Result<Value, FlowError> {

@@ -36,6 +36,12 @@ pub trait Flow: Send + Sync + 'static {
     fn declared_effects(&self) -> &[&'static str] {
         &[]
     }
+    /// The JSON Schema its input must fit, when the flow declares one: for callers that take
+    /// input from people (the console's start form and `loom start`), which check it before
+    /// they call `start`. The runtime itself never reads it. None by default.
+    fn input_schema(&self) -> Option<&serde_json::Value> {
+        None
+    }
 }
 
 /// A set of flows, as a crate that defines flows exposes them (`pub fn flows() -> FlowSet`),
@@ -109,6 +115,7 @@ where
         name: name.into(),
         version,
         run,
+        input_schema: None,
         types: PhantomData,
     }
 }
@@ -118,7 +125,16 @@ pub struct FnFlow<I, O, F> {
     name: String,
     version: u32,
     run: F,
+    input_schema: Option<serde_json::Value>,
     types: PhantomData<fn(I) -> O>,
+}
+
+impl<I, O, F> FnFlow<I, O, F> {
+    /// This flow, declaring the JSON Schema its input must fit ([`Flow::input_schema`]).
+    pub fn with_input_schema(mut self, schema: serde_json::Value) -> Self {
+        self.input_schema = Some(schema);
+        self
+    }
 }
 
 impl<I, O, F> std::fmt::Debug for FnFlow<I, O, F> {
@@ -143,6 +159,10 @@ where
 
     fn version(&self) -> u32 {
         self.version
+    }
+
+    fn input_schema(&self) -> Option<&serde_json::Value> {
+        self.input_schema.as_ref()
     }
 
     fn run(&self, ctx: FlowCtx, input: Payload) -> BoxFuture<'static, Result<Payload, FlowError>> {

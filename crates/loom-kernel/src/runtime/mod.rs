@@ -227,6 +227,35 @@ impl<S: EventStore> Runtime<S> {
         &self.inner.store
     }
 
+    /// The flows registered with this runtime, by name then version: what `start` accepts,
+    /// and the input schema each declares ([`Flow::input_schema`]).
+    ///
+    /// ```
+    /// use loom_kernel::{FlowCtx, FlowError, MemoryStore, Runtime, flow_fn};
+    /// use serde_json::json;
+    ///
+    /// async fn greet(_ctx: FlowCtx, name: String) -> Result<String, FlowError> {
+    ///     Ok(format!("hello, {name}"))
+    /// }
+    ///
+    /// let loom = Runtime::builder(MemoryStore::new())
+    ///     .flow(flow_fn("greet", 1, greet).with_input_schema(json!({"type": "string"})))
+    ///     .flow(flow_fn("greet", 2, greet))
+    ///     .build()?;
+    /// let flows: Vec<_> = loom
+    ///     .registered_flows()
+    ///     .map(|flow| (flow.name().to_owned(), flow.version(), flow.input_schema().cloned()))
+    ///     .collect();
+    /// assert_eq!(
+    ///     flows,
+    ///     [("greet".into(), 1, Some(json!({"type": "string"}))), ("greet".into(), 2, None)]
+    /// );
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn registered_flows(&self) -> impl Iterator<Item = &dyn Flow> {
+        self.inner.flows.values().map(|flow| flow.as_ref())
+    }
+
     /// Starts `flow` with `input`. Returns once `EXECUTION_STARTED` is durable; the flow then
     /// runs on its own task. Until then the flow runs on the caller's task, so a short flow is
     /// often finished when `start` returns; if the caller drops `start`'s future early, the
