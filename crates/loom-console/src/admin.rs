@@ -336,7 +336,26 @@ async fn list<S: EventStore>(
         ended_before_ms: query.ended_before_ms,
         without_counts: query.counts == Some(false),
     };
-    ok(query::list_executions(state.runtime.store(), &filter).await?)
+    let mut listed = query::list_executions(state.runtime.store(), &filter).await?;
+    for view in &mut listed.executions {
+        mark_unregistered(&state.runtime, view);
+    }
+    ok(listed)
+}
+
+/// Marks `view` when it has not ended and this server's runtime does not register its flow
+/// (and its version, when the view has it: a listing knows only the name): nothing here
+/// drives it, and the operator should know why it does not move.
+fn mark_unregistered<S: EventStore>(runtime: &Runtime<S>, view: &mut crate::ExecutionView) {
+    let ended = matches!(view.status.as_str(), "completed" | "failed" | "cancelled");
+    if let (false, Some(flow)) = (ended, view.flow.as_deref()) {
+        view.flow_not_registered = !runtime.registered_flows().any(|registered| {
+            registered.name() == flow
+                && view
+                    .flow_version
+                    .is_none_or(|version| registered.version() == version)
+        });
+    }
 }
 
 async fn counts<S: EventStore>(State(state): Shared<S>) -> Answer {
@@ -345,7 +364,9 @@ async fn counts<S: EventStore>(State(state): Shared<S>) -> Answer {
 
 async fn show<S: EventStore>(State(state): Shared<S>, Path(id): Path<String>) -> Answer {
     let id = query::execution_id(&id)?;
-    ok(query::show(state.runtime.store(), &id, &state.config.classification).await?)
+    let mut shown = query::show(state.runtime.store(), &id, &state.config.classification).await?;
+    mark_unregistered(&state.runtime, &mut shown.execution);
+    ok(shown)
 }
 
 /// Unknown parameters are refused: a misspelt filter must not widen what is answered.

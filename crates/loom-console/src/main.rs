@@ -1131,10 +1131,15 @@ fn print_executions(page: &ExecutionList, json: bool) {
 }
 
 fn flow_label(view: &ExecutionView) -> String {
-    match (&view.flow, view.flow_version) {
+    let label = match (&view.flow, view.flow_version) {
         (Some(flow), Some(version)) => format!("{flow} v{version}"),
         (Some(flow), None) => flow.clone(),
         _ => "-".into(),
+    };
+    if view.flow_not_registered {
+        format!("{label} (not registered here)")
+    } else {
+        label
     }
 }
 
@@ -1149,6 +1154,11 @@ fn print_show(shown: &ShowView, json: bool, full: bool) {
     out!("execution     {}", view.id);
     out!("flow          {}", flow_label(view));
     out!("status        {}", view.status);
+    if view.flow_not_registered {
+        out!(
+            "waits for     a server that registers this flow and version: the one answering here does not, so nothing drives it"
+        );
+    }
     // How it ended first: the question `show` is asked.
     if let Some(failure) = &outcome.failure {
         out!("failure       {}: {}", failure.code, failure.message);

@@ -238,6 +238,7 @@ async fn execution_view<S: EventStore>(
         events: listed.head,
         started_at_ms: listed.started_at_ms,
         last_event_at_ms,
+        flow_not_registered: false,
     })
 }
 
@@ -270,6 +271,7 @@ pub async fn show<S: EventStore>(
         events: head,
         started_at_ms: log.first().and_then(|envelope| envelope.recorded_at_ms),
         last_event_at_ms: log.last().and_then(|envelope| envelope.recorded_at_ms),
+        flow_not_registered: false,
     };
     let mut state_view = state_view(&state);
     step_times(&mut state_view.steps, &log);

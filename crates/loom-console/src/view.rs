@@ -65,6 +65,12 @@ pub struct ExecutionView {
     pub started_at_ms: Option<u64>,
     /// When the last event was recorded, if known.
     pub last_event_at_ms: Option<u64>,
+    /// Listed through a server (the admin API) whose runtime does not register this
+    /// execution's flow (by name in a listing, name and version in `show`), and not ended:
+    /// nothing on that server drives it; it waits for one that registers the flow. Always
+    /// false when read from a store, which knows no flows.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub flow_not_registered: bool,
 }
 
 /// An execution in full: its folded state, then its log.

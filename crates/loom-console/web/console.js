@@ -756,7 +756,7 @@ async function refreshExecutions() {
   const kept = new Map(Array.from(body.rows, (row) => [row.dataset.id, row]));
   const rows = page.executions.map((execution) => {
     const flow = execution.flow ? execution.flow + (execution.flowVersion ? " v" + execution.flowVersion : "") : "-";
-    const shows = JSON.stringify([execution.status, flow, execution.events, execution.startedAtMs]);
+    const shows = JSON.stringify([execution.status, flow, execution.events, execution.startedAtMs, !!execution.flowNotRegistered]);
     const old = kept.get(execution.id);
     if (old && old.dataset.shows === shows) {
       old.classList.toggle("selected", execution.id === selected);
@@ -779,7 +779,13 @@ async function refreshExecutions() {
     id.title = execution.id;
     id.appendChild(el("span", "sub", utc(execution.startedAtMs)));
     cell(row, badge(execution.status));
-    cell(row, flow).title = flow;
+    const flowCell = cell(row, flow);
+    flowCell.title = flow;
+    if (execution.flowNotRegistered) {
+      // Nothing on this server drives it: say so where the operator looks.
+      flowCell.classList.add("unregistered");
+      flowCell.title = flow + ": not registered on this server; it waits for a server that registers it";
+    }
     cell(row, execution.events, "num");
     cell(row, ago(execution.lastEventAtMs));
     return row;
@@ -823,7 +829,8 @@ function showFacts(shown) {
     facts.append(el("dt", null, name), dd);
   };
   const outcome = shown.outcome || {};
-  fact("flow", (shown.execution.flow || "-") + " v" + shown.execution.flowVersion);
+  fact("flow", (shown.execution.flow || "-") + " v" + shown.execution.flowVersion +
+    (shown.execution.flowNotRegistered ? " (not registered on this server: nothing here drives it; it waits for a server that registers it)" : ""));
   fact("input", payload(outcome.input, "input"));
   if (outcome.parent) fact("parent", linkTo(outcome.parent));
   if (outcome.children && outcome.children.length) {

@@ -697,3 +697,55 @@ async fn export_log_and_tail_go_through_the_admin_api_of_a_live_server() {
     let masked = as_admin(url, &["tail", "order-1", "--no-follow"]).await;
     assert!(!stdout(&masked).contains(CARD), "{}", stdout(&masked));
 }
+
+/// An execution of a flow this server does not register (retired, or another service's) is
+/// listed and shown as such through the admin API and the CLI: it does not move because
+/// nothing here drives it. Ended ones and registered ones are not marked; a store read
+/// directly knows no flows and marks nothing.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_execution_whose_flow_the_server_does_not_register_is_marked_as_such() {
+    use loom_kernel::EventStore;
+    let server = server().await;
+    start_order(&server.runtime, "order-1").await;
+    let orphan = id("orphan-1");
+    server
+        .runtime
+        .store()
+        .append(&orphan, 0, &[loom_kernel::conformance::started("retired")])
+        .await
+        .unwrap();
+    let listed = client(&server)
+        .executions(&ListFilter::default())
+        .await
+        .unwrap();
+    let marked: Vec<(&str, bool)> = listed
+        .executions
+        .iter()
+        .map(|view| (view.id.as_str(), view.flow_not_registered))
+        .collect();
+    assert!(marked.contains(&("orphan-1", true)), "{marked:?}");
+    assert!(marked.contains(&("order-1", false)), "{marked:?}");
+    assert!(
+        client(&server)
+            .show("orphan-1")
+            .await
+            .unwrap()
+            .execution
+            .flow_not_registered
+    );
+
+    let shown = as_admin(&server.url, &["show", "orphan-1"]).await;
+    assert_eq!(code(&shown), 0, "{}", stderr(&shown));
+    assert!(
+        stdout(&shown).contains("not registered here"),
+        "{}",
+        stdout(&shown)
+    );
+    assert!(stdout(&shown).contains("waits for"), "{}", stdout(&shown));
+    let listed = as_admin(&server.url, &["executions"]).await;
+    assert!(
+        stdout(&listed).contains("retired (not registered here)"),
+        "{}",
+        stdout(&listed)
+    );
+}

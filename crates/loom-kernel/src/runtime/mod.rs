@@ -102,7 +102,7 @@ pub use history::NonDeterminism;
 pub use keep::DEFAULT_MAX_PARKED_IN_MEMORY;
 pub use options::StartOptions;
 pub use plugin::{AbiRange, Contributions, Inbound, InboundHandler, Plugin, Projection};
-pub use recovery::{RecoveryReport, SkippedExecution};
+pub use recovery::{RecoveryReport, SkippedExecution, UnregisteredFlow};
 pub use replay::{ReplayError, ReplayReport, Replayer};
 pub use requests::{
     PendingRequest, REQUEST_KIND, pending_requests, pending_requests_of, request_gate_id,
@@ -504,6 +504,24 @@ impl<S: EventStore> Runtime<S> {
             }
             match store.fold(&summary.id).await {
                 Ok(state) if state.needs_driving() => {
+                    // A flow no build of this runtime has: a driver would fail at once, and
+                    // the execution would look running forever with nothing said.
+                    if let Some((flow, version)) = state.flow()
+                        && !self.inner.flows.contains_key(&(flow.to_owned(), version))
+                    {
+                        tracing::warn!(
+                            execution = %summary.id,
+                            flow,
+                            version,
+                            "recovery leaves an execution whose flow this runtime does not register: it stays running until a runtime that registers flow '{flow}' version {version} recovers it"
+                        );
+                        report.unregistered.push(recovery::UnregisteredFlow {
+                            execution: summary.id.clone(),
+                            flow: flow.to_owned(),
+                            version,
+                        });
+                        continue;
+                    }
                     // On a store with leases, only the worker that holds the lease (or
                     // takes it now, from a worker that stopped) replays and runs effects.
                     if store.has_leases() && !self.claim(&summary.id, state.next_seq()).await {
@@ -532,11 +550,15 @@ impl<S: EventStore> Runtime<S> {
         report
             .skipped
             .sort_by(|a, b| a.execution.as_str().cmp(b.execution.as_str()));
+        report
+            .unregistered
+            .sort_by(|a, b| a.execution.as_str().cmp(b.execution.as_str()));
         tracing::info!(
             recovered = report.started,
             timers = report.timers,
             skipped = report.skipped.len(),
             elsewhere = report.elsewhere,
+            unregistered = report.unregistered.len(),
             "recovery started drivers"
         );
         Ok(report)

@@ -19,6 +19,22 @@ pub struct RecoveryReport {
     /// Executions that need driving but whose lease another worker holds (a store with
     /// leases, [`EventStore::has_leases`](crate::EventStore::has_leases)): left to that worker, nothing replayed or run here.
     pub elsewhere: usize,
+    /// Executions that need driving but whose flow (name and version) this runtime does not
+    /// register, in id order: left as they are (running) for a runtime that registers it,
+    /// each logged once as a warning.
+    pub unregistered: Vec<UnregisteredFlow>,
+}
+
+/// An execution recovery left because this runtime does not register its flow.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct UnregisteredFlow {
+    /// Its id.
+    pub execution: ExecutionId,
+    /// The flow it runs.
+    pub flow: String,
+    /// The flow's version.
+    pub version: u32,
 }
 
 /// An execution recovery skipped.

@@ -224,3 +224,41 @@ async fn recover_reads_a_parked_log_only_when_its_deadline_comes_on_disk() {
     let store = DiskStore::open(dir.path().join("loom.redb")).unwrap();
     recover_reads_a_parked_log_only_when_its_deadline_comes_on(store).await;
 }
+
+/// An execution whose flow this runtime does not register is not driven (a driver would fail
+/// at once) and not left unsaid: the report names it with its flow, the others are driven.
+#[tokio::test]
+async fn recover_names_an_execution_whose_flow_is_not_registered_and_drives_the_others() {
+    let store = MemoryStore::new();
+    let orphan = id("a-orphan");
+    let good = id("b-good");
+    store
+        .append(&orphan, 0, &[loom_kernel::conformance::started("gone")])
+        .await
+        .unwrap();
+    let mut started = loom_kernel::conformance::started("one");
+    if let Event::ExecutionStarted(e) = &mut started {
+        e.capabilities.insert("echo".into());
+    }
+    store.append(&good, 0, &[started]).await.unwrap();
+    let rt = Runtime::builder(store.clone())
+        .flow(flow_fn("one", 1, one_step))
+        .effect("echo", support::echo(Calls::default()))
+        .build()
+        .unwrap();
+    let report = rt.recover_report().await.unwrap();
+    assert_eq!(report.started, 1);
+    assert!(report.skipped.is_empty());
+    assert_eq!(report.unregistered.len(), 1);
+    assert_eq!(report.unregistered[0].execution, orphan);
+    assert_eq!(report.unregistered[0].flow, "gone");
+    assert_eq!(
+        rt.wait(&good).await.unwrap().status(),
+        ExecutionStatus::Completed
+    );
+    assert_eq!(
+        store.fold(&orphan).await.unwrap().status(),
+        ExecutionStatus::Running,
+        "left as it was, for a runtime that registers its flow"
+    );
+}
