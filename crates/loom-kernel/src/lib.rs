@@ -114,9 +114,9 @@ pub use runtime::{
     MAX_CALLER_TEXT, ManualClock, NonDeterminism, PATCH_KIND, PAYLOAD_SCHEMA_KIND, PendingRequest,
     Plugin, Projection, REQUEST_KIND, RecoveryReport, ReplayError, ReplayReport, Replayer,
     ResolveError, ResumeAuthenticator, ResumeError, ResumeRequest, Runtime, RuntimeBuilder,
-    Selected, SkippedExecution, StartError, StartOptions, StartRequest, StepError, StepName,
-    SystemClock, TIMED_OUT_KEY, TIMER_EVENT_TYPE, TimedGate, TypedCommand, UsesEffects, WaitError,
-    catch_up, child_end_resume, child_parent, expected_payload, flow_fn, input_digest,
+    RuntimeStats, Selected, SkippedExecution, StartError, StartOptions, StartRequest, StepError,
+    StepName, SystemClock, TIMED_OUT_KEY, TIMER_EVENT_TYPE, TimedGate, TypedCommand, UsesEffects,
+    WaitError, catch_up, child_end_resume, child_parent, expected_payload, flow_fn, input_digest,
     payload_schema_step_id, pending_requests, pending_requests_of, request_gate_id,
     request_step_id, stable_hash,
 };
@@ -124,9 +124,10 @@ pub use store::tail::{RefusedEvent, TailChange, filter_code, status_code, status
 pub use store::{
     AppendError, DiskStore, DiskStoreConfig, EncodedAppend, EncodedRecords, EventStore,
     EventStoreExt, ExecutionCursor, ExecutionPage, ExecutionQuery, ExecutionQueryPage,
-    ExecutionSummary, ExecutionTail, FeedEvent, FoldStoredError, LeaseHold, LeaseInfo,
-    ListedExecution, MAX_QUERY_LIMIT, MemoryStore, NewClaim, OpenError, ReadError, RecordsIter,
-    RetentionError, STREAM_PAGE, StatusCounts, StatusFilter, StorageError, StoredLog, WakeReason,
-    Wakeup, check_batch, decode_stored, every_listed_execution, prefix_upper_bound,
-    start_of_first_record, wake, wall_clock_ms,
+    ExecutionSummary, ExecutionTail, FeedEvent, FoldStoredError, LATENCY_BOUNDS_US,
+    LatencyHistogram, LatencyRecorder, LeaseHold, LeaseInfo, ListedExecution, MAX_QUERY_LIMIT,
+    MemoryStore, NewClaim, OpenError, ReadError, RecordsIter, RetentionError, STREAM_PAGE,
+    StatusCounts, StatusFilter, StorageError, StoreStats, StoredLog, WakeReason, Wakeup,
+    check_batch, decode_stored, every_listed_execution, prefix_upper_bound, start_of_first_record,
+    wake, wall_clock_ms,
 };
