@@ -33,7 +33,7 @@ pub(crate) struct Figures {
     pub(crate) runtime: RuntimeStats,
     /// `None` for a store that keeps no figures.
     pub(crate) store: Option<StoreStats>,
-    /// Steps in doubt in executions whose status is in-doubt.
+    /// Steps in doubt, as the in-doubt listing lists them (a cancel's included).
     pub(crate) steps_in_doubt: u64,
     /// How long the execution parked longest has been parked, in seconds; `None` when none is
     /// parked (or none has a recorded time, or this machine has no clock).
@@ -91,7 +91,7 @@ impl Figures {
         );
         registry.register(
             "steps_in_doubt",
-            "Steps in doubt in executions whose status is in-doubt, waiting for an operator's verdict",
+            "Steps in doubt, waiting for an operator's verdict (those a cancel left in doubt included), as the in-doubt listing lists them",
             ConstGauge::new(gauge_value(self.steps_in_doubt)),
         );
         if let Some(age) = self.oldest_parked_age_seconds {
@@ -201,18 +201,19 @@ impl EncodeMetric for KernelHistogram {
     }
 }
 
-/// How many steps wait in doubt in executions whose status is in-doubt (each such
-/// execution folded once). Steps a cancel left in doubt are listed by the in-doubt listing but
-/// not counted here: that would fold every cancelled execution at every scrape.
+/// How many steps the in-doubt listing lists (`GET /admin/v1/in-doubt`, the web console's
+/// panel): those of executions in doubt, and those a cancel left in doubt, each such execution
+/// folded once, as the listing folds them.
 async fn steps_in_doubt<S: EventStore>(store: &S) -> Result<u64, ConsoleError> {
-    let mut listed =
-        std::pin::pin!(store.executions_by_status(StatusFilter::Status(ExecutionStatus::InDoubt)));
     let mut steps = 0u64;
-    while let Some(summary) = listed.try_next().await? {
-        match store.fold(&summary.id).await {
-            Ok(state) => steps += state.steps_in_doubt().len() as u64,
-            Err(error) => {
-                tracing::warn!(execution = %summary.id, %error, "the metrics skip an execution in doubt they cannot fold");
+    for status in [ExecutionStatus::InDoubt, ExecutionStatus::Cancelled] {
+        let mut listed = std::pin::pin!(store.executions_by_status(StatusFilter::Status(status)));
+        while let Some(summary) = listed.try_next().await? {
+            match store.fold(&summary.id).await {
+                Ok(state) => steps += state.steps_in_doubt().len() as u64,
+                Err(error) => {
+                    tracing::warn!(execution = %summary.id, %error, "the metrics skip an execution they cannot fold");
+                }
             }
         }
     }
