@@ -13,6 +13,9 @@
 //!   effect-dispatch seam ([`Effect`]), recovery, and plugin composition ([`Plugin`]) checked
 //!   against `KERNEL_ABI`.
 //! - K10-R6 data classification ([`DataClassification`]): which values must be masked on egress.
+//! - What the runtime and the stores count of their work for an operator's metrics
+//!   ([`RuntimeStats`], [`StoreStats`]): plain numbers kept by relaxed atomic adds, translated by
+//!   whoever exports them (the console's `/admin/v1/metrics`).
 //! - The record codec ([`record`]): the bytes a store keeps per event, public so that every
 //!   store (the PostgreSQL one included) writes the same records.
 //! - `conformance` (with the `testkit` feature): the one test suite every store must pass,
@@ -32,7 +35,8 @@
 //!
 //! # What it must not depend on
 //! No other Loom crate: `loom-agent-surface`, `loom-effect-runtime` and `loom-plugin-a2ui` build
-//! on the kernel, never the reverse. The kernel treats `SURFACE_PATCH` ops as opaque JSON.
+//! on the kernel, never the reverse. The kernel treats `SURFACE_PATCH` ops as opaque JSON. No
+//! metrics library: its figures are plain numbers.
 //!
 //! # Example
 //! ```

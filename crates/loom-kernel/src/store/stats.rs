@@ -60,8 +60,8 @@ pub struct StoreStats {
     pub lease_takeovers: Option<u64>,
 }
 
-/// A [`LatencyHistogram`] filled from several threads: each observation is three relaxed
-/// atomic adds.
+/// A [`LatencyHistogram`] filled from several threads: each observation is two relaxed
+/// atomic adds (its bucket, the sum).
 #[derive(Debug, Default)]
 pub struct LatencyRecorder {
     buckets: [AtomicU64; LATENCY_BOUNDS_US.len() + 1],
