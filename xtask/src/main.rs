@@ -444,15 +444,23 @@ fn test(root: &Path, mut options: test_run::TestOptions) -> Result<()> {
         loom_store_postgres::SKIPPED_TESTS_VAR.into(),
         skipped_file.clone().into(),
     ));
-    // The server starts while the tests build; the first test waits for it.
+    // The server starts, and the metrics parser installs, while the tests build; the first
+    // test waits for both.
     let mut postgres = Some(std::thread::spawn({
         let root = root.to_path_buf();
         move || postgres_for_tests(&root)
+    }));
+    let mut metrics_parser = Some(std::thread::spawn({
+        let root = root.to_path_buf();
+        move || metrics_parser_for_tests(&root)
     }));
     let mut started_postgres = false;
     let mut wait_for_postgres = || {
         if let Some(starting) = postgres.take() {
             started_postgres = starting.join().unwrap_or(false);
+        }
+        if let Some(installing) = metrics_parser.take() {
+            let _ = installing.join();
         }
     };
     let outcome = test_run::run_all(root, &options, &mut wait_for_postgres);
@@ -503,11 +511,58 @@ fn postgres_for_tests(root: &Path) -> bool {
     }
 }
 
+/// The Python client of Prometheus whose parser reads the admin API's metrics back
+/// (`loom-console`'s `tests/support/prometheus.rs`), pinned.
+const PROMETHEUS_CLIENT: &str = "prometheus-client==0.26.0";
+
+/// Makes sure `target/metrics-venv` holds [`PROMETHEUS_CLIENT`] (a venv, then pip from PyPI,
+/// as `interop` makes its own). Offline or without Python it says why and installs nothing:
+/// the test that needs it then skips, and the run's summary says so.
+fn metrics_parser_for_tests(root: &Path) {
+    let venv = root.join("target/metrics-venv");
+    let python = venv.join("bin/python");
+    let installed = |python: &Path| {
+        Command::new(python)
+            .args(["-c", "import prometheus_client.parser"])
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null())
+            .status()
+            .is_ok_and(|status| status.success())
+    };
+    if installed(&python) {
+        return;
+    }
+    let made = Command::new("python3")
+        .args(["-m", "venv", &venv.to_string_lossy()])
+        .stdout(std::process::Stdio::null())
+        .status()
+        .is_ok_and(|status| status.success());
+    let pip = made
+        && Command::new(&python)
+            .args([
+                "-m",
+                "pip",
+                "install",
+                "--quiet",
+                "--disable-pip-version-check",
+                PROMETHEUS_CLIENT,
+            ])
+            .status()
+            .is_ok_and(|status| status.success());
+    if !pip || !installed(&python) {
+        eprintln!(
+            "xtask: could not install {PROMETHEUS_CLIENT} in {} (python3 with venv and pip, and PyPI, are needed); the metrics parser test will skip",
+            venv.display()
+        );
+    }
+}
+
 /// The tests that did not run, from the lines they wrote (`<what it lacked>\t<test>`).
 #[derive(Debug, Default)]
 struct SkippedTests {
     postgresql: std::collections::BTreeSet<String>,
     chromium: std::collections::BTreeSet<String>,
+    prometheus: std::collections::BTreeSet<String>,
     other: std::collections::BTreeSet<String>,
 }
 
@@ -526,6 +581,7 @@ impl SkippedTests {
             let set = match lacking {
                 "postgresql" => &mut skipped.postgresql,
                 "chromium" => &mut skipped.chromium,
+                "prometheus_client" => &mut skipped.prometheus,
                 _ => &mut skipped.other,
             };
             set.insert(test.to_owned());
@@ -534,7 +590,10 @@ impl SkippedTests {
     }
 
     fn is_empty(&self) -> bool {
-        self.postgresql.is_empty() && self.chromium.is_empty() && self.other.is_empty()
+        self.postgresql.is_empty()
+            && self.chromium.is_empty()
+            && self.prometheus.is_empty()
+            && self.other.is_empty()
     }
 
     /// One paragraph: how many did not run, and what to install or set.
@@ -555,6 +614,12 @@ impl SkippedTests {
             parts.push(count(self.chromium.len(), "browser"));
             fixes.push("install Chromium (`apt-get install chromium`)".to_owned());
         }
+        if !self.prometheus.is_empty() {
+            parts.push(count(self.prometheus.len(), "metrics parser"));
+            fixes.push(format!(
+                "let this command install {PROMETHEUS_CLIENT} in target/metrics-venv (python3 with venv and pip, and PyPI reachable)"
+            ));
+        }
         if !self.other.is_empty() {
             parts.push(count(self.other.len(), "other"));
         }
@@ -562,6 +627,7 @@ impl SkippedTests {
             .postgresql
             .iter()
             .chain(&self.chromium)
+            .chain(&self.prometheus)
             .chain(&self.other)
             .map(String::as_str)
             .collect();

@@ -148,6 +148,7 @@ pub fn admin_router<S: EventStore>(runtime: Runtime<S>, config: AdminConfig) -> 
         .route("/admin/v1/executions/{id}/resume", post(resume::<S>))
         .route("/admin/v1/executions/{id}/cancel", post(cancel::<S>))
         .route("/admin/v1/in-doubt", get(in_doubt::<S>))
+        .route("/admin/v1/metrics", get(metrics::<S>))
         .route("/admin/v1/export", get(export::<S>))
         .route("/admin/v1/retention/delete", post(retention_delete::<S>))
         .route("/admin/v1/retention/preview", post(retention_preview::<S>));
@@ -476,6 +477,18 @@ async fn export<S: EventStore>(
 
 async fn in_doubt<S: EventStore>(State(state): Shared<S>) -> Answer {
     ok(query::in_doubt(state.runtime.store(), query::now_ms()).await?)
+}
+
+/// The Prometheus text exposition of the runtime's and the store's figures
+/// (`docs/CONSOLE.md`, "Metrics").
+async fn metrics<S: EventStore>(State(state): Shared<S>) -> Answer {
+    let figures = crate::metrics::Figures::gather(&state.runtime, query::now_ms()).await?;
+    let text = figures.encode()?;
+    Ok((
+        [(header::CONTENT_TYPE, crate::metrics::METRICS_CONTENT_TYPE)],
+        text,
+    )
+        .into_response())
 }
 
 pub(crate) fn body<T: serde::de::DeserializeOwned>(

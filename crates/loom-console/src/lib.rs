@@ -14,6 +14,8 @@
 //!   page, script and style sheet built into the crate, calling the same API).
 //! - Writes on a store no process runs flows on ([`resolve`], [`resume`], [`cancel`]): the one
 //!   event the kernel's driver would record, when the fold says it would accept it.
+//! - Metrics: `GET /admin/v1/metrics`, the Prometheus text exposition of the runtime's, the
+//!   store's and the store's reads' figures, written by `prometheus-client` (`src/metrics.rs`).
 //! - Retention ([`purge`]): `loom purge` deletes ended executions older than a cutoff in
 //!   bounded batches, on a store file or through the admin API.
 //! - A small client of the admin API ([`AdminClient`]) and the `loom` binary (`src/main.rs`).
@@ -41,6 +43,7 @@ mod admin;
 mod client;
 mod error;
 mod expected;
+mod metrics;
 mod offline;
 mod query;
 mod retention;
@@ -60,6 +63,7 @@ pub use expected::{
     ExpectedPayload, FieldViolation, check_resume, describe, example_payload, expected_of,
     field_violations, gate_expectations, gate_for, violations,
 };
+pub use metrics::METRICS_CONTENT_TYPE;
 pub use offline::{
     GOES_ON_WHEN_RECOVERED, GOES_ON_WHEN_RECOVERED_POSTGRES, cancel, no_pending_gate, not_in_doubt,
     resolve, resume,

@@ -1163,9 +1163,41 @@ async function followEvents(generation) {
   }
 }
 
+// The header's figures, from the metrics endpoint (Prometheus text, docs/CONSOLE.md "Metrics"):
+// steps ended per second since the last refresh, steps in doubt, and how long the execution
+// parked longest has waited. Optional: a failure here leaves the strip as it was.
+let lastFigures = null;
+
+function metric(text, name) {
+  const line = text.split("\n").find((l) => l.startsWith(name + " "));
+  return line === undefined ? null : Number(line.slice(name.length + 1));
+}
+
+async function refreshFigures() {
+  const response = await fetch(new URL("metrics", API), {
+    headers: { Authorization: "Bearer " + token },
+    cache: "no-store",
+  });
+  if (!response.ok) return;
+  const text = await response.text();
+  const at = Date.now();
+  const ended = (metric(text, "loom_steps_completed_total") || 0) + (metric(text, "loom_steps_failed_total") || 0);
+  const parts = [];
+  if (lastFigures && at > lastFigures.at) {
+    const rate = Math.max(0, ended - lastFigures.ended) / ((at - lastFigures.at) / 1000);
+    parts.push(rate.toFixed(rate < 10 ? 1 : 0) + " steps/s");
+  }
+  lastFigures = { at, ended };
+  parts.push((metric(text, "loom_steps_in_doubt") || 0) + " in doubt");
+  const parked = metric(text, "loom_oldest_parked_age_seconds");
+  if (parked !== null) parts.push("oldest parked " + duration(Math.round(parked * 1000)));
+  $("figures").textContent = parts.join(" · ");
+  $("figures").hidden = false;
+}
+
 async function refresh() {
   try {
-    await Promise.all([refreshDoubts(), refreshExecutions(), refreshDetail()]);
+    await Promise.all([refreshDoubts(), refreshExecutions(), refreshDetail(), refreshFigures().catch(() => {})]);
     say("");
   } catch (error) {
     say(error.message);
@@ -1192,6 +1224,8 @@ function logout() {
   $("logout").hidden = true;
   $("connected").hidden = true;
   $("login-fields").hidden = false;
+  $("figures").hidden = true;
+  lastFigures = null;
 }
 
 function moveSelection(step) {

@@ -13,6 +13,9 @@
 //!   effect-dispatch seam ([`Effect`]), recovery, and plugin composition ([`Plugin`]) checked
 //!   against `KERNEL_ABI`.
 //! - K10-R6 data classification ([`DataClassification`]): which values must be masked on egress.
+//! - What the runtime and the stores count of their work for an operator's metrics
+//!   ([`RuntimeStats`], [`StoreStats`]): plain numbers kept by relaxed atomic adds, translated by
+//!   whoever exports them (the console's `/admin/v1/metrics`).
 //! - The record codec ([`record`]): the bytes a store keeps per event, public so that every
 //!   store (the PostgreSQL one included) writes the same records.
 //! - `conformance` (with the `testkit` feature): the one test suite every store must pass,
@@ -32,7 +35,8 @@
 //!
 //! # What it must not depend on
 //! No other Loom crate: `loom-agent-surface`, `loom-effect-runtime` and `loom-plugin-a2ui` build
-//! on the kernel, never the reverse. The kernel treats `SURFACE_PATCH` ops as opaque JSON.
+//! on the kernel, never the reverse. The kernel treats `SURFACE_PATCH` ops as opaque JSON. No
+//! metrics library: its figures are plain numbers.
 //!
 //! # Example
 //! ```
@@ -114,19 +118,20 @@ pub use runtime::{
     MAX_CALLER_TEXT, ManualClock, NonDeterminism, PATCH_KIND, PAYLOAD_SCHEMA_KIND, PendingRequest,
     Plugin, Projection, REQUEST_KIND, RecoveryReport, ReplayError, ReplayReport, Replayer,
     ResolveError, ResumeAuthenticator, ResumeError, ResumeRequest, Runtime, RuntimeBuilder,
-    Selected, SkippedExecution, StartError, StartOptions, StartRequest, StepError, StepName,
-    SystemClock, TIMED_OUT_KEY, TIMER_EVENT_TYPE, TimedGate, TypedCommand, UnregisteredFlow,
-    UsesEffects, WaitError, catch_up, child_end_resume, child_parent, expected_payload, flow_fn,
-    input_digest, payload_schema_step_id, pending_requests, pending_requests_of, request_gate_id,
-    request_step_id, stable_hash,
+    RuntimeStats, Selected, SkippedExecution, StartError, StartOptions, StartRequest, StepError,
+    StepName, SystemClock, TIMED_OUT_KEY, TIMER_EVENT_TYPE, TimedGate, TypedCommand,
+    UnregisteredFlow, UsesEffects, WaitError, catch_up, child_end_resume, child_parent,
+    expected_payload, flow_fn, input_digest, payload_schema_step_id, pending_requests,
+    pending_requests_of, request_gate_id, request_step_id, stable_hash,
 };
 pub use store::tail::{RefusedEvent, TailChange, filter_code, status_code, status_from_code};
 pub use store::{
     AppendError, DiskStore, DiskStoreConfig, EncodedAppend, EncodedRecords, EventStore,
     EventStoreExt, ExecutionCursor, ExecutionPage, ExecutionQuery, ExecutionQueryPage,
-    ExecutionSummary, ExecutionTail, FeedEvent, FoldStoredError, LeaseHold, LeaseInfo,
-    ListedExecution, MAX_QUERY_LIMIT, MemoryStore, NewClaim, OpenError, ReadError, RecordsIter,
-    RetentionError, STREAM_PAGE, StatusCounts, StatusFilter, StorageError, StoredLog, WakeReason,
-    Wakeup, check_batch, decode_stored, every_listed_execution, prefix_upper_bound,
-    start_of_first_record, wake, wall_clock_ms,
+    ExecutionSummary, ExecutionTail, FeedEvent, FoldStoredError, LATENCY_BOUNDS_US,
+    LatencyHistogram, LatencyRecorder, LeaseHold, LeaseInfo, ListedExecution, MAX_QUERY_LIMIT,
+    MemoryStore, NewClaim, OpenError, ReadError, RecordsIter, RetentionError, STREAM_PAGE,
+    StatusCounts, StatusFilter, StorageError, StoreStats, StoredLog, WakeReason, Wakeup,
+    check_batch, decode_stored, every_listed_execution, prefix_upper_bound, start_of_first_record,
+    wake, wall_clock_ms,
 };

@@ -37,6 +37,7 @@
 
 use std::collections::HashMap;
 use std::sync::Mutex;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use deadpool_postgres::Pool;
@@ -79,23 +80,31 @@ pub(crate) struct Leases {
     /// How old a confirmation may be for [`Leases::fresh`] to trust it.
     confirm_after: Duration,
     held: Mutex<HashMap<ExecutionId, Held>>,
+    /// Leases taken over ([`Leases::takeovers`]).
+    takeovers: AtomicU64,
 }
 
 /// Renews the lease if it is still ours under the token remembered (`$3`): nobody took it
 /// since, so nobody else wrote, even if it lapsed. Or takes it with the next token if it is
 /// not remembered and free, lapsed or ours from an earlier run, only while the log is at the
-/// head the caller saw (`$4`), so that nobody's work since is overlooked.
+/// head the caller saw (`$4`), so that nobody's work since is overlooked. Also returns whether
+/// that was a take-over: a lease not remembered taken from a row that still named a holder
+/// (the row as it was, locked, before the update).
 const HOLD: &str = "\
+WITH previous AS (
+    SELECT lease_owner AS previous_owner FROM loom_executions WHERE execution_id = $1 FOR UPDATE
+)
 UPDATE loom_executions
 SET lease_owner = $2,
     last_lease_owner = $2,
     lease_token = CASE WHEN lease_token = $3 THEN lease_token ELSE lease_token + 1 END,
     lease_expires_at = clock_timestamp() + $5 * interval '1 millisecond'
+FROM previous
 WHERE execution_id = $1
   AND (lease_token = $3 AND lease_owner = $2
        OR $3::int8 IS NULL AND head = $4
           AND (lease_owner IS NULL OR lease_owner = $2 OR lease_expires_at <= clock_timestamp()))
-RETURNING lease_token";
+RETURNING lease_token, $3::int8 IS NULL AND previous_owner IS NOT NULL";
 
 impl Leases {
     pub(crate) fn new(worker_id: String, lease: Duration, confirm_after: Duration) -> Self {
@@ -104,6 +113,21 @@ impl Leases {
             lease,
             confirm_after: confirm_after.min(lease / 2),
             held: Mutex::default(),
+            takeovers: AtomicU64::new(0),
+        }
+    }
+
+    /// Leases this worker took over since it started: taken, not remembered, from a row that
+    /// still named a holder who had not given the lease back (its lease ran out, or it was
+    /// this worker's id in an earlier run). For an operator's metrics.
+    pub(crate) fn takeovers(&self) -> u64 {
+        self.takeovers.load(Ordering::Relaxed)
+    }
+
+    /// Counts `count` take-overs that are durable.
+    pub(crate) fn took_over(&self, count: u64) {
+        if count > 0 {
+            self.takeovers.fetch_add(count, Ordering::Relaxed);
         }
     }
 
@@ -182,6 +206,10 @@ impl Leases {
             return Ok(None);
         };
         let token: i64 = row.get(0);
+        // The statement commits on its own: the take-over is durable.
+        if row.get::<_, Option<bool>>(1) == Some(true) {
+            self.took_over(1);
+        }
         // An append committed meanwhile may have taken the lease on further: keep the newest.
         match held.get_mut(execution) {
             Some(h) if h.token > token => {}

@@ -22,7 +22,7 @@ use futures::future::{join_all, select_all};
 use loom_kernel::{
     AppendError, Event, EventEnvelope, EventStore, ExecutionId, ExecutionPage, ExecutionQuery,
     ExecutionQueryPage, ExecutionSummary, FeedEvent, LeaseHold, LeaseInfo, ListedExecution,
-    ReadError, RetentionError, StatusCounts, StatusFilter,
+    ReadError, RetentionError, StatusCounts, StatusFilter, StoreStats,
 };
 
 use crate::{ConnectError, PostgresStore, PostgresStoreConfig};
@@ -370,6 +370,18 @@ impl EventStore for ShardedStore {
 
     fn has_leases(&self) -> bool {
         true
+    }
+
+    /// Every shard's figures added up.
+    fn stats(&self) -> Option<StoreStats> {
+        let mut takeovers = 0u64;
+        for shard in self.shards.iter() {
+            let shard = shard.stats()?;
+            takeovers = takeovers.saturating_add(shard.lease_takeovers?);
+        }
+        let mut stats = StoreStats::default();
+        stats.lease_takeovers = Some(takeovers);
+        Some(stats)
     }
 
     /// One shard: its feed. Several: refused, there is no one order across shards (see

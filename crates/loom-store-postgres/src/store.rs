@@ -11,7 +11,7 @@ use loom_kernel::{
 };
 use loom_kernel::{
     ExecutionQuery, ExecutionQueryPage, FeedEvent, RetentionError, StatusCounts, StatusFilter,
-    StorageError, decode_stored, filter_code,
+    StorageError, StoreStats, decode_stored, filter_code,
 };
 use tokio::sync::{mpsc, oneshot};
 use tokio::task::JoinHandle;
@@ -685,6 +685,14 @@ impl EventStore for PostgresStore {
 
     fn has_leases(&self) -> bool {
         true
+    }
+
+    /// The lease take-overs this worker made; the commits and their latency are not counted
+    /// on PostgreSQL yet.
+    fn stats(&self) -> Option<StoreStats> {
+        let mut stats = StoreStats::default();
+        stats.lease_takeovers = Some(self.shared.leases.takeovers());
+        Some(stats)
     }
 
     async fn lease_info(&self, execution: &ExecutionId) -> Result<Option<LeaseInfo>, ReadError> {

@@ -116,6 +116,8 @@ struct Update<'a> {
 struct Committed {
     outcomes: Vec<Result<u64, AppendError>>,
     leases: Vec<(ExecutionId, Option<i64>)>,
+    /// Leases taken over by the batch (`Leases::takeovers`).
+    takeovers: u64,
     /// What the fast path may remember of each execution afterwards (`None`: forget it).
     cache: Vec<(ExecutionId, Option<Cached>)>,
 }
@@ -214,10 +216,12 @@ impl Writer {
             Ok(Committed {
                 outcomes,
                 leases,
+                takeovers,
                 cache,
             }) => {
                 tracing::debug!(path = "full", "group committed");
                 self.leases.apply(leases, since);
+                self.leases.took_over(takeovers);
                 for (execution, cached) in cache {
                     match cached {
                         Some(cached) => self.cache.insert(execution, cached),
@@ -539,6 +543,7 @@ impl Writer {
         let mut outcomes = Vec::with_capacity(batch.len());
         let mut lease_changes = Vec::new();
         let mut cache_changes = Vec::new();
+        let mut takeovers = 0;
         let mut held = self.leases.snapshot(batch.iter().map(|r| &r.execution));
         // Per execution, what the accepted appends do to its rows of the wake-up index.
         let mut wake: BTreeMap<&str, WakeOps> = BTreeMap::new();
@@ -568,7 +573,7 @@ impl Writer {
                 }));
                 continue;
             }
-            let token = match self.leases.decide(row, held.get(id).copied()) {
+            let (token, taking_over) = match self.leases.decide(row, held.get(id).copied()) {
                 LeaseDecision::Refused { lost } => {
                     cache_changes.push((request.execution.clone(), None));
                     if lost {
@@ -587,7 +592,11 @@ impl Writer {
                     }));
                     continue;
                 }
-                LeaseDecision::Granted { token } => token,
+                // Granted without being remembered while the row names a holder: a lease that
+                // ran out, or this worker's from an earlier run, taken over.
+                LeaseDecision::Granted { token } => {
+                    (token, !held.contains_key(id) && row.owner.is_some())
+                }
             };
             if let Err(refused) = tail.apply_changes(&request.changes, request.recorded_at_ms) {
                 cache_changes.push((request.execution.clone(), None));
@@ -596,6 +605,7 @@ impl Writer {
                 ));
                 continue;
             }
+            takeovers += u64::from(taking_over);
             for (seq, record) in (request.expected_seq..).zip(request.records.iter()) {
                 event_ids.push(id);
                 event_seqs.push(seq as i64);
@@ -651,6 +661,7 @@ impl Writer {
             return Ok(Committed {
                 outcomes,
                 leases: lease_changes,
+                takeovers: 0,
                 cache: cache_changes,
             });
         }
@@ -764,6 +775,7 @@ impl Writer {
         let decided = Committed {
             outcomes,
             leases: lease_changes,
+            takeovers,
             cache: cache_changes,
         };
         if Faults::take(&self.faults.lose_commit) {

@@ -74,6 +74,9 @@ async fn the_web_console_lists_doubts_and_shows_an_execution_masked() {
     );
     // The cancelled order's charge is still in doubt: listed, marked, with no verdict to give.
     assert!(page.contains("id=\"doubt-count\">(2)<"), "{page}");
+    // The header's figures, from the metrics endpoint, count the same two (nothing is parked:
+    // no age is shown).
+    assert!(page.contains("2 in doubt</span>"), "{page}");
     assert!(
         page.contains("class=\"card doubt cancelled\" data-execution=\"order-2\""),
         "{page}"

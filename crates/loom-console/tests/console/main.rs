@@ -16,4 +16,5 @@ mod cli_postgres;
 mod cli_purge;
 mod cli_store;
 mod gate_schemas;
+mod metrics;
 mod offline_reserved;

@@ -6,6 +6,7 @@
 pub mod cdp;
 pub mod chromium;
 pub mod fill;
+pub mod prometheus;
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};

@@ -183,6 +183,10 @@ impl<S: EventStore, H: StoreHooks<S>> EventStore for Hooked<S, H> {
         self.inner.has_leases()
     }
 
+    fn stats(&self) -> Option<crate::store::StoreStats> {
+        self.inner.stats()
+    }
+
     fn lease_info(
         &self,
         execution: &ExecutionId,

@@ -16,6 +16,7 @@ use crate::runtime::handle;
 use crate::runtime::keep::{self, DEFAULT_MAX_PARKED_IN_MEMORY};
 use crate::runtime::plugin::{self, Contributions, Plugin, Projection};
 use crate::runtime::slots::{Inner, Slots};
+use crate::runtime::stats::StepCounters;
 #[cfg(doc)]
 use crate::runtime::timers::ManualClock;
 use crate::runtime::timers::{self, Clock, SystemClock};
@@ -164,6 +165,7 @@ impl<S: EventStore> RuntimeBuilder<S> {
             shutting: tokio::sync::Mutex::new(()),
             kept: keep::KeptFlows::new(self.max_parked_in_memory),
             launcher: driver::launcher(),
+            steps: StepCounters::default(),
         })
     }
 }

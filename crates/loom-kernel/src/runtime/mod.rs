@@ -69,6 +69,7 @@ mod slots;
 #[cfg(test)]
 mod slots_released;
 mod start;
+mod stats;
 mod timers;
 mod wait_ended;
 mod wakeups;
@@ -108,6 +109,7 @@ pub use requests::{
     PendingRequest, REQUEST_KIND, pending_requests, pending_requests_of, request_gate_id,
     request_step_id,
 };
+pub use stats::RuntimeStats;
 pub use timers::{
     CLOSED_KEY, Clock, DEADLINE_KIND, ManualClock, SystemClock, TIMED_OUT_KEY, TIMER_EVENT_TYPE,
 };
@@ -254,6 +256,13 @@ impl<S: EventStore> Runtime<S> {
     /// ```
     pub fn registered_flows(&self) -> impl Iterator<Item = &dyn Flow> {
         self.inner.flows.values().map(|flow| flow.as_ref())
+    }
+
+    /// What this runtime has counted of its steps since it was built (effects invoked, step
+    /// outcomes made durable), for an operator's metrics. The store's own figures are
+    /// [`EventStore::stats`].
+    pub fn stats(&self) -> RuntimeStats {
+        self.inner.steps.snapshot()
     }
 
     /// Starts `flow` with `input`. Returns once `EXECUTION_STARTED` is durable; the flow then

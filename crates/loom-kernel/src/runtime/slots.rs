@@ -23,6 +23,7 @@ use crate::runtime::keep::KeptFlows;
 use crate::runtime::mailbox::{self, DriverMsg, DriverReceiver, DriverSender, Exit, NewExecution};
 use crate::runtime::plugin::{InboundHandler, Projection};
 use crate::runtime::recent::RecentStates;
+use crate::runtime::stats::StepCounters;
 use crate::runtime::timers::Timers;
 use crate::store::EventStore;
 
@@ -54,6 +55,8 @@ pub(crate) struct Inner<S> {
     /// What runs an execution's driver, and what follows its end (the driver's module,
     /// given at composition: this module only schedules drivers).
     pub(crate) launcher: Launcher<S>,
+    /// Steps started and ended by this runtime's drivers (`Runtime::stats`).
+    pub(crate) steps: StepCounters,
 }
 
 impl<S> Drop for Inner<S> {

@@ -87,8 +87,8 @@ use super::tail::{ExecutionTail, filter_code};
 use super::watch::{FeedWatch, HeadWatch};
 use super::{
     AppendError, EncodedAppend, EventStore, ExecutionPage, ExecutionQuery, ExecutionQueryPage,
-    ExecutionSummary, FeedEvent, ReadError, RetentionError, StatusCounts, StatusFilter,
-    StorageError, decode_stored,
+    ExecutionSummary, FeedEvent, LatencyRecorder, ReadError, RetentionError, StatusCounts,
+    StatusFilter, StorageError, StoreStats, decode_stored,
 };
 use crate::envelope::EventEnvelope;
 use crate::event::Event;
@@ -283,6 +283,18 @@ struct Shared {
     last_commit: Arc<LastCommit>,
     /// Checkpoints taken since the store opened ([`DiskStore::checkpoints`]).
     checkpoints: Arc<AtomicU64>,
+    /// What the writer counts as it commits ([`DiskStore::stats`]).
+    stats: Arc<WriterStats>,
+}
+
+/// What the writer counts as it commits, for [`DiskStore::stats`]: relaxed atomic adds, one
+/// clock reading around each group commit and one around its `fdatasync`.
+#[derive(Debug, Default)]
+struct WriterStats {
+    commits: AtomicU64,
+    appends: AtomicU64,
+    commit_latency: LatencyRecorder,
+    fsync_latency: LatencyRecorder,
 }
 
 /// The database, opened for writing or read-only.
@@ -415,6 +427,7 @@ impl DiskStore {
         let pending = Arc::new(Pending::default());
         let last_commit = Arc::new(LastCommit::default());
         let checkpoints = Arc::new(AtomicU64::new(0));
+        let stats = Arc::new(WriterStats::default());
         if let Db::Write(db) = &*db {
             last_commit.replace(db);
         }
@@ -449,6 +462,7 @@ impl DiskStore {
             let max_batch_events = config.max_batch_events.max(1);
             let checkpoint_commits = config.checkpoint_commits.max(1);
             let checkpoint_count = Arc::clone(&checkpoints);
+            let writer_stats = Arc::clone(&stats);
             let writer = std::thread::Builder::new()
                 .name("loom-store-writer".into())
                 .spawn(move || {
@@ -472,6 +486,7 @@ impl DiskStore {
                             handed_generation: None,
                             durable_end: journal::HEADER_LEN,
                             checkpoints: &checkpoint_count,
+                            stats: &writer_stats,
                             commits: 0,
                             pruned_at: 0,
                             queue: Vec::new(),
@@ -504,6 +519,7 @@ impl DiskStore {
                 pending,
                 last_commit,
                 checkpoints,
+                stats,
             }),
         })
     }
@@ -542,6 +558,20 @@ impl DiskStore {
     /// load test plots against its latencies.
     pub fn checkpoints(&self) -> u64 {
         self.shared.checkpoints.load(Ordering::Relaxed)
+    }
+
+    /// What the writer has counted since this store was opened: commits (journal records),
+    /// the appends they made durable, and the latency of each commit and of its
+    /// `fdatasync`. A store opened read-only commits nothing: its figures stay 0.
+    pub fn stats(&self) -> StoreStats {
+        let stats = &self.shared.stats;
+        StoreStats {
+            commits: Some(stats.commits.load(Ordering::Relaxed)),
+            appends: Some(stats.appends.load(Ordering::Relaxed)),
+            commit_latency: Some(stats.commit_latency.snapshot()),
+            fsync_latency: Some(stats.fsync_latency.snapshot()),
+            lease_takeovers: None,
+        }
     }
 
     /// The whole logs of several executions as stored, not decoded (an unknown one is
@@ -675,6 +705,8 @@ struct Writer<'a> {
     durable_end: u64,
     /// Checkpoints taken since the store opened, as [`DiskStore::checkpoints`] reports them.
     checkpoints: &'a AtomicU64,
+    /// Commits, appends and latencies, as [`DiskStore::stats`] reports them.
+    stats: &'a WriterStats,
     /// Journaled commits since the store opened: the applier reports the last one it applied.
     commits: u64,
     /// Journaled appends not handed to the applier yet, in commit order.
@@ -934,6 +966,8 @@ impl Writer<'_> {
 
     fn commit(&mut self, mut batch: Vec<Append>, events: usize) {
         let _span = tracing::debug_span!("group_commit", requests = batch.len(), events).entered();
+        let started = std::time::Instant::now();
+        let commits_before = self.commits;
         if self.poisoned.is_none()
             && let Some(failed) = self.applied.failure()
         {
@@ -990,6 +1024,10 @@ impl Writer<'_> {
                     }));
                 }
             }
+        }
+        if self.commits != commits_before {
+            // A batch of conflicts alone wrote no record: it is no commit.
+            self.stats.commit_latency.record(started.elapsed());
         }
         // After the replies: the batch is durable whatever a checkpoint or a wait for the
         // applier takes.
@@ -1075,6 +1113,12 @@ impl Writer<'_> {
             .append(&self.payload)
             .map_err(|error| CommitError::Journal(StorageError::new(error)))?;
         self.commits += 1;
+        self.stats.commits.fetch_add(1, Ordering::Relaxed);
+        self.stats.fsync_latency.record(self.journal.last_sync());
+        let accepted = outcomes.iter().filter(|outcome| outcome.is_ok()).count();
+        self.stats
+            .appends
+            .fetch_add(accepted as u64, Ordering::Relaxed);
         for (id, (head, tail)) in staged {
             self.decided
                 .insert(id.to_owned(), (head, tail, self.commits));
@@ -1969,6 +2013,10 @@ impl EventStore for DiskStore {
 
     fn indexes_wakeups(&self) -> bool {
         true
+    }
+
+    fn stats(&self) -> Option<StoreStats> {
+        Some(DiskStore::stats(self))
     }
 
     async fn read_feed(&self, from: u64, limit: usize) -> Result<Vec<FeedEvent>, ReadError> {

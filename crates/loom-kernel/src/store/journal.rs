@@ -34,6 +34,7 @@ use std::fs::{File, OpenOptions};
 use std::io::{self, Read};
 use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
 
 use crate::checksum::crc32c;
 
@@ -88,6 +89,8 @@ pub(super) struct Journal {
     /// The file's length: zeros from `end` to here.
     grown: u64,
     frame: Vec<u8>,
+    /// How long the last [`Journal::append`]'s `fdatasync` took (the store's metrics).
+    last_sync: Duration,
 }
 
 /// What [`Journal::rotate_keeping`] carried over to the next generation.
@@ -127,6 +130,7 @@ impl Journal {
             end,
             grown: end + PAD,
             frame: Vec::new(),
+            last_sync: Duration::ZERO,
         })
     }
 
@@ -180,6 +184,7 @@ impl Journal {
             end,
             grown: end + PAD,
             frame: std::mem::take(&mut self.frame),
+            last_sync: Duration::ZERO,
         };
         Ok(Carried {
             records,
@@ -198,6 +203,11 @@ impl Journal {
     /// The offset just past the last record.
     pub(super) fn end(&self) -> u64 {
         self.end
+    }
+
+    /// How long the last append's `fdatasync` took.
+    pub(super) fn last_sync(&self) -> Duration {
+        self.last_sync
     }
 
     /// Appends one record and makes it durable (one `pwrite`, one `fdatasync`). On error the
@@ -235,7 +245,9 @@ impl Journal {
             self.grown = grown;
         }
         self.file.write_all_at(&self.frame, self.end).map_err(io)?;
+        let syncing = Instant::now();
         self.file.sync_data().map_err(io)?;
+        self.last_sync = syncing.elapsed();
         self.end += self.frame.len() as u64;
         Ok(self.end)
     }

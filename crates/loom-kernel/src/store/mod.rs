@@ -44,6 +44,7 @@ mod encoded;
 mod journal;
 mod memory;
 mod query;
+mod stats;
 pub(crate) mod tail;
 pub mod wake;
 mod watch;
@@ -61,6 +62,7 @@ pub use query::{
     ExecutionCursor, ExecutionQuery, ExecutionQueryPage, ListedExecution, MAX_QUERY_LIMIT,
     StatusCounts, prefix_upper_bound,
 };
+pub use stats::{LATENCY_BOUNDS_US, LatencyHistogram, LatencyRecorder, StoreStats};
 pub use tail::ExecutionTail;
 use tail::TailChange;
 pub use wake::{WakeReason, Wakeup};
@@ -726,6 +728,17 @@ pub trait EventStore: Send + Sync + 'static {
     /// process writes at a time: the runtime then does neither, and asks nothing.
     fn has_leases(&self) -> bool {
         false
+    }
+
+    /// What the store counts of its own work since it was opened in this process (commits,
+    /// their latency, lease take-overs), for an operator's metrics: plain numbers, each
+    /// `None` where the store keeps no such figure. Never used to decide anything.
+    ///
+    /// - **Cost.** A few atomic loads: a store keeps these as it goes, never reads them from
+    ///   its backend for this call.
+    /// - **Default.** `None`: the store reports nothing.
+    fn stats(&self) -> Option<StoreStats> {
+        None
     }
 }
 

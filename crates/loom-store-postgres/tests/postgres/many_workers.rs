@@ -34,6 +34,13 @@ async fn two_workers(test: &str, lease: Duration) -> Option<(PostgresStore, Post
     Some((a, b))
 }
 
+/// The lease take-overs `store` counted for the metrics.
+fn takeovers(store: &PostgresStore) -> u64 {
+    EventStore::stats(store)
+        .and_then(|stats| stats.lease_takeovers)
+        .expect("the PostgreSQL store counts take-overs")
+}
+
 fn is_conflict(result: &Result<u64, AppendError>) -> bool {
     matches!(result, Err(AppendError::Conflict { .. }))
 }
@@ -116,6 +123,8 @@ async fn a_second_worker_takes_over_after_the_owner_dies_and_fences_it_out() {
     assert_eq!(head, 2);
     let second = b.lease_token(&e).expect("b holds the lease");
     assert!(second > first, "a take-over draws a new fencing token");
+    assert_eq!(takeovers(&b), 1, "the metrics count B's take-over");
+    assert_eq!(takeovers(&a), 0);
     // A wakes up at what it thinks is the head: fenced out, and it forgets its lease.
     assert!(is_conflict(
         &a.append(&e, 1, &[tagged(json!("stale"))]).await
@@ -173,6 +182,11 @@ async fn a_parked_or_ended_execution_is_released_for_any_worker() {
     // Any worker resumes it at once; resuming makes it run, so B now holds it.
     b.append(&e, 2, &[resumed("g")]).await.expect("b resumes");
     assert!(b.lease_token(&e).is_some());
+    assert_eq!(
+        takeovers(&b),
+        0,
+        "a lease given back is taken, not taken over"
+    );
     assert!(is_conflict(&a.append(&e, 3, &[tagged(json!("a"))]).await));
     let done = Event::ExecutionCompleted(ExecutionCompleted {
         output: json!(1).into(),
@@ -534,4 +548,40 @@ async fn a_refused_connection_keeps_the_pool_s_error_as_its_source() {
             .starts_with("cannot connect to PostgreSQL: "),
         "{error}"
     );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_lease_held_before_an_effect_counts_a_take_over_only_from_a_holder() {
+    let Some((a, b)) = two_workers("hold_takeover", Duration::from_millis(300)).await else {
+        return;
+    };
+    // A parked execution's lease is free: holding it takes nothing over.
+    let parked = id("parked_hold");
+    a.append(&parked, 0, &[started("f"), suspended("g")])
+        .await
+        .expect("a");
+    assert!(matches!(
+        b.hold_lease(&parked, 2).await.expect("hold"),
+        loom_kernel::LeaseHold::Held { .. }
+    ));
+    assert_eq!(takeovers(&b), 0);
+    // A running execution whose holder stopped renewing: once its lease ran out, holding it
+    // takes it over.
+    let orphan = id("orphan_hold");
+    a.append(&orphan, 0, &[started("f")]).await.expect("a");
+    a.faults().pause_lease_renewal.store(true, Ordering::SeqCst);
+    let mut held = false;
+    for _ in 0..200 {
+        if matches!(
+            b.hold_lease(&orphan, 1).await.expect("hold"),
+            loom_kernel::LeaseHold::Held { .. }
+        ) {
+            held = true;
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(25)).await;
+    }
+    assert!(held, "B takes the lease once A's ran out");
+    assert_eq!(takeovers(&b), 1);
+    assert_eq!(takeovers(&a), 0);
 }

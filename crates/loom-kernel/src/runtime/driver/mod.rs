@@ -151,6 +151,7 @@ fn invoke<S: EventStore>(
     let handler = dispatch.effect;
     let mut call = dispatch.call;
     if !dispatch.durable_before {
+        inner.steps.started();
         let running = contain(|| handler.invoke(call));
         return Box::pin(tracing::Instrument::instrument(
             async move {
@@ -167,6 +168,7 @@ fn invoke<S: EventStore>(
         ));
     }
     let store = Arc::clone(&inner.store);
+    let inner = Arc::clone(inner);
     Box::pin(tracing::Instrument::instrument(
         async move {
             match store.hold_lease(&call.execution_id, head).await {
@@ -188,6 +190,7 @@ fn invoke<S: EventStore>(
                 }
                 Ok(hold) => call.lease_token = hold.token(),
             }
+            inner.steps.started();
             let outcome = match contain(|| handler.invoke(call)) {
                 Ok(running) => contain_future(running).await,
                 Err(panic) => Err(panic),

@@ -571,6 +571,7 @@ impl<S: EventStore> Run<S> {
     ) -> Result<Option<Exit>, DriveError> {
         match result {
             Ok((head, events)) => {
+                self.inner.steps.durable(&events);
                 publish(
                     &self.inner,
                     &self.execution,

@@ -15,4 +15,5 @@ mod held;
 mod journal;
 mod masking;
 mod rows;
+mod stats;
 mod store_conformance;
