@@ -511,9 +511,10 @@ mod tests {
         assert_eq!(client.base, "/ops");
         assert!(AdminClient::new("https://127.0.0.1:1", "t").is_err());
         assert!(AdminClient::new("http://127.0.0.1:x", "t").is_err());
+        // No token is a usage error: nothing was sent to be refused.
         assert_eq!(
             AdminClient::new("http://127.0.0.1:1", "").unwrap_err().kind,
-            ErrorKind::Unauthorized
+            ErrorKind::BadRequest
         );
     }
 

@@ -73,12 +73,14 @@ mod open;
 mod overlay;
 mod pending;
 mod runs;
+mod salvage;
 mod snapshot;
 mod wake;
 use apply::{Applied, Chunk, FlushReply, ToApplier};
 use checkpoint::{checkpoint, record_journal_position};
 use open::{check_not_empty, open_database};
 use pending::{Pending, PendingRecords};
+pub use salvage::{SalvageError, Salvaged};
 use snapshot::LastCommit;
 
 use super::claim::{ClaimTable, FirstAppend, NewClaim};
@@ -416,6 +418,30 @@ impl DiskStore {
         let path = path.as_ref().to_path_buf();
         check_not_empty(&path, true, false)?;
         Self::start(path, &config, Mode::ReadOnly)
+    }
+
+    /// Checks every page of the store file at `path` (redb's page checksums and allocator
+    /// state) without writing to it: what a crash left is repaired in memory first. `Ok(true)`
+    /// when all is whole, `Ok(false)` when only the allocator state needed repair (space
+    /// leaked, no data lost: the next open for writing repairs it), an error naming the
+    /// damage otherwise ([`OpenError::Corrupt`]). It reads the whole file (`loom store
+    /// check`); a writer that holds the file refuses it ([`OpenError::AlreadyOpen`]).
+    pub fn check_pages(path: impl AsRef<Path>) -> Result<bool, OpenError> {
+        let path = path.as_ref();
+        check_not_empty(path, true, false)?;
+        open::check_pages(path)
+    }
+
+    /// Reads every event log it can from the store file at `path` and its journal without
+    /// redb and without writing: for a file redb refuses to open (a damaged root or branch
+    /// page), when [`DiskStore::open_read_only`] cannot read it. Each log comes back from seq 0
+    /// up to its first missing event; `progress` is told the bytes read and the file's length
+    /// (`salvage.rs`; `loom store salvage`).
+    pub fn salvage(
+        path: impl AsRef<Path>,
+        progress: impl FnMut(u64, u64),
+    ) -> Result<Salvaged, SalvageError> {
+        salvage::salvage(path.as_ref(), progress)
     }
 
     fn start(path: PathBuf, config: &DiskStoreConfig, mode: Mode) -> Result<Self, OpenError> {

@@ -55,7 +55,7 @@ use std::sync::Arc;
 use futures::Stream;
 
 pub use claim::NewClaim;
-pub use disk::{DiskStore, DiskStoreConfig, OpenError, StoredLog};
+pub use disk::{DiskStore, DiskStoreConfig, OpenError, SalvageError, Salvaged, StoredLog};
 pub use encoded::{EncodedRecords, RecordsIter};
 pub use memory::MemoryStore;
 pub use query::{

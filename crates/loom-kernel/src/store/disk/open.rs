@@ -215,6 +215,31 @@ fn open_snapshot(
     }
 }
 
+/// redb's check of every page of `path` and of its allocator state, over [`Overlay`]: what a
+/// crash left is repaired in memory first, and nothing is written. `Ok(true)` when all is
+/// whole, `Ok(false)` when the allocator state needed repair (space leaked, no data lost),
+/// an error naming the damage otherwise.
+pub(super) fn check_pages(path: &Path) -> Result<bool, OpenError> {
+    let overlay =
+        std::fs::File::open(path)
+            .and_then(Overlay::new)
+            .map_err(|source| match source.kind() {
+                std::io::ErrorKind::NotFound => OpenError::Missing {
+                    path: path.to_path_buf(),
+                },
+                _ => OpenError::Io {
+                    path: path.to_path_buf(),
+                    source,
+                },
+            })?;
+    let mut builder = Database::builder();
+    builder.set_cache_size(0);
+    let mut db = contained(path, || builder.create_with_backend(overlay))?;
+    let checked = contained(path, || db.check_integrity());
+    drop_contained(db);
+    checked
+}
+
 /// `open` (an open of `path` in redb), its panic or error as the store's. redb documents that a
 /// plain open of an altered file may panic; a damaged file must be an error, never a crash of
 /// the embedding process.

@@ -15,5 +15,6 @@ mod held;
 mod journal;
 mod masking;
 mod rows;
+mod salvage;
 mod stats;
 mod store_conformance;
