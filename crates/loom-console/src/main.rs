@@ -390,6 +390,10 @@ async fn backend(cli: &Cli) -> Result<Backend, ConsoleError> {
     }))
 }
 
+/// The size from which a write command says that it checks every page first: the check
+/// reads the whole file, seconds for a large one (docs/PERFORMANCE.md).
+const LARGE_STORE_BYTES: u64 = 256 << 20;
+
 /// A store file and how to open it.
 #[derive(Debug)]
 struct StoreFile {
@@ -408,6 +412,15 @@ fn held_elsewhere(path: &Path) -> ConsoleError {
 /// first (redb's check repairs what it finds, so a read-only open cannot run it).
 fn open_file(file: &StoreFile, write: bool, verify: bool) -> Result<DiskStore, ConsoleError> {
     let path = file.path.as_path();
+    // The page check reads the whole file: on a large one, say what the wait is.
+    let bytes = std::fs::metadata(path).map_or(0, |meta| meta.len());
+    if write && verify && bytes >= LARGE_STORE_BYTES {
+        eprintln!(
+            "checking every page of {} ({} MiB) before writing to it ...",
+            path.display(),
+            bytes >> 20
+        );
+    }
     let config = DiskStoreConfig {
         cache_size_bytes: 16 << 20,
         verify_on_open: verify,

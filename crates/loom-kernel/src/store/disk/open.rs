@@ -77,7 +77,12 @@ pub(super) fn open_database(
     }
     let has_pages = std::fs::metadata(path).is_ok_and(|meta| meta.len() > 0);
     if config.verify_on_open && mode != Mode::ReadOnly && has_pages {
+        // In proportion to the file: said before and after, so that a long open is not silent.
+        let bytes = std::fs::metadata(path).map_or(0, |meta| meta.len());
+        tracing::info!(path = %path.display(), mib = bytes >> 20, "checking every page of the store before opening it (DiskStoreConfig::verify_on_open)");
+        let started = std::time::Instant::now();
         contained(path, || verify_pages(path))?;
+        tracing::info!(path = %path.display(), seconds = started.elapsed().as_secs_f64(), "every page checked");
     }
     let mut builder = Database::builder();
     builder.set_cache_size(config.cache_size_bytes);
