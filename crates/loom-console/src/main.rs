@@ -390,10 +390,6 @@ async fn backend(cli: &Cli) -> Result<Backend, ConsoleError> {
     }))
 }
 
-/// The size from which a write command says that it checks every page first: the check
-/// reads the whole file, seconds for a large one (docs/PERFORMANCE.md).
-const LARGE_STORE_BYTES: u64 = 256 << 20;
-
 /// A store file and how to open it.
 #[derive(Debug)]
 struct StoreFile {
@@ -408,22 +404,16 @@ fn held_elsewhere(path: &Path) -> ConsoleError {
     ))
 }
 
-/// Opens the store file: read-only unless `write`; with `write`, `verify` checks every page
-/// first (redb's check repairs what it finds, so a read-only open cannot run it).
-fn open_file(file: &StoreFile, write: bool, verify: bool) -> Result<DiskStore, ConsoleError> {
+/// Opens the store file: read-only unless `write`.
+fn open_file(file: &StoreFile, write: bool) -> Result<DiskStore, ConsoleError> {
     let path = file.path.as_path();
-    // The page check reads the whole file: on a large one, say what the wait is.
-    let bytes = std::fs::metadata(path).map_or(0, |meta| meta.len());
-    if write && verify && bytes >= LARGE_STORE_BYTES {
-        eprintln!(
-            "checking every page of {} ({} MiB) before writing to it ...",
-            path.display(),
-            bytes >> 20
-        );
-    }
+    // The default open: in proportion to the journal, not to the file (LD-039). The store's own
+    // checks refuse a damaged value where a command reads it; `loom store check` reads every
+    // page and row when asked.
     let config = DiskStoreConfig {
         cache_size_bytes: 16 << 20,
-        verify_on_open: verify,
+        // One command, then the file is closed: no scrub.
+        scrub_after_open: false,
         accept_cut_journal: file.accept_cut_journal,
         ..DiskStoreConfig::default()
     };
@@ -505,7 +495,7 @@ async fn run(cli: Cli) -> Result<(), ConsoleError> {
             };
             let listed = match &backend {
                 Backend::File(path) => {
-                    let store = open_file(path, false, true)?;
+                    let store = open_file(path, false)?;
                     loom_console::list_executions(&store, &filter).await?
                 }
                 Backend::Postgres(store) => loom_console::list_executions(store, &filter).await?,
@@ -517,7 +507,7 @@ async fn run(cli: Cli) -> Result<(), ConsoleError> {
             let execution = loom_console::execution_id(&id)?;
             let mut shown = match &backend {
                 Backend::File(path) => {
-                    let store = open_file(path, false, true)?;
+                    let store = open_file(path, false)?;
                     loom_console::show(&store, &execution, &classification).await?
                 }
                 Backend::Postgres(store) => {
@@ -547,7 +537,7 @@ async fn run(cli: Cli) -> Result<(), ConsoleError> {
         Command::InDoubt => {
             let listed = match &backend {
                 Backend::File(path) => {
-                    let store = open_file(path, false, true)?;
+                    let store = open_file(path, false)?;
                     loom_console::in_doubt(&store, loom_console::now_ms()).await?
                 }
                 Backend::Postgres(store) => {
@@ -585,7 +575,7 @@ async fn run(cli: Cli) -> Result<(), ConsoleError> {
                 .or_else(|| env("USER"));
             let note = match &backend {
                 Backend::File(path) => {
-                    let store = open_file(path, true, true)?;
+                    let store = open_file(path, true)?;
                     loom_console::resolve(&store, &execution, &step, verdict, operator).await?;
                     Some(loom_console::GOES_ON_WHEN_RECOVERED)
                 }
@@ -619,7 +609,7 @@ async fn run(cli: Cli) -> Result<(), ConsoleError> {
             let payload = parse_payload(&payload, "the payload")?;
             let note = match &backend {
                 Backend::File(path) => {
-                    let store = open_file(path, true, true)?;
+                    let store = open_file(path, true)?;
                     loom_console::resume(&store, &execution, &event_type, &key, payload).await?;
                     Some(loom_console::GOES_ON_WHEN_RECOVERED)
                 }
@@ -651,7 +641,7 @@ async fn run(cli: Cli) -> Result<(), ConsoleError> {
             let execution = loom_console::execution_id(&id)?;
             match &backend {
                 Backend::File(path) => {
-                    let store = open_file(path, true, true)?;
+                    let store = open_file(path, true)?;
                     loom_console::cancel(&store, &execution, reason).await?;
                 }
                 Backend::Postgres(store) => {
@@ -736,7 +726,7 @@ async fn run(cli: Cli) -> Result<(), ConsoleError> {
                 .collect::<Result<Vec<_>, _>>()?;
             let written = match &backend {
                 Backend::File(path) => {
-                    let store = open_file(path, false, true)?;
+                    let store = open_file(path, false)?;
                     export(&store, &out, &only).await?
                 }
                 Backend::Postgres(store) => export(store, &out, &only).await?,
@@ -796,7 +786,7 @@ async fn purge(
     };
     match backend {
         Backend::File(path) => {
-            let store = open_file(path, !dry_run, true)?;
+            let store = open_file(path, !dry_run)?;
             if dry_run {
                 let found = loom_console::would_purge(&store, ended_before_ms).await?;
                 print(&found.iter().map(|id| id.to_string()).collect::<Vec<_>>());
@@ -926,7 +916,7 @@ async fn store_check(file: &StoreFile, json: bool) -> Result<(), ConsoleError> {
         Err(OpenError::AlreadyOpen { .. }) => return Err(held_elsewhere(path)),
         Err(error) => format!("damaged: {error}"),
     };
-    let store = open_file(file, false, false)?;
+    let store = open_file(file, false)?;
     let mut listed = store.executions();
     let (mut read, mut events, mut damaged) = (0u64, 0u64, Vec::new());
     while let Some(summary) = listed
@@ -1170,7 +1160,7 @@ async fn tail(
             Backend::File(path) => {
                 // Opened and closed at each look, so the file is never held for long: the
                 // server may start meanwhile (and then this says to use --admin).
-                let store = open_file(path, false, first)?;
+                let store = open_file(path, false)?;
                 loom_console::events_from(&store, &execution, from, 4096, classification).await?
             }
             Backend::Postgres(store) => {

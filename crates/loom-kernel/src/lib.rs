@@ -131,7 +131,7 @@ pub use store::{
     ExecutionSummary, ExecutionTail, FeedEvent, FoldStoredError, LATENCY_BOUNDS_US,
     LatencyHistogram, LatencyRecorder, LeaseHold, LeaseInfo, ListedExecution, MAX_QUERY_LIMIT,
     MemoryStore, NewClaim, OpenError, ReadError, RecordsIter, RetentionError, STREAM_PAGE,
-    SalvageError, Salvaged, StatusCounts, StatusFilter, StorageError, StoreStats, StoredLog,
-    WakeReason, Wakeup, check_batch, decode_stored, every_listed_execution, prefix_upper_bound,
-    start_of_first_record, wake, wall_clock_ms,
+    SalvageError, Salvaged, ScrubStatus, StatusCounts, StatusFilter, StorageError, StoreStats,
+    StoredLog, WakeReason, Wakeup, check_batch, decode_stored, every_listed_execution,
+    prefix_upper_bound, start_of_first_record, wake, wall_clock_ms,
 };

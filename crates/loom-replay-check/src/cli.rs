@@ -238,11 +238,10 @@ fn jobs_of(args: &CheckArgs) -> usize {
 /// Executions read from a store at once.
 const READ_BATCH: usize = 32;
 
-/// How `replay-check` opens a store: every page is still verified on open, but with a small
-/// page cache. The check reads each record once, in key order, so the cache need only hold the
-/// B-trees' upper pages; a larger one costs memory, and time in the verification on open, which
-/// reads the whole file through the cache (with the default 64 MiB, about a quarter of the
-/// whole check of a 150 MiB file).
+/// How `replay-check` opens a store (read-only, so no page check runs at open; the store's own
+/// checks apply to every record read): with a small page cache. The check reads each record
+/// once, in key order, so the cache need only hold the B-trees' upper pages; a larger one
+/// costs memory.
 fn check_store_config() -> DiskStoreConfig {
     DiskStoreConfig {
         cache_size_bytes: 2 << 20,

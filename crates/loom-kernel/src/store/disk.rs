@@ -74,6 +74,7 @@ mod overlay;
 mod pending;
 mod runs;
 mod salvage;
+mod scrub;
 mod snapshot;
 mod wake;
 use apply::{Applied, Chunk, FlushReply, ToApplier};
@@ -81,6 +82,7 @@ use checkpoint::{checkpoint, record_journal_position};
 use open::{check_not_empty, open_database};
 use pending::{Pending, PendingRecords};
 pub use salvage::{SalvageError, Salvaged};
+pub use scrub::ScrubStatus;
 use snapshot::LastCommit;
 
 use super::claim::{ClaimTable, FirstAppend, NewClaim};
@@ -143,15 +145,21 @@ pub struct DiskStoreConfig {
     pub max_batch_events: usize,
     /// Verify every page's checksum when opening for writing, so that a damaged file is
     /// refused at open instead of failing (or worse) on a later read. Costs a read of the
-    /// whole file, outside the page cache (about 0.3 s for a million ended executions; see
-    /// docs/PERFORMANCE.md).
+    /// whole file, outside the page cache, before the open returns: in proportion to the file
+    /// (docs/PERFORMANCE.md). Off by default since LD-039: the open costs what the journal
+    /// holds, and [`DiskStoreConfig::scrub_after_open`] reads every row once in the background.
     ///
-    /// Off, the store trusts the file's pages: its own checks still refuse a damaged record,
-    /// head, tail, count or feed row where it is read (docs/STORAGE.md, "Damaged and foreign
-    /// files"), and a panic of the storage engine on a damaged page is reported as a damaged
-    /// file, but a damaged branch page can send a lookup astray unnoticed, and the engine may
-    /// panic again while such a panic unwinds, which ends the process.
+    /// Off, the store trusts the file's pages until the scrub has read them: its own checks
+    /// still refuse a damaged record, head, tail, count or feed row where it is read
+    /// (docs/STORAGE.md, "Damaged and foreign files"), and a panic of the storage engine on a
+    /// damaged page is reported as a damaged file, but a damaged branch page can send a lookup
+    /// astray unnoticed, and the engine may panic again while such a panic unwinds, which ends
+    /// the process. Turn it on where a file may be damaged at rest and a slower open is fine.
     pub verify_on_open: bool,
+    /// After an open for writing, a thread of low priority reads every row of the store's
+    /// tables once and checks each (`disk/scrub.rs`): damage at rest is logged as an error and
+    /// reported by [`DiskStore::scrub_status`] without the open waiting for it. On by default.
+    pub scrub_after_open: bool,
     /// A checkpoint is taken after this many commits (or once the journal holds 16 MiB): it
     /// bounds what an open after a crash applies from the journal, and how much the tables'
     /// durable commit writes at once. The applier thread makes the tables durable, then the
@@ -171,7 +179,8 @@ impl Default for DiskStoreConfig {
         Self {
             cache_size_bytes: 64 * 1024 * 1024,
             max_batch_events: 8192,
-            verify_on_open: true,
+            verify_on_open: false,
+            scrub_after_open: true,
             checkpoint_commits: 1024,
             accept_cut_journal: false,
         }
@@ -285,6 +294,9 @@ struct Shared {
     last_commit: Arc<LastCommit>,
     /// Checkpoints taken since the store opened ([`DiskStore::checkpoints`]).
     checkpoints: Arc<AtomicU64>,
+    /// The scrub's status and stop flag, and its thread, when one runs.
+    scrub: Option<Arc<scrub::Scrub>>,
+    scrubber: Mutex<Option<JoinHandle<()>>>,
     /// What the writer counts as it commits ([`DiskStore::stats`]).
     stats: Arc<WriterStats>,
 }
@@ -327,6 +339,16 @@ impl std::fmt::Debug for Shared {
 
 impl Drop for Shared {
     fn drop(&mut self) {
+        // The scrub holds the database too: stopped and joined first, so the file is released
+        // when this returns.
+        if let Some(scrub) = &self.scrub {
+            scrub.stop();
+        }
+        if let Ok(mut scrubber) = self.scrubber.lock()
+            && let Some(handle) = scrubber.take()
+        {
+            let _ = handle.join();
+        }
         // Closing the channel ends the writer once it has answered what is queued; joining it
         // releases its handle on the file, so the path can be opened again at once.
         if let Ok(mut requests) = self.requests.lock() {
@@ -532,6 +554,24 @@ impl DiskStore {
         } else {
             (None, None)
         };
+        let (scrub, scrubber) = match &*db {
+            Db::Write(_) if config.scrub_after_open => {
+                let scrub = Arc::new(scrub::Scrub::default());
+                let thread = {
+                    let (db, scrub, path) = (Arc::clone(&db), Arc::clone(&scrub), path.clone());
+                    std::thread::Builder::new()
+                        .name("loom-store-scrub".into())
+                        .spawn(move || {
+                            if let Db::Write(db) = &*db {
+                                scrub::run(db, &scrub, &path);
+                            }
+                        })
+                        .map_err(OpenError::Writer)?
+                };
+                (Some(scrub), Some(thread))
+            }
+            _ => (None, None),
+        };
         tracing::debug!(path = %path.display(), "disk store opened");
         Ok(Self {
             shared: Arc::new(Shared {
@@ -546,8 +586,17 @@ impl DiskStore {
                 last_commit,
                 checkpoints,
                 stats,
+                scrub,
+                scrubber: Mutex::new(scrubber),
             }),
         })
+    }
+
+    /// How far the scrub that reads every row after an open for writing has gone, and the
+    /// damage it found ([`DiskStoreConfig::scrub_after_open`]); `None` when none runs (a
+    /// read-only open, or the scrub turned off).
+    pub fn scrub_status(&self) -> Option<ScrubStatus> {
+        self.shared.scrub.as_ref().map(|scrub| scrub.status())
     }
 
     fn send(&self, request: WriteRequest) -> Result<(), ()> {

@@ -55,7 +55,9 @@ use std::sync::Arc;
 use futures::Stream;
 
 pub use claim::NewClaim;
-pub use disk::{DiskStore, DiskStoreConfig, OpenError, SalvageError, Salvaged, StoredLog};
+pub use disk::{
+    DiskStore, DiskStoreConfig, OpenError, SalvageError, Salvaged, ScrubStatus, StoredLog,
+};
 pub use encoded::{EncodedRecords, RecordsIter};
 pub use memory::MemoryStore;
 pub use query::{

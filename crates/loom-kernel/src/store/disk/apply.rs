@@ -240,7 +240,7 @@ const APPLIER_NICENESS: i32 = 10;
 /// waits for its next transaction, leaving it the CPU: it cannot fall behind without bound.
 /// Linux sets a nice value per thread; elsewhere, and where the call is refused, the applier
 /// keeps the process's.
-fn yield_to_the_commit_path() {
+pub(super) fn yield_to_the_commit_path() {
     #[cfg(target_os = "linux")]
     {
         use rustix::process::{getpriority_process, setpriority_process};

@@ -304,11 +304,16 @@ mod tests {
     #[test]
     fn event_keys_read_as_redb_encodes_them_and_anything_else_does_not() {
         use redb::Value;
-        for id in ["a", &"x".repeat(300), &"y".repeat(70_000)] {
+        // Ids up to the longest allowed, whose length takes one byte or three.
+        let longest = "x".repeat(crate::id::MAX_EXECUTION_ID_LEN);
+        for id in ["a", &"w".repeat(253), longest.as_str()] {
             let encoded = <(&str, u64)>::as_bytes(&(id, 42));
             let (execution, seq) = event_key(&encoded).expect("an event key");
             assert_eq!((execution.as_str(), seq), (id, 42));
         }
+        // Longer than an id may be: not an event key, read without a panic.
+        let encoded = <(&str, u64)>::as_bytes(&("y".repeat(70_000).as_str(), 42));
+        assert!(event_key(&encoded).is_none());
         assert!(event_key(&[]).is_none());
         assert!(event_key(&[3, b'a', b'b']).is_none());
         assert!(event_key(&[255, 255, 255, 255, 255]).is_none());

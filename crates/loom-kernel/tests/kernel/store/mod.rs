@@ -16,5 +16,6 @@ mod journal;
 mod masking;
 mod rows;
 mod salvage;
+mod scrub;
 mod stats;
 mod store_conformance;
