@@ -66,28 +66,43 @@ pub struct Salvaged {
     pub journal_error: Option<String>,
 }
 
+/// Every event record found, by execution and seq: its bytes, and whether the journal gave it.
+type Found = BTreeMap<(String, u64), (Vec<u8>, bool)>;
+
 /// Reads every event log it can from the store file at `path` and its journal, without redb
 /// and without writing; `progress` is told the bytes read so far and the file's length, about
 /// every 64 MiB.
 pub(super) fn salvage(
     path: &Path,
-    mut progress: impl FnMut(u64, u64),
+    progress: impl FnMut(u64, u64),
 ) -> Result<Salvaged, SalvageError> {
-    let io = |source| SalvageError::Io {
+    let mut found = Found::new();
+    let mut salvaged = Salvaged::default();
+    from_pages(path, progress, &mut found, &mut salvaged).map_err(|source| SalvageError::Io {
         path: path.to_path_buf(),
         source,
-    };
-    let file = File::open(path).map_err(io)?;
-    let len = file.metadata().map_err(io)?.len();
-    let mut found: BTreeMap<(String, u64), (Vec<u8>, bool)> = BTreeMap::new();
-    let mut salvaged = Salvaged::default();
+    })?;
+    salvaged.from_pages = found.len() as u64;
+    from_journal(path, &mut found, &mut salvaged);
+    assemble(found, &mut salvaged);
+    Ok(salvaged)
+}
+
+/// The records of every leaf page of the file that holds event rows.
+fn from_pages(
+    path: &Path,
+    mut progress: impl FnMut(u64, u64),
+    found: &mut Found,
+    salvaged: &mut Salvaged,
+) -> std::io::Result<()> {
+    let file = File::open(path)?;
+    let len = file.metadata()?.len();
     let mut page = vec![0u8; PAGE as usize];
-    let mut at = 0;
-    let mut reported = 0;
+    let (mut at, mut reported) = (0, 0);
     while at + PAGE <= len {
-        file.read_exact_at(&mut page, at).map_err(io)?;
+        file.read_exact_at(&mut page, at)?;
         if page[0] == LEAF {
-            let leaf = read_leaf(&file, at, len, &page).map_err(io)?;
+            let leaf = read_leaf(&file, at, len, &page)?;
             for (key, value) in leaf_pairs(&leaf) {
                 // A row holds an append's records under its first seq (`runs.rs`), each
                 // record with its own checksum; the run's binds it to its key.
@@ -99,14 +114,7 @@ pub(super) fn salvage(
                 };
                 for (seq, record) in (first..).zip(records) {
                     if decodes(&execution, seq, record) {
-                        add(
-                            &mut found,
-                            &mut salvaged,
-                            execution.clone(),
-                            seq,
-                            record,
-                            false,
-                        );
+                        add(found, salvaged, execution.clone(), seq, record, false);
                     }
                 }
             }
@@ -119,38 +127,39 @@ pub(super) fn salvage(
     }
     salvaged.bytes_read = at.min(len);
     progress(salvaged.bytes_read, len);
-    salvaged.from_pages = found.len() as u64;
-    match journal::scan(&journal::journal_path(path), journal::HEADER_LEN) {
-        Ok(Some(scanned)) => {
-            for (payload, _) in &scanned.records {
-                let Some(appends) = journal::read_payload(payload) else {
-                    continue;
-                };
-                for append in appends {
-                    let Ok(execution) = ExecutionId::from_stored(append.execution) else {
-                        continue;
-                    };
-                    for (seq, record) in (append.expected_seq..).zip(&append.records) {
-                        if decodes(&execution, seq, record) {
-                            salvaged.from_journal += 1;
-                            add(
-                                &mut found,
-                                &mut salvaged,
-                                execution.clone(),
-                                seq,
-                                record,
-                                true,
-                            );
-                        }
-                    }
+    Ok(())
+}
+
+/// The records of the journal beside the file (the commits since the last checkpoint), which
+/// win over the pages'; a journal that cannot be read is reported, not an error.
+fn from_journal(path: &Path, found: &mut Found, salvaged: &mut Salvaged) {
+    let scanned = match journal::scan(&journal::journal_path(path), journal::HEADER_LEN) {
+        Ok(Some(scanned)) => scanned,
+        Ok(None) => {
+            salvaged.journal_error = Some("the journal is missing".into());
+            return;
+        }
+        Err(error) => {
+            salvaged.journal_error = Some(error.to_string());
+            return;
+        }
+    };
+    for (payload, _) in &scanned.records {
+        let Some(appends) = journal::read_payload(payload) else {
+            continue;
+        };
+        for append in appends {
+            let Ok(execution) = ExecutionId::from_stored(append.execution) else {
+                continue;
+            };
+            for (seq, record) in (append.expected_seq..).zip(&append.records) {
+                if decodes(&execution, seq, record) {
+                    salvaged.from_journal += 1;
+                    add(found, salvaged, execution.clone(), seq, record, true);
                 }
             }
         }
-        Ok(None) => salvaged.journal_error = Some("the journal is missing".into()),
-        Err(error) => salvaged.journal_error = Some(error.to_string()),
     }
-    assemble(found, &mut salvaged);
-    Ok(salvaged)
 }
 
 /// The leaf page at `at`, read whole: its first block is `first`; a leaf of one large pair
@@ -235,7 +244,7 @@ fn decodes(execution: &ExecutionId, seq: u64, record: &[u8]) -> bool {
 }
 
 fn add(
-    found: &mut BTreeMap<(String, u64), (Vec<u8>, bool)>,
+    found: &mut Found,
     salvaged: &mut Salvaged,
     execution: ExecutionId,
     seq: u64,
@@ -259,7 +268,7 @@ fn add(
 }
 
 /// Each execution's records from seq 0 up to the first missing one, decoded.
-fn assemble(found: BTreeMap<(String, u64), (Vec<u8>, bool)>, salvaged: &mut Salvaged) {
+fn assemble(found: Found, salvaged: &mut Salvaged) {
     let mut current: Option<(ExecutionId, Vec<EventEnvelope>, u64)> = None;
     let finish = |done: Option<(ExecutionId, Vec<EventEnvelope>, u64)>, salvaged: &mut Salvaged| {
         if let Some((execution, log, beyond)) = done {
