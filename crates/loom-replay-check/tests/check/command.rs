@@ -369,3 +369,44 @@ fn a_source_with_flows_the_program_does_not_have_is_refused_naming_them() {
         .with(flow_fn("greet", 1, greet));
     assert_eq!(check_command(&order_v2, args(&["--flow", "order"])), 2);
 }
+
+/// What a crash leaves (the store file and its journal copied while the store is open) checks
+/// as the whole store does, read-only: redb's repair and the journal applied in memory, the
+/// files not written.
+#[test]
+fn a_store_left_by_a_crash_checks_without_being_written() {
+    use loom_kernel::EventStore;
+    let dir = tempfile::tempdir().unwrap();
+    let live = dir.path().join("live.redb");
+    let image = dir.path().join("image.redb");
+    let recorded = Recorded::new();
+    tokio::runtime::Runtime::new().unwrap().block_on(async {
+        let store = loom_kernel::DiskStore::open(&live).unwrap();
+        for path in &recorded.logs {
+            let log = loom_replay_check::read_log(path).unwrap();
+            let events: Vec<_> = log.iter().map(|e| e.event.clone()).collect();
+            store
+                .append(&log[0].execution_id, 0, &events)
+                .await
+                .unwrap();
+        }
+        std::fs::copy(&live, &image).unwrap();
+        std::fs::copy(
+            dir.path().join("live.redb.journal"),
+            dir.path().join("image.redb.journal"),
+        )
+        .unwrap();
+    });
+    let before = std::fs::read(&image).unwrap();
+    assert_eq!(
+        check_command(
+            &flows(),
+            ["replay-check", "--store", image.to_str().unwrap()]
+        ),
+        0
+    );
+    assert!(
+        std::fs::read(&image).unwrap() == before,
+        "the check wrote to the store"
+    );
+}
