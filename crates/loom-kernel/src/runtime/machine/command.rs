@@ -47,19 +47,50 @@ impl std::fmt::Debug for Admission {
 }
 
 impl Admission {
-    /// K2 (the capability granted), then the effect's own checks; a panic in them is a
-    /// refusal.
-    pub(crate) fn check(&self) -> Result<(), ErrorInfo> {
+    /// K2 (the capability granted), then the effect's own checks, then what it declares of
+    /// itself; a panic in any of them is a refusal.
+    pub(crate) fn check(&self) -> Result<Declared, ErrorInfo> {
         let effect = &self.call.effect;
         contain(|| {
             authorize(self.handler.as_ref(), &self.call)?;
-            self.handler.admit(&self.call)
+            self.handler.admit(&self.call)?;
+            Ok(Declared::read(self.handler.as_ref()))
         })
         .unwrap_or_else(|panic| {
             Err(ErrorInfo::new(
                 codes::ADMISSION_PANICKED,
                 format!("the admission check of effect '{effect}' panicked: {panic}"),
             ))
+        })
+    }
+}
+
+/// What an effect declares of itself (`max_cost`, `idempotent`), read once per start of a
+/// step. It is the effect's own code: read outside the state's lock when the step is new, and
+/// with a panic contained wherever it is read (issue 41, hole 11).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Declared {
+    max_cost: u64,
+    idempotent: bool,
+}
+
+impl Declared {
+    fn read(handler: &dyn Effect) -> Self {
+        Self {
+            max_cost: handler.max_cost(),
+            idempotent: handler.idempotent(),
+        }
+    }
+
+    /// What `handler` declares, or the error that a panic in it makes.
+    pub(super) fn of(handler: &dyn Effect, effect: &str) -> Result<Self, ErrorInfo> {
+        contain(|| Self::read(handler)).map_err(|panic| {
+            ErrorInfo::new(
+                codes::ADMISSION_PANICKED,
+                format!(
+                    "effect '{effect}' panicked saying what it is (max_cost, idempotent): {panic}"
+                ),
+            )
         })
     }
 }
@@ -318,14 +349,22 @@ impl FlowState {
                 StepStart::Now(None)
             }
             Some(StepState::InFlight { attempt: previous }) => {
-                match self.env.effects.get(effect).cloned() {
-                    Some(handler) if handler.idempotent() => {
+                // An effect whose declarations panic is taken as not idempotent: in doubt, the
+                // operator decides, rather than run again.
+                let declared = self.env.effects.get(effect).cloned().and_then(|handler| {
+                    Declared::of(handler.as_ref(), effect)
+                        .inspect_err(|error| tracing::error!(step = %step_id, %error.message, "a step in flight is put in doubt"))
+                        .ok()
+                        .map(|declared| (handler, declared))
+                });
+                match declared {
+                    Some((handler, declared)) if declared.idempotent => {
                         // Run again with the same key, as the next attempt: its STEP_STARTED is
                         // recorded again, so a step re-run after each of several crashes gets
                         // attempts 2, 3, 4... (a quick re-run is recorded by its outcome alone).
                         let attempt = previous.saturating_add(1);
                         let call = self.effect_call(step_id, effect, input, attempt);
-                        self.start_step(handler, call, digest, slot);
+                        self.start_step(handler, call, digest, slot, declared);
                     }
                     _ => {
                         self.issue(Event::EffectInDoubt(EffectInDoubt {
@@ -401,7 +440,7 @@ impl FlowState {
     pub(crate) fn admitted(
         &mut self,
         admission: Admission,
-        checked: Result<(), ErrorInfo>,
+        checked: Result<Declared, ErrorInfo>,
     ) -> Result<Option<Payload>, StepError> {
         let Admission {
             handler,
@@ -409,12 +448,16 @@ impl FlowState {
             digest,
             slot,
         } = admission;
-        if let Err(error) = checked {
-            let effect = call.effect.clone();
-            return Err(self.refuse_step(call.step_id, &effect, digest, error));
+        match checked {
+            Ok(declared) => {
+                self.start_step(handler, call, digest, slot, declared);
+                Ok(None)
+            }
+            Err(error) => {
+                let effect = call.effect.clone();
+                Err(self.refuse_step(call.step_id, &effect, digest, error))
+            }
         }
-        self.start_step(handler, call, digest, slot);
-        Ok(None)
     }
 
     /// A step in one go, its admission checked under the caller's borrow (tests).
@@ -483,15 +526,16 @@ impl FlowState {
         call: EffectCall,
         digest: String,
         slot: u64,
+        declared: Declared,
     ) {
         self.issue(Event::StepStarted(StepStarted {
             step_id: call.step_id.clone(),
             effect: call.effect.clone(),
             input_digest: digest.clone(),
             attempt: call.attempt,
-            max_cost: handler.max_cost(),
+            max_cost: declared.max_cost,
         }));
-        let idempotent = handler.idempotent();
+        let idempotent = declared.idempotent;
         let running = StepSide {
             effect: call.effect.clone(),
             attempt: call.attempt,

@@ -1,6 +1,6 @@
 //! An operator's verdict on a step in doubt (LD-006): completed, failed, or run again.
 
-use super::command::unknown_effect;
+use super::command::{Declared, unknown_effect};
 use super::state::FlowState;
 use super::vocabulary::StepError;
 use crate::event::*;
@@ -33,15 +33,27 @@ impl FlowState {
             Verdict::Completed { output } => self.fill(step.slot, Ok(output)),
             Verdict::Failed { error } => self.fill(step.slot, Err(StepError::Failed(error))),
             Verdict::Retry => match self.env.effects.get(&step.effect).cloned() {
-                Some(handler) => {
-                    let call = self.effect_call(
-                        step_id.to_owned(),
-                        &step.effect,
-                        step.input,
-                        step.attempt.saturating_add(1),
-                    );
-                    self.start_step(handler, call, step.input_digest, step.slot);
-                }
+                Some(handler) => match Declared::of(handler.as_ref(), &step.effect) {
+                    Ok(declared) => {
+                        let call = self.effect_call(
+                            step_id.to_owned(),
+                            &step.effect,
+                            step.input,
+                            step.attempt.saturating_add(1),
+                        );
+                        self.start_step(handler, call, step.input_digest, step.slot, declared);
+                    }
+                    // Recorded as the step's failure, as a refused new step is.
+                    Err(error) => {
+                        let failed = self.refuse_step(
+                            step_id.to_owned(),
+                            &step.effect,
+                            step.input_digest,
+                            error,
+                        );
+                        self.fill(step.slot, Err(failed));
+                    }
+                },
                 None => self.fill(
                     step.slot,
                     Err(StepError::Failed(unknown_effect(&step.effect))),

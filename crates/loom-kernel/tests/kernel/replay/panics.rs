@@ -143,6 +143,43 @@ async fn a_panicking_admission_refuses_the_step() {
     );
 }
 
+/// An effect whose `max_cost` or `idempotent` panics (issue 41, hole 11).
+struct PanickingDeclaration {
+    in_max_cost: bool,
+}
+
+impl Effect for PanickingDeclaration {
+    fn idempotent(&self) -> bool {
+        if !self.in_max_cost {
+            panic!("idempotent boom")
+        }
+        true
+    }
+    fn max_cost(&self) -> u64 {
+        if self.in_max_cost {
+            panic!("max_cost boom")
+        }
+        1
+    }
+    fn invoke(&self, _: EffectCall) -> futures::future::BoxFuture<'static, EffectOutcome> {
+        Box::pin(async { EffectOutcome::ok(json!(1).into()) })
+    }
+}
+
+/// A panic in what an effect declares of itself is contained as one in `admit` is: the step is
+/// refused, its failure recorded, the flow ends, and the runtime goes on.
+#[tokio::test]
+async fn a_panic_in_max_cost_or_idempotent_refuses_the_step_as_one_in_admit_does() {
+    for in_max_cost in [true, false] {
+        let names = run_with_effect(PanickingDeclaration { in_max_cost }, "d").await;
+        assert_eq!(
+            names,
+            ["EXECUTION_STARTED", "STEP_FAILED", "EXECUTION_FAILED"],
+            "panic in max_cost: {in_max_cost}"
+        );
+    }
+}
+
 struct PanickingProjection;
 
 impl Projection for PanickingProjection {
