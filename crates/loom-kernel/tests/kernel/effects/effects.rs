@@ -265,3 +265,48 @@ async fn an_idempotent_step_re_run_after_each_crash_gets_the_next_attempt() {
     }
     assert_eq!(attempts, [2, 3, 4], "one more on each re-run");
 }
+
+/// What docs/CONCEPTS.md says of a step's events (issue 41, hole 13): an idempotent step that
+/// finishes before its STEP_STARTED is written has its outcome alone (whether it does depends
+/// on when the writer runs: either form is a whole step); a non-idempotent one always has its
+/// STEP_STARTED, durable before the effect runs.
+#[tokio::test]
+async fn a_quick_idempotent_step_may_be_its_outcome_alone_and_a_non_idempotent_one_has_its_start() {
+    async fn one(ctx: FlowCtx, _: Value) -> Result<Value, FlowError> {
+        Ok(ctx.execute("fx", &1).await?.to_value())
+    }
+    for idempotent in [true, false] {
+        let rt = Runtime::builder(MemoryStore::new())
+            .flow(flow_fn("one", 1, one))
+            .effect(
+                "fx",
+                FnEffect::new(idempotent, |_: EffectCall| {
+                    std::future::ready(EffectOutcome::ok(json!(1).into()))
+                }),
+            )
+            .build()
+            .unwrap();
+        let e = rt
+            .start(
+                "one",
+                &json!(null),
+                options(&format!("quick-{idempotent}"), &["fx"]),
+            )
+            .await
+            .unwrap();
+        rt.wait(&e).await.unwrap();
+        let names = event_names(rt.store(), &e).await;
+        let whole = [
+            "EXECUTION_STARTED",
+            "STEP_STARTED",
+            "STEP_COMPLETED",
+            "EXECUTION_COMPLETED",
+        ];
+        let outcome_alone = ["EXECUTION_STARTED", "STEP_COMPLETED", "EXECUTION_COMPLETED"];
+        if idempotent {
+            assert!(names == whole || names == outcome_alone, "{names:?}");
+        } else {
+            assert_eq!(names, whole);
+        }
+    }
+}
