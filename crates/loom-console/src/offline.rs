@@ -158,6 +158,16 @@ pub async fn resume<S: EventStore>(
             others.join(", ")
         )));
     }
+    // A deadline passed: the runtime times the gate out when it next runs, as a live resume
+    // after it is refused as timed out. Recorded now, this resume would beat the deadline.
+    if let Some(deadline_ms) = gate_deadline(store, id, &gate_id, gate.seq).await?
+        && crate::now_ms().is_some_and(|now| deadline_ms <= now)
+    {
+        return Err(ConsoleError::refused(format!(
+            "gate '{gate_id}' of execution {id} timed out at {} UTC (its deadline passed): the runtime records the time-out when it next runs, and a resume now would beat it; nothing was recorded",
+            crate::view::utc(deadline_ms)
+        )));
+    }
     // What the gate declared it expects (LD-031), checked before anything is recorded.
     crate::expected::check_resume(
         store,
@@ -175,6 +185,28 @@ pub async fn resume<S: EventStore>(
         payload,
     });
     append(store, id, &state, &[event]).await
+}
+
+/// The deadline gate `gate_id` (suspended at `seq`) was opened with: the runtime records it as
+/// a `loom.deadline` decision just before the gate's EXECUTION_SUSPENDED (LD-009).
+async fn gate_deadline<S: EventStore>(
+    store: &S,
+    id: &ExecutionId,
+    gate_id: &str,
+    seq: u64,
+) -> Result<Option<u64>, ConsoleError> {
+    let Some(before) = seq.checked_sub(1) else {
+        return Ok(None);
+    };
+    let read = store.read(id, before, 1).await?;
+    Ok(read.first().and_then(|envelope| match &envelope.event {
+        Event::DecisionRecorded(decision)
+            if decision.kind == loom_kernel::DEADLINE_KIND && decision.step_id == gate_id =>
+        {
+            decision.value.to_value().get("deadlineMs")?.as_u64()
+        }
+        _ => None,
+    }))
 }
 
 /// The other pending gates opened in the same batch as the gate at `seq`: gates recorded

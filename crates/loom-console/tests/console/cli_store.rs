@@ -830,3 +830,62 @@ async fn store_check_reports_damage_and_salvage_exports_every_log_of_a_store_tha
     ]);
     assert_eq!(code(&refused), 2, "{}", stderr(&refused));
 }
+
+/// An offline resume of a gate whose deadline has passed is refused and records nothing: the
+/// runtime records the time-out when it next runs, as a live resume after the deadline is
+/// refused as timed out (issue 41, hole 7). Before its deadline, the same resume is recorded.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_offline_resume_after_the_gate_s_deadline_is_refused_and_records_nothing() {
+    use loom_kernel::{EventStoreExt, ExecutionStatus, FlowCtx, FlowError, Runtime, StartOptions};
+    async fn timed(ctx: FlowCtx, deadline_ms: u64) -> Result<String, FlowError> {
+        let outcome = ctx.suspend_until("Approval", "a-1", deadline_ms).await?;
+        Ok(format!("{outcome:?}"))
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("loom.redb");
+    let now = loom_console::now_ms().unwrap();
+    let soon = now + 1_500;
+    {
+        let runtime = Runtime::builder(DiskStore::open(&path).unwrap())
+            .flow(loom_kernel::flow_fn("timed", 1, timed))
+            .build()
+            .unwrap();
+        for (name, deadline) in [("soon", soon), ("later", now + 86_400_000)] {
+            let e = runtime
+                .start("timed", &deadline, StartOptions::new(id(name)))
+                .await
+                .unwrap();
+            assert_eq!(
+                runtime.wait(&e).await.unwrap().status(),
+                ExecutionStatus::Suspended
+            );
+        }
+        runtime.shutdown().await;
+    }
+    let wait = soon.saturating_sub(loom_console::now_ms().unwrap()) + 100;
+    tokio::time::sleep(std::time::Duration::from_millis(wait)).await;
+    let store = path.to_str().unwrap();
+    let refused = loom_async(&[
+        "--store", store, "resume", "soon", "Approval", "a-1", "\"yes\"",
+    ])
+    .await;
+    assert_eq!(code(&refused), 1, "{}", stderr(&refused));
+    assert!(
+        stderr(&refused).contains("timed out"),
+        "{}",
+        stderr(&refused)
+    );
+    let accepted = loom_async(&[
+        "--store", store, "resume", "later", "Approval", "a-1", "\"yes\"",
+    ])
+    .await;
+    assert_eq!(code(&accepted), 0, "{}", stderr(&accepted));
+    let opened = DiskStore::open_read_only(&path, Default::default()).unwrap();
+    let soon_log = opened.read_all(&id("soon")).await.unwrap();
+    assert!(
+        !soon_log
+            .iter()
+            .any(|envelope| matches!(envelope.event, loom_kernel::Event::ExecutionResumed(_))),
+        "nothing recorded for the gate that timed out"
+    );
+}
