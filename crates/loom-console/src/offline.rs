@@ -160,7 +160,7 @@ pub async fn resume<S: EventStore>(
     }
     // A deadline passed: the runtime times the gate out when it next runs, as a live resume
     // after it is refused as timed out. Recorded now, this resume would beat the deadline.
-    if let Some(deadline_ms) = gate_deadline(store, id, &gate_id, gate.seq).await?
+    if let Some(deadline_ms) = gate_deadline(store, id, gate_id, gate.seq).await?
         && crate::now_ms().is_some_and(|now| deadline_ms <= now)
     {
         return Err(ConsoleError::refused(format!(
