@@ -262,3 +262,42 @@ async fn recover_names_an_execution_whose_flow_is_not_registered_and_drives_the_
         "left as it was, for a runtime that registers its flow"
     );
 }
+
+/// Issue 41, hole 8: the disk store's wake-up tables exist from its creation, so a store whose
+/// executions never had a deadline or a child still answers `list_wakeups` from its index.
+/// Before, a table was made only with its first row, and until then recovery read every open
+/// log (6 to 18 s at 100,000 parked executions). The fallback reads inside the store, out of a
+/// hook's sight: the test looks for the tables themselves.
+#[tokio::test]
+async fn a_disk_store_that_never_had_a_deadline_has_its_wake_up_tables() {
+    use loom_kernel::conformance::{started, suspended};
+    use redb::{ReadableDatabase, TableHandle};
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("s.redb");
+    {
+        let store = loom_kernel::DiskStore::open(&path).unwrap();
+        for n in 0..20 {
+            store
+                .append(
+                    &id(&format!("parked-{n:03}")),
+                    0,
+                    &[started("one"), suspended("g")],
+                )
+                .await
+                .unwrap();
+        }
+    }
+    let db = redb::Database::builder().open_read_only(&path).unwrap();
+    let txn = db.begin_read().unwrap();
+    let tables: Vec<String> = txn
+        .list_tables()
+        .unwrap()
+        .map(|table| table.name().to_owned())
+        .collect();
+    for table in ["wakeups", "wake_rows"] {
+        assert!(
+            tables.iter().any(|name| name == table),
+            "{table} missing: {tables:?}"
+        );
+    }
+}
