@@ -278,9 +278,62 @@ pub async fn cancel<S: EventStore>(
             running.join(", ")
         )));
     }
+    let children = awaited_children(&state);
     let event = Event::ExecutionCancelled(ExecutionCancelled { reason });
     append(store, id, &state, &[event]).await?;
-    tell_parent(store, id).await
+    tell_parent(store, id).await?;
+    cancel_children(store, id, children).await
+}
+
+/// The children `state` waits for (its pending child gates, keyed by the child's id).
+fn awaited_children(state: &ExecutionState) -> Vec<ExecutionId> {
+    state
+        .pending_gates()
+        .values()
+        .filter(|gate| &*gate.event_type == loom_kernel::CHILD_EVENT_TYPE)
+        .filter_map(|gate| ExecutionId::from_stored(&gate.correlation_key).ok())
+        .collect()
+}
+
+/// As the runtime does when a parent ends while it waits for children: each is cancelled, and
+/// its own children after it (issue 41, hole 6). Otherwise a child would stay parked, and once
+/// retention deleted the parent's log nothing would ever cancel it. A child not started yet
+/// (no log) or ended already is left; one with steps in flight is refused as its own cancel
+/// would be, and the error names it.
+async fn cancel_children<S: EventStore>(
+    store: &S,
+    parent: &ExecutionId,
+    children: Vec<ExecutionId>,
+) -> Result<(), ConsoleError> {
+    let mut pending: Vec<(ExecutionId, ExecutionId)> = children
+        .into_iter()
+        .map(|child| (parent.clone(), child))
+        .collect();
+    let mut refused = Vec::new();
+    while let Some((parent, child)) = pending.pop() {
+        let state = store.fold(&child).await?;
+        if state.next_seq() == 0 || state.status().is_terminal() {
+            continue;
+        }
+        if state.steps_in_flight() > 0 {
+            refused.push(child.to_string());
+            continue;
+        }
+        let grandchildren = awaited_children(&state);
+        let event = Event::ExecutionCancelled(ExecutionCancelled {
+            reason: Some(format!("parent {parent} ended")),
+        });
+        append(store, &child, &state, &[event]).await?;
+        pending.extend(grandchildren.into_iter().map(|next| (child.clone(), next)));
+    }
+    if refused.is_empty() {
+        Ok(())
+    } else {
+        Err(ConsoleError::refused(format!(
+            "execution {parent} was cancelled, but its children {} have steps in flight and were not: cancel them through the admin API of the process that runs the flows (its recover() cancels them too), and do not purge {parent} before",
+            refused.join(", ")
+        )))
+    }
 }
 
 /// As the runtime does when a child ends: the parent waiting for `child` has its child gate

@@ -254,3 +254,58 @@ async fn a_child_cancelled_offline_then_purged_is_not_started_again() {
         "the child was started again"
     );
 }
+
+/// Issue 41, hole 6: an offline `loom cancel` of a parked parent cancels the child it waits
+/// for, as a live cancel does; after a `purge` of both, nothing is left parked and a server's
+/// `recover()` starts nothing.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_offline_cancel_of_a_parent_cancels_its_child_so_a_purge_leaves_nothing_parked() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("loom.redb");
+    let (parent, child) = (id("p"), id("p/waits#1"));
+    {
+        let runtime = family(DiskStore::open(&path).unwrap());
+        runtime
+            .start(
+                "parent",
+                &serde_json::json!(null),
+                loom_kernel::StartOptions::new(parent.clone()),
+            )
+            .await
+            .unwrap();
+        for _ in 0..2_000 {
+            let state = runtime.state(&child).await.unwrap();
+            if state.status() == ExecutionStatus::Suspended {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(2)).await;
+        }
+        assert_eq!(
+            runtime.state(&child).await.unwrap().status(),
+            ExecutionStatus::Suspended
+        );
+        runtime.shutdown().await;
+    }
+    let store = path.to_str().unwrap();
+    let cancelled = loom_async(&["--store", store, "cancel", "p"]).await;
+    assert_eq!(code(&cancelled), 0, "{}", stderr(&cancelled));
+    let purged = loom_async(&[
+        "--store",
+        store,
+        "purge",
+        "--ended-before-ms",
+        "99999999999999",
+    ])
+    .await;
+    assert_eq!(code(&purged), 0, "{}", stderr(&purged));
+    assert!(
+        stdout(&purged).contains("p/waits#1"),
+        "the child ended and was purged too: {}",
+        stdout(&purged)
+    );
+    let runtime = family(DiskStore::open(&path).unwrap());
+    let report = runtime.recover_report().await.unwrap();
+    assert_eq!(report.started, 0);
+    assert!(runtime.store().read_all(&child).await.unwrap().is_empty());
+    assert!(runtime.store().read_all(&parent).await.unwrap().is_empty());
+}
