@@ -57,12 +57,27 @@ impl FlowState {
     /// value could not be made or encoded, and nothing is recorded).
     pub(crate) fn record_decision(&mut self, step_id: String, kind: &str, value: Option<Payload>) {
         self.deciding = None;
-        if let Some(value) = value {
-            self.issue(Event::DecisionRecorded(DecisionRecorded {
+        match value {
+            Some(value) => self.issue(Event::DecisionRecorded(DecisionRecorded {
                 step_id,
                 kind: kind.to_owned(),
                 value,
-            }));
+            })),
+            // Given up (its `make` panicked, or its value did not encode): its counted id goes
+            // back, so the next decision of this kind takes it, as it does on replay, where the
+            // given-up one is not in the log (issue 41, hole 3: the next one was recorded as
+            // `kind#2` and replay after a restart diverged). Nothing is counted while deciding,
+            // so the counter's last id is this one.
+            None => {
+                if let Some(count) = self.counters.get_mut(kind)
+                    && step_id == format!("{kind}#{count}")
+                {
+                    *count -= 1;
+                    if *count == 0 {
+                        self.counters.remove(kind);
+                    }
+                }
+            }
         }
     }
 

@@ -266,3 +266,53 @@ async fn a_panicking_inbound_handler_refuses_the_message() {
     let err = rt.inbound("ui", &json!({})).await.unwrap_err();
     assert!(err.to_string().contains("panicked"), "{err}");
 }
+
+/// Issue 41, hole 3: a panic inside a `decide` closure that the flow catches gives its decision
+/// id back: the next decision of that kind is recorded as `d#1`, as replay will take it, and
+/// the execution replays after a restart instead of stopping on a non-determinism.
+#[tokio::test]
+async fn a_caught_panic_in_a_decision_gives_its_id_back_and_the_execution_replays() {
+    async fn decides(ctx: FlowCtx, _: Value) -> Result<Value, FlowError> {
+        let quiet = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+            ctx.decide("d", || -> u64 { panic!("decision boom") })
+        }));
+        let first = match quiet {
+            Ok(value) => value?,
+            Err(_) => ctx.decide("d", || 7u64)?,
+        };
+        let answer = ctx.suspend("Approval", "k").await?;
+        Ok(json!({"first": first, "answer": answer.to_value()}))
+    }
+    let store = MemoryStore::new();
+    let build = |store: MemoryStore| {
+        Runtime::builder(store)
+            .flow(flow_fn("decides", 1, decides))
+            .build()
+            .unwrap()
+    };
+    let rt = build(store.clone());
+    let e = start_parked(&rt, "decides", StartOptions::new(support::id("decides-1"))).await;
+    let decisions: Vec<String> = events_of(rt.store(), &e)
+        .await
+        .into_iter()
+        .filter_map(|event| match event {
+            Event::DecisionRecorded(d) if d.kind == "d" => Some(d.step_id),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(decisions, ["d#1"]);
+    rt.shutdown().await;
+
+    // A new runtime replays the log to the gate, then the flow goes on.
+    let rt = build(store);
+    rt.recover().await.unwrap();
+    rt.resume(&e, "Approval", "k", Payload::from(json!("yes")))
+        .await
+        .unwrap();
+    let state = rt.wait(&e).await.unwrap();
+    assert_eq!(state.status(), ExecutionStatus::Completed, "{state:?}");
+    assert_eq!(
+        state.output().map(Payload::to_value),
+        Some(json!({"first": 7, "answer": "yes"}))
+    );
+}
