@@ -1,5 +1,5 @@
-//! A byte flipped anywhere in a store file, opened with `verify_on_open` (the default) or
-//! without: the open refuses the file, a read (or retention) reports the damage, or everything
+//! A byte flipped anywhere in a store file, opened with `verify_on_open` (the default before
+//! LD-039) or without (the default since, here with the scrub off): the open refuses the file, a read (or retention) reports the damage, or everything
 //! reads back as it was written and retention deletes the one ended execution; nothing reads
 //! back wrong, nothing else is deleted, and no read unwinds into the caller's task (redb panics
 //! on some damaged pages: the store reports them as a damaged file).
