@@ -299,6 +299,9 @@ pub async fn serve(options: ServerOptions) -> Result<()> {
 
 /// [`serve`] on the store it opened.
 async fn serve_on<S: EventStore>(store: S, options: ServerOptions) -> Result<()> {
+    // Installed before anything is served: a SIGINT that comes once the server answers must
+    // find the handler, not the default action (the process killed, the store not closed).
+    let mut stop = (!options.exit_when_done).then(StopSignals::install);
     let hub = app::hub();
     let execution = ExecutionId::new(options.execution.clone())?;
     let access = RendererAccess::new(crate::renderer_key::load_or_create(
@@ -456,7 +459,12 @@ async fn serve_on<S: EventStore>(store: S, options: ServerOptions) -> Result<()>
         let mut server = server;
         tokio::select! {
             served = &mut server => served??,
-            signal = stop_signal() => {
+            signal = async {
+                match stop.as_mut() {
+                    Some(stop) => stop.recv().await,
+                    None => std::future::pending().await,
+                }
+            } => {
                 narrate::say(format!("{signal}: the server stops (appends in flight finish, the store is closed cleanly)"));
                 server.abort();
                 runtime.shutdown().await;
@@ -490,20 +498,30 @@ async fn serve_on<S: EventStore>(store: S, options: ServerOptions) -> Result<()>
     Ok(())
 }
 
-/// The first SIGINT (Ctrl-C) or SIGTERM: how an operator or a service manager stops a server
-/// that serves until stopped. Named, for the server's last words.
-async fn stop_signal() -> &'static str {
-    use tokio::signal::unix::{SignalKind, signal};
-    let (Ok(mut interrupt), Ok(mut terminate)) = (
-        signal(SignalKind::interrupt()),
-        signal(SignalKind::terminate()),
-    ) else {
-        // No handler could be installed: the default action (the process ends) stays.
-        return std::future::pending().await;
-    };
-    tokio::select! {
-        _ = interrupt.recv() => "SIGINT",
-        _ = terminate.recv() => "SIGTERM",
+/// SIGINT (Ctrl-C) and SIGTERM: how an operator or a service manager stops a server that
+/// serves until stopped. Installed at the server's start; `None` where a handler could not be
+/// installed (the default action, the process ending, stays).
+struct StopSignals(Option<(tokio::signal::unix::Signal, tokio::signal::unix::Signal)>);
+
+impl StopSignals {
+    fn install() -> Self {
+        use tokio::signal::unix::{SignalKind, signal};
+        Self(
+            signal(SignalKind::interrupt())
+                .and_then(|interrupt| Ok((interrupt, signal(SignalKind::terminate())?)))
+                .ok(),
+        )
+    }
+
+    /// The next one received, named for the server's last words.
+    async fn recv(&mut self) -> &'static str {
+        let Some((interrupt, terminate)) = self.0.as_mut() else {
+            return std::future::pending().await;
+        };
+        tokio::select! {
+            _ = interrupt.recv() => "SIGINT",
+            _ = terminate.recv() => "SIGTERM",
+        }
     }
 }
 
