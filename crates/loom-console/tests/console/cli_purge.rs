@@ -6,7 +6,7 @@
 use std::process::Output;
 use std::time::Duration;
 
-use loom_kernel::{DiskStore, EventStoreExt, ExecutionStatus};
+use loom_kernel::{DiskStore, EventStoreExt, ExecutionId, ExecutionStatus};
 
 use crate::support::*;
 
@@ -192,13 +192,12 @@ fn family(store: DiskStore) -> loom_kernel::Runtime<DiskStore> {
         .unwrap()
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_child_cancelled_offline_then_purged_is_not_started_again() {
-    let dir = tempfile::tempdir().unwrap();
-    let path = dir.path().join("loom.redb");
+/// Starts the parent `p` on the store at `path`, waits until its child `p/waits#1` is parked,
+/// and stops the runtime: a parent and its child, both waiting, on a store no process holds.
+async fn parked_family(path: &std::path::Path) -> (ExecutionId, ExecutionId) {
     let (parent, child) = (id("p"), id("p/waits#1"));
     {
-        let runtime = family(DiskStore::open(&path).unwrap());
+        let runtime = family(DiskStore::open(path).unwrap());
         runtime
             .start(
                 "parent",
@@ -220,6 +219,14 @@ async fn a_child_cancelled_offline_then_purged_is_not_started_again() {
         );
         runtime.shutdown().await;
     }
+    (parent, child)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_child_cancelled_offline_then_purged_is_not_started_again() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("loom.redb");
+    let (parent, child) = parked_family(&path).await;
     let store = path.to_str().unwrap();
     let cancelled = loom_async(&["--store", store, "cancel", "p/waits#1"]).await;
     assert_eq!(code(&cancelled), 0, "{}", stderr(&cancelled));
@@ -262,30 +269,7 @@ async fn a_child_cancelled_offline_then_purged_is_not_started_again() {
 async fn an_offline_cancel_of_a_parent_cancels_its_child_so_a_purge_leaves_nothing_parked() {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("loom.redb");
-    let (parent, child) = (id("p"), id("p/waits#1"));
-    {
-        let runtime = family(DiskStore::open(&path).unwrap());
-        runtime
-            .start(
-                "parent",
-                &serde_json::json!(null),
-                loom_kernel::StartOptions::new(parent.clone()),
-            )
-            .await
-            .unwrap();
-        for _ in 0..2_000 {
-            let state = runtime.state(&child).await.unwrap();
-            if state.status() == ExecutionStatus::Suspended {
-                break;
-            }
-            tokio::time::sleep(Duration::from_millis(2)).await;
-        }
-        assert_eq!(
-            runtime.state(&child).await.unwrap().status(),
-            ExecutionStatus::Suspended
-        );
-        runtime.shutdown().await;
-    }
+    let (parent, child) = parked_family(&path).await;
     let store = path.to_str().unwrap();
     let cancelled = loom_async(&["--store", store, "cancel", "p"]).await;
     assert_eq!(code(&cancelled), 0, "{}", stderr(&cancelled));
