@@ -31,6 +31,7 @@ mod playground;
 pub mod renderer_key;
 mod secret_file;
 pub mod server;
+mod signals;
 pub mod store;
 pub mod story;
 pub mod transport;

@@ -301,7 +301,7 @@ pub async fn serve(options: ServerOptions) -> Result<()> {
 async fn serve_on<S: EventStore>(store: S, options: ServerOptions) -> Result<()> {
     // Installed before anything is served: a SIGINT that comes once the server answers must
     // find the handler, not the default action (the process killed, the store not closed).
-    let mut stop = (!options.exit_when_done).then(StopSignals::install);
+    let mut stop = (!options.exit_when_done).then(crate::signals::StopSignals::install);
     let hub = app::hub();
     let execution = ExecutionId::new(options.execution.clone())?;
     let access = RendererAccess::new(crate::renderer_key::load_or_create(
@@ -496,33 +496,6 @@ async fn serve_on<S: EventStore>(store: S, options: ServerOptions) -> Result<()>
     // is released when this returns (the operator's next command may open it at once).
     runtime.shutdown().await;
     Ok(())
-}
-
-/// SIGINT (Ctrl-C) and SIGTERM: how an operator or a service manager stops a server that
-/// serves until stopped. Installed at the server's start; `None` where a handler could not be
-/// installed (the default action, the process ending, stays).
-struct StopSignals(Option<(tokio::signal::unix::Signal, tokio::signal::unix::Signal)>);
-
-impl StopSignals {
-    fn install() -> Self {
-        use tokio::signal::unix::{SignalKind, signal};
-        Self(
-            signal(SignalKind::interrupt())
-                .and_then(|interrupt| Ok((interrupt, signal(SignalKind::terminate())?)))
-                .ok(),
-        )
-    }
-
-    /// The next one received, named for the server's last words.
-    async fn recv(&mut self) -> &'static str {
-        let Some((interrupt, terminate)) = self.0.as_mut() else {
-            return std::future::pending().await;
-        };
-        tokio::select! {
-            _ = interrupt.recv() => "SIGINT",
-            _ = terminate.recv() => "SIGTERM",
-        }
-    }
 }
 
 async fn renderer_socket<S: EventStore>(

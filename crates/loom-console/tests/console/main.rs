@@ -15,6 +15,7 @@ mod cli_gate_requests;
 mod cli_postgres;
 mod cli_purge;
 mod cli_store;
+mod cli_store_health;
 mod gate_schemas;
 mod metrics;
 mod offline_reserved;

@@ -72,6 +72,7 @@ mod listing;
 mod open;
 mod overlay;
 mod pending;
+mod read_only;
 mod runs;
 mod salvage;
 mod scrub;
@@ -451,7 +452,7 @@ impl DiskStore {
     pub fn check_pages(path: impl AsRef<Path>) -> Result<bool, OpenError> {
         let path = path.as_ref();
         check_not_empty(path, true, false)?;
-        open::check_pages(path)
+        read_only::check_pages(path)
     }
 
     /// Reads every event log it can from the store file at `path` and its journal without

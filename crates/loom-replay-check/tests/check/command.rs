@@ -261,22 +261,27 @@ fn damaged_and_newer_logs_are_errors_not_divergences() {
     assert_eq!(check_command(&flows(), args), 2);
 }
 
+/// Appends each of the recorded logs to `store`, as their executions recorded them.
+async fn append_logs(store: &loom_kernel::DiskStore, recorded: &Recorded) {
+    use loom_kernel::EventStore;
+    for path in &recorded.logs {
+        let log = loom_replay_check::read_log(path).unwrap();
+        let events: Vec<_> = log.iter().map(|e| e.event.clone()).collect();
+        store
+            .append(&log[0].execution_id, 0, &events)
+            .await
+            .unwrap();
+    }
+}
+
 #[test]
 fn a_store_exports_and_checks_the_same_as_its_logs() {
-    use loom_kernel::EventStore;
     let dir = tempfile::tempdir().unwrap();
     let store_path = dir.path().join("store.redb");
     let recorded = Recorded::new();
     tokio::runtime::Runtime::new().unwrap().block_on(async {
         let store = loom_kernel::DiskStore::open(&store_path).unwrap();
-        for path in &recorded.logs {
-            let log = loom_replay_check::read_log(path).unwrap();
-            let events: Vec<_> = log.iter().map(|e| e.event.clone()).collect();
-            store
-                .append(&log[0].execution_id, 0, &events)
-                .await
-                .unwrap();
-        }
+        append_logs(&store, &recorded).await;
     });
     let out = dir.path().join("exported");
     let (store_arg, out_arg) = (store_path.to_str().unwrap(), out.to_str().unwrap());
@@ -375,21 +380,13 @@ fn a_source_with_flows_the_program_does_not_have_is_refused_naming_them() {
 /// files not written.
 #[test]
 fn a_store_left_by_a_crash_checks_without_being_written() {
-    use loom_kernel::EventStore;
     let dir = tempfile::tempdir().unwrap();
     let live = dir.path().join("live.redb");
     let image = dir.path().join("image.redb");
     let recorded = Recorded::new();
     tokio::runtime::Runtime::new().unwrap().block_on(async {
         let store = loom_kernel::DiskStore::open(&live).unwrap();
-        for path in &recorded.logs {
-            let log = loom_replay_check::read_log(path).unwrap();
-            let events: Vec<_> = log.iter().map(|e| e.event.clone()).collect();
-            store
-                .append(&log[0].execution_id, 0, &events)
-                .await
-                .unwrap();
-        }
+        append_logs(&store, &recorded).await;
         std::fs::copy(&live, &image).unwrap();
         std::fs::copy(
             dir.path().join("live.redb.journal"),

@@ -8,7 +8,6 @@ use redb::{Database, ReadableDatabase, ReadableTable};
 
 use super::super::journal::{self, Journal};
 use super::super::tail::ExecutionTail;
-use super::overlay::Overlay;
 use super::pending::Pending;
 use super::{
     BY_STATUS, Db, DiskStoreConfig, ENDED, EVENTS, FEED, FEED_NEXT, HEADS, JOURNAL_END,
@@ -93,7 +92,7 @@ pub(super) fn open_database(
             let opened = catch_unwind(AssertUnwindSafe(|| builder.open_read_only(path)));
             match opened {
                 Ok(Err(redb::DatabaseError::RepairAborted)) => {
-                    return open_snapshot(
+                    return super::read_only::open_snapshot(
                         path,
                         &journal_path,
                         config,
@@ -103,7 +102,7 @@ pub(super) fn open_database(
                 // Held by a writer, or by another snapshot (its locks look like a writer's to
                 // a plain read-only open): the snapshot's open tells which.
                 Ok(Err(redb::DatabaseError::DatabaseAlreadyOpen)) => {
-                    return open_snapshot(path, &journal_path, config, None);
+                    return super::read_only::open_snapshot(path, &journal_path, config, None);
                 }
                 Ok(result) => contained(path, || result.map(Db::Read))?,
                 Err(panic) => {
@@ -119,7 +118,7 @@ pub(super) fn open_database(
         Ok(Prepared::Ready(feed_next, journal)) => Ok((db, feed_next, journal)),
         Ok(Prepared::Pending(commits)) => {
             drop_contained(db);
-            open_snapshot(
+            super::read_only::open_snapshot(
                 path,
                 &journal_path,
                 config,
@@ -138,117 +137,14 @@ pub(super) fn open_database(
 /// Closes a database whose open went wrong. A damaged file can leave redb's own locks poisoned
 /// by a panic contained during the open; closing the database then panics again, and the open's
 /// answer is the error it already has.
-fn drop_contained<T>(db: T) {
+pub(super) fn drop_contained<T>(db: T) {
     let _ = catch_unwind(AssertUnwindSafe(move || drop(db)));
-}
-
-/// A read-only open of a store that was not closed cleanly (`not_clean` says why) or that a
-/// plain read-only open found held: redb's repair and the journal's commits the tables lack
-/// are applied over [`Overlay`], in memory, so the store reads as of its journal's last
-/// durable commit and the file is not written. A writer that holds the file refuses it
-/// ([`OpenError::AlreadyOpen`]); another snapshot or reader does not.
-fn open_snapshot(
-    path: &Path,
-    journal_path: &Path,
-    config: &DiskStoreConfig,
-    not_clean: Option<&str>,
-) -> Result<(Db, u64, Option<Journal>), OpenError> {
-    if let Some(why) = not_clean {
-        tracing::info!(
-            path = %path.display(),
-            why,
-            "the store was not closed cleanly: read as of its journal's last durable commit, applied in memory; the file is not written"
-        );
-    }
-    let io_error = |source: std::io::Error| match source.kind() {
-        std::io::ErrorKind::NotFound => OpenError::Missing {
-            path: path.to_path_buf(),
-        },
-        _ => OpenError::Io {
-            path: path.to_path_buf(),
-            source,
-        },
-    };
-    let overlay = std::fs::File::open(path)
-        .and_then(Overlay::new)
-        .map_err(io_error)?;
-    let mut builder = Database::builder();
-    builder.set_cache_size(config.cache_size_bytes);
-    let db = contained(path, || builder.create_with_backend(overlay))?;
-    let corrupt = |detail: String| OpenError::Corrupt {
-        path: path.to_path_buf(),
-        detail,
-    };
-    let prepared = catch_unwind(AssertUnwindSafe(|| {
-        let layout = read_layout(&db).map_err(|error| corrupt(error.to_string()))?;
-        match layout {
-            Layout::Current {
-                feed_next,
-                journal: Some(position),
-            } => apply_pending(
-                &db,
-                path,
-                journal_path,
-                position,
-                feed_next,
-                false,
-                config.accept_cut_journal,
-            )
-            .map(|(feed_next, _)| feed_next),
-            Layout::Current {
-                feed_next,
-                journal: None,
-            } => Ok(feed_next),
-            Layout::Other(found) if found == 1 => Err(OpenError::NeedsUpgrade {
-                path: path.to_path_buf(),
-                found,
-            }),
-            Layout::Other(found) => Err(OpenError::UnsupportedFormat {
-                path: path.to_path_buf(),
-                found,
-            }),
-        }
-    }))
-    .map_err(|panic| corrupt(panic_message(&panic)))
-    .and_then(|prepared| prepared);
-    match prepared {
-        Ok(feed_next) => Ok((Db::Snapshot(db), feed_next, None)),
-        Err(error) => {
-            drop_contained(db);
-            Err(error)
-        }
-    }
-}
-
-/// redb's check of every page of `path` and of its allocator state, over [`Overlay`]: what a
-/// crash left is repaired in memory first, and nothing is written. `Ok(true)` when all is
-/// whole, `Ok(false)` when the allocator state needed repair (space leaked, no data lost),
-/// an error naming the damage otherwise.
-pub(super) fn check_pages(path: &Path) -> Result<bool, OpenError> {
-    let overlay =
-        std::fs::File::open(path)
-            .and_then(Overlay::new)
-            .map_err(|source| match source.kind() {
-                std::io::ErrorKind::NotFound => OpenError::Missing {
-                    path: path.to_path_buf(),
-                },
-                _ => OpenError::Io {
-                    path: path.to_path_buf(),
-                    source,
-                },
-            })?;
-    let mut builder = Database::builder();
-    builder.set_cache_size(0);
-    let mut db = contained(path, || builder.create_with_backend(overlay))?;
-    let checked = contained(path, || db.check_integrity());
-    drop_contained(db);
-    checked
 }
 
 /// `open` (an open of `path` in redb), its panic or error as the store's. redb documents that a
 /// plain open of an altered file may panic; a damaged file must be an error, never a crash of
 /// the embedding process.
-fn contained<T>(
+pub(super) fn contained<T>(
     path: &Path,
     open: impl FnOnce() -> Result<T, redb::DatabaseError>,
 ) -> Result<T, OpenError> {
@@ -401,7 +297,7 @@ fn journal_open_error(path: &Path, error: journal::JournalError) -> OpenError {
 /// Where the tables stand in the journal: its generation and the offset just past the last
 /// record they hold.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-struct JournalPosition {
+pub(super) struct JournalPosition {
     generation: u64,
     end: u64,
 }
@@ -494,7 +390,7 @@ fn recover_journal(
 /// writes to its file: a snapshot's stays in memory). Returns the next feed position and the
 /// generation of the journal read. `writing` says whether a torn last record will be cut from
 /// the file (a new generation follows) or only left out.
-fn apply_pending(
+pub(super) fn apply_pending(
     db: &Database,
     store: &Path,
     journal_path: &Path,
@@ -586,7 +482,7 @@ fn apply_pending(
 }
 
 /// What [`init_tables`] or [`read_layout`] found.
-enum Layout {
+pub(super) enum Layout {
     /// A layout this build reads, with the next feed position and, in the journaled layout,
     /// where its tables stand in the journal.
     Current {
@@ -730,7 +626,7 @@ fn begin_journal(journal_path: &Path) -> Result<(), StorageError> {
 
 /// The layout of a file opened read-only, changing nothing. Layout 2 (before the journal)
 /// reads as it is.
-fn read_layout(db: &impl ReadableDatabase) -> Result<Layout, StorageError> {
+pub(super) fn read_layout(db: &impl ReadableDatabase) -> Result<Layout, StorageError> {
     let txn = db.begin_read().map_err(StorageError::new)?;
     let meta = txn.open_table(META).map_err(StorageError::new)?;
     let format = meta

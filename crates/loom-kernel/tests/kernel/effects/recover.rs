@@ -15,6 +15,15 @@ async fn one_step(ctx: FlowCtx, _: Value) -> Result<Value, FlowError> {
     Ok(ctx.execute("echo", &1).await?.to_value())
 }
 
+/// The start of flow `one` granted `echo`, so that its step runs once recovered.
+fn started_with_echo() -> Event {
+    let mut started = loom_kernel::conformance::started("one");
+    if let Event::ExecutionStarted(e) = &mut started {
+        e.capabilities.insert("echo".into());
+    }
+    started
+}
+
 #[tokio::test]
 async fn recover_reports_and_skips_a_bad_log_and_drives_the_others() {
     let inner = MemoryStore::new();
@@ -25,10 +34,7 @@ async fn recover_reports_and_skips_a_bad_log_and_drives_the_others() {
         .append(&bad, 0, &[loom_kernel::conformance::started("one")])
         .await
         .unwrap();
-    let mut started = loom_kernel::conformance::started("one");
-    if let Event::ExecutionStarted(e) = &mut started {
-        e.capabilities.insert("echo".into());
-    }
+    let started = started_with_echo();
     inner.append(&good, 0, &[started]).await.unwrap();
     let store = Hooked::new(inner, OneBadLog { bad: bad.clone() });
     let rt = Runtime::builder(store)
@@ -101,11 +107,10 @@ async fn recover_reads_no_ended_execution() {
         .await
         .unwrap();
     let running = id("running");
-    let mut start = started("one");
-    if let Event::ExecutionStarted(e) = &mut start {
-        e.capabilities.insert("echo".into());
-    }
-    store.append(&running, 0, &[start]).await.unwrap();
+    store
+        .append(&running, 0, &[started_with_echo()])
+        .await
+        .unwrap();
 
     let rt = Runtime::builder(store.clone())
         .flow(flow_fn("one", 1, one_step))
@@ -236,10 +241,7 @@ async fn recover_names_an_execution_whose_flow_is_not_registered_and_drives_the_
         .append(&orphan, 0, &[loom_kernel::conformance::started("gone")])
         .await
         .unwrap();
-    let mut started = loom_kernel::conformance::started("one");
-    if let Event::ExecutionStarted(e) = &mut started {
-        e.capabilities.insert("echo".into());
-    }
+    let started = started_with_echo();
     store.append(&good, 0, &[started]).await.unwrap();
     let rt = Runtime::builder(store.clone())
         .flow(flow_fn("one", 1, one_step))

@@ -95,3 +95,41 @@ async fn salvage_of_a_missing_file_is_an_error_and_of_garbage_finds_nothing() {
     assert!(salvaged.logs.is_empty());
     assert!(salvaged.journal_error.is_some(), "no journal beside it");
 }
+
+/// `DiskStore::check_pages` as a careless caller uses it: a missing file and an empty one are
+/// refused as they are by an open (nothing made), a file a writer holds is refused as held, a
+/// whole store checks whole twice in a row, and a file that is not a store is damaged.
+#[tokio::test]
+async fn check_pages_refuses_a_missing_empty_held_or_foreign_file_and_writes_nothing() {
+    let dir = tempfile::tempdir().unwrap();
+    let missing = dir.path().join("none.redb");
+    assert!(matches!(
+        DiskStore::check_pages(&missing),
+        Err(loom_kernel::OpenError::Missing { .. })
+    ));
+    assert!(!missing.exists(), "nothing is made");
+    let empty = dir.path().join("empty.redb");
+    std::fs::write(&empty, b"").unwrap();
+    assert!(matches!(
+        DiskStore::check_pages(&empty),
+        Err(loom_kernel::OpenError::EmptyFile { .. })
+    ));
+    let path = dir.path().join("s.redb");
+    let store = DiskStore::open(&path).unwrap();
+    store.append(&id("e"), 0, &[started("f")]).await.unwrap();
+    assert!(matches!(
+        DiskStore::check_pages(&path),
+        Err(loom_kernel::OpenError::AlreadyOpen { .. })
+    ));
+    drop(store);
+    let before = std::fs::read(&path).unwrap();
+    assert!(DiskStore::check_pages(&path).unwrap());
+    assert!(DiskStore::check_pages(&path).unwrap());
+    assert!(
+        std::fs::read(&path).unwrap() == before,
+        "the check wrote to the file"
+    );
+    let foreign = dir.path().join("foreign.redb");
+    std::fs::write(&foreign, vec![0x5Au8; 64 * 1024]).unwrap();
+    assert!(DiskStore::check_pages(&foreign).is_err());
+}
