@@ -15,6 +15,8 @@ pub const ADMISSION_PANICKED: &str = "loom.admission_panicked";
 pub const WORKER_STOPPED: &str = "loom.worker_stopped";
 /// The execution was cancelled while a non-idempotent attempt ran (K9).
 pub const CANCELLED_WHILE_RUNNING: &str = "loom.cancelled_while_running";
+/// The flow returned without awaiting a step while its non-idempotent attempt ran (K9).
+pub const FLOW_RETURNED_WHILE_RUNNING: &str = "loom.flow_returned_while_running";
 /// A flow's output or input could not be encoded or decoded.
 pub const STEP: &str = "loom.step";
 /// A child execution was cancelled (directly, or with its parent): what its parent's

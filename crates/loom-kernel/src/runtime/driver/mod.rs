@@ -31,7 +31,7 @@ use crate::runtime::effect::{EffectOutcome, EffectResult};
 use crate::runtime::errors::{DriveError, ResolveError, ResumeError};
 use crate::runtime::flow::FlowError;
 use crate::runtime::history::History;
-use crate::runtime::machine::{self, Dispatch, GateMiss, Held, VerdictMiss};
+use crate::runtime::machine::{self, CutOff, Dispatch, GateMiss, Held, VerdictMiss};
 use crate::runtime::mailbox::{
     DriverMsg, DriverReceiver, Exit, FlowWaker, NewExecution, Reply, ResolveMsg, ResumeMsg,
     TimedOutGates, refuse_ended, refuse_failed,
@@ -348,7 +348,8 @@ fn handle(
         DriverMsg::Cancel { reason, reply } => {
             // The effects the cancel cuts off are recorded in doubt before the end (K9).
             let mut state = ctx.state();
-            let doubts = state.doubts_on_cancel(|step_id| machine.dispatched(step_id));
+            let doubts =
+                state.doubts_cut_off(CutOff::Cancel, |step_id| machine.dispatched(step_id));
             let cancelled = Event::ExecutionCancelled(ExecutionCancelled { reason });
             state.fold_issued(&cancelled);
             drop(state);

@@ -30,7 +30,7 @@ use crate::runtime::errors::{SHUT_DOWN, StartError};
 use crate::runtime::flow::FlowError;
 use crate::runtime::history::{Attempted, History};
 use crate::runtime::keep;
-use crate::runtime::machine::{self, Admit, Dispatch, QUEUED_DISPATCHES, QUEUED_EVENTS};
+use crate::runtime::machine::{self, Admit, CutOff, Dispatch, QUEUED_DISPATCHES, QUEUED_EVENTS};
 use crate::runtime::slots::Inner;
 use crate::store::{AppendError, EventStore, NewClaim};
 
@@ -377,15 +377,22 @@ impl<S: EventStore> Run<S> {
     }
 
     #[inline]
-    /// The flow returned: its terminal event is issued, and its effects are dropped.
+    /// The flow returned: the non-idempotent steps it left running are recorded in doubt
+    /// (K9), its terminal event is issued, and its effects are dropped.
     fn end_if_returned(&mut self) {
         if self.machine.ended() {
             return;
         }
         if let Some(result) = self.flow_result.take() {
             let terminal = machine::terminal(result);
-            self.ctx.state().fold_issued(&terminal);
-            self.machine.ended_with(terminal);
+            let machine = &self.machine;
+            let mut state = self.ctx.state();
+            let doubts = state.doubts_cut_off(CutOff::FlowReturned, |step_id| {
+                !self.running.is_empty() && machine.dispatched(step_id)
+            });
+            state.fold_issued(&terminal);
+            drop(state);
+            self.machine.ended_with(doubts, terminal);
             self.running = FuturesUnordered::new();
         }
     }

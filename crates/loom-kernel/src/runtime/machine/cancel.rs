@@ -1,5 +1,6 @@
 //! A cancel: the steps it cuts off recorded in doubt (K9), then `EXECUTION_CANCELLED`; what
-//! the write side holds is dropped.
+//! the write side holds is dropped. A flow that returns with steps running cuts them off the
+//! same way (`end.rs`).
 
 use super::state::FlowState;
 use super::{Held, Machine};
@@ -18,11 +19,45 @@ impl<R, D: Held, C> Machine<R, D, C> {
     }
 }
 
+/// What ends an execution while some of its effects run.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum CutOff {
+    /// A cancel.
+    Cancel,
+    /// The flow returned without awaiting them (a `select` another branch won, a command
+    /// future dropped).
+    FlowReturned,
+}
+
+impl CutOff {
+    fn reason(self, attempt: u32) -> ErrorInfo {
+        match self {
+            Self::Cancel => ErrorInfo::new(
+                codes::CANCELLED_WHILE_RUNNING,
+                format!(
+                    "the execution was cancelled while attempt {attempt} was running; the effect may or may not have run"
+                ),
+            ),
+            Self::FlowReturned => ErrorInfo::new(
+                codes::FLOW_RETURNED_WHILE_RUNNING,
+                format!(
+                    "the flow returned without awaiting the step while attempt {attempt} was running; the effect may or may not have run"
+                ),
+            ),
+        }
+    }
+}
+
 impl FlowState {
-    /// The execution is cancelled: every non-idempotent step whose effect may be running
-    /// (`dispatched` says which were handed to their effect) is recorded in doubt, so an
-    /// operator learns that it may have happened (K9).
-    pub(crate) fn doubts_on_cancel(&mut self, dispatched: impl Fn(&str) -> bool) -> Vec<Event> {
+    /// The execution ends (`why`) with effects running: every non-idempotent step whose effect
+    /// may be running (`dispatched` says which were handed to their effect) is recorded in
+    /// doubt, so an operator learns that it may have happened (K9). An idempotent one needs no
+    /// word: running it again is harmless, and nothing will.
+    pub(crate) fn doubts_cut_off(
+        &mut self,
+        why: CutOff,
+        dispatched: impl Fn(&str) -> bool,
+    ) -> Vec<Event> {
         let mut cut_off: Vec<(&str, &str, u32)> = self
             .steps
             .iter()
@@ -43,12 +78,7 @@ impl FlowState {
                     step_id: step_id.to_owned(),
                     effect: effect.to_owned(),
                     attempt,
-                    reason: Some(ErrorInfo::new(
-                        codes::CANCELLED_WHILE_RUNNING,
-                        format!(
-                            "the execution was cancelled while attempt {attempt} was running; the effect may or may not have run"
-                        ),
-                    )),
+                    reason: Some(why.reason(attempt)),
                 })
             })
             .collect();
@@ -87,7 +117,7 @@ mod tests {
         running(&mut s, "a#1", false, 0);
         running(&mut s, "held#1", false, 0);
         running(&mut s, "idem#1", true, 0);
-        let doubts = s.doubts_on_cancel(|step| step != "held#1");
+        let doubts = s.doubts_cut_off(CutOff::Cancel, |step| step != "held#1");
         let ids: Vec<&str> = doubts
             .iter()
             .filter_map(|e| match e {

@@ -13,15 +13,17 @@ impl<R, D: Held, C> Machine<R, D, C> {
     /// Returns whether it was (the driver then drops the effects it runs).
     #[cfg(test)]
     pub(crate) fn flow_returned(&mut self, result: Result<Payload, FlowError>) -> bool {
-        self.ended_with(terminal(result))
+        self.ended_with(Vec::new(), terminal(result))
     }
 
-    /// The flow's end, `terminal` (folded already on the flow's side), is queued unless the
-    /// execution has ended. Returns whether it was (the driver then drops the effects it runs).
-    pub(crate) fn ended_with(&mut self, terminal: Event) -> bool {
+    /// The flow's end: the doubts of the steps it left running (`FlowState::doubts_cut_off`),
+    /// then `terminal` (both folded already on the flow's side), queued unless the execution
+    /// has ended. Returns whether they were (the driver then drops the effects it runs).
+    pub(crate) fn ended_with(&mut self, doubts: Vec<Event>, terminal: Event) -> bool {
         if self.ended {
             return false;
         }
+        self.queued.extend(doubts);
         self.queued.push(terminal);
         self.end();
         true

@@ -44,6 +44,7 @@ pub(crate) mod vocabulary;
 use crate::event::Event;
 use crate::hash::{IdKey, IdMap};
 
+pub(crate) use cancel::CutOff;
 pub(crate) use command::StepStart;
 pub(crate) use deadline::GateDeadline;
 pub(crate) use decision::{DecisionStart, decode_decision};

@@ -477,7 +477,9 @@ impl Run {
 
     fn flow_returns(&mut self, seed: u64) {
         self.trace.push("flow returns".into());
-        let queued = self.subject.ended_with(terminal(Ok(Payload::null())));
+        let queued = self
+            .subject
+            .ended_with(Vec::new(), terminal(Ok(Payload::null())));
         self.check(
             seed,
             queued,

@@ -310,3 +310,83 @@ async fn a_quick_idempotent_step_may_be_its_outcome_alone_and_a_non_idempotent_o
         }
     }
 }
+
+/// Issue 41, hole 1 (K9): a flow that returns without awaiting a non-idempotent step whose
+/// effect runs (a `select` its gate won) records the step in doubt before its end, as a cancel
+/// does, so an operator learns that the effect may have happened; the log replays (the step in
+/// doubt waits, so the gate wins again). An idempotent one is dropped with no word.
+#[tokio::test]
+async fn a_flow_that_returns_while_its_step_runs_records_the_step_in_doubt() {
+    async fn pay_unless_stopped(ctx: FlowCtx, _: Value) -> Result<Value, FlowError> {
+        let pay = std::pin::pin!(ctx.execute("pay", &json!({"amount": 5})));
+        let stop = std::pin::pin!(ctx.suspend("stop", "k"));
+        Ok(match futures::future::select(pay, stop).await {
+            futures::future::Either::Left((paid, _)) => paid?.to_value(),
+            futures::future::Either::Right(_) => json!("stopped"),
+        })
+    }
+    for idempotent in [false, true] {
+        let running = Arc::new(tokio::sync::Notify::new());
+        let signal = running.clone();
+        let rt = Runtime::builder(MemoryStore::new())
+            .flow(flow_fn("pay_unless_stopped", 1, pay_unless_stopped))
+            .effect(
+                "pay",
+                FnEffect::new(idempotent, move |_: EffectCall| {
+                    signal.notify_one();
+                    std::future::pending::<EffectOutcome>()
+                }),
+            )
+            .build()
+            .unwrap();
+        let e = rt
+            .start(
+                "pay_unless_stopped",
+                &json!(null),
+                options(&format!("returns-while-paying-{idempotent}"), &["pay"]),
+            )
+            .await
+            .unwrap();
+        running.notified().await;
+        rt.resume(&e, "stop", "k", json!(null).into())
+            .await
+            .unwrap();
+        let ended = rt.wait(&e).await.unwrap();
+        assert_eq!(ended.status(), ExecutionStatus::Completed);
+        assert_eq!(
+            ended.output().map(Payload::to_value),
+            Some(json!("stopped"))
+        );
+        let names = event_names(rt.store(), &e).await;
+        if idempotent {
+            assert!(ended.steps_in_doubt().is_empty());
+            assert!(!names.contains(&"EFFECT_INDOUBT"), "{names:?}");
+        } else {
+            assert!(ended.steps_in_doubt().contains("pay#1"));
+            assert_eq!(
+                names,
+                [
+                    "EXECUTION_STARTED",
+                    "STEP_STARTED",
+                    "EXECUTION_SUSPENDED",
+                    "EXECUTION_RESUMED",
+                    "EFFECT_INDOUBT",
+                    "EXECUTION_COMPLETED"
+                ]
+            );
+            let events = events_of(rt.store(), &e).await;
+            let Some(Event::EffectInDoubt(doubt)) = events.get(4) else {
+                panic!("{events:?}");
+            };
+            let reason = doubt.reason.as_ref().unwrap();
+            assert_eq!(reason.code, "loom.flow_returned_while_running");
+        }
+        let log = rt.store().read_all(&e).await.unwrap();
+        let replayer = Replayer::new(
+            &FlowSet::new().with(flow_fn("pay_unless_stopped", 1, pay_unless_stopped)),
+            DataClassification::default(),
+        )
+        .unwrap();
+        assert!(replayer.replay_log(log).unwrap().returned);
+    }
+}
