@@ -504,28 +504,16 @@ pub async fn events_from<S: EventStore>(
 }
 
 /// Every step in doubt, by execution id then step id, with how long it has waited (measured
-/// against this machine's clock at `now_ms`). Executions come from the status index (only
-/// those in doubt and those cancelled are folded): a cancel can leave a step in doubt, and
-/// the operator must still learn that its effect may have happened.
+/// against this machine's clock at `now_ms`). Executions come from the store's index of those
+/// with a step in doubt (`StatusFilter::StepsInDoubt`), ended ones included: a cancel, or a
+/// flow that returned while the effect ran, can leave a step in doubt, and the operator must
+/// still learn that its effect may have happened.
 pub async fn in_doubt<S: EventStore>(
     store: &S,
     now_ms: Option<u64>,
 ) -> Result<Vec<InDoubtView>, ConsoleError> {
     let mut views = Vec::new();
-    for status in [ExecutionStatus::InDoubt, ExecutionStatus::Cancelled] {
-        in_doubt_of(store, status, now_ms, &mut views).await?;
-    }
-    views.sort_by(|a, b| (&a.execution, &a.step_id).cmp(&(&b.execution, &b.step_id)));
-    Ok(views)
-}
-
-async fn in_doubt_of<S: EventStore>(
-    store: &S,
-    status: ExecutionStatus,
-    now_ms: Option<u64>,
-    views: &mut Vec<InDoubtView>,
-) -> Result<(), ConsoleError> {
-    let mut listed = std::pin::pin!(store.executions_by_status(StatusFilter::Status(status)));
+    let mut listed = std::pin::pin!(store.executions_by_status(StatusFilter::StepsInDoubt));
     while let Some(summary) = listed.try_next().await? {
         let id = summary.id;
         let state = match store.fold(&id).await {
@@ -567,11 +555,13 @@ async fn in_doubt_of<S: EventStore>(
                     .map(|(since, now)| now.saturating_sub(since)),
                 reason,
                 cancelled: state.status() == ExecutionStatus::Cancelled,
+                ended: state.status().is_terminal(),
                 lease: lease.clone(),
             });
         }
     }
-    Ok(())
+    views.sort_by(|a, b| (&a.execution, &a.step_id).cmp(&(&b.execution, &b.step_id)));
+    Ok(views)
 }
 
 /// Milliseconds since the Unix epoch on this machine, for "how long has it waited".

@@ -328,6 +328,10 @@ pub struct InDoubtView {
     /// the effect may have happened; settle it with the receiver.
     #[serde(default)]
     pub cancelled: bool,
+    /// The execution has ended with this step in doubt (cancelled, or its flow returned while
+    /// the effect ran): as for `cancelled`, no verdict can be recorded.
+    #[serde(default)]
+    pub ended: bool,
     /// The execution's lease when listed, on a store with leases.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub lease: Option<LeaseView>,

@@ -558,12 +558,17 @@ async function cancelSelected() {
   await refresh();
 }
 
+// How a step in doubt's execution ended, if it has: its log then takes no verdict.
+function endedWord(doubt) {
+  return doubt.cancelled ? "cancelled" : "ended";
+}
+
 // The verdicts on a step in doubt, the same in the queue and in the execution's detail.
 function verdictActions(doubt) {
   const actions = el("div", "actions");
-  if (doubt.cancelled) {
+  if (doubt.ended || doubt.cancelled) {
     // Its log is closed: no verdict can be recorded, but the effect may have happened.
-    actions.appendChild(el("span", "meta", "cancelled: settle it with the receiver"));
+    actions.appendChild(el("span", "meta", endedWord(doubt) + ": settle it with the receiver"));
   } else {
     actionButton(actions, "Completed…", () => verdictCompleted(doubt));
     actionButton(actions, "Failed…", () => verdictFailed(doubt));
@@ -700,12 +705,13 @@ async function refreshDoubts() {
   more.hidden = doubts.length <= doubtsShown;
   more.textContent = "Show " + Math.min(DOUBTS_PAGE, doubts.length - doubtsShown) + " more of " + (doubts.length - doubtsShown) + " not shown";
   for (const doubt of doubts.slice(0, doubtsShown)) {
-    const card = el("article", "card doubt" + (doubt.cancelled ? " cancelled" : ""));
+    const closed = doubt.ended || doubt.cancelled;
+    const card = el("article", "card doubt" + (closed ? " cancelled" : ""));
     card.dataset.execution = doubt.execution;
     card.dataset.step = doubt.stepId;
     const head = el("div", "card-head");
     head.append(linkTo(doubt.execution), el("strong", null, doubt.stepId), el("span", "meta", doubt.effect + " · attempt " + doubt.attempt));
-    if (doubt.cancelled) head.appendChild(badge("cancelled"));
+    if (closed) head.appendChild(badge(endedWord(doubt)));
     const key = el("div", "meta");
     key.append("key ", el("code", "key", doubt.idempotencyKey));
     const waiting = el("div", "meta", "waiting " + duration(doubt.waitingMs));
@@ -871,7 +877,8 @@ function showDetailDoubts(shown) {
     }));
   $("doubts-block").hidden = doubts.length === 0;
   for (const doubt of doubts) {
-    const card = el("article", "card doubt" + (doubt.cancelled ? " cancelled" : ""));
+    const closed = doubt.ended || doubt.cancelled;
+    const card = el("article", "card doubt" + (closed ? " cancelled" : ""));
     card.dataset.step = doubt.stepId;
     const head = el("div", "card-head");
     head.append(el("strong", null, doubt.stepId), el("span", "meta", doubt.effect + " · attempt " + doubt.attempt));

@@ -26,6 +26,9 @@ pub struct InDoubtStep {
     /// can be recorded (`Runtime::resolve` says so), but the effect may have happened and is
     /// settled with the receiver.
     pub cancelled: bool,
+    /// The execution has ended with this step in doubt (cancelled, or its flow returned while
+    /// the effect ran, K9): as for `cancelled`, no verdict can be recorded.
+    pub ended: bool,
 }
 
 impl InDoubtStep {
@@ -60,14 +63,15 @@ pub enum ListInDoubtError {
 
 /// Every step in doubt in the store, by execution id then step id.
 ///
-/// It lists the executions in doubt through the store's status index
-/// ([`EventStore::list_by_status`]) and folds only those, then the cancelled ones, since a
-/// cancel can leave a step in doubt (K9) and the operator must still learn that the effect may
-/// have happened: those steps are listed with [`InDoubtStep::cancelled`] set. Its cost is in
-/// proportion to the executions in doubt and cancelled, however many others the store holds
-/// (completed and failed executions hold no step in doubt). An execution listed whose log cannot be read or folded
-/// is skipped (and logged), never hiding the others; [`steps_in_doubt_report`] says which.
-/// Fails only when the store cannot list its executions.
+/// It lists the executions with a step in doubt through the store's index
+/// ([`StatusFilter::StepsInDoubt`]) and folds only those: the ones waiting for a verdict, and
+/// the ones that ended with a step in doubt (a cancel, or a flow that returned while the
+/// effect ran, K9), since the operator must still learn that the effect may have happened:
+/// those steps are listed with [`InDoubtStep::ended`] set. Its cost is in proportion to what
+/// it returns, however many other executions the store holds. An execution listed whose log
+/// cannot be read or folded is skipped (and logged), never hiding the others;
+/// [`steps_in_doubt_report`] says which. Fails only when the store cannot list its
+/// executions.
 pub async fn steps_in_doubt<S: EventStore>(
     store: &S,
 ) -> Result<Vec<InDoubtStep>, ListInDoubtError> {
@@ -90,20 +94,17 @@ pub async fn steps_in_doubt_report<S: EventStore>(
 ) -> Result<InDoubtReport, ListInDoubtError> {
     use futures::TryStreamExt;
     let mut report = InDoubtReport::default();
-    for status in [ExecutionStatus::InDoubt, ExecutionStatus::Cancelled] {
-        let mut executions =
-            std::pin::pin!(store.executions_by_status(StatusFilter::Status(status)));
-        while let Some(summary) = executions
-            .try_next()
-            .await
-            .map_err(ListInDoubtError::List)?
-        {
-            match in_execution(store, &summary.id).await {
-                Ok(steps) => report.steps.extend(steps),
-                Err(error) => {
-                    tracing::error!(execution = %summary.id, %error, "steps in doubt: skipping an execution that cannot be folded");
-                    report.skipped.push((summary.id, error));
-                }
+    let mut executions = std::pin::pin!(store.executions_by_status(StatusFilter::StepsInDoubt));
+    while let Some(summary) = executions
+        .try_next()
+        .await
+        .map_err(ListInDoubtError::List)?
+    {
+        match in_execution(store, &summary.id).await {
+            Ok(steps) => report.steps.extend(steps),
+            Err(error) => {
+                tracing::error!(execution = %summary.id, %error, "steps in doubt: skipping an execution that cannot be folded");
+                report.skipped.push((summary.id, error));
             }
         }
     }
@@ -149,6 +150,7 @@ pub async fn in_execution<S: EventStore>(
             seq,
             reason,
             cancelled: state.status() == ExecutionStatus::Cancelled,
+            ended: state.status().is_terminal(),
         });
     }
     Ok(found)

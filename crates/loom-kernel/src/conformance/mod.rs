@@ -840,6 +840,28 @@ pub async fn status_index_follows_every_transition<H: StoreHarness>(harness: &mu
                 ),
             ],
         ),
+        // Ended with a step in doubt (a cancel, or a flow that returned while the effect ran):
+        // listed under `StepsInDoubt` with its terminal status.
+        (
+            "cancelled-in-doubt",
+            vec![
+                started("f"),
+                step_started("s"),
+                in_doubt("s"),
+                Event::ExecutionCancelled(ExecutionCancelled { reason: None }),
+            ],
+        ),
+        (
+            "completed-in-doubt",
+            vec![
+                started("f"),
+                step_started("s"),
+                suspended("g"),
+                resumed("g"),
+                in_doubt("s"),
+                completed(),
+            ],
+        ),
     ];
     // Appended one event at a time, so every transition goes through the index.
     for (name, events) in &logs {
@@ -874,6 +896,11 @@ pub async fn status_index_follows_every_transition<H: StoreHarness>(harness: &mu
             "suspended-in-flight"
         ]
     );
+    let doubts = listed(&store, StatusFilter::StepsInDoubt).await;
+    assert_eq!(
+        names(&doubts),
+        ["cancelled-in-doubt", "completed-in-doubt", "in-doubt"]
+    );
     let store = harness.reopen(store);
     check_status_listings(&store, &logs).await;
     // Transitions after the reopen move executions between listings.
@@ -897,7 +924,22 @@ pub async fn status_index_follows_every_transition<H: StoreHarness>(harness: &mu
         ]
     );
     let done = listed(&store, StatusFilter::Status(ExecutionStatus::Completed)).await;
-    assert_eq!(names(&done), ["completed", "running"]);
+    assert_eq!(names(&done), ["completed", "completed-in-doubt", "running"]);
+    store
+        .append(
+            &id("in-doubt"),
+            3,
+            &[resolved(
+                "s",
+                Verdict::Failed {
+                    error: crate::ErrorInfo::new("x", "did not run"),
+                },
+            )],
+        )
+        .await
+        .expect("verdict");
+    let doubts = listed(&store, StatusFilter::StepsInDoubt).await;
+    assert_eq!(names(&doubts), ["cancelled-in-doubt", "completed-in-doubt"]);
 }
 
 /// Checks every status listing of `store` against the fold of each of `logs`.
@@ -911,6 +953,7 @@ async fn check_status_listings<S: EventStore>(store: &S, logs: &[(&str, Vec<Even
         StatusFilter::Status(ExecutionStatus::Completed),
         StatusFilter::Status(ExecutionStatus::Failed),
         StatusFilter::Status(ExecutionStatus::Cancelled),
+        StatusFilter::StepsInDoubt,
     ];
     for filter in filters {
         let mut expected = Vec::new();

@@ -297,6 +297,11 @@ pub enum StatusFilter {
     /// The executions a worker must drive on ([`ExecutionState::needs_driving`]): running, or
     /// parked with a step in flight. What `Runtime::recover` starts.
     NeedsDriving,
+    /// The executions with a step in doubt ([`ExecutionState::steps_in_doubt`]), whatever
+    /// their status: those waiting for a verdict, and those that ended with one (a cancel, or
+    /// a flow that returned, while the effect ran), whose effect may have happened. What the
+    /// in-doubt listings read, in proportion to what they return.
+    StepsInDoubt,
 }
 
 impl StatusFilter {
@@ -305,6 +310,7 @@ impl StatusFilter {
         match self {
             Self::Status(status) => status != ExecutionStatus::New && tail.status() == status,
             Self::NeedsDriving => tail.needs_driving(),
+            Self::StepsInDoubt => tail.has_steps_in_doubt(),
         }
     }
 
@@ -313,6 +319,7 @@ impl StatusFilter {
         match self {
             Self::Status(status) => status != ExecutionStatus::New && state.status() == status,
             Self::NeedsDriving => state.needs_driving(),
+            Self::StepsInDoubt => !state.steps_in_doubt().is_empty(),
         }
     }
 }
@@ -506,31 +513,7 @@ pub trait EventStore: Send + Sync + 'static {
         after: Option<&ExecutionId>,
         limit: usize,
     ) -> impl Future<Output = Result<ExecutionPage, ReadError>> + Send {
-        async move {
-            use futures::TryStreamExt;
-            let limit = limit.max(1);
-            let mut listing = every_execution(self, after.cloned());
-            let mut found = Vec::new();
-            while let Some(summary) = listing.try_next().await? {
-                // An execution the fold refuses is listed as running: it is open as far as
-                // anyone can tell, and the caller reports it when folding.
-                let listed = match self.fold(&summary.id).await {
-                    Ok(state) => filter.matches_state(&state),
-                    Err(FoldStoredError::Fold(_)) => matches!(
-                        filter,
-                        StatusFilter::NeedsDriving | StatusFilter::Status(ExecutionStatus::Running)
-                    ),
-                    Err(FoldStoredError::Read(err)) => return Err(err),
-                };
-                if listed {
-                    found.push(summary);
-                    if found.len() > limit {
-                        break;
-                    }
-                }
-            }
-            Ok(ExecutionPage::from_one_extra(found, limit))
-        }
+        list_by_fold(self, filter, after, limit)
     }
 
     /// A page of executions, newest start first, matching `query` (see
@@ -873,6 +856,38 @@ pub trait EventStoreExt: EventStore {
             Ok(state)
         }
     }
+}
+
+/// [`EventStore::list_by_status`] without an index: lists every execution and folds each.
+pub(crate) async fn list_by_fold<S: EventStore + ?Sized>(
+    store: &S,
+    filter: StatusFilter,
+    after: Option<&ExecutionId>,
+    limit: usize,
+) -> Result<ExecutionPage, ReadError> {
+    use futures::TryStreamExt;
+    let limit = limit.max(1);
+    let mut listing = every_execution(store, after.cloned());
+    let mut found = Vec::new();
+    while let Some(summary) = listing.try_next().await? {
+        // An execution the fold refuses is listed as running: it is open as far as anyone
+        // can tell, and the caller reports it when folding.
+        let listed = match store.fold(&summary.id).await {
+            Ok(state) => filter.matches_state(&state),
+            Err(FoldStoredError::Fold(_)) => matches!(
+                filter,
+                StatusFilter::NeedsDriving | StatusFilter::Status(ExecutionStatus::Running)
+            ),
+            Err(FoldStoredError::Read(err)) => return Err(err),
+        };
+        if listed {
+            found.push(summary);
+            if found.len() > limit {
+                break;
+            }
+        }
+    }
+    Ok(ExecutionPage::from_one_extra(found, limit))
 }
 
 /// [`EventStore::list_wakeups`] without an index: the parked executions listed, and each log

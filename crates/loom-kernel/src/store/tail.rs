@@ -263,7 +263,8 @@ impl ExecutionTail {
                 self.ended_at_ms = recorded_at_ms;
                 self.pending_gates.clear();
                 self.in_flight.clear();
-                self.in_doubt.clear();
+                // The steps it ended with in doubt stay: their effects may have happened, and
+                // the operator must still find them (`StatusFilter::StepsInDoubt`).
                 return Ok(());
             }
         }
@@ -384,6 +385,8 @@ pub fn status_from_code(code: u8) -> Option<ExecutionStatus> {
 
 /// The index code of [`crate::store::StatusFilter::NeedsDriving`].
 const NEEDS_DRIVING_CODE: u8 = 0x80;
+/// The index code of [`crate::store::StatusFilter::StepsInDoubt`].
+const STEPS_IN_DOUBT_CODE: u8 = 0x81;
 
 /// The code under which a store files the executions `filter` lists: each execution is filed
 /// under every code of [`ExecutionTail::index_codes`], so a listing is one range of the index.
@@ -391,16 +394,25 @@ pub fn filter_code(filter: crate::store::StatusFilter) -> u8 {
     match filter {
         crate::store::StatusFilter::Status(status) => status_code(status),
         crate::store::StatusFilter::NeedsDriving => NEEDS_DRIVING_CODE,
+        crate::store::StatusFilter::StepsInDoubt => STEPS_IN_DOUBT_CODE,
     }
 }
 
 impl ExecutionTail {
-    /// The index codes ([`filter_code`]) this execution is filed under: its status, and
-    /// `NeedsDriving` when it needs driving. None for an execution with no events.
+    /// The index codes ([`filter_code`]) this execution is filed under: its status,
+    /// `NeedsDriving` when it needs driving, and `StepsInDoubt` when it has a step in doubt.
+    /// None for an execution with no events.
     pub fn index_codes(&self) -> impl Iterator<Item = u8> + use<> {
         let status = (self.status != ExecutionStatus::New).then(|| status_code(self.status));
         let driving = self.needs_driving().then_some(NEEDS_DRIVING_CODE);
-        status.into_iter().chain(driving)
+        let doubts = self.has_steps_in_doubt().then_some(STEPS_IN_DOUBT_CODE);
+        status.into_iter().chain(driving).chain(doubts)
+    }
+
+    /// Whether a step is in doubt, the execution ended or not, as
+    /// [`crate::ExecutionState::steps_in_doubt`] would say.
+    pub fn has_steps_in_doubt(&self) -> bool {
+        !self.in_doubt.is_empty()
     }
 }
 

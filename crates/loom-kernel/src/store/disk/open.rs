@@ -249,6 +249,10 @@ fn prepare(
                 catch_unwind(AssertUnwindSafe(|| super::wake::backfill(database)))
                     .map_err(|panic| corrupt(panic_message(&panic)))?
                     .map_err(|error| corrupt(error.to_string()))?;
+                // A file written before the in-doubt index files what it lacks, once.
+                catch_unwind(AssertUnwindSafe(|| super::in_doubt::backfill(database)))
+                    .map_err(|panic| corrupt(panic_message(&panic)))?
+                    .map_err(|error| corrupt(error.to_string()))?;
                 // A file written before layout 5 gets a check in every head (LD-037), once.
                 catch_unwind(AssertUnwindSafe(|| heads::ensure_checked(database)))
                     .map_err(|panic| corrupt(panic_message(&panic)))?

@@ -67,6 +67,35 @@ fn checksum(id: &str, first_seq: u64, framing: &[u8]) -> u32 {
     crc32c_of_parts(&[id.as_bytes(), &first_seq.to_le_bytes(), framing])
 }
 
+/// Every event of `id`'s log, decoded from its rows in `events`, for the builds of an index
+/// from the logs of an older file; `None` when a row or a record is damaged (the fold reports
+/// such a log when it is read).
+pub(super) fn decoded_log(
+    events: &impl redb::ReadableTable<(&'static str, u64), &'static [u8]>,
+    execution: &crate::id::ExecutionId,
+) -> Result<Option<Vec<crate::envelope::EventEnvelope>>, crate::store::StorageError> {
+    use crate::store::StorageError;
+    let id = execution.as_str();
+    let mut log = Vec::new();
+    for row in events
+        .range::<(&str, u64)>((id, 0)..=(id, u64::MAX))
+        .map_err(StorageError::new)?
+    {
+        let (key, row) = row.map_err(StorageError::new)?;
+        let first_seq = key.value().1;
+        let Ok(records) = split(id, first_seq, row.value()) else {
+            return Ok(None);
+        };
+        for (seq, record) in (first_seq..).zip(records) {
+            match crate::envelope::decode_record(execution, seq, record) {
+                Ok(envelope) => log.push(envelope),
+                Err(_) => return Ok(None),
+            }
+        }
+    }
+    Ok(Some(log))
+}
+
 /// The records of the row `(id, first_seq)`, in seq order from `first_seq`.
 pub(super) fn split<'a>(
     id: &str,

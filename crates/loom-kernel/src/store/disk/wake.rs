@@ -11,7 +11,6 @@ use std::ops::Bound;
 use redb::{Database, ReadableTable, TableDefinition};
 
 use super::{EVENTS, META, TAILS, checked};
-use crate::envelope::decode_record;
 use crate::id::ExecutionId;
 use crate::store::tail::TailChange;
 use crate::store::wake::{self, WakeRows, Wakeup};
@@ -159,28 +158,12 @@ pub(super) fn backfill(db: &Database) -> Result<usize, StorageError> {
                 continue;
             }
             let execution = ExecutionId::from_stored(id).map_err(StorageError::new)?;
-            let mut log = Vec::new();
-            'rows: for row in events
-                .range::<(&str, u64)>((id, 0)..=(id, u64::MAX))
-                .map_err(StorageError::new)?
-            {
-                let (key, row) = row.map_err(StorageError::new)?;
-                let first_seq = key.value().1;
-                // A log that does not decode gets no rows: recovery reports it when it folds.
-                let Ok(records) = super::runs::split(id, first_seq, row.value()) else {
-                    log.clear();
-                    break;
-                };
-                for (seq, record) in (first_seq..).zip(records) {
-                    match decode_record(&execution, seq, record) {
-                        Ok(envelope) => log.push(envelope.event),
-                        Err(_) => {
-                            log.clear();
-                            break 'rows;
-                        }
-                    }
-                }
-            }
+            // A log that does not decode gets no rows: recovery reports it when it folds.
+            let log: Vec<_> = super::runs::decoded_log(&events, &execution)?
+                .unwrap_or_default()
+                .into_iter()
+                .map(|envelope| envelope.event)
+                .collect();
             let fresh = wake::rows_of_log(&execution, &log);
             let current = tables.rows_of(id)?;
             let diff = wake::WakeDiff {

@@ -12,6 +12,7 @@ mod flip_sweep;
 mod fold;
 mod fold_laws;
 mod held;
+mod in_doubt_index;
 mod journal;
 mod masking;
 mod rows;
