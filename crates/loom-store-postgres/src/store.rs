@@ -541,11 +541,17 @@ impl EventStore for PostgresStore {
             ),
             None => (None, None, None),
         };
+        // The last time listed: times are kept clamped to `i64::MAX`, and `u64::MAX` lists
+        // every row (`wake::listed_before`).
+        let last_listed = match before_ms {
+            u64::MAX => i64::MAX,
+            before_ms => clamp(before_ms).saturating_sub(1),
+        };
         let client = self.client().await?;
         let statement = client
             .prepare_cached(
                 "SELECT at_ms, execution_id, tag FROM loom_wakeups \
-                 WHERE at_ms < $1 \
+                 WHERE at_ms <= $1 \
                    AND ($2::int8 IS NULL OR (at_ms, execution_id, tag) > ($2, $3, $4)) \
                  ORDER BY at_ms, execution_id, tag LIMIT $5",
             )
@@ -554,7 +560,7 @@ impl EventStore for PostgresStore {
         let rows = client
             .query(
                 &statement,
-                &[&clamp(before_ms), &after_at, &after_id, &after_tag, &limit],
+                &[&last_listed, &after_at, &after_id, &after_tag, &limit],
             )
             .await
             .map_err(pg)?;

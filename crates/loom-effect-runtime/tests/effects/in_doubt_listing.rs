@@ -6,7 +6,7 @@ use std::future::Future;
 
 use loom_kernel::conformance::{Hooked, OneBadLog, StoreHooks, id, started};
 use loom_kernel::{EffectInDoubt, Event, StepStarted};
-use loom_kernel::{EventEnvelope, EventStore, ExecutionId, ExecutionStatus, MemoryStore};
+use loom_kernel::{EventEnvelope, EventStore, ExecutionId, MemoryStore};
 use loom_kernel::{ExecutionPage, ExecutionSummary, ReadError, StatusFilter};
 
 /// A store with one bad log (a second `EXECUTION_STARTED`) whose index files that execution
@@ -42,9 +42,7 @@ impl StoreHooks<MemoryStore> for BadLogFiledInDoubt {
     ) -> Result<ExecutionPage, ReadError> {
         let bad = &self.0.bad;
         let mut page = inner.list_by_status(filter, after, limit).await?;
-        if filter == StatusFilter::Status(ExecutionStatus::InDoubt)
-            && after.is_none_or(|after| after < bad)
-        {
+        if filter == StatusFilter::StepsInDoubt && after.is_none_or(|after| after < bad) {
             page.executions.insert(
                 0,
                 ExecutionSummary {
@@ -96,29 +94,39 @@ async fn a_bad_log_is_reported_and_skipped_and_the_other_doubts_are_listed() {
 }
 
 #[tokio::test]
-async fn a_step_left_in_doubt_by_a_cancel_is_still_listed_as_cancelled() {
+async fn a_step_left_in_doubt_by_an_end_is_still_listed_as_ended() {
     use loom_kernel::ExecutionCancelled;
     let store = MemoryStore::new();
-    let doubted = |execution: &str, cancel: bool| {
+    let doubted = |execution: &str, end: Option<Event>| {
         let mut events = vec![
             started("pay"),
             loom_kernel::conformance::step_started("charge#1"),
             loom_kernel::conformance::in_doubt("charge#1"),
         ];
-        if cancel {
-            events.push(Event::ExecutionCancelled(ExecutionCancelled {
-                reason: None,
-            }));
-        }
+        events.extend(end);
         (id(execution), events)
     };
-    for (execution, events) in [doubted("a-cancelled", true), doubted("b-waiting", false)] {
+    let cancelled = Event::ExecutionCancelled(ExecutionCancelled { reason: None });
+    // A flow that returned while the effect ran (K9, issue 41 hole 1).
+    let completed = loom_kernel::conformance::completed();
+    for (execution, events) in [
+        doubted("a-cancelled", Some(cancelled)),
+        doubted("b-waiting", None),
+        doubted("c-completed", Some(completed)),
+    ] {
         store.append(&execution, 0, &events).await.unwrap();
     }
     let listed = steps_in_doubt(&store).await.unwrap();
-    let seen: Vec<(&str, bool)> = listed
+    let seen: Vec<(&str, bool, bool)> = listed
         .iter()
-        .map(|step| (step.execution.as_str(), step.cancelled))
+        .map(|step| (step.execution.as_str(), step.cancelled, step.ended))
         .collect();
-    assert_eq!(seen, [("a-cancelled", true), ("b-waiting", false)]);
+    assert_eq!(
+        seen,
+        [
+            ("a-cancelled", true, true),
+            ("b-waiting", false, false),
+            ("c-completed", false, true)
+        ]
+    );
 }

@@ -405,7 +405,7 @@ impl EventStore for MemoryStore {
             state
                 .wakeups
                 .range::<Wakeup, _>((lower, Bound::Unbounded))
-                .take_while(|row| row.at_ms < before_ms)
+                .take_while(|row| wake::listed_before(row.at_ms, before_ms))
                 .cloned(),
             before_ms,
             None,

@@ -615,7 +615,8 @@ pub trait EventStore: Send + Sync + 'static {
         async { Err(RetentionError::Unsupported) }
     }
 
-    /// Up to `limit` rows of the wake-up index with a time before `before_ms` and a key after
+    /// Up to `limit` rows of the wake-up index with a time before `before_ms` (every row when
+    /// it is `u64::MAX`: [`wake::listed_before`]) and a key after
     /// `after`, in key order ([`Wakeup`]'s order): the deadlines of parked executions, and
     /// their child links (at time 0). See [`wake`] for what is indexed. A `limit` of 0 is
     /// read as 1. What `Runtime::recover` reads instead of every parked execution's log.

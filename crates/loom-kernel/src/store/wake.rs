@@ -305,6 +305,14 @@ pub fn rows_of_log<'a>(
     diff.added.into_iter().collect()
 }
 
+/// Whether a row at `at_ms` is listed by `list_wakeups(before_ms, ..)`: it is before
+/// `before_ms`, or `before_ms` is `u64::MAX`, which reads as no bound at all, so that a
+/// deadline set at `u64::MAX` fires when a clock reads it, as an armed timer does (issue 41,
+/// hole 10).
+pub fn listed_before(at_ms: u64, before_ms: u64) -> bool {
+    at_ms < before_ms || before_ms == u64::MAX
+}
+
 /// Keeps `rows` (sorted) to those of the page `list_wakeups(before_ms, after, limit)` asks for.
 pub fn page_of(
     rows: impl IntoIterator<Item = Wakeup>,
@@ -313,7 +321,7 @@ pub fn page_of(
     limit: usize,
 ) -> Vec<Wakeup> {
     rows.into_iter()
-        .filter(|row| row.at_ms < before_ms && after.is_none_or(|after| row > after))
+        .filter(|row| listed_before(row.at_ms, before_ms) && after.is_none_or(|after| row > after))
         .take(limit.max(1))
         .collect()
 }

@@ -227,7 +227,7 @@ pub(super) fn list(
         }
         Err(error) => return Err(ReadError::storage(error)),
     };
-    if after.is_some_and(|row| row.at_ms >= before_ms) {
+    if after.is_some_and(|row| !wake::listed_before(row.at_ms, before_ms)) {
         return Ok(Some(Vec::new()));
     }
     let after_tag = after.map(|row| row.reason.tag());
@@ -237,9 +237,13 @@ pub(super) fn list(
         }
         _ => Bound::Unbounded,
     };
+    let upper = match before_ms {
+        u64::MAX => Bound::Unbounded,
+        before_ms => Bound::Excluded((before_ms, "", "")),
+    };
     let mut found = Vec::new();
     for entry in table
-        .range::<(u64, &str, &str)>((lower, Bound::Excluded((before_ms, "", ""))))
+        .range::<(u64, &str, &str)>((lower, upper))
         .map_err(ReadError::storage)?
         .take(limit.max(1))
     {

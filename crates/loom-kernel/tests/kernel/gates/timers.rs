@@ -1176,3 +1176,35 @@ async fn a_resume_racing_a_deadline_fired_on_recovery_wins_or_is_timed_out() {
         }
     }
 }
+
+/// Issue 41, hole 10: a deadline at `u64::MAX` fires when the clock reads it after a restart,
+/// as an armed timer does: the wake-up index lists it (`list_wakeups(u64::MAX, ..)` has no
+/// bound), on both stores.
+#[tokio::test]
+async fn a_deadline_at_the_end_of_time_fires_after_a_restart_on_both_stores() {
+    async fn check<S: EventStore + Clone + 'static>(store: S) {
+        let e = {
+            let first = runtime(store.clone(), ManualClock::new(T0));
+            let e = first
+                .start("alarm", &u64::MAX, StartOptions::new(id("end-of-time")))
+                .await
+                .unwrap();
+            let parked = first.wait(&e).await.unwrap();
+            assert_eq!(parked.status(), ExecutionStatus::Suspended);
+            first.shutdown().await;
+            e
+        };
+        let rows = store.list_wakeups(u64::MAX, None, 10).await.unwrap();
+        assert!(
+            rows.iter().any(|row| row.at_ms == u64::MAX),
+            "the row at u64::MAX is listed: {rows:?}"
+        );
+        let again = runtime(store.clone(), ManualClock::new(u64::MAX));
+        again.recover().await.unwrap();
+        until(&again, &e, |s| s == ExecutionStatus::Completed).await;
+        assert_eq!(output(&store, &e).await, json!("rang"));
+    }
+    check(MemoryStore::new()).await;
+    let dir = tempfile::tempdir().unwrap();
+    check(DiskStore::open(dir.path().join("store.redb")).unwrap()).await;
+}
