@@ -90,7 +90,7 @@ impl SurfaceProjection {
                 .map_err(|err| ProjectionError::NotAnArray {
                     step_id: patch.step_id.clone(),
                     surface_id: patch.surface_id.clone(),
-                    detail: err.to_string(),
+                    detail: loom_kernel::Payload::describe_decode_error(&err),
                 })?;
         let ops = raw_ops
             .iter()

@@ -86,7 +86,10 @@ impl EffectDef {
             let input: I = input.decode().map_err(|err| {
                 ErrorInfo::new(
                     codes::INVALID_INPUT,
-                    format!("the input of effect '{effect}' does not decode: {err}"),
+                    format!(
+                        "the input of effect '{effect}' does not decode: {}",
+                        Payload::describe_decode_error(&err)
+                    ),
                 )
             })?;
             let running = handler(ctx, input);

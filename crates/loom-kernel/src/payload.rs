@@ -110,6 +110,24 @@ impl Payload {
         serde_json::from_str(self.0.get())
     }
 
+    /// Why [`Payload::decode`] failed, in words that never quote the payload: serde's text
+    /// names the value it met (`invalid type: string "4111 1111 1111 1111", expected u32`),
+    /// and a decode error travels in errors and traces, where a classified value must not go
+    /// (K10-R6). Kept: the kind of value met, what was expected, a field's name, where.
+    pub fn describe_decode_error(error: &serde_json::Error) -> String {
+        let text = error.to_string();
+        // serde_json appends " at line L column C" to the message.
+        let (message, position) = match text.rfind(" at line ") {
+            Some(at) => text.split_at(at),
+            None => (text.as_str(), ""),
+        };
+        let described = describe_serde_message(message).unwrap_or_else(|| {
+            "a value that does not fit the type (its text is withheld: it may quote the value)"
+                .to_owned()
+        });
+        format!("{described}{position}")
+    }
+
     /// The document as a `serde_json::Value`.
     pub fn to_value(&self) -> Value {
         // The text was checked when the payload was made, so it always parses.
@@ -120,6 +138,57 @@ impl Payload {
     pub fn as_json(&self) -> &str {
         self.0.get()
     }
+}
+
+/// serde's message for a value of the wrong shape with the value left out; `None` for a
+/// message of another form (a custom one may quote anything).
+fn describe_serde_message(message: &str) -> Option<String> {
+    for lead in ["invalid type: ", "invalid value: "] {
+        if let Some(rest) = message.strip_prefix(lead) {
+            let (met, expected) = rest.split_once(", expected ")?;
+            return Some(format!("{lead}{}, expected {expected}", kind_of(met)?));
+        }
+    }
+    if let Some(rest) = message.strip_prefix("unknown variant `") {
+        let (_, expected) = rest.split_once("`, expected ")?;
+        return Some(format!("unknown variant, expected {expected}"));
+    }
+    let names_a_field = ["unknown field `", "missing field `", "duplicate field `"]
+        .iter()
+        .any(|lead| message.starts_with(lead));
+    let counts = message.starts_with("invalid length ")
+        && message["invalid length ".len()..]
+            .split_once(", expected ")
+            .is_some_and(|(length, _)| length.bytes().all(|b| b.is_ascii_digit()));
+    (names_a_field || counts || message == "EOF while parsing a value").then(|| message.to_owned())
+}
+
+/// The kind of value serde's `Unexpected` names (`string "…"` is a string), without the value.
+fn kind_of(met: &str) -> Option<&'static str> {
+    const KINDS: [&str; 13] = [
+        "string",
+        "integer",
+        "floating point",
+        "boolean",
+        "character",
+        "byte array",
+        "unit variant",
+        "newtype variant",
+        "tuple variant",
+        "struct variant",
+        "null",
+        "map",
+        "sequence",
+    ];
+    KINDS
+        .into_iter()
+        .find(|kind| met == *kind || met.starts_with(&format!("{kind} ")))
+        .or(match met {
+            "unit value" => Some("unit value"),
+            "Option value" => Some("Option value"),
+            "newtype struct" => Some("newtype struct"),
+            _ => None,
+        })
 }
 
 /// Whether the JSON `text` nests arrays and objects deeper than `max`. Brackets inside
@@ -240,6 +309,64 @@ impl<'de> Deserialize<'de> for Payload {
 
 #[cfg(test)]
 mod tests {
+
+    /// Each form of serde's message keeps what it says of the type and loses the value.
+    #[test]
+    fn a_decode_error_is_described_without_the_value() {
+        #[derive(Debug, serde::Deserialize)]
+        #[serde(deny_unknown_fields)]
+        #[allow(dead_code)]
+        struct Card {
+            number: u64,
+            kind: Kind,
+            tags: [u8; 2],
+        }
+        #[derive(Debug, serde::Deserialize)]
+        enum Kind {
+            Visa,
+        }
+        let described = |value: serde_json::Value| {
+            let payload = Payload::from_value(&value);
+            let error = payload.decode::<Card>().unwrap_err();
+            Payload::describe_decode_error(&error)
+        };
+        let secret = "4111 1111 1111 1111";
+        let cases = [
+            (
+                serde_json::json!({"number": secret, "kind": "Visa", "tags": [1, 2]}),
+                "invalid type: string, expected u64",
+            ),
+            (
+                serde_json::json!({"number": -4111, "kind": "Visa", "tags": [1, 2]}),
+                "invalid value: integer, expected u64",
+            ),
+            (
+                serde_json::json!({"number": 1, "kind": secret, "tags": [1, 2]}),
+                "unknown variant, expected `Visa`",
+            ),
+            (
+                serde_json::json!({"number": 1, "kind": "Visa", "tags": [1]}),
+                "invalid length 1, expected an array of length 2",
+            ),
+            (
+                serde_json::json!({"number": 1, "kind": "Visa"}),
+                "missing field `tags`",
+            ),
+            (
+                serde_json::json!({"number": 1, "kind": "Visa", "tags": [1, 2], "cvv": 4111}),
+                "unknown field `cvv`",
+            ),
+        ];
+        for (value, expected) in cases {
+            let text = described(value);
+            assert!(text.starts_with(expected), "{text}");
+            assert!(!text.contains("4111"), "{text}");
+            assert!(text.contains(" at line "), "{text}");
+        }
+        let custom = <serde_json::Error as serde::de::Error>::custom(format!("bad card {secret}"));
+        let text = Payload::describe_decode_error(&custom);
+        assert!(!text.contains("4111"), "a message of another form is withheld: {text}");
+    }
     use super::*;
     use serde_json::json;
 

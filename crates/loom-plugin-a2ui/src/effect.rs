@@ -180,7 +180,8 @@ fn admit_call(
     let refused = |detail: String| loom_kernel::ErrorInfo::new(codes::REFUSED, detail);
     let input: CallFunctionInput = input.decode().map_err(|err| {
         refused(format!(
-            "the input of {CALL_FUNCTION_EFFECT} does not decode: {err}"
+            "the input of {CALL_FUNCTION_EFFECT} does not decode: {}",
+            loom_kernel::Payload::describe_decode_error(&err)
         ))
     })?;
     checked_catalog(catalogs, &input)

@@ -223,7 +223,7 @@ pub fn call_and_wait(
             .decode()
             .map_err(|err| CallAndWaitError::BadPayload {
                 call_id: call_id.clone(),
-                detail: err.to_string(),
+                detail: loom_kernel::Payload::describe_decode_error(&err),
             })?;
         if let Some(value) = payload.get("value") {
             return Ok(value.clone());

@@ -241,7 +241,7 @@ impl FlowCtx {
                 // Assigned whenever the command got this far: a step whose id could not be
                 // assigned fails before it has an output.
                 step_id: step_id.unwrap_or_default(),
-                detail: err.to_string(),
+                detail: crate::payload::Payload::describe_decode_error(&err),
             })
         }
     }

@@ -171,7 +171,13 @@ where
         Box::pin(async move {
             let output = running
                 .map_err(|err| {
-                    FlowError::new("loom.input", format!("flow input does not decode: {err}"))
+                    FlowError::new(
+                        "loom.input",
+                        format!(
+                            "flow input does not decode: {}",
+                            Payload::describe_decode_error(&err)
+                        ),
+                    )
                 })?
                 .await?;
             Ok(Payload::encode(&output)?)

@@ -140,7 +140,7 @@ fn decode<O: DeserializeOwned>(output: &Payload, step_id: Option<&str>) -> Resul
         // Assigned whenever the command got this far: a step whose id could not be assigned
         // fails before it has an output.
         step_id: step_id.unwrap_or_default().to_owned(),
-        detail: err.to_string(),
+        detail: crate::payload::Payload::describe_decode_error(&err),
     })
 }
 

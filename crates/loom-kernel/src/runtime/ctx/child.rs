@@ -51,7 +51,7 @@ impl FlowCtx {
             let output = call.await?;
             output.decode().map_err(|err| StepError::Decode {
                 step_id,
-                detail: err.to_string(),
+                detail: crate::payload::Payload::describe_decode_error(&err),
             })
         }
     }

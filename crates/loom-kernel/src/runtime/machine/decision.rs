@@ -212,7 +212,7 @@ pub(crate) fn decode_decision<T: DeserializeOwned>(
 ) -> Result<T, StepError> {
     value.decode().map_err(|err| StepError::Decode {
         step_id,
-        detail: err.to_string(),
+        detail: crate::payload::Payload::describe_decode_error(&err),
     })
 }
 

@@ -211,6 +211,50 @@ async fn a_call_whose_output_does_not_decode_names_its_step() {
     );
 }
 
+/// Issue 41, hole 4 (K10-R6): a step's output that does not decode is described without its
+/// value: the card number the receiver answered is not in the error the execution fails with,
+/// which leaves the runtime (the log, traces, the console).
+#[tokio::test]
+async fn a_decode_error_names_the_kind_of_value_never_the_value() {
+    #[derive(Debug, serde::Deserialize)]
+    struct Charge {
+        #[allow(dead_code)]
+        card: u64,
+    }
+    async fn charge(ctx: FlowCtx, _: Value) -> Result<Value, FlowError> {
+        let charged: Charge = ctx.call("charge", &1).await?;
+        Ok(json!(format!("{charged:?}")))
+    }
+    let rt = Runtime::builder(MemoryStore::new())
+        .flow(flow_fn("charge", 1, charge))
+        .effect(
+            "charge",
+            FnEffect::new(true, |_: EffectCall| {
+                std::future::ready(EffectOutcome::ok(
+                    json!({"card": "4111 1111 1111 1111"}).into(),
+                ))
+            }),
+        )
+        .build()
+        .unwrap();
+    let e = rt
+        .start("charge", &json!(null), options("card", &["charge"]))
+        .await
+        .unwrap();
+    rt.wait(&e).await.unwrap();
+    let log = events_of(rt.store(), &e).await;
+    let Some(Event::ExecutionFailed(failed)) = log.last() else {
+        panic!("{log:?}")
+    };
+    let message = &failed.error.message;
+    assert!(!message.contains("4111"), "{message}");
+    assert!(
+        message.contains("invalid type: string, expected u64"),
+        "{message}"
+    );
+    assert!(message.contains("'charge#1'"), "{message}");
+}
+
 async fn slow_echo(ctx: FlowCtx, _: Value) -> Result<Value, FlowError> {
     Ok(ctx.execute("echo", &1).await?.to_value())
 }
