@@ -75,20 +75,10 @@ impl Effect for RegisteredEffect {
         Some(&self.def.def.capability)
     }
 
-    /// K2 is checked by the kernel from [`Effect::capability`] before this is called.
+    /// K2 and K3 are checked by the kernel from [`Effect::capability`] and
+    /// [`Effect::max_cost`] (the definition's cost) before this is called.
     fn admit(&self, call: &EffectCall) -> Result<(), ErrorInfo> {
         let def = &self.def.def;
-        if let Some(remaining) = call.budget_remaining
-            && def.cost > remaining
-        {
-            return Err(ErrorInfo::new(
-                codes::BUDGET_EXCEEDED,
-                format!(
-                    "step '{}' would cost {} but execution {} may spend only {remaining} more",
-                    call.step_id, def.cost, call.execution_id
-                ),
-            ));
-        }
         if let Some(schema) = &self.def.input {
             schema.check(&call.input.to_value()).map_err(|detail| {
                 ErrorInfo::new(

@@ -91,8 +91,9 @@ pub mod codes {
     /// K2: the execution was not granted the effect's capability (checked by the kernel for
     /// every effect).
     pub const CAPABILITY_DENIED: &str = loom_kernel::codes::CAPABILITY_DENIED;
-    /// K3: the step's cost exceeds what the execution may still spend.
-    pub const BUDGET_EXCEEDED: &str = "loom.budget_exceeded";
+    /// K3: the step's cost exceeds what the execution may still spend (checked by the
+    /// kernel for every effect).
+    pub const BUDGET_EXCEEDED: &str = loom_kernel::codes::BUDGET_EXCEEDED;
     /// The input does not match the effect's input schema or type.
     pub const INVALID_INPUT: &str = "loom.invalid_input";
     /// The handler's output does not match the effect's output schema or does not serialize.

@@ -365,7 +365,10 @@ mod tests {
         }
         let custom = <serde_json::Error as serde::de::Error>::custom(format!("bad card {secret}"));
         let text = Payload::describe_decode_error(&custom);
-        assert!(!text.contains("4111"), "a message of another form is withheld: {text}");
+        assert!(
+            !text.contains("4111"),
+            "a message of another form is withheld: {text}"
+        );
     }
     use super::*;
     use serde_json::json;

@@ -3,6 +3,9 @@
 
 /// A step of an effect that no one registered.
 pub const UNKNOWN_EFFECT: &str = "loom.unknown_effect";
+/// K3: a new step's `max_cost` exceeds what the execution may still spend (its budget, less
+/// what is spent and what running steps hold); checked by the kernel for every effect.
+pub const BUDGET_EXCEEDED: &str = "loom.budget_exceeded";
 /// K2: the effect's capability was not granted to the execution.
 pub const CAPABILITY_DENIED: &str = "loom.capability_denied";
 /// The flow panicked; recorded as the execution's failure.

@@ -47,14 +47,17 @@ impl std::fmt::Debug for Admission {
 }
 
 impl Admission {
-    /// K2 (the capability granted), then the effect's own checks, then what it declares of
-    /// itself; a panic in any of them is a refusal.
+    /// K2 (the capability granted), what the effect declares of itself, K3 (its `max_cost`
+    /// within what may still be spent), then the effect's own checks; a panic in any of them
+    /// is a refusal.
     pub(crate) fn check(&self) -> Result<Declared, ErrorInfo> {
         let effect = &self.call.effect;
         contain(|| {
             authorize(self.handler.as_ref(), &self.call)?;
+            let declared = Declared::read(self.handler.as_ref());
+            within_budget(&self.call, declared.max_cost)?;
             self.handler.admit(&self.call)?;
-            Ok(Declared::read(self.handler.as_ref()))
+            Ok(declared)
         })
         .unwrap_or_else(|panic| {
             Err(ErrorInfo::new(
@@ -62,6 +65,22 @@ impl Admission {
                 format!("the admission check of effect '{effect}' panicked: {panic}"),
             ))
         })
+    }
+}
+
+/// K3: a new step starts only if what it may cost fits in what the execution may still spend,
+/// whatever the effect's own `admit` checks: a raw effect's budget is the kernel's to keep
+/// (issue 41, hole 5).
+fn within_budget(call: &EffectCall, max_cost: u64) -> Result<(), ErrorInfo> {
+    match call.budget_remaining {
+        Some(remaining) if max_cost > remaining => Err(ErrorInfo::new(
+            codes::BUDGET_EXCEEDED,
+            format!(
+                "step '{}' would cost {max_cost} but execution {} may spend only {remaining} more",
+                call.step_id, call.execution_id
+            ),
+        )),
+        _ => Ok(()),
     }
 }
 

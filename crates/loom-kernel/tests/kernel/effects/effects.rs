@@ -434,3 +434,67 @@ async fn a_flow_that_returns_while_its_step_runs_records_the_step_in_doubt() {
         assert!(replayer.replay_log(log).unwrap().returned);
     }
 }
+
+/// A raw effect that declares `max_cost` 1 and reports what its caller says it cost.
+struct Metered {
+    calls: Calls,
+}
+
+impl Effect for Metered {
+    fn idempotent(&self) -> bool {
+        true
+    }
+    fn max_cost(&self) -> u64 {
+        1
+    }
+    fn invoke(&self, call: EffectCall) -> futures::future::BoxFuture<'static, EffectOutcome> {
+        self.calls.bump();
+        let cost = call.input.to_value().as_u64().unwrap_or(0);
+        Box::pin(async move { EffectOutcome::ok(json!("metered").into()).with_cost(cost) })
+    }
+}
+
+/// Issue 41, hole 5 (K3): the kernel keeps the budget for every effect, raw ones included. A
+/// step is admitted only if its `max_cost` fits in what may still be spent; a step that reported
+/// more than it declared is charged what it reported, and the next step is refused
+/// (`loom.budget_exceeded`, its effect never called).
+#[tokio::test]
+async fn the_kernel_refuses_a_raw_effect_s_step_over_the_budget() {
+    async fn twice(ctx: FlowCtx, costs: Vec<u64>) -> Result<Value, FlowError> {
+        let mut outcomes = Vec::new();
+        for cost in costs {
+            outcomes.push(match ctx.execute("metered", &cost).await {
+                Ok(_) => json!("ok"),
+                Err(StepError::Failed(error)) => json!(error.code),
+                Err(other) => return Err(other.into()),
+            });
+        }
+        Ok(json!(outcomes))
+    }
+    let calls = Calls::default();
+    let rt = Runtime::builder(MemoryStore::new())
+        .flow(flow_fn("twice", 1, twice))
+        .effect(
+            "metered",
+            Metered {
+                calls: calls.clone(),
+            },
+        )
+        .build()
+        .unwrap();
+    let e = rt
+        .start(
+            "twice",
+            &vec![100u64, 1],
+            options("over-budget", &["metered"]).budget(5),
+        )
+        .await
+        .unwrap();
+    let ended = rt.wait(&e).await.unwrap();
+    assert_eq!(
+        ended.output().map(Payload::to_value),
+        Some(json!(["ok", "loom.budget_exceeded"]))
+    );
+    assert_eq!(calls.count(), 1, "the refused step's effect never ran");
+    assert_eq!(ended.budget_spent(), 100, "charged what it reported, once");
+}

@@ -713,14 +713,15 @@ async fn running_steps_hold_their_max_cost_against_the_budget() {
         .build()
         .unwrap();
     let e = id("budget");
-    rt.start("two", &json!(null), granted(e.clone()).budget(10))
+    rt.start("two", &json!(null), granted(e.clone()).budget(12))
         .await
         .unwrap();
     let state = rt.wait(&e).await.unwrap();
     assert_eq!(state.status(), ExecutionStatus::Completed);
     assert_eq!(state.budget_spent(), 6, "two outcomes of cost 3");
-    // The second step was admitted while the first held its max cost of 6.
-    assert_eq!(*seen.lock().unwrap(), vec![Some(10), Some(4)]);
+    // The second step was admitted while the first held its max cost of 6 (with a budget of
+    // 10, the kernel would refuse it: 6 does not fit in the 4 left).
+    assert_eq!(*seen.lock().unwrap(), vec![Some(12), Some(6)]);
 }
 
 async fn panics_in_a_decision(ctx: FlowCtx, _: Value) -> Result<Value, FlowError> {
