@@ -45,7 +45,7 @@ pub enum AppendError {
         /// The seq of the event concerned.
         seq: u64,
     },
-    /// The batch would make the log invalid (see the module documentation); nothing of it
+    /// The batch would make the log invalid (see the `store` module's contract); nothing of it
     /// is stored. `seq` is where the offending event would have gone.
     #[error(
         "append to execution {execution} refused: the event at seq {seq} would make the log invalid: {violation}"
