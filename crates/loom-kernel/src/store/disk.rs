@@ -97,6 +97,8 @@ use writer::{Append, DeleteRequest, WriteRequest, Writer};
 
 use super::claim::{ClaimTable, NewClaim};
 use super::journal;
+#[cfg(doc)]
+use super::tail::ExecutionTail;
 use super::watch::{FeedWatch, HeadWatch};
 use super::{
     AppendError, EncodedAppend, EventStore, ExecutionPage, ExecutionQuery, ExecutionQueryPage,

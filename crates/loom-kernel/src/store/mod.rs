@@ -83,6 +83,8 @@ pub use wake::{WakeReason, Wakeup};
 use crate::envelope::EventEnvelope;
 use crate::event::Event;
 use crate::fold::ExecutionStatus;
+#[cfg(doc)]
+use crate::fold::FoldError;
 use crate::id::ExecutionId;
 
 /// How many events [`EventStoreExt::stream`] reads per page.

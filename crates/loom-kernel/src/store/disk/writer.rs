@@ -19,6 +19,8 @@ use super::heads::head_of;
 use super::pending::Pending;
 use super::retention::delete_ended;
 use super::snapshot::LastCommit;
+#[cfg(doc)]
+use super::{DiskStore, DiskStoreConfig};
 use super::{HEADS, TAILS, WriterStats, panic_message};
 use crate::id::ExecutionId;
 use crate::store::claim::{ClaimTable, FirstAppend};
