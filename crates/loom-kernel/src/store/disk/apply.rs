@@ -22,9 +22,11 @@ use std::sync::{Condvar, Mutex, mpsc};
 use redb::Database;
 use tokio::sync::oneshot;
 
+use super::panic_message;
 use super::pending::Pending;
 use super::snapshot::LastCommit;
-use super::{Queued, WriteTables, panic_message};
+use super::tables::WriteTables;
+use super::writer::Queued;
 use crate::store::StorageError;
 
 /// Appends the writer committed, in commit order, and where the journal and the feed stand
@@ -294,7 +296,7 @@ fn apply_and_forget(
 fn make_durable(db: &Database, (generation, end): (u64, u64)) -> Result<(), StorageError> {
     let _span = tracing::debug_span!("checkpoint", generation, end).entered();
     let txn = db.begin_write().map_err(StorageError::new)?;
-    super::record_journal_position(&txn, generation, end)?;
+    super::checkpoint::record_journal_position(&txn, generation, end)?;
     txn.commit().map_err(StorageError::new)
 }
 

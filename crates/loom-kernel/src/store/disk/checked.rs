@@ -104,6 +104,17 @@ pub(super) fn tail(id: &str, value: &[u8]) -> Result<ExecutionTail, StorageError
         .ok_or_else(|| StorageError::msg(format!("the stored tail of execution {id} is damaged")))
 }
 
+/// `id`'s tail in `tails`; a new one for a log the tables do not hold.
+pub(super) fn tail_of(
+    tails: &impl ReadableTable<&'static str, &'static [u8]>,
+    id: &str,
+) -> Result<ExecutionTail, StorageError> {
+    match tails.get(id).map_err(StorageError::new)? {
+        None => Ok(ExecutionTail::new()),
+        Some(value) => tail(id, value.value()),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -7,7 +7,8 @@ use std::sync::atomic::Ordering;
 use redb::Database;
 
 use super::apply::ToApplier;
-use super::{JOURNAL_END, JOURNAL_GENERATION, META, Writer, checked};
+use super::writer::Writer;
+use super::{JOURNAL_END, JOURNAL_GENERATION, META, checked};
 use crate::store::StorageError;
 use crate::store::journal::{self, Journal};
 

@@ -175,6 +175,18 @@ fn check_meta(meta: &mut redb::Table<'_, &'static str, u64>) -> Result<(), Stora
     Ok(())
 }
 
+/// The head of `id`'s log in `heads` (its length), 0 for a log the tables do not hold; an
+/// error when the stored value does not belong to `id`.
+pub(super) fn head_of(
+    heads: &impl ReadableTable<&'static str, u64>,
+    id: &str,
+) -> Result<u64, StorageError> {
+    match heads.get(id).map_err(StorageError::new)? {
+        Some(value) => decode(id, value.value()),
+        None => Ok(0),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -250,7 +250,7 @@ pub(super) fn query(
         .open_table(BY_STATUS_START)
         .map_err(ReadError::storage)?;
     let limit = query.page_size();
-    let head_of = |id: &str| super::head_of(&heads, id).map_err(ReadError::storage);
+    let head_of = |id: &str| super::heads::head_of(&heads, id).map_err(ReadError::storage);
     let row_of = |code: u8, start: u64, id: &str, ended: Option<u64>, flow: &str| {
         let status = status_from_code(code).ok_or_else(|| {
             ReadError::storage(StorageError::msg(format!(
@@ -351,7 +351,7 @@ pub(super) fn query(
             // A damaged row may still name an execution that is there: its tail (checked) must
             // agree with the status and end the row files, its first record (checked) with the
             // start and flow. Only a row the page returns is checked; one it skips costs nothing.
-            let tail = super::tail_of(&tails, id).map_err(ReadError::storage)?;
+            let tail = super::checked::tail_of(&tails, id).map_err(ReadError::storage)?;
             let (first_start, first_flow) =
                 first_event_start(&events, id).map_err(ReadError::storage)?;
             if status_code(tail.status()) != code

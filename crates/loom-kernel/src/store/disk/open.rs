@@ -9,10 +9,12 @@ use redb::{Database, ReadableDatabase, ReadableTable};
 use super::super::journal::{self, Journal};
 use super::super::tail::ExecutionTail;
 use super::pending::Pending;
+use super::tables::WriteTables;
+use super::writer::Queued;
 use super::{
     BY_STATUS, Db, DiskStoreConfig, ENDED, EVENTS, FEED, FEED_NEXT, HEADS, JOURNAL_END,
-    JOURNAL_GENERATION, META, Mode, OpenError, PURGED, PURGES_RECORDED, Queued, STORE_FORMAT,
-    TAILS, WriteTables, checked, heads, panic_message,
+    JOURNAL_GENERATION, META, Mode, OpenError, PURGED, PURGES_RECORDED, STORE_FORMAT, TAILS,
+    checked, heads, panic_message,
 };
 use crate::envelope::decode_record;
 use crate::id::ExecutionId;
