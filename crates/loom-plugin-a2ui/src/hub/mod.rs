@@ -331,6 +331,8 @@ impl Projection for SurfaceHub {
 /// in-memory hub starts from position 0. Events it has applied already (through
 /// [`Projection::apply`] or [`SurfaceHub::catch_up`]) are skipped, so it can be both a
 /// plugin and followed. See `docs/CATCH-UP.md`.
+///
+/// [`Runtime::follow_feed`]: loom_kernel::Runtime::follow_feed
 impl loom_kernel::FeedProjection for SurfaceHub {
     fn start_position(&self) -> u64 {
         0

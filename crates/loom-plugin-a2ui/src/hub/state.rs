@@ -36,6 +36,8 @@ pub(super) struct ExecState {
     pub(super) ended: bool,
     /// Among the executions that ended most recently ([`SurfaceHub::with_ended_retention`]),
     /// kept for late readers even with nobody watching.
+    ///
+    /// [`SurfaceHub::with_ended_retention`]: super::SurfaceHub::with_ended_retention
     pub(super) retained: bool,
 }
 

@@ -42,6 +42,8 @@
 //! local) shows as a head below the one this worker last committed; the writer refuses to
 //! append past it and says so ([`crate::replication::lost_commits`]) rather than carry on as
 //! if nothing happened.
+//!
+//! [`ExecutionTail`]: loom_kernel::ExecutionTail
 
 mod fast_commit;
 mod full_path;
