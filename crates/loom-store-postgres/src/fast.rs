@@ -42,7 +42,7 @@ pub(crate) struct Cached {
     pub(crate) tail: ExecutionTail,
 }
 
-/// The one statement. Arrays: `$1..$9` and `$11` one element per execution, `$12..$14` one
+/// The one statement. Arrays: `$1..$9`, `$11` and `$23` (whether a step is in doubt) one element per execution, `$12..$14` one
 /// per event, `$17..$22` the rows of the wake-up index the batch changes (as in
 /// [`crate::wake::WAKE_STATEMENT`]), written only for the executions updated. The owner is compared per row (`$11`, this worker's id in each element) and
 /// with `IS NOT DISTINCT FROM`, which no index serves, so that
@@ -50,12 +50,13 @@ pub(crate) struct Cached {
 pub(crate) const STATEMENT: &str = "\
 WITH req AS (
     SELECT * FROM unnest($1::text[], $2::int8[], $3::int8[], $4::int8[], $5::bytea[],
-                         $6::int2[], $7::bool[], $8::int8[], $9::bool[], $11::text[])
-        AS r(id, expected, token, head, tail, status, driving, ended, keep, owner)
+                         $6::int2[], $7::bool[], $8::int8[], $9::bool[], $11::text[],
+                         $23::bool[])
+        AS r(id, expected, token, head, tail, status, driving, ended, keep, owner, doubts)
 ), upd AS (
     UPDATE loom_executions AS x
     SET head = r.head, tail = r.tail, status = r.status, needs_driving = r.driving,
-        ended_at_ms = r.ended,
+        ended_at_ms = r.ended, steps_in_doubt = r.doubts,
         lease_owner = CASE WHEN r.keep THEN x.lease_owner END,
         last_lease_owner = r.owner,
         lease_expires_at = CASE WHEN r.keep
@@ -201,6 +202,7 @@ pub(crate) struct RowParams {
     pub(crate) ended: Vec<Option<i64>>,
     pub(crate) keep: Vec<bool>,
     pub(crate) owners: Vec<String>,
+    pub(crate) doubts: Vec<bool>,
 }
 
 impl RowParams {
@@ -223,6 +225,7 @@ impl RowParams {
                 .collect(),
             keep: rows.iter().map(Row::keep).collect(),
             owners: rows.iter().map(|_| worker.to_owned()).collect(),
+            doubts: rows.iter().map(|r| r.tail.has_steps_in_doubt()).collect(),
         }
     }
 }

@@ -64,7 +64,18 @@ const MIGRATIONS: &[&str] = &[
     "#,
     // 4: the wake-up index.
     WAKEUPS_MIGRATION,
+    // 5: the executions with a step in doubt, ended ones included (`StatusFilter::StepsInDoubt`):
+    // those in doubt are filed here; the cancelled ones that ended with one by
+    // [`backfill_steps_in_doubt`], from their logs.
+    IN_DOUBT_MIGRATION,
 ];
+
+/// The index of executions with a step in doubt.
+const IN_DOUBT_MIGRATION: &str = r#"
+    ALTER TABLE loom_executions ADD COLUMN steps_in_doubt boolean NOT NULL DEFAULT false;
+    CREATE INDEX loom_executions_with_steps_in_doubt ON loom_executions (execution_id)
+        WHERE head > 0 AND steps_in_doubt;
+    "#;
 
 /// The wake-up index (LD-033): each parked execution's deadlines and child links, read by time
 /// window by `recover`. Filled from the logs of the executions that have not ended as it is
@@ -122,6 +133,11 @@ pub(crate) async fn migrate(client: &mut Client, schema: &str) -> Result<(), Con
         if *sql == WAKEUPS_MIGRATION {
             backfill_wakeups(&txn).await.map_err(migration(version))?;
         }
+        if *sql == IN_DOUBT_MIGRATION {
+            backfill_steps_in_doubt(&txn)
+                .await
+                .map_err(migration(version))?;
+        }
         txn.execute(
             "INSERT INTO loom_migrations (version) VALUES ($1)",
             &[&version],
@@ -140,6 +156,84 @@ pub(crate) async fn migrate(client: &mut Client, schema: &str) -> Result<(), Con
     }
     txn.commit().await.map_err(migration(SCHEMA_VERSION))?;
     Ok(())
+}
+
+/// Files under `steps_in_doubt` the executions a build before it left in doubt (their status
+/// says so) and the cancelled ones that ended with a step in doubt (before this index, a cancel
+/// was the usual way to end with one, and the tail forgot the step at the end): their logs are
+/// read, a page at a time, and their tails written anew.
+async fn backfill_steps_in_doubt(
+    txn: &tokio_postgres::Transaction<'_>,
+) -> Result<(), tokio_postgres::Error> {
+    use loom_kernel::{ExecutionId, ExecutionStatus, ExecutionTail, status_code};
+    txn.execute(
+        "UPDATE loom_executions SET steps_in_doubt = true WHERE head > 0 AND status = $1",
+        &[&i16::from(status_code(ExecutionStatus::InDoubt))],
+    )
+    .await?;
+    let cancelled = i16::from(status_code(ExecutionStatus::Cancelled));
+    let mut after = String::new();
+    loop {
+        let page: Vec<String> = txn
+            .query(
+                "SELECT execution_id FROM loom_executions \
+                 WHERE head > 0 AND status = $1 AND execution_id > $2 \
+                 ORDER BY execution_id LIMIT $3",
+                &[&cancelled, &after, &BACKFILL_PAGE],
+            )
+            .await?
+            .iter()
+            .map(|row| row.get(0))
+            .collect();
+        let Some(last) = page.last() else {
+            return Ok(());
+        };
+        after = last.clone();
+        let rows = txn
+            .query(
+                "SELECT execution_id, seq, record FROM loom_events \
+                 WHERE execution_id = ANY($1) ORDER BY execution_id, seq",
+                &[&page],
+            )
+            .await?;
+        // Each log's tail applied anew; a log that does not decode keeps its row.
+        let mut tails: Vec<(String, Option<ExecutionTail>)> = Vec::new();
+        for row in &rows {
+            let execution: &str = row.get(0);
+            if tails.last().is_none_or(|(id, _)| id != execution) {
+                tails.push((execution.to_owned(), Some(ExecutionTail::new())));
+            }
+            let Some((_, tail)) = tails.last_mut() else {
+                continue;
+            };
+            let seq: i64 = row.get(1);
+            let record: &[u8] = row.get(2);
+            let applied = ExecutionId::from_stored(execution)
+                .ok()
+                .and_then(|id| loom_kernel::decode_record(&id, seq as u64, record).ok())
+                .is_some_and(|envelope| {
+                    tail.as_mut().is_some_and(|tail| {
+                        tail.apply(&envelope.event, envelope.recorded_at_ms).is_ok()
+                    })
+                });
+            if !applied {
+                *tail = None;
+            }
+        }
+        let (ids, encoded): (Vec<String>, Vec<Vec<u8>>) = tails
+            .into_iter()
+            .filter_map(|(id, tail)| {
+                let tail = tail.filter(ExecutionTail::has_steps_in_doubt)?;
+                Some((id, tail.encode()))
+            })
+            .unzip();
+        txn.execute(
+            "UPDATE loom_executions AS x SET steps_in_doubt = true, tail = u.tail \
+             FROM unnest($1::text[], $2::bytea[]) AS u(id, tail) WHERE x.execution_id = u.id",
+            &[&ids, &encoded],
+        )
+        .await?;
+    }
 }
 
 /// Open executions whose logs one step of [`backfill_wakeups`] reads: what it holds in memory

@@ -343,12 +343,20 @@ impl EventStore for ShardedStore {
         limit: usize,
     ) -> Result<Vec<ExecutionId>, RetentionError> {
         let mut deleted = Vec::new();
-        for shard in self.shards.iter() {
+        for (index, shard) in self.shards.iter().enumerate() {
             let left = limit.saturating_sub(deleted.len());
             if left == 0 {
                 break;
             }
-            deleted.extend(shard.delete_ended(ended_before_ms, left).await?);
+            let parents = crate::store::Parents::Shards {
+                shards: &self.shards,
+                index,
+            };
+            deleted.extend(
+                shard
+                    .delete_ended_keeping(ended_before_ms, left, parents)
+                    .await?,
+            );
         }
         Ok(deleted)
     }

@@ -46,6 +46,7 @@ pub use logs::{
 pub use queries::queries_agree_with_the_reference;
 pub use retention::{
     a_deleted_id_started_again_feeds_each_event_once_in_order,
+    delete_ended_keeps_a_child_its_parent_still_waits_for,
     delete_ended_removes_only_old_ended_executions,
 };
 pub use runtimes::{RUNNING_LEFT, echo_effect, fill_for_recovery, stuck_runtime};
@@ -80,6 +81,7 @@ pub async fn run_index_checks<H: StoreHarness>(harness: &mut H) {
     feed_gives_every_event_once_in_order(harness).await;
     follow_wakes_on_append(harness.fresh()).await;
     delete_ended_removes_only_old_ended_executions(harness.fresh()).await;
+    delete_ended_keeps_a_child_its_parent_still_waits_for(harness.fresh()).await;
     a_deleted_id_started_again_feeds_each_event_once_in_order(harness).await;
     queries_agree_with_the_reference(harness).await;
     wake_index_follows_deadlines_and_child_links(harness).await;

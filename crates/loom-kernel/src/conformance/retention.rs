@@ -154,3 +154,78 @@ pub async fn a_deleted_id_started_again_feeds_each_event_once_in_order<H: StoreH
     let store = harness.reopen(store);
     assert_eq!(whole_feed(&store, 100).await, feed, "after a reopen");
 }
+
+/// `delete_ended` keeps an ended child whose parent still waits for its end (the parent's child
+/// gate is pending: a crash came between the child's end and the parent hearing of it), and
+/// deletes it once the parent has heard; an ended child whose parent is gone is deleted. Without
+/// the child's log, `recover` would take the gate for a child never started and run it again
+/// (issue 41, hole 2).
+pub async fn delete_ended_keeps_a_child_its_parent_still_waits_for<S: EventStore>(store: S) {
+    use crate::event::{Event, ExecutionResumed, ExecutionSuspended};
+    let gate = |n: u32| format!("child:kid#{n}");
+    let waits = |n: u32| {
+        Event::ExecutionSuspended(ExecutionSuspended {
+            gate_id: gate(n),
+            event_type: crate::runtime::CHILD_EVENT_TYPE.into(),
+            correlation_key: format!("p/kid#{n}"),
+        })
+    };
+    store
+        .append(&id("p"), 0, &[started("f"), waits(0), waits(1)])
+        .await
+        .expect("append");
+    for n in 0..3 {
+        // kid#2's parent never waited for it (a user's id of the child form).
+        store
+            .append(
+                &id(&format!("p/kid#{n}")),
+                0,
+                &[started("kid"), completed()],
+            )
+            .await
+            .expect("append");
+    }
+    // Old ended executions after the children, so a batch must look past those it keeps.
+    for n in 0..3 {
+        store
+            .append(&id(&format!("z-{n}")), 0, &[started("f"), completed()])
+            .await
+            .expect("append");
+    }
+    let deleted = store.delete_ended(u64::MAX, 2).await.expect("delete");
+    let deleted: Vec<&str> = deleted.iter().map(|e| e.as_str()).collect();
+    assert_eq!(
+        deleted.len(),
+        2,
+        "a full batch past the kept children: {deleted:?}"
+    );
+    assert!(
+        !deleted.contains(&"p/kid#0") && !deleted.contains(&"p/kid#1"),
+        "{deleted:?}"
+    );
+    let mut rest = store.delete_ended(u64::MAX, 10).await.expect("delete");
+    rest.sort_by(|a, b| a.as_str().cmp(b.as_str()));
+    let mut all: Vec<String> = deleted.iter().map(|e| e.to_string()).collect();
+    all.extend(rest.iter().map(|e| e.to_string()));
+    all.sort();
+    assert_eq!(all, ["p/kid#2", "z-0", "z-1", "z-2"]);
+    assert_eq!(store.head(&id("p/kid#0")).await.expect("head"), 2);
+    // The parent hears of kid#0's end: kid#0 may go; kid#1 stays.
+    let heard = Event::ExecutionResumed(ExecutionResumed {
+        gate_id: gate(0),
+        event_type: crate::runtime::CHILD_EVENT_TYPE.into(),
+        correlation_key: "p/kid#0".into(),
+        payload: json!({}).into(),
+    });
+    store.append(&id("p"), 3, &[heard]).await.expect("append");
+    let deleted = store.delete_ended(u64::MAX, 10).await.expect("delete");
+    assert_eq!(deleted, [id("p/kid#0")]);
+    // The parent ends (its gates with it): kid#1 may go.
+    store
+        .append(&id("p"), 4, &[completed()])
+        .await
+        .expect("append");
+    let mut deleted = store.delete_ended(u64::MAX, 10).await.expect("delete");
+    deleted.sort_by(|a, b| a.as_str().cmp(b.as_str()));
+    assert_eq!(deleted, [id("p"), id("p/kid#1")]);
+}

@@ -423,11 +423,22 @@ impl EventStore for MemoryStore {
         limit: usize,
     ) -> Result<Vec<ExecutionId>, RetentionError> {
         let mut state = self.state();
+        // A child whose parent still waits for its end is kept (`wake::awaiting_parent`).
+        let awaited = |child: &ExecutionId| {
+            wake::awaiting_parent(child).is_some_and(|(parent, tag)| {
+                state
+                    .logs
+                    .get(&parent)
+                    .is_some_and(|log| log.wake.contains_key(&tag))
+            })
+        };
         let doomed: Vec<ExecutionId> = state
             .ended
             .range(..ended_before_ms)
-            .flat_map(|(_, filed)| filed.iter().cloned())
+            .flat_map(|(_, filed)| filed.iter())
+            .filter(|execution| !awaited(execution))
             .take(limit.max(1))
+            .cloned()
             .collect();
         let mut deleted = Vec::with_capacity(doomed.len());
         for execution in doomed {

@@ -272,6 +272,9 @@ pub trait EventStore: Send + Sync + 'static {
     ///   `limit` bounds; operators loop until the returned list is short.
     /// - Only executions whose end time the store recorded are deleted: one ended without a
     ///   clock reading is kept.
+    /// - An ended child whose parent still waits for its end (the parent's row of the wake-up
+    ///   index for its child gate, [`wake::awaiting_parent`]) is kept until the parent has
+    ///   heard of it or ended: without the child's log, `recover` would start it again.
     /// - A deleted execution reads as unknown (empty log, head 0); its feed positions stay
     ///   unused. Appending to its id at seq 0 starts a new execution.
     /// - The default fails with [`RetentionError::Unsupported`].

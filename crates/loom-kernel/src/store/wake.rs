@@ -305,6 +305,16 @@ pub fn rows_of_log<'a>(
     diff.added.into_iter().collect()
 }
 
+/// The row of the wake-up index that says `child`'s parent still waits for its end (the
+/// parent's child gate is pending): `(parent, tag)`, for a child id. While the row is there,
+/// retention keeps the ended child: the parent has not heard of its end (a crash between the
+/// child's end and the parent's resume), and without the child's log `recover` would take the
+/// gate for a child never started and start it again (issue 41, hole 2).
+pub fn awaiting_parent(child: &ExecutionId) -> Option<(ExecutionId, String)> {
+    let (parent, gate_id) = parent_of(child)?;
+    Some((parent, WakeReason::AwaitsChild { gate_id }.tag()))
+}
+
 /// Whether a row at `at_ms` is listed by `list_wakeups(before_ms, ..)`: it is before
 /// `before_ms`, or `before_ms` is `u64::MAX`, which reads as no bound at all, so that a
 /// deadline set at `u64::MAX` fires when a clock reads it, as an armed timer does (issue 41,

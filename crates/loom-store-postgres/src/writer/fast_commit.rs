@@ -38,7 +38,7 @@ impl Writer {
         for row in &plan.rows {
             wake.add(row.id.as_str(), &row.wake);
         }
-        let params: [&(dyn tokio_postgres::types::ToSql + Sync); 22] = [
+        let params: [&(dyn tokio_postgres::types::ToSql + Sync); 23] = [
             &rows.ids,
             &rows.expected,
             &rows.tokens,
@@ -61,6 +61,7 @@ impl Writer {
             &wake.upserted_ids,
             &wake.upserted_tags,
             &wake.upserted_at,
+            &rows.doubts,
         ];
         let outcome = if Faults::take(&self.faults.lose_commit) {
             // Injected: the statement runs, is rolled back, and its reply is "lost".

@@ -23,6 +23,7 @@ struct Update<'a> {
     tail: Vec<u8>,
     status: i16,
     needs_driving: bool,
+    steps_in_doubt: bool,
     ended_at_ms: Option<i64>,
     owner: Option<&'a str>,
     token: i64,
@@ -235,6 +236,7 @@ impl Writer {
                     tail: tail.encode(),
                     status: i16::from(status_code(tail.status())),
                     needs_driving: tail.needs_driving(),
+                    steps_in_doubt: tail.has_steps_in_doubt(),
                     ended_at_ms: tail.ended_at_ms().map(|ms| ms.min(i64::MAX as u64) as i64),
                     owner: keep_lease.then(|| self.leases.worker_id()),
                     token,
@@ -276,13 +278,14 @@ impl Writer {
             .prepare_cached(
                 "UPDATE loom_executions AS x SET head = u.head, tail = u.tail, \
                      status = u.status, needs_driving = u.driving, ended_at_ms = u.ended, \
+                     steps_in_doubt = u.doubts, \
                      lease_owner = u.owner, lease_token = u.token, \
                      last_lease_owner = $11, \
                      lease_expires_at = CASE WHEN u.owner IS NULL THEN NULL \
                          ELSE clock_timestamp() + $9 * interval '1 millisecond' END \
                  FROM unnest($1::text[], $2::int8[], $3::bytea[], $4::int2[], $5::bool[], \
-                             $6::int8[], $7::text[], $8::int8[], $10::bool[]) \
-                     AS u(id, head, tail, status, driving, ended, owner, token, renewed) \
+                             $6::int8[], $7::text[], $8::int8[], $10::bool[], $12::bool[]) \
+                     AS u(id, head, tail, status, driving, ended, owner, token, renewed, doubts) \
                  WHERE x.execution_id = u.id \
                    AND (NOT u.renewed OR x.lease_expires_at > clock_timestamp())",
             )
@@ -297,6 +300,7 @@ impl Writer {
         let tails: Vec<&[u8]> = updates.values().map(|u| u.tail.as_slice()).collect();
         let statuses: Vec<i16> = updates.values().map(|u| u.status).collect();
         let driving: Vec<bool> = updates.values().map(|u| u.needs_driving).collect();
+        let doubts: Vec<bool> = updates.values().map(|u| u.steps_in_doubt).collect();
         let ended: Vec<Option<i64>> = updates.values().map(|u| u.ended_at_ms).collect();
         let owners: Vec<Option<&str>> = updates.values().map(|u| u.owner).collect();
         let tokens: Vec<i64> = updates.values().map(|u| u.token).collect();
@@ -323,7 +327,7 @@ impl Writer {
         // Every row updated here was written under this worker's lease, taken or held: it is
         // the lease's last holder, even when the batch gave the lease back at once.
         let worker_id = self.leases.worker_id();
-        let update_params: [&(dyn tokio_postgres::types::ToSql + Sync); 11] = [
+        let update_params: [&(dyn tokio_postgres::types::ToSql + Sync); 12] = [
             &update_ids,
             &heads,
             &tails,
@@ -335,6 +339,7 @@ impl Writer {
             &lease_ms,
             &renewed,
             &worker_id,
+            &doubts,
         ];
         let notify_params: [&(dyn tokio_postgres::types::ToSql + Sync); 2] =
             [&self.channel, &messages];

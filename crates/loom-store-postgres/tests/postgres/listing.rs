@@ -39,7 +39,8 @@ async fn a_schema_from_before_the_listing_gets_start_times_and_flows_filled() {
         .batch_execute(&format!(
             "SET search_path TO \"{schema}\";
              DROP TABLE loom_wakeups;
-             ALTER TABLE loom_executions DROP COLUMN started_at_ms, DROP COLUMN flow;
+             ALTER TABLE loom_executions DROP COLUMN started_at_ms, DROP COLUMN flow,
+                 DROP COLUMN steps_in_doubt;
              DELETE FROM loom_migrations WHERE version > 2;"
         ))
         .await

@@ -7,6 +7,7 @@ mod support;
 
 mod children_across_workers;
 mod fencing;
+mod in_doubt_index;
 mod lease_bounds;
 mod lease_info;
 mod listing;

@@ -5,10 +5,12 @@ use redb::{Database, ReadableTable};
 
 use super::PURGED;
 use super::tables::WriteTables;
+use super::wake::WAKE_ROWS;
 use crate::id::ExecutionId;
 use crate::store::StorageError;
 use crate::store::journal::Journal;
 use crate::store::tail::ExecutionTail;
+use crate::store::wake;
 
 /// Deletes up to `limit` executions that ended before `ended_before_ms`, whole, in one
 /// transaction. Their feed rows are left: readers skip a row whose event is gone, and, through
@@ -24,20 +26,31 @@ pub(super) fn delete_ended(
     let txn = db.begin_write().map_err(StorageError::new)?;
     let deleted = {
         let mut tables = WriteTables::open(&txn)?;
+        let wake_rows = txn.open_table(WAKE_ROWS).map_err(StorageError::new)?;
         let mut doomed = Vec::new();
         for entry in tables
             .ended
             .range(..(ended_before_ms, ""))
             .map_err(StorageError::new)?
-            .take(limit.max(1))
         {
+            if doomed.len() >= limit.max(1) {
+                break;
+            }
             let (key, _) = entry.map_err(StorageError::new)?;
             let (ended_at_ms, id) = key.value();
-            doomed.push((
-                ended_at_ms,
-                ExecutionId::from_stored(id).map_err(StorageError::new)?,
-            ));
+            let execution = ExecutionId::from_stored(id).map_err(StorageError::new)?;
+            // A child whose parent still waits for its end is kept (`wake::awaiting_parent`).
+            if let Some((parent, tag)) = wake::awaiting_parent(&execution)
+                && wake_rows
+                    .get((parent.as_str(), tag.as_str()))
+                    .map_err(StorageError::new)?
+                    .is_some()
+            {
+                continue;
+            }
+            doomed.push((ended_at_ms, execution));
         }
+        drop(wake_rows);
         let feed_next = tables.feed_next()?;
         tables.set_position(feed_next, journal.generation(), journal.end())?;
         let mut purged = txn.open_table(PURGED).map_err(StorageError::new)?;

@@ -488,6 +488,27 @@ async fn crash_after_the_child_ended_before_the_parent_was_resumed() {
     );
 }
 
+/// Issue 41, hole 2: a purge between that crash and the recovery keeps the ended child, whose
+/// parent still waits for its end; the recovery then delivers it, and the child's effect does
+/// not run again. Once the parent has heard, the purge takes the child.
+#[tokio::test]
+async fn a_purge_after_the_child_ended_before_the_parent_was_resumed_keeps_the_child() {
+    let recorded = recorded_family().await;
+    let store = MemoryStore::new();
+    copy_prefix(&recorded, &store, "p", 3).await;
+    copy_prefix(&recorded, &store, "p/double#1", usize::MAX).await;
+    let purged = store.delete_ended(u64::MAX, 100).await.unwrap();
+    assert!(purged.is_empty(), "the awaited child is kept: {purged:?}");
+    let calls = Calls::default();
+    let rt = runtime(store.clone(), &calls);
+    rt.recover().await.unwrap();
+    assert_eq!(output(&ended(&rt, &id("p")).await), json!(41));
+    assert_eq!(calls.count(), 0, "the child's effect does not run again");
+    let mut purged = store.delete_ended(u64::MAX, 100).await.unwrap();
+    purged.sort_by(|a, b| a.as_str().cmp(b.as_str()));
+    assert_eq!(purged, [id("p"), id("p/double#1")]);
+}
+
 #[tokio::test]
 async fn crash_after_the_parent_was_cancelled_before_its_child_was() {
     let rt = runtime(MemoryStore::new(), &Calls::default());
