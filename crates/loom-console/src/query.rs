@@ -516,8 +516,16 @@ pub async fn in_doubt<S: EventStore>(
     let mut listed = std::pin::pin!(store.executions_by_status(StatusFilter::StepsInDoubt));
     while let Some(summary) = listed.try_next().await? {
         let id = summary.id;
-        let state = match store.fold(&id).await {
-            Ok(state) => state,
+        // One read of the log: the fold, and each doubt's time and reason from its
+        // EFFECT_INDOUBT.
+        let folded = match store.read_all(&id).await {
+            Ok(log) => loom_kernel::ExecutionState::fold(&log)
+                .map(|state| (log, state))
+                .map_err(loom_kernel::FoldStoredError::from),
+            Err(error) => Err(error.into()),
+        };
+        let (log, state) = match folded {
+            Ok(folded) => folded,
             Err(error) => {
                 tracing::warn!(execution = %id, %error, "in-doubt listing skips an execution it cannot fold");
                 continue;
@@ -534,7 +542,10 @@ pub async fn in_doubt<S: EventStore>(
             let StepStatus::InDoubt { attempt, seq } = record.status else {
                 continue;
             };
-            let envelope = store.read(&id, seq, 1).await?.into_iter().next();
+            let envelope = usize::try_from(seq)
+                .ok()
+                .and_then(|at| log.get(at))
+                .cloned();
             let since = envelope
                 .as_ref()
                 .and_then(|envelope| envelope.recorded_at_ms);

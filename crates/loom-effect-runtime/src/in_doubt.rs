@@ -3,7 +3,8 @@
 use loom_kernel::Event;
 use loom_kernel::StatusFilter;
 use loom_kernel::{
-    ErrorInfo, EventStore, EventStoreExt, ExecutionId, ExecutionStatus, FoldStoredError, ReadError,
+    ErrorInfo, EventStore, EventStoreExt, ExecutionId, ExecutionState, ExecutionStatus,
+    FoldStoredError, ReadError,
 };
 
 /// A step that may or may not have run, waiting for a verdict (`Runtime::resolve`).
@@ -120,7 +121,12 @@ pub async fn in_execution<S: EventStore>(
     store: &S,
     execution: &ExecutionId,
 ) -> Result<Vec<InDoubtStep>, ListInDoubtError> {
-    let state = store.fold(execution).await?;
+    // One read of the log: the fold, and each doubt's reason from its EFFECT_INDOUBT.
+    let log = store
+        .read_all(execution)
+        .await
+        .map_err(FoldStoredError::Read)?;
+    let state = ExecutionState::fold(&log).map_err(FoldStoredError::Fold)?;
     let mut found = Vec::new();
     for step_id in state.steps_in_doubt() {
         let Some(record) = state.step(step_id) else {
@@ -129,16 +135,8 @@ pub async fn in_execution<S: EventStore>(
         let loom_kernel::StepStatus::InDoubt { attempt, seq } = record.status else {
             continue;
         };
-        let read =
-            store
-                .read(execution, seq, 1)
-                .await
-                .map_err(|source| ListInDoubtError::Read {
-                    execution: execution.clone(),
-                    step_id: step_id.clone(),
-                    source,
-                })?;
-        let reason = match read.first().map(|envelope| &envelope.event) {
+        let recorded = usize::try_from(seq).ok().and_then(|at| log.get(at));
+        let reason = match recorded.map(|envelope| &envelope.event) {
             Some(Event::EffectInDoubt(event)) => event.reason.clone(),
             _ => None,
         };

@@ -110,9 +110,10 @@ pub(crate) fn print_in_doubt(listed: &[InDoubtView], json: bool) {
         .iter()
         .map(|step| {
             vec![
-                match step.cancelled {
-                    true => format!("{} (cancelled)", step.execution),
-                    false => step.execution.clone(),
+                match (step.cancelled, step.ended) {
+                    (true, _) => format!("{} (cancelled)", step.execution),
+                    (false, true) => format!("{} (ended)", step.execution),
+                    (false, false) => step.execution.clone(),
                 },
                 step.step_id.clone(),
                 step.effect.clone(),
@@ -157,9 +158,9 @@ pub(crate) fn print_in_doubt(listed: &[InDoubtView], json: bool) {
     }
     out!("Look the idempotency key up at the effect's receiver, then give a verdict:");
     out!("  loom resolve <execution> <step> --completed <json> | --failed <message> | --retry");
-    if listed.iter().any(|step| step.cancelled) {
+    if listed.iter().any(|step| step.cancelled || step.ended) {
         out!(
-            "A step of a cancelled execution takes no verdict (its log is closed), but its effect may have happened: settle it with the receiver."
+            "A step of an ended execution (cancelled, or whose flow returned while the effect ran) takes no verdict (its log is closed), but its effect may have happened: settle it with the receiver."
         );
     }
 }
