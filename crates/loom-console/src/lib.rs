@@ -71,7 +71,7 @@ pub use offline::{
 pub use query::{
     CountsView, DEFAULT_LIST_LIMIT, ExecutionList, ListFilter, MAX_LIST_LIMIT, counts_by_name,
     events_from, execution_counts, execution_id, in_doubt, list_executions, list_limit, now_ms,
-    show,
+    show, stopped_steps,
 };
 pub use retention::{
     DEFAULT_BATCH, MAX_BATCH, cutoff_ms, delete_batch, parse_age, purge, retention_error,

@@ -10,17 +10,25 @@
 //! meanwhile is not written. The process that runs the flows drives the execution on when it
 //! next starts (`Runtime::recover`), replaying the recorded verdict or resume.
 //!
+//! A step in flight (started, no outcome) runs in no process here: the process that ran it
+//! stopped (on PostgreSQL, a live worker's lease makes the append fail instead). A cancel, or
+//! a verdict on that step, first records it in doubt, as recovery would for a non-idempotent
+//! one (`loom.worker_stopped`); the log does not say whether the effect is idempotent, so an
+//! idempotent one is put in doubt too, which asks an operator's word where recovery would have
+//! run it again (issue 41, hole 12).
+//!
 //! What needs the flow code is refused with a message saying to use the admin API: a `retry`
-//! verdict (it runs the effect again), a cancel while steps are in flight (only the effect's
-//! definition says whether the cut-off attempt must be recorded in doubt), and a resume of a
-//! gate opened together with other pending gates (only the flow knows whether they are one
-//! `first_of`, whose siblings the resume must close).
+//! verdict (it runs the effect again), and a resume of a gate opened together with other
+//! pending gates (only the flow knows whether they are one `first_of`, whose siblings the
+//! resume must close).
 
 use loom_kernel::StepStatus;
 use loom_kernel::{
     AppendError, Event, EventStore, EventStoreExt, ExecutionId, ExecutionState, Payload,
 };
-use loom_kernel::{EffectResolved, ExecutionCancelled, ExecutionResumed, Verdict};
+use loom_kernel::{
+    EffectInDoubt, EffectResolved, ErrorInfo, ExecutionCancelled, ExecutionResumed, Verdict,
+};
 
 use crate::error::ConsoleError;
 use crate::view::status_name;
@@ -93,7 +101,11 @@ pub async fn resolve<S: EventStore>(
         }
         other => other?,
     };
-    if !state.steps_in_doubt().contains(step_id) {
+    let stopped = match state.step(step_id).map(|record| record.status) {
+        Some(StepStatus::Started { attempt, .. }) => Some(attempt),
+        _ => None,
+    };
+    if stopped.is_none() && !state.steps_in_doubt().contains(step_id) {
         return Err(not_in_doubt(id, step_id, &state));
     }
     if matches!(verdict, Verdict::Retry) {
@@ -102,12 +114,47 @@ pub async fn resolve<S: EventStore>(
             state.step(step_id).map_or("?", |record| &record.effect)
         )));
     }
-    let event = Event::EffectResolved(EffectResolved {
+    let mut events = doubts_of_stopped_steps(&state, |step| step == step_id);
+    events.push(Event::EffectResolved(EffectResolved {
         step_id: step_id.to_owned(),
         verdict,
         operator,
-    });
-    append(store, id, &state, &[event]).await
+    }));
+    append(store, id, &state, &events).await
+}
+
+/// The steps of `state` in flight that `which` names, put in doubt as recovery would put a
+/// non-idempotent one (`loom.worker_stopped`), in step-id order: no process runs them (see the
+/// module documentation).
+fn doubts_of_stopped_steps(state: &ExecutionState, which: impl Fn(&str) -> bool) -> Vec<Event> {
+    let mut stopped: Vec<(String, String, u32)> = state
+        .steps()
+        .into_iter()
+        .filter(|(step_id, _)| which(step_id))
+        .filter_map(|(step_id, record)| match record.status {
+            StepStatus::Started { attempt, .. } => {
+                Some((step_id.to_owned(), record.effect.to_string(), attempt))
+            }
+            _ => None,
+        })
+        .collect();
+    stopped.sort();
+    stopped
+        .into_iter()
+        .map(|(step_id, effect, attempt)| {
+            Event::EffectInDoubt(EffectInDoubt {
+                step_id,
+                effect,
+                attempt,
+                reason: Some(ErrorInfo::new(
+                    loom_kernel::codes::WORKER_STOPPED,
+                    format!(
+                        "the process running attempt {attempt} stopped before its outcome was recorded (recorded by an operator's offline write; the log does not say whether the effect is idempotent); the effect may or may not have run"
+                    ),
+                )),
+            })
+        })
+        .collect()
 }
 
 /// Why a step is not in doubt, said with what it is.
@@ -259,28 +306,17 @@ pub fn no_pending_gate(
     ))
 }
 
-/// Cancels `id`, which must have no step in flight.
+/// Cancels `id`; the steps it has in flight are recorded in doubt first.
 pub async fn cancel<S: EventStore>(
     store: &S,
     id: &ExecutionId,
     reason: Option<String>,
 ) -> Result<(), ConsoleError> {
     let state = folded(store, id).await?;
-    if state.steps_in_flight() > 0 {
-        let running: Vec<String> = state
-            .steps()
-            .into_iter()
-            .filter(|(_, record)| matches!(record.status, StepStatus::Started { .. }))
-            .map(|(step_id, _)| format!("'{step_id}'"))
-            .collect();
-        return Err(ConsoleError::refused(format!(
-            "execution {id} has steps in flight ({}): a worker stopped while they ran, and only the process that runs the flows knows which of them must be recorded in doubt. Start it and cancel through its admin API (--admin URL --token TOKEN); nothing was recorded",
-            running.join(", ")
-        )));
-    }
     let children = awaited_children(&state);
-    let event = Event::ExecutionCancelled(ExecutionCancelled { reason });
-    append(store, id, &state, &[event]).await?;
+    let mut events = doubts_of_stopped_steps(&state, |_| true);
+    events.push(Event::ExecutionCancelled(ExecutionCancelled { reason }));
+    append(store, id, &state, &events).await?;
     tell_parent(store, id).await?;
     cancel_children(store, id, children).await
 }
@@ -295,11 +331,10 @@ fn awaited_children(state: &ExecutionState) -> Vec<ExecutionId> {
         .collect()
 }
 
-/// As the runtime does when a parent ends while it waits for children: each is cancelled, and
-/// its own children after it (issue 41, hole 6). Otherwise a child would stay parked, and once
-/// retention deleted the parent's log nothing would ever cancel it. A child not started yet
-/// (no log) or ended already is left; one with steps in flight is refused as its own cancel
-/// would be, and the error names it.
+/// As the runtime does when a parent ends while it waits for children: each is cancelled (the
+/// steps it has in flight recorded in doubt first), and its own children after it (issue 41,
+/// hole 6). Otherwise a child would stay parked, and once retention deleted the parent's log
+/// nothing would ever cancel it. A child not started yet (no log) or ended already is left.
 async fn cancel_children<S: EventStore>(
     store: &S,
     parent: &ExecutionId,
@@ -309,31 +344,20 @@ async fn cancel_children<S: EventStore>(
         .into_iter()
         .map(|child| (parent.clone(), child))
         .collect();
-    let mut refused = Vec::new();
     while let Some((parent, child)) = pending.pop() {
         let state = store.fold(&child).await?;
         if state.next_seq() == 0 || state.status().is_terminal() {
             continue;
         }
-        if state.steps_in_flight() > 0 {
-            refused.push(child.to_string());
-            continue;
-        }
         let grandchildren = awaited_children(&state);
-        let event = Event::ExecutionCancelled(ExecutionCancelled {
+        let mut events = doubts_of_stopped_steps(&state, |_| true);
+        events.push(Event::ExecutionCancelled(ExecutionCancelled {
             reason: Some(format!("parent {parent} ended")),
-        });
-        append(store, &child, &state, &[event]).await?;
+        }));
+        append(store, &child, &state, &events).await?;
         pending.extend(grandchildren.into_iter().map(|next| (child.clone(), next)));
     }
-    if refused.is_empty() {
-        Ok(())
-    } else {
-        Err(ConsoleError::refused(format!(
-            "execution {parent} was cancelled, but its children {} have steps in flight and were not: cancel them through the admin API of the process that runs the flows (its recover() cancels them too), and do not purge {parent} before",
-            refused.join(", ")
-        )))
-    }
+    Ok(())
 }
 
 /// As the runtime does when a child ends: the parent waiting for `child` has its child gate

@@ -567,11 +567,60 @@ pub async fn in_doubt<S: EventStore>(
                 reason,
                 cancelled: state.status() == ExecutionStatus::Cancelled,
                 ended: state.status().is_terminal(),
+                stopped: false,
                 lease: lease.clone(),
             });
         }
     }
     views.sort_by(|a, b| (&a.execution, &a.step_id).cmp(&(&b.execution, &b.step_id)));
+    Ok(views)
+}
+
+/// The steps in flight of the executions that need driving, for a store no process runs (a
+/// store file the `loom` CLI holds): each was running when the process that ran it stopped (a
+/// shutdown or a crash mid-effect), and is listed marked `stopped`, with how long ago it started
+/// (issue 41, hole 12). Read from the index of executions that need driving.
+pub async fn stopped_steps<S: EventStore>(
+    store: &S,
+    now_ms: Option<u64>,
+) -> Result<Vec<InDoubtView>, ConsoleError> {
+    let mut views = Vec::new();
+    let mut listed = std::pin::pin!(store.executions_by_status(StatusFilter::NeedsDriving));
+    while let Some(summary) = listed.try_next().await? {
+        let id = summary.id;
+        let Ok(log) = store.read_all(&id).await else {
+            continue;
+        };
+        let Ok(state) = loom_kernel::ExecutionState::fold(&log) else {
+            continue;
+        };
+        for (step_id, record) in state.steps() {
+            let StepStatus::Started { attempt, seq } = record.status else {
+                continue;
+            };
+            let since = usize::try_from(seq)
+                .ok()
+                .and_then(|at| log.get(at))
+                .and_then(|envelope| envelope.recorded_at_ms);
+            views.push(InDoubtView {
+                execution: id.to_string(),
+                step_id: step_id.to_owned(),
+                effect: record.effect.to_string(),
+                attempt,
+                idempotency_key: loom_kernel::idempotency_key(&id, step_id),
+                seq,
+                in_doubt_since_ms: since,
+                waiting_ms: since
+                    .zip(now_ms)
+                    .map(|(since, now)| now.saturating_sub(since)),
+                reason: None,
+                cancelled: false,
+                ended: false,
+                stopped: true,
+                lease: None,
+            });
+        }
+    }
     Ok(views)
 }
 

@@ -332,6 +332,12 @@ pub struct InDoubtView {
     /// the effect ran): as for `cancelled`, no verdict can be recorded.
     #[serde(default)]
     pub ended: bool,
+    /// Not in doubt yet: the step was running when the process that ran it stopped (listed by
+    /// the `loom` CLI on a store file no process holds). `seq` is its `STEP_STARTED`'s. An
+    /// offline verdict or cancel records it in doubt first; a restart's `recover` puts it in
+    /// doubt (not idempotent) or runs it again (idempotent).
+    #[serde(default)]
+    pub stopped: bool,
     /// The execution's lease when listed, on a store with leases.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub lease: Option<LeaseView>,

@@ -89,8 +89,13 @@ pub(crate) async fn show(
 pub(crate) async fn in_doubt(backend: &Backend, json: bool) -> Result<(), ConsoleError> {
     let listed = match backend {
         Backend::File(path) => {
+            // No process runs the store's flows while the CLI holds it: a step in flight was
+            // cut off when its process stopped, and is listed with the steps in doubt.
             let store = open_file(path, false)?;
-            loom_console::in_doubt(&store, loom_console::now_ms()).await?
+            let mut listed = loom_console::in_doubt(&store, loom_console::now_ms()).await?;
+            listed.extend(loom_console::stopped_steps(&store, loom_console::now_ms()).await?);
+            listed.sort_by(|a, b| (&a.execution, &a.step_id).cmp(&(&b.execution, &b.step_id)));
+            listed
         }
         Backend::Postgres(store) => loom_console::in_doubt(store, loom_console::now_ms()).await?,
         Backend::Admin(client) => client.in_doubt().await?,

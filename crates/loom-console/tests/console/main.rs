@@ -14,6 +14,7 @@ mod browser_paging;
 mod cli_gate_requests;
 mod cli_postgres;
 mod cli_purge;
+mod cli_stopped_steps;
 mod cli_store;
 mod cli_store_health;
 mod gate_schemas;

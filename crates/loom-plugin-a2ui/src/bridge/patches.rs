@@ -23,7 +23,7 @@ impl A2UISurfaceBridge {
         }
         let raw: Vec<Value> = patch.ops.decode().map_err(|err| BridgeError::Decode {
             surface_id: self.surface_id.clone(),
-            detail: err.to_string(),
+            detail: loom_kernel::Payload::describe_decode_error(&err),
         })?;
         let ops = raw
             .iter()

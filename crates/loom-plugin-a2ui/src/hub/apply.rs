@@ -123,7 +123,7 @@ fn apply_one(shared: &Shared, exec: &mut ExecState, envelope: &EventEnvelope) ->
             let request: FunctionRequest = match decision.value.decode() {
                 Ok(request) => request,
                 Err(error) => {
-                    tracing::error!(%error, seq = envelope.seq, "an A2UI function request in the log does not decode");
+                    tracing::error!(error = %loom_kernel::Payload::describe_decode_error(&error), seq = envelope.seq, "an A2UI function request in the log does not decode");
                     return Vec::new();
                 }
             };
@@ -143,7 +143,7 @@ fn apply_one(shared: &Shared, exec: &mut ExecState, envelope: &EventEnvelope) ->
             let surface_id: String = match decision.value.decode() {
                 Ok(surface_id) => surface_id,
                 Err(error) => {
-                    tracing::error!(%error, seq = envelope.seq, "an A2UI surface deletion in the log does not decode");
+                    tracing::error!(error = %loom_kernel::Payload::describe_decode_error(&error), seq = envelope.seq, "an A2UI surface deletion in the log does not decode");
                     return Vec::new();
                 }
             };
@@ -162,7 +162,7 @@ fn apply_one(shared: &Shared, exec: &mut ExecState, envelope: &EventEnvelope) ->
             let update: ComponentsUpdate = match decision.value.decode() {
                 Ok(update) => update,
                 Err(error) => {
-                    tracing::error!(%error, seq = envelope.seq, "an A2UI components update in the log does not decode");
+                    tracing::error!(error = %loom_kernel::Payload::describe_decode_error(&error), seq = envelope.seq, "an A2UI components update in the log does not decode");
                     return Vec::new();
                 }
             };

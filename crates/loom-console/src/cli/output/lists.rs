@@ -110,10 +110,11 @@ pub(crate) fn print_in_doubt(listed: &[InDoubtView], json: bool) {
         .iter()
         .map(|step| {
             vec![
-                match (step.cancelled, step.ended) {
-                    (true, _) => format!("{} (cancelled)", step.execution),
-                    (false, true) => format!("{} (ended)", step.execution),
-                    (false, false) => step.execution.clone(),
+                match (step.cancelled, step.ended, step.stopped) {
+                    (true, ..) => format!("{} (cancelled)", step.execution),
+                    (false, true, _) => format!("{} (ended)", step.execution),
+                    (false, false, true) => format!("{} (stopped)", step.execution),
+                    (false, false, false) => step.execution.clone(),
                 },
                 step.step_id.clone(),
                 step.effect.clone(),
@@ -158,6 +159,11 @@ pub(crate) fn print_in_doubt(listed: &[InDoubtView], json: bool) {
     }
     out!("Look the idempotency key up at the effect's receiver, then give a verdict:");
     out!("  loom resolve <execution> <step> --completed <json> | --failed <message> | --retry");
+    if listed.iter().any(|step| step.stopped) {
+        out!(
+            "A step marked (stopped) was running when the process that ran it stopped: `loom resolve` (--completed or --failed) or `loom cancel` records it in doubt first; starting that process instead lets its recover() decide (it runs an idempotent effect again)."
+        );
+    }
     if listed.iter().any(|step| step.cancelled || step.ended) {
         out!(
             "A step of an ended execution (cancelled, or whose flow returned while the effect ran) takes no verdict (its log is closed), but its effect may have happened: settle it with the receiver."
