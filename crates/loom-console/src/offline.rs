@@ -17,14 +17,18 @@
 //! idempotent one is put in doubt too, which asks an operator's word where recovery would have
 //! run it again (issue 41, hole 12).
 //!
+//! A resume of one gate of a `first_of` closes the group's other gates in the same append, as
+//! the runtime does: the group is recorded when it opens (`loom_kernel::first_of_closing`).
+//!
 //! What needs the flow code is refused with a message saying to use the admin API: a `retry`
-//! verdict (it runs the effect again), and a resume of a gate opened together with other
-//! pending gates (only the flow knows whether they are one `first_of`, whose siblings the
-//! resume must close).
+//! verdict (it runs the effect again), and, in a log written before `first_of` groups were
+//! recorded, a resume of a gate opened together with other pending gates (only the flow knows
+//! whether they are one `first_of`, whose siblings the resume must close).
 
 use loom_kernel::StepStatus;
 use loom_kernel::{
-    AppendError, Event, EventStore, EventStoreExt, ExecutionId, ExecutionState, Payload,
+    AppendError, Event, EventEnvelope, EventStore, EventStoreExt, ExecutionId, ExecutionState,
+    Payload,
 };
 use loom_kernel::{
     EffectInDoubt, EffectResolved, ErrorInfo, ExecutionCancelled, ExecutionResumed, Verdict,
@@ -199,21 +203,40 @@ pub async fn resume<S: EventStore>(
     let Some((gate_id, gate)) = gate else {
         return Err(no_pending_gate(id, event_type, correlation_key, &state));
     };
-    if let Some(others) = opened_together(&state, gate.seq) {
+    // A `first_of`'s note names its gates: the others are closed in the same append, as the
+    // runtime does. A log without the note (from before it) cannot tell a `first_of` from
+    // gates the flow joined, so gates opened together there are refused.
+    let log = store.read_all(id).await?;
+    let closing = loom_kernel::first_of_closing(&log, &state, gate_id);
+    if closing.is_none()
+        && let Some(others) = opened_together(&state, gate.seq)
+    {
         return Err(ConsoleError::refused(format!(
-            "gate '{gate_id}' of execution {id} was opened together with {} (a first_of, whose first resume closes the others, or gates joined by the flow): only the process that runs the flow knows which, so resume through its admin API (--admin URL --token TOKEN); nothing was recorded",
+            "gate '{gate_id}' of execution {id} was opened together with {} (a first_of, whose first resume closes the others, or gates joined by the flow), in a log written before first_of groups were recorded: only the process that runs the flow knows which, so resume through its admin API (--admin URL --token TOKEN); nothing was recorded",
             others.join(", ")
         )));
     }
+    let closed = closing.unwrap_or_default();
     // A deadline passed: the runtime times the gate out when it next runs, as a live resume
-    // after it is refused as timed out. Recorded now, this resume would beat the deadline.
-    if let Some(deadline_ms) = gate_deadline(store, id, gate_id, gate.seq).await?
-        && crate::now_ms().is_some_and(|now| deadline_ms <= now)
-    {
-        return Err(ConsoleError::refused(format!(
-            "gate '{gate_id}' of execution {id} timed out at {} UTC (its deadline passed): the runtime records the time-out when it next runs, and a resume now would beat it; nothing was recorded",
-            crate::view::utc(deadline_ms)
-        )));
+    // after it is refused as timed out. Recorded now, this resume would beat the deadline. A
+    // group's deadline is on its first gate, which may be one of those closed.
+    let mut gates = vec![gate.seq];
+    for event in &closed {
+        if let Event::ExecutionResumed(other) = event
+            && let Some(pending) = state.pending_gates().get(&other.gate_id)
+        {
+            gates.push(pending.seq);
+        }
+    }
+    for seq in gates {
+        if let Some(deadline_ms) = gate_deadline(&log, seq)
+            && crate::now_ms().is_some_and(|now| deadline_ms <= now)
+        {
+            return Err(ConsoleError::refused(format!(
+                "gate '{gate_id}' of execution {id} timed out at {} UTC (its deadline passed): the runtime records the time-out when it next runs, and a resume now would beat it; nothing was recorded",
+                crate::view::utc(deadline_ms)
+            )));
+        }
     }
     // What the gate declared it expects (LD-031), checked before anything is recorded.
     crate::expected::check_resume(
@@ -225,35 +248,32 @@ pub async fn resume<S: EventStore>(
         &payload.to_value(),
     )
     .await?;
-    let event = Event::ExecutionResumed(ExecutionResumed {
+    let mut events = vec![Event::ExecutionResumed(ExecutionResumed {
         gate_id: gate_id.clone(),
         event_type: event_type.to_owned(),
         correlation_key: correlation_key.to_owned(),
         payload,
-    });
-    append(store, id, &state, &[event]).await
+    })];
+    events.extend(closed);
+    append(store, id, &state, &events).await
 }
 
-/// The deadline gate `gate_id` (suspended at `seq`) was opened with: the runtime records it as
-/// a `loom.deadline` decision just before the gate's EXECUTION_SUSPENDED (LD-009).
-async fn gate_deadline<S: EventStore>(
-    store: &S,
-    id: &ExecutionId,
-    gate_id: &str,
-    seq: u64,
-) -> Result<Option<u64>, ConsoleError> {
-    let Some(before) = seq.checked_sub(1) else {
-        return Ok(None);
+/// The deadline of the gate suspended at `seq` in `log`: the runtime records it as a
+/// `loom.deadline` decision, under the gate's id, just before the gate's EXECUTION_SUSPENDED
+/// (LD-009).
+fn gate_deadline(log: &[EventEnvelope], seq: u64) -> Option<u64> {
+    let at = usize::try_from(seq).ok()?;
+    let Event::ExecutionSuspended(gate) = &log.get(at)?.event else {
+        return None;
     };
-    let read = store.read(id, before, 1).await?;
-    Ok(read.first().and_then(|envelope| match &envelope.event {
+    match &log.get(at.checked_sub(1)?)?.event {
         Event::DecisionRecorded(decision)
-            if decision.kind == loom_kernel::DEADLINE_KIND && decision.step_id == gate_id =>
+            if decision.kind == loom_kernel::DEADLINE_KIND && decision.step_id == gate.gate_id =>
         {
             decision.value.to_value().get("deadlineMs")?.as_u64()
         }
         _ => None,
-    }))
+    }
 }
 
 /// The other pending gates opened in the same batch as the gate at `seq`: gates recorded

@@ -121,8 +121,8 @@ pub use runtime::{
     RuntimeStats, Selected, SkippedExecution, StartError, StartOptions, StartRequest, StepError,
     StepName, SystemClock, TIMED_OUT_KEY, TIMER_EVENT_TYPE, TimedGate, TypedCommand,
     UnregisteredFlow, UsesEffects, WaitError, catch_up, child_end_resume, child_parent,
-    expected_payload, flow_fn, input_digest, payload_schema_step_id, pending_requests,
-    pending_requests_of, request_gate_id, request_step_id, stable_hash,
+    expected_payload, first_of_closing, flow_fn, input_digest, payload_schema_step_id,
+    pending_requests, pending_requests_of, request_gate_id, request_step_id, stable_hash,
 };
 pub use store::tail::{RefusedEvent, TailChange, filter_code, status_code, status_from_code};
 pub use store::{

@@ -4,7 +4,7 @@
 use crate::support::*;
 use loom_kernel::conformance::{completed, started, tagged};
 use loom_kernel::{EffectInDoubt, Event, StepStarted};
-use loom_kernel::{EventStore, ExecutionStatus};
+use loom_kernel::{EventStore, EventStoreExt, ExecutionStatus};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn reads_and_verdicts_work_on_postgresql_beside_a_running_worker() {
@@ -368,4 +368,74 @@ async fn the_cli_reads_and_resolves_across_two_shards() {
     );
     let shown = json_out(&run(&["--json", "show", on_second.as_str()]).await);
     assert_eq!(shown["execution"]["status"], "running");
+}
+
+/// An offline resume of one gate of a `first_of` on PostgreSQL closes the others in the same
+/// append, as on a store file, and a worker takes the same branch when it recovers the
+/// execution (issue 41, item 2).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_offline_resume_of_a_first_of_gate_closes_the_others_on_postgresql() {
+    use loom_kernel::{FlowCtx, FlowError, Runtime, StartOptions, flow_fn};
+    let Some(url) = loom_store_postgres::server_url("loom-console first_of on postgresql") else {
+        return;
+    };
+    let schema = loom_store_postgres::fresh_schema("console_first_of");
+    let config = loom_store_postgres::PostgresStoreConfig::new(&url).schema(&schema);
+    let runtime = |store| {
+        Runtime::builder(store)
+            .flow(flow_fn(
+                "either",
+                1,
+                |ctx: FlowCtx, _: serde_json::Value| async move {
+                    let first = ctx.first_of(&[("Yes", "k"), ("No", "k")], None).await?;
+                    Ok::<_, FlowError>(serde_json::json!(format!("{first:?}")))
+                },
+            ))
+            .build()
+            .unwrap()
+    };
+    let store = loom_store_postgres::PostgresStore::connect(config.clone())
+        .await
+        .unwrap();
+    {
+        let first = runtime(store.clone());
+        first
+            .start(
+                "either",
+                &serde_json::json!(null),
+                StartOptions::new(id("e-1")),
+            )
+            .await
+            .unwrap();
+        let parked = first.wait(&id("e-1")).await.unwrap();
+        assert_eq!(parked.status(), ExecutionStatus::Suspended);
+        first.shutdown().await;
+    }
+    loom_console::resume(&store, &id("e-1"), "No", "k", serde_json::json!(7).into())
+        .await
+        .unwrap();
+    let log = store.read_all(&id("e-1")).await.unwrap();
+    let resumes: Vec<(String, serde_json::Value)> = log
+        .iter()
+        .filter_map(|envelope| match &envelope.event {
+            Event::ExecutionResumed(r) => Some((r.gate_id.clone(), r.payload.to_value())),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(
+        resumes,
+        [
+            ("No#1".to_owned(), serde_json::json!(7)),
+            (
+                "Yes#1".to_owned(),
+                serde_json::json!({"loom.closed": {"by": "No#1"}})
+            )
+        ]
+    );
+    let again = runtime(store.clone());
+    again.recover().await.unwrap();
+    let ended = again.wait(&id("e-1")).await.unwrap();
+    assert_eq!(ended.status(), ExecutionStatus::Completed);
+    let output = ended.output().map(loom_kernel::Payload::to_value).unwrap();
+    assert!(output.as_str().unwrap().contains("index: 1"), "{output}");
 }

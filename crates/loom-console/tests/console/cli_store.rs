@@ -625,13 +625,17 @@ async fn a_checkout_of_the_quickstart_is_found_and_approved_from_the_cli_alone()
     assert!(child.contains("parent        checkout-1"), "{child}");
 }
 
+/// An offline resume of one gate of a `first_of` closes the others in the same append, as a
+/// live resume does (the group is recorded when it opens), and the flow takes the same branch
+/// when its process next runs (issue 41, item 2). Gates the flow joined, with no group recorded,
+/// are refused as before: the log cannot say whether one resume closes the others.
 #[tokio::test]
-async fn an_offline_resume_of_a_gate_opened_with_others_is_refused_and_records_nothing() {
+async fn an_offline_resume_of_a_first_of_gate_closes_the_others_and_joined_gates_are_refused() {
     use loom_kernel::{FlowCtx, FlowError, Runtime, StartOptions, flow_fn};
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("loom.redb");
-    {
-        let runtime = Runtime::builder(DiskStore::open(&path).unwrap())
+    let runtime = |path: &std::path::Path| {
+        Runtime::builder(DiskStore::open(path).unwrap())
             .flow(flow_fn(
                 "either",
                 1,
@@ -641,15 +645,19 @@ async fn an_offline_resume_of_a_gate_opened_with_others_is_refused_and_records_n
                 },
             ))
             .flow(flow_fn(
-                "single",
+                "joined",
                 1,
                 |ctx: FlowCtx, _: serde_json::Value| async move {
-                    Ok::<_, FlowError>(ctx.suspend("Yes", "k").await?.to_value())
+                    let (yes, no) = futures::join!(ctx.suspend("Yes", "k"), ctx.suspend("No", "k"));
+                    Ok::<_, FlowError>(serde_json::json!([yes?.to_value(), no?.to_value()]))
                 },
             ))
             .build()
-            .unwrap();
-        for (flow, name) in [("either", "e-1"), ("single", "s-1")] {
+            .unwrap()
+    };
+    {
+        let runtime = runtime(&path);
+        for (flow, name) in [("either", "e-1"), ("joined", "j-1")] {
             runtime
                 .start(flow, &serde_json::json!(null), StartOptions::new(id(name)))
                 .await
@@ -659,27 +667,51 @@ async fn an_offline_resume_of_a_gate_opened_with_others_is_refused_and_records_n
         }
     }
     let store = path.to_str().unwrap();
+    let resumed = loom(&["--store", store, "resume", "e-1", "Yes", "k", "true"]);
+    assert_eq!(code(&resumed), 0, "{}", stderr(&resumed));
     let before = DiskStore::open(&path)
         .unwrap()
-        .read_all(&id("e-1"))
+        .read_all(&id("j-1"))
         .await
         .unwrap();
-    let refused = loom(&["--store", store, "resume", "e-1", "Yes", "k", "true"]);
+    let refused = loom(&["--store", store, "resume", "j-1", "Yes", "k", "true"]);
     assert_ne!(code(&refused), 0);
     assert!(
         stderr(&refused).contains("opened together with 'No#1'"),
         "{}",
         stderr(&refused)
     );
-    let after = DiskStore::open(&path)
-        .unwrap()
-        .read_all(&id("e-1"))
-        .await
-        .unwrap();
-    assert_eq!(after, before, "nothing recorded");
-    // A gate opened alone is resumed as before.
-    let resumed = loom(&["--store", store, "resume", "s-1", "Yes", "k", "true"]);
-    assert_eq!(code(&resumed), 0, "{}", stderr(&resumed));
+    let runtime = runtime(&path);
+    assert_eq!(
+        runtime.store().read_all(&id("j-1")).await.unwrap(),
+        before,
+        "nothing recorded"
+    );
+    let log = runtime.store().read_all(&id("e-1")).await.unwrap();
+    let resumes: Vec<(String, serde_json::Value)> = log
+        .iter()
+        .filter_map(|envelope| match &envelope.event {
+            loom_kernel::Event::ExecutionResumed(r) => {
+                Some((r.gate_id.clone(), r.payload.to_value()))
+            }
+            _ => None,
+        })
+        .collect();
+    assert_eq!(
+        resumes,
+        [
+            ("Yes#1".to_owned(), serde_json::json!(true)),
+            (
+                "No#1".to_owned(),
+                serde_json::json!({"loom.closed": {"by": "Yes#1"}})
+            )
+        ]
+    );
+    runtime.recover().await.unwrap();
+    let ended = runtime.wait(&id("e-1")).await.unwrap();
+    assert_eq!(ended.status(), ExecutionStatus::Completed);
+    let output = ended.output().map(loom_kernel::Payload::to_value).unwrap();
+    assert!(output.as_str().unwrap().contains("index: 0"), "{output}");
 }
 
 /// An offline resume of a gate whose deadline has passed is refused and records nothing: the

@@ -13,7 +13,9 @@ use std::fmt;
 
 use crate::event::{ErrorInfo, Event, Verdict};
 use crate::payload::Payload;
-use crate::runtime::markers::{PAYLOAD_SCHEMA_KIND, schema_gate_id};
+use crate::runtime::markers::{
+    FIRST_OF_KIND, PAYLOAD_SCHEMA_KIND, is_first_of_step_id, schema_gate_id,
+};
 
 /// A command as recorded.
 #[derive(Debug, Clone)]
@@ -355,6 +357,9 @@ impl History {
             // replay neither matches nor serves it.
             Event::DecisionRecorded(e)
                 if e.kind == PAYLOAD_SCHEMA_KIND && schema_gate_id(&e.step_id).is_some() => {}
+            // Nor is a `first_of`'s note of its gates (`first_of.rs`).
+            Event::DecisionRecorded(e)
+                if e.kind == FIRST_OF_KIND && is_first_of_step_id(&e.step_id) => {}
             Event::DecisionRecorded(e) => self.commands.push((
                 seq,
                 Recorded::Decision {

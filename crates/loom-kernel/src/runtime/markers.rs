@@ -171,3 +171,24 @@ pub fn payload_schema_step_id(gate_id: &str) -> String {
 pub(crate) fn schema_gate_id(step_id: &str) -> Option<&str> {
     step_id.strip_suffix(SUFFIX)
 }
+
+/// The kind of the note that names a `first_of`'s gates, written before them (`first_of.rs`).
+pub(crate) const FIRST_OF_KIND: &str = "loom.firstOf";
+
+/// What [`first_of_step_id`] appends to the first gate's id.
+const FIRST_OF_SUFFIX: &str = ":firstOf";
+
+/// The step id of the note of the group whose first gate is `first_gate`.
+pub(crate) fn first_of_step_id(first_gate: &str) -> String {
+    format!("{first_gate}{FIRST_OF_SUFFIX}")
+}
+
+/// Whether `step_id` is a group note's (a counted id never ends this way).
+pub(crate) fn is_first_of_step_id(step_id: &str) -> bool {
+    step_id.ends_with(FIRST_OF_SUFFIX)
+}
+
+/// The note's value for the gates `ids`.
+pub(crate) fn first_of_note(ids: &[String]) -> Payload {
+    Payload::from_value(&serde_json::json!({ "gates": ids }))
+}

@@ -17,6 +17,7 @@ use crate::runtime::markers::{
     DEADLINE_KIND, deadline_value, is_closed_payload, is_reserved_event_type, is_timed_out_payload,
     parse_deadline, timed_out_payload,
 };
+use crate::runtime::markers::{FIRST_OF_KIND, first_of_note, first_of_step_id};
 use crate::runtime::markers::{
     PAYLOAD_SCHEMA_KIND, REQUEST_KIND, payload_schema_step_id, request_step_id,
 };
@@ -178,6 +179,17 @@ impl FlowState {
                 });
             }
             self.refuse_duplicate_gate(event_type, correlation_key)?;
+        }
+        // The group's note, for readers of the log alone (`first_of.rs`), written first: the
+        // deadline's decision stays just before the first gate, where readers look for it.
+        let recorded_live =
+            self.divergence.is_none() && self.history.commands.get(self.cursor).is_none();
+        if recorded_live {
+            self.issue(Event::DecisionRecorded(DecisionRecorded {
+                step_id: first_of_step_id(&ids[0]),
+                kind: FIRST_OF_KIND.to_owned(),
+                value: first_of_note(&ids),
+            }));
         }
         let deadline_ms = match live {
             Some(live) => Some(self.deadline(&ids[0], live, classification)?),
