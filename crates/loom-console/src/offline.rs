@@ -201,7 +201,7 @@ async fn gate_deadline<S: EventStore>(
     let read = store.read(id, before, 1).await?;
     Ok(read.first().and_then(|envelope| match &envelope.event {
         Event::DecisionRecorded(decision)
-            if decision.kind == loom_kernel::DEADLINE_KIND && decision.step_id == gate_id =>
+            if decision.kind == loom_kernel::kit::DEADLINE_KIND && decision.step_id == gate_id =>
         {
             decision.value.to_value().get("deadlineMs")?.as_u64()
         }
@@ -290,7 +290,7 @@ fn awaited_children(state: &ExecutionState) -> Vec<ExecutionId> {
     state
         .pending_gates()
         .values()
-        .filter(|gate| &*gate.event_type == loom_kernel::CHILD_EVENT_TYPE)
+        .filter(|gate| &*gate.event_type == loom_kernel::kit::CHILD_EVENT_TYPE)
         .filter_map(|gate| ExecutionId::from_stored(&gate.correlation_key).ok())
         .collect()
 }
@@ -341,12 +341,12 @@ async fn cancel_children<S: EventStore>(
 /// deleted the child's log, `recover` would take the gate for a child never started and start
 /// it again.
 async fn tell_parent<S: EventStore>(store: &S, child: &ExecutionId) -> Result<(), ConsoleError> {
-    let Some(parent) = loom_kernel::child_parent(child) else {
+    let Some(parent) = loom_kernel::kit::child_parent(child) else {
         return Ok(());
     };
     let child_state = store.fold(child).await?;
     let parent_state = store.fold(&parent).await?;
-    let Some(event) = loom_kernel::child_end_resume(child, &child_state, &parent_state) else {
+    let Some(event) = loom_kernel::kit::child_end_resume(child, &child_state, &parent_state) else {
         return Ok(());
     };
     append(store, &parent, &parent_state, &[event])

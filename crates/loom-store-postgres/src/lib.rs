@@ -4,12 +4,12 @@
 //! - [`PostgresStore`], an [`loom_kernel::EventStore`] on PostgreSQL (`tokio-postgres` with a
 //!   `deadpool-postgres` pool): logs in `loom_events` under the primary key
 //!   `(execution_id, seq)`, the concurrency fence; events in the kernel's record encoding
-//!   ([`loom_kernel::encode_record`]).
+//!   ([`loom_kernel::kit::encode_record`]).
 //! - Versioned, idempotent schema migrations applied on connect ([`SCHEMA_VERSION`]).
 //! - Group commit: one commit for every append queued at the moment, across executions; one
 //!   statement (one round trip) for appends under leases this worker holds.
 //! - Validated appends and the status index: each execution's
-//!   [`loom_kernel::ExecutionTail`] is kept beside its log, updated in the append's
+//!   [`loom_kernel::kit::ExecutionTail`] is kept beside its log, updated in the append's
 //!   transaction, and indexed by status.
 //! - The feed: a store-wide position per event, in commit order across workers.
 //! - Retention: `delete_ended` in bounded batches that never wait for live work.
