@@ -25,6 +25,10 @@
 //!   (`docs/POSTGRES.md`).
 //! - [`ShardedStore`]: several databases as one store, executions placed by a hash of their id
 //!   over a fixed shard map; listings merged by id, the feed merged with a position per shard.
+//! - Support for tests against a server, with the `test-support` feature (off by default; the
+//!   tests of this crate and of the crates that run against PostgreSQL enable it): where the
+//!   test server is (`server_url`, `URL_VAR`), a fresh schema per test (`fresh_store`), and
+//!   failure injection (`Faults`, `PostgresStore::faults`).
 //!
 //! # What it must not depend on
 //! Only `loom-kernel` among Loom crates: the runtime, effects and plugins know this store only
@@ -61,18 +65,21 @@ mod replication;
 mod schema;
 mod shards;
 mod store;
+#[cfg(feature = "test-support")]
 mod testing;
 mod wake;
 mod writer;
 
 pub use config::PostgresStoreConfig;
 pub use error::ConnectError;
+#[cfg(feature = "test-support")]
 #[doc(hidden)]
 pub use faults::Faults;
 pub use replication::Replication;
 pub use schema::SCHEMA_VERSION;
 pub use shards::{ShardCursor, ShardFeedEvent, ShardedStore, shard_of, shard_urls};
 pub use store::PostgresStore;
+#[cfg(feature = "test-support")]
 pub use testing::{
     REQUIRE_VAR, SKIPPED_TESTS_VAR, URL_VAR, fresh_schema, fresh_store, record_skipped_test,
     server_url, url_file,

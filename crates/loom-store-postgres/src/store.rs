@@ -252,6 +252,7 @@ impl PostgresStore {
     }
 
     /// Failure injection for tests.
+    #[cfg(feature = "test-support")]
     #[doc(hidden)]
     pub fn faults(&self) -> &Faults {
         &self.shared.faults
