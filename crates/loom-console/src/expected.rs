@@ -8,8 +8,8 @@
 //! a gate that declared none) and is reported through `tracing`: a flow's mistake must not
 //! leave its gate without any way to be answered.
 
+use loom_kernel::kit::{PAYLOAD_SCHEMA_KIND, expected_payload, payload_schema_step_id};
 use loom_kernel::{Event, EventEnvelope, EventStore, ExecutionId, ExecutionState};
-use loom_kernel::{PAYLOAD_SCHEMA_KIND, expected_payload, payload_schema_step_id};
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value, json};
 

@@ -5,9 +5,9 @@
 //! ([`Figures::encode`]). `docs/CONSOLE.md` ("Metrics") lists every metric.
 
 use futures::{StreamExt, TryStreamExt};
+use loom_kernel::kit::{LATENCY_BOUNDS_US, LatencyHistogram, StoreStats};
 use loom_kernel::{
-    EventStore, EventStoreExt, ExecutionStatus, LATENCY_BOUNDS_US, LatencyHistogram, Runtime,
-    RuntimeStats, StatusFilter, StoreStats,
+    EventStore, EventStoreExt, ExecutionStatus, Runtime, RuntimeStats, StatusFilter,
 };
 use prometheus_client::encoding::{EncodeMetric, MetricEncoder, NoLabelSet};
 use prometheus_client::metrics::MetricType;
@@ -252,7 +252,7 @@ async fn oldest_parked_since_ms<S: EventStore>(store: &S) -> Result<Option<u64>,
 #[cfg(test)]
 mod tests {
     use super::*;
-    use loom_kernel::LatencyRecorder;
+    use loom_kernel::kit::LatencyRecorder;
     use prometheus_client::metrics::histogram::Histogram;
     use std::time::Duration;
 

@@ -207,7 +207,7 @@ pub async fn resume<S: EventStore>(
     // runtime does. A log without the note (from before it) cannot tell a `first_of` from
     // gates the flow joined, so gates opened together there are refused.
     let log = store.read_all(id).await?;
-    let closing = loom_kernel::first_of_closing(&log, &state, gate_id);
+    let closing = loom_kernel::kit::first_of_closing(&log, &state, gate_id);
     if closing.is_none()
         && let Some(others) = opened_together(&state, gate.seq)
     {
@@ -268,7 +268,8 @@ fn gate_deadline(log: &[EventEnvelope], seq: u64) -> Option<u64> {
     };
     match &log.get(at.checked_sub(1)?)?.event {
         Event::DecisionRecorded(decision)
-            if decision.kind == loom_kernel::DEADLINE_KIND && decision.step_id == gate.gate_id =>
+            if decision.kind == loom_kernel::kit::DEADLINE_KIND
+                && decision.step_id == gate.gate_id =>
         {
             decision.value.to_value().get("deadlineMs")?.as_u64()
         }
@@ -346,7 +347,7 @@ fn awaited_children(state: &ExecutionState) -> Vec<ExecutionId> {
     state
         .pending_gates()
         .values()
-        .filter(|gate| &*gate.event_type == loom_kernel::CHILD_EVENT_TYPE)
+        .filter(|gate| &*gate.event_type == loom_kernel::kit::CHILD_EVENT_TYPE)
         .filter_map(|gate| ExecutionId::from_stored(&gate.correlation_key).ok())
         .collect()
 }
@@ -385,12 +386,12 @@ async fn cancel_children<S: EventStore>(
 /// deleted the child's log, `recover` would take the gate for a child never started and start
 /// it again.
 async fn tell_parent<S: EventStore>(store: &S, child: &ExecutionId) -> Result<(), ConsoleError> {
-    let Some(parent) = loom_kernel::child_parent(child) else {
+    let Some(parent) = loom_kernel::kit::child_parent(child) else {
         return Ok(());
     };
     let child_state = store.fold(child).await?;
     let parent_state = store.fold(&parent).await?;
-    let Some(event) = loom_kernel::child_end_resume(child, &child_state, &parent_state) else {
+    let Some(event) = loom_kernel::kit::child_end_resume(child, &child_state, &parent_state) else {
         return Ok(());
     };
     append(store, &parent, &parent_state, &[event])

@@ -4,9 +4,9 @@
 use futures::{StreamExt, TryStreamExt};
 use loom_kernel::DataClassification;
 use loom_kernel::StepStatus;
+use loom_kernel::kit::{ExecutionCursor, ExecutionQuery, ListedExecution, StatusCounts};
 use loom_kernel::{
-    Event, EventEnvelope, EventStore, EventStoreExt, ExecutionCursor, ExecutionId, ExecutionQuery,
-    ExecutionStatus, ListedExecution, StatusCounts, StatusFilter,
+    Event, EventEnvelope, EventStore, EventStoreExt, ExecutionId, ExecutionStatus, StatusFilter,
 };
 use serde::{Deserialize, Serialize};
 
@@ -19,7 +19,7 @@ use crate::view::{
 /// How many executions a listing shows when not told: a page, not the store.
 pub const DEFAULT_LIST_LIMIT: usize = 50;
 /// The most executions one page shows.
-pub const MAX_LIST_LIMIT: usize = loom_kernel::MAX_QUERY_LIMIT;
+pub const MAX_LIST_LIMIT: usize = loom_kernel::kit::MAX_QUERY_LIMIT;
 
 /// How many executions of a page have their last event read at once.
 const VIEW_READS_AT_ONCE: usize = 16;
@@ -425,7 +425,9 @@ async fn outcome_view<S: EventStore>(
             Event::ExecutionCancelled(cancelled) => {
                 outcome.cancel_reason = cancelled.reason.clone();
             }
-            Event::ExecutionSuspended(gate) if gate.event_type == loom_kernel::CHILD_EVENT_TYPE => {
+            Event::ExecutionSuspended(gate)
+                if gate.event_type == loom_kernel::kit::CHILD_EVENT_TYPE =>
+            {
                 outcome.children.push(ChildView {
                     id: gate.correlation_key.clone(),
                     gate_id: gate.gate_id.clone(),
@@ -465,7 +467,7 @@ async fn parent_of<S: EventStore>(
     }
     let waits = store.read_all(&parent).await?.iter().any(|envelope| {
         matches!(&envelope.event, Event::ExecutionSuspended(gate)
-            if gate.event_type == loom_kernel::CHILD_EVENT_TYPE
+            if gate.event_type == loom_kernel::kit::CHILD_EVENT_TYPE
                 && gate.correlation_key == id.as_str())
     });
     Ok(waits.then(|| parent.to_string()))

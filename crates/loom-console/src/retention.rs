@@ -10,8 +10,9 @@
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use futures::TryStreamExt;
+use loom_kernel::StatusFilter;
+use loom_kernel::kit::RetentionError;
 use loom_kernel::{EventStore, EventStoreExt, ExecutionId, ExecutionStatus};
-use loom_kernel::{RetentionError, StatusFilter};
 
 use crate::error::ConsoleError;
 

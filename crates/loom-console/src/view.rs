@@ -108,8 +108,8 @@ pub struct LeaseView {
     pub expires_in_ms: Option<u64>,
 }
 
-impl From<loom_kernel::LeaseInfo> for LeaseView {
-    fn from(info: loom_kernel::LeaseInfo) -> Self {
+impl From<loom_kernel::kit::LeaseInfo> for LeaseView {
+    fn from(info: loom_kernel::kit::LeaseInfo) -> Self {
         Self {
             holder: info.holder,
             token: info.token,
@@ -454,14 +454,14 @@ pub fn gate_requests(
     gates: &mut [GateView],
 ) {
     for gate in gates {
-        let Some(seq) = state.decision(&loom_kernel::request_step_id(&gate.gate_id)) else {
+        let Some(seq) = state.decision(&loom_kernel::kit::request_step_id(&gate.gate_id)) else {
             continue;
         };
         if let Some(Event::DecisionRecorded(decision)) = usize::try_from(seq)
             .ok()
             .and_then(|at| log.get(at))
             .map(|e| &e.event)
-            && decision.kind == loom_kernel::REQUEST_KIND
+            && decision.kind == loom_kernel::kit::REQUEST_KIND
         {
             gate.request = Some(classification.mask_message_value(&decision.value.to_value()));
         }

@@ -22,7 +22,7 @@ fn decode_records(c: &mut Criterion) {
     let e = id("bench");
     let records: Vec<Vec<u8>> = support::typical_events(EVENTS)
         .iter()
-        .map(|event| loom_kernel::encode_record(event, Some(1_764_490_000_000)))
+        .map(|event| loom_kernel::kit::encode_record(event, Some(1_764_490_000_000)))
         .collect();
     let bytes: usize = records.iter().map(Vec::len).sum();
     eprintln!("typical record: {} bytes on average", bytes / records.len());
@@ -31,7 +31,7 @@ fn decode_records(c: &mut Criterion) {
     group.bench_function("decode_records_100k", |b| {
         b.iter(|| {
             for (seq, record) in records.iter().enumerate() {
-                loom_kernel::decode_record(&e, seq as u64, record).expect("decode");
+                loom_kernel::kit::decode_record(&e, seq as u64, record).expect("decode");
             }
         })
     });

@@ -182,12 +182,12 @@ struct RecordRef<'a> {
 
 /// Encodes `event` in the record form, stamped with the current [`EVENT_SCHEMA`].
 pub fn encode_record(event: &Event, recorded_at_ms: Option<u64>) -> Vec<u8> {
-    crate::record::encode(event, recorded_at_ms)
+    crate::kit::record::encode(event, recorded_at_ms)
 }
 
 /// [`encode_record`], appended to `bytes`.
 pub fn encode_record_into(bytes: &mut Vec<u8>, event: &Event, recorded_at_ms: Option<u64>) {
-    crate::record::encode_into(bytes, event, recorded_at_ms);
+    crate::kit::record::encode_into(bytes, event, recorded_at_ms);
 }
 
 /// Encodes `event` as a JSON record, the form earlier builds wrote (kept for tests of
@@ -211,9 +211,9 @@ pub fn decode_record(
 ) -> Result<EventEnvelope, DecodeError> {
     if matches!(
         bytes.first(),
-        Some(&crate::record::BINARY_RECORD | &crate::record::CHECKED_RECORD)
+        Some(&crate::kit::record::BINARY_RECORD | &crate::kit::record::CHECKED_RECORD)
     ) {
-        return crate::record::decode(execution_id, seq, bytes);
+        return crate::kit::record::decode(execution_id, seq, bytes);
     }
     let fields = Fields::parse(bytes)?;
     Ok(EventEnvelope {

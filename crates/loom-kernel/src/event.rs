@@ -10,7 +10,7 @@ use crate::payload::Payload;
 /// The version of the event format this build writes, and the newest it reads.
 ///
 /// Every envelope records the version it was written with; an event from a newer schema is
-/// refused on decode with [`crate::DecodeError::UnsupportedSchema`] rather than misread.
+/// refused on decode with [`crate::kit::DecodeError::UnsupportedSchema`] rather than misread.
 pub const EVENT_SCHEMA: u32 = 1;
 
 /// A semantic version, as plugins use it to say which kernel they were built against.

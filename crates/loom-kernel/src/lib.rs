@@ -1,7 +1,7 @@
 //! Loom's kernel: the per-execution event log, where it is stored, and the fold over it.
 //!
 //! # What it owns
-//! - The event model ([`Event`], [`EventEnvelope`], [`EVENT_SCHEMA`], [`KERNEL_ABI`]): every
+//! - The event model ([`Event`], [`EventEnvelope`], [`kit::EVENT_SCHEMA`], [`KERNEL_ABI`]): every
 //!   fact an execution records, with its JSON form.
 //! - The [`EventStore`] trait (K1: append-only, gapless, atomic batches fenced by the expected
 //!   seq, durable on return) and its two implementations: [`MemoryStore`] for tests and
@@ -14,21 +14,23 @@
 //!   against `KERNEL_ABI`.
 //! - K10-R6 data classification ([`DataClassification`]): which values must be masked on egress.
 //! - What the runtime and the stores count of their work for an operator's metrics
-//!   ([`RuntimeStats`], [`StoreStats`]): plain numbers kept by relaxed atomic adds, translated by
-//!   whoever exports them (the console's `/admin/v1/metrics`).
-//! - The record codec ([`record`]): the bytes a store keeps per event, public so that every
+//!   ([`RuntimeStats`], [`kit::StoreStats`]): plain numbers kept by relaxed atomic adds,
+//!   translated by whoever exports them (the console's `/admin/v1/metrics`).
+//! - The record codec ([`kit::record`]): the bytes a store keeps per event, public so that every
 //!   store (the PostgreSQL one included) writes the same records.
 //! - `conformance` (with the `testkit` feature): the one test suite every store must pass,
 //!   and helpers for tests of code built on the kernel.
 //!
 //! # Public surface
-//! One path per item: the modules are private and their public items are re-exported here,
-//! at the crate root (`loom_kernel::Runtime`, `loom_kernel::FlowCtx`,
-//! `loom_kernel::ExecutionStarted`). Three modules stay public, on purpose:
-//! - [`record`], the record codec, because the PostgreSQL store writes and reads the same
-//!   records; its items are reached only through it (`loom_kernel::record::encode`), never
-//!   also from the root. The root's [`encode_record`] and [`decode_record`] wrap it (the latter
-//!   also reads the JSON records of older builds).
+//! One path per item: the modules are private and their public items are re-exported. The
+//! crate root holds what a flow author and an embedding program name (`loom_kernel::Runtime`,
+//! `loom_kernel::FlowCtx`, `loom_kernel::ExecutionStarted`, `loom_kernel::DiskStore`). Three
+//! modules are public, on purpose:
+//! - [`kit`], for store implementations and for tools that work on stored logs (the record
+//!   codec [`kit::record`], the execution tail, the indexes' codes, the wake index, the types of
+//!   the stores' query, retention and statistics methods, replay against a log, the kinds the
+//!   runtime records for its own decisions). Not for flows; its items are reached only through
+//!   it (`loom_kernel::kit::ExecutionTail`), never also from the root.
 //! - [`codes`], the error codes the runtime records: a namespace of constants
 //!   (`loom_kernel::codes::UNKNOWN_EFFECT`) that would read ambiguously at the root.
 //! - `conformance`, behind the `testkit` feature: test support, not part of a production build.
@@ -83,55 +85,39 @@ mod gates_guide;
 mod guides;
 mod hash;
 mod id;
+pub mod kit;
 mod payload;
-pub mod record;
 mod runtime;
 mod store;
 
-pub use classify::{ClassifyError, ClassifyErrorReason, DataClassification, MASK, mask_file_paths};
+pub use classify::{ClassifyError, ClassifyErrorReason, DataClassification, MASK};
 pub use dot_path::{DotPathError, DotSegment, format_dot_path, parse_dot_path};
-pub use envelope::{
-    DecodeError, EventEnvelope, decode_record, encode_json_record, encode_record,
-    encode_record_into,
-};
+pub use envelope::EventEnvelope;
 pub use error_sentence::error_sentence;
 pub use event::{
-    AbiVersion, DecisionRecorded, EVENT_SCHEMA, EffectInDoubt, EffectResolved, ErrorInfo, Event,
+    AbiVersion, DecisionRecorded, EffectInDoubt, EffectResolved, ErrorInfo, Event,
     ExecutionCancelled, ExecutionCompleted, ExecutionFailed, ExecutionResumed, ExecutionStarted,
     ExecutionSuspended, KERNEL_ABI, StepCompleted, StepFailed, StepStarted, SurfacePatch, Verdict,
 };
 pub use fold::{
     ExecutionState, ExecutionStatus, FoldError, PendingGate, StepRecord, StepStatus, Violation,
 };
-pub use id::{
-    ExecutionId, InvalidExecutionId, MAX_EXECUTION_ID_LEN, idempotency_key, split_idempotency_key,
-};
+pub use id::{ExecutionId, InvalidExecutionId, MAX_EXECUTION_ID_LEN, idempotency_key};
 pub use payload::{MAX_DEPTH as MAX_PAYLOAD_DEPTH, Payload, PayloadError};
 pub use runtime::codes;
 pub use runtime::{
-    AbiRange, AsyncResumeAuthenticator, Authorization, CHILD_EVENT_TYPE, CHILD_KEY, CHILD_KIND,
-    CLOSED_KEY, Caller, CallerError, CancelError, CatchUpError, ChildCall, Clock, Command,
-    CompositionError, Contributions, DEADLINE_KIND, DEFAULT_MAX_PARKED_IN_MEMORY, DeclaredEffect,
+    AbiRange, AsyncResumeAuthenticator, Authorization, Caller, CallerError, CancelError, ChildCall,
+    Clock, Command, CompositionError, Contributions, DEFAULT_MAX_PARKED_IN_MEMORY, DeclaredEffect,
     DriveError, Effect, EffectCall, EffectHandle, EffectOutcome, EffectResult, ExecuteTarget,
     FeedFollower, FeedProjection, FirstOf, Flow, FlowCtx, FlowError, FlowSet, FnEffect, FnFlow,
     FollowError, GateOutcome, Inbound, InboundError, InboundHandler, MAX_CALLER_ATTRIBUTES,
-    MAX_CALLER_TEXT, ManualClock, NonDeterminism, PATCH_KIND, PAYLOAD_SCHEMA_KIND, PendingRequest,
-    Plugin, Projection, REQUEST_KIND, RecoveryReport, ReplayError, ReplayReport, Replayer,
-    ResolveError, ResumeAuthenticator, ResumeError, ResumeRequest, Runtime, RuntimeBuilder,
-    RuntimeStats, Selected, SkippedExecution, StartError, StartOptions, StartRequest, StepError,
-    StepName, SystemClock, TIMED_OUT_KEY, TIMER_EVENT_TYPE, TimedGate, TypedCommand,
-    UnregisteredFlow, UsesEffects, WaitError, catch_up, child_end_resume, child_parent,
-    expected_payload, first_of_closing, flow_fn, input_digest, payload_schema_step_id,
-    pending_requests, pending_requests_of, request_gate_id, request_step_id, stable_hash,
+    MAX_CALLER_TEXT, ManualClock, NonDeterminism, PendingRequest, Plugin, Projection,
+    RecoveryReport, ResolveError, ResumeAuthenticator, ResumeError, ResumeRequest, Runtime,
+    RuntimeBuilder, RuntimeStats, Selected, SkippedExecution, StartError, StartOptions,
+    StartRequest, StepError, StepName, SystemClock, TimedGate, TypedCommand, UnregisteredFlow,
+    UsesEffects, WaitError, flow_fn, stable_hash,
 };
-pub use store::tail::{RefusedEvent, TailChange, filter_code, status_code, status_from_code};
 pub use store::{
-    AppendError, DiskStore, DiskStoreConfig, EncodedAppend, EncodedRecords, EventStore,
-    EventStoreExt, ExecutionCursor, ExecutionPage, ExecutionQuery, ExecutionQueryPage,
-    ExecutionSummary, ExecutionTail, FeedEvent, FoldStoredError, LATENCY_BOUNDS_US,
-    LatencyHistogram, LatencyRecorder, LeaseHold, LeaseInfo, ListedExecution, MAX_QUERY_LIMIT,
-    MemoryStore, NewClaim, OpenError, ReadError, RecordsIter, RetentionError, STREAM_PAGE,
-    SalvageError, Salvaged, ScrubStatus, StatusCounts, StatusFilter, StorageError, StoreStats,
-    StoredLog, WakeReason, Wakeup, check_batch, decode_stored, every_listed_execution,
-    prefix_upper_bound, start_of_first_record, wake, wall_clock_ms,
+    AppendError, DiskStore, DiskStoreConfig, EventStore, EventStoreExt, FeedEvent, FoldStoredError,
+    MemoryStore, OpenError, ReadError, StatusFilter,
 };

@@ -1,10 +1,11 @@
 //! The check of one execution.
 
 use loom_kernel::DataClassification;
-use loom_kernel::StoredLog;
+use loom_kernel::FlowSet;
+use loom_kernel::kit::StoredLog;
+use loom_kernel::kit::{ReplayError, Replayer};
+use loom_kernel::kit::{check_batch, decode_record, encode_record_into};
 use loom_kernel::{Event, EventEnvelope, ExecutionState};
-use loom_kernel::{FlowSet, ReplayError, Replayer};
-use loom_kernel::{check_batch, decode_record, encode_record_into};
 
 /// Checks logs against a set of flows. Effects are never run: replay serves every recorded
 /// result from the log and drops whatever the flow would do past its end.

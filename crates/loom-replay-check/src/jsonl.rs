@@ -15,7 +15,8 @@
 use std::io::{BufRead, BufWriter, Write};
 use std::path::{Path, PathBuf};
 
-use loom_kernel::{DecodeError, EventEnvelope, ExecutionId};
+use loom_kernel::kit::DecodeError;
+use loom_kernel::{EventEnvelope, ExecutionId};
 
 /// The file extension of exported logs.
 pub const EXTENSION: &str = "jsonl";

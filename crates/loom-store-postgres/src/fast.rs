@@ -30,9 +30,10 @@
 
 use std::collections::{HashMap, HashSet};
 
-use loom_kernel::ExecutionTail;
-use loom_kernel::status_code;
-use loom_kernel::{EncodedAppend, ExecutionId};
+use loom_kernel::ExecutionId;
+use loom_kernel::kit::EncodedAppend;
+use loom_kernel::kit::ExecutionTail;
+use loom_kernel::kit::status_code;
 
 /// What the writer remembers of an execution whose lease it holds, as of its last commit.
 #[derive(Debug, Clone)]
@@ -112,7 +113,7 @@ pub(crate) struct Row {
     pub(crate) head: u64,
     pub(crate) tail: ExecutionTail,
     /// What the batch does to its rows of the wake-up index.
-    pub(crate) wake: loom_kernel::wake::WakeOps,
+    pub(crate) wake: loom_kernel::kit::wake::WakeOps,
 }
 
 impl Row {
@@ -164,7 +165,7 @@ pub(crate) fn plan<'a>(
                     token: cached.token,
                     head: cached.head,
                     tail: cached.tail.clone(),
-                    wake: loom_kernel::wake::WakeOps::default(),
+                    wake: loom_kernel::kit::wake::WakeOps::default(),
                 });
                 plan.rows.len() - 1
             }
@@ -176,7 +177,7 @@ pub(crate) fn plan<'a>(
         row.tail
             .apply_changes(&request.changes, request.recorded_at_ms)
             .ok()?;
-        if loom_kernel::wake::touches_wakeups(&request.changes) {
+        if loom_kernel::kit::wake::touches_wakeups(&request.changes) {
             row.wake.extend(&request.execution, &request.changes);
         }
         for (seq, record) in (request.expected_seq..).zip(request.records.iter()) {

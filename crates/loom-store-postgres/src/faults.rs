@@ -1,11 +1,13 @@
-//! Failures injected by tests (`PostgresStore::faults`, hidden from the documentation), and
-//! what they count.
+//! Failures injected by tests (`PostgresStore::faults`, hidden from the documentation, with the
+//! `test-support` feature), and what they count. The store always keeps them (never set, they
+//! inject nothing); without the feature nothing outside the crate reaches them.
 
 use std::sync::atomic::{AtomicU32, Ordering};
 
 /// Failures injected by tests to reach paths a healthy server never takes.
 #[derive(Debug, Default)]
 #[doc(hidden)]
+#[cfg_attr(not(feature = "test-support"), allow(unreachable_pub))]
 pub struct Faults {
     /// Commit this many batches, then act as if the reply to `COMMIT` was lost.
     pub lose_commit_reply: AtomicU32,

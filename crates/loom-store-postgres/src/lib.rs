@@ -4,12 +4,12 @@
 //! - [`PostgresStore`], an [`loom_kernel::EventStore`] on PostgreSQL (`tokio-postgres` with a
 //!   `deadpool-postgres` pool): logs in `loom_events` under the primary key
 //!   `(execution_id, seq)`, the concurrency fence; events in the kernel's record encoding
-//!   ([`loom_kernel::encode_record`]).
+//!   ([`loom_kernel::kit::encode_record`]).
 //! - Versioned, idempotent schema migrations applied on connect ([`SCHEMA_VERSION`]).
 //! - Group commit: one commit for every append queued at the moment, across executions; one
 //!   statement (one round trip) for appends under leases this worker holds.
 //! - Validated appends and the status index: each execution's
-//!   [`loom_kernel::ExecutionTail`] is kept beside its log, updated in the append's
+//!   [`loom_kernel::kit::ExecutionTail`] is kept beside its log, updated in the append's
 //!   transaction, and indexed by status.
 //! - The feed: a store-wide position per event, in commit order across workers.
 //! - Retention: `delete_ended` in bounded batches that never wait for live work.
@@ -25,6 +25,10 @@
 //!   (`docs/POSTGRES.md`).
 //! - [`ShardedStore`]: several databases as one store, executions placed by a hash of their id
 //!   over a fixed shard map; listings merged by id, the feed merged with a position per shard.
+//! - Support for tests against a server, with the `test-support` feature (off by default; the
+//!   tests of this crate and of the crates that run against PostgreSQL enable it): where the
+//!   test server is (`server_url`, `URL_VAR`), a fresh schema per test (`fresh_store`), and
+//!   failure injection (`Faults`, `PostgresStore::faults`).
 //!
 //! # What it must not depend on
 //! Only `loom-kernel` among Loom crates: the runtime, effects and plugins know this store only
@@ -61,18 +65,21 @@ mod replication;
 mod schema;
 mod shards;
 mod store;
+#[cfg(feature = "test-support")]
 mod testing;
 mod wake;
 mod writer;
 
 pub use config::PostgresStoreConfig;
 pub use error::ConnectError;
+#[cfg(feature = "test-support")]
 #[doc(hidden)]
 pub use faults::Faults;
 pub use replication::Replication;
 pub use schema::SCHEMA_VERSION;
 pub use shards::{ShardCursor, ShardFeedEvent, ShardedStore, shard_of, shard_urls};
 pub use store::PostgresStore;
+#[cfg(feature = "test-support")]
 pub use testing::{
     REQUIRE_VAR, SKIPPED_TESTS_VAR, URL_VAR, fresh_schema, fresh_store, record_skipped_test,
     server_url, url_file,

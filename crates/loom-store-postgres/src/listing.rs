@@ -6,10 +6,11 @@
 //! [`EventStore::query_executions`]: loom_kernel::EventStore::query_executions
 //! [`EventStore::count_by_status`]: loom_kernel::EventStore::count_by_status
 
-use loom_kernel::{
-    ExecutionId, ExecutionQuery, ExecutionQueryPage, ExecutionStatus, ListedExecution, ReadError,
-    StatusCounts, prefix_upper_bound, status_code, status_from_code,
+use loom_kernel::kit::{
+    ExecutionQuery, ExecutionQueryPage, ListedExecution, StatusCounts, prefix_upper_bound,
+    status_code, status_from_code,
 };
+use loom_kernel::{ExecutionId, ExecutionStatus, ReadError};
 use tokio_postgres::types::ToSql;
 
 /// Rows read per round while filling the start time and flow of rows written before they
@@ -44,7 +45,7 @@ pub(crate) async fn backfill(
             let (start, flow) = ExecutionId::from_stored(id)
                 .ok()
                 .map_or((0, String::new()), |execution| {
-                    loom_kernel::start_of_first_record(&execution, row.get(1))
+                    loom_kernel::kit::start_of_first_record(&execution, row.get(1))
                 });
             ids.push(id);
             starts.push(i64::try_from(start).unwrap_or(i64::MAX));

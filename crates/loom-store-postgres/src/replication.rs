@@ -4,7 +4,8 @@
 
 use std::time::Duration;
 
-use loom_kernel::{AppendError, ExecutionId, StorageError};
+use loom_kernel::kit::StorageError;
+use loom_kernel::{AppendError, ExecutionId};
 use tokio_postgres::config::TargetSessionAttrs;
 
 /// The replication settings of the primary a store is connected to.

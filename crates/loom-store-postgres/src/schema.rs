@@ -165,7 +165,8 @@ pub(crate) async fn migrate(client: &mut Client, schema: &str) -> Result<(), Con
 async fn backfill_steps_in_doubt(
     txn: &tokio_postgres::Transaction<'_>,
 ) -> Result<(), tokio_postgres::Error> {
-    use loom_kernel::{ExecutionId, ExecutionStatus, ExecutionTail, status_code};
+    use loom_kernel::kit::{ExecutionTail, status_code};
+    use loom_kernel::{ExecutionId, ExecutionStatus};
     txn.execute(
         "UPDATE loom_executions SET steps_in_doubt = true WHERE head > 0 AND status = $1",
         &[&i16::from(status_code(ExecutionStatus::InDoubt))],
@@ -210,7 +211,7 @@ async fn backfill_steps_in_doubt(
             let record: &[u8] = row.get(2);
             let applied = ExecutionId::from_stored(execution)
                 .ok()
-                .and_then(|id| loom_kernel::decode_record(&id, seq as u64, record).ok())
+                .and_then(|id| loom_kernel::kit::decode_record(&id, seq as u64, record).ok())
                 .is_some_and(|envelope| {
                     tail.as_mut().is_some_and(|tail| {
                         tail.apply(&envelope.event, envelope.recorded_at_ms).is_ok()
@@ -254,7 +255,8 @@ async fn backfill_wakeups_by(
     txn: &tokio_postgres::Transaction<'_>,
     page_size: i64,
 ) -> Result<(), tokio_postgres::Error> {
-    use loom_kernel::{ExecutionStatus, status_code};
+    use loom_kernel::ExecutionStatus;
+    use loom_kernel::kit::status_code;
     let open: Vec<i16> = [
         ExecutionStatus::Running,
         ExecutionStatus::Suspended,
@@ -302,7 +304,7 @@ async fn backfill_page(
     let mut ats: Vec<i64> = Vec::new();
     let mut flush = |execution: &str, log: &mut Vec<loom_kernel::Event>, bad: &mut bool| {
         if let (false, Ok(id)) = (*bad, ExecutionId::from_stored(execution)) {
-            for (tag, at) in loom_kernel::wake::rows_of_log(&id, log.iter()) {
+            for (tag, at) in loom_kernel::kit::wake::rows_of_log(&id, log.iter()) {
                 ids.push(execution.to_owned());
                 tags.push(tag);
                 ats.push(i64::try_from(at).unwrap_or(i64::MAX));
@@ -326,7 +328,7 @@ async fn backfill_page(
         let record: &[u8] = row.get(2);
         match ExecutionId::from_stored(execution)
             .ok()
-            .and_then(|id| loom_kernel::decode_record(&id, seq as u64, record).ok())
+            .and_then(|id| loom_kernel::kit::decode_record(&id, seq as u64, record).ok())
         {
             Some(envelope) => log.push(envelope.event),
             None => bad = true,
@@ -389,8 +391,9 @@ pub(crate) fn quote_ident(name: &str) -> String {
 
 #[cfg(test)]
 mod tests {
+    use loom_kernel::EventStore;
     use loom_kernel::conformance::{completed, deadline, id, started, suspended};
-    use loom_kernel::{EventStore, WakeReason, Wakeup};
+    use loom_kernel::kit::{WakeReason, Wakeup};
 
     use super::*;
     use crate::{PostgresStore, PostgresStoreConfig, fresh_schema, server_url};

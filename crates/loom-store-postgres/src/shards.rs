@@ -19,10 +19,12 @@ use std::future::Future;
 use std::sync::Arc;
 
 use futures::future::{join_all, select_all};
+use loom_kernel::kit::{
+    ExecutionPage, ExecutionQuery, ExecutionQueryPage, ExecutionSummary, LeaseHold, LeaseInfo,
+    ListedExecution, RetentionError, StatusCounts, StoreStats,
+};
 use loom_kernel::{
-    AppendError, Event, EventEnvelope, EventStore, ExecutionId, ExecutionPage, ExecutionQuery,
-    ExecutionQueryPage, ExecutionSummary, FeedEvent, LeaseHold, LeaseInfo, ListedExecution,
-    ReadError, RetentionError, StatusCounts, StatusFilter, StoreStats,
+    AppendError, Event, EventEnvelope, EventStore, ExecutionId, FeedEvent, ReadError, StatusFilter,
 };
 
 use crate::{ConnectError, PostgresStore, PostgresStoreConfig};
@@ -317,9 +319,9 @@ impl EventStore for ShardedStore {
     async fn list_wakeups(
         &self,
         before_ms: u64,
-        after: Option<&loom_kernel::Wakeup>,
+        after: Option<&loom_kernel::kit::Wakeup>,
         limit: usize,
-    ) -> Result<Vec<loom_kernel::Wakeup>, ReadError> {
+    ) -> Result<Vec<loom_kernel::kit::Wakeup>, ReadError> {
         let limit = limit.max(1);
         let pages = futures::future::try_join_all(
             self.shards
@@ -327,7 +329,7 @@ impl EventStore for ShardedStore {
                 .map(|shard| shard.list_wakeups(before_ms, after, limit)),
         )
         .await?;
-        let mut merged: Vec<loom_kernel::Wakeup> = pages.into_iter().flatten().collect();
+        let mut merged: Vec<loom_kernel::kit::Wakeup> = pages.into_iter().flatten().collect();
         merged.sort();
         merged.truncate(limit);
         Ok(merged)

@@ -5,13 +5,13 @@ use std::sync::atomic::Ordering;
 use std::time::Duration;
 
 use deadpool_postgres::{Manager, ManagerConfig, Pool, RecyclingMethod};
-use loom_kernel::{
-    AppendError, EncodedAppend, Event, EventEnvelope, EventStore, ExecutionId, ExecutionPage,
-    ExecutionStatus, ExecutionSummary, LeaseHold, LeaseInfo, ReadError,
+use loom_kernel::kit::{
+    EncodedAppend, ExecutionPage, ExecutionQuery, ExecutionQueryPage, ExecutionSummary, LeaseHold,
+    LeaseInfo, RetentionError, StatusCounts, StorageError, StoreStats, decode_stored, filter_code,
 };
 use loom_kernel::{
-    ExecutionQuery, ExecutionQueryPage, FeedEvent, RetentionError, StatusCounts, StatusFilter,
-    StorageError, StoreStats, decode_stored, filter_code,
+    AppendError, Event, EventEnvelope, EventStore, ExecutionId, ExecutionStatus, FeedEvent,
+    ReadError, StatusFilter,
 };
 use tokio::sync::{mpsc, oneshot};
 use tokio::task::JoinHandle;
@@ -252,6 +252,7 @@ impl PostgresStore {
     }
 
     /// Failure injection for tests.
+    #[cfg(feature = "test-support")]
     #[doc(hidden)]
     pub fn faults(&self) -> &Faults {
         &self.shared.faults
@@ -538,9 +539,9 @@ impl EventStore for PostgresStore {
     async fn list_wakeups(
         &self,
         before_ms: u64,
-        after: Option<&loom_kernel::Wakeup>,
+        after: Option<&loom_kernel::kit::Wakeup>,
         limit: usize,
-    ) -> Result<Vec<loom_kernel::Wakeup>, ReadError> {
+    ) -> Result<Vec<loom_kernel::kit::Wakeup>, ReadError> {
         let clamp = |n: u64| i64::try_from(n).unwrap_or(i64::MAX);
         let limit = limit.clamp(1, i64::MAX as usize) as i64;
         let (after_at, after_id, after_tag) = match after {
@@ -580,7 +581,8 @@ impl EventStore for PostgresStore {
             let id: &str = row.get(1);
             let tag: &str = row.get(2);
             let execution = ExecutionId::from_stored(id).map_err(storage)?;
-            if let Some(wakeup) = loom_kernel::Wakeup::from_stored(at.max(0) as u64, execution, tag)
+            if let Some(wakeup) =
+                loom_kernel::kit::Wakeup::from_stored(at.max(0) as u64, execution, tag)
             {
                 found.push(wakeup);
             }
@@ -854,7 +856,7 @@ impl Parents<'_> {
             let Ok(child) = ExecutionId::from_stored(id) else {
                 continue;
             };
-            let Some((parent, tag)) = loom_kernel::wake::awaiting_parent(&child) else {
+            let Some((parent, tag)) = loom_kernel::kit::wake::awaiting_parent(&child) else {
                 continue;
             };
             let shard = match self {

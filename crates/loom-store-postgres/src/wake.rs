@@ -1,7 +1,7 @@
 //! The wake-up index's part of a commit (LD-033): what a batch does to `loom_wakeups`, as one
 //! statement, and its parameters.
 
-use loom_kernel::wake::WakeOps;
+use loom_kernel::kit::wake::WakeOps;
 
 /// What a batch does to the wake-up index (LD-033), as one statement: every row of the
 /// executions that ended deleted, some rows deleted, some inserted or moved. Each

@@ -135,7 +135,7 @@ pub(crate) fn classification(cli: &Cli) -> Result<DataClassification, ConsoleErr
                 file.display()
             ))
         })?;
-        paths.extend(loom_kernel::mask_file_paths(&text).map(str::to_owned));
+        paths.extend(loom_kernel::kit::mask_file_paths(&text).map(str::to_owned));
     }
     DataClassification::mask_paths(paths)
         .map_err(|error| ConsoleError::bad_request(error.to_string()))

@@ -191,8 +191,8 @@ async fn a_resume_on_postgresql_is_checked_against_the_gates_schema_before_anyth
             &[
                 started("locale"),
                 Event::DecisionRecorded(loom_kernel::DecisionRecorded {
-                    step_id: loom_kernel::payload_schema_step_id("A2UIFunctionResult#1"),
-                    kind: loom_kernel::PAYLOAD_SCHEMA_KIND.into(),
+                    step_id: loom_kernel::kit::payload_schema_step_id("A2UIFunctionResult#1"),
+                    kind: loom_kernel::kit::PAYLOAD_SCHEMA_KIND.into(),
                     value: locale_schema().into(),
                 }),
                 Event::ExecutionSuspended(loom_kernel::ExecutionSuspended {

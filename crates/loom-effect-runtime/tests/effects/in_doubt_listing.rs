@@ -5,9 +5,10 @@ use loom_effect_runtime::{steps_in_doubt, steps_in_doubt_report};
 use std::future::Future;
 
 use loom_kernel::conformance::{Hooked, OneBadLog, StoreHooks, id, started};
+use loom_kernel::kit::{ExecutionPage, ExecutionSummary};
 use loom_kernel::{EffectInDoubt, Event, StepStarted};
 use loom_kernel::{EventEnvelope, EventStore, ExecutionId, MemoryStore};
-use loom_kernel::{ExecutionPage, ExecutionSummary, ReadError, StatusFilter};
+use loom_kernel::{ReadError, StatusFilter};
 
 /// A store with one bad log (a second `EXECUTION_STARTED`) whose index files that execution
 /// as in doubt, as a store whose log was damaged after its index was written would, so the

@@ -107,7 +107,7 @@ pub async fn a_claimed_id_takes_the_claimants_first_append_only<S: EventStore + 
 }
 
 /// [`EventStore::hold_lease`]: a store holds the lease of an execution it just started (a
-/// store with no leases holds every execution, [`crate::LeaseHold::Exclusive`]; one with
+/// store with no leases holds every execution, [`crate::kit::LeaseHold::Exclusive`]; one with
 /// leases answers with a token).
 pub async fn a_store_holds_what_it_just_appended<S: EventStore>(store: S) {
     let e = id("held");
@@ -119,11 +119,11 @@ pub async fn a_store_holds_what_it_just_appended<S: EventStore>(store: S) {
     );
     if store.has_leases() {
         assert!(
-            matches!(hold, crate::LeaseHold::Held { token } if token > 0),
+            matches!(hold, crate::kit::LeaseHold::Held { token } if token > 0),
             "a store with leases answers with a token: {hold:?}"
         );
     } else {
-        assert_eq!(hold, crate::LeaseHold::Exclusive);
+        assert_eq!(hold, crate::kit::LeaseHold::Exclusive);
     }
 }
 

@@ -29,5 +29,5 @@ pub const CHILD_CANCELLED: &str = "loom.child_cancelled";
 pub const CHILD_CONFLICT: &str = "loom.child_conflict";
 /// A child's flow is not registered: the child never started.
 pub const CHILD_UNKNOWN_FLOW: &str = "loom.child_unknown_flow";
-/// A replay-only stand-in effect was invoked ([`crate::Replayer`]): replay runs no effect.
+/// A replay-only stand-in effect was invoked ([`crate::kit::Replayer`]): replay runs no effect.
 pub const REPLAY_RUNS_NO_EFFECT: &str = "loom.replay_runs_no_effect";

@@ -34,7 +34,7 @@ pub struct EffectCall {
     /// steps running beside this one hold); `None` is unlimited.
     pub budget_remaining: Option<u64>,
     /// The fencing token of the execution's lease under which this dispatch runs, on a store
-    /// with leases ([`crate::LeaseHold::Held`]); `None` on a store one process writes at a
+    /// with leases ([`crate::kit::LeaseHold::Held`]); `None` on a store one process writes at a
     /// time. Set for a non-idempotent step, whose lease the runtime confirms right before the
     /// call. A receiver that remembers the highest token seen per execution can refuse a call
     /// under a lower one: it comes from a worker that lost the execution (paused past its

@@ -51,7 +51,7 @@ pub fn check_batch(
 }
 
 /// An append checked and encoded on the caller's task, for a store whose writer task commits
-/// it: the records (the record form of [`crate::record`]) stamped with the store's clock, what
+/// it: the records (the record form of [`crate::kit::record`]) stamped with the store's clock, what
 /// each event changes in the execution's tail, and where the writer answers.
 #[derive(Debug)]
 pub struct EncodedAppend {

@@ -5,7 +5,7 @@ use super::ReadError;
 use crate::envelope::EventEnvelope;
 use crate::id::ExecutionId;
 
-/// Decodes a stored record (the record form of [`crate::record`]): a record that does not
+/// Decodes a stored record (the record form of [`crate::kit::record`]): a record that does not
 /// decode is a [`ReadError::Decode`] naming the execution and the seq.
 pub fn decode_stored(
     execution: &ExecutionId,

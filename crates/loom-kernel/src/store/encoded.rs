@@ -6,7 +6,7 @@ use std::ops::Range;
 
 use crate::event::Event;
 
-/// Records (the record form of [`crate::record`]) in seq order, one after another in one
+/// Records (the record form of [`crate::kit::record`]) in seq order, one after another in one
 /// buffer.
 #[derive(Debug, Default, Clone, PartialEq, Eq)]
 pub struct EncodedRecords {
@@ -25,7 +25,7 @@ impl EncodedRecords {
         let mut bytes = Vec::with_capacity(events.len().saturating_mul(BYTES_PER_EVENT));
         let mut ends = Vec::with_capacity(events.len());
         for event in events {
-            crate::record::encode_into(&mut bytes, event, recorded_at_ms);
+            crate::kit::record::encode_into(&mut bytes, event, recorded_at_ms);
             ends.push(bytes.len());
         }
         Self { bytes, ends }
@@ -162,7 +162,7 @@ mod tests {
         assert_eq!(records.len(), 3);
         let alone: Vec<Vec<u8>> = events
             .iter()
-            .map(|event| crate::record::encode(event, Some(42)))
+            .map(|event| crate::kit::record::encode(event, Some(42)))
             .collect();
         let together: Vec<&[u8]> = records.iter().collect();
         assert_eq!(

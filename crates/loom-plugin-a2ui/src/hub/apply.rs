@@ -85,7 +85,7 @@ impl SurfaceHub {
 /// Whether a kernel gate request (`<gate id>:request`) is one of an `A2UIFunctionResult` gate:
 /// a grain-A call recorded on the kernel's requests.
 fn is_function_request_step(step_id: &str) -> bool {
-    loom_kernel::request_gate_id(step_id)
+    loom_kernel::kit::request_gate_id(step_id)
         .and_then(|gate| gate.strip_prefix(FUNCTION_RESULT_EVENT))
         .is_some_and(|n| n.starts_with('#'))
 }
@@ -117,7 +117,7 @@ fn apply_one(shared: &Shared, exec: &mut ExecState, envelope: &EventEnvelope) ->
         }
         Event::DecisionRecorded(decision)
             if decision.kind == REQUEST_DECISION
-                || (decision.kind == loom_kernel::REQUEST_KIND
+                || (decision.kind == loom_kernel::kit::REQUEST_KIND
                     && is_function_request_step(&decision.step_id)) =>
         {
             let request: FunctionRequest = match decision.value.decode() {

@@ -61,7 +61,8 @@ async fn request_and_gate_are_durable_in_one_batch_before_the_request_is_sent() 
         .iter()
         .position(|env| {
             matches!(&env.event, Event::DecisionRecorded(d)
-                if d.kind == loom_kernel::REQUEST_KIND && d.step_id == "A2UIFunctionResult#1:request")
+                if d.kind == loom_kernel::kit::REQUEST_KIND
+                    && d.step_id == "A2UIFunctionResult#1:request")
         })
         .expect("the request is recorded");
     assert!(
@@ -87,7 +88,7 @@ async fn request_and_gate_are_durable_in_one_batch_before_the_request_is_sent() 
             log[decision + 1]
         );
     };
-    assert_eq!(schema.kind, loom_kernel::PAYLOAD_SCHEMA_KIND);
+    assert_eq!(schema.kind, loom_kernel::kit::PAYLOAD_SCHEMA_KIND);
     assert_eq!(schema.step_id, "A2UIFunctionResult#1:payloadSchema");
 
     let sub = hub.subscribe(&store, &e, SURFACE).await.unwrap();
@@ -96,7 +97,7 @@ async fn request_and_gate_are_durable_in_one_batch_before_the_request_is_sent() 
     assert_eq!(call.surface_id.as_deref(), Some(SURFACE));
     // The kernel lists it beside its gate, for operators and for whoever sends it again.
     let state = _runtime.state(&e).await.unwrap();
-    let pending = loom_kernel::pending_requests_of(&store, &e, &state)
+    let pending = loom_kernel::kit::pending_requests_of(&store, &e, &state)
         .await
         .unwrap();
     assert_eq!(pending.len(), 1);
@@ -112,7 +113,7 @@ fn as_recorded_before(log: &[loom_kernel::EventEnvelope]) -> Vec<Event> {
     log.iter()
         .filter_map(|env| match &env.event {
             Event::DecisionRecorded(d) if d.step_id == format!("patch:{KERNEL_REQUEST}") => None,
-            Event::DecisionRecorded(d) if d.kind == loom_kernel::REQUEST_KIND => {
+            Event::DecisionRecorded(d) if d.kind == loom_kernel::kit::REQUEST_KIND => {
                 let mut old = d.clone();
                 old.kind = REQUEST_DECISION.to_owned();
                 old.step_id = format!("{REQUEST_DECISION}#1");
@@ -155,7 +156,7 @@ async fn an_execution_recorded_with_the_plugins_own_request_replays_is_sent_its_
     assert!(
         !log.iter()
             .any(|env| matches!(&env.event, Event::DecisionRecorded(d)
-            if d.kind == loom_kernel::REQUEST_KIND || d.step_id.starts_with("patch:"))),
+            if d.kind == loom_kernel::kit::REQUEST_KIND || d.step_id.starts_with("patch:"))),
         "the replay took the old branch and recorded nothing new of the change"
     );
     let report = runtime.replay_log(log).expect("the old shape replays");
@@ -444,7 +445,7 @@ async fn a_grain_a_call_whose_args_fail_the_schema_is_refused_before_anything_is
     assert!(
         !log.iter()
             .any(|env| matches!(&env.event, Event::DecisionRecorded(d)
-                if d.kind == REQUEST_DECISION || d.kind == loom_kernel::REQUEST_KIND)),
+                if d.kind == REQUEST_DECISION || d.kind == loom_kernel::kit::REQUEST_KIND)),
         "no request recorded: {log:?}"
     );
     assert!(hub.pending_calls(&e).is_empty());
@@ -465,7 +466,7 @@ async fn the_function_result_gate_declares_a_schema_that_its_replies_fit_and_a_b
 {
     let (store, hub, runtime, e) = checkout_started("gate-schema").await;
     let state = runtime.state(&e).await.unwrap();
-    let schema = loom_kernel::expected_payload(&store, &e, &state, "A2UIFunctionResult#1")
+    let schema = loom_kernel::kit::expected_payload(&store, &e, &state, "A2UIFunctionResult#1")
         .await
         .unwrap()
         .expect("the function-result gate declares its payload")

@@ -236,7 +236,7 @@ async fn a_flow_changes_its_components_through_the_log_and_call_args_leave_maske
         schema.errors(&request.message.to_value()),
         Vec::<String>::new()
     );
-    let recorded = w.decisions(&e, loom_kernel::REQUEST_KIND).await;
+    let recorded = w.decisions(&e, loom_kernel::kit::REQUEST_KIND).await;
     assert_eq!(recorded[0]["args"]["card"], json!(CARD));
     let call_id = call.function_call_id.clone();
     session

@@ -57,7 +57,7 @@ impl CheckArgs {
             let text = std::fs::read_to_string(&file).map_err(|error| {
                 format!("cannot read the mask file {}: {error}", file.display())
             })?;
-            paths.extend(loom_kernel::mask_file_paths(&text).map(str::to_owned));
+            paths.extend(loom_kernel::kit::mask_file_paths(&text).map(str::to_owned));
         }
         Ok(DataClassification::mask_paths(paths)?)
     }

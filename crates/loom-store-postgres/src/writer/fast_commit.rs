@@ -4,7 +4,8 @@
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
 
-use loom_kernel::{AppendError, EncodedAppend, ExecutionId, StorageError};
+use loom_kernel::kit::{EncodedAppend, StorageError};
+use loom_kernel::{AppendError, ExecutionId};
 use tokio_postgres::error::Severity;
 
 use super::Writer;

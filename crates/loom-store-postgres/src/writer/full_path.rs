@@ -3,10 +3,11 @@
 
 use std::collections::{BTreeMap, HashMap};
 
-use loom_kernel::ExecutionTail;
-use loom_kernel::status_code;
-use loom_kernel::wake::WakeOps;
-use loom_kernel::{AppendError, EncodedAppend, ExecutionId};
+use loom_kernel::kit::EncodedAppend;
+use loom_kernel::kit::ExecutionTail;
+use loom_kernel::kit::status_code;
+use loom_kernel::kit::wake::WakeOps;
+use loom_kernel::{AppendError, ExecutionId};
 
 use super::{BatchError, Committed, Writer};
 use crate::cause::{Cause, Failure, describe};
@@ -200,7 +201,7 @@ impl Writer {
                 event_seqs.push(seq as i64);
                 event_records.push(record);
             }
-            if loom_kernel::wake::touches_wakeups(&request.changes) {
+            if loom_kernel::kit::wake::touches_wakeups(&request.changes) {
                 wake.entry(id)
                     .or_default()
                     .extend(&request.execution, &request.changes);

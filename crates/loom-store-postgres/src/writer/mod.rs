@@ -43,7 +43,7 @@
 //! append past it and says so ([`crate::replication::lost_commits`]) rather than carry on as
 //! if nothing happened.
 //!
-//! [`ExecutionTail`]: loom_kernel::ExecutionTail
+//! [`ExecutionTail`]: loom_kernel::kit::ExecutionTail
 
 mod fast_commit;
 mod full_path;
@@ -53,7 +53,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use deadpool_postgres::Pool;
-use loom_kernel::{AppendError, EncodedAppend, ExecutionId, StorageError};
+use loom_kernel::kit::{EncodedAppend, StorageError};
+use loom_kernel::{AppendError, ExecutionId};
 use tokio::sync::mpsc;
 use tracing::Instrument;
 

@@ -14,7 +14,8 @@
 use std::time::{Duration, Instant};
 
 use loom_kernel::conformance::{id, started, tagged};
-use loom_kernel::{EventStore, ExecutionId, LeaseHold};
+use loom_kernel::kit::LeaseHold;
+use loom_kernel::{EventStore, ExecutionId};
 use loom_store_postgres::{PostgresStore, PostgresStoreConfig};
 use serde_json::json;
 

@@ -7,10 +7,11 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use loom_kernel::conformance::{Hooked, StoreHooks};
+use loom_kernel::kit::LeaseHold;
 use loom_kernel::{
     AppendError, EffectCall, EffectOutcome, Event, EventStore, EventStoreExt, ExecutionId,
-    ExecutionStatus, FlowCtx, FlowError, FnEffect, LeaseHold, ReadError, Runtime, StartOptions,
-    Verdict, flow_fn,
+    ExecutionStatus, FlowCtx, FlowError, FnEffect, ReadError, Runtime, StartOptions, Verdict,
+    flow_fn,
 };
 use loom_store_postgres::{PostgresStore, fresh_schema, server_url};
 use serde_json::{Value, json};

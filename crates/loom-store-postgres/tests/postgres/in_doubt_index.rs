@@ -32,7 +32,7 @@ async fn a_schema_from_before_the_in_doubt_index_gets_it_filled() {
     for (name, events) in &logs {
         store.append(&id(name), 0, events).await.expect("append");
     }
-    let names = |page: loom_kernel::ExecutionPage| -> Vec<String> {
+    let names = |page: loom_kernel::kit::ExecutionPage| -> Vec<String> {
         page.executions.iter().map(|e| e.id.to_string()).collect()
     };
     let expected = ["cancelled-in-doubt", "in-doubt"];

@@ -3,8 +3,9 @@
 
 use std::time::Duration;
 
+use loom_kernel::kit::LeaseHold;
 use loom_kernel::{
-    EventStore, ExecutionId, ExecutionStatus, FlowCtx, FlowError, LeaseHold, MemoryStore, Runtime,
+    EventStore, ExecutionId, ExecutionStatus, FlowCtx, FlowError, MemoryStore, Runtime,
     StartOptions, flow_fn,
 };
 use loom_store_postgres::{fresh_schema, server_url};

@@ -2,9 +2,8 @@
 //! times: the migration fills them from each log's first event.
 
 use loom_kernel::conformance::{completed, id, started};
-use loom_kernel::{
-    EventStore, ExecutionQuery, ExecutionStatus, StatusCounts, every_listed_execution,
-};
+use loom_kernel::kit::{ExecutionQuery, StatusCounts, every_listed_execution};
+use loom_kernel::{EventStore, ExecutionStatus};
 use loom_store_postgres::{PostgresStore, PostgresStoreConfig, fresh_schema, server_url};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -562,7 +562,7 @@ async fn a_lease_held_before_an_effect_counts_a_take_over_only_from_a_holder() {
         .expect("a");
     assert!(matches!(
         b.hold_lease(&parked, 2).await.expect("hold"),
-        loom_kernel::LeaseHold::Held { .. }
+        loom_kernel::kit::LeaseHold::Held { .. }
     ));
     assert_eq!(takeovers(&b), 0);
     // A running execution whose holder stopped renewing: once its lease ran out, holding it
@@ -574,7 +574,7 @@ async fn a_lease_held_before_an_effect_counts_a_take_over_only_from_a_holder() {
     for _ in 0..200 {
         if matches!(
             b.hold_lease(&orphan, 1).await.expect("hold"),
-            loom_kernel::LeaseHold::Held { .. }
+            loom_kernel::kit::LeaseHold::Held { .. }
         ) {
             held = true;
             break;

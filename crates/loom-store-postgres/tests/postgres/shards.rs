@@ -192,7 +192,7 @@ async fn executions_and_their_children_spread_over_two_databases_and_list_as_one
         .expect("leased");
     assert!(!info.live, "an ended execution's lease was given back");
     // Retention across shards, bounded by the limit asked for.
-    let far = loom_kernel::wall_clock_ms().expect("clock") + 60_000;
+    let far = loom_kernel::kit::wall_clock_ms().expect("clock") + 60_000;
     let first = store.delete_ended(far, 10).await.expect("delete");
     assert_eq!(first.len(), 10);
     let rest = store.delete_ended(far, 100).await.expect("delete");

@@ -261,7 +261,7 @@ mod tests {
         for (seq, events) in [(0, &first), (2, &second)] {
             let records: Vec<Vec<u8>> = events
                 .iter()
-                .map(|event| crate::record::encode(event, Some(7)))
+                .map(|event| crate::kit::record::encode(event, Some(7)))
                 .collect();
             one_by_one.push("a", seq, records.iter());
             let together = EncodedRecords::encode(events.as_slice(), Some(7));

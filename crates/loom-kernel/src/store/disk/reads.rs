@@ -57,7 +57,7 @@ impl StoredLog {
     }
 
     /// The record of the event at `index` (its seq, in a log read whole), in the record form
-    /// of [`crate::record`].
+    /// of [`crate::kit::record`].
     pub fn record(&self, index: usize) -> Option<&[u8]> {
         let (_, range) = self.page.records.get(index)?;
         self.page.bytes.get(range.clone())

@@ -2,6 +2,7 @@
 
 use std::sync::Arc;
 
+use loom_kernel::kit::{Replayer, input_digest};
 use loom_kernel::*;
 use loom_kernel::{Event, StepStarted};
 use loom_kernel::{EventStore, ExecutionStatus, MemoryStore};

@@ -6,6 +6,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU32, Ordering};
 
 use loom_kernel::conformance::{Hooked, StoreHooks};
+use loom_kernel::kit::LeaseHold;
 use loom_kernel::*;
 use serde_json::{Value, json};
 use tokio::sync::mpsc;

@@ -6,6 +6,7 @@
 use std::time::Duration;
 
 use loom_kernel::Event;
+use loom_kernel::kit::{CHILD_EVENT_TYPE, CHILD_KIND};
 use loom_kernel::*;
 use loom_kernel::{
     DiskStore, EventStore, EventStoreExt, ExecutionId, ExecutionState, ExecutionStatus,

@@ -11,6 +11,7 @@ use std::time::Duration;
 use loom_kernel::DataClassification;
 use loom_kernel::Event;
 use loom_kernel::conformance::nested;
+use loom_kernel::kit::{REQUEST_KIND, request_step_id};
 use loom_kernel::*;
 use loom_kernel::{DiskStore, EventStore, EventStoreExt, ExecutionStatus, MemoryStore, Payload};
 use serde_json::{Value, json};

@@ -17,6 +17,7 @@ use std::time::Duration;
 
 use loom_kernel::Event;
 use loom_kernel::conformance::id;
+use loom_kernel::kit::REQUEST_KIND;
 use loom_kernel::*;
 use loom_kernel::{DiskStore, EventStoreExt, ExecutionStatus};
 use serde_json::{Value, json};

@@ -6,6 +6,7 @@
 //! hold is refused when the gate is opened, and nothing is recorded.
 
 use loom_kernel::conformance::nested;
+use loom_kernel::kit::{PAYLOAD_SCHEMA_KIND, expected_payload, payload_schema_step_id};
 use loom_kernel::*;
 use loom_kernel::{EventStoreExt, ExecutionStatus, MemoryStore};
 use serde_json::{Value, json};

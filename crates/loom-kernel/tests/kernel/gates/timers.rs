@@ -8,7 +8,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
-use loom_kernel::Event;
+use loom_kernel::kit::{CLOSED_KEY, DEADLINE_KIND, ReplayError, TIMED_OUT_KEY, TIMER_EVENT_TYPE};
 use loom_kernel::*;
 use loom_kernel::{
     DiskStore, EventStore, EventStoreExt, ExecutionId, ExecutionStatus, MemoryStore, Payload,

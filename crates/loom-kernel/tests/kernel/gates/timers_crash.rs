@@ -14,6 +14,7 @@ use std::time::Duration;
 
 use loom_kernel::Event;
 use loom_kernel::conformance::id;
+use loom_kernel::kit::DEADLINE_KIND;
 use loom_kernel::*;
 use loom_kernel::{DiskStore, EventStoreExt};
 use serde_json::{Value, json};

@@ -8,6 +8,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 
 use loom_kernel::FeedEvent;
+use loom_kernel::kit::{CatchUpError, catch_up};
 use loom_kernel::*;
 use loom_kernel::{DiskStore, EventEnvelope, EventStore, ExecutionId, MemoryStore, Payload};
 use serde_json::{Value, json};

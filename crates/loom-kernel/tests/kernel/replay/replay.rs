@@ -4,6 +4,7 @@ use std::future::Future;
 use std::pin::Pin;
 use std::task::{Context, Poll};
 
+use loom_kernel::kit::{ReplayError, Replayer};
 use loom_kernel::*;
 use loom_kernel::{EventStoreExt, MemoryStore};
 use serde_json::{Value, json};

@@ -7,6 +7,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use crate::support::divergence::assert_resume_diverges;
 use crate::support::{charge_then_mail, start_parked};
 use loom_kernel::conformance::id;
+use loom_kernel::kit::input_digest;
 use loom_kernel::*;
 use loom_kernel::{
     ErrorInfo, EventStore, EventStoreExt, ExecutionId, ExecutionStatus, MemoryStore, Payload,

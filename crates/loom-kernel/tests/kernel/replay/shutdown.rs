@@ -178,7 +178,7 @@ impl loom_kernel::EventStore for HeldAppends {
         &self,
         after: Option<&loom_kernel::ExecutionId>,
         limit: usize,
-    ) -> Result<loom_kernel::ExecutionPage, loom_kernel::ReadError> {
+    ) -> Result<loom_kernel::kit::ExecutionPage, loom_kernel::ReadError> {
         self.inner.list_executions(after, limit).await
     }
 

@@ -3,7 +3,7 @@
 
 use loom_kernel::Event;
 use loom_kernel::conformance::{completed, id, started, step_started, suspended, tagged};
-use loom_kernel::encode_json_record;
+use loom_kernel::kit::encode_json_record;
 use loom_kernel::{
     DiskStore, DiskStoreConfig, EventStore, EventStoreExt, ExecutionStatus, OpenError, StatusFilter,
 };
@@ -76,8 +76,8 @@ async fn json_records_of_earlier_builds_read_and_extend() {
 /// this build writes tag 13, and a record cut before its reason is an error, not an old record.
 #[test]
 fn in_doubt_records_without_a_reason_read_back() {
+    use loom_kernel::kit::{decode_record as decode, encode_record};
     use loom_kernel::{EffectInDoubt, Event};
-    use loom_kernel::{decode_record as decode, encode_record};
 
     let mut old = vec![0xB1];
     old.extend_from_slice(&1u32.to_le_bytes()); // schema
@@ -121,7 +121,7 @@ async fn a_layout_1_file_is_indexed_when_opened() {
         ),
     ];
     layout_1_file(&path, &logs, |event| {
-        loom_kernel::encode_record(event, Some(5))
+        loom_kernel::kit::encode_record(event, Some(5))
     });
     assert!(matches!(
         DiskStore::open_read_only(&path, DiskStoreConfig::default()),
@@ -178,8 +178,8 @@ async fn a_layout_1_file_is_indexed_when_opened() {
 /// JSON form leaves out a `maxCost` of 0 and reads its absence as 0 (LD-024).
 #[test]
 fn step_started_records_without_a_max_cost_read_back_as_costing_nothing() {
+    use loom_kernel::kit::{decode_record as decode, encode_record};
     use loom_kernel::{Event, StepStarted};
-    use loom_kernel::{decode_record as decode, encode_record};
 
     let mut old = vec![0xB1];
     old.extend_from_slice(&1u32.to_le_bytes()); // schema

@@ -1,7 +1,7 @@
 //! Damaged, foreign and newer files give clear errors, never a panic.
 
 use loom_kernel::conformance::{id, started, tagged};
-use loom_kernel::{DecodeError, DiskStore, EventStore, OpenError, ReadError};
+use loom_kernel::{DiskStore, EventStore, OpenError, ReadError, kit::DecodeError};
 use serde_json::json;
 
 async fn write_some(path: &std::path::Path) {
@@ -520,7 +520,7 @@ async fn a_damaged_feed_row_is_reported() {
 /// reports it instead of listing an execution that is not there.
 #[tokio::test]
 async fn a_status_index_key_naming_no_log_is_reported() {
-    use loom_kernel::{ExecutionStatus, StatusFilter, status_code};
+    use loom_kernel::{ExecutionStatus, StatusFilter, kit::status_code};
     type ByStatus<'a> = redb::Table<'a, (u8, &'static str), ()>;
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("by-status.redb");
@@ -692,7 +692,7 @@ async fn a_damaged_tail_is_reported_not_read_back() {
         let store = open_unverified(&path);
         let damaged = if n == 0 { "tailed" } else { "tailee" };
         let expected = format!("the stored tail of execution {damaged} is damaged");
-        let query = loom_kernel::ExecutionQuery {
+        let query = loom_kernel::kit::ExecutionQuery {
             id_prefix: Some("tail".into()),
             ..Default::default()
         };
@@ -777,7 +777,7 @@ async fn retention_deletes_nothing_on_a_damaged_row_of_ended_executions() {
 /// instead of listing it there.
 #[tokio::test]
 async fn a_listing_row_that_disagrees_with_the_log_is_reported() {
-    use loom_kernel::{ExecutionQuery, ExecutionStatus, StatusFilter, status_code};
+    use loom_kernel::{ExecutionStatus, StatusFilter, kit::ExecutionQuery, kit::status_code};
     use redb::ReadableTable;
     type ByStatus<'a> = redb::Table<'a, (u8, &'static str), ()>;
     type ByStatusStart<'a> = redb::Table<'a, (u8, u64, &'static str), (Option<u64>, &'static str)>;

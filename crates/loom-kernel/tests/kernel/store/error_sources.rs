@@ -4,9 +4,10 @@
 use std::error::Error;
 
 use loom_kernel::conformance::id;
+use loom_kernel::kit::{DecodeError, StorageError, decode_record};
 use loom_kernel::{
-    AppendError, DecodeError, DiskStore, DriveError, FlowCtx, FlowError, MemoryStore, OpenError,
-    ReadError, Runtime, StartOptions, StorageError, WaitError, decode_record, flow_fn,
+    AppendError, DiskStore, DriveError, FlowCtx, FlowError, MemoryStore, OpenError, ReadError,
+    Runtime, StartOptions, WaitError, flow_fn,
 };
 
 use crate::support::append_hook::{AppendHooked, on_append};

@@ -36,7 +36,8 @@ const NAMES: [&str; 3] = ["alpha", "beta", "gamma"];
 /// Everything a store answers about three executions, as text: two stores answer alike when
 /// every log, head, listing, status count, query page and the feed are the same.
 async fn everything_read(store: &DiskStore) -> Result<String, ReadError> {
-    use loom_kernel::{EventStoreExt, ExecutionQuery, ExecutionStatus, StatusFilter};
+    use loom_kernel::kit::ExecutionQuery;
+    use loom_kernel::{EventStoreExt, ExecutionStatus, StatusFilter};
     let mut out = String::new();
     for name in NAMES {
         let e = id(name);

@@ -174,7 +174,7 @@ proptest! {
     /// wrote, with its schema and metadata.
     #[test]
     fn records_round_trip_in_both_forms(log in log()) {
-        use loom_kernel::{decode_record, encode_json_record, encode_record};
+        use loom_kernel::kit::{decode_record, encode_json_record, encode_record};
         for envelope in &log {
             for bytes in [
                 encode_record(&envelope.event, envelope.recorded_at_ms),
@@ -190,7 +190,7 @@ proptest! {
     /// after the record marker.
     #[test]
     fn damaged_records_are_errors(log in log(), noise in prop::collection::vec(any::<u8>(), 0..64)) {
-        use loom_kernel::{decode_record, encode_record};
+        use loom_kernel::kit::{decode_record, encode_record};
         let id = ExecutionId::new("prop").unwrap();
         let bytes = encode_record(&log[log.len() - 1].event, Some(1));
         for cut in 0..bytes.len() {

@@ -8,9 +8,8 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use loom_kernel::conformance::{completed, id, started, tagged};
-use loom_kernel::{
-    DiskStore, EventStore, EventStoreExt, ExecutionQuery, ExecutionStatus, StatusFilter,
-};
+use loom_kernel::kit::ExecutionQuery;
+use loom_kernel::{DiskStore, EventStore, EventStoreExt, ExecutionStatus, StatusFilter};
 use serde_json::json;
 
 fn journal_of(store: &Path) -> PathBuf {

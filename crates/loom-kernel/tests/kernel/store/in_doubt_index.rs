@@ -5,9 +5,9 @@
 use std::path::Path;
 
 use loom_kernel::conformance::{completed, id, in_doubt, started, step_started};
+use loom_kernel::kit::ExecutionSummary;
 use loom_kernel::{
-    DiskStore, DiskStoreConfig, Event, EventStore, ExecutionCancelled, ExecutionSummary,
-    StatusFilter,
+    DiskStore, DiskStoreConfig, Event, EventStore, ExecutionCancelled, StatusFilter,
 };
 
 /// Takes away what this build files under `StepsInDoubt` (code 0x81) and the meta key saying

@@ -8,7 +8,7 @@ use loom_kernel::conformance::{id, started, tagged};
 use loom_kernel::{DiskStore, DiskStoreConfig, EventStore, EventStoreExt};
 use serde_json::json;
 
-async fn scrubbed(store: &DiskStore) -> loom_kernel::ScrubStatus {
+async fn scrubbed(store: &DiskStore) -> loom_kernel::kit::ScrubStatus {
     for _ in 0..2000 {
         let status = store
             .scrub_status()
