@@ -62,6 +62,7 @@ mod listing;
 mod notify;
 mod read_back;
 mod replication;
+mod retention;
 mod schema;
 mod shards;
 mod store;

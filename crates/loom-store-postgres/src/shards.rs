@@ -350,7 +350,7 @@ impl EventStore for ShardedStore {
             if left == 0 {
                 break;
             }
-            let parents = crate::store::Parents::Shards {
+            let parents = crate::retention::Parents::Shards {
                 shards: &self.shards,
                 index,
             };
