@@ -520,18 +520,8 @@ pub async fn in_doubt<S: EventStore>(
         let id = summary.id;
         // One read of the log: the fold, and each doubt's time and reason from its
         // EFFECT_INDOUBT.
-        let folded = match store.read_all(&id).await {
-            Ok(log) => loom_kernel::ExecutionState::fold(&log)
-                .map(|state| (log, state))
-                .map_err(loom_kernel::FoldStoredError::from),
-            Err(error) => Err(error.into()),
-        };
-        let (log, state) = match folded {
-            Ok(folded) => folded,
-            Err(error) => {
-                tracing::warn!(execution = %id, %error, "in-doubt listing skips an execution it cannot fold");
-                continue;
-            }
+        let Some((log, state)) = read_and_fold(store, &id).await else {
+            continue;
         };
         let lease = match state.steps_in_doubt().is_empty() {
             true => None,
@@ -556,21 +546,11 @@ pub async fn in_doubt<S: EventStore>(
                 _ => None,
             };
             views.push(InDoubtView {
-                execution: id.to_string(),
-                step_id: step_id.clone(),
-                effect: record.effect.to_string(),
-                attempt,
-                idempotency_key: loom_kernel::idempotency_key(&id, step_id),
-                seq,
-                in_doubt_since_ms: since,
-                waiting_ms: since
-                    .zip(now_ms)
-                    .map(|(since, now)| now.saturating_sub(since)),
                 reason,
                 cancelled: state.status() == ExecutionStatus::Cancelled,
                 ended: state.status().is_terminal(),
-                stopped: false,
                 lease: lease.clone(),
+                ..step_view(&id, step_id, &record.effect, attempt, seq, since, now_ms)
             });
         }
     }
@@ -590,10 +570,7 @@ pub async fn stopped_steps<S: EventStore>(
     let mut listed = std::pin::pin!(store.executions_by_status(StatusFilter::NeedsDriving));
     while let Some(summary) = listed.try_next().await? {
         let id = summary.id;
-        let Ok(log) = store.read_all(&id).await else {
-            continue;
-        };
-        let Ok(state) = loom_kernel::ExecutionState::fold(&log) else {
+        let Some((log, state)) = read_and_fold(store, &id).await else {
             continue;
         };
         for (step_id, record) in state.steps() {
@@ -605,25 +582,61 @@ pub async fn stopped_steps<S: EventStore>(
                 .and_then(|at| log.get(at))
                 .and_then(|envelope| envelope.recorded_at_ms);
             views.push(InDoubtView {
-                execution: id.to_string(),
-                step_id: step_id.to_owned(),
-                effect: record.effect.to_string(),
-                attempt,
-                idempotency_key: loom_kernel::idempotency_key(&id, step_id),
-                seq,
-                in_doubt_since_ms: since,
-                waiting_ms: since
-                    .zip(now_ms)
-                    .map(|(since, now)| now.saturating_sub(since)),
-                reason: None,
-                cancelled: false,
-                ended: false,
                 stopped: true,
-                lease: None,
+                ..step_view(&id, step_id, &record.effect, attempt, seq, since, now_ms)
             });
         }
     }
     Ok(views)
+}
+
+/// The log of a listed execution and its fold; `None`, logged, for one that cannot be read or
+/// folded: a listing skips it and shows the others.
+async fn read_and_fold<S: EventStore>(
+    store: &S,
+    id: &ExecutionId,
+) -> Option<(Vec<loom_kernel::EventEnvelope>, loom_kernel::ExecutionState)> {
+    let folded = match store.read_all(id).await {
+        Ok(log) => loom_kernel::ExecutionState::fold(&log)
+            .map(|state| (log, state))
+            .map_err(loom_kernel::FoldStoredError::from),
+        Err(error) => Err(error.into()),
+    };
+    folded
+        .inspect_err(|error| {
+            tracing::warn!(execution = %id, %error, "a listing of steps skips an execution it cannot fold");
+        })
+        .ok()
+}
+
+/// A listed step, waiting since `since` as of `now_ms`: neither ended nor stopped, with no
+/// reason nor lease (the callers set what they know).
+fn step_view(
+    id: &ExecutionId,
+    step_id: &str,
+    effect: &str,
+    attempt: u32,
+    seq: u64,
+    since: Option<u64>,
+    now_ms: Option<u64>,
+) -> InDoubtView {
+    InDoubtView {
+        execution: id.to_string(),
+        step_id: step_id.to_owned(),
+        effect: effect.to_owned(),
+        attempt,
+        idempotency_key: loom_kernel::idempotency_key(id, step_id),
+        seq,
+        in_doubt_since_ms: since,
+        waiting_ms: since
+            .zip(now_ms)
+            .map(|(since, now)| now.saturating_sub(since)),
+        reason: None,
+        cancelled: false,
+        ended: false,
+        stopped: false,
+        lease: None,
+    }
 }
 
 /// Milliseconds since the Unix epoch on this machine, for "how long has it waited".

@@ -175,17 +175,7 @@ async fn backfill_steps_in_doubt(
     let cancelled = i16::from(status_code(ExecutionStatus::Cancelled));
     let mut after = String::new();
     loop {
-        let page: Vec<String> = txn
-            .query(
-                "SELECT execution_id FROM loom_executions \
-                 WHERE head > 0 AND status = $1 AND execution_id > $2 \
-                 ORDER BY execution_id LIMIT $3",
-                &[&cancelled, &after, &BACKFILL_PAGE],
-            )
-            .await?
-            .iter()
-            .map(|row| row.get(0))
-            .collect();
+        let page = page_with_status(txn, &[cancelled], &after, BACKFILL_PAGE).await?;
         let Some(last) = page.last() else {
             return Ok(());
         };
@@ -267,23 +257,34 @@ async fn backfill_wakeups_by(
     .collect();
     let mut after = String::new();
     loop {
-        let page: Vec<String> = txn
-            .query(
-                "SELECT execution_id FROM loom_executions \
-                 WHERE status = ANY($1) AND execution_id > $2 \
-                 ORDER BY execution_id LIMIT $3",
-                &[&open, &after, &page_size],
-            )
-            .await?
-            .iter()
-            .map(|row| row.get(0))
-            .collect();
+        let page = page_with_status(txn, &open, &after, page_size).await?;
         let Some(last) = page.last() else {
             return Ok(());
         };
         after = last.clone();
         backfill_page(txn, &page).await?;
     }
+}
+
+/// The ids after `after` of up to `page_size` executions with one of `statuses`, in id order:
+/// one page of a backfill, so that what it holds in memory is a page of logs.
+async fn page_with_status(
+    txn: &tokio_postgres::Transaction<'_>,
+    statuses: &[i16],
+    after: &str,
+    page_size: i64,
+) -> Result<Vec<String>, tokio_postgres::Error> {
+    Ok(txn
+        .query(
+            "SELECT execution_id FROM loom_executions \
+             WHERE head > 0 AND status = ANY($1) AND execution_id > $2 \
+             ORDER BY execution_id LIMIT $3",
+            &[&statuses, &after, &page_size],
+        )
+        .await?
+        .iter()
+        .map(|row| row.get(0))
+        .collect())
 }
 
 /// [`backfill_wakeups`] for the executions `page`.

@@ -494,26 +494,25 @@ impl EventStore for PostgresStore {
         let client = self.client().await?;
         let rows = match filter {
             StatusFilter::Status(ExecutionStatus::New) => Vec::new(),
-            StatusFilter::NeedsDriving => client
-                .query(
-                    "SELECT execution_id, head FROM loom_executions \
-                     WHERE head > 0 AND needs_driving \
-                     AND ($1::text IS NULL OR execution_id > $1) \
-                     ORDER BY execution_id LIMIT $2",
-                    &[&after, &(limit as i64 + 1)],
-                )
-                .await
-                .map_err(pg)?,
-            StatusFilter::StepsInDoubt => client
-                .query(
-                    "SELECT execution_id, head FROM loom_executions \
-                     WHERE head > 0 AND steps_in_doubt \
-                     AND ($1::text IS NULL OR execution_id > $1) \
-                     ORDER BY execution_id LIMIT $2",
-                    &[&after, &(limit as i64 + 1)],
-                )
-                .await
-                .map_err(pg)?,
+            // A flag column, each with its partial index.
+            flag @ (StatusFilter::NeedsDriving | StatusFilter::StepsInDoubt) => {
+                let column = match flag {
+                    StatusFilter::NeedsDriving => "needs_driving",
+                    _ => "steps_in_doubt",
+                };
+                client
+                    .query(
+                        &format!(
+                            "SELECT execution_id, head FROM loom_executions \
+                             WHERE head > 0 AND {column} \
+                             AND ($1::text IS NULL OR execution_id > $1) \
+                             ORDER BY execution_id LIMIT $2"
+                        ),
+                        &[&after, &(limit as i64 + 1)],
+                    )
+                    .await
+                    .map_err(pg)?
+            }
             filter => client
                 .query(
                     "SELECT execution_id, head FROM loom_executions \

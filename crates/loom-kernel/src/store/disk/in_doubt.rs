@@ -73,11 +73,7 @@ pub(super) fn backfill(db: &Database) -> Result<usize, StorageError> {
             filed += 1;
         }
     }
-    {
-        let mut meta = txn.open_table(META).map_err(StorageError::new)?;
-        checked::write_meta(&mut meta, BUILT, 1)?;
-    }
-    txn.commit().map_err(StorageError::new)?;
+    checked::commit_with_flag(txn, BUILT)?;
     if filed > 0 {
         tracing::info!(
             executions = filed,
@@ -90,7 +86,5 @@ pub(super) fn backfill(db: &Database) -> Result<usize, StorageError> {
 /// Whether the file files every execution with a step in doubt under `StepsInDoubt` (a file
 /// of an older build opened read-only may not).
 pub(super) fn is_built(txn: &redb::ReadTransaction) -> Result<bool, crate::store::ReadError> {
-    use crate::store::ReadError;
-    let meta = txn.open_table(META).map_err(ReadError::storage)?;
-    Ok(meta.get(BUILT).map_err(ReadError::storage)?.is_some())
+    checked::flag_set(txn, BUILT)
 }

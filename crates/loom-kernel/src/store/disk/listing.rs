@@ -234,8 +234,7 @@ fn first_event_start(
 /// Whether the file holds built listing tables (a file of an older build opened read-only
 /// may not).
 pub(super) fn is_built(txn: &redb::ReadTransaction) -> Result<bool, ReadError> {
-    let meta = txn.open_table(META).map_err(ReadError::storage)?;
-    Ok(meta.get(BUILT).map_err(ReadError::storage)?.is_some())
+    checked::flag_set(txn, BUILT)
 }
 
 /// One page of `query`, from the listing tables.

@@ -175,11 +175,7 @@ pub(super) fn backfill(db: &Database) -> Result<usize, StorageError> {
         }
     }
     create_tables(&txn)?;
-    {
-        let mut meta = txn.open_table(META).map_err(StorageError::new)?;
-        checked::write_meta(&mut meta, BUILT, 1)?;
-    }
-    txn.commit().map_err(StorageError::new)?;
+    checked::commit_with_flag(txn, BUILT)?;
     if indexed > 0 {
         tracing::info!(
             executions = indexed,
