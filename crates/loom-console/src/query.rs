@@ -513,66 +513,113 @@ pub async fn in_doubt<S: EventStore>(
     now_ms: Option<u64>,
 ) -> Result<Vec<InDoubtView>, ConsoleError> {
     let mut views = Vec::new();
-    let mut listed = std::pin::pin!(store.executions_by_status(StatusFilter::StepsInDoubt));
-    while let Some(summary) = listed.try_next().await? {
-        let id = summary.id;
-        // One read of the log: the fold, and each doubt's time and reason from its
-        // EFFECT_INDOUBT.
-        let folded = match store.read_all(&id).await {
-            Ok(log) => loom_kernel::ExecutionState::fold(&log)
-                .map(|state| (log, state))
-                .map_err(loom_kernel::FoldStoredError::from),
-            Err(error) => Err(error.into()),
-        };
-        let (log, state) = match folded {
-            Ok(folded) => folded,
-            Err(error) => {
-                tracing::warn!(execution = %id, %error, "in-doubt listing skips an execution it cannot fold");
-                continue;
-            }
-        };
-        let lease = match state.steps_in_doubt().is_empty() {
-            true => None,
-            false => store.lease_info(&id).await?.map(LeaseView::from),
-        };
-        for step_id in state.steps_in_doubt() {
-            let Some(record) = state.step(step_id) else {
-                continue;
-            };
-            let StepStatus::InDoubt { attempt, seq } = record.status else {
-                continue;
-            };
-            let envelope = usize::try_from(seq)
-                .ok()
-                .and_then(|at| log.get(at))
-                .cloned();
-            let since = envelope
-                .as_ref()
-                .and_then(|envelope| envelope.recorded_at_ms);
-            let reason = match envelope.map(|envelope| envelope.event) {
-                Some(Event::EffectInDoubt(event)) => event.reason,
-                _ => None,
-            };
-            views.push(InDoubtView {
-                execution: id.to_string(),
-                step_id: step_id.clone(),
-                effect: record.effect.to_string(),
-                attempt,
-                idempotency_key: loom_kernel::idempotency_key(&id, step_id),
-                seq,
-                in_doubt_since_ms: since,
-                waiting_ms: since
-                    .zip(now_ms)
-                    .map(|(since, now)| now.saturating_sub(since)),
-                reason,
-                cancelled: state.status() == ExecutionStatus::Cancelled,
-                ended: state.status().is_terminal(),
-                lease: lease.clone(),
-            });
+    let mut after: Option<ExecutionId> = None;
+    loop {
+        let page = store
+            .list_by_status(StatusFilter::StepsInDoubt, after.as_ref(), IN_DOUBT_PAGE)
+            .await?;
+        after = page.next;
+        let ids: Vec<ExecutionId> = page.executions.into_iter().map(|s| s.id).collect();
+        for (id, log) in in_doubt_logs(store, ids).await {
+            in_doubt_views(store, id, log, now_ms, &mut views).await?;
+        }
+        if after.is_none() {
+            break;
         }
     }
     views.sort_by(|a, b| (&a.execution, &a.step_id).cmp(&(&b.execution, &b.step_id)));
     Ok(views)
+}
+
+/// How many executions [`in_doubt`] lists, and reads the logs of, at a time.
+const IN_DOUBT_PAGE: usize = 256;
+
+/// The logs of `ids`: in one read (one round trip on a shared store), or, should it fail,
+/// each on its own, so that one that cannot be read is skipped, not the page.
+async fn in_doubt_logs<S: EventStore>(
+    store: &S,
+    ids: Vec<ExecutionId>,
+) -> Vec<(
+    ExecutionId,
+    Result<Vec<EventEnvelope>, loom_kernel::ReadError>,
+)> {
+    match store.read_logs(&ids).await {
+        Ok(logs) if logs.len() == ids.len() => {
+            ids.into_iter().zip(logs.into_iter().map(Ok)).collect()
+        }
+        _ => {
+            let mut logs = Vec::with_capacity(ids.len());
+            for id in ids {
+                let log = store.read_all(&id).await;
+                logs.push((id, log));
+            }
+            logs
+        }
+    }
+}
+
+/// The views of the steps in doubt of `id`, from its whole log (the fold, and each doubt's
+/// time and reason from its EFFECT_INDOUBT), added to `views`.
+async fn in_doubt_views<S: EventStore>(
+    store: &S,
+    id: ExecutionId,
+    log: Result<Vec<EventEnvelope>, loom_kernel::ReadError>,
+    now_ms: Option<u64>,
+    views: &mut Vec<InDoubtView>,
+) -> Result<(), ConsoleError> {
+    let folded = match log {
+        Ok(log) => loom_kernel::ExecutionState::fold(&log)
+            .map(|state| (log, state))
+            .map_err(loom_kernel::FoldStoredError::from),
+        Err(error) => Err(error.into()),
+    };
+    let (log, state) = match folded {
+        Ok(folded) => folded,
+        Err(error) => {
+            tracing::warn!(execution = %id, %error, "in-doubt listing skips an execution it cannot fold");
+            return Ok(());
+        }
+    };
+    let lease = match state.steps_in_doubt().is_empty() {
+        true => None,
+        false => store.lease_info(&id).await?.map(LeaseView::from),
+    };
+    for step_id in state.steps_in_doubt() {
+        let Some(record) = state.step(step_id) else {
+            continue;
+        };
+        let StepStatus::InDoubt { attempt, seq } = record.status else {
+            continue;
+        };
+        let envelope = usize::try_from(seq)
+            .ok()
+            .and_then(|at| log.get(at))
+            .cloned();
+        let since = envelope
+            .as_ref()
+            .and_then(|envelope| envelope.recorded_at_ms);
+        let reason = match envelope.map(|envelope| envelope.event) {
+            Some(Event::EffectInDoubt(event)) => event.reason,
+            _ => None,
+        };
+        views.push(InDoubtView {
+            execution: id.to_string(),
+            step_id: step_id.clone(),
+            effect: record.effect.to_string(),
+            attempt,
+            idempotency_key: loom_kernel::idempotency_key(&id, step_id),
+            seq,
+            in_doubt_since_ms: since,
+            waiting_ms: since
+                .zip(now_ms)
+                .map(|(since, now)| now.saturating_sub(since)),
+            reason,
+            cancelled: state.status() == ExecutionStatus::Cancelled,
+            ended: state.status().is_terminal(),
+            lease: lease.clone(),
+        });
+    }
+    Ok(())
 }
 
 /// Milliseconds since the Unix epoch on this machine, for "how long has it waited".
