@@ -515,47 +515,95 @@ pub async fn in_doubt<S: EventStore>(
     now_ms: Option<u64>,
 ) -> Result<Vec<InDoubtView>, ConsoleError> {
     let mut views = Vec::new();
-    let mut listed = std::pin::pin!(store.executions_by_status(StatusFilter::StepsInDoubt));
-    while let Some(summary) = listed.try_next().await? {
-        let id = summary.id;
-        // One read of the log: the fold, and each doubt's time and reason from its
-        // EFFECT_INDOUBT.
-        let Some((log, state)) = read_and_fold(store, &id).await else {
-            continue;
-        };
-        let lease = match state.steps_in_doubt().is_empty() {
-            true => None,
-            false => store.lease_info(&id).await?.map(LeaseView::from),
-        };
-        for step_id in state.steps_in_doubt() {
-            let Some(record) = state.step(step_id) else {
+    let mut after: Option<ExecutionId> = None;
+    loop {
+        let page = store
+            .list_by_status(StatusFilter::StepsInDoubt, after.as_ref(), IN_DOUBT_PAGE)
+            .await?;
+        after = page.next;
+        let ids: Vec<ExecutionId> = page.executions.into_iter().map(|s| s.id).collect();
+        for (id, log) in logs_of(store, ids).await {
+            // The fold, and each doubt's time and reason from its EFFECT_INDOUBT.
+            let Some((log, state)) = folded(&id, log) else {
                 continue;
             };
-            let StepStatus::InDoubt { attempt, seq } = record.status else {
-                continue;
-            };
-            let envelope = usize::try_from(seq)
-                .ok()
-                .and_then(|at| log.get(at))
-                .cloned();
-            let since = envelope
-                .as_ref()
-                .and_then(|envelope| envelope.recorded_at_ms);
-            let reason = match envelope.map(|envelope| envelope.event) {
-                Some(Event::EffectInDoubt(event)) => event.reason,
-                _ => None,
-            };
-            views.push(InDoubtView {
-                reason,
-                cancelled: state.status() == ExecutionStatus::Cancelled,
-                ended: state.status().is_terminal(),
-                lease: lease.clone(),
-                ..step_view(&id, step_id, &record.effect, attempt, seq, since, now_ms)
-            });
+            in_doubt_views(store, &id, &log, &state, now_ms, &mut views).await?;
+        }
+        if after.is_none() {
+            break;
         }
     }
     views.sort_by(|a, b| (&a.execution, &a.step_id).cmp(&(&b.execution, &b.step_id)));
     Ok(views)
+}
+
+/// How many executions [`in_doubt`] lists, and reads the logs of, at a time.
+const IN_DOUBT_PAGE: usize = 256;
+
+/// The views of the steps in doubt of `id`, added to `views`.
+async fn in_doubt_views<S: EventStore>(
+    store: &S,
+    id: &ExecutionId,
+    log: &[loom_kernel::EventEnvelope],
+    state: &loom_kernel::ExecutionState,
+    now_ms: Option<u64>,
+    views: &mut Vec<InDoubtView>,
+) -> Result<(), ConsoleError> {
+    let lease = match state.steps_in_doubt().is_empty() {
+        true => None,
+        false => store.lease_info(id).await?.map(LeaseView::from),
+    };
+    for step_id in state.steps_in_doubt() {
+        let Some(record) = state.step(step_id) else {
+            continue;
+        };
+        let StepStatus::InDoubt { attempt, seq } = record.status else {
+            continue;
+        };
+        let envelope = usize::try_from(seq)
+            .ok()
+            .and_then(|at| log.get(at))
+            .cloned();
+        let since = envelope
+            .as_ref()
+            .and_then(|envelope| envelope.recorded_at_ms);
+        let reason = match envelope.map(|envelope| envelope.event) {
+            Some(Event::EffectInDoubt(event)) => event.reason,
+            _ => None,
+        };
+        views.push(InDoubtView {
+            reason,
+            cancelled: state.status() == ExecutionStatus::Cancelled,
+            ended: state.status().is_terminal(),
+            lease: lease.clone(),
+            ..step_view(id, step_id, &record.effect, attempt, seq, since, now_ms)
+        });
+    }
+    Ok(())
+}
+
+/// The logs of `ids`: in one read (one round trip on a shared store), or, should it fail,
+/// each on its own, so that one that cannot be read is skipped, not the page.
+async fn logs_of<S: EventStore>(
+    store: &S,
+    ids: Vec<ExecutionId>,
+) -> Vec<(
+    ExecutionId,
+    Result<Vec<loom_kernel::EventEnvelope>, loom_kernel::ReadError>,
+)> {
+    match store.read_logs(&ids).await {
+        Ok(logs) if logs.len() == ids.len() => {
+            ids.into_iter().zip(logs.into_iter().map(Ok)).collect()
+        }
+        _ => {
+            let mut logs = Vec::with_capacity(ids.len());
+            for id in ids {
+                let log = store.read_all(&id).await;
+                logs.push((id, log));
+            }
+            logs
+        }
+    }
 }
 
 /// The steps in flight of the executions that need driving, for a store no process runs (a
@@ -570,7 +618,8 @@ pub async fn stopped_steps<S: EventStore>(
     let mut listed = std::pin::pin!(store.executions_by_status(StatusFilter::NeedsDriving));
     while let Some(summary) = listed.try_next().await? {
         let id = summary.id;
-        let Some((log, state)) = read_and_fold(store, &id).await else {
+        let log = store.read_all(&id).await;
+        let Some((log, state)) = folded(&id, log) else {
             continue;
         };
         for (step_id, record) in state.steps() {
@@ -590,13 +639,13 @@ pub async fn stopped_steps<S: EventStore>(
     Ok(views)
 }
 
-/// The log of a listed execution and its fold; `None`, logged, for one that cannot be read or
-/// folded: a listing skips it and shows the others.
-async fn read_and_fold<S: EventStore>(
-    store: &S,
+/// A listed execution's log, read, and its fold; `None`, logged, for one that could not be
+/// read or folded: a listing skips it and shows the others.
+fn folded(
     id: &ExecutionId,
+    log: Result<Vec<loom_kernel::EventEnvelope>, loom_kernel::ReadError>,
 ) -> Option<(Vec<loom_kernel::EventEnvelope>, loom_kernel::ExecutionState)> {
-    let folded = match store.read_all(id).await {
+    let folded = match log {
         Ok(log) => loom_kernel::ExecutionState::fold(&log)
             .map(|state| (log, state))
             .map_err(loom_kernel::FoldStoredError::from),

@@ -1,11 +1,11 @@
 //! The operator's queue: every step in doubt, across executions (K9).
 
-use loom_kernel::Event;
 use loom_kernel::StatusFilter;
 use loom_kernel::{
     ErrorInfo, EventStore, EventStoreExt, ExecutionId, ExecutionState, ExecutionStatus,
     FoldStoredError, ReadError,
 };
+use loom_kernel::{Event, EventEnvelope};
 
 /// A step that may or may not have run, waiting for a verdict (`Runtime::resolve`).
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -65,7 +65,8 @@ pub enum ListInDoubtError {
 /// Every step in doubt in the store, by execution id then step id.
 ///
 /// It lists the executions with a step in doubt through the store's index
-/// ([`StatusFilter::StepsInDoubt`]) and folds only those: the ones waiting for a verdict, and
+/// ([`StatusFilter::StepsInDoubt`]), a page at a time with one read of the page's logs
+/// ([`EventStore::read_logs`]), and folds only those: the ones waiting for a verdict, and
 /// the ones that ended with a step in doubt (a cancel, or a flow that returned while the
 /// effect ran, K9), since the operator must still learn that the effect may have happened:
 /// those steps are listed with [`InDoubtStep::ended`] set. Its cost is in proportion to what
@@ -89,24 +90,53 @@ pub struct InDoubtReport {
     pub skipped: Vec<(ExecutionId, ListInDoubtError)>,
 }
 
+/// How many executions [`steps_in_doubt_report`] lists, and reads the logs of, at a time.
+const PAGE: usize = 256;
+
 /// [`steps_in_doubt`], with the executions it skipped.
 pub async fn steps_in_doubt_report<S: EventStore>(
     store: &S,
 ) -> Result<InDoubtReport, ListInDoubtError> {
-    use futures::TryStreamExt;
     let mut report = InDoubtReport::default();
-    let mut executions = std::pin::pin!(store.executions_by_status(StatusFilter::StepsInDoubt));
-    while let Some(summary) = executions
-        .try_next()
-        .await
-        .map_err(ListInDoubtError::List)?
-    {
-        match in_execution(store, &summary.id).await {
-            Ok(steps) => report.steps.extend(steps),
-            Err(error) => {
-                tracing::error!(execution = %summary.id, %error, "steps in doubt: skipping an execution that cannot be folded");
-                report.skipped.push((summary.id, error));
+    let mut after: Option<ExecutionId> = None;
+    loop {
+        let page = store
+            .list_by_status(StatusFilter::StepsInDoubt, after.as_ref(), PAGE)
+            .await
+            .map_err(ListInDoubtError::List)?;
+        let ids: Vec<ExecutionId> = page.executions.into_iter().map(|s| s.id).collect();
+        // The page's logs in one read (one round trip on a shared store). Should it fail, each
+        // log is read on its own, so that one that cannot be read is skipped, not the page.
+        let found: Vec<_> = match store.read_logs(&ids).await {
+            Ok(logs) if logs.len() == ids.len() => ids
+                .into_iter()
+                .zip(logs)
+                .map(|(id, log)| {
+                    let steps = in_log(&id, &log);
+                    (id, steps)
+                })
+                .collect(),
+            _ => {
+                let mut found = Vec::with_capacity(ids.len());
+                for id in ids {
+                    let steps = in_execution(store, &id).await;
+                    found.push((id, steps));
+                }
+                found
             }
+        };
+        for (id, steps) in found {
+            match steps {
+                Ok(steps) => report.steps.extend(steps),
+                Err(error) => {
+                    tracing::error!(execution = %id, %error, "steps in doubt: skipping an execution that cannot be folded");
+                    report.skipped.push((id, error));
+                }
+            }
+        }
+        match page.next {
+            Some(next) => after = Some(next),
+            None => break,
         }
     }
     report
@@ -126,7 +156,15 @@ pub async fn in_execution<S: EventStore>(
         .read_all(execution)
         .await
         .map_err(FoldStoredError::Read)?;
-    let state = ExecutionState::fold(&log).map_err(FoldStoredError::Fold)?;
+    in_log(execution, &log)
+}
+
+/// The steps in doubt of `execution`, from its whole log.
+fn in_log(
+    execution: &ExecutionId,
+    log: &[EventEnvelope],
+) -> Result<Vec<InDoubtStep>, ListInDoubtError> {
+    let state = ExecutionState::fold(log).map_err(FoldStoredError::Fold)?;
     let mut found = Vec::new();
     for step_id in state.steps_in_doubt() {
         let Some(record) = state.step(step_id) else {

@@ -49,7 +49,7 @@ pub use retention::{
     delete_ended_keeps_a_child_its_parent_still_waits_for,
     delete_ended_removes_only_old_ended_executions,
 };
-pub use runtimes::{RUNNING_LEFT, echo_effect, fill_for_recovery, stuck_runtime};
+pub use runtimes::{RUNNING_LEFT, echo_effect, fill_for_recovery, fill_logs, stuck_runtime};
 pub use status_index::status_index_follows_every_transition;
 pub use validation::{
     invalid_appends_are_refused_whole, payloads_too_deep_to_read_back_are_refused,

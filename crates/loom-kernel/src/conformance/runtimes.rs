@@ -32,24 +32,15 @@ pub fn stuck_runtime<S: EventStore>(store: S) -> crate::Runtime<S> {
         .expect("the stuck flow and its effect compose")
 }
 
-/// Fills `store` for the recovery benches: `count` executions `{prefix}-00000000`... whose
-/// logs are `events`, appended 20,000 at a time (the store's writer groups them), then
-/// [`RUNNING_LEFT`] executions of [`stuck_runtime`]'s flow (`running-000`...) left running.
+/// Fills `store` for the recovery benches: [`fill_logs`], then [`RUNNING_LEFT`] executions of
+/// [`stuck_runtime`]'s flow (`running-000`...) left running.
 pub async fn fill_for_recovery<S: EventStore + Clone + 'static>(
     store: &S,
     prefix: &str,
     count: usize,
     events: &[Event],
 ) {
-    let ids: Vec<ExecutionId> = (0..count)
-        .map(|n| ExecutionId::new(format!("{prefix}-{n:08}")).expect("a valid id"))
-        .collect();
-    for chunk in ids.chunks(20_000) {
-        let appends = chunk.iter().map(|id| store.append(id, 0, events));
-        for appended in futures::future::join_all(appends).await {
-            appended.expect("the append is stored");
-        }
-    }
+    fill_logs(store, prefix, count, events).await;
     let rt = stuck_runtime(store.clone());
     for n in 0..RUNNING_LEFT {
         rt.start(
@@ -64,6 +55,20 @@ pub async fn fill_for_recovery<S: EventStore + Clone + 'static>(
         .expect("the execution starts");
     }
     rt.shutdown().await;
+}
+
+/// Fills `store` with `count` executions `{prefix}-00000000`... whose logs are `events`,
+/// appended 20,000 at a time (the store's writer groups them into large commits).
+pub async fn fill_logs<S: EventStore>(store: &S, prefix: &str, count: usize, events: &[Event]) {
+    let ids: Vec<ExecutionId> = (0..count)
+        .map(|n| ExecutionId::new(format!("{prefix}-{n:08}")).expect("a valid id"))
+        .collect();
+    for chunk in ids.chunks(20_000) {
+        let appends = chunk.iter().map(|id| store.append(id, 0, events));
+        for appended in futures::future::join_all(appends).await {
+            appended.expect("the append is stored");
+        }
+    }
 }
 
 /// How many running executions [`fill_for_recovery`] leaves.
