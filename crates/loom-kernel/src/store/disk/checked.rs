@@ -115,6 +115,29 @@ pub(super) fn tail_of(
     }
 }
 
+/// Whether the meta key `flag` (what a one-time build sets once done) is in the file, read in a
+/// read transaction (`false` in a file of an older build).
+pub(super) fn flag_set(
+    txn: &redb::ReadTransaction,
+    flag: &str,
+) -> Result<bool, crate::store::ReadError> {
+    use crate::store::ReadError;
+    let meta = txn.open_table(super::META).map_err(ReadError::storage)?;
+    Ok(meta.get(flag).map_err(ReadError::storage)?.is_some())
+}
+
+/// Sets the meta key `flag` and commits `txn`: a one-time build is done.
+pub(super) fn commit_with_flag(
+    txn: redb::WriteTransaction,
+    flag: &str,
+) -> Result<(), StorageError> {
+    {
+        let mut meta = txn.open_table(super::META).map_err(StorageError::new)?;
+        write_meta(&mut meta, flag, 1)?;
+    }
+    txn.commit().map_err(StorageError::new)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -179,27 +202,4 @@ mod tests {
     fn a_value_past_48_bits_is_refused() {
         assert_eq!(encode("e", VALUE_MASK + 1), None);
     }
-}
-
-/// Whether the meta key `flag` (what a one-time build sets once done) is in the file, read in a
-/// read transaction (`false` in a file of an older build).
-pub(super) fn flag_set(
-    txn: &redb::ReadTransaction,
-    flag: &str,
-) -> Result<bool, crate::store::ReadError> {
-    use crate::store::ReadError;
-    let meta = txn.open_table(super::META).map_err(ReadError::storage)?;
-    Ok(meta.get(flag).map_err(ReadError::storage)?.is_some())
-}
-
-/// Sets the meta key `flag` and commits `txn`: a one-time build is done.
-pub(super) fn commit_with_flag(
-    txn: redb::WriteTransaction,
-    flag: &str,
-) -> Result<(), StorageError> {
-    {
-        let mut meta = txn.open_table(super::META).map_err(StorageError::new)?;
-        write_meta(&mut meta, flag, 1)?;
-    }
-    txn.commit().map_err(StorageError::new)
 }
