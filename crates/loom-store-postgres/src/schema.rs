@@ -165,8 +165,8 @@ pub(crate) async fn migrate(client: &mut Client, schema: &str) -> Result<(), Con
 async fn backfill_steps_in_doubt(
     txn: &tokio_postgres::Transaction<'_>,
 ) -> Result<(), tokio_postgres::Error> {
+    use loom_kernel::ExecutionStatus;
     use loom_kernel::kit::{ExecutionTail, status_code};
-    use loom_kernel::{ExecutionId, ExecutionStatus};
     txn.execute(
         "UPDATE loom_executions SET steps_in_doubt = true WHERE head > 0 AND status = $1",
         &[&i16::from(status_code(ExecutionStatus::InDoubt))],
@@ -180,36 +180,16 @@ async fn backfill_steps_in_doubt(
             return Ok(());
         };
         after = last.clone();
-        let rows = txn
-            .query(
-                "SELECT execution_id, seq, record FROM loom_events \
-                 WHERE execution_id = ANY($1) ORDER BY execution_id, seq",
-                &[&page],
-            )
-            .await?;
         // Each log's tail applied anew; a log that does not decode keeps its row.
         let mut tails: Vec<(String, Option<ExecutionTail>)> = Vec::new();
-        for row in &rows {
-            let execution: &str = row.get(0);
-            if tails.last().is_none_or(|(id, _)| id != execution) {
-                tails.push((execution.to_owned(), Some(ExecutionTail::new())));
-            }
-            let Some((_, tail)) = tails.last_mut() else {
-                continue;
-            };
-            let seq: i64 = row.get(1);
-            let record: &[u8] = row.get(2);
-            let applied = ExecutionId::from_stored(execution)
-                .ok()
-                .and_then(|id| loom_kernel::kit::decode_record(&id, seq as u64, record).ok())
-                .is_some_and(|envelope| {
-                    tail.as_mut().is_some_and(|tail| {
-                        tail.apply(&envelope.event, envelope.recorded_at_ms).is_ok()
-                    })
-                });
-            if !applied {
-                *tail = None;
-            }
+        for (id, log) in decoded_logs(txn, &page).await? {
+            let tail = log.and_then(|log| {
+                let mut tail = ExecutionTail::new();
+                log.iter()
+                    .all(|envelope| tail.apply(&envelope.event, envelope.recorded_at_ms).is_ok())
+                    .then_some(tail)
+            });
+            tails.push((id.as_str().to_owned(), tail));
         }
         let (ids, encoded): (Vec<String>, Vec<Vec<u8>>) = tails
             .into_iter()
@@ -292,51 +272,20 @@ async fn backfill_page(
     txn: &tokio_postgres::Transaction<'_>,
     page: &[String],
 ) -> Result<(), tokio_postgres::Error> {
-    use loom_kernel::ExecutionId;
-    let rows = txn
-        .query(
-            "SELECT execution_id, seq, record FROM loom_events \
-             WHERE execution_id = ANY($1) ORDER BY execution_id, seq",
-            &[&page],
-        )
-        .await?;
     let mut ids: Vec<String> = Vec::new();
     let mut tags: Vec<String> = Vec::new();
     let mut ats: Vec<i64> = Vec::new();
-    let mut flush = |execution: &str, log: &mut Vec<loom_kernel::Event>, bad: &mut bool| {
-        if let (false, Ok(id)) = (*bad, ExecutionId::from_stored(execution)) {
-            for (tag, at) in loom_kernel::kit::wake::rows_of_log(&id, log.iter()) {
-                ids.push(execution.to_owned());
-                tags.push(tag);
-                ats.push(i64::try_from(at).unwrap_or(i64::MAX));
-            }
+    for (id, log) in decoded_logs(txn, page).await? {
+        // A log that does not decode gets no rows: recovery reports it when it folds it.
+        let Some(log) = log else {
+            continue;
+        };
+        let events: Vec<_> = log.into_iter().map(|envelope| envelope.event).collect();
+        for (tag, at) in loom_kernel::kit::wake::rows_of_log(&id, events.iter()) {
+            ids.push(id.as_str().to_owned());
+            tags.push(tag);
+            ats.push(i64::try_from(at).unwrap_or(i64::MAX));
         }
-        log.clear();
-        *bad = false;
-    };
-    let mut current: Option<String> = None;
-    let mut log = Vec::new();
-    let mut bad = false;
-    for row in &rows {
-        let execution: &str = row.get(0);
-        if current.as_deref() != Some(execution) {
-            if let Some(done) = current.take() {
-                flush(&done, &mut log, &mut bad);
-            }
-            current = Some(execution.to_owned());
-        }
-        let seq: i64 = row.get(1);
-        let record: &[u8] = row.get(2);
-        match ExecutionId::from_stored(execution)
-            .ok()
-            .and_then(|id| loom_kernel::kit::decode_record(&id, seq as u64, record).ok())
-        {
-            Some(envelope) => log.push(envelope.event),
-            None => bad = true,
-        }
-    }
-    if let Some(done) = current.take() {
-        flush(&done, &mut log, &mut bad);
     }
     if !ids.is_empty() {
         txn.execute(
@@ -347,6 +296,51 @@ async fn backfill_page(
         .await?;
     }
     Ok(())
+}
+
+/// The logs of the executions `page`, each decoded, in id order: `None` for a log with a record
+/// that does not decode (a backfill leaves it to the fold, which reports it).
+async fn decoded_logs(
+    txn: &tokio_postgres::Transaction<'_>,
+    page: &[String],
+) -> Result<
+    Vec<(
+        loom_kernel::ExecutionId,
+        Option<Vec<loom_kernel::EventEnvelope>>,
+    )>,
+    tokio_postgres::Error,
+> {
+    use loom_kernel::ExecutionId;
+    let rows = txn
+        .query(
+            "SELECT execution_id, seq, record FROM loom_events \
+             WHERE execution_id = ANY($1) ORDER BY execution_id, seq",
+            &[&page],
+        )
+        .await?;
+    let mut logs: Vec<(String, Option<Vec<loom_kernel::EventEnvelope>>)> = Vec::new();
+    for row in &rows {
+        let execution: &str = row.get(0);
+        if logs.last().is_none_or(|(id, _)| id != execution) {
+            logs.push((execution.to_owned(), Some(Vec::new())));
+        }
+        let Some((_, log)) = logs.last_mut() else {
+            continue;
+        };
+        let seq: i64 = row.get(1);
+        let record: &[u8] = row.get(2);
+        let decoded = ExecutionId::from_stored(execution)
+            .ok()
+            .and_then(|id| loom_kernel::kit::decode_record(&id, seq as u64, record).ok());
+        match (decoded, log.as_mut()) {
+            (Some(envelope), Some(events)) => events.push(envelope),
+            _ => *log = None,
+        }
+    }
+    Ok(logs
+        .into_iter()
+        .filter_map(|(id, log)| Some((ExecutionId::from_stored(id).ok()?, log)))
+        .collect())
 }
 
 /// Checks, changing nothing, that `schema` exists at this build's version.
