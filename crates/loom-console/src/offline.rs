@@ -47,7 +47,21 @@ async fn folded<S: EventStore>(
     store: &S,
     id: &ExecutionId,
 ) -> Result<ExecutionState, ConsoleError> {
-    let state = store.fold(id).await?;
+    open_state(id, store.fold(id).await?)
+}
+
+/// [`folded`], with the log it folds (read once).
+async fn folded_log<S: EventStore>(
+    store: &S,
+    id: &ExecutionId,
+) -> Result<(Vec<EventEnvelope>, ExecutionState), ConsoleError> {
+    let log = store.read_all(id).await?;
+    let state = ExecutionState::fold(&log).map_err(loom_kernel::FoldStoredError::from)?;
+    Ok((log, open_state(id, state)?))
+}
+
+/// `state`, if its execution exists and has not ended.
+fn open_state(id: &ExecutionId, state: ExecutionState) -> Result<ExecutionState, ConsoleError> {
     if state.next_seq() == 0 {
         return Err(ConsoleError::unknown_execution(id.as_str()));
     }
@@ -198,7 +212,7 @@ pub async fn resume<S: EventStore>(
             "a resume payload of execution {id} may not be a runtime marker (an object whose only key starts with 'loom.'); nothing was recorded"
         )));
     }
-    let state = folded(store, id).await?;
+    let (log, state) = folded_log(store, id).await?;
     let gate = state.gate_waiting_for(event_type, correlation_key);
     let Some((gate_id, gate)) = gate else {
         return Err(no_pending_gate(id, event_type, correlation_key, &state));
@@ -206,7 +220,6 @@ pub async fn resume<S: EventStore>(
     // A `first_of`'s note names its gates: the others are closed in the same append, as the
     // runtime does. A log without the note (from before it) cannot tell a `first_of` from
     // gates the flow joined, so gates opened together there are refused.
-    let log = store.read_all(id).await?;
     let closing = loom_kernel::kit::first_of_closing(&log, &state, gate_id);
     if closing.is_none()
         && let Some(others) = opened_together(&state, gate.seq)

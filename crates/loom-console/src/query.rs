@@ -517,28 +517,54 @@ pub async fn in_doubt<S: EventStore>(
     let mut views = Vec::new();
     let mut after: Option<ExecutionId> = None;
     loop {
-        let page = store
-            .list_by_status(StatusFilter::StepsInDoubt, after.as_ref(), IN_DOUBT_PAGE)
-            .await?;
-        after = page.next;
-        let ids: Vec<ExecutionId> = page.executions.into_iter().map(|s| s.id).collect();
-        for (id, log) in logs_of(store, ids).await {
-            // The fold, and each doubt's time and reason from its EFFECT_INDOUBT.
-            let Some((log, state)) = folded(&id, log) else {
-                continue;
-            };
+        let (page, next) = folded_page(store, StatusFilter::StepsInDoubt, after.as_ref()).await?;
+        for (id, log, state) in page {
+            // Each doubt's time and reason from its EFFECT_INDOUBT.
             in_doubt_views(store, &id, &log, &state, now_ms, &mut views).await?;
         }
-        if after.is_none() {
-            break;
+        match next {
+            Some(next) => after = Some(next),
+            None => break,
         }
     }
     views.sort_by(|a, b| (&a.execution, &a.step_id).cmp(&(&b.execution, &b.step_id)));
     Ok(views)
 }
 
-/// How many executions [`in_doubt`] lists, and reads the logs of, at a time.
-const IN_DOUBT_PAGE: usize = 256;
+/// How many executions a listing of steps lists, and reads the logs of, at a time.
+const LISTED_PAGE: usize = 256;
+
+/// The executions `filter` lists after `after`, a page of them, each with its log (read in one
+/// go) and its fold, and where the next page starts. One that cannot be read or folded is left
+/// out, logged ([`folded`]).
+async fn folded_page<S: EventStore>(
+    store: &S,
+    filter: StatusFilter,
+    after: Option<&ExecutionId>,
+) -> Result<
+    (
+        Vec<(
+            ExecutionId,
+            Vec<loom_kernel::EventEnvelope>,
+            loom_kernel::ExecutionState,
+        )>,
+        Option<ExecutionId>,
+    ),
+    ConsoleError,
+> {
+    let page = store.list_by_status(filter, after, LISTED_PAGE).await?;
+    let ids: Vec<ExecutionId> = page.executions.into_iter().map(|s| s.id).collect();
+    let folded = store
+        .read_listed_logs(ids)
+        .await
+        .into_iter()
+        .filter_map(|(id, log)| {
+            let (log, state) = folded(&id, log)?;
+            Some((id, log, state))
+        })
+        .collect();
+    Ok((folded, page.next))
+}
 
 /// The views of the steps in doubt of `id`, added to `views`.
 async fn in_doubt_views<S: EventStore>(
@@ -582,30 +608,6 @@ async fn in_doubt_views<S: EventStore>(
     Ok(())
 }
 
-/// The logs of `ids`: in one read (one round trip on a shared store), or, should it fail,
-/// each on its own, so that one that cannot be read is skipped, not the page.
-async fn logs_of<S: EventStore>(
-    store: &S,
-    ids: Vec<ExecutionId>,
-) -> Vec<(
-    ExecutionId,
-    Result<Vec<loom_kernel::EventEnvelope>, loom_kernel::ReadError>,
-)> {
-    match store.read_logs(&ids).await {
-        Ok(logs) if logs.len() == ids.len() => {
-            ids.into_iter().zip(logs.into_iter().map(Ok)).collect()
-        }
-        _ => {
-            let mut logs = Vec::with_capacity(ids.len());
-            for id in ids {
-                let log = store.read_all(&id).await;
-                logs.push((id, log));
-            }
-            logs
-        }
-    }
-}
-
 /// The steps in flight of the executions that need driving, for a store no process runs (a
 /// store file the `loom` CLI holds): each was running when the process that ran it stopped (a
 /// shutdown or a crash mid-effect), and is listed marked `stopped`, with how long ago it started
@@ -615,28 +617,41 @@ pub async fn stopped_steps<S: EventStore>(
     now_ms: Option<u64>,
 ) -> Result<Vec<InDoubtView>, ConsoleError> {
     let mut views = Vec::new();
-    let mut listed = std::pin::pin!(store.executions_by_status(StatusFilter::NeedsDriving));
-    while let Some(summary) = listed.try_next().await? {
-        let id = summary.id;
-        let log = store.read_all(&id).await;
-        let Some((log, state)) = folded(&id, log) else {
-            continue;
-        };
-        for (step_id, record) in state.steps() {
-            let StepStatus::Started { attempt, seq } = record.status else {
-                continue;
-            };
-            let since = usize::try_from(seq)
-                .ok()
-                .and_then(|at| log.get(at))
-                .and_then(|envelope| envelope.recorded_at_ms);
-            views.push(InDoubtView {
-                stopped: true,
-                ..step_view(&id, step_id, &record.effect, attempt, seq, since, now_ms)
-            });
+    let mut after: Option<ExecutionId> = None;
+    loop {
+        let (page, next) = folded_page(store, StatusFilter::NeedsDriving, after.as_ref()).await?;
+        for (id, log, state) in &page {
+            stopped_views(id, log, state, now_ms, &mut views);
+        }
+        match next {
+            Some(next) => after = Some(next),
+            None => break,
         }
     }
     Ok(views)
+}
+
+/// The views of the steps in flight of `id`, marked `stopped`, added to `views`.
+fn stopped_views(
+    id: &ExecutionId,
+    log: &[loom_kernel::EventEnvelope],
+    state: &loom_kernel::ExecutionState,
+    now_ms: Option<u64>,
+    views: &mut Vec<InDoubtView>,
+) {
+    for (step_id, record) in state.steps() {
+        let StepStatus::Started { attempt, seq } = record.status else {
+            continue;
+        };
+        let since = usize::try_from(seq)
+            .ok()
+            .and_then(|at| log.get(at))
+            .and_then(|envelope| envelope.recorded_at_ms);
+        views.push(InDoubtView {
+            stopped: true,
+            ..step_view(id, step_id, &record.effect, attempt, seq, since, now_ms)
+        });
+    }
 }
 
 /// A listed execution's log, read, and its fold; `None`, logged, for one that could not be

@@ -105,26 +105,17 @@ pub async fn steps_in_doubt_report<S: EventStore>(
             .await
             .map_err(ListInDoubtError::List)?;
         let ids: Vec<ExecutionId> = page.executions.into_iter().map(|s| s.id).collect();
-        // The page's logs in one read (one round trip on a shared store). Should it fail, each
-        // log is read on its own, so that one that cannot be read is skipped, not the page.
-        let found: Vec<_> = match store.read_logs(&ids).await {
-            Ok(logs) if logs.len() == ids.len() => ids
-                .into_iter()
-                .zip(logs)
-                .map(|(id, log)| {
-                    let steps = in_log(&id, &log);
-                    (id, steps)
-                })
-                .collect(),
-            _ => {
-                let mut found = Vec::with_capacity(ids.len());
-                for id in ids {
-                    let steps = in_execution(store, &id).await;
-                    found.push((id, steps));
-                }
-                found
-            }
-        };
+        let found: Vec<_> = store
+            .read_listed_logs(ids)
+            .await
+            .into_iter()
+            .map(|(id, log)| {
+                let steps = log
+                    .map_err(|error| ListInDoubtError::Fold(FoldStoredError::Read(error)))
+                    .and_then(|log| in_log(&id, &log));
+                (id, steps)
+            })
+            .collect();
         for (id, steps) in found {
             match steps {
                 Ok(steps) => report.steps.extend(steps),

@@ -363,6 +363,14 @@ mod tests {
             assert!(!text.contains("4111"), "{text}");
             assert!(text.contains(" at line "), "{text}");
         }
+        // Input nested past serde's recursion limit: an error of no known form, withheld.
+        let deep = format!("{}\"{secret}\"{}", "[".repeat(10_000), "]".repeat(10_000));
+        let error = serde_json::from_str::<Value>(&deep).unwrap_err();
+        let text = Payload::describe_decode_error(&error);
+        assert!(
+            !text.contains("4111") && text.contains(" at line "),
+            "{text}"
+        );
         let custom = <serde_json::Error as serde::de::Error>::custom(format!("bad card {secret}"));
         let text = Payload::describe_decode_error(&custom);
         assert!(

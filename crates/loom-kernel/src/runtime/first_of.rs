@@ -8,6 +8,8 @@
 use crate::envelope::EventEnvelope;
 use crate::event::{Event, ExecutionResumed};
 use crate::fold::ExecutionState;
+#[cfg(test)]
+use crate::payload::Payload;
 use crate::runtime::markers::{FIRST_OF_KIND, closed_payload, is_first_of_step_id};
 
 /// The resumes that close the other gates of `gate_id`'s `first_of` group when `gate_id` is
@@ -53,4 +55,57 @@ pub fn first_of_closing(
             })
             .collect(),
     )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::conformance::{id, started, suspended};
+    use crate::envelope::EventEnvelope;
+    use crate::event::DecisionRecorded;
+
+    fn log(note: serde_json::Value) -> Vec<EventEnvelope> {
+        let events = vec![
+            started("f"),
+            Event::DecisionRecorded(DecisionRecorded {
+                step_id: "A#1:firstOf".into(),
+                kind: FIRST_OF_KIND.into(),
+                value: Payload::from_value(&note),
+            }),
+            suspended("A#1"),
+            suspended("B#1"),
+        ];
+        events
+            .into_iter()
+            .enumerate()
+            .map(|(seq, event)| EventEnvelope::new(id("e"), seq as u64, event))
+            .collect()
+    }
+
+    /// A note that is not what the runtime writes (no `gates`, not strings, not naming the
+    /// gate) closes nothing, and names no gate that is not pending.
+    #[test]
+    fn a_note_of_another_shape_closes_nothing() {
+        for note in [
+            serde_json::json!(null),
+            serde_json::json!({"gates": "A#1"}),
+            serde_json::json!({"gates": [1, 2]}),
+            serde_json::json!({"gates": ["C#1", "D#1"]}),
+        ] {
+            let log = log(note.clone());
+            let state = ExecutionState::fold(&log).unwrap();
+            assert_eq!(first_of_closing(&log, &state, "A#1"), None, "{note}");
+        }
+        let log = log(serde_json::json!({"gates": ["A#1", "B#1", "Z#1"]}));
+        let state = ExecutionState::fold(&log).unwrap();
+        let closing = first_of_closing(&log, &state, "A#1").unwrap();
+        let closed: Vec<&str> = closing
+            .iter()
+            .filter_map(|event| match event {
+                Event::ExecutionResumed(r) => Some(r.gate_id.as_str()),
+                _ => None,
+            })
+            .collect();
+        assert_eq!(closed, ["B#1"], "a gate that is not pending is not closed");
+    }
 }

@@ -112,6 +112,33 @@ pub trait EventStoreExt: EventStore {
         ))
     }
 
+    /// The logs of `executions`, each with its id: in one [`EventStore::read_logs`] (one round
+    /// trip on a shared store), or, should that fail, each on its own, so that a log that
+    /// cannot be read costs its own entry, not the others'. For listings that read what an
+    /// index listed, a page at a time.
+    fn read_listed_logs(
+        &self,
+        executions: Vec<ExecutionId>,
+    ) -> impl Future<Output = Vec<(ExecutionId, Result<Vec<EventEnvelope>, ReadError>)>> + Send
+    {
+        async move {
+            match self.read_logs(&executions).await {
+                Ok(logs) if logs.len() == executions.len() => executions
+                    .into_iter()
+                    .zip(logs.into_iter().map(Ok))
+                    .collect(),
+                _ => {
+                    let mut logs = Vec::with_capacity(executions.len());
+                    for execution in executions {
+                        let log = self.read_all(&execution).await;
+                        logs.push((execution, log));
+                    }
+                    logs
+                }
+            }
+        }
+    }
+
     /// The whole log in memory. Prefer [`EventStoreExt::fold`] or `stream` for long logs. The
     /// next page is read while the current one is added.
     fn read_all(
