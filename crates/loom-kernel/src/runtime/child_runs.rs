@@ -149,12 +149,10 @@ pub(crate) async fn ended<S: EventStore>(
     }
 }
 
-/// A parent's driver is about to handle `message`: if it is a child's end, the child's link
-/// goes (the resume is recorded now, or the gate no longer waits).
-pub(crate) fn handling<S>(inner: &Inner<S>, message: &DriverMsg) {
-    if let DriverMsg::ChildEnded { child, .. } = message {
-        inner.children.forget(child);
-    }
+/// A parent's machine handled the end of `child`: the child's link goes (the resume is
+/// recorded now, or the gate no longer waits).
+pub(crate) fn heard<S>(inner: &Inner<S>, child: &ExecutionId) {
+    inner.children.forget(child);
 }
 
 /// A parent ended with these children still awaited (`(gate id, child id)`): each is cancelled

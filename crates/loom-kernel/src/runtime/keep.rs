@@ -37,6 +37,9 @@ type FlowResult = Result<Payload, FlowError>;
 /// What a parked driver leaves behind for the next one.
 pub(crate) struct Kept {
     pub(crate) started: ExecutionStarted,
+    /// The head of the log it parked at: a kept flow is current only while the log's head is
+    /// still this.
+    pub(crate) parked_at: u64,
     pub(crate) ctx: FlowCtx,
     pub(crate) flow: Option<FlowFuture>,
     pub(crate) waker: Arc<FlowWaker>,

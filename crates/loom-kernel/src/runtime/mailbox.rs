@@ -181,8 +181,21 @@ pub(crate) fn refuse_ended(
     timed_out: &TimedOutGates,
     in_doubt: &BTreeSet<String>,
 ) {
+    if let Some(answer) = ended_answer(execution, message, timed_out, in_doubt) {
+        answer.send(execution);
+    }
+}
+
+/// The answer [`refuse_ended`] sends (`None` for a deadline or a child's end, which no one
+/// waits on).
+pub(crate) fn ended_answer(
+    execution: &ExecutionId,
+    message: DriverMsg,
+    timed_out: &TimedOutGates,
+    in_doubt: &BTreeSet<String>,
+) -> Option<Answer> {
     let execution = execution.clone();
-    match message {
+    Some(match message {
         DriverMsg::Resume(resume) => {
             let ResumeMsg {
                 event_type,
@@ -204,7 +217,7 @@ pub(crate) fn refuse_ended(
                     correlation_key: key.1,
                 }
             };
-            drop(reply.send(Err(error)))
+            Answer::Resume(reply, error)
         }
         DriverMsg::Resolve(resolve) => {
             let ResolveMsg { step_id, reply, .. } = resolve;
@@ -213,11 +226,11 @@ pub(crate) fn refuse_ended(
             } else {
                 ResolveError::NotInDoubt { execution, step_id }
             };
-            drop(reply.send(Err(error)))
+            Answer::Resolve(reply, error)
         }
-        DriverMsg::Cancel { reply, .. } => drop(reply.send(Err(CancelError::Ended { execution }))),
-        DriverMsg::Deadline { .. } | DriverMsg::ChildEnded { .. } => {}
-    }
+        DriverMsg::Cancel { reply, .. } => Answer::Cancel(reply, CancelError::Ended { execution }),
+        DriverMsg::Deadline { .. } | DriverMsg::ChildEnded { .. } => return None,
+    })
 }
 
 /// Answers a message for an execution whose log does not exist.
@@ -243,20 +256,68 @@ pub(crate) fn refuse_unknown(execution: &ExecutionId, message: DriverMsg) {
 
 /// Answers a message after the driver failed.
 pub(crate) fn refuse_failed(execution: &ExecutionId, message: DriverMsg, detail: &str) {
+    if let Some(answer) = failed_answer(execution, message, detail) {
+        answer.send(execution);
+    }
+}
+
+/// The answer [`refuse_failed`] sends (`None` for a deadline or a child's end: logged).
+pub(crate) fn failed_answer(
+    execution: &ExecutionId,
+    message: DriverMsg,
+    detail: &str,
+) -> Option<Answer> {
     let reply = match message {
         DriverMsg::Resume(resume) => Reply::Resume(resume.reply),
         DriverMsg::Resolve(resolve) => Reply::Resolve(resolve.reply),
         DriverMsg::Cancel { reply, .. } => Reply::Cancel(reply),
         DriverMsg::Deadline { gate_id, .. } => {
             tracing::warn!(%execution, gate = %gate_id, "a deadline passed for an execution whose driver failed");
-            return;
+            return None;
         }
         DriverMsg::ChildEnded { child, .. } => {
             tracing::warn!(%execution, %child, "a child ended for an execution whose driver failed; recover delivers it");
-            return;
+            return None;
         }
     };
-    reply.fail(execution, detail);
+    Some(Answer::Failed(reply, detail.to_owned()))
+}
+
+/// What a driver tells a caller, decided by the execution's machine (`runtime/execution/`)
+/// and sent by the driver.
+pub(crate) enum Answer {
+    /// The events behind the reply are durable.
+    Ok(Reply),
+    /// The driver failed with this detail.
+    Failed(Reply, String),
+    /// Another writer appended first.
+    LogMoved(Reply),
+    /// A new execution whose id is taken: a start is told so, anything else fails.
+    Exists(Reply),
+    /// A resume refused.
+    Resume(oneshot::Sender<Result<(), ResumeError>>, ResumeError),
+    /// A verdict refused.
+    Resolve(oneshot::Sender<Result<(), ResolveError>>, ResolveError),
+    /// A cancel refused.
+    Cancel(oneshot::Sender<Result<(), CancelError>>, CancelError),
+}
+
+impl Answer {
+    /// Sends the answer; a caller that stopped waiting is not told.
+    pub(crate) fn send(self, execution: &ExecutionId) {
+        match self {
+            Answer::Ok(reply) => reply.ok(),
+            Answer::Failed(reply, detail) => reply.fail(execution, &detail),
+            Answer::LogMoved(reply) => reply.log_moved(execution),
+            Answer::Exists(Reply::Start(reply)) => {
+                drop(reply.send(Err(StartError::AlreadyExists(execution.clone()))))
+            }
+            Answer::Exists(other) => other.fail(execution, "the execution already exists"),
+            Answer::Resume(reply, error) => drop(reply.send(Err(error))),
+            Answer::Resolve(reply, error) => drop(reply.send(Err(error))),
+            Answer::Cancel(reply, error) => drop(reply.send(Err(error))),
+        }
+    }
 }
 
 #[cfg(test)]

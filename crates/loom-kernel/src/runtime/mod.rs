@@ -48,6 +48,7 @@ mod digest;
 mod driver;
 mod effect;
 mod errors;
+mod execution;
 mod expected;
 mod first_of;
 mod flow;

@@ -3,7 +3,7 @@
 
 use crate::fold::ExecutionState;
 use crate::id::ExecutionId;
-use crate::runtime::ctx::FlowCtx;
+use crate::runtime::execution::Execution;
 use crate::runtime::keep::{Kept, drop_flows};
 use crate::runtime::mailbox::DriverReceiver;
 use crate::runtime::slots::Inner;
@@ -14,7 +14,7 @@ use crate::store::EventStore;
 /// caller replays the log.
 pub(crate) async fn take<S: EventStore>(inner: &Inner<S>, execution: &ExecutionId) -> Option<Kept> {
     let kept = inner.kept.take(execution)?;
-    let parked_at = kept.ctx.state().fold().next_seq();
+    let parked_at = kept.parked_at;
     match inner.store.head(execution).await {
         Ok(head) if head == parked_at => Some(kept),
         Ok(head) => {
@@ -41,13 +41,13 @@ pub(crate) async fn take<S: EventStore>(inner: &Inner<S>, execution: &ExecutionI
 pub(crate) fn copy_for_waiter<S: EventStore>(
     inner: &Inner<S>,
     execution: &ExecutionId,
-    ctx: &FlowCtx,
+    exec: &Execution,
 ) -> Option<ExecutionState> {
     let waited = inner
         .slots(execution)
         .get(execution)
         .is_some_and(|slot| slot.settled.receiver_count() > 0);
-    waited.then(|| ctx.state().fold().clone())
+    waited.then(|| exec.fold())
 }
 
 /// Called by a driver whose flow parks: like [`Inner::try_release`], and when it may exit,

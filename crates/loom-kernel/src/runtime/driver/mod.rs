@@ -26,20 +26,19 @@ use crate::id::ExecutionId;
 use crate::runtime::child_runs;
 use crate::runtime::codes;
 use crate::runtime::contain::{contain, contain_future};
-use crate::runtime::ctx::{ChildStart, FlowCtx};
+use crate::runtime::ctx::ChildStart;
 use crate::runtime::effect::{EffectOutcome, EffectResult};
-use crate::runtime::errors::{DriveError, ResolveError, ResumeError};
+use crate::runtime::errors::DriveError;
+use crate::runtime::execution::Execution;
 use crate::runtime::flow::FlowError;
 use crate::runtime::history::History;
-use crate::runtime::machine::{self, CutOff, Dispatch, GateMiss, Held, VerdictMiss};
+use crate::runtime::machine::Dispatch;
 use crate::runtime::mailbox::{
-    DriverMsg, DriverReceiver, Exit, FlowWaker, NewExecution, Reply, ResolveMsg, ResumeMsg,
-    TimedOutGates, refuse_ended, refuse_failed,
+    DriverReceiver, Exit, FlowWaker, NewExecution, Reply, TimedOutGates, refuse_ended,
 };
 use crate::runtime::markers::is_timed_out_payload;
 use crate::runtime::slots::Inner;
 use crate::runtime::slots::Launcher;
-use crate::runtime::timers::Timers;
 use crate::store::{AppendError, EventStore, EventStoreExt, FoldStoredError, LeaseHold};
 
 mod kept;
@@ -61,19 +60,8 @@ pub(crate) fn flow_panicked(detail: &str) -> FlowError {
     FlowError::new(codes::FLOW_PANICKED, format!("the flow panicked: {detail}"))
 }
 
-type Append = BoxFuture<'static, Result<(u64, Vec<Event>), AppendError>>;
-
-/// The machine's write side (`machine/mod.rs`), over the driver's replies, effects, children.
-type Machine = machine::Machine<Reply, Dispatch, ChildStart>;
-
-impl Held for Dispatch {
-    fn step_id(&self) -> &str {
-        &self.call.step_id
-    }
-    fn durable_before(&self) -> bool {
-        self.durable_before
-    }
-}
+/// An append in flight: its first seq, the head after it, and its events.
+type Append = BoxFuture<'static, Result<(u64, u64, Vec<Event>), AppendError>>;
 
 type Loaded = (ExecutionStarted, History, ExecutionState);
 
@@ -235,12 +223,12 @@ fn effect_panicked(effect: &str, idempotent: bool, panic: &str) -> EffectOutcome
 async fn durable_state<S: EventStore>(
     inner: &Inner<S>,
     execution: &ExecutionId,
-    ctx: &FlowCtx,
+    exec: &mut Execution,
 ) -> ExecutionState {
     let log = inner.store.read_all(execution).await;
     match log.ok().map(|log| ExecutionState::fold(&log)) {
         Some(Ok(state)) => state,
-        _ => ctx.state().take_fold(),
+        _ => exec.take_fold(),
     }
 }
 
@@ -264,96 +252,6 @@ fn publish<S: EventStore>(
                     "a projection panicked on an event; it missed that event"
                 );
             }
-        }
-    }
-}
-
-fn handle(
-    ctx: &FlowCtx,
-    timers: &Timers,
-    execution: &ExecutionId,
-    message: DriverMsg,
-    machine: &mut Machine,
-) {
-    match message {
-        DriverMsg::Resume(resume) => {
-            let ResumeMsg {
-                event_type,
-                correlation_key,
-                payload,
-                gate_id,
-                reply,
-            } = resume;
-            match ctx.state().resume_gate(
-                &event_type,
-                &correlation_key,
-                payload,
-                gate_id.as_deref(),
-            ) {
-                Ok(_) => machine.reply_when_durable(Reply::Resume(reply)),
-                Err(miss) => {
-                    let execution = execution.clone();
-                    let error = match miss {
-                        GateMiss::NoPendingGate => ResumeError::NoPendingGate {
-                            execution,
-                            event_type,
-                            correlation_key,
-                        },
-                        GateMiss::TimedOut => ResumeError::TimedOut {
-                            execution,
-                            event_type,
-                            correlation_key,
-                        },
-                        GateMiss::Reserved => ResumeError::ReservedGate {
-                            execution,
-                            event_type,
-                        },
-                        GateMiss::ReservedPayload => ResumeError::ReservedPayload { execution },
-                    };
-                    let _ = reply.send(Err(error));
-                }
-            }
-        }
-        DriverMsg::Deadline {
-            gate_id,
-            deadline_ms,
-        } => {
-            if !ctx.state().expire_gate(&gate_id, deadline_ms) {
-                tracing::debug!(gate = %gate_id, deadline_ms, "a deadline whose gate no longer waits is ignored");
-            }
-            timers.disarm(execution, &gate_id, deadline_ms);
-        }
-        DriverMsg::ChildEnded { child, payload } => {
-            if !ctx.state().child_ended(&child, payload) {
-                tracing::debug!(%child, "the end of a child no gate waits for is ignored");
-            }
-        }
-        DriverMsg::Resolve(resolve) => {
-            let ResolveMsg {
-                step_id,
-                verdict,
-                operator,
-                reply,
-            } = resolve;
-            match ctx.state().resolve(&step_id, verdict, operator) {
-                Ok(()) => machine.reply_when_durable(Reply::Resolve(reply)),
-                Err(VerdictMiss::NotInDoubt) => {
-                    let _ = reply.send(Err(ResolveError::NotInDoubt {
-                        execution: execution.clone(),
-                        step_id,
-                    }));
-                }
-            }
-        }
-        DriverMsg::Cancel { reason, reply } => {
-            // The effects the cancel cuts off are recorded in doubt before the end (K9).
-            let mut state = ctx.state();
-            let doubts =
-                state.doubts_cut_off(CutOff::Cancel, |step_id| machine.dispatched(step_id));
-            let cancelled = Event::ExecutionCancelled(ExecutionCancelled { reason });
-            state.fold_issued(&cancelled);
-            drop(state);
-            machine.cancelled(doubts, cancelled, Reply::Cancel(reply));
         }
     }
 }

@@ -13,10 +13,11 @@
 //! - the write side, [`Machine`] (this file): what a live driver knows beyond the flow's
 //!   state: the durable head, the events queued for the next append, the append in
 //!   flight (`durable.rs`), the replies that wait for their events to be durable, and the
-//!   effects and children held until the events before them are durable (LD-003). The driver
-//!   feeds it the commands the flow issued (`command.rs`), an append that became durable or
-//!   failed, the flow's end, a cancel, and carries out what it returns (an append to write,
-//!   effects to start, children to start, replies to send).
+//!   effects and children held until the events before them are durable (LD-003).
+//!
+//! The two halves are sequenced in one place only: the execution's machine
+//! (`runtime/execution/`, `Execution`), which the driver steps and asks what to do. Nothing
+//! else calls the write side.
 //!
 //! Neither awaits, spawns or reads a clock (a value from the world, such as the time a
 //! deadline is computed from, is handed in): the tests in each file drive them with plain
@@ -190,6 +191,7 @@ impl<R, D: Held, C> Machine<R, D, C> {
     }
 
     /// Whether no append is in flight.
+    #[cfg(test)]
     pub(crate) fn idle(&self) -> bool {
         self.in_flight.is_none()
     }

@@ -44,7 +44,7 @@ pub enum SalvageError {
     },
 }
 
-/// What [`salvage`] found.
+/// What `salvage` found.
 #[derive(Debug, Default)]
 #[non_exhaustive]
 pub struct Salvaged {
