@@ -9,7 +9,8 @@ executable (copy it out before building the other revision); `:ENV=VALUE,...` af
 environment variables for that build's runs only (`LOOM_BENCH_WORKERS=1`, say). Every rep runs
 each binary once, the order flipped every rep, and reads each workload's mean (per step or per
 execution) and its `floor_ratio` (its mean over the same-pattern floor measured just before it
-in the same run). Per workload and build it prints the medians and ranges of both.
+in the same run). Per workload and build it prints the medians and ranges of both, then each
+build's speed against the first, paired rep by rep (the first's time over the build's).
 """
 import os
 import re
@@ -56,6 +57,18 @@ def main():
                 f" ({min(means)}-{max(means)})  floor_ratio median {statistics.median(ratios):.2f}"
                 f" ({min(ratios):.2f}-{max(ratios):.2f})"
             )
+    # Paired: each build against the first, rep by rep (the same rep ran both back to back).
+    # Above 1 the build is faster; a time per step, so base over build.
+    first = configs[0][0]
+    for label, _, _ in configs[1:]:
+        for key, values in figures[label].items():
+            base = figures[first].get(key, [])
+            pairs = [b[0] / v[0] for b, v in zip(base, values) if v[0] > 0]
+            if pairs:
+                print(
+                    f"{label:10} {key:36} speed vs {first}, paired: median {statistics.median(pairs):.3f}"
+                    f" ({min(pairs):.2f}-{max(pairs):.2f}, {len(pairs)} reps)"
+                )
 
 
 if __name__ == "__main__":

@@ -1,6 +1,7 @@
-//! The driver's loop (`drive`): one [`Run`] per driver task. Each turn asks the execution's
-//! machine what it wants done ([`Execution::ready`]), carries it out (deadlines, effects,
-//! children, answers, an append, a poll of the flow), hands it back
+//! The driver's loop (`drive`): one [`Run`] per driver task. Each turn polls the flow if the
+//! execution's machine says so ([`Execution::poll_now`]), asks it what it wants done
+//! ([`Execution::ready`]), carries that out (deadlines, effects, children, answers, an
+//! append), hands it back
 //! ([`Execution::advance`]), and then does what its `next` says: come back, wait for the world
 //! (an append, an effect, a message, the flow's waker, a shutdown) and report what came
 //! ([`Execution::step`]), or exit. The decisions are the machine's (`runtime/execution/`);
@@ -50,6 +51,8 @@ pub(crate) async fn drive<S: EventStore>(
         // `recover`, as after a crash.
         if run.appending.is_none() && *stop.borrow_and_update() {
             run.exec.step(Input::Stop);
+        } else if run.exec.poll_now() {
+            run.poll_flow();
         }
         let ready = run.exec.ready();
         match run.carry_out(ready) {
@@ -245,12 +248,8 @@ impl<S: EventStore> Run<S> {
         if let Some(batch) = ready.append.take() {
             self.start_append(batch);
         }
-        let poll = ready.poll;
         let next = std::mem::take(&mut ready.next);
         self.exec.advance(ready);
-        if poll {
-            self.poll_flow();
-        }
         next
     }
 
@@ -262,7 +261,7 @@ impl<S: EventStore> Run<S> {
         }
     }
 
-    /// Polls the flow (the machine asked for it) and reports what came of it.
+    /// Polls the flow (the machine said to) and reports what came of it.
     fn poll_flow(&mut self) {
         let Some(running) = self.flow_future.as_mut() else {
             return;

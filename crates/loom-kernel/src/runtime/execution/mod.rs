@@ -193,7 +193,16 @@ impl Execution {
         }
     }
 
-    /// Whether the flow is to be polled now.
+    /// Whether the flow is to be polled now, before the next [`Execution::ready`] (then
+    /// reported with `Input::Polled`). Asking says yes once.
+    pub(crate) fn poll_now(&mut self) -> bool {
+        let poll = self.wants_poll();
+        if poll {
+            self.poll_flow = false;
+        }
+        poll
+    }
+
     fn wants_poll(&self) -> bool {
         self.poll_flow && !self.flow_gone && !self.write.ended()
     }

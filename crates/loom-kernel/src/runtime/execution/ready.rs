@@ -1,5 +1,5 @@
-//! What the execution wants done ([`Ready`]), in the order a driver's turn has always done it:
-//! poll the flow; take what it issued (deadlines, events, effects, children); handle messages
+//! What the execution wants done ([`Ready`]), in the order a driver's turn has always done it
+//! (the flow polled first, when [`Execution::poll_now`] says so): take what it issued (deadlines, events, effects, children); handle messages
 //! deferred during replay; end it if it returned; give quick effects a turn to come back
 //! before the append goes out; then, once everything is durable, answer, and exit or park.
 
@@ -15,8 +15,6 @@ use crate::runtime::mailbox::{Answer, DriverMsg};
 /// [`Execution::advance`].
 #[derive(Default)]
 pub(crate) struct Ready {
-    /// Poll the flow, then report it (`Input::Polled`).
-    pub(crate) poll: bool,
     /// Deadlines to arm and to disarm.
     pub(crate) arm: Vec<GateDeadline>,
     pub(crate) disarm: Vec<GateDeadline>,
@@ -88,7 +86,6 @@ impl Execution {
 
     /// A [`Ready`] carried out: its buffers are kept for the next.
     pub(crate) fn advance(&mut self, mut done: Ready) {
-        done.poll = false;
         done.arm.clear();
         done.disarm.clear();
         done.run.clear();
@@ -108,8 +105,7 @@ impl Execution {
             return self.finish();
         }
         if self.wants_poll() {
-            self.poll_flow = false;
-            self.out.poll = true;
+            // The flow first: what it issues now shares this turn.
             self.out.next = Next::Again;
             return;
         }

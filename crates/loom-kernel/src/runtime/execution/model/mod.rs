@@ -346,17 +346,17 @@ impl Harness {
         self.turn();
     }
 
-    /// The driver's turn: `ready`, carried out, until the machine waits or the run is over.
+    /// The driver's turn: the flow polled if the machine says so, then `ready`, carried out,
+    /// until the machine waits or the run is over.
     fn turn(&mut self) {
         for _ in 0..1_000 {
+            if self.exec().poll_now() {
+                self.poll_flow();
+            }
             let mut ready = self.exec().ready();
             let next = std::mem::take(&mut ready.next);
             self.carry_out(&mut ready);
-            let poll = ready.poll;
             self.exec().advance(ready);
-            if poll {
-                self.poll_flow();
-            }
             self.check_answers();
             match next {
                 Next::Again => continue,
