@@ -11,7 +11,9 @@
 //!   [`ExecutionQueryPage`], [`StatusCounts`], [`RetentionError`], [`StoreStats`], ...).
 //! - **Tools that read or check stored logs without running their flows** (`loom-replay-check`,
 //!   the console's listings, metrics and offline commands): replay against a log
-//!   ([`Replayer`]), reading a feed without a runtime ([`catch_up`]), the kinds and event types
+//!   ([`Replayer`]), reading a feed without a runtime ([`catch_up`]), an operator's write on an
+//!   execution no process runs, decided by its machine ([`offline_resume`],
+//!   [`offline_resolve`], [`offline_cancel`]), the kinds and event types
 //!   the runtime records for its own decisions and gates ([`CHILD_EVENT_TYPE`],
 //!   [`DEADLINE_KIND`], [`REQUEST_KIND`], ...) and the step ids it records them under, and the
 //!   disk store's salvage and scrub results.
@@ -33,11 +35,12 @@ pub use crate::envelope::{
 pub use crate::event::EVENT_SCHEMA;
 pub use crate::id::split_idempotency_key;
 pub use crate::runtime::{
-    CHILD_EVENT_TYPE, CHILD_KEY, CHILD_KIND, CLOSED_KEY, CatchUpError, DEADLINE_KIND, PATCH_KIND,
-    PAYLOAD_SCHEMA_KIND, REQUEST_KIND, ReplayError, ReplayReport, Replayer, TIMED_OUT_KEY,
-    TIMER_EVENT_TYPE, catch_up, child_end_resume, child_parent, expected_payload, first_of_closing,
-    input_digest, payload_schema_step_id, pending_requests, pending_requests_of, request_gate_id,
-    request_step_id,
+    CHILD_EVENT_TYPE, CHILD_KEY, CHILD_KIND, CLOSED_KEY, CatchUpError, DEADLINE_KIND,
+    OfflineRefusal, OfflineWrite, PATCH_KIND, PAYLOAD_SCHEMA_KIND, REQUEST_KIND, ReplayError,
+    ReplayReport, Replayer, TIMED_OUT_KEY, TIMER_EVENT_TYPE, catch_up, child_end_resume,
+    child_parent, expected_payload, first_of_closing, input_digest, offline_cancel,
+    offline_resolve, offline_resume, payload_schema_step_id, pending_requests, pending_requests_of,
+    request_gate_id, request_step_id,
 };
 pub use crate::store::tail::{
     RefusedEvent, TailChange, filter_code, status_code, status_from_code,

@@ -80,7 +80,15 @@ impl Execution {
                     operator,
                     reply,
                 } = resolve;
-                match self.ctx.state().resolve(&step_id, verdict, operator) {
+                let mut state = self.ctx.state();
+                if self.offline {
+                    // A step in flight that no process runs is in doubt first, as `recover`
+                    // would record it.
+                    state.stopped_in_doubt(|step| step == step_id);
+                }
+                let resolved = state.resolve(&step_id, verdict, operator);
+                drop(state);
+                match resolved {
                     Ok(()) => self.write.reply_when_durable(Reply::Resolve(reply)),
                     Err(VerdictMiss::NotInDoubt) => {
                         let error = ResolveError::NotInDoubt {
@@ -93,10 +101,15 @@ impl Execution {
             }
             DriverMsg::Cancel { reason, reply } => {
                 // The effects the cancel cuts off are recorded in doubt before the end (K9).
+                // Offline, no process runs the steps in flight: it stopped.
+                let why = if self.offline {
+                    CutOff::WorkerStopped
+                } else {
+                    CutOff::Cancel
+                };
                 let write = &self.write;
                 let mut state = self.ctx.state();
-                let doubts =
-                    state.doubts_cut_off(CutOff::Cancel, |step_id| write.dispatched(step_id));
+                let doubts = state.doubts_cut_off(why, |step_id| write.dispatched(step_id));
                 let cancelled = Event::ExecutionCancelled(ExecutionCancelled { reason });
                 state.fold_issued(&cancelled);
                 drop(state);

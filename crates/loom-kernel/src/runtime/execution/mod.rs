@@ -105,6 +105,9 @@ pub(crate) struct Execution {
     out: Ready,
     /// The last [`Ready`] given back, kept for its buffers.
     spare: Option<Ready>,
+    /// No process runs the execution's flow or effects: an operator's offline write
+    /// (`runtime/offline.rs`).
+    offline: bool,
 }
 
 impl Execution {
@@ -142,7 +145,18 @@ impl Execution {
             issued_dispatches: Vec::with_capacity(QUEUED_DISPATCHES),
             out: Ready::default(),
             spare: None,
+            offline: false,
         }
+    }
+
+    /// An execution no process runs, its flow's side taken up from its log
+    /// (`FlowState::take_up_offline`): what an operator's offline write steps. There is no flow
+    /// to poll and no effect runs; a step in flight is one whose process stopped.
+    pub(crate) fn offline(ctx: FlowCtx) -> Self {
+        let mut execution = Self::existing(ctx, false);
+        execution.offline = true;
+        execution.flow_gone = true;
+        execution
     }
 
     /// Something happened to the execution.

@@ -27,6 +27,9 @@ pub(crate) enum CutOff {
     /// The flow returned without awaiting them (a `select` another branch won, a command
     /// future dropped).
     FlowReturned,
+    /// No process runs them: the one that did stopped before their outcome was recorded, and
+    /// an operator writes to the log offline (`machine/offline.rs`).
+    WorkerStopped,
 }
 
 impl CutOff {
@@ -42,6 +45,12 @@ impl CutOff {
                 codes::FLOW_RETURNED_WHILE_RUNNING,
                 format!(
                     "the flow returned without awaiting the step while attempt {attempt} was running; the effect may or may not have run"
+                ),
+            ),
+            Self::WorkerStopped => ErrorInfo::new(
+                codes::WORKER_STOPPED,
+                format!(
+                    "the process running attempt {attempt} stopped before its outcome was recorded (recorded by an operator's offline write; the log does not say whether the effect is idempotent); the effect may or may not have run"
                 ),
             ),
         }

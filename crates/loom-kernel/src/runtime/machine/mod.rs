@@ -36,6 +36,7 @@ mod fixtures;
 mod gate;
 #[cfg(test)]
 mod model;
+mod offline;
 mod outcome;
 mod resume;
 mod state;
