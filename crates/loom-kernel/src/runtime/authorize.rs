@@ -29,7 +29,8 @@ impl<S: EventStore> Runtime<S> {
     /// time, and meanwhile that gate may close and another of the same key open): the first
     /// durable pending gate of the key. `None` without an authenticator (nothing waits between
     /// the request and the driver), or when no durable gate matches yet (the driver then
-    /// answers as for any resume).
+    /// answers as for any resume). A flow kept parked in memory says it in place, when the log
+    /// has not moved since it parked (one read of the head); otherwise the log is folded.
     pub(crate) async fn approved_gate(
         &self,
         execution: &ExecutionId,
@@ -37,6 +38,15 @@ impl<S: EventStore> Runtime<S> {
         correlation_key: &str,
     ) -> Option<String> {
         self.inner.authenticator.as_ref()?;
+        let kept = self
+            .inner
+            .kept
+            .gate_waiting_for(execution, event_type, correlation_key);
+        if let Some((parked_at, gate)) = kept
+            && self.inner.store.head(execution).await.ok() == Some(parked_at)
+        {
+            return gate;
+        }
         let state = self.inner.store.fold(execution).await.ok()?;
         state
             .gate_waiting_for(event_type, correlation_key)

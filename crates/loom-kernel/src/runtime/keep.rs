@@ -127,6 +127,25 @@ impl KeptFlows {
         Some(state)
     }
 
+    /// For `execution`'s kept flow, if there is one: the head of the log it parked at, and
+    /// its pending gate that a resume of (`event_type`, `correlation_key`) reaches. Read from
+    /// the kept state in place: nothing is copied or read from the store.
+    pub(crate) fn gate_waiting_for(
+        &self,
+        execution: &ExecutionId,
+        event_type: &str,
+        correlation_key: &str,
+    ) -> Option<(u64, Option<String>)> {
+        let table = self.table();
+        let (_, kept) = table.flows.get(execution)?;
+        let state = kept.ctx.state();
+        let gate = state
+            .fold()
+            .gate_waiting_for(event_type, correlation_key)
+            .map(|(gate_id, _)| gate_id.clone());
+        Some((kept.parked_at, gate))
+    }
+
     /// Drops every kept flow (a shutdown).
     pub(crate) fn clear(&self) {
         let all = std::mem::take(&mut *self.table());
