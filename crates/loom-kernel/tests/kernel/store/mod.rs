@@ -7,6 +7,7 @@ mod backward_compatibility;
 mod batching;
 mod corruption_repair;
 mod crash_consistency;
+mod earlier_store;
 mod error_sources;
 mod flip_sweep;
 mod fold;
