@@ -350,13 +350,7 @@ impl ExecutionState {
     /// The status of an execution that has not ended: in doubt while a step awaits a verdict,
     /// suspended while a gate is pending, running otherwise.
     fn active_status(&self) -> ExecutionStatus {
-        if !self.in_doubt.is_empty() {
-            ExecutionStatus::InDoubt
-        } else if !self.pending_gates.is_empty() {
-            ExecutionStatus::Suspended
-        } else {
-            ExecutionStatus::Running
-        }
+        ExecutionStatus::active(!self.in_doubt.is_empty(), !self.pending_gates.is_empty())
     }
 }
 

@@ -203,9 +203,7 @@ impl ExecutionState {
     /// has steps in flight (a suspended execution whose effect was running when the worker died
     /// must be driven too). Parked executions (waiting only for resumes or verdicts) need not.
     pub fn needs_driving(&self) -> bool {
-        !self.status.is_terminal()
-            && self.status != ExecutionStatus::New
-            && (self.status == ExecutionStatus::Running || self.in_flight > 0)
+        self.status.needs_driving(self.in_flight > 0)
     }
 
     /// The seq of each recorded decision, in step id order.

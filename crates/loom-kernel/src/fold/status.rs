@@ -24,6 +24,27 @@ pub enum ExecutionStatus {
 }
 
 impl ExecutionStatus {
+    /// The one rule for the status of an execution that has started and not ended: in doubt
+    /// while a step is in doubt (K9), suspended while a gate is pending, running otherwise.
+    /// The fold and the stores' tails both use it.
+    pub(crate) fn active(steps_in_doubt: bool, gates_pending: bool) -> Self {
+        if steps_in_doubt {
+            Self::InDoubt
+        } else if gates_pending {
+            Self::Suspended
+        } else {
+            Self::Running
+        }
+    }
+
+    /// The one rule for whether a worker must drive an execution on: it has started and not
+    /// ended, and it is running or has a step in flight (a suspended execution whose effect
+    /// was running when its worker died must be driven too). Parked executions (waiting only
+    /// for resumes or verdicts) need not be.
+    pub(crate) fn needs_driving(self, steps_in_flight: bool) -> bool {
+        !self.is_terminal() && self != Self::New && (self == Self::Running || steps_in_flight)
+    }
+
     /// Every status a started execution can have, in lifecycle order (`New` left out).
     pub const STARTED: [ExecutionStatus; 6] = [
         Self::Running,

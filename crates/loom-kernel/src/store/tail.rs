@@ -154,9 +154,7 @@ impl ExecutionTail {
     /// [`crate::ExecutionState::needs_driving`] would say: it has not ended, and it is running
     /// or has a step in flight.
     pub fn needs_driving(&self) -> bool {
-        !self.status.is_terminal()
-            && self.status != ExecutionStatus::New
-            && (self.status == ExecutionStatus::Running || !self.in_flight.is_empty())
+        self.status.needs_driving(!self.in_flight.is_empty())
     }
 
     /// When the store recorded the execution's terminal event (`recorded_at_ms` of that
@@ -268,13 +266,8 @@ impl ExecutionTail {
                 return Ok(());
             }
         }
-        self.status = if !self.in_doubt.is_empty() {
-            ExecutionStatus::InDoubt
-        } else if !self.pending_gates.is_empty() {
-            ExecutionStatus::Suspended
-        } else {
-            ExecutionStatus::Running
-        };
+        self.status =
+            ExecutionStatus::active(!self.in_doubt.is_empty(), !self.pending_gates.is_empty());
         Ok(())
     }
 
