@@ -55,6 +55,11 @@ impl Harness {
             1 => Outcome::Failed,
             _ => Outcome::InDoubt,
         };
+        self.answer_effect(step, outcome);
+    }
+
+    /// The effect of `step` comes back with `outcome`.
+    fn answer_effect(&mut self, step: String, outcome: Outcome) {
         if let Err(wrong) = self.model.effect_done(&step, outcome) {
             self.fail(&wrong);
         }
@@ -68,7 +73,10 @@ impl Harness {
     }
 
     fn resume(&mut self, rng: &mut Rng) {
-        let key = rng.below(2) as u8;
+        self.send_resume(rng.below(2) as u8);
+    }
+
+    fn send_resume(&mut self, key: u8) {
         let (reply, rx) = oneshot::channel();
         let expect = self.model.resume(key);
         self.waiting.push(Waiting::Resume(rx, expect));
@@ -91,6 +99,10 @@ impl Harness {
             1 => VerdictKind::Completed,
             _ => VerdictKind::Failed,
         };
+        self.send_verdict(step, kind);
+    }
+
+    fn send_verdict(&mut self, step: String, kind: VerdictKind) {
         let verdict = match kind {
             VerdictKind::Retry => Verdict::Retry,
             VerdictKind::Completed => Verdict::Completed {
@@ -112,16 +124,15 @@ impl Harness {
     }
 
     fn child_ended(&mut self, rng: &mut Rng) {
-        if self.children.is_empty() {
-            return;
+        if let Some(gate) = pick(rng, self.children.keys()) {
+            self.send_child_end(gate);
         }
-        let at = rng.below(self.children.len() as u64) as usize;
-        let (gate, child) = self
-            .children
-            .iter()
-            .nth(at)
-            .map(|(g, c)| (g.clone(), c.clone()))
-            .expect("in range");
+    }
+
+    fn send_child_end(&mut self, gate: String) {
+        let Some(child) = self.children.get(&gate).cloned() else {
+            self.fail("a child gate waits for a child never started");
+        };
         self.model.child_ended(&gate);
         self.step(Input::Message(DriverMsg::ChildEnded {
             child,
@@ -141,11 +152,9 @@ impl Harness {
     }
 
     fn deadline(&mut self, rng: &mut Rng) {
-        if self.armed.is_empty() {
+        let Some((gate_id, deadline_ms)) = pick(rng, self.armed.iter()) else {
             return;
-        }
-        let at = rng.below(self.armed.len() as u64) as usize;
-        let (gate_id, deadline_ms) = self.armed.iter().nth(at).cloned().expect("in range");
+        };
         self.model.deadline(&gate_id);
         self.step(Input::Message(DriverMsg::Deadline {
             gate_id,
@@ -177,13 +186,7 @@ impl Harness {
             self.over = Some("unknown");
             return;
         }
-        let envelopes: Vec<EventEnvelope> = self
-            .log
-            .iter()
-            .enumerate()
-            .map(|(seq, e)| EventEnvelope::new(self.id.clone(), seq as u64, e.clone()))
-            .collect();
-        let fold = match ExecutionState::fold(&envelopes) {
+        let fold = match self.durable_fold() {
             Ok(fold) => fold,
             Err(error) => self.fail(&format!("the durable log does not fold: {error}")),
         };
@@ -206,6 +209,17 @@ impl Harness {
         self.ctx = Some(ctx);
         self.over = None;
         self.turn();
+    }
+
+    /// The fold of the durable log.
+    fn durable_fold(&self) -> Result<ExecutionState, crate::fold::FoldError> {
+        let envelopes: Vec<EventEnvelope> = self
+            .log
+            .iter()
+            .enumerate()
+            .map(|(seq, e)| EventEnvelope::new(self.id.clone(), seq as u64, e.clone()))
+            .collect();
+        ExecutionState::fold(&envelopes)
     }
 
     /// A parked flow kept in memory is taken up by a new run (no replay).
@@ -261,52 +275,14 @@ impl Harness {
                 self.complete_append();
             } else if !self.running.is_empty() {
                 let (step, _) = self.running.remove(0);
-                if let Err(wrong) = self.model.effect_done(&step, Outcome::Completed) {
-                    self.fail(&wrong);
-                }
-                self.step(Input::EffectDone(
-                    crate::hash::IdKey::new(&step),
-                    EffectOutcome::ok(Payload::null()),
-                ));
+                self.answer_effect(step, Outcome::Completed);
             } else {
                 match self.model.wait.clone() {
-                    Wait::Gate { id, key: CHILD, .. } => {
-                        let Some(child) = self.children.get(&id).cloned() else {
-                            self.fail("a child gate waits for a child never started");
-                        };
-                        self.model.child_ended(&id);
-                        self.step(Input::Message(DriverMsg::ChildEnded {
-                            child,
-                            payload: Payload::null(),
-                        }));
-                    }
-                    Wait::Gate { key, .. } => {
-                        let (reply, rx) = oneshot::channel();
-                        let expect = self.model.resume(key);
-                        self.waiting.push(Waiting::Resume(rx, expect));
-                        self.step(Input::Message(DriverMsg::Resume(ResumeMsg {
-                            event_type: EVENT_TYPE.into(),
-                            correlation_key: key.to_string(),
-                            payload: Payload::null(),
-                            gate_id: None,
-                            reply,
-                        })));
-                    }
+                    Wait::Gate { id, key: CHILD, .. } => self.send_child_end(id),
+                    Wait::Gate { key, .. } => self.send_resume(key),
                     Wait::Step {
                         id, doubt: true, ..
-                    } => {
-                        let (reply, rx) = oneshot::channel();
-                        let expect = self.model.verdict(&id, VerdictKind::Completed);
-                        self.waiting.push(Waiting::Resolve(rx, expect));
-                        self.step(Input::Message(DriverMsg::Resolve(ResolveMsg {
-                            step_id: id,
-                            verdict: Verdict::Completed {
-                                output: Payload::null(),
-                            },
-                            operator: None,
-                            reply,
-                        })));
-                    }
+                    } => self.send_verdict(id, VerdictKind::Completed),
                     _ => self.fail("the execution is stuck: nothing in flight, nothing awaited"),
                 }
             }
@@ -317,13 +293,10 @@ impl Harness {
         if self.model.durable != self.model.log.len() {
             self.fail("the model's log is not all durable at the end");
         }
-        let envelopes: Vec<EventEnvelope> = self
-            .log
-            .iter()
-            .enumerate()
-            .map(|(seq, e)| EventEnvelope::new(self.id.clone(), seq as u64, e.clone()))
-            .collect();
-        let fold = ExecutionState::fold(&envelopes).expect("the log folds");
+        let fold = match self.durable_fold() {
+            Ok(fold) => fold,
+            Err(error) => self.fail(&format!("the durable log does not fold: {error}")),
+        };
         if fold.status() != self.model.status() {
             self.fail(&format!(
                 "the log folds to {:?}, the model says {:?}",
@@ -332,4 +305,17 @@ impl Harness {
             ));
         }
     }
+}
+
+/// One of `items`, picked by `rng` (`None` if there is none).
+fn pick<'a, T: Clone + 'a>(
+    rng: &mut Rng,
+    items: impl ExactSizeIterator<Item = &'a T>,
+) -> Option<T> {
+    let len = items.len() as u64;
+    if len == 0 {
+        return None;
+    }
+    let mut items = items;
+    items.nth(rng.below(len) as usize).cloned()
 }
