@@ -22,7 +22,7 @@ use crate::id::ExecutionId;
 use crate::payload::Payload;
 use crate::runtime::ctx::FlowCtx;
 use crate::runtime::errors::{CancelError, ResolveError, ResumeError};
-use crate::runtime::execution::{Execution, Input};
+use crate::runtime::execution::{Action, Execution, Input};
 use crate::runtime::history::History;
 use crate::runtime::mailbox::{Answer, DriverMsg, ResolveMsg, ResumeMsg};
 use crate::runtime::markers::is_reserved_event_type;
@@ -258,8 +258,12 @@ fn take_up(execution: &ExecutionId, log: &[EventEnvelope]) -> Result<TakenUp, Of
 /// Steps the machine with `message`: what it would append, or its refusal.
 fn written(mut machine: Execution, message: DriverMsg) -> Result<OfflineWrite, OfflineRefusal> {
     machine.step(Input::Message(message));
-    let mut ready = machine.ready();
-    for answer in ready.answers.drain(..) {
+    let mut ready = machine.take_ready();
+    let answers = ready.actions.drain(..).filter_map(|action| match action {
+        Action::Answer(answer) => Some(answer),
+        _ => None,
+    });
+    for answer in answers {
         match answer {
             Answer::Resume(_, error) => return Err(OfflineRefusal::Resume(error)),
             Answer::Resolve(_, error) => return Err(OfflineRefusal::Resolve(error)),

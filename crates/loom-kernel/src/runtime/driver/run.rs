@@ -1,8 +1,7 @@
 //! The driver's loop (`drive`): one [`Run`] per driver task. Each turn polls the flow if the
 //! execution's machine says so ([`Execution::poll_now`]), asks it what it wants done
 //! ([`Execution::ready`]), carries that out (deadlines, effects, children, answers, an
-//! append), hands it back
-//! ([`Execution::advance`]), and then does what its `next` says: come back, wait for the world
+//! append), says so ([`Execution::advance`]), and then does what its `next` says: come back, wait for the world
 //! (an append, an effect, a message, the flow's waker, a shutdown) and report what came
 //! ([`Execution::step`]), or exit. The decisions are the machine's (`runtime/execution/`);
 //! this file does the I/O around them.
@@ -27,7 +26,7 @@ use crate::runtime::child_runs;
 use crate::runtime::contain::contain;
 use crate::runtime::ctx::FlowCtx;
 use crate::runtime::deadlines;
-use crate::runtime::execution::{Execution, Input, Next, Polled, Ready};
+use crate::runtime::execution::{Action, Execution, Input, Next, Polled, Released};
 use crate::runtime::history::History;
 use crate::runtime::keep;
 use crate::runtime::machine::Batch;
@@ -54,16 +53,15 @@ pub(crate) async fn drive<S: EventStore>(
         } else if run.exec.poll_now() {
             run.poll_flow();
         }
-        let ready = run.exec.ready();
-        match run.carry_out(ready) {
+        match run.carry_out() {
             Next::Again => {
                 run.report_done_effects();
                 continue;
             }
             Next::Wait => {}
-            Next::Release { deadlines, orphans } => {
+            Next::Release(released) => {
                 if run.inner.try_release(&run.execution, messages) {
-                    return Ok(run.released(deadlines, orphans));
+                    return Ok(run.released(*released));
                 }
             }
             Next::MayPark => {
@@ -84,7 +82,7 @@ pub(crate) async fn drive<S: EventStore>(
                     return Ok(exit);
                 }
             }
-            Next::Fail(error) => return Err(error),
+            Next::Fail(error) => return Err(*error),
             Next::Unknown => return Ok(Exit::Unknown),
             Next::Moved => return Ok(Exit::Moved),
             Next::Stopped { settled } => return Ok(run.stopped(settled).await),
@@ -217,39 +215,38 @@ impl<S: EventStore> Run<S> {
         }))
     }
 
-    /// Carries out what the machine wants done, hands the [`Ready`] back, and says what next.
-    fn carry_out(&mut self, mut ready: Ready) -> Next {
-        for (gate_id, deadline_ms) in ready.arm.drain(..) {
-            deadlines::arm_deadline(&self.inner, &self.execution, &gate_id, deadline_ms);
-        }
-        for (gate_id, deadline_ms) in ready.disarm.drain(..) {
-            self.inner
-                .timers
-                .disarm(&self.execution, &gate_id, deadline_ms);
-        }
-        for child in ready.heard.drain(..) {
-            child_runs::heard(&self.inner, &child);
-        }
+    /// Carries out what the machine wants done ([`Execution::ready`]), says so
+    /// ([`Execution::advance`]), and what next.
+    fn carry_out(&mut self) -> Next {
+        let ready = self.exec.ready();
         for dispatch in ready.run.drain(..) {
             self.running.push(invoke(&self.inner, dispatch, ready.head));
         }
-        for start in ready.children.drain(..) {
-            start_child(&self.inner, &self.execution, start);
+        for action in ready.actions.drain(..) {
+            match action {
+                Action::Arm((gate_id, deadline_ms)) => {
+                    deadlines::arm_deadline(&self.inner, &self.execution, &gate_id, deadline_ms);
+                }
+                Action::Disarm((gate_id, deadline_ms)) => {
+                    self.inner
+                        .timers
+                        .disarm(&self.execution, &gate_id, deadline_ms);
+                }
+                Action::StartChild(start) => start_child(&self.inner, &self.execution, start),
+                Action::Heard(child) => child_runs::heard(&self.inner, &child),
+                Action::Answer(answer) => answer.send(&self.execution),
+                Action::Resend(message) => self.inner.send(&self.execution, message),
+            }
         }
         if ready.drop_effects {
             self.running = FuturesUnordered::new();
         }
-        for answer in ready.answers.drain(..) {
-            answer.send(&self.execution);
-        }
-        for message in ready.resend.drain(..) {
-            self.inner.send(&self.execution, message);
-        }
-        if let Some(batch) = ready.append.take() {
+        let append = ready.append.take();
+        let next = std::mem::take(&mut ready.next);
+        self.exec.advance();
+        if let Some(batch) = append {
             self.start_append(batch);
         }
-        let next = std::mem::take(&mut ready.next);
-        self.exec.advance(ready);
         next
     }
 
@@ -311,11 +308,7 @@ impl<S: EventStore> Run<S> {
 
     /// The execution ended and is released: its gates will never be resumed (their deadlines
     /// need not fire), nor its children's ends heard (they are cancelled, LD-015).
-    fn released(
-        &mut self,
-        deadlines: Vec<crate::runtime::machine::GateDeadline>,
-        orphans: Vec<(String, ExecutionId)>,
-    ) -> Exit {
+    fn released(&mut self, Released { deadlines, orphans }: Released) -> Exit {
         for (gate_id, deadline_ms) in deadlines {
             self.inner
                 .timers

@@ -45,13 +45,13 @@ impl Execution {
             deadline_ms,
         } = &message
         {
-            self.out.disarm.push((gate_id.clone(), *deadline_ms));
+            self.out.disarm((gate_id.clone(), *deadline_ms));
         }
         let state = self.ctx.state();
         let timed_out = state.timed_out_gates();
         let answer = ended_answer(&self.id, message, &timed_out, state.fold().steps_in_doubt());
         drop(state);
-        self.out.answers.extend(answer);
+        self.out.answer_all(answer);
     }
 
     /// A message handled now.
@@ -65,13 +65,13 @@ impl Execution {
                 if !self.ctx.state().expire_gate(&gate_id, deadline_ms) {
                     tracing::debug!(gate = %gate_id, deadline_ms, "a deadline whose gate no longer waits is ignored");
                 }
-                self.out.disarm.push((gate_id, deadline_ms));
+                self.out.disarm((gate_id, deadline_ms));
             }
             DriverMsg::ChildEnded { child, payload } => {
                 if !self.ctx.state().child_ended(&child, payload) {
                     tracing::debug!(%child, "the end of a child no gate waits for is ignored");
                 }
-                self.out.heard.push(child);
+                self.out.heard(child);
             }
             DriverMsg::Resolve(resolve) => {
                 let ResolveMsg {
@@ -95,7 +95,7 @@ impl Execution {
                             execution: self.id.clone(),
                             step_id,
                         };
-                        self.out.answers.push(Answer::Resolve(reply, error));
+                        self.out.answer(Answer::Resolve(reply, error));
                     }
                 }
             }
@@ -156,6 +156,6 @@ impl Execution {
             },
             GateMiss::ReservedPayload => ResumeError::ReservedPayload { execution },
         };
-        self.out.answers.push(Answer::Resume(reply, error));
+        self.out.answer(Answer::Resume(reply, error));
     }
 }

@@ -1,6 +1,6 @@
 //! One execution's machine as its driver sees it (LD-022): everything that happens to the
 //! execution goes in through [`Execution::step`], everything it wants done comes out of
-//! [`Execution::ready`], and [`Execution::advance`] hands the carried-out [`Ready`] back.
+//! [`Execution::ready`], and [`Execution::advance`] says it was carried out.
 //!
 //! It owns the flow's side ([`FlowState`], behind the flow's `FlowCtx` lock, which the flow's
 //! commands also take), the write side ([`machine::Machine`]: the durable head, the append
@@ -32,7 +32,7 @@ use crate::runtime::machine::{self, CutOff, Dispatch, Held, QUEUED_DISPATCHES, Q
 use crate::runtime::mailbox::{Answer, DriverMsg, Reply, failed_answer};
 use crate::store::AppendError;
 
-pub(crate) use ready::{Next, Ready};
+pub(crate) use ready::{Action, Next, Ready, Released};
 
 /// The write side over the driver's replies, effects and children.
 type Write = machine::Machine<Reply, Dispatch, ChildStart>;
@@ -103,8 +103,6 @@ pub(crate) struct Execution {
     issued_dispatches: Vec<Dispatch>,
     /// What the next [`Execution::ready`] hands out, filled as inputs come.
     out: Ready,
-    /// The last [`Ready`] given back, kept for its buffers.
-    spare: Option<Ready>,
     /// No process runs the execution's flow or effects: an operator's offline write
     /// (`runtime/offline.rs`).
     offline: bool,
@@ -144,7 +142,6 @@ impl Execution {
             issued_events: Vec::with_capacity(QUEUED_EVENTS),
             issued_dispatches: Vec::with_capacity(QUEUED_DISPATCHES),
             out: Ready::default(),
-            spare: None,
             offline: false,
         }
     }
@@ -270,7 +267,7 @@ impl Execution {
     /// [`Execution::ready`]).
     fn fail(&mut self, error: DriveError) {
         if self.end.is_none() {
-            self.end = Some(Next::Fail(error));
+            self.end = Some(Next::Fail(Box::new(error)));
         }
     }
 
@@ -283,11 +280,10 @@ impl Execution {
     fn appended(&mut self, head: u64) {
         let durable = self.write.appended(head);
         self.out
-            .answers
-            .extend(durable.replies.into_iter().map(Answer::Ok));
+            .answer_all(durable.replies.into_iter().map(Answer::Ok));
         self.running += durable.ready.run.len();
         self.out.run.extend(durable.ready.run);
-        self.out.children.extend(durable.ready.children);
+        self.out.start_children(durable.ready.children);
     }
 
     fn append_failed(&mut self, error: AppendError) {
@@ -297,9 +293,7 @@ impl Execution {
                 // the execution that owns the id.
                 tracing::debug!(actual_seq, "start refused: the execution exists");
                 let replies = self.write.take_all_replies();
-                self.out
-                    .answers
-                    .extend(replies.into_iter().map(Answer::Exists));
+                self.out.answer_all(replies.into_iter().map(Answer::Exists));
                 self.end_with(Next::Unknown);
             }
             AppendError::Conflict { actual_seq, .. } => {
@@ -312,9 +306,8 @@ impl Execution {
                 );
                 let replies = self.write.take_all_replies();
                 self.out
-                    .answers
-                    .extend(replies.into_iter().map(Answer::LogMoved));
-                self.out.resend.append(&mut self.deferred);
+                    .answer_all(replies.into_iter().map(Answer::LogMoved));
+                self.out.resend_all(self.deferred.drain(..));
                 self.end_with(Next::Moved);
             }
             source => self.fail(DriveError::Append {
@@ -328,7 +321,7 @@ impl Execution {
     /// the append in flight, if any, has come back.
     fn stop(&mut self) {
         let replies = self.write.take_queued_replies();
-        self.out.answers.extend(
+        self.out.answer_all(
             replies
                 .into_iter()
                 .map(|reply| Answer::Failed(reply, SHUT_DOWN.into())),
@@ -346,10 +339,10 @@ impl Execution {
                 deadline_ms,
             } = &message
             {
-                self.out.disarm.push((gate_id.clone(), *deadline_ms));
+                self.out.disarm((gate_id.clone(), *deadline_ms));
             }
             if let Some(answer) = failed_answer(&self.id, message, detail) {
-                self.out.answers.push(answer);
+                self.out.answer(answer);
             }
         }
     }

@@ -11,25 +11,17 @@ use crate::runtime::history::Attempted;
 use crate::runtime::machine::{Batch, Dispatch, GateDeadline};
 use crate::runtime::mailbox::{Answer, DriverMsg};
 
-/// Everything the execution wants done, for the driver to carry out and hand back to
-/// [`Execution::advance`].
+/// Everything the execution wants done, for the driver to carry out before
+/// [`Execution::advance`]. What a step needs on its way (effects to run, the append) has a
+/// place of its own; the rest, rare, is one list of [`Action`]s in the order decided.
 #[derive(Default)]
 pub(crate) struct Ready {
-    /// Deadlines to arm and to disarm.
-    pub(crate) arm: Vec<GateDeadline>,
-    pub(crate) disarm: Vec<GateDeadline>,
     /// Effects to run, against the durable head `head` (a non-idempotent one checks the lease
     /// at it).
     pub(crate) run: Vec<Dispatch>,
     pub(crate) head: u64,
-    /// Children to start (their gate is durable).
-    pub(crate) children: Vec<ChildStart>,
-    /// Children whose end is handled now (their link to this parent goes).
-    pub(crate) heard: Vec<ExecutionId>,
-    /// Answers to callers.
-    pub(crate) answers: Vec<Answer>,
-    /// Messages for the next driver of this execution (this run is over).
-    pub(crate) resend: Vec<DriverMsg>,
+    /// Deadlines, children, answers, messages for the next driver.
+    pub(crate) actions: Vec<Action>,
     /// Drop the effects still running: the execution ended.
     pub(crate) drop_effects: bool,
     /// The append to write; its result comes back as `Input::Appended` or
@@ -37,6 +29,52 @@ pub(crate) struct Ready {
     pub(crate) append: Option<Batch>,
     /// What the driver does once the rest is carried out.
     pub(crate) next: Next,
+}
+
+/// One of the rarer things a [`Ready`] asks for.
+pub(crate) enum Action {
+    /// Arm a gate's deadline.
+    Arm(GateDeadline),
+    /// Disarm one (its gate closed, or its time came).
+    Disarm(GateDeadline),
+    /// Start a child (its gate is durable).
+    StartChild(ChildStart),
+    /// A child whose end is handled now: its link to this parent goes.
+    Heard(ExecutionId),
+    /// Answer a caller.
+    Answer(Answer),
+    /// A message for the next driver of this execution (this run is over).
+    Resend(DriverMsg),
+}
+
+impl Ready {
+    pub(super) fn answer(&mut self, answer: Answer) {
+        self.actions.push(Action::Answer(answer));
+    }
+    pub(super) fn answer_all(&mut self, answers: impl IntoIterator<Item = Answer>) {
+        self.actions.extend(answers.into_iter().map(Action::Answer));
+    }
+    pub(super) fn arm_all(&mut self, deadlines: Vec<GateDeadline>) {
+        self.actions.extend(deadlines.into_iter().map(Action::Arm));
+    }
+    pub(super) fn disarm(&mut self, deadline: GateDeadline) {
+        self.actions.push(Action::Disarm(deadline));
+    }
+    pub(super) fn disarm_all(&mut self, deadlines: Vec<GateDeadline>) {
+        self.actions
+            .extend(deadlines.into_iter().map(Action::Disarm));
+    }
+    pub(super) fn start_children(&mut self, children: Vec<ChildStart>) {
+        self.actions
+            .extend(children.into_iter().map(Action::StartChild));
+    }
+    pub(super) fn heard(&mut self, child: ExecutionId) {
+        self.actions.push(Action::Heard(child));
+    }
+    pub(super) fn resend_all(&mut self, messages: impl IntoIterator<Item = DriverMsg>) {
+        self.actions
+            .extend(messages.into_iter().map(Action::Resend));
+    }
 }
 
 /// What the driver does after carrying out a [`Ready`].
@@ -51,10 +89,7 @@ pub(crate) enum Next {
     /// Everything is durable and the execution has ended: release it, disarm these deadlines
     /// and cancel these children (no one will hear of them), and exit with its state. If a
     /// message came meanwhile, wait.
-    Release {
-        deadlines: Vec<GateDeadline>,
-        orphans: Vec<(String, ExecutionId)>,
-    },
+    Release(Box<Released>),
     /// Everything is durable and the flow waits only for messages: end the turn, and if the
     /// flow did not wake meanwhile report `Input::Parking`.
     MayPark,
@@ -62,7 +97,7 @@ pub(crate) enum Next {
     /// `head`) and exit; if a message came meanwhile, wait.
     Park { head: u64 },
     /// The run failed; the callers waiting have their answers in this [`Ready`].
-    Fail(DriveError),
+    Fail(Box<DriveError>),
     /// A new execution's id was taken: the run is over, nothing of it was written.
     Unknown,
     /// Another writer appended first: the run is over.
@@ -74,29 +109,40 @@ pub(crate) enum Next {
     Gone,
 }
 
+/// What is left of an execution that ended, for the driver that releases it.
+pub(crate) struct Released {
+    /// Deadlines no gate waits for any more.
+    pub(crate) deadlines: Vec<GateDeadline>,
+    /// Children no one will hear of: `(gate id, child id)`.
+    pub(crate) orphans: Vec<(String, ExecutionId)>,
+}
+
 impl Execution {
-    /// What the execution wants done now. Carried out, it goes back to
-    /// [`Execution::advance`].
-    pub(crate) fn ready(&mut self) -> Ready {
+    /// What the execution wants done now, to carry out before [`Execution::advance`]. It is
+    /// kept in the machine (its lists keep their room from turn to turn), not moved out.
+    pub(crate) fn ready(&mut self) -> &mut Ready {
         self.prepare();
         self.out.head = self.write.durable_head();
-        let spare = self.spare.take().unwrap_or_default();
-        std::mem::replace(&mut self.out, spare)
+        &mut self.out
     }
 
-    /// A [`Ready`] carried out: its buffers are kept for the next.
-    pub(crate) fn advance(&mut self, mut done: Ready) {
-        done.arm.clear();
-        done.disarm.clear();
+    /// The [`Ready`] was carried out: it is emptied for the next.
+    pub(crate) fn advance(&mut self) {
+        let done = &mut self.out;
         done.run.clear();
-        done.children.clear();
-        done.heard.clear();
-        done.answers.clear();
-        done.resend.clear();
+        done.actions.clear();
         done.drop_effects = false;
         done.append = None;
         done.next = Next::Wait;
-        self.spare = Some(done);
+    }
+
+    /// [`Execution::ready`] taken out whole, then [`Execution::advance`] (for a caller that
+    /// steps the machine while it carries the `Ready` out: the model test's harness, an
+    /// offline write).
+    pub(crate) fn take_ready(&mut self) -> Ready {
+        self.prepare();
+        self.out.head = self.write.durable_head();
+        std::mem::take(&mut self.out)
     }
 
     fn prepare(&mut self) {
@@ -124,13 +170,13 @@ impl Execution {
             return;
         }
         let replies = self.write.take_settled_replies();
-        self.out.answers.extend(replies.into_iter().map(Answer::Ok));
+        self.out.answer_all(replies.into_iter().map(Answer::Ok));
         self.out.next = if self.write.ended() {
             let state = self.ctx.state();
-            Next::Release {
+            Next::Release(Box::new(Released {
                 deadlines: state.pending_deadlines(),
                 orphans: state.pending_children(),
-            }
+            }))
         } else if !self.may_park() {
             Next::Wait
         } else if !parking {
@@ -170,8 +216,8 @@ impl Execution {
         let (arm, disarm) = state.take_deadlines();
         let child_starts = state.take_child_starts();
         drop(state);
-        self.out.arm.extend(arm);
-        self.out.disarm.extend(disarm);
+        self.out.arm_all(arm);
+        self.out.disarm_all(disarm);
         // A held effect may start once everything queued so far is durable. Until the
         // execution's EXECUTION_STARTED is durable, or its id claimed in the store's memory,
         // every effect is held: a start whose id turns out to be taken (by another runtime on
@@ -183,7 +229,7 @@ impl Execution {
         );
         self.running += self.issued_dispatches.len();
         self.out.run.append(&mut self.issued_dispatches);
-        self.out.children.extend(children);
+        self.out.start_children(children);
         true
     }
 
@@ -204,7 +250,7 @@ impl Execution {
         if let Next::Fail(error) = &end {
             let detail = error.to_string();
             let replies = self.write.take_all_replies();
-            self.out.answers.extend(
+            self.out.answer_all(
                 replies
                     .into_iter()
                     .map(|reply| Answer::Failed(reply, detail.clone())),

@@ -34,7 +34,7 @@ use std::task::{Context, Poll, Wake, Waker};
 use futures::future::BoxFuture;
 use tokio::sync::oneshot;
 
-use super::{Execution, Input, Next, Polled, Ready};
+use super::{Action, Execution, Input, Next, Polled, Ready};
 use crate::classify::DataClassification;
 use crate::envelope::EventEnvelope;
 use crate::event::{ErrorInfo, Event, ExecutionStarted, Verdict};
@@ -353,10 +353,9 @@ impl Harness {
             if self.exec().poll_now() {
                 self.poll_flow();
             }
-            let mut ready = self.exec().ready();
+            let mut ready = self.exec().take_ready();
             let next = std::mem::take(&mut ready.next);
             self.carry_out(&mut ready);
-            self.exec().advance(ready);
             self.check_answers();
             match next {
                 Next::Again => continue,
@@ -375,7 +374,8 @@ impl Harness {
                     }
                     return self.end_run("parked");
                 }
-                Next::Release { orphans, .. } => {
+                Next::Release(released) => {
+                    let orphans = released.orphans;
                     if !self.model.ended() || self.model.durable != self.model.log.len() {
                         self.fail("released before the model's execution ended and is durable");
                     }
@@ -414,30 +414,6 @@ impl Harness {
     }
 
     fn carry_out(&mut self, ready: &mut Ready) {
-        for deadline in ready.arm.drain(..) {
-            self.armed.insert(deadline);
-        }
-        for deadline in ready.disarm.drain(..) {
-            self.armed.remove(&deadline);
-        }
-        for child in ready.heard.drain(..) {
-            if !self.children.values().any(|c| *c == child) {
-                self.fail(&format!("heard of child {child}, never started"));
-            }
-        }
-        for (gate_id, spec) in ready.children.drain(..) {
-            let durable = self
-                .log
-                .iter()
-                .any(|e| matches!(e, Event::ExecutionSuspended(s) if s.gate_id == gate_id));
-            if !durable {
-                self.fail(&format!(
-                    "child of {gate_id} started before its gate was durable"
-                ));
-            }
-            self.children.insert(gate_id, spec.execution);
-        }
-        assert!(ready.resend.is_empty());
         for dispatch in ready.run.drain(..) {
             let step = dispatch.call.step_id.clone();
             let attempt = dispatch.call.attempt;
@@ -469,11 +445,37 @@ impl Harness {
             }
             self.running.push((step, attempt));
         }
+        for action in ready.actions.drain(..) {
+            match action {
+                Action::Arm(deadline) => {
+                    self.armed.insert(deadline);
+                }
+                Action::Disarm(deadline) => {
+                    self.armed.remove(&deadline);
+                }
+                Action::Heard(child) => {
+                    if !self.children.values().any(|c| *c == child) {
+                        self.fail(&format!("heard of child {child}, never started"));
+                    }
+                }
+                Action::StartChild((gate_id, spec)) => {
+                    let durable = self
+                        .log
+                        .iter()
+                        .any(|e| matches!(e, Event::ExecutionSuspended(s) if s.gate_id == gate_id));
+                    if !durable {
+                        self.fail(&format!(
+                            "child of {gate_id} started before its gate was durable"
+                        ));
+                    }
+                    self.children.insert(gate_id, spec.execution);
+                }
+                Action::Answer(answer) => answer.send(&self.id),
+                Action::Resend(_) => self.fail("a message resent: the harness never moves the log"),
+            }
+        }
         if ready.drop_effects {
             self.running.clear();
-        }
-        for answer in ready.answers.drain(..) {
-            answer.send(&self.id);
         }
         if let Some(batch) = ready.append.take() {
             if self.appending.is_some() {
