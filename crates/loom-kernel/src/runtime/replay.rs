@@ -17,7 +17,8 @@ use crate::runtime::codes;
 use crate::runtime::contain::contain;
 use crate::runtime::ctx::FlowCtx;
 use crate::runtime::effect::{Effect, EffectCall, EffectOutcome};
-use crate::runtime::errors::CompositionError;
+use crate::runtime::errors::{CompositionError, DriveError};
+use crate::runtime::execution::{Execution, Input, Next, Polled};
 use crate::runtime::flow::FlowError;
 use crate::runtime::flow::{Flow, FlowSet};
 use crate::runtime::history::{Attempted, History, NonDeterminism, shown};
@@ -247,9 +248,9 @@ pub(crate) fn replay_log(
         history,
         folded,
     );
-    ctx.state().watch_live = true;
-    let returned = match run_to_rest(flow.as_ref(), &ctx, &started.input) {
-        Ok(returned) => returned,
+    let mut machine = Execution::replaying(ctx.clone());
+    let rested = match run_to_rest(flow.as_ref(), &ctx, &started.input, &mut machine) {
+        Ok(rested) => rested,
         Err(message) => {
             // A log that records this very panic replays to it.
             if let RecordedEnd::Failed(_, error) = &recorded_end
@@ -267,17 +268,8 @@ pub(crate) fn replay_log(
             });
         }
     };
-    let mut state = ctx.state();
-    state.check_end(if returned.is_some() {
-        Attempted::Complete
-    } else {
-        Attempted::Wait
-    });
-    if let Some(divergence) = state.divergence() {
-        return Err(divergence.clone().into());
-    }
-    let first_live = state.first_live.take();
-    drop(state);
+    let returned = rested?;
+    let first_live = machine.first_live();
     let diverged = |seq: u64, recorded: &str, attempted: String| {
         Err(ReplayError::NonDeterminism(NonDeterminism {
             seq,
@@ -353,27 +345,68 @@ fn error_text(error: &FlowError) -> String {
     error.to_string()
 }
 
-/// Polls the flow as long as it makes progress: every recorded result is served at once, so
-/// it stops only where it waits for something the log does not hold (or has returned). A
-/// flow that yields wakes itself and is polled again. `Err` is a panic's message.
+/// Steps the execution's machine as a driver would, polling the flow as long as it makes
+/// progress: every recorded result is served at once, so it stops only where it waits for
+/// something the log does not hold (or has returned). A flow that yields wakes itself and is
+/// polled again. What the machine would do past the log's end (run effects, start children,
+/// append) is never done. `Err` is a panic's message; `Ok(Err(..))` the machine's divergence.
 fn run_to_rest(
     flow: &dyn crate::runtime::flow::Flow,
     ctx: &FlowCtx,
     input: &Payload,
-) -> Result<Option<Result<Payload, FlowError>>, String> {
+    machine: &mut Execution,
+) -> Result<Result<Option<Result<Payload, FlowError>>, NonDeterminism>, String> {
     let mut running = contain(|| flow.run(ctx.clone(), input.clone()))?;
     let flow_waker = Arc::new(FlowWaker::new());
     let waker = Waker::from(Arc::clone(&flow_waker));
-    for _ in 0..MAX_POLLS {
-        flow_waker.take_woken();
-        if let Poll::Ready(result) =
-            contain(|| running.as_mut().poll(&mut Context::from_waker(&waker)))?
-        {
-            return Ok(Some(result));
+    let mut returned = None;
+    let mut polls = 0;
+    loop {
+        if machine.poll_now() {
+            polls += 1;
+            flow_waker.take_woken();
+            let polled = match contain(|| running.as_mut().poll(&mut Context::from_waker(&waker)))?
+            {
+                Poll::Ready(result) => {
+                    returned = Some(result.clone());
+                    Polled::Returned(result)
+                }
+                Poll::Pending => Polled::Pending,
+            };
+            machine.step(Input::Polled(polled));
         }
-        if !flow_waker.take_woken() {
-            break;
+        let next = std::mem::take(&mut machine.ready().next);
+        machine.advance();
+        match next {
+            Next::Again => continue,
+            Next::Fail(error) => return Ok(Err(divergence_of(*error))),
+            _ => {}
         }
+        if returned.is_none() && polls < MAX_POLLS && flow_waker.take_woken() {
+            machine.step(Input::Woken);
+            continue;
+        }
+        break;
     }
-    Ok(None)
+    if returned.is_none() {
+        machine.step(Input::Rest);
+        if let Next::Fail(error) = std::mem::take(&mut machine.ready().next) {
+            return Ok(Err(divergence_of(*error)));
+        }
+        machine.advance();
+    }
+    Ok(Ok(returned))
+}
+
+/// The divergence a replay's machine failed with (it fails with nothing else: nothing is
+/// appended, no effect runs).
+fn divergence_of(error: DriveError) -> NonDeterminism {
+    match error {
+        DriveError::NonDeterminism { source, .. } => source,
+        other => NonDeterminism {
+            seq: 0,
+            recorded: "the log".into(),
+            attempted: other.to_string(),
+        },
+    }
 }

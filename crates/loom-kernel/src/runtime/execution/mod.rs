@@ -70,6 +70,9 @@ pub(crate) enum Input {
     Stop,
     /// The runtime is gone: nothing can be answered any more.
     Gone,
+    /// The flow rests for good, not returned (a replay that reached the end of the log):
+    /// recorded commands it did not issue again are a divergence.
+    Rest,
 }
 
 /// What came of polling the flow.
@@ -84,6 +87,9 @@ pub(crate) struct Execution {
     id: ExecutionId,
     ctx: FlowCtx,
     write: Write,
+    /// A whole-log replay (`runtime/replay.rs`): nothing is ever written, and the flow's end
+    /// is compared with the log's by the replay, not recorded.
+    replay: bool,
     /// Messages that arrived while the flow replayed its history: the gate or step they name
     /// may not be open yet. Handled once the replay has caught up.
     deferred: Vec<DriverMsg>,
@@ -143,7 +149,23 @@ impl Execution {
             issued_dispatches: Vec::with_capacity(QUEUED_DISPATCHES),
             out: Ready::default(),
             offline: false,
+            replay: false,
         }
+    }
+
+    /// A whole-log replay of `ctx`'s history (`Replayer`): the flow is polled and stepped as a
+    /// live run would, nothing it issues past the log's end is written, and its end is the
+    /// replay's to compare.
+    pub(crate) fn replaying(ctx: FlowCtx) -> Self {
+        ctx.state().watch_live();
+        let mut execution = Self::existing(ctx, false);
+        execution.replay = true;
+        execution
+    }
+
+    /// The first command the flow issued past the end of its history, in words (a replay).
+    pub(crate) fn first_live(&mut self) -> Option<String> {
+        self.ctx.state().first_live()
     }
 
     /// An execution no process runs, its flow's side taken up from its log
@@ -176,6 +198,7 @@ impl Execution {
             Input::AppendFailed(error) => self.append_failed(error),
             Input::Stop => self.stop(),
             Input::Gone => self.end_with(Next::Gone),
+            Input::Rest => self.ctx.state().check_end(Attempted::Wait),
         }
     }
 
@@ -235,7 +258,7 @@ impl Execution {
     /// The flow returned: the non-idempotent steps it left running are recorded in doubt
     /// (K9), then its terminal event; the effects still running are dropped.
     fn end_if_returned(&mut self) {
-        if self.write.ended() {
+        if self.write.ended() || self.replay {
             return;
         }
         let Some(result) = self.flow_result.take() else {

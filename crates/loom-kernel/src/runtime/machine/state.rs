@@ -100,8 +100,8 @@ pub(crate) struct FlowState {
     pub(super) recorded_end: bool,
     /// Set by whole-log replay: the first command issued past the end of the history, in
     /// words (a completed log followed by a new command is a divergence).
-    pub(crate) watch_live: bool,
-    pub(crate) first_live: Option<String>,
+    pub(super) watch_live: bool,
+    pub(super) first_live: Option<String>,
     /// Deadlines of gates opened (or replayed as pending) since the driver last looked, to arm.
     pub(super) armed: Vec<GateDeadline>,
     /// Deadlines of gates resumed before them, to disarm.
@@ -307,6 +307,18 @@ impl FlowState {
     }
 
     /// Whether recorded commands remain that the flow has not issued again yet.
+    /// Whole-log replay: the first command issued past the end of the history is noted
+    /// ([`FlowState::first_live`]).
+    pub(crate) fn watch_live(&mut self) {
+        self.watch_live = true;
+    }
+
+    /// The first command issued past the end of the history, in words, once
+    /// [`FlowState::watch_live`] was called.
+    pub(crate) fn first_live(&mut self) -> Option<String> {
+        self.first_live.take()
+    }
+
     pub(crate) fn replaying(&self) -> bool {
         self.cursor < self.history.commands.len() && self.divergence.is_none()
     }
