@@ -57,14 +57,17 @@ impl FlowState {
     /// fold says what each pending gate waits for).
     pub(super) fn waiting_gate(&self, event_type: &str, correlation_key: &str) -> Option<&str> {
         let pending = self.fold.pending_gates();
+        // The one opened first, as the fold says (`gate_waiting_for`), not the first by id:
+        // `Approval#10` sorts before `Approval#9`.
         self.gates
             .keys()
-            .find(|gate_id| {
-                pending.get(*gate_id).is_some_and(|g| {
-                    *g.event_type == *event_type && g.correlation_key == correlation_key
-                })
+            .filter_map(|gate_id| {
+                let gate = pending.get(gate_id)?;
+                (*gate.event_type == *event_type && gate.correlation_key == correlation_key)
+                    .then_some((gate.seq, gate_id.as_str()))
             })
-            .map(String::as_str)
+            .min()
+            .map(|(_, gate_id)| gate_id)
     }
 
     /// Closes the pending gate `gate_id` with `payload` (its `EXECUTION_RESUMED`); the event

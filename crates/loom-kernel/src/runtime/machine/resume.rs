@@ -102,6 +102,23 @@ mod tests {
     }
 
     #[test]
+    fn a_resume_reaches_the_gate_opened_first_not_the_first_by_id() {
+        let mut s = flow_state();
+        waiting_gate(&mut s, "Go#9", "Go", "k", None, None);
+        waiting_gate(&mut s, "Go#10", "Go", "k", None, None);
+        assert_eq!(
+            s.resume_gate("Go", "k", Payload::null(), None),
+            Ok("Go#9".to_owned()),
+            "Go#10 sorts first by id, but Go#9 was opened first"
+        );
+        assert_eq!(
+            s.resume_gate("Go", "k", Payload::null(), Some("Go#10")),
+            Ok("Go#10".to_owned()),
+            "an approval for the gate the fold names is honoured"
+        );
+    }
+
+    #[test]
     fn a_caller_cannot_resume_a_runtime_gate_nor_forge_its_marker() {
         let mut s = flow_state();
         waiting_gate(&mut s, "timer#1", "loom.timer", "timer#1", Some(5), None);
