@@ -604,7 +604,14 @@ async fn the_official_lit_renderer_draws_the_surface_and_a_mouse_click_on_approv
     )
     .await;
 
-    // A new checkout from the page: listed beside the first, drawn, waiting for approval.
+    // A new checkout from the page: listed beside the first, drawn, waiting for approval. The
+    // list of executions loads on its own after the reload and may move the button: the click
+    // waits for it (under load it used to land where the button had been).
+    page.until(
+        "document.getElementById('executions').options.length === 2 && !document.getElementById('new-checkout').disabled",
+        "the executions listed beside the unknown one",
+    )
+    .await;
     page.mouse_click("(() => { const r = document.getElementById('new-checkout').getBoundingClientRect(); return [r.x, r.y, r.width, r.height]; })()").await;
     page.until(
         &format!("location.hash.includes('execution=checkout-2') && loomPlayground.buttons().length === 1 && {SURFACE_TEXT}.includes('awaiting approval') && document.getElementById('executions').options.length === 2"),
