@@ -446,20 +446,35 @@ impl EventStore for PostgresStore {
             )
             .await
             .map_err(pg)?;
+        // Each row's execution found by its id in a map, not by a search of the batch (which
+        // made a batch of n logs cost n² comparisons).
+        let asked: std::collections::HashMap<&str, &ExecutionId> =
+            executions.iter().map(|e| (e.as_str(), e)).collect();
         let mut by_id: std::collections::HashMap<&str, Vec<EventEnvelope>> =
-            std::collections::HashMap::new();
+            std::collections::HashMap::with_capacity(asked.len());
         for row in &rows {
             let id: &str = row.get(0);
-            let Some(execution) = executions.iter().find(|e| e.as_str() == id) else {
+            let Some(execution) = asked.get(id) else {
                 continue;
             };
             let envelope = decode_stored(execution, row.get::<_, i64>(1) as u64, row.get(2))?;
             by_id.entry(execution.as_str()).or_default().push(envelope);
         }
-        Ok(executions
-            .iter()
-            .map(|e| by_id.get(e.as_str()).cloned().unwrap_or_default())
-            .collect())
+        // In the order asked; a log asked twice is read once and copied.
+        let mut logs: Vec<Vec<EventEnvelope>> = Vec::with_capacity(executions.len());
+        let mut first_at: std::collections::HashMap<&str, usize> =
+            std::collections::HashMap::with_capacity(executions.len());
+        for (index, execution) in executions.iter().enumerate() {
+            let log = match first_at.get(execution.as_str()) {
+                Some(&first) => logs[first].clone(),
+                None => {
+                    first_at.insert(execution.as_str(), index);
+                    by_id.remove(execution.as_str()).unwrap_or_default()
+                }
+            };
+            logs.push(log);
+        }
+        Ok(logs)
     }
 
     async fn wait_for(&self, execution: &ExecutionId, seq: u64) -> Result<(), ReadError> {
