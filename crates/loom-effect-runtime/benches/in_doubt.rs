@@ -32,7 +32,9 @@ use loom_kernel::{
     DiskStore, DiskStoreConfig, Event, EventStore, EventStoreExt, ExecutionCancelled, ExecutionId,
     StatusFilter,
 };
-use loom_store_postgres::{PostgresStore, PostgresStoreConfig, fresh_schema, server_url};
+use loom_store_postgres::{
+    PostgresStore, PostgresStoreConfig, drop_schema, fresh_schema, server_url,
+};
 
 #[path = "../../loom-kernel/benches/support/mod.rs"]
 mod support;
@@ -250,16 +252,6 @@ async fn on_postgres(fill: Fill, calls: usize) {
     if !keep {
         drop_schema(&url, &schema).await;
     }
-}
-
-async fn drop_schema(url: &str, schema: &str) {
-    let Ok((client, connection)) = tokio_postgres::connect(url, tokio_postgres::NoTls).await else {
-        return;
-    };
-    tokio::spawn(connection);
-    let _ = client
-        .batch_execute(&format!("DROP SCHEMA \"{schema}\" CASCADE"))
-        .await;
 }
 
 fn main() {

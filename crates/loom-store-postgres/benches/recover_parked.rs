@@ -15,7 +15,9 @@ use std::time::{Duration, Instant};
 
 use loom_kernel::conformance::{RUNNING_LEFT, asleep_on_timer, fill_for_recovery, stuck_runtime};
 use loom_kernel::*;
-use loom_store_postgres::{PostgresStore, PostgresStoreConfig, fresh_schema, server_url};
+use loom_store_postgres::{
+    PostgresStore, PostgresStoreConfig, drop_schema, fresh_schema, server_url,
+};
 
 const RUNNING: usize = RUNNING_LEFT;
 const RUNS: usize = 7;
@@ -76,14 +78,4 @@ fn main() {
             drop_schema(&url, &schema).await;
         }
     });
-}
-
-async fn drop_schema(url: &str, schema: &str) {
-    let Ok((client, connection)) = tokio_postgres::connect(url, tokio_postgres::NoTls).await else {
-        return;
-    };
-    tokio::spawn(connection);
-    let _ = client
-        .batch_execute(&format!("DROP SCHEMA \"{schema}\" CASCADE"))
-        .await;
 }

@@ -87,3 +87,28 @@ pub fn fresh_schema(prefix: &str) -> String {
 pub async fn fresh_store(url: &str, prefix: &str) -> Result<PostgresStore, ConnectError> {
     PostgresStore::connect(PostgresStoreConfig::new(url).schema(fresh_schema(prefix))).await
 }
+
+/// Runs `statements` on the server at `url` with `schema` first on the search path: a test
+/// that rolls a schema back to what an older build left. Panics if they fail.
+pub async fn run_in_schema(url: &str, schema: &str, statements: &str) {
+    let (client, connection) = tokio_postgres::connect(url, tokio_postgres::NoTls)
+        .await
+        .expect("connect to the test server");
+    tokio::spawn(connection);
+    client
+        .batch_execute(&format!("SET search_path TO \"{schema}\"; {statements}"))
+        .await
+        .expect("the statements run");
+}
+
+/// Drops `schema` and everything in it, if the server at `url` answers (a bench's scratch
+/// schema: a failure leaves it, and says nothing).
+pub async fn drop_schema(url: &str, schema: &str) {
+    let Ok((client, connection)) = tokio_postgres::connect(url, tokio_postgres::NoTls).await else {
+        return;
+    };
+    tokio::spawn(connection);
+    let _ = client
+        .batch_execute(&format!("DROP SCHEMA IF EXISTS \"{schema}\" CASCADE"))
+        .await;
+}

@@ -44,18 +44,13 @@ async fn a_schema_from_before_the_in_doubt_index_gets_it_filled() {
     drop(store);
 
     // The schema as the build before the index left it (version 4).
-    let (client, connection) = tokio_postgres::connect(&url, tokio_postgres::NoTls)
-        .await
-        .expect("connect");
-    tokio::spawn(connection);
-    client
-        .batch_execute(&format!(
-            "SET search_path TO \"{schema}\";
-             ALTER TABLE loom_executions DROP COLUMN steps_in_doubt;
-             DELETE FROM loom_migrations WHERE version > 4;"
-        ))
-        .await
-        .expect("roll the schema back");
+    loom_store_postgres::run_in_schema(
+        &url,
+        &schema,
+        "ALTER TABLE loom_executions DROP COLUMN steps_in_doubt;
+         DELETE FROM loom_migrations WHERE version > 4;",
+    )
+    .await;
 
     let store = PostgresStore::connect(config).await.expect("migrate");
     let listed = store

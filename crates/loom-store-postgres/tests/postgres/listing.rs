@@ -30,20 +30,15 @@ async fn a_schema_from_before_the_listing_gets_start_times_and_flows_filled() {
 
     // The schema as the build before the listing left it (version 2): no start time, no flow,
     // and none of the migrations after it.
-    let (client, connection) = tokio_postgres::connect(&url, tokio_postgres::NoTls)
-        .await
-        .expect("connect");
-    tokio::spawn(connection);
-    client
-        .batch_execute(&format!(
-            "SET search_path TO \"{schema}\";
-             DROP TABLE loom_wakeups;
-             ALTER TABLE loom_executions DROP COLUMN started_at_ms, DROP COLUMN flow,
-                 DROP COLUMN steps_in_doubt;
-             DELETE FROM loom_migrations WHERE version > 2;"
-        ))
-        .await
-        .expect("roll the schema back");
+    loom_store_postgres::run_in_schema(
+        &url,
+        &schema,
+        "DROP TABLE loom_wakeups;
+         ALTER TABLE loom_executions DROP COLUMN started_at_ms, DROP COLUMN flow,
+             DROP COLUMN steps_in_doubt;
+         DELETE FROM loom_migrations WHERE version > 2;",
+    )
+    .await;
 
     let store = PostgresStore::connect(config).await.expect("migrate");
     let reference = every_listed_execution(&store).await.expect("reference");
