@@ -38,9 +38,9 @@ pub use crate::runtime::{
     CHILD_EVENT_TYPE, CHILD_KEY, CHILD_KIND, CLOSED_KEY, CatchUpError, DEADLINE_KIND,
     OfflineRefusal, OfflineWrite, PATCH_KIND, PAYLOAD_SCHEMA_KIND, REQUEST_KIND, ReplayError,
     ReplayReport, Replayer, TIMED_OUT_KEY, TIMER_EVENT_TYPE, catch_up, child_end_resume,
-    child_parent, expected_payload, first_of_closing, input_digest, offline_cancel,
-    offline_resolve, offline_resume, payload_schema_step_id, pending_requests, pending_requests_of,
-    request_gate_id, request_step_id,
+    child_parent, expected_payload, input_digest, offline_cancel, offline_resolve, offline_resume,
+    payload_schema_step_id, pending_requests, pending_requests_of, request_gate_id,
+    request_step_id,
 };
 pub use crate::store::tail::{
     RefusedEvent, TailChange, filter_code, status_code, status_from_code,

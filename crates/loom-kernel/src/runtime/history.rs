@@ -357,7 +357,7 @@ impl History {
             // replay neither matches nor serves it.
             Event::DecisionRecorded(e)
                 if e.kind == PAYLOAD_SCHEMA_KIND && schema_gate_id(&e.step_id).is_some() => {}
-            // Nor is a `first_of`'s note of its gates (`first_of.rs`).
+            // Nor is a `first_of`'s note of its gates (`markers.rs`, `FIRST_OF_KIND`).
             Event::DecisionRecorded(e)
                 if e.kind == FIRST_OF_KIND && is_first_of_step_id(&e.step_id) => {}
             Event::DecisionRecorded(e) => self.commands.push((

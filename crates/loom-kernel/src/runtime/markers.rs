@@ -172,7 +172,10 @@ pub(crate) fn schema_gate_id(step_id: &str) -> Option<&str> {
     step_id.strip_suffix(SUFFIX)
 }
 
-/// The kind of the note that names a `first_of`'s gates, written before them (`first_of.rs`).
+/// The kind of the note that names a `first_of`'s gates, written before them: the note is no
+/// command (replay neither matches nor serves it, so a log from before it replays as before);
+/// it lets a reader of the log alone (an offline write, `machine/offline.rs`) close the other
+/// gates of the one it resumes, as the runtime does.
 pub(crate) const FIRST_OF_KIND: &str = "loom.firstOf";
 
 /// What [`first_of_step_id`] appends to the first gate's id.
@@ -191,4 +194,32 @@ pub(crate) fn is_first_of_step_id(step_id: &str) -> bool {
 /// The note's value for the gates `ids`.
 pub(crate) fn first_of_note(ids: &[String]) -> Payload {
     Payload::from_value(&serde_json::json!({ "gates": ids }))
+}
+
+/// The gates a note's value names, in order ([`first_of_note`] read back); none from a value
+/// of another shape.
+pub(crate) fn first_of_gates(value: &Payload) -> Vec<String> {
+    let value = value.to_value();
+    let Some(gates) = value.get("gates").and_then(serde_json::Value::as_array) else {
+        return Vec::new();
+    };
+    gates
+        .iter()
+        .filter_map(|gate| gate.as_str().map(str::to_owned))
+        .collect()
+}
+
+/// The gates (event type, correlation key) of `log` that their deadline closed: each resume
+/// that carries the timeout marker.
+pub(crate) fn timed_out_gates(
+    log: &[crate::envelope::EventEnvelope],
+) -> std::collections::BTreeSet<(String, String)> {
+    log.iter()
+        .filter_map(|envelope| match &envelope.event {
+            crate::event::Event::ExecutionResumed(r) if is_timed_out_payload(&r.payload) => {
+                Some((r.event_type.clone(), r.correlation_key.clone()))
+            }
+            _ => None,
+        })
+        .collect()
 }

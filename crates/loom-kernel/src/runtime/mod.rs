@@ -50,7 +50,6 @@ mod effect;
 mod errors;
 mod execution;
 mod expected;
-mod first_of;
 mod flow;
 mod handle;
 mod history;
@@ -100,7 +99,6 @@ pub use errors::{
 };
 pub(crate) use errors::{DRIVER_STOPPED, DriverFailure};
 pub use expected::{PAYLOAD_SCHEMA_KIND, expected_payload, payload_schema_step_id};
-pub use first_of::first_of_closing;
 pub use flow::{Flow, FlowError, FlowSet, FnFlow, flow_fn};
 pub use handle::{DeclaredEffect, EffectHandle, TypedCommand, UsesEffects};
 pub use history::NonDeterminism;

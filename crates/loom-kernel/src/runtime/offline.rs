@@ -398,6 +398,68 @@ mod tests {
         assert_eq!(resumed, vec!["Approval#2", "Approval#1"]);
     }
 
+    /// A note that is not what the runtime writes (no `gates`, not strings, not naming the
+    /// gate) groups nothing, so its gates are refused as opened together; a gate a note names
+    /// that is not pending is not closed.
+    #[test]
+    fn a_first_of_note_of_another_shape_groups_nothing() {
+        let noted = |value: serde_json::Value| {
+            log(vec![
+                Event::DecisionRecorded(DecisionRecorded {
+                    step_id: first_of_step_id("Approval#1"),
+                    kind: FIRST_OF_KIND.into(),
+                    value: Payload::from_value(&value),
+                }),
+                gate("Approval#1", "a"),
+                gate("Approval#2", "b"),
+            ])
+        };
+        for value in [
+            serde_json::json!(null),
+            serde_json::json!({"gates": "Approval#1"}),
+            serde_json::json!({"gates": [1, 2]}),
+            serde_json::json!({"gates": ["C#1", "D#1"]}),
+        ] {
+            let refused = offline_resume(
+                &id(),
+                &noted(value.clone()),
+                "Approval",
+                "a",
+                Payload::null(),
+                0,
+            );
+            assert!(
+                matches!(refused, Err(OfflineRefusal::GroupUnknown { .. })),
+                "{value}: {refused:?}"
+            );
+        }
+        let log = noted(serde_json::json!({"gates": ["Approval#1", "Approval#2", "Z#1"]}));
+        let write = offline_resume(&id(), &log, "Approval", "a", Payload::null(), 0).unwrap();
+        let resumed: Vec<&str> = write
+            .events
+            .iter()
+            .filter_map(|e| match e {
+                Event::ExecutionResumed(r) => Some(r.gate_id.as_str()),
+                _ => None,
+            })
+            .collect();
+        assert_eq!(resumed, ["Approval#1", "Approval#2"], "Z#1 is not pending");
+    }
+
+    /// The same write asked twice decides the same events at the same head (the append at
+    /// that head takes one of them); a payload nested 10,000 deep does not unwind it.
+    #[test]
+    fn a_write_asked_twice_is_decided_alike_and_a_deep_payload_is_no_panic() {
+        let log = log(vec![gate("Approval#1", "k"), started("charge#1")]);
+        let once = offline_cancel(&id(), &log, None).unwrap();
+        assert_eq!(offline_cancel(&id(), &log, None).unwrap(), once);
+        let deep = format!("{}{}", "[".repeat(10_000), "]".repeat(10_000));
+        // Past the depth a new payload may have: as a log written before the check holds it.
+        if let Ok(payload) = Payload::from_stored_json(deep) {
+            let _ = offline_resume(&id(), &log, "Approval", "k", payload, 0);
+        }
+    }
+
     #[test]
     fn gates_opened_together_by_a_build_before_the_note_are_refused() {
         let log = log(vec![gate("Approval#1", "a"), gate("Approval#2", "b")]);

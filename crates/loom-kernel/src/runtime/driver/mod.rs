@@ -33,10 +33,8 @@ use crate::runtime::execution::Execution;
 use crate::runtime::flow::FlowError;
 use crate::runtime::history::History;
 use crate::runtime::machine::Dispatch;
-use crate::runtime::mailbox::{
-    DriverReceiver, Exit, FlowWaker, NewExecution, Reply, TimedOutGates, refuse_ended,
-};
-use crate::runtime::markers::is_timed_out_payload;
+use crate::runtime::mailbox::{DriverReceiver, Exit, FlowWaker, NewExecution, Reply, refuse_ended};
+use crate::runtime::markers::timed_out_gates;
 use crate::runtime::slots::Inner;
 use crate::runtime::slots::Launcher;
 use crate::store::{AppendError, EventStore, EventStoreExt, FoldStoredError, LeaseHold};
@@ -265,16 +263,4 @@ fn start_child<S: EventStore>(inner: &Arc<Inner<S>>, execution: &ExecutionId, st
         gate_id,
         spec,
     ));
-}
-
-/// The gates (event type, correlation key) of a log that their deadline closed.
-fn timed_out_gates(log: &[EventEnvelope]) -> TimedOutGates {
-    log.iter()
-        .filter_map(|envelope| match &envelope.event {
-            Event::ExecutionResumed(r) if is_timed_out_payload(&r.payload) => {
-                Some((r.event_type.clone(), r.correlation_key.clone()))
-            }
-            _ => None,
-        })
-        .collect()
 }

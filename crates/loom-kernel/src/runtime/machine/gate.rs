@@ -180,7 +180,7 @@ impl FlowState {
             }
             self.refuse_duplicate_gate(event_type, correlation_key)?;
         }
-        // The group's note, for readers of the log alone (`first_of.rs`), written first: the
+        // The group's note, for readers of the log alone (`markers.rs`, `FIRST_OF_KIND`; `machine/offline.rs`), written first: the
         // deadline's decision stays just before the first gate, where readers look for it.
         let recorded_live =
             self.divergence.is_none() && self.history.commands.get(self.cursor).is_none();

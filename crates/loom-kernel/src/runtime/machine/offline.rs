@@ -18,7 +18,8 @@ use crate::fold::StepStatus;
 use crate::hash::IdKey;
 use crate::payload::Payload;
 use crate::runtime::markers::{
-    DEADLINE_KIND, FIRST_OF_KIND, is_first_of_step_id, is_timed_out_payload, parse_deadline,
+    DEADLINE_KIND, FIRST_OF_KIND, first_of_gates, is_first_of_step_id, parse_deadline,
+    timed_out_gates,
 };
 
 impl FlowState {
@@ -45,13 +46,10 @@ impl FlowState {
                 {
                     groups.push(first_of_gates(&d.value));
                 }
-                Event::ExecutionResumed(r) if is_timed_out_payload(&r.payload) => {
-                    self.timed_out
-                        .insert((r.event_type.clone(), r.correlation_key.clone()));
-                }
                 _ => {}
             }
         }
+        self.timed_out = timed_out_gates(log);
         let pending = self.fold.pending_gates().clone();
         let mut grouped = BTreeMap::new();
         for gates in groups {
@@ -165,16 +163,4 @@ impl FlowState {
         let doubts = self.doubts_cut_off(CutOff::WorkerStopped, which);
         self.out.extend(doubts);
     }
-}
-
-/// The gates a `first_of` note names, in order.
-fn first_of_gates(value: &Payload) -> Vec<String> {
-    value
-        .to_value()
-        .get("gates")
-        .and_then(|gates| gates.as_array().cloned())
-        .unwrap_or_default()
-        .iter()
-        .filter_map(|gate| gate.as_str().map(str::to_owned))
-        .collect()
 }
