@@ -48,7 +48,8 @@ pub enum OfflineRefusal {
         /// The execution.
         execution: ExecutionId,
     },
-    /// The log does not fold, or does not begin with `EXECUTION_STARTED`.
+    /// The log does not fold, does not begin with `EXECUTION_STARTED`, or is another
+    /// execution's.
     #[error("the log of execution {execution} cannot be read: {detail}")]
     Log {
         /// The execution.
@@ -228,6 +229,12 @@ fn take_up(execution: &ExecutionId, log: &[EventEnvelope]) -> Result<TakenUp, Of
         execution: execution.clone(),
         detail,
     };
+    if first.execution_id != *execution {
+        return Err(unreadable(format!(
+            "the log given is execution {}'s",
+            first.execution_id
+        )));
+    }
     let Event::ExecutionStarted(started) = &first.event else {
         return Err(unreadable(
             "the first event is not EXECUTION_STARTED".into(),
@@ -537,5 +544,11 @@ mod tests {
             offline_cancel(&id(), &headless, None),
             Err(OfflineRefusal::Log { .. })
         ));
+        let another = ExecutionId::new("another").unwrap();
+        let refused = offline_cancel(&another, &log(vec![]), None);
+        assert!(
+            matches!(&refused, Err(OfflineRefusal::Log { detail, .. }) if detail.contains("offline")),
+            "another execution's log is refused: {refused:?}"
+        );
     }
 }
