@@ -515,16 +515,11 @@ pub async fn in_doubt<S: EventStore>(
     now_ms: Option<u64>,
 ) -> Result<Vec<InDoubtView>, ConsoleError> {
     let mut views = Vec::new();
-    let mut after: Option<ExecutionId> = None;
-    loop {
-        let (page, next) = folded_page(store, StatusFilter::StepsInDoubt, after.as_ref()).await?;
+    let mut pages = FoldedPages::new(store, StatusFilter::StepsInDoubt);
+    while let Some(page) = pages.next().await? {
         for (id, log, state) in page {
             // Each doubt's time and reason from its EFFECT_INDOUBT.
             in_doubt_views(store, &id, &log, &state, now_ms, &mut views).await?;
-        }
-        match next {
-            Some(next) => after = Some(next),
-            None => break,
         }
     }
     views.sort_by(|a, b| (&a.execution, &a.step_id).cmp(&(&b.execution, &b.step_id)));
@@ -534,36 +529,53 @@ pub async fn in_doubt<S: EventStore>(
 /// How many executions a listing of steps lists, and reads the logs of, at a time.
 const LISTED_PAGE: usize = 256;
 
-/// The executions `filter` lists after `after`, a page of them, each with its log (read in one
-/// go) and its fold, and where the next page starts. One that cannot be read or folded is left
-/// out, logged ([`folded`]).
-async fn folded_page<S: EventStore>(
-    store: &S,
+/// An execution listed, with its log and its fold.
+type Folded = (
+    ExecutionId,
+    Vec<loom_kernel::EventEnvelope>,
+    loom_kernel::ExecutionState,
+);
+
+/// The executions `filter` lists, a page at a time, each with its log (a page's logs read in
+/// one go) and its fold. One that cannot be read or folded is left out, logged ([`folded`]).
+struct FoldedPages<'a, S> {
+    store: &'a S,
     filter: StatusFilter,
-    after: Option<&ExecutionId>,
-) -> Result<
-    (
-        Vec<(
-            ExecutionId,
-            Vec<loom_kernel::EventEnvelope>,
-            loom_kernel::ExecutionState,
-        )>,
-        Option<ExecutionId>,
-    ),
-    ConsoleError,
-> {
-    let page = store.list_by_status(filter, after, LISTED_PAGE).await?;
-    let ids: Vec<ExecutionId> = page.executions.into_iter().map(|s| s.id).collect();
-    let folded = store
-        .read_listed_logs(ids)
-        .await
-        .into_iter()
-        .filter_map(|(id, log)| {
-            let (log, state) = folded(&id, log)?;
-            Some((id, log, state))
-        })
-        .collect();
-    Ok((folded, page.next))
+    /// Where the next page starts; `None` once the last was read.
+    after: Option<Option<ExecutionId>>,
+}
+
+impl<'a, S: EventStore> FoldedPages<'a, S> {
+    fn new(store: &'a S, filter: StatusFilter) -> Self {
+        Self {
+            store,
+            filter,
+            after: Some(None),
+        }
+    }
+
+    async fn next(&mut self) -> Result<Option<Vec<Folded>>, ConsoleError> {
+        let Some(after) = self.after.take() else {
+            return Ok(None);
+        };
+        let page = self
+            .store
+            .list_by_status(self.filter, after.as_ref(), LISTED_PAGE)
+            .await?;
+        self.after = page.next.map(Some);
+        let ids: Vec<ExecutionId> = page.executions.into_iter().map(|s| s.id).collect();
+        let folded = self
+            .store
+            .read_listed_logs(ids)
+            .await
+            .into_iter()
+            .filter_map(|(id, log)| {
+                let (log, state) = folded(&id, log)?;
+                Some((id, log, state))
+            })
+            .collect();
+        Ok(Some(folded))
+    }
 }
 
 /// The views of the steps in doubt of `id`, added to `views`.
@@ -617,15 +629,10 @@ pub async fn stopped_steps<S: EventStore>(
     now_ms: Option<u64>,
 ) -> Result<Vec<InDoubtView>, ConsoleError> {
     let mut views = Vec::new();
-    let mut after: Option<ExecutionId> = None;
-    loop {
-        let (page, next) = folded_page(store, StatusFilter::NeedsDriving, after.as_ref()).await?;
+    let mut pages = FoldedPages::new(store, StatusFilter::NeedsDriving);
+    while let Some(page) = pages.next().await? {
         for (id, log, state) in &page {
             stopped_views(id, log, state, now_ms, &mut views);
-        }
-        match next {
-            Some(next) => after = Some(next),
-            None => break,
         }
     }
     Ok(views)
