@@ -347,6 +347,18 @@ mod tests {
         })
     }
 
+    /// The gates `write` resumes, in order.
+    fn resumed_gates(write: &OfflineWrite) -> Vec<&str> {
+        write
+            .events
+            .iter()
+            .filter_map(|e| match e {
+                Event::ExecutionResumed(r) => Some(r.gate_id.as_str()),
+                _ => None,
+            })
+            .collect()
+    }
+
     fn kinds(write: &OfflineWrite) -> Vec<&'static str> {
         write.events.iter().map(Event::type_name).collect()
     }
@@ -394,14 +406,7 @@ mod tests {
         });
         let log = log(vec![note, gate("Approval#1", "a"), gate("Approval#2", "b")]);
         let write = offline_resume(&id(), &log, "Approval", "b", Payload::null(), 0).unwrap();
-        let resumed: Vec<&str> = write
-            .events
-            .iter()
-            .filter_map(|e| match e {
-                Event::ExecutionResumed(r) => Some(r.gate_id.as_str()),
-                _ => None,
-            })
-            .collect();
+        let resumed = resumed_gates(&write);
         assert_eq!(resumed, vec!["Approval#2", "Approval#1"]);
     }
 
@@ -442,14 +447,7 @@ mod tests {
         }
         let log = noted(serde_json::json!({"gates": ["Approval#1", "Approval#2", "Z#1"]}));
         let write = offline_resume(&id(), &log, "Approval", "a", Payload::null(), 0).unwrap();
-        let resumed: Vec<&str> = write
-            .events
-            .iter()
-            .filter_map(|e| match e {
-                Event::ExecutionResumed(r) => Some(r.gate_id.as_str()),
-                _ => None,
-            })
-            .collect();
+        let resumed = resumed_gates(&write);
         assert_eq!(resumed, ["Approval#1", "Approval#2"], "Z#1 is not pending");
     }
 
