@@ -87,9 +87,12 @@ impl PostgresStore {
             config.schema, limits.read_statement_ms, limits.idle_ms
         ));
         writes_config.options(format!(
-            "{given}-c search_path={} -c plan_cache_mode=force_generic_plan \
+            "{given}-c search_path={} {} \
              -c statement_timeout={} -c idle_in_transaction_session_timeout={}",
-            config.schema, limits.write_statement_ms, limits.idle_ms
+            config.schema,
+            crate::writer::WRITER_PLANS,
+            limits.write_statement_ms,
+            limits.idle_ms
         ));
         let pool_of = |pg: tokio_postgres::Config, size: usize| {
             let manager = Manager::from_config(

@@ -18,6 +18,58 @@ use crate::notify::payloads;
 use crate::read_back::Probe;
 use crate::wake::{WAKE_STATEMENT, WakeParams};
 
+/// Placeholder rows for the batch's new executions, with the start time and flow the listing
+/// indexes order by; a row not started yet (left by a refused first append) takes this start's.
+pub(crate) const PLACEHOLDERS: &str = "\
+INSERT INTO loom_executions (execution_id, started_at_ms, flow)
+SELECT id, started, flow
+FROM unnest($1::text[], $2::int8[], $3::text[]) AS u(id, started, flow)
+ORDER BY id
+ON CONFLICT (execution_id) DO UPDATE
+SET started_at_ms = EXCLUDED.started_at_ms, flow = EXCLUDED.flow
+WHERE loom_executions.head = 0";
+
+/// Every execution of the batch, locked in id order (no deadlock between workers).
+pub(crate) const LOCK_ROWS: &str = "\
+SELECT execution_id, head, lease_owner, lease_token,
+       coalesce(lease_expires_at > clock_timestamp(), false), tail
+FROM loom_executions WHERE execution_id = ANY($1)
+ORDER BY execution_id FOR UPDATE";
+
+/// The accepted events, with feed positions from `loom_feed`.
+pub(crate) const INSERT_EVENTS: &str = "\
+WITH base AS (
+    UPDATE loom_feed SET next_position = next_position + $5
+    RETURNING next_position - $5 AS first)
+INSERT INTO loom_events (execution_id, seq, record, commit_id, position)
+SELECT u.id, u.seq, u.record, $4, base.first + u.n - 1
+FROM base, unnest($1::text[], $2::int8[], $3::bytea[]) WITH ORDINALITY AS u(id, seq, record, n)";
+
+/// Heads, tails, statuses and leases. The rows are also named by `= ANY($1)`: the writer's
+/// connections plan a statement once (`plan_cache_mode = force_generic_plan`), on its first
+/// run, and on a fresh schema that is when the table is empty. Joined to the `unnest` alone,
+/// the plan then made was a hash join over a sequential scan of `loom_executions`, kept until
+/// autovacuum's first `ANALYZE` replaced it: every commit read the whole table, and a fresh
+/// store's latency grew from milliseconds to seconds in its first minute under load
+/// (`docs/PERFORMANCE.md`, "PostgreSQL's first minute"). `= ANY` gives the plan the primary
+/// key's index whatever the table's statistics say.
+pub(crate) const UPDATE_ROWS: &str = "\
+UPDATE loom_executions AS x SET head = u.head, tail = u.tail,
+    status = u.status, needs_driving = u.driving, ended_at_ms = u.ended,
+    steps_in_doubt = u.doubts,
+    lease_owner = u.owner, lease_token = u.token,
+    last_lease_owner = $11,
+    lease_expires_at = CASE WHEN u.owner IS NULL THEN NULL
+        ELSE clock_timestamp() + $9 * interval '1 millisecond' END
+FROM unnest($1::text[], $2::int8[], $3::bytea[], $4::int2[], $5::bool[],
+            $6::int8[], $7::text[], $8::int8[], $10::bool[], $12::bool[])
+    AS u(id, head, tail, status, driving, ended, owner, token, renewed, doubts)
+WHERE x.execution_id = u.id AND x.execution_id = ANY($1::text[])
+  AND (NOT u.renewed OR x.lease_expires_at > clock_timestamp())";
+
+/// The new heads, to the other workers' listeners.
+pub(crate) const NOTIFY: &str = "SELECT pg_notify($1, p) FROM unnest($2::text[]) AS u(p)";
+
 /// An execution's row after a batch.
 struct Update<'a> {
     head: i64,
@@ -63,15 +115,7 @@ impl Writer {
             fresh.sort_by_key(|(id, _, _)| *id);
             fresh.dedup_by_key(|(id, _, _)| *id);
             let insert = txn
-                .prepare_cached(
-                    "INSERT INTO loom_executions (execution_id, started_at_ms, flow) \
-                     SELECT id, started, flow \
-                     FROM unnest($1::text[], $2::int8[], $3::text[]) AS u(id, started, flow) \
-                     ORDER BY id \
-                     ON CONFLICT (execution_id) DO UPDATE \
-                     SET started_at_ms = EXCLUDED.started_at_ms, flow = EXCLUDED.flow \
-                     WHERE loom_executions.head = 0",
-                )
+                .prepare_cached(PLACEHOLDERS)
                 .await
                 .map_err(|e| not_committed(&e))?;
             let ids: Vec<&str> = fresh.iter().map(|(id, _, _)| *id).collect();
@@ -82,12 +126,7 @@ impl Writer {
                 .map_err(|e| not_committed(&e))?;
         }
         let lock = txn
-            .prepare_cached(
-                "SELECT execution_id, head, lease_owner, lease_token, \
-                        coalesce(lease_expires_at > clock_timestamp(), false), tail \
-                 FROM loom_executions WHERE execution_id = ANY($1) \
-                 ORDER BY execution_id FOR UPDATE",
-            )
+            .prepare_cached(LOCK_ROWS)
             .await
             .map_err(|e| not_committed(&e))?;
         let rows = txn
@@ -264,36 +303,15 @@ impl Writer {
             commit_id,
         };
         let insert = txn
-            .prepare_cached(
-                "WITH base AS ( \
-                     UPDATE loom_feed SET next_position = next_position + $5 \
-                     RETURNING next_position - $5 AS first) \
-                 INSERT INTO loom_events (execution_id, seq, record, commit_id, position) \
-                 SELECT u.id, u.seq, u.record, $4, base.first + u.n - 1 \
-                 FROM base, unnest($1::text[], $2::int8[], $3::bytea[]) \
-                     WITH ORDINALITY AS u(id, seq, record, n)",
-            )
+            .prepare_cached(INSERT_EVENTS)
             .await
             .map_err(|e| not_committed(&e))?;
         let update = txn
-            .prepare_cached(
-                "UPDATE loom_executions AS x SET head = u.head, tail = u.tail, \
-                     status = u.status, needs_driving = u.driving, ended_at_ms = u.ended, \
-                     steps_in_doubt = u.doubts, \
-                     lease_owner = u.owner, lease_token = u.token, \
-                     last_lease_owner = $11, \
-                     lease_expires_at = CASE WHEN u.owner IS NULL THEN NULL \
-                         ELSE clock_timestamp() + $9 * interval '1 millisecond' END \
-                 FROM unnest($1::text[], $2::int8[], $3::bytea[], $4::int2[], $5::bool[], \
-                             $6::int8[], $7::text[], $8::int8[], $10::bool[], $12::bool[]) \
-                     AS u(id, head, tail, status, driving, ended, owner, token, renewed, doubts) \
-                 WHERE x.execution_id = u.id \
-                   AND (NOT u.renewed OR x.lease_expires_at > clock_timestamp())",
-            )
+            .prepare_cached(UPDATE_ROWS)
             .await
             .map_err(|e| not_committed(&e))?;
         let notify = txn
-            .prepare_cached("SELECT pg_notify($1, p) FROM unnest($2::text[]) AS u(p)")
+            .prepare_cached(NOTIFY)
             .await
             .map_err(|e| not_committed(&e))?;
         let update_ids: Vec<&str> = updates.keys().copied().collect();

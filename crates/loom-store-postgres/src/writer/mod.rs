@@ -47,6 +47,8 @@
 
 mod fast_commit;
 mod full_path;
+#[cfg(all(test, feature = "test-support"))]
+mod plans;
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -65,14 +67,18 @@ use crate::lease::Leases;
 use crate::notify::HeadWatch;
 use crate::read_back::Probe;
 
+/// The writer's connections plan each statement once, on its first run, and keep that plan
+/// (PostgreSQL's generic plans): the write statements are the same every time, and planning
+/// them anew per commit would cost more than running them. So each must reach its rows by an
+/// index whatever the tables held when it was planned (`plans.rs` checks it).
+pub(crate) const WRITER_PLANS: &str = "-c plan_cache_mode=force_generic_plan";
+
 /// What the writer needs.
 #[derive(Debug)]
 pub(crate) struct Writer {
     /// For read-backs: another connection than the write's.
     pub(crate) pool: Pool,
-    /// For the writes: connections that plan each statement once (`plan_cache_mode =
-    /// force_generic_plan`): the write statements are the same every time, and planning
-    /// them anew per commit would cost more than running them.
+    /// For the writes: connections that plan each statement once ([`WRITER_PLANS`]).
     pub(crate) writes: Pool,
     pub(crate) channel: String,
     pub(crate) watch: Arc<HeadWatch>,
