@@ -38,7 +38,9 @@
 //! - `--calibrate-secs N`: counted time of each calibration level (default 15);
 //! - `--rate R`: no calibration; R executions/s is taken as the maximum;
 //! - `--checkpoint-commits N`: the disk store's `DiskStoreConfig::checkpoint_commits` (default
-//!   its default), to see what the checkpoints' size does to the tail.
+//!   its default), to see what the checkpoints' size does to the tail;
+//! - `--cache-mib N`: the disk store's `DiskStoreConfig::cache_size_bytes` in MiB (default its
+//!   default, 64), to see what a page cache smaller than the store does to the tail.
 //!
 //! The defaults take 2 stores x 2 shapes x 3 loads x 10 minutes, plus calibration.
 
@@ -60,7 +62,7 @@ mod support;
 
 const USAGE: &str = "options: --minutes N, --interval-secs N, --store disk|postgres|both, \
                      --shape 1|10|both, --loads 0.5,0.8,0.95, --calibrate-secs N, --rate R, \
-                     --checkpoint-commits N";
+                     --checkpoint-commits N, --cache-mib N";
 const CALIBRATION_WARM_UP: Duration = Duration::from_secs(2);
 const CALIBRATION_CLIENTS: [u64; 3] = [64, 256, 1024];
 /// The open-loop ramp: its first rate (of the closed loop's), its factor from step to step, and
@@ -96,8 +98,10 @@ struct Options {
     loads: Vec<f64>,
     calibration: Duration,
     max_rate: Option<f64>,
-    /// The disk store's `checkpoint_commits`; its default when not given.
+    /// The disk store's `checkpoint_commits` and `cache_size_bytes`; its defaults when not
+    /// given.
     checkpoint_commits: Option<u64>,
+    cache_bytes: Option<usize>,
 }
 
 impl Options {
@@ -111,6 +115,7 @@ impl Options {
             calibration: Duration::from_secs(15),
             max_rate: None,
             checkpoint_commits: None,
+            cache_bytes: None,
         };
         // cargo passes `--bench` to every bench binary.
         let mut args = args.iter().filter(|arg| *arg != "--bench");
@@ -131,6 +136,7 @@ impl Options {
             "--calibrate-secs" => self.calibration = seconds(1.0)?,
             "--rate" => self.max_rate = Some(positive(arg)?),
             "--checkpoint-commits" => self.checkpoint_commits = Some(positive(arg)? as u64),
+            "--cache-mib" => self.cache_bytes = Some((positive(arg)? * 1_048_576.0) as usize),
             "--store" => self.stores = one_or_both(arg, [("disk", Disk), ("postgres", Postgres)])?,
             "--shape" => self.shapes = one_or_both(arg, [("1", 1), ("10", 10)])?,
             "--loads" => self.loads = arg.split(',').map(positive).collect::<Result<_, _>>()?,
@@ -238,11 +244,14 @@ fn files_named_after(store_file: &Path) -> Option<u64> {
 }
 
 /// A fresh disk store in a scratch directory of its own, and its probe.
-fn fresh_disk(checkpoint_commits: Option<u64>) -> (DiskStore, Probe) {
+fn fresh_disk(options: &Options) -> (DiskStore, Probe) {
     let scratch = support::scratch_dir();
     let mut config = loom_kernel::DiskStoreConfig::default();
-    if let Some(commits) = checkpoint_commits {
+    if let Some(commits) = options.checkpoint_commits {
         config.checkpoint_commits = commits;
+    }
+    if let Some(bytes) = options.cache_bytes {
+        config.cache_size_bytes = bytes;
     }
     let store = DiskStore::open_with(scratch.path().join("soak.redb"), config).expect("disk store");
     let probe = Probe::Disk {
@@ -666,7 +675,7 @@ fn main() {
     for &store in &options.stores {
         match store {
             StoreKind::Disk => {
-                let fresh = async || fresh_disk(options.checkpoint_commits);
+                let fresh = async || fresh_disk(&options);
                 tokio.block_on(soak_store("disk", fresh, &options));
             }
             StoreKind::Postgres => {

@@ -47,9 +47,7 @@ pub(crate) struct Cached {
 /// per event, `$17..$22` the rows of the wake-up index the batch changes (as in
 /// [`crate::wake::WAKE_STATEMENT`]), written only for the executions updated. The owner is compared per row (`$11`, this worker's id in each element) and
 /// with `IS NOT DISTINCT FROM`, which no index serves, so that
-/// the plan reaches each row by its primary key, never through the index of leases by owner;
-/// the rows are also named by `= ANY($1)`, so that a plan made over an empty table reaches them
-/// by that key too, not by a scan of the table ([`crate::writer::WRITER_PLANS`]).
+/// the plan reaches each row by its primary key, never through the index of leases by owner.
 pub(crate) const STATEMENT: &str = "\
 WITH req AS (
     SELECT * FROM unnest($1::text[], $2::int8[], $3::int8[], $4::int8[], $5::bytea[],
@@ -65,7 +63,7 @@ WITH req AS (
         lease_expires_at = CASE WHEN r.keep
             THEN clock_timestamp() + $10 * interval '1 millisecond' END
     FROM req AS r
-    WHERE x.execution_id = r.id AND x.execution_id = ANY($1::text[]) AND x.head = r.expected
+    WHERE x.execution_id = r.id AND x.head = r.expected
       AND x.lease_owner IS NOT DISTINCT FROM r.owner
       AND x.lease_token = r.token AND x.lease_expires_at > clock_timestamp()
     RETURNING x.execution_id, x.head
@@ -75,7 +73,7 @@ WITH req AS (
     WHERE e.id IN (SELECT execution_id FROM upd)
 ), feed AS (
     UPDATE loom_feed SET next_position = next_position + (SELECT count(*) FROM ev)
-    WHERE EXISTS (SELECT 1 FROM ev)
+    WHERE only_row AND EXISTS (SELECT 1 FROM ev)
     RETURNING next_position - (SELECT count(*) FROM ev) AS first
 ), ins AS (
     INSERT INTO loom_events (execution_id, seq, record, commit_id, position)
@@ -91,8 +89,7 @@ WITH req AS (
       AND execution_id IN (SELECT execution_id FROM upd)
 ), wake_deleted AS (
     DELETE FROM loom_wakeups AS w USING unnest($18::text[], $19::text[]) AS d(id, tag)
-    WHERE w.execution_id = d.id AND w.tag = d.tag AND w.execution_id = ANY($18::text[])
-      AND d.id IN (SELECT execution_id FROM upd)
+    WHERE w.execution_id = d.id AND w.tag = d.tag AND d.id IN (SELECT execution_id FROM upd)
 ), wake_upserted AS (
     INSERT INTO loom_wakeups (execution_id, tag, at_ms)
     SELECT a.id, a.tag, a.at FROM unnest($20::text[], $21::text[], $22::int8[]) AS a(id, tag, at)

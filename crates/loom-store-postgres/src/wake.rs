@@ -12,7 +12,7 @@ WITH cleared AS (
     DELETE FROM loom_wakeups WHERE execution_id = ANY($1::text[])
 ), deleted AS (
     DELETE FROM loom_wakeups AS w USING unnest($2::text[], $3::text[]) AS d(id, tag)
-    WHERE w.execution_id = d.id AND w.tag = d.tag AND w.execution_id = ANY($2::text[])
+    WHERE w.execution_id = d.id AND w.tag = d.tag
 )
 INSERT INTO loom_wakeups (execution_id, tag, at_ms)
 SELECT a.id, a.tag, a.at FROM unnest($4::text[], $5::text[], $6::int8[]) AS a(id, tag, at)

@@ -39,20 +39,13 @@ ORDER BY execution_id FOR UPDATE";
 /// The accepted events, with feed positions from `loom_feed`.
 pub(crate) const INSERT_EVENTS: &str = "\
 WITH base AS (
-    UPDATE loom_feed SET next_position = next_position + $5
+    UPDATE loom_feed SET next_position = next_position + $5 WHERE only_row
     RETURNING next_position - $5 AS first)
 INSERT INTO loom_events (execution_id, seq, record, commit_id, position)
 SELECT u.id, u.seq, u.record, $4, base.first + u.n - 1
 FROM base, unnest($1::text[], $2::int8[], $3::bytea[]) WITH ORDINALITY AS u(id, seq, record, n)";
 
-/// Heads, tails, statuses and leases. The rows are also named by `= ANY($1)`: the writer's
-/// connections plan a statement once (`plan_cache_mode = force_generic_plan`), on its first
-/// run, and on a fresh schema that is when the table is empty. Joined to the `unnest` alone,
-/// the plan then made was a hash join over a sequential scan of `loom_executions`, kept until
-/// autovacuum's first `ANALYZE` replaced it: every commit read the whole table, and a fresh
-/// store's latency grew from milliseconds to seconds in its first minute under load
-/// (`docs/PERFORMANCE.md`, "PostgreSQL's first minute"). `= ANY` gives the plan the primary
-/// key's index whatever the table's statistics say.
+/// Heads, tails, statuses and leases.
 pub(crate) const UPDATE_ROWS: &str = "\
 UPDATE loom_executions AS x SET head = u.head, tail = u.tail,
     status = u.status, needs_driving = u.driving, ended_at_ms = u.ended,
@@ -64,7 +57,7 @@ UPDATE loom_executions AS x SET head = u.head, tail = u.tail,
 FROM unnest($1::text[], $2::int8[], $3::bytea[], $4::int2[], $5::bool[],
             $6::int8[], $7::text[], $8::int8[], $10::bool[], $12::bool[])
     AS u(id, head, tail, status, driving, ended, owner, token, renewed, doubts)
-WHERE x.execution_id = u.id AND x.execution_id = ANY($1::text[])
+WHERE x.execution_id = u.id
   AND (NOT u.renewed OR x.lease_expires_at > clock_timestamp())";
 
 /// The new heads, to the other workers' listeners.

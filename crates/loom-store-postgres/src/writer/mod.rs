@@ -67,11 +67,19 @@ use crate::lease::Leases;
 use crate::notify::HeadWatch;
 use crate::read_back::Probe;
 
-/// The writer's connections plan each statement once, on its first run, and keep that plan
-/// (PostgreSQL's generic plans): the write statements are the same every time, and planning
-/// them anew per commit would cost more than running them. So each must reach its rows by an
-/// index whatever the tables held when it was planned (`plans.rs` checks it).
-pub(crate) const WRITER_PLANS: &str = "-c plan_cache_mode=force_generic_plan";
+/// How the writer's connections plan. Each statement once, on its first run, and that plan kept
+/// (PostgreSQL's generic plans): the write statements are the same every time, and planning them
+/// anew per commit would cost more than running them. On a fresh schema that first run is over
+/// empty tables, never analyzed, and a plan made then that scans a table (cheaper than its index,
+/// for a table that small) was kept until autovacuum's first `ANALYZE`: every commit read the
+/// whole of `loom_executions`, and a fresh store's latency grew to seconds in its first minute
+/// under load (`docs/PERFORMANCE.md`, "PostgreSQL's first minute"). Every write reaches its rows
+/// by a key, so the writer's plans never scan a table (`enable_seqscan=off`; each statement names
+/// its rows in a condition an index serves, `plans.rs` checks it), and never compile themselves
+/// (`jit=off`: a plan's cost, once a scan it could not avoid is counted as disabled, is past JIT's
+/// threshold, and JIT compiles on every run of a generic plan).
+pub(crate) const WRITER_PLANS: &str =
+    "-c plan_cache_mode=force_generic_plan -c enable_seqscan=off -c jit=off";
 
 /// What the writer needs.
 #[derive(Debug)]
