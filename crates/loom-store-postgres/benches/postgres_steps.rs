@@ -27,7 +27,7 @@ use loom_kernel::{
     EffectCall, EffectOutcome, FlowCtx, FlowError, FnEffect, Runtime, StartOptions, flow_fn,
 };
 use loom_store_postgres::{
-    PostgresStore, PostgresStoreConfig, ShardedStore, fresh_schema, server_url,
+    PostgresStore, PostgresStoreConfig, ShardedStore, drop_schema, fresh_schema, server_url,
 };
 use serde_json::{Value, json};
 
@@ -100,8 +100,9 @@ async fn run_workload<S: EventStore>(
     )
 }
 
-/// A sharded store over the server's database and a second one, `loom_shard_1`.
-async fn two_shards(url: &str) -> ShardedStore {
+/// A sharded store over the server's database and a second one, `loom_shard_1`, and the
+/// (database URL, schema) of each shard, to drop once the workload is done.
+async fn two_shards(url: &str) -> (ShardedStore, Vec<(String, String)>) {
     let (client, connection) = tokio_postgres::connect(url, tokio_postgres::NoTls)
         .await
         .expect("connect");
@@ -124,12 +125,19 @@ async fn two_shards(url: &str) -> ShardedStore {
     let _ = connection.await;
     let (base, _) = url.rsplit_once('/').expect("a URL with a database");
     let schema = fresh_schema("bench");
-    ShardedStore::connect(vec![
-        PostgresStoreConfig::new(url).schema(&schema),
-        PostgresStoreConfig::new(format!("{base}/loom_shard_1")).schema(&schema),
-    ])
+    let shards = vec![
+        (url.to_owned(), schema.clone()),
+        (format!("{base}/loom_shard_1"), schema),
+    ];
+    let store = ShardedStore::connect(
+        shards
+            .iter()
+            .map(|(url, schema)| PostgresStoreConfig::new(url).schema(schema))
+            .collect(),
+    )
     .await
-    .expect("sharded store")
+    .expect("sharded store");
+    (store, shards)
 }
 
 fn main() {
@@ -157,9 +165,13 @@ fn main() {
                 continue;
             }
             if workload == "concurrent-sharded" {
-                let sharded = two_shards(&url).await;
+                let (sharded, shards) = two_shards(&url).await;
                 let (per_s, p50, p99) =
                     run_workload("sharded", sharded, executions, steps, idempotent).await;
+                // The scratch schemas go, or every run leaves its tables to the server.
+                for (url, schema) in shards {
+                    drop_schema(&url, &schema).await;
+                }
                 println!(
                     "{workload} executions={executions} steps={steps} store=postgres-2-shards \
                      steps_per_s={per_s:.0} step_p50_us={p50:.0} step_p99_us={p99:.0}"
@@ -168,7 +180,8 @@ fn main() {
             }
             // `LOOM_BENCH_LEASE_CONFIRM_MS=0`: the lease confirmed with the server before every
             // non-idempotent call (what the default bound spares).
-            let config = PostgresStoreConfig::new(&url).schema(fresh_schema("bench"));
+            let schema = fresh_schema("bench");
+            let config = PostgresStoreConfig::new(&url).schema(&schema);
             let config = match std::env::var("LOOM_BENCH_LEASE_CONFIRM_MS") {
                 Ok(ms) => config.lease_confirm_after(Duration::from_millis(
                     ms.parse()
@@ -180,6 +193,7 @@ fn main() {
                 .await
                 .expect("postgres store");
             let pg = run_workload("postgres", postgres, executions, steps, idempotent).await;
+            drop_schema(&url, &schema).await;
             let disk = DiskStore::open(dir.path().join(format!("bench-{index}.redb")))
                 .expect("disk store");
             let embedded = run_workload("disk", disk, executions, steps, idempotent).await;
