@@ -73,26 +73,15 @@ impl PostgresStore {
             pg.application_name("loom");
         }
         let listener_config = pg.clone();
-        let mut writes_config = pg.clone();
         let limits = Limits::of(config.lease);
-        // The URL's own `options` (`-c synchronous_commit=...`, say) are kept, the store's
-        // after them: where both set a parameter, the store's limits win.
-        let given = pg
-            .get_options()
-            .map(|options| format!("{options} "))
-            .unwrap_or_default();
-        pg.options(format!(
-            "{given}-c search_path={} -c statement_timeout={} \
-             -c idle_in_transaction_session_timeout={}",
-            config.schema, limits.read_statement_ms, limits.idle_ms
-        ));
-        writes_config.options(format!(
-            "{given}-c search_path={} {} \
-             -c statement_timeout={} -c idle_in_transaction_session_timeout={}",
-            config.schema,
-            crate::writer::WRITER_PLANS,
-            limits.write_statement_ms,
-            limits.idle_ms
+        let writes_config = writes_config(&pg, &config.schema, &limits);
+        pg.options(session_options(
+            &pg,
+            &format!(
+                "-c search_path={} -c statement_timeout={} \
+                 -c idle_in_transaction_session_timeout={}",
+                config.schema, limits.read_statement_ms, limits.idle_ms
+            ),
         ));
         let pool_of = |pg: tokio_postgres::Config, size: usize| {
             let manager = Manager::from_config(
@@ -290,6 +279,36 @@ impl PostgresStore {
             }
         }
     }
+}
+
+/// The URL's own `options` (`-c synchronous_commit=...`, say) with the store's after them:
+/// where both set a parameter, the store's win.
+fn session_options(url: &tokio_postgres::Config, store: &str) -> String {
+    match url.get_options() {
+        Some(given) => format!("{given} {store}"),
+        None => store.to_owned(),
+    }
+}
+
+/// The writer's connections: `url`'s, with its search path, its plans
+/// ([`crate::writer::WRITER_PLANS`]) and the write's limits.
+pub(crate) fn writes_config(
+    url: &tokio_postgres::Config,
+    schema: &str,
+    limits: &Limits,
+) -> tokio_postgres::Config {
+    let mut writes = url.clone();
+    writes.options(session_options(
+        url,
+        &format!(
+            "-c search_path={schema} {} -c statement_timeout={} \
+             -c idle_in_transaction_session_timeout={}",
+            crate::writer::WRITER_PLANS,
+            limits.write_statement_ms,
+            limits.idle_ms
+        ),
+    ));
+    writes
 }
 
 /// How long the server lets a store's connection run a statement or sit in a transaction,

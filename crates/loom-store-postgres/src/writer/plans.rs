@@ -6,9 +6,9 @@
 
 use tokio_postgres::{NoTls, SimpleQueryMessage};
 
-use super::WRITER_PLANS;
 use super::full_path::{INSERT_EVENTS, LOCK_ROWS, NOTIFY, PLACEHOLDERS, UPDATE_ROWS};
 use crate::fast;
+use crate::store::{Limits, writes_config};
 use crate::testing::{drop_schema, fresh_schema, server_url};
 use crate::wake::WAKE_STATEMENT;
 use crate::{PostgresStore, PostgresStoreConfig};
@@ -80,19 +80,21 @@ fn whole_table_reads(plan: &serde_json::Value, found: &mut Vec<String>) {
     }
 }
 
-#[tokio::test]
-async fn every_write_reaches_its_rows_by_an_index_when_planned_over_empty_tables() {
-    let Some(url) = server_url("writer::plans::every_write_reaches_its_rows_by_an_index") else {
-        return;
-    };
+/// What in the write statements' plans reads a whole table or index, or compiles, on a
+/// connection set up as `PostgresStore::connect` sets up the writer's, from `url` (with any
+/// `options` it carries), over a fresh schema's empty tables.
+async fn bad_plans(url: &str) -> Vec<String> {
     let schema = fresh_schema("plans");
     // The store's own migration makes the tables; they stay empty.
-    PostgresStore::connect(PostgresStoreConfig::new(&url).schema(&schema))
+    PostgresStore::connect(PostgresStoreConfig::new(url).schema(&schema))
         .await
         .expect("a store on a fresh schema");
-    let mut config: tokio_postgres::Config = url.parse().expect("the test server's URL");
-    config.options(format!("-c search_path={schema} {WRITER_PLANS}"));
-    let (client, connection) = config.connect(NoTls).await.expect("connect");
+    let given: tokio_postgres::Config = url.parse().expect("the test server's URL");
+    let limits = Limits::of(PostgresStoreConfig::new(url).lease);
+    let (client, connection) = writes_config(&given, &schema, &limits)
+        .connect(NoTls)
+        .await
+        .expect("connect");
     tokio::spawn(connection);
     let statements = [
         ("placeholders", PLACEHOLDERS),
@@ -112,6 +114,27 @@ async fn every_write_reaches_its_rows_by_an_index_when_planned_over_empty_tables
             scans.push(format!("{name}: {}\n{plan:#}", found.join(", ")));
         }
     }
-    drop_schema(&url, &schema).await;
+    drop_schema(url, &schema).await;
+    scans
+}
+
+#[tokio::test]
+async fn every_write_reaches_its_rows_by_an_index_when_planned_over_empty_tables() {
+    let Some(url) = server_url("writer::plans::every_write_reaches_its_rows_by_an_index") else {
+        return;
+    };
+    let scans = bad_plans(&url).await;
+    assert!(scans.is_empty(), "{}", scans.join("\n\n"));
+}
+
+#[tokio::test]
+async fn a_url_that_turns_table_scans_and_jit_back_on_does_not_reach_the_writers_plans() {
+    let Some(url) = server_url("writer::plans::a_url_that_turns_table_scans_and_jit_back_on")
+    else {
+        return;
+    };
+    let separator = if url.contains('?') { '&' } else { '?' };
+    let careless = format!("{url}{separator}options=-c%20enable_seqscan%3Don%20-c%20jit%3Don");
+    let scans = bad_plans(&careless).await;
     assert!(scans.is_empty(), "{}", scans.join("\n\n"));
 }
