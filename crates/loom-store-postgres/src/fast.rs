@@ -188,7 +188,29 @@ pub(crate) fn plan<'a>(
         row.head = request.expected_seq + request.records.len() as u64;
         plan.requests.push((at, row.head));
     }
+    plan.sort_rows_by_id();
     Some(plan)
+}
+
+impl Plan<'_> {
+    /// Puts the rows in id order, the order the statement then locks them in, as every
+    /// statement that locks several rows does (`crate::lease`, on lock order); the events keep
+    /// the batch's order.
+    fn sort_rows_by_id(&mut self) {
+        let mut indexed: Vec<(usize, Row)> = std::mem::take(&mut self.rows)
+            .into_iter()
+            .enumerate()
+            .collect();
+        indexed.sort_unstable_by(|(_, a), (_, b)| a.id.as_str().cmp(b.id.as_str()));
+        let mut moved_to = vec![0; indexed.len()];
+        for (new, (old, _)) in indexed.iter().enumerate() {
+            moved_to[*old] = new;
+        }
+        self.rows = indexed.into_iter().map(|(_, row)| row).collect();
+        for (at, _) in &mut self.requests {
+            *at = moved_to[*at];
+        }
+    }
 }
 
 /// The per-execution parameters of [`STATEMENT`].
@@ -234,4 +256,37 @@ impl RowParams {
 /// The ids in `rows` as a set (for the executions a statement updated).
 pub(crate) fn id_set(rows: &[tokio_postgres::Row]) -> HashSet<String> {
     rows.iter().map(|row| row.get::<_, String>(0)).collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn row(id: &str, head: u64) -> Row {
+        Row {
+            id: ExecutionId::new(id).expect("id"),
+            expected: head,
+            token: 1,
+            head,
+            tail: ExecutionTail::new(),
+            wake: loom_kernel::kit::wake::WakeOps::default(),
+        }
+    }
+
+    #[test]
+    fn rows_go_in_id_order_and_each_request_still_names_its_own() {
+        let mut plan = Plan {
+            rows: vec![row("c", 30), row("a", 10), row("b", 20)],
+            // Two appends of "c", one of "a", one of "b", in the batch's order.
+            requests: vec![(0, 31), (1, 11), (2, 21), (0, 32)],
+            ..Plan::default()
+        };
+        plan.sort_rows_by_id();
+        let ids: Vec<&str> = plan.rows.iter().map(|row| row.id.as_str()).collect();
+        assert_eq!(ids, ["a", "b", "c"]);
+        let named: Vec<(&str, u64)> = (plan.requests.iter())
+            .map(|(at, head)| (plan.rows[*at].id.as_str(), *head))
+            .collect();
+        assert_eq!(named, [("c", 31), ("a", 11), ("b", 21), ("c", 32)]);
+    }
 }

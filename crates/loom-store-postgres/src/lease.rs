@@ -34,6 +34,13 @@
 //!
 //! The clock that decides is the database server's (`clock_timestamp()`), never a worker's:
 //! the worker's own clock only ever tells it that it need not ask.
+//!
+//! Every statement that locks several rows of `loom_executions` locks them in execution id
+//! order: the full path's `LOCK_ROWS`, the one statement (its rows sorted by [`crate::fast`]),
+//! the renewal ([`RENEW`]) and the release. Two of them then never wait on each other in a
+//! cycle; the renewal used to lock in the order its scan met the rows, and each deadlock with
+//! a writer's transaction held both for the server's `deadlock_timeout` (1 s) before one was
+//! cancelled and retried (REGRESSIONS 16).
 
 use std::collections::HashMap;
 use std::sync::Mutex;
@@ -105,6 +112,21 @@ WHERE execution_id = $1
        OR $3::int8 IS NULL AND head = $4
           AND (lease_owner IS NULL OR lease_owner = $2 OR lease_expires_at <= clock_timestamp()))
 RETURNING lease_token, $3::int8 IS NULL AND previous_owner IS NOT NULL";
+
+/// Renews every live lease of this worker (`$1`) for `$2` ms; returns the rows renewed. The
+/// rows are locked in id order first (see the module's note on lock order).
+pub(crate) const RENEW: &str = "\
+WITH mine AS (
+    SELECT execution_id FROM loom_executions
+    WHERE lease_owner = $1 AND lease_expires_at > clock_timestamp()
+    ORDER BY execution_id FOR UPDATE
+)
+UPDATE loom_executions AS x
+SET lease_expires_at = clock_timestamp() + $2 * interval '1 millisecond'
+FROM mine
+WHERE x.execution_id = mine.execution_id
+  AND x.lease_owner = $1 AND x.lease_expires_at > clock_timestamp()
+RETURNING x.execution_id, x.lease_token";
 
 impl Leases {
     pub(crate) fn new(worker_id: String, lease: Duration, confirm_after: Duration) -> Self {
@@ -256,7 +278,7 @@ impl Leases {
         }
     }
 
-    /// Renews every live lease this worker holds; forgets the ones that ran out.
+    /// Renews every live lease this worker holds; forgets the ones that ran out ([`RENEW`]).
     pub(crate) async fn renew(&self, pool: &Pool) -> Result<usize, String> {
         // Only leases held before the statement began can be judged by it: one taken while
         // it runs committed too late for it to see.
@@ -271,13 +293,7 @@ impl Leases {
         let client = pool.get().await.map_err(|e| describe_pool(&e))?;
         let since = Instant::now();
         let rows = client
-            .query(
-                "UPDATE loom_executions \
-                 SET lease_expires_at = clock_timestamp() + $2 * interval '1 millisecond' \
-                 WHERE lease_owner = $1 AND lease_expires_at > clock_timestamp() \
-                 RETURNING execution_id, lease_token",
-                &[&self.worker_id, &self.lease_ms()],
-            )
+            .query(RENEW, &[&self.worker_id, &self.lease_ms()])
             .await
             .map_err(|e| describe(&e))?;
         let renewed: HashMap<String, i64> = rows
@@ -309,8 +325,11 @@ impl Leases {
         if held.is_empty() {
             return Ok(0);
         }
-        let ids: Vec<&str> = held.iter().map(|(id, _)| id.as_str()).collect();
-        let tokens: Vec<i64> = held.iter().map(|(_, token)| *token).collect();
+        // In id order, as every statement that locks several rows takes them (`RENEW`).
+        let mut ordered: Vec<&(ExecutionId, i64)> = held.iter().collect();
+        ordered.sort_unstable_by(|a, b| a.0.as_str().cmp(b.0.as_str()));
+        let ids: Vec<&str> = ordered.iter().map(|(id, _)| id.as_str()).collect();
+        let tokens: Vec<i64> = ordered.iter().map(|(_, token)| *token).collect();
         let client = pool.get().await.map_err(|e| describe_pool(&e))?;
         let released = client
             .execute(

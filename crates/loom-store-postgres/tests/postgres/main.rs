@@ -11,6 +11,7 @@ mod in_doubt_index;
 mod lease_bounds;
 mod lease_info;
 mod listing;
+mod lock_order;
 mod many_workers;
 mod multiprocess;
 mod one_claimant;
