@@ -8,7 +8,7 @@
 //! execution and waiting for its end; 2 s of warm-up, then `--calibrate-secs` counted; 64
 //! clients, then 4 times as many while that gains 5%, up to 1,024), then the highest open-loop
 //! rate that keeps up, found by a ramp on one store from half that figure, 10% more every
-//! 20 s step, until a step completes less than 95% of what it offered (`soak-ramp` lines;
+//! step (20 s, `--ramp-step-secs`), until a step completes less than 95% of what it offered (`soak-ramp` lines;
 //! `soak-max` gives both figures). Then, per load (a fraction of that maximum), an open loop: execution `i` is started at `t0 + i / rate` whether or not earlier ones have
 //! ended, and its latency runs from that intended start to `wait` returning Completed, so a
 //! stall that holds the generator up is counted too (no coordinated omission). Latencies go
@@ -21,7 +21,11 @@
 //! one also those ending after the last start), `failed` those failed since the start of the
 //! run, `rss_mib` is VmRSS, `store_mib` the store file and the files beside it named after it
 //! (its journal) on disk, `pg_total_relation_size` summed over the schema's tables on
-//! PostgreSQL, and `checkpoints` (disk only) the writer's since the store opened. Per run,
+//! PostgreSQL, and `checkpoints` (disk only) the writer's since the store opened; on disk also
+//! `commits_over_10ms` and `syncs_over_10ms` (the interval's group commits and journal
+//! `fdatasync`s slower than 10 ms) and `slowest_commit_ms_at_most` and
+//! `slowest_sync_ms_at_most` (the bound of the slowest one's bucket in `StoreStats`), which
+//! tell a tail that waited for the writer, and there for the disk, from one that did not. Per run,
 //! `soak-summary`: its percentiles and a verdict, `ok` or the intervals that broke a criterion:
 //! p99.9 at most 10 times p50 in every interval, RSS after every interval within 10% of RSS
 //! after the first, and every interval but the last completing at least 95% of the executions
@@ -36,6 +40,9 @@
 //! - `--shape 1|10|both`: steps per execution (default both);
 //! - `--loads 0.5,0.8,0.95`: fractions of the maximum rate (the default);
 //! - `--calibrate-secs N`: counted time of each calibration level (default 15);
+//! - `--ramp-step-secs N`: length of each step of the open-loop ramp (default 20); longer steps
+//!   let a store's periodic work (PostgreSQL's autovacuum of a growing table) into each step,
+//!   and find a maximum nearer what a 10-minute run sustains;
 //! - `--rate R`: no calibration; R executions/s is taken as the maximum;
 //! - `--checkpoint-commits N`: the disk store's `DiskStoreConfig::checkpoint_commits` (default
 //!   its default), to see what the checkpoints' size does to the tail;
@@ -50,6 +57,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use hdrhistogram::Histogram;
+use loom_kernel::kit::{LATENCY_BOUNDS_US, LatencyHistogram};
 use loom_kernel::{DiskStore, EventStore, ExecutionId, ExecutionStatus};
 use loom_kernel::{
     EffectCall, EffectOutcome, FlowCtx, FlowError, FnEffect, Runtime, StartOptions, flow_fn,
@@ -61,17 +69,16 @@ use tokio::time::Instant;
 mod support;
 
 const USAGE: &str = "options: --minutes N, --interval-secs N, --store disk|postgres|both, \
-                     --shape 1|10|both, --loads 0.5,0.8,0.95, --calibrate-secs N, --rate R, \
-                     --checkpoint-commits N, --cache-mib N";
+                     --shape 1|10|both, --loads 0.5,0.8,0.95, --calibrate-secs N, \
+                     --ramp-step-secs N, --rate R, --checkpoint-commits N, --cache-mib N";
 const CALIBRATION_WARM_UP: Duration = Duration::from_secs(2);
 const CALIBRATION_CLIENTS: [u64; 3] = [64, 256, 1024];
 /// The open-loop ramp: its first rate (of the closed loop's), its factor from step to step, and
-/// each step's length and reporting interval.
+/// each step's reporting interval (its length is `Options::ramp_step`).
 const RAMP_START: f64 = 0.5;
 const RAMP_FACTOR: f64 = 1.1;
 /// The ramp gives up below the closed loop's figure divided by this.
 const RAMP_FLOOR_DIVISOR: f64 = 64.0;
-const RAMP_STEP: Duration = Duration::from_secs(20);
 const RAMP_INTERVAL: Duration = Duration::from_secs(5);
 /// A level of the calibration ramp must beat the best so far by this factor for the next one.
 const CALIBRATION_GAIN: f64 = 1.05;
@@ -81,6 +88,9 @@ const DRAIN_LIMIT: Duration = Duration::from_secs(120);
 const LONGEST_LATENCY_US: u64 = 3_600_000_000;
 const P999_OVER_P50_LIMIT: u64 = 10;
 const RSS_DRIFT_LIMIT: f64 = 0.10;
+/// A group commit or journal sync slower than this (µs) is counted on the disk store's
+/// interval lines.
+const SLOW_WRITE_US: u64 = 10_000;
 /// An interval keeps up when it completes at least this share of the executions offered in it.
 const KEPT_UP: f64 = 0.95;
 
@@ -97,6 +107,8 @@ struct Options {
     shapes: Vec<u64>,
     loads: Vec<f64>,
     calibration: Duration,
+    /// Each step of the open-loop ramp.
+    ramp_step: Duration,
     max_rate: Option<f64>,
     /// The disk store's `checkpoint_commits` and `cache_size_bytes`; its defaults when not
     /// given.
@@ -113,6 +125,7 @@ impl Options {
             shapes: vec![1, 10],
             loads: vec![0.5, 0.8, 0.95],
             calibration: Duration::from_secs(15),
+            ramp_step: Duration::from_secs(20),
             max_rate: None,
             checkpoint_commits: None,
             cache_bytes: None,
@@ -134,6 +147,7 @@ impl Options {
             "--minutes" => self.run_length = seconds(60.0)?,
             "--interval-secs" => self.interval = seconds(1.0)?,
             "--calibrate-secs" => self.calibration = seconds(1.0)?,
+            "--ramp-step-secs" => self.ramp_step = seconds(1.0)?,
             "--rate" => self.max_rate = Some(positive(arg)?),
             "--checkpoint-commits" => self.checkpoint_commits = Some(positive(arg)? as u64),
             "--cache-mib" => self.cache_bytes = Some((positive(arg)? * 1_048_576.0) as usize),
@@ -202,6 +216,8 @@ async fn run_one<S: EventStore>(loom: &Runtime<S>, name: &str, shape: u64) -> Re
 enum Probe {
     Disk {
         store: DiskStore,
+        /// The writer's commit and `fdatasync` latencies as the last interval ended.
+        writes_before: Mutex<[LatencyHistogram; 2]>,
         _scratch: tempfile::TempDir,
     },
     Postgres(tokio_postgres::Client, String),
@@ -219,6 +235,30 @@ impl Probe {
                 u64::try_from(row.get::<_, i64>(0)).ok()
             }
         }
+    }
+
+    /// On disk, the interval's group commits and journal syncs slower than [`SLOW_WRITE_US`]
+    /// and the bound of the slowest one's bucket (`StoreStats::commit_latency` and
+    /// `fsync_latency`): whether a tail the interval shows waited for the writer, and there for
+    /// the disk. Empty on PostgreSQL.
+    fn writer_figures(&self) -> String {
+        let Probe::Disk {
+            store,
+            writes_before,
+            ..
+        } = self
+        else {
+            return String::new();
+        };
+        let stats = store.stats();
+        let now = [stats.commit_latency, stats.fsync_latency].map(Option::unwrap_or_default);
+        let before = std::mem::replace(&mut *writes_before.lock().expect("writes"), now.clone());
+        let [commits, syncs] = [0, 1].map(|kind| slow_and_slowest(&now[kind], &before[kind]));
+        format!(
+            " commits_over_10ms={} slowest_commit_ms_at_most={} syncs_over_10ms={} \
+             slowest_sync_ms_at_most={}",
+            commits.0, commits.1, syncs.0, syncs.1
+        )
     }
 
     /// The scratch directory goes with the probe; the schema is dropped so that a long series
@@ -256,6 +296,7 @@ fn fresh_disk(options: &Options) -> (DiskStore, Probe) {
     let store = DiskStore::open_with(scratch.path().join("soak.redb"), config).expect("disk store");
     let probe = Probe::Disk {
         store: store.clone(),
+        writes_before: Mutex::default(),
         _scratch: scratch,
     };
     (store, probe)
@@ -336,12 +377,12 @@ async fn calibrate<S: EventStore + Clone>(
     store: &str,
     fresh: &impl AsyncFn() -> (S, Probe),
     shape: u64,
-    counted: Duration,
+    options: &Options,
 ) -> f64 {
     let (mut closed_rate, mut best_clients) = (0.0, 0);
     for clients in CALIBRATION_CLIENTS {
         let (events, probe) = fresh().await;
-        let rate = closed_loop(runtime(events), shape, clients, counted).await;
+        let rate = closed_loop(runtime(events), shape, clients, options.calibration).await;
         probe.discard().await;
         println!("soak-calibrate store={store} shape={shape} clients={clients} rate={rate:.0}");
         let gained = rate > closed_rate * CALIBRATION_GAIN;
@@ -352,7 +393,7 @@ async fn calibrate<S: EventStore + Clone>(
             break;
         }
     }
-    let kept_up = open_loop_ramp(store, fresh, shape, closed_rate).await;
+    let kept_up = open_loop_ramp(store, fresh, shape, closed_rate, options.ramp_step).await;
     println!(
         "soak-max store={store} shape={shape} rate={kept_up:.0} closed_loop_rate={closed_rate:.0} clients={best_clients}"
     );
@@ -374,13 +415,14 @@ async fn open_loop_ramp<S: EventStore + Clone>(
     fresh: &impl AsyncFn() -> (S, Probe),
     shape: u64,
     closed_rate: f64,
+    step_length: Duration,
 ) -> f64 {
     let (events, probe) = fresh().await;
     let mut step_number = 0;
     let mut keeps_up = async |rate: f64| {
         step_number += 1;
         let labels = format!("store={store} shape={shape} load=ramp rate={rate:.0}");
-        let mut step = SoakRun::with_length(labels, shape, rate, RAMP_STEP, RAMP_INTERVAL);
+        let mut step = SoakRun::with_length(labels, shape, rate, step_length, RAMP_INTERVAL);
         step.id_prefix = format!("ramp{step_number}");
         let failures = Arc::new(step).run(runtime(events.clone()), &probe).await;
         let kept_up = !failures
@@ -570,7 +612,13 @@ impl SoakRun {
         let store_bytes = probe.store_bytes().await;
         let store_mib = store_bytes.map_or(f64::NAN, |bytes| bytes as f64 / 1_048_576.0);
         let checkpoints = match probe {
-            Probe::Disk { store, .. } => format!(" checkpoints={}", store.checkpoints()),
+            Probe::Disk { store, .. } => {
+                format!(
+                    " checkpoints={}{}",
+                    store.checkpoints(),
+                    probe.writer_figures()
+                )
+            }
             Probe::Postgres(..) => String::new(),
         };
         println!(
@@ -644,6 +692,26 @@ fn verdict_failures(figures: &[IntervalFigures], offered_per_interval: f64) -> V
     failures
 }
 
+/// How many observations between `before` and `now` took more than [`SLOW_WRITE_US`], and the
+/// upper bound (ms) of the slowest one's bucket.
+fn slow_and_slowest(now: &LatencyHistogram, before: &LatencyHistogram) -> (u64, String) {
+    let in_interval: Vec<u64> = (now.buckets.iter().zip(&before.buckets))
+        .map(|(now, before)| now.saturating_sub(*before))
+        .collect();
+    let slow = (in_interval.iter().enumerate())
+        .filter(|(bucket, _)| *bucket > 0 && LATENCY_BOUNDS_US[bucket - 1] >= SLOW_WRITE_US)
+        .map(|(_, count)| count)
+        .sum();
+    let slowest = match in_interval.iter().rposition(|count| *count > 0) {
+        Some(bucket) if bucket < LATENCY_BOUNDS_US.len() => {
+            format!("{}", LATENCY_BOUNDS_US[bucket] as f64 / 1000.0)
+        }
+        Some(_) => "over_bounds".to_owned(),
+        None => "none".to_owned(),
+    };
+    (slow, slowest)
+}
+
 fn percentiles(latencies: &Histogram<u64>) -> String {
     format!(
         "p50_us={} p99_us={} p999_us={} max_us={}",
@@ -698,7 +766,7 @@ async fn soak_store<S: EventStore + Clone>(
     for &shape in &options.shapes {
         let max_rate = match options.max_rate {
             Some(rate) => rate,
-            None => calibrate(store, &fresh, shape, options.calibration).await,
+            None => calibrate(store, &fresh, shape, options).await,
         };
         if max_rate <= 0.0 {
             eprintln!("soak: {store} shape={shape}: nothing completed in calibration");
