@@ -49,17 +49,6 @@ pub enum ListInDoubtError {
     /// An execution could not be folded.
     #[error(transparent)]
     Fold(#[from] FoldStoredError),
-    /// The step's events could not be read.
-    #[error("cannot read EFFECT_INDOUBT of step '{step_id}' in execution {execution}: {source}")]
-    Read {
-        /// The execution concerned.
-        execution: ExecutionId,
-        /// The step's id (ADR 0061).
-        step_id: String,
-        /// The underlying error.
-        #[source]
-        source: ReadError,
-    },
 }
 
 /// Every step in doubt in the store, by execution id then step id.
