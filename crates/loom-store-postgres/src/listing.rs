@@ -1,6 +1,7 @@
 //! Executions newest start first ([`EventStore::query_executions`]) and counted per status
 //! ([`EventStore::count_by_status`]) from `loom_executions`: each row carries its start time
-//! and flow, written by the first append's placeholder row, and two indexes order the rows by
+//! and flow, written by the first append (with the row it inserts, or into a placeholder row),
+//! and two indexes order the rows by
 //! `(start time, id)`, of every status and per status.
 //!
 //! [`EventStore::query_executions`]: loom_kernel::EventStore::query_executions

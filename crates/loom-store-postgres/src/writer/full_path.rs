@@ -1,7 +1,9 @@
-//! The writer's full path: one transaction that locks every execution of a batch, decides each
-//! request against its row (head, lease, tail), and writes the events, rows and wake-ups.
+//! The writer's full path: one transaction that locks every execution of a batch that has a
+//! row, decides each request against its row (head, lease, tail; an empty row for a new
+//! execution without one), and writes the events, rows (inserted for new executions, in one
+//! version) and wake-ups.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, HashMap, HashSet};
 
 use loom_kernel::kit::EncodedAppend;
 use loom_kernel::kit::ExecutionTail;
@@ -18,8 +20,15 @@ use crate::notify::payloads;
 use crate::read_back::Probe;
 use crate::wake::{WAKE_STATEMENT, WakeParams};
 
-/// Placeholder rows for the batch's new executions, with the start time and flow the listing
-/// indexes order by; a row not started yet (left by a refused first append) takes this start's.
+/// Which of the batch's new executions already have a row (left by a refused first append of
+/// an earlier build, or another worker's): those take a placeholder and are locked; the others'
+/// rows are inserted as the batch leaves them ([`INSERT_ROWS`]).
+pub(crate) const EXISTING: &str =
+    "SELECT execution_id FROM loom_executions WHERE execution_id = ANY($1)";
+
+/// Placeholder rows for the batch's new executions that have a row already, with the start time
+/// and flow the listing indexes order by; a row not started yet (left by a refused first append)
+/// takes this start's.
 pub(crate) const PLACEHOLDERS: &str = "\
 INSERT INTO loom_executions (execution_id, started_at_ms, flow)
 SELECT id, started, flow
@@ -59,6 +68,24 @@ FROM unnest($1::text[], $2::int8[], $3::bytea[], $4::int2[], $5::bool[],
     AS u(id, head, tail, status, driving, ended, owner, token, renewed, doubts)
 WHERE x.execution_id = u.id
   AND (NOT u.renewed OR x.lease_expires_at > clock_timestamp())";
+
+/// The rows of new executions that had none, as the batch leaves them: one version of the row
+/// where a placeholder and its update made two, each entering every index of the table. In id
+/// order (as every statement that locks rows, `crate::lease`); a row another worker inserted
+/// since [`EXISTING`] is skipped, and the batch is then decided again.
+pub(crate) const INSERT_ROWS: &str = "\
+INSERT INTO loom_executions (execution_id, head, tail, status, needs_driving, ended_at_ms,
+    steps_in_doubt, lease_owner, lease_token, last_lease_owner, lease_expires_at,
+    started_at_ms, flow)
+SELECT u.id, u.head, u.tail, u.status, u.driving, u.ended, u.doubts, u.owner, u.token, $12,
+    CASE WHEN u.owner IS NULL THEN NULL
+        ELSE clock_timestamp() + $13 * interval '1 millisecond' END,
+    u.started, u.flow
+FROM unnest($1::text[], $2::int8[], $3::bytea[], $4::int2[], $5::bool[], $6::int8[],
+            $7::bool[], $8::text[], $9::int8[], $10::int8[], $11::text[])
+    AS u(id, head, tail, status, driving, ended, doubts, owner, token, started, flow)
+ORDER BY u.id
+ON CONFLICT (execution_id) DO NOTHING";
 
 /// The new heads, to the other workers' listeners.
 pub(crate) const NOTIFY: &str = "SELECT pg_notify($1, p) FROM unnest($2::text[]) AS u(p)";
@@ -104,28 +131,59 @@ impl Writer {
                 (r.execution.as_str(), started.or(Some(0)), flow)
             })
             .collect();
+        // New executions without a row: decided against an empty row, and inserted as the
+        // batch leaves them (`INSERT_ROWS`), with their start time and flow.
+        let mut rowless: BTreeMap<&str, (Option<i64>, Option<&str>)> = BTreeMap::new();
         if !fresh.is_empty() {
             fresh.sort_by_key(|(id, _, _)| *id);
             fresh.dedup_by_key(|(id, _, _)| *id);
-            let insert = txn
-                .prepare_cached(PLACEHOLDERS)
+            let existing = txn
+                .prepare_cached(EXISTING)
                 .await
                 .map_err(|e| not_committed(&e))?;
-            let ids: Vec<&str> = fresh.iter().map(|(id, _, _)| *id).collect();
-            let starts: Vec<Option<i64>> = fresh.iter().map(|(_, at, _)| *at).collect();
-            let flows: Vec<Option<&str>> = fresh.iter().map(|(_, _, flow)| *flow).collect();
-            txn.execute(&insert, &[&ids, &starts, &flows])
+            let fresh_ids: Vec<&str> = fresh.iter().map(|(id, _, _)| *id).collect();
+            let found: HashSet<String> = txn
+                .query(&existing, &[&fresh_ids])
                 .await
-                .map_err(|e| not_committed(&e))?;
+                .map_err(|e| not_committed(&e))?
+                .iter()
+                .map(|row| row.get(0))
+                .collect();
+            let (placeholders, without): (Vec<_>, Vec<_>) = fresh
+                .into_iter()
+                .partition(|(id, _, _)| found.contains(*id));
+            rowless = without
+                .into_iter()
+                .map(|(id, started, flow)| (id, (started, flow)))
+                .collect();
+            if !placeholders.is_empty() {
+                let insert = txn
+                    .prepare_cached(PLACEHOLDERS)
+                    .await
+                    .map_err(|e| not_committed(&e))?;
+                let ids: Vec<&str> = placeholders.iter().map(|(id, _, _)| *id).collect();
+                let starts: Vec<Option<i64>> = placeholders.iter().map(|(_, at, _)| *at).collect();
+                let flows: Vec<Option<&str>> =
+                    placeholders.iter().map(|(_, _, flow)| *flow).collect();
+                txn.execute(&insert, &[&ids, &starts, &flows])
+                    .await
+                    .map_err(|e| not_committed(&e))?;
+            }
         }
-        let lock = txn
-            .prepare_cached(LOCK_ROWS)
-            .await
-            .map_err(|e| not_committed(&e))?;
-        let rows = txn
-            .query(&lock, &[&ids])
-            .await
-            .map_err(|e| not_committed(&e))?;
+        let with_rows: Vec<&str> = (ids.iter().copied())
+            .filter(|id| !rowless.contains_key(id))
+            .collect();
+        let rows = if with_rows.is_empty() {
+            Vec::new()
+        } else {
+            let lock = txn
+                .prepare_cached(LOCK_ROWS)
+                .await
+                .map_err(|e| not_committed(&e))?;
+            txn.query(&lock, &[&with_rows])
+                .await
+                .map_err(|e| not_committed(&e))?
+        };
         if Faults::take(&self.faults.stall_after_lock) {
             self.faults.stalled.notify_one();
             self.faults.resume_stalled.notified().await;
@@ -299,26 +357,10 @@ impl Writer {
             .prepare_cached(INSERT_EVENTS)
             .await
             .map_err(|e| not_committed(&e))?;
-        let update = txn
-            .prepare_cached(UPDATE_ROWS)
-            .await
-            .map_err(|e| not_committed(&e))?;
         let notify = txn
             .prepare_cached(NOTIFY)
             .await
             .map_err(|e| not_committed(&e))?;
-        let update_ids: Vec<&str> = updates.keys().copied().collect();
-        let heads: Vec<i64> = updates.values().map(|u| u.head).collect();
-        let tails: Vec<&[u8]> = updates.values().map(|u| u.tail.as_slice()).collect();
-        let statuses: Vec<i16> = updates.values().map(|u| u.status).collect();
-        let driving: Vec<bool> = updates.values().map(|u| u.needs_driving).collect();
-        let doubts: Vec<bool> = updates.values().map(|u| u.steps_in_doubt).collect();
-        let ended: Vec<Option<i64>> = updates.values().map(|u| u.ended_at_ms).collect();
-        let owners: Vec<Option<&str>> = updates.values().map(|u| u.owner).collect();
-        let tokens: Vec<i64> = updates.values().map(|u| u.token).collect();
-        let renewed: Vec<bool> = updates.values().map(|u| u.renewed).collect();
-        let lease_ms = self.leases.lease_ms();
-        let event_count = event_ids.len() as i64;
         let announced: Vec<(ExecutionId, u64)> = updates
             .iter()
             .filter_map(|(id, u)| {
@@ -328,6 +370,11 @@ impl Writer {
             })
             .collect();
         let messages = payloads(announced.iter().map(|(id, head)| (id, *head)));
+        let (new_rows, updates): (BTreeMap<&str, Update<'_>>, BTreeMap<&str, Update<'_>>) = updates
+            .into_iter()
+            .partition(|(id, _)| rowless.contains_key(id));
+        let lease_ms = self.leases.lease_ms();
+        let event_count = event_ids.len() as i64;
         // Issued together: the connection pipelines them.
         let insert_params: [&(dyn tokio_postgres::types::ToSql + Sync); 5] = [
             &event_ids,
@@ -336,28 +383,77 @@ impl Writer {
             &commit_id,
             &event_count,
         ];
-        // Every row updated here was written under this worker's lease, taken or held: it is
+        // Every row written here was written under this worker's lease, taken or held: it is
         // the lease's last holder, even when the batch gave the lease back at once.
         let worker_id = self.leases.worker_id();
+        let rows = RowColumns::of(&updates);
         let update_params: [&(dyn tokio_postgres::types::ToSql + Sync); 12] = [
-            &update_ids,
-            &heads,
-            &tails,
-            &statuses,
-            &driving,
-            &ended,
-            &owners,
-            &tokens,
+            &rows.ids,
+            &rows.heads,
+            &rows.tails,
+            &rows.statuses,
+            &rows.driving,
+            &rows.ended,
+            &rows.owners,
+            &rows.tokens,
             &lease_ms,
-            &renewed,
+            &rows.renewed,
             &worker_id,
-            &doubts,
+            &rows.doubts,
+        ];
+        let fresh_rows = RowColumns::of(&new_rows);
+        let (starts, flows): (Vec<Option<i64>>, Vec<Option<&str>>) = (new_rows.keys())
+            .map(|id| rowless.get(id).copied().unwrap_or_default())
+            .unzip();
+        let new_row_params: [&(dyn tokio_postgres::types::ToSql + Sync); 13] = [
+            &fresh_rows.ids,
+            &fresh_rows.heads,
+            &fresh_rows.tails,
+            &fresh_rows.statuses,
+            &fresh_rows.driving,
+            &fresh_rows.ended,
+            &fresh_rows.doubts,
+            &fresh_rows.owners,
+            &fresh_rows.tokens,
+            &starts,
+            &flows,
+            &worker_id,
+            &lease_ms,
         ];
         let notify_params: [&(dyn tokio_postgres::types::ToSql + Sync); 2] =
             [&self.channel, &messages];
         let wake = WakeParams::of(&wake);
-        let inserted = txn.execute(&insert, &insert_params);
-        let updated = txn.execute(&update, &update_params);
+        // Prepared first, so that each statement below is sent as it is first polled, in the
+        // order of the join: the rows of new executions before their events.
+        let insert_rows = match new_rows.is_empty() {
+            true => None,
+            false => Some(
+                txn.prepare_cached(INSERT_ROWS)
+                    .await
+                    .map_err(|e| not_committed(&e))?,
+            ),
+        };
+        let update = match updates.is_empty() {
+            true => None,
+            false => Some(
+                txn.prepare_cached(UPDATE_ROWS)
+                    .await
+                    .map_err(|e| not_committed(&e))?,
+            ),
+        };
+        let rows_inserted = async {
+            match &insert_rows {
+                Some(statement) => txn.execute(statement, &new_row_params).await,
+                None => Ok(0),
+            }
+        };
+        let events_inserted = txn.execute(&insert, &insert_params);
+        let updated = async {
+            match &update {
+                Some(statement) => txn.execute(statement, &update_params).await,
+                None => Ok(0),
+            }
+        };
         let notified = txn.execute(&notify, &notify_params);
         let woken = async {
             if wake.is_empty() {
@@ -366,9 +462,29 @@ impl Writer {
             let statement = txn.prepare_cached(WAKE_STATEMENT).await?;
             txn.execute(&statement, &wake.params()).await
         };
-        let (_, updated, _, _) = futures::try_join!(inserted, updated, notified, woken)
-            .map_err(|e| not_committed(&e))?;
-        if updated != update_ids.len() as u64 {
+        let (rows_inserted, events_inserted, updated, notified, woken) =
+            futures::join!(rows_inserted, events_inserted, updated, notified, woken);
+        if rows_inserted
+            .as_ref()
+            .is_ok_and(|inserted| *inserted != new_rows.len() as u64)
+        {
+            // Another worker started a new execution of the batch since this one looked: its
+            // events then collide with ours too. Rolled back as the transaction is dropped, and
+            // decided again against that row.
+            return Err(BatchError::NotCommitted(Failure::other(
+                ROW_APPEARED,
+                Cause::Contention,
+            )));
+        }
+        // The first failure in the order the statements ran says why; those after it only
+        // found the transaction aborted.
+        let mut counts = [0; 5];
+        let statements = [rows_inserted, events_inserted, updated, notified, woken];
+        for (count, outcome) in counts.iter_mut().zip(statements) {
+            *count = outcome.map_err(|e| not_committed(&e))?;
+        }
+        let [_, _, updated, _, _] = counts;
+        if updated != updates.len() as u64 {
             // A lease ran out between the lock and the write (the worker was paused): the
             // transaction rolls back as it is dropped, and the batch is decided again.
             return Err(BatchError::NotCommitted(Failure::other(
@@ -410,3 +526,37 @@ impl Writer {
 
 /// Why a batch was rolled back when a lease it was granted on ran out before its write.
 const LEASE_RAN_OUT: &str = "a lease ran out while its append was being committed";
+
+/// Why a batch was rolled back when a new execution's row appeared after it looked.
+const ROW_APPEARED: &str = "another worker started a new execution of the batch meanwhile";
+
+/// The columns of [`UPDATE_ROWS`] and [`INSERT_ROWS`], one element per row, in id order.
+struct RowColumns<'a> {
+    ids: Vec<&'a str>,
+    heads: Vec<i64>,
+    tails: Vec<&'a [u8]>,
+    statuses: Vec<i16>,
+    driving: Vec<bool>,
+    doubts: Vec<bool>,
+    ended: Vec<Option<i64>>,
+    owners: Vec<Option<&'a str>>,
+    tokens: Vec<i64>,
+    renewed: Vec<bool>,
+}
+
+impl<'a> RowColumns<'a> {
+    fn of(rows: &'a BTreeMap<&'a str, Update<'a>>) -> Self {
+        Self {
+            ids: rows.keys().copied().collect(),
+            heads: rows.values().map(|u| u.head).collect(),
+            tails: rows.values().map(|u| u.tail.as_slice()).collect(),
+            statuses: rows.values().map(|u| u.status).collect(),
+            driving: rows.values().map(|u| u.needs_driving).collect(),
+            doubts: rows.values().map(|u| u.steps_in_doubt).collect(),
+            ended: rows.values().map(|u| u.ended_at_ms).collect(),
+            owners: rows.values().map(|u| u.owner).collect(),
+            tokens: rows.values().map(|u| u.token).collect(),
+            renewed: rows.values().map(|u| u.renewed).collect(),
+        }
+    }
+}

@@ -106,6 +106,54 @@ async fn a_worker_that_loses_the_race_for_a_running_execution_gets_a_conflict() 
     assert_eq!(b.read_all(&e).await.expect("read").len(), 2);
 }
 
+/// A new execution's row is inserted as its first append leaves it, when none exists as the
+/// writer looks: a second worker that starts the same id in between wins, and the first is
+/// decided again against that row.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_worker_that_loses_the_race_to_start_an_execution_gets_a_conflict() {
+    let Some((a, b)) = two_workers("start_race", Duration::from_secs(30)).await else {
+        return;
+    };
+    let e = id("started-twice");
+    // A looks (no row yet) and stops there, its transaction open.
+    a.faults().stall_after_lock.store(1, Ordering::SeqCst);
+    let stalled = {
+        let (a, e) = (a.clone(), e.clone());
+        tokio::spawn(async move { a.append(&e, 0, &[started("from-a")]).await })
+    };
+    tokio::time::timeout(Duration::from_secs(30), a.faults().stalled.notified())
+        .await
+        .expect("a's first append looked for the row");
+    // B is not held up by A's open transaction: A has written nothing yet.
+    let b_started = tokio::time::timeout(
+        Duration::from_secs(30),
+        b.append(&e, 0, &[started("from-b")]),
+    )
+    .await
+    .expect("b's start waited for a's open transaction");
+    assert_eq!(b_started.expect("b"), 1);
+    a.faults().resume_stalled.notify_one();
+    match stalled.await.expect("task") {
+        Err(AppendError::Conflict {
+            expected_seq,
+            actual_seq,
+            ..
+        }) => assert_eq!((expected_seq, actual_seq), (0, 1)),
+        other => panic!("expected a conflict, got {other:?}"),
+    }
+    assert_eq!(a.lease_token(&e), None);
+    assert!(
+        b.lease_token(&e).is_some(),
+        "b holds the lease it started with"
+    );
+    let log = a.read_all(&e).await.expect("read");
+    assert_eq!(log.len(), 1);
+    assert!(
+        matches!(&log[0].event, Event::ExecutionStarted(s) if s.flow == "from-b"),
+        "{log:?}"
+    );
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_second_worker_takes_over_after_the_owner_dies_and_fences_it_out() {
     let Some((a, b)) = two_workers("take_over", Duration::from_millis(400)).await else {
