@@ -40,7 +40,8 @@
 //! the renewal ([`RENEW`]) and the release. Two of them then never wait on each other in a
 //! cycle; the renewal used to lock in the order its scan met the rows, and each deadlock with
 //! a writer's transaction held both for the server's `deadlock_timeout` (1 s) before one was
-//! cancelled and retried (REGRESSIONS 16).
+//! cancelled and retried (REGRESSIONS 16). The renewal also never waits: it skips the rows a
+//! write in flight holds.
 
 use std::collections::HashMap;
 use std::sync::Mutex;
@@ -113,20 +114,31 @@ WHERE execution_id = $1
           AND (lease_owner IS NULL OR lease_owner = $2 OR lease_expires_at <= clock_timestamp()))
 RETURNING lease_token, $3::int8 IS NULL AND previous_owner IS NOT NULL";
 
-/// Renews every live lease of this worker (`$1`) for `$2` ms; returns the rows renewed. The
-/// rows are locked in id order first (see the module's note on lock order).
+/// Renews every live lease of this worker (`$1`) for `$2` ms. Returns each live lease with
+/// whether it was renewed: a row a write in flight holds is skipped, never waited for (the
+/// write sets the lease's expiry itself when it keeps the lease), and reported as still this
+/// worker's as it stood before that write. A renewal that waited would hold every row it
+/// locked until the last one came free, and the writer's next transaction would wait for all
+/// of them: under overload past the writes' statement timeout (see the module's note on lock
+/// order).
 pub(crate) const RENEW: &str = "\
 WITH mine AS (
     SELECT execution_id FROM loom_executions
     WHERE lease_owner = $1 AND lease_expires_at > clock_timestamp()
-    ORDER BY execution_id FOR UPDATE
+    ORDER BY execution_id FOR UPDATE SKIP LOCKED
+), renewed AS (
+    UPDATE loom_executions AS x
+    SET lease_expires_at = clock_timestamp() + $2 * interval '1 millisecond'
+    FROM mine
+    WHERE x.execution_id = mine.execution_id
+      AND x.lease_owner = $1 AND x.lease_expires_at > clock_timestamp()
+    RETURNING x.execution_id, x.lease_token
 )
-UPDATE loom_executions AS x
-SET lease_expires_at = clock_timestamp() + $2 * interval '1 millisecond'
-FROM mine
-WHERE x.execution_id = mine.execution_id
-  AND x.lease_owner = $1 AND x.lease_expires_at > clock_timestamp()
-RETURNING x.execution_id, x.lease_token";
+SELECT execution_id, lease_token, true FROM renewed
+UNION ALL
+SELECT execution_id, lease_token, false FROM loom_executions
+WHERE lease_owner = $1 AND lease_expires_at > clock_timestamp()
+  AND execution_id NOT IN (SELECT execution_id FROM mine)";
 
 impl Leases {
     pub(crate) fn new(worker_id: String, lease: Duration, confirm_after: Duration) -> Self {
@@ -296,20 +308,24 @@ impl Leases {
             .query(RENEW, &[&self.worker_id, &self.lease_ms()])
             .await
             .map_err(|e| describe(&e))?;
-        let renewed: HashMap<String, i64> = rows
+        // Per live lease: its token, and whether this statement renewed it (or skipped it, a
+        // write in flight holding its row).
+        let live: HashMap<String, (i64, bool)> = rows
             .iter()
-            .map(|row| (row.get::<_, String>(0), row.get::<_, i64>(1)))
+            .map(|row| (row.get(0), (row.get(1), row.get(2))))
             .collect();
         let mut held = self.held();
         for (id, token) in before {
-            let lost = renewed.get(id.as_str()) != Some(&token);
-            match held.get_mut(&id) {
-                Some(h) if h.token == token && lost => {
+            let Some(h) = held.get_mut(&id).filter(|h| h.token == token) else {
+                continue;
+            };
+            match live.get(id.as_str()) {
+                Some((live_token, true)) if *live_token == token => h.since = h.since.max(since),
+                Some((live_token, false)) if *live_token == token => {}
+                _ => {
                     tracing::warn!(execution = %id, token, "lease ran out before it was renewed");
                     held.remove(&id);
                 }
-                Some(h) if h.token == token => h.since = h.since.max(since),
-                _ => {}
             }
         }
         Ok(held.len())
