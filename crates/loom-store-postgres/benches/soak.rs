@@ -8,8 +8,8 @@
 //! execution and waiting for its end; 2 s of warm-up, then `--calibrate-secs` counted; 64
 //! clients, then 4 times as many while that gains 5%, up to 1,024), then the highest open-loop
 //! rate that keeps up, found by a ramp on one store from half that figure, 10% more every
-//! step (20 s, `--ramp-step-secs`), until a step completes less than 95% of what it offered (`soak-ramp` lines;
-//! `soak-max` gives both figures). Then, per load (a fraction of that maximum), an open loop: execution `i` is started at `t0 + i / rate` whether or not earlier ones have
+//! step (20 s, `--ramp-step-secs`), until a step completes less than 95% of what it offered
+//! (`soak-ramp` lines; `soak-max` gives both figures). Then, per load (a fraction of that maximum), an open loop: execution `i` is started at `t0 + i / rate` whether or not earlier ones have
 //! ended, and its latency runs from that intended start to `wait` returning Completed, so a
 //! stall that holds the generator up is counted too (no coordinated omission). Latencies go
 //! into HDR histograms (microseconds, 3 significant digits), one per interval and one per run.
