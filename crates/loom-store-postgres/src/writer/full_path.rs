@@ -20,15 +20,9 @@ use crate::notify::payloads;
 use crate::read_back::Probe;
 use crate::wake::{WAKE_STATEMENT, WakeParams};
 
-/// Which of the batch's new executions already have a row (left by a refused first append of
-/// an earlier build, or another worker's): those take a placeholder and are locked; the others'
-/// rows are inserted as the batch leaves them ([`INSERT_ROWS`]).
-pub(crate) const EXISTING: &str =
-    "SELECT execution_id FROM loom_executions WHERE execution_id = ANY($1)";
-
-/// Placeholder rows for the batch's new executions that have a row already, with the start time
-/// and flow the listing indexes order by; a row not started yet (left by a refused first append)
-/// takes this start's.
+/// The start time and flow the listing indexes order by, for the batch's new executions that have
+/// a row already (locked by [`LOCK_ROWS`]): a row not started yet (left by a refused first
+/// append of an earlier build, or of another worker) takes this start's.
 pub(crate) const PLACEHOLDERS: &str = "\
 INSERT INTO loom_executions (execution_id, started_at_ms, flow)
 SELECT id, started, flow
@@ -38,7 +32,8 @@ ON CONFLICT (execution_id) DO UPDATE
 SET started_at_ms = EXCLUDED.started_at_ms, flow = EXCLUDED.flow
 WHERE loom_executions.head = 0";
 
-/// Every execution of the batch, locked in id order (no deadlock between workers).
+/// Every execution of the batch that has a row, locked in id order (no deadlock between
+/// workers); a new execution it does not return has no row, and gets one from [`INSERT_ROWS`].
 pub(crate) const LOCK_ROWS: &str = "\
 SELECT execution_id, head, lease_owner, lease_token,
        coalesce(lease_expires_at > clock_timestamp(), false), tail
@@ -72,7 +67,7 @@ WHERE x.execution_id = u.id
 /// The rows of new executions that had none, as the batch leaves them: one version of the row
 /// where a placeholder and its update made two, each entering every index of the table. In id
 /// order (as every statement that locks rows, `crate::lease`); a row another worker inserted
-/// since [`EXISTING`] is skipped, and the batch is then decided again.
+/// since [`LOCK_ROWS`] looked is skipped, and the batch is then decided again.
 pub(crate) const INSERT_ROWS: &str = "\
 INSERT INTO loom_executions (execution_id, head, tail, status, needs_driving, ended_at_ms,
     steps_in_doubt, lease_owner, lease_token, last_lease_owner, lease_expires_at,
@@ -118,8 +113,18 @@ impl Writer {
         let mut ids: Vec<&str> = batch.iter().map(|r| r.execution.as_str()).collect();
         ids.sort_unstable();
         ids.dedup();
-        // With the start time and flow the listing indexes order by; a row not started yet
-        // (left by a refused first append) takes this start's.
+        let lock = txn
+            .prepare_cached(LOCK_ROWS)
+            .await
+            .map_err(|e| not_committed(&e))?;
+        let rows = txn
+            .query(&lock, &[&ids])
+            .await
+            .map_err(|e| not_committed(&e))?;
+        let with_rows: HashSet<&str> = rows.iter().map(|row| row.get(0)).collect();
+        // New executions, with the start time and flow the listing indexes order by. Those
+        // without a row are decided against an empty row and inserted as the batch leaves them
+        // (`INSERT_ROWS`); those with one (locked above) get these in `PLACEHOLDERS`.
         let mut fresh: Vec<(&str, Option<i64>, Option<&str>)> = batch
             .iter()
             .filter(|r| r.expected_seq == 0)
@@ -131,59 +136,27 @@ impl Writer {
                 (r.execution.as_str(), started.or(Some(0)), flow)
             })
             .collect();
-        // New executions without a row: decided against an empty row, and inserted as the
-        // batch leaves them (`INSERT_ROWS`), with their start time and flow.
-        let mut rowless: BTreeMap<&str, (Option<i64>, Option<&str>)> = BTreeMap::new();
-        if !fresh.is_empty() {
-            fresh.sort_by_key(|(id, _, _)| *id);
-            fresh.dedup_by_key(|(id, _, _)| *id);
-            let existing = txn
-                .prepare_cached(EXISTING)
-                .await
-                .map_err(|e| not_committed(&e))?;
-            let fresh_ids: Vec<&str> = fresh.iter().map(|(id, _, _)| *id).collect();
-            let found: HashSet<String> = txn
-                .query(&existing, &[&fresh_ids])
-                .await
-                .map_err(|e| not_committed(&e))?
-                .iter()
-                .map(|row| row.get(0))
-                .collect();
-            let (placeholders, without): (Vec<_>, Vec<_>) = fresh
-                .into_iter()
-                .partition(|(id, _, _)| found.contains(*id));
-            rowless = without
-                .into_iter()
-                .map(|(id, started, flow)| (id, (started, flow)))
-                .collect();
-            if !placeholders.is_empty() {
-                let insert = txn
-                    .prepare_cached(PLACEHOLDERS)
-                    .await
-                    .map_err(|e| not_committed(&e))?;
-                let ids: Vec<&str> = placeholders.iter().map(|(id, _, _)| *id).collect();
-                let starts: Vec<Option<i64>> = placeholders.iter().map(|(_, at, _)| *at).collect();
-                let flows: Vec<Option<&str>> =
-                    placeholders.iter().map(|(_, _, flow)| *flow).collect();
-                txn.execute(&insert, &[&ids, &starts, &flows])
-                    .await
-                    .map_err(|e| not_committed(&e))?;
-            }
-        }
-        let with_rows: Vec<&str> = (ids.iter().copied())
-            .filter(|id| !rowless.contains_key(id))
+        fresh.sort_by_key(|(id, _, _)| *id);
+        fresh.dedup_by_key(|(id, _, _)| *id);
+        let (placeholders, without): (Vec<_>, Vec<_>) = fresh
+            .into_iter()
+            .partition(|(id, _, _)| with_rows.contains(id));
+        let rowless: BTreeMap<&str, (Option<i64>, Option<&str>)> = without
+            .into_iter()
+            .map(|(id, started, flow)| (id, (started, flow)))
             .collect();
-        let rows = if with_rows.is_empty() {
-            Vec::new()
-        } else {
-            let lock = txn
-                .prepare_cached(LOCK_ROWS)
+        if !placeholders.is_empty() {
+            let insert = txn
+                .prepare_cached(PLACEHOLDERS)
                 .await
                 .map_err(|e| not_committed(&e))?;
-            txn.query(&lock, &[&with_rows])
+            let ids: Vec<&str> = placeholders.iter().map(|(id, _, _)| *id).collect();
+            let starts: Vec<Option<i64>> = placeholders.iter().map(|(_, at, _)| *at).collect();
+            let flows: Vec<Option<&str>> = placeholders.iter().map(|(_, _, flow)| *flow).collect();
+            txn.execute(&insert, &[&ids, &starts, &flows])
                 .await
-                .map_err(|e| not_committed(&e))?
-        };
+                .map_err(|e| not_committed(&e))?;
+        }
         if Faults::take(&self.faults.stall_after_lock) {
             self.faults.stalled.notify_one();
             self.faults.resume_stalled.notified().await;
@@ -425,22 +398,10 @@ impl Writer {
         let wake = WakeParams::of(&wake);
         // Prepared first, so that each statement below is sent as it is first polled, in the
         // order of the join: the rows of new executions before their events.
-        let insert_rows = match new_rows.is_empty() {
-            true => None,
-            false => Some(
-                txn.prepare_cached(INSERT_ROWS)
-                    .await
-                    .map_err(|e| not_committed(&e))?,
-            ),
-        };
-        let update = match updates.is_empty() {
-            true => None,
-            false => Some(
-                txn.prepare_cached(UPDATE_ROWS)
-                    .await
-                    .map_err(|e| not_committed(&e))?,
-            ),
-        };
+        let insert_rows = prepared_unless(&txn, new_rows.is_empty(), INSERT_ROWS).await;
+        let update = prepared_unless(&txn, updates.is_empty(), UPDATE_ROWS).await;
+        let insert_rows = insert_rows.map_err(|e| not_committed(&e))?;
+        let update = update.map_err(|e| not_committed(&e))?;
         let rows_inserted = async {
             match &insert_rows {
                 Some(statement) => txn.execute(statement, &new_row_params).await,
@@ -526,6 +487,18 @@ impl Writer {
 
 /// Why a batch was rolled back when a lease it was granted on ran out before its write.
 const LEASE_RAN_OUT: &str = "a lease ran out while its append was being committed";
+
+/// `statement` prepared on `txn`, unless it has nothing to write.
+async fn prepared_unless(
+    txn: &deadpool_postgres::Transaction<'_>,
+    nothing_to_write: bool,
+    statement: &str,
+) -> Result<Option<tokio_postgres::Statement>, tokio_postgres::Error> {
+    match nothing_to_write {
+        true => Ok(None),
+        false => txn.prepare_cached(statement).await.map(Some),
+    }
+}
 
 /// Why a batch was rolled back when a new execution's row appeared after it looked.
 const ROW_APPEARED: &str = "another worker started a new execution of the batch meanwhile";

@@ -6,9 +6,7 @@
 
 use tokio_postgres::{NoTls, SimpleQueryMessage};
 
-use super::full_path::{
-    EXISTING, INSERT_EVENTS, INSERT_ROWS, LOCK_ROWS, NOTIFY, PLACEHOLDERS, UPDATE_ROWS,
-};
+use super::full_path::{INSERT_EVENTS, INSERT_ROWS, LOCK_ROWS, NOTIFY, PLACEHOLDERS, UPDATE_ROWS};
 use crate::fast;
 use crate::store::{Limits, writes_config};
 use crate::testing::{drop_schema, fresh_schema, server_url};
@@ -99,7 +97,6 @@ async fn bad_plans(url: &str) -> Vec<String> {
         .expect("connect");
     tokio::spawn(connection);
     let statements = [
-        ("existing", EXISTING),
         ("placeholders", PLACEHOLDERS),
         ("insert_rows", INSERT_ROWS),
         ("lock_rows", LOCK_ROWS),
