@@ -25,7 +25,16 @@
 //! `commits_over_10ms` and `syncs_over_10ms` (the interval's group commits and journal
 //! `fdatasync`s slower than 10 ms) and `slowest_commit_ms_at_most` and
 //! `slowest_sync_ms_at_most` (the bound of the slowest one's bucket in `StoreStats`), which
-//! tell a tail that waited for the writer, and there for the disk, from one that did not. Per run,
+//! tell a tail that waited for the writer, and there for the disk, from one that did not; on
+//! PostgreSQL the server's own work in the interval (`soak/server_figures.rs`):
+//! `server_checkpoints` begun, `checkpoint_write_ms` and `checkpoint_sync_ms` of those that
+//! ended (the sync phase is the data files' `fsync`s),
+//! `wal_mib` and `wal_fpi` (WAL written, and full-page images in it, which follow a
+//! checkpoint), `autovacuums` (autovacuums and autoanalyzes of the store's tables ended) and
+//! `vacuuming_now` (vacuums running as the interval ended). On both, the machine's disks in
+//! the interval (`soak/disk_figures.rs`, Linux's `/proc/diskstats`): `disk_write_mib`
+//! written, `disk_write_ms_avg` a write's average time, `disk_flushes` and
+//! `disk_flush_ms_avg` (cache flushes: every `fsync` asks for one), `disk_busy_pct`. Per run,
 //! `soak-summary`: its percentiles and a verdict, `ok` or the intervals that broke a criterion:
 //! p99.9 at most 10 times p50 in every interval, RSS after every interval within 10% of RSS
 //! after the first, and every interval but the last completing at least 95% of the executions
@@ -51,13 +60,11 @@
 //!
 //! The defaults take 2 stores x 2 shapes x 3 loads x 10 minutes, plus calibration.
 
-use std::path::Path;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use hdrhistogram::Histogram;
-use loom_kernel::kit::{LATENCY_BOUNDS_US, LatencyHistogram};
 use loom_kernel::{DiskStore, EventStore, ExecutionId, ExecutionStatus};
 use loom_kernel::{
     EffectCall, EffectOutcome, FlowCtx, FlowError, FnEffect, Runtime, StartOptions, flow_fn,
@@ -65,8 +72,18 @@ use loom_kernel::{
 use loom_store_postgres::{PostgresStore, PostgresStoreConfig, fresh_schema, server_url};
 use tokio::time::Instant;
 
+#[path = "soak/disk_figures.rs"]
+mod disk_figures;
+#[path = "soak/probe.rs"]
+mod probe;
+#[path = "soak/server_figures.rs"]
+mod server_figures;
 #[path = "../../loom-kernel/benches/support/mod.rs"]
 mod support;
+
+use disk_figures::DiskFigures;
+use probe::Probe;
+use server_figures::ServerFigures;
 
 const USAGE: &str = "options: --minutes N, --interval-secs N, --store disk|postgres|both, \
                      --shape 1|10|both, --loads 0.5,0.8,0.95, --calibrate-secs N, \
@@ -88,9 +105,6 @@ const DRAIN_LIMIT: Duration = Duration::from_secs(120);
 const LONGEST_LATENCY_US: u64 = 3_600_000_000;
 const P999_OVER_P50_LIMIT: u64 = 10;
 const RSS_DRIFT_LIMIT: f64 = 0.10;
-/// A group commit or journal sync slower than this (µs) is counted on the disk store's
-/// interval lines.
-const SLOW_WRITE_US: u64 = 10_000;
 /// An interval keeps up when it completes at least this share of the executions offered in it.
 const KEPT_UP: f64 = 0.95;
 
@@ -211,78 +225,6 @@ async fn run_one<S: EventStore>(loom: &Runtime<S>, name: &str, shape: u64) -> Re
     }
 }
 
-/// What a run reads of its store besides latencies: its size, and on disk its checkpoints.
-/// On PostgreSQL: a connection of its own, and the store's schema.
-enum Probe {
-    Disk {
-        store: DiskStore,
-        /// The writer's commit and `fdatasync` latencies as the last interval ended.
-        writes_before: Mutex<[LatencyHistogram; 2]>,
-        _scratch: tempfile::TempDir,
-    },
-    Postgres(tokio_postgres::Client, String),
-}
-
-impl Probe {
-    async fn store_bytes(&self) -> Option<u64> {
-        match self {
-            Probe::Disk { store, .. } => files_named_after(store.path()),
-            Probe::Postgres(client, schema) => {
-                let sql = "SELECT COALESCE(SUM(pg_total_relation_size(c.oid)), 0)::bigint \
-                           FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace \
-                           WHERE n.nspname = $1 AND c.relkind IN ('r', 'p')";
-                let row = client.query_one(sql, &[schema]).await.ok()?;
-                u64::try_from(row.get::<_, i64>(0)).ok()
-            }
-        }
-    }
-
-    /// On disk, the interval's group commits and journal syncs slower than [`SLOW_WRITE_US`]
-    /// and the bound of the slowest one's bucket (`StoreStats::commit_latency` and
-    /// `fsync_latency`): whether a tail the interval shows waited for the writer, and there for
-    /// the disk. Empty on PostgreSQL.
-    fn writer_figures(&self) -> String {
-        let Probe::Disk {
-            store,
-            writes_before,
-            ..
-        } = self
-        else {
-            return String::new();
-        };
-        let stats = store.stats();
-        let now = [stats.commit_latency, stats.fsync_latency].map(Option::unwrap_or_default);
-        let before = std::mem::replace(&mut *writes_before.lock().expect("writes"), now.clone());
-        let [commits, syncs] = [0, 1].map(|kind| slow_and_slowest(&now[kind], &before[kind]));
-        format!(
-            " commits_over_10ms={} slowest_commit_ms_at_most={} syncs_over_10ms={} \
-             slowest_sync_ms_at_most={}",
-            commits.0, commits.1, syncs.0, syncs.1
-        )
-    }
-
-    /// The scratch directory goes with the probe; the schema is dropped so that a long series
-    /// of runs does not fill the server's disk.
-    async fn discard(self) {
-        if let Probe::Postgres(client, schema) = self
-            && let Err(error) = client
-                .batch_execute(&format!("DROP SCHEMA IF EXISTS \"{schema}\" CASCADE"))
-                .await
-        {
-            eprintln!("soak: could not drop schema {schema}: {error}");
-        }
-    }
-}
-
-/// The bytes of the store file and of every file beside it whose name starts with its name.
-fn files_named_after(store_file: &Path) -> Option<u64> {
-    let name = store_file.file_name()?.to_string_lossy().into_owned();
-    let entries = std::fs::read_dir(store_file.parent()?).ok()?.flatten();
-    let ours = entries.filter(|entry| entry.file_name().to_string_lossy().starts_with(&name));
-    let sizes = ours.map(|entry| entry.metadata().map_or(0, |meta| meta.len()));
-    Some(sizes.sum())
-}
-
 /// A fresh disk store in a scratch directory of its own, and its probe.
 fn fresh_disk(options: &Options) -> (DiskStore, Probe) {
     let scratch = support::scratch_dir();
@@ -310,7 +252,11 @@ async fn fresh_postgres(url: &str) -> (PostgresStore, Probe) {
     let client = connect(url).await.expect("postgres connection for sizes");
     (
         store.expect("postgres store"),
-        Probe::Postgres(client, schema),
+        Probe::Postgres {
+            client,
+            schema,
+            server: ServerFigures::new(),
+        },
     )
 }
 
@@ -507,6 +453,8 @@ struct SoakRun {
     id_prefix: String,
     started: AtomicU64,
     recorder: Mutex<Recorder>,
+    /// The machine's disks, read with the store at each interval's end.
+    disks: DiskFigures,
 }
 
 impl SoakRun {
@@ -540,11 +488,14 @@ impl SoakRun {
             id_prefix: "soak".to_owned(),
             started: AtomicU64::new(0),
             recorder: Mutex::new(recorder),
+            disks: DiskFigures::new(),
         }
     }
 
     /// Runs the open loop to its end and drains it; what broke the verdict's criteria.
     async fn run<S: EventStore>(self: Arc<Self>, loom: Runtime<S>, probe: &Probe) -> Vec<String> {
+        probe.begin().await;
+        self.disks.start();
         let generator = tokio::spawn(Arc::clone(&self).generate(loom.clone()));
         let intervals = (self.run_length.as_secs_f64() / self.interval.as_secs_f64()).ceil() as u64;
         let mut figures = Vec::new();
@@ -611,16 +562,7 @@ impl SoakRun {
         // NaN where a size could not be read: the line keeps its fields.
         let store_bytes = probe.store_bytes().await;
         let store_mib = store_bytes.map_or(f64::NAN, |bytes| bytes as f64 / 1_048_576.0);
-        let checkpoints = match probe {
-            Probe::Disk { store, .. } => {
-                format!(
-                    " checkpoints={}{}",
-                    store.checkpoints(),
-                    probe.writer_figures()
-                )
-            }
-            Probe::Postgres(..) => String::new(),
-        };
+        let store_figures = probe.interval_figures().await + &self.disks.interval();
         println!(
             "soak {} interval={index} at_s={:.0} done={} failed={failed} in_flight={in_flight} \
              {} rss_mib={:.1} store_mib={store_mib:.1}{}",
@@ -629,7 +571,7 @@ impl SoakRun {
             latencies.len(),
             percentiles(&latencies),
             rss_mib,
-            checkpoints,
+            store_figures,
         );
         IntervalFigures {
             done: latencies.len(),
@@ -690,26 +632,6 @@ fn verdict_failures(figures: &[IntervalFigures], offered_per_interval: f64) -> V
         }
     }
     failures
-}
-
-/// How many observations between `before` and `now` took more than [`SLOW_WRITE_US`], and the
-/// upper bound (ms) of the slowest one's bucket.
-fn slow_and_slowest(now: &LatencyHistogram, before: &LatencyHistogram) -> (u64, String) {
-    let in_interval: Vec<u64> = (now.buckets.iter().zip(&before.buckets))
-        .map(|(now, before)| now.saturating_sub(*before))
-        .collect();
-    let slow = (in_interval.iter().enumerate())
-        .filter(|(bucket, _)| *bucket > 0 && LATENCY_BOUNDS_US[bucket - 1] >= SLOW_WRITE_US)
-        .map(|(_, count)| count)
-        .sum();
-    let slowest = match in_interval.iter().rposition(|count| *count > 0) {
-        Some(bucket) if bucket < LATENCY_BOUNDS_US.len() => {
-            format!("{}", LATENCY_BOUNDS_US[bucket] as f64 / 1000.0)
-        }
-        Some(_) => "over_bounds".to_owned(),
-        None => "none".to_owned(),
-    };
-    (slow, slowest)
 }
 
 fn percentiles(latencies: &Histogram<u64>) -> String {
