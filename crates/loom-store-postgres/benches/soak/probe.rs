@@ -39,9 +39,7 @@ impl Probe {
                 writes_before,
                 ..
             } => {
-                let stats = store.stats();
-                *writes_before.lock().expect("writes") =
-                    [stats.commit_latency, stats.fsync_latency].map(Option::unwrap_or_default);
+                *writes_before.lock().expect("writes") = write_latencies(store);
             }
             Probe::Postgres {
                 client,
@@ -97,8 +95,7 @@ impl Probe {
         else {
             return String::new();
         };
-        let stats = store.stats();
-        let now = [stats.commit_latency, stats.fsync_latency].map(Option::unwrap_or_default);
+        let now = write_latencies(store);
         let before = std::mem::replace(&mut *writes_before.lock().expect("writes"), now.clone());
         let [commits, syncs] = [0, 1].map(|kind| slow_and_slowest(&now[kind], &before[kind]));
         format!(
@@ -119,6 +116,12 @@ impl Probe {
             eprintln!("soak: could not drop schema {schema}: {error}");
         }
     }
+}
+
+/// The writer's group-commit and journal-sync latencies so far (`StoreStats`).
+fn write_latencies(store: &DiskStore) -> [LatencyHistogram; 2] {
+    let stats = store.stats();
+    [stats.commit_latency, stats.fsync_latency].map(Option::unwrap_or_default)
 }
 
 /// The bytes of the store file and of every file beside it whose name starts with its name.

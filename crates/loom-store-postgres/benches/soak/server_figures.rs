@@ -57,7 +57,9 @@ impl ServerFigures {
     pub async fn interval(&self, client: &tokio_postgres::Client, schema: &str) -> String {
         let now = read(client, schema).await;
         let vacuuming_now = match client.query_one(VACUUMING_NOW, &[]).await {
-            Ok(row) => row.get::<_, i64>(0).to_string(),
+            Ok(row) => row
+                .try_get::<_, i64>(0)
+                .map_or_else(|_| "unknown".to_owned(), |count| count.to_string()),
             Err(_) => "unknown".to_owned(),
         };
         let before = std::mem::replace(&mut *self.before.lock().expect("server figures"), now);
@@ -86,12 +88,13 @@ async fn read(client: &tokio_postgres::Client, schema: &str) -> Option<Counters>
     };
     let wal = client.query_one(WAL, &[]).await.ok()?;
     let autovacuums = client.query_one(AUTOVACUUMS, &[&schema]).await.ok()?;
+    // `try_get`: a server whose views differ in a column's type gives no figures, not a panic.
     Some(Counters {
-        checkpoints: checkpoints.get(0),
-        checkpoint_write_ms: checkpoints.get(1),
-        checkpoint_sync_ms: checkpoints.get(2),
-        wal_bytes: wal.get(0),
-        wal_full_page_images: wal.get(1),
-        autovacuums: autovacuums.get(0),
+        checkpoints: checkpoints.try_get(0).ok()?,
+        checkpoint_write_ms: checkpoints.try_get(1).ok()?,
+        checkpoint_sync_ms: checkpoints.try_get(2).ok()?,
+        wal_bytes: wal.try_get(0).ok()?,
+        wal_full_page_images: wal.try_get(1).ok()?,
+        autovacuums: autovacuums.try_get(0).ok()?,
     })
 }
