@@ -82,6 +82,6 @@ pub use shards::{ShardCursor, ShardFeedEvent, ShardedStore, shard_of, shard_urls
 pub use store::PostgresStore;
 #[cfg(feature = "test-support")]
 pub use testing::{
-    REQUIRE_VAR, SKIPPED_TESTS_VAR, URL_VAR, drop_schema, fresh_schema, fresh_store,
+    REQUIRE_VAR, SKIPPED_TESTS_VAR, URL_VAR, drop_schema, fresh_schema, fresh_store, raw_client,
     record_skipped_test, run_in_schema, server_url, url_file,
 };

@@ -88,14 +88,21 @@ pub async fn fresh_store(url: &str, prefix: &str) -> Result<PostgresStore, Conne
     PostgresStore::connect(PostgresStoreConfig::new(url).schema(fresh_schema(prefix))).await
 }
 
-/// Runs `statements` on the server at `url` with `schema` first on the search path: a test
-/// that rolls a schema back to what an older build left. Panics if they fail.
-pub async fn run_in_schema(url: &str, schema: &str, statements: &str) {
+/// A plain client of the server at `url`, its connection driven on the caller's runtime: for a
+/// test that reads or locks rows beside the store. Panics if the server does not answer.
+pub async fn raw_client(url: &str) -> tokio_postgres::Client {
     let (client, connection) = tokio_postgres::connect(url, tokio_postgres::NoTls)
         .await
         .expect("connect to the test server");
     tokio::spawn(connection);
     client
+}
+
+/// Runs `statements` on the server at `url` with `schema` first on the search path: a test
+/// that rolls a schema back to what an older build left. Panics if they fail.
+pub async fn run_in_schema(url: &str, schema: &str, statements: &str) {
+    raw_client(url)
+        .await
         .batch_execute(&format!("SET search_path TO \"{schema}\"; {statements}"))
         .await
         .expect("the statements run");

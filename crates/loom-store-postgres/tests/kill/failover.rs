@@ -13,7 +13,7 @@ use std::io::Write;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use loom_store_postgres::{PostgresStore, ShardedStore};
+use loom_store_postgres::{PostgresStore, ShardedStore, raw_client};
 
 use crate::kill_rounds::{Disruption, kill_test, knob};
 use crate::support::cluster::Pair;
@@ -120,10 +120,7 @@ async fn timed(
 
 /// How long after `promoted` the feed of `schema` on `primary` first grew: a worker's commit.
 async fn first_commit_after(primary: String, schema: String, promoted: Instant) -> Duration {
-    let (client, connection) = tokio_postgres::connect(&primary, tokio_postgres::NoTls)
-        .await
-        .expect("a connection to the new primary");
-    tokio::spawn(connection);
+    let client = raw_client(&primary).await;
     let position = format!("SELECT next_position FROM {schema}.loom_feed");
     let read = || async {
         let row = client.query_one(&position, &[]).await.ok()?;

@@ -7,7 +7,7 @@ use std::time::{Duration, Instant};
 
 use loom_kernel::conformance::{id, started, tagged};
 use loom_kernel::{AppendError, EventStore, EventStoreExt, ExecutionId};
-use loom_store_postgres::{PostgresStore, fresh_schema, server_url};
+use loom_store_postgres::{PostgresStore, fresh_schema, raw_client, server_url};
 use serde_json::json;
 
 use crate::many_workers::worker;
@@ -83,10 +83,7 @@ async fn an_append_whose_lease_ran_out_before_its_write_does_not_commit() {
     let e = id("short");
     a.append(&e, 0, &[started("f")]).await.expect("a starts");
     a.faults().pause_lease_renewal.store(true, Ordering::SeqCst);
-    let (client, connection) = tokio_postgres::connect(&url, tokio_postgres::NoTls)
-        .await
-        .expect("connect");
-    tokio::spawn(connection);
+    let client = raw_client(&url).await;
     let table = format!("{schema}.loom_executions");
     // The lease has a moment left when A locks the row, and runs out while A is stopped.
     client

@@ -12,7 +12,7 @@ use std::time::Duration;
 
 use loom_kernel::conformance::{id, started};
 use loom_kernel::{EventStore, ExecutionId};
-use loom_store_postgres::{fresh_schema, server_url};
+use loom_store_postgres::{fresh_schema, raw_client, server_url};
 
 use crate::many_workers::worker;
 
@@ -35,14 +35,7 @@ async fn a_lease_renewal_neither_deadlocks_with_nor_waits_for_a_transaction_hold
             .expect("start, leased");
     }
     let table = format!("{schema}.loom_executions");
-    let (writer, connection) = tokio_postgres::connect(&url, tokio_postgres::NoTls)
-        .await
-        .expect("connect");
-    tokio::spawn(connection);
-    let (watcher, connection) = tokio_postgres::connect(&url, tokio_postgres::NoTls)
-        .await
-        .expect("connect");
-    tokio::spawn(connection);
+    let (writer, watcher) = (raw_client(&url).await, raw_client(&url).await);
     let physical: Vec<String> = watcher
         .query(
             &format!("SELECT execution_id FROM {table} WHERE lease_owner = $1 ORDER BY ctid"),

@@ -20,7 +20,7 @@ use loom_kernel::{
 };
 use loom_kernel::{Event, EventStoreExt, ExecutionId, ExecutionStatus};
 use loom_store_postgres::{PostgresStore, PostgresStoreConfig};
-use loom_store_postgres::{fresh_schema, server_url};
+use loom_store_postgres::{fresh_schema, raw_client, server_url};
 use serde_json::{Value, json};
 
 use crate::support::child::{child_runtime, child_test};
@@ -106,11 +106,7 @@ fn worker_process_entry() {
         .expect("connect");
         let effects_url =
             format!("{url}?application_name=effects-{worker}&options=-c%20search_path%3D{schema}");
-        let (client, connection) = tokio_postgres::connect(&effects_url, tokio_postgres::NoTls)
-            .await
-            .expect("effects connection");
-        tokio::spawn(connection);
-        let client = Arc::new(client);
+        let client = Arc::new(raw_client(&effects_url).await);
         let rt = Runtime::builder(store)
             .flow(flow_fn("job", 1, job))
             .effect(
@@ -224,10 +220,7 @@ async fn three_workers_survive_a_kill_and_a_cut_connection_without_running_an_ef
         .await
         .expect("connect");
     let admin_url = format!("{url}?options=-c%20search_path%3D{schema}");
-    let (admin, connection) = tokio_postgres::connect(&admin_url, tokio_postgres::NoTls)
-        .await
-        .expect("admin connection");
-    tokio::spawn(connection);
+    let admin = raw_client(&admin_url).await;
     admin
         .batch_execute("CREATE TABLE side_effects (effect text, key text, worker text)")
         .await
