@@ -400,35 +400,22 @@ impl Writer {
         // order of the join: the rows of new executions before their events.
         let insert_rows = prepared_unless(&txn, new_rows.is_empty(), INSERT_ROWS).await;
         let update = prepared_unless(&txn, updates.is_empty(), UPDATE_ROWS).await;
+        let wake_up = prepared_unless(&txn, wake.is_empty(), WAKE_STATEMENT).await;
         let insert_rows = insert_rows.map_err(|e| not_committed(&e))?;
         let update = update.map_err(|e| not_committed(&e))?;
-        let rows_inserted = async {
-            match &insert_rows {
-                Some(statement) => txn.execute(statement, &new_row_params).await,
-                None => Ok(0),
-            }
-        };
-        let events_inserted = txn.execute(&insert, &insert_params);
-        let updated = async {
-            match &update {
-                Some(statement) => txn.execute(statement, &update_params).await,
-                None => Ok(0),
-            }
-        };
-        let notified = txn.execute(&notify, &notify_params);
-        let woken = async {
-            if wake.is_empty() {
-                return Ok(0);
-            }
-            let statement = txn.prepare_cached(WAKE_STATEMENT).await?;
-            txn.execute(&statement, &wake.params()).await
-        };
-        let (rows_inserted, events_inserted, updated, notified, woken) =
-            futures::join!(rows_inserted, events_inserted, updated, notified, woken);
-        if rows_inserted
-            .as_ref()
-            .is_ok_and(|inserted| *inserted != new_rows.len() as u64)
-        {
+        let wake_up = wake_up.map_err(|e| not_committed(&e))?;
+        let wake_params = wake.params();
+        let (rows_inserted, events_inserted, updated, notified, woken) = futures::join!(
+            execute_prepared(&txn, &insert_rows, &new_row_params),
+            txn.execute(&insert, &insert_params),
+            execute_prepared(&txn, &update, &update_params),
+            txn.execute(&notify, &notify_params),
+            execute_prepared(&txn, &wake_up, &wake_params),
+        );
+        // The first failure in the order the statements ran says why; those after it only
+        // found the transaction aborted.
+        let rows_inserted = rows_inserted.map_err(|e| not_committed(&e))?;
+        if rows_inserted != new_rows.len() as u64 {
             // Another worker started a new execution of the batch since this one looked: its
             // events then collide with ours too. Rolled back as the transaction is dropped, and
             // decided again against that row.
@@ -437,14 +424,10 @@ impl Writer {
                 Cause::Contention,
             )));
         }
-        // The first failure in the order the statements ran says why; those after it only
-        // found the transaction aborted.
-        let mut counts = [0; 5];
-        let statements = [rows_inserted, events_inserted, updated, notified, woken];
-        for (count, outcome) in counts.iter_mut().zip(statements) {
-            *count = outcome.map_err(|e| not_committed(&e))?;
-        }
-        let [_, _, updated, _, _] = counts;
+        events_inserted.map_err(|e| not_committed(&e))?;
+        let updated = updated.map_err(|e| not_committed(&e))?;
+        notified.map_err(|e| not_committed(&e))?;
+        woken.map_err(|e| not_committed(&e))?;
         if updated != updates.len() as u64 {
             // A lease ran out between the lock and the write (the worker was paused): the
             // transaction rolls back as it is dropped, and the batch is decided again.
@@ -497,6 +480,19 @@ async fn prepared_unless(
     match nothing_to_write {
         true => Ok(None),
         false => txn.prepare_cached(statement).await.map(Some),
+    }
+}
+
+/// `statement` executed on `txn` with `params` if [`prepared_unless`] prepared it; no row
+/// otherwise.
+async fn execute_prepared(
+    txn: &deadpool_postgres::Transaction<'_>,
+    statement: &Option<tokio_postgres::Statement>,
+    params: &[&(dyn tokio_postgres::types::ToSql + Sync)],
+) -> Result<u64, tokio_postgres::Error> {
+    match statement {
+        Some(statement) => txn.execute(statement, params).await,
+        None => Ok(0),
     }
 }
 
